@@ -1,0 +1,118 @@
+//! `convert`: the command-line face of safetensors-stream. Thin over the library.
+
+mod cli;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
+use safetensors_stream::index::Checkpoint;
+use safetensors_stream::units::HumanBytes;
+use safetensors_stream::{inspect, Category, Error};
+
+use cli::{Cli, Command, InspectArgs, ValidateArgs};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Validate(args) => validate(&args),
+        Command::Inspect(args) => run_inspect(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            report(&e);
+            exit_code(e.category())
+        }
+    }
+}
+
+fn rules(reference: bool) -> Rules {
+    Rules::of(if reference {
+        Mode::Reference
+    } else {
+        Mode::Strict
+    })
+}
+
+fn report(e: &Error) {
+    eprintln!("convert: {e}");
+}
+
+fn exit_code(c: Category) -> ExitCode {
+    ExitCode::from(match c {
+        Category::BadInput => 1,
+        Category::Usage => 2,
+        Category::Io => 3,
+    })
+}
+
+fn warn_hub_limit(cp: &Checkpoint) {
+    for (path, h) in &cp.files {
+        if h.header_len > HUB_HEADER_LIMIT {
+            eprintln!(
+                "convert: warning: {}: header is {} bytes; the Hugging Face Hub refuses headers over {}",
+                path.display(),
+                h.header_len,
+                HUB_HEADER_LIMIT
+            );
+        }
+    }
+}
+
+/// Checks every file; one line per file; the worst failure sets the exit code.
+fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
+    let mut worst: Option<Category> = None;
+    for path in &args.files {
+        match Checkpoint::open(path, rules(args.reference)) {
+            Ok(cp) => {
+                warn_hub_limit(&cp);
+                if !args.quiet {
+                    println!(
+                        "{}: valid ({} tensors, {} data bytes, {})",
+                        path.display(),
+                        cp.tensor_count(),
+                        cp.data_len(),
+                        HumanBytes(cp.data_len())
+                    );
+                }
+            }
+            Err(e) => {
+                let category = e.category();
+                report(&e.with_input(path.display()));
+                worst = Some(worst.map_or(category, |w| worse(w, category)));
+            }
+        }
+    }
+    Ok(worst.map_or(ExitCode::SUCCESS, exit_code))
+}
+
+/// Environment failures outrank bad input, which outranks usage.
+fn worse(a: Category, b: Category) -> Category {
+    let rank = |c| match c {
+        Category::Usage => 0,
+        Category::BadInput => 1,
+        Category::Io => 2,
+    };
+    if rank(b) > rank(a) {
+        b
+    } else {
+        a
+    }
+}
+
+fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
+    let cp = Checkpoint::open(&args.file, rules(args.reference))?;
+    warn_hub_limit(&cp);
+    let text = if args.json {
+        let mut s = serde_json::to_string_pretty(&inspect::to_json(&cp)).expect("JSON of a Value");
+        s.push('\n');
+        s
+    } else {
+        inspect::render_table(&cp)
+    };
+    // A closed pipe (`| head`) is not an error worth a message.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}

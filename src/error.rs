@@ -1,0 +1,432 @@
+//! One error type for the whole crate: a kind naming the rule broken, plus
+//! where it happened (input, tensor, byte offset).
+
+use std::fmt;
+use std::io;
+
+use crate::Dtype;
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error with its context: which input, which tensor, which byte.
+///
+/// Boxed so that `Result<T, Error>` stays one pointer wide on the hot path.
+/// `Display` gives the one-line message the binary prints:
+///
+/// ```
+/// use safetensors_stream::{Error, ErrorKind};
+///
+/// let e = Error::new(ErrorKind::HeaderTooLarge { len: 1 << 40, limit: 100_000_000 })
+///     .with_input("model.safetensors")
+///     .at_offset(0);
+/// assert_eq!(
+///     e.to_string(),
+///     "model.safetensors: header length 1099511627776 exceeds the limit of 100000000 bytes (at byte 0)"
+/// );
+/// assert!(matches!(e.kind(), ErrorKind::HeaderTooLarge { .. }));
+/// ```
+pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    input: Option<String>,
+    tensor: Option<String>,
+    offset: Option<u64>,
+}
+
+/// What broad class an error is in; the binary maps these to exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    /// The input is not what it claims to be (exit code 1).
+    BadInput,
+    /// The request itself is wrong: a bad flag value, conflicting names (exit code 2).
+    Usage,
+    /// The environment failed: I/O, permissions, disk full (exit code 3).
+    Io,
+}
+
+impl Error {
+    /// An error of `kind`, with no context yet.
+    pub fn new(kind: ErrorKind) -> Self {
+        Error {
+            inner: Box::new(Inner {
+                kind,
+                input: None,
+                tensor: None,
+                offset: None,
+            }),
+        }
+    }
+
+    /// An I/O error.
+    pub fn io(err: io::Error) -> Self {
+        Error::new(ErrorKind::Io(err))
+    }
+
+    /// The rule broken.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.inner.kind
+    }
+
+    /// Consumes the error, returning its kind.
+    pub fn into_kind(self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The input (file name, `-` for standard input) the error is about.
+    pub fn input(&self) -> Option<&str> {
+        self.inner.input.as_deref()
+    }
+
+    /// The tensor the error is about.
+    pub fn tensor(&self) -> Option<&str> {
+        self.inner.tensor.as_deref()
+    }
+
+    /// The byte offset in the input where the problem is.
+    pub fn offset(&self) -> Option<u64> {
+        self.inner.offset
+    }
+
+    /// Names the input, unless an inner layer already did.
+    pub fn with_input(mut self, input: impl fmt::Display) -> Self {
+        if self.inner.input.is_none() {
+            self.inner.input = Some(input.to_string());
+        }
+        self
+    }
+
+    /// Names the tensor, unless an inner layer already did.
+    pub fn with_tensor(mut self, tensor: impl Into<String>) -> Self {
+        if self.inner.tensor.is_none() {
+            self.inner.tensor = Some(tensor.into());
+        }
+        self
+    }
+
+    /// Sets the byte offset, unless an inner layer already did.
+    pub fn at_offset(mut self, offset: u64) -> Self {
+        if self.inner.offset.is_none() {
+            self.inner.offset = Some(offset);
+        }
+        self
+    }
+
+    /// The error's broad class.
+    pub fn category(&self) -> Category {
+        self.inner.kind.category()
+    }
+
+    /// The message without the input prefix.
+    pub fn message(&self) -> String {
+        let mut msg = self.inner.kind.to_string();
+        let mut parts = Vec::new();
+        if let Some(o) = self.inner.offset {
+            parts.push(format!("at byte {o}"));
+        }
+        if let Some(t) = &self.inner.tensor {
+            parts.push(format!("tensor {t:?}"));
+        }
+        if !parts.is_empty() {
+            msg.push_str(&format!(" ({})", parts.join(", ")));
+        }
+        msg
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(input) = &self.inner.input {
+            write!(f, "{input}: ")?;
+        }
+        f.write_str(&self.message())
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.inner.kind)
+            .field("input", &self.inner.input)
+            .field("tensor", &self.inner.tensor)
+            .field("offset", &self.inner.offset)
+            .finish()
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.inner.kind {
+            ErrorKind::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ErrorKind> for Error {
+    fn from(kind: ErrorKind) -> Self {
+        Error::new(kind)
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(err: io::Error) -> Self {
+        Error::io(err)
+    }
+}
+
+/// A half-open byte range `[begin, end)` in a tensor buffer, displayed as such.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span(pub u64, pub u64);
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{},{})", self.0, self.1)
+    }
+}
+
+/// The rule that was broken. Each variant's `Display` is a short sentence.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    // ---- the file's frame -------------------------------------------------
+    /// The file is shorter than the 8-byte length prefix.
+    #[error("file is {len} bytes, shorter than the 8-byte header length")]
+    FileTooShort {
+        /// The file's length.
+        len: u64,
+    },
+    /// The header length exceeds the 100,000,000-byte limit.
+    #[error("header length {len} exceeds the limit of {limit} bytes")]
+    HeaderTooLarge {
+        /// The claimed or computed header length.
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The header runs past the end of the file.
+    #[error("header claims {len} bytes but the file has only {available} after the length prefix")]
+    HeaderPastEnd {
+        /// Claimed header length.
+        len: u64,
+        /// Bytes actually present after the prefix.
+        available: u64,
+    },
+    /// The header is not UTF-8.
+    #[error("header is not valid UTF-8")]
+    HeaderNotUtf8,
+    /// The header is not JSON, or not of the expected schema.
+    #[error("header JSON: {0}")]
+    HeaderJson(String),
+    /// Strict: the header's first byte is not `{`.
+    #[error("header starts with byte 0x{0:02x}, not '{{' (strict mode)")]
+    HeaderNotBrace(u8),
+    /// Strict: something other than spaces follows the JSON object.
+    #[error("header padding holds byte 0x{0:02x}; only trailing spaces are allowed (strict mode)")]
+    BadPadding(u8),
+    /// Strict: a key appears twice in one JSON object.
+    #[error("duplicate key {key:?} in {within} (strict mode)")]
+    DuplicateKey {
+        /// The repeated key.
+        key: String,
+        /// Where: "the header", "__metadata__" or a tensor's entry.
+        within: String,
+    },
+    /// Strict: a tensor's entry has a field other than dtype, shape, data_offsets.
+    #[error("unknown field {field:?} in tensor {tensor:?} (strict mode)")]
+    UnknownField {
+        /// The tensor.
+        tensor: String,
+        /// The unexpected field.
+        field: String,
+    },
+
+    // ---- tensor layout ----------------------------------------------------
+    /// A tensor's `data_offsets` has its end before its begin.
+    #[error("tensor {tensor:?} has data_offsets {span} with end before begin")]
+    InvertedOffsets {
+        /// The tensor.
+        tensor: String,
+        /// Its offsets.
+        span: Span,
+    },
+    /// Two tensors' byte ranges overlap.
+    #[error("tensors {first:?} {first_span} and {second:?} {second_span} overlap")]
+    Overlap {
+        /// The tensor that starts first.
+        first: String,
+        /// Its range.
+        first_span: Span,
+        /// The tensor that starts inside it.
+        second: String,
+        /// Its range.
+        second_span: Span,
+    },
+    /// Bytes that belong to no tensor lie between two tensors (or before the first).
+    #[error("bytes [{begin},{end}) of the data buffer belong to no tensor (before {next:?})")]
+    Gap {
+        /// Start of the hole.
+        begin: u64,
+        /// End of the hole.
+        end: u64,
+        /// The tensor after the hole.
+        next: String,
+    },
+    /// A shape's element count, or its bit count, overflows 64 bits.
+    #[error("tensor {tensor:?}: shape {shape:?} overflows 64 bits for {dtype}")]
+    ShapeOverflow {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
+    /// A sub-byte tensor whose bits do not fill whole bytes.
+    #[error(
+        "tensor {tensor:?}: {dtype} shape {shape:?} is {bits} bits, not a whole number of bytes"
+    )]
+    NotWholeBytes {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// Its bits.
+        bits: u64,
+    },
+    /// A tensor's range length differs from its dtype and shape's byte length.
+    #[error("tensor {tensor:?}: data_offsets {span} hold {} bytes but {dtype} {shape:?} needs {expected}", span.1 - span.0)]
+    RangeLength {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// Its offsets.
+        span: Span,
+        /// The byte length its dtype and shape need.
+        expected: u64,
+    },
+    /// The file is not exactly 8 + header + data bytes long.
+    #[error("file is {actual} bytes but its header describes {expected}")]
+    FileLength {
+        /// 8 + N + the data buffer's length.
+        expected: u64,
+        /// The real length.
+        actual: u64,
+    },
+
+    // ---- building a header --------------------------------------------------
+    /// A tensor may not be named `__metadata__`.
+    #[error("a tensor may not be named \"__metadata__\"")]
+    ReservedName,
+    /// Two tensors have the same name.
+    #[error("tensor name {name:?} is given twice{}", inputs_clause(.inputs))]
+    DuplicateTensor {
+        /// The name.
+        name: String,
+        /// The two inputs it came from, where known.
+        inputs: Option<(String, String)>,
+    },
+
+    // ---- sharded checkpoints ------------------------------------------------
+    /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
+    #[error("index JSON: {0}")]
+    IndexJson(String),
+    /// An index names a shard by a path, not a plain file name beside it.
+    #[error("index names shard {0:?}, which is not a plain file name in the index's folder")]
+    ShardName(String),
+    /// The index's weight_map names a tensor its shard does not hold.
+    #[error("weight_map puts tensor {tensor:?} in {shard}, which does not hold it")]
+    IndexTensorMissing {
+        /// The tensor.
+        tensor: String,
+        /// The shard file.
+        shard: String,
+    },
+    /// A shard holds a tensor the weight_map does not assign to it.
+    #[error("shard {shard} holds tensor {tensor:?}, which the weight_map {}", match .listed_in { Some(s) => format!("assigns to {s}"), None => "does not list".to_string() })]
+    IndexTensorUnlisted {
+        /// The tensor.
+        tensor: String,
+        /// The shard file holding it.
+        shard: String,
+        /// Where the weight_map says it is, if anywhere.
+        listed_in: Option<String>,
+    },
+    /// `metadata.total_size` differs from the sum of the shards' tensor bytes.
+    #[error("index metadata.total_size is {declared} but the shards hold {actual} tensor bytes")]
+    IndexTotalSize {
+        /// What the index says.
+        declared: u64,
+        /// What the shards hold.
+        actual: u64,
+    },
+
+    // ---- the environment --------------------------------------------------
+    /// An I/O error.
+    #[error("{0}")]
+    Io(#[source] io::Error),
+}
+
+fn inputs_clause(inputs: &Option<(String, String)>) -> String {
+    match inputs {
+        Some((a, b)) => format!(" (in {a} and {b})"),
+        None => String::new(),
+    }
+}
+
+impl ErrorKind {
+    /// The error's broad class.
+    pub fn category(&self) -> Category {
+        match self {
+            ErrorKind::Io(_) => Category::Io,
+            ErrorKind::DuplicateTensor { .. } | ErrorKind::ReservedName => Category::Usage,
+            _ => Category::BadInput,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_is_set_once_innermost_wins() {
+        let e = Error::new(ErrorKind::HeaderNotUtf8)
+            .with_input("inner")
+            .with_input("outer")
+            .at_offset(3)
+            .at_offset(9);
+        assert_eq!(e.input(), Some("inner"));
+        assert_eq!(e.offset(), Some(3));
+    }
+
+    #[test]
+    fn overlap_message_names_both() {
+        let e = Error::new(ErrorKind::Overlap {
+            first: "a".into(),
+            first_span: Span(0, 16),
+            second: "b".into(),
+            second_span: Span(8, 24),
+        })
+        .with_input("model.safetensors");
+        assert_eq!(
+            e.to_string(),
+            r#"model.safetensors: tensors "a" [0,16) and "b" [8,24) overlap"#
+        );
+    }
+
+    #[test]
+    fn error_is_small_send_sync() {
+        fn assert_send_sync<T: Send + Sync + 'static>() {}
+        assert_send_sync::<Error>();
+        assert_eq!(std::mem::size_of::<Error>(), std::mem::size_of::<usize>());
+    }
+}

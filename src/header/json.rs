@@ -1,0 +1,388 @@
+//! The header's JSON, read with serde visitors so that duplicate keys are
+//! seen while parsing (a map would silently keep the last one).
+//!
+//! One parser serves both modes; [`Rules`] decides which of the reference's
+//! leniencies apply. Errors with structure (a duplicate key, an unknown
+//! field) are stashed beside the parser and returned instead of serde's
+//! string error.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::{Metadata, Mode, Rules, TensorMeta};
+use crate::{Dtype, ErrorKind};
+
+/// A tensor as written in the JSON: meta and raw offsets, not yet checked.
+#[derive(Debug)]
+pub(super) struct RawTensor {
+    pub meta: TensorMeta,
+    pub begin: u64,
+    pub end: u64,
+}
+
+/// The JSON's content in document order (last one kept for a repeated name,
+/// where the rules allow repeats).
+#[derive(Debug, Default)]
+pub(super) struct RawHeader {
+    pub metadata: Option<Metadata>,
+    pub tensors: Vec<RawTensor>,
+}
+
+/// Parses the header text. On failure returns the structured kind, and the
+/// byte position in `text` when serde knows it.
+pub(super) fn parse_json(text: &str, rules: Rules) -> Result<RawHeader, (ErrorKind, Option<u64>)> {
+    let stash = RefCell::new(None);
+    let seed = HeaderSeed {
+        rules,
+        stash: &stash,
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let result = seed.deserialize(&mut de).and_then(|h| de.end().map(|()| h));
+    result.map_err(|e| match stash.into_inner() {
+        Some(kind) => (kind, None),
+        None => {
+            let pos = byte_position(text, e.line(), e.column());
+            (ErrorKind::HeaderJson(strip_position(&e)), pos)
+        }
+    })
+}
+
+/// serde_json reports 1-based line and byte column; turn them into an offset.
+fn byte_position(text: &str, line: usize, column: usize) -> Option<u64> {
+    if line == 0 {
+        return None;
+    }
+    let line_start: usize = text
+        .split_inclusive('\n')
+        .take(line - 1)
+        .map(str::len)
+        .sum();
+    Some((line_start + column.saturating_sub(1)) as u64)
+}
+
+/// serde_json appends " at line L column C"; we report a byte offset instead.
+fn strip_position(e: &serde_json::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" at line ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+type Stash<'a> = &'a RefCell<Option<ErrorKind>>;
+
+fn fail<E: de::Error>(stash: Stash<'_>, kind: ErrorKind) -> E {
+    let msg = kind.to_string();
+    *stash.borrow_mut() = Some(kind);
+    E::custom(msg)
+}
+
+struct HeaderSeed<'a> {
+    rules: Rules,
+    stash: Stash<'a>,
+}
+
+impl<'de> DeserializeSeed<'de> for HeaderSeed<'_> {
+    type Value = RawHeader;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawHeader, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for HeaderSeed<'_> {
+    type Value = RawHeader;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object of tensors")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawHeader, A::Error> {
+        let mut out = RawHeader::default();
+        let mut seen_metadata = false;
+        let mut index: HashMap<String, usize> = HashMap::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "__metadata__" {
+                if seen_metadata {
+                    // The reference refuses this too (serde: duplicate field).
+                    return Err(fail(self.stash, duplicate(key, "the header")));
+                }
+                seen_metadata = true;
+                out.metadata = map.next_value_seed(MetadataSeed {
+                    rules: self.rules,
+                    stash: self.stash,
+                })?;
+                continue;
+            }
+            let tensor = map.next_value_seed(TensorSeed {
+                name: &key,
+                rules: self.rules,
+                stash: self.stash,
+            })?;
+            match index.get(&key) {
+                Some(_) if self.rules.refuse_duplicate_keys => {
+                    return Err(fail(self.stash, duplicate(key, "the header")));
+                }
+                Some(&i) => out.tensors[i] = tensor,
+                None => {
+                    index.insert(key, out.tensors.len());
+                    out.tensors.push(tensor);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn duplicate(key: String, within: &str) -> ErrorKind {
+    ErrorKind::DuplicateKey {
+        key,
+        within: within.to_string(),
+    }
+}
+
+struct MetadataSeed<'a> {
+    rules: Rules,
+    stash: Stash<'a>,
+}
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed<'_> {
+    type Value = Option<Metadata>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        match self.rules.mode {
+            // The reference's field is an Option: `null` means no metadata.
+            Mode::Reference => d.deserialize_option(self),
+            Mode::Strict => d.deserialize_map(self),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataSeed<'_> {
+    type Value = Option<Metadata>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("__metadata__ as an object of string values")
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut md = Metadata::new();
+        while let Some((k, v)) = map.next_entry::<String, String>()? {
+            if md.contains_key(&k) && self.rules.refuse_duplicate_keys {
+                return Err(fail(self.stash, duplicate(k, "__metadata__")));
+            }
+            md.insert(k, v);
+        }
+        Ok(Some(md))
+    }
+}
+
+struct TensorSeed<'a> {
+    name: &'a str,
+    rules: Rules,
+    stash: Stash<'a>,
+}
+
+impl<'de> DeserializeSeed<'de> for TensorSeed<'_> {
+    type Value = RawTensor;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<RawTensor, D::Error> {
+        match self.rules.mode {
+            // The reference's derived struct also takes `[dtype, shape, offsets]`.
+            Mode::Reference => d.deserialize_any(self),
+            Mode::Strict => d.deserialize_map(self),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Dtype,
+    Shape,
+    Offsets,
+}
+
+impl Field {
+    fn of(key: &str) -> Option<Field> {
+        match key {
+            "dtype" => Some(Field::Dtype),
+            "shape" => Some(Field::Shape),
+            "data_offsets" => Some(Field::Offsets),
+            _ => None,
+        }
+    }
+}
+
+impl TensorSeed<'_> {
+    fn assemble<E: de::Error>(
+        &self,
+        dtype: Option<Dtype>,
+        shape: Option<Vec<u64>>,
+        offsets: Option<(u64, u64)>,
+    ) -> Result<RawTensor, E> {
+        let dtype = dtype.ok_or_else(|| E::missing_field("dtype"))?;
+        let shape = shape.ok_or_else(|| E::missing_field("shape"))?;
+        let (begin, end) = offsets.ok_or_else(|| E::missing_field("data_offsets"))?;
+        Ok(RawTensor {
+            meta: TensorMeta::new(self.name, dtype, shape),
+            begin,
+            end,
+        })
+    }
+}
+
+impl<'de> Visitor<'de> for TensorSeed<'_> {
+    type Value = RawTensor;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "tensor {:?} as {{dtype, shape, data_offsets}}",
+            self.name
+        )
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawTensor, A::Error> {
+        let (mut dtype, mut shape, mut offsets) = (None, None, None);
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(field) = Field::of(&key) else {
+                if self.rules.mode == Mode::Strict {
+                    let kind = ErrorKind::UnknownField {
+                        tensor: self.name.to_string(),
+                        field: key,
+                    };
+                    return Err(fail(self.stash, kind));
+                }
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            };
+            let already = match field {
+                Field::Dtype => dtype.is_some(),
+                Field::Shape => shape.is_some(),
+                Field::Offsets => offsets.is_some(),
+            };
+            if already {
+                // The reference's derived struct refuses repeated fields too.
+                let within = format!("tensor {:?}", self.name);
+                return Err(fail(self.stash, duplicate(key, &within)));
+            }
+            match field {
+                Field::Dtype => dtype = Some(map.next_value_seed(DtypeSeed(self.rules.mode))?),
+                Field::Shape => shape = Some(map.next_value()?),
+                Field::Offsets => offsets = Some(map.next_value()?),
+            }
+        }
+        self.assemble(dtype, shape, offsets)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawTensor, A::Error> {
+        let len_err = |n| de::Error::invalid_length(n, &"a tensor of 3 elements");
+        let dtype = seq.next_element_seed(DtypeSeed(self.rules.mode))?;
+        let dtype = dtype.ok_or_else(|| len_err(0))?;
+        let shape = seq.next_element()?.ok_or_else(|| len_err(1))?;
+        let offsets = seq.next_element()?.ok_or_else(|| len_err(2))?;
+        self.assemble(Some(dtype), Some(shape), Some(offsets))
+    }
+}
+
+/// Strict mode reads a dtype as a plain string; reference mode takes whatever
+/// serde's derived enum takes (also `{"F32": null}`).
+struct DtypeSeed(Mode);
+
+impl<'de> DeserializeSeed<'de> for DtypeSeed {
+    type Value = Dtype;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Dtype, D::Error> {
+        match self.0 {
+            Mode::Reference => Dtype::deserialize(d),
+            Mode::Strict => d.deserialize_str(self),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for DtypeSeed {
+    type Value = Dtype;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a dtype string such as \"F32\"")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Dtype, E> {
+        v.parse().map_err(E::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STRICT: Rules = Rules::STRICT;
+    const REFERENCE: Rules = Rules::REFERENCE;
+
+    fn kind(text: &str, rules: Rules) -> ErrorKind {
+        parse_json(text, rules).unwrap_err().0
+    }
+
+    #[test]
+    fn duplicate_tensor_name() {
+        let text = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#;
+        assert!(matches!(kind(text, STRICT), ErrorKind::DuplicateKey { .. }));
+        let h = parse_json(text, REFERENCE).unwrap();
+        assert_eq!(h.tensors.len(), 1);
+        assert_eq!(h.tensors[0].end, 2, "the reference keeps the last one");
+    }
+
+    #[test]
+    fn duplicate_metadata_key() {
+        let text = r#"{"__metadata__":{"k":"1","k":"2"}}"#;
+        assert!(matches!(kind(text, STRICT), ErrorKind::DuplicateKey { .. }));
+        let h = parse_json(text, REFERENCE).unwrap();
+        assert_eq!(h.metadata.unwrap()["k"], "2");
+    }
+
+    #[test]
+    fn duplicate_field_refused_in_both_modes() {
+        let text = r#"{"a":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#;
+        assert!(matches!(kind(text, STRICT), ErrorKind::DuplicateKey { .. }));
+        assert!(matches!(
+            kind(text, REFERENCE),
+            ErrorKind::DuplicateKey { .. }
+        ));
+    }
+
+    #[test]
+    fn extra_field_and_array_form() {
+        let text = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":[{}]}}"#;
+        assert!(matches!(kind(text, STRICT), ErrorKind::UnknownField { .. }));
+        assert!(parse_json(text, REFERENCE).is_ok());
+        let text = r#"{"a":["U8",[1],[0,1]]}"#;
+        assert!(parse_json(text, STRICT).is_err());
+        assert_eq!(parse_json(text, REFERENCE).unwrap().tensors[0].end, 1);
+    }
+
+    #[test]
+    fn null_metadata() {
+        assert!(parse_json(r#"{"__metadata__":null}"#, STRICT).is_err());
+        let h = parse_json(r#"{"__metadata__":null}"#, REFERENCE).unwrap();
+        assert!(h.metadata.is_none());
+    }
+
+    #[test]
+    fn error_position_is_a_byte_offset() {
+        let (k, pos) = parse_json("{\"a\":\n  1}", STRICT).unwrap_err();
+        assert!(matches!(k, ErrorKind::HeaderJson(_)));
+        assert_eq!(pos, Some(8)); // the `1`
+    }
+}

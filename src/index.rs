@@ -1,0 +1,218 @@
+//! Sharded checkpoints: the Hugging Face `*.safetensors.index.json` and the
+//! shard files it names.
+//!
+//! The index is a convention, not part of the format:
+//! `{"metadata": {"total_size": N, ...}, "weight_map": {tensor: shard file}}`,
+//! with `total_size` the sum of tensor bytes (headers excluded).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::header::read::read_file_header;
+use crate::header::{Header, Rules};
+use crate::{Error, ErrorKind, Result};
+
+/// The suffix that marks an index file.
+pub const INDEX_SUFFIX: &str = ".safetensors.index.json";
+
+/// A parsed `*.safetensors.index.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardIndex {
+    /// `total_size` and any other keys the writer put there.
+    pub metadata: IndexMetadata,
+    /// Tensor name to shard file name, sorted by tensor name.
+    pub weight_map: BTreeMap<String, String>,
+}
+
+/// The index's `metadata` object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexMetadata {
+    /// Sum of every tensor's byte length, headers excluded.
+    pub total_size: u64,
+    /// Other keys, kept as they were.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+impl ShardIndex {
+    /// Parses an index's JSON text.
+    pub fn from_json(text: &[u8]) -> Result<ShardIndex> {
+        serde_json::from_slice(text).map_err(|e| ErrorKind::IndexJson(e.to_string()).into())
+    }
+
+    /// Shard file names in first-seen order of the sorted weight_map, deduplicated,
+    /// each checked to be a plain file name (never a path).
+    pub fn shard_names(&self) -> Result<Vec<&str>> {
+        let mut names: Vec<&str> = self.weight_map.values().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        for name in &names {
+            check_plain_name(name)?;
+        }
+        Ok(names)
+    }
+}
+
+/// True if `path`'s file name ends in `.safetensors.index.json`.
+pub fn is_index_path(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.ends_with(INDEX_SUFFIX))
+}
+
+/// Refuses anything but a plain file name: no separator, no `..`, not empty.
+fn check_plain_name(name: &str) -> Result<()> {
+    let plain = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\\')
+        && !name.contains('\0');
+    if plain {
+        Ok(())
+    } else {
+        Err(ErrorKind::ShardName(name.to_string()).into())
+    }
+}
+
+/// A checkpoint opened for reading: one file, or an index and its shards.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    /// The index, when the checkpoint was opened through one.
+    pub index: Option<ShardIndex>,
+    /// Each file with its validated header, in the index's shard order.
+    pub files: Vec<(PathBuf, Header)>,
+}
+
+impl Checkpoint {
+    /// Opens `path`: a `.safetensors` file, or an index whose shards are all
+    /// validated and checked against its `weight_map` and `total_size`.
+    /// Reads headers only.
+    pub fn open(path: &Path, rules: Rules) -> Result<Checkpoint> {
+        if !is_index_path(path) {
+            let header = read_file_header(path, rules)?;
+            return Ok(Checkpoint {
+                index: None,
+                files: vec![(path.to_path_buf(), header)],
+            });
+        }
+        let text = std::fs::read(path).map_err(|e| Error::io(e).with_input(path.display()))?;
+        let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(path.display()))?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let mut files = Vec::new();
+        for name in index
+            .shard_names()
+            .map_err(|e| e.with_input(path.display()))?
+        {
+            let shard = dir.join(name);
+            let header = read_file_header(&shard, rules)?;
+            files.push((shard, header));
+        }
+        check_against_shards(&index, &files).map_err(|e| e.with_input(path.display()))?;
+        Ok(Checkpoint {
+            index: Some(index),
+            files,
+        })
+    }
+
+    /// Every tensor's byte length, summed over all files.
+    pub fn data_len(&self) -> u64 {
+        self.files.iter().map(|(_, h)| h.data_len()).sum()
+    }
+
+    /// Number of tensors over all files.
+    pub fn tensor_count(&self) -> usize {
+        self.files.iter().map(|(_, h)| h.tensors.len()).sum()
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// The weight_map and total_size must describe exactly what the shards hold.
+fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header)]) -> Result<()> {
+    let mut holder: HashMap<&str, String> = HashMap::new();
+    for (path, header) in files {
+        let shard = file_name(path);
+        for t in &header.tensors {
+            let name = t.meta.name.as_str();
+            if let Some(first) = holder.insert(name, shard.clone()) {
+                return Err(ErrorKind::DuplicateTensor {
+                    name: name.to_string(),
+                    inputs: Some((first, shard)),
+                }
+                .into());
+            }
+            let listed = index.weight_map.get(name);
+            if listed != Some(&shard) {
+                return Err(ErrorKind::IndexTensorUnlisted {
+                    tensor: name.to_string(),
+                    shard,
+                    listed_in: listed.cloned(),
+                }
+                .into());
+            }
+        }
+    }
+    for (tensor, shard) in &index.weight_map {
+        if holder.get(tensor.as_str()) != Some(shard) {
+            return Err(ErrorKind::IndexTensorMissing {
+                tensor: tensor.clone(),
+                shard: shard.clone(),
+            }
+            .into());
+        }
+    }
+    let actual = files.iter().map(|(_, h)| h.data_len()).sum();
+    if index.metadata.total_size != actual {
+        return Err(ErrorKind::IndexTotalSize {
+            declared: index.metadata.total_size,
+            actual,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_names_only() {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x.safetensors",
+            "/etc/passwd",
+            "a/b",
+            "a\\b",
+        ] {
+            assert!(check_plain_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_plain_name("model-00001-of-00002.safetensors").is_ok());
+    }
+
+    #[test]
+    fn index_json_keeps_other_metadata() {
+        let text =
+            br#"{"metadata":{"total_size":12,"format":"pt"},"weight_map":{"a":"m.safetensors"}}"#;
+        let idx = ShardIndex::from_json(text).unwrap();
+        assert_eq!(idx.metadata.total_size, 12);
+        assert_eq!(idx.metadata.other["format"], "pt");
+        assert_eq!(idx.shard_names().unwrap(), ["m.safetensors"]);
+    }
+
+    #[test]
+    fn index_suffix() {
+        assert!(is_index_path(Path::new("x/model.safetensors.index.json")));
+        assert!(!is_index_path(Path::new("model.safetensors")));
+    }
+}

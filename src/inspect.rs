@@ -1,0 +1,133 @@
+//! What `convert inspect` shows: a table for people, JSON for machines.
+
+use std::fmt::Write;
+
+use serde_json::{json, Value};
+
+use crate::header::Header;
+use crate::index::Checkpoint;
+use crate::units::HumanBytes;
+
+/// Renders a checkpoint as a readable table with totals and metadata.
+pub fn render_table(cp: &Checkpoint) -> String {
+    let mut out = String::new();
+    for (path, header) in &cp.files {
+        let _ = writeln!(out, "{}", path.display());
+        render_file(&mut out, header);
+        out.push('\n');
+    }
+    if let Some(index) = &cp.index {
+        let _ = writeln!(
+            out,
+            "index: {} shards, {} tensors, total_size {} ({})",
+            cp.files.len(),
+            index.weight_map.len(),
+            index.metadata.total_size,
+            HumanBytes(index.metadata.total_size)
+        );
+    }
+    out
+}
+
+fn render_file(out: &mut String, h: &Header) {
+    let rows: Vec<[String; 5]> = h
+        .tensors
+        .iter()
+        .map(|t| {
+            [
+                t.meta.name.clone(),
+                t.meta.dtype.to_string(),
+                format!("{:?}", t.meta.shape),
+                t.len().to_string(),
+                t.begin.to_string(),
+            ]
+        })
+        .collect();
+    let head = ["name", "dtype", "shape", "bytes", "offset"];
+    let mut widths = head.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        let mut s = String::from("  ");
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            let pad = w - c.chars().count();
+            // Numbers right-aligned, text left-aligned.
+            if i >= 3 {
+                s.push_str(&" ".repeat(pad));
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                s.push_str(&" ".repeat(pad));
+            }
+            s.push_str("  ");
+        }
+        s.trim_end().to_string()
+    };
+    let _ = writeln!(out, "{}", line(head));
+    for r in &rows {
+        let _ = writeln!(
+            out,
+            "{}",
+            line([&r[0], &r[1], &r[2], &r[3], &r[4]].map(|s| s.as_str()))
+        );
+    }
+    let _ = writeln!(
+        out,
+        "  {} tensors, {} data bytes ({}), header {} bytes, file {} bytes",
+        h.tensors.len(),
+        h.data_len(),
+        HumanBytes(h.data_len()),
+        h.header_len,
+        h.file_len()
+    );
+    match &h.metadata {
+        None => {}
+        Some(md) if md.is_empty() => out.push_str("  metadata: {}\n"),
+        Some(md) => {
+            out.push_str("  metadata:\n");
+            for (k, v) in md {
+                let _ = writeln!(out, "    {k:?}: {v:?}");
+            }
+        }
+    }
+}
+
+/// The same facts as JSON: `{"files": [...], "tensors": n, "data_bytes": n, "index": ...}`.
+pub fn to_json(cp: &Checkpoint) -> Value {
+    let files: Vec<Value> = cp
+        .files
+        .iter()
+        .map(|(path, h)| {
+            let tensors: Vec<Value> = h
+                .tensors
+                .iter()
+                .map(|t| {
+                    json!({
+                        "name": t.meta.name,
+                        "dtype": t.meta.dtype.as_str(),
+                        "shape": t.meta.shape,
+                        "bytes": t.len(),
+                        "data_offsets": [t.begin, t.end],
+                    })
+                })
+                .collect();
+            json!({
+                "path": path.display().to_string(),
+                "header_len": h.header_len,
+                "file_len": h.file_len(),
+                "data_bytes": h.data_len(),
+                "metadata": h.metadata,
+                "tensors": tensors,
+            })
+        })
+        .collect();
+    json!({
+        "files": files,
+        "tensors": cp.tensor_count(),
+        "data_bytes": cp.data_len(),
+        "index": cp.index,
+    })
+}

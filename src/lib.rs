@@ -1,0 +1,37 @@
+//! Stream tensors from other formats into [safetensors] files, in bounded memory.
+//!
+//! [safetensors]: https://huggingface.co/docs/safetensors
+//!
+//! The crate is built in layers:
+//! - [`dtype`]: the 22 element types;
+//! - [`header`]: the header's byte-exact encoding, and its parsing and validation
+//!   in strict and reference modes;
+//!
+//! ```
+//! use safetensors_stream::{Dtype, header::{encode, parse_file_bytes, Order, Rules, TensorMeta}};
+//!
+//! // Lay out two tensors as the reference writer would, then read the header back.
+//! let tensors = vec![
+//!     TensorMeta::new("bias", Dtype::F32, [4]),
+//!     TensorMeta::new("step", Dtype::I64, []),
+//! ];
+//! let enc = encode(tensors, None, Order::Canonical)?;
+//! let mut file = enc.bytes().to_vec();
+//! file.resize(enc.header().file_len() as usize, 0); // the data: 24 zero bytes
+//! let header = parse_file_bytes(&file, Rules::STRICT)?;
+//! assert_eq!(header.tensors[0].meta.name, "step"); // I64 sorts before F32
+//! assert_eq!(header.data_len(), 24);
+//! # Ok::<(), safetensors_stream::Error>(())
+//! ```
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
+
+pub mod dtype;
+pub mod error;
+pub mod header;
+pub mod index;
+pub mod inspect;
+pub mod units;
+
+pub use dtype::Dtype;
+pub use error::{Category, Error, ErrorKind, Result};
