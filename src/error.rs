@@ -335,6 +335,45 @@ pub enum ErrorKind {
         inputs: Option<(String, String)>,
     },
 
+    // ---- streaming --------------------------------------------------------
+    /// A tensor's bytes are not the length its dtype and shape need.
+    #[error("tensor data is {actual} bytes but its dtype and shape need {expected}")]
+    TensorLength {
+        /// Bytes needed.
+        expected: u64,
+        /// Bytes given.
+        actual: u64,
+    },
+    /// A source delivered fewer bytes for a tensor than planned.
+    #[error("input ended after {actual} of the tensor's {expected} bytes")]
+    TensorTooShort {
+        /// Bytes planned.
+        expected: u64,
+        /// Bytes delivered.
+        actual: u64,
+    },
+    /// A source delivered more bytes for a tensor than planned.
+    #[error("input holds more than the tensor's {expected} bytes")]
+    TensorTooLong {
+        /// Bytes planned.
+        expected: u64,
+    },
+    /// The sink was finished before every planned tensor was written.
+    #[error("{missing} planned tensors were never written")]
+    Unfinished {
+        /// How many are missing.
+        missing: usize,
+    },
+    /// More tensors were written than planned.
+    #[error("a tensor was written after the plan's last one")]
+    PastPlan,
+    /// The same output tensor name comes from two places.
+    #[error("{0}")]
+    Usage(String),
+    /// A conversion was stopped by a signal.
+    #[error("interrupted by {0}")]
+    Interrupted(&'static str),
+
     // ---- sharded checkpoints ------------------------------------------------
     /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
     #[error("index JSON: {0}")]
@@ -387,7 +426,10 @@ impl ErrorKind {
     pub fn category(&self) -> Category {
         match self {
             ErrorKind::Io(_) => Category::Io,
-            ErrorKind::DuplicateTensor { .. } | ErrorKind::ReservedName => Category::Usage,
+            ErrorKind::DuplicateTensor { .. } | ErrorKind::ReservedName | ErrorKind::Usage(_) => {
+                Category::Usage
+            }
+            ErrorKind::Interrupted(_) => Category::Io,
             _ => Category::BadInput,
         }
     }

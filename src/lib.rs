@@ -26,11 +26,15 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod convert;
 pub mod dtype;
 pub mod error;
 pub mod header;
 pub mod index;
 pub mod inspect;
+pub mod plan;
+pub mod sink;
+pub mod source;
 pub mod units;
 
 pub use dtype::Dtype;

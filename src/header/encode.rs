@@ -62,7 +62,7 @@ pub fn encode(
 ) -> Result<EncodedHeader> {
     check_names(&tensors)?;
     if order == Order::Canonical {
-        sort_canonical(&mut tensors);
+        sort_canonical_by(&mut tensors, |t| t);
     }
     let entries = place(tensors)?;
     let json = write_json(metadata.as_ref(), &entries);
@@ -85,9 +85,13 @@ pub fn encode(
     Ok(EncodedHeader { header, bytes })
 }
 
-/// Sorts as the reference's `prepare()`: dtype descending, then name ascending.
-pub(crate) fn sort_canonical(tensors: &mut [TensorMeta]) {
-    tensors.sort_by(|a, b| b.dtype.cmp(&a.dtype).then_with(|| a.name.cmp(&b.name)));
+/// Sorts as the reference's `prepare()`: dtype descending, then name
+/// ascending by UTF-8 bytes (so `a.10` < `a.2`).
+pub(crate) fn sort_canonical_by<T>(items: &mut [T], meta: impl Fn(&T) -> &TensorMeta) {
+    items.sort_by(|a, b| {
+        let (a, b) = (meta(a), meta(b));
+        b.dtype.cmp(&a.dtype).then_with(|| a.name.cmp(&b.name))
+    });
 }
 
 fn check_names(tensors: &[TensorMeta]) -> Result<()> {

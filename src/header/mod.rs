@@ -4,7 +4,7 @@
 //! Everything here is pure: no I/O. [`read`] holds thin drivers that fetch
 //! the header bytes of a file (never its data) and hand them to the pure code.
 
-mod encode;
+pub(crate) mod encode;
 mod json;
 pub mod read;
 mod validate;

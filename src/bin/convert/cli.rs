@@ -5,19 +5,95 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 const AFTER_HELP: &str = "\
-Exit codes: 0 success, 1 bad input, 2 usage error, 3 I/O or environment error.
+Exit codes: 0 success, 1 bad input, 2 usage error, 3 I/O or environment error,
+130/143 interrupted by SIGINT/SIGTERM (the output path is left untouched).
 
 Examples:
+  convert model.safetensors -o copy.safetensors
+  convert a.safetensors b.safetensors -o merged.safetensors
+  convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
+  convert model.safetensors.index.json -o single.safetensors
+  convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
+  convert model.safetensors -o - | ssh host 'cat > model.safetensors'
   convert validate model.safetensors
   convert validate --reference model.safetensors.index.json
   convert inspect --json model.safetensors";
 
 /// Stream tensors into safetensors files, and check and inspect them.
 #[derive(Debug, Parser)]
-#[command(name = "convert", version, about, after_help = AFTER_HELP)]
+#[command(
+    name = "convert",
+    version,
+    about,
+    after_help = AFTER_HELP,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub convert: ConvertArgs,
+}
+
+/// Converting (the default command).
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// Inputs: *.safetensors files, or a sharded checkpoint's *.safetensors.index.json.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// Output file, or `-` for standard output. With --max-shard-size, the shards' base name.
+    #[arg(short, long, required = true, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Keep only tensors whose name matches this glob (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Drop tensors whose name matches this glob (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Rename tensor FROM to TO (repeatable; applied after --include/--exclude).
+    #[arg(long, value_name = "FROM=TO", value_parser = parse_pair)]
+    pub rename: Vec<(String, String)>,
+    /// Prepend P to every tensor name (after --rename).
+    #[arg(long, value_name = "P")]
+    pub prefix: Option<String>,
+    /// Set a metadata entry, overriding the inputs' (repeatable).
+    #[arg(long, value_name = "K=V", value_parser = parse_pair)]
+    pub metadata: Vec<(String, String)>,
+    /// Tensor order: `canonical` (the reference writer's bytes) or `input`.
+    #[arg(long, value_enum, default_value_t = OrderArg::Canonical)]
+    pub order: OrderArg,
+    /// Split into shards of at most SIZE tensor bytes (5GB = 5e9, 5GiB = 5*2^30) plus an index.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
+    pub max_shard_size: Option<u64>,
+    /// Skip the fsyncs (faster; a crash may then lose the output, never corrupt it silently).
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Bytes moved per read and write.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_arg, default_value = "4MiB")]
+    pub buffer_size: u64,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OrderArg {
+    /// dtype descending, then name: byte-identical to the reference writer.
+    Canonical,
+    /// The inputs' own order.
+    Input,
+}
+
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    safetensors_stream::units::parse_size(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Subcommand)]

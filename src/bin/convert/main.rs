@@ -1,6 +1,7 @@
 //! `convert`: the command-line face of safetensors-stream. Thin over the library.
 
 mod cli;
+mod run;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -16,8 +17,9 @@ use cli::{Cli, Command, InspectArgs, ValidateArgs};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Validate(args) => validate(&args),
-        Command::Inspect(args) => run_inspect(&args),
+        Some(Command::Validate(args)) => validate(&args),
+        Some(Command::Inspect(args)) => run_inspect(&args),
+        None => run::convert(&cli.convert),
     };
     match result {
         Ok(code) => code,
@@ -36,11 +38,11 @@ fn rules(reference: bool) -> Rules {
     })
 }
 
-fn report(e: &Error) {
+pub(crate) fn report(e: &Error) {
     eprintln!("convert: {e}");
 }
 
-fn exit_code(c: Category) -> ExitCode {
+pub(crate) fn exit_code(c: Category) -> ExitCode {
     ExitCode::from(match c {
         Category::BadInput => 1,
         Category::Usage => 2,

@@ -1,0 +1,363 @@
+//! The planner: pure, no I/O. From the sources' listings and the user's
+//! options it computes every output file's layout and exact header bytes
+//! before a single data byte is read.
+
+use std::collections::HashMap;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+
+use crate::header::encode::sort_canonical_by;
+use crate::header::{encode, EncodedHeader, Metadata, Order, TensorMeta};
+use crate::source::Listing;
+use crate::{Error, ErrorKind, Result};
+
+/// What to take from the inputs and how to lay it out.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// Keep only tensors whose (input) name matches one of these globs; all when empty.
+    pub include: Vec<String>,
+    /// Drop tensors whose (input) name matches one of these globs.
+    pub exclude: Vec<String>,
+    /// Exact renames `(from, to)`, applied after filtering; each must match a tensor.
+    pub renames: Vec<(String, String)>,
+    /// Prepended to every output name, after renames.
+    pub prefix: Option<String>,
+    /// Metadata entries that override the inputs' (`--metadata K=V`).
+    pub metadata: Vec<(String, String)>,
+    /// Canonical (the reference's bytes) or the inputs' order.
+    pub order: Order,
+    /// Split into shards of at most this many tensor bytes.
+    pub max_shard_size: Option<u64>,
+}
+
+/// Which source tensor an output tensor comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TensorRef {
+    /// Index of the source in the input list.
+    pub source: usize,
+    /// Index of the tensor in that source's listing.
+    pub index: usize,
+}
+
+/// One output file: its header, and where each of its tensors comes from.
+#[derive(Debug, Clone)]
+pub struct ShardPlan {
+    /// The laid-out header and its bytes.
+    pub header: EncodedHeader,
+    /// The source of each tensor, in the header's offset order.
+    pub refs: Vec<TensorRef>,
+}
+
+impl ShardPlan {
+    /// The file's total length.
+    pub fn file_len(&self) -> u64 {
+        self.header.header().file_len()
+    }
+}
+
+/// The whole job: one shard, or several.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Output files in order.
+    pub shards: Vec<ShardPlan>,
+}
+
+impl Plan {
+    /// Tensor bytes over all shards (headers excluded): an index's `total_size`.
+    pub fn data_len(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.header.header().data_len())
+            .sum()
+    }
+
+    /// Bytes of every output file, headers included.
+    pub fn file_len(&self) -> u64 {
+        self.shards.iter().map(ShardPlan::file_len).sum()
+    }
+
+    /// Number of tensors over all shards.
+    pub fn tensor_count(&self) -> usize {
+        self.shards.iter().map(|s| s.refs.len()).sum()
+    }
+}
+
+/// Plans the conversion of `listings` under `options`.
+///
+/// ```
+/// use safetensors_stream::{Dtype, header::TensorMeta, plan::{plan, PlanOptions}, source::Listing};
+///
+/// let input = Listing {
+///     input: "a.safetensors".into(),
+///     tensors: vec![TensorMeta::new("x", Dtype::U8, [3]), TensorMeta::new("y", Dtype::F64, [1])],
+///     metadata: None,
+/// };
+/// let p = plan(&[input], &PlanOptions::default())?;
+/// let names: Vec<_> = p.shards[0].header.header().tensors.iter().map(|t| t.meta.name.as_str()).collect();
+/// assert_eq!(names, ["y", "x"]); // F64 before U8, as the reference writes
+/// # Ok::<(), safetensors_stream::Error>(())
+/// ```
+pub fn plan(listings: &[Listing], options: &PlanOptions) -> Result<Plan> {
+    let mut selected = select(listings, options)?;
+    check_unique(&selected, listings)?;
+    if options.order == Order::Canonical {
+        sort_canonical_by(&mut selected, |(meta, _)| meta);
+    }
+    let metadata = merge_metadata(listings, &options.metadata);
+    let groups = split_shards(selected, options.max_shard_size)?;
+    let shards = groups
+        .into_iter()
+        .map(|group| {
+            let (metas, refs): (Vec<TensorMeta>, Vec<TensorRef>) = group.into_iter().unzip();
+            let header = encode(metas, metadata.clone(), Order::AsGiven)?;
+            Ok(ShardPlan { header, refs })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Plan { shards })
+}
+
+type Selected = (TensorMeta, TensorRef);
+
+fn globs(patterns: &[String], flag: &str) -> Result<Option<GlobSet>> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        let g = Glob::new(p).map_err(|e| usage(format!("{flag} {p:?}: {e}")))?;
+        b.add(g);
+    }
+    b.build()
+        .map(Some)
+        .map_err(|e| usage(format!("{flag}: {e}")))
+}
+
+fn usage(msg: String) -> Error {
+    Error::new(ErrorKind::Usage(msg))
+}
+
+/// Filters, renames and prefixes, in the inputs' order.
+fn select(listings: &[Listing], o: &PlanOptions) -> Result<Vec<Selected>> {
+    let include = globs(&o.include, "--include")?;
+    let exclude = globs(&o.exclude, "--exclude")?;
+    let renames: HashMap<&str, &str> = o
+        .renames
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let mut used = vec![false; o.renames.len()];
+    let mut out = Vec::new();
+    for (source, listing) in listings.iter().enumerate() {
+        for (index, meta) in listing.tensors.iter().enumerate() {
+            let keep = include.as_ref().is_none_or(|g| g.is_match(&meta.name))
+                && !exclude.as_ref().is_some_and(|g| g.is_match(&meta.name));
+            if !keep {
+                continue;
+            }
+            let mut meta = meta.clone();
+            if let Some(to) = renames.get(meta.name.as_str()) {
+                if let Some(i) = o.renames.iter().position(|(f, _)| *f == meta.name) {
+                    used[i] = true;
+                }
+                meta.name = to.to_string();
+            }
+            if let Some(p) = &o.prefix {
+                meta.name.insert_str(0, p);
+            }
+            out.push((meta, TensorRef { source, index }));
+        }
+    }
+    if let Some(i) = used.iter().position(|u| !u) {
+        let (from, to) = &o.renames[i];
+        return Err(usage(format!(
+            "--rename {from}={to}: no selected tensor is named {from:?}"
+        )));
+    }
+    Ok(out)
+}
+
+fn check_unique(selected: &[Selected], listings: &[Listing]) -> Result<()> {
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(selected.len());
+    for (meta, r) in selected {
+        if meta.name == "__metadata__" {
+            return Err(Error::new(ErrorKind::ReservedName)
+                .with_input(&listings[r.source].input)
+                .with_tensor(meta.name.clone()));
+        }
+        if let Some(first) = seen.insert(&meta.name, r.source) {
+            let inputs = (
+                listings[first].input.clone(),
+                listings[r.source].input.clone(),
+            );
+            return Err(ErrorKind::DuplicateTensor {
+                name: meta.name.clone(),
+                inputs: Some(inputs),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Inputs' metadata in input order (later wins), then the overrides.
+/// `None` when no input has metadata and there are no overrides, so that a
+/// file without `__metadata__` round-trips to identical bytes.
+fn merge_metadata(listings: &[Listing], overrides: &[(String, String)]) -> Option<Metadata> {
+    let mut merged: Option<Metadata> = None;
+    for md in listings.iter().filter_map(|l| l.metadata.as_ref()) {
+        merged
+            .get_or_insert_with(Metadata::new)
+            .extend(md.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    for (k, v) in overrides {
+        merged
+            .get_or_insert_with(Metadata::new)
+            .insert(k.clone(), v.clone());
+    }
+    merged
+}
+
+/// Greedy, as huggingface_hub: close a shard when the next tensor would take
+/// it past the limit (equal is allowed); a tensor over the limit goes alone.
+fn split_shards(tensors: Vec<Selected>, max: Option<u64>) -> Result<Vec<Vec<Selected>>> {
+    let Some(max) = max else {
+        return Ok(vec![tensors]);
+    };
+    let mut shards: Vec<Vec<Selected>> = Vec::new();
+    let mut current: Vec<Selected> = Vec::new();
+    let mut size = 0u64;
+    for t in tensors {
+        let len = t.0.byte_len()?;
+        if !current.is_empty() && size.saturating_add(len) > max {
+            shards.push(std::mem::take(&mut current));
+            size = 0;
+        }
+        size = size.saturating_add(len);
+        current.push(t);
+    }
+    if !current.is_empty() || shards.is_empty() {
+        shards.push(current);
+    }
+    Ok(shards)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Dtype;
+
+    fn listing(input: &str, names: &[(&str, Dtype, u64)]) -> Listing {
+        Listing {
+            input: input.into(),
+            tensors: names
+                .iter()
+                .map(|(n, d, len)| TensorMeta::new(*n, *d, [*len]))
+                .collect(),
+            metadata: None,
+        }
+    }
+
+    fn names(p: &Plan, shard: usize) -> Vec<String> {
+        let h = p.shards[shard].header.header();
+        h.tensors.iter().map(|t| t.meta.name.clone()).collect()
+    }
+
+    #[test]
+    fn duplicate_across_inputs_names_both() {
+        let a = listing("a.safetensors", &[("w", Dtype::U8, 1)]);
+        let b = listing("b.safetensors", &[("w", Dtype::U8, 1)]);
+        let e = plan(&[a, b], &PlanOptions::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"tensor name "w" is given twice (in a.safetensors and b.safetensors)"#
+        );
+    }
+
+    #[test]
+    fn filter_rename_prefix() {
+        let a = listing(
+            "a",
+            &[
+                ("x.w", Dtype::U8, 1),
+                ("x.b", Dtype::U8, 1),
+                ("y", Dtype::U8, 1),
+            ],
+        );
+        let o = PlanOptions {
+            include: vec!["x.*".into()],
+            exclude: vec!["*.b".into()],
+            renames: vec![("x.w".into(), "w".into())],
+            prefix: Some("m.".into()),
+            ..Default::default()
+        };
+        let p = plan(&[a], &o).unwrap();
+        assert_eq!(names(&p, 0), ["m.w"]);
+    }
+
+    #[test]
+    fn unused_rename_is_an_error() {
+        let a = listing("a", &[("x", Dtype::U8, 1)]);
+        let o = PlanOptions {
+            renames: vec![("nope".into(), "w".into())],
+            ..Default::default()
+        };
+        assert!(matches!(
+            plan(&[a], &o).unwrap_err().kind(),
+            ErrorKind::Usage(_)
+        ));
+    }
+
+    #[test]
+    fn metadata_merge_order() {
+        let mut a = listing("a", &[]);
+        a.metadata = Some(Metadata::from([
+            ("k".into(), "a".into()),
+            ("x".into(), "1".into()),
+        ]));
+        let mut b = listing("b", &[]);
+        b.metadata = Some(Metadata::from([("k".into(), "b".into())]));
+        let o = PlanOptions {
+            metadata: vec![("x".into(), "2".into())],
+            ..Default::default()
+        };
+        let p = plan(&[a, b], &o).unwrap();
+        let md = p.shards[0].header.header().metadata.clone().unwrap();
+        assert_eq!(md["k"], "b");
+        assert_eq!(md["x"], "2");
+        let none = plan(&[listing("c", &[])], &PlanOptions::default()).unwrap();
+        assert!(none.shards[0].header.header().metadata.is_none());
+    }
+
+    #[test]
+    fn greedy_shards() {
+        // Canonical order is by dtype then name: all U8 here, so by name.
+        let a = listing(
+            "a",
+            &[
+                ("a", Dtype::U8, 4),
+                ("b", Dtype::U8, 6),
+                ("c", Dtype::U8, 11),
+                ("d", Dtype::U8, 3),
+                ("e", Dtype::U8, 7),
+            ],
+        );
+        let o = PlanOptions {
+            max_shard_size: Some(10),
+            ..Default::default()
+        };
+        let p = plan(&[a], &o).unwrap();
+        let sets: Vec<_> = (0..p.shards.len()).map(|i| names(&p, i)).collect();
+        assert_eq!(sets, [vec!["a", "b"], vec!["c"], vec!["d", "e"]]);
+        assert_eq!(p.data_len(), 31);
+    }
+
+    #[test]
+    fn input_order_is_kept() {
+        let a = listing("a", &[("z", Dtype::U8, 1), ("a", Dtype::F64, 1)]);
+        let o = PlanOptions {
+            order: Order::AsGiven,
+            ..Default::default()
+        };
+        assert_eq!(names(&plan(&[a], &o).unwrap(), 0), ["z", "a"]);
+    }
+}

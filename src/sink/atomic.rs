@@ -1,0 +1,173 @@
+//! Atomic file output: a temp file in the target's folder, written, synced,
+//! then renamed into place; the folder is synced after. Until the rename,
+//! the target path holds its old bytes (or nothing); a failed or dropped
+//! output deletes its temp file.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use tempfile::NamedTempFile;
+use tokio::io::AsyncWriteExt;
+
+use crate::{Error, Result};
+
+/// Temp files are named `.TARGET.XXXXXX.convert-tmp`: recognisable if a
+/// `kill -9` leaves one behind.
+pub const TEMP_SUFFIX: &str = ".convert-tmp";
+
+/// One output file being written under a temporary name.
+#[derive(Debug)]
+pub struct StagedFile {
+    temp: NamedTempFile,
+    target: PathBuf,
+}
+
+impl StagedFile {
+    /// Creates the temp file beside `target` and opens it for async writing.
+    pub fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
+        let dir = parent_dir(target);
+        let mut prefix = OsString::from(".");
+        prefix.push(target.file_name().unwrap_or_default());
+        prefix.push(".");
+        let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
+        let temp = tempfile::Builder::new()
+            .prefix(&prefix)
+            .suffix(TEMP_SUFFIX)
+            .permissions(new_file_permissions())
+            .tempfile_in(dir)
+            .map_err(|e| {
+                // tempfile's message names its random path; name the folder instead.
+                let msg = format!(
+                    "cannot create a file in {}: {}",
+                    dir.display(),
+                    io_reason(&e)
+                );
+                on_target(std::io::Error::new(e.kind(), msg))
+            })?;
+        let file = temp.as_file().try_clone().map_err(on_target)?;
+        let staged = StagedFile {
+            temp,
+            target: target.to_path_buf(),
+        };
+        Ok((staged, tokio::fs::File::from_std(file)))
+    }
+
+    /// The path the file will have once committed.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// The temporary path it has now.
+    pub fn temp_path(&self) -> &Path {
+        self.temp.path()
+    }
+}
+
+/// The OS's words for an error, without tempfile's path decoration.
+fn io_reason(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" at path ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// Temp files are created 0600; the output should get what `cp` or `>`
+/// would give a new file: 0666 less the umask.
+fn new_file_permissions() -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::Permissions::from_mode(0o666 & !process_umask())
+}
+
+/// The umask, read without changing it (Linux reports it in /proc since 4.7).
+fn process_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("Umask:"))?;
+            u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+        })
+        .unwrap_or(0o022)
+}
+
+fn parent_dir(target: &Path) -> &Path {
+    match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Flushes `file` and, with `sync`, makes its bytes durable. Call before committing.
+pub async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) -> Result<()> {
+    let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
+    file.flush().await.map_err(on_target)?;
+    if sync {
+        file.sync_all().await.map_err(on_target)?;
+    }
+    Ok(())
+}
+
+/// Renames every staged file into place, then syncs their folders.
+///
+/// The set appears together as far as the filesystem allows: nothing is
+/// renamed until all are written. If a rename fails, the files already
+/// renamed are removed, so no partial set remains.
+pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
+    let mut done: Vec<PathBuf> = Vec::with_capacity(staged.len());
+    for s in staged {
+        let target = s.target.clone();
+        if let Err(e) = s.temp.persist(&target) {
+            for path in &done {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(Error::io(e.error).with_input(target.display()));
+        }
+        done.push(target);
+    }
+    if sync {
+        let mut dirs: Vec<&Path> = done.iter().map(|p| parent_dir(p)).collect();
+        dirs.dedup();
+        for dir in dirs {
+            sync_dir(dir).map_err(|e| Error::io(e).with_input(dir.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn dropped_stage_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.safetensors");
+        let (staged, mut f) = StagedFile::create(&target).unwrap();
+        f.write_all(b"partial").await.unwrap();
+        let temp = staged.temp_path().to_path_buf();
+        let name = temp.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with(".out.safetensors.") && name.ends_with(TEMP_SUFFIX));
+        drop(f);
+        drop(staged);
+        assert!(!temp.exists());
+        assert!(!target.exists());
+    }
+
+    #[tokio::test]
+    async fn commit_replaces_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("out.safetensors");
+        std::fs::write(&target, b"old").unwrap();
+        let (staged, mut f) = StagedFile::create(&target).unwrap();
+        f.write_all(b"new").await.unwrap();
+        close(f, true, &target).await.unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+        commit_all(vec![staged], true).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

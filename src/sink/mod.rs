@@ -1,0 +1,203 @@
+//! The sink: writes a planned file to any `AsyncWrite`: the header, then
+//! each tensor's bytes in plan order through one bounded buffer.
+//!
+//! Memory: one buffer of [`SinkOptions::buffer_size`] bytes (allocated on
+//! the first tensor that needs it, and no larger than the largest tensor),
+//! plus the header bytes the plan already holds. Nothing grows with the
+//! model's size.
+
+pub mod atomic;
+
+use std::pin::Pin;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::header::EncodedHeader;
+use crate::{Error, ErrorKind, Result};
+
+/// The default buffer: large enough that per-call costs vanish, small
+/// enough to keep memory flat.
+pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
+
+/// How the sink buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// Bytes moved per read and write; the sink's whole memory for data.
+    pub buffer_size: usize,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        SinkOptions {
+            buffer_size: DEFAULT_BUFFER_SIZE,
+        }
+    }
+}
+
+/// Writes one safetensors file to `W`, checking every tensor against the plan.
+///
+/// ```
+/// use safetensors_stream::{Dtype, header::{encode, Order, TensorMeta}, sink::{Sink, SinkOptions}};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let enc = encode(vec![TensorMeta::new("x", Dtype::U8, [3])], None, Order::Canonical)?;
+/// let mut sink = Sink::start(Vec::new(), &enc, SinkOptions::default()).await?;
+/// sink.write_tensor(&mut &[1u8, 2, 3][..]).await?;
+/// assert_eq!(sink.bytes_written(), enc.header().file_len());
+/// let file = sink.finish().await?;
+/// assert_eq!(&file[file.len() - 3..], &[1, 2, 3]);
+/// # Ok::<(), safetensors_stream::Error>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Sink<W> {
+    writer: W,
+    /// Planned (name, length) of each tensor in offset order.
+    planned: Vec<(String, u64)>,
+    next: usize,
+    buf: Vec<u8>,
+    buffer_size: usize,
+    written: u64,
+    output: Option<String>,
+}
+
+impl<W: AsyncWrite + Unpin> Sink<W> {
+    /// Writes `header`'s bytes to `writer` and readies the sink for its tensors.
+    pub async fn start(writer: W, header: &EncodedHeader, options: SinkOptions) -> Result<Self> {
+        let planned = header
+            .header()
+            .tensors
+            .iter()
+            .map(|t| (t.meta.name.clone(), t.len()))
+            .collect();
+        let mut sink = Sink {
+            writer,
+            planned,
+            next: 0,
+            buf: Vec::new(),
+            buffer_size: options.buffer_size.max(1),
+            written: header.bytes().len() as u64,
+            output: None,
+        };
+        sink.writer
+            .write_all(header.bytes())
+            .await
+            .map_err(|e| sink.write_error(e))?;
+        Ok(sink)
+    }
+
+    /// Names the output in errors about writing (`out.safetensors`, `-`).
+    pub fn with_output_name(mut self, name: impl Into<String>) -> Self {
+        self.output = Some(name.into());
+        self
+    }
+
+    fn write_error(&self, e: std::io::Error) -> Error {
+        match &self.output {
+            Some(name) => Error::io(e).with_input(name),
+            None => Error::io(e),
+        }
+    }
+
+    /// Bytes written so far, header included.
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Tensors still to write.
+    pub fn remaining(&self) -> usize {
+        self.planned.len() - self.next
+    }
+
+    /// The name of the next tensor the plan expects, if any.
+    pub fn next_tensor(&self) -> Option<&str> {
+        self.planned.get(self.next).map(|(n, _)| n.as_str())
+    }
+
+    /// Copies the next planned tensor from `reader`, which must yield exactly
+    /// its planned length: fewer or more bytes is an error naming the tensor.
+    pub async fn write_tensor<R: AsyncRead + Unpin + ?Sized>(
+        &mut self,
+        reader: &mut R,
+    ) -> Result<u64> {
+        let Some((name, len)) = self.planned.get(self.next).cloned() else {
+            return Err(ErrorKind::PastPlan.into());
+        };
+        self.copy_exact(Pin::new(reader), len)
+            .await
+            .map_err(|e| e.with_tensor(name))?;
+        self.next += 1;
+        Ok(len)
+    }
+
+    async fn copy_exact<R: AsyncRead + ?Sized>(
+        &mut self,
+        mut reader: Pin<&mut R>,
+        len: u64,
+    ) -> Result<()> {
+        let cap = self
+            .buffer_size
+            .min(usize::try_from(len).unwrap_or(usize::MAX));
+        if self.buf.len() < cap {
+            // Grows to at most buffer_size over the sink's life.
+            self.buf.resize(cap, 0);
+        }
+        let mut left = len;
+        while left > 0 {
+            let want = cap.min(usize::try_from(left).unwrap_or(usize::MAX));
+            let got = fill(reader.as_mut(), &mut self.buf[..want]).await?;
+            if let Err(e) = self.writer.write_all(&self.buf[..got]).await {
+                return Err(self.write_error(e));
+            }
+            self.written += got as u64;
+            left -= got as u64;
+            if got < want {
+                let actual = len - left;
+                return Err(ErrorKind::TensorTooShort {
+                    expected: len,
+                    actual,
+                }
+                .into());
+            }
+        }
+        let mut probe = [0u8; 1];
+        if reader.read(&mut probe).await? != 0 {
+            return Err(ErrorKind::TensorTooLong { expected: len }.into());
+        }
+        Ok(())
+    }
+
+    /// Checks every planned tensor was written, flushes, and returns the writer.
+    pub async fn finish(mut self) -> Result<W> {
+        let missing = self.remaining();
+        if missing > 0 {
+            let e = Error::new(ErrorKind::Unfinished { missing });
+            return Err(match self.next_tensor() {
+                Some(t) => e.with_tensor(t),
+                None => e,
+            });
+        }
+        if let Err(e) = self.writer.flush().await {
+            return Err(self.write_error(e));
+        }
+        Ok(self.writer)
+    }
+
+    /// Gives up: returns the writer as it is, without flushing. What it holds
+    /// is not a valid file; file outputs delete it.
+    pub fn abort(self) -> W {
+        self.writer
+    }
+}
+
+/// Reads until `buf` is full or the reader ends; returns the bytes read.
+async fn fill<R: AsyncRead + ?Sized>(mut reader: Pin<&mut R>, buf: &mut [u8]) -> Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match reader.read(&mut buf[got..]).await? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    Ok(got)
+}
