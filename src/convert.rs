@@ -2,6 +2,7 @@
 //! [`Report`] out. The `convert` binary is a thin layer over this.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use tokio::io::AsyncWrite;
@@ -10,8 +11,8 @@ use crate::index::{IndexMetadata, ShardIndex};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan};
 use crate::sink::atomic::{close, commit_all, StagedFile};
 use crate::sink::{Sink, SinkOptions};
-use crate::source::safetensors::SafetensorsSource;
-use crate::source::{Access, Listing, Source};
+use crate::source::input::open_input;
+use crate::source::{Access, Listing, Source, SourceOptions};
 use crate::{Error, ErrorKind, Result};
 
 /// Where the output goes.
@@ -23,24 +24,45 @@ pub enum Output {
     Stdout,
 }
 
+/// A callback for things worth telling that are not errors ("spooling ...").
+pub type NoticeFn = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Everything a conversion can be told.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConvertOptions {
+    /// How inputs are read.
+    pub source: SourceOptions,
     /// What to take and how to lay it out.
     pub plan: PlanOptions,
     /// The sink's buffer.
     pub sink: SinkOptions,
     /// fsync files and their folder before reporting success (default on).
     pub sync: bool,
+    /// Told of notable events; `None` keeps quiet.
+    pub notice: Option<NoticeFn>,
 }
 
 impl Default for ConvertOptions {
     fn default() -> Self {
         ConvertOptions {
+            source: SourceOptions::default(),
             plan: PlanOptions::default(),
             sink: SinkOptions::default(),
             sync: true,
+            notice: None,
         }
+    }
+}
+
+impl std::fmt::Debug for ConvertOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConvertOptions")
+            .field("source", &self.source)
+            .field("plan", &self.plan)
+            .field("sink", &self.sink)
+            .field("sync", &self.sync)
+            .field("notice", &self.notice.is_some())
+            .finish()
     }
 }
 
@@ -68,13 +90,8 @@ pub struct Report {
     pub data_bytes: u64,
 }
 
-/// Opens an input path as a source: a `.safetensors` file or a sharded
-/// checkpoint's `.safetensors.index.json`.
-pub fn open_input(path: &Path) -> Result<Box<dyn Source>> {
-    Ok(Box::new(SafetensorsSource::open(path)?))
-}
-
-/// Converts the files at `inputs` into `output`.
+/// Converts the inputs at `inputs` (files of any supported kind, or `-`
+/// for standard input) into `output`.
 ///
 /// ```
 /// use safetensors_stream::convert::{convert, ConvertOptions, Output};
@@ -97,9 +114,14 @@ pub async fn convert(
     output: &Output,
     options: &ConvertOptions,
 ) -> Result<Report> {
+    let quiet = |_: &str| {};
+    let notice: &(dyn Fn(&str) + Send + Sync) = match &options.notice {
+        Some(n) => n.as_ref(),
+        None => &quiet,
+    };
     let mut sources = Vec::with_capacity(inputs.len());
     for path in inputs {
-        sources.push(open_input(path)?);
+        sources.push(open_input(path, &options.source, notice).await?);
     }
     convert_sources(&mut sources, output, options).await
 }
@@ -147,7 +169,8 @@ pub async fn convert_sources(
 }
 
 /// A source that reads only forward must be asked for its tensors in its
-/// own order. (Spooling such inputs to disk lifts this; see `open_input`.)
+/// own order. (Inputs whose format needs random access are spooled to disk
+/// when opened; a streamed .npy holds one tensor, so this rarely bites.)
 fn check_access(plan: &Plan, sources: &[Box<dyn Source>]) -> Result<()> {
     let mut last: Vec<Option<usize>> = vec![None; sources.len()];
     for r in plan.shards.iter().flat_map(|s| &s.refs) {
@@ -180,8 +203,8 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         let input = source.input_name().to_string();
         let tensor = source.tensors()[r.index].name.clone();
         let on_source = |e: Error| e.with_input(&input).with_tensor(&tensor);
-        let mut reader = source.open(r.index).await.map_err(on_source)?;
-        sink.write_tensor(&mut reader).await.map_err(on_source)?;
+        let data = source.open(r.index).await.map_err(on_source)?;
+        sink.write_tensor_data(data).await.map_err(on_source)?;
     }
     sink.finish().await
 }

@@ -61,9 +61,25 @@ impl Error {
         }
     }
 
-    /// An I/O error.
+    /// An I/O error. One that carries an [`Error`] (see [`Error::into_io`])
+    /// gives that error back, so a bad-input error raised inside a reader
+    /// keeps its kind and context through `std::io` layers.
     pub fn io(err: io::Error) -> Self {
+        if err.get_ref().is_some_and(|inner| inner.is::<Error>()) {
+            let inner = err.into_inner().expect("checked above");
+            return *inner.downcast::<Error>().expect("checked above");
+        }
         Error::new(ErrorKind::Io(err))
+    }
+
+    /// Wraps the error in an `io::Error`, for readers that must return one;
+    /// [`Error::io`] unwraps it again.
+    pub fn into_io(self) -> io::Error {
+        let kind = match self.inner.kind {
+            ErrorKind::Io(ref e) => e.kind(),
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, self)
     }
 
     /// The rule broken.
@@ -374,6 +390,43 @@ pub enum ErrorKind {
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
 
+    // ---- numpy and input formats -------------------------------------------
+    /// A malformed .npy header.
+    #[error("npy: {0}")]
+    NpyHeader(String),
+    /// A numpy dtype with no safetensors equivalent, or not accepted.
+    #[error("dtype {descr}: {reason}")]
+    UnsupportedDtype {
+        /// The numpy type string.
+        descr: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// The data is not the length the header says.
+    #[error("data is {actual} bytes but the header says {expected}")]
+    DataLength {
+        /// What the header implies.
+        expected: u64,
+        /// What the input holds.
+        actual: u64,
+    },
+    /// A malformed zip (npz) archive.
+    #[error("zip: {0}")]
+    Zip(String),
+    /// The input's format is not recognised.
+    #[error(
+        "unknown input format (first bytes {0}); for a raw dump pass --raw-dtype and --raw-shape"
+    )]
+    UnknownFormat(String),
+    /// A compressed stream is corrupt or followed by something else.
+    #[error("{codec}: {message}")]
+    Decompress {
+        /// gzip, zstd, xz or bzip2.
+        codec: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+
     // ---- sharded checkpoints ------------------------------------------------
     /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
     #[error("index JSON: {0}")]
@@ -463,6 +516,14 @@ mod tests {
             e.to_string(),
             r#"model.safetensors: tensors "a" [0,16) and "b" [8,24) overlap"#
         );
+    }
+
+    #[test]
+    fn survives_a_trip_through_io_error() {
+        let e = Error::new(ErrorKind::Zip("bad".into())).with_tensor("t");
+        let back = Error::io(e.into_io());
+        assert!(matches!(back.kind(), ErrorKind::Zip(_)));
+        assert_eq!(back.tensor(), Some("t"));
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod inspect;
 pub mod plan;
 pub mod sink;
 pub mod source;
+pub mod transform;
 pub mod units;
 
 pub use dtype::Dtype;

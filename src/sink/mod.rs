@@ -13,6 +13,8 @@ use std::pin::Pin;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::header::EncodedHeader;
+use crate::source::TensorData;
+use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
 
 /// The default buffer: large enough that per-call costs vanish, small
@@ -120,10 +122,29 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         &mut self,
         reader: &mut R,
     ) -> Result<u64> {
+        self.write_transformed(Pin::new(reader), Transform::Identity)
+            .await
+    }
+
+    /// Copies the next planned tensor from a source's [`TensorData`],
+    /// applying its transform to each buffer.
+    pub async fn write_tensor_data(&mut self, data: TensorData<'_>) -> Result<u64> {
+        let TensorData {
+            mut reader,
+            transform,
+        } = data;
+        self.write_transformed(reader.as_mut(), transform).await
+    }
+
+    async fn write_transformed<R: AsyncRead + ?Sized>(
+        &mut self,
+        reader: Pin<&mut R>,
+        transform: Transform,
+    ) -> Result<u64> {
         let Some((name, len)) = self.planned.get(self.next).cloned() else {
             return Err(ErrorKind::PastPlan.into());
         };
-        self.copy_exact(Pin::new(reader), len)
+        self.copy_exact(reader, len, transform)
             .await
             .map_err(|e| e.with_tensor(name))?;
         self.next += 1;
@@ -134,10 +155,12 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         &mut self,
         mut reader: Pin<&mut R>,
         len: u64,
+        transform: Transform,
     ) -> Result<()> {
-        let cap = self
-            .buffer_size
-            .min(usize::try_from(len).unwrap_or(usize::MAX));
+        // Whole words per buffer, so a transform never sees half an element.
+        let unit = transform.unit();
+        let cap = (self.buffer_size / unit * unit).max(unit);
+        let cap = cap.min(usize::try_from(len).unwrap_or(usize::MAX));
         if self.buf.len() < cap {
             // Grows to at most buffer_size over the sink's life.
             self.buf.resize(cap, 0);
@@ -146,6 +169,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         while left > 0 {
             let want = cap.min(usize::try_from(left).unwrap_or(usize::MAX));
             let got = fill(reader.as_mut(), &mut self.buf[..want]).await?;
+            transform.apply(&mut self.buf[..got / unit * unit]);
             if let Err(e) = self.writer.write_all(&self.buf[..got]).await {
                 return Err(self.write_error(e));
             }

@@ -3,7 +3,7 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::{Source, TensorReader};
+use super::{Source, TensorData};
 use crate::header::{Metadata, TensorMeta};
 use crate::{Dtype, Error, ErrorKind, Result};
 
@@ -78,8 +78,8 @@ impl Source for MemorySource {
         self.metadata.as_ref()
     }
 
-    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorReader<'_>>> {
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
         let bytes: &[u8] = &self.data[k];
-        async move { Ok(Box::pin(bytes) as TensorReader<'_>) }.boxed()
+        async move { Ok(TensorData::new(bytes)) }.boxed()
     }
 }

@@ -5,7 +5,12 @@
 //! reader. The planner needs only the listing; the sink pulls the bytes in
 //! plan order, which is generally not the input's order.
 
+pub mod blocking;
+pub mod detect;
+pub mod input;
 pub mod memory;
+pub mod npy;
+pub mod npz;
 pub mod safetensors;
 
 use std::pin::Pin;
@@ -14,10 +19,37 @@ use futures::future::BoxFuture;
 use tokio::io::AsyncRead;
 
 use crate::header::{Metadata, TensorMeta};
+use crate::transform::Transform;
 use crate::Result;
 
-/// The bytes of one tensor: exactly its byte length, little-endian, C order.
+/// A reader of one tensor's bytes.
 pub type TensorReader<'a> = Pin<Box<dyn AsyncRead + Send + 'a>>;
+
+/// One tensor's bytes as a source delivers them: a reader yielding exactly
+/// the tensor's byte length, and the transform that makes them
+/// little-endian (the sink applies it to each buffer).
+pub struct TensorData<'a> {
+    /// The bytes.
+    pub reader: TensorReader<'a>,
+    /// What the sink does to them before writing.
+    pub transform: Transform,
+}
+
+impl<'a> TensorData<'a> {
+    /// Bytes that are already what the output needs.
+    pub fn new(reader: impl AsyncRead + Send + 'a) -> Self {
+        TensorData {
+            reader: Box::pin(reader),
+            transform: Transform::Identity,
+        }
+    }
+
+    /// Sets the transform.
+    pub fn with_transform(mut self, transform: Transform) -> Self {
+        self.transform = transform;
+        self
+    }
+}
 
 /// How a source can be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +85,16 @@ pub trait Source: Send {
 
     /// Opens tensor `k`'s bytes. The reader must yield exactly the tensor's
     /// byte length; the sink checks and names the tensor if it does not.
-    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorReader<'_>>>;
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>>;
+}
+
+/// Options that change how inputs are read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceOptions {
+    /// Skip npz members that are not `.npy` arrays instead of refusing the archive.
+    pub skip_non_npy: bool,
+    /// The tensor name for a single-array input (.npy), instead of the file stem.
+    pub name: Option<String>,
 }
 
 /// A source's listing, detached from its I/O: what the planner reads.
@@ -76,4 +117,17 @@ impl Listing {
             metadata: source.metadata().cloned(),
         }
     }
+}
+
+/// `len` bytes of `file` from `offset`, as an async reader of its own (the
+/// handle is duplicated, so sources can hand out many in turn).
+pub(crate) async fn file_range(
+    file: &std::fs::File,
+    offset: u64,
+    len: u64,
+) -> Result<impl AsyncRead + Send + 'static> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut f = tokio::fs::File::from_std(file.try_clone()?);
+    f.seek(std::io::SeekFrom::Start(offset)).await?;
+    Ok(f.take(len))
 }

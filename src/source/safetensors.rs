@@ -1,14 +1,15 @@
 //! Existing safetensors files, alone or as a sharded checkpoint.
 
-use std::io::SeekFrom;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::path::Path;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use super::{Source, TensorReader};
-use crate::header::{Metadata, Rules, TensorMeta};
+use super::npz::zip::PositionalReader;
+use super::{file_range, Source, TensorData};
+use crate::header::read::read_header;
+use crate::header::{Header, Metadata, Rules, TensorMeta};
 use crate::index::Checkpoint;
 use crate::{Error, Result};
 
@@ -27,7 +28,7 @@ struct Location {
 #[derive(Debug)]
 pub struct SafetensorsSource {
     input: String,
-    paths: Vec<PathBuf>,
+    files: Vec<File>,
     tensors: Vec<TensorMeta>,
     locations: Vec<Location>,
     metadata: Option<Metadata>,
@@ -37,14 +38,33 @@ impl SafetensorsSource {
     /// Opens `path` (a `.safetensors` file or a `.safetensors.index.json`), reading headers only.
     pub fn open(path: &Path) -> Result<Self> {
         let cp = Checkpoint::open(path, Rules::SOURCE)?;
+        let mut parts = Vec::with_capacity(cp.files.len());
+        for (shard, header) in cp.files {
+            let file = File::open(&shard).map_err(|e| Error::io(e).with_input(shard.display()))?;
+            parts.push((file, header));
+        }
+        Ok(Self::from_parts(path.display().to_string(), parts))
+    }
+
+    /// Reads the header of the safetensors file `file`, `len` bytes long.
+    pub fn from_file(file: File, len: u64, input: &str) -> Result<Self> {
+        // Positional reads: the handle's offset may be anywhere (a spooled temp file).
+        let mut r =
+            std::io::BufReader::with_capacity(64 * 1024, PositionalReader::new(&file, 0, len));
+        let header = read_header(&mut r, len, Rules::SOURCE).map_err(|e| e.with_input(input))?;
+        Ok(Self::from_parts(input.to_string(), vec![(file, header)]))
+    }
+
+    fn from_parts(input: String, parts: Vec<(File, Header)>) -> Self {
+        let count = parts.iter().map(|(_, h)| h.tensors.len()).sum();
         let mut src = SafetensorsSource {
-            input: path.display().to_string(),
-            paths: Vec::with_capacity(cp.files.len()),
-            tensors: Vec::with_capacity(cp.tensor_count()),
-            locations: Vec::with_capacity(cp.tensor_count()),
+            input,
+            files: Vec::with_capacity(parts.len()),
+            tensors: Vec::with_capacity(count),
+            locations: Vec::with_capacity(count),
             metadata: None,
         };
-        for (file, (shard_path, header)) in cp.files.into_iter().enumerate() {
+        for (index, (file, header)) in parts.into_iter().enumerate() {
             let start = header.data_start();
             // Shards' metadata merge in shard order; usually they are all equal.
             if let Some(md) = header.metadata {
@@ -52,15 +72,15 @@ impl SafetensorsSource {
             }
             for t in header.tensors {
                 src.locations.push(Location {
-                    file,
+                    file: index,
                     offset: start + t.begin,
                     len: t.len(),
                 });
                 src.tensors.push(t.meta);
             }
-            src.paths.push(shard_path);
+            src.files.push(file);
         }
-        Ok(src)
+        src
     }
 }
 
@@ -77,14 +97,13 @@ impl Source for SafetensorsSource {
         self.metadata.as_ref()
     }
 
-    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorReader<'_>>> {
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
         let loc = self.locations[k].clone();
-        let path = &self.paths[loc.file];
+        let file = &self.files[loc.file];
         async move {
-            let on_path = |e: std::io::Error| Error::io(e).with_input(path.display());
-            let mut f = tokio::fs::File::open(path).await.map_err(on_path)?;
-            f.seek(SeekFrom::Start(loc.offset)).await.map_err(on_path)?;
-            Ok(Box::pin(f.take(loc.len)) as TensorReader<'_>)
+            Ok(TensorData::new(
+                file_range(file, loc.offset, loc.len).await?,
+            ))
         }
         .boxed()
     }

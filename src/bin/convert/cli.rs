@@ -9,6 +9,9 @@ Exit codes: 0 success, 1 bad input, 2 usage error, 3 I/O or environment error,
 130/143 interrupted by SIGINT/SIGTERM (the output path is left untouched).
 
 Examples:
+  convert weights.npz -o model.safetensors
+  convert layer.0.npy.gz -o layer.safetensors
+  curl -s https://host/model.npz | convert - -o model.safetensors
   convert model.safetensors -o copy.safetensors
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
@@ -39,9 +42,16 @@ pub struct Cli {
 /// Converting (the default command).
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// Inputs: *.safetensors files, or a sharded checkpoint's *.safetensors.index.json.
+    /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, any of
+    /// them gzip/zstd/xz/bzip2-compressed; `-` for standard input. Recognised by content.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
+    /// Tensor name for a single-array input (.npy); default: the file name without extensions.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Skip npz members that are not .npy arrays, instead of refusing the archive.
+    #[arg(long)]
+    pub skip_non_npy: bool,
     /// Output file, or `-` for standard output. With --max-shard-size, the shards' base name.
     #[arg(short, long, required = true, value_name = "OUT")]
     pub output: Option<PathBuf>,

@@ -6,14 +6,26 @@ use safetensors_stream::convert::{convert as run_convert, ConvertOptions, Output
 use safetensors_stream::header::Order;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
+use safetensors_stream::source::SourceOptions;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{Error, ErrorKind};
+use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{ConvertArgs, OrderArg};
 
 fn options(args: &ConvertArgs) -> ConvertOptions {
+    let quiet = args.quiet;
     ConvertOptions {
+        source: SourceOptions {
+            skip_non_npy: args.skip_non_npy,
+            name: args.name.clone(),
+        },
+        notice: Some(Arc::new(move |msg: &str| {
+            if !quiet {
+                eprintln!("convert: {msg}");
+            }
+        })),
         plan: PlanOptions {
             include: args.include.clone(),
             exclude: args.exclude.clone(),

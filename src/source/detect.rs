@@ -1,0 +1,96 @@
+//! Recognising an input by its first bytes, never by its name.
+
+/// What an input's first bytes say it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `\x93NUMPY`.
+    Npy,
+    /// A zip archive (`PK\x03\x04`, or `PK\x05\x06` when empty): an .npz.
+    Zip,
+    /// An 8-byte length within the limit, then `{`.
+    Safetensors,
+    /// A compressed wrapper around another input.
+    Compressed(Codec),
+    /// None of the above.
+    Unknown,
+}
+
+/// The compressions we unwrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// `1f 8b`.
+    Gzip,
+    /// `28 b5 2f fd`.
+    Zstd,
+    /// `fd 37 7a 58 5a 00`.
+    Xz,
+    /// `BZh1`..`BZh9`.
+    Bzip2,
+}
+
+impl Codec {
+    /// The codec's name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Gzip => "gzip",
+            Codec::Zstd => "zstd",
+            Codec::Xz => "xz",
+            Codec::Bzip2 => "bzip2",
+        }
+    }
+}
+
+/// Bytes [`detect`] wants to see (fewer is fine for a short input).
+pub const SNIFF_LEN: usize = 16;
+
+/// Recognises an input from its first bytes.
+///
+/// ```
+/// use safetensors_stream::source::detect::{detect, Codec, Format};
+///
+/// assert_eq!(detect(b"\x93NUMPY\x01\x00"), Format::Npy);
+/// assert_eq!(detect(b"PK\x03\x04"), Format::Zip);
+/// assert_eq!(detect(b"\x1f\x8b\x08"), Format::Compressed(Codec::Gzip));
+/// assert_eq!(detect(b"\x08\0\0\0\0\0\0\0{}      "), Format::Safetensors);
+/// assert_eq!(detect(b"\0\x01\x02\x03"), Format::Unknown);
+/// ```
+pub fn detect(first: &[u8]) -> Format {
+    let starts = |magic: &[u8]| first.starts_with(magic);
+    if starts(b"\x93NUMPY") {
+        Format::Npy
+    } else if starts(b"PK\x03\x04") || starts(b"PK\x05\x06") {
+        Format::Zip
+    } else if starts(&[0x1f, 0x8b]) {
+        Format::Compressed(Codec::Gzip)
+    } else if starts(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Format::Compressed(Codec::Zstd)
+    } else if starts(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+        Format::Compressed(Codec::Xz)
+    } else if starts(b"BZh") && first.get(3).is_some_and(|b| (b'1'..=b'9').contains(b)) {
+        Format::Compressed(Codec::Bzip2)
+    } else if looks_like_safetensors(first) {
+        Format::Safetensors
+    } else {
+        Format::Unknown
+    }
+}
+
+fn looks_like_safetensors(first: &[u8]) -> bool {
+    let Some(prefix) = first.get(..8) else {
+        return false;
+    };
+    let n = u64::from_le_bytes(prefix.try_into().expect("8 bytes"));
+    let json = &first[8..];
+    let brace = json.iter().find(|b| !b.is_ascii_whitespace());
+    (2..=crate::header::MAX_HEADER_LEN).contains(&n) && brace == Some(&b'{')
+}
+
+/// The first bytes as hex, for the unknown-format message.
+pub fn hex_preview(first: &[u8]) -> String {
+    let shown: Vec<String> = first.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    if shown.is_empty() {
+        "none: the input is empty".to_string()
+    } else {
+        shown.join(" ")
+    }
+}

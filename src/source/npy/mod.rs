@@ -1,0 +1,226 @@
+//! `.npy` files: one array, streamed. Big-endian data is swapped and
+//! Fortran-order data reordered on the way through.
+
+pub(crate) mod fortran;
+pub mod header;
+pub(crate) mod literal;
+
+use std::fs::File;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tokio::io::AsyncReadExt;
+
+use self::fortran::{same_as_c_order, too_wide, FortranReader};
+use self::header::{parse_header_text, parse_prelude, read_header, NpyHeader, Prelude};
+use super::blocking::BlockingReader;
+use super::npz::zip::PositionalReader;
+use super::{file_range, Access, Source, TensorData, TensorReader};
+use crate::header::TensorMeta;
+use crate::{Error, ErrorKind, Result};
+
+/// Where the array's data is.
+enum Data {
+    /// A seekable file; the data starts at `offset`.
+    File { file: File, offset: u64 },
+    /// A forward-only stream positioned at the data; taken on first open.
+    Stream(Option<TensorReader<'static>>),
+}
+
+/// One `.npy` array as a source of one tensor.
+pub struct NpySource {
+    input: String,
+    tensors: [TensorMeta; 1],
+    header: NpyHeader,
+    data: Data,
+}
+
+impl std::fmt::Debug for NpySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NpySource")
+            .field("input", &self.input)
+            .field("tensor", &self.tensors[0])
+            .field("header", &self.header)
+            .finish()
+    }
+}
+
+impl NpySource {
+    /// Opens an .npy held in `file`, whose bytes `base..` are the .npy
+    /// (`base` is 0 for a file of its own; an npz member starts later),
+    /// `len` bytes long. Reads the header; checks the data's length.
+    pub fn from_file(file: File, base: u64, len: u64, input: &str, name: String) -> Result<Self> {
+        let on_input = |e: Error| e.with_input(input);
+        let mut r = PositionalReader::new(&file, base, len);
+        let (prelude, header) = read_header(&mut r).map_err(on_input)?;
+        let end_of_header = prelude.data_start();
+        let src = Self::assemble(input, name, header)?;
+        let actual = len - end_of_header;
+        let expected = src.tensors[0].byte_len()?;
+        if actual != expected {
+            let e = Error::new(ErrorKind::DataLength { expected, actual });
+            return Err(on_input(e.at_offset(end_of_header)));
+        }
+        if src.header.fortran_order {
+            if let Some(row) = too_wide(&src.header.shape, src.width()) {
+                let msg = format!(
+                    "Fortran-order array needs {row} bytes per block, over the {} limit; \
+                     save it in C order (np.ascontiguousarray) first",
+                    fortran::MAX_BLOCK
+                );
+                return Err(on_input(Error::new(ErrorKind::NpyHeader(msg))));
+            }
+        }
+        Ok(NpySource {
+            data: Data::File {
+                file,
+                offset: base + end_of_header,
+            },
+            ..src
+        })
+    }
+
+    /// Reads the header from a forward-only stream and keeps the stream for
+    /// the data. A Fortran-order array cannot be reordered from a stream:
+    /// [`NpySource::needs_random_access`] says so, and the caller spools.
+    pub async fn from_stream(
+        mut reader: TensorReader<'static>,
+        input: &str,
+        name: String,
+    ) -> Result<Self> {
+        let on_input = |e: Error| e.with_input(input);
+        let mut first = [0u8; 10];
+        reader
+            .read_exact(&mut first)
+            .await
+            .map_err(|e| on_input(eof_is_bad(e, 0)))?;
+        let mut pre = first.to_vec();
+        if matches!(first[6], 2 | 3) {
+            let mut two = [0u8; 2];
+            reader
+                .read_exact(&mut two)
+                .await
+                .map_err(|e| on_input(eof_is_bad(e, 10)))?;
+            pre.extend_from_slice(&two);
+        }
+        let prelude: Prelude = parse_prelude(&pre).map_err(on_input)?;
+        let mut text = vec![0u8; prelude.text_len as usize];
+        reader
+            .read_exact(&mut text)
+            .await
+            .map_err(|e| on_input(eof_is_bad(e, prelude.text_start)))?;
+        let header = parse_header_text(&text, &prelude).map_err(on_input)?;
+        let src = Self::assemble(input, name, header)?;
+        Ok(NpySource {
+            data: Data::Stream(Some(reader)),
+            ..src
+        })
+    }
+
+    fn assemble(input: &str, name: String, header: NpyHeader) -> Result<Self> {
+        let meta = TensorMeta::new(name, header.dtype, header.shape.clone());
+        meta.byte_len().map_err(|e| e.with_input(input))?;
+        Ok(NpySource {
+            input: input.to_string(),
+            tensors: [meta],
+            header,
+            data: Data::Stream(None),
+        })
+    }
+
+    fn width(&self) -> u64 {
+        self.header.dtype.byte_width().unwrap_or(1)
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &NpyHeader {
+        &self.header
+    }
+
+    /// True for a Fortran-order array that really needs reordering.
+    pub fn needs_random_access(&self) -> bool {
+        self.header.fortran_order && !same_as_c_order(&self.header.shape)
+    }
+
+    /// Copies a stream-backed source's data to a temp file, so it can be
+    /// read in any order (Fortran-order arrays need that).
+    pub async fn spool(mut self) -> Result<Self> {
+        let Data::Stream(Some(reader)) = std::mem::replace(&mut self.data, Data::Stream(None))
+        else {
+            return Ok(self);
+        };
+        let (file, len) = super::input::spool(reader)
+            .await
+            .map_err(|e| e.with_input(&self.input))?;
+        let expected = self.tensors[0].byte_len()?;
+        if len != expected {
+            let e = Error::new(ErrorKind::DataLength {
+                expected,
+                actual: len,
+            });
+            return Err(e.with_input(&self.input));
+        }
+        self.data = Data::File { file, offset: 0 };
+        Ok(self)
+    }
+
+    /// Takes the stream of a stream-backed source, positioned at the data.
+    pub fn into_stream(self) -> Option<TensorReader<'static>> {
+        match self.data {
+            Data::Stream(s) => s,
+            Data::File { .. } => None,
+        }
+    }
+}
+
+fn eof_is_bad(e: std::io::Error, at: u64) -> Error {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        Error::new(ErrorKind::NpyHeader("input ends inside the header".into())).at_offset(at)
+    } else {
+        Error::io(e)
+    }
+}
+
+impl Source for NpySource {
+    fn input_name(&self) -> &str {
+        &self.input
+    }
+
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.tensors
+    }
+
+    fn access(&self) -> Access {
+        match self.data {
+            Data::File { .. } => Access::Random,
+            Data::Stream(_) => Access::Sequential,
+        }
+    }
+
+    fn open(&mut self, _k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+        let len = self.tensors[0].byte_len();
+        let transform = self.header.transform;
+        let reorder = self.needs_random_access();
+        let shape = self.header.shape.clone();
+        let width = self.width() as usize;
+        async move {
+            let len = len?;
+            let reader: TensorReader<'_> = match &mut self.data {
+                Data::File { file, offset } if reorder => {
+                    let file = file.try_clone()?;
+                    Box::pin(BlockingReader::new(FortranReader::new(
+                        file, *offset, &shape, width,
+                    )))
+                }
+                Data::File { file, offset } => Box::pin(file_range(file, *offset, len).await?),
+                Data::Stream(s) => s.take().ok_or_else(|| {
+                    Error::new(ErrorKind::Usage(
+                        "a streamed .npy can be read only once".into(),
+                    ))
+                })?,
+            };
+            Ok(TensorData { reader, transform })
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,288 @@
+//! `.npz` archives: each `NAME.npy` member is a tensor called `NAME`.
+//!
+//! The central directory and each member's npy header are read to plan;
+//! members are then streamed in plan order, deflated ones inflated on the
+//! way, every member's size and CRC-32 checked against the archive.
+
+pub mod zip;
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+
+use flate2::read::DeflateDecoder;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use self::zip::{data_start, read_directory, Method, PositionalReader, ZipEntry};
+use super::blocking::BlockingReader;
+use super::npy::fortran::{too_wide, FortranReader};
+use super::npy::header::{read_header, NpyHeader};
+use super::{Source, SourceOptions, TensorData, TensorReader};
+use crate::header::TensorMeta;
+use crate::{Error, ErrorKind, Result};
+
+/// One member: where its bytes are and what its npy header says.
+#[derive(Debug)]
+struct Member {
+    entry: ZipEntry,
+    start: u64,
+    header: NpyHeader,
+    /// Offset of the array data inside the member's (inflated) bytes.
+    data_offset: u64,
+}
+
+/// An `.npz` archive as a source.
+#[derive(Debug)]
+pub struct NpzSource {
+    input: String,
+    file: File,
+    tensors: Vec<TensorMeta>,
+    members: Vec<Member>,
+}
+
+impl NpzSource {
+    /// Reads the directory and every member's npy header from `file` (`len` bytes).
+    pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
+        let on_input = |e: Error| e.with_input(input);
+        let (entries, dir_start) = read_directory(&file, len).map_err(on_input)?;
+        let mut seen = HashSet::with_capacity(entries.len());
+        let mut src = NpzSource {
+            input: input.to_string(),
+            file,
+            tensors: Vec::with_capacity(entries.len()),
+            members: Vec::with_capacity(entries.len()),
+        };
+        for entry in entries {
+            if !seen.insert(entry.name.clone()) {
+                let msg = format!(
+                    "member {:?} appears twice in the central directory",
+                    entry.name
+                );
+                return Err(on_input(Error::new(ErrorKind::Zip(msg))));
+            }
+            if entry.is_dir() {
+                continue;
+            }
+            let Some(name) = entry.name.strip_suffix(".npy").map(str::to_string) else {
+                if options.skip_non_npy {
+                    continue;
+                }
+                let msg = format!(
+                    "member {:?} is not an .npy array (pass --skip-non-npy to ignore it)",
+                    entry.name
+                );
+                return Err(on_input(Error::new(ErrorKind::Zip(msg))));
+            };
+            let member = src
+                .plan_member(entry, dir_start)
+                .map_err(|e| on_input(e.with_tensor(&name)))?;
+            src.tensors.push(TensorMeta::new(
+                name,
+                member.header.dtype,
+                member.header.shape.clone(),
+            ));
+            src.members.push(member);
+        }
+        Ok(src)
+    }
+
+    fn plan_member(&self, entry: ZipEntry, limit: u64) -> Result<Member> {
+        let start = data_start(&self.file, &entry, limit)?;
+        let mut probe = MemberReader::new(&self.file, &entry, start, 4096)?;
+        let (prelude, header) = read_header(&mut probe).map_err(|e| e.at_offset(start))?;
+        let data_offset = prelude.data_start();
+        let expected = TensorMeta::new("", header.dtype, header.shape.clone()).byte_len()?;
+        let actual = entry.uncompressed.saturating_sub(data_offset);
+        if actual != expected {
+            return Err(Error::new(ErrorKind::DataLength { expected, actual }));
+        }
+        if header.fortran_order {
+            let width = header.dtype.byte_width().unwrap_or(1);
+            if let Some(row) = too_wide(&header.shape, width) {
+                let msg = format!(
+                    "Fortran-order array needs {row} bytes per block; save it in C order first"
+                );
+                return Err(Error::new(ErrorKind::NpyHeader(msg)));
+            }
+        }
+        Ok(Member {
+            entry,
+            start,
+            header,
+            data_offset,
+        })
+    }
+}
+
+impl Source for NpzSource {
+    fn input_name(&self) -> &str {
+        &self.input
+    }
+
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.tensors
+    }
+
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+        async move {
+            let m = &self.members[k];
+            let transform = m.header.transform;
+            let reorder =
+                m.header.fortran_order && !super::npy::fortran::same_as_c_order(&m.header.shape);
+            let width = m.header.dtype.byte_width().unwrap_or(1) as usize;
+            let file = self.file.try_clone()?;
+            let reader: TensorReader<'_> = if !reorder {
+                let mut r = MemberReader::new(file, &m.entry, m.start, 256 * 1024)?;
+                r.skip = m.data_offset;
+                Box::pin(BlockingReader::new(r))
+            } else if m.entry.method == Method::Stored {
+                let base = m.start + m.data_offset;
+                Box::pin(BlockingReader::new(FortranReader::new(
+                    file,
+                    base,
+                    &m.header.shape,
+                    width,
+                )))
+            } else {
+                // Reordering needs random access: inflate the member to a temp file first.
+                let entry = m.entry.clone();
+                let (start, data_offset, shape) = (m.start, m.data_offset, m.header.shape.clone());
+                let spooled = tokio::task::spawn_blocking(move || -> Result<File> {
+                    let mut r = MemberReader::new(file, &entry, start, 256 * 1024)?;
+                    let mut tmp = tempfile::tempfile()?;
+                    io::copy(&mut r, &mut tmp)?;
+                    Ok(tmp)
+                })
+                .await
+                .map_err(io::Error::other)??;
+                Box::pin(BlockingReader::new(FortranReader::new(
+                    spooled,
+                    data_offset,
+                    &shape,
+                    width,
+                )))
+            };
+            Ok(TensorData { reader, transform })
+        }
+        .boxed()
+    }
+}
+
+/// A member's uncompressed bytes: inflated if need be, never more than the
+/// declared size (a zip bomb stops at once), and checked against the
+/// declared size and CRC-32 when it ends.
+pub(crate) struct MemberReader<F: std::borrow::Borrow<File>> {
+    inner: Inner<F>,
+    name: String,
+    declared: u64,
+    produced: u64,
+    crc: crc32fast::Hasher,
+    want_crc: u32,
+    verified: bool,
+    /// Bytes to read and discard (counted in the CRC) before the first byte returned.
+    pub(crate) skip: u64,
+}
+
+enum Inner<F: std::borrow::Borrow<File>> {
+    Stored(PositionalReader<F>),
+    Deflated(Box<DeflateDecoder<BufReader<PositionalReader<F>>>>),
+}
+
+impl<F: std::borrow::Borrow<File>> MemberReader<F> {
+    pub(crate) fn new(file: F, e: &ZipEntry, start: u64, buf: usize) -> Result<Self> {
+        let raw = PositionalReader::new(file, start, e.compressed);
+        let inner = match e.method {
+            Method::Stored if e.compressed != e.uncompressed => {
+                let msg = format!(
+                    "stored member {:?} has sizes {} and {}",
+                    e.name, e.compressed, e.uncompressed
+                );
+                return Err(Error::new(ErrorKind::Zip(msg)));
+            }
+            Method::Stored => Inner::Stored(raw),
+            Method::Deflated => Inner::Deflated(Box::new(DeflateDecoder::new(
+                BufReader::with_capacity(buf, raw),
+            ))),
+        };
+        Ok(MemberReader {
+            inner,
+            name: e.name.clone(),
+            declared: e.uncompressed,
+            produced: 0,
+            crc: crc32fast::Hasher::new(),
+            want_crc: e.crc32,
+            verified: false,
+            skip: 0,
+        })
+    }
+
+    fn read_inner(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &mut self.inner {
+            Inner::Stored(r) => r.read(buf),
+            Inner::Deflated(r) => r.read(buf),
+        }
+    }
+
+    fn invalid(&self, what: String) -> io::Error {
+        Error::new(ErrorKind::Zip(format!("member {:?}: {what}", self.name))).into_io()
+    }
+
+    /// One read of at most `buf.len()` bytes, with the bounds and the final checks.
+    fn checked_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.declared - self.produced;
+        // One byte past the declared size is enough to catch a bomb.
+        let cap = buf
+            .len()
+            .min(usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX));
+        let n = self.read_inner(&mut buf[..cap])?;
+        if n as u64 > left {
+            return Err(self.invalid(format!(
+                "inflates past its declared {} bytes",
+                self.declared
+            )));
+        }
+        if n == 0 && !self.verified {
+            if self.produced != self.declared {
+                return Err(self.invalid(format!(
+                    "ends after {} of its declared {} bytes",
+                    self.produced, self.declared
+                )));
+            }
+            let crc = self.crc.clone().finalize();
+            if crc != self.want_crc {
+                return Err(self.invalid(format!(
+                    "CRC-32 is {crc:08x}, the archive says {:08x}",
+                    self.want_crc
+                )));
+            }
+            self.verified = true;
+        }
+        if n == 0 {
+            return Ok(0);
+        }
+        self.crc.update(&buf[..n]);
+        self.produced += n as u64;
+        Ok(n)
+    }
+}
+
+impl<F: std::borrow::Borrow<File>> Read for MemberReader<F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut scratch = [0u8; 8192];
+        while self.skip > 0 {
+            let want = scratch
+                .len()
+                .min(usize::try_from(self.skip).unwrap_or(usize::MAX));
+            let n = self.checked_read(&mut scratch[..want])?;
+            if n == 0 {
+                return Ok(0);
+            }
+            self.skip -= n as u64;
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        self.checked_read(buf)
+    }
+}

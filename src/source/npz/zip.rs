@@ -1,0 +1,396 @@
+//! A zip reader for .npz: the central directory (with zip64), and each
+//! member's bytes as a positional, bounded, CRC-checked reader.
+//!
+//! Every number read from the archive is checked against the file's real
+//! length before it is used to seek or allocate.
+
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::os::unix::fs::FileExt;
+
+use crate::{Error, ErrorKind, Result};
+
+const EOCD_SIG: u32 = 0x0605_4b50;
+const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
+const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
+const CENTRAL_SIG: u32 = 0x0201_4b50;
+const LOCAL_SIG: u32 = 0x0403_4b50;
+const EOCD_LEN: u64 = 22;
+const CENTRAL_LEN: u64 = 46;
+const LOCAL_LEN: u64 = 30;
+
+/// Members are stored (0) or deflated (8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// No compression.
+    Stored,
+    /// Raw deflate.
+    Deflated,
+}
+
+/// One member, as the central directory records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZipEntry {
+    /// Its name, decoded (UTF-8 when flagged, else CP437).
+    pub name: String,
+    /// Its compression.
+    pub method: Method,
+    /// General-purpose flags.
+    pub flags: u16,
+    /// CRC-32 of the uncompressed bytes.
+    pub crc32: u32,
+    /// Bytes in the archive.
+    pub compressed: u64,
+    /// Bytes once inflated.
+    pub uncompressed: u64,
+    /// Offset of its local header.
+    pub local_offset: u64,
+}
+
+impl ZipEntry {
+    /// A directory entry (name ends with `/`).
+    pub fn is_dir(&self) -> bool {
+        self.name.ends_with('/')
+    }
+}
+
+fn zip_err(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::Zip(msg.into()))
+}
+
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> Result<()> {
+    file.read_exact_at(buf, at)
+        .map_err(|e| Error::io(e).at_offset(at))
+}
+
+/// Where the central directory is and how many entries it claims.
+#[derive(Debug, Clone, Copy)]
+struct Directory {
+    entries: u64,
+    offset: u64,
+    size: u64,
+}
+
+/// Reads the central directory of the archive `file` of `len` bytes.
+/// Returns the entries and the directory's offset, which every member's
+/// bytes must end before.
+pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
+    let (eocd_at, dir) = find_directory(file, len)?;
+    let end = dir.offset.checked_add(dir.size).filter(|&e| e <= eocd_at);
+    if end.is_none() {
+        return Err(zip_err(format!(
+            "central directory [{}, +{}) lies outside the archive",
+            dir.offset, dir.size
+        ))
+        .at_offset(eocd_at));
+    }
+    if dir.entries > dir.size / CENTRAL_LEN {
+        let msg = format!(
+            "central directory claims {} entries in {} bytes",
+            dir.entries, dir.size
+        );
+        return Err(zip_err(msg).at_offset(eocd_at));
+    }
+    let range = PositionalReader::new(file, dir.offset, dir.size);
+    let mut r = BufReader::with_capacity(64 * 1024, range);
+    let mut entries = Vec::with_capacity(dir.entries as usize);
+    let mut at = dir.offset;
+    for _ in 0..dir.entries {
+        let (entry, used) = read_central_entry(&mut r, at)?;
+        check_member_bounds(&entry, dir.offset)?;
+        entries.push(entry);
+        at += used;
+    }
+    Ok((entries, dir.offset))
+}
+
+/// Finds the end-of-central-directory record (and its zip64 twin if needed).
+fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
+    if len < EOCD_LEN {
+        return Err(zip_err("file too short for a zip archive").at_offset(0));
+    }
+    let tail_len = len.min(EOCD_LEN + u16::MAX as u64);
+    let mut tail = vec![0u8; tail_len as usize];
+    read_exact_at(file, &mut tail, len - tail_len)?;
+    // The last record whose comment runs exactly to the end of the file.
+    let pos = (0..=tail.len() - EOCD_LEN as usize)
+        .rev()
+        .find(|&i| {
+            u32_at(&tail, i) == EOCD_SIG
+                && i + EOCD_LEN as usize + u16_at(&tail, i + 20) as usize == tail.len()
+        })
+        .ok_or_else(|| zip_err("no end-of-central-directory record"))?;
+    let e = &tail[pos..];
+    let eocd_at = len - tail_len + pos as u64;
+    let mut dir = Directory {
+        entries: u16_at(e, 10) as u64,
+        size: u32_at(e, 12) as u64,
+        offset: u32_at(e, 16) as u64,
+    };
+    let wide = dir.entries == 0xFFFF || dir.size == 0xFFFF_FFFF || dir.offset == 0xFFFF_FFFF;
+    if wide || has_zip64_locator(file, eocd_at)? {
+        let (at, d) = read_zip64_eocd(file, eocd_at)?;
+        return Ok((at, d));
+    }
+    if u16_at(e, 4) != 0 || u16_at(e, 6) != 0 {
+        return Err(zip_err("multi-disk archives are not supported").at_offset(eocd_at));
+    }
+    dir.entries = dir.entries.max(u16_at(e, 8) as u64);
+    Ok((eocd_at, dir))
+}
+
+fn has_zip64_locator(file: &File, eocd_at: u64) -> Result<bool> {
+    if eocd_at < 20 {
+        return Ok(false);
+    }
+    let mut sig = [0u8; 4];
+    read_exact_at(file, &mut sig, eocd_at - 20)?;
+    Ok(u32::from_le_bytes(sig) == ZIP64_LOCATOR_SIG)
+}
+
+fn read_zip64_eocd(file: &File, eocd_at: u64) -> Result<(u64, Directory)> {
+    if eocd_at < 20 {
+        return Err(zip_err("zip64 fields without a zip64 locator").at_offset(eocd_at));
+    }
+    let mut loc = [0u8; 20];
+    read_exact_at(file, &mut loc, eocd_at - 20)?;
+    if u32_at(&loc, 0) != ZIP64_LOCATOR_SIG {
+        return Err(zip_err("zip64 fields without a zip64 locator").at_offset(eocd_at - 20));
+    }
+    let at = u64_at(&loc, 8);
+    if at.checked_add(56).is_none_or(|end| end > eocd_at - 20) {
+        return Err(zip_err(format!(
+            "zip64 end record offset {at} is outside the archive"
+        ))
+        .at_offset(eocd_at - 20));
+    }
+    let mut rec = [0u8; 56];
+    read_exact_at(file, &mut rec, at)?;
+    if u32_at(&rec, 0) != ZIP64_EOCD_SIG {
+        return Err(zip_err("bad zip64 end-of-central-directory signature").at_offset(at));
+    }
+    let dir = Directory {
+        entries: u64_at(&rec, 32),
+        size: u64_at(&rec, 40),
+        offset: u64_at(&rec, 48),
+    };
+    Ok((at, dir))
+}
+
+fn read_central_entry(r: &mut impl Read, at: u64) -> Result<(ZipEntry, u64)> {
+    let mut h = [0u8; CENTRAL_LEN as usize];
+    r.read_exact(&mut h).map_err(|e| short_dir(e, at))?;
+    if u32_at(&h, 0) != CENTRAL_SIG {
+        return Err(zip_err("bad central directory entry signature").at_offset(at));
+    }
+    let flags = u16_at(&h, 8);
+    let method = match u16_at(&h, 10) {
+        0 => Method::Stored,
+        8 => Method::Deflated,
+        m => {
+            return Err(zip_err(format!(
+                "compression method {m} is not supported (only stored and deflated)"
+            ))
+            .at_offset(at))
+        }
+    };
+    let (name_len, extra_len, comment_len) = (
+        u16_at(&h, 28) as usize,
+        u16_at(&h, 30) as usize,
+        u16_at(&h, 32) as usize,
+    );
+    let mut var = vec![0u8; name_len + extra_len + comment_len];
+    r.read_exact(&mut var).map_err(|e| short_dir(e, at))?;
+    let name = decode_name(&var[..name_len], flags & (1 << 11) != 0);
+    if flags & 1 != 0 {
+        return Err(zip_err(format!("member {name:?} is encrypted")).at_offset(at));
+    }
+    let mut entry = ZipEntry {
+        name,
+        method,
+        flags,
+        crc32: u32_at(&h, 16),
+        compressed: u32_at(&h, 20) as u64,
+        uncompressed: u32_at(&h, 24) as u64,
+        local_offset: u32_at(&h, 42) as u64,
+    };
+    apply_zip64_extra(&mut entry, &var[name_len..name_len + extra_len])
+        .map_err(|e| e.at_offset(at))?;
+    Ok((entry, CENTRAL_LEN + var.len() as u64))
+}
+
+fn short_dir(e: io::Error, at: u64) -> Error {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        zip_err("central directory ends inside an entry").at_offset(at)
+    } else {
+        Error::io(e)
+    }
+}
+
+/// The zip64 extra holds only the fields that overflowed, in this order.
+fn apply_zip64_extra(e: &mut ZipEntry, mut extra: &[u8]) -> Result<()> {
+    while extra.len() >= 4 {
+        let (id, size) = (u16_at(extra, 0), u16_at(extra, 2) as usize);
+        let Some(body) = extra.get(4..4 + size) else {
+            return Err(zip_err(format!(
+                "extra field of member {:?} overruns its entry",
+                e.name
+            )));
+        };
+        if id == 0x0001 {
+            let mut fields = body
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8")));
+            for slot in [&mut e.uncompressed, &mut e.compressed, &mut e.local_offset] {
+                if *slot == 0xFFFF_FFFF {
+                    *slot = fields.next().ok_or_else(|| {
+                        zip_err(format!("zip64 extra of member {:?} is too short", e.name))
+                    })?;
+                }
+            }
+        }
+        extra = &extra[4 + size..];
+    }
+    Ok(())
+}
+
+fn check_member_bounds(e: &ZipEntry, dir_offset: u64) -> Result<()> {
+    let end = e
+        .local_offset
+        .checked_add(LOCAL_LEN)
+        .and_then(|x| x.checked_add(e.compressed));
+    if end.is_none_or(|end| end > dir_offset) {
+        return Err(zip_err(format!(
+            "member {:?} at offset {} with {} bytes runs past the central directory",
+            e.name, e.local_offset, e.compressed
+        ))
+        .at_offset(e.local_offset));
+    }
+    Ok(())
+}
+
+/// Where a member's bytes start: after its local header, whose name and
+/// extra lengths may differ from the central directory's.
+pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u64> {
+    let mut h = [0u8; LOCAL_LEN as usize];
+    read_exact_at(file, &mut h, e.local_offset)?;
+    if u32_at(&h, 0) != LOCAL_SIG {
+        return Err(zip_err(format!(
+            "bad local header signature for member {:?}",
+            e.name
+        ))
+        .at_offset(e.local_offset));
+    }
+    let start = e.local_offset + LOCAL_LEN + u16_at(&h, 26) as u64 + u16_at(&h, 28) as u64;
+    if start
+        .checked_add(e.compressed)
+        .is_none_or(|end| end > dir_offset_limit)
+    {
+        return Err(zip_err(format!(
+            "member {:?} runs past the end of its archive",
+            e.name
+        ))
+        .at_offset(e.local_offset));
+    }
+    Ok(start)
+}
+
+/// Names without the UTF-8 flag are CP437, as zip says and Python decodes them.
+fn decode_name(raw: &[u8], utf8: bool) -> String {
+    if utf8 || raw.is_ascii() {
+        return String::from_utf8_lossy(raw).into_owned();
+    }
+    const HIGH: &str = "ÇüéâäàåçêëèïîìÄÅÉæÆôöòûùÿÖÜ¢£¥₧ƒáíóúñÑªº¿⌐¬½¼¡«»░▒▓│┤╡╢╖╕╣║╗╝╜╛┐└┴┬├─┼╞╟╚╔╩╦╠═╬╧╨╤╥╙╘╒╓╫╪┘┌█▄▌▐▀αßΓπΣσµτΦΘΩδ∞φε∩≡±≥≤⌠⌡÷≈°∙·√ⁿ²■\u{a0}";
+    let high: Vec<char> = HIGH.chars().collect();
+    raw.iter()
+        .map(|&b| {
+            if b < 0x80 {
+                b as char
+            } else {
+                high[(b - 0x80) as usize]
+            }
+        })
+        .collect()
+}
+
+/// `len` bytes of `file` from `offset`, read with positional reads: many
+/// readers can share one file handle.
+pub struct PositionalReader<F> {
+    file: F,
+    pos: u64,
+    end: u64,
+}
+
+impl<F: std::borrow::Borrow<File>> PositionalReader<F> {
+    /// Bytes `[offset, offset + len)` of `file` (a `File` or a `&File`).
+    pub fn new(file: F, offset: u64, len: u64) -> Self {
+        PositionalReader {
+            file,
+            pos: offset,
+            end: offset.saturating_add(len),
+        }
+    }
+}
+
+impl<F: std::borrow::Borrow<File>> Read for PositionalReader<F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = (self.end - self.pos).min(buf.len() as u64) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.borrow().read_at(&mut buf[..want], self.pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "archive shrank while being read",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cp437_names() {
+        assert_eq!(decode_name(b"abc", false), "abc");
+        assert_eq!(decode_name(&[0x80, 0xE1], false), "Çß");
+        assert_eq!(decode_name("ünï".as_bytes(), true), "ünï");
+    }
+
+    #[test]
+    fn zip64_extra_fills_only_overflowed_fields() {
+        let mut e = ZipEntry {
+            name: "a".into(),
+            method: Method::Stored,
+            flags: 0,
+            crc32: 0,
+            compressed: 10,
+            uncompressed: 0xFFFF_FFFF,
+            local_offset: 0xFFFF_FFFF,
+        };
+        let mut extra = vec![1, 0, 16, 0];
+        extra.extend_from_slice(&(5u64 << 32).to_le_bytes());
+        extra.extend_from_slice(&7u64.to_le_bytes());
+        apply_zip64_extra(&mut e, &extra).unwrap();
+        assert_eq!(
+            (e.uncompressed, e.compressed, e.local_offset),
+            (5 << 32, 10, 7)
+        );
+    }
+}
