@@ -128,7 +128,7 @@ pub async fn convert(
 
 /// Converts already-opened sources into `output`.
 pub async fn convert_sources(
-    sources: &mut [Box<dyn Source>],
+    sources: &mut [Box<dyn Source + '_>],
     output: &Output,
     options: &ConvertOptions,
 ) -> Result<Report> {
@@ -171,7 +171,7 @@ pub async fn convert_sources(
 /// A source that reads only forward must be asked for its tensors in its
 /// own order. (Inputs whose format needs random access are spooled to disk
 /// when opened; a streamed .npy holds one tensor, so this rarely bites.)
-fn check_access(plan: &Plan, sources: &[Box<dyn Source>]) -> Result<()> {
+fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
     let mut last: Vec<Option<usize>> = vec![None; sources.len()];
     for r in plan.shards.iter().flat_map(|s| &s.refs) {
         let s = &sources[r.source];
@@ -190,7 +190,7 @@ fn check_access(plan: &Plan, sources: &[Box<dyn Source>]) -> Result<()> {
 pub async fn write_shard<W: AsyncWrite + Unpin>(
     writer: W,
     shard: &ShardPlan,
-    sources: &mut [Box<dyn Source>],
+    sources: &mut [Box<dyn Source + '_>],
     sink_options: SinkOptions,
     output_name: &str,
 ) -> Result<W> {
@@ -204,7 +204,9 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         let tensor = source.tensors()[r.index].name.clone();
         let on_source = |e: Error| e.with_input(&input).with_tensor(&tensor);
         let data = source.open(r.index).await.map_err(on_source)?;
-        sink.write_tensor_data(data).await.map_err(on_source)?;
+        sink.write_tensor_data(data, r.cast)
+            .await
+            .map_err(on_source)?;
     }
     sink.finish().await
 }
@@ -234,7 +236,7 @@ pub fn shard_paths(output: &Path, shards: usize) -> (Vec<PathBuf>, Option<PathBu
 async fn write_files(
     output: &Path,
     plan: &Plan,
-    sources: &mut [Box<dyn Source>],
+    sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
 ) -> Result<Vec<WrittenFile>> {
     let (paths, index_path) = shard_paths(output, plan.shards.len());

@@ -403,7 +403,7 @@ pub enum ErrorKind {
         reason: String,
     },
     /// The data is not the length the header says.
-    #[error("data is {actual} bytes but the header says {expected}")]
+    #[error("data is {actual} bytes but {expected} are expected{}", if .actual > .expected { " (a raw dump may pass --raw-allow-trailing)" } else { "" })]
     DataLength {
         /// What the header implies.
         expected: u64,
@@ -425,6 +425,18 @@ pub enum ErrorKind {
         codec: &'static str,
         /// What went wrong.
         message: String,
+    },
+
+    /// No tensor of that name.
+    #[error("no tensor named {0:?}")]
+    TensorNotFound(String),
+    /// The tensor is not of the dtype asked for.
+    #[error("tensor is {actual}, not {expected}")]
+    DtypeMismatch {
+        /// The dtype asked for.
+        expected: Dtype,
+        /// The tensor's.
+        actual: Dtype,
     },
 
     // ---- sharded checkpoints ------------------------------------------------
@@ -479,9 +491,11 @@ impl ErrorKind {
     pub fn category(&self) -> Category {
         match self {
             ErrorKind::Io(_) => Category::Io,
-            ErrorKind::DuplicateTensor { .. } | ErrorKind::ReservedName | ErrorKind::Usage(_) => {
-                Category::Usage
-            }
+            ErrorKind::DuplicateTensor { .. }
+            | ErrorKind::ReservedName
+            | ErrorKind::Usage(_)
+            | ErrorKind::TensorNotFound(_)
+            | ErrorKind::DtypeMismatch { .. } => Category::Usage,
             ErrorKind::Interrupted(_) => Category::Io,
             _ => Category::BadInput,
         }

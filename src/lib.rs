@@ -26,6 +26,8 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+pub mod array;
+pub mod cast;
 pub mod convert;
 pub mod dtype;
 pub mod error;

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
+use crate::cast::Cast;
 use crate::header::encode::sort_canonical_by;
 use crate::header::{encode, EncodedHeader, Metadata, Order, TensorMeta};
 use crate::source::Listing;
-use crate::{Error, ErrorKind, Result};
+use crate::{Dtype, Error, ErrorKind, Result};
 
 /// What to take from the inputs and how to lay it out.
 #[derive(Debug, Clone, Default)]
@@ -28,15 +29,22 @@ pub struct PlanOptions {
     pub order: Order,
     /// Split into shards of at most this many tensor bytes.
     pub max_shard_size: Option<u64>,
+    /// Casts by dtype (`--cast F32=BF16`); each pair must be one [`Cast::new`] accepts.
+    pub casts: Vec<(Dtype, Dtype)>,
+    /// Cast every floating tensor (F64, F32, F16, BF16) to this dtype (`--cast-all`);
+    /// `casts` take precedence.
+    pub cast_all: Option<Dtype>,
 }
 
-/// Which source tensor an output tensor comes from.
+/// Which source tensor an output tensor comes from, and how it is cast.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TensorRef {
     /// Index of the source in the input list.
     pub source: usize,
     /// Index of the tensor in that source's listing.
     pub index: usize,
+    /// The cast applied on the way, if any.
+    pub cast: Option<Cast>,
 }
 
 /// One output file: its header, and where each of its tensors comes from.
@@ -146,6 +154,7 @@ fn select(listings: &[Listing], o: &PlanOptions) -> Result<Vec<Selected>> {
         .map(|(f, t)| (f.as_str(), t.as_str()))
         .collect();
     let mut used = vec![false; o.renames.len()];
+    let casts = cast_rules(o)?;
     let mut out = Vec::new();
     for (source, listing) in listings.iter().enumerate() {
         for (index, meta) in listing.tensors.iter().enumerate() {
@@ -164,7 +173,21 @@ fn select(listings: &[Listing], o: &PlanOptions) -> Result<Vec<Selected>> {
             if let Some(p) = &o.prefix {
                 meta.name.insert_str(0, p);
             }
-            out.push((meta, TensorRef { source, index }));
+            let cast = casts
+                .get(&meta.dtype)
+                .copied()
+                .or_else(|| cast_all(o.cast_all, meta.dtype));
+            if let Some(c) = cast {
+                meta.dtype = c.to();
+            }
+            out.push((
+                meta,
+                TensorRef {
+                    source,
+                    index,
+                    cast,
+                },
+            ));
         }
     }
     if let Some(i) = used.iter().position(|u| !u) {
@@ -174,6 +197,30 @@ fn select(listings: &[Listing], o: &PlanOptions) -> Result<Vec<Selected>> {
         )));
     }
     Ok(out)
+}
+
+/// The explicit casts, each checked.
+fn cast_rules(o: &PlanOptions) -> Result<HashMap<Dtype, Cast>> {
+    let mut rules = HashMap::new();
+    for &(from, to) in &o.casts {
+        let c = Cast::new(from, to).map_err(|e| usage(format!("--cast {from}={to}: {e}")))?;
+        if rules.insert(from, c).is_some() {
+            return Err(usage(format!("--cast {from}=...: given twice")));
+        }
+    }
+    if let Some(to) = o.cast_all {
+        if !matches!(to, Dtype::F64 | Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+            return Err(usage(format!(
+                "--cast-all {to}: only F64, F32, F16 or BF16"
+            )));
+        }
+    }
+    Ok(rules)
+}
+
+/// `--cast-all TO` touches floating tensors of another float kind only.
+fn cast_all(to: Option<Dtype>, from: Dtype) -> Option<Cast> {
+    Cast::new(from, to?).ok().filter(|_| from.is_float())
 }
 
 fn check_unique(selected: &[Selected], listings: &[Listing]) -> Result<()> {

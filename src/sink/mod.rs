@@ -12,6 +12,7 @@ use std::pin::Pin;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::cast::Cast;
 use crate::header::EncodedHeader;
 use crate::source::TensorData;
 use crate::transform::Transform;
@@ -58,6 +59,8 @@ pub struct Sink<W> {
     planned: Vec<(String, u64)>,
     next: usize,
     buf: Vec<u8>,
+    /// Cast output; empty unless a cast runs.
+    out: Vec<u8>,
     buffer_size: usize,
     written: u64,
     output: Option<String>,
@@ -77,6 +80,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             planned,
             next: 0,
             buf: Vec::new(),
+            out: Vec::new(),
             buffer_size: options.buffer_size.max(1),
             written: header.bytes().len() as u64,
             output: None,
@@ -122,29 +126,36 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         &mut self,
         reader: &mut R,
     ) -> Result<u64> {
-        self.write_transformed(Pin::new(reader), Transform::Identity)
+        self.write_transformed(Pin::new(reader), Transform::Identity, None)
             .await
     }
 
     /// Copies the next planned tensor from a source's [`TensorData`],
-    /// applying its transform to each buffer.
-    pub async fn write_tensor_data(&mut self, data: TensorData<'_>) -> Result<u64> {
+    /// applying its transform to each buffer, then `cast` if given (the
+    /// plan's length is then the cast's output length).
+    pub async fn write_tensor_data(
+        &mut self,
+        data: TensorData<'_>,
+        cast: Option<Cast>,
+    ) -> Result<u64> {
         let TensorData {
             mut reader,
             transform,
         } = data;
-        self.write_transformed(reader.as_mut(), transform).await
+        self.write_transformed(reader.as_mut(), transform, cast)
+            .await
     }
 
     async fn write_transformed<R: AsyncRead + ?Sized>(
         &mut self,
         reader: Pin<&mut R>,
         transform: Transform,
+        cast: Option<Cast>,
     ) -> Result<u64> {
         let Some((name, len)) = self.planned.get(self.next).cloned() else {
             return Err(ErrorKind::PastPlan.into());
         };
-        self.copy_exact(reader, len, transform)
+        self.copy_exact(reader, len, transform, cast)
             .await
             .map_err(|e| e.with_tensor(name))?;
         self.next += 1;
@@ -154,31 +165,50 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     async fn copy_exact<R: AsyncRead + ?Sized>(
         &mut self,
         mut reader: Pin<&mut R>,
-        len: u64,
+        out_len: u64,
         transform: Transform,
+        cast: Option<Cast>,
     ) -> Result<()> {
-        // Whole words per buffer, so a transform never sees half an element.
-        let unit = transform.unit();
-        let cap = (self.buffer_size / unit * unit).max(unit);
-        let cap = cap.min(usize::try_from(len).unwrap_or(usize::MAX));
+        let (iw, ow) = cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
+        // The plan counts output bytes; the source delivers input elements.
+        let in_len = out_len / ow as u64 * iw as u64;
+        // Whole elements per buffer, so neither a transform nor a cast sees half of one.
+        let unit = transform.unit().max(iw);
+        let per_chunk = match cast {
+            // Input and output buffers share the budget.
+            Some(_) => (self.buffer_size / (iw + ow)).max(1) * iw,
+            None => (self.buffer_size / unit * unit).max(unit),
+        };
+        let cap = per_chunk.min(usize::try_from(in_len).unwrap_or(usize::MAX));
         if self.buf.len() < cap {
             // Grows to at most buffer_size over the sink's life.
             self.buf.resize(cap, 0);
         }
-        let mut left = len;
+        if cast.is_some() && self.out.len() < cap / iw * ow {
+            self.out.resize(cap / iw * ow, 0);
+        }
+        let mut left = in_len;
         while left > 0 {
             let want = cap.min(usize::try_from(left).unwrap_or(usize::MAX));
             let got = fill(reader.as_mut(), &mut self.buf[..want]).await?;
             transform.apply(&mut self.buf[..got / unit * unit]);
-            if let Err(e) = self.writer.write_all(&self.buf[..got]).await {
+            let bytes = match cast {
+                Some(c) => {
+                    let n = got / iw;
+                    c.apply(&self.buf[..n * iw], &mut self.out[..n * ow]);
+                    &self.out[..n * ow]
+                }
+                None => &self.buf[..got],
+            };
+            if let Err(e) = self.writer.write_all(bytes).await {
                 return Err(self.write_error(e));
             }
-            self.written += got as u64;
+            self.written += bytes.len() as u64;
             left -= got as u64;
             if got < want {
-                let actual = len - left;
+                let actual = in_len - left;
                 return Err(ErrorKind::TensorTooShort {
-                    expected: len,
+                    expected: in_len,
                     actual,
                 }
                 .into());
@@ -186,7 +216,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         }
         let mut probe = [0u8; 1];
         if reader.read(&mut probe).await? != 0 {
-            return Err(ErrorKind::TensorTooLong { expected: len }.into());
+            return Err(ErrorKind::TensorTooLong { expected: in_len }.into());
         }
         Ok(())
     }

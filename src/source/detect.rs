@@ -29,6 +29,16 @@ pub enum Codec {
 }
 
 impl Codec {
+    /// The file extension that names it.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Codec::Gzip => "gz",
+            Codec::Zstd => "zst",
+            Codec::Xz => "xz",
+            Codec::Bzip2 => "bz2",
+        }
+    }
+
     /// The codec's name, for messages.
     pub fn name(self) -> &'static str {
         match self {

@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use super::detect::{detect, hex_preview, Codec, Format, SNIFF_LEN};
 use super::npy::NpySource;
 use super::npz::NpzSource;
+use super::raw::{RawSource, RawSpec};
 use super::safetensors::SafetensorsSource;
 use super::{Source, SourceOptions, TensorReader};
 use crate::index::is_index_path;
@@ -29,6 +30,14 @@ pub async fn open_input(
     let input = path.display().to_string();
     if path.as_os_str() == "-" {
         let stdin: TensorReader<'static> = Box::pin(tokio::io::stdin());
+        if let Some(spec) = &options.raw {
+            if spec.tensors.iter().any(|t| t.name.is_empty()) {
+                return Err(Error::new(ErrorKind::Usage(
+                    "a dump from standard input needs --name".into(),
+                )));
+            }
+            return open_raw_stream(stdin, &input, spec, options, notice).await;
+        }
         return open_stream(stdin, &input, None, options, notice, 0).await;
     }
     if is_index_path(path) {
@@ -40,6 +49,20 @@ pub async fn open_input(
     let mut first = [0u8; SNIFF_LEN];
     let got = read_prefix(&file, &mut first).map_err(on_input)?;
     let stem = tensor_name(path, options);
+    if let Some(spec) = &options.raw {
+        let spec = named_spec(spec, path);
+        return open_raw_file(
+            file,
+            len,
+            path,
+            &input,
+            &first[..got],
+            &spec,
+            options,
+            notice,
+        )
+        .await;
+    }
     match detect(&first[..got]) {
         Format::Npy => Ok(Box::new(NpySource::from_file(file, 0, len, &input, stem?)?)),
         Format::Zip => Ok(Box::new(NpzSource::open(file, len, &input, options)?)),
@@ -51,6 +74,69 @@ pub async fn open_input(
         }
         Format::Unknown => Err(unknown(&first[..got]).with_input(&input)),
     }
+}
+
+/// A single-tensor spec with no name takes the dump's file name, less its
+/// extensions (`dump.bin.gz` -> `dump`).
+fn named_spec(spec: &RawSpec, path: &Path) -> RawSpec {
+    let mut spec = spec.clone();
+    if let [t] = spec.tensors.as_mut_slice() {
+        if t.name.is_empty() {
+            let file = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            t.name = file.split('.').next().unwrap_or_default().to_string();
+        }
+    }
+    spec
+}
+
+/// A raw dump: unwrapped only when its name says it is compressed (raw
+/// bytes may begin with anything, a gzip magic included).
+#[allow(clippy::too_many_arguments)]
+async fn open_raw_file(
+    file: File,
+    len: u64,
+    path: &Path,
+    input: &str,
+    first: &[u8],
+    spec: &RawSpec,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let named = |ext: &str| path.extension().is_some_and(|e| e == ext);
+    let compressed = match detect(first) {
+        Format::Compressed(c) if named(c.extension()) || (c == Codec::Zstd && named("zstd")) => {
+            Some(c)
+        }
+        _ => None,
+    };
+    match compressed {
+        None => Ok(Box::new(RawSource::from_file(file, len, input, spec)?)),
+        Some(codec) => {
+            let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
+            open_raw_stream(decoder(codec, raw), input, spec, options, notice).await
+        }
+    }
+}
+
+/// One tensor streams in one pass; several need random access: spool.
+async fn open_raw_stream(
+    reader: TensorReader<'static>,
+    input: &str,
+    spec: &RawSpec,
+    _options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    if spec.tensors.len() == 1 {
+        return Ok(Box::new(RawSource::from_stream(reader, input, spec)?));
+    }
+    notice(&format!(
+        "{input}: a multi-tensor dump needs random access; spooling it to a temporary file"
+    ));
+    let (file, len) = spool(reader).await.map_err(|e| e.with_input(input))?;
+    Ok(Box::new(RawSource::from_file(file, len, input, spec)?))
 }
 
 fn read_prefix(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {

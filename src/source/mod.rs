@@ -11,6 +11,7 @@ pub mod input;
 pub mod memory;
 pub mod npy;
 pub mod npz;
+pub mod raw;
 pub mod safetensors;
 
 use std::pin::Pin;
@@ -91,6 +92,10 @@ pub trait Source: Send {
 /// Options that change how inputs are read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SourceOptions {
+    /// Read every input as a raw dump laid out like this (dtype, shape and
+    /// offset per tensor); compressed dumps are unwrapped when their name
+    /// ends in .gz, .zst, .xz or .bz2.
+    pub raw: Option<raw::RawSpec>,
     /// Skip npz members that are not `.npy` arrays instead of refusing the archive.
     pub skip_non_npy: bool,
     /// The tensor name for a single-array input (.npy), instead of the file stem.

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use safetensors_stream::Dtype;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success, 1 bad input, 2 usage error, 3 I/O or environment error,
@@ -13,6 +14,8 @@ Examples:
   convert layer.0.npy.gz -o layer.safetensors
   curl -s https://host/model.npz | convert - -o model.safetensors
   convert model.safetensors -o copy.safetensors
+  convert model.safetensors --cast-all BF16 -o model-bf16.safetensors
+  convert dump.bin --raw-dtype F32 --raw-shape 4,256 --name w -o w.safetensors
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
   convert model.safetensors.index.json -o single.safetensors
@@ -52,6 +55,46 @@ pub struct ConvertArgs {
     /// Skip npz members that are not .npy arrays, instead of refusing the archive.
     #[arg(long)]
     pub skip_non_npy: bool,
+    /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
+    pub raw_dtype: Option<Dtype>,
+    /// Shape of a raw dump: `4,256`; `scalar` or an empty string for 0-d.
+    #[arg(
+        long,
+        value_name = "SHAPE",
+        requires = "raw_dtype",
+        help_heading = "Raw dumps"
+    )]
+    pub raw_shape: Option<String>,
+    /// Skip this many bytes at the start of a raw dump.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 0,
+        help_heading = "Raw dumps"
+    )]
+    pub raw_offset: u64,
+    /// Byte order of a raw dump.
+    #[arg(long, value_enum, default_value_t = ByteOrder::Little, help_heading = "Raw dumps")]
+    pub raw_byte_order: ByteOrder,
+    /// Several tensors in one dump: a JSON list of {"name", "dtype", "shape", "offset"}.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "raw_dtype",
+        help_heading = "Raw dumps"
+    )]
+    pub raw_manifest: Option<PathBuf>,
+    /// Accept bytes after the last tensor of a raw dump.
+    #[arg(long, help_heading = "Raw dumps")]
+    pub raw_allow_trailing: bool,
+    /// Cast tensors of dtype FROM to TO while streaming (repeatable): F32=BF16, F32=F16,
+    /// F64=F32, F64=BF16, F64=F16, F16=F32, BF16=F32, and lossless integer widenings.
+    #[arg(long, value_name = "FROM=TO", value_parser = parse_cast, help_heading = "Casting")]
+    pub cast: Vec<(Dtype, Dtype)>,
+    /// Cast every floating tensor (F64, F32, F16, BF16) to TO; --cast takes precedence.
+    #[arg(long, value_name = "TO", value_parser = parse_dtype, help_heading = "Casting")]
+    pub cast_all: Option<Dtype>,
     /// Output file, or `-` for standard output. With --max-shard-size, the shards' base name.
     #[arg(short, long, required = true, value_name = "OUT")]
     pub output: Option<PathBuf>,
@@ -85,6 +128,25 @@ pub struct ConvertArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ByteOrder {
+    /// Least significant byte first.
+    Little,
+    /// Most significant byte first; swapped while streaming.
+    Big,
+}
+
+fn parse_dtype(s: &str) -> Result<Dtype, String> {
+    s.to_ascii_uppercase()
+        .parse::<Dtype>()
+        .map_err(|e| e.to_string())
+}
+
+fn parse_cast(s: &str) -> Result<(Dtype, Dtype), String> {
+    let (from, to) = parse_pair(s)?;
+    Ok((parse_dtype(&from)?, parse_dtype(&to)?))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

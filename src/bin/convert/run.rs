@@ -12,14 +12,40 @@ use safetensors_stream::{Error, ErrorKind};
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{ConvertArgs, OrderArg};
+use crate::cli::{ByteOrder, ConvertArgs, OrderArg};
+use safetensors_stream::source::raw::{RawSpec, RawTensor};
 
-fn options(args: &ConvertArgs) -> ConvertOptions {
+fn raw_spec(args: &ConvertArgs) -> Result<Option<RawSpec>, Error> {
+    let mut spec = if let Some(manifest) = &args.raw_manifest {
+        let text =
+            std::fs::read(manifest).map_err(|e| Error::io(e).with_input(manifest.display()))?;
+        RawSpec::from_manifest(&text).map_err(|e| e.with_input(manifest.display()))?
+    } else if let (Some(dtype), Some(shape)) = (args.raw_dtype, &args.raw_shape) {
+        RawSpec {
+            tensors: vec![RawTensor {
+                name: args.name.clone().unwrap_or_default(),
+                dtype,
+                shape: RawSpec::parse_shape(shape)?,
+                offset: args.raw_offset,
+            }],
+            big_endian: false,
+            allow_trailing: false,
+        }
+    } else {
+        return Ok(None);
+    };
+    spec.big_endian = args.raw_byte_order == ByteOrder::Big;
+    spec.allow_trailing = args.raw_allow_trailing;
+    Ok(Some(spec))
+}
+
+fn options(args: &ConvertArgs) -> Result<ConvertOptions, Error> {
     let quiet = args.quiet;
-    ConvertOptions {
+    Ok(ConvertOptions {
         source: SourceOptions {
             skip_non_npy: args.skip_non_npy,
             name: args.name.clone(),
+            raw: raw_spec(args)?,
         },
         notice: Some(Arc::new(move |msg: &str| {
             if !quiet {
@@ -37,12 +63,14 @@ fn options(args: &ConvertArgs) -> ConvertOptions {
                 OrderArg::Input => Order::AsGiven,
             },
             max_shard_size: args.max_shard_size,
+            casts: args.cast.clone(),
+            cast_all: args.cast_all,
         },
         sink: SinkOptions {
             buffer_size: usize::try_from(args.buffer_size).unwrap_or(usize::MAX),
         },
         sync: !args.no_sync,
-    }
+    })
 }
 
 /// Runs the conversion; on SIGINT or SIGTERM the conversion is dropped,
@@ -57,7 +85,7 @@ pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let opts = options(args);
+    let opts = options(args)?;
     let report = rt.block_on(async {
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;

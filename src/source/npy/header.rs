@@ -127,10 +127,16 @@ fn interpret(lit: Literal) -> Result<NpyHeader> {
         };
         match (k.as_str(), v) {
             ("descr", Literal::Str(s)) => descr = Some(s),
-            ("descr", Literal::List(_)) => {
+            ("descr", list @ Literal::List(_)) => {
                 return Err(unsupported(
-                    "[...]",
+                    &list.to_python(),
                     "structured dtypes have no safetensors equivalent",
+                ));
+            }
+            ("descr", tuple @ Literal::Tuple(_)) => {
+                return Err(unsupported(
+                    &tuple.to_python(),
+                    "sub-array dtypes have no safetensors equivalent",
                 ));
             }
             ("fortran_order", Literal::Bool(b)) => fortran = Some(b),
@@ -298,5 +304,12 @@ mod tests {
             s.unwrap_err().kind(),
             ErrorKind::UnsupportedDtype { .. }
         ));
+        let sub = parse_header_text(
+            b"{'descr': ('<i4', (2,)), 'fortran_order': False, 'shape': (3,), }",
+            &p,
+        )
+        .unwrap_err();
+        assert!(matches!(sub.kind(), ErrorKind::UnsupportedDtype { .. }));
+        assert!(sub.to_string().contains("('<i4', (2,))"), "{sub}");
     }
 }

@@ -18,6 +18,64 @@ pub(crate) enum Literal {
 
 const MAX_DEPTH: usize = 16;
 
+/// Longest rendering [`Literal::to_python`] gives, for messages.
+const MAX_RENDER: usize = 200;
+
+impl Literal {
+    /// The literal written back in Python syntax (cut short if long), for
+    /// messages that must name a descr that is not a plain string.
+    pub(crate) fn to_python(&self) -> String {
+        let mut out = String::new();
+        self.render(&mut out);
+        if out.len() > MAX_RENDER {
+            let mut cut = MAX_RENDER;
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+            out.push_str("...");
+        }
+        out
+    }
+
+    fn render(&self, out: &mut String) {
+        let seq = |out: &mut String, items: &[Literal], open: char, close: char| {
+            out.push(open);
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                v.render(out);
+            }
+            if open == '(' && items.len() == 1 {
+                out.push(',');
+            }
+            out.push(close);
+        };
+        match self {
+            Literal::Str(s) => out.push_str(&format!("{s:?}").replace('"', "'")),
+            Literal::Bool(true) => out.push_str("True"),
+            Literal::Bool(false) => out.push_str("False"),
+            Literal::Int(n) => out.push_str(&n.to_string()),
+            Literal::None => out.push_str("None"),
+            Literal::Tuple(items) => seq(out, items, '(', ')'),
+            Literal::List(items) => seq(out, items, '[', ']'),
+            Literal::Dict(items) => {
+                out.push('{');
+                for (i, (k, v)) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    k.render(out);
+                    out.push_str(": ");
+                    v.render(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+}
+
 /// Parses `text` as one literal followed only by whitespace.
 pub(crate) fn parse(text: &str) -> Result<Literal, String> {
     let mut p = Parser {
@@ -219,5 +277,18 @@ mod tests {
         assert!(parse("99999999999999999999999").is_err());
         assert!(parse("'abc").is_err());
         assert!(parse("{'a': 1} x").is_err());
+    }
+
+    #[test]
+    fn renders_back_as_python() {
+        for text in [
+            "('<i4', (2,))",
+            "[('a', '<i4'), ('b', '<f8', (2, 3))]",
+            "{'x': True}",
+        ] {
+            assert_eq!(parse(text).unwrap().to_python(), text);
+        }
+        let long = format!("[{}]", vec!["'<f4'"; 100].join(", "));
+        assert!(parse(&long).unwrap().to_python().ends_with("..."));
     }
 }

@@ -1,0 +1,264 @@
+//! Raw binary dumps: the bytes of one or more tensors, with dtype, shape and
+//! offset given by the user (flags or a JSON manifest).
+
+use std::fs::File;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+
+use super::{file_range, Access, Source, TensorData, TensorReader};
+use crate::error::Span;
+use crate::header::TensorMeta;
+use crate::transform::Transform;
+use crate::{Dtype, Error, ErrorKind, Result};
+
+/// One tensor in a dump: what it is and where it starts.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTensor {
+    /// Tensor name.
+    pub name: String,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape; `[]` for a scalar.
+    pub shape: Vec<u64>,
+    /// Byte offset of its first byte in the dump.
+    #[serde(default)]
+    pub offset: u64,
+}
+
+/// How to read a dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawSpec {
+    /// The tensors, in any order; their ranges may not overlap.
+    pub tensors: Vec<RawTensor>,
+    /// The dump is big-endian.
+    pub big_endian: bool,
+    /// Accept bytes after the last tensor.
+    pub allow_trailing: bool,
+}
+
+impl RawSpec {
+    /// Parses a manifest: a JSON list of `{"name", "dtype", "shape", "offset"}`.
+    ///
+    /// ```
+    /// use safetensors_stream::source::raw::RawSpec;
+    ///
+    /// let spec = RawSpec::from_manifest(br#"[{"name": "w", "dtype": "F32", "shape": [2, 2], "offset": 16}]"#)?;
+    /// assert_eq!(spec.tensors[0].offset, 16);
+    /// # Ok::<(), safetensors_stream::Error>(())
+    /// ```
+    pub fn from_manifest(json: &[u8]) -> Result<RawSpec> {
+        let tensors: Vec<RawTensor> = serde_json::from_slice(json)
+            .map_err(|e| Error::new(ErrorKind::Usage(format!("raw manifest: {e}"))))?;
+        Ok(RawSpec {
+            tensors,
+            big_endian: false,
+            allow_trailing: false,
+        })
+    }
+
+    /// Parses a shape flag: `4,256`, or `scalar` / an empty string for 0-d.
+    pub fn parse_shape(s: &str) -> Result<Vec<u64>> {
+        let s = s.trim();
+        if s.is_empty() || s == "scalar" || s == "()" {
+            return Ok(Vec::new());
+        }
+        s.trim_matches(|c| c == '(' || c == ')' || c == '[' || c == ']')
+            .split(',')
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| {
+                d.trim().parse::<u64>().map_err(|_| {
+                    Error::new(ErrorKind::Usage(format!(
+                        "--raw-shape {s:?}: {d:?} is not a dimension"
+                    )))
+                })
+            })
+            .collect()
+    }
+}
+
+/// Where each tensor lies, checked.
+#[derive(Debug, Clone)]
+struct Placed {
+    meta: TensorMeta,
+    offset: u64,
+    len: u64,
+}
+
+/// Sorts by offset, computes lengths, refuses overlaps; returns the end of the last range.
+fn place(spec: &RawSpec) -> Result<(Vec<Placed>, u64)> {
+    let mut placed = Vec::with_capacity(spec.tensors.len());
+    for t in &spec.tensors {
+        let meta = TensorMeta::new(t.name.clone(), t.dtype, t.shape.clone());
+        let len = meta.byte_len()?;
+        t.offset.checked_add(len).ok_or_else(|| {
+            Error::new(ErrorKind::Usage(format!(
+                "tensor {:?}: offset plus length overflows",
+                t.name
+            )))
+        })?;
+        placed.push(Placed {
+            meta,
+            offset: t.offset,
+            len,
+        });
+    }
+    placed.sort_by_key(|p| (p.offset, p.len));
+    let mut end = 0u64;
+    let mut prev: Option<&Placed> = None;
+    for p in &placed {
+        if let Some(q) = prev {
+            if p.offset < q.offset + q.len {
+                return Err(Error::new(ErrorKind::Overlap {
+                    first: q.meta.name.clone(),
+                    first_span: Span(q.offset, q.offset + q.len),
+                    second: p.meta.name.clone(),
+                    second_span: Span(p.offset, p.offset + p.len),
+                }));
+            }
+        }
+        end = end.max(p.offset + p.len);
+        prev = Some(p);
+    }
+    Ok((placed, end))
+}
+
+enum Data {
+    File(File),
+    /// Forward-only; `pos` is how far it has been read.
+    Stream {
+        reader: Option<TensorReader<'static>>,
+        pos: u64,
+    },
+}
+
+/// A raw dump as a source.
+pub struct RawSource {
+    input: String,
+    tensors: Vec<TensorMeta>,
+    placed: Vec<Placed>,
+    transform: Vec<Transform>,
+    allow_trailing: bool,
+    data: Data,
+}
+
+impl std::fmt::Debug for RawSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawSource")
+            .field("input", &self.input)
+            .field("tensors", &self.tensors)
+            .finish()
+    }
+}
+
+impl RawSource {
+    fn new(spec: &RawSpec, input: &str, data: Data) -> Result<(Self, u64)> {
+        let (placed, end) = place(spec).map_err(|e| e.with_input(input))?;
+        let transform = placed
+            .iter()
+            .map(|p| swap_for(p.meta.dtype, spec.big_endian))
+            .collect();
+        let src = RawSource {
+            input: input.to_string(),
+            tensors: placed.iter().map(|p| p.meta.clone()).collect(),
+            placed,
+            transform,
+            allow_trailing: spec.allow_trailing,
+            data,
+        };
+        Ok((src, end))
+    }
+
+    /// A dump in `file`, `len` bytes long: its size must match the spec
+    /// exactly (or leave trailing bytes, if allowed).
+    pub fn from_file(file: File, len: u64, input: &str, spec: &RawSpec) -> Result<Self> {
+        let (src, end) = Self::new(spec, input, Data::File(file))?;
+        if len < end || (len > end && !spec.allow_trailing) {
+            let e = Error::new(ErrorKind::DataLength {
+                expected: end,
+                actual: len,
+            });
+            return Err(e.with_input(input));
+        }
+        Ok(src)
+    }
+
+    /// A one-tensor dump read forward from a stream, in one pass; its
+    /// length is checked as it ends. (Several tensors need random access:
+    /// spool the stream to a file and use [`RawSource::from_file`].)
+    pub fn from_stream(reader: TensorReader<'static>, input: &str, spec: &RawSpec) -> Result<Self> {
+        if spec.tensors.len() != 1 {
+            let msg = "a streamed dump must hold exactly one tensor; spool it to a file";
+            return Err(Error::new(ErrorKind::Usage(msg.into())).with_input(input));
+        }
+        let data = Data::Stream {
+            reader: Some(reader),
+            pos: 0,
+        };
+        Ok(Self::new(spec, input, data)?.0)
+    }
+}
+
+fn swap_for(dtype: Dtype, big_endian: bool) -> Transform {
+    match dtype.byte_width() {
+        Some(w) if big_endian && w > 1 => Transform::SwapBytes {
+            width: if dtype == Dtype::C64 { 4 } else { w as usize },
+        },
+        _ => Transform::Identity,
+    }
+}
+
+impl Source for RawSource {
+    fn input_name(&self) -> &str {
+        &self.input
+    }
+
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.tensors
+    }
+
+    fn access(&self) -> Access {
+        match self.data {
+            Data::File(_) => Access::Random,
+            Data::Stream { .. } => Access::Sequential,
+        }
+    }
+
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+        let p = self.placed[k].clone();
+        let transform = self.transform[k];
+        let allow_trailing = self.allow_trailing;
+        async move {
+            let reader: TensorReader<'_> = match &mut self.data {
+                Data::File(f) => Box::pin(file_range(f, p.offset, p.len).await?),
+                Data::Stream { reader, pos } => {
+                    let mut r = reader.take().ok_or_else(|| {
+                        Error::new(ErrorKind::Usage("a streamed dump is read once".into()))
+                    })?;
+                    let gap = p.offset - *pos;
+                    let skipped =
+                        tokio::io::copy(&mut (&mut r).take(gap), &mut tokio::io::sink()).await?;
+                    if skipped < gap {
+                        let e = ErrorKind::DataLength {
+                            expected: p.offset + p.len,
+                            actual: *pos + skipped,
+                        };
+                        return Err(Error::new(e));
+                    }
+                    *pos = p.offset + p.len;
+                    if allow_trailing {
+                        Box::pin(r.take(p.len))
+                    } else {
+                        // The sink reads one byte past the tensor: trailing bytes are caught.
+                        r
+                    }
+                }
+            };
+            Ok(TensorData { reader, transform })
+        }
+        .boxed()
+    }
+}
