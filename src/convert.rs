@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::io::AsyncWrite;
 
+use crate::header::HUB_HEADER_LIMIT;
 use crate::index::{IndexMetadata, ShardIndex};
+use crate::observe::{ObservedWriter, Progress};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan};
 use crate::sink::atomic::{close, commit_all, StagedFile};
 use crate::sink::{Sink, SinkOptions};
@@ -40,6 +42,10 @@ pub struct ConvertOptions {
     pub sync: bool,
     /// Told of notable events; `None` keeps quiet.
     pub notice: Option<NoticeFn>,
+    /// Told how the writing advances.
+    pub progress: Option<Arc<dyn Progress>>,
+    /// Compute each output file's SHA-256 while streaming.
+    pub checksum: bool,
 }
 
 impl Default for ConvertOptions {
@@ -50,6 +56,8 @@ impl Default for ConvertOptions {
             sink: SinkOptions::default(),
             sync: true,
             notice: None,
+            progress: None,
+            checksum: false,
         }
     }
 }
@@ -62,6 +70,8 @@ impl std::fmt::Debug for ConvertOptions {
             .field("sink", &self.sink)
             .field("sync", &self.sync)
             .field("notice", &self.notice.is_some())
+            .field("progress", &self.progress.is_some())
+            .field("checksum", &self.checksum)
             .finish()
     }
 }
@@ -75,10 +85,24 @@ pub struct WrittenFile {
     pub bytes: u64,
     /// Tensors it holds (0 for an index).
     pub tensors: usize,
+    /// Its SHA-256, hex, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// A cast that a conversion applies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CastNote {
+    /// The output tensor.
+    pub tensor: String,
+    /// Its dtype in the input.
+    pub from: String,
+    /// Its dtype in the output.
+    pub to: String,
 }
 
 /// What a conversion did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     /// The inputs, as named in messages.
     pub inputs: Vec<String>,
@@ -88,6 +112,12 @@ pub struct Report {
     pub tensors: usize,
     /// Tensor bytes written (headers excluded).
     pub data_bytes: u64,
+    /// Wall time of the whole job.
+    pub seconds: f64,
+    /// The casts applied.
+    pub casts: Vec<CastNote>,
+    /// Things worth knowing that did not stop the job.
+    pub warnings: Vec<String>,
 }
 
 /// Converts the inputs at `inputs` (files of any supported kind, or `-`
@@ -114,6 +144,15 @@ pub async fn convert(
     output: &Output,
     options: &ConvertOptions,
 ) -> Result<Report> {
+    let mut sources = open_inputs(inputs, options).await?;
+    convert_sources(&mut sources, output, options).await
+}
+
+/// Opens every input (files of any supported kind, or `-`), reading headers only.
+pub async fn open_inputs(
+    inputs: &[PathBuf],
+    options: &ConvertOptions,
+) -> Result<Vec<Box<dyn Source>>> {
     let quiet = |_: &str| {};
     let notice: &(dyn Fn(&str) + Send + Sync) = match &options.notice {
         Some(n) => n.as_ref(),
@@ -123,7 +162,46 @@ pub async fn convert(
     for path in inputs {
         sources.push(open_input(path, &options.source, notice).await?);
     }
-    convert_sources(&mut sources, output, options).await
+    Ok(sources)
+}
+
+/// Plans the conversion of opened sources: the whole layout, every header,
+/// before a data byte is read. `--dry-run` stops here.
+pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) -> Result<Plan> {
+    let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
+    let plan = plan(&listings, &options.plan)?;
+    check_access(&plan, sources)?;
+    Ok(plan)
+}
+
+/// The casts a plan applies, for reports.
+pub fn cast_notes(plan: &Plan) -> Vec<CastNote> {
+    plan.shards
+        .iter()
+        .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
+        .filter_map(|(r, t)| {
+            r.cast.map(|c| CastNote {
+                tensor: t.meta.name.clone(),
+                from: c.from().to_string(),
+                to: c.to().to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Warnings about a plan: headers the Hugging Face Hub would refuse.
+pub fn plan_warnings(plan: &Plan) -> Vec<String> {
+    plan.shards
+        .iter()
+        .filter(|s| s.header.header().header_len > HUB_HEADER_LIMIT)
+        .map(|s| {
+            format!(
+                "a header of {} bytes exceeds the {} bytes the Hugging Face Hub accepts",
+                s.header.header().header_len,
+                HUB_HEADER_LIMIT
+            )
+        })
+        .collect()
 }
 
 /// Converts already-opened sources into `output`.
@@ -132,39 +210,56 @@ pub async fn convert_sources(
     output: &Output,
     options: &ConvertOptions,
 ) -> Result<Report> {
-    let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
-    let plan = plan(&listings, &options.plan)?;
-    check_access(&plan, sources)?;
+    let started = std::time::Instant::now();
+    let plan = plan_sources(sources, options)?;
+    let warnings = plan_warnings(&plan);
+    if let Some(notice) = &options.notice {
+        warnings
+            .iter()
+            .for_each(|w| notice(&format!("warning: {w}")));
+    }
+    if let Some(p) = &options.progress {
+        p.start(&plan, plan.file_len());
+    }
     let outputs = match output {
         Output::Stdout if plan.shards.len() > 1 => {
-            return Err(ErrorKind::Usage(
-                "sharded output needs a file, not standard output".into(),
-            )
-            .into());
+            let msg = "sharded output needs a file, not standard output";
+            return Err(ErrorKind::Usage(msg.into()).into());
         }
         Output::Stdout => {
-            let out = write_shard(
+            let w = ObservedWriter::new(
                 tokio::io::stdout(),
-                &plan.shards[0],
-                sources,
-                options.sink,
-                "-",
-            )
-            .await?;
-            drop(out);
+                options.checksum,
+                options.progress.clone(),
+            );
+            let ctx = ShardCtx {
+                index: 0,
+                count: 1,
+                options,
+            };
+            let (_, sha256) = write_observed(w, &plan.shards[0], sources, "-", &ctx)
+                .await?
+                .into_parts();
             vec![WrittenFile {
                 path: "-".into(),
                 bytes: plan.file_len(),
                 tensors: plan.tensor_count(),
+                sha256,
             }]
         }
         Output::File(path) => write_files(path, &plan, sources, options).await?,
     };
+    if let Some(p) = &options.progress {
+        p.finish();
+    }
     Ok(Report {
-        inputs: listings.into_iter().map(|l| l.input).collect(),
+        inputs: sources.iter().map(|s| s.input_name().to_string()).collect(),
         outputs,
         tensors: plan.tensor_count(),
         data_bytes: plan.data_len(),
+        seconds: started.elapsed().as_secs_f64(),
+        casts: cast_notes(&plan),
+        warnings,
     })
 }
 
@@ -194,11 +289,54 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
     sink_options: SinkOptions,
     output_name: &str,
 ) -> Result<W> {
+    write_tensors(writer, shard, sources, sink_options, output_name, |_| {}).await
+}
+
+/// Which shard is being written, for progress.
+struct ShardCtx<'a> {
+    index: usize,
+    count: usize,
+    options: &'a ConvertOptions,
+}
+
+async fn write_observed<W: AsyncWrite + Unpin>(
+    writer: ObservedWriter<W>,
+    shard: &ShardPlan,
+    sources: &mut [Box<dyn Source + '_>],
+    output_name: &str,
+    ctx: &ShardCtx<'_>,
+) -> Result<ObservedWriter<W>> {
+    let progress = ctx.options.progress.clone();
+    let on_tensor = |name: &str| {
+        if let Some(p) = &progress {
+            p.tensor(ctx.index, ctx.count, name);
+        }
+    };
+    write_tensors(
+        writer,
+        shard,
+        sources,
+        ctx.options.sink,
+        output_name,
+        on_tensor,
+    )
+    .await
+}
+
+async fn write_tensors<W: AsyncWrite + Unpin>(
+    writer: W,
+    shard: &ShardPlan,
+    sources: &mut [Box<dyn Source + '_>],
+    sink_options: SinkOptions,
+    output_name: &str,
+    on_tensor: impl Fn(&str),
+) -> Result<W> {
     let sink = Sink::start(writer, &shard.header, sink_options)
         .await
         .map_err(|e| e.with_input(output_name))?;
     let mut sink = sink.with_output_name(output_name);
-    for r in &shard.refs {
+    for (r, t) in shard.refs.iter().zip(&shard.header.header().tensors) {
+        on_tensor(&t.meta.name);
         let source = &mut sources[r.source];
         let input = source.input_name().to_string();
         let tensor = source.tensors()[r.index].name.clone();
@@ -242,16 +380,26 @@ async fn write_files(
     let (paths, index_path) = shard_paths(output, plan.shards.len());
     let mut staged = Vec::with_capacity(paths.len() + 1);
     let mut written = Vec::with_capacity(paths.len() + 1);
-    for (shard, path) in plan.shards.iter().zip(&paths) {
+    let count = plan.shards.len();
+    for (index, (shard, path)) in plan.shards.iter().zip(&paths).enumerate() {
         let (stage, file) = StagedFile::create(path)?;
         let name = path.display().to_string();
-        let file = write_shard(file, shard, sources, options.sink, &name).await?;
+        let w = ObservedWriter::new(file, options.checksum, options.progress.clone());
+        let ctx = ShardCtx {
+            index,
+            count,
+            options,
+        };
+        let (file, sha256) = write_observed(w, shard, sources, &name, &ctx)
+            .await?
+            .into_parts();
         close(file, options.sync, path).await?;
         staged.push(stage);
         written.push(WrittenFile {
             path: name,
             bytes: shard.file_len(),
             tensors: shard.refs.len(),
+            sha256,
         });
     }
     if let Some(index_path) = index_path {
@@ -262,10 +410,12 @@ async fn write_files(
             .map_err(|e| Error::io(e).with_input(index_path.display()))?;
         close(file, options.sync, &index_path).await?;
         staged.push(stage);
+        let sha256 = options.checksum.then(|| sha256_hex(&bytes));
         written.push(WrittenFile {
             path: index_path.display().to_string(),
             bytes: bytes.len() as u64,
             tensors: 0,
+            sha256,
         });
     }
     commit_all(staged, options.sync)?;
@@ -295,4 +445,12 @@ fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
     let mut bytes = serde_json::to_vec_pretty(&index).expect("JSON of an index");
     bytes.push(b'\n');
     bytes
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

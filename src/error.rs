@@ -487,6 +487,35 @@ fn inputs_clause(inputs: &Option<(String, String)>) -> String {
 }
 
 impl ErrorKind {
+    /// The variant's name in snake case (`overlap`, `header_too_large`), for
+    /// machine-readable reports.
+    ///
+    /// ```
+    /// use safetensors_stream::ErrorKind;
+    /// assert_eq!(ErrorKind::HeaderNotUtf8.name(), "header_not_utf8");
+    /// ```
+    pub fn name(&self) -> String {
+        let debug = format!("{self:?}");
+        let variant = debug
+            .split(|c: char| !c.is_alphanumeric() && c != '_')
+            .next()
+            .unwrap_or_default();
+        let mut out = String::with_capacity(variant.len() + 4);
+        let mut prev_upper = true;
+        for c in variant.chars() {
+            if c.is_ascii_uppercase() {
+                if !prev_upper {
+                    out.push('_');
+                }
+                out.push(c.to_ascii_lowercase());
+            } else {
+                out.push(c);
+            }
+            prev_upper = c.is_ascii_uppercase();
+        }
+        out
+    }
+
     /// The error's broad class.
     pub fn category(&self) -> Category {
         match self {

@@ -131,3 +131,96 @@ pub fn to_json(cp: &Checkpoint) -> Value {
         "index": cp.index,
     })
 }
+
+/// A plan as JSON, for `--dry-run --json`: every output file with its
+/// tensors in order, offsets, sources and casts.
+pub fn plan_to_json(
+    plan: &crate::plan::Plan,
+    paths: &[String],
+    sources: &[crate::source::Listing],
+) -> Value {
+    let files: Vec<Value> = plan
+        .shards
+        .iter()
+        .zip(paths)
+        .map(|(shard, path)| {
+            let h = shard.header.header();
+            let tensors: Vec<Value> = h
+                .tensors
+                .iter()
+                .zip(&shard.refs)
+                .map(|(t, r)| {
+                    let src = &sources[r.source];
+                    json!({
+                        "name": t.meta.name,
+                        "dtype": t.meta.dtype.as_str(),
+                        "shape": t.meta.shape,
+                        "data_offsets": [t.begin, t.end],
+                        "source": {"input": src.input, "name": src.tensors[r.index].name},
+                        "cast": r.cast.map(|c| json!({"from": c.from().as_str(), "to": c.to().as_str()})),
+                    })
+                })
+                .collect();
+            json!({
+                "path": path,
+                "header_len": h.header_len,
+                "file_len": h.file_len(),
+                "data_bytes": h.data_len(),
+                "metadata": h.metadata,
+                "tensors": tensors,
+            })
+        })
+        .collect();
+    json!({
+        "outputs": files,
+        "tensors": plan.tensor_count(),
+        "data_bytes": plan.data_len(),
+        "file_bytes": plan.file_len(),
+    })
+}
+
+/// A plan for people: per output file, its tensors in order.
+pub fn render_plan(
+    plan: &crate::plan::Plan,
+    paths: &[String],
+    sources: &[crate::source::Listing],
+) -> String {
+    let mut out = String::new();
+    for (shard, path) in plan.shards.iter().zip(paths) {
+        let h = shard.header.header();
+        let _ = writeln!(
+            out,
+            "{path}: {} tensors, header {} bytes, file {} bytes ({})",
+            h.tensors.len(),
+            h.header_len,
+            h.file_len(),
+            HumanBytes(h.file_len())
+        );
+        for (t, r) in h.tensors.iter().zip(&shard.refs) {
+            let src = &sources[r.source];
+            let cast = r
+                .cast
+                .map(|c| format!("  cast {} -> {}", c.from(), c.to()))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {:?} {} {:?} [{},{})  from {}:{:?}{cast}",
+                t.meta.name,
+                t.meta.dtype,
+                t.meta.shape,
+                t.begin,
+                t.end,
+                src.input,
+                src.tensors[r.index].name
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} tensors, {} of tensor data, {} in all",
+        plan.tensor_count(),
+        HumanBytes(plan.data_len()),
+        HumanBytes(plan.file_len())
+    );
+    out
+}

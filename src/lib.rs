@@ -34,6 +34,7 @@ pub mod error;
 pub mod header;
 pub mod index;
 pub mod inspect;
+pub mod observe;
 pub mod plan;
 pub mod sink;
 pub mod source;

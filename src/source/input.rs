@@ -45,7 +45,19 @@ pub async fn open_input(
     }
     let on_input = |e: std::io::Error| Error::io(e).with_input(&input);
     let file = File::open(path).map_err(on_input)?;
-    let len = file.metadata().map_err(on_input)?.len();
+    let meta = file.metadata().map_err(on_input)?;
+    if is_stream(&meta) {
+        // A pipe, FIFO, socket or character device (`convert <(zcat x.npz)`):
+        // positional reads fail on it, so it is read forward like stdin.
+        let reader: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
+        if let Some(spec) = &options.raw {
+            let spec = named_spec(spec, path);
+            return open_raw_stream(reader, &input, &spec, options, notice).await;
+        }
+        let stem = tensor_name(path, options).ok();
+        return open_stream(reader, &input, stem, options, notice, 0).await;
+    }
+    let len = meta.len();
     let mut first = [0u8; SNIFF_LEN];
     let got = read_prefix(&file, &mut first).map_err(on_input)?;
     let stem = tensor_name(path, options);
@@ -139,6 +151,13 @@ async fn open_raw_stream(
     Ok(Box::new(RawSource::from_file(file, len, input, spec)?))
 }
 
+/// True for what can only be read forward: pipes, FIFOs, sockets, devices.
+fn is_stream(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    t.is_fifo() || t.is_socket() || t.is_char_device()
+}
+
 fn read_prefix(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
@@ -227,13 +246,18 @@ impl AsyncRead for DecodeErrors {
                 || e.kind() != std::io::ErrorKind::InvalidData
                     && e.kind() != std::io::ErrorKind::Other
                     && e.kind() != std::io::ErrorKind::UnexpectedEof
+                    // liblzma's "no progress possible" (a truncated xz stream)
+                    // and bzip2's equivalent arrive as OutOfMemory.
+                    && e.kind() != std::io::ErrorKind::OutOfMemory
             {
                 return e;
             }
-            let message = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                "compressed stream is truncated".to_string()
-            } else {
-                e.to_string()
+            let message = match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => "compressed stream is truncated".to_string(),
+                std::io::ErrorKind::OutOfMemory => {
+                    "compressed stream is truncated or corrupt".to_string()
+                }
+                _ => e.to_string(),
             };
             Error::new(ErrorKind::Decompress {
                 codec: codec.name(),

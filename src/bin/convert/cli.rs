@@ -6,8 +6,9 @@ use clap::{Args, Parser, Subcommand};
 use safetensors_stream::Dtype;
 
 const AFTER_HELP: &str = "\
-Exit codes: 0 success, 1 bad input, 2 usage error, 3 I/O or environment error,
-130/143 interrupted by SIGINT/SIGTERM (the output path is left untouched).
+Exit codes: 0 success, 1 bad input (the input is not what it claims), 2 usage error,
+3 I/O or environment error (disk full, permission), 130/143 interrupted by SIGINT/SIGTERM.
+On any failure the output path is left untouched: no partial file, an old file keeps its bytes.
 
 Examples:
   convert weights.npz -o model.safetensors
@@ -21,6 +22,8 @@ Examples:
   convert model.safetensors.index.json -o single.safetensors
   convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
   convert model.safetensors -o - | ssh host 'cat > model.safetensors'
+  convert weights.npz --dry-run --json -o out.safetensors
+  producer | convert - --report json -o - | consumer    (a pipeline stage)
   convert validate model.safetensors
   convert validate --reference model.safetensors.index.json
   convert inspect --json model.safetensors";
@@ -126,8 +129,35 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg, default_value = "4MiB")]
     pub buffer_size: u64,
     /// Print nothing but errors.
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with = "progress")]
     pub quiet: bool,
+    /// Show progress even when stderr is not a terminal (shown by default on a terminal).
+    #[arg(long)]
+    pub progress: bool,
+    /// Show the plan (tensors, dtypes, shapes, offsets, header sizes, shards, casts); write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run: print the plan as JSON on stdout.
+    #[arg(long, requires = "dry_run")]
+    pub json: bool,
+    /// Print a machine-readable report on stderr at the end (or a JSON error), and nothing else.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub report: Option<ReportFormat>,
+    /// Compute a checksum of each output file while streaming (in the report and the summary).
+    #[arg(long, value_enum, value_name = "ALGO")]
+    pub checksum: Option<ChecksumAlgo>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// One JSON object.
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ChecksumAlgo {
+    /// SHA-256, hex.
+    Sha256,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -174,6 +204,11 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Show a safetensors file's (or sharded checkpoint's) tensors, sizes and metadata.
     Inspect(InspectArgs),
+    /// Print a shell completion script: `convert completions bash > /etc/bash_completion.d/convert`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Args)]

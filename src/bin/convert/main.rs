@@ -1,6 +1,7 @@
 //! `convert`: the command-line face of safetensors-stream. Thin over the library.
 
 mod cli;
+mod progress;
 mod run;
 
 use std::io::Write;
@@ -19,6 +20,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Validate(args)) => validate(&args),
         Some(Command::Inspect(args)) => run_inspect(&args),
+        Some(Command::Completions { shell }) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "convert", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         None => run::convert(&cli.convert),
     };
     match result {

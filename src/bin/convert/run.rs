@@ -2,17 +2,28 @@
 
 use std::process::ExitCode;
 
-use safetensors_stream::convert::{convert as run_convert, ConvertOptions, Output, Report};
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+
+use safetensors_stream::convert::{
+    cast_notes, convert_sources, open_inputs, plan_sources, plan_warnings, shard_paths,
+    ConvertOptions, Output, Report,
+};
 use safetensors_stream::header::Order;
+use safetensors_stream::inspect;
+use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
+use safetensors_stream::source::Listing;
 use safetensors_stream::source::SourceOptions;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{Error, ErrorKind};
+use serde_json::json;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{ByteOrder, ConvertArgs, OrderArg};
+use crate::cli::{ByteOrder, ConvertArgs, OrderArg, ReportFormat};
+use crate::progress::{Bar, Lines};
 use safetensors_stream::source::raw::{RawSpec, RawTensor};
 
 fn raw_spec(args: &ConvertArgs) -> Result<Option<RawSpec>, Error> {
@@ -39,19 +50,23 @@ fn raw_spec(args: &ConvertArgs) -> Result<Option<RawSpec>, Error> {
     Ok(Some(spec))
 }
 
-fn options(args: &ConvertArgs) -> Result<ConvertOptions, Error> {
-    let quiet = args.quiet;
+fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
+    let progress: Option<Arc<dyn Progress>> =
+        match (args.quiet || args.report.is_some(), args.progress) {
+            (_, true) if std::io::stderr().is_terminal() => Some(Arc::new(Bar::new())),
+            (_, true) => Some(Arc::new(Lines::new())),
+            (false, false) if std::io::stderr().is_terminal() && !args.dry_run => {
+                Some(Arc::new(Bar::new()))
+            }
+            _ => None,
+        };
     Ok(ConvertOptions {
         source: SourceOptions {
             skip_non_npy: args.skip_non_npy,
             name: args.name.clone(),
             raw: raw_spec(args)?,
         },
-        notice: Some(Arc::new(move |msg: &str| {
-            if !quiet {
-                eprintln!("convert: {msg}");
-            }
-        })),
+        notice: Some(Arc::new(move |msg: &str| notes.say(msg))),
         plan: PlanOptions {
             include: args.include.clone(),
             exclude: args.exclude.clone(),
@@ -70,12 +85,55 @@ fn options(args: &ConvertArgs) -> Result<ConvertOptions, Error> {
             buffer_size: usize::try_from(args.buffer_size).unwrap_or(usize::MAX),
         },
         sync: !args.no_sync,
+        progress,
+        checksum: args.checksum.is_some(),
     })
+}
+
+/// Notices go to stderr as lines, or into the JSON report when there is one.
+#[derive(Clone)]
+struct Notes {
+    quiet: bool,
+    collected: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+impl Notes {
+    fn say(&self, msg: &str) {
+        match &self.collected {
+            Some(c) => c.lock().expect("notes lock").push(msg.to_string()),
+            None if !self.quiet => eprintln!("convert: {msg}"),
+            None => {}
+        }
+    }
 }
 
 /// Runs the conversion; on SIGINT or SIGTERM the conversion is dropped,
 /// which deletes its temp files, and the exit code is 128 + the signal.
 pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
+    let json = args.report == Some(ReportFormat::Json);
+    let notes = Notes {
+        quiet: args.quiet,
+        collected: json.then(|| Arc::new(Mutex::new(Vec::new()))),
+    };
+    let result = run(args, notes.clone());
+    if !json {
+        return result;
+    }
+    let collected = notes
+        .collected
+        .map(|c| c.lock().expect("notes lock").clone())
+        .unwrap_or_default();
+    Ok(match result {
+        Ok(code) => code,
+        Err(e) => {
+            let code = crate::exit_code(e.category());
+            eprintln!("{}", error_json(&e, code_number(e.category()), &collected));
+            code
+        }
+    })
+}
+
+fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
     let output = match args.output.as_deref() {
         Some(p) if p.as_os_str() == "-" => Output::Stdout,
         Some(p) => Output::File(p.to_path_buf()),
@@ -85,29 +143,118 @@ pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let opts = options(args)?;
-    let report = rt.block_on(async {
+    let opts = options(args, notes.clone())?;
+    let outcome = rt.block_on(async {
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
         tokio::select! {
-            r = run_convert(&args.inputs, &output, &opts) => r.map_err(Interrupt::No),
+            r = job(args, &output, &opts) => r.map_err(Interrupt::No),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
             _ = term.recv() => Err(Interrupt::Signal("SIGTERM", 143)),
         }
     });
-    match report {
-        Ok(report) => {
-            if !args.quiet {
+    let collected = || {
+        notes
+            .collected
+            .as_ref()
+            .map(|c| c.lock().expect("notes lock").clone())
+            .unwrap_or_default()
+    };
+    match outcome {
+        Ok(Outcome::Planned) => Ok(ExitCode::SUCCESS),
+        Ok(Outcome::Done(report)) => {
+            if args.report == Some(ReportFormat::Json) {
+                eprintln!("{}", report_json(&report, &collected()));
+            } else if !args.quiet {
                 summarize(&report);
             }
             Ok(ExitCode::SUCCESS)
         }
         Err(Interrupt::No(e)) => Err(e),
         Err(Interrupt::Signal(name, code)) => {
-            crate::report(&Error::new(ErrorKind::Interrupted(name)));
+            let e = Error::new(ErrorKind::Interrupted(name));
+            if args.report == Some(ReportFormat::Json) {
+                eprintln!("{}", error_json(&e, code, &collected()));
+            } else {
+                crate::report(&e);
+            }
             Ok(ExitCode::from(code))
         }
     }
+}
+
+enum Outcome {
+    Planned,
+    Done(Report),
+}
+
+/// Opens, plans, and either shows the plan or writes it.
+async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Result<Outcome, Error> {
+    let mut sources = open_inputs(&args.inputs, opts).await?;
+    if args.dry_run {
+        let plan = plan_sources(&sources, opts)?;
+        let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
+        let paths = output_names(output, &plan);
+        let text = if args.json {
+            let mut v = inspect::plan_to_json(&plan, &paths, &listings);
+            v["warnings"] = json!(plan_warnings(&plan));
+            v["casts"] = json!(cast_notes(&plan));
+            let mut s = serde_json::to_string_pretty(&v).expect("JSON of a Value");
+            s.push('\n');
+            s
+        } else {
+            inspect::render_plan(&plan, &paths, &listings)
+        };
+        let _ = std::io::stdout().lock().write_all(text.as_bytes());
+        return Ok(Outcome::Planned);
+    }
+    Ok(Outcome::Done(
+        convert_sources(&mut sources, output, opts).await?,
+    ))
+}
+
+fn output_names(output: &Output, plan: &safetensors_stream::plan::Plan) -> Vec<String> {
+    match output {
+        Output::Stdout => vec!["-".to_string()],
+        Output::File(p) => {
+            let (paths, _) = shard_paths(p, plan.shards.len());
+            paths.iter().map(|p| p.display().to_string()).collect()
+        }
+    }
+}
+
+fn code_number(c: safetensors_stream::Category) -> u8 {
+    match c {
+        safetensors_stream::Category::BadInput => 1,
+        safetensors_stream::Category::Usage => 2,
+        safetensors_stream::Category::Io => 3,
+    }
+}
+
+fn report_json(report: &Report, notes: &[String]) -> String {
+    let mut v = serde_json::to_value(report).expect("JSON of a report");
+    v["ok"] = json!(true);
+    if let Some(w) = v["warnings"].as_array_mut() {
+        w.extend(notes.iter().map(|n| json!(n)));
+    }
+    v.to_string()
+}
+
+fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
+    json!({
+        "ok": false,
+        "exit_code": exit_code,
+        "error": {
+            "kind": e.kind().name(),
+            "category": format!("{:?}", e.category()),
+            "input": e.input(),
+            "tensor": e.tensor(),
+            "offset": e.offset(),
+            "message": e.to_string(),
+        },
+        "warnings": notes,
+    })
+    .to_string()
 }
 
 enum Interrupt {
@@ -124,19 +271,32 @@ impl From<std::io::Error> for Interrupt {
 fn summarize(report: &Report) {
     for f in &report.outputs {
         if f.path != "-" {
+            let sum = f
+                .sha256
+                .as_deref()
+                .map(|h| format!(", sha256 {h}"))
+                .unwrap_or_default();
             eprintln!(
-                "wrote {} ({} bytes, {})",
+                "wrote {} ({} bytes, {}{sum})",
                 f.path,
                 f.bytes,
                 HumanBytes(f.bytes)
             );
+        } else if let Some(h) = &f.sha256 {
+            eprintln!("stdout sha256 {h}");
         }
     }
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     eprintln!(
-        "{} tensors, {} of tensor data, from {} input{}",
-        report.tensors,
+        "{}, {} of tensor data, from {} in {:.2} s{}",
+        plural(report.tensors, "tensor"),
         HumanBytes(report.data_bytes),
-        report.inputs.len(),
-        if report.inputs.len() == 1 { "" } else { "s" }
+        plural(report.inputs.len(), "input"),
+        report.seconds,
+        if report.casts.is_empty() {
+            String::new()
+        } else {
+            format!(", {} cast", plural(report.casts.len(), "tensor"))
+        }
     );
 }
