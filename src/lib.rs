@@ -6,6 +6,11 @@
 //! - [`dtype`]: the 22 element types;
 //! - [`header`]: the header's byte-exact encoding, and its parsing and validation
 //!   in strict and reference modes;
+//! - [`source`]: where tensors come from (`.npy`, `.npz`, raw dumps, safetensors,
+//!   compressed or not, files or streams), listed from headers alone;
+//! - [`plan`]: the pure planner: filters, renames, casts, order, offsets, shards;
+//! - [`sink`]: the async writer, one bounded buffer, atomic file output;
+//! - [`convert`]: the whole job as one call, which the `convert` binary wraps.
 //!
 //! ```
 //! use safetensors_stream::{Dtype, header::{encode, parse_file_bytes, Order, Rules, TensorMeta}};
@@ -25,6 +30,11 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
+
+/// The README's Rust examples, run as doctests so the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 pub mod array;
 pub mod cast;

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use super::{Metadata, Mode, Rules, TensorMeta};
@@ -41,14 +41,38 @@ pub(super) fn parse_json(text: &str, rules: Rules) -> Result<RawHeader, (ErrorKi
         stash: &stash,
     };
     let mut de = serde_json::Deserializer::from_str(text);
-    let result = seed.deserialize(&mut de).and_then(|h| de.end().map(|()| h));
-    result.map_err(|e| match stash.into_inner() {
+    let json_error = |e: serde_json::Error, stash: Option<ErrorKind>| match stash {
         Some(kind) => (kind, None),
         None => {
             let pos = byte_position(text, e.line(), e.column());
             (ErrorKind::HeaderJson(strip_position(&e)), pos)
         }
-    })
+    };
+    let header = seed
+        .deserialize(&mut de)
+        .map_err(|e| json_error(e, stash.take()))?;
+    if let Err(e) = de.end() {
+        // The object is whole, so what follows it is padding: in strict
+        // mode, name that rule rather than serde's "trailing characters".
+        if rules.mode == Mode::Strict {
+            if let Some(found) = padding_error(text, &e) {
+                return Err(found);
+            }
+        }
+        return Err(json_error(e, None));
+    }
+    Ok(header)
+}
+
+/// The first byte after the object that is not a space, given serde_json's
+/// error at the first byte that is not JSON whitespace.
+fn padding_error(text: &str, e: &serde_json::Error) -> Option<(ErrorKind, Option<u64>)> {
+    let at = byte_position(text, e.line(), e.column())? as usize;
+    let bytes = text.as_bytes().get(..=at)?;
+    let is_ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    let body_end = bytes[..at].iter().rposition(|b| !is_ws(b))? + 1;
+    let first = body_end + bytes[body_end..].iter().position(|&b| b != b' ')?;
+    Some((ErrorKind::BadPadding(bytes[first]), Some(first as u64)))
 }
 
 /// serde_json reports 1-based line and byte column; turn them into an offset.
@@ -266,7 +290,7 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
                     };
                     return Err(fail(self.stash, kind));
                 }
-                map.next_value::<IgnoredAny>()?;
+                map.next_value::<Buffered>()?;
                 continue;
             };
             let already = match field {
@@ -295,6 +319,61 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
         let shape = seq.next_element()?.ok_or_else(|| len_err(1))?;
         let offsets = seq.next_element()?.ok_or_else(|| len_err(2))?;
         self.assemble(Some(dtype), Some(shape), Some(offsets))
+    }
+}
+
+/// A value the reference parses in full and then ignores: it buffers each
+/// tensor's entry as serde's `Content` (through `deserialize_any`) before its
+/// derived struct skips unknown fields. `IgnoredAny` would only scan, and so
+/// accept what that parse refuses: a lone surrogate escape (`"\ud800"`), a
+/// number out of f64's range (`1e400`), nesting past the recursion limit.
+struct Buffered;
+
+impl<'de> Deserialize<'de> for Buffered {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Buffered, D::Error> {
+        d.deserialize_any(Buffered)
+    }
+}
+
+impl<'de> Visitor<'de> for Buffered {
+    type Value = Buffered;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Buffered, E> {
+        Ok(Buffered)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Buffered, E> {
+        Ok(Buffered)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Buffered, E> {
+        Ok(Buffered)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Buffered, E> {
+        Ok(Buffered)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Buffered, E> {
+        Ok(Buffered)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Buffered, E> {
+        Ok(Buffered)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Buffered, A::Error> {
+        while seq.next_element::<Buffered>()?.is_some() {}
+        Ok(Buffered)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Buffered, A::Error> {
+        while map.next_entry::<Buffered, Buffered>()?.is_some() {}
+        Ok(Buffered)
     }
 }
 
