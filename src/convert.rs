@@ -339,8 +339,14 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
         on_tensor(&t.meta.name);
         let source = &mut sources[r.source];
         let input = source.input_name().to_string();
-        let tensor = source.tensors()[r.index].name.clone();
-        let on_source = |e: Error| e.with_input(&input).with_tensor(&tensor);
+        let in_name = &source.tensors()[r.index].name;
+        // Name the tensor as the input knows it, and as it is written if renamed.
+        let tensor = if *in_name == t.meta.name {
+            in_name.clone()
+        } else {
+            format!("{in_name} (written as {})", t.meta.name)
+        };
+        let on_source = |e: Error| e.with_input(&input).set_tensor(&tensor);
         let data = source.open(r.index).await.map_err(on_source)?;
         sink.write_tensor_data(data, r.cast)
             .await

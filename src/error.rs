@@ -123,6 +123,13 @@ impl Error {
         self
     }
 
+    /// Names the tensor, replacing any name an inner layer gave (an outer
+    /// layer may know the name better: the input's, not the output's).
+    pub fn set_tensor(mut self, tensor: impl Into<String>) -> Self {
+        self.inner.tensor = Some(tensor.into());
+        self
+    }
+
     /// Sets the byte offset, unless an inner layer already did.
     pub fn at_offset(mut self, offset: u64) -> Self {
         if self.inner.offset.is_none() {

@@ -270,6 +270,9 @@ fn split_shards(tensors: Vec<Selected>, max: Option<u64>) -> Result<Vec<Vec<Sele
     let Some(max) = max else {
         return Ok(vec![tensors]);
     };
+    if max == 0 {
+        return Err(usage("--max-shard-size must be more than 0 bytes".into()));
+    }
     let mut shards: Vec<Vec<Selected>> = Vec::new();
     let mut current: Vec<Selected> = Vec::new();
     let mut size = 0u64;

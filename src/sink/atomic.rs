@@ -30,10 +30,18 @@ impl StagedFile {
         prefix.push(target.file_name().unwrap_or_default());
         prefix.push(".");
         let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
+        // Refuse a folder now: the rename would fail only after every byte was
+        // written (and `out/` would stage its temp file in the current folder).
+        if target.is_dir() || target.as_os_str().as_encoded_bytes().ends_with(b"/") {
+            return Err(on_target(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory; the output must be a file name",
+            )));
+        }
         let temp = tempfile::Builder::new()
             .prefix(&prefix)
             .suffix(TEMP_SUFFIX)
-            .permissions(new_file_permissions())
+            .permissions(permissions_for(target))
             .tempfile_in(dir)
             .map_err(|e| {
                 // tempfile's message names its random path; name the folder instead.
@@ -69,6 +77,15 @@ fn io_reason(e: &std::io::Error) -> String {
     match s.find(" at path ") {
         Some(i) => s[..i].to_string(),
         None => s,
+    }
+}
+
+/// An existing output keeps its mode, as `cp` onto it would; a new one gets
+/// what `cp` or `>` would give it.
+fn permissions_for(target: &Path) -> std::fs::Permissions {
+    match std::fs::metadata(target) {
+        Ok(m) if m.is_file() => m.permissions(),
+        _ => new_file_permissions(),
     }
 }
 

@@ -1,0 +1,916 @@
+#!/usr/bin/env python3
+"""Benchmark harness for `convert` (issue 7, and the Performance part of issue 3).
+
+One command:
+
+    python3 benches/bench.py [--size-gib 1] [--runs 5] [--only W1,W2] [--out benches/results.md]
+    python3 benches/bench.py --quick          # everything tiny, 1 run: a smoke test of the harness
+
+It builds `cargo build --release`, generates deterministic inputs in a temporary directory,
+then for each workload times, interleaved round by round (A B C, A B C, ...), with a warm page
+cache, each tool's wall time and peak RSS (`/usr/bin/time -v`):
+
+  cp            cp of the input file into the output directory (the physical limit)
+  cp+sync       the same, then fsync of the copy and of its directory (pairs with convert's
+                default mode, which fsyncs the file and the directory)
+  python        the reference a user would run instead (np.load / load_file + save_file);
+                it does not fsync, so it pairs with `convert --no-sync`
+  convert --no-sync, convert (default, fsync)
+
+Every convert output is verified (convert validate, then every tensor compared with the input's
+arrays) so that a broken fast path cannot win. See benches/README.md for the columns and caveats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import shlex
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+MIB = 1 << 20
+CHUNK = 8 * MIB
+
+WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "reshard", "npz-small", "plan-1m"]
+
+# Targets of issue 7 (ratios of medians measured side by side in one run).
+T_COPY = 1.10  # convert / cp (stored npz, npy, safetensors, resharding)
+T_DEFLATE_PY = 0.40  # deflated npz: convert / Python
+T_DEFLATE_ZLIB = 0.60  # deflated npz: convert / one thread of zlib
+T_SMALL_PY = 0.05  # 20,000 small arrays: convert / Python
+T_PLAN_S = 1.0  # planning 1,000,000 tensors, seconds
+T_PLAN_GROWTH = 1.25  # t(n_max)/t(n_min) at most this times what n log n predicts
+T_RSS_MIB = 32.0  # peak RSS of convert, every workload
+
+# The Python reference, run as a subprocess: `python3 ref.py MODE IN OUT [ARG]`.
+REF_PY = r'''
+import json, os, struct, sys, time, zipfile, zlib
+mode, src, out = sys.argv[1], sys.argv[2], sys.argv[3]
+if mode == "zlib":
+    # One thread of zlib inflating the npz's members: raw deflate over each member's bytes,
+    # 1 MiB of input at a time, output discarded. Reading the raw bytes is not timed.
+    zf = zipfile.ZipFile(src)
+    elapsed, total, expect = 0.0, 0, 0
+    with open(src, "rb") as f:
+        for zi in zf.infolist():
+            f.seek(zi.header_offset)
+            h = f.read(30)
+            n, m = struct.unpack("<HH", h[26:30])
+            f.seek(zi.header_offset + 30 + n + m)
+            raw = memoryview(f.read(zi.compress_size))
+            expect += zi.file_size
+            t0 = time.perf_counter()
+            d = zlib.decompressobj(-15)
+            for i in range(0, len(raw), 1 << 20):
+                total += len(d.decompress(raw[i:i + (1 << 20)]))
+            total += len(d.flush())
+            elapsed += time.perf_counter() - t0
+    assert total == expect, (total, expect)
+    print(f"{elapsed:.6f} {total}")
+    sys.exit(0)
+import numpy as np
+from safetensors.numpy import load_file, save_file
+if mode == "npz":
+    d = np.load(src)
+    save_file({k: d[k] for k in d.files}, out)
+elif mode == "npy":
+    save_file({os.path.basename(src)[:-4]: np.load(src)}, out)
+elif mode == "safetensors":
+    save_file(load_file(src), out)
+elif mode == "reshard":
+    # What a user writes: greedy shards (huggingface_hub's rule), save_file each, an index.
+    limit = int(sys.argv[4])
+    tensors = load_file(src)
+    shards, cur, size = [], {}, 0
+    for k, v in tensors.items():
+        if cur and size + v.nbytes > limit:
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[k] = v
+        size += v.nbytes
+    if cur:
+        shards.append(cur)
+    d, base = os.path.dirname(out), os.path.basename(out)[: -len(".safetensors")]
+    wm = {}
+    for i, s in enumerate(shards, 1):
+        fn = f"{base}-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(s, os.path.join(d, fn))
+        wm.update({k: fn for k in s})
+    total = sum(v.nbytes for v in tensors.values())
+    with open(os.path.join(d, base + ".safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": wm}, f, indent=2)
+else:
+    sys.exit(f"unknown mode {mode}")
+'''
+
+
+# ----------------------------------------------------------------------------- measurement
+
+
+@dataclass
+class Sample:
+    wall: float
+    rss_kib: int
+
+
+@dataclass
+class Row:
+    workload: str
+    tool: str
+    nbytes: int  # bytes the MB/s column divides (input file size; uncompressed bytes for zlib)
+    samples: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    cp_ref: str | None = None  # tool this row's "x cp" divides by
+    py_ref: str | None = None  # tool this row's "x Python" divides by
+    verified: str = ""  # "", "ok", or "WRONG: ..."
+
+    def median(self):
+        return statistics.median(s.wall for s in self.samples) if self.samples else None
+
+    def minimum(self):
+        return min(s.wall for s in self.samples) if self.samples else None
+
+    def rss_mib(self):
+        # Median of the peak RSS over the runs (it barely varies).
+        return statistics.median(s.rss_kib for s in self.samples) / 1024 if self.samples else None
+
+    def max_rss_mib(self):
+        return max(s.rss_kib for s in self.samples) / 1024 if self.samples else None
+
+
+TIMEOUT_RC = -999
+
+
+def timed(cmd, workdir: Path, timefile: Path, timeout=None):
+    """Run cmd under /usr/bin/time -v. Returns (wall s, peak RSS KiB, returncode, stdout, stderr).
+    A run longer than timeout seconds is killed and returns TIMEOUT_RC."""
+    if timefile.exists():
+        timefile.unlink()
+    t0 = time.perf_counter()
+    # Its own process group, so that a timeout kills the tool and not only /usr/bin/time.
+    p = subprocess.Popen(
+        ["/usr/bin/time", "-v", "-o", str(timefile), *map(str, cmd)],
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return time.perf_counter() - t0, 0, TIMEOUT_RC, "", f"killed after {timeout:g} s (--timeout)"
+    except BaseException:  # Ctrl-C: leave nothing running
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
+    wall = time.perf_counter() - t0
+    rss = 0
+    try:
+        for line in timefile.read_text().splitlines():
+            line = line.strip()
+            if line.startswith("Maximum resident set size"):
+                rss = int(line.rsplit(":", 1)[1])
+    except FileNotFoundError:
+        pass
+    return wall, rss, p.returncode, stdout, stderr
+
+
+def warm(paths):
+    """Untimed read of every input, so that the page cache is warm for every tool alike."""
+    buf = bytearray(CHUNK)
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+
+def clear_dir(d: Path):
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+
+
+def settle():
+    # Drop the dirty pages left by the last tool before the next one starts (untimed).
+    os.sync()
+
+
+def sha256(path: Path):
+    h = hashlib.sha256()
+    buf = bytearray(CHUNK)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(memoryview(buf)[:n])
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def member_bytes(total, members=16, align=64 * 1024):
+    return max(align, (int(total) // members) // align * align)
+
+
+def layer_names(n):
+    # Unpadded numbers, so that canonical (byte) order differs from the inputs' order: 0, 1, 10, 11...
+    return [f"model.layers.{i}.mlp.weight" for i in range(n)]
+
+
+def write_npz(path: Path, arrays, compress: bool):
+    """Members written one by one as np.savez / np.savez_compressed write them (same zip calls),
+    so a 1 GiB archive never needs more than one member in memory."""
+    comp = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(path, mode="w", compression=comp, allowZip64=True) as zf:
+        for name, make in arrays:
+            arr = make()
+            with zf.open(name + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, arr, allow_pickle=False)
+            del arr
+
+
+def gen_npz_stored(path, total):
+    per = member_bytes(total)
+    rows = per // 4 // 1024
+
+    def mk(i):
+        return lambda: np.random.default_rng(1000 + i).standard_normal((rows, 1024), dtype=np.float32)
+
+    write_npz(path, [(n, mk(i)) for i, n in enumerate(layer_names(16))], compress=False)
+
+
+def gen_npz_deflated(path, total):
+    per = member_bytes(total)
+    rows = per // 4 // 1024
+
+    def mk(i):
+        # Compressible float32: small integers (the high bytes repeat), about 3x with zlib -6.
+        def f():
+            g = np.random.default_rng(2000 + i)
+            return g.integers(0, 256, size=(rows, 1024), dtype=np.uint8).astype(np.float32)
+
+        return f
+
+    write_npz(path, [(n, mk(i)) for i, n in enumerate(layer_names(16))], compress=True)
+
+
+def gen_npy(path, total):
+    rows = member_bytes(total, members=1) // 4 // 1024
+    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, 1024))
+    g = np.random.default_rng(3000)
+    step = max(1, CHUNK // 4096)
+    for r in range(0, rows, step):
+        mm[r : r + step] = g.standard_normal((min(step, rows - r), 1024), dtype=np.float32)
+    mm.flush()
+    del mm
+
+
+ST_DTYPES = [np.float32, np.float16, np.int64, np.float32]
+
+
+def gen_safetensors(path, total):
+    from safetensors.numpy import save_file
+
+    per = member_bytes(total)
+    tensors = {}
+    for i, name in enumerate(layer_names(16)):
+        dt = np.dtype(ST_DTYPES[i % len(ST_DTYPES)])
+        g = np.random.default_rng(4000 + i)
+        n = per // dt.itemsize
+        if dt.kind == "f":
+            a = g.standard_normal(n, dtype=np.float32).astype(dt)
+        else:
+            a = g.integers(-(1 << 40), 1 << 40, size=n, dtype=dt)
+        tensors[name] = a.reshape(-1, 1024)
+    save_file(tensors, str(path))  # the reference writer: canonical bytes
+
+
+SMALL_DTYPES = [np.float32, np.float16, np.int64, np.int32, np.uint8, np.bool_, np.float64]
+
+
+def gen_npz_small(path, count):
+    g = np.random.default_rng(5000)
+    arrays = {}
+    for i in range(count):
+        dt = np.dtype(SMALL_DTYPES[i % len(SMALL_DTYPES)])
+        shape = tuple(int(x) for x in g.integers(1, 24, size=int(g.integers(0, 3))))
+        a = g.integers(0, 100, size=shape).astype(dt)
+        arrays[f"blocks.{i}.{['w', 'b', 'scale'][i % 3]}"] = a
+    np.savez(path, **arrays)
+
+
+def plan_name(i):
+    return f"t.{i:07d}"
+
+
+def gen_plan(path, n):
+    """A safetensors file with n tensors of one F32 each, tensor t.i holding the value i.
+
+    Written directly (save_file of 1M tensors is slow). Offsets follow the names' order, so the
+    data is one contiguous stretch, but the header's keys are in a shuffled order: a converter
+    must parse and sort n entries to plan the canonical layout."""
+    order = np.random.default_rng(6000 + n).permutation(n)
+    parts = ["{"]
+    first = True
+    for i in order.tolist():
+        parts.append(("" if first else ",") + f'"{plan_name(i)}":{{"dtype":"F32","shape":[1],"data_offsets":[{4 * i},{4 * i + 4}]}}')
+        first = False
+    parts.append("}")
+    header = "".join(parts).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)))
+        f.write(header)
+        f.write(np.arange(n, dtype="<f4").tobytes())
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def expected_arrays(kind, src: Path):
+    """(name, loader) for every tensor the input holds."""
+    if kind == "npz":
+        d = np.load(src)
+        return [(k, (lambda k=k: d[k])) for k in d.files]
+    if kind == "npy":
+        return [(src.stem, lambda: np.load(src, mmap_mode="r"))]
+    if kind == "safetensors":
+        from safetensors import safe_open
+
+        f = safe_open(str(src), framework="numpy")
+        return [(k, (lambda k=k: f.get_tensor(k))) for k in f.keys()]
+    raise ValueError(kind)
+
+
+def same_array(a, b):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return f"dtype/shape {a.dtype}{list(a.shape)} vs expected {b.dtype}{list(b.shape)}"
+    a = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    b = np.ascontiguousarray(b).reshape(-1).view(np.uint8)
+    return None if np.array_equal(a, b) else "bytes differ"
+
+
+def output_files(out: Path):
+    """The safetensors files an output path stands for (one file, or the shards of an index)."""
+    if out.exists():
+        return [out]
+    idx = out.with_name(out.name[: -len(".safetensors")] + ".safetensors.index.json")
+    if idx.exists():
+        wm = json.loads(idx.read_text())["weight_map"]
+        return sorted({out.parent / v for v in wm.values()})
+    return []
+
+
+def verify_tensors(binary, out: Path, kind, src: Path, expect_shards=None):
+    """'ok' or 'WRONG: why'. convert validate, then every tensor against the input's."""
+    from safetensors import safe_open
+
+    idx = out.with_name(out.name[: -len(".safetensors")] + ".safetensors.index.json")
+    target = idx if expect_shards else out
+    if not target.exists():
+        return f"WRONG: {target.name} was not written"
+    p = subprocess.run([binary, "validate", "-q", target], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"WRONG: convert validate: {(p.stderr or p.stdout).strip()[:300]}"
+    files = output_files(out)
+    if expect_shards is not None and len(files) != expect_shards:
+        return f"WRONG: {len(files)} shards, expected {expect_shards}"
+    got = {}
+    handles = []
+    for fpath in files:
+        h = safe_open(str(fpath), framework="numpy")
+        handles.append(h)
+        for k in h.keys():
+            if k in got:
+                return f"WRONG: tensor {k!r} in two shards"
+            got[k] = h
+    exp = expected_arrays(kind, src)
+    if kind == "npy" and len(exp) == 1 and len(got) == 1:
+        # The tensor's name for a lone .npy is the tool's choice; compare the one tensor.
+        (name, load), (gk, gh) = exp[0], next(iter(got.items()))
+        why = same_array(gh.get_tensor(gk), load())
+        return f"WRONG: {gk}: {why}" if why else "ok"
+    if set(got) != {k for k, _ in exp}:
+        missing = sorted({k for k, _ in exp} - set(got))[:3]
+        extra = sorted(set(got) - {k for k, _ in exp})[:3]
+        return f"WRONG: tensor names differ (missing {missing}, unexpected {extra})"
+    for k, load in exp:
+        why = same_array(got[k].get_tensor(k), load())
+        if why:
+            return f"WRONG: {k}: {why}"
+    return "ok"
+
+
+def verify_plan(binary, out: Path, n):
+    p = subprocess.run([binary, "validate", "-q", out], capture_output=True, text=True)
+    if p.returncode != 0:
+        return f"WRONG: convert validate: {(p.stderr or p.stdout).strip()[:300]}"
+    with open(out, "rb") as f:
+        hlen = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(hlen))
+        data = np.frombuffer(f.read(), dtype="<f4")
+    header.pop("__metadata__", None)
+    if len(header) != n:
+        return f"WRONG: {len(header)} tensors, expected {n}"
+    for i in (0, n // 3, n - 1):
+        e = header.get(plan_name(i))
+        if e is None or e["dtype"] != "F32" or e["shape"] != [1]:
+            return f"WRONG: entry {plan_name(i)}: {e}"
+        b, _ = e["data_offsets"]
+        if data[b // 4] != i:
+            return f"WRONG: tensor {plan_name(i)} holds {data[b // 4]}"
+    if not np.array_equal(data, np.arange(n, dtype="<f4")):
+        return "WRONG: data is not the tensors in canonical order"
+    return "ok"
+
+
+# ----------------------------------------------------------------------------- the bench
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.rows: list[Row] = []
+        self.notes: list[str] = []
+        self.skipped: dict[str, str] = {}
+        self.targets: list[tuple[str, str, str, str]] = []  # workload, target, measured, verdict
+        self.plan_points: list[tuple[int, float]] = []
+        self.tmp = Path(tempfile.mkdtemp(prefix="ststream-bench-", dir=args.tmpdir))
+        self.out = self.tmp / "out"
+        self.timefile = self.tmp / "time.txt"
+        self.ref = self.tmp / "ref.py"
+        self.ref.write_text(REF_PY)
+        self.binary = self.tmp / "convert"  # a private copy: others may rebuild target/ meanwhile
+        self.gen_s = {}
+        self.load_start = os.getloadavg()
+
+    def log(self, msg):
+        print(msg, flush=True)
+
+    # -- build
+
+    def build(self):
+        src = REPO / "target" / "release" / "convert"
+        if not self.args.no_build:
+            self.log("== cargo build --release")
+            p = subprocess.run(["cargo", "build", "--release"], cwd=REPO, capture_output=True, text=True)
+            if p.returncode != 0:
+                sys.stderr.write(p.stderr[-4000:])
+                sys.exit("bench: cargo build --release failed (use --no-build to time the existing binary)")
+        if not src.exists():
+            sys.exit(f"bench: {src} does not exist")
+        shutil.copy2(src, self.binary)
+
+    # -- one workload: tools, interleaved rounds, verification
+
+    def run_workload(self, name, inputs, tools, nbytes, verify, probe, runs, single_output=lambda o: None):
+        """tools: list of (tool name, argv builder(outdir) -> argv, kind) where kind is cp/py/convert/other.
+        probe: argv builder for a convert run whose failure means 'cannot do this yet'."""
+        # Python last in the round, so that its aftermath (it frees about twice the data's size)
+        # falls on the next round's warm-up and reset steps rather than on a convert run.
+        tools = sorted(tools, key=lambda t: t[2] in ("py", "inner"))
+        self.log(f"== {name}: {', '.join(t[0] for t in tools)}; {runs} run(s)")
+        clear_dir(self.out)
+        warm(inputs)
+        settle()
+        wall, rss, rc, _, err = timed(probe(self.out), self.out, self.timefile, self.args.timeout)
+        if rc != 0:
+            msg = (err.strip().splitlines() or ["(no message)"])[-1]
+            what = "too slow" if rc == TIMEOUT_RC else f"convert exits {rc}"
+            self.skipped[name] = f"{what}: {msg}"
+            self.log(f"   SKIPPED: {self.skipped[name]}")
+            return None
+        verdict0 = verify(self.out)
+        single = single_output(self.out)
+        conv_hash = sha256(single) if single and single.exists() else None
+        self.log(f"   probe run: {wall:.3f} s, verify: {verdict0}")
+        if wall > self.args.slow and runs > 1:
+            runs = 1
+            self.notes.append(f"{name}: convert's untimed first run took {wall:.1f} s (> --slow {self.args.slow:g} s): 1 timed run only.")
+        clear_dir(self.out)
+        settle()
+
+        rows = {}
+        for tname, _, kind in tools:
+            rows[tname] = Row(name, tname, nbytes)
+        ref_hash = None
+        rng = random.Random(7)
+        for r in range(runs):
+            warm(inputs)
+            order = list(tools)
+            if self.args.shuffle:  # a seeded shuffle per round, Python still last
+                rng.shuffle(order)
+                order.sort(key=lambda t: t[2] in ("py", "inner"))
+            for tname, argv, kind in order:
+                row = rows[tname]
+                if any("--timeout" in e for e in row.errors):
+                    continue  # timed out once: not again
+                # The reset: every timed tool follows the same untimed step, a cp of the input,
+                # deleted and synced. On this VM a writer is up to 2x slower right after convert's
+                # output was deleted, or after a Python run freed its memory, than after a cp.
+                clear_dir(self.out)
+                subprocess.run(["cp", "--reflink=never", inputs[0], self.out / "reset"], check=True)
+                clear_dir(self.out)
+                settle()
+                wall, rss, rc, stdout, err = timed(argv(self.out), self.out, self.timefile, self.args.timeout)
+                if rc != 0:
+                    why = "timed out" if rc == TIMEOUT_RC else f"exit {rc}"
+                    row.errors.append(f"run {r + 1}: {why}: {err.strip()[-300:]}")
+                    self.log(f"   {tname}: FAILED {why}: {err.strip()[-200:]}")
+                else:
+                    if kind == "py" and ref_hash is None and conv_hash:
+                        f = single_output(self.out)
+                        ref_hash = sha256(f) if f and f.exists() else ""
+                    if kind == "inner":  # the tool reports its own time (zlib reference)
+                        wall = float(stdout.split()[0])
+                    row.samples.append(Sample(wall, rss))
+                    if kind == "convert" and not row.verified:
+                        row.verified = verdict0 if "--no-sync" in tname else verify(self.out)
+                clear_dir(self.out)
+                settle()
+            self.log(
+                f"   round {r + 1}: "
+                + "  ".join(f"{t}={rows[t].samples[-1].wall:.3f}s" for t, _, _ in order if rows[t].samples)
+            )
+        if conv_hash and ref_hash:
+            same = conv_hash == ref_hash
+            self.notes.append(f"{name}: convert's output is {'byte-identical' if same else 'NOT byte-identical'} "
+                              f"to the Python reference's (save_file) output.")
+        self.rows.extend(rows.values())
+        return rows
+
+    # -- standard tool sets
+
+    def cp_tools(self, src: Path, dest_name: str):
+        def cp(o):
+            return ["cp", "--reflink=never", src, o / dest_name]
+
+        def cp_sync(o):
+            return ["sh", "-c", 'cp --reflink=never "$1" "$2" && sync "$2" "$3"', "sh", src, o / dest_name, o]
+
+        return [("cp", cp, "cp"), ("cp+sync", cp_sync, "cp")]
+
+    def py_tool(self, mode, src, dest_name, *extra):
+        return ("python (load + save_file)", lambda o: [sys.executable, self.ref, mode, src, o / dest_name, *extra], "py")
+
+    def convert_tools(self, src, dest_name, *extra):
+        b = self.binary
+        return [
+            ("convert --no-sync", lambda o: [b, src, "-q", "--no-sync", *extra, "-o", o / dest_name], "convert"),
+            ("convert (fsync)", lambda o: [b, src, "-q", *extra, "-o", o / dest_name], "convert"),
+        ]
+
+    def link(self, rows):
+        """Set which row each ratio divides by."""
+        if not rows:
+            return
+        for r in rows.values():
+            if r.tool in ("convert --no-sync", "python (load + save_file)", "zlib inflate (python, 1 thread)"):
+                r.cp_ref = "cp"
+            if r.tool == "convert (fsync)":
+                r.cp_ref = "cp+sync"
+            if r.tool.startswith("convert") and "python (load + save_file)" in rows:
+                r.py_ref = "python (load + save_file)"
+
+    def copy_like(self, name, src: Path, kind, mode, extra=(), shards=None):
+        dest = "model.safetensors"
+        tools = self.cp_tools(src, dest) + [self.py_tool(mode, src, dest, *([str(x) for x in extra[1:]] if extra else []))]
+        tools += self.convert_tools(src, dest, *extra)
+        rows = self.run_workload(
+            name,
+            [src],
+            tools,
+            src.stat().st_size,
+            lambda o: verify_tensors(self.binary, o / dest, kind, src, expect_shards=shards),
+            lambda o: [self.binary, src, "-q", "--no-sync", *extra, "-o", o / dest],
+            self.args.runs,
+            single_output=(lambda o: None) if shards else (lambda o: o / dest),
+        )
+        self.link(rows)
+        return rows
+
+    # -- inputs, generated once each
+
+    def input(self, key, gen, *a):
+        path = self.tmp / key
+        if not path.exists():
+            t0 = time.perf_counter()
+            gen(path, *a)
+            os.sync()  # the new input's dirty pages are written back now, not during a timed run
+            self.gen_s[key] = time.perf_counter() - t0
+            self.log(f"   generated {key}: {path.stat().st_size / MIB:.1f} MiB in {self.gen_s[key]:.1f} s")
+        return path
+
+    # -- workloads
+
+    def w_npz_stored(self):
+        src = self.input("stored.npz", gen_npz_stored, self.size)
+        rows = self.copy_like("npz-stored", src, "npz", "npz")
+        self.copy_targets("npz-stored", rows)
+
+    def w_npz_deflated(self):
+        src = self.input("deflated.npz", gen_npz_deflated, self.size / 4)
+        dest = "model.safetensors"
+        unc = sum(zi.file_size for zi in zipfile.ZipFile(src).infolist())
+        tools = self.cp_tools(src, dest) + [
+            ("zlib inflate (python, 1 thread)", lambda o: [sys.executable, self.ref, "zlib", src, "-"], "inner"),
+            self.py_tool("npz", src, dest),
+        ] + self.convert_tools(src, dest)
+        rows = self.run_workload(
+            "npz-deflated",
+            [src],
+            tools,
+            src.stat().st_size,
+            lambda o: verify_tensors(self.binary, o / dest, "npz", src),
+            lambda o: [self.binary, src, "-q", "--no-sync", "-o", o / dest],
+            self.args.runs,
+            single_output=lambda o: o / dest,
+        )
+        if not rows:
+            return
+        self.link(rows)
+        rows["zlib inflate (python, 1 thread)"].nbytes = unc
+        rows["zlib inflate (python, 1 thread)"].cp_ref = None
+        self.notes.append(
+            f"npz-deflated: {src.stat().st_size / MIB:.1f} MiB compressed, {unc / MIB:.1f} MiB of float32 "
+            f"inflated (MB/s columns: compressed file bytes, except the zlib row: inflated bytes); "
+            f"the zlib row is the inflate time alone, measured inside Python (zlib {__import__('zlib').ZLIB_RUNTIME_VERSION})."
+        )
+        c = rows["convert --no-sync"]
+        self.ratio_target("npz-deflated", "convert --no-sync / python <= 0.40", c, rows["python (load + save_file)"], T_DEFLATE_PY)
+        self.ratio_target("npz-deflated", "convert --no-sync / zlib 1 thread <= 0.60", c, rows["zlib inflate (python, 1 thread)"], T_DEFLATE_ZLIB)
+        self.rss_target("npz-deflated", rows)
+
+    def w_npy(self):
+        src = self.input("array.npy", gen_npy, self.size / 2)
+        rows = self.copy_like("npy", src, "npy", "npy")
+        self.copy_targets("npy", rows)
+
+    def w_safetensors(self):
+        src = self.input("model.safetensors", gen_safetensors, self.size)
+        rows = self.copy_like("safetensors", src, "safetensors", "safetensors")
+        self.copy_targets("safetensors", rows)
+
+    def w_reshard(self):
+        src = self.input("model.safetensors", gen_safetensors, self.size)
+        total = member_bytes(self.size) * 16
+        limit = total // 4
+        rows = self.copy_like("reshard", src, "safetensors", "reshard", extra=("--max-shard-size", str(limit)), shards=4)
+        self.notes.append(f"reshard: --max-shard-size {limit} ({limit / MIB:.2f} MiB): 4 shards of 4 tensors.")
+        self.copy_targets("reshard", rows)
+
+    def w_npz_small(self):
+        count = self.args.small_count
+        src = self.input(f"small-{count}.npz", gen_npz_small, count)
+        rows = self.copy_like("npz-small", src, "npz", "npz")
+        if not rows:
+            return
+        c, p = rows["convert --no-sync"], rows["python (load + save_file)"]
+        if p.median():
+            self.notes.append(f"npz-small: {count} arrays; python {1e6 * p.median() / count:.0f} us a tensor, "
+                              f"convert --no-sync {1e6 * (c.median() or 0) / count:.1f} us a tensor.")
+        self.ratio_target("npz-small", f"convert --no-sync / python <= {T_SMALL_PY}", c, p, T_SMALL_PY)
+        self.rss_target("npz-small", rows)
+
+    def w_plan(self):
+        sizes = self.args.plan_sizes
+        for n in sizes:
+            src = self.input(f"plan-{n}.safetensors", gen_plan, n)
+            dest = "plan.safetensors"
+            b = self.binary
+            tools = self.cp_tools(src, dest)[:1] + [
+                ("convert validate (header only)", lambda o, src=src: [b, "validate", "-q", src], "other"),
+                ("convert --no-sync", lambda o, src=src: [b, src, "-q", "--no-sync", "-o", o / dest], "convert"),
+            ]
+            rows = self.run_workload(
+                f"plan-1m (n={n})",
+                [src],
+                tools,
+                src.stat().st_size,
+                lambda o, n=n: verify_plan(self.binary, o / dest, n),
+                lambda o, src=src: [b, src, "-q", "--no-sync", "-o", o / dest],
+                self.args.runs,
+            )
+            if not rows:
+                break  # a larger n would fail or time out too
+            self.link(rows)
+            self.plan_points.append((n, rows["convert --no-sync"].median()))
+            self.rss_target(f"plan-1m (n={n})", rows, quiet=True)
+        pts = [(n, t) for n, t in self.plan_points if t]
+        if not pts:
+            return
+        (n0, t0), (n1, t1) = pts[0], pts[-1]
+        pts_s = ", ".join(f"{n}: {t:.3f} s" for n, t in pts)
+        self.notes.append(f"plan-1m: convert --no-sync of n one-element tensors (header keys shuffled): {pts_s}.")
+        if n1 < sizes[-1] and sizes[-1] >= 1_000_000:
+            self.targets.append(("plan-1m", f"plan of {sizes[-1]} tensors < {T_PLAN_S} s", "not measured (see Notes)", "FAIL"))
+        elif n1 >= 1_000_000:
+            self.targets.append(("plan-1m", f"plan of {n1} tensors < {T_PLAN_S} s", f"{t1:.3f} s", "PASS" if t1 < T_PLAN_S else "FAIL"))
+        else:
+            self.targets.append(("plan-1m", f"plan of 1,000,000 tensors < {T_PLAN_S} s", f"{t1:.3f} s at n={n1}", "n/a (n < 1M)"))
+        if n1 > n0:
+            pred = (n1 * math.log(n1)) / (n0 * math.log(n0))
+            got = t1 / t0
+            self.targets.append(
+                ("plan-1m", f"growth ~ n log n: t({n1})/t({n0}) <= {T_PLAN_GROWTH} x {pred:.2f}",
+                 f"{got:.2f} (exponent {math.log(got) / math.log(n1 / n0):.2f})",
+                 "PASS" if got <= T_PLAN_GROWTH * pred else "FAIL"))
+        rss = max((r.max_rss_mib() or 0) for r in self.rows if r.workload.startswith("plan-1m") and r.tool.startswith("convert "))
+        self.targets.append(("plan-1m", f"peak RSS of convert <= {T_RSS_MIB:.0f} MiB", f"{rss:.1f} MiB",
+                             "PASS" if rss <= T_RSS_MIB else "FAIL"))
+
+    # -- targets
+
+    def wrong(self, row):
+        return row.verified.startswith("WRONG")
+
+    def ratio_target(self, wl, label, num: Row, den: Row, limit):
+        if not num.median() or not den.median():
+            self.targets.append((wl, label, "no data", "FAIL"))
+            return
+        q = num.median() / den.median()
+        verdict = "PASS" if q <= limit else "FAIL"
+        if self.wrong(num):
+            verdict = "FAIL (wrong output)"
+        self.targets.append((wl, label, f"{q:.2f}", verdict))
+
+    def copy_targets(self, wl, rows):
+        if not rows:
+            return
+        self.ratio_target(wl, f"convert --no-sync / cp <= {T_COPY}", rows["convert --no-sync"], rows["cp"], T_COPY)
+        self.ratio_target(wl, f"convert (fsync) / cp+sync <= {T_COPY}", rows["convert (fsync)"], rows["cp+sync"], T_COPY)
+        self.rss_target(wl, rows)
+
+    def rss_target(self, wl, rows, quiet=False):
+        conv = [r for r in rows.values() if r.tool.startswith("convert ") and r.samples and "validate" not in r.tool]
+        if not conv or quiet:
+            return
+        rss = max(r.max_rss_mib() for r in conv)
+        self.targets.append((wl, f"peak RSS of convert <= {T_RSS_MIB:.0f} MiB", f"{rss:.1f} MiB", "PASS" if rss <= T_RSS_MIB else "FAIL"))
+
+    # -- report
+
+    def table(self):
+        by = {}
+        for r in self.rows:
+            by.setdefault(r.workload, {})[r.tool] = r
+
+        def fmt(x, d=3):
+            return "-" if x is None else f"{x:.{d}f}"
+
+        out = [
+            "| workload | tool | median s | min s | MB/s | peak RSS MiB | x cp | x Python | output |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for r in self.rows:
+            med = r.median()
+            mbs = r.nbytes / 1e6 / med if med else None
+            xcp = xpy = None
+            if med and r.cp_ref and by[r.workload].get(r.cp_ref) and by[r.workload][r.cp_ref].median():
+                xcp = med / by[r.workload][r.cp_ref].median()
+            if med and r.py_ref and by[r.workload].get(r.py_ref) and by[r.workload][r.py_ref].median():
+                xpy = med / by[r.workload][r.py_ref].median()
+            status = r.verified
+            if r.errors:
+                status = (status + "; " if status else "") + f"{len(r.errors)} failed run(s)"
+            tool = r.tool + (f" (vs {r.cp_ref})" if r.cp_ref == "cp+sync" else "")
+            out.append(
+                f"| {r.workload} | {tool} | {fmt(med)} | {fmt(r.minimum())} | {fmt(mbs, 0)} | "
+                f"{fmt(r.rss_mib(), 1)} | {fmt(xcp, 2)} | {fmt(xpy, 3)} | {status} |"
+            )
+        return "\n".join(out)
+
+    def targets_table(self):
+        out = ["| workload | target (issue 7) | measured | verdict |", "|---|---|---:|---|"]
+        for t in self.targets:
+            out.append("| " + " | ".join(t) + " |")
+        return "\n".join(out)
+
+    def environment(self):
+        def sh(*c):
+            try:
+                return subprocess.run(c, cwd=REPO, capture_output=True, text=True).stdout.strip()
+            except OSError:
+                return "?"
+
+        rev = sh("git", "describe", "--always", "--dirty")
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+        return (
+            f"- commit `{rev}`, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n"
+            f"- {os.cpu_count()} CPUs, {mem:.1f} GiB RAM, Linux {platform.release()}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}, "
+            f"safetensors {__import__('safetensors').__version__}, {sh('cp', '--version').splitlines()[0]}\n"
+            f"- inputs scaled by --size-gib {self.size_gib:g}; {self.args.runs} run(s) a tool, interleaved"
+            f"{' (order shuffled each round)' if self.args.shuffle else ''}; "
+            f"warm page cache; temp dir on `{self.tmp.parent}`\n"
+            f"- load average (1 min) {self.load_start[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "
+            f"(above 0.5 or so, other work shared the {os.cpu_count()} CPUs: expect noise)\n"
+            f"- command: `python3 benches/bench.py {shlex.join(sys.argv[1:])}`"
+        )
+
+    def report(self):
+        md = ["# convert benchmark", "", self.environment(), "", self.table(), "", "## Targets", "", self.targets_table()]
+        if self.notes or self.skipped:
+            md += ["", "## Notes", ""]
+            md += [f"- {n}" for n in self.notes]
+            md += [f"- SKIPPED {w}: {why}" for w, why in self.skipped.items()]
+        errs = [(r, e) for r in self.rows for e in r.errors]
+        if errs:
+            md += ["", "## Failed runs", ""] + [f"- {r.workload} / {r.tool}: {e}" for r, e in errs]
+        return "\n".join(md) + "\n"
+
+    def run(self):
+        a = self.args
+        self.size_gib = a.size_gib
+        self.size = a.size_gib * GIB
+        only = a.only or WORKLOADS
+        fns = {
+            "npz-stored": self.w_npz_stored,
+            "npz-deflated": self.w_npz_deflated,
+            "npy": self.w_npy,
+            "safetensors": self.w_safetensors,
+            "reshard": self.w_reshard,
+            "npz-small": self.w_npz_small,
+            "plan-1m": self.w_plan,
+        }
+        try:
+            self.build()
+            for w in WORKLOADS:
+                if w in only:
+                    fns[w]()
+        finally:
+            if a.keep:
+                self.log(f"kept {self.tmp}")
+            else:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        md = self.report()
+        print()
+        print(md)
+        if a.out:
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(md)
+            print(f"written to {a.out}")
+        bad = any(r.verified.startswith("WRONG") for r in self.rows)
+        return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-gib", type=float, default=None, help="scale of the big inputs (npz-stored and safetensors are this size; npy half; deflated a quarter). Default 1")
+    ap.add_argument("--runs", type=int, default=None, help="timed runs of each tool (median reported). Default 5")
+    ap.add_argument("--only", type=lambda s: [w.strip() for w in s.split(",") if w.strip()], help="comma-separated workloads: " + ",".join(WORKLOADS))
+    ap.add_argument("--out", default=str(REPO / "benches" / "results.md"), help="markdown file to write ('' for none). Default benches/results.md")
+    ap.add_argument("--quick", action="store_true", help="everything tiny, 1 run (smoke test): --size-gib 1/64, --runs 1, 2,000 small arrays, plan 25k/50k/100k")
+    ap.add_argument("--small-count", type=int, default=None, help="arrays in npz-small (default 20000)")
+    ap.add_argument("--plan-sizes", type=lambda s: [int(x) for x in s.split(",")], default=None, help="tensor counts for plan-1m (default 250000,500000,1000000)")
+    ap.add_argument("--tmpdir", default=None, help="where to create the temporary directory (default: $TMPDIR or /tmp)")
+    ap.add_argument("--timeout", type=float, default=300, help="kill a run after this many seconds; a tool that times out is not run again in that workload (default 300)")
+    ap.add_argument("--slow", type=float, default=60, help="if convert's untimed first run of a workload takes longer than this, time 1 run instead of --runs (default 60)")
+    ap.add_argument("--shuffle", action="store_true", help="shuffle the tools' order in each round (seeded; Python stays last) instead of the fixed order, against position effects")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (inputs) afterwards")
+    ap.add_argument("--no-build", action="store_true", help="skip cargo build --release; time target/release/convert as it is")
+    a = ap.parse_args()
+    if a.quick:
+        a.size_gib = a.size_gib or 1 / 64
+        a.runs = a.runs or 1
+        a.small_count = a.small_count or 2000
+        a.plan_sizes = a.plan_sizes or [25_000, 50_000, 100_000]
+    a.size_gib = 1.0 if a.size_gib is None else a.size_gib
+    a.runs = 5 if a.runs is None else a.runs
+    a.small_count = a.small_count or 20_000
+    a.plan_sizes = sorted(a.plan_sizes or [250_000, 500_000, 1_000_000])
+    if a.only:
+        bad = [w for w in a.only if w not in WORKLOADS]
+        if bad:
+            ap.error(f"unknown workload(s) {bad}; choose from {WORKLOADS}")
+    if a.runs < 1 or a.size_gib <= 0:
+        ap.error("--runs must be >= 1 and --size-gib > 0")
+    if not Path("/usr/bin/time").exists():
+        sys.exit("bench: /usr/bin/time (GNU time) is needed for peak RSS")
+    sys.exit(Bench(a).run())
+
+
+if __name__ == "__main__":
+    main()
