@@ -10,8 +10,9 @@ use tokio::io::AsyncWrite;
 use crate::header::HUB_HEADER_LIMIT;
 use crate::index::{IndexMetadata, ShardIndex};
 use crate::observe::{ObservedWriter, Progress};
-use crate::plan::{plan, Plan, PlanOptions, ShardPlan};
+use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
 use crate::sink::atomic::{close, commit_all, StagedFile};
+use crate::sink::fast::{copy_spans, SpanJob};
 use crate::sink::{Sink, SinkOptions};
 use crate::source::input::open_input;
 use crate::source::{Access, Listing, Source, SourceOptions};
@@ -237,7 +238,7 @@ pub async fn convert_sources(
                 count: 1,
                 options,
             };
-            let (_, sha256) = write_observed(w, &plan.shards[0], sources, "-", &ctx)
+            let (_, sha256) = write_observed(w, &plan.shards[0], sources, "-", &ctx, None)
                 .await?
                 .into_parts();
             vec![WrittenFile {
@@ -289,7 +290,16 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
     sink_options: SinkOptions,
     output_name: &str,
 ) -> Result<W> {
-    write_tensors(writer, shard, sources, sink_options, output_name, |_| {}).await
+    write_tensors(
+        writer,
+        shard,
+        sources,
+        sink_options,
+        output_name,
+        |_| {},
+        None,
+    )
+    .await
 }
 
 /// Which shard is being written, for progress.
@@ -305,6 +315,7 @@ async fn write_observed<W: AsyncWrite + Unpin>(
     sources: &mut [Box<dyn Source + '_>],
     output_name: &str,
     ctx: &ShardCtx<'_>,
+    direct: Option<Arc<std::fs::File>>,
 ) -> Result<ObservedWriter<W>> {
     let progress = ctx.options.progress.clone();
     let on_tensor = |name: &str| {
@@ -312,6 +323,10 @@ async fn write_observed<W: AsyncWrite + Unpin>(
             p.tensor(ctx.index, ctx.count, name);
         }
     };
+    let fast = direct.map(|out| Direct {
+        out,
+        progress: ctx.options.progress.clone(),
+    });
     write_tensors(
         writer,
         shard,
@@ -319,9 +334,19 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         ctx.options.sink,
         output_name,
         on_tensor,
+        fast,
     )
     .await
 }
+
+/// The output file itself, for tensors copied without the async writer.
+struct Direct {
+    out: Arc<std::fs::File>,
+    progress: Option<Arc<dyn Progress>>,
+}
+
+/// Tensors copied per trip to the blocking pool.
+const BATCH: usize = 4096;
 
 async fn write_tensors<W: AsyncWrite + Unpin>(
     writer: W,
@@ -330,29 +355,94 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
     sink_options: SinkOptions,
     output_name: &str,
     on_tensor: impl Fn(&str),
+    direct: Option<Direct>,
 ) -> Result<W> {
     let sink = Sink::start(writer, &shard.header, sink_options)
         .await
         .map_err(|e| e.with_input(output_name))?;
     let mut sink = sink.with_output_name(output_name);
-    for (r, t) in shard.refs.iter().zip(&shard.header.header().tensors) {
+    let tensors = &shard.header.header().tensors;
+    let mut k = 0;
+    while k < shard.refs.len() {
+        if let Some(d) = &direct {
+            let jobs = span_jobs(&shard.refs[k..], sources);
+            if !jobs.is_empty() {
+                on_tensor(&tensors[k].meta.name);
+                let n = jobs.len();
+                copy_direct(&mut sink, d, jobs, sink_options.buffer_size)
+                    .await
+                    .map_err(|(i, e)| {
+                        name_error(e, sources, &shard.refs[k + i], &tensors[k + i].meta.name)
+                    })?;
+                k += n;
+                continue;
+            }
+        }
+        let (r, t) = (&shard.refs[k], &tensors[k]);
         on_tensor(&t.meta.name);
-        let source = &mut sources[r.source];
-        let input = source.input_name().to_string();
-        let in_name = &source.tensors()[r.index].name;
-        // Name the tensor as the input knows it, and as it is written if renamed.
-        let tensor = if *in_name == t.meta.name {
-            in_name.clone()
-        } else {
-            format!("{in_name} (written as {})", t.meta.name)
+        let written: Result<u64> = {
+            let source = &mut sources[r.source];
+            match source.open(r.index).await {
+                Ok(data) => sink.write_tensor_data(data, r.cast).await,
+                Err(e) => Err(e),
+            }
         };
-        let on_source = |e: Error| e.with_input(&input).set_tensor(&tensor);
-        let data = source.open(r.index).await.map_err(on_source)?;
-        sink.write_tensor_data(data, r.cast)
-            .await
-            .map_err(on_source)?;
+        if let Err(e) = written {
+            return Err(name_error(e, sources, r, &t.meta.name));
+        }
+        k += 1;
     }
     sink.finish().await
+}
+
+/// Names the input, and the tensor as the input knows it (and as it is
+/// written, if renamed).
+fn name_error(e: Error, sources: &[Box<dyn Source + '_>], r: &TensorRef, out_name: &str) -> Error {
+    let Some(source) = sources.get(r.source) else {
+        return e.set_tensor(out_name);
+    };
+    let in_name = &source.tensors()[r.index].name;
+    let tensor = if in_name == out_name {
+        in_name.clone()
+    } else {
+        format!("{in_name} (written as {out_name})")
+    };
+    e.with_input(source.input_name()).set_tensor(tensor)
+}
+
+/// The run of tensors from the start of `refs` whose bytes lie in files.
+fn span_jobs(refs: &[TensorRef], sources: &[Box<dyn Source + '_>]) -> Vec<SpanJob> {
+    refs.iter()
+        .take(BATCH)
+        .map_while(|r| {
+            let span = sources[r.source].file_span(r.index)?;
+            Some(SpanJob { span, cast: r.cast })
+        })
+        .collect()
+}
+
+/// Copies a batch of file-backed tensors straight into the output file, on
+/// the blocking pool, after what the sink has written.
+async fn copy_direct<W: AsyncWrite + Unpin>(
+    sink: &mut Sink<W>,
+    d: &Direct,
+    jobs: Vec<SpanJob>,
+    buffer_size: usize,
+) -> std::result::Result<(), (usize, Error)> {
+    sink.flush().await.map_err(|e| (0, e))?;
+    let out = d.out.clone();
+    let progress = d.progress.clone();
+    let count = jobs.len();
+    let copied = tokio::task::spawn_blocking(move || {
+        copy_spans(&out, &jobs, buffer_size, |n| {
+            if let Some(p) = &progress {
+                p.bytes(n);
+            }
+        })
+    })
+    .await
+    .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
+    sink.record_external(count, copied).map_err(|e| (0, e))
 }
 
 /// The paths of a sharded set: `BASE-00001-of-0000N.safetensors` beside
@@ -396,7 +486,14 @@ async fn write_files(
             count,
             options,
         };
-        let (file, sha256) = write_observed(w, shard, sources, &name, &ctx)
+        // A checksum must see every byte: no kernel copies then.
+        let direct = match options.checksum {
+            false => Some(Arc::new(
+                stage.handle().map_err(|e| Error::io(e).with_input(&name))?,
+            )),
+            true => None,
+        };
+        let (file, sha256) = write_observed(w, shard, sources, &name, &ctx, direct)
             .await?
             .into_parts();
         close(file, options.sync, path).await?;

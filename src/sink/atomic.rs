@@ -60,6 +60,11 @@ impl StagedFile {
         Ok((staged, tokio::fs::File::from_std(file)))
     }
 
+    /// Another handle to the file being written (its offset is shared).
+    pub fn handle(&self) -> std::io::Result<std::fs::File> {
+        self.temp.as_file().try_clone()
+    }
+
     /// The path the file will have once committed.
     pub fn target(&self) -> &Path {
         &self.target

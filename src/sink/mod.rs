@@ -7,6 +7,7 @@
 //! model's size.
 
 pub mod atomic;
+pub(crate) mod fast;
 
 use std::pin::Pin;
 
@@ -218,6 +219,35 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         if reader.read(&mut probe).await? != 0 {
             return Err(ErrorKind::TensorTooLong { expected: in_len }.into());
         }
+        Ok(())
+    }
+
+    /// Flushes the writer, so that bytes then written to the same file by
+    /// other means (see [`Sink::record_external`]) land after the sink's.
+    pub async fn flush(&mut self) -> Result<()> {
+        match self.writer.flush().await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.write_error(e)),
+        }
+    }
+
+    /// Records that the next `count` planned tensors were written to the
+    /// sink's destination by other means (a kernel copy into the same file),
+    /// `bytes` in all; those must be exactly their planned lengths.
+    pub fn record_external(&mut self, count: usize, bytes: u64) -> Result<()> {
+        let Some(planned) = self.planned.get(self.next..self.next + count) else {
+            return Err(ErrorKind::PastPlan.into());
+        };
+        let expected: u64 = planned.iter().map(|(_, len)| len).sum();
+        if bytes != expected {
+            let e = Error::new(ErrorKind::TensorTooShort {
+                expected,
+                actual: bytes,
+            });
+            return Err(e.with_tensor(planned[0].0.clone()));
+        }
+        self.next += count;
+        self.written += bytes;
         Ok(())
     }
 

@@ -15,6 +15,7 @@ pub mod raw;
 pub mod safetensors;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use tokio::io::AsyncRead;
@@ -87,6 +88,37 @@ pub trait Source: Send {
     /// Opens tensor `k`'s bytes. The reader must yield exactly the tensor's
     /// byte length; the sink checks and names the tensor if it does not.
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>>;
+
+    /// Where tensor `k`'s bytes lie in a file, if they lie there as they
+    /// are (up to a byte swap). File-to-file conversions then copy them with
+    /// positional reads, or in the kernel, instead of through [`Source::open`].
+    fn file_span(&self, _k: usize) -> Option<FileSpan> {
+        None
+    }
+}
+
+/// A tensor's bytes in a file: `len` bytes at `offset`.
+#[derive(Debug, Clone)]
+pub struct FileSpan {
+    /// The file.
+    pub file: Arc<std::fs::File>,
+    /// Where the tensor's first byte is.
+    pub offset: u64,
+    /// The tensor's bytes in the file.
+    pub len: u64,
+    /// What makes them little-endian.
+    pub transform: Transform,
+    /// A CRC-32 to check over `[crc_from, offset + len)` (an npz member).
+    pub crc: Option<CrcCheck>,
+}
+
+/// A checksum that bytes ending with a tensor's must match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrcCheck {
+    /// The CRC-32 the bytes must have.
+    pub expected: u32,
+    /// Where the checked bytes begin (at or before the tensor's offset).
+    pub from: u64,
 }
 
 /// Options that change how inputs are read.

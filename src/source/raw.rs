@@ -2,13 +2,14 @@
 //! offset given by the user (flags or a JSON manifest).
 
 use std::fs::File;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
-use super::{file_range, Access, Source, TensorData, TensorReader};
+use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
 use crate::error::Span;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
@@ -127,7 +128,7 @@ fn place(spec: &RawSpec) -> Result<(Vec<Placed>, u64)> {
 }
 
 enum Data {
-    File(File),
+    File(Arc<File>),
     /// Forward-only; `pos` is how far it has been read.
     Stream {
         reader: Option<TensorReader<'static>>,
@@ -175,7 +176,7 @@ impl RawSource {
     /// A dump in `file`, `len` bytes long: its size must match the spec
     /// exactly (or leave trailing bytes, if allowed).
     pub fn from_file(file: File, len: u64, input: &str, spec: &RawSpec) -> Result<Self> {
-        let (src, end) = Self::new(spec, input, Data::File(file))?;
+        let (src, end) = Self::new(spec, input, Data::File(Arc::new(file)))?;
         if len < end || (len > end && !spec.allow_trailing) {
             let e = Error::new(ErrorKind::DataLength {
                 expected: end,
@@ -227,6 +228,20 @@ impl Source for RawSource {
         }
     }
 
+    fn file_span(&self, k: usize) -> Option<FileSpan> {
+        let Data::File(file) = &self.data else {
+            return None;
+        };
+        let p = &self.placed[k];
+        Some(FileSpan {
+            file: file.clone(),
+            offset: p.offset,
+            len: p.len,
+            transform: self.transform[k],
+            crc: None,
+        })
+    }
+
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
         let p = self.placed[k].clone();
         let transform = self.transform[k];
@@ -249,16 +264,77 @@ impl Source for RawSource {
                         return Err(Error::new(e));
                     }
                     *pos = p.offset + p.len;
-                    if allow_trailing {
-                        Box::pin(r.take(p.len))
-                    } else {
-                        // The sink reads one byte past the tensor: trailing bytes are caught.
-                        r
-                    }
+                    Box::pin(StreamTail {
+                        inner: r.take(p.len),
+                        expected: p.offset + p.len,
+                        at: p.offset,
+                        allow_trailing,
+                        extra: None,
+                    })
                 }
             };
             Ok(TensorData { reader, transform })
         }
         .boxed()
     }
+}
+
+/// A streamed dump's one tensor: its bytes, then the end of the stream. Too
+/// few or (unless trailing bytes are allowed) too many is the same error, with
+/// the same counts of the whole dump, as for a dump in a file; the rest of the
+/// stream is read to count it. (The sink reads one byte past the tensor, so
+/// trailing bytes are found.)
+struct StreamTail {
+    inner: tokio::io::Take<TensorReader<'static>>,
+    /// The dump's length: the tensor's offset plus its length.
+    expected: u64,
+    /// Bytes of the dump read so far.
+    at: u64,
+    allow_trailing: bool,
+    /// Once past the tensor: bytes found after it so far.
+    extra: Option<u64>,
+}
+
+impl tokio::io::AsyncRead for StreamTail {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::{ready, Poll};
+        let this = &mut *self;
+        if this.extra.is_none() {
+            let before = buf.filled().len();
+            ready!(std::pin::Pin::new(&mut this.inner).poll_read(cx, buf))?;
+            let n = (buf.filled().len() - before) as u64;
+            this.at += n;
+            if n > 0 || buf.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            if this.at < this.expected {
+                return Poll::Ready(Err(data_length(this.expected, this.at)));
+            }
+            if this.allow_trailing {
+                return Poll::Ready(Ok(()));
+            }
+            this.extra = Some(0);
+        }
+        let mut scratch = [0u8; 8192];
+        loop {
+            let mut rb = tokio::io::ReadBuf::new(&mut scratch);
+            ready!(std::pin::Pin::new(this.inner.get_mut()).poll_read(cx, &mut rb))?;
+            match rb.filled().len() as u64 {
+                0 => break,
+                n => *this.extra.get_or_insert(0) += n,
+            }
+        }
+        match this.extra {
+            Some(0) | None => Poll::Ready(Ok(())),
+            Some(extra) => Poll::Ready(Err(data_length(this.expected, this.expected + extra))),
+        }
+    }
+}
+
+fn data_length(expected: u64, actual: u64) -> std::io::Error {
+    Error::new(ErrorKind::DataLength { expected, actual }).into_io()
 }

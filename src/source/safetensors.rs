@@ -2,12 +2,13 @@
 
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::npz::zip::PositionalReader;
-use super::{file_range, Source, TensorData};
+use super::{file_range, FileSpan, Source, TensorData};
 use crate::header::read::read_header;
 use crate::header::{Header, Metadata, Rules, TensorMeta};
 use crate::index::Checkpoint;
@@ -28,7 +29,7 @@ struct Location {
 #[derive(Debug)]
 pub struct SafetensorsSource {
     input: String,
-    files: Vec<File>,
+    files: Vec<Arc<File>>,
     tensors: Vec<TensorMeta>,
     locations: Vec<Location>,
     metadata: Option<Metadata>,
@@ -78,7 +79,7 @@ impl SafetensorsSource {
                 });
                 src.tensors.push(t.meta);
             }
-            src.files.push(file);
+            src.files.push(Arc::new(file));
         }
         src
     }
@@ -95,6 +96,17 @@ impl Source for SafetensorsSource {
 
     fn metadata(&self) -> Option<&Metadata> {
         self.metadata.as_ref()
+    }
+
+    fn file_span(&self, k: usize) -> Option<FileSpan> {
+        let loc = &self.locations[k];
+        Some(FileSpan {
+            file: self.files[loc.file].clone(),
+            offset: loc.offset,
+            len: loc.len,
+            transform: crate::transform::Transform::Identity,
+            crc: None,
+        })
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {

@@ -161,7 +161,18 @@ fn interpret(lit: Literal) -> Result<NpyHeader> {
     })
 }
 
+/// numpy's own limit on dimensions (NPY_MAXDIMS): np.load refuses more.
+pub const MAX_DIMS: usize = 64;
+
 fn dims_of(dims: Vec<Literal>) -> Result<Vec<u64>> {
+    // Without this, a compressible header (a deflated npz member of a
+    // few bytes) could make every tensor's shape tens of thousands long.
+    if dims.len() > MAX_DIMS {
+        return Err(npy_error(format!(
+            "shape has {} dimensions; numpy allows at most {MAX_DIMS}",
+            dims.len()
+        )));
+    }
     dims.into_iter()
         .map(|d| match d {
             Literal::Int(n) => Ok(n),

@@ -84,7 +84,30 @@ impl NpzSource {
             ));
             src.members.push(member);
         }
+        src.check_overlaps().map_err(on_input)?;
         Ok(src)
+    }
+
+    /// Two members sharing bytes is the trick of non-recursive zip bombs
+    /// (one compressed run, many names, a huge output): refused.
+    fn check_overlaps(&self) -> Result<()> {
+        let mut spans: Vec<(u64, u64, &str)> = self
+            .members
+            .iter()
+            .map(|m| {
+                let end = m.start + m.entry.compressed;
+                (m.entry.local_offset, end, m.entry.name.as_str())
+            })
+            .collect();
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            let ((_, end, a), (next, _, b)) = (w[0], w[1]);
+            if next < end {
+                let msg = format!("members {a:?} and {b:?} overlap");
+                return Err(Error::new(ErrorKind::Zip(msg)).at_offset(next));
+            }
+        }
+        Ok(())
     }
 
     fn plan_member(&self, entry: ZipEntry, limit: u64) -> Result<Member> {
@@ -92,7 +115,8 @@ impl NpzSource {
         let mut probe = MemberReader::new(&self.file, &entry, start, 4096)?;
         let (prelude, header) = read_header(&mut probe).map_err(|e| e.at_offset(start))?;
         let data_offset = prelude.data_start();
-        let expected = TensorMeta::new("", header.dtype, header.shape.clone()).byte_len()?;
+        let name = entry.name.strip_suffix(".npy").unwrap_or(&entry.name);
+        let expected = TensorMeta::new(name, header.dtype, header.shape.clone()).byte_len()?;
         let actual = entry.uncompressed.saturating_sub(data_offset);
         if actual != expected {
             return Err(Error::new(ErrorKind::DataLength { expected, actual }));
@@ -137,6 +161,18 @@ impl Source for NpzSource {
                 r.skip = m.data_offset;
                 Box::pin(BlockingReader::new(r))
             } else if m.entry.method == Method::Stored {
+                // The reorder reads the member out of order, past the CRC
+                // check: check it first, in one forward pass.
+                let (entry, start) = (m.entry.clone(), m.start);
+                let check = file.try_clone()?;
+                tokio::task::spawn_blocking(move || -> Result<()> {
+                    let mut r = MemberReader::new(check, &entry, start, 0)?;
+                    let mut buf = vec![0u8; 256 * 1024];
+                    while r.read(&mut buf)? > 0 {}
+                    Ok(())
+                })
+                .await
+                .map_err(io::Error::other)??;
                 let base = m.start + m.data_offset;
                 Box::pin(BlockingReader::new(FortranReader::new(
                     file,
@@ -175,6 +211,7 @@ impl Source for NpzSource {
 pub(crate) struct MemberReader<F: std::borrow::Borrow<File>> {
     inner: Inner<F>,
     name: String,
+    compressed: u64,
     declared: u64,
     produced: u64,
     crc: crc32fast::Hasher,
@@ -208,6 +245,7 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
         Ok(MemberReader {
             inner,
             name: e.name.clone(),
+            compressed: e.compressed,
             declared: e.uncompressed,
             produced: 0,
             crc: crc32fast::Hasher::new(),
@@ -220,7 +258,19 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
     fn read_inner(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match &mut self.inner {
             Inner::Stored(r) => r.read(buf),
-            Inner::Deflated(r) => r.read(buf),
+            // flate2 reports bad data as InvalidInput and data that stops
+            // before the end marker as UnexpectedEof: the archive is bad,
+            // not the environment.
+            Inner::Deflated(r) => r.read(buf).map_err(|e| match e.kind() {
+                io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
+                    self.invalid(format!("corrupt deflate data ({e})"))
+                }
+                io::ErrorKind::UnexpectedEof => self.invalid(format!(
+                    "deflate data ends within its {} compressed bytes ({e})",
+                    self.compressed
+                )),
+                _ => e,
+            }),
         }
     }
 

@@ -105,7 +105,9 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
     }
     let range = PositionalReader::new(file, dir.offset, dir.size);
     let mut r = BufReader::with_capacity(64 * 1024, range);
-    let mut entries = Vec::with_capacity(dir.entries as usize);
+    // The claim is bounded by the directory's size, not yet by real entries:
+    // reserve little up front, so a lying record costs nothing.
+    let mut entries = Vec::with_capacity(dir.entries.min(4096) as usize);
     let mut at = dir.offset;
     for _ in 0..dir.entries {
         let (entry, used) = read_central_entry(&mut r, at)?;

@@ -1,0 +1,246 @@
+//! The file-to-file fast path: tensors whose bytes lie in files are copied
+//! by the kernel (`copy_file_range`) where nothing must change, and
+//! otherwise through one bounded buffer with positional reads. Synchronous:
+//! the caller runs a batch of tensors on the blocking pool in one trip, so
+//! a model of a million small tensors costs a million syscalls at most, not
+//! a million task hand-offs. Adjacent ranges of one file merge into one copy.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use crate::cast::Cast;
+use crate::source::FileSpan;
+use crate::{Error, ErrorKind, Result};
+
+/// One tensor to copy: its bytes, and the cast to apply.
+#[derive(Debug, Clone)]
+pub(crate) struct SpanJob {
+    pub(crate) span: FileSpan,
+    pub(crate) cast: Option<Cast>,
+}
+
+impl SpanJob {
+    /// Nothing changes on the way: the kernel may copy it.
+    fn verbatim(&self) -> bool {
+        self.cast.is_none() && self.span.crc.is_none() && self.span.transform.unit() == 1
+    }
+
+    fn out_len(&self) -> u64 {
+        match self.cast {
+            Some(c) => self.span.len / c.in_width() as u64 * c.out_width() as u64,
+            None => self.span.len,
+        }
+    }
+}
+
+/// Copies `jobs` in order to `out` at its current offset. On error, returns
+/// the index of the job that failed with the error.
+pub(crate) fn copy_spans(
+    out: &File,
+    jobs: &[SpanJob],
+    buffer_size: usize,
+    mut progress: impl FnMut(u64),
+) -> std::result::Result<u64, (usize, Error)> {
+    let mut buf = Vec::new();
+    let mut written = 0u64;
+    let mut i = 0;
+    while i < jobs.len() {
+        let run = verbatim_run(jobs, i);
+        if run > i {
+            let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
+            let len: u64 = jobs[i..run].iter().map(|j| j.span.len).sum();
+            copy_verbatim(file, offset, len, out, &mut progress)
+                .map_err(|e| (locate(jobs, i, e.1), e.0))?;
+            written += len;
+            i = run;
+        } else {
+            let n = copy_buffered(&jobs[i], out, &mut buf, buffer_size, &mut progress)
+                .map_err(|e| (i, e))?;
+            written += n;
+            i += 1;
+        }
+    }
+    Ok(written)
+}
+
+/// The end of the run of verbatim jobs from `start` that lie back to back in one file.
+fn verbatim_run(jobs: &[SpanJob], start: usize) -> usize {
+    if !jobs[start].verbatim() {
+        return start;
+    }
+    let mut end = start + 1;
+    while end < jobs.len() {
+        let (prev, next) = (&jobs[end - 1].span, &jobs[end]);
+        let adjacent =
+            Arc::ptr_eq(&prev.file, &next.span.file) && prev.offset + prev.len == next.span.offset;
+        if !(adjacent && next.verbatim()) {
+            break;
+        }
+        end += 1;
+    }
+    end
+}
+
+/// Which job of the run starting at `start` holds byte `done` of the run.
+fn locate(jobs: &[SpanJob], start: usize, done: u64) -> usize {
+    let mut acc = 0;
+    for (k, j) in jobs[start..].iter().enumerate() {
+        acc += j.span.len;
+        if done < acc {
+            return start + k;
+        }
+    }
+    jobs.len() - 1
+}
+
+fn too_short(expected: u64, actual: u64) -> Error {
+    Error::new(ErrorKind::TensorTooShort { expected, actual })
+}
+
+/// The kernel copies; if it cannot (another filesystem, an old kernel), we do.
+/// On error also returns how many bytes were done, to find the tensor.
+fn copy_verbatim(
+    src: &File,
+    mut offset: u64,
+    len: u64,
+    out: &File,
+    progress: &mut impl FnMut(u64),
+) -> std::result::Result<(), (Error, u64)> {
+    let mut left = len;
+    while left > 0 {
+        let chunk = left.min(1 << 30) as usize;
+        match rustix::fs::copy_file_range(src, Some(&mut offset), out, None, chunk) {
+            Ok(0) => return Err((too_short(len, len - left), len - left)),
+            Ok(n) => {
+                left -= n as u64;
+                progress(n as u64);
+            }
+            Err(e) if fallback_errno(e) && left == len => {
+                return copy_by_hand(src, offset, len, out, progress);
+            }
+            Err(e) => return Err((Error::io(e.into()), len - left)),
+        }
+    }
+    Ok(())
+}
+
+fn fallback_errno(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    [
+        Errno::XDEV,
+        Errno::NOSYS,
+        Errno::INVAL,
+        Errno::OPNOTSUPP,
+        Errno::BADF,
+    ]
+    .contains(&e)
+}
+
+fn copy_by_hand(
+    src: &File,
+    offset: u64,
+    len: u64,
+    mut out: &File,
+    progress: &mut impl FnMut(u64),
+) -> std::result::Result<(), (Error, u64)> {
+    let mut buf = vec![0u8; (len.min(4 << 20)) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let n = ((len - done) as usize).min(buf.len());
+        read_exact_at(src, &mut buf[..n], offset + done, len, done).map_err(|e| (e, done))?;
+        out.write_all(&buf[..n]).map_err(|e| (Error::io(e), done))?;
+        done += n as u64;
+        progress(n as u64);
+    }
+    Ok(())
+}
+
+fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Result<()> {
+    src.read_exact_at(buf, at).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            too_short(len, done)
+        } else {
+            Error::io(e)
+        }
+    })
+}
+
+/// Positional reads into one buffer, checksum, byte swap and cast, write.
+fn copy_buffered(
+    job: &SpanJob,
+    mut out: &File,
+    buf: &mut Vec<u8>,
+    buffer_size: usize,
+    progress: &mut impl FnMut(u64),
+) -> Result<u64> {
+    let span = &job.span;
+    let mut crc = span
+        .crc
+        .map(|c| crc_prefix(&span.file, c.from, span.offset))
+        .transpose()?;
+    let (iw, ow) = job.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
+    let unit = span.transform.unit().max(iw);
+    // Input and cast output share the budget, whole elements each.
+    let per_chunk = ((buffer_size / (iw + ow).max(2)).max(1) / unit).max(1) * unit;
+    let in_cap = per_chunk.min(span.len as usize);
+    let out_cap = if job.cast.is_some() {
+        in_cap / iw * ow
+    } else {
+        0
+    };
+    buf.resize(in_cap + out_cap, 0);
+    let (input, output) = buf.split_at_mut(in_cap);
+    let mut done = 0u64;
+    let mut written = 0u64;
+    while done < span.len {
+        let n = ((span.len - done) as usize).min(in_cap);
+        read_exact_at(
+            &span.file,
+            &mut input[..n],
+            span.offset + done,
+            span.len,
+            done,
+        )?;
+        if let Some(h) = &mut crc {
+            h.update(&input[..n]);
+        }
+        span.transform.apply(&mut input[..n]);
+        let bytes: &[u8] = match job.cast {
+            Some(c) => {
+                let k = n / iw;
+                c.apply(&input[..k * iw], &mut output[..k * ow]);
+                &output[..k * ow]
+            }
+            None => &input[..n],
+        };
+        out.write_all(bytes)?;
+        written += bytes.len() as u64;
+        progress(bytes.len() as u64);
+        done += n as u64;
+    }
+    if let (Some(h), Some(c)) = (crc, span.crc) {
+        let got = h.finalize();
+        if got != c.expected {
+            let msg = format!("CRC-32 is {got:08x}, the archive says {:08x}", c.expected);
+            return Err(Error::new(ErrorKind::Zip(msg)));
+        }
+    }
+    debug_assert_eq!(written, job.out_len());
+    Ok(written)
+}
+
+/// The checksum of the bytes before the tensor that the CRC also covers.
+fn crc_prefix(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
+    let mut h = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; (to - from).min(64 * 1024) as usize];
+    let mut at = from;
+    while at < to {
+        let n = ((to - at) as usize).min(buf.len());
+        file.read_exact_at(&mut buf[..n], at)?;
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(h)
+}
