@@ -325,6 +325,7 @@ async fn write_observed<W: AsyncWrite + Unpin>(
     };
     let fast = direct.map(|out| Direct {
         out,
+        name: output_name.to_string(),
         progress: ctx.options.progress.clone(),
     });
     write_tensors(
@@ -342,6 +343,7 @@ async fn write_observed<W: AsyncWrite + Unpin>(
 /// The output file itself, for tensors copied without the async writer.
 struct Direct {
     out: Arc<std::fs::File>,
+    name: String,
     progress: Option<Arc<dyn Progress>>,
 }
 
@@ -431,10 +433,11 @@ async fn copy_direct<W: AsyncWrite + Unpin>(
 ) -> std::result::Result<(), (usize, Error)> {
     sink.flush().await.map_err(|e| (0, e))?;
     let out = d.out.clone();
+    let out_name = d.name.clone();
     let progress = d.progress.clone();
     let count = jobs.len();
     let copied = tokio::task::spawn_blocking(move || {
-        copy_spans(&out, &jobs, buffer_size, |n| {
+        copy_spans(&out, &out_name, &jobs, buffer_size, |n| {
             if let Some(p) = &progress {
                 p.bytes(n);
             }

@@ -39,10 +39,15 @@ impl SpanJob {
 /// the index of the job that failed with the error.
 pub(crate) fn copy_spans(
     out: &File,
+    out_name: &str,
     jobs: &[SpanJob],
     buffer_size: usize,
     mut progress: impl FnMut(u64),
 ) -> std::result::Result<u64, (usize, Error)> {
+    let on_out = |e: Error| match e.kind() {
+        ErrorKind::Io(io) if output_side(io) => e.with_input(out_name),
+        _ => e,
+    };
     let mut buf = Vec::new();
     let mut written = 0u64;
     let mut i = 0;
@@ -51,13 +56,15 @@ pub(crate) fn copy_spans(
         if run > i {
             let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
             let len: u64 = jobs[i..run].iter().map(|j| j.span.len).sum();
-            copy_verbatim(file, offset, len, out, &mut progress)
-                .map_err(|e| (locate(jobs, i, e.1), e.0))?;
+            copy_verbatim(file, offset, len, out, &mut progress).map_err(|(e, done)| {
+                let (k, before) = locate(jobs, i, done);
+                (k, on_out(per_tensor(e, jobs[k].span.len, done - before)))
+            })?;
             written += len;
             i = run;
         } else {
             let n = copy_buffered(&jobs[i], out, &mut buf, buffer_size, &mut progress)
-                .map_err(|e| (i, e))?;
+                .map_err(|e| (i, on_out(e)))?;
             written += n;
             i += 1;
         }
@@ -83,16 +90,35 @@ fn verbatim_run(jobs: &[SpanJob], start: usize) -> usize {
     end
 }
 
-/// Which job of the run starting at `start` holds byte `done` of the run.
-fn locate(jobs: &[SpanJob], start: usize, done: u64) -> usize {
-    let mut acc = 0;
+/// Which job of the run starting at `start` holds byte `done` of the run,
+/// and how many bytes of the run come before that job.
+fn locate(jobs: &[SpanJob], start: usize, done: u64) -> (usize, u64) {
+    let mut before = 0;
     for (k, j) in jobs[start..].iter().enumerate() {
-        acc += j.span.len;
-        if done < acc {
-            return start + k;
+        if done < before + j.span.len {
+            return (start + k, before);
         }
+        before += j.span.len;
     }
-    jobs.len() - 1
+    let last = jobs.len() - 1;
+    (last, before - jobs[last].span.len)
+}
+
+/// A merged run's shortfall, restated for the one tensor it fell in.
+fn per_tensor(e: Error, len: u64, done_in_tensor: u64) -> Error {
+    match e.kind() {
+        ErrorKind::TensorTooShort { .. } => too_short(len, done_in_tensor),
+        _ => e,
+    }
+}
+
+/// Errors that a write causes, not a read: they belong to the output.
+fn output_side(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    let raw = e.raw_os_error();
+    [Errno::FBIG, Errno::NOSPC, Errno::DQUOT, Errno::ROFS]
+        .iter()
+        .any(|n| raw == Some(n.raw_os_error()))
 }
 
 fn too_short(expected: u64, actual: u64) -> Error {

@@ -6,6 +6,7 @@ pub mod header;
 pub(crate) mod literal;
 
 use std::fs::File;
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -15,14 +16,14 @@ use self::fortran::{same_as_c_order, too_wide, FortranReader};
 use self::header::{parse_header_text, parse_prelude, read_header, NpyHeader, Prelude};
 use super::blocking::BlockingReader;
 use super::npz::zip::PositionalReader;
-use super::{file_range, Access, Source, TensorData, TensorReader};
+use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
 use crate::header::TensorMeta;
 use crate::{Error, ErrorKind, Result};
 
 /// Where the array's data is.
 enum Data {
     /// A seekable file; the data starts at `offset`.
-    File { file: File, offset: u64 },
+    File { file: Arc<File>, offset: u64 },
     /// A forward-only stream positioned at the data; taken on first open.
     Stream(Option<TensorReader<'static>>),
 }
@@ -73,7 +74,7 @@ impl NpySource {
         }
         Ok(NpySource {
             data: Data::File {
-                file,
+                file: Arc::new(file),
                 offset: base + end_of_header,
             },
             ..src
@@ -160,7 +161,10 @@ impl NpySource {
             });
             return Err(e.with_input(&self.input));
         }
-        self.data = Data::File { file, offset: 0 };
+        self.data = Data::File {
+            file: Arc::new(file),
+            offset: 0,
+        };
         Ok(self)
     }
 
@@ -194,6 +198,19 @@ impl Source for NpySource {
         match self.data {
             Data::File { .. } => Access::Random,
             Data::Stream(_) => Access::Sequential,
+        }
+    }
+
+    fn file_span(&self, _k: usize) -> Option<FileSpan> {
+        match &self.data {
+            Data::File { file, offset } if !self.needs_random_access() => Some(FileSpan {
+                file: file.clone(),
+                offset: *offset,
+                len: self.tensors[0].byte_len().ok()?,
+                transform: self.header.transform,
+                crc: None,
+            }),
+            _ => None,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod zip;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
+use std::sync::Arc;
 
 use flate2::read::DeflateDecoder;
 use futures::future::BoxFuture;
@@ -18,7 +19,7 @@ use self::zip::{data_start, read_directory, Method, PositionalReader, ZipEntry};
 use super::blocking::BlockingReader;
 use super::npy::fortran::{too_wide, FortranReader};
 use super::npy::header::{read_header, NpyHeader};
-use super::{Source, SourceOptions, TensorData, TensorReader};
+use super::{CrcCheck, FileSpan, Source, SourceOptions, TensorData, TensorReader};
 use crate::header::TensorMeta;
 use crate::{Error, ErrorKind, Result};
 
@@ -36,7 +37,7 @@ struct Member {
 #[derive(Debug)]
 pub struct NpzSource {
     input: String,
-    file: File,
+    file: Arc<File>,
     tensors: Vec<TensorMeta>,
     members: Vec<Member>,
 }
@@ -49,7 +50,7 @@ impl NpzSource {
         let mut seen = HashSet::with_capacity(entries.len());
         let mut src = NpzSource {
             input: input.to_string(),
-            file,
+            file: Arc::new(file),
             tensors: Vec::with_capacity(entries.len()),
             members: Vec::with_capacity(entries.len()),
         };
@@ -112,7 +113,7 @@ impl NpzSource {
 
     fn plan_member(&self, entry: ZipEntry, limit: u64) -> Result<Member> {
         let start = data_start(&self.file, &entry, limit)?;
-        let mut probe = MemberReader::new(&self.file, &entry, start, 4096)?;
+        let mut probe = MemberReader::new(&*self.file, &entry, start, 4096)?;
         let (prelude, header) = read_header(&mut probe).map_err(|e| e.at_offset(start))?;
         let data_offset = prelude.data_start();
         let name = entry.name.strip_suffix(".npy").unwrap_or(&entry.name);
@@ -146,6 +147,27 @@ impl Source for NpzSource {
 
     fn tensors(&self) -> &[TensorMeta] {
         &self.tensors
+    }
+
+    fn file_span(&self, k: usize) -> Option<FileSpan> {
+        let m = &self.members[k];
+        let reorder =
+            m.header.fortran_order && !super::npy::fortran::same_as_c_order(&m.header.shape);
+        if reorder || m.entry.method != Method::Stored {
+            return None;
+        }
+        let offset = m.start + m.data_offset;
+        Some(FileSpan {
+            file: self.file.clone(),
+            offset,
+            len: m.entry.uncompressed - m.data_offset,
+            transform: m.header.transform,
+            // The member's CRC covers its npy header too.
+            crc: Some(CrcCheck {
+                expected: m.entry.crc32,
+                from: m.start,
+            }),
+        })
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
