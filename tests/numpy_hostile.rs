@@ -279,7 +279,18 @@ fn member_with_a_wrong_crc() {
     // A Fortran-order member is read out of order: its CRC must still be checked.
     let mut f = member("f.npy", npy("<f4", true, &[3, 4], &[1; 48]));
     f.crc = Some(0x0BAD_F00D);
-    for (label, m) in [("stored", m), ("deflated", d), ("fortran", f)] {
+    // A large stored member is copied by the kernel while a second thread checks it.
+    let mut big = member(
+        "big.npy",
+        npy("<u1", false, &[3 << 20], &vec![7u8; 3 << 20]),
+    );
+    big.crc = Some(0x0BAD_CAFE);
+    for (label, m) in [
+        ("stored", m),
+        ("deflated", d),
+        ("fortran", f),
+        ("large", big),
+    ] {
         let (zip, _) = build_zip(&[m]);
         let e = refuse(&format!("crc_{label}.npz"), &zip);
         assert!(is_zip(&e), "{label}: {e:?}");

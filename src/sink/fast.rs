@@ -14,6 +14,9 @@ use crate::cast::Cast;
 use crate::source::FileSpan;
 use crate::{Error, ErrorKind, Result};
 
+/// Below this a checksummed tensor is copied through the buffer instead.
+const CONCURRENT_CRC_MIN: u64 = 1 << 20;
+
 /// One tensor to copy: its bytes, and the cast to apply.
 #[derive(Debug, Clone)]
 pub(crate) struct SpanJob {
@@ -23,8 +26,13 @@ pub(crate) struct SpanJob {
 
 impl SpanJob {
     /// Nothing changes on the way: the kernel may copy it.
+    /// Nothing changes on the way: the kernel may copy it. A checksummed
+    /// member large enough is checked by a second thread reading the same
+    /// (cached) bytes while the kernel copies; a small one goes through the
+    /// buffer, where one read serves both.
     fn verbatim(&self) -> bool {
-        self.cast.is_none() && self.span.crc.is_none() && self.span.transform.unit() == 1
+        let crc_ok = self.span.crc.is_none() || self.span.len >= CONCURRENT_CRC_MIN;
+        self.cast.is_none() && crc_ok && self.span.transform.unit() == 1
     }
 
     fn out_len(&self) -> u64 {
@@ -49,26 +57,41 @@ pub(crate) fn copy_spans(
         _ => e,
     };
     let mut buf = Vec::new();
+    // Small tensors' bytes gather here into large writes.
+    let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
     let mut i = 0;
     while i < jobs.len() {
         let run = verbatim_run(jobs, i);
         if run > i {
+            // The kernel writes at the file's offset: our buffered bytes go first.
+            w.flush().map_err(|e| (i, on_out(Error::io(e))))?;
             let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
             let len: u64 = jobs[i..run].iter().map(|j| j.span.len).sum();
-            copy_verbatim(file, offset, len, out, &mut progress).map_err(|(e, done)| {
+            let (copied, checked) = std::thread::scope(|scope| {
+                let checker = scope.spawn(|| check_crcs(&jobs[i..run]));
+                let copied = copy_verbatim(file, offset, len, out, &mut progress);
+                let checked = checker.join().unwrap_or_else(|_| {
+                    Err((0, Error::io(io::Error::other("CRC thread panicked"))))
+                });
+                (copied, checked)
+            });
+            copied.map_err(|(e, done)| {
                 let (k, before) = locate(jobs, i, done);
                 (k, on_out(per_tensor(e, jobs[k].span.len, done - before)))
             })?;
+            checked.map_err(|(k, e)| (i + k, e))?;
             written += len;
             i = run;
         } else {
-            let n = copy_buffered(&jobs[i], out, &mut buf, buffer_size, &mut progress)
+            let n = copy_buffered(&jobs[i], &mut w, &mut buf, buffer_size, &mut progress)
                 .map_err(|e| (i, on_out(e)))?;
             written += n;
             i += 1;
         }
     }
+    w.flush()
+        .map_err(|e| (jobs.len() - 1, on_out(Error::io(e))))?;
     Ok(written)
 }
 
@@ -196,16 +219,12 @@ fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Re
 /// Positional reads into one buffer, checksum, byte swap and cast, write.
 fn copy_buffered(
     job: &SpanJob,
-    mut out: &File,
+    out: &mut impl Write,
     buf: &mut Vec<u8>,
     buffer_size: usize,
     progress: &mut impl FnMut(u64),
 ) -> Result<u64> {
     let span = &job.span;
-    let mut crc = span
-        .crc
-        .map(|c| crc_prefix(&span.file, c.from, span.offset))
-        .transpose()?;
     let (iw, ow) = job.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
     let unit = span.transform.unit().max(iw);
     // Input and cast output share the budget, whole elements each.
@@ -216,8 +235,23 @@ fn copy_buffered(
     } else {
         0
     };
-    buf.resize(in_cap + out_cap, 0);
-    let (input, output) = buf.split_at_mut(in_cap);
+    // A small member's npy header is read with its data, in one read.
+    let prefix = span.crc.map_or(0, |c| span.offset - c.from);
+    let joined = prefix <= 64 * 1024 && span.len as usize <= in_cap;
+    let lead = if joined { prefix as usize } else { 0 };
+    buf.resize(lead + in_cap + out_cap, 0);
+    let (head, rest) = buf.split_at_mut(lead);
+    let (input, output) = rest.split_at_mut(in_cap);
+    let mut crc = match span.crc {
+        Some(c) if joined => {
+            read_exact_at(&span.file, head, c.from, span.len, 0)?;
+            let mut h = crc32fast::Hasher::new();
+            h.update(head);
+            Some(h)
+        }
+        Some(c) => Some(crc_prefix(&span.file, c.from, span.offset)?),
+        None => None,
+    };
     let mut done = 0u64;
     let mut written = 0u64;
     while done < span.len {
@@ -257,10 +291,25 @@ fn copy_buffered(
     Ok(written)
 }
 
+/// Checks the CRC of every checksummed job, reading the bytes again (from
+/// the page cache, as the kernel copy is reading them too).
+fn check_crcs(jobs: &[SpanJob]) -> std::result::Result<(), (usize, Error)> {
+    for (k, j) in jobs.iter().enumerate() {
+        let Some(c) = j.span.crc else { continue };
+        let h = crc_prefix(&j.span.file, c.from, j.span.offset + j.span.len).map_err(|e| (k, e))?;
+        let got = h.finalize();
+        if got != c.expected {
+            let msg = format!("CRC-32 is {got:08x}, the archive says {:08x}", c.expected);
+            return Err((k, Error::new(ErrorKind::Zip(msg))));
+        }
+    }
+    Ok(())
+}
+
 /// The checksum of the bytes before the tensor that the CRC also covers.
 fn crc_prefix(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
     let mut h = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; (to - from).min(64 * 1024) as usize];
+    let mut buf = vec![0u8; (to - from).min(1 << 20) as usize];
     let mut at = from;
     while at < to {
         let n = ((to - at) as usize).min(buf.len());
