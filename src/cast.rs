@@ -2,10 +2,11 @@
 //! and lossless integer widening.
 //!
 //! Results are bit-identical to numpy's `astype(np.float16)` and
-//! `astype(np.float32)` (its software conversions, which keep NaN payloads
-//! rather than quieting them) and to ml_dtypes' bfloat16 (Eigen's
-//! round-to-nearest-even, NaN squashed to a quiet NaN of the same sign;
-//! from F64 by way of F32, as ml_dtypes does). Every rounding is to nearest,
+//! `astype(np.float32)` (its software half conversions keep NaN payloads
+//! rather than quieting them; float/double conversions are the hardware's,
+//! which quiet them) and to ml_dtypes' bfloat16 (round-to-nearest-even, NaN
+//! squashed to a quiet NaN of the same sign; from F64 in one rounding, as
+//! ml_dtypes 0.7 does, not by way of F32). Every rounding is to nearest,
 //! ties to even; overflow gives infinity.
 
 use crate::Dtype;
@@ -108,7 +109,7 @@ impl Cast {
                 (f64::from_le_bytes(b) as f32).to_le_bytes()
             }),
             (F64, BF16) => map::<8, 2>(input, output, |b| {
-                f32_to_bf16((f64::from_le_bytes(b) as f32).to_bits()).to_le_bytes()
+                f64_to_bf16(u64::from_le_bytes(b)).to_le_bytes()
             }),
             (F64, F16) => map::<8, 2>(input, output, |b| {
                 f64_to_f16(u64::from_le_bytes(b)).to_le_bytes()
@@ -120,7 +121,7 @@ impl Cast {
                 bf16_to_f32(u16::from_le_bytes(b)).to_le_bytes()
             }),
             (F16, F64) => map::<2, 8>(input, output, |b| {
-                (f32::from_bits(f16_to_f32(u16::from_le_bytes(b))) as f64).to_le_bytes()
+                f16_to_f64(u16::from_le_bytes(b)).to_le_bytes()
             }),
             (BF16, F64) => map::<2, 8>(input, output, |b| {
                 (f32::from_bits(bf16_to_f32(u16::from_le_bytes(b))) as f64).to_le_bytes()
@@ -132,7 +133,7 @@ impl Cast {
                 f32_to_bf16(f16_to_f32(u16::from_le_bytes(b))).to_le_bytes()
             }),
             (BF16, F16) => map::<2, 2>(input, output, |b| {
-                f32_to_f16(bf16_to_f32(u16::from_le_bytes(b))).to_le_bytes()
+                bf16_to_f16(u16::from_le_bytes(b)).to_le_bytes()
             }),
             (from, to) => widen_int(from, to, input, output),
         }
@@ -204,44 +205,73 @@ pub fn f32_to_bf16(x: u32) -> u16 {
     (x.wrapping_add(bias) >> 16) as u16
 }
 
+/// ml_dtypes 0.7: straight from F64, one rounding to nearest even (rounding
+/// to F32 first would round twice: 1 + 2^-8 + 2^-40 would land on the tie
+/// 1 + 2^-8, then go to 1.0); NaN to a quiet NaN of its sign.
+pub fn f64_to_bf16(d: u64) -> u16 {
+    let x = f64::from_bits(d);
+    if x.is_nan() {
+        return if d >> 63 != 0 { 0xffc0 } else { 0x7fc0 };
+    }
+    // To F32 rounding to odd (toward zero, then set the last bit if anything
+    // was dropped): F32 keeps 16 more bits than BF16, normal or subnormal,
+    // so rounding that to nearest even gives the single rounding.
+    let f = x as f32;
+    let mut bits = f.to_bits();
+    if f as f64 != x {
+        if (f as f64).abs() > x.abs() {
+            bits -= 1; // rounded away from zero: step back toward it
+        }
+        bits |= 1;
+    }
+    f32_to_bf16(bits)
+}
+
+/// ml_dtypes 0.7 (Eigen's half from float): NaN to a quiet NaN of its sign;
+/// else as numpy rounds F32 to F16 (the value is exact in F32).
+pub fn bf16_to_f16(h: u16) -> u16 {
+    if h & 0x7fff > 0x7f80 {
+        return (h & 0x8000) | 0x7e00;
+    }
+    f32_to_f16(bf16_to_f32(h))
+}
+
 /// Exact: bfloat16 is the top half of a float32.
 pub fn bf16_to_f32(h: u16) -> u32 {
     (h as u32) << 16
 }
 
-/// numpy's `npy_floatbits_to_halfbits`, with ties to even.
+/// numpy's `npy_floatbits_to_halfbits`, with ties to even: the same bits,
+/// computed without branches so that the loop vectorises (every path is
+/// computed and one is picked).
 pub fn f32_to_f16(f: u32) -> u16 {
-    let h_sgn = ((f & 0x8000_0000) >> 16) as u16;
-    let f_exp = f & 0x7f80_0000;
-    if f_exp >= 0x4780_0000 {
-        let f_sig = f & 0x007f_ffff;
-        if f_exp == 0x7f80_0000 && f_sig != 0 {
-            // NaN: keep the top of the payload, but never become infinity.
-            let ret = (0x7c00 + (f_sig >> 13)) as u16;
-            return h_sgn + if ret == 0x7c00 { ret + 1 } else { ret };
-        }
-        return h_sgn + 0x7c00; // infinity, or overflow to it
-    }
-    if f_exp <= 0x3800_0000 {
-        if f_exp < 0x3300_0000 {
-            return h_sgn; // underflows to a signed zero
-        }
-        let e = f_exp >> 23;
-        let mut f_sig = (0x0080_0000 + (f & 0x007f_ffff)) >> (113 - e);
-        // Ties to even; the shift may drop up to 11 bits, checked in `f`.
-        if (f_sig & 0x3fff) != 0x1000 || (f & 0x07ff) != 0 {
-            f_sig += 0x1000;
-        }
-        return h_sgn + (f_sig >> 13) as u16;
-    }
-    let h_exp = ((f_exp - 0x3800_0000) >> 13) as u16;
-    let mut f_sig = f & 0x007f_ffff;
-    if (f_sig & 0x3fff) != 0x1000 {
-        f_sig += 0x1000;
-    }
-    // A carry out of the significand bumps the exponent: the right answer,
-    // up to infinity.
-    h_sgn + h_exp + (f_sig >> 13) as u16
+    let sign = (f >> 16) as u16 & 0x8000;
+    let a = f & 0x7fff_ffff;
+    // Normal: add just under half a unit of the last bit kept, plus one if
+    // that bit is odd, and drop 13 bits. A carry out of the significand bumps
+    // the exponent: the right answer, up to infinity (65520 and above).
+    let normal = (a
+        .wrapping_sub(112 << 23)
+        .wrapping_add(0x0fff + ((a >> 13) & 1))
+        >> 13) as u16;
+    // Subnormal or zero (below 2^-14): adding 0.5 leaves the value in units
+    // of 2^-24, the smallest subnormal, in the low bits, rounded to nearest
+    // even by the FPU; 0x400 is the smallest normal, rounded up to.
+    let half = f32::from_bits(126 << 23);
+    let sub = (f32::from_bits(a) + half).to_bits().wrapping_sub(126 << 23) as u16;
+    // NaN: keep the top of the payload, but never become infinity.
+    let payload = ((a >> 13) & 0x3ff) as u16;
+    let nan = 0x7c00 | payload | (payload == 0) as u16;
+    let h = if a > 0x7f80_0000 {
+        nan
+    } else if a >= 0x4780_0000 {
+        0x7c00 // infinity, or overflow to it
+    } else if a < 0x3880_0000 {
+        sub
+    } else {
+        normal
+    };
+    sign | h
 }
 
 /// numpy's `npy_doublebits_to_halfbits`: one rounding, straight from F64.
@@ -276,22 +306,36 @@ pub fn f64_to_f16(d: u64) -> u16 {
     h_sgn + h_exp + (d_sig >> 42) as u16
 }
 
-/// numpy's `npy_halfbits_to_floatbits`: exact, NaN payloads kept as they are.
+/// numpy's `npy_halfbits_to_doublebits`: exact, NaN payloads kept as they
+/// are (a signalling NaN stays signalling, where a hardware float-to-double
+/// conversion would quiet it).
+pub fn f16_to_f64(h: u16) -> u64 {
+    let f = f16_to_f32(h);
+    if f & 0x7f80_0000 == 0x7f80_0000 {
+        let sign = ((f & 0x8000_0000) as u64) << 32;
+        return sign | 0x7ff0_0000_0000_0000 | ((f & 0x007f_ffff) as u64) << 29;
+    }
+    (f32::from_bits(f) as f64).to_bits()
+}
+
+/// numpy's `npy_halfbits_to_floatbits`: exact, NaN payloads kept as they
+/// are. Without branches, so that the loop vectorises.
 pub fn f16_to_f32(h: u16) -> u32 {
     let sign = ((h & 0x8000) as u32) << 16;
-    let exp = h & 0x7c00;
-    let sig = (h & 0x03ff) as u32;
-    match exp {
-        0 if sig == 0 => sign,
-        0 => {
-            // Subnormal: normalise.
-            let shift = sig.leading_zeros() - 21;
-            let sig = (sig << shift) & 0x03ff;
-            let exp = 113 - shift;
-            sign | (exp << 23) | (sig << 13)
-        }
-        0x7c00 => sign | 0x7f80_0000 | (sig << 13),
-        _ => sign | (((exp >> 10) as u32 + 112) << 23) | (sig << 13),
+    let a = (h & 0x7fff) as u32;
+    // Normal: rebias the exponent (15 to 127).
+    let normal = (a << 13) + (112 << 23);
+    // Subnormal or zero: 2^-14 * (1 + a/1024), less 2^-14, is a * 2^-24 exactly.
+    let base = f32::from_bits(113 << 23);
+    let sub = (f32::from_bits((a << 13) | (113 << 23)) - base).to_bits();
+    // Infinity or NaN: the payload shifted, quiet or signalling as it was.
+    let special = (a << 13) | 0x7f80_0000;
+    sign | if a >= 0x7c00 {
+        special
+    } else if a < 0x0400 {
+        sub
+    } else {
+        normal
     }
 }
 

@@ -7,7 +7,9 @@
 //! string error.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -39,6 +41,9 @@ pub(super) fn parse_json(text: &str, rules: Rules) -> Result<RawHeader, (ErrorKi
     let seed = HeaderSeed {
         rules,
         stash: &stash,
+        // The smallest entry, `"":{"dtype":"U8","shape":[],"data_offsets":[0,0]}`,
+        // is 48 bytes: a capacity that the text itself bounds.
+        capacity: text.len() / 48,
     };
     let mut de = serde_json::Deserializer::from_str(text);
     let json_error = |e: serde_json::Error, stash: Option<ErrorKind>| match stash {
@@ -108,6 +113,7 @@ fn fail<E: de::Error>(stash: Stash<'_>, kind: ErrorKind) -> E {
 struct HeaderSeed<'a> {
     rules: Rules,
     stash: Stash<'a>,
+    capacity: usize,
 }
 
 impl<'de> DeserializeSeed<'de> for HeaderSeed<'_> {
@@ -125,9 +131,14 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawHeader, A::Error> {
-        let mut out = RawHeader::default();
+        let mut out = RawHeader {
+            metadata: None,
+            tensors: Vec::with_capacity(self.capacity),
+        };
         let mut seen_metadata = false;
-        let mut index: HashMap<String, usize> = HashMap::new();
+        // Indices into out.tensors, hashed by name: no second copy of a name.
+        let hasher = foldhash::fast::RandomState::default();
+        let mut index: HashTable<usize> = HashTable::with_capacity(self.capacity);
         while let Some(key) = map.next_key::<String>()? {
             if key == "__metadata__" {
                 if seen_metadata {
@@ -142,17 +153,23 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
                 continue;
             }
             let tensor = map.next_value_seed(TensorSeed {
-                name: &key,
+                name: key,
                 rules: self.rules,
                 stash: self.stash,
             })?;
-            match index.get(&key) {
+            let name = tensor.meta.name.as_str();
+            let hash = hasher.hash_one(name);
+            match index.find(hash, |&i| out.tensors[i].meta.name == name) {
                 Some(_) if self.rules.refuse_duplicate_keys => {
-                    return Err(fail(self.stash, duplicate(key, "the header")));
+                    let kind = duplicate(tensor.meta.name, "the header");
+                    return Err(fail(self.stash, kind));
                 }
                 Some(&i) => out.tensors[i] = tensor,
                 None => {
-                    index.insert(key, out.tensors.len());
+                    let tensors = &out.tensors;
+                    index.insert_unique(hash, tensors.len(), |&i| {
+                        hasher.hash_one(tensors[i].meta.name.as_str())
+                    });
                     out.tensors.push(tensor);
                 }
             }
@@ -216,7 +233,7 @@ impl<'de> Visitor<'de> for MetadataSeed<'_> {
 }
 
 struct TensorSeed<'a> {
-    name: &'a str,
+    name: String,
     rules: Rules,
     stash: Stash<'a>,
 }
@@ -240,6 +257,14 @@ enum Field {
 }
 
 impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::Dtype => "dtype",
+            Field::Shape => "shape",
+            Field::Offsets => "data_offsets",
+        }
+    }
+
     fn of(key: &str) -> Option<Field> {
         match key {
             "dtype" => Some(Field::Dtype),
@@ -252,7 +277,7 @@ impl Field {
 
 impl TensorSeed<'_> {
     fn assemble<E: de::Error>(
-        &self,
+        self,
         dtype: Option<Dtype>,
         shape: Option<Vec<u64>>,
         offsets: Option<(u64, u64)>,
@@ -281,17 +306,20 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawTensor, A::Error> {
         let (mut dtype, mut shape, mut offsets) = (None, None, None);
-        while let Some(key) = map.next_key::<String>()? {
-            let Some(field) = Field::of(&key) else {
-                if self.rules.mode == Mode::Strict {
+        while let Some(key) = map.next_key::<FieldKey>()? {
+            let field = match key {
+                FieldKey::Known(f) => f,
+                FieldKey::Other(key) if self.rules.mode == Mode::Strict => {
                     let kind = ErrorKind::UnknownField {
                         tensor: self.name.to_string(),
                         field: key,
                     };
                     return Err(fail(self.stash, kind));
                 }
-                map.next_value::<Buffered>()?;
-                continue;
+                FieldKey::Other(_) => {
+                    map.next_value::<Buffered>()?;
+                    continue;
+                }
             };
             let already = match field {
                 Field::Dtype => dtype.is_some(),
@@ -301,7 +329,10 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
             if already {
                 // The reference's derived struct refuses repeated fields too.
                 let within = format!("tensor {:?}", self.name);
-                return Err(fail(self.stash, duplicate(key, &within)));
+                return Err(fail(
+                    self.stash,
+                    duplicate(field.name().to_string(), &within),
+                ));
             }
             match field {
                 Field::Dtype => dtype = Some(map.next_value_seed(DtypeSeed(self.rules.mode))?),
@@ -319,6 +350,36 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
         let shape = seq.next_element()?.ok_or_else(|| len_err(1))?;
         let offsets = seq.next_element()?.ok_or_else(|| len_err(2))?;
         self.assemble(Some(dtype), Some(shape), Some(offsets))
+    }
+}
+
+/// A tensor entry's key, read without allocating for the three known ones
+/// (a million-tensor header has three million of them).
+enum FieldKey {
+    Known(Field),
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for FieldKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FieldKey, D::Error> {
+        d.deserialize_str(FieldKeyVisitor)
+    }
+}
+
+struct FieldKeyVisitor;
+
+impl<'de> Visitor<'de> for FieldKeyVisitor {
+    type Value = FieldKey;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<FieldKey, E> {
+        Ok(match Field::of(v) {
+            Some(f) => FieldKey::Known(f),
+            None => FieldKey::Other(v.to_string()),
+        })
     }
 }
 
