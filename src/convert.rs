@@ -15,7 +15,7 @@ use crate::sink::atomic::{close, commit_all, StagedFile};
 use crate::sink::fast::{copy_spans, SpanJob};
 use crate::sink::{Sink, SinkOptions};
 use crate::source::input::open_input;
-use crate::source::{Access, Listing, Source, SourceOptions};
+use crate::source::{Access, Source, SourceOptions};
 use crate::{Error, ErrorKind, Result};
 
 /// Where the output goes.
@@ -169,8 +169,7 @@ pub async fn open_inputs(
 /// Plans the conversion of opened sources: the whole layout, every header,
 /// before a data byte is read. `--dry-run` stops here.
 pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) -> Result<Plan> {
-    let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
-    let plan = plan(&listings, &options.plan)?;
+    let plan = plan(sources, &options.plan)?;
     check_access(&plan, sources)?;
     Ok(plan)
 }

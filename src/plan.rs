@@ -9,7 +9,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use crate::cast::Cast;
 use crate::header::encode::sort_canonical_by;
 use crate::header::{encode, EncodedHeader, Metadata, Order, TensorMeta};
-use crate::source::Listing;
+use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, Result};
 
 /// What to take from the inputs and how to lay it out.
@@ -95,6 +95,8 @@ impl Plan {
 /// ```
 /// use safetensors_stream::{Dtype, header::TensorMeta, plan::{plan, PlanOptions}, source::Listing};
 ///
+/// // Any `Listed`: a detached `Listing`, or the opened sources themselves.
+///
 /// let input = Listing {
 ///     input: "a.safetensors".into(),
 ///     tensors: vec![TensorMeta::new("x", Dtype::U8, [3]), TensorMeta::new("y", Dtype::F64, [1])],
@@ -105,7 +107,7 @@ impl Plan {
 /// assert_eq!(names, ["y", "x"]); // F64 before U8, as the reference writes
 /// # Ok::<(), safetensors_stream::Error>(())
 /// ```
-pub fn plan(listings: &[Listing], options: &PlanOptions) -> Result<Plan> {
+pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     let mut selected = select(listings, options)?;
     check_unique(&selected, listings)?;
     if options.order == Order::Canonical {
@@ -145,7 +147,7 @@ fn usage(msg: String) -> Error {
 }
 
 /// Filters, renames and prefixes, in the inputs' order.
-fn select(listings: &[Listing], o: &PlanOptions) -> Result<Vec<Selected>> {
+fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Vec<Selected>> {
     let include = globs(&o.include, "--include")?;
     let exclude = globs(&o.exclude, "--exclude")?;
     let renames: HashMap<&str, &str> = o
@@ -157,7 +159,7 @@ fn select(listings: &[Listing], o: &PlanOptions) -> Result<Vec<Selected>> {
     let casts = cast_rules(o)?;
     let mut out = Vec::new();
     for (source, listing) in listings.iter().enumerate() {
-        for (index, meta) in listing.tensors.iter().enumerate() {
+        for (index, meta) in listing.tensors().iter().enumerate() {
             let keep = include.as_ref().is_none_or(|g| g.is_match(&meta.name))
                 && !exclude.as_ref().is_some_and(|g| g.is_match(&meta.name));
             if !keep {
@@ -223,18 +225,20 @@ fn cast_all(to: Option<Dtype>, from: Dtype) -> Option<Cast> {
     Cast::new(from, to?).ok().filter(|_| from.is_float())
 }
 
-fn check_unique(selected: &[Selected], listings: &[Listing]) -> Result<()> {
-    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(selected.len());
+fn check_unique<L: Listed>(selected: &[Selected], listings: &[L]) -> Result<()> {
+    let hasher = foldhash::fast::RandomState::default();
+    let mut seen: HashMap<&str, usize, _> =
+        HashMap::with_capacity_and_hasher(selected.len(), hasher);
     for (meta, r) in selected {
         if meta.name == "__metadata__" {
             return Err(Error::new(ErrorKind::ReservedName)
-                .with_input(&listings[r.source].input)
+                .with_input(listings[r.source].input())
                 .with_tensor(meta.name.clone()));
         }
         if let Some(first) = seen.insert(&meta.name, r.source) {
             let inputs = (
-                listings[first].input.clone(),
-                listings[r.source].input.clone(),
+                listings[first].input().to_string(),
+                listings[r.source].input().to_string(),
             );
             return Err(ErrorKind::DuplicateTensor {
                 name: meta.name.clone(),
@@ -249,9 +253,9 @@ fn check_unique(selected: &[Selected], listings: &[Listing]) -> Result<()> {
 /// Inputs' metadata in input order (later wins), then the overrides.
 /// `None` when no input has metadata and there are no overrides, so that a
 /// file without `__metadata__` round-trips to identical bytes.
-fn merge_metadata(listings: &[Listing], overrides: &[(String, String)]) -> Option<Metadata> {
+fn merge_metadata<L: Listed>(listings: &[L], overrides: &[(String, String)]) -> Option<Metadata> {
     let mut merged: Option<Metadata> = None;
-    for md in listings.iter().filter_map(|l| l.metadata.as_ref()) {
+    for md in listings.iter().filter_map(|l| l.metadata()) {
         merged
             .get_or_insert_with(Metadata::new)
             .extend(md.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -294,6 +298,7 @@ fn split_shards(tensors: Vec<Selected>, max: Option<u64>) -> Result<Vec<Vec<Sele
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source::Listing;
     use crate::Dtype;
 
     fn listing(input: &str, names: &[(&str, Dtype, u64)]) -> Listing {

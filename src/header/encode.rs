@@ -87,15 +87,28 @@ pub fn encode(
 
 /// Sorts as the reference's `prepare()`: dtype descending, then name
 /// ascending by UTF-8 bytes (so `a.10` < `a.2`).
-pub(crate) fn sort_canonical_by<T>(items: &mut [T], meta: impl Fn(&T) -> &TensorMeta) {
-    items.sort_by(|a, b| {
-        let (a, b) = (meta(a), meta(b));
-        b.dtype.cmp(&a.dtype).then_with(|| a.name.cmp(&b.name))
+pub(crate) fn sort_canonical_by<T>(items: &mut Vec<T>, meta: impl Fn(&T) -> &TensorMeta) {
+    // Sort indices, then move each (large) item once; ties (equal names,
+    // refused later) keep their order.
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_unstable_by(|&i, &j| {
+        let (a, b) = (meta(&items[i]), meta(&items[j]));
+        b.dtype
+            .cmp(&a.dtype)
+            .then_with(|| a.name.cmp(&b.name))
+            .then(i.cmp(&j))
     });
+    let mut slots: Vec<Option<T>> = items.drain(..).map(Some).collect();
+    items.extend(
+        order
+            .into_iter()
+            .map(|i| slots[i].take().expect("each index once")),
+    );
 }
 
 fn check_names(tensors: &[TensorMeta]) -> Result<()> {
-    let mut seen = HashSet::with_capacity(tensors.len());
+    let mut seen =
+        HashSet::with_capacity_and_hasher(tensors.len(), foldhash::fast::RandomState::default());
     for t in tensors {
         if t.name == "__metadata__" {
             return Err(Error::new(ErrorKind::ReservedName).with_tensor(t.name.clone()));

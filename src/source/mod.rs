@@ -134,6 +134,41 @@ pub struct SourceOptions {
     pub name: Option<String>,
 }
 
+/// What the planner reads of an input: its name, tensors and metadata.
+/// Sources are listed as they are, without copying a million names.
+pub trait Listed {
+    /// How the input is named in messages.
+    fn input(&self) -> &str;
+    /// Its tensors in its own order.
+    fn tensors(&self) -> &[TensorMeta];
+    /// Its metadata.
+    fn metadata(&self) -> Option<&Metadata>;
+}
+
+impl Listed for Listing {
+    fn input(&self) -> &str {
+        &self.input
+    }
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.tensors
+    }
+    fn metadata(&self) -> Option<&Metadata> {
+        self.metadata.as_ref()
+    }
+}
+
+impl Listed for Box<dyn Source + '_> {
+    fn input(&self) -> &str {
+        self.input_name()
+    }
+    fn tensors(&self) -> &[TensorMeta] {
+        Source::tensors(self.as_ref())
+    }
+    fn metadata(&self) -> Option<&Metadata> {
+        Source::metadata(self.as_ref())
+    }
+}
+
 /// A source's listing, detached from its I/O: what the planner reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listing {

@@ -153,6 +153,13 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
             _ = term.recv() => Err(Interrupt::Signal("SIGTERM", 143)),
         }
     });
+    // The job is dropped by now (its temp files deleted), but a read of
+    // standard input or a FIFO may still block a thread of the runtime's
+    // blocking pool, and such a read cannot be cancelled: dropping the
+    // runtime would wait for it, for ever if the producer stalls. Leave it.
+    if matches!(outcome, Err(Interrupt::Signal(..))) {
+        rt.shutdown_background();
+    }
     let collected = || {
         notes
             .collected
