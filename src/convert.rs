@@ -15,7 +15,7 @@ use crate::sink::atomic::{close, commit_all, StagedFile};
 use crate::sink::fast::{copy_spans, SpanJob};
 use crate::sink::{Sink, SinkOptions};
 use crate::source::input::open_input;
-use crate::source::{Access, Source, SourceOptions};
+use crate::source::{Access, Source, SourceOptions, TensorData};
 use crate::{Error, ErrorKind, Result};
 
 /// Where the output goes.
@@ -363,6 +363,7 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
         .map_err(|e| e.with_input(output_name))?;
     let mut sink = sink.with_output_name(output_name);
     let tensors = &shard.header.header().tensors;
+    let mut ahead: Option<(usize, Result<TensorData<'static>>)> = None;
     let mut k = 0;
     while k < shard.refs.len() {
         if let Some(d) = &direct {
@@ -381,9 +382,24 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
         }
         let (r, t) = (&shard.refs[k], &tensors[k]);
         on_tensor(&t.meta.name);
+        // Start the next tensor now, if its source can: it then reads (an
+        // npz member inflates) on another core while this one is written.
+        let prefetched = match ahead.take() {
+            Some((at, data)) if at == k => Some(data),
+            _ => None,
+        };
+        if let Some(next) = shard.refs.get(k + 1) {
+            if let Some(data) = sources[next.source].open_ahead(next.index) {
+                ahead = Some((k + 1, data));
+            }
+        }
         let written: Result<u64> = {
             let source = &mut sources[r.source];
-            match source.open(r.index).await {
+            let opened = match prefetched {
+                Some(data) => data,
+                None => source.open(r.index).await,
+            };
+            match opened {
                 Ok(data) => sink.write_tensor_data(data, r.cast).await,
                 Err(e) => Err(e),
             }

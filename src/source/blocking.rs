@@ -145,3 +145,79 @@ mod tests {
         assert_eq!(out, data);
     }
 }
+
+/// Reads a blocking reader on a thread of its own, up to `depth` chunks
+/// ahead of the consumer: the next npz member inflates on the second core
+/// while this one is written. Memory: at most `depth + 1` chunks.
+pub struct ReadAhead {
+    rx: tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
+    current: Vec<u8>,
+    pos: usize,
+}
+
+impl ReadAhead {
+    /// Starts reading `reader` now, in `chunk`-byte pieces. Needs a tokio runtime.
+    pub fn spawn<R: Read + Send + 'static>(mut reader: R, chunk: usize, depth: usize) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::channel(depth.max(1));
+        let chunk = chunk.max(1);
+        tokio::task::spawn_blocking(move || loop {
+            let mut buf = vec![0u8; chunk];
+            let msg = match read_full(&mut reader, &mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Ok(buf)
+                }
+                Err(e) => Err(e),
+            };
+            let failed = msg.is_err();
+            // A dropped consumer ends the thread.
+            if tx.blocking_send(msg).is_err() || failed {
+                return;
+            }
+        });
+        ReadAhead {
+            rx,
+            current: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+/// Reads until `buf` is full or the reader ends.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+impl AsyncRead for ReadAhead {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.pos == this.current.len() {
+            match ready!(this.rx.poll_recv(cx)) {
+                Some(Ok(buf)) => {
+                    this.current = buf;
+                    this.pos = 0;
+                }
+                Some(Err(e)) => return Poll::Ready(Err(e)),
+                None => return Poll::Ready(Ok(())), // end of input
+            }
+        }
+        let n = (this.current.len() - this.pos).min(out.remaining());
+        out.put_slice(&this.current[this.pos..this.pos + n]);
+        this.pos += n;
+        Poll::Ready(Ok(()))
+    }
+}

@@ -89,6 +89,13 @@ pub trait Source: Send {
     /// byte length; the sink checks and names the tensor if it does not.
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>>;
 
+    /// Opens tensor `k` ahead of time, if the source can while another of
+    /// its tensors is being read: its bytes then start coming (an npz
+    /// member starts inflating) before the sink gets to it.
+    fn open_ahead(&self, _k: usize) -> Option<Result<TensorData<'static>>> {
+        None
+    }
+
     /// Where tensor `k`'s bytes lie in a file, if they lie there as they
     /// are (up to a byte swap). File-to-file conversions then copy them with
     /// positional reads, or in the kernel, instead of through [`Source::open`].

@@ -16,7 +16,11 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use self::zip::{data_start, read_directory, Method, PositionalReader, ZipEntry};
-use super::blocking::BlockingReader;
+use super::blocking::{BlockingReader, ReadAhead};
+
+/// Inflated bytes a deflated member runs ahead of the writer: chunk x depth.
+const AHEAD_CHUNK: usize = 1 << 20;
+const AHEAD_DEPTH: usize = 2;
 use super::npy::fortran::{too_wide, FortranReader};
 use super::npy::header::{read_header, NpyHeader};
 use super::{CrcCheck, FileSpan, Source, SourceOptions, TensorData, TensorReader};
@@ -170,7 +174,28 @@ impl Source for NpzSource {
         })
     }
 
+    fn open_ahead(&self, k: usize) -> Option<Result<TensorData<'static>>> {
+        let m = &self.members[k];
+        let reorder =
+            m.header.fortran_order && !super::npy::fortran::same_as_c_order(&m.header.shape);
+        if reorder || m.entry.method != Method::Deflated {
+            return None;
+        }
+        let open = || -> Result<TensorData<'static>> {
+            let mut r = MemberReader::new(self.file.try_clone()?, &m.entry, m.start, 256 * 1024)?;
+            r.skip = m.data_offset;
+            Ok(TensorData {
+                reader: Box::pin(ReadAhead::spawn(r, AHEAD_CHUNK, AHEAD_DEPTH)),
+                transform: m.header.transform,
+            })
+        };
+        Some(open())
+    }
+
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+        if let Some(opened) = self.open_ahead(k) {
+            return Box::pin(async move { opened });
+        }
         async move {
             let m = &self.members[k];
             let transform = m.header.transform;
