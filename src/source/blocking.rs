@@ -131,21 +131,6 @@ impl<R: Read + Send + 'static> AsyncRead for BlockingReader<R> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::AsyncReadExt;
-
-    #[tokio::test]
-    async fn reads_everything_in_small_chunks() {
-        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        let mut r = BlockingReader::with_chunk(std::io::Cursor::new(data.clone()), 7);
-        let mut out = Vec::new();
-        r.read_to_end(&mut out).await.unwrap();
-        assert_eq!(out, data);
-    }
-}
-
 /// Reads a blocking reader on a thread of its own, up to `depth` chunks
 /// ahead of the consumer: the next npz member inflates on the second core
 /// while this one is written. Memory: at most `depth + 1` chunks.
@@ -219,5 +204,20 @@ impl AsyncRead for ReadAhead {
         out.put_slice(&this.current[this.pos..this.pos + n]);
         this.pos += n;
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn reads_everything_in_small_chunks() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut r = BlockingReader::with_chunk(std::io::Cursor::new(data.clone()), 7);
+        let mut out = Vec::new();
+        r.read_to_end(&mut out).await.unwrap();
+        assert_eq!(out, data);
     }
 }
