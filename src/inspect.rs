@@ -114,14 +114,7 @@ pub fn to_json(cp: &Checkpoint) -> Value {
                     })
                 })
                 .collect();
-            json!({
-                "path": path.display().to_string(),
-                "header_len": h.header_len,
-                "file_len": h.file_len(),
-                "data_bytes": h.data_len(),
-                "metadata": h.metadata,
-                "tensors": tensors,
-            })
+            file_json(&path.display().to_string(), h, tensors)
         })
         .collect();
     json!({
@@ -161,14 +154,7 @@ pub fn plan_to_json(
                     })
                 })
                 .collect();
-            json!({
-                "path": path,
-                "header_len": h.header_len,
-                "file_len": h.file_len(),
-                "data_bytes": h.data_len(),
-                "metadata": h.metadata,
-                "tensors": tensors,
-            })
+            file_json(path, h, tensors)
         })
         .collect();
     json!({
@@ -223,4 +209,16 @@ pub fn render_plan(
         HumanBytes(plan.file_len())
     );
     out
+}
+
+/// One file's facts, shared by `inspect --json` and `--dry-run --json`.
+fn file_json(path: &str, h: &Header, tensors: Vec<Value>) -> Value {
+    json!({
+        "path": path,
+        "header_len": h.header_len,
+        "file_len": h.file_len(),
+        "data_bytes": h.data_len(),
+        "metadata": h.metadata,
+        "tensors": tensors,
+    })
 }
