@@ -240,6 +240,10 @@ pub async fn convert_sources(
             let (_, sha256) = write_observed(w, &plan.shards[0], sources, "-", &ctx, None)
                 .await?
                 .into_parts();
+            // Written already, but the exit code must not call it good.
+            for s in sources.iter() {
+                s.check_unchanged()?;
+            }
             vec![WrittenFile {
                 path: "-".into(),
                 bytes: plan.file_len(),
@@ -538,6 +542,11 @@ async fn write_files(
             tensors: 0,
             sha256,
         });
+    }
+    // Every range was checked against the inputs' lengths when opened: an
+    // input that changed since is being rewritten under us. Refuse the copy.
+    for s in sources.iter() {
+        s.check_unchanged()?;
     }
     commit_all(staged, options.sync)?;
     Ok(written)

@@ -434,6 +434,16 @@ pub enum ErrorKind {
         message: String,
     },
 
+    /// An input changed length while it was being converted.
+    #[error(
+        "input was {opened} bytes when opened and is {now} bytes now: it changed while being read"
+    )]
+    InputChanged {
+        /// Its length when opened.
+        opened: u64,
+        /// Its length after the copy.
+        now: u64,
+    },
     /// No tensor of that name.
     #[error("no tensor named {0:?}")]
     TensorNotFound(String),

@@ -6,7 +6,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use tempfile::NamedTempFile;
+use tempfile::{NamedTempFile, TempPath};
 use tokio::io::AsyncWriteExt;
 
 use crate::{Error, Result};
@@ -133,19 +133,38 @@ pub async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) -> Resu
 ///
 /// The set appears together as far as the filesystem allows: nothing is
 /// renamed until all are written. If a rename fails, the files already
-/// renamed are removed, so no partial set remains.
+/// renamed are taken back: the old files they replaced are put back (they
+/// are kept aside under temp names until the whole set is in place), and
+/// new names are removed, so neither a partial set nor a hole remains.
 pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
-    let mut done: Vec<PathBuf> = Vec::with_capacity(staged.len());
+    let set = staged.len() > 1;
+    // Each target renamed, with the old file it replaced, if any.
+    let mut done: Vec<(PathBuf, Option<TempPath>)> = Vec::with_capacity(staged.len());
     for s in staged {
         let target = s.target.clone();
+        // One file needs no copy aside: its rename happens or not.
+        let old = if set { keep_aside(&target) } else { None };
         if let Err(e) = s.temp.persist(&target) {
-            for path in &done {
-                let _ = std::fs::remove_file(path);
+            drop(old); // the target was not replaced: the copy aside goes
+            for (path, old) in done.into_iter().rev() {
+                match old {
+                    Some(old) => {
+                        if let Err(e) = old.persist(&path) {
+                            // Leave the old bytes under their temp name.
+                            let _ = e.path.keep();
+                        }
+                    }
+                    None => {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                }
             }
             return Err(Error::io(e.error).with_input(target.display()));
         }
-        done.push(target);
+        done.push((target, old));
     }
+    // The whole set is in place: the old files go (their TempPaths drop).
+    let done: Vec<PathBuf> = done.into_iter().map(|(path, _)| path).collect();
     if sync {
         let mut dirs: Vec<&Path> = done.iter().map(|p| parent_dir(p)).collect();
         dirs.dedup();
@@ -154,6 +173,24 @@ pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A second name for the file at `target` (a hard link beside it, named
+/// like a temp file), so that it can be put back; `None` if there is no
+/// file there or the link cannot be made.
+fn keep_aside(target: &Path) -> Option<TempPath> {
+    if !std::fs::symlink_metadata(target).is_ok_and(|m| m.is_file()) {
+        return None;
+    }
+    let mut prefix = OsString::from(".");
+    prefix.push(target.file_name()?);
+    prefix.push(".");
+    tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(TEMP_SUFFIX)
+        .make_in(parent_dir(target), |link| std::fs::hard_link(target, link))
+        .ok()
+        .map(NamedTempFile::into_temp_path)
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {

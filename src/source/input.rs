@@ -44,7 +44,13 @@ pub async fn open_input(
         return Ok(Box::new(SafetensorsSource::open(path)?));
     }
     let on_input = |e: std::io::Error| Error::io(e).with_input(&input);
-    let file = File::open(path).map_err(on_input)?;
+    // Opening a FIFO blocks until a writer comes: off the runtime's threads,
+    // so that a signal still ends the run.
+    let owned = path.to_path_buf();
+    let file = tokio::task::spawn_blocking(move || File::open(owned))
+        .await
+        .map_err(|e| on_input(std::io::Error::other(e)))?
+        .map_err(on_input)?;
     let meta = file.metadata().map_err(on_input)?;
     if is_stream(&meta) {
         // A pipe, FIFO, socket or character device (`convert <(zcat x.npz)`):

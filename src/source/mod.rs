@@ -89,6 +89,14 @@ pub trait Source: Send {
     /// byte length; the sink checks and names the tensor if it does not.
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>>;
 
+    /// Checks the input did not change length since it was opened: called
+    /// after every tensor is written, before the output is committed. Its
+    /// ranges were validated against the length at open; a file that grew
+    /// or shrank under us is being rewritten, and its copy is refused.
+    fn check_unchanged(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Opens tensor `k` ahead of time, if the source can while another of
     /// its tensors is being read: its bytes then start coming (an npz
     /// member starts inflating) before the sink gets to it.
@@ -209,4 +217,17 @@ pub(crate) async fn file_range(
     let mut f = tokio::fs::File::from_std(file.try_clone()?);
     f.seek(std::io::SeekFrom::Start(offset)).await?;
     Ok(f.take(len))
+}
+
+/// The check behind [`Source::check_unchanged`] for one file.
+pub(crate) fn unchanged(file: &std::fs::File, opened_len: u64, input: &str) -> Result<()> {
+    let now = file.metadata()?.len();
+    if now != opened_len {
+        let e = crate::ErrorKind::InputChanged {
+            opened: opened_len,
+            now,
+        };
+        return Err(crate::Error::new(e).with_input(input));
+    }
+    Ok(())
 }

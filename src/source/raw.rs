@@ -128,7 +128,8 @@ fn place(spec: &RawSpec) -> Result<(Vec<Placed>, u64)> {
 }
 
 enum Data {
-    File(Arc<File>),
+    /// The dump and its length when opened.
+    File(Arc<File>, u64),
     /// Forward-only; `pos` is how far it has been read.
     Stream {
         reader: Option<TensorReader<'static>>,
@@ -176,7 +177,7 @@ impl RawSource {
     /// A dump in `file`, `len` bytes long: its size must match the spec
     /// exactly (or leave trailing bytes, if allowed).
     pub fn from_file(file: File, len: u64, input: &str, spec: &RawSpec) -> Result<Self> {
-        let (src, end) = Self::new(spec, input, Data::File(Arc::new(file)))?;
+        let (src, end) = Self::new(spec, input, Data::File(Arc::new(file), len))?;
         if len < end || (len > end && !spec.allow_trailing) {
             let e = Error::new(ErrorKind::DataLength {
                 expected: end,
@@ -223,13 +224,20 @@ impl Source for RawSource {
 
     fn access(&self) -> Access {
         match self.data {
-            Data::File(_) => Access::Random,
+            Data::File(..) => Access::Random,
             Data::Stream { .. } => Access::Sequential,
         }
     }
 
+    fn check_unchanged(&self) -> Result<()> {
+        match &self.data {
+            Data::File(f, len) => super::unchanged(f, *len, &self.input),
+            Data::Stream { .. } => Ok(()),
+        }
+    }
+
     fn file_span(&self, k: usize) -> Option<FileSpan> {
-        let Data::File(file) = &self.data else {
+        let Data::File(file, _) = &self.data else {
             return None;
         };
         let p = &self.placed[k];
@@ -248,7 +256,7 @@ impl Source for RawSource {
         let allow_trailing = self.allow_trailing;
         async move {
             let reader: TensorReader<'_> = match &mut self.data {
-                Data::File(f) => Box::pin(file_range(f, p.offset, p.len).await?),
+                Data::File(f, _) => Box::pin(file_range(f, p.offset, p.len).await?),
                 Data::Stream { reader, pos } => {
                     let mut r = reader.take().ok_or_else(|| {
                         Error::new(ErrorKind::Usage("a streamed dump is read once".into()))

@@ -30,6 +30,8 @@ struct Location {
 pub struct SafetensorsSource {
     input: String,
     files: Vec<Arc<File>>,
+    /// Each file's length when opened.
+    lens: Vec<u64>,
     tensors: Vec<TensorMeta>,
     locations: Vec<Location>,
     metadata: Option<Metadata>,
@@ -61,12 +63,14 @@ impl SafetensorsSource {
         let mut src = SafetensorsSource {
             input,
             files: Vec::with_capacity(parts.len()),
+            lens: Vec::with_capacity(parts.len()),
             tensors: Vec::with_capacity(count),
             locations: Vec::with_capacity(count),
             metadata: None,
         };
         for (index, (file, header)) in parts.into_iter().enumerate() {
             let start = header.data_start();
+            src.lens.push(header.file_len());
             // Shards' metadata merge in shard order; usually they are all equal.
             if let Some(md) = header.metadata {
                 src.metadata.get_or_insert_with(Metadata::new).extend(md);
@@ -96,6 +100,13 @@ impl Source for SafetensorsSource {
 
     fn metadata(&self) -> Option<&Metadata> {
         self.metadata.as_ref()
+    }
+
+    fn check_unchanged(&self) -> Result<()> {
+        for (f, &len) in self.files.iter().zip(&self.lens) {
+            super::unchanged(f, len, &self.input)?;
+        }
+        Ok(())
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {

@@ -23,7 +23,12 @@ use crate::{Error, ErrorKind, Result};
 /// Where the array's data is.
 enum Data {
     /// A seekable file; the data starts at `offset`.
-    File { file: Arc<File>, offset: u64 },
+    File {
+        file: Arc<File>,
+        offset: u64,
+        /// The file's length when opened.
+        len: u64,
+    },
     /// A forward-only stream positioned at the data; taken on first open.
     Stream(Option<TensorReader<'static>>),
 }
@@ -74,6 +79,7 @@ impl NpySource {
         }
         Ok(NpySource {
             data: Data::File {
+                len: file.metadata().map_err(|e| on_input(Error::io(e)))?.len(),
                 file: Arc::new(file),
                 offset: base + end_of_header,
             },
@@ -164,6 +170,7 @@ impl NpySource {
         self.data = Data::File {
             file: Arc::new(file),
             offset: 0,
+            len,
         };
         Ok(self)
     }
@@ -201,9 +208,16 @@ impl Source for NpySource {
         }
     }
 
+    fn check_unchanged(&self) -> Result<()> {
+        match &self.data {
+            Data::File { file, len, .. } => super::unchanged(file, *len, &self.input),
+            Data::Stream(_) => Ok(()),
+        }
+    }
+
     fn file_span(&self, _k: usize) -> Option<FileSpan> {
         match &self.data {
-            Data::File { file, offset } if !self.needs_random_access() => Some(FileSpan {
+            Data::File { file, offset, .. } if !self.needs_random_access() => Some(FileSpan {
                 file: file.clone(),
                 offset: *offset,
                 len: self.tensors[0].byte_len().ok()?,
@@ -223,13 +237,13 @@ impl Source for NpySource {
         async move {
             let len = len?;
             let reader: TensorReader<'_> = match &mut self.data {
-                Data::File { file, offset } if reorder => {
+                Data::File { file, offset, .. } if reorder => {
                     let file = file.try_clone()?;
                     Box::pin(BlockingReader::new(FortranReader::new(
                         file, *offset, &shape, width,
                     )))
                 }
-                Data::File { file, offset } => Box::pin(file_range(file, *offset, len).await?),
+                Data::File { file, offset, .. } => Box::pin(file_range(file, *offset, len).await?),
                 Data::Stream(s) => s.take().ok_or_else(|| {
                     Error::new(ErrorKind::Usage(
                         "a streamed .npy can be read only once".into(),

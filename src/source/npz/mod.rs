@@ -42,6 +42,8 @@ struct Member {
 pub struct NpzSource {
     input: String,
     file: Arc<File>,
+    /// The archive's length when opened.
+    len: u64,
     tensors: Vec<TensorMeta>,
     members: Vec<Member>,
 }
@@ -55,6 +57,7 @@ impl NpzSource {
         let mut src = NpzSource {
             input: input.to_string(),
             file: Arc::new(file),
+            len,
             tensors: Vec::with_capacity(entries.len()),
             members: Vec::with_capacity(entries.len()),
         };
@@ -151,6 +154,10 @@ impl Source for NpzSource {
 
     fn tensors(&self) -> &[TensorMeta] {
         &self.tensors
+    }
+
+    fn check_unchanged(&self) -> Result<()> {
+        super::unchanged(&self.file, self.len, &self.input)
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
