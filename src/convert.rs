@@ -11,7 +11,7 @@ use crate::header::HUB_HEADER_LIMIT;
 use crate::index::{IndexMetadata, ShardIndex};
 use crate::observe::{ObservedWriter, Progress};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
-use crate::sink::atomic::{close, commit_all, StagedFile};
+use crate::sink::atomic::{close, commit_all, sync_files, StagedFile};
 use crate::sink::fast::{copy_spans, SpanJob};
 use crate::sink::{Sink, SinkOptions};
 use crate::source::input::open_input;
@@ -498,6 +498,8 @@ async fn write_files(
     let (paths, index_path) = shard_paths(output, plan.shards.len());
     let mut staged = Vec::with_capacity(paths.len() + 1);
     let mut written = Vec::with_capacity(paths.len() + 1);
+    // Synced together at the end, as one `sync` would.
+    let mut unsynced = Vec::with_capacity(paths.len() + 1);
     let count = plan.shards.len();
     for (index, (shard, path)) in plan.shards.iter().zip(&paths).enumerate() {
         let (stage, file) = StagedFile::create(path)?;
@@ -518,7 +520,8 @@ async fn write_files(
         let (file, sha256) = write_observed(w, shard, sources, &name, &ctx, direct)
             .await?
             .into_parts();
-        close(file, options.sync, path).await?;
+        close(file, false, path).await?;
+        unsynced.push((file_for_sync(&stage, path)?, path.clone()));
         staged.push(stage);
         written.push(WrittenFile {
             path: name,
@@ -533,7 +536,8 @@ async fn write_files(
         tokio::io::AsyncWriteExt::write_all(&mut file, &bytes)
             .await
             .map_err(|e| Error::io(e).with_input(index_path.display()))?;
-        close(file, options.sync, &index_path).await?;
+        close(file, false, &index_path).await?;
+        unsynced.push((file_for_sync(&stage, &index_path)?, index_path.clone()));
         staged.push(stage);
         let sha256 = options.checksum.then(|| sha256_hex(&bytes));
         written.push(WrittenFile {
@@ -548,8 +552,19 @@ async fn write_files(
     for s in sources.iter() {
         s.check_unchanged()?;
     }
+    if options.sync {
+        sync_files(unsynced).await?;
+    }
     commit_all(staged, options.sync)?;
     Ok(written)
+}
+
+/// A handle on a staged file, to sync it later.
+fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
+    let f = stage
+        .handle()
+        .map_err(|e| Error::io(e).with_input(path.display()))?;
+    Ok(tokio::fs::File::from_std(f))
 }
 
 /// The Hugging Face index: pretty JSON with sorted keys and a final newline,

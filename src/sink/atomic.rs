@@ -129,6 +129,21 @@ pub async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) -> Resu
     Ok(())
 }
 
+/// Makes every file's bytes durable, many at once: the disk then writes
+/// them together, as one `sync` would, instead of one file after another.
+pub async fn sync_files(files: Vec<(tokio::fs::File, PathBuf)>) -> Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    futures::stream::iter(files)
+        .map(|(f, path)| async move {
+            f.sync_all()
+                .await
+                .map_err(|e| Error::io(e).with_input(path.display()))
+        })
+        .buffer_unordered(16)
+        .try_collect::<()>()
+        .await
+}
+
 /// Renames every staged file into place, then syncs their folders.
 ///
 /// The set appears together as far as the filesystem allows: nothing is
