@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for N seconds each, one after another.
+#
+#   fuzz/run.sh            # 600 s per target (the 10-minute runs)
+#   fuzz/run.sh 10         # a smoke run: 10 s per target
+#   fuzz/run.sh 60 detect npy_header   # only these targets
+#
+# Installs cargo-fuzz if it is missing, seeds each corpus from fixtures/,
+# prints one summary line per target and exits non-zero if any target
+# found a crash, panic, out-of-memory or timeout (its input is then in
+# fuzz/artifacts/TARGET/; see fuzz/README.md for turning it into a
+# regression test).
+#
+# Environment:
+#   FUZZ_SANITIZER    none (default) or address (4-7x slower; the crate is
+#                     forbid(unsafe_code) and the C decoders are not
+#                     instrumented by it, so it finds little more here)
+#   CARGO_BUILD_JOBS  compile jobs (default 1: the machine is shared)
+#   FUZZ_ARGS         extra libFuzzer flags, e.g. "-seed=1"
+set -uo pipefail
+
+secs=${1:-600}
+shift || true
+all_targets=(safetensors_header npy_header zip_directory detect convert_bytes)
+if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
+
+fuzz_dir=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$fuzz_dir")
+cd "$root" || exit 2
+
+# The machine has only the stable toolchain: RUSTC_BOOTSTRAP=1 lets
+# cargo-fuzz's nightly flags (-Zsanitizer, sancov passes) through.
+export RUSTC_BOOTSTRAP=1
+export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
+sanitizer=${FUZZ_SANITIZER:-none}
+# -a: debug assertions and overflow checks, so an arithmetic overflow on
+# a hostile size is a crash, as it is in `cargo test`.
+build_dir="$fuzz_dir/target/$sanitizer"
+build_flags=(-a -s "$sanitizer" --target-dir "$build_dir")
+
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "run.sh: installing cargo-fuzz" >&2
+    cargo install cargo-fuzz --locked || exit 2
+fi
+
+# Seed inputs from fixtures/ (small files only: a large seed raises
+# libFuzzer's max_len and slows every run).
+seed() {
+    local target=$1
+    shift
+    local dest="$fuzz_dir/corpus/$target"
+    mkdir -p "$dest"
+    find "$@" -type f -size -65k 2>/dev/null | while read -r f; do
+        local name
+        name=seed-$(echo "$f" | tr '/' '_')
+        if [ "$target" = detect ]; then
+            [ -e "$dest/$name" ] || head -c 32 "$f" >"$dest/$name"
+        else
+            [ -e "$dest/$name" ] || cp "$f" "$dest/$name"
+        fi
+    done
+}
+seed_all() {
+    local fx="$root/fixtures"
+    local ex=(-name '*.safetensors' -o -name '*.npy' -o -name '*.npz' -o -name '*.gz'
+        -o -name '*.zst' -o -name '*.xz' -o -name '*.bz2')
+    case $1 in
+    safetensors_header) seed "$1" "$fx" -name '*.safetensors' ;;
+    npy_header) seed "$1" "$fx" -name '*.npy' ;;
+    zip_directory) seed "$1" "$fx" -name '*.npz' ;;
+    detect | convert_bytes) seed "$1" "$fx" \( "${ex[@]}" \) ;;
+    esac
+    # Past regressions are seeds too.
+    if [ -d "$fx/fuzz-regressions/$1" ]; then
+        seed "$1" "$fx/fuzz-regressions/$1" -type f
+    fi
+}
+
+echo "run.sh: building targets (sanitizer $sanitizer, $CARGO_BUILD_JOBS job(s))" >&2
+build_start=$(date +%s)
+mkdir -p "$fuzz_dir/target"
+build() { cargo fuzz build "${build_flags[@]}" >"$fuzz_dir/target/build.log" 2>&1; }
+# Cargo caches rustc's answers in target/.rustc_info.json, a refusal of
+# -Z flags included: one build run without RUSTC_BOOTSTRAP poisons it.
+if ! build && ! { rm -f "$build_dir/.rustc_info.json" && build; }; then
+    tail -30 "$fuzz_dir/target/build.log" >&2
+    echo "run.sh: build failed (log: fuzz/target/build.log)" >&2
+    exit 2
+fi
+echo "run.sh: built in $(($(date +%s) - build_start)) s" >&2
+
+# Run the binaries just built, not `cargo fuzz run`, which would rebuild
+# whenever src/ changes mid-campaign: every target fuzzes the same build.
+bin_dir="$build_dir/x86_64-unknown-linux-gnu/release"
+# Scratch files (the harness writes each input to disk) on tmpfs when there
+# is one: about 3x the executions of a disk-backed folder.
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    scratch_root=$(mktemp -d /dev/shm/safetensors-stream-fuzz.XXXXXX)
+else
+    scratch_root=$(mktemp -d "$fuzz_dir/target/scratch.XXXXXX")
+fi
+trap 'rm -rf "$scratch_root"' EXIT
+
+logs="$fuzz_dir/artifacts/logs"
+mkdir -p "$logs"
+failed=0
+artifacts() {
+    find "$1" -type f \( -name 'crash-*' -o -name 'oom-*' -o -name 'timeout-*' -o -name 'leak-*' \) | wc -l
+}
+printf '%-20s %12s %8s %10s %8s %8s %8s  %s\n' target executions seconds exec/s cov corpus crashes status
+for t in "${targets[@]}"; do
+    seed_all "$t"
+    art="$fuzz_dir/artifacts/$t"
+    mkdir -p "$art"
+    before=$(artifacts "$art")
+    # The harness leaves its scratch folder behind when libFuzzer exits.
+    scratch="$scratch_root/$t"
+    mkdir -p "$scratch"
+    log="$logs/$t.log"
+    # shellcheck disable=SC2086
+    TMPDIR="$scratch" ASAN_OPTIONS="${ASAN_OPTIONS:-detect_odr_violation=0}" \
+        "$bin_dir/$t" "$fuzz_dir/corpus/$t" \
+        -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
+        -artifact_prefix="$art/" ${FUZZ_ARGS:-} >"$log" 2>&1
+    rc=$?
+    rm -rf "$scratch"
+    crashes=$(($(artifacts "$art") - before))
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    corp=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    status=ok
+    if [ "$rc" -ne 0 ] || [ "$crashes" -gt 0 ]; then
+        status="FAILED (exit $rc; log fuzz/artifacts/logs/$t.log)"
+        failed=1
+    fi
+    printf '%-20s %12s %8s %10s %8s %8s %8s  %s\n' "$t" "${execs:-?}" "${took:-?}" "${rate:-?}" \
+        "${cov:-?}" "${corp:-?}" "$crashes" "$status"
+done
+exit $failed

@@ -1,0 +1,364 @@
+//! The fuzz harness: one function per fuzz target, each feeding arbitrary
+//! bytes to a parser or to the whole conversion and checking invariants.
+//!
+//! Shared by the cargo-fuzz targets (`fuzz/fuzz_targets/*.rs`) and by the
+//! regression test `tests/fuzz_regressions.rs`, which includes this file
+//! with `#[path]` and replays `fixtures/fuzz-regressions/` through it, so a
+//! crash found by fuzzing is replayed through exactly the same calls.
+//!
+//! Every function returns the outcome of each step it ran (`Ok` or the
+//! typed error) so a test can check what was refused and why. A panic, a
+//! hang or a failed invariant (an `assert!` here) is a bug.
+//!
+//! Uses only crates the main package already depends on (tempfile, tokio,
+//! flate2), so the test build needs nothing new.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use safetensors_stream::convert::{plan_sources, write_shard, ConvertOptions};
+use safetensors_stream::header::{encode, parse_file_bytes, Header, Order, Rules, TensorMeta};
+use safetensors_stream::plan::PlanOptions;
+use safetensors_stream::sink::SinkOptions;
+use safetensors_stream::source::detect::{detect, hex_preview, Format, SNIFF_LEN};
+use safetensors_stream::source::input::open_input;
+use safetensors_stream::source::npy::header::{
+    parse_header_text, parse_prelude, read_header, Prelude,
+};
+use safetensors_stream::source::npz::zip::read_directory;
+use safetensors_stream::source::npz::NpzSource;
+use safetensors_stream::source::raw::{RawSpec, RawTensor};
+use safetensors_stream::source::{Source, SourceOptions};
+use safetensors_stream::{Dtype, Error, Result};
+
+/// What one fuzz input did: each step's name and its outcome.
+pub type Outcomes = Vec<(&'static str, Result<()>)>;
+
+/// A scratch folder for the inputs written to disk, and a current-thread
+/// runtime for the async pipeline. Create one and reuse it for every input.
+pub struct Harness {
+    dir: tempfile::TempDir,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Harness {
+    /// A fresh scratch folder (removed when the harness is dropped) and runtime.
+    pub fn new() -> Harness {
+        let dir = tempfile::Builder::new()
+            .prefix("safetensors-stream-fuzz-")
+            .tempdir()
+            .expect("a scratch folder");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime");
+        Harness { dir, rt }
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, bytes).expect("writing a scratch input");
+        path
+    }
+
+    /// `zip_directory`: the bytes as an archive: its central directory,
+    /// then the whole .npz source (every member's npy header), then every
+    /// member's data read to its end (sizes and CRC checked on the way).
+    pub fn zip_directory(&self, data: &[u8]) -> Outcomes {
+        let path = self.write("archive.npz", data);
+        let file = File::open(&path).expect("reopening the scratch input");
+        let len = data.len() as u64;
+        let mut out: Outcomes = Vec::new();
+        let dir = read_directory(&file, len);
+        if let Ok((entries, dir_offset)) = &dir {
+            for e in entries {
+                assert!(
+                    e.local_offset.saturating_add(e.compressed) <= *dir_offset,
+                    "member {e:?} accepted past the directory at {dir_offset}"
+                );
+            }
+            assert!(*dir_offset <= len, "directory offset past the end");
+        }
+        out.push(("read_directory", dir.map(drop)));
+        for skip_non_npy in [false, true] {
+            let options = SourceOptions {
+                skip_non_npy,
+                ..SourceOptions::default()
+            };
+            let file = File::open(&path).expect("reopening the scratch input");
+            match NpzSource::open(file, len, "archive.npz", &options) {
+                Ok(mut src) => {
+                    let result = self.rt.block_on(read_all(&mut src));
+                    out.push(("npz_read", result));
+                }
+                Err(e) => out.push(("npz_open", Err(e))),
+            }
+        }
+        out
+    }
+
+    /// `convert_bytes`: the whole conversion of the bytes, as a file
+    /// (detected by its magic), as a raw dump laid out by its first bytes,
+    /// and gzip-wrapped; the file also cast (`--cast-all`), sharded small and
+    /// in input order; into memory, each output checked as a safetensors file.
+    pub fn convert_bytes(&self, data: &[u8]) -> Outcomes {
+        let mut out: Outcomes = Vec::new();
+        let plain = SourceOptions::default();
+        let path = self.write("input.npy", data);
+        out.push(("file", self.convert(&path, &plain, PlanOptions::default())));
+        // The same file cast, sharded small and kept in input order.
+        let layout = PlanOptions {
+            cast_all: Some([Dtype::F16, Dtype::BF16, Dtype::F32, Dtype::F64][data.len() % 4]),
+            max_shard_size: Some(1 + 8 * data.first().copied().unwrap_or(0) as u64),
+            order: Order::AsGiven,
+            ..PlanOptions::default()
+        };
+        out.push(("file_cast_shards", self.convert(&path, &plain, layout)));
+        let path = self.write("input.npy.gz", &gzip(data));
+        out.push(("gzip", self.convert(&path, &plain, PlanOptions::default())));
+        if let Some((spec, dump)) = raw_spec(data) {
+            let raw = SourceOptions {
+                raw: Some(spec),
+                ..SourceOptions::default()
+            };
+            let path = self.write("dump.bin", dump);
+            out.push(("raw", self.convert(&path, &raw, PlanOptions::default())));
+            let path = self.write("dump.bin.gz", &gzip(dump));
+            out.push((
+                "raw_gzip",
+                self.convert(&path, &raw, PlanOptions::default()),
+            ));
+        }
+        out
+    }
+
+    /// open_input + plan + write_shard for every shard, into memory; a
+    /// successful conversion must be a valid file that matches its plan.
+    fn convert(&self, path: &Path, source: &SourceOptions, plan: PlanOptions) -> Result<()> {
+        self.rt.block_on(async {
+            let quiet = |_: &str| {};
+            let options = ConvertOptions {
+                source: source.clone(),
+                plan,
+                sink: SinkOptions {
+                    buffer_size: 64 << 10,
+                },
+                sync: false,
+                ..ConvertOptions::default()
+            };
+            let src = open_input(path, &options.source, &quiet).await?;
+            let mut sources: Vec<Box<dyn Source>> = vec![src];
+            let plan = plan_sources(&sources, &options)?;
+            for shard in &plan.shards {
+                if shard.file_len() <= 64 << 20 {
+                    let file =
+                        write_shard(Vec::new(), shard, &mut sources, options.sink, "mem").await?;
+                    assert_eq!(file.len() as u64, shard.file_len(), "output length");
+                    let written = parse_file_bytes(&file, Rules::STRICT)
+                        .expect("a conversion wrote an invalid safetensors file");
+                    assert_eq!(
+                        &written,
+                        shard.header.header(),
+                        "output header differs from plan"
+                    );
+                } else {
+                    let sink = tokio::io::sink();
+                    write_shard(sink, shard, &mut sources, options.sink, "sink").await?;
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Harness::new()
+    }
+}
+
+/// Reads every tensor of `src` to its end.
+async fn read_all(src: &mut dyn Source) -> Result<()> {
+    use tokio::io::AsyncReadExt;
+    let lens: Vec<u64> = src
+        .tensors()
+        .iter()
+        .map(TensorMeta::byte_len)
+        .collect::<Result<_>>()?;
+    for (k, len) in lens.into_iter().enumerate() {
+        let mut data = src.open(k).await?;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut got = 0u64;
+        loop {
+            let n = data.reader.read(&mut buf).await.map_err(Error::io)?;
+            if n == 0 {
+                break;
+            }
+            got += n as u64;
+            if got > len {
+                break; // the sink refuses this too; we only want to not panic
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `safetensors_header`: the bytes as a whole file, in every mode.
+///
+/// Invariants: strict acceptance implies reference acceptance of the same
+/// header; an accepted header re-encodes (as given) to the same layout,
+/// and that encoding parses back strictly to the same tensors and metadata.
+pub fn safetensors_header(data: &[u8]) -> Outcomes {
+    let strict = parse_file_bytes(data, Rules::STRICT);
+    let reference = parse_file_bytes(data, Rules::REFERENCE);
+    let source = parse_file_bytes(data, Rules::SOURCE);
+    if let Ok(h) = &strict {
+        match &reference {
+            Ok(r) => assert_eq!(h, r, "strict and reference read different headers"),
+            Err(e) => panic!("strict accepted, reference refused: {e}"),
+        }
+        match &source {
+            Ok(r) => assert_eq!(h, r, "strict and source rules read different headers"),
+            Err(e) => panic!("strict accepted, source rules refused: {e}"),
+        }
+    }
+    if source.is_ok() {
+        assert!(
+            reference.is_ok(),
+            "source rules accepted, reference refused"
+        );
+    }
+    for h in [&strict, &reference, &source].into_iter().flatten() {
+        check_reencodes(h);
+    }
+    vec![
+        ("strict", strict.map(drop)),
+        ("reference", reference.map(drop)),
+        ("source", source.map(drop)),
+    ]
+}
+
+fn check_reencodes(h: &Header) {
+    let metas: Vec<TensorMeta> = h.tensors.iter().map(|t| t.meta.clone()).collect();
+    let enc = match encode(metas, h.metadata.clone(), Order::AsGiven) {
+        Ok(enc) => enc,
+        Err(e) => panic!("an accepted header does not re-encode: {e}"),
+    };
+    assert_eq!(enc.header().tensors, h.tensors, "re-encoding moved tensors");
+    assert_eq!(enc.header().metadata, h.metadata);
+    // The data is at most the input's length: the header said so and was checked.
+    let mut file = enc.bytes().to_vec();
+    file.resize(enc.header().file_len() as usize, 0);
+    let back = parse_file_bytes(&file, Rules::STRICT)
+        .unwrap_or_else(|e| panic!("a re-encoded header does not parse strictly: {e}"));
+    assert_eq!(back.tensors, h.tensors);
+    assert_eq!(back.metadata, h.metadata);
+}
+
+/// `npy_header`: the prelude, the header text it announces, the text
+/// parser under every version's decoding, and the reader over all of it.
+pub fn npy_header(data: &[u8]) -> Outcomes {
+    let mut out: Outcomes = Vec::new();
+    let prelude = parse_prelude(data);
+    if let Ok(p) = &prelude {
+        let start = (p.text_start as usize).min(data.len());
+        let end = (p.data_start() as usize).min(data.len());
+        out.push(("text", parse_header_text(&data[start..end], p).map(drop)));
+    }
+    out.push(("prelude", prelude.map(drop)));
+    // The text parser alone, on all the bytes, as latin-1 and as UTF-8.
+    for major in [1u8, 3] {
+        let p = Prelude {
+            version: (major, 0),
+            text_len: data.len() as u64,
+            text_start: 0,
+        };
+        out.push(("bare_text", parse_header_text(data, &p).map(drop)));
+    }
+    let mut r = data;
+    let read = read_header(&mut r);
+    if let Ok((p, _)) = &read {
+        let used = (data.len() - r.len()) as u64;
+        assert_eq!(
+            used,
+            p.data_start(),
+            "read_header left the reader off the data"
+        );
+    }
+    out.push(("read_header", read.map(drop)));
+    out
+}
+
+/// `detect`: format detection on the bytes and on the sniffed prefix
+/// (what inputs really pass), and the preview for the unknown-format message.
+pub fn detect_bytes(data: &[u8]) -> Format {
+    let full = detect(data);
+    let sniffed = detect(&data[..data.len().min(SNIFF_LEN)]);
+    // Every magic is shorter than the sniff: only the safetensors guess,
+    // which looks for `{` after whitespace, may see more in a longer input.
+    if !matches!(full, Format::Safetensors | Format::Unknown) {
+        assert_eq!(full, sniffed, "detection depends on bytes past the sniff");
+    }
+    let preview = hex_preview(data);
+    assert!(preview.len() <= 11 || data.is_empty());
+    sniffed
+}
+
+/// A raw-dump layout read from the first bytes; the rest is the dump.
+///
+/// Byte 0: bits 0-1 the tensor count less one, bit 2 big-endian, bit 3
+/// allow trailing bytes, bit 4 leave a single tensor unnamed (named from
+/// the file). Then four bytes per tensor: dtype, rank and dimension
+/// seeds, and offset.
+pub fn raw_spec(data: &[u8]) -> Option<(RawSpec, &[u8])> {
+    let (&ctl, mut rest) = data.split_first()?;
+    let count = 1 + (ctl & 3) as usize;
+    let mut tensors = Vec::with_capacity(count);
+    for i in 0..count {
+        let Some((b, tail)) = rest.split_first_chunk::<4>() else {
+            break;
+        };
+        rest = tail;
+        let [d, s0, s1, off] = *b;
+        let dtype = Dtype::ALL[d as usize % Dtype::ALL.len()];
+        let rank = (s0 & 3) as usize;
+        let shape = (0..rank)
+            .map(|j| match s0 >> 6 {
+                // Mostly small dimensions; sometimes zero or enormous ones.
+                3 if j == 0 => u64::MAX / (s1 as u64 + 1),
+                2 if j == 0 => 0,
+                _ => ((s1 >> (2 * j)) & 15) as u64 + ((s0 >> 2) & 15) as u64,
+            })
+            .collect();
+        let offset = match off {
+            255 => u64::MAX - 3,
+            o => o as u64,
+        };
+        let name = if count == 1 && ctl & 16 != 0 {
+            String::new()
+        } else {
+            format!("t{i}")
+        };
+        tensors.push(RawTensor {
+            name,
+            dtype,
+            shape,
+            offset,
+        });
+    }
+    if tensors.is_empty() {
+        return None;
+    }
+    let spec = RawSpec {
+        tensors,
+        big_endian: ctl & 4 != 0,
+        allow_trailing: ctl & 8 != 0,
+    };
+    Some((spec, rest))
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(data).expect("gzip into a Vec");
+    enc.finish().expect("gzip into a Vec")
+}
