@@ -241,9 +241,7 @@ pub async fn convert_sources(
                 .await?
                 .into_parts();
             // Written already, but the exit code must not call it good.
-            for s in sources.iter() {
-                s.check_unchanged()?;
-            }
+            check_unchanged(sources)?;
             vec![WrittenFile {
                 path: "-".into(),
                 bytes: plan.file_len(),
@@ -547,16 +545,18 @@ async fn write_files(
             sha256,
         });
     }
-    // Every range was checked against the inputs' lengths when opened: an
-    // input that changed since is being rewritten under us. Refuse the copy.
-    for s in sources.iter() {
-        s.check_unchanged()?;
-    }
+    check_unchanged(sources)?;
     if options.sync {
         sync_files(unsynced).await?;
     }
     commit_all(staged, options.sync)?;
     Ok(written)
+}
+
+/// Every range was checked against the inputs' lengths when opened: an
+/// input that changed since is being rewritten under us. Refuse the copy.
+fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
+    sources.iter().try_for_each(|s| s.check_unchanged())
 }
 
 /// A handle on a staged file, to sync it later.

@@ -281,11 +281,7 @@ fn copy_buffered(
         done += n as u64;
     }
     if let (Some(h), Some(c)) = (crc, span.crc) {
-        let got = h.finalize();
-        if got != c.expected {
-            let msg = format!("CRC-32 is {got:08x}, the archive says {:08x}", c.expected);
-            return Err(Error::new(ErrorKind::Zip(msg)));
-        }
+        verify_crc(h, c.expected)?;
     }
     debug_assert_eq!(written, job.out_len());
     Ok(written)
@@ -297,11 +293,17 @@ fn check_crcs(jobs: &[SpanJob]) -> std::result::Result<(), (usize, Error)> {
     for (k, j) in jobs.iter().enumerate() {
         let Some(c) = j.span.crc else { continue };
         let h = crc_prefix(&j.span.file, c.from, j.span.offset + j.span.len).map_err(|e| (k, e))?;
-        let got = h.finalize();
-        if got != c.expected {
-            let msg = format!("CRC-32 is {got:08x}, the archive says {:08x}", c.expected);
-            return Err((k, Error::new(ErrorKind::Zip(msg))));
-        }
+        verify_crc(h, c.expected).map_err(|e| (k, e))?;
+    }
+    Ok(())
+}
+
+/// The bytes hashed must have the archive's CRC-32.
+fn verify_crc(h: crc32fast::Hasher, expected: u32) -> Result<()> {
+    let got = h.finalize();
+    if got != expected {
+        let msg = format!("CRC-32 is {got:08x}, the archive says {expected:08x}");
+        return Err(Error::new(ErrorKind::Zip(msg)));
     }
     Ok(())
 }

@@ -48,12 +48,17 @@ pub(crate) fn report(e: &Error) {
     eprintln!("convert: {e}");
 }
 
-pub(crate) fn exit_code(c: Category) -> ExitCode {
-    ExitCode::from(match c {
+/// The exit code of each error class, as `--help` and the README give them.
+pub(crate) fn code_number(c: Category) -> u8 {
+    match c {
         Category::BadInput => 1,
         Category::Usage => 2,
         Category::Io => 3,
-    })
+    }
+}
+
+pub(crate) fn exit_code(c: Category) -> ExitCode {
+    ExitCode::from(code_number(c))
 }
 
 fn warn_hub_limit(cp: &Checkpoint) {

@@ -127,7 +127,10 @@ pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
         Ok(code) => code,
         Err(e) => {
             let code = crate::exit_code(e.category());
-            eprintln!("{}", error_json(&e, code_number(e.category()), &collected));
+            eprintln!(
+                "{}",
+                error_json(&e, crate::code_number(e.category()), &collected)
+            );
             code
         }
     })
@@ -227,14 +230,6 @@ fn output_names(output: &Output, plan: &safetensors_stream::plan::Plan) -> Vec<S
             let (paths, _) = shard_paths(p, plan.shards.len());
             paths.iter().map(|p| p.display().to_string()).collect()
         }
-    }
-}
-
-fn code_number(c: safetensors_stream::Category) -> u8 {
-    match c {
-        safetensors_stream::Category::BadInput => 1,
-        safetensors_stream::Category::Usage => 2,
-        safetensors_stream::Category::Io => 3,
     }
 }
 
