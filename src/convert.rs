@@ -47,6 +47,10 @@ pub struct ConvertOptions {
     pub progress: Option<Arc<dyn Progress>>,
     /// Compute each output file's SHA-256 while streaming.
     pub checksum: bool,
+    /// Copy tensors whose bytes lie in files straight into an output file,
+    /// by the kernel where they pass unchanged (default on). Off, every
+    /// byte goes through the async sink; the output is the same either way.
+    pub fast_path: bool,
 }
 
 impl Default for ConvertOptions {
@@ -59,6 +63,7 @@ impl Default for ConvertOptions {
             notice: None,
             progress: None,
             checksum: false,
+            fast_path: true,
         }
     }
 }
@@ -73,6 +78,7 @@ impl std::fmt::Debug for ConvertOptions {
             .field("notice", &self.notice.is_some())
             .field("progress", &self.progress.is_some())
             .field("checksum", &self.checksum)
+            .field("fast_path", &self.fast_path)
             .finish()
     }
 }
@@ -147,6 +153,43 @@ pub async fn convert(
 ) -> Result<Report> {
     let mut sources = open_inputs(inputs, options).await?;
     convert_sources(&mut sources, output, options).await
+}
+
+/// [`convert`] for code that is not async: runs the conversion on a
+/// runtime of its own, on the calling thread (plus tokio's blocking pool for
+/// file reads), and returns when it is done.
+///
+/// ```
+/// use safetensors_stream::{convert_blocking, ConvertOptions, Output};
+///
+/// let dir = tempfile::tempdir()?;
+/// let out = dir.path().join("model.safetensors");
+/// let report = convert_blocking(
+///     &["fixtures/example/model.npz".into()],
+///     &Output::File(out.clone()),
+///     &ConvertOptions::default(),
+/// )?;
+/// assert_eq!(std::fs::read(&out)?, std::fs::read("fixtures/example/model.safetensors")?);
+/// assert_eq!(report.outputs.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Called from inside a tokio runtime it refuses (a runtime cannot block on
+/// another): call [`convert`] there and `.await` it.
+pub fn convert_blocking(
+    inputs: &[PathBuf],
+    output: &Output,
+    options: &ConvertOptions,
+) -> Result<Report> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        let msg = "convert_blocking was called inside a tokio runtime; await convert() there";
+        return Err(ErrorKind::Usage(msg.into()).into());
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::io)?
+        .block_on(convert(inputs, output, options))
 }
 
 /// Opens every input (files of any supported kind, or `-`), reading headers only.
@@ -509,11 +552,11 @@ async fn write_files(
             options,
         };
         // A checksum must see every byte: no kernel copies then.
-        let direct = match options.checksum {
-            false => Some(Arc::new(
+        let direct = match options.fast_path && !options.checksum {
+            true => Some(Arc::new(
                 stage.handle().map_err(|e| Error::io(e).with_input(&name))?,
             )),
-            true => None,
+            false => None,
         };
         let (file, sha256) = write_observed(w, shard, sources, &name, &ctx, direct)
             .await?

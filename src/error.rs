@@ -390,6 +390,14 @@ pub enum ErrorKind {
     /// More tensors were written than planned.
     #[error("a tensor was written after the plan's last one")]
     PastPlan,
+    /// Bytes for a tensor given out of the file's order (a [`Writer`](crate::Writer)).
+    #[error("bytes for tensor {tensor:?} came {}; write tensors in the file's order", match .expected { Some((t, left)) => format!("while tensor {t:?} still needs {left} bytes"), None => "after every tensor was complete".to_string() })]
+    WriteOrder {
+        /// The tensor the bytes were for.
+        tensor: String,
+        /// The tensor still being written and the bytes it still needs, if any.
+        expected: Option<(String, u64)>,
+    },
     /// The same output tensor name comes from two places.
     #[error("{0}")]
     Usage(String),
@@ -420,6 +428,14 @@ pub enum ErrorKind {
     /// A malformed zip (npz) archive.
     #[error("zip: {0}")]
     Zip(String),
+    /// Bytes whose CRC-32 is not the one their archive records.
+    #[error("CRC-32 is {actual:08x}, the archive says {expected:08x}")]
+    CrcMismatch {
+        /// The CRC-32 of the bytes read.
+        actual: u32,
+        /// The CRC-32 the archive records.
+        expected: u32,
+    },
     /// The input's format is not recognised.
     #[error(
         "unknown input format (first bytes {0}); for a raw dump pass --raw-dtype and --raw-shape"
@@ -541,6 +557,7 @@ impl ErrorKind {
             | ErrorKind::ReservedName
             | ErrorKind::Usage(_)
             | ErrorKind::TensorNotFound(_)
+            | ErrorKind::WriteOrder { .. }
             | ErrorKind::DtypeMismatch { .. } => Category::Usage,
             ErrorKind::Interrupted(_) => Category::Io,
             _ => Category::BadInput,

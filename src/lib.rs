@@ -31,11 +31,17 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+// Outputs keep Unix modes and owners, and inputs are read with positional
+// reads: Unix only. Linux also copies by the kernel (`copy_file_range`).
+#[cfg(not(unix))]
+compile_error!("safetensors-stream supports Unix (Linux, macOS, the BSDs) only");
+
 /// The README's Rust examples, run as doctests so the README stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "ndarray")]
 pub mod array;
 pub mod cast;
 pub mod convert;
@@ -44,12 +50,17 @@ pub mod error;
 pub mod header;
 pub mod index;
 pub mod inspect;
+mod io_util;
 pub mod observe;
 pub mod plan;
 pub mod sink;
 pub mod source;
 pub mod transform;
 pub mod units;
+pub mod writer;
 
+pub use convert::{convert, convert_blocking, ConvertOptions, Output, Report};
 pub use dtype::Dtype;
 pub use error::{Category, Error, ErrorKind, Result};
+pub use header::TensorMeta;
+pub use writer::{AsyncWriter, Writer, WriterOptions};

@@ -291,10 +291,14 @@ fn member_with_a_wrong_crc() {
         ("fortran", f),
         ("large", big),
     ] {
+        let want = m.crc.unwrap();
         let (zip, _) = build_zip(&[m]);
         let e = refuse(&format!("crc_{label}.npz"), &zip);
-        assert!(is_zip(&e), "{label}: {e:?}");
-        assert!(e.to_string().contains("CRC-32"), "{e}");
+        // One kind for a bad CRC, whichever driver found it.
+        assert!(
+            matches!(e.kind(), ErrorKind::CrcMismatch { expected, .. } if *expected == want),
+            "{label}: {e:?}"
+        );
         assert!(e.tensor().is_some(), "{e}");
     }
 }

@@ -17,7 +17,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use safetensors_stream::convert::{plan_sources, write_shard, ConvertOptions};
+use safetensors_stream::convert::{
+    convert_sources, plan_sources, write_shard, ConvertOptions, Output,
+};
 use safetensors_stream::header::{encode, parse_file_bytes, Header, Order, Rules, TensorMeta};
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
@@ -132,25 +134,51 @@ impl Harness {
         out
     }
 
+    /// The conversion twice: into memory through the async sink, and into
+    /// a file, where the file-to-file fast path copies what lies in files.
+    /// Both drivers share one element pipeline, so they must agree: the
+    /// same bytes, or the same kind of error.
+    fn convert(&self, path: &Path, source: &SourceOptions, plan: PlanOptions) -> Result<()> {
+        let options = ConvertOptions {
+            source: source.clone(),
+            plan,
+            sink: SinkOptions {
+                buffer_size: 64 << 10,
+            },
+            sync: false,
+            ..ConvertOptions::default()
+        };
+        let memory = self.convert_to_memory(path, &options);
+        let file = self.convert_to_file(path, &options);
+        match (&memory, &file) {
+            (Ok(Some(a)), Ok(Some(b))) => assert!(a == b, "the fast path wrote other bytes"),
+            (Ok(_), Ok(_)) => {}
+            (Err(a), Err(b)) => assert_eq!(
+                std::mem::discriminant(a.kind()),
+                std::mem::discriminant(b.kind()),
+                "the fast path failed otherwise: {a} / {b}"
+            ),
+            _ => panic!("the drivers disagree: into memory {memory:?}, into a file {file:?}"),
+        }
+        memory.map(drop)
+    }
+
     /// open_input + plan + write_shard for every shard, into memory; a
     /// successful conversion must be a valid file that matches its plan.
-    fn convert(&self, path: &Path, source: &SourceOptions, plan: PlanOptions) -> Result<()> {
+    /// Returns the shards' bytes, unless one was too large to keep.
+    fn convert_to_memory(
+        &self,
+        path: &Path,
+        options: &ConvertOptions,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
         self.rt.block_on(async {
             let quiet = |_: &str| {};
-            let options = ConvertOptions {
-                source: source.clone(),
-                plan,
-                sink: SinkOptions {
-                    buffer_size: 64 << 10,
-                },
-                sync: false,
-                ..ConvertOptions::default()
-            };
             let src = open_input(path, &options.source, &quiet).await?;
             let mut sources: Vec<Box<dyn Source>> = vec![src];
-            let plan = plan_sources(&sources, &options)?;
+            let plan = plan_sources(&sources, options)?;
+            let mut files = Some(Vec::new());
             for shard in &plan.shards {
-                if shard.file_len() <= 64 << 20 {
+                if shard.file_len() <= MAX_KEPT {
                     let file =
                         write_shard(Vec::new(), shard, &mut sources, options.sink, "mem").await?;
                     assert_eq!(file.len() as u64, shard.file_len(), "output length");
@@ -161,15 +189,52 @@ impl Harness {
                         shard.header.header(),
                         "output header differs from plan"
                     );
+                    if let Some(f) = &mut files {
+                        f.push(file);
+                    }
                 } else {
                     let sink = tokio::io::sink();
                     write_shard(sink, shard, &mut sources, options.sink, "sink").await?;
+                    files = None;
                 }
             }
-            Ok(())
+            Ok(files)
+        })
+    }
+
+    /// The whole `convert` into a file (shards and index when sharded);
+    /// returns the shards' bytes, or `None` for outputs too large to write.
+    fn convert_to_file(
+        &self,
+        path: &Path,
+        options: &ConvertOptions,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        self.rt.block_on(async {
+            let quiet = |_: &str| {};
+            let src = open_input(path, &options.source, &quiet).await?;
+            let mut sources: Vec<Box<dyn Source>> = vec![src];
+            let plan = plan_sources(&sources, options)?;
+            if plan.file_len() > MAX_KEPT {
+                return Ok(None);
+            }
+            let out_dir = tempfile::tempdir_in(self.dir.path()).expect("an output folder");
+            let out = Output::File(out_dir.path().join("out.safetensors"));
+            let report = convert_sources(&mut sources, &out, options).await?;
+            let shards = report
+                .outputs
+                .iter()
+                .filter(|o| !o.path.ends_with(".index.json"));
+            Ok(Some(
+                shards
+                    .map(|o| std::fs::read(&o.path).expect("reading an output"))
+                    .collect(),
+            ))
         })
     }
 }
+
+/// Outputs larger than this are streamed into nothing, not kept.
+const MAX_KEPT: u64 = 64 << 20;
 
 impl Default for Harness {
     fn default() -> Self {

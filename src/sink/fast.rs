@@ -10,6 +10,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use super::elements::{ChunkBuffer, Crc, Elements};
 use crate::cast::Cast;
 use crate::source::FileSpan;
 use crate::{Error, ErrorKind, Result};
@@ -25,14 +26,14 @@ pub(crate) struct SpanJob {
 }
 
 impl SpanJob {
-    /// Nothing changes on the way: the kernel may copy it.
     /// Nothing changes on the way: the kernel may copy it. A checksummed
     /// member large enough is checked by a second thread reading the same
     /// (cached) bytes while the kernel copies; a small one goes through the
     /// buffer, where one read serves both.
     fn verbatim(&self) -> bool {
         let crc_ok = self.span.crc.is_none() || self.span.len >= CONCURRENT_CRC_MIN;
-        self.cast.is_none() && crc_ok && self.span.transform.unit() == 1
+        let elements = Elements::new(self.out_len(), self.span.transform, self.cast);
+        crc_ok && elements.verbatim()
     }
 
     fn out_len(&self) -> u64 {
@@ -56,7 +57,7 @@ pub(crate) fn copy_spans(
         ErrorKind::Io(io) if output_side(io) => e.with_input(out_name),
         _ => e,
     };
-    let mut buf = Vec::new();
+    let mut buf = ChunkBuffer::default();
     // Small tensors' bytes gather here into large writes.
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
@@ -150,6 +151,7 @@ fn too_short(expected: u64, actual: u64) -> Error {
 
 /// The kernel copies; if it cannot (another filesystem, an old kernel), we do.
 /// On error also returns how many bytes were done, to find the tensor.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn copy_verbatim(
     src: &File,
     mut offset: u64,
@@ -175,6 +177,19 @@ fn copy_verbatim(
     Ok(())
 }
 
+/// Without `copy_file_range` (other Unixes), positional reads and writes.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn copy_verbatim(
+    src: &File,
+    offset: u64,
+    len: u64,
+    out: &File,
+    progress: &mut impl FnMut(u64),
+) -> std::result::Result<(), (Error, u64)> {
+    copy_by_hand(src, offset, len, out, progress)
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn fallback_errno(e: rustix::io::Errno) -> bool {
     use rustix::io::Errno;
     [
@@ -216,46 +231,39 @@ fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Re
     })
 }
 
-/// Positional reads into one buffer, checksum, byte swap and cast, write.
+/// Positional reads into one buffer, then the element pipeline (checksum,
+/// byte swap, cast), then a write.
 fn copy_buffered(
     job: &SpanJob,
     out: &mut impl Write,
-    buf: &mut Vec<u8>,
+    buf: &mut ChunkBuffer,
     buffer_size: usize,
     progress: &mut impl FnMut(u64),
 ) -> Result<u64> {
     let span = &job.span;
-    let (iw, ow) = job.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
-    let unit = span.transform.unit().max(iw);
-    // Input and cast output share the budget, whole elements each.
-    let per_chunk = ((buffer_size / (iw + ow).max(2)).max(1) / unit).max(1) * unit;
-    let in_cap = per_chunk.min(span.len as usize);
-    let out_cap = if job.cast.is_some() {
-        in_cap / iw * ow
-    } else {
-        0
-    };
+    let mut elements = Elements::new(job.out_len(), span.transform, job.cast);
+    let (in_cap, out_cap) = elements.chunk_sizes(buffer_size);
     // A small member's npy header is read with its data, in one read.
     let prefix = span.crc.map_or(0, |c| span.offset - c.from);
     let joined = prefix <= 64 * 1024 && span.len as usize <= in_cap;
     let lead = if joined { prefix as usize } else { 0 };
-    buf.resize(lead + in_cap + out_cap, 0);
-    let (head, rest) = buf.split_at_mut(lead);
-    let (input, output) = rest.split_at_mut(in_cap);
-    let mut crc = match span.crc {
-        Some(c) if joined => {
-            read_exact_at(&span.file, head, c.from, span.len, 0)?;
-            let mut h = crc32fast::Hasher::new();
-            h.update(head);
-            Some(h)
-        }
-        Some(c) => Some(crc_prefix(&span.file, c.from, span.offset)?),
-        None => None,
-    };
-    let mut done = 0u64;
+    let (head, input, output) = buf.split(lead, in_cap, out_cap);
+    if let Some(c) = span.crc {
+        let hasher = match joined {
+            true => {
+                read_exact_at(&span.file, head, c.from, span.len, 0)?;
+                let mut h = crc32fast::Hasher::new();
+                h.update(head);
+                h
+            }
+            false => crc_prefix(&span.file, c.from, span.offset)?,
+        };
+        elements = elements.with_crc(Crc::new(hasher, c.expected));
+    }
     let mut written = 0u64;
-    while done < span.len {
-        let n = ((span.len - done) as usize).min(in_cap);
+    while elements.left() > 0 {
+        let n = elements.next_chunk(in_cap);
+        let done = span.len - elements.left();
         read_exact_at(
             &span.file,
             &mut input[..n],
@@ -263,27 +271,12 @@ fn copy_buffered(
             span.len,
             done,
         )?;
-        if let Some(h) = &mut crc {
-            h.update(&input[..n]);
-        }
-        span.transform.apply(&mut input[..n]);
-        let bytes: &[u8] = match job.cast {
-            Some(c) => {
-                let k = n / iw;
-                c.apply(&input[..k * iw], &mut output[..k * ow]);
-                &output[..k * ow]
-            }
-            None => &input[..n],
-        };
+        let bytes = elements.process(&mut input[..n], output)?;
         out.write_all(bytes)?;
         written += bytes.len() as u64;
         progress(bytes.len() as u64);
-        done += n as u64;
     }
-    if let (Some(h), Some(c)) = (crc, span.crc) {
-        verify_crc(h, c.expected)?;
-    }
-    debug_assert_eq!(written, job.out_len());
+    elements.finish()?;
     Ok(written)
 }
 
@@ -293,17 +286,7 @@ fn check_crcs(jobs: &[SpanJob]) -> std::result::Result<(), (usize, Error)> {
     for (k, j) in jobs.iter().enumerate() {
         let Some(c) = j.span.crc else { continue };
         let h = crc_prefix(&j.span.file, c.from, j.span.offset + j.span.len).map_err(|e| (k, e))?;
-        verify_crc(h, c.expected).map_err(|e| (k, e))?;
-    }
-    Ok(())
-}
-
-/// The bytes hashed must have the archive's CRC-32.
-fn verify_crc(h: crc32fast::Hasher, expected: u32) -> Result<()> {
-    let got = h.finalize();
-    if got != expected {
-        let msg = format!("CRC-32 is {got:08x}, the archive says {expected:08x}");
-        return Err(Error::new(ErrorKind::Zip(msg)));
+        Crc::new(h, c.expected).verify().map_err(|e| (k, e))?;
     }
     Ok(())
 }

@@ -165,14 +165,7 @@ fn is_stream(meta: &std::fs::Metadata) -> bool {
 }
 
 fn read_prefix(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], got as u64)? {
-            0 => break,
-            n => got += n,
-        }
-    }
-    Ok(got)
+    crate::io_util::fill_with(buf, |rest, at| file.read_at(rest, at as u64))
 }
 
 fn unknown(first: &[u8]) -> Error {
@@ -278,13 +271,7 @@ impl AsyncRead for DecodeErrors {
 /// yields them.
 async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'static>)> {
     let mut first = vec![0u8; SNIFF_LEN];
-    let mut got = 0;
-    while got < first.len() {
-        match r.read(&mut first[got..]).await? {
-            0 => break,
-            n => got += n,
-        }
-    }
+    let got = crate::io_util::fill_async(&mut r, &mut first).await?;
     first.truncate(got);
     let replay = std::io::Cursor::new(first.clone());
     Ok((first, Box::pin(replay.chain(r))))

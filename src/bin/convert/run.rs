@@ -87,6 +87,7 @@ fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
         sync: !args.no_sync,
         progress,
         checksum: args.checksum.is_some(),
+        fast_path: true,
     })
 }
 

@@ -355,10 +355,7 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
             }
             let crc = self.crc.clone().finalize();
             if crc != self.want_crc {
-                return Err(self.invalid(format!(
-                    "CRC-32 is {crc:08x}, the archive says {:08x}",
-                    self.want_crc
-                )));
+                return Err(crate::sink::elements::crc_mismatch(crc, self.want_crc).into_io());
             }
             self.verified = true;
         }
