@@ -64,3 +64,11 @@ pub use dtype::Dtype;
 pub use error::{Category, Error, ErrorKind, Result};
 pub use header::TensorMeta;
 pub use writer::{AsyncWriter, Writer, WriterOptions};
+
+/// Internals for this crate's own tests, benchmarks and fuzz targets, which
+/// must reach below the API. Not part of the API: anything here may change
+/// in any release.
+#[doc(hidden)]
+pub mod test_support {
+    pub use crate::source::npy::fortran::FortranReader;
+}
