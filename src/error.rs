@@ -396,6 +396,17 @@ pub enum ErrorKind {
     /// A conversion was stopped by a signal.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
+    /// The output is one of the inputs (the same file, by device and inode:
+    /// a symbolic or hard link counts), and replacing an input was not asked for.
+    #[error("is the same file as the input {0}; pass --overwrite-input to replace it")]
+    OutputIsInput(String),
+    /// Binary output to a terminal: almost surely a forgotten redirection.
+    #[error("refusing to write binary output to a terminal; redirect it, or give -o a file name")]
+    TerminalOutput,
+    /// The output's name cannot be used as asked (an index name for one
+    /// file, a name too long, a special file for a sharded set).
+    #[error("{0}")]
+    OutputName(String),
 
     // ---- numpy and input formats -------------------------------------------
     /// A malformed .npy header.
@@ -540,6 +551,9 @@ impl ErrorKind {
             ErrorKind::DuplicateTensor { .. }
             | ErrorKind::ReservedName
             | ErrorKind::Usage(_)
+            | ErrorKind::OutputIsInput(_)
+            | ErrorKind::TerminalOutput
+            | ErrorKind::OutputName(_)
             | ErrorKind::TensorNotFound(_)
             | ErrorKind::DtypeMismatch { .. } => Category::Usage,
             ErrorKind::Interrupted(_) => Category::Io,
