@@ -455,6 +455,10 @@ pub enum ErrorKind {
         /// Its length after the copy.
         now: u64,
     },
+    /// An input was written to while being converted, at the same length
+    /// (its modification or status-change time moved).
+    #[error("input was modified while being read (same length, new modification time)")]
+    InputModified,
     /// No tensor of that name.
     #[error("no tensor named {0:?}")]
     TensorNotFound(String),

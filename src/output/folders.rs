@@ -72,7 +72,9 @@ pub(crate) fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
 pub(crate) fn nearest_existing(file: &Path) -> PathBuf {
     let dir = file.parent().unwrap_or(Path::new(""));
     let missing = missing_ancestors(dir);
-    let top = missing.last().map_or(dir, |m| m.parent().unwrap_or(Path::new("")));
+    let top = missing
+        .last()
+        .map_or(dir, |m| m.parent().unwrap_or(Path::new("")));
     if top.as_os_str().is_empty() {
         PathBuf::from(".")
     } else {

@@ -51,7 +51,8 @@ pub fn check_output(
     }
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     if shards <= 1 && name.ends_with(".index.json") {
-        let msg = "is named like an index, but the output is one safetensors file; name it *.safetensors";
+        let msg =
+            "is named like an index, but the output is one safetensors file; name it *.safetensors";
         return Err(Error::new(ErrorKind::OutputName(msg.into())).with_input(shown));
     }
     let (files, index) = shard_paths(path, shards);

@@ -6,8 +6,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    cast_notes, check_output, convert_opened, open_inputs, plan_sources, plan_warnings, shard_paths,
-    ConvertOptions, Output, Report,
+    cast_notes, check_output, convert_opened, open_inputs, plan_sources, plan_warnings,
+    shard_paths, ConvertOptions, Output, Report,
 };
 use safetensors_stream::header::Order;
 use safetensors_stream::inspect;
@@ -285,7 +285,8 @@ fn broken_pipe(e: Error, output: &Output) -> Interrupt {
         (Output::File(path), Some(input)) => input == path.display().to_string(),
         _ => false,
     };
-    let epipe = matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
+    let epipe =
+        matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
     if writing_out && epipe {
         Interrupt::Signal("SIGPIPE", 141)
     } else {
