@@ -352,6 +352,32 @@ fn sigint_and_sigterm_mid_run_remove_the_temp_file_and_keep_the_old_output() {
 }
 
 #[test]
+fn a_signal_mid_run_removes_the_output_folders_the_run_made() {
+    let job = NpyOnStdin::new("x", 4, 1 << 20);
+    for (signal, code, _) in SIGNALS {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("new/sub");
+        let (mut run, feeder) = job.start(&folder.join("out.safetensors"), 1 << 18);
+        run.wait_until("the output folder", || folder.is_dir());
+        wait_for_temp(
+            &mut run,
+            &folder,
+            "out.safetensors",
+            job.out_header + (1 << 18),
+        );
+        run.signal(signal);
+        let ended = run.end();
+        drop(feeder);
+        ended.one_line(code);
+        assert!(
+            listing(dir.path()).is_empty(),
+            "{signal}: {:?}",
+            tree(dir.path())
+        );
+    }
+}
+
+#[test]
 fn sigint_and_sigterm_mid_sharded_run_remove_every_temp_file() {
     for (signal, code, name) in SIGNALS {
         let dir = tempfile::tempdir().unwrap();

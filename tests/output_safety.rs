@@ -309,11 +309,12 @@ fn a_fifo_at_the_output_is_written_through_and_stays_a_fifo() {
     };
     let o = run(&[&input, &"-q", &"-o", &fifo]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(reader.join().unwrap(), bytes);
+    // Checked first: a FIFO replaced by a file leaves its reader waiting.
     assert!(std::fs::symlink_metadata(&fifo)
         .unwrap()
         .file_type()
         .is_fifo());
+    assert_eq!(reader.join().unwrap(), bytes);
     // A set cannot go into one FIFO.
     let o = run(&[
         &input,
@@ -390,11 +391,12 @@ fn a_socket_at_the_output_is_written_through() {
     });
     let o = run(&[&input, &"-q", &"-o", &sock]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(reader.join().unwrap(), bytes);
+    // Checked first: a socket replaced by a file leaves its listener waiting.
     assert!(std::fs::symlink_metadata(&sock)
         .unwrap()
         .file_type()
         .is_socket());
+    assert_eq!(reader.join().unwrap(), bytes);
 }
 
 #[test]

@@ -280,8 +280,9 @@ enum Interrupt {
 /// the write fails with EPIPE, usually before the SIGPIPE that came with
 /// it is heard. Either way it ends as SIGPIPE does, exit 141.
 fn broken_pipe(e: Error, output: &Output) -> Interrupt {
+    // Standard output is named `-` in errors, whatever `-o` called it.
     let writing_out = match (output, e.input()) {
-        (Output::Stdout, Some(input)) => input == "-",
+        (_, Some("-")) => true,
         (Output::File(path), Some(input)) => input == path.display().to_string(),
         _ => false,
     };
