@@ -17,6 +17,7 @@ Examples:
   curl -s https://host/model.npz | convert - -o model.safetensors
   convert model.safetensors -o copy.safetensors
   convert model.safetensors --cast-all BF16 -o model-bf16.safetensors
+  convert model.safetensors --cast-all BF16 --overwrite-input -o model.safetensors
   convert dump.bin --raw-dtype F32 --raw-shape 4,256 --name w -o w.safetensors
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
