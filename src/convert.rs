@@ -10,6 +10,9 @@ use tokio::io::AsyncWrite;
 use crate::header::HUB_HEADER_LIMIT;
 use crate::index::{IndexMetadata, ShardIndex};
 use crate::observe::{ObservedWriter, Progress};
+pub use crate::output::check_output;
+use crate::output::folders::CreatedFolders;
+use crate::output::target::{open_stream, resolve, Target};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
 use crate::sink::atomic::{close, commit_all, sync_files, StagedFile};
 use crate::sink::fast::{copy_spans, SpanJob};
@@ -51,6 +54,10 @@ pub struct ConvertOptions {
     /// by the kernel where they pass unchanged (default on). Off, every
     /// byte goes through the async sink; the output is the same either way.
     pub fast_path: bool,
+    /// Allow the output to replace one of the inputs (refused by default:
+    /// see [`crate::output::check_output`]). The input is still read from
+    /// its old bytes, and replaced atomically at the end.
+    pub overwrite_input: bool,
 }
 
 impl Default for ConvertOptions {
@@ -64,6 +71,7 @@ impl Default for ConvertOptions {
             progress: None,
             checksum: false,
             fast_path: true,
+            overwrite_input: false,
         }
     }
 }
@@ -79,6 +87,7 @@ impl std::fmt::Debug for ConvertOptions {
             .field("progress", &self.progress.is_some())
             .field("checksum", &self.checksum)
             .field("fast_path", &self.fast_path)
+            .field("overwrite_input", &self.overwrite_input)
             .finish()
     }
 }
@@ -152,7 +161,7 @@ pub async fn convert(
     options: &ConvertOptions,
 ) -> Result<Report> {
     let mut sources = open_inputs(inputs, options).await?;
-    convert_sources(&mut sources, output, options).await
+    convert_opened(inputs, &mut sources, output, options).await
 }
 
 /// [`convert`] for code that is not async: runs the conversion on a
@@ -247,15 +256,30 @@ pub fn plan_warnings(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-/// Converts already-opened sources into `output`.
+/// Converts already-opened sources into `output`. The output is checked
+/// as [`check_output`] does, except against the input files, which only
+/// [`convert_opened`] knows.
 pub async fn convert_sources(
+    sources: &mut [Box<dyn Source + '_>],
+    output: &Output,
+    options: &ConvertOptions,
+) -> Result<Report> {
+    convert_opened(&[], sources, output, options).await
+}
+
+/// Converts sources opened from the files `inputs` (by [`open_inputs`])
+/// into `output`, after [`check_output`]: an output that is one of those
+/// files is refused unless [`ConvertOptions::overwrite_input`].
+pub async fn convert_opened(
+    inputs: &[PathBuf],
     sources: &mut [Box<dyn Source + '_>],
     output: &Output,
     options: &ConvertOptions,
 ) -> Result<Report> {
     let started = std::time::Instant::now();
     let plan = plan_sources(sources, options)?;
-    let warnings = plan_warnings(&plan);
+    let mut warnings = plan_warnings(&plan);
+    warnings.extend(check_output(inputs, output, &plan, options)?);
     if let Some(notice) = &options.notice {
         warnings
             .iter()
@@ -264,35 +288,24 @@ pub async fn convert_sources(
     if let Some(p) = &options.progress {
         p.start(&plan, plan.file_len());
     }
-    let outputs = match output {
-        Output::Stdout if plan.shards.len() > 1 => {
-            let msg = "sharded output needs a file, not standard output";
-            return Err(ErrorKind::Usage(msg.into()).into());
-        }
-        Output::Stdout => {
-            let w = ObservedWriter::new(
-                tokio::io::stdout(),
-                options.checksum,
-                options.progress.clone(),
-            );
-            let ctx = ShardCtx {
-                index: 0,
-                count: 1,
-                options,
+    let target = match output {
+        Output::Stdout => Target::Stdout,
+        Output::File(path) => resolve(path)?,
+    };
+    let outputs = match target {
+        Target::Stdout => write_stream(tokio::io::stdout(), "-", &plan, sources, options).await?,
+        Target::Stream(path) => {
+            let file = open_stream_output(&path).await?;
+            let name = match output {
+                Output::File(given) => given.display().to_string(),
+                Output::Stdout => "-".into(),
             };
-            let (_, sha256) = write_observed(w, &plan.shards[0], sources, "-", &ctx, None)
-                .await?
-                .into_parts();
-            // Written already, but the exit code must not call it good.
-            check_unchanged(sources)?;
-            vec![WrittenFile {
-                path: "-".into(),
-                bytes: plan.file_len(),
-                tensors: plan.tensor_count(),
-                sha256,
-            }]
+            write_stream(file, &name, &plan, sources, options).await?
         }
-        Output::File(path) => write_files(path, &plan, sources, options).await?,
+        Target::Replace(_) => match output {
+            Output::File(path) => write_files(path, &plan, sources, options).await?,
+            Output::Stdout => unreachable!("standard output is never replaced"),
+        },
     };
     if let Some(p) = &options.progress {
         p.finish();
@@ -306,6 +319,51 @@ pub async fn convert_sources(
         casts: cast_notes(&plan),
         warnings,
     })
+}
+
+/// Writes the one planned file to a stream (standard output, a device, a
+/// FIFO): bytes go out as they come, so a failure part-way leaves what was
+/// sent; only the exit code tells. Sharded plans were refused before.
+async fn write_stream<W: AsyncWrite + Unpin>(
+    writer: W,
+    name: &str,
+    plan: &Plan,
+    sources: &mut [Box<dyn Source + '_>],
+    options: &ConvertOptions,
+) -> Result<Vec<WrittenFile>> {
+    let w = ObservedWriter::new(writer, options.checksum, options.progress.clone());
+    let ctx = ShardCtx {
+        index: 0,
+        count: 1,
+        options,
+    };
+    let (_, sha256) = write_observed(w, &plan.shards[0], sources, name, &ctx, None)
+        .await?
+        .into_parts();
+    // Written already, but the exit code must not call it good.
+    check_unchanged(sources)?;
+    Ok(vec![WrittenFile {
+        path: name.to_string(),
+        bytes: plan.file_len(),
+        tensors: plan.tensor_count(),
+        sha256,
+    }])
+}
+
+/// Opens a device, FIFO or socket output, off the runtime's threads (a FIFO
+/// waits for its reader, and a signal must still end the run meanwhile).
+async fn open_stream_output(path: &Path) -> Result<tokio::fs::File> {
+    use std::io::IsTerminal;
+    let on_path = |e: std::io::Error| Error::io(e).with_input(path.display());
+    let owned = path.to_path_buf();
+    let file = tokio::task::spawn_blocking(move || open_stream(&owned))
+        .await
+        .map_err(|e| on_path(std::io::Error::other(e)))?
+        .map_err(on_path)?;
+    if file.is_terminal() {
+        return Err(Error::new(ErrorKind::TerminalOutput).with_input(path.display()));
+    }
+    Ok(tokio::fs::File::from_std(file))
 }
 
 /// A source that reads only forward must be asked for its tensors in its
@@ -537,6 +595,14 @@ async fn write_files(
     options: &ConvertOptions,
 ) -> Result<Vec<WrittenFile>> {
     let (paths, index_path) = shard_paths(output, plan.shards.len());
+    // Declared before the staged files, so dropped after them on failure:
+    // temp files go first, then the folders made for them.
+    let mut folders = Vec::with_capacity(paths.len() + 1);
+    for path in paths.iter().chain(&index_path) {
+        if let Target::Replace(dest) = resolve(path)? {
+            folders.push(CreatedFolders::create_for(&dest)?);
+        }
+    }
     let mut staged = Vec::with_capacity(paths.len() + 1);
     let mut written = Vec::with_capacity(paths.len() + 1);
     // Synced together at the end, as one `sync` would.
@@ -593,6 +659,7 @@ async fn write_files(
         sync_files(unsynced).await?;
     }
     commit_all(staged, options.sync)?;
+    folders.into_iter().for_each(CreatedFolders::keep);
     Ok(written)
 }
 

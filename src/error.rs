@@ -404,6 +404,17 @@ pub enum ErrorKind {
     /// A conversion was stopped by a signal.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
+    /// The output is one of the inputs (the same file, by device and inode:
+    /// a symbolic or hard link counts), and replacing an input was not asked for.
+    #[error("is the same file as the input {0}; pass --overwrite-input to replace it")]
+    OutputIsInput(String),
+    /// Binary output to a terminal: almost surely a forgotten redirection.
+    #[error("refusing to write binary output to a terminal; redirect it, or give -o a file name")]
+    TerminalOutput,
+    /// The output's name cannot be used as asked (an index name for one
+    /// file, a name too long, a special file for a sharded set).
+    #[error("{0}")]
+    OutputName(String),
 
     // ---- numpy and input formats -------------------------------------------
     /// A malformed .npy header.
@@ -460,6 +471,10 @@ pub enum ErrorKind {
         /// Its length after the copy.
         now: u64,
     },
+    /// An input was written to while being converted, at the same length
+    /// (its modification or status-change time moved).
+    #[error("input was modified while being read (same length, new modification time)")]
+    InputModified,
     /// No tensor of that name.
     #[error("no tensor named {0:?}")]
     TensorNotFound(String),
@@ -556,6 +571,9 @@ impl ErrorKind {
             ErrorKind::DuplicateTensor { .. }
             | ErrorKind::ReservedName
             | ErrorKind::Usage(_)
+            | ErrorKind::OutputIsInput(_)
+            | ErrorKind::TerminalOutput
+            | ErrorKind::OutputName(_)
             | ErrorKind::TensorNotFound(_)
             | ErrorKind::WriteOrder { .. }
             | ErrorKind::DtypeMismatch { .. } => Category::Usage,

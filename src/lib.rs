@@ -10,6 +10,7 @@
 //!   compressed or not, files or streams), listed from headers alone;
 //! - [`plan`]: the pure planner: filters, renames, casts, order, offsets, shards;
 //! - [`sink`]: the async writer, one bounded buffer, atomic file output;
+//! - [`output`]: what an output path names, and the checks before writing;
 //! - [`convert`]: the whole job as one call, which the `convert` binary wraps.
 //!
 //! ```
@@ -52,6 +53,7 @@ pub mod index;
 pub mod inspect;
 mod io_util;
 pub mod observe;
+pub mod output;
 pub mod plan;
 pub mod sink;
 pub mod source;

@@ -128,8 +128,8 @@ fn place(spec: &RawSpec) -> Result<(Vec<Placed>, u64)> {
 }
 
 enum Data {
-    /// The dump and its length when opened.
-    File(Arc<File>, u64),
+    /// The dump, and how it was when opened.
+    File(Arc<File>, super::Stamp),
     /// Forward-only; `pos` is how far it has been read.
     Stream {
         reader: Option<TensorReader<'static>>,
@@ -177,7 +177,8 @@ impl RawSource {
     /// A dump in `file`, `len` bytes long: its size must match the spec
     /// exactly (or leave trailing bytes, if allowed).
     pub fn from_file(file: File, len: u64, input: &str, spec: &RawSpec) -> Result<Self> {
-        let (src, end) = Self::new(spec, input, Data::File(Arc::new(file), len))?;
+        let opened = super::Stamp::of(&file, len);
+        let (src, end) = Self::new(spec, input, Data::File(Arc::new(file), opened))?;
         if len < end || (len > end && !spec.allow_trailing) {
             let e = Error::new(ErrorKind::DataLength {
                 expected: end,
@@ -231,7 +232,7 @@ impl Source for RawSource {
 
     fn check_unchanged(&self) -> Result<()> {
         match &self.data {
-            Data::File(f, len) => super::unchanged(f, *len, &self.input),
+            Data::File(f, opened) => super::unchanged(f, opened, &self.input),
             Data::Stream { .. } => Ok(()),
         }
     }

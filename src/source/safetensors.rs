@@ -30,8 +30,8 @@ struct Location {
 pub struct SafetensorsSource {
     input: String,
     files: Vec<Arc<File>>,
-    /// Each file's length when opened.
-    lens: Vec<u64>,
+    /// Each file as it was when opened.
+    opened: Vec<super::Stamp>,
     tensors: Vec<TensorMeta>,
     locations: Vec<Location>,
     metadata: Option<Metadata>,
@@ -63,14 +63,14 @@ impl SafetensorsSource {
         let mut src = SafetensorsSource {
             input,
             files: Vec::with_capacity(parts.len()),
-            lens: Vec::with_capacity(parts.len()),
+            opened: Vec::with_capacity(parts.len()),
             tensors: Vec::with_capacity(count),
             locations: Vec::with_capacity(count),
             metadata: None,
         };
         for (index, (file, header)) in parts.into_iter().enumerate() {
             let start = header.data_start();
-            src.lens.push(header.file_len());
+            src.opened.push(super::Stamp::of(&file, header.file_len()));
             // Shards' metadata merge in shard order; usually they are all equal.
             if let Some(md) = header.metadata {
                 src.metadata.get_or_insert_with(Metadata::new).extend(md);
@@ -103,8 +103,8 @@ impl Source for SafetensorsSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        for (f, &len) in self.files.iter().zip(&self.lens) {
-            super::unchanged(f, len, &self.input)?;
+        for (f, opened) in self.files.iter().zip(&self.opened) {
+            super::unchanged(f, opened, &self.input)?;
         }
         Ok(())
     }

@@ -7,7 +7,8 @@ use safetensors_stream::Dtype;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success, 1 bad input (the input is not what it claims), 2 usage error,
-3 I/O or environment error (disk full, permission), 130/143 interrupted by SIGINT/SIGTERM.
+3 I/O or environment error (disk full, permission), 129/130/141/143 interrupted by
+SIGHUP/SIGINT/SIGPIPE/SIGTERM.
 On any failure the output path is left untouched: no partial file, an old file keeps its bytes.
 
 Examples:
@@ -16,6 +17,7 @@ Examples:
   curl -s https://host/model.npz | convert - -o model.safetensors
   convert model.safetensors -o copy.safetensors
   convert model.safetensors --cast-all BF16 -o model-bf16.safetensors
+  convert model.safetensors --cast-all BF16 --overwrite-input -o model.safetensors
   convert dump.bin --raw-dtype F32 --raw-shape 4,256 --name w -o w.safetensors
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
@@ -122,6 +124,9 @@ pub struct ConvertArgs {
     /// Split into shards of at most SIZE tensor bytes (5GB = 5e9, 5GiB = 5*2^30) plus an index.
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub max_shard_size: Option<u64>,
+    /// Allow the output to replace an input (the same file: links count); refused otherwise.
+    #[arg(long)]
+    pub overwrite_input: bool,
     /// Skip the fsyncs (faster; a crash may then lose the output, never corrupt it silently).
     #[arg(long)]
     pub no_sync: bool,

@@ -6,8 +6,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    cast_notes, convert_sources, open_inputs, plan_sources, plan_warnings, shard_paths,
-    ConvertOptions, Output, Report,
+    cast_notes, check_output, convert_opened, open_inputs, plan_sources, plan_warnings,
+    shard_paths, ConvertOptions, Output, Report,
 };
 use safetensors_stream::header::Order;
 use safetensors_stream::inspect;
@@ -88,6 +88,7 @@ fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
         progress,
         checksum: args.checksum.is_some(),
         fast_path: true,
+        overwrite_input: args.overwrite_input,
     })
 }
 
@@ -108,8 +109,9 @@ impl Notes {
     }
 }
 
-/// Runs the conversion; on SIGINT or SIGTERM the conversion is dropped,
-/// which deletes its temp files, and the exit code is 128 + the signal.
+/// Runs the conversion; on SIGHUP, SIGINT, SIGPIPE or SIGTERM the
+/// conversion is dropped, which deletes its temp files, and the exit code
+/// is 128 + the signal.
 pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
     let json = args.report == Some(ReportFormat::Json);
     let notes = Notes {
@@ -149,11 +151,15 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         .build()?;
     let opts = options(args, notes.clone())?;
     let outcome = rt.block_on(async {
+        let mut hup = signal(SignalKind::hangup())?;
         let mut int = signal(SignalKind::interrupt())?;
+        let mut pipe = signal(SignalKind::pipe())?;
         let mut term = signal(SignalKind::terminate())?;
         tokio::select! {
-            r = job(args, &output, &opts) => r.map_err(Interrupt::No),
+            r = job(args, &output, &opts) => r.map_err(|e| broken_pipe(e, &output)),
+            _ = hup.recv() => Err(Interrupt::Signal("SIGHUP", 129)),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
+            _ = pipe.recv() => Err(Interrupt::Signal("SIGPIPE", 141)),
             _ = term.recv() => Err(Interrupt::Signal("SIGTERM", 143)),
         }
     });
@@ -204,6 +210,12 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
     let mut sources = open_inputs(&args.inputs, opts).await?;
     if args.dry_run {
         let plan = plan_sources(&sources, opts)?;
+        // Everything the real run checks before writing.
+        for w in check_output(&args.inputs, output, &plan, opts)? {
+            if let Some(notice) = &opts.notice {
+                notice(&format!("warning: {w}"));
+            }
+        }
         let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
         let paths = output_names(output, &plan);
         let text = if args.json {
@@ -220,7 +232,7 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
         return Ok(Outcome::Planned);
     }
     Ok(Outcome::Done(
-        convert_sources(&mut sources, output, opts).await?,
+        convert_opened(&args.inputs, &mut sources, output, opts).await?,
     ))
 }
 
@@ -263,6 +275,25 @@ fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
 enum Interrupt {
     No(Error),
     Signal(&'static str, u8),
+}
+
+/// A stream output whose reader went away (`convert ... -o - | head -c 1`):
+/// the write fails with EPIPE, usually before the SIGPIPE that came with
+/// it is heard. Either way it ends as SIGPIPE does, exit 141.
+fn broken_pipe(e: Error, output: &Output) -> Interrupt {
+    // Standard output is named `-` in errors, whatever `-o` called it.
+    let writing_out = match (output, e.input()) {
+        (_, Some("-")) => true,
+        (Output::File(path), Some(input)) => input == path.display().to_string(),
+        _ => false,
+    };
+    let epipe =
+        matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
+    if writing_out && epipe {
+        Interrupt::Signal("SIGPIPE", 141)
+    } else {
+        Interrupt::No(e)
+    }
 }
 
 impl From<std::io::Error> for Interrupt {

@@ -26,8 +26,8 @@ enum Data {
     File {
         file: Arc<File>,
         offset: u64,
-        /// The file's length when opened.
-        len: u64,
+        /// The file as it was when opened.
+        opened: super::Stamp,
     },
     /// A forward-only stream positioned at the data; taken on first open.
     Stream(Option<TensorReader<'static>>),
@@ -79,7 +79,10 @@ impl NpySource {
         }
         Ok(NpySource {
             data: Data::File {
-                len: file.metadata().map_err(|e| on_input(Error::io(e)))?.len(),
+                opened: super::Stamp::of(
+                    &file,
+                    file.metadata().map_err(|e| on_input(Error::io(e)))?.len(),
+                ),
                 file: Arc::new(file),
                 offset: base + end_of_header,
             },
@@ -168,9 +171,9 @@ impl NpySource {
             return Err(e.with_input(&self.input));
         }
         self.data = Data::File {
+            opened: super::Stamp::of(&file, len),
             file: Arc::new(file),
             offset: 0,
-            len,
         };
         Ok(self)
     }
@@ -210,7 +213,7 @@ impl Source for NpySource {
 
     fn check_unchanged(&self) -> Result<()> {
         match &self.data {
-            Data::File { file, len, .. } => super::unchanged(file, *len, &self.input),
+            Data::File { file, opened, .. } => super::unchanged(file, opened, &self.input),
             Data::Stream(_) => Ok(()),
         }
     }

@@ -42,8 +42,8 @@ struct Member {
 pub struct NpzSource {
     input: String,
     file: Arc<File>,
-    /// The archive's length when opened.
-    len: u64,
+    /// The archive as it was when opened.
+    opened: super::Stamp,
     tensors: Vec<TensorMeta>,
     members: Vec<Member>,
 }
@@ -56,8 +56,8 @@ impl NpzSource {
         let mut seen = HashSet::with_capacity(entries.len());
         let mut src = NpzSource {
             input: input.to_string(),
+            opened: super::Stamp::of(&file, len),
             file: Arc::new(file),
-            len,
             tensors: Vec::with_capacity(entries.len()),
             members: Vec::with_capacity(entries.len()),
         };
@@ -157,7 +157,7 @@ impl Source for NpzSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        super::unchanged(&self.file, self.len, &self.input)
+        super::unchanged(&self.file, &self.opened, &self.input)
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
