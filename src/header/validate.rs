@@ -94,6 +94,15 @@ pub fn check_prefix(prefix: [u8; 8], file_len: u64) -> Result<u64> {
 ///
 /// `json` is the file's bytes `8..8+n`; the data buffer is never needed.
 pub fn parse_header(json: &[u8], file_len: u64, rules: Rules) -> Result<Header> {
+    let header = parse_header_json(json, rules)?;
+    check_file_len(&header, file_len)?;
+    Ok(header)
+}
+
+/// Parses and validates a header's bytes without knowing the file's length
+/// (a stream): every rule but the last, that the file is
+/// [`Header::file_len`] bytes long, which the caller checks as it reads.
+pub fn parse_header_json(json: &[u8], rules: Rules) -> Result<Header> {
     let header_len = json.len() as u64;
     let text = std::str::from_utf8(json).map_err(|e| {
         Error::new(ErrorKind::HeaderNotUtf8).at_offset(PREFIX_LEN + e.valid_up_to() as u64)
@@ -112,13 +121,11 @@ pub fn parse_header(json: &[u8], file_len: u64, rules: Rules) -> Result<Header> 
         check_padding(json)?;
     }
     let tensors = check_layout(raw.tensors)?;
-    let header = Header {
+    Ok(Header {
         metadata: raw.metadata,
         tensors,
         header_len,
-    };
-    check_file_len(&header, file_len)?;
-    Ok(header)
+    })
 }
 
 /// Validates a whole file held in memory (tests, fuzzing, small files).
@@ -224,7 +231,8 @@ fn check_tiling(placed: &[TensorEntry], t: &RawTensor, start: u64) -> Result<()>
     Ok(())
 }
 
-fn check_file_len(header: &Header, file_len: u64) -> Result<()> {
+/// The file must be exactly `8 + N + data` bytes long.
+pub fn check_file_len(header: &Header, file_len: u64) -> Result<()> {
     // data_start <= file_len (checked by the prefix), so the sum overflows
     // only if the data claims near 2^64 bytes: then it cannot match.
     let expected = header.data_start().checked_add(header.data_len());
