@@ -178,31 +178,35 @@ fn check_padding(json: &[u8]) -> Result<()> {
 /// range's length is its dtype and shape's byte length (the reference's order).
 fn check_layout(mut raw: Vec<RawTensor>) -> Result<Vec<TensorEntry>> {
     raw.sort_by_key(|t| (t.begin, t.end));
-    let mut entries: Vec<TensorEntry> = Vec::with_capacity(raw.len());
+    // Checked pairwise, then converted in place (a RawTensor and a
+    // TensorEntry have one layout, so `collect` reuses the allocation): a
+    // second list of a million entries would double the parse's memory.
     let mut start = 0u64;
-    for t in raw {
-        check_tiling(&entries, &t, start)?;
+    for (k, t) in raw.iter().enumerate() {
+        check_tiling(k.checked_sub(1).map(|p| &raw[p]), t, start)?;
         start = t.end;
         let expected = t.meta.byte_len()?;
         if t.end - t.begin != expected {
             return Err(Error::new(ErrorKind::RangeLength {
-                tensor: t.meta.name,
+                tensor: t.meta.name.clone(),
                 dtype: t.meta.dtype,
-                shape: t.meta.shape,
+                shape: t.meta.shape.clone(),
                 span: Span(t.begin, t.end),
                 expected,
             }));
         }
-        entries.push(TensorEntry {
+    }
+    Ok(raw
+        .into_iter()
+        .map(|t| TensorEntry {
             meta: t.meta,
             begin: t.begin,
             end: t.end,
-        });
-    }
-    Ok(entries)
+        })
+        .collect())
 }
 
-fn check_tiling(placed: &[TensorEntry], t: &RawTensor, start: u64) -> Result<()> {
+fn check_tiling(prev: Option<&RawTensor>, t: &RawTensor, start: u64) -> Result<()> {
     let name = || t.meta.name.clone();
     if t.end < t.begin {
         let span = Span(t.begin, t.end);
@@ -220,7 +224,7 @@ fn check_tiling(placed: &[TensorEntry], t: &RawTensor, start: u64) -> Result<()>
     }
     if t.begin < start {
         // `start` is the previous tensor's end, so there is one.
-        let prev = placed.last().expect("a tensor ends at start > 0");
+        let prev = prev.expect("a tensor ends at start > 0");
         return Err(Error::new(ErrorKind::Overlap {
             first: prev.meta.name.clone(),
             first_span: Span(prev.begin, prev.end),
