@@ -230,6 +230,14 @@ pub enum ErrorKind {
         /// The limit.
         limit: u64,
     },
+    /// A file read whole (an index, a raw manifest) is over its size limit.
+    #[error("{what} is over the limit of {limit} bytes")]
+    FileTooLarge {
+        /// What the file is ("index file", "raw manifest").
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+    },
     /// The header runs past the end of the file.
     #[error("header claims {len} bytes but the file has only {available} after the length prefix")]
     HeaderPastEnd {
@@ -447,6 +455,13 @@ pub enum ErrorKind {
         /// The CRC-32 the archive records.
         expected: u32,
     },
+    /// A safetensors file was expected (validate, an index's shard) and the
+    /// input is something else that convert reads.
+    #[error("{what}, not a safetensors file (convert reads it; validate the converted output)")]
+    NotSafetensors {
+        /// What it is: "an .npz (zip) archive", "a gzip-compressed file".
+        what: String,
+    },
     /// The input's format is not recognised.
     #[error(
         "unknown input format (first bytes {0}); for a raw dump pass --raw-dtype and --raw-shape"
@@ -475,6 +490,14 @@ pub enum ErrorKind {
     /// (its modification or status-change time moved).
     #[error("input was modified while being read (same length, new modification time)")]
     InputModified,
+    /// A stream being spooled holds more bytes than its headers plan: a
+    /// compression bomb, or junk after the data. Reading stopped one byte
+    /// past the plan.
+    #[error("input holds more than the {expected} bytes its header plans (reading stopped there)")]
+    StreamTooLong {
+        /// Bytes planned.
+        expected: u64,
+    },
     /// No tensor of that name.
     #[error("no tensor named {0:?}")]
     TensorNotFound(String),
@@ -511,6 +534,14 @@ pub enum ErrorKind {
         shard: String,
         /// Where the weight_map says it is, if anywhere.
         listed_in: Option<String>,
+    },
+    /// A sharded checkpoint names or holds one tensor twice: which copy is it?
+    #[error("tensor {tensor:?} appears twice: {place}")]
+    IndexDuplicate {
+        /// The tensor.
+        tensor: String,
+        /// Where: "the weight_map lists it twice" or the two shards holding it.
+        place: String,
     },
     /// `metadata.total_size` differs from the sum of the shards' tensor bytes.
     #[error("index metadata.total_size is {declared} but the shards hold {actual} tensor bytes")]

@@ -18,6 +18,10 @@ use crate::{Error, ErrorKind, Result};
 /// Below this a checksummed tensor is copied through the buffer instead.
 const CONCURRENT_CRC_MIN: u64 = 1 << 20;
 
+/// A run of verbatim bytes shorter than this goes through the buffer rather
+/// than the kernel: a syscall per small tensor is its whole cost.
+const KERNEL_COPY_MIN: u64 = 64 * 1024;
+
 /// One tensor to copy: its bytes, and the cast to apply.
 #[derive(Debug, Clone)]
 pub(crate) struct SpanJob {
@@ -64,19 +68,36 @@ pub(crate) fn copy_spans(
     let mut i = 0;
     while i < jobs.len() {
         let run = verbatim_run(jobs, i);
-        if run > i {
+        let len: u64 = jobs[i..run].iter().map(|j| j.span.len).sum();
+        if run > i && len < KERNEL_COPY_MIN {
+            // A small run (tensors scattered in canonical order) costs more
+            // in syscalls than in bytes: gathered through the buffer.
+            for (k, job) in jobs.iter().enumerate().take(run).skip(i) {
+                written += copy_buffered(job, &mut w, &mut buf, buffer_size, &mut progress)
+                    .map_err(|e| (k, on_out(e)))?;
+            }
+            i = run;
+        } else if run > i {
             // The kernel writes at the file's offset: our buffered bytes go first.
             w.flush().map_err(|e| (i, on_out(Error::io(e))))?;
             let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
-            let len: u64 = jobs[i..run].iter().map(|j| j.span.len).sum();
-            let (copied, checked) = std::thread::scope(|scope| {
-                let checker = scope.spawn(|| check_crcs(&jobs[i..run]));
-                let copied = copy_verbatim(file, offset, len, out, &mut progress);
-                let checked = checker.join().unwrap_or_else(|_| {
-                    Err((0, Error::io(io::Error::other("CRC thread panicked"))))
-                });
-                (copied, checked)
-            });
+            let copy = |progress: &mut dyn FnMut(u64)| {
+                copy_verbatim(file, offset, len, out, &mut |n| progress(n))
+            };
+            // A thread only where there is a CRC to check beside the copy:
+            // one per tensor made a million tensors cost a million clones.
+            let (copied, checked) = if jobs[i..run].iter().any(|j| j.span.crc.is_some()) {
+                std::thread::scope(|scope| {
+                    let checker = scope.spawn(|| check_crcs(&jobs[i..run]));
+                    let copied = copy(&mut progress);
+                    let checked = checker.join().unwrap_or_else(|_| {
+                        Err((0, Error::io(io::Error::other("CRC thread panicked"))))
+                    });
+                    (copied, checked)
+                })
+            } else {
+                (copy(&mut progress), Ok(()))
+            };
             copied.map_err(|(e, done)| {
                 let (k, before) = locate(jobs, i, done);
                 (k, on_out(per_tensor(e, jobs[k].span.len, done - before)))
@@ -224,7 +245,10 @@ fn copy_by_hand(
 fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Result<()> {
     src.read_exact_at(buf, at).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
-            too_short(len, done)
+            // Say how many of the tensor's bytes there are, not where this
+            // read of a chunk began.
+            let there = src.metadata().map_or(0, |m| m.len().saturating_sub(at));
+            too_short(len, done + there.min(buf.len() as u64))
         } else {
             Error::io(e)
         }

@@ -15,6 +15,33 @@ pub enum Format {
     Unknown,
 }
 
+impl Format {
+    /// What a file of this format is, for a message that says what an
+    /// input is instead of what it is not ("an .npz archive").
+    pub fn describe(self) -> String {
+        match self {
+            Format::Npy => "an .npy array".to_string(),
+            Format::Zip => "an .npz (zip) archive".to_string(),
+            Format::Safetensors => "a safetensors file".to_string(),
+            Format::Compressed(c) => format!("a {}-compressed file", c.name()),
+            Format::Unknown => "of an unknown format".to_string(),
+        }
+    }
+}
+
+/// The format of the regular file at `path`, by its first bytes; `None`
+/// for what is not a regular file (a pipe cannot be read twice).
+pub fn detect_file(path: &std::path::Path) -> std::io::Result<Option<Format>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    if !f.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let mut first = Vec::with_capacity(SNIFF_LEN);
+    f.take(SNIFF_LEN as u64).read_to_end(&mut first)?;
+    Ok(Some(detect(&first)))
+}
+
 /// The compressions we unwrap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Codec {

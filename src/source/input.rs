@@ -15,6 +15,7 @@ use super::npz::NpzSource;
 use super::raw::{RawSource, RawSpec};
 use super::safetensors::SafetensorsSource;
 use super::{Source, SourceOptions, TensorReader};
+use crate::header::{check_file_len, check_prefix, parse_header_json, Rules};
 use crate::index::is_index_path;
 use crate::{Error, ErrorKind, Result};
 
@@ -153,7 +154,13 @@ async fn open_raw_stream(
     notice(&format!(
         "{input}: a multi-tensor dump needs random access; spooling it to a temporary file"
     ));
-    let (file, len) = spool(reader).await.map_err(|e| e.with_input(input))?;
+    let planned = (!spec.allow_trailing)
+        .then(|| spec.planned_len())
+        .transpose()
+        .map_err(|e| e.with_input(input))?;
+    let (file, len) = spool(reader, planned)
+        .await
+        .map_err(|e| e.with_input(input))?;
     Ok(Box::new(RawSource::from_file(file, len, input, spec)?))
 }
 
@@ -323,26 +330,71 @@ fn open_stream<'a>(
                 notice(&format!(
                     "{input}: an .npz needs random access; spooling it to a temporary file"
                 ));
-                let (file, len) = spool(reader).await.map_err(on_input)?;
+                // An archive plans nothing before its end: spooled whole.
+                let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 Ok(Box::new(NpzSource::open(file, len, input, options)?) as Box<dyn Source>)
             }
             Format::Safetensors => {
                 notice(&format!(
                     "{input}: not seekable; spooling it to a temporary file"
                 ));
-                let (file, len) = spool(reader).await.map_err(on_input)?;
-                Ok(Box::new(SafetensorsSource::from_file(file, len, input)?) as Box<dyn Source>)
+                let src = spool_safetensors(reader, input).await.map_err(on_input)?;
+                Ok(Box::new(src) as Box<dyn Source>)
             }
             Format::Compressed(_) | Format::Unknown => Err(on_input(unknown(&first))),
         }
     })
 }
 
-/// Copies a stream to an anonymous temp file (disk, never memory).
-pub(crate) async fn spool(mut reader: TensorReader<'_>) -> Result<(File, u64)> {
+/// Copies a stream to an anonymous temp file (disk, never memory). With a
+/// `planned` length, reading stops one byte past it: a stream that holds
+/// more (a compression bomb) is refused without spooling the rest.
+pub(crate) async fn spool(
+    mut reader: TensorReader<'_>,
+    planned: Option<u64>,
+) -> Result<(File, u64)> {
     let tmp = tempfile::tempfile()?;
     let mut out = tokio::fs::File::from_std(tmp.try_clone()?);
-    let len = tokio::io::copy(&mut reader, &mut out).await?;
+    let len = match planned {
+        None => tokio::io::copy(&mut reader, &mut out).await?,
+        Some(p) => tokio::io::copy(&mut (&mut reader).take(p.saturating_add(1)), &mut out).await?,
+    };
+    if let Some(expected) = planned.filter(|&p| len > p) {
+        return Err(Error::new(ErrorKind::StreamTooLong { expected }));
+    }
     out.flush().await?;
     Ok((tmp, len))
+}
+
+/// Spools a safetensors stream: its header first, which plans the file's
+/// length; then at most that many bytes (plus one, to see there are more).
+async fn spool_safetensors(mut reader: TensorReader<'_>, input: &str) -> Result<SafetensorsSource> {
+    let eof_at = |at: u64| {
+        move |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::new(ErrorKind::FileTooShort { len: at })
+            } else {
+                Error::io(e)
+            }
+        }
+    };
+    let mut prefix = [0u8; 8];
+    reader.read_exact(&mut prefix).await.map_err(eof_at(0))?;
+    // The limit is checked before anything is allocated on the claim.
+    let n = check_prefix(prefix, u64::MAX)?;
+    let mut json = Vec::new();
+    (&mut reader).take(n).read_to_end(&mut json).await?;
+    if (json.len() as u64) < n {
+        let available = json.len() as u64;
+        return Err(Error::new(ErrorKind::HeaderPastEnd { len: n, available }).at_offset(0));
+    }
+    let header = parse_header_json(&json, Rules::SOURCE)?;
+    let planned = header.file_len();
+    let whole = std::io::Cursor::new(&prefix[..])
+        .chain(std::io::Cursor::new(&json[..]))
+        .chain(reader);
+    let (data, len) = spool(Box::pin(whole), Some(planned)).await?;
+    check_file_len(&header, len)?;
+    drop(json);
+    Ok(SafetensorsSource::from_data(data, header, input))
 }

@@ -61,6 +61,18 @@ impl RawSpec {
         })
     }
 
+    /// Reads and parses the manifest file at `path` (at most 100 MB, like a
+    /// header); errors name the path.
+    pub fn from_manifest_file(path: &std::path::Path) -> Result<RawSpec> {
+        let text = crate::header::read::read_capped(path, "raw manifest")?;
+        RawSpec::from_manifest(&text).map_err(|e| e.with_input(path.display()))
+    }
+
+    /// The bytes the dump must hold: the end of its last tensor.
+    pub fn planned_len(&self) -> Result<u64> {
+        place(self).map(|(_, end)| end)
+    }
+
     /// Parses a shape flag: `4,256`, or `scalar` / an empty string for 0-d.
     pub fn parse_shape(s: &str) -> Result<Vec<u64>> {
         let s = s.trim();
@@ -95,6 +107,12 @@ fn place(spec: &RawSpec) -> Result<(Vec<Placed>, u64)> {
     for t in &spec.tensors {
         let meta = TensorMeta::new(t.name.clone(), t.dtype, t.shape.clone());
         let len = meta.byte_len()?;
+        if !crate::header::numpy_can_hold(t.dtype, &t.shape) {
+            return Err(Error::new(ErrorKind::Usage(format!(
+                "tensor {:?}: shape {:?} is too big for numpy and torch (over 2^63-1 bytes, zeros aside)",
+                t.name, t.shape
+            ))));
+        }
         t.offset.checked_add(len).ok_or_else(|| {
             Error::new(ErrorKind::Usage(format!(
                 "tensor {:?}: offset plus length overflows",

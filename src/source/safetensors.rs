@@ -58,6 +58,12 @@ impl SafetensorsSource {
         Ok(Self::from_parts(input.to_string(), vec![(file, header)]))
     }
 
+    /// A safetensors file whose header was already read and checked
+    /// against its length (a spooled stream).
+    pub(crate) fn from_data(file: File, header: Header, input: &str) -> Self {
+        Self::from_parts(input.to_string(), vec![(file, header)])
+    }
+
     fn from_parts(input: String, parts: Vec<(File, Header)>) -> Self {
         let count = parts.iter().map(|(_, h)| h.tensors.len()).sum();
         let mut src = SafetensorsSource {

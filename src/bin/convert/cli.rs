@@ -54,45 +54,9 @@ pub struct ConvertArgs {
     /// them gzip/zstd/xz/bzip2-compressed; `-` for standard input. Recognised by content.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
-    /// Tensor name for a single-array input (.npy); default: the file name without extensions.
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
-    /// Skip npz members that are not .npy arrays, instead of refusing the archive.
-    #[arg(long)]
-    pub skip_non_npy: bool,
-    /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
-    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
-    pub raw_dtype: Option<Dtype>,
-    /// Shape of a raw dump: `4,256`; `scalar` or an empty string for 0-d.
-    #[arg(
-        long,
-        value_name = "SHAPE",
-        requires = "raw_dtype",
-        help_heading = "Raw dumps"
-    )]
-    pub raw_shape: Option<String>,
-    /// Skip this many bytes at the start of a raw dump.
-    #[arg(
-        long,
-        value_name = "BYTES",
-        default_value_t = 0,
-        help_heading = "Raw dumps"
-    )]
-    pub raw_offset: u64,
-    /// Byte order of a raw dump.
-    #[arg(long, value_enum, default_value_t = ByteOrder::Little, help_heading = "Raw dumps")]
-    pub raw_byte_order: ByteOrder,
-    /// Several tensors in one dump: a JSON list of {"name", "dtype", "shape", "offset"}.
-    #[arg(
-        long,
-        value_name = "FILE",
-        conflicts_with = "raw_dtype",
-        help_heading = "Raw dumps"
-    )]
-    pub raw_manifest: Option<PathBuf>,
-    /// Accept bytes after the last tensor of a raw dump.
-    #[arg(long, help_heading = "Raw dumps")]
-    pub raw_allow_trailing: bool,
+    /// How the inputs are read (names, raw dumps).
+    #[command(flatten)]
+    pub input: InputArgs,
     /// Cast tensors of dtype FROM to TO while streaming (repeatable): F32=BF16, F32=F16,
     /// F64=F32, F64=BF16, F64=F16, F16=F32, BF16=F32, and lossless integer widenings.
     #[arg(long, value_name = "FROM=TO", value_parser = parse_cast, help_heading = "Casting")]
@@ -153,6 +117,51 @@ pub struct ConvertArgs {
     pub checksum: Option<ChecksumAlgo>,
 }
 
+/// How inputs are read: shared by converting and `inspect`, so that inspect
+/// opens an input exactly as a conversion would.
+#[derive(Debug, Args)]
+pub struct InputArgs {
+    /// Tensor name for a single-array input (.npy); default: the file name without extensions.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Skip npz members that are not .npy arrays, instead of refusing the archive.
+    #[arg(long)]
+    pub skip_non_npy: bool,
+    /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
+    pub raw_dtype: Option<Dtype>,
+    /// Shape of a raw dump: `4,256`; `scalar` or an empty string for 0-d.
+    #[arg(
+        long,
+        value_name = "SHAPE",
+        requires = "raw_dtype",
+        help_heading = "Raw dumps"
+    )]
+    pub raw_shape: Option<String>,
+    /// Skip this many bytes at the start of a raw dump.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 0,
+        help_heading = "Raw dumps"
+    )]
+    pub raw_offset: u64,
+    /// Byte order of a raw dump.
+    #[arg(long, value_enum, default_value_t = ByteOrder::Little, help_heading = "Raw dumps")]
+    pub raw_byte_order: ByteOrder,
+    /// Several tensors in one dump: a JSON list of {"name", "dtype", "shape", "offset"}.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "raw_dtype",
+        help_heading = "Raw dumps"
+    )]
+    pub raw_manifest: Option<PathBuf>,
+    /// Accept bytes after the last tensor of a raw dump.
+    #[arg(long, help_heading = "Raw dumps")]
+    pub raw_allow_trailing: bool,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReportFormat {
     /// One JSON object.
@@ -207,7 +216,8 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
 pub enum Command {
     /// Check safetensors files (or a sharded checkpoint's index) against every rule of the format.
     Validate(ValidateArgs),
-    /// Show a safetensors file's (or sharded checkpoint's) tensors, sizes and metadata.
+    /// Show the tensors, sizes and metadata of any input convert reads (safetensors, an index,
+    /// .npy, .npz, raw dumps with the --raw flags, compressed), from headers only.
     Inspect(InspectArgs),
     /// Print a shell completion script: `convert completions bash > /etc/bash_completion.d/convert`.
     Completions {
@@ -231,9 +241,13 @@ pub struct ValidateArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// A *.safetensors file, or a *.safetensors.index.json.
+    /// Any input convert reads: *.safetensors, *.safetensors.index.json, .npy, .npz, a raw dump
+    /// (with --raw-dtype/--raw-shape or --raw-manifest), compressed; `-` for standard input.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// How the input is read.
+    #[command(flatten)]
+    pub input: InputArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

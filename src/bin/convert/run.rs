@@ -22,15 +22,14 @@ use serde_json::json;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{ByteOrder, ConvertArgs, OrderArg, ReportFormat};
+use crate::cli::{ByteOrder, ConvertArgs, InputArgs, OrderArg, ReportFormat};
 use crate::progress::{Bar, Lines};
 use safetensors_stream::source::raw::{RawSpec, RawTensor};
 
-fn raw_spec(args: &ConvertArgs) -> Result<Option<RawSpec>, Error> {
+/// The raw-dump reading of the inputs, if the flags ask for one.
+pub(crate) fn raw_spec(args: &InputArgs) -> Result<Option<RawSpec>, Error> {
     let mut spec = if let Some(manifest) = &args.raw_manifest {
-        let text =
-            std::fs::read(manifest).map_err(|e| Error::io(e).with_input(manifest.display()))?;
-        RawSpec::from_manifest(&text).map_err(|e| e.with_input(manifest.display()))?
+        RawSpec::from_manifest_file(manifest)?
     } else if let (Some(dtype), Some(shape)) = (args.raw_dtype, &args.raw_shape) {
         RawSpec {
             tensors: vec![RawTensor {
@@ -61,11 +60,7 @@ fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
             _ => None,
         };
     Ok(ConvertOptions {
-        source: SourceOptions {
-            skip_non_npy: args.skip_non_npy,
-            name: args.name.clone(),
-            raw: raw_spec(args)?,
-        },
+        source: source_options(&args.input)?,
         notice: Some(Arc::new(move |msg: &str| notes.say(msg))),
         plan: PlanOptions {
             include: args.include.clone(),
@@ -89,6 +84,15 @@ fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
         checksum: args.checksum.is_some(),
         fast_path: true,
         overwrite_input: args.overwrite_input,
+    })
+}
+
+/// How inputs are opened, from the shared input flags.
+pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
+    Ok(SourceOptions {
+        skip_non_npy: args.skip_non_npy,
+        name: args.name.clone(),
+        raw: raw_spec(args)?,
     })
 }
 

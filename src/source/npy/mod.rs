@@ -159,10 +159,10 @@ impl NpySource {
         else {
             return Ok(self);
         };
-        let (file, len) = super::input::spool(reader)
+        let expected = self.tensors[0].byte_len()?;
+        let (file, len) = super::input::spool(reader, Some(expected))
             .await
             .map_err(|e| e.with_input(&self.input))?;
-        let expected = self.tensors[0].byte_len()?;
         if len != expected {
             let e = Error::new(ErrorKind::DataLength {
                 expected,
