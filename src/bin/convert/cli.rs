@@ -20,6 +20,7 @@ Examples:
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
   convert model.safetensors.index.json -o single.safetensors
+  convert pytorch_model.bin --dedupe-tied -o model.safetensors
   convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
   convert model.safetensors -o - | ssh host 'cat > model.safetensors'
   convert weights.npz --dry-run --json -o out.safetensors
@@ -48,8 +49,9 @@ pub struct Cli {
 /// Converting (the default command).
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, any of
-    /// them gzip/zstd/xz/bzip2-compressed; `-` for standard input. Recognised by content.
+    /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, PyTorch
+    /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), any of them
+    /// gzip/zstd/xz/bzip2-compressed; `-` for standard input. Recognised by content.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Tensor name for a single-array input (.npy); default: the file name without extensions.
@@ -58,6 +60,14 @@ pub struct ConvertArgs {
     /// Skip npz members that are not .npy arrays, instead of refusing the archive.
     #[arg(long)]
     pub skip_non_npy: bool,
+    /// PyTorch checkpoints: write one tensor of each group of identical (tied) views and
+    /// record the dropped names in __metadata__, as the Hugging Face script does.
+    #[arg(long, help_heading = "PyTorch checkpoints")]
+    pub dedupe_tied: bool,
+    /// PyTorch checkpoints: convert only the value under KEY (dotted for nested dicts),
+    /// named without it; by default a top-level `state_dict` is not part of the names.
+    #[arg(long, value_name = "KEY", help_heading = "PyTorch checkpoints")]
+    pub pt_root: Option<String>,
     /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
     pub raw_dtype: Option<Dtype>,

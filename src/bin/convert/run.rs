@@ -65,6 +65,8 @@ fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
             skip_non_npy: args.skip_non_npy,
             name: args.name.clone(),
             raw: raw_spec(args)?,
+            dedupe_tied: args.dedupe_tied,
+            pt_root: args.pt_root.clone(),
         },
         notice: Some(Arc::new(move |msg: &str| notes.say(msg))),
         plan: PlanOptions {
