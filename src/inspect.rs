@@ -222,3 +222,50 @@ fn file_json(path: &str, h: &Header, tensors: Vec<Value>) -> Value {
         "tensors": tensors,
     })
 }
+
+/// A source's listing for people (`convert inspect` of a PyTorch
+/// checkpoint): its tensors in the input's order, from headers alone.
+pub fn render_listing(l: &crate::source::Listing) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", l.input);
+    let mut total = 0u64;
+    for t in &l.tensors {
+        let bytes = t.byte_len().unwrap_or(0);
+        total = total.saturating_add(bytes);
+        let _ = writeln!(out, "  {:?} {} {:?} {bytes}", t.name, t.dtype, t.shape);
+    }
+    let _ = writeln!(
+        out,
+        "  {} tensors, {total} data bytes ({})",
+        l.tensors.len(),
+        HumanBytes(total)
+    );
+    if let Some(md) = &l.metadata {
+        out.push_str("  metadata:\n");
+        for (k, v) in md {
+            let _ = writeln!(out, "    {k:?}: {v:?}");
+        }
+    }
+    out
+}
+
+/// A source's listing as JSON: `{"input", "tensors": [{name, dtype, shape, bytes}], "metadata"}`.
+pub fn listing_to_json(l: &crate::source::Listing) -> Value {
+    let tensors: Vec<Value> = l
+        .tensors
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "dtype": t.dtype.as_str(),
+                "shape": t.shape,
+                "bytes": t.byte_len().ok(),
+            })
+        })
+        .collect();
+    json!({
+        "input": l.input,
+        "tensors": tensors,
+        "metadata": l.metadata,
+    })
+}

@@ -212,7 +212,7 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
 pub enum Command {
     /// Check safetensors files (or a sharded checkpoint's index) against every rule of the format.
     Validate(ValidateArgs),
-    /// Show a safetensors file's (or sharded checkpoint's) tensors, sizes and metadata.
+    /// Show a safetensors file's (or sharded checkpoint's, or PyTorch checkpoint's) tensors, sizes and metadata.
     Inspect(InspectArgs),
     /// Print a shell completion script: `convert completions bash > /etc/bash_completion.d/convert`.
     Completions {
@@ -236,7 +236,8 @@ pub struct ValidateArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// A *.safetensors file, or a *.safetensors.index.json.
+    /// A *.safetensors file, a *.safetensors.index.json, or a PyTorch checkpoint (.bin, .pt,
+    /// .pth, pytorch_model.bin.index.json).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// Print JSON instead of a table.

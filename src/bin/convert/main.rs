@@ -116,6 +116,20 @@ fn worse(a: Category, b: Category) -> Category {
 }
 
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
+    let options = safetensors_stream::source::SourceOptions::default();
+    if let Some(src) = safetensors_stream::source::pytorch::open_path(&args.file, &options)? {
+        let listing = safetensors_stream::source::Listing::of(&src);
+        let text = if args.json {
+            let mut s = serde_json::to_string_pretty(&inspect::listing_to_json(&listing))
+                .expect("JSON of a Value");
+            s.push('\n');
+            s
+        } else {
+            inspect::render_listing(&listing)
+        };
+        let _ = std::io::stdout().lock().write_all(text.as_bytes());
+        return Ok(ExitCode::SUCCESS);
+    }
     let cp = Checkpoint::open(&args.file, rules(args.reference))?;
     warn_hub_limit(&cp);
     let text = if args.json {

@@ -108,10 +108,12 @@ fn little_endian(info: &Pickled) -> Option<bool> {
     let Node::Dict(items) = info.get(info.root) else {
         return None;
     };
-    items.iter().find_map(|&(k, v)| match (info.get(k), info.get(v)) {
-        (Node::Str(s), Node::Bool(b)) if s == "little_endian" => Some(*b),
-        _ => None,
-    })
+    items
+        .iter()
+        .find_map(|&(k, v)| match (info.get(k), info.get(v)) {
+            (Node::Str(s), Node::Bool(b)) if s == "little_endian" => Some(*b),
+            _ => None,
+        })
 }
 
 /// Walks the storages after the pickles: each count read and checked
@@ -152,7 +154,9 @@ pub fn locate(
         let end = start
             .checked_add(bytes)
             .filter(|&e| e <= len)
-            .ok_or_else(|| bad(format!("storage {key} runs past the end of the file")).at_offset(at))?;
+            .ok_or_else(|| {
+                bad(format!("storage {key} runs past the end of the file")).at_offset(at)
+            })?;
         out.insert(
             key.clone(),
             Located {

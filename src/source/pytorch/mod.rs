@@ -97,13 +97,34 @@ pub fn is_torch_zip(file: &File, len: u64) -> bool {
 
 /// True if `path` names a PyTorch shard index (`pytorch_model.bin.index.json`).
 pub fn is_index_path(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| {
-            [".bin.index.json", ".pt.index.json", ".pth.index.json"]
-                .iter()
-                .any(|s| n.ends_with(s))
-        })
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        [".bin.index.json", ".pt.index.json", ".pth.index.json"]
+            .iter()
+            .any(|s| n.ends_with(s))
+    })
+}
+
+/// Opens `path` as a PyTorch checkpoint if it is one (a shard index by
+/// its name, a file by its content); `None` for anything else.
+pub fn open_path(path: &Path, options: &SourceOptions) -> Result<Option<PyTorchSource>> {
+    if is_index_path(path) {
+        return PyTorchSource::open_index(path, options).map(Some);
+    }
+    let input = path.display().to_string();
+    let file = File::open(path).map_err(|e| Error::io(e).with_input(&input))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(e).with_input(&input))?
+        .len();
+    let mut first = [0u8; 16];
+    let got = {
+        use std::os::unix::fs::FileExt;
+        file.read_at(&mut first, 0).map_err(Error::io)?
+    };
+    if legacy::is_legacy(&first[..got]) || (first.starts_with(b"PK") && is_torch_zip(&file, len)) {
+        return PyTorchSource::open(file, len, &input, options).map(Some);
+    }
+    Ok(None)
 }
 
 fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> {
@@ -142,7 +163,8 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
 impl PyTorchSource {
     /// Opens one checkpoint file (zip or legacy) of `len` bytes.
     pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
-        let part = open_part(file, len, input, &naming(options)).map_err(|e| e.with_input(input))?;
+        let part =
+            open_part(file, len, input, &naming(options)).map_err(|e| e.with_input(input))?;
         Self::from_parts(input, vec![part], options).map_err(|e| e.with_input(input))
     }
 
@@ -158,9 +180,12 @@ impl PyTorchSource {
             let shard = dir.join(name);
             let shown = shard.display().to_string();
             let file = File::open(&shard).map_err(|e| Error::io(e).with_input(&shown))?;
-            let len = file.metadata().map_err(|e| Error::io(e).with_input(&shown))?.len();
-            let part = open_part(file, len, name, &naming(options))
-                .map_err(|e| e.with_input(&shown))?;
+            let len = file
+                .metadata()
+                .map_err(|e| Error::io(e).with_input(&shown))?
+                .len();
+            let part =
+                open_part(file, len, name, &naming(options)).map_err(|e| e.with_input(&shown))?;
             parts.push(part);
         }
         for part in &parts {
@@ -265,8 +290,10 @@ impl PyTorchSource {
     fn dedupe(&mut self, groups: Vec<Vec<usize>>) {
         let mut drop = vec![false; self.tensors.len()];
         for g in groups {
-            let mut names: Vec<(&str, usize)> =
-                g.iter().map(|&k| (self.tensors[k].name.as_str(), k)).collect();
+            let mut names: Vec<(&str, usize)> = g
+                .iter()
+                .map(|&k| (self.tensors[k].name.as_str(), k))
+                .collect();
             names.sort_unstable();
             let kept = names[0].0.to_string();
             for &(name, k) in &names[1..] {

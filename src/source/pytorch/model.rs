@@ -235,7 +235,9 @@ impl Walker<'_> {
             ))));
         }
         if let Some((func, args, _)) = self.tensor_call(id) {
-            let t = self.tensor(func, args, 0).map_err(|e| e.with_tensor(&*name))?;
+            let t = self
+                .tensor(func, args, 0)
+                .map_err(|e| e.with_tensor(&*name))?;
             self.tree.tensors.push(Found {
                 name: name.clone(),
                 ..t

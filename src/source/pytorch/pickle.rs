@@ -81,7 +81,10 @@ pub enum Global {
     Complex,
     /// `builtins.bytearray`.
     ByteArray,
-    /// A layout such as `torch.strided`, `torch.sparse_coo`.
+    /// `torch.serialization._get_layout`: recorded, never called.
+    GetLayout,
+    /// A layout or quantization scheme constant (`torch.strided`, `torch.sparse_coo`,
+    /// `torch.per_tensor_affine`): only ever an argument to a refused tensor.
     Layout(&'static str),
 }
 
@@ -159,6 +162,11 @@ const LAYOUTS: &[&str] = &[
     "sparse_bsc",
     "_mkldnn",
     "jagged",
+    "per_tensor_affine",
+    "per_channel_affine",
+    "per_tensor_symmetric",
+    "per_channel_symmetric",
+    "per_channel_affine_float_qparams",
 ];
 
 const REFUSED_TENSORS: &[(&str, &str)] = &[
@@ -166,9 +174,18 @@ const REFUSED_TENSORS: &[(&str, &str)] = &[
     ("_rebuild_sparse_tensor", "a sparse tensor"),
     ("_rebuild_sparse_csr", "a sparse tensor"),
     ("_rebuild_nested_tensor", "a nested tensor"),
-    ("_rebuild_meta_tensor_no_storage", "a meta tensor (it has no data)"),
-    ("_rebuild_wrapper_subclass", "a tensor subclass without storage"),
-    ("_rebuild_device_tensor_from_numpy", "a device tensor saved through numpy"),
+    (
+        "_rebuild_meta_tensor_no_storage",
+        "a meta tensor (it has no data)",
+    ),
+    (
+        "_rebuild_wrapper_subclass",
+        "a tensor subclass without storage",
+    ),
+    (
+        "_rebuild_device_tensor_from_numpy",
+        "a device tensor saved through numpy",
+    ),
     ("_rebuild_xla_tensor", "an XLA tensor"),
     ("_rebuild_mtia_tensor", "an MTIA tensor"),
     ("_rebuild_mkldnn_tensor", "an MKL-DNN tensor"),
@@ -184,15 +201,14 @@ impl Global {
             ("torch._utils", "_rebuild_tensor_v2") => Global::RebuildTensorV2,
             ("torch._utils", "_rebuild_tensor_v3") => Global::RebuildTensorV3,
             ("torch._utils", "_rebuild_parameter") => Global::RebuildParameter,
-            ("torch._utils", "_rebuild_parameter_with_state") => {
-                Global::RebuildParameterWithState
-            }
+            ("torch._utils", "_rebuild_parameter_with_state") => Global::RebuildParameterWithState,
             ("torch._tensor", "_rebuild_from_type_v2") => Global::RebuildFromType,
             ("torch", "Tensor") | ("torch.nn.parameter", "Parameter") => Global::TensorType,
             ("torch._utils", _) => {
                 let what = REFUSED_TENSORS.iter().find(|(n, _)| *n == name)?.1;
                 Global::RefusedTensor(what)
             }
+            ("torch.serialization", "_get_layout") => Global::GetLayout,
             ("torch", "Size") => Global::Size,
             ("torch", "device") => Global::Device,
             ("torch" | "torch.storage", _) if name.ends_with("Storage") => {
