@@ -345,3 +345,52 @@ fn a_top_level_key_that_is_missing_is_a_clear_error() {
     assert_eq!(r.status.code(), Some(1));
     assert_eq!(error_kind(&r), "py_torch");
 }
+
+/// Contiguous tensors offer their bytes in place (the kernel-copy fast
+/// path), with the byte swap a big-endian checkpoint needs; strided views
+/// do not, and are gathered instead.
+#[tokio::test]
+async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
+    use safetensors_stream::source::input::open_input;
+    use safetensors_stream::source::SourceOptions;
+    use safetensors_stream::transform::Transform;
+
+    let options = SourceOptions::default();
+    let quiet = |_: &str| {};
+    let src = open_input(&dir().join("ok/views.pt"), &options, &quiet)
+        .await
+        .unwrap();
+    let find = |name: &str| src.tensors().iter().position(|t| t.name == name).unwrap();
+    for name in [
+        "tied.embed",
+        "disjoint.b",
+        "overlap.y",
+        "scalar",
+        "empty",
+        "param",
+    ] {
+        assert!(src.file_span(find(name)).is_some(), "{name}");
+    }
+    for name in ["transposed", "channels_last", "expanded", "step", "step2d"] {
+        assert!(src.file_span(find(name)).is_none(), "{name}");
+    }
+    // The second half of one storage starts 24 floats in.
+    let a = src.file_span(find("disjoint.a")).unwrap();
+    let b = src.file_span(find("disjoint.b")).unwrap();
+    assert_eq!((b.offset - a.offset, a.len, b.len), (96, 96, 96));
+
+    let big = open_input(&dir().join("ok/dtypes-big.pt"), &options, &quiet)
+        .await
+        .unwrap();
+    for (k, t) in big.tensors().iter().enumerate() {
+        let span = big.file_span(k).unwrap();
+        let want = match t.dtype.bits() {
+            8 => Transform::Identity,
+            _ if t.dtype == safetensors_stream::Dtype::C64 => Transform::SwapBytes { width: 4 },
+            bits => Transform::SwapBytes {
+                width: bits as usize / 8,
+            },
+        };
+        assert_eq!(span.transform, want, "{}", t.name);
+    }
+}

@@ -55,7 +55,12 @@ impl Codec {
 }
 
 /// Bytes [`detect`] wants to see (fewer is fine for a short input).
-pub const SNIFF_LEN: usize = 264;
+pub const SNIFF_LEN: usize = 16;
+
+/// Bytes a file's detection reads: enough to see a tar header's `ustar`
+/// (a stream is sniffed with [`SNIFF_LEN`] only, so nothing more is
+/// decoded before its format is known).
+pub const FILE_SNIFF_LEN: usize = 264;
 
 /// Recognises an input from its first bytes.
 ///

@@ -9,7 +9,7 @@ use std::path::Path;
 use async_compression::tokio::bufread::{BzDecoder, GzipDecoder, XzDecoder, ZstdDecoder};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::detect::{detect, hex_preview, Codec, Format, SNIFF_LEN};
+use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::npy::NpySource;
 use super::npz::NpzSource;
 use super::pytorch::{self, PyTorchSource};
@@ -69,7 +69,7 @@ pub async fn open_input(
         return open_stream(reader, &input, stem, options, notice, 0).await;
     }
     let len = meta.len();
-    let mut first = [0u8; SNIFF_LEN];
+    let mut first = [0u8; FILE_SNIFF_LEN];
     let got = read_prefix(&file, &mut first).map_err(on_input)?;
     let stem = tensor_name(path, options);
     if let Some(spec) = &options.raw {
@@ -111,7 +111,7 @@ fn open_archive(
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
     let first = {
-        let mut first = [0u8; SNIFF_LEN];
+        let mut first = [0u8; FILE_SNIFF_LEN];
         let got = read_prefix(&file, &mut first).map_err(|e| Error::io(e).with_input(input))?;
         detect(&first[..got])
     };

@@ -160,8 +160,9 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
         return Ok(w.tree);
     }
     if w.tensor_call(root).is_some() {
-        let name = naming.bare.clone().unwrap_or_else(|| "tensor".into());
-        prefix = name;
+        // One bare tensor: `--name`, else the key it was under, else "tensor".
+        let under = naming.root.as_deref().and_then(|r| r.rsplit('.').next());
+        prefix = (naming.bare.as_deref().or(under).unwrap_or("tensor")).to_string();
     }
     w.walk(root, &mut prefix, 0)?;
     Ok(w.tree)
