@@ -394,3 +394,35 @@ async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
         assert_eq!(span.transform, want, "{}", t.name);
     }
 }
+
+/// `--pt-root` on a legacy checkpoint: storages outside the chosen value
+/// still have to be stepped over to find the ones inside it.
+#[test]
+fn a_legacy_subtree_converts_past_storages_it_does_not_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = dir().join("ok/views-legacy.pt");
+    let doc: Value = serde_json::from_slice(
+        &std::fs::read(dir().join("ok/views-legacy.pt.expected.json")).unwrap(),
+    )
+    .unwrap();
+    let mut tensors = serde_json::Map::new();
+    for (name, t) in doc["tensors"].as_object().unwrap() {
+        if let Some(rest) = name.strip_prefix("nested.") {
+            tensors.insert(rest.to_string(), t.clone());
+        }
+    }
+    assert_eq!(tensors.len(), 2);
+    let want = serde_json::json!({"metadata": {"format": "pt"}, "tensors": tensors});
+    let r = convert(
+        &[
+            input.as_os_str(),
+            o("--pt-root"),
+            o("nested"),
+            o("-o"),
+            o("-"),
+        ],
+        tmp.path(),
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    check_output(&r.stdout, &want, "legacy --pt-root nested");
+}

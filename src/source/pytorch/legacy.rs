@@ -127,9 +127,11 @@ pub fn locate(
     let mut at = c.data_start;
     let mut out = HashMap::with_capacity(c.keys.len());
     for key in &c.keys {
-        let decl = decls
-            .get(key)
-            .ok_or_else(|| bad(format!("storage {key} is listed but no tensor uses it")))?;
+        let decl = decls.get(key).ok_or_else(|| {
+            bad(format!(
+                "storage {key} is listed but the pickle never declares it"
+            ))
+        })?;
         if at.checked_add(8).is_none_or(|e| e > len) {
             return Err(bad(format!("file ends before storage {key}")).at_offset(at));
         }

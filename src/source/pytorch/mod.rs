@@ -136,7 +136,7 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     if legacy::is_legacy(&first[..got]) {
         let c = legacy::open(&file, len)?;
         let tree = model::tensors(&c.main, naming)?;
-        let storages = legacy::locate(&file, len, &c, &tree.storages)?;
+        let storages = legacy::locate(&file, len, &c, &model::all_storages(&c.main)?)?;
         return Ok(Part {
             file,
             len,

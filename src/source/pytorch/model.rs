@@ -168,6 +168,22 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
     Ok(w.tree)
 }
 
+/// Every storage any persistent id in `p` declares, reached by a tensor or
+/// not: the legacy format needs each one's size to find the next.
+pub fn all_storages(p: &Pickled) -> Result<HashMap<String, StorageDecl>> {
+    let mut w = Walker {
+        p,
+        tree: Tree::default(),
+        visits: 0,
+    };
+    for (id, node) in p.nodes.iter().enumerate() {
+        if matches!(node, Node::Persistent(_)) {
+            w.storage(Some(&(id as Id)))?;
+        }
+    }
+    Ok(w.tree.storages)
+}
+
 impl Walker<'_> {
     /// The value under string key `key` of dict `id`.
     fn child(&self, id: Id, key: &str) -> Option<Id> {
