@@ -426,3 +426,42 @@ fn a_legacy_subtree_converts_past_storages_it_does_not_use() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     check_output(&r.stdout, &want, "legacy --pt-root nested");
 }
+
+/// A strided view is gathered out of order, so its storage's CRC-32 is
+/// checked in a pass of its own first: a flipped byte is refused.
+#[test]
+fn a_strided_view_of_a_corrupt_storage_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("corrupt.pt");
+    let mut bytes = std::fs::read(dir().join("ok/views.pt")).unwrap();
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(dir().join("ok/views.pt.expected.json")).unwrap())
+            .unwrap();
+    // "transposed" views the storage of "tied.embed"; flip its last byte.
+    let embed = hex(doc["tensors"]["tied.embed"]["hex"].as_str().unwrap());
+    let at = bytes.windows(embed.len()).position(|w| w == embed).unwrap();
+    bytes[at + embed.len() - 1] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    for out in ["out.safetensors", "-"] {
+        let r = convert(
+            &[
+                path.as_os_str(),
+                o("--include"),
+                o("transposed"),
+                o("-o"),
+                o(out),
+                o("--report"),
+                o("json"),
+            ],
+            tmp.path(),
+        );
+        assert_eq!(
+            r.status.code(),
+            Some(1),
+            "{out}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert_eq!(error_kind(&r), "zip", "{out}");
+    }
+    assert!(!tmp.path().join("out.safetensors").exists());
+}

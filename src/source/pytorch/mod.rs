@@ -374,6 +374,18 @@ impl Source for PyTorchSource {
             let file = &self.files[p.file];
             let (offset, len) = self.span(k);
             let data = if !p.view.is_contiguous() {
+                // The gather reads the storage out of order, past any CRC
+                // check: check the whole member first, in one forward pass.
+                if let (Some(_), Some(entry)) = (p.storage.crc, &p.storage.entry) {
+                    let (entry, start, check) = (entry.clone(), p.storage.start, file.try_clone()?);
+                    tokio::task::spawn_blocking(move || -> Result<()> {
+                        let mut r = MemberReader::new(check, &entry, start, 0)?;
+                        std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
+                        Ok(())
+                    })
+                    .await
+                    .map_err(std::io::Error::other)??;
+                }
                 let r = StridedReader::new(file.try_clone()?, p.storage.start, &p.view);
                 TensorData::new(BlockingReader::new(r))
             } else if let (Some(_), Some(entry), true) = (
