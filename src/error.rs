@@ -510,6 +510,22 @@ pub enum ErrorKind {
         actual: Dtype,
     },
 
+    // ---- PyTorch checkpoints --------------------------------------------------
+    /// A pickle is malformed, breaks a limit, or uses an opcode on the wrong type.
+    #[error("pickle: {0}")]
+    Pickle(String),
+    /// A pickle names a global that is not on the allow-list; nothing was imported or run.
+    #[error("pickle imports {module}.{name}, which is not allowed in a checkpoint (nothing was run){}", module_hint(.module))]
+    PickleGlobal {
+        /// The module it names (`posix`, `builtins`, `__main__`).
+        module: String,
+        /// The name in that module (`system`, `eval`, `Net`).
+        name: String,
+    },
+    /// A PyTorch checkpoint that is valid but holds something we do not convert.
+    #[error("PyTorch checkpoint: {0}")]
+    PyTorch(String),
+
     // ---- sharded checkpoints ------------------------------------------------
     /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
     #[error("index JSON: {0}")]
@@ -556,6 +572,14 @@ pub enum ErrorKind {
     /// An I/O error.
     #[error("{0}")]
     Io(#[source] io::Error),
+}
+
+fn module_hint(module: &str) -> &'static str {
+    if module == "__main__" || module.starts_with("torch.nn.modules") {
+        "; a whole pickled model: save its state_dict() instead"
+    } else {
+        ""
+    }
 }
 
 fn inputs_clause(inputs: &Option<(String, String)>) -> String {

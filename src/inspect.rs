@@ -286,3 +286,4 @@ fn file_json(path: &str, h: &Header, tensors: Vec<Value>) -> Value {
         "tensors": tensors,
     })
 }
+

@@ -322,6 +322,50 @@ fn check_reencodes(h: &Header) {
 
 /// `npy_header`: the prelude, the header text it announces, the text
 /// parser under every version's decoding, and the reader over all of it.
+/// The restricted unpickler on arbitrary bytes (with small limits, so a
+/// limit is reached quickly), then naming its value tree as tensors.
+/// Checks: the pickle used no more bytes than it had, every tensor found
+/// lies inside its storage, and every name is unique-or-refused later.
+pub fn pickle(data: &[u8]) -> Outcomes {
+    use safetensors_stream::source::pytorch::model::{tensors, Naming};
+    use safetensors_stream::source::pytorch::pickle::{unpickle, Limits};
+    let limits = Limits {
+        nodes: 200_000,
+        memo: 50_000,
+        marks: 1_000,
+        bytes: 1 << 20,
+    };
+    let mut out: Outcomes = Vec::new();
+    let parsed = unpickle(data, limits);
+    if let Ok((p, used)) = &parsed {
+        assert!(*used <= data.len(), "used {used} of {} bytes", data.len());
+        assert!((p.root as usize) < p.nodes.len(), "root outside the arena");
+        for naming in [
+            Naming::default(),
+            Naming {
+                root: Some("state_dict".into()),
+                bare: Some("t".into()),
+            },
+        ] {
+            let tree = tensors(p, &naming);
+            if let Ok(tree) = &tree {
+                for t in &tree.tensors {
+                    let decl = tree.storages[&t.storage];
+                    let need = t.view.needed_bytes().expect("a found view has a size");
+                    assert!(
+                        need <= decl.bytes().expect("a declared storage has a size"),
+                        "tensor {:?} reaches past its storage",
+                        t.name
+                    );
+                }
+            }
+            out.push(("tensors", tree.map(drop)));
+        }
+    }
+    out.push(("unpickle", parsed.map(drop)));
+    out
+}
+
 pub fn npy_header(data: &[u8]) -> Outcomes {
     let mut out: Outcomes = Vec::new();
     let prelude = parse_prelude(data);

@@ -9,9 +9,10 @@ use std::path::Path;
 use async_compression::tokio::bufread::{BzDecoder, GzipDecoder, XzDecoder, ZstdDecoder};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::detect::{detect, hex_preview, Codec, Format, SNIFF_LEN};
+use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::npy::NpySource;
 use super::npz::NpzSource;
+use super::pytorch::{self, PyTorchSource};
 use super::raw::{RawSource, RawSpec};
 use super::safetensors::SafetensorsSource;
 use super::{Source, SourceOptions, TensorReader};
@@ -44,6 +45,10 @@ pub async fn open_input(
     if is_index_path(path) {
         return Ok(Box::new(SafetensorsSource::open(path)?));
     }
+    if pytorch::is_index_path(path) {
+        let src = PyTorchSource::open_index(path, options)?;
+        return Ok(told_skipped(src, notice));
+    }
     let on_input = |e: std::io::Error| Error::io(e).with_input(&input);
     // Opening a FIFO blocks until a writer comes: off the runtime's threads,
     // so that a signal still ends the run.
@@ -65,7 +70,7 @@ pub async fn open_input(
         return open_stream(reader, &input, stem, options, notice, 0).await;
     }
     let len = meta.len();
-    let mut first = [0u8; SNIFF_LEN];
+    let mut first = [0u8; FILE_SNIFF_LEN];
     let got = read_prefix(&file, &mut first).map_err(on_input)?;
     let stem = tensor_name(path, options);
     if let Some(spec) = &options.raw {
@@ -84,7 +89,9 @@ pub async fn open_input(
     }
     match detect(&first[..got]) {
         Format::Npy => Ok(Box::new(NpySource::from_file(file, 0, len, &input, stem?)?)),
-        Format::Zip => Ok(Box::new(NpzSource::open(file, len, &input, options)?)),
+        Format::Zip | Format::TorchLegacy | Format::Tar => {
+            open_archive(file, len, &input, options, notice)
+        }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Compressed(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
@@ -93,6 +100,50 @@ pub async fn open_input(
         }
         Format::Unknown => Err(unknown(&first[..got]).with_input(&input)),
     }
+}
+
+/// A zip (an .npz or a PyTorch checkpoint, told apart by its members), a
+/// legacy PyTorch checkpoint, or PyTorch's refused tar format.
+fn open_archive(
+    file: File,
+    len: u64,
+    input: &str,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let first = {
+        let mut first = [0u8; FILE_SNIFF_LEN];
+        let got = read_prefix(&file, &mut first).map_err(|e| Error::io(e).with_input(input))?;
+        detect(&first[..got])
+    };
+    match first {
+        Format::Tar => Err(tar_refused().with_input(input)),
+        Format::Zip if !pytorch::is_torch_zip(&file, len) => {
+            Ok(Box::new(NpzSource::open(file, len, input, options)?))
+        }
+        _ => {
+            let src = PyTorchSource::open(file, len, input, options)?;
+            Ok(told_skipped(src, notice))
+        }
+    }
+}
+
+fn tar_refused() -> Error {
+    Error::new(ErrorKind::PyTorch(
+        "a tar archive (the format of torch before 0.4) is not supported: load it and save it again with a recent torch".into(),
+    ))
+}
+
+/// Says how many non-tensor values a checkpoint held that were skipped.
+fn told_skipped(src: PyTorchSource, notice: Notice<'_>) -> Box<dyn Source> {
+    if src.skipped() > 0 {
+        notice(&format!(
+            "warning: {}: skipped {} non-tensor values (numbers, strings, hyper-parameters)",
+            src.input_name(),
+            src.skipped()
+        ));
+    }
+    Box::new(src)
 }
 
 /// A single-tensor spec with no name takes the dump's file name, less its
@@ -326,14 +377,15 @@ fn open_stream<'a>(
                 }
                 Ok(Box::new(src) as Box<dyn Source>)
             }
-            Format::Zip => {
+            Format::Zip | Format::TorchLegacy => {
                 notice(&format!(
-                    "{input}: an .npz needs random access; spooling it to a temporary file"
+                    "{input}: an archive (.npz or PyTorch checkpoint) needs random access; spooling it to a temporary file"
                 ));
                 // An archive plans nothing before its end: spooled whole.
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
-                Ok(Box::new(NpzSource::open(file, len, input, options)?) as Box<dyn Source>)
+                open_archive(file, len, input, options, notice)
             }
+            Format::Tar => Err(on_input(tar_refused())),
             Format::Safetensors => {
                 notice(&format!(
                     "{input}: not seekable; spooling it to a temporary file"

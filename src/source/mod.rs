@@ -11,6 +11,7 @@ pub mod input;
 pub mod memory;
 pub mod npy;
 pub mod npz;
+pub mod pytorch;
 pub mod raw;
 pub mod safetensors;
 
@@ -147,6 +148,12 @@ pub struct SourceOptions {
     pub skip_non_npy: bool,
     /// The tensor name for a single-array input (.npy), instead of the file stem.
     pub name: Option<String>,
+    /// PyTorch checkpoints: write one tensor of each group of identical views
+    /// and record the dropped names in the metadata (`--dedupe-tied`).
+    pub dedupe_tied: bool,
+    /// PyTorch checkpoints: convert only the value under this key (dotted for
+    /// nested dicts), named without it (`--pt-root`).
+    pub pt_root: Option<String>,
 }
 
 /// What the planner reads of an input: its name, tensors and metadata.

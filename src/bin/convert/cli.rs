@@ -22,6 +22,7 @@ Examples:
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
   convert model.safetensors.index.json -o single.safetensors
+  convert pytorch_model.bin --dedupe-tied -o model.safetensors
   convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
   convert model.safetensors -o - | ssh host 'cat > model.safetensors'
   convert weights.npz --dry-run --json -o out.safetensors
@@ -50,8 +51,9 @@ pub struct Cli {
 /// Converting (the default command).
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, any of
-    /// them gzip/zstd/xz/bzip2-compressed; `-` for standard input. Recognised by content.
+    /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, PyTorch
+    /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), any of them
+    /// gzip/zstd/xz/bzip2-compressed; `-` for standard input. Recognised by content.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// How the inputs are read (names, raw dumps).
@@ -127,6 +129,14 @@ pub struct InputArgs {
     /// Skip npz members that are not .npy arrays, instead of refusing the archive.
     #[arg(long)]
     pub skip_non_npy: bool,
+    /// PyTorch checkpoints: write one tensor of each group of identical (tied) views and
+    /// record the dropped names in __metadata__, as the Hugging Face script does.
+    #[arg(long, help_heading = "PyTorch checkpoints")]
+    pub dedupe_tied: bool,
+    /// PyTorch checkpoints: convert only the value under KEY (dotted for nested dicts),
+    /// named without it; by default a top-level `state_dict` is not part of the names.
+    #[arg(long, value_name = "KEY", help_heading = "PyTorch checkpoints")]
+    pub pt_root: Option<String>,
     /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
     pub raw_dtype: Option<Dtype>,
@@ -217,7 +227,7 @@ pub enum Command {
     /// Check safetensors files (or a sharded checkpoint's index) against every rule of the format.
     Validate(ValidateArgs),
     /// Show the tensors, sizes and metadata of any input convert reads (safetensors, an index,
-    /// .npy, .npz, raw dumps with the --raw flags, compressed), from headers only.
+    /// .npy, .npz, PyTorch checkpoints, raw dumps with the --raw flags, compressed), from headers only.
     Inspect(InspectArgs),
     /// Print a shell completion script: `convert completions bash > /etc/bash_completion.d/convert`.
     Completions {
@@ -241,7 +251,7 @@ pub struct ValidateArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// Any input convert reads: *.safetensors, *.safetensors.index.json, .npy, .npz, a raw dump
+    /// Any input convert reads: *.safetensors, *.safetensors.index.json, .npy, .npz, PyTorch, a raw dump
     /// (with --raw-dtype/--raw-shape or --raw-manifest), compressed; `-` for standard input.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,

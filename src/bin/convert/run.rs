@@ -93,6 +93,8 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         skip_non_npy: args.skip_non_npy,
         name: args.name.clone(),
         raw: raw_spec(args)?,
+        dedupe_tied: args.dedupe_tied,
+        pt_root: args.pt_root.clone(),
     })
 }
 
