@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::FromRawFd;
+use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -57,6 +58,41 @@ impl Write for PyFileWrite {
     }
 }
 
+/// What the Python layer passed as the target.
+enum Target {
+    Path(PathBuf),
+    Stream(Box<dyn Write + Send + Sync>),
+}
+
+impl Target {
+    /// `target`: a path (str), a file descriptor this writer now owns
+    /// (int), or an object with `write`.
+    fn of(target: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(path) = target.extract::<PathBuf>() {
+            return Ok(Target::Path(path));
+        }
+        if let Ok(fd) = target.extract::<i32>() {
+            if fd < 0 {
+                return Err(usage(target.py(), "a file descriptor cannot be negative"));
+            }
+            // SAFETY: the Python layer passes a descriptor it has just
+            // duplicated (os.dup) for this writer alone, so this File is
+            // its only owner and closes it exactly once.
+            let file = unsafe { File::from_raw_fd(fd) };
+            return Ok(Target::Stream(Box::new(file)));
+        }
+        if target.hasattr("write")? {
+            return Ok(Target::Stream(Box::new(PyFileWrite(
+                target.clone().unbind(),
+            ))));
+        }
+        Err(usage(
+            target.py(),
+            "the target must be a path, a file object or a file descriptor",
+        ))
+    }
+}
+
 fn parse_order(order: &str) -> Result<Order, Error> {
     match order {
         "canonical" => Ok(Order::Canonical),
@@ -85,8 +121,7 @@ fn metas(tensors: Vec<(String, String, Vec<u64>)>) -> Result<Vec<TensorMeta>, Er
 
 #[pymethods]
 impl NativeWriter {
-    /// `target`: a path (str), a file descriptor this writer now owns
-    /// (int), or an object with `write`.
+    /// `target`: see [`Target::of`].
     #[new]
     #[pyo3(signature = (target, tensors, metadata=None, order="canonical", sync=true))]
     fn new(
@@ -97,33 +132,21 @@ impl NativeWriter {
         order: &str,
         sync: bool,
     ) -> PyResult<Self> {
+        // The target first: a descriptor handed over is then owned (and
+        // closed on any error below) before anything else can fail.
+        let target = Target::of(target)?;
         let err = |e: Error| to_py(py, e);
         let mut options = WriterOptions::default()
             .order(parse_order(order).map_err(err)?)
             .sync(sync);
         options.metadata = metadata;
         let tensors = metas(tensors).map_err(err)?;
-        let out = if let Ok(path) = target.extract::<std::path::PathBuf>() {
-            let w = py.detach(|| Writer::create(&path, tensors, options));
-            Out::Path(w.map_err(err)?)
-        } else if let Ok(fd) = target.extract::<i32>() {
-            if fd < 0 {
-                return Err(usage(py, "a file descriptor cannot be negative"));
+        let out = match target {
+            Target::Path(path) => {
+                let w = py.detach(|| Writer::create(&path, tensors, options));
+                Out::Path(w.map_err(err)?)
             }
-            // SAFETY: the Python layer passes a descriptor it has just
-            // duplicated (os.dup) for this writer alone, so this File is
-            // its only owner and closes it exactly once.
-            let file = unsafe { File::from_raw_fd(fd) };
-            let sink: Box<dyn Write + Send + Sync> = Box::new(file);
-            Out::Stream(Writer::new(sink, tensors, options).map_err(err)?)
-        } else if target.hasattr("write")? {
-            let sink: Box<dyn Write + Send + Sync> = Box::new(PyFileWrite(target.clone().unbind()));
-            Out::Stream(Writer::new(sink, tensors, options).map_err(err)?)
-        } else {
-            return Err(usage(
-                py,
-                "the target must be a path, a file object or a file descriptor",
-            ));
+            Target::Stream(sink) => Out::Stream(Writer::new(sink, tensors, options).map_err(err)?),
         };
         Ok(NativeWriter { out: Some(out) })
     }
@@ -172,9 +195,7 @@ impl NativeWriter {
     /// Checks every count, flushes and, for a path, syncs and renames the
     /// file into place. On an error the temp file is deleted.
     fn finish(&mut self, py: Python<'_>) -> PyResult<()> {
-        let out = self.live_mut(py)?;
-        let _ = out;
-        let out = self.out.take().expect("checked live");
+        let out = self.out.take().ok_or_else(|| closed(py))?;
         let done = py.detach(|| match out {
             Out::Path(w) => w.finish().map(drop),
             Out::Stream(w) => w.finish().map(drop),

@@ -191,3 +191,14 @@ def test_zero_byte_tensors_need_no_write(tmp_path):
     with sts.Writer(path, [("e", "F32", (0, 3)), ("a", "U8", (1,))]) as w:
         w.write("a", b"1")
     assert ref.load_file(path)["e"].shape == (0, 3)
+
+
+def test_a_refused_writer_to_a_file_object_keeps_no_descriptor(tmp_path):
+    fds = len(os.listdir("/proc/self/fd"))
+    with open(tmp_path / "x.bin", "wb") as f:
+        for _ in range(5):
+            with pytest.raises(sts.UsageError):
+                sts.Writer(f, [("a", "U8", (1,))], order="sorted")
+            with pytest.raises(sts.UsageError):
+                sts.Writer(f, [("a", "U8", (1,)), ("a", "U8", (1,))])
+        assert len(os.listdir("/proc/self/fd")) == fds + 1
