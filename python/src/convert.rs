@@ -5,19 +5,14 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use safetensors_stream::convert::{ConvertOptions, Output};
-use safetensors_stream::header::Order;
 use safetensors_stream::units::parse_size;
-use safetensors_stream::{convert_blocking, Dtype, Error, ErrorKind};
+use safetensors_stream::{convert_blocking, Error, ErrorKind};
 
 use crate::errors::to_py;
+use crate::{parse_dtype, parse_order};
 
 fn usage_error(message: String) -> Error {
     Error::new(ErrorKind::Usage(message))
-}
-
-fn dtype(s: &str) -> Result<Dtype, Error> {
-    s.parse()
-        .map_err(|e: safetensors_stream::dtype::UnknownDtype| usage_error(e.to_string()))
 }
 
 /// Converts `inputs` into `output` (a path, or `-` for standard output) on a
@@ -53,10 +48,14 @@ pub(crate) fn convert(
         .map(|s| parse_size(&s).map_err(|e| usage_error(format!("max_shard_size: {}", e.0))))
         .transpose()
         .map_err(err)?;
-    options.plan.cast_all = cast_all.as_deref().map(dtype).transpose().map_err(err)?;
+    options.plan.cast_all = cast_all
+        .as_deref()
+        .map(parse_dtype)
+        .transpose()
+        .map_err(err)?;
     options.plan.casts = casts
         .iter()
-        .map(|(from, to)| Ok((dtype(from)?, dtype(to)?)))
+        .map(|(from, to)| Ok((parse_dtype(from)?, parse_dtype(to)?)))
         .collect::<Result<_, Error>>()
         .map_err(err)?;
     options.plan.include = include;
@@ -64,14 +63,7 @@ pub(crate) fn convert(
     options.plan.renames = renames;
     options.plan.prefix = prefix;
     options.plan.metadata = metadata;
-    options.plan.order = match order {
-        "canonical" => Order::Canonical,
-        "input" => Order::AsGiven,
-        other => {
-            let msg = format!("order must be \"canonical\" or \"input\", not {other:?}");
-            return Err(err(usage_error(msg)));
-        }
-    };
+    options.plan.order = parse_order(order).map_err(err)?;
     options.checksum = checksum;
     options.sync = sync;
     options.source.skip_non_npy = skip_non_npy;

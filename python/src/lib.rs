@@ -14,6 +14,8 @@ mod errors;
 mod writer;
 
 use pyo3::prelude::*;
+use safetensors_stream::header::Order;
+use safetensors_stream::{Dtype, Error, ErrorKind};
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -30,4 +32,24 @@ fn dtype_names() -> Vec<&'static str> {
         .iter()
         .map(|d| d.as_str())
         .collect()
+}
+
+/// `"canonical"` or `"input"`, as the CLI's `--order`.
+pub(crate) fn parse_order(order: &str) -> Result<Order, Error> {
+    match order {
+        "canonical" => Ok(Order::Canonical),
+        "input" => Ok(Order::AsGiven),
+        other => Err(ErrorKind::Usage(format!(
+            "order must be \"canonical\" or \"input\", not {other:?}"
+        ))
+        .into()),
+    }
+}
+
+/// A safetensors dtype spelling ("BF16"); an unknown one is a usage error.
+pub(crate) fn parse_dtype(s: &str) -> Result<Dtype, Error> {
+    s.parse()
+        .map_err(|e: safetensors_stream::dtype::UnknownDtype| {
+            ErrorKind::Usage(e.to_string()).into()
+        })
 }

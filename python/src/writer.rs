@@ -9,11 +9,11 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use safetensors_stream::header::Order;
-use safetensors_stream::{Dtype, Error, ErrorKind, TensorMeta, Writer, WriterOptions};
+use safetensors_stream::{Error, TensorMeta, Writer, WriterOptions};
 
 use crate::bytes::HeldBytes;
 use crate::errors::{to_py, usage};
+use crate::{parse_dtype, parse_order};
 
 /// Where the bytes go.
 enum Out {
@@ -93,27 +93,11 @@ impl Target {
     }
 }
 
-fn parse_order(order: &str) -> Result<Order, Error> {
-    match order {
-        "canonical" => Ok(Order::Canonical),
-        "input" => Ok(Order::AsGiven),
-        other => Err(ErrorKind::Usage(format!(
-            "order must be \"canonical\" or \"input\", not {other:?}"
-        ))
-        .into()),
-    }
-}
-
 fn metas(tensors: Vec<(String, String, Vec<u64>)>) -> Result<Vec<TensorMeta>, Error> {
     tensors
         .into_iter()
         .map(|(name, dtype, shape)| {
-            let dtype: Dtype =
-                dtype
-                    .parse()
-                    .map_err(|e: safetensors_stream::dtype::UnknownDtype| {
-                        Error::new(ErrorKind::Usage(e.to_string())).with_tensor(name.clone())
-                    })?;
+            let dtype = parse_dtype(&dtype).map_err(|e| e.with_tensor(name.clone()))?;
             Ok(TensorMeta::new(name, dtype, shape))
         })
         .collect()

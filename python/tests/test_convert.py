@@ -2,13 +2,14 @@
 
 import json
 import os
-import shutil
 import subprocess
 
 import pytest
 import safetensors.numpy as ref
 
 import safetensors_stream as sts
+
+from conftest import FIXTURES
 
 
 def test_returns_the_report_and_writes_the_reference_bytes(tmp_path, fixtures):
@@ -33,13 +34,16 @@ def test_cast_shard_and_filters(tmp_path, fixtures):
     assert report["outputs"][-1]["path"].endswith(".index.json")
 
 
-@pytest.mark.skipif(shutil.which("cargo") is None, reason="needs cargo to build the CLI")
+# The CLI as `cargo test` (run first by .ci/run) or `cargo build` left it.
+CLI = os.environ.get("CONVERT_BIN") or str(FIXTURES.parent / "target/debug/convert")
+
+
+@pytest.mark.skipif(not os.path.exists(CLI), reason="build the CLI first (cargo build)")
 def test_same_dict_as_the_cli_report(tmp_path, fixtures):
-    root = fixtures.parent
     cli = subprocess.run(
-        ["cargo", "run", "-q", "--bin", "convert", "--", str(fixtures / "example/model.npz"),
+        [CLI, str(fixtures / "example/model.npz"),
          "-o", str(tmp_path / "cli.safetensors"), "--report", "json", "--cast-all", "F16"],
-        cwd=root, capture_output=True, text=True, check=True,
+        capture_output=True, text=True, check=True,
     )
     theirs = json.loads(cli.stderr.strip().splitlines()[-1])
     ours = sts.convert(fixtures / "example/model.npz", tmp_path / "py.safetensors", cast_all="F16")
