@@ -125,12 +125,13 @@ def main() -> None:
                 os.sync()
                 results[label].append(child(*args))
                 os.unlink(path)
-        print("| run | seconds | GiB/s | peak RSS growth |")
-        print("| --- | --- | --- | --- |")
+        print("| run | seconds (median) | GiB/s | peak RSS growth | every round (s) |")
+        print("| --- | --- | --- | --- | --- |")
         for label, runs in results.items():
             secs = sorted(r[0] for r in runs)[len(runs) // 2]
             grow = max(r[1] for r in runs)
-            print(f"| {label} | {secs:.2f} | {total / secs:.2f} | {grow:.1f} MiB |")
+            every = ", ".join(f"{r[0]:.2f}" for r in runs)
+            print(f"| {label} | {secs:.2f} | {total / secs:.2f} | {grow:.1f} MiB | {every} |")
 
 if __name__ == "__main__":
     main()
