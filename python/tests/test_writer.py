@@ -202,3 +202,27 @@ def test_a_refused_writer_to_a_file_object_keeps_no_descriptor(tmp_path):
             with pytest.raises(sts.UsageError):
                 sts.Writer(f, [("a", "U8", (1,)), ("a", "U8", (1,))])
         assert len(os.listdir("/proc/self/fd")) == fds + 1
+
+
+def test_the_gil_is_released_while_bytes_move():
+    # The reader is a Python thread: were the GIL held while write(2)
+    # blocks on the full pipe, it could never drain it (a deadlock, caught
+    # by the timeout).
+    import subprocess
+
+    code = (
+        "import os, threading, safetensors_stream as sts\n"
+        "r, w = os.pipe()\n"
+        "got = []\n"
+        "def drain():\n"
+        "    while chunk := os.read(r, 1 << 16):\n"
+        "        got.append(len(chunk))\n"
+        "t = threading.Thread(target=drain); t.start()\n"
+        "with os.fdopen(w, 'wb') as f:\n"
+        "    with sts.Writer(f, [('a', 'U8', (8 << 20,))]) as wr:\n"
+        "        wr.write('a', bytes(8 << 20))\n"
+        "t.join()\n"
+        "print(sum(got))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60)
+    assert int(out.stdout) > 8 << 20
