@@ -136,6 +136,34 @@ pub struct Report {
     pub warnings: Vec<String>,
 }
 
+impl Report {
+    /// The report as the CLI's `--report json` prints it (and the Python
+    /// package returns it): this report's fields, `"ok": true`, and the
+    /// notices collected during the run appended to `warnings`. One
+    /// function for both, so the two agree by construction.
+    ///
+    /// ```
+    /// use safetensors_stream::{convert_blocking, ConvertOptions, Output};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let out = Output::File(dir.path().join("m.safetensors"));
+    /// let report = convert_blocking(&["fixtures/example/model.npz".into()], &out, &ConvertOptions::default())?;
+    /// let json: serde_json::Value = serde_json::from_str(&report.to_json(&["a notice".into()]))?;
+    /// assert_eq!(json["ok"], true);
+    /// assert_eq!(json["tensors"], report.tensors);
+    /// assert_eq!(json["warnings"].as_array().unwrap().last().unwrap(), "a notice");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_json(&self, notices: &[String]) -> String {
+        let mut v = serde_json::to_value(self).expect("JSON of a report");
+        v["ok"] = serde_json::Value::Bool(true);
+        if let Some(w) = v["warnings"].as_array_mut() {
+            w.extend(notices.iter().cloned().map(serde_json::Value::String));
+        }
+        v.to_string()
+    }
+}
+
 /// Converts the inputs at `inputs` (files of any supported kind, or `-`
 /// for standard input) into `output`.
 ///

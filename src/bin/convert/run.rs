@@ -187,7 +187,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         Ok(Outcome::Planned) => Ok(ExitCode::SUCCESS),
         Ok(Outcome::Done(report)) => {
             if args.report == Some(ReportFormat::Json) {
-                eprintln!("{}", report_json(&report, &collected()));
+                eprintln!("{}", report.to_json(&collected()));
             } else if !args.quiet {
                 summarize(&report);
             }
@@ -250,15 +250,6 @@ fn output_names(output: &Output, plan: &safetensors_stream::plan::Plan) -> Vec<S
             paths.iter().map(|p| p.display().to_string()).collect()
         }
     }
-}
-
-fn report_json(report: &Report, notes: &[String]) -> String {
-    let mut v = serde_json::to_value(report).expect("JSON of a report");
-    v["ok"] = json!(true);
-    if let Some(w) = v["warnings"].as_array_mut() {
-        w.extend(notes.iter().map(|n| json!(n)));
-    }
-    v.to_string()
 }
 
 fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
