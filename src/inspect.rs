@@ -286,4 +286,3 @@ fn file_json(path: &str, h: &Header, tensors: Vec<Value>) -> Value {
         "tensors": tensors,
     })
 }
-
