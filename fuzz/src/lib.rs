@@ -172,10 +172,7 @@ impl Harness {
         options: &ConvertOptions,
     ) -> Result<Option<Vec<Vec<u8>>>> {
         self.rt.block_on(async {
-            let quiet = |_: &str| {};
-            let src = open_input(path, &options.source, &quiet).await?;
-            let mut sources: Vec<Box<dyn Source>> = vec![src];
-            let plan = plan_sources(&sources, options)?;
+            let (mut sources, plan) = open_and_plan(path, options).await?;
             let mut files = Some(Vec::new());
             for shard in &plan.shards {
                 if shard.file_len() <= MAX_KEPT {
@@ -210,10 +207,7 @@ impl Harness {
         options: &ConvertOptions,
     ) -> Result<Option<Vec<Vec<u8>>>> {
         self.rt.block_on(async {
-            let quiet = |_: &str| {};
-            let src = open_input(path, &options.source, &quiet).await?;
-            let mut sources: Vec<Box<dyn Source>> = vec![src];
-            let plan = plan_sources(&sources, options)?;
+            let (mut sources, plan) = open_and_plan(path, options).await?;
             if plan.file_len() > MAX_KEPT {
                 return Ok(None);
             }
@@ -231,6 +225,18 @@ impl Harness {
             ))
         })
     }
+}
+
+/// Opens the input and plans its conversion: the first steps of both drivers.
+async fn open_and_plan(
+    path: &Path,
+    options: &ConvertOptions,
+) -> Result<(Vec<Box<dyn Source>>, safetensors_stream::plan::Plan)> {
+    let quiet = |_: &str| {};
+    let src = open_input(path, &options.source, &quiet).await?;
+    let sources: Vec<Box<dyn Source>> = vec![src];
+    let plan = plan_sources(&sources, options)?;
+    Ok((sources, plan))
 }
 
 /// Outputs larger than this are streamed into nothing, not kept.
