@@ -219,8 +219,7 @@ pub fn convert_blocking(
     options: &ConvertOptions,
 ) -> Result<Report> {
     if tokio::runtime::Handle::try_current().is_ok() {
-        let msg = "convert_blocking was called inside a tokio runtime; await convert() there";
-        return Err(ErrorKind::Usage(msg.into()).into());
+        return Err(ErrorKind::BlockingInRuntime("convert_blocking").into());
     }
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -382,14 +381,14 @@ async fn write_stream<W: AsyncWrite + Unpin>(
 /// waits for its reader, and a signal must still end the run meanwhile).
 async fn open_stream_output(path: &Path) -> Result<tokio::fs::File> {
     use std::io::IsTerminal;
-    let on_path = |e: std::io::Error| Error::io(e).with_input(path.display());
+    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
     let owned = path.to_path_buf();
     let file = tokio::task::spawn_blocking(move || open_stream(&owned))
         .await
         .map_err(|e| on_path(std::io::Error::other(e)))?
         .map_err(on_path)?;
     if file.is_terminal() {
-        return Err(Error::new(ErrorKind::TerminalOutput).with_input(path.display()));
+        return Err(Error::new(ErrorKind::TerminalOutput).with_output(path.display()));
     }
     Ok(tokio::fs::File::from_std(file))
 }
@@ -404,7 +403,7 @@ fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
         if s.access() == Access::Sequential {
             if last[r.source].is_some_and(|l| l >= r.index) {
                 let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
-                return Err(Error::new(ErrorKind::Usage(msg.into())).with_input(s.input_name()));
+                return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(s.input_name()));
             }
             last[r.source] = Some(r.index);
         }
@@ -491,7 +490,7 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
 ) -> Result<W> {
     let sink = Sink::start(writer, &shard.header, sink_options)
         .await
-        .map_err(|e| e.with_input(output_name))?;
+        .map_err(|e| e.with_output(output_name))?;
     let mut sink = sink.with_output_name(output_name);
     let tensors = &shard.header.header().tensors;
     let mut ahead: Option<(usize, Result<TensorData<'static>>)> = None;
@@ -648,7 +647,9 @@ async fn write_files(
         // A checksum must see every byte: no kernel copies then.
         let direct = match options.fast_path && !options.checksum {
             true => Some(Arc::new(
-                stage.handle().map_err(|e| Error::io(e).with_input(&name))?,
+                stage
+                    .handle()
+                    .map_err(|e| Error::io(e).with_output(&name))?,
             )),
             false => None,
         };
@@ -670,7 +671,7 @@ async fn write_files(
         let (stage, mut file) = StagedFile::create(&index_path)?;
         tokio::io::AsyncWriteExt::write_all(&mut file, &bytes)
             .await
-            .map_err(|e| Error::io(e).with_input(index_path.display()))?;
+            .map_err(|e| Error::io(e).with_output(index_path.display()))?;
         close(file, false, &index_path).await?;
         unsynced.push((file_for_sync(&stage, &index_path)?, index_path.clone()));
         staged.push(stage);
@@ -701,7 +702,7 @@ fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
 fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
     let f = stage
         .handle()
-        .map_err(|e| Error::io(e).with_input(path.display()))?;
+        .map_err(|e| Error::io(e).with_output(path.display()))?;
     Ok(tokio::fs::File::from_std(f))
 }
 

@@ -534,7 +534,7 @@ fn assert_enospc(e: &safetensors_stream::Error, output: Option<&str>) {
         other => panic!("not an I/O error: {other:?}"),
     }
     assert!(e.to_string().contains("No space left on device"), "{e}");
-    assert_eq!(e.input(), output, "{e}");
+    assert_eq!(e.output(), output, "{e}");
 }
 
 #[test]
@@ -639,6 +639,9 @@ fn a_full_tmpfs_exits_3_and_leaves_nothing_in_it() {
     assert_eq!(v["ok"], false);
     assert_eq!(v["exit_code"], 3);
     assert_eq!(v["error"]["category"], "Io");
+    // A full disk is the output's fault, not the input's.
+    assert_eq!(v["error"]["output"], out.display().to_string(), "{v}");
+    assert!(v["error"]["input"].is_null(), "{v}");
     assert!(listing(&fs.dir).is_empty());
 }
 

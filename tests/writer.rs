@@ -75,7 +75,7 @@ fn a_short_tensor_fails_finish_naming_it_and_leaves_nothing() {
         }
     ));
     assert_eq!(e.tensor(), Some("b"));
-    assert_eq!(e.input(), Some(path.display().to_string().as_str()));
+    assert_eq!(e.output(), Some(path.display().to_string().as_str()));
     assert!(listing(dir.path()).is_empty());
 }
 
@@ -234,5 +234,5 @@ fn convert_blocking_refuses_inside_a_runtime() {
         let options = safetensors_stream::ConvertOptions::default();
         safetensors_stream::convert_blocking(&["x".into()], &out, &options).unwrap_err()
     });
-    assert!(matches!(e.kind(), ErrorKind::Usage(_)));
+    assert!(matches!(e.kind(), ErrorKind::BlockingInRuntime(_)));
 }

@@ -32,7 +32,7 @@ impl CreatedFolders {
                 Err(e) => {
                     let msg = format!("cannot create the folder {}: {e}", folder.display());
                     let e = std::io::Error::new(e.kind(), msg);
-                    return Err(Error::io(e).with_input(file.display()));
+                    return Err(Error::io(e).with_output(file.display()));
                 }
             }
         }

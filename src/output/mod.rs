@@ -53,7 +53,7 @@ pub fn check_output(
     if shards <= 1 && name.ends_with(".index.json") {
         let msg =
             "is named like an index, but the output is one safetensors file; name it *.safetensors";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_input(shown));
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
     }
     let (files, index) = shard_paths(path, shards);
     let read = input_files(inputs);
@@ -68,10 +68,10 @@ pub fn check_output(
 fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec<String>> {
     if shards > 1 {
         let msg = "a sharded set needs regular files, not a stream or device";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_input(shown));
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
     }
     if terminal {
-        return Err(Error::new(ErrorKind::TerminalOutput).with_input(shown));
+        return Err(Error::new(ErrorKind::TerminalOutput).with_output(shown));
     }
     Ok(Vec::new())
 }
@@ -86,11 +86,11 @@ fn check_file(
     let name_len = file.file_name().map_or(0, |n| n.len());
     if name_len > NAME_MAX {
         let msg = format!("the file name is {name_len} bytes; the limit is {NAME_MAX}");
-        return Err(Error::new(ErrorKind::OutputName(msg)).with_input(shown));
+        return Err(Error::new(ErrorKind::OutputName(msg)).with_output(shown));
     }
     let Target::Replace(dest) = resolve(file)? else {
         let msg = "is not a regular file, and only a regular file is ever replaced";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_input(shown));
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
     };
     let mut warnings = Vec::new();
     if let Ok(now) = std::fs::metadata(&dest) {
@@ -100,7 +100,7 @@ fn check_file(
         match same {
             Some((input, ..)) if !options.overwrite_input => {
                 let e = Error::new(ErrorKind::OutputIsInput(input.clone()));
-                return Err(e.with_input(shown));
+                return Err(e.with_output(shown));
             }
             _ => {}
         }
@@ -111,7 +111,7 @@ fn check_file(
             ));
         }
     }
-    check_writable(&dest).map_err(|e| e.with_input(shown))?;
+    check_writable(&dest).map_err(|e| e.with_output(shown))?;
     Ok(warnings)
 }
 

@@ -36,7 +36,7 @@ const MAX_LINKS: usize = 40;
 ///
 /// A folder is refused (the output must be a file name).
 pub fn resolve(path: &Path) -> Result<Target> {
-    let on_path = |e: std::io::Error| Error::io(e).with_input(path.display());
+    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
     let mut at = path.to_path_buf();
     for _ in 0..MAX_LINKS {
         if let Some(fd) = descriptor_alias(&at) {

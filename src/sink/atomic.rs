@@ -32,7 +32,7 @@ impl StagedFile {
     /// file gets an existing file's mode and owner, as `cp` onto it would
     /// leave them (the owner only where the system lets us give it away).
     pub fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
-        let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
+        let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
         // Refuse `out/` now: it would stage its temp file in the current folder.
         if target.as_os_str().as_encoded_bytes().ends_with(b"/") {
             return Err(on_target(std::io::Error::new(
@@ -45,7 +45,7 @@ impl StagedFile {
             _ => {
                 let msg = "is not a regular file, and only a regular file is ever replaced";
                 let e = Error::new(ErrorKind::OutputName(msg.into()));
-                return Err(e.with_input(target.display()));
+                return Err(e.with_output(target.display()));
             }
         };
         let dir = parent_dir(&dest);
@@ -164,7 +164,7 @@ fn parent_dir(target: &Path) -> &Path {
 
 /// Flushes `file` and, with `sync`, makes its bytes durable. Call before committing.
 pub async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) -> Result<()> {
-    let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
+    let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
     file.flush().await.map_err(on_target)?;
     if sync {
         file.sync_all().await.map_err(on_target)?;
@@ -180,7 +180,7 @@ pub async fn sync_files(files: Vec<(tokio::fs::File, PathBuf)>) -> Result<()> {
         .map(|(f, path)| async move {
             f.sync_all()
                 .await
-                .map_err(|e| Error::io(e).with_input(path.display()))
+                .map_err(|e| Error::io(e).with_output(path.display()))
         })
         .buffer_unordered(16)
         .try_collect::<()>()
@@ -224,7 +224,7 @@ pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
                     }
                 }
             }
-            return Err(Error::io(e.error).with_input(target.display()));
+            return Err(Error::io(e.error).with_output(target.display()));
         }
         done.push((target, old));
     }
@@ -235,7 +235,7 @@ pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
         let mut dirs: Vec<&Path> = done.iter().map(|p| parent_dir(p)).collect();
         dirs.dedup();
         for dir in dirs {
-            sync_dir(dir).map_err(|e| Error::io(e).with_input(dir.display()))?;
+            sync_dir(dir).map_err(|e| Error::io(e).with_output(dir.display()))?;
         }
     }
     Ok(())
@@ -259,7 +259,7 @@ fn keep_aside(target: &Path) -> Option<TempPath> {
 /// An exclusive advisory lock (flock) on `dir`, held until dropped. Every
 /// run of this crate takes it before renaming a set into `dir`.
 fn lock_folder(dir: &Path) -> Result<std::fs::File> {
-    let on_dir = |e: std::io::Error| Error::io(e).with_input(dir.display());
+    let on_dir = |e: std::io::Error| Error::io(e).with_output(dir.display());
     let folder = std::fs::File::open(dir).map_err(on_dir)?;
     rustix::fs::flock(&folder, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| on_dir(e.into()))?;

@@ -58,7 +58,7 @@ pub(crate) fn copy_spans(
     mut progress: impl FnMut(u64),
 ) -> std::result::Result<u64, (usize, Error)> {
     let on_out = |e: Error| match e.kind() {
-        ErrorKind::Io(io) if output_side(io) => e.with_input(out_name),
+        ErrorKind::Io(io) if output_side(io) => e.with_output(out_name),
         _ => e,
     };
     let mut buf = ChunkBuffer::default();

@@ -249,7 +249,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
 /// An error writing to the output, named when the output has a name.
 fn write_error(output: &Option<String>, e: std::io::Error) -> Error {
     match output {
-        Some(name) => Error::io(e).with_input(name),
+        Some(name) => Error::io(e).with_output(name),
         None => Error::io(e),
     }
 }

@@ -34,8 +34,8 @@ pub async fn open_input(
         let stdin: TensorReader<'static> = Box::pin(tokio::io::stdin());
         if let Some(spec) = &options.raw {
             if spec.tensors.iter().any(|t| t.name.is_empty()) {
-                return Err(Error::new(ErrorKind::Usage(
-                    "a dump from standard input needs --name".into(),
+                return Err(Error::new(ErrorKind::NameNeeded(
+                    "a dump from standard input",
                 )));
             }
             return open_raw_stream(stdin, &input, spec, options, notice).await;
@@ -246,8 +246,8 @@ fn tensor_name(path: &Path, options: &SourceOptions) -> Result<String> {
     }
     let name = name.strip_suffix(".npy").unwrap_or(name);
     if name.is_empty() || path.as_os_str() == "-" {
-        return Err(Error::new(ErrorKind::Usage(
-            "an .npy from standard input needs --name".into(),
+        return Err(Error::new(ErrorKind::NameNeeded(
+            "an .npy from standard input",
         )));
     }
     Ok(name.to_string())
@@ -365,8 +365,8 @@ fn open_stream<'a>(
                     (Some(n), _) => n.clone(),
                     (None, Some(s)) => s,
                     (None, None) => {
-                        return Err(on_input(Error::new(ErrorKind::Usage(
-                            "an .npy from standard input needs --name".into(),
+                        return Err(on_input(Error::new(ErrorKind::NameNeeded(
+                            "an .npy from standard input",
                         ))))
                     }
                 };

@@ -162,7 +162,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         let mut pipe = signal(SignalKind::pipe())?;
         let mut term = signal(SignalKind::terminate())?;
         tokio::select! {
-            r = job(args, &output, &opts) => r.map_err(|e| broken_pipe(e, &output)),
+            r = job(args, &output, &opts) => r.map_err(broken_pipe),
             _ = hup.recv() => Err(Interrupt::Signal("SIGHUP", 129)),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
             _ = pipe.recv() => Err(Interrupt::Signal("SIGPIPE", 141)),
@@ -260,6 +260,7 @@ fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
             "kind": e.kind().name(),
             "category": format!("{:?}", e.category()),
             "input": e.input(),
+            "output": e.output(),
             "tensor": e.tensor(),
             "offset": e.offset(),
             "message": e.to_string(),
@@ -277,16 +278,10 @@ enum Interrupt {
 /// A stream output whose reader went away (`convert ... -o - | head -c 1`):
 /// the write fails with EPIPE, usually before the SIGPIPE that came with
 /// it is heard. Either way it ends as SIGPIPE does, exit 141.
-fn broken_pipe(e: Error, output: &Output) -> Interrupt {
-    // Standard output is named `-` in errors, whatever `-o` called it.
-    let writing_out = match (output, e.input()) {
-        (_, Some("-")) => true,
-        (Output::File(path), Some(input)) => input == path.display().to_string(),
-        _ => false,
-    };
+fn broken_pipe(e: Error) -> Interrupt {
     let epipe =
         matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
-    if writing_out && epipe {
+    if e.output().is_some() && epipe {
         Interrupt::Signal("SIGPIPE", 141)
     } else {
         Interrupt::No(e)

@@ -248,9 +248,7 @@ impl Source for NpySource {
                 }
                 Data::File { file, offset, .. } => Box::pin(file_range(file, *offset, len).await?),
                 Data::Stream(s) => s.take().ok_or_else(|| {
-                    Error::new(ErrorKind::Usage(
-                        "a streamed .npy can be read only once".into(),
-                    ))
+                    Error::new(ErrorKind::ReadOnce("a streamed .npy can be read only once"))
                 })?,
             };
             Ok(TensorData { reader, transform })
