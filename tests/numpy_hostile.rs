@@ -22,10 +22,7 @@ fn convert_bytes(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf, Resul
     let input = dir.path().join(name);
     std::fs::write(&input, bytes).unwrap();
     let out = dir.path().join("out.safetensors");
-    let options = ConvertOptions {
-        sync: false,
-        ..Default::default()
-    };
+    let options = ConvertOptions::default().sync(false);
     let r = block_on(convert(
         std::slice::from_ref(&input),
         &Output::File(out.clone()),
@@ -252,7 +249,10 @@ fn unsupported_members() {
         let (mut zip, l) = ok_zip();
         put16(&mut zip, l.centrals[0] + at, value);
         let e = refuse(&format!("{what}.npz"), &zip);
-        assert!(is_zip(&e), "{what}: {e:?}");
+        assert!(
+            matches!(e.kind(), ErrorKind::ZipUnsupported(_)),
+            "{what}: {e:?}"
+        );
     }
     // Stored, but the two sizes differ.
     let (mut zip, l) = ok_zip();
@@ -610,10 +610,7 @@ fn member_names_are_only_tensor_names() {
     let input = inner.join("paths.npz");
     std::fs::write(&input, &zip).unwrap();
     let out = inner.join("out.safetensors");
-    let options = ConvertOptions {
-        sync: false,
-        ..Default::default()
-    };
+    let options = ConvertOptions::default().sync(false);
     block_on(convert(&[input], &Output::File(out.clone()), &options)).unwrap();
     let got = tensors_of(&std::fs::read(&out).unwrap());
     let want: Vec<String> = names

@@ -195,7 +195,7 @@ fn dims_of(dims: Vec<Literal>) -> Result<Vec<u64>> {
 /// makes its bytes little-endian.
 ///
 /// ```
-/// use safetensors_stream::{Dtype, source::npy::header::map_descr, transform::Transform};
+/// use safetensors_stream::{Dtype, source::Transform, test_support::npy_header::map_descr};
 ///
 /// assert_eq!(map_descr("<f4").unwrap(), (Dtype::F32, Transform::Identity));
 /// assert_eq!(map_descr(">c8").unwrap(), (Dtype::C64, Transform::SwapBytes { width: 4 }));
