@@ -11,7 +11,7 @@
 //! broken inputs fail with errors naming the input (and the tensor, when
 //! the failure is in a tensor's bytes).
 
-mod numpy_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 
-use numpy_support::{block_on, build_zip, cases, fixtures, npy, tensors_of, Expected, ZipMember};
 use safetensors_stream::convert::{convert_sources, ConvertOptions, Output};
 use safetensors_stream::header::{parse_file_bytes, Metadata, Rules};
 use safetensors_stream::source::open_input;
@@ -28,6 +27,7 @@ use safetensors_stream::source::{Access, Listing, Source, SourceOptions, TensorR
 use safetensors_stream::test_support::zip::{data_start, read_directory};
 use safetensors_stream::test_support::NpySource;
 use safetensors_stream::{Error, ErrorKind};
+use support::numpy::{block_on, build_zip, cases, fixtures, npy, tensors_of, Expected, ZipMember};
 use tokio::io::AsyncReadExt;
 
 /// How the input reaches the library.

@@ -8,8 +8,7 @@
 //! feeds, so a run stops wherever its input stops, and the test waits
 //! until the temp file shows the run got there before it strikes.
 
-mod faults_support;
-mod numpy_support;
+mod support;
 
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -17,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use faults_support::*;
 use safetensors_stream::convert::{
     convert, convert_sources, open_inputs, plan_sources, write_shard, ConvertOptions, Output,
 };
@@ -25,15 +23,8 @@ use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::sink::{Sink, SinkOptions};
 use safetensors_stream::{Category, Dtype, ErrorKind};
+use support::faults::*;
 use tokio::io::AsyncWrite;
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
 
 fn quick() -> ConvertOptions {
     ConvertOptions::default().sync(false)
@@ -1257,7 +1248,7 @@ fn shard_hostile(
 
 #[test]
 fn hostile_member_names_with_sharding_write_only_into_the_output_folder() {
-    use numpy_support::{build_zip, ZipMember};
+    use support::numpy::{build_zip, ZipMember};
     let names = [
         "../x.npy",
         "../../y.npy",

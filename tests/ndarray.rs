@@ -3,6 +3,10 @@
 //! come back equal through `read_array`; `read_array` checks the dtype; and
 //! `read_tensor_bytes` reads that tensor and nothing else.
 
+mod support;
+
+use support::block_on;
+
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
@@ -16,14 +20,6 @@ use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::Source;
 use safetensors_stream::{Category, Dtype, ErrorKind};
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
 
 fn options(buffer_size: usize) -> ConvertOptions {
     ConvertOptions::default()

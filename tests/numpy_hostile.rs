@@ -3,18 +3,18 @@
 //! never a panic, an I/O error standing in for one, a huge allocation, or a
 //! file written.
 
-mod numpy_support;
+mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use numpy_support::{
+use safetensors_stream::convert::{convert, ConvertOptions, Output};
+use safetensors_stream::{Category, Error, ErrorKind};
+use support::numpy::{
     block_on, build_zip, deflate, dir_names, eocd, npy, npy_header, npy_header_text, put16, put32,
     tensors_of, zip64_eocd, zip64_locator, ZipMember,
 };
-use safetensors_stream::convert::{convert, ConvertOptions, Output};
-use safetensors_stream::{Category, Error, ErrorKind};
 
 /// Writes `bytes` as `name` in a temp dir and converts it into that dir.
 fn convert_bytes(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf, Result<(), Error>) {
@@ -59,7 +59,7 @@ fn small_npy() -> Vec<u8> {
     npy("<f4", false, &[4], &[0x3f; 16])
 }
 
-fn ok_zip() -> (Vec<u8>, numpy_support::ZipLayout) {
+fn ok_zip() -> (Vec<u8>, support::numpy::ZipLayout) {
     build_zip(&[member("a.npy", small_npy()), member("b.npy", small_npy())])
 }
 

@@ -2,14 +2,14 @@
 //! equal the Python reference's file byte for byte, or the input must be
 //! refused with the right error kind, naming the input, and leave no file.
 
-mod numpy_support;
+mod support;
 
 use std::path::PathBuf;
 
-use numpy_support::{block_on, cases, dir_names, fixtures, tensors_of, Case};
 use safetensors_stream::convert::{convert, ConvertOptions, Output};
 use safetensors_stream::source::SourceOptions;
 use safetensors_stream::{Category, Error, ErrorKind};
+use support::numpy::{block_on, cases, dir_names, fixtures, tensors_of, Case};
 
 fn options(source: SourceOptions) -> ConvertOptions {
     ConvertOptions::default().source(source).sync(false)

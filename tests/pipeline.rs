@@ -2,12 +2,11 @@
 //! round trips of the reference fixtures, merging, ordering, the planner's
 //! options, duplicate names, and sharded output read back by the reference.
 
-mod common_pipeline;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common_pipeline::*;
 use proptest::prelude::*;
 use safetensors_stream::convert::{convert, convert_sources, write_shard, ConvertOptions, Output};
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
@@ -17,6 +16,7 @@ use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::MemorySource;
 use safetensors_stream::source::{Listing, Source};
 use safetensors_stream::{Category, Dtype, ErrorKind};
+use support::pipeline::*;
 
 fn opts(plan: PlanOptions) -> ConvertOptions {
     ConvertOptions::default().plan(plan).sync(false)

@@ -1,14 +1,13 @@
 //! The sink against hostile writers and lying sources, the sink's own API
 //! contract, and the atomic file output's clean-up when a run fails.
 
-mod common_pipeline;
+mod support;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use common_pipeline::*;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use safetensors_stream::convert::{convert, convert_sources, write_shard, ConvertOptions, Output};
@@ -19,6 +18,7 @@ use safetensors_stream::source::MemorySource;
 use safetensors_stream::source::{Listing, Source, TensorData};
 use safetensors_stream::test_support::SafetensorsSource;
 use safetensors_stream::{Category, Dtype, Error, ErrorKind};
+use support::pipeline::*;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 // ---- hostile writers -----------------------------------------------------------
