@@ -534,6 +534,10 @@ pub enum ErrorKind {
         "unknown input format (first bytes {0}); for a raw dump pass --raw-dtype and --raw-shape"
     )]
     UnknownFormat(String),
+    /// A compressed input whose codec this build leaves out (a cargo
+    /// feature turned off).
+    #[error("{0}-compressed input, but this build reads no {0} (cargo feature \"{0}\" is off)")]
+    CodecDisabled(&'static str),
     /// A compressed stream is corrupt or followed by something else.
     #[error("{codec}: {message}")]
     Decompress {
@@ -719,6 +723,7 @@ impl ErrorKind {
             | K::NotSafetensors { .. }
             | K::UnknownFormat(_)
             | K::Decompress { .. }
+            | K::CodecDisabled(_)
             | K::InputChanged { .. }
             | K::InputModified
             | K::StreamTooLong { .. }
