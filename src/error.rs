@@ -393,6 +393,12 @@ pub enum ErrorKind {
     /// The same output tensor name comes from two places.
     #[error("{0}")]
     Usage(String),
+    /// The filters (or the inputs) leave no tensor to write; `--allow-empty` accepts that.
+    #[error("no tensor selected: {0}; pass --allow-empty to write a file with no tensors")]
+    NothingSelected(String),
+    /// A folder given as input that does not hold exactly one checkpoint.
+    #[error("{0}")]
+    FolderInput(String),
     /// A conversion was stopped by a signal.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
@@ -540,6 +546,8 @@ impl ErrorKind {
             ErrorKind::DuplicateTensor { .. }
             | ErrorKind::ReservedName
             | ErrorKind::Usage(_)
+            | ErrorKind::NothingSelected(_)
+            | ErrorKind::FolderInput(_)
             | ErrorKind::TensorNotFound(_)
             | ErrorKind::DtypeMismatch { .. } => Category::Usage,
             ErrorKind::Interrupted(_) => Category::Io,

@@ -46,6 +46,7 @@ pub mod index;
 pub mod inspect;
 pub mod observe;
 pub mod plan;
+pub mod rename;
 pub mod sink;
 pub mod source;
 pub mod transform;

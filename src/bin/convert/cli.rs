@@ -99,7 +99,8 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "TO", value_parser = parse_dtype, help_heading = "Casting")]
     pub cast_all: Option<Dtype>,
     /// Output file, or `-` for standard output. With --max-shard-size, the shards' base name.
-    #[arg(short, long, required = true, value_name = "OUT")]
+    /// Optional with --dry-run (the plan then uses the first input's name, as NAME.safetensors).
+    #[arg(short, long, required_unless_present = "dry_run", value_name = "OUT")]
     pub output: Option<PathBuf>,
     /// Keep only tensors whose name matches this glob (repeatable).
     #[arg(long, value_name = "GLOB")]
@@ -107,12 +108,23 @@ pub struct ConvertArgs {
     /// Drop tensors whose name matches this glob (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    /// Rename tensor FROM to TO (repeatable; applied after --include/--exclude).
+    /// Rename tensor FROM (its input name) to TO (repeatable; after --include/--exclude).
+    /// The name given is final: --strip-prefix and --rename-regex skip it.
     #[arg(long, value_name = "FROM=TO", value_parser = parse_pair)]
     pub rename: Vec<(String, String)>,
-    /// Prepend P to every tensor name (after --rename).
+    /// Remove P from the start of every name that has it (after --rename).
+    #[arg(long, value_name = "P")]
+    pub strip_prefix: Option<String>,
+    /// Replace every match of the regex PATTERN by REPLACEMENT (`$1`, `${name}`) in each
+    /// name (repeatable, applied in order, after --strip-prefix). Split at the first `=`.
+    #[arg(long, value_name = "PATTERN=REPLACEMENT", value_parser = parse_pair)]
+    pub rename_regex: Vec<(String, String)>,
+    /// Prepend P to every tensor name (last, after every rename).
     #[arg(long, value_name = "P")]
     pub prefix: Option<String>,
+    /// Write a file with no tensors when the filters (or the inputs) leave none, instead of failing.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Set a metadata entry, overriding the inputs' (repeatable).
     #[arg(long, value_name = "K=V", value_parser = parse_pair)]
     pub metadata: Vec<(String, String)>,

@@ -11,12 +11,15 @@ use clap::Parser;
 use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::Checkpoint;
 use safetensors_stream::units::HumanBytes;
-use safetensors_stream::{inspect, Category, Error};
+use safetensors_stream::{inspect, Category, Error, ErrorKind};
 
 use cli::{Cli, Command, InspectArgs, ValidateArgs};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_failure(e),
+    };
     let result = match cli.command {
         Some(Command::Validate(args)) => validate(&args),
         Some(Command::Inspect(args)) => run_inspect(&args),
@@ -34,6 +37,37 @@ fn main() -> ExitCode {
             exit_code(e.category())
         }
     }
+}
+
+/// A command line clap refused. With `--report json` the failure is one
+/// JSON object like any other; help and version are not failures.
+fn usage_failure(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind as Clap;
+    let failure = !matches!(
+        e.kind(),
+        Clap::DisplayHelp | Clap::DisplayVersion | Clap::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !(failure && wants_json_report(std::env::args_os().skip(1))) {
+        e.exit();
+    }
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    let err = Error::new(ErrorKind::Usage(message));
+    eprintln!(
+        "{}",
+        run::error_json(&err, code_number(err.category()), &[])
+    );
+    exit_code(err.category())
+}
+
+/// Whether the raw arguments ask for `--report json` (read by hand, since
+/// clap could not parse them).
+fn wants_json_report(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let args: Vec<_> = args.take_while(|a| a != "--").collect();
+    args.iter().enumerate().any(|(i, a)| {
+        a == "--report=json" || (a == "--report" && args.get(i + 1).is_some_and(|v| v == "json"))
+    })
 }
 
 fn rules(reference: bool) -> Rules {

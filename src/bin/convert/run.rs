@@ -71,7 +71,10 @@ fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
             include: args.include.clone(),
             exclude: args.exclude.clone(),
             renames: args.rename.clone(),
+            strip_prefix: args.strip_prefix.clone(),
+            rename_regex: args.rename_regex.clone(),
             prefix: args.prefix.clone(),
+            allow_empty: args.allow_empty,
             metadata: args.metadata.clone(),
             order: match args.order {
                 OrderArg::Canonical => Order::Canonical,
@@ -140,7 +143,15 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
     let output = match args.output.as_deref() {
         Some(p) if p.as_os_str() == "-" => Output::Stdout,
         Some(p) => Output::File(p.to_path_buf()),
-        None => unreachable!("clap requires --output"),
+        // clap requires --output unless this is a dry run.
+        None => {
+            let name = default_output(args);
+            notes.say(&format!(
+                "no -o given: planning for {} (pass -o to choose)",
+                name.display()
+            ));
+            Output::File(name)
+        }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -209,11 +220,19 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
             let mut v = inspect::plan_to_json(&plan, &paths, &listings);
             v["warnings"] = json!(plan_warnings(&plan));
             v["casts"] = json!(cast_notes(&plan));
+            v["renames"] = renames(&plan, &listings)
+                .iter()
+                .map(|(input, from, to)| json!({"input": input, "from": from, "to": to}))
+                .collect();
             let mut s = serde_json::to_string_pretty(&v).expect("JSON of a Value");
             s.push('\n');
             s
         } else {
-            inspect::render_plan(&plan, &paths, &listings)
+            let mut text = inspect::render_plan(&plan, &paths, &listings);
+            for (input, from, to) in renames(&plan, &listings) {
+                text.push_str(&format!("rename {input}: {from:?} -> {to:?}\n"));
+            }
+            text
         };
         let _ = std::io::stdout().lock().write_all(text.as_bytes());
         return Ok(Outcome::Planned);
@@ -221,6 +240,39 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
     Ok(Outcome::Done(
         convert_sources(&mut sources, output, opts).await?,
     ))
+}
+
+/// The output a dry run without `-o` plans for: the first input's file name
+/// up to its first dot, as `NAME.safetensors` in the current folder.
+fn default_output(args: &ConvertArgs) -> std::path::PathBuf {
+    let stem = args
+        .inputs
+        .first()
+        .filter(|p| p.as_os_str() != "-")
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .and_then(|n| n.split('.').next().map(str::to_string))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "model".to_string());
+    format!("{stem}.safetensors").into()
+}
+
+/// Every tensor whose output name differs from its input name, as
+/// `(input, from, to)` in output order: the exact renames of a plan.
+fn renames(
+    plan: &safetensors_stream::plan::Plan,
+    listings: &[Listing],
+) -> Vec<(String, String, String)> {
+    plan.shards
+        .iter()
+        .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
+        .filter_map(|(r, t)| {
+            let listing = &listings[r.source];
+            let from = &listing.tensors[r.index].name;
+            (*from != t.meta.name)
+                .then(|| (listing.input.clone(), from.clone(), t.meta.name.clone()))
+        })
+        .collect()
 }
 
 fn output_names(output: &Output, plan: &safetensors_stream::plan::Plan) -> Vec<String> {
@@ -242,7 +294,8 @@ fn report_json(report: &Report, notes: &[String]) -> String {
     v.to_string()
 }
 
-fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
+/// A failure as the JSON report's one object.
+pub(crate) fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
     json!({
         "ok": false,
         "exit_code": exit_code,

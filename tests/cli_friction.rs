@@ -1,0 +1,245 @@
+//! The CLI frictions of issue 16, through the built binary: empty runs,
+//! JSON for usage errors, pattern renames, dry runs without `-o`, folders
+//! as inputs, ml_dtypes npy members, overflow warnings, progress.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_convert"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+fn run<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    bin().args(args).stdin(Stdio::null()).output().unwrap()
+}
+
+fn json_line(bytes: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON line and nothing else: {text}");
+    serde_json::from_str(lines[0]).unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Tensor names of a safetensors file, from its header.
+fn names(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut v: Vec<String> = header
+        .keys()
+        .filter(|k| *k != "__metadata__")
+        .cloned()
+        .collect();
+    v.sort();
+    v
+}
+
+const NPZ: &str = "example/model.npz";
+
+#[test]
+fn filters_that_select_nothing_fail_with_exit_2_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.safetensors");
+    let o = run(&[
+        fixture(NPZ).as_os_str(),
+        OsStr::new("--include"),
+        OsStr::new("model.layer.*"),
+        OsStr::new("-o"),
+        out.as_os_str(),
+        OsStr::new("--report"),
+        OsStr::new("json"),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let r = json_line(&o.stderr);
+    assert_eq!(r["ok"], false);
+    assert_eq!(r["error"]["kind"], "nothing_selected");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains(r#"--include "model.layer.*""#));
+    assert!(!out.exists(), "nothing written");
+    // The same run with --allow-empty writes a file with no tensors.
+    let o = run(&[
+        fixture(NPZ).as_os_str(),
+        OsStr::new("--include"),
+        OsStr::new("model.layer.*"),
+        OsStr::new("--allow-empty"),
+        OsStr::new("-o"),
+        out.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(names(&out).is_empty());
+}
+
+#[test]
+fn an_input_with_no_tensors_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.safetensors");
+    let mut bytes = 8u64.to_le_bytes().to_vec();
+    bytes.extend_from_slice(b"{}      ");
+    std::fs::write(&empty, bytes).unwrap();
+    let out = dir.path().join("out.safetensors");
+    let o = run(&[empty.as_os_str(), OsStr::new("-o"), out.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("holds no tensors"), "{}", stderr(&o));
+    assert!(!out.exists());
+    let o = run(&[
+        empty.as_os_str(),
+        OsStr::new("--allow-empty"),
+        OsStr::new("-o"),
+        out.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&empty).unwrap());
+}
+
+#[test]
+fn report_json_covers_argument_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.safetensors");
+    for report in [&["--report", "json"][..], &["--report=json"][..]] {
+        let mut args: Vec<&OsStr> = vec![
+            fixture(NPZ).into_os_string().leak(),
+            OsStr::new("--max-shard-size"),
+            OsStr::new("5XB"),
+            OsStr::new("-o"),
+            out.as_os_str(),
+        ];
+        args.extend(report.iter().map(OsStr::new));
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2));
+        let r = json_line(&o.stderr);
+        assert_eq!(r["ok"], false);
+        assert_eq!(r["exit_code"], 2);
+        assert_eq!(r["error"]["kind"], "usage");
+        assert!(r["error"]["message"].as_str().unwrap().contains("5XB"));
+    }
+    // An unknown flag too.
+    let o = run(&["x.npz", "--bogus", "--report", "json", "-o", "y"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(json_line(&o.stderr)["error"]["category"], "Usage");
+    // Without --report json, clap's text as before.
+    let o = run(&["x.npz", "--max-shard-size", "5XB", "-o", "y"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+}
+
+#[test]
+fn strip_prefix_and_rename_regex_apply_in_the_documented_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.safetensors");
+    let common = [
+        fixture(NPZ).into_os_string(),
+        "--rename".into(),
+        "step=global_step".into(),
+        "--strip-prefix".into(),
+        "layer.".into(),
+        "--rename-regex".into(),
+        r"^(\d+)\.=h.$1.".into(),
+        "--prefix".into(),
+        "m.".into(),
+        "-o".into(),
+        out.clone().into_os_string(),
+    ];
+    let want = [
+        "m.global_step",
+        "m.h.0.bias",
+        "m.h.0.weight",
+        "m.h.1.bias",
+        "m.h.1.weight",
+    ];
+    // The dry run shows each rename exactly...
+    let mut dry = common.to_vec();
+    dry.extend(["--dry-run".into(), "--json".into()]);
+    let o = run(&dry);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut renames: Vec<(String, String)> = plan["renames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["from"].as_str().unwrap().into(),
+                r["to"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    renames.sort();
+    let mut expected: Vec<(String, String)> = [
+        ("layer.0.bias", "m.h.0.bias"),
+        ("layer.0.weight", "m.h.0.weight"),
+        ("layer.1.bias", "m.h.1.bias"),
+        ("layer.1.weight", "m.h.1.weight"),
+        ("step", "m.global_step"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    expected.sort();
+    assert_eq!(renames, expected);
+    assert!(!out.exists());
+    // ...and the real run writes those names.
+    let o = run(&common);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(names(&out), want);
+}
+
+#[test]
+fn a_regex_that_matches_nothing_or_does_not_compile_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.safetensors");
+    for rule in ["^nope=x", "(=x"] {
+        let o = run(&[
+            fixture(NPZ).as_os_str(),
+            OsStr::new("--rename-regex"),
+            OsStr::new(rule),
+            OsStr::new("-o"),
+            out.as_os_str(),
+            OsStr::new("--report"),
+            OsStr::new("json"),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{rule}: {}", stderr(&o));
+        assert_eq!(json_line(&o.stderr)["error"]["kind"], "usage");
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn dry_run_without_output_plans_against_a_default_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = bin()
+        .args([
+            fixture(NPZ).as_os_str(),
+            OsStr::new("--dry-run"),
+            OsStr::new("--json"),
+        ])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plan["outputs"][0]["path"], "model.safetensors");
+    assert_eq!(plan["tensors"], 5);
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing written"
+    );
+    // A real run still needs -o.
+    let o = run(&[fixture(NPZ).as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+}
