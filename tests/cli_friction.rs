@@ -8,6 +8,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+mod numpy_support;
+use numpy_support::{build_zip, npy, ZipMember};
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_convert"))
 }
@@ -242,4 +245,84 @@ fn dry_run_without_output_plans_against_a_default_name() {
     // A real run still needs -o.
     let o = run(&[fixture(NPZ).as_os_str()]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// A tensor's dtype and data bytes in a safetensors file.
+fn tensor(path: &Path, name: &str) -> (String, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let t = &header[name];
+    let [b, e] = [0, 1].map(|i| t["data_offsets"][i].as_u64().unwrap() as usize);
+    (
+        t["dtype"].as_str().unwrap().to_string(),
+        bytes[8 + n + b..8 + n + e].to_vec(),
+    )
+}
+
+#[test]
+fn npy_void_as_reads_ml_dtypes_members_explicitly() {
+    let dir = tempfile::tempdir().unwrap();
+    // bfloat16 [1.0, -2.5, 3.0] and float8 bytes, as np.save writes ml_dtypes arrays.
+    let bf16 = [0x80u8, 0x3f, 0x20, 0xc0, 0x40, 0x40];
+    let npz = build_zip(&[
+        ZipMember::stored("w.npy", npy("<V2", false, &[3], &bf16)),
+        ZipMember::deflated("b.npy", npy("<f4", false, &[1], &1f32.to_le_bytes())),
+    ])
+    .0;
+    let input = dir.path().join("bf16.npz");
+    std::fs::write(&input, npz).unwrap();
+    let out = dir.path().join("m.safetensors");
+    let convert = |extra: &[&str]| {
+        let mut args = vec![input.as_os_str(), OsStr::new("-o"), out.as_os_str()];
+        args.extend(extra.iter().map(OsStr::new));
+        run(&args)
+    };
+    // Never guessed: refused, and the message says the way out.
+    let o = convert(&["--report", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let r = json_line(&o.stderr);
+    assert_eq!(r["error"]["kind"], "unsupported_dtype");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("--npy-void-as"));
+    assert!(!out.exists());
+    // A dtype of another width is refused.
+    let o = convert(&["--npy-void-as", "F8_E4M3", "--report", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(json_line(&o.stderr)["error"]["kind"], "unsupported_dtype");
+    assert!(!out.exists());
+    // The right one: the bytes pass unchanged, typed BF16; other members untouched.
+    let o = convert(&["--npy-void-as", "bf16"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(tensor(&out, "w"), ("BF16".to_string(), bf16.to_vec()));
+    assert_eq!(tensor(&out, "b").0, "F32");
+}
+
+#[test]
+fn npy_void_as_float8_on_a_single_npy_and_on_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = [0x38u8, 0x40, 0xb8, 0x00];
+    let input = dir.path().join("f8.npy");
+    std::fs::write(&input, npy("|V1", false, &[2, 2], &data)).unwrap();
+    let out = dir.path().join("m.safetensors");
+    let o = run(&[
+        input.as_os_str(),
+        OsStr::new("--npy-void-as"),
+        OsStr::new("F8_E4M3"),
+        OsStr::new("-o"),
+        out.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(tensor(&out, "f8"), ("F8_E4M3".to_string(), data.to_vec()));
+    // The same through a stream.
+    let o = bin()
+        .args(["-", "--name", "x", "--npy-void-as", "F8_E5M2", "-o"])
+        .arg(&out)
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(tensor(&out, "x"), ("F8_E5M2".to_string(), data.to_vec()));
 }

@@ -147,6 +147,9 @@ pub struct SourceOptions {
     pub skip_non_npy: bool,
     /// The tensor name for a single-array input (.npy), instead of the file stem.
     pub name: Option<String>,
+    /// Read .npy void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
+    /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
+    pub npy_void_as: Option<crate::Dtype>,
 }
 
 /// What the planner reads of an input: its name, tensors and metadata.

@@ -58,6 +58,10 @@ pub struct ConvertArgs {
     /// Skip npz members that are not .npy arrays, instead of refusing the archive.
     #[arg(long)]
     pub skip_non_npy: bool,
+    /// Read .npy/.npz void elements (`<V2`, `|V1`: ml_dtypes' types saved by np.save) as this
+    /// dtype (BF16, F8_E4M3, F8_E5M2, ...); its width must be the void's. Never guessed.
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
+    pub npy_void_as: Option<Dtype>,
     /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
     pub raw_dtype: Option<Dtype>,

@@ -65,6 +65,7 @@ fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
             skip_non_npy: args.skip_non_npy,
             name: args.name.clone(),
             raw: raw_spec(args)?,
+            npy_void_as: args.npy_void_as,
         },
         notice: Some(Arc::new(move |msg: &str| notes.say(msg))),
         plan: PlanOptions {
