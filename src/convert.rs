@@ -161,7 +161,15 @@ pub async fn open_inputs(
     };
     let mut sources = Vec::with_capacity(inputs.len());
     for path in inputs {
-        sources.push(open_input(path, &options.source, notice).await?);
+        let resolved = crate::folder::resolve_input(path)?;
+        if resolved != *path {
+            notice(&format!(
+                "{}: reading {}",
+                path.display(),
+                resolved.display()
+            ));
+        }
+        sources.push(open_input(&resolved, &options.source, notice).await?);
     }
     Ok(sources)
 }

@@ -41,6 +41,7 @@ pub mod cast;
 pub mod convert;
 pub mod dtype;
 pub mod error;
+pub mod folder;
 pub mod header;
 pub mod index;
 pub mod inspect;

@@ -326,3 +326,70 @@ fn npy_void_as_float8_on_a_single_npy_and_on_stdin() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(tensor(&out, "x"), ("F8_E5M2".to_string(), data.to_vec()));
 }
+
+#[test]
+fn a_folder_input_stands_for_its_one_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model");
+    std::fs::create_dir(&model).unwrap();
+    std::fs::write(model.join("config.json"), "{}").unwrap();
+    let out = dir.path().join("out.safetensors");
+    let to_out = |input: &Path| {
+        run(&[
+            input.as_os_str(),
+            OsStr::new("-o"),
+            out.as_os_str(),
+            OsStr::new("--report"),
+            OsStr::new("json"),
+        ])
+    };
+    // No model file: refused, saying what to pass.
+    let o = to_out(&model);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let r = json_line(&o.stderr);
+    assert_eq!(r["error"]["kind"], "folder_input");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("pass a file"));
+    // One model file: that file.
+    std::fs::copy(fixture(NPZ), model.join("weights.npz")).unwrap();
+    let o = to_out(&model);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(json_line(&o.stderr)["tensors"], 5);
+    // Two: which one? Refused, naming them.
+    std::fs::copy(
+        fixture("example/model-input.safetensors"),
+        model.join("other.safetensors"),
+    )
+    .unwrap();
+    let o = to_out(&model);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let msg = json_line(&o.stderr)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("weights.npz") && msg.contains("other.safetensors"),
+        "{msg}"
+    );
+    // A sharded checkpoint: its index wins over the shards.
+    std::fs::remove_file(model.join("weights.npz")).unwrap();
+    std::fs::remove_file(model.join("other.safetensors")).unwrap();
+    let o = run(&[
+        fixture(NPZ).as_os_str(),
+        OsStr::new("--max-shard-size"),
+        OsStr::new("100B"),
+        OsStr::new("-o"),
+        model.join("model.safetensors").as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = to_out(&model);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = json_line(&o.stderr);
+    assert_eq!(r["tensors"], 5);
+    assert!(
+        r["inputs"][0].as_str().unwrap().ends_with(".index.json"),
+        "{r}"
+    );
+}
