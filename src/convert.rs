@@ -2,7 +2,7 @@
 //! [`Report`] out. The `convert` binary is a thin layer over this.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tokio::io::AsyncWrite;
@@ -220,7 +220,8 @@ pub async fn convert_sources(
 ) -> Result<Report> {
     let started = std::time::Instant::now();
     let plan = plan_sources(sources, options)?;
-    let warnings = plan_warnings(&plan);
+    let mut warnings = plan_warnings(&plan);
+    let overflows = Mutex::new(Vec::new());
     if let Some(notice) = &options.notice {
         warnings
             .iter()
@@ -244,6 +245,7 @@ pub async fn convert_sources(
                 index: 0,
                 count: 1,
                 options,
+                overflows: &overflows,
             };
             let (_, sha256) = write_observed(w, &plan.shards[0], sources, "-", &ctx, None)
                 .await?
@@ -257,11 +259,18 @@ pub async fn convert_sources(
                 sha256,
             }]
         }
-        Output::File(path) => write_files(path, &plan, sources, options).await?,
+        Output::File(path) => write_files(path, &plan, sources, options, &overflows).await?,
     };
     if let Some(p) = &options.progress {
         p.finish();
     }
+    let overflows = overflows.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Some(notice) = &options.notice {
+        overflows
+            .iter()
+            .for_each(|w| notice(&format!("warning: {w}")));
+    }
+    warnings.extend(overflows);
     Ok(Report {
         inputs: sources.iter().map(|s| s.input_name().to_string()).collect(),
         outputs,
@@ -307,15 +316,17 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         output_name,
         |_| {},
         None,
+        None,
     )
     .await
 }
 
-/// Which shard is being written, for progress.
+/// Which shard is being written, for progress; where casts' overflows go.
 struct ShardCtx<'a> {
     index: usize,
     count: usize,
     options: &'a ConvertOptions,
+    overflows: &'a Mutex<Vec<String>>,
 }
 
 async fn write_observed<W: AsyncWrite + Unpin>(
@@ -345,6 +356,7 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         output_name,
         on_tensor,
         fast,
+        Some(ctx.overflows),
     )
     .await
 }
@@ -359,6 +371,7 @@ struct Direct {
 /// Tensors copied per trip to the blocking pool.
 const BATCH: usize = 4096;
 
+#[allow(clippy::too_many_arguments)]
 async fn write_tensors<W: AsyncWrite + Unpin>(
     writer: W,
     shard: &ShardPlan,
@@ -367,7 +380,15 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
     output_name: &str,
     on_tensor: impl Fn(&str),
     direct: Option<Direct>,
+    overflows: Option<&Mutex<Vec<String>>>,
 ) -> Result<W> {
+    let overflowed = |k: usize, count: u64| {
+        if let (Some(list), Some(c)) = (overflows, shard.refs[k].cast) {
+            let name = &shard.header.header().tensors[k].meta.name;
+            let msg = overflow_warning(name, c, count);
+            list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+        }
+    };
     let sink = Sink::start(writer, &shard.header, sink_options)
         .await
         .map_err(|e| e.with_input(output_name))?;
@@ -381,11 +402,12 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
             if !jobs.is_empty() {
                 on_tensor(&tensors[k].meta.name);
                 let n = jobs.len();
-                copy_direct(&mut sink, d, jobs, sink_options.buffer_size)
+                let over = copy_direct(&mut sink, d, jobs, sink_options.buffer_size)
                     .await
                     .map_err(|(i, e)| {
                         name_error(e, sources, &shard.refs[k + i], &tensors[k + i].meta.name)
                     })?;
+                over.into_iter().for_each(|(i, n)| overflowed(k + i, n));
                 k += n;
                 continue;
             }
@@ -417,9 +439,23 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
         if let Err(e) = written {
             return Err(name_error(e, sources, r, &t.meta.name));
         }
+        match sink.take_overflowed() {
+            0 => {}
+            n => overflowed(k, n),
+        }
         k += 1;
     }
     sink.finish().await
+}
+
+/// A cast's overflows to infinity, as a report's warning.
+fn overflow_warning(tensor: &str, cast: crate::cast::Cast, count: u64) -> String {
+    let values = if count == 1 { "value" } else { "values" };
+    format!(
+        "tensor {tensor:?}: {count} finite {values} overflowed to infinity casting {} to {}",
+        cast.from(),
+        cast.to()
+    )
 }
 
 /// Names the input, and the tensor as the input knows it (and as it is
@@ -449,13 +485,14 @@ fn span_jobs(refs: &[TensorRef], sources: &[Box<dyn Source + '_>]) -> Vec<SpanJo
 }
 
 /// Copies a batch of file-backed tensors straight into the output file, on
-/// the blocking pool, after what the sink has written.
+/// the blocking pool, after what the sink has written. Returns the casts'
+/// overflows to infinity as (index in the batch, elements).
 async fn copy_direct<W: AsyncWrite + Unpin>(
     sink: &mut Sink<W>,
     d: &Direct,
     jobs: Vec<SpanJob>,
     buffer_size: usize,
-) -> std::result::Result<(), (usize, Error)> {
+) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
     sink.flush().await.map_err(|e| (0, e))?;
     let out = d.out.clone();
     let out_name = d.name.clone();
@@ -470,7 +507,9 @@ async fn copy_direct<W: AsyncWrite + Unpin>(
     })
     .await
     .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
-    sink.record_external(count, copied).map_err(|e| (0, e))
+    let (copied, overflows) = copied;
+    sink.record_external(count, copied).map_err(|e| (0, e))?;
+    Ok(overflows)
 }
 
 /// The paths of a sharded set: `BASE-00001-of-0000N.safetensors` beside
@@ -500,6 +539,7 @@ async fn write_files(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let (paths, index_path) = shard_paths(output, plan.shards.len());
     let mut staged = Vec::with_capacity(paths.len() + 1);
@@ -515,6 +555,7 @@ async fn write_files(
             index,
             count,
             options,
+            overflows,
         };
         // A checksum must see every byte: no kernel copies then.
         let direct = match options.checksum {

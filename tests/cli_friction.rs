@@ -393,3 +393,50 @@ fn a_folder_input_stands_for_its_one_checkpoint() {
         "{r}"
     );
 }
+
+#[test]
+fn casts_that_overflow_to_infinity_are_counted_and_warned() {
+    let dir = tempfile::tempdir().unwrap();
+    let values = [1.0f32, 1e10, -7e4, 65504.0, f32::INFINITY, 3.0];
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let input = dir.path().join("w.npy");
+    std::fs::write(&input, npy("<f4", false, &[6], &data)).unwrap();
+    let out = dir.path().join("m.safetensors");
+    let want = r#"tensor "w": 2 finite values overflowed to infinity casting F32 to F16"#;
+    // File to file (the fast path), with the JSON report: one warning.
+    let o = run(&[
+        input.as_os_str(),
+        OsStr::new("--cast"),
+        OsStr::new("F32=F16"),
+        OsStr::new("-o"),
+        out.as_os_str(),
+        OsStr::new("--report"),
+        OsStr::new("json"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r = json_line(&o.stderr);
+    assert_eq!(r["warnings"], serde_json::json!([want]));
+    // Through a stream (the async sink) and to standard output: a notice line.
+    let o = bin()
+        .args(["-", "--name", "w", "--cast", "F32=F16", "-o", "-"])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("convert: warning: {want}")),
+        "{}",
+        stderr(&o)
+    );
+    // A cast that fits warns of nothing.
+    let o = run(&[
+        input.as_os_str(),
+        OsStr::new("--cast"),
+        OsStr::new("F32=BF16"),
+        OsStr::new("-o"),
+        out.as_os_str(),
+        OsStr::new("--report"),
+        OsStr::new("json"),
+    ]);
+    assert_eq!(json_line(&o.stderr)["warnings"], serde_json::json!([]));
+}

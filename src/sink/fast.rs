@@ -43,6 +43,10 @@ impl SpanJob {
     }
 }
 
+/// Bytes copied by [`copy_spans`], and the casts' overflows to infinity as
+/// (job index, elements).
+pub(crate) type Copied = (u64, Vec<(usize, u64)>);
+
 /// Copies `jobs` in order to `out` at its current offset. On error, returns
 /// the index of the job that failed with the error.
 pub(crate) fn copy_spans(
@@ -51,7 +55,7 @@ pub(crate) fn copy_spans(
     jobs: &[SpanJob],
     buffer_size: usize,
     mut progress: impl FnMut(u64),
-) -> std::result::Result<u64, (usize, Error)> {
+) -> std::result::Result<Copied, (usize, Error)> {
     let on_out = |e: Error| match e.kind() {
         ErrorKind::Io(io) if output_side(io) => e.with_input(out_name),
         _ => e,
@@ -60,6 +64,7 @@ pub(crate) fn copy_spans(
     // Small tensors' bytes gather here into large writes.
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
+    let mut overflows = Vec::new();
     let mut i = 0;
     while i < jobs.len() {
         let run = verbatim_run(jobs, i);
@@ -84,15 +89,19 @@ pub(crate) fn copy_spans(
             written += len;
             i = run;
         } else {
-            let n = copy_buffered(&jobs[i], &mut w, &mut buf, buffer_size, &mut progress)
-                .map_err(|e| (i, on_out(e)))?;
+            let (n, overflowed) =
+                copy_buffered(&jobs[i], &mut w, &mut buf, buffer_size, &mut progress)
+                    .map_err(|e| (i, on_out(e)))?;
+            if overflowed > 0 {
+                overflows.push((i, overflowed));
+            }
             written += n;
             i += 1;
         }
     }
     w.flush()
         .map_err(|e| (jobs.len() - 1, on_out(Error::io(e))))?;
-    Ok(written)
+    Ok((written, overflows))
 }
 
 /// The end of the run of verbatim jobs from `start` that lie back to back in one file.
@@ -217,13 +226,14 @@ fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Re
 }
 
 /// Positional reads into one buffer, checksum, byte swap and cast, write.
+/// Returns the bytes written and the cast's overflows to infinity.
 fn copy_buffered(
     job: &SpanJob,
     out: &mut impl Write,
     buf: &mut Vec<u8>,
     buffer_size: usize,
     progress: &mut impl FnMut(u64),
-) -> Result<u64> {
+) -> Result<(u64, u64)> {
     let span = &job.span;
     let (iw, ow) = job.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
     let unit = span.transform.unit().max(iw);
@@ -254,6 +264,7 @@ fn copy_buffered(
     };
     let mut done = 0u64;
     let mut written = 0u64;
+    let mut overflowed = 0u64;
     while done < span.len {
         let n = ((span.len - done) as usize).min(in_cap);
         read_exact_at(
@@ -270,7 +281,7 @@ fn copy_buffered(
         let bytes: &[u8] = match job.cast {
             Some(c) => {
                 let k = n / iw;
-                c.apply(&input[..k * iw], &mut output[..k * ow]);
+                overflowed += c.apply(&input[..k * iw], &mut output[..k * ow]);
                 &output[..k * ow]
             }
             None => &input[..n],
@@ -284,7 +295,7 @@ fn copy_buffered(
         verify_crc(h, c.expected)?;
     }
     debug_assert_eq!(written, job.out_len());
-    Ok(written)
+    Ok((written, overflowed))
 }
 
 /// Checks the CRC of every checksummed job, reading the bytes again (from

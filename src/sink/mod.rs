@@ -65,6 +65,8 @@ pub struct Sink<W> {
     buffer_size: usize,
     written: u64,
     output: Option<String>,
+    /// Cast elements that overflowed to infinity since last taken.
+    overflowed: u64,
 }
 
 impl<W: AsyncWrite + Unpin> Sink<W> {
@@ -85,6 +87,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             buffer_size: options.buffer_size.max(1),
             written: header.bytes().len() as u64,
             output: None,
+            overflowed: 0,
         };
         sink.writer
             .write_all(header.bytes())
@@ -196,7 +199,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             let bytes = match cast {
                 Some(c) => {
                     let n = got / iw;
-                    c.apply(&self.buf[..n * iw], &mut self.out[..n * ow]);
+                    self.overflowed += c.apply(&self.buf[..n * iw], &mut self.out[..n * ow]);
                     &self.out[..n * ow]
                 }
                 None => &self.buf[..got],
@@ -220,6 +223,12 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             return Err(ErrorKind::TensorTooLong { expected: in_len }.into());
         }
         Ok(())
+    }
+
+    /// How many cast elements overflowed to infinity (finite in, infinite
+    /// out) since the last call: call it after each tensor to name it.
+    pub fn take_overflowed(&mut self) -> u64 {
+        std::mem::take(&mut self.overflowed)
     }
 
     /// Flushes the writer, so that bytes then written to the same file by

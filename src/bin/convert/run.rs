@@ -290,7 +290,12 @@ fn report_json(report: &Report, notes: &[String]) -> String {
     let mut v = serde_json::to_value(report).expect("JSON of a report");
     v["ok"] = json!(true);
     if let Some(w) = v["warnings"].as_array_mut() {
-        w.extend(notes.iter().map(|n| json!(n)));
+        // A warning the library noticed is in the report already.
+        let fresh = notes.iter().filter(|n| {
+            !n.strip_prefix("warning: ")
+                .is_some_and(|bare| report.warnings.iter().any(|w| w == bare))
+        });
+        w.extend(fresh.map(|n| json!(n)).collect::<Vec<_>>());
     }
     v.to_string()
 }
