@@ -440,3 +440,86 @@ fn casts_that_overflow_to_infinity_are_counted_and_warned() {
     ]);
     assert_eq!(json_line(&o.stderr)["warnings"], serde_json::json!([]));
 }
+
+/// The text of the screen line where `needle` starts, as a terminal shows
+/// it: after the last `\n` or `\r` before it, without escape sequences.
+fn screen_line_before(screen: &str, needle: &str) -> String {
+    let at = screen
+        .find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} in {screen:?}"));
+    let before = &screen[..at];
+    let line = before.rsplit(['\n', '\r']).next().unwrap_or("");
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters, then a final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn an_interruption_on_a_terminal_is_told_on_a_fresh_line() {
+    // `script` runs the command on a pty; skip where it or mkfifo is missing.
+    let have = |c: &str| Command::new(c).arg("--version").output().is_ok();
+    if !have("script") || !have("mkfifo") {
+        eprintln!("skipped: no `script` or `mkfifo`");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("w.npy");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let pidfile = dir.path().join("pid");
+    let out = dir.path().join("out.safetensors");
+    let cmd = format!(
+        "echo $$ > {}; exec {} {} -o {} --buffer-size 64KiB --no-sync",
+        pidfile.display(),
+        env!("CARGO_BIN_EXE_convert"),
+        fifo.display(),
+        out.display()
+    );
+    let script = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // 64 MiB declared, 4 MiB sent, then the producer stalls: the bar draws and waits.
+    let mut producer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    use std::io::Write;
+    let header = npy("|u1", false, &[64 << 20], &[]);
+    producer.write_all(&header).unwrap();
+    for _ in 0..64 {
+        producer.write_all(&[7u8; 64 << 10]).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    assert!(Command::new("kill")
+        .args(["-INT", pid.trim()])
+        .status()
+        .unwrap()
+        .success());
+    let o = script.wait_with_output().unwrap();
+    drop(producer);
+    let screen = String::from_utf8_lossy(&o.stdout);
+    assert!(screen.contains("MiB"), "the bar was drawn: {screen:?}");
+    let line = screen_line_before(&screen, "convert: interrupted by SIGINT");
+    assert_eq!(
+        line, "",
+        "the message shares a line with the bar: {screen:?}"
+    );
+    assert!(!out.exists());
+}

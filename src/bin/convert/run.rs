@@ -50,16 +50,26 @@ fn raw_spec(args: &ConvertArgs) -> Result<Option<RawSpec>, Error> {
     Ok(Some(spec))
 }
 
-fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
-    let progress: Option<Arc<dyn Progress>> =
-        match (args.quiet || args.report.is_some(), args.progress) {
-            (_, true) if std::io::stderr().is_terminal() => Some(Arc::new(Bar::new())),
-            (_, true) => Some(Arc::new(Lines::new())),
-            (false, false) if std::io::stderr().is_terminal() && !args.dry_run => {
-                Some(Arc::new(Bar::new()))
-            }
-            _ => None,
-        };
+/// The progress display: a bar on a terminal (also returned as such, to
+/// clear it on an interruption), lines when forced elsewhere, or none.
+fn progress(args: &ConvertArgs) -> (Option<Arc<dyn Progress>>, Option<Arc<Bar>>) {
+    let terminal = std::io::stderr().is_terminal();
+    let wanted = args.progress || (!args.quiet && args.report.is_none() && !args.dry_run);
+    match (wanted, terminal, args.progress) {
+        (true, true, _) => {
+            let bar = Arc::new(Bar::new());
+            (Some(bar.clone()), Some(bar))
+        }
+        (true, false, true) => (Some(Arc::new(Lines::new())), None),
+        _ => (None, None),
+    }
+}
+
+fn options(
+    args: &ConvertArgs,
+    notes: Notes,
+    progress: Option<Arc<dyn Progress>>,
+) -> Result<ConvertOptions, Error> {
     Ok(ConvertOptions {
         source: SourceOptions {
             skip_non_npy: args.skip_non_npy,
@@ -158,7 +168,8 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let opts = options(args, notes.clone())?;
+    let (shown, bar) = progress(args);
+    let opts = options(args, notes.clone(), shown)?;
     let outcome = rt.block_on(async {
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
@@ -195,6 +206,12 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         Err(Interrupt::No(e)) => Err(e),
         Err(Interrupt::Signal(name, code)) => {
             let e = Error::new(ErrorKind::Interrupted(name));
+            // The terminal has echoed `^C` after whatever was on the line.
+            match &bar {
+                Some(bar) => bar.interrupted(),
+                None if std::io::stderr().is_terminal() => eprintln!(),
+                None => {}
+            }
             if args.report == Some(ReportFormat::Json) {
                 eprintln!("{}", error_json(&e, code, &collected()));
             } else {
