@@ -10,7 +10,7 @@
 //! ```
 //! use safetensors_stream::rename::Renamer;
 //!
-//! let rules = vec![(r"\.layers\.(\d+)\.".to_string(), ".h.$1.".to_string())];
+//! let rules = vec![(r"^layers\.(\d+)\.".to_string(), "h.$1.".to_string())];
 //! let mut r = Renamer::new(Some("model."), &rules)?;
 //! assert_eq!(r.apply("model.layers.3.attn").as_deref(), Some("h.3.attn"));
 //! assert_eq!(r.apply("lm_head").as_deref(), None); // untouched
