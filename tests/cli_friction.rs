@@ -195,6 +195,14 @@ fn strip_prefix_and_rename_regex_apply_in_the_documented_order() {
     expected.sort();
     assert_eq!(renames, expected);
     assert!(!out.exists());
+    // The text plan lists them too.
+    let o = run(&[&common[..], &["--dry-run".into()]].concat());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(r#"model.npz: "layer.0.bias" -> "m.h.0.bias""#),
+        "{text}"
+    );
+    assert_eq!(text.matches("\nrename ").count(), 5, "{text}");
     // ...and the real run writes those names.
     let o = run(&common);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));

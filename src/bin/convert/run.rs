@@ -207,12 +207,13 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         Err(Interrupt::Signal(name, code)) => {
             let e = Error::new(ErrorKind::Interrupted(name));
             // The terminal has echoed `^C` after whatever was on the line.
+            let json = args.report == Some(ReportFormat::Json);
             match &bar {
                 Some(bar) => bar.interrupted(),
-                None if std::io::stderr().is_terminal() => eprintln!(),
+                None if !json && std::io::stderr().is_terminal() => eprintln!(),
                 None => {}
             }
-            if args.report == Some(ReportFormat::Json) {
+            if json {
                 eprintln!("{}", error_json(&e, code, &collected()));
             } else {
                 crate::report(&e);
