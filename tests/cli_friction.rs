@@ -250,6 +250,21 @@ fn dry_run_without_output_plans_against_a_default_name() {
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "nothing written"
     );
+    // Beside an input of that name, the plan does not name the input.
+    std::fs::copy(
+        fixture("example/model-input.safetensors"),
+        dir.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let o = bin()
+        .args(["model.safetensors", "--dry-run", "--json"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(plan["outputs"][0]["path"], "model.converted.safetensors");
     // A real run still needs -o.
     let o = run(&[fixture(NPZ).as_os_str()]);
     assert_eq!(o.status.code(), Some(2));

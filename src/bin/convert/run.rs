@@ -262,7 +262,9 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
 }
 
 /// The output a dry run without `-o` plans for: the first input's file name
-/// up to its first dot, as `NAME.safetensors` in the current folder.
+/// up to its first dot, as `NAME.safetensors` in the current folder, or
+/// `NAME.converted.safetensors` when that exists (it may be the input: a
+/// plan must not read as if it would replace it).
 fn default_output(args: &ConvertArgs) -> std::path::PathBuf {
     let stem = args
         .inputs
@@ -273,7 +275,11 @@ fn default_output(args: &ConvertArgs) -> std::path::PathBuf {
         .and_then(|n| n.split('.').next().map(str::to_string))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "model".to_string());
-    format!("{stem}.safetensors").into()
+    let plain = std::path::PathBuf::from(format!("{stem}.safetensors"));
+    match plain.exists() {
+        false => plain,
+        true => format!("{stem}.converted.safetensors").into(),
+    }
 }
 
 /// Every tensor whose output name differs from its input name, as
