@@ -50,7 +50,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 CHUNK = 8 * MIB
 
-WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "reshard", "npz-small", "plan-1m"]
+WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "reshard", "npz-small", "plan-1m", "pytorch"]
 
 # Targets of issue 7 (ratios of medians measured side by side in one run).
 T_COPY = 1.10  # convert / cp (stored npz, npy, safetensors, resharding)
@@ -60,6 +60,7 @@ T_SMALL_PY = 0.05  # 20,000 small arrays: convert / Python
 T_PLAN_S = 1.0  # planning 1,000,000 tensors, seconds
 T_PLAN_GROWTH = 1.25  # t(n_max)/t(n_min) at most this times what n log n predicts
 T_RSS_MIB = 32.0  # peak RSS of convert, every workload
+T_PYTORCH = 1.20  # PyTorch checkpoint: convert --no-sync / cp (issue 12)
 
 # The Python reference, run as a subprocess: `python3 ref.py MODE IN OUT [ARG]`.
 REF_PY = r'''
@@ -307,6 +308,52 @@ def gen_safetensors(path, total):
     save_file(tensors, str(path))  # the reference writer: canonical bytes
 
 
+def _pt_str(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def _pt_int(v):
+    return b"J" + struct.pack("<i", v) if v < (1 << 31) else b"\x8a\x08" + struct.pack("<q", v)
+
+
+def _pt_tuple(vals):
+    return b"(" + b"".join(_pt_int(v) for v in vals) + b"t"
+
+
+def gen_pytorch(path, total):
+    """A torch.save zip checkpoint of float32 tensors, written without torch: data.pkl in the
+    opcodes torch writes (protocol 2, _rebuild_tensor_v2, persistent storage ids), storages
+    stored and 64-byte aligned. Mixed sizes like a model: 8 large tensors and 128 small ones.
+    A sidecar NAME.json maps each tensor to its storage key and shape for verification."""
+    big, small = member_bytes(total * 0.5, members=8), member_bytes(total * 0.5, members=128)
+    entries = [(f"model.layers.{i}.mlp.weight", big) for i in range(8)]
+    entries += [(f"model.layers.{i}.attn.weight", small) for i in range(128)]
+    pkl = bytearray(b"\x80\x02}(")
+    layout = {}
+    for key, (name, nbytes) in enumerate(entries):
+        shape = (nbytes // 4 // 1024, 1024)
+        layout[name] = {"key": str(key), "shape": shape}
+        numel = shape[0] * shape[1]
+        pkl += _pt_str(name) + b"ctorch._utils\n_rebuild_tensor_v2\n("
+        pkl += b"(" + _pt_str("storage") + b"ctorch\nFloatStorage\n" + _pt_str(str(key)) + _pt_str("cpu") + _pt_int(numel) + b"tQ"
+        pkl += _pt_int(0) + _pt_tuple(shape) + _pt_tuple((shape[1], 1)) + b"\x89ccollections\nOrderedDict\n)RtR"
+    pkl += b"u."
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        members = [("archive/data.pkl", lambda: bytes(pkl)), ("archive/byteorder", lambda: b"little")]
+        for key, (name, nbytes) in enumerate(entries):
+            g = np.random.default_rng(6000 + key)
+            members.append((f"archive/data/{key}", lambda g=g, n=nbytes: g.standard_normal(n // 4, dtype=np.float32).tobytes()))
+        members.append(("archive/version", lambda: b"3\n"))
+        for name, data in members:
+            zi = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            at = z.fp.tell() + 30 + len(name)
+            pad = (-(at + 4)) % 64
+            zi.extra = struct.pack("<HH", 0xCAFE, pad) + b"Z" * pad
+            z.writestr(zi, data())
+    path.with_suffix(".json").write_text(json.dumps(layout))
+
+
 SMALL_DTYPES = [np.float32, np.float16, np.int64, np.int32, np.uint8, np.bool_, np.float64]
 
 
@@ -361,6 +408,14 @@ def expected_arrays(kind, src: Path):
 
         f = safe_open(str(src), framework="numpy")
         return [(k, (lambda k=k: f.get_tensor(k))) for k in f.keys()]
+    if kind == "pytorch":
+        layout = json.loads(src.with_suffix(".json").read_text())
+        zf = zipfile.ZipFile(src)
+
+        def member(e):
+            return np.frombuffer(zf.read(f"archive/data/{e['key']}"), dtype=np.float32).reshape(e["shape"])
+
+        return [(k, (lambda e=e: member(e))) for k, e in layout.items()]
     raise ValueError(kind)
 
 
@@ -694,6 +749,25 @@ class Bench:
         self.ratio_target("npz-small", f"convert --no-sync / python <= {T_SMALL_PY}", c, p, T_SMALL_PY)
         self.rss_target("npz-small", rows)
 
+    def w_pytorch(self):
+        src = self.input("pytorch_model.bin", gen_pytorch, self.size)
+        dest = "model.safetensors"
+        rows = self.run_workload(
+            "pytorch",
+            [src],
+            self.cp_tools(src, dest) + self.convert_tools(src, dest),
+            src.stat().st_size,
+            lambda o: verify_tensors(self.binary, o / dest, "pytorch", src),
+            lambda o: [self.binary, src, "-q", "--no-sync", "-o", o / dest],
+            self.args.runs,
+            single_output=lambda o: o / dest,
+        )
+        if not rows:
+            return
+        self.link(rows)
+        self.ratio_target("pytorch", f"convert --no-sync / cp <= {T_PYTORCH}", rows["convert --no-sync"], rows["cp"], T_PYTORCH)
+        self.rss_target("pytorch", rows)
+
     def w_plan(self):
         sizes = self.args.plan_sizes
         for n in sizes:
@@ -854,6 +928,7 @@ class Bench:
             "reshard": self.w_reshard,
             "npz-small": self.w_npz_small,
             "plan-1m": self.w_plan,
+            "pytorch": self.w_pytorch,
         }
         try:
             self.build()

@@ -21,7 +21,7 @@ set -uo pipefail
 
 secs=${1:-600}
 shift || true
-all_targets=(safetensors_header npy_header zip_directory detect convert_bytes)
+all_targets=(safetensors_header npy_header zip_directory detect convert_bytes pickle)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
@@ -60,6 +60,26 @@ seed() {
         fi
     done
 }
+# The pickles inside the PyTorch fixtures (data.pkl of zips; legacy files whole).
+seed_pickles() {
+    local dest="$fuzz_dir/corpus/$1"
+    mkdir -p "$dest"
+    python3 - "$root/fixtures/pytorch" "$dest" <<'PY'
+import pathlib, sys, zipfile
+src, dest = map(pathlib.Path, sys.argv[1:])
+for f in src.rglob("*"):
+    if not f.is_file() or f.stat().st_size > 65536:
+        continue
+    name = "seed-" + str(f.relative_to(src)).replace("/", "_")
+    try:
+        with zipfile.ZipFile(f) as z:
+            for n in z.namelist():
+                if n.endswith("data.pkl"):
+                    (dest / name).write_bytes(z.read(n))
+    except zipfile.BadZipFile:
+        (dest / name).write_bytes(f.read_bytes())
+PY
+}
 seed_all() {
     local fx="$root/fixtures"
     local ex=(-name '*.safetensors' -o -name '*.npy' -o -name '*.npz' -o -name '*.gz'
@@ -68,6 +88,7 @@ seed_all() {
     safetensors_header) seed "$1" "$fx" -name '*.safetensors' ;;
     npy_header) seed "$1" "$fx" -name '*.npy' ;;
     zip_directory) seed "$1" "$fx" -name '*.npz' ;;
+    pickle) seed_pickles "$1" ;;
     detect | convert_bytes) seed "$1" "$fx" \( "${ex[@]}" \) ;;
     esac
     # Past regressions are seeds too.

@@ -10,6 +10,9 @@ use tokio::io::AsyncWrite;
 use crate::header::HUB_HEADER_LIMIT;
 use crate::index::{IndexMetadata, ShardIndex};
 use crate::observe::{ObservedWriter, Progress};
+pub use crate::output::check_output;
+use crate::output::folders::CreatedFolders;
+use crate::output::target::{open_stream, resolve, Target};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
 use crate::sink::atomic::{close, commit_all, sync_files, StagedFile};
 use crate::sink::fast::{copy_spans, SpanJob};
@@ -47,6 +50,14 @@ pub struct ConvertOptions {
     pub progress: Option<Arc<dyn Progress>>,
     /// Compute each output file's SHA-256 while streaming.
     pub checksum: bool,
+    /// Copy tensors whose bytes lie in files straight into an output file,
+    /// by the kernel where they pass unchanged (default on). Off, every
+    /// byte goes through the async sink; the output is the same either way.
+    pub fast_path: bool,
+    /// Allow the output to replace one of the inputs (refused by default:
+    /// see [`crate::output::check_output`]). The input is still read from
+    /// its old bytes, and replaced atomically at the end.
+    pub overwrite_input: bool,
 }
 
 impl Default for ConvertOptions {
@@ -59,6 +70,8 @@ impl Default for ConvertOptions {
             notice: None,
             progress: None,
             checksum: false,
+            fast_path: true,
+            overwrite_input: false,
         }
     }
 }
@@ -73,6 +86,8 @@ impl std::fmt::Debug for ConvertOptions {
             .field("notice", &self.notice.is_some())
             .field("progress", &self.progress.is_some())
             .field("checksum", &self.checksum)
+            .field("fast_path", &self.fast_path)
+            .field("overwrite_input", &self.overwrite_input)
             .finish()
     }
 }
@@ -121,6 +136,40 @@ pub struct Report {
     pub warnings: Vec<String>,
 }
 
+impl Report {
+    /// The report as the CLI's `--report json` prints it (and the Python
+    /// package returns it): this report's fields, `"ok": true`, and the
+    /// notices collected during the run appended to `warnings`, except a
+    /// `warning: ...` notice of a warning the report holds already. One
+    /// function for both, so the two agree by construction.
+    ///
+    /// ```
+    /// use safetensors_stream::{convert_blocking, ConvertOptions, Output};
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let out = Output::File(dir.path().join("m.safetensors"));
+    /// let report = convert_blocking(&["fixtures/example/model.npz".into()], &out, &ConvertOptions::default())?;
+    /// let json: serde_json::Value = serde_json::from_str(&report.to_json(&["a notice".into()]))?;
+    /// assert_eq!(json["ok"], true);
+    /// assert_eq!(json["tensors"], report.tensors);
+    /// assert_eq!(json["warnings"].as_array().unwrap().last().unwrap(), "a notice");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_json(&self, notices: &[String]) -> String {
+        let mut v = serde_json::to_value(self).expect("JSON of a report");
+        v["ok"] = serde_json::Value::Bool(true);
+        if let Some(w) = v["warnings"].as_array_mut() {
+            // A warning the library noticed is in the report already.
+            let fresh = notices.iter().filter(|n| {
+                !n.strip_prefix("warning: ")
+                    .is_some_and(|bare| self.warnings.iter().any(|w| w == bare))
+            });
+            w.extend(fresh.cloned().map(serde_json::Value::String));
+        }
+        v.to_string()
+    }
+}
+
 /// Converts the inputs at `inputs` (files of any supported kind, or `-`
 /// for standard input) into `output`.
 ///
@@ -146,7 +195,43 @@ pub async fn convert(
     options: &ConvertOptions,
 ) -> Result<Report> {
     let mut sources = open_inputs(inputs, options).await?;
-    convert_sources(&mut sources, output, options).await
+    convert_opened(inputs, &mut sources, output, options).await
+}
+
+/// [`convert`] for code that is not async: runs the conversion on a
+/// runtime of its own, on the calling thread (plus tokio's blocking pool for
+/// file reads), and returns when it is done.
+///
+/// ```
+/// use safetensors_stream::{convert_blocking, ConvertOptions, Output};
+///
+/// let dir = tempfile::tempdir()?;
+/// let out = dir.path().join("model.safetensors");
+/// let report = convert_blocking(
+///     &["fixtures/example/model.npz".into()],
+///     &Output::File(out.clone()),
+///     &ConvertOptions::default(),
+/// )?;
+/// assert_eq!(std::fs::read(&out)?, std::fs::read("fixtures/example/model.safetensors")?);
+/// assert_eq!(report.outputs.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Called from inside a tokio runtime it refuses (a runtime cannot block on
+/// another): call [`convert`] there and `.await` it.
+pub fn convert_blocking(
+    inputs: &[PathBuf],
+    output: &Output,
+    options: &ConvertOptions,
+) -> Result<Report> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(ErrorKind::BlockingInRuntime("convert_blocking").into());
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::io)?
+        .block_on(convert(inputs, output, options))
 }
 
 /// Opens every input (files of any supported kind, or `-`), reading headers only.
@@ -212,8 +297,22 @@ pub fn plan_warnings(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-/// Converts already-opened sources into `output`.
+/// Converts already-opened sources into `output`. The output is checked
+/// as [`check_output`] does, except against the input files, which only
+/// [`convert_opened`] knows.
 pub async fn convert_sources(
+    sources: &mut [Box<dyn Source + '_>],
+    output: &Output,
+    options: &ConvertOptions,
+) -> Result<Report> {
+    convert_opened(&[], sources, output, options).await
+}
+
+/// Converts sources opened from the files `inputs` (by [`open_inputs`])
+/// into `output`, after [`check_output`]: an output that is one of those
+/// files is refused unless [`ConvertOptions::overwrite_input`].
+pub async fn convert_opened(
+    inputs: &[PathBuf],
     sources: &mut [Box<dyn Source + '_>],
     output: &Output,
     options: &ConvertOptions,
@@ -221,6 +320,7 @@ pub async fn convert_sources(
     let started = std::time::Instant::now();
     let plan = plan_sources(sources, options)?;
     let mut warnings = plan_warnings(&plan);
+    warnings.extend(check_output(inputs, output, &plan, options)?);
     let overflows = Mutex::new(Vec::new());
     if let Some(notice) = &options.notice {
         warnings
@@ -230,36 +330,27 @@ pub async fn convert_sources(
     if let Some(p) = &options.progress {
         p.start(&plan, plan.file_len());
     }
-    let outputs = match output {
-        Output::Stdout if plan.shards.len() > 1 => {
-            let msg = "sharded output needs a file, not standard output";
-            return Err(ErrorKind::Usage(msg.into()).into());
+    let target = match output {
+        Output::Stdout => Target::Stdout,
+        Output::File(path) => resolve(path)?,
+    };
+    let outputs = match target {
+        Target::Stdout => {
+            let out = tokio::io::stdout();
+            write_stream(out, "-", &plan, sources, options, &overflows).await?
         }
-        Output::Stdout => {
-            let w = ObservedWriter::new(
-                tokio::io::stdout(),
-                options.checksum,
-                options.progress.clone(),
-            );
-            let ctx = ShardCtx {
-                index: 0,
-                count: 1,
-                options,
-                overflows: &overflows,
+        Target::Stream(path) => {
+            let file = open_stream_output(&path).await?;
+            let name = match output {
+                Output::File(given) => given.display().to_string(),
+                Output::Stdout => "-".into(),
             };
-            let (_, sha256) = write_observed(w, &plan.shards[0], sources, "-", &ctx, None)
-                .await?
-                .into_parts();
-            // Written already, but the exit code must not call it good.
-            check_unchanged(sources)?;
-            vec![WrittenFile {
-                path: "-".into(),
-                bytes: plan.file_len(),
-                tensors: plan.tensor_count(),
-                sha256,
-            }]
+            write_stream(file, &name, &plan, sources, options, &overflows).await?
         }
-        Output::File(path) => write_files(path, &plan, sources, options, &overflows).await?,
+        Target::Replace(_) => match output {
+            Output::File(path) => write_files(path, &plan, sources, options, &overflows).await?,
+            Output::Stdout => unreachable!("standard output is never replaced"),
+        },
     };
     if let Some(p) = &options.progress {
         p.finish();
@@ -282,6 +373,53 @@ pub async fn convert_sources(
     })
 }
 
+/// Writes the one planned file to a stream (standard output, a device, a
+/// FIFO): bytes go out as they come, so a failure part-way leaves what was
+/// sent; only the exit code tells. Sharded plans were refused before.
+async fn write_stream<W: AsyncWrite + Unpin>(
+    writer: W,
+    name: &str,
+    plan: &Plan,
+    sources: &mut [Box<dyn Source + '_>],
+    options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
+) -> Result<Vec<WrittenFile>> {
+    let w = ObservedWriter::new(writer, options.checksum, options.progress.clone());
+    let ctx = ShardCtx {
+        index: 0,
+        count: 1,
+        options,
+        overflows,
+    };
+    let (_, sha256) = write_observed(w, &plan.shards[0], sources, name, &ctx, None)
+        .await?
+        .into_parts();
+    // Written already, but the exit code must not call it good.
+    check_unchanged(sources)?;
+    Ok(vec![WrittenFile {
+        path: name.to_string(),
+        bytes: plan.file_len(),
+        tensors: plan.tensor_count(),
+        sha256,
+    }])
+}
+
+/// Opens a device, FIFO or socket output, off the runtime's threads (a FIFO
+/// waits for its reader, and a signal must still end the run meanwhile).
+async fn open_stream_output(path: &Path) -> Result<tokio::fs::File> {
+    use std::io::IsTerminal;
+    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
+    let owned = path.to_path_buf();
+    let file = tokio::task::spawn_blocking(move || open_stream(&owned))
+        .await
+        .map_err(|e| on_path(std::io::Error::other(e)))?
+        .map_err(on_path)?;
+    if file.is_terminal() {
+        return Err(Error::new(ErrorKind::TerminalOutput).with_output(path.display()));
+    }
+    Ok(tokio::fs::File::from_std(file))
+}
+
 /// A source that reads only forward must be asked for its tensors in its
 /// own order. (Inputs whose format needs random access are spooled to disk
 /// when opened; a streamed .npy holds one tensor, so this rarely bites.)
@@ -292,7 +430,7 @@ fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
         if s.access() == Access::Sequential {
             if last[r.source].is_some_and(|l| l >= r.index) {
                 let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
-                return Err(Error::new(ErrorKind::Usage(msg.into())).with_input(s.input_name()));
+                return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(s.input_name()));
             }
             last[r.source] = Some(r.index);
         }
@@ -391,7 +529,7 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
     };
     let sink = Sink::start(writer, &shard.header, sink_options)
         .await
-        .map_err(|e| e.with_input(output_name))?;
+        .map_err(|e| e.with_output(output_name))?;
     let mut sink = sink.with_output_name(output_name);
     let tensors = &shard.header.header().tensors;
     let mut ahead: Option<(usize, Result<TensorData<'static>>)> = None;
@@ -542,6 +680,14 @@ async fn write_files(
     overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let (paths, index_path) = shard_paths(output, plan.shards.len());
+    // Declared before the staged files, so dropped after them on failure:
+    // temp files go first, then the folders made for them.
+    let mut folders = Vec::with_capacity(paths.len() + 1);
+    for path in paths.iter().chain(&index_path) {
+        if let Target::Replace(dest) = resolve(path)? {
+            folders.push(CreatedFolders::create_for(&dest)?);
+        }
+    }
     let mut staged = Vec::with_capacity(paths.len() + 1);
     let mut written = Vec::with_capacity(paths.len() + 1);
     // Synced together at the end, as one `sync` would.
@@ -558,11 +704,13 @@ async fn write_files(
             overflows,
         };
         // A checksum must see every byte: no kernel copies then.
-        let direct = match options.checksum {
-            false => Some(Arc::new(
-                stage.handle().map_err(|e| Error::io(e).with_input(&name))?,
+        let direct = match options.fast_path && !options.checksum {
+            true => Some(Arc::new(
+                stage
+                    .handle()
+                    .map_err(|e| Error::io(e).with_output(&name))?,
             )),
-            true => None,
+            false => None,
         };
         let (file, sha256) = write_observed(w, shard, sources, &name, &ctx, direct)
             .await?
@@ -582,7 +730,7 @@ async fn write_files(
         let (stage, mut file) = StagedFile::create(&index_path)?;
         tokio::io::AsyncWriteExt::write_all(&mut file, &bytes)
             .await
-            .map_err(|e| Error::io(e).with_input(index_path.display()))?;
+            .map_err(|e| Error::io(e).with_output(index_path.display()))?;
         close(file, false, &index_path).await?;
         unsynced.push((file_for_sync(&stage, &index_path)?, index_path.clone()));
         staged.push(stage);
@@ -599,6 +747,7 @@ async fn write_files(
         sync_files(unsynced).await?;
     }
     commit_all(staged, options.sync)?;
+    folders.into_iter().for_each(CreatedFolders::keep);
     Ok(written)
 }
 
@@ -612,7 +761,7 @@ fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
 fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
     let f = stage
         .handle()
-        .map_err(|e| Error::io(e).with_input(path.display()))?;
+        .map_err(|e| Error::io(e).with_output(path.display()))?;
     Ok(tokio::fs::File::from_std(f))
 }
 

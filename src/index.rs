@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::header::read::read_file_header;
+use crate::header::read::{read_capped, read_file_header};
 use crate::header::{Header, Rules};
 use crate::{Error, ErrorKind, Result};
 
@@ -36,10 +36,58 @@ pub struct IndexMetadata {
     pub other: BTreeMap<String, serde_json::Value>,
 }
 
+/// The index as written: the weight_map's entries in document order, so
+/// that a tensor listed twice is seen (a map would keep the last silently).
+#[derive(Deserialize)]
+struct IndexText {
+    metadata: IndexMetadata,
+    weight_map: Entries,
+}
+
+/// A JSON object's entries, every one kept.
+struct Entries(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of tensor names to shard file names")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Entries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 impl ShardIndex {
-    /// Parses an index's JSON text.
+    /// Parses an index's JSON text; a tensor listed twice in the
+    /// weight_map is refused, naming it.
     pub fn from_json(text: &[u8]) -> Result<ShardIndex> {
-        serde_json::from_slice(text).map_err(|e| ErrorKind::IndexJson(e.to_string()).into())
+        let raw: IndexText = serde_json::from_slice(text)
+            .map_err(|e| Error::new(ErrorKind::IndexJson(e.to_string())))?;
+        let mut weight_map = BTreeMap::new();
+        for (tensor, shard) in raw.weight_map.0 {
+            if let Some(first) = weight_map.get(&tensor) {
+                let place = format!("the weight_map lists it twice (in {first} and in {shard})");
+                return Err(Error::new(ErrorKind::IndexDuplicate { tensor, place }));
+            }
+            weight_map.insert(tensor, shard);
+        }
+        Ok(ShardIndex {
+            metadata: raw.metadata,
+            weight_map,
+        })
     }
 
     /// Shard file names in first-seen order of the sorted weight_map, deduplicated,
@@ -98,7 +146,7 @@ impl Checkpoint {
                 files: vec![(path.to_path_buf(), header)],
             });
         }
-        let text = std::fs::read(path).map_err(|e| Error::io(e).with_input(path.display()))?;
+        let text = read_capped(path, "index file")?;
         let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(path.display()))?;
         let dir = path.parent().unwrap_or(Path::new(""));
         let mut files = Vec::new();
@@ -143,9 +191,9 @@ fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header)]) -> Resu
         for t in &header.tensors {
             let name = t.meta.name.as_str();
             if let Some(first) = holder.insert(name, shard.clone()) {
-                return Err(ErrorKind::DuplicateTensor {
-                    name: name.to_string(),
-                    inputs: Some((first, shard)),
+                return Err(ErrorKind::IndexDuplicate {
+                    tensor: name.to_string(),
+                    place: format!("shards {first} and {shard} both hold it"),
                 }
                 .into());
             }

@@ -6,7 +6,9 @@ use serde_json::{json, Value};
 
 use crate::header::Header;
 use crate::index::Checkpoint;
+use crate::source::Listing;
 use crate::units::HumanBytes;
+use crate::Result;
 
 /// Renders a checkpoint as a readable table with totals and metadata.
 pub fn render_table(cp: &Checkpoint) -> String {
@@ -43,37 +45,7 @@ fn render_file(out: &mut String, h: &Header) {
             ]
         })
         .collect();
-    let head = ["name", "dtype", "shape", "bytes", "offset"];
-    let mut widths = head.map(str::len);
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: [&str; 5]| {
-        let mut s = String::from("  ");
-        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
-            let pad = w - c.chars().count();
-            // Numbers right-aligned, text left-aligned.
-            if i >= 3 {
-                s.push_str(&" ".repeat(pad));
-                s.push_str(c);
-            } else {
-                s.push_str(c);
-                s.push_str(&" ".repeat(pad));
-            }
-            s.push_str("  ");
-        }
-        s.trim_end().to_string()
-    };
-    let _ = writeln!(out, "{}", line(head));
-    for r in &rows {
-        let _ = writeln!(
-            out,
-            "{}",
-            line([&r[0], &r[1], &r[2], &r[3], &r[4]].map(|s| s.as_str()))
-        );
-    }
+    write_table(out, ["name", "dtype", "shape", "bytes", "offset"], &rows, 3);
     let _ = writeln!(
         out,
         "  {} tensors, {} data bytes ({}), header {} bytes, file {} bytes",
@@ -83,7 +55,99 @@ fn render_file(out: &mut String, h: &Header) {
         h.header_len,
         h.file_len()
     );
-    match &h.metadata {
+    write_metadata(out, h.metadata.as_ref());
+}
+
+/// Writes rows under a head, columns padded to their widest cell; columns
+/// from `right_from` on (numbers) right-aligned, the others left-aligned.
+fn write_table<const N: usize>(
+    out: &mut String,
+    head: [&str; N],
+    rows: &[[String; N]],
+    right_from: usize,
+) {
+    let mut widths = head.map(|h| h.chars().count());
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut line = |cells: [&str; N]| {
+        let mut s = String::from("  ");
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            let pad = " ".repeat(w - c.chars().count());
+            if i >= right_from {
+                s.push_str(&pad);
+                s.push_str(c);
+            } else {
+                s.push_str(c);
+                s.push_str(&pad);
+            }
+            s.push_str("  ");
+        }
+        let _ = writeln!(out, "{}", s.trim_end());
+    };
+    line(head);
+    for r in rows {
+        line(r.each_ref().map(String::as_str));
+    }
+}
+
+/// Renders the listing of any input (what a source reads from its headers:
+/// names, dtypes, shapes, byte lengths; where the bytes lie is the
+/// source's business) as a table with totals and metadata.
+pub fn render_listing(listing: &Listing) -> Result<String> {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", listing.input);
+    let mut rows = Vec::with_capacity(listing.tensors.len());
+    let mut total = 0u64;
+    for t in &listing.tensors {
+        let bytes = t.byte_len()?;
+        total = total.saturating_add(bytes);
+        rows.push([
+            t.name.clone(),
+            t.dtype.to_string(),
+            format!("{:?}", t.shape),
+            bytes.to_string(),
+        ]);
+    }
+    write_table(&mut out, ["name", "dtype", "shape", "bytes"], &rows, 3);
+    let _ = writeln!(
+        out,
+        "  {} tensors, {} data bytes ({})",
+        listing.tensors.len(),
+        total,
+        HumanBytes(total)
+    );
+    write_metadata(&mut out, listing.metadata.as_ref());
+    Ok(out)
+}
+
+/// The listing as JSON: `{"input", "tensors": [{name, dtype, shape, bytes}], "data_bytes", "metadata"}`.
+pub fn listing_to_json(listing: &Listing) -> Result<Value> {
+    let mut total = 0u64;
+    let mut tensors = Vec::with_capacity(listing.tensors.len());
+    for t in &listing.tensors {
+        let bytes = t.byte_len()?;
+        total = total.saturating_add(bytes);
+        tensors.push(json!({
+            "name": t.name,
+            "dtype": t.dtype.as_str(),
+            "shape": t.shape,
+            "bytes": bytes,
+        }));
+    }
+    Ok(json!({
+        "input": listing.input,
+        "tensors": tensors,
+        "tensor_count": listing.tensors.len(),
+        "data_bytes": total,
+        "metadata": listing.metadata,
+    }))
+}
+
+fn write_metadata(out: &mut String, metadata: Option<&crate::header::Metadata>) {
+    match metadata {
         None => {}
         Some(md) if md.is_empty() => out.push_str("  metadata: {}\n"),
         Some(md) => {

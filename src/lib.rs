@@ -10,6 +10,7 @@
 //!   compressed or not, files or streams), listed from headers alone;
 //! - [`plan`]: the pure planner: filters, renames, casts, order, offsets, shards;
 //! - [`sink`]: the async writer, one bounded buffer, atomic file output;
+//! - [`output`]: what an output path names, and the checks before writing;
 //! - [`convert`]: the whole job as one call, which the `convert` binary wraps.
 //!
 //! ```
@@ -31,11 +32,17 @@
 #![warn(missing_docs, unreachable_pub)]
 #![forbid(unsafe_code)]
 
+// Outputs keep Unix modes and owners, and inputs are read with positional
+// reads: Unix only. Linux also copies by the kernel (`copy_file_range`).
+#[cfg(not(unix))]
+compile_error!("safetensors-stream supports Unix (Linux, macOS, the BSDs) only");
+
 /// The README's Rust examples, run as doctests so the README stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "ndarray")]
 pub mod array;
 pub mod cast;
 pub mod convert;
@@ -45,13 +52,27 @@ pub mod folder;
 pub mod header;
 pub mod index;
 pub mod inspect;
+mod io_util;
 pub mod observe;
+pub mod output;
 pub mod plan;
 pub mod rename;
 pub mod sink;
 pub mod source;
 pub mod transform;
 pub mod units;
+pub mod writer;
 
+pub use convert::{convert, convert_blocking, ConvertOptions, Output, Report};
 pub use dtype::Dtype;
 pub use error::{Category, Error, ErrorKind, Result};
+pub use header::TensorMeta;
+pub use writer::{AsyncWriter, Writer, WriterOptions};
+
+/// Internals for this crate's own tests, benchmarks and fuzz targets, which
+/// must reach below the API. Not part of the API: anything here may change
+/// in any release.
+#[doc(hidden)]
+pub mod test_support {
+    pub use crate::source::npy::fortran::FortranReader;
+}

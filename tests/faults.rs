@@ -316,7 +316,14 @@ fn a_set_whose_last_rename_fails_puts_the_old_set_back() {
 
 // ---- SIGINT and SIGTERM ------------------------------------------------------------
 
-const SIGNALS: [(&str, i32, &str); 2] = [("INT", 130, "SIGINT"), ("TERM", 143, "SIGTERM")];
+/// The signals that end a run cleanly: a closed terminal (HUP), Ctrl-C,
+/// a reader gone away (PIPE), `kill`.
+const SIGNALS: [(&str, i32, &str); 4] = [
+    ("HUP", 129, "SIGHUP"),
+    ("INT", 130, "SIGINT"),
+    ("PIPE", 141, "SIGPIPE"),
+    ("TERM", 143, "SIGTERM"),
+];
 
 #[test]
 fn sigint_and_sigterm_mid_run_remove_the_temp_file_and_keep_the_old_output() {
@@ -345,6 +352,32 @@ fn sigint_and_sigterm_mid_run_remove_the_temp_file_and_keep_the_old_output() {
 }
 
 #[test]
+fn a_signal_mid_run_removes_the_output_folders_the_run_made() {
+    let job = NpyOnStdin::new("x", 4, 1 << 20);
+    for (signal, code, _) in SIGNALS {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("new/sub");
+        let (mut run, feeder) = job.start(&folder.join("out.safetensors"), 1 << 18);
+        run.wait_until("the output folder", || folder.is_dir());
+        wait_for_temp(
+            &mut run,
+            &folder,
+            "out.safetensors",
+            job.out_header + (1 << 18),
+        );
+        run.signal(signal);
+        let ended = run.end();
+        drop(feeder);
+        ended.one_line(code);
+        assert!(
+            listing(dir.path()).is_empty(),
+            "{signal}: {:?}",
+            tree(dir.path())
+        );
+    }
+}
+
+#[test]
 fn sigint_and_sigterm_mid_sharded_run_remove_every_temp_file() {
     for (signal, code, name) in SIGNALS {
         let dir = tempfile::tempdir().unwrap();
@@ -362,6 +395,37 @@ fn sigint_and_sigterm_mid_sharded_run_remove_every_temp_file() {
             b"old shard"
         );
     }
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_a_stdout_run_as_sigpipe() {
+    // `convert ... -o - | head -c 100`: the write fails with EPIPE (and the
+    // signal comes with it); the run ends at once, exit 141, one line.
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = safetensors_bytes(&[("big", pattern(5, 8 << 20))]);
+    let input = write(dir.path(), "in.safetensors", &bytes);
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            input.as_os_str(),
+            "--buffer-size".as_ref(),
+            "4KiB".as_ref(),
+            "-o".as_ref(),
+            "-".as_ref(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 100];
+    std::io::Read::read_exact(&mut out, &mut first).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert_eq!(err.trim_end(), "convert: interrupted by SIGPIPE");
+    assert_eq!(listing(dir.path()), ["in.safetensors"]);
 }
 
 #[test]
@@ -470,7 +534,7 @@ fn assert_enospc(e: &safetensors_stream::Error, output: Option<&str>) {
         other => panic!("not an I/O error: {other:?}"),
     }
     assert!(e.to_string().contains("No space left on device"), "{e}");
-    assert_eq!(e.input(), output, "{e}");
+    assert_eq!(e.output(), output, "{e}");
 }
 
 #[test]
@@ -575,6 +639,9 @@ fn a_full_tmpfs_exits_3_and_leaves_nothing_in_it() {
     assert_eq!(v["ok"], false);
     assert_eq!(v["exit_code"], 3);
     assert_eq!(v["error"]["category"], "Io");
+    // A full disk is the output's fault, not the input's.
+    assert_eq!(v["error"]["output"], out.display().to_string(), "{v}");
+    assert!(v["error"]["input"].is_null(), "{v}");
     assert!(listing(&fs.dir).is_empty());
 }
 
@@ -752,6 +819,59 @@ fn two_runs_racing_for_one_name_leave_one_complete_output() {
     assert!(got == a.expected || got == b.expected, "one whole output");
     read_file_header(&out, Rules::STRICT).unwrap();
     assert_eq!(listing(dir.path()), ["out.safetensors"]);
+}
+
+#[test]
+fn two_runs_writing_one_sharded_set_never_leave_a_mixed_set() {
+    // Same input, same shard names, told apart by their metadata. Started
+    // together, round after round: whichever commits last must own every
+    // shard (and the index), never the shards of one and of the other.
+    let dir = tempfile::tempdir().unwrap();
+    let tensors: Vec<(String, Vec<u8>)> = (0..16)
+        .map(|k| (format!("t{k:02}"), pattern(70 + k, 1000)))
+        .collect();
+    let refs: Vec<(&str, Vec<u8>)> = tensors
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.clone()))
+        .collect();
+    let input = write(dir.path(), "in.safetensors", &safetensors_bytes(&refs));
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = out_dir.join("m.safetensors");
+    let start = |who: &str| {
+        Run::start(
+            &args(&[
+                &input,
+                &"--max-shard-size",
+                &"1000",
+                &"--no-sync",
+                &"--metadata",
+                &format!("run={who}"),
+                &"-o",
+                &out,
+            ]),
+            who,
+        )
+    };
+    let rounds = 60;
+    for round in 0..rounds {
+        let (a, b) = (start("a"), start("b"));
+        for run in [a, b] {
+            let ended = run.end();
+            assert_eq!(ended.code(), Some(0), "round {round}: {ended:?}");
+        }
+        let names = listing(&out_dir);
+        assert_eq!(names.len(), 17, "{names:?}");
+        let owners: std::collections::BTreeSet<String> = names
+            .iter()
+            .filter(|n| n.ends_with("-of-00016.safetensors"))
+            .map(|n| {
+                let h = read_file_header(&out_dir.join(n), Rules::STRICT).unwrap();
+                h.metadata.unwrap()["run"].clone()
+            })
+            .collect();
+        assert_eq!(owners.len(), 1, "round {round}: a mixed set: {owners:?}");
+    }
 }
 
 #[test]

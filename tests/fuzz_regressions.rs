@@ -25,12 +25,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use harness::{Harness, Outcomes};
 use safetensors_stream::ErrorKind;
 
-const TARGETS: [&str; 5] = [
+const TARGETS: [&str; 6] = [
     "safetensors_header",
     "npy_header",
     "zip_directory",
     "detect",
     "convert_bytes",
+    "pickle",
 ];
 
 /// Panics seen on any thread: tokio turns a panic in a blocking read into
@@ -73,6 +74,7 @@ fn run(harness: &Harness, target: &str, data: &[u8]) -> String {
         "zip_directory" => describe(&harness.zip_directory(data)),
         "detect" => format!("detect: {:?}\n", harness::detect_bytes(data)),
         "convert_bytes" => describe(&harness.convert_bytes(data)),
+        "pickle" => describe(&harness::pickle(data)),
         other => panic!("unknown fuzz target folder {other:?}"),
     }
 }

@@ -266,7 +266,11 @@ fn unsupported_members() {
         let (mut zip, l) = ok_zip();
         put16(&mut zip, l.centrals[0] + at, value);
         let e = refuse(&format!("{what}.npz"), &zip);
-        assert!(is_zip(&e), "{what}: {e:?}");
+        // A well-formed zip using a feature we do not read: not corrupt.
+        assert!(
+            matches!(e.kind(), ErrorKind::ZipUnsupported(_)),
+            "{what}: {e:?}"
+        );
     }
     // Stored, but the two sizes differ.
     let (mut zip, l) = ok_zip();
@@ -305,10 +309,14 @@ fn member_with_a_wrong_crc() {
         ("fortran", f),
         ("large", big),
     ] {
+        let want = m.crc.unwrap();
         let (zip, _) = build_zip(&[m]);
         let e = refuse(&format!("crc_{label}.npz"), &zip);
-        assert!(is_zip(&e), "{label}: {e:?}");
-        assert!(e.to_string().contains("CRC-32"), "{e}");
+        // One kind for a bad CRC, whichever driver found it.
+        assert!(
+            matches!(e.kind(), ErrorKind::CrcMismatch { expected, .. } if *expected == want),
+            "{label}: {e:?}"
+        );
         assert!(e.tensor().is_some(), "{e}");
     }
 }

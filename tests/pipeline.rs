@@ -895,16 +895,29 @@ proptest! {
 
 // ---- writing over the inputs ------------------------------------------------------
 
+/// Options that allow the output to replace an input.
+fn overwriting(plan: PlanOptions) -> ConvertOptions {
+    ConvertOptions {
+        overwrite_input: true,
+        ..opts(plan)
+    }
+}
+
 #[test]
 fn converting_a_file_onto_itself_works() {
     let ts = model_tensors();
     let dir = tempfile::tempdir().unwrap();
     let path = ref_file(dir.path(), "m.safetensors", &ts, None);
-    let o = opts(PlanOptions {
+    let before = std::fs::read(&path).unwrap();
+    let plan = PlanOptions {
         exclude: vec!["opt.*".into()],
         ..Default::default()
-    });
-    run(std::slice::from_ref(&path), &path, &o).unwrap();
+    };
+    // Refused unless asked for (issue 16.1): the input stays as it was.
+    let e = run(std::slice::from_ref(&path), &path, &opts(plan.clone())).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::OutputIsInput(_)), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    run(std::slice::from_ref(&path), &path, &overwriting(plan)).unwrap();
     let kept: Vec<T> = ts
         .iter()
         .filter(|t| t.name != "opt.state")
@@ -929,7 +942,7 @@ fn resharding_a_checkpoint_in_place_works() {
     run(std::slice::from_ref(&single), &out, &o).unwrap();
     let index = dir.path().join("m.safetensors.index.json");
     // Same number of shards (5), different data: rename every tensor.
-    let o = opts(PlanOptions {
+    let o = overwriting(PlanOptions {
         max_shard_size: Some(100),
         prefix: Some("x.".into()),
         ..Default::default()

@@ -94,17 +94,6 @@ fn every_readme_recipe_runs_as_written() {
         eprintln!("recipe: {cmd}");
         let dir = tempfile::tempdir().unwrap();
         stage_inputs(dir.path());
-        for out in outputs(cmd) {
-            // The parent folder a recipe writes into (`out/`) is created by
-            // `convert` itself once the output-safety branch is merged;
-            // until then this stands in for it.
-            if let Some(parent) = Path::new(&out)
-                .parent()
-                .filter(|p| !p.as_os_str().is_empty())
-            {
-                std::fs::create_dir_all(dir.path().join(parent)).unwrap();
-            }
-        }
         let script = format!(
             "convert() {{ \"$CONVERT\" \"$@\"; }}\n\
              producer() {{ cat weights.npz; }}\n\

@@ -219,7 +219,7 @@ fn a_writer_that_fails_after_n_bytes_gives_an_io_error_naming_the_output() {
         assert!(matches!(e.kind(), ErrorKind::Io(_)), "after {n}: {e:?}");
         assert_eq!(e.category(), Category::Io);
         assert_eq!(
-            e.input(),
+            e.output(),
             Some("out.safetensors"),
             "after {n}: names the output"
         );
@@ -889,7 +889,7 @@ fn an_output_that_is_a_folder_fails_before_any_tensor_is_read() {
         ))
         .unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::Io(_)), "{e:?}");
-        assert_eq!(e.input(), Some(target.display().to_string().as_str()));
+        assert_eq!(e.output(), Some(target.display().to_string().as_str()));
         assert_eq!(
             opened.load(std::sync::atomic::Ordering::SeqCst),
             0,

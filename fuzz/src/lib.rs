@@ -17,7 +17,9 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use safetensors_stream::convert::{plan_sources, write_shard, ConvertOptions};
+use safetensors_stream::convert::{
+    convert_sources, plan_sources, write_shard, ConvertOptions, Output,
+};
 use safetensors_stream::header::{encode, parse_file_bytes, Header, Order, Rules, TensorMeta};
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
@@ -132,29 +134,52 @@ impl Harness {
         out
     }
 
+    /// The conversion twice: into memory through the async sink, and into
+    /// a file, where the file-to-file fast path copies what lies in files.
+    /// Both drivers share one element pipeline, so they must agree: the
+    /// same bytes, or the same kind of error.
+    fn convert(&self, path: &Path, source: &SourceOptions, plan: PlanOptions) -> Result<()> {
+        let options = ConvertOptions {
+            source: source.clone(),
+            // An input with no tensors still exercises the writer.
+            plan: PlanOptions {
+                allow_empty: true,
+                ..plan
+            },
+            sink: SinkOptions {
+                buffer_size: 64 << 10,
+            },
+            sync: false,
+            ..ConvertOptions::default()
+        };
+        let memory = self.convert_to_memory(path, &options);
+        let file = self.convert_to_file(path, &options);
+        match (&memory, &file) {
+            (Ok(Some(a)), Ok(Some(b))) => assert!(a == b, "the fast path wrote other bytes"),
+            (Ok(_), Ok(_)) => {}
+            (Err(a), Err(b)) => assert_eq!(
+                std::mem::discriminant(a.kind()),
+                std::mem::discriminant(b.kind()),
+                "the fast path failed otherwise: {a} / {b}"
+            ),
+            _ => panic!("the drivers disagree: into memory {memory:?}, into a file {file:?}"),
+        }
+        memory.map(drop)
+    }
+
     /// open_input + plan + write_shard for every shard, into memory; a
     /// successful conversion must be a valid file that matches its plan.
-    fn convert(&self, path: &Path, source: &SourceOptions, plan: PlanOptions) -> Result<()> {
+    /// Returns the shards' bytes, unless one was too large to keep.
+    fn convert_to_memory(
+        &self,
+        path: &Path,
+        options: &ConvertOptions,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
         self.rt.block_on(async {
-            let quiet = |_: &str| {};
-            let options = ConvertOptions {
-                source: source.clone(),
-                // An input with no tensors still exercises the writer.
-                plan: PlanOptions {
-                    allow_empty: true,
-                    ..plan
-                },
-                sink: SinkOptions {
-                    buffer_size: 64 << 10,
-                },
-                sync: false,
-                ..ConvertOptions::default()
-            };
-            let src = open_input(path, &options.source, &quiet).await?;
-            let mut sources: Vec<Box<dyn Source>> = vec![src];
-            let plan = plan_sources(&sources, &options)?;
+            let (mut sources, plan) = open_and_plan(path, options).await?;
+            let mut files = Some(Vec::new());
             for shard in &plan.shards {
-                if shard.file_len() <= 64 << 20 {
+                if shard.file_len() <= MAX_KEPT {
                     let file =
                         write_shard(Vec::new(), shard, &mut sources, options.sink, "mem").await?;
                     assert_eq!(file.len() as u64, shard.file_len(), "output length");
@@ -165,15 +190,61 @@ impl Harness {
                         shard.header.header(),
                         "output header differs from plan"
                     );
+                    if let Some(f) = &mut files {
+                        f.push(file);
+                    }
                 } else {
                     let sink = tokio::io::sink();
                     write_shard(sink, shard, &mut sources, options.sink, "sink").await?;
+                    files = None;
                 }
             }
-            Ok(())
+            Ok(files)
+        })
+    }
+
+    /// The whole `convert` into a file (shards and index when sharded);
+    /// returns the shards' bytes, or `None` for outputs too large to write.
+    fn convert_to_file(
+        &self,
+        path: &Path,
+        options: &ConvertOptions,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        self.rt.block_on(async {
+            let (mut sources, plan) = open_and_plan(path, options).await?;
+            if plan.file_len() > MAX_KEPT {
+                return Ok(None);
+            }
+            let out_dir = tempfile::tempdir_in(self.dir.path()).expect("an output folder");
+            let out = Output::File(out_dir.path().join("out.safetensors"));
+            let report = convert_sources(&mut sources, &out, options).await?;
+            let shards = report
+                .outputs
+                .iter()
+                .filter(|o| !o.path.ends_with(".index.json"));
+            Ok(Some(
+                shards
+                    .map(|o| std::fs::read(&o.path).expect("reading an output"))
+                    .collect(),
+            ))
         })
     }
 }
+
+/// Opens the input and plans its conversion: the first steps of both drivers.
+async fn open_and_plan(
+    path: &Path,
+    options: &ConvertOptions,
+) -> Result<(Vec<Box<dyn Source>>, safetensors_stream::plan::Plan)> {
+    let quiet = |_: &str| {};
+    let src = open_input(path, &options.source, &quiet).await?;
+    let sources: Vec<Box<dyn Source>> = vec![src];
+    let plan = plan_sources(&sources, options)?;
+    Ok((sources, plan))
+}
+
+/// Outputs larger than this are streamed into nothing, not kept.
+const MAX_KEPT: u64 = 64 << 20;
 
 impl Default for Harness {
     fn default() -> Self {
@@ -261,6 +332,50 @@ fn check_reencodes(h: &Header) {
 
 /// `npy_header`: the prelude, the header text it announces, the text
 /// parser under every version's decoding, and the reader over all of it.
+/// The restricted unpickler on arbitrary bytes (with small limits, so a
+/// limit is reached quickly), then naming its value tree as tensors.
+/// Checks: the pickle used no more bytes than it had, every tensor found
+/// lies inside its storage, and every name is unique-or-refused later.
+pub fn pickle(data: &[u8]) -> Outcomes {
+    use safetensors_stream::source::pytorch::model::{tensors, Naming};
+    use safetensors_stream::source::pytorch::pickle::{unpickle, Limits};
+    let limits = Limits {
+        nodes: 200_000,
+        memo: 50_000,
+        marks: 1_000,
+        bytes: 1 << 20,
+    };
+    let mut out: Outcomes = Vec::new();
+    let parsed = unpickle(data, limits);
+    if let Ok((p, used)) = &parsed {
+        assert!(*used <= data.len(), "used {used} of {} bytes", data.len());
+        assert!((p.root as usize) < p.nodes.len(), "root outside the arena");
+        for naming in [
+            Naming::default(),
+            Naming {
+                root: Some("state_dict".into()),
+                bare: Some("t".into()),
+            },
+        ] {
+            let tree = tensors(p, &naming);
+            if let Ok(tree) = &tree {
+                for t in &tree.tensors {
+                    let decl = tree.storages[&t.storage];
+                    let need = t.view.needed_bytes().expect("a found view has a size");
+                    assert!(
+                        need <= decl.bytes().expect("a declared storage has a size"),
+                        "tensor {:?} reaches past its storage",
+                        t.name
+                    );
+                }
+            }
+            out.push(("tensors", tree.map(drop)));
+        }
+    }
+    out.push(("unpickle", parsed.map(drop)));
+    out
+}
+
 pub fn npy_header(data: &[u8]) -> Outcomes {
     let mut out: Outcomes = Vec::new();
     let prelude = parse_prelude(data);

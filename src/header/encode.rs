@@ -65,8 +65,10 @@ pub fn encode(
         sort_canonical_by(&mut tensors, |t| t);
     }
     let entries = place(tensors)?;
-    let json = write_json(metadata.as_ref(), &entries);
-    let header_len = json.len() as u64;
+    // The JSON is written after room for its length: one buffer, not a
+    // JSON buffer copied into a second one (a 90 MB header cost both).
+    let mut bytes = write_json(metadata.as_ref(), &entries);
+    let header_len = (bytes.len() - 8) as u64;
     if header_len > MAX_HEADER_LEN {
         return Err(ErrorKind::HeaderTooLarge {
             len: header_len,
@@ -74,9 +76,7 @@ pub fn encode(
         }
         .into());
     }
-    let mut bytes = Vec::with_capacity(json.len() + 8);
-    bytes.extend_from_slice(&header_len.to_le_bytes());
-    bytes.extend_from_slice(&json);
+    bytes[..8].copy_from_slice(&header_len.to_le_bytes());
     let header = Header {
         metadata,
         tensors: entries,
@@ -150,8 +150,10 @@ fn place(tensors: Vec<TensorMeta>) -> Result<Vec<TensorEntry>> {
 /// Compact JSON, `__metadata__` first, keys `dtype`, `shape`, `data_offsets`,
 /// padded with spaces to a multiple of 8. Strings go through serde_json so
 /// that escaping is exactly the reference's.
+/// Eight bytes for the length prefix (left zero), then the padded JSON.
 fn write_json(metadata: Option<&Metadata>, entries: &[TensorEntry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + entries.len() * 96);
+    let mut out = Vec::with_capacity(72 + entries.len() * 96);
+    out.extend_from_slice(&[0; 8]);
     out.push(b'{');
     let mut first = true;
     if let Some(md) = metadata {
@@ -175,6 +177,7 @@ fn write_json(metadata: Option<&Metadata>, entries: &[TensorEntry]) -> Vec<u8> {
         push_entry(&mut out, e);
     }
     out.push(b'}');
+    // 8 + a multiple of 8 is one too.
     let padded = out.len().next_multiple_of(8);
     out.resize(padded, b' ');
     out

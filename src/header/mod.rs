@@ -12,7 +12,9 @@ mod validate;
 use std::collections::BTreeMap;
 
 pub use encode::{encode, EncodedHeader, Order};
-pub use validate::{check_prefix, parse_file_bytes, parse_header, Mode, Rules};
+pub use validate::{
+    check_file_len, check_prefix, parse_file_bytes, parse_header, parse_header_json, Mode, Rules,
+};
 
 use crate::{Dtype, Error, ErrorKind, Result};
 
@@ -21,6 +23,31 @@ pub const MAX_HEADER_LEN: u64 = 100_000_000;
 
 /// The Hugging Face Hub refuses headers above this many bytes; we warn.
 pub const HUB_HEADER_LIMIT: u64 = 25_000_000;
+
+/// numpy's and torch's limit on one array's bytes: a signed 64-bit size.
+pub const MAX_ARRAY_BYTES: u64 = i64::MAX as u64;
+
+/// True when numpy (and torch) can hold an array of `dtype` and `shape`:
+/// its non-zero dimensions times the element's bytes fit [`MAX_ARRAY_BYTES`].
+/// numpy checks this before it looks for a zero, so `(0, 2**64 - 1)` is
+/// "too big" although it has no elements; a file with that shape converts
+/// to one that numpy (and the Python reference reading into numpy) cannot
+/// load.
+///
+/// ```
+/// use safetensors_stream::{Dtype, header::numpy_can_hold};
+///
+/// assert!(numpy_can_hold(Dtype::F32, &[0, 3]));
+/// assert!(!numpy_can_hold(Dtype::U8, &[0, u64::MAX]));
+/// assert!(!numpy_can_hold(Dtype::F32, &[1 << 62]));
+/// ```
+pub fn numpy_can_hold(dtype: Dtype, shape: &[u64]) -> bool {
+    shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(dtype.bits().div_ceil(8), |acc, &d| acc.checked_mul(d))
+        .is_some_and(|bytes| bytes <= MAX_ARRAY_BYTES)
+}
 
 /// Bytes of the little-endian length prefix.
 pub const PREFIX_LEN: u64 = 8;

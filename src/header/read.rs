@@ -6,7 +6,9 @@ use std::path::Path;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::{check_prefix, parse_header, Header, Rules};
+use super::{
+    check_file_len, check_prefix, parse_header, parse_header_json, Header, Rules, MAX_HEADER_LEN,
+};
 use crate::{Error, ErrorKind, Result};
 
 /// Reads and validates the header of a file of `file_len` bytes from `r`,
@@ -49,13 +51,101 @@ pub async fn read_header_async<R: AsyncRead + Unpin>(
 /// ```
 pub fn read_file_header(path: &Path, rules: Rules) -> Result<Header> {
     let inner = || -> Result<Header> {
+        if path.as_os_str() == "-" {
+            return read_stream_header(&mut std::io::stdin().lock(), rules);
+        }
         let mut f = std::fs::File::open(path)?;
-        let len = f.metadata()?.len();
-        read_header(
-            &mut std::io::BufReader::with_capacity(64 * 1024, &mut f),
-            len,
-            rules,
-        )
+        let meta = f.metadata()?;
+        let mut r = std::io::BufReader::with_capacity(64 * 1024, &mut f);
+        if !meta.is_file() {
+            // A pipe, FIFO or device has no length to check against.
+            return read_stream_header(&mut r, rules);
+        }
+        read_header(&mut r, meta.len(), rules)
+    };
+    inner()
+        .map_err(|e| say_what_it_is(e, path))
+        .map_err(|e| e.with_input(path.display()))
+}
+
+/// An input that is not safetensors but another format convert reads (an
+/// .npz's `PK` reads as a huge header length) is named for what it is.
+fn say_what_it_is(e: Error, path: &Path) -> Error {
+    use crate::source::detect::{detect_file, Format};
+    if matches!(e.kind(), ErrorKind::Io(_)) {
+        return e;
+    }
+    match detect_file(path) {
+        Ok(Some(f @ (Format::Npy | Format::Zip | Format::Compressed(_)))) => {
+            Error::new(ErrorKind::NotSafetensors { what: f.describe() }).at_offset(0)
+        }
+        _ => e,
+    }
+}
+
+/// Reads and validates a safetensors file from a stream (a pipe): the header,
+/// then the data counted (not kept) up to the length the header plans; one
+/// byte more is refused without reading further.
+pub fn read_stream_header<R: Read>(r: &mut R, rules: Rules) -> Result<Header> {
+    let mut prefix = [0u8; 8];
+    let mut got = 0;
+    while got < 8 {
+        match r.read(&mut prefix[got..])? {
+            0 => return Err(Error::new(ErrorKind::FileTooShort { len: got as u64 }).at_offset(0)),
+            n => got += n,
+        }
+    }
+    // The limit is checked before anything is allocated on the claim.
+    let n = check_prefix(prefix, u64::MAX)?;
+    let mut json = Vec::new();
+    (&mut *r).take(n).read_to_end(&mut json)?;
+    if (json.len() as u64) < n {
+        let available = json.len() as u64;
+        return Err(Error::new(ErrorKind::HeaderPastEnd { len: n, available }).at_offset(0));
+    }
+    let header = parse_header_json(&json, rules)?;
+    drop(json);
+    let data_len = header.data_len();
+    let seen = std::io::copy(
+        &mut (&mut *r).take(data_len.saturating_add(1)),
+        &mut std::io::sink(),
+    )?;
+    if seen > data_len {
+        return Err(Error::new(ErrorKind::StreamTooLong {
+            expected: header.file_len(),
+        }));
+    }
+    check_file_len(&header, header.data_start() + seen)?;
+    Ok(header)
+}
+
+/// Reads a small file whole (an index, a raw manifest), refusing one over
+/// [`MAX_HEADER_LEN`] bytes, the same cap as a header: at most the cap plus
+/// one byte is ever read, so `/dev/zero` or a pipe that never ends fails
+/// fast instead of filling memory. The error names the path.
+pub fn read_capped(path: &Path, what: &'static str) -> Result<Vec<u8>> {
+    let too_large = || {
+        Error::new(ErrorKind::FileTooLarge {
+            what,
+            limit: MAX_HEADER_LEN,
+        })
+    };
+    let inner = || -> Result<Vec<u8>> {
+        let f = std::fs::File::open(path)?;
+        let meta = f.metadata()?;
+        if meta.is_file() && meta.len() > MAX_HEADER_LEN {
+            return Err(too_large());
+        }
+        let mut text = Vec::with_capacity(if meta.is_file() {
+            meta.len() as usize
+        } else {
+            0
+        });
+        f.take(MAX_HEADER_LEN + 1).read_to_end(&mut text)?;
+        if text.len() as u64 > MAX_HEADER_LEN {
+            return Err(too_large());
+        }
+        Ok(text)
     };
     inner().map_err(|e| e.with_input(path.display()))
 }

@@ -94,6 +94,15 @@ pub fn check_prefix(prefix: [u8; 8], file_len: u64) -> Result<u64> {
 ///
 /// `json` is the file's bytes `8..8+n`; the data buffer is never needed.
 pub fn parse_header(json: &[u8], file_len: u64, rules: Rules) -> Result<Header> {
+    let header = parse_header_json(json, rules)?;
+    check_file_len(&header, file_len)?;
+    Ok(header)
+}
+
+/// Parses and validates a header's bytes without knowing the file's length
+/// (a stream): every rule but the last, that the file is
+/// [`Header::file_len`] bytes long, which the caller checks as it reads.
+pub fn parse_header_json(json: &[u8], rules: Rules) -> Result<Header> {
     let header_len = json.len() as u64;
     let text = std::str::from_utf8(json).map_err(|e| {
         Error::new(ErrorKind::HeaderNotUtf8).at_offset(PREFIX_LEN + e.valid_up_to() as u64)
@@ -112,13 +121,11 @@ pub fn parse_header(json: &[u8], file_len: u64, rules: Rules) -> Result<Header> 
         check_padding(json)?;
     }
     let tensors = check_layout(raw.tensors)?;
-    let header = Header {
+    Ok(Header {
         metadata: raw.metadata,
         tensors,
         header_len,
-    };
-    check_file_len(&header, file_len)?;
-    Ok(header)
+    })
 }
 
 /// Validates a whole file held in memory (tests, fuzzing, small files).
@@ -171,31 +178,35 @@ fn check_padding(json: &[u8]) -> Result<()> {
 /// range's length is its dtype and shape's byte length (the reference's order).
 fn check_layout(mut raw: Vec<RawTensor>) -> Result<Vec<TensorEntry>> {
     raw.sort_by_key(|t| (t.begin, t.end));
-    let mut entries: Vec<TensorEntry> = Vec::with_capacity(raw.len());
+    // Checked pairwise, then converted in place (a RawTensor and a
+    // TensorEntry have one layout, so `collect` reuses the allocation): a
+    // second list of a million entries would double the parse's memory.
     let mut start = 0u64;
-    for t in raw {
-        check_tiling(&entries, &t, start)?;
+    for (k, t) in raw.iter().enumerate() {
+        check_tiling(k.checked_sub(1).map(|p| &raw[p]), t, start)?;
         start = t.end;
         let expected = t.meta.byte_len()?;
         if t.end - t.begin != expected {
             return Err(Error::new(ErrorKind::RangeLength {
-                tensor: t.meta.name,
+                tensor: t.meta.name.clone(),
                 dtype: t.meta.dtype,
-                shape: t.meta.shape,
+                shape: t.meta.shape.clone(),
                 span: Span(t.begin, t.end),
                 expected,
             }));
         }
-        entries.push(TensorEntry {
+    }
+    Ok(raw
+        .into_iter()
+        .map(|t| TensorEntry {
             meta: t.meta,
             begin: t.begin,
             end: t.end,
-        });
-    }
-    Ok(entries)
+        })
+        .collect())
 }
 
-fn check_tiling(placed: &[TensorEntry], t: &RawTensor, start: u64) -> Result<()> {
+fn check_tiling(prev: Option<&RawTensor>, t: &RawTensor, start: u64) -> Result<()> {
     let name = || t.meta.name.clone();
     if t.end < t.begin {
         let span = Span(t.begin, t.end);
@@ -213,7 +224,7 @@ fn check_tiling(placed: &[TensorEntry], t: &RawTensor, start: u64) -> Result<()>
     }
     if t.begin < start {
         // `start` is the previous tensor's end, so there is one.
-        let prev = placed.last().expect("a tensor ends at start > 0");
+        let prev = prev.expect("a tensor ends at start > 0");
         return Err(Error::new(ErrorKind::Overlap {
             first: prev.meta.name.clone(),
             first_span: Span(prev.begin, prev.end),
@@ -224,7 +235,8 @@ fn check_tiling(placed: &[TensorEntry], t: &RawTensor, start: u64) -> Result<()>
     Ok(())
 }
 
-fn check_file_len(header: &Header, file_len: u64) -> Result<()> {
+/// The file must be exactly `8 + N + data` bytes long.
+pub fn check_file_len(header: &Header, file_len: u64) -> Result<()> {
     // data_start <= file_len (checked by the prefix), so the sum overflows
     // only if the data claims near 2^64 bytes: then it cannot match.
     let expected = header.data_start().checked_add(header.data_len());

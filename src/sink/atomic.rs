@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use tempfile::{NamedTempFile, TempPath};
 use tokio::io::AsyncWriteExt;
 
-use crate::{Error, Result};
+use crate::output::target::{resolve, Target};
+use crate::{Error, ErrorKind, Result};
 
-/// Temp files are named `.TARGET.XXXXXX.convert-tmp`: recognisable if a
-/// `kill -9` leaves one behind.
+/// Temp files are named `.TARGET.XXXXXX.convert-tmp` (TARGET cut to fit
+/// NAME_MAX): recognisable if a `kill -9` leaves one behind.
 pub const TEMP_SUFFIX: &str = ".convert-tmp";
 
 /// One output file being written under a temporary name.
@@ -24,24 +25,35 @@ pub struct StagedFile {
 
 impl StagedFile {
     /// Creates the temp file beside `target` and opens it for async writing.
+    ///
+    /// A symbolic link at `target` is followed: the file it leads to is the
+    /// one replaced, and the link stays. Anything but a regular file (or
+    /// nothing) there is refused: see [`crate::output::target`]. The new
+    /// file gets an existing file's mode and owner, as `cp` onto it would
+    /// leave them (the owner only where the system lets us give it away).
     pub fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
-        let dir = parent_dir(target);
-        let mut prefix = OsString::from(".");
-        prefix.push(target.file_name().unwrap_or_default());
-        prefix.push(".");
-        let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
-        // Refuse a folder now: the rename would fail only after every byte was
-        // written (and `out/` would stage its temp file in the current folder).
-        if target.is_dir() || target.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
+        // Refuse `out/` now: it would stage its temp file in the current folder.
+        if target.as_os_str().as_encoded_bytes().ends_with(b"/") {
             return Err(on_target(std::io::Error::new(
                 std::io::ErrorKind::IsADirectory,
                 "is a directory; the output must be a file name",
             )));
         }
+        let dest = match resolve(target)? {
+            Target::Replace(dest) => dest,
+            _ => {
+                let msg = "is not a regular file, and only a regular file is ever replaced";
+                let e = Error::new(ErrorKind::OutputName(msg.into()));
+                return Err(e.with_output(target.display()));
+            }
+        };
+        let dir = parent_dir(&dest);
+        let existing = std::fs::metadata(&dest).ok().filter(|m| m.is_file());
         let temp = tempfile::Builder::new()
-            .prefix(&prefix)
+            .prefix(&temp_prefix(&dest))
             .suffix(TEMP_SUFFIX)
-            .permissions(permissions_for(target))
+            .permissions(new_file_permissions())
             .tempfile_in(dir)
             .map_err(|e| {
                 // tempfile's message names its random path; name the folder instead.
@@ -52,11 +64,9 @@ impl StagedFile {
                 );
                 on_target(std::io::Error::new(e.kind(), msg))
             })?;
+        keep_owner_and_mode(temp.as_file(), existing.as_ref()).map_err(on_target)?;
         let file = temp.as_file().try_clone().map_err(on_target)?;
-        let staged = StagedFile {
-            temp,
-            target: target.to_path_buf(),
-        };
+        let staged = StagedFile { temp, target: dest };
         Ok((staged, tokio::fs::File::from_std(file)))
     }
 
@@ -65,7 +75,7 @@ impl StagedFile {
         self.temp.as_file().try_clone()
     }
 
-    /// The path the file will have once committed.
+    /// The path the file will have once committed (symbolic links followed).
     pub fn target(&self) -> &Path {
         &self.target
     }
@@ -85,13 +95,46 @@ fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-/// An existing output keeps its mode, as `cp` onto it would; a new one gets
-/// what `cp` or `>` would give it.
-fn permissions_for(target: &Path) -> std::fs::Permissions {
-    match std::fs::metadata(target) {
-        Ok(m) if m.is_file() => m.permissions(),
-        _ => new_file_permissions(),
+/// Temp names are `.NAME.XXXXXX.convert-tmp`, NAME cut (at a character
+/// boundary) so that the whole stays within NAME_MAX: a legal output name
+/// of 250 bytes must not fail for its temp name's sake.
+fn temp_prefix(target: &Path) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let name = target.file_name().unwrap_or_default().as_bytes();
+    let room = crate::output::NAME_MAX - 2 - RANDOM_LEN - TEMP_SUFFIX.len();
+    let mut cut = name.len().min(room);
+    if let Ok(text) = std::str::from_utf8(name) {
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
     }
+    let mut prefix = OsString::from(".");
+    prefix.push(std::ffi::OsStr::from_bytes(&name[..cut]));
+    prefix.push(".");
+    prefix
+}
+
+/// The random part of a temp name (tempfile's default length).
+const RANDOM_LEN: usize = 6;
+
+/// An existing output keeps its owner and mode (set-ID bits included), as
+/// `cp` onto it would; a new one gets what `cp` or `>` would give it. Set
+/// on the open file, so the umask plays no part. The owner first: giving a
+/// file away clears its set-ID bits. Only root may give a file to another
+/// user (and a user only to a group they are in): otherwise the file is
+/// the runner's, as with any writer that replaces a file.
+fn keep_owner_and_mode(
+    file: &std::fs::File,
+    existing: Option<&std::fs::Metadata>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Some(old) = existing else {
+        return file.set_permissions(new_file_permissions());
+    };
+    if std::os::unix::fs::fchown(file, Some(old.uid()), Some(old.gid())).is_err() {
+        let _ = std::os::unix::fs::fchown(file, None, Some(old.gid()));
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(old.mode() & 0o7777))
 }
 
 /// Temp files are created 0600; the output should get what `cp` or `>`
@@ -121,7 +164,7 @@ fn parent_dir(target: &Path) -> &Path {
 
 /// Flushes `file` and, with `sync`, makes its bytes durable. Call before committing.
 pub async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) -> Result<()> {
-    let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
+    let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
     file.flush().await.map_err(on_target)?;
     if sync {
         file.sync_all().await.map_err(on_target)?;
@@ -137,7 +180,7 @@ pub async fn sync_files(files: Vec<(tokio::fs::File, PathBuf)>) -> Result<()> {
         .map(|(f, path)| async move {
             f.sync_all()
                 .await
-                .map_err(|e| Error::io(e).with_input(path.display()))
+                .map_err(|e| Error::io(e).with_output(path.display()))
         })
         .buffer_unordered(16)
         .try_collect::<()>()
@@ -155,6 +198,13 @@ pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
     let set = staged.len() > 1;
     // Each target renamed, with the old file it replaced, if any.
     let mut done: Vec<(PathBuf, Option<TempPath>)> = Vec::with_capacity(staged.len());
+    // Two runs writing the same set must not interleave their renames (the
+    // index of one, the shards of the other): the set's renames are made
+    // under an exclusive lock on its folder, so the last run wins whole.
+    let lock = match (set, staged.first()) {
+        (true, Some(first)) => Some(lock_folder(parent_dir(&first.target))?),
+        _ => None,
+    };
     for s in staged {
         let target = s.target.clone();
         // One file needs no copy aside: its rename happens or not.
@@ -174,17 +224,18 @@ pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
                     }
                 }
             }
-            return Err(Error::io(e.error).with_input(target.display()));
+            return Err(Error::io(e.error).with_output(target.display()));
         }
         done.push((target, old));
     }
+    drop(lock);
     // The whole set is in place: the old files go (their TempPaths drop).
     let done: Vec<PathBuf> = done.into_iter().map(|(path, _)| path).collect();
     if sync {
         let mut dirs: Vec<&Path> = done.iter().map(|p| parent_dir(p)).collect();
         dirs.dedup();
         for dir in dirs {
-            sync_dir(dir).map_err(|e| Error::io(e).with_input(dir.display()))?;
+            sync_dir(dir).map_err(|e| Error::io(e).with_output(dir.display()))?;
         }
     }
     Ok(())
@@ -197,15 +248,22 @@ fn keep_aside(target: &Path) -> Option<TempPath> {
     if !std::fs::symlink_metadata(target).is_ok_and(|m| m.is_file()) {
         return None;
     }
-    let mut prefix = OsString::from(".");
-    prefix.push(target.file_name()?);
-    prefix.push(".");
     tempfile::Builder::new()
-        .prefix(&prefix)
+        .prefix(&temp_prefix(target))
         .suffix(TEMP_SUFFIX)
         .make_in(parent_dir(target), |link| std::fs::hard_link(target, link))
         .ok()
         .map(NamedTempFile::into_temp_path)
+}
+
+/// An exclusive advisory lock (flock) on `dir`, held until dropped. Every
+/// run of this crate takes it before renaming a set into `dir`.
+fn lock_folder(dir: &Path) -> Result<std::fs::File> {
+    let on_dir = |e: std::io::Error| Error::io(e).with_output(dir.display());
+    let folder = std::fs::File::open(dir).map_err(on_dir)?;
+    rustix::fs::flock(&folder, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| on_dir(e.into()))?;
+    Ok(folder)
 }
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {

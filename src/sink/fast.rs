@@ -10,12 +10,17 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use super::elements::{ChunkBuffer, Crc, Elements};
 use crate::cast::Cast;
 use crate::source::FileSpan;
 use crate::{Error, ErrorKind, Result};
 
 /// Below this a checksummed tensor is copied through the buffer instead.
 const CONCURRENT_CRC_MIN: u64 = 1 << 20;
+
+/// A run of verbatim bytes shorter than this goes through the buffer rather
+/// than the kernel: a syscall per small tensor is its whole cost.
+const KERNEL_COPY_MIN: u64 = 64 * 1024;
 
 /// One tensor to copy: its bytes, and the cast to apply.
 #[derive(Debug, Clone)]
@@ -25,14 +30,14 @@ pub(crate) struct SpanJob {
 }
 
 impl SpanJob {
-    /// Nothing changes on the way: the kernel may copy it.
     /// Nothing changes on the way: the kernel may copy it. A checksummed
     /// member large enough is checked by a second thread reading the same
     /// (cached) bytes while the kernel copies; a small one goes through the
     /// buffer, where one read serves both.
     fn verbatim(&self) -> bool {
         let crc_ok = self.span.crc.is_none() || self.span.len >= CONCURRENT_CRC_MIN;
-        self.cast.is_none() && crc_ok && self.span.transform.unit() == 1
+        let elements = Elements::new(self.out_len(), self.span.transform, self.cast);
+        crc_ok && elements.verbatim()
     }
 
     fn out_len(&self) -> u64 {
@@ -57,10 +62,10 @@ pub(crate) fn copy_spans(
     mut progress: impl FnMut(u64),
 ) -> std::result::Result<Copied, (usize, Error)> {
     let on_out = |e: Error| match e.kind() {
-        ErrorKind::Io(io) if output_side(io) => e.with_input(out_name),
+        ErrorKind::Io(io) if output_side(io) => e.with_output(out_name),
         _ => e,
     };
-    let mut buf = Vec::new();
+    let mut buf = ChunkBuffer::default();
     // Small tensors' bytes gather here into large writes.
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
@@ -68,19 +73,38 @@ pub(crate) fn copy_spans(
     let mut i = 0;
     while i < jobs.len() {
         let run = verbatim_run(jobs, i);
-        if run > i {
+        let len: u64 = jobs[i..run].iter().map(|j| j.span.len).sum();
+        if run > i && len < KERNEL_COPY_MIN {
+            // A small run (tensors scattered in canonical order) costs more
+            // in syscalls than in bytes: gathered through the buffer.
+            for (k, job) in jobs.iter().enumerate().take(run).skip(i) {
+                // Verbatim: no cast, so nothing can overflow.
+                let (n, _) = copy_buffered(job, &mut w, &mut buf, buffer_size, &mut progress)
+                    .map_err(|e| (k, on_out(e)))?;
+                written += n;
+            }
+            i = run;
+        } else if run > i {
             // The kernel writes at the file's offset: our buffered bytes go first.
             w.flush().map_err(|e| (i, on_out(Error::io(e))))?;
             let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
-            let len: u64 = jobs[i..run].iter().map(|j| j.span.len).sum();
-            let (copied, checked) = std::thread::scope(|scope| {
-                let checker = scope.spawn(|| check_crcs(&jobs[i..run]));
-                let copied = copy_verbatim(file, offset, len, out, &mut progress);
-                let checked = checker.join().unwrap_or_else(|_| {
-                    Err((0, Error::io(io::Error::other("CRC thread panicked"))))
-                });
-                (copied, checked)
-            });
+            let copy = |progress: &mut dyn FnMut(u64)| {
+                copy_verbatim(file, offset, len, out, &mut |n| progress(n))
+            };
+            // A thread only where there is a CRC to check beside the copy:
+            // one per tensor made a million tensors cost a million clones.
+            let (copied, checked) = if jobs[i..run].iter().any(|j| j.span.crc.is_some()) {
+                std::thread::scope(|scope| {
+                    let checker = scope.spawn(|| check_crcs(&jobs[i..run]));
+                    let copied = copy(&mut progress);
+                    let checked = checker.join().unwrap_or_else(|_| {
+                        Err((0, Error::io(io::Error::other("CRC thread panicked"))))
+                    });
+                    (copied, checked)
+                })
+            } else {
+                (copy(&mut progress), Ok(()))
+            };
             copied.map_err(|(e, done)| {
                 let (k, before) = locate(jobs, i, done);
                 (k, on_out(per_tensor(e, jobs[k].span.len, done - before)))
@@ -159,6 +183,7 @@ fn too_short(expected: u64, actual: u64) -> Error {
 
 /// The kernel copies; if it cannot (another filesystem, an old kernel), we do.
 /// On error also returns how many bytes were done, to find the tensor.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn copy_verbatim(
     src: &File,
     mut offset: u64,
@@ -184,6 +209,19 @@ fn copy_verbatim(
     Ok(())
 }
 
+/// Without `copy_file_range` (other Unixes), positional reads and writes.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn copy_verbatim(
+    src: &File,
+    offset: u64,
+    len: u64,
+    out: &File,
+    progress: &mut impl FnMut(u64),
+) -> std::result::Result<(), (Error, u64)> {
+    copy_by_hand(src, offset, len, out, progress)
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn fallback_errno(e: rustix::io::Errno) -> bool {
     use rustix::io::Errno;
     [
@@ -218,55 +256,50 @@ fn copy_by_hand(
 fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Result<()> {
     src.read_exact_at(buf, at).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
-            too_short(len, done)
+            // Say how many of the tensor's bytes there are, not where this
+            // read of a chunk began.
+            let there = src.metadata().map_or(0, |m| m.len().saturating_sub(at));
+            too_short(len, done + there.min(buf.len() as u64))
         } else {
             Error::io(e)
         }
     })
 }
 
-/// Positional reads into one buffer, checksum, byte swap and cast, write.
-/// Returns the bytes written and the cast's overflows to infinity.
+/// Positional reads into one buffer, then the element pipeline (checksum,
+/// byte swap, cast), then a write. Returns the bytes written and the cast's
+/// overflows to infinity.
 fn copy_buffered(
     job: &SpanJob,
     out: &mut impl Write,
-    buf: &mut Vec<u8>,
+    buf: &mut ChunkBuffer,
     buffer_size: usize,
     progress: &mut impl FnMut(u64),
 ) -> Result<(u64, u64)> {
     let span = &job.span;
-    let (iw, ow) = job.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
-    let unit = span.transform.unit().max(iw);
-    // Input and cast output share the budget, whole elements each.
-    let per_chunk = ((buffer_size / (iw + ow).max(2)).max(1) / unit).max(1) * unit;
-    let in_cap = per_chunk.min(span.len as usize);
-    let out_cap = if job.cast.is_some() {
-        in_cap / iw * ow
-    } else {
-        0
-    };
+    let mut elements = Elements::new(job.out_len(), span.transform, job.cast);
+    let (in_cap, out_cap) = elements.chunk_sizes(buffer_size);
     // A small member's npy header is read with its data, in one read.
     let prefix = span.crc.map_or(0, |c| span.offset - c.from);
     let joined = prefix <= 64 * 1024 && span.len as usize <= in_cap;
     let lead = if joined { prefix as usize } else { 0 };
-    buf.resize(lead + in_cap + out_cap, 0);
-    let (head, rest) = buf.split_at_mut(lead);
-    let (input, output) = rest.split_at_mut(in_cap);
-    let mut crc = match span.crc {
-        Some(c) if joined => {
-            read_exact_at(&span.file, head, c.from, span.len, 0)?;
-            let mut h = crc32fast::Hasher::new();
-            h.update(head);
-            Some(h)
-        }
-        Some(c) => Some(crc_prefix(&span.file, c.from, span.offset)?),
-        None => None,
-    };
-    let mut done = 0u64;
+    let (head, input, output) = buf.split(lead, in_cap, out_cap);
+    if let Some(c) = span.crc {
+        let hasher = match joined {
+            true => {
+                read_exact_at(&span.file, head, c.from, span.len, 0)?;
+                let mut h = crc32fast::Hasher::new();
+                h.update(head);
+                h
+            }
+            false => crc_prefix(&span.file, c.from, span.offset)?,
+        };
+        elements = elements.with_crc(Crc::new(hasher, c.expected));
+    }
     let mut written = 0u64;
-    let mut overflowed = 0u64;
-    while done < span.len {
-        let n = ((span.len - done) as usize).min(in_cap);
+    while elements.left() > 0 {
+        let n = elements.next_chunk(in_cap);
+        let done = span.len - elements.left();
         read_exact_at(
             &span.file,
             &mut input[..n],
@@ -274,27 +307,12 @@ fn copy_buffered(
             span.len,
             done,
         )?;
-        if let Some(h) = &mut crc {
-            h.update(&input[..n]);
-        }
-        span.transform.apply(&mut input[..n]);
-        let bytes: &[u8] = match job.cast {
-            Some(c) => {
-                let k = n / iw;
-                overflowed += c.apply(&input[..k * iw], &mut output[..k * ow]);
-                &output[..k * ow]
-            }
-            None => &input[..n],
-        };
+        let bytes = elements.process(&mut input[..n], output)?;
         out.write_all(bytes)?;
         written += bytes.len() as u64;
         progress(bytes.len() as u64);
-        done += n as u64;
     }
-    if let (Some(h), Some(c)) = (crc, span.crc) {
-        verify_crc(h, c.expected)?;
-    }
-    debug_assert_eq!(written, job.out_len());
+    let overflowed = elements.finish()?;
     Ok((written, overflowed))
 }
 
@@ -304,17 +322,7 @@ fn check_crcs(jobs: &[SpanJob]) -> std::result::Result<(), (usize, Error)> {
     for (k, j) in jobs.iter().enumerate() {
         let Some(c) = j.span.crc else { continue };
         let h = crc_prefix(&j.span.file, c.from, j.span.offset + j.span.len).map_err(|e| (k, e))?;
-        verify_crc(h, c.expected).map_err(|e| (k, e))?;
-    }
-    Ok(())
-}
-
-/// The bytes hashed must have the archive's CRC-32.
-fn verify_crc(h: crc32fast::Hasher, expected: u32) -> Result<()> {
-    let got = h.finalize();
-    if got != expected {
-        let msg = format!("CRC-32 is {got:08x}, the archive says {expected:08x}");
-        return Err(Error::new(ErrorKind::Zip(msg)));
+        Crc::new(h, c.expected).verify().map_err(|e| (k, e))?;
     }
     Ok(())
 }

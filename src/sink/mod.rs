@@ -7,6 +7,7 @@
 //! model's size.
 
 pub mod atomic;
+pub(crate) mod elements;
 pub(crate) mod fast;
 
 use std::pin::Pin;
@@ -15,9 +16,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::cast::Cast;
 use crate::header::EncodedHeader;
+use crate::io_util::fill_async;
 use crate::source::TensorData;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
+use elements::{ChunkBuffer, Elements};
 
 /// The default buffer: large enough that per-call costs vanish, small
 /// enough to keep memory flat.
@@ -59,9 +62,8 @@ pub struct Sink<W> {
     /// Planned (name, length) of each tensor in offset order.
     planned: Vec<(String, u64)>,
     next: usize,
-    buf: Vec<u8>,
-    /// Cast output; empty unless a cast runs.
-    out: Vec<u8>,
+    /// Input and cast output, sized by the element pipeline.
+    buf: ChunkBuffer,
     buffer_size: usize,
     written: u64,
     output: Option<String>,
@@ -82,8 +84,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             writer,
             planned,
             next: 0,
-            buf: Vec::new(),
-            out: Vec::new(),
+            buf: ChunkBuffer::default(),
             buffer_size: options.buffer_size.max(1),
             written: header.bytes().len() as u64,
             output: None,
@@ -103,10 +104,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     }
 
     fn write_error(&self, e: std::io::Error) -> Error {
-        match &self.output {
-            Some(name) => Error::io(e).with_input(name),
-            None => Error::io(e),
-        }
+        write_error(&self.output, e)
     }
 
     /// Bytes written so far, header included.
@@ -173,55 +171,30 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         transform: Transform,
         cast: Option<Cast>,
     ) -> Result<()> {
-        let (iw, ow) = cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
-        // The plan counts output bytes; the source delivers input elements.
-        let in_len = out_len / ow as u64 * iw as u64;
-        // Whole elements per buffer, so neither a transform nor a cast sees half of one.
-        let unit = transform.unit().max(iw);
-        let per_chunk = match cast {
-            // Input and output buffers share the budget.
-            Some(_) => (self.buffer_size / (iw + ow)).max(1) * iw,
-            None => (self.buffer_size / unit * unit).max(unit),
-        };
-        let cap = per_chunk.min(usize::try_from(in_len).unwrap_or(usize::MAX));
-        if self.buf.len() < cap {
-            // Grows to at most buffer_size over the sink's life.
-            self.buf.resize(cap, 0);
-        }
-        if cast.is_some() && self.out.len() < cap / iw * ow {
-            self.out.resize(cap / iw * ow, 0);
-        }
-        let mut left = in_len;
-        while left > 0 {
-            let want = cap.min(usize::try_from(left).unwrap_or(usize::MAX));
-            let got = fill(reader.as_mut(), &mut self.buf[..want]).await?;
-            transform.apply(&mut self.buf[..got / unit * unit]);
-            let bytes = match cast {
-                Some(c) => {
-                    let n = got / iw;
-                    self.overflowed += c.apply(&self.buf[..n * iw], &mut self.out[..n * ow]);
-                    &self.out[..n * ow]
-                }
-                None => &self.buf[..got],
-            };
+        let mut elements = Elements::new(out_len, transform, cast);
+        let (in_cap, out_cap) = elements.chunk_sizes(self.buffer_size);
+        // Grows to at most buffer_size over the sink's life.
+        let (_, input, output) = self.buf.split(0, in_cap, out_cap);
+        while elements.left() > 0 {
+            let want = elements.next_chunk(in_cap);
+            let got = fill_async(&mut reader, &mut input[..want]).await?;
+            let bytes = elements.process(&mut input[..got], output)?;
             if let Err(e) = self.writer.write_all(bytes).await {
-                return Err(self.write_error(e));
+                return Err(write_error(&self.output, e));
             }
             self.written += bytes.len() as u64;
-            left -= got as u64;
             if got < want {
-                let actual = in_len - left;
-                return Err(ErrorKind::TensorTooShort {
-                    expected: in_len,
-                    actual,
-                }
-                .into());
+                return Err(elements.too_short());
             }
         }
         let mut probe = [0u8; 1];
         if reader.read(&mut probe).await? != 0 {
-            return Err(ErrorKind::TensorTooLong { expected: in_len }.into());
+            return Err(ErrorKind::TensorTooLong {
+                expected: elements.in_len(),
+            }
+            .into());
         }
+        self.overflowed += elements.finish()?;
         Ok(())
     }
 
@@ -283,14 +256,10 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     }
 }
 
-/// Reads until `buf` is full or the reader ends; returns the bytes read.
-async fn fill<R: AsyncRead + ?Sized>(mut reader: Pin<&mut R>, buf: &mut [u8]) -> Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match reader.read(&mut buf[got..]).await? {
-            0 => break,
-            n => got += n,
-        }
+/// An error writing to the output, named when the output has a name.
+fn write_error(output: &Option<String>, e: std::io::Error) -> Error {
+    match output {
+        Some(name) => Error::io(e).with_output(name),
+        None => Error::io(e),
     }
-    Ok(got)
 }

@@ -147,7 +147,7 @@ impl ReadAhead {
         let chunk = chunk.max(1);
         tokio::task::spawn_blocking(move || loop {
             let mut buf = vec![0u8; chunk];
-            let msg = match read_full(&mut reader, &mut buf) {
+            let msg = match crate::io_util::fill(&mut reader, &mut buf) {
                 Ok(0) => return,
                 Ok(n) => {
                     buf.truncate(n);
@@ -167,20 +167,6 @@ impl ReadAhead {
             pos: 0,
         }
     }
-}
-
-/// Reads until `buf` is full or the reader ends.
-fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match r.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
 }
 
 impl AsyncRead for ReadAhead {

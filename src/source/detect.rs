@@ -9,10 +9,43 @@ pub enum Format {
     Zip,
     /// An 8-byte length within the limit, then `{`.
     Safetensors,
+    /// A pickle holding PyTorch's legacy magic number: `torch.save` before 1.6.
+    TorchLegacy,
+    /// A tar archive (`ustar` at byte 257): PyTorch's oldest format, refused.
+    Tar,
     /// A compressed wrapper around another input.
     Compressed(Codec),
     /// None of the above.
     Unknown,
+}
+
+impl Format {
+    /// What a file of this format is, for a message that says what an
+    /// input is instead of what it is not ("an .npz archive").
+    pub fn describe(self) -> String {
+        match self {
+            Format::Npy => "an .npy array".to_string(),
+            Format::Zip => "an .npz (zip) archive".to_string(),
+            Format::Safetensors => "a safetensors file".to_string(),
+            Format::Compressed(c) => format!("a {}-compressed file", c.name()),
+            Format::TorchLegacy => "a PyTorch checkpoint (legacy format)".to_string(),
+            Format::Tar => "a tar archive (an old PyTorch format)".to_string(),
+            Format::Unknown => "of an unknown format".to_string(),
+        }
+    }
+}
+
+/// The format of the regular file at `path`, by its first bytes; `None`
+/// for what is not a regular file (a pipe cannot be read twice).
+pub fn detect_file(path: &std::path::Path) -> std::io::Result<Option<Format>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path)?;
+    if !f.metadata()?.is_file() {
+        return Ok(None);
+    }
+    let mut first = Vec::with_capacity(SNIFF_LEN);
+    f.take(SNIFF_LEN as u64).read_to_end(&mut first)?;
+    Ok(Some(detect(&first)))
 }
 
 /// The compressions we unwrap.
@@ -53,6 +86,11 @@ impl Codec {
 /// Bytes [`detect`] wants to see (fewer is fine for a short input).
 pub const SNIFF_LEN: usize = 16;
 
+/// Bytes a file's detection reads: enough to see a tar header's `ustar`
+/// (a stream is sniffed with [`SNIFF_LEN`] only, so nothing more is
+/// decoded before its format is known).
+pub const FILE_SNIFF_LEN: usize = 264;
+
 /// Recognises an input from its first bytes.
 ///
 /// ```
@@ -78,6 +116,10 @@ pub fn detect(first: &[u8]) -> Format {
         Format::Compressed(Codec::Xz)
     } else if starts(b"BZh") && first.get(3).is_some_and(|b| (b'1'..=b'9').contains(b)) {
         Format::Compressed(Codec::Bzip2)
+    } else if crate::source::pytorch::legacy::is_legacy(first) {
+        Format::TorchLegacy
+    } else if first.get(257..262) == Some(b"ustar") {
+        Format::Tar
     } else if looks_like_safetensors(first) {
         Format::Safetensors
     } else {
@@ -90,7 +132,8 @@ fn looks_like_safetensors(first: &[u8]) -> bool {
         return false;
     };
     let n = u64::from_le_bytes(prefix.try_into().expect("8 bytes"));
-    let json = &first[8..];
+    // The first 16 bytes decide, as they always have.
+    let json = &first[8..first.len().min(16)];
     let brace = json.iter().find(|b| !b.is_ascii_whitespace());
     (2..=crate::header::MAX_HEADER_LEN).contains(&n) && brace == Some(&b'{')
 }

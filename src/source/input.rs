@@ -9,12 +9,14 @@ use std::path::Path;
 use async_compression::tokio::bufread::{BzDecoder, GzipDecoder, XzDecoder, ZstdDecoder};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::detect::{detect, hex_preview, Codec, Format, SNIFF_LEN};
+use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::npy::NpySource;
 use super::npz::NpzSource;
+use super::pytorch::{self, PyTorchSource};
 use super::raw::{RawSource, RawSpec};
 use super::safetensors::SafetensorsSource;
 use super::{Source, SourceOptions, TensorReader};
+use crate::header::{check_file_len, check_prefix, parse_header_json, Rules};
 use crate::index::is_index_path;
 use crate::{Error, ErrorKind, Result};
 
@@ -32,8 +34,8 @@ pub async fn open_input(
         let stdin: TensorReader<'static> = Box::pin(tokio::io::stdin());
         if let Some(spec) = &options.raw {
             if spec.tensors.iter().any(|t| t.name.is_empty()) {
-                return Err(Error::new(ErrorKind::Usage(
-                    "a dump from standard input needs --name".into(),
+                return Err(Error::new(ErrorKind::NameNeeded(
+                    "a dump from standard input",
                 )));
             }
             return open_raw_stream(stdin, &input, spec, options, notice).await;
@@ -42,6 +44,10 @@ pub async fn open_input(
     }
     if is_index_path(path) {
         return Ok(Box::new(SafetensorsSource::open(path)?));
+    }
+    if pytorch::is_index_path(path) {
+        let src = PyTorchSource::open_index(path, options)?;
+        return Ok(told_skipped(src, notice));
     }
     let on_input = |e: std::io::Error| Error::io(e).with_input(&input);
     // Opening a FIFO blocks until a writer comes: off the runtime's threads,
@@ -64,7 +70,7 @@ pub async fn open_input(
         return open_stream(reader, &input, stem, options, notice, 0).await;
     }
     let len = meta.len();
-    let mut first = [0u8; SNIFF_LEN];
+    let mut first = [0u8; FILE_SNIFF_LEN];
     let got = read_prefix(&file, &mut first).map_err(on_input)?;
     let stem = tensor_name(path, options);
     if let Some(spec) = &options.raw {
@@ -90,7 +96,9 @@ pub async fn open_input(
             stem?,
             options.npy_void_as,
         )?)),
-        Format::Zip => Ok(Box::new(NpzSource::open(file, len, &input, options)?)),
+        Format::Zip | Format::TorchLegacy | Format::Tar => {
+            open_archive(file, len, &input, options, notice)
+        }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Compressed(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
@@ -99,6 +107,50 @@ pub async fn open_input(
         }
         Format::Unknown => Err(unknown(&first[..got]).with_input(&input)),
     }
+}
+
+/// A zip (an .npz or a PyTorch checkpoint, told apart by its members), a
+/// legacy PyTorch checkpoint, or PyTorch's refused tar format.
+fn open_archive(
+    file: File,
+    len: u64,
+    input: &str,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let first = {
+        let mut first = [0u8; FILE_SNIFF_LEN];
+        let got = read_prefix(&file, &mut first).map_err(|e| Error::io(e).with_input(input))?;
+        detect(&first[..got])
+    };
+    match first {
+        Format::Tar => Err(tar_refused().with_input(input)),
+        Format::Zip if !pytorch::is_torch_zip(&file, len) => {
+            Ok(Box::new(NpzSource::open(file, len, input, options)?))
+        }
+        _ => {
+            let src = PyTorchSource::open(file, len, input, options)?;
+            Ok(told_skipped(src, notice))
+        }
+    }
+}
+
+fn tar_refused() -> Error {
+    Error::new(ErrorKind::PyTorch(
+        "a tar archive (the format of torch before 0.4) is not supported: load it and save it again with a recent torch".into(),
+    ))
+}
+
+/// Says how many non-tensor values a checkpoint held that were skipped.
+fn told_skipped(src: PyTorchSource, notice: Notice<'_>) -> Box<dyn Source> {
+    if src.skipped() > 0 {
+        notice(&format!(
+            "warning: {}: skipped {} non-tensor values (numbers, strings, hyper-parameters)",
+            src.input_name(),
+            src.skipped()
+        ));
+    }
+    Box::new(src)
 }
 
 /// A single-tensor spec with no name takes the dump's file name, less its
@@ -160,7 +212,13 @@ async fn open_raw_stream(
     notice(&format!(
         "{input}: a multi-tensor dump needs random access; spooling it to a temporary file"
     ));
-    let (file, len) = spool(reader).await.map_err(|e| e.with_input(input))?;
+    let planned = (!spec.allow_trailing)
+        .then(|| spec.planned_len())
+        .transpose()
+        .map_err(|e| e.with_input(input))?;
+    let (file, len) = spool(reader, planned)
+        .await
+        .map_err(|e| e.with_input(input))?;
     Ok(Box::new(RawSource::from_file(file, len, input, spec)?))
 }
 
@@ -172,14 +230,7 @@ fn is_stream(meta: &std::fs::Metadata) -> bool {
 }
 
 fn read_prefix(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], got as u64)? {
-            0 => break,
-            n => got += n,
-        }
-    }
-    Ok(got)
+    crate::io_util::fill_with(buf, |rest, at| file.read_at(rest, at as u64))
 }
 
 fn unknown(first: &[u8]) -> Error {
@@ -202,8 +253,8 @@ fn tensor_name(path: &Path, options: &SourceOptions) -> Result<String> {
     }
     let name = name.strip_suffix(".npy").unwrap_or(name);
     if name.is_empty() || path.as_os_str() == "-" {
-        return Err(Error::new(ErrorKind::Usage(
-            "an .npy from standard input needs --name".into(),
+        return Err(Error::new(ErrorKind::NameNeeded(
+            "an .npy from standard input",
         )));
     }
     Ok(name.to_string())
@@ -285,13 +336,7 @@ impl AsyncRead for DecodeErrors {
 /// yields them.
 async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'static>)> {
     let mut first = vec![0u8; SNIFF_LEN];
-    let mut got = 0;
-    while got < first.len() {
-        match r.read(&mut first[got..]).await? {
-            0 => break,
-            n => got += n,
-        }
-    }
+    let got = crate::io_util::fill_async(&mut r, &mut first).await?;
     first.truncate(got);
     let replay = std::io::Cursor::new(first.clone());
     Ok((first, Box::pin(replay.chain(r))))
@@ -327,8 +372,8 @@ fn open_stream<'a>(
                     (Some(n), _) => n.clone(),
                     (None, Some(s)) => s,
                     (None, None) => {
-                        return Err(on_input(Error::new(ErrorKind::Usage(
-                            "an .npy from standard input needs --name".into(),
+                        return Err(on_input(Error::new(ErrorKind::NameNeeded(
+                            "an .npy from standard input",
                         ))))
                     }
                 };
@@ -340,30 +385,76 @@ fn open_stream<'a>(
                 }
                 Ok(Box::new(src) as Box<dyn Source>)
             }
-            Format::Zip => {
+            Format::Zip | Format::TorchLegacy => {
                 notice(&format!(
-                    "{input}: an .npz needs random access; spooling it to a temporary file"
+                    "{input}: an archive (.npz or PyTorch checkpoint) needs random access; spooling it to a temporary file"
                 ));
-                let (file, len) = spool(reader).await.map_err(on_input)?;
-                Ok(Box::new(NpzSource::open(file, len, input, options)?) as Box<dyn Source>)
+                // An archive plans nothing before its end: spooled whole.
+                let (file, len) = spool(reader, None).await.map_err(on_input)?;
+                open_archive(file, len, input, options, notice)
             }
+            Format::Tar => Err(on_input(tar_refused())),
             Format::Safetensors => {
                 notice(&format!(
                     "{input}: not seekable; spooling it to a temporary file"
                 ));
-                let (file, len) = spool(reader).await.map_err(on_input)?;
-                Ok(Box::new(SafetensorsSource::from_file(file, len, input)?) as Box<dyn Source>)
+                let src = spool_safetensors(reader, input).await.map_err(on_input)?;
+                Ok(Box::new(src) as Box<dyn Source>)
             }
             Format::Compressed(_) | Format::Unknown => Err(on_input(unknown(&first))),
         }
     })
 }
 
-/// Copies a stream to an anonymous temp file (disk, never memory).
-pub(crate) async fn spool(mut reader: TensorReader<'_>) -> Result<(File, u64)> {
+/// Copies a stream to an anonymous temp file (disk, never memory). With a
+/// `planned` length, reading stops one byte past it: a stream that holds
+/// more (a compression bomb) is refused without spooling the rest.
+pub(crate) async fn spool(
+    mut reader: TensorReader<'_>,
+    planned: Option<u64>,
+) -> Result<(File, u64)> {
     let tmp = tempfile::tempfile()?;
     let mut out = tokio::fs::File::from_std(tmp.try_clone()?);
-    let len = tokio::io::copy(&mut reader, &mut out).await?;
+    let len = match planned {
+        None => tokio::io::copy(&mut reader, &mut out).await?,
+        Some(p) => tokio::io::copy(&mut (&mut reader).take(p.saturating_add(1)), &mut out).await?,
+    };
+    if let Some(expected) = planned.filter(|&p| len > p) {
+        return Err(Error::new(ErrorKind::StreamTooLong { expected }));
+    }
     out.flush().await?;
     Ok((tmp, len))
+}
+
+/// Spools a safetensors stream: its header first, which plans the file's
+/// length; then at most that many bytes (plus one, to see there are more).
+async fn spool_safetensors(mut reader: TensorReader<'_>, input: &str) -> Result<SafetensorsSource> {
+    let eof_at = |at: u64| {
+        move |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::new(ErrorKind::FileTooShort { len: at })
+            } else {
+                Error::io(e)
+            }
+        }
+    };
+    let mut prefix = [0u8; 8];
+    reader.read_exact(&mut prefix).await.map_err(eof_at(0))?;
+    // The limit is checked before anything is allocated on the claim.
+    let n = check_prefix(prefix, u64::MAX)?;
+    let mut json = Vec::new();
+    (&mut reader).take(n).read_to_end(&mut json).await?;
+    if (json.len() as u64) < n {
+        let available = json.len() as u64;
+        return Err(Error::new(ErrorKind::HeaderPastEnd { len: n, available }).at_offset(0));
+    }
+    let header = parse_header_json(&json, Rules::SOURCE)?;
+    let planned = header.file_len();
+    let whole = std::io::Cursor::new(&prefix[..])
+        .chain(std::io::Cursor::new(&json[..]))
+        .chain(reader);
+    let (data, len) = spool(Box::pin(whole), Some(planned)).await?;
+    check_file_len(&header, len)?;
+    drop(json);
+    Ok(SafetensorsSource::from_data(data, header, input))
 }

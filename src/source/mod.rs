@@ -11,6 +11,7 @@ pub mod input;
 pub mod memory;
 pub mod npy;
 pub mod npz;
+pub mod pytorch;
 pub mod raw;
 pub mod safetensors;
 
@@ -150,6 +151,12 @@ pub struct SourceOptions {
     /// Read .npy void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
     /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
     pub npy_void_as: Option<crate::Dtype>,
+    /// PyTorch checkpoints: write one tensor of each group of identical views
+    /// and record the dropped names in the metadata (`--dedupe-tied`).
+    pub dedupe_tied: bool,
+    /// PyTorch checkpoints: convert only the value under this key (dotted for
+    /// nested dicts), named without it (`--pt-root`).
+    pub pt_root: Option<String>,
 }
 
 /// What the planner reads of an input: its name, tensors and metadata.
@@ -222,15 +229,48 @@ pub(crate) async fn file_range(
     Ok(f.take(len))
 }
 
+/// A file as it was when a source opened it: the length its ranges were
+/// checked against, and its modification and status-change times to the
+/// nanosecond. A rewrite in place at the same length changes the times
+/// (and `touch -d` to put the modification time back changes the
+/// status-change time), unless it lands within the same tick of the
+/// kernel's file clock as the open (a few milliseconds), or on a
+/// filesystem with coarse times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    len: u64,
+    times: Option<[(i64, i64); 2]>,
+}
+
+impl Stamp {
+    /// Stamps `file`, whose ranges were checked against `len` bytes.
+    pub(crate) fn of(file: &std::fs::File, len: u64) -> Stamp {
+        Stamp {
+            len,
+            times: file.metadata().ok().map(|m| times(&m)),
+        }
+    }
+}
+
+fn times(m: &std::fs::Metadata) -> [(i64, i64); 2] {
+    use std::os::unix::fs::MetadataExt;
+    [(m.mtime(), m.mtime_nsec()), (m.ctime(), m.ctime_nsec())]
+}
+
 /// The check behind [`Source::check_unchanged`] for one file.
-pub(crate) fn unchanged(file: &std::fs::File, opened_len: u64, input: &str) -> Result<()> {
-    let now = file.metadata()?.len();
-    if now != opened_len {
+pub(crate) fn unchanged(file: &std::fs::File, opened: &Stamp, input: &str) -> Result<()> {
+    let meta = file.metadata()?;
+    let now = meta.len();
+    if now != opened.len {
         let e = crate::ErrorKind::InputChanged {
-            opened: opened_len,
+            opened: opened.len,
             now,
         };
         return Err(crate::Error::new(e).with_input(input));
+    }
+    if opened.times.is_some_and(|t| t != times(&meta)) {
+        let e = crate::Error::new(crate::ErrorKind::InputModified);
+        return Err(e.with_input(input));
     }
     Ok(())
 }

@@ -61,6 +61,18 @@ impl RawSpec {
         })
     }
 
+    /// Reads and parses the manifest file at `path` (at most 100 MB, like a
+    /// header); errors name the path.
+    pub fn from_manifest_file(path: &std::path::Path) -> Result<RawSpec> {
+        let text = crate::header::read::read_capped(path, "raw manifest")?;
+        RawSpec::from_manifest(&text).map_err(|e| e.with_input(path.display()))
+    }
+
+    /// The bytes the dump must hold: the end of its last tensor.
+    pub fn planned_len(&self) -> Result<u64> {
+        place(self).map(|(_, end)| end)
+    }
+
     /// Parses a shape flag: `4,256`, or `scalar` / an empty string for 0-d.
     pub fn parse_shape(s: &str) -> Result<Vec<u64>> {
         let s = s.trim();
@@ -95,6 +107,12 @@ fn place(spec: &RawSpec) -> Result<(Vec<Placed>, u64)> {
     for t in &spec.tensors {
         let meta = TensorMeta::new(t.name.clone(), t.dtype, t.shape.clone());
         let len = meta.byte_len()?;
+        if !crate::header::numpy_can_hold(t.dtype, &t.shape) {
+            return Err(Error::new(ErrorKind::Usage(format!(
+                "tensor {:?}: shape {:?} is too big for numpy and torch (over 2^63-1 bytes, zeros aside)",
+                t.name, t.shape
+            ))));
+        }
         t.offset.checked_add(len).ok_or_else(|| {
             Error::new(ErrorKind::Usage(format!(
                 "tensor {:?}: offset plus length overflows",
@@ -128,8 +146,8 @@ fn place(spec: &RawSpec) -> Result<(Vec<Placed>, u64)> {
 }
 
 enum Data {
-    /// The dump and its length when opened.
-    File(Arc<File>, u64),
+    /// The dump, and how it was when opened.
+    File(Arc<File>, super::Stamp),
     /// Forward-only; `pos` is how far it has been read.
     Stream {
         reader: Option<TensorReader<'static>>,
@@ -177,7 +195,8 @@ impl RawSource {
     /// A dump in `file`, `len` bytes long: its size must match the spec
     /// exactly (or leave trailing bytes, if allowed).
     pub fn from_file(file: File, len: u64, input: &str, spec: &RawSpec) -> Result<Self> {
-        let (src, end) = Self::new(spec, input, Data::File(Arc::new(file), len))?;
+        let opened = super::Stamp::of(&file, len);
+        let (src, end) = Self::new(spec, input, Data::File(Arc::new(file), opened))?;
         if len < end || (len > end && !spec.allow_trailing) {
             let e = Error::new(ErrorKind::DataLength {
                 expected: end,
@@ -194,7 +213,7 @@ impl RawSource {
     pub fn from_stream(reader: TensorReader<'static>, input: &str, spec: &RawSpec) -> Result<Self> {
         if spec.tensors.len() != 1 {
             let msg = "a streamed dump must hold exactly one tensor; spool it to a file";
-            return Err(Error::new(ErrorKind::Usage(msg.into())).with_input(input));
+            return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(input));
         }
         let data = Data::Stream {
             reader: Some(reader),
@@ -231,7 +250,7 @@ impl Source for RawSource {
 
     fn check_unchanged(&self) -> Result<()> {
         match &self.data {
-            Data::File(f, len) => super::unchanged(f, *len, &self.input),
+            Data::File(f, opened) => super::unchanged(f, opened, &self.input),
             Data::Stream { .. } => Ok(()),
         }
     }
@@ -259,7 +278,7 @@ impl Source for RawSource {
                 Data::File(f, _) => Box::pin(file_range(f, p.offset, p.len).await?),
                 Data::Stream { reader, pos } => {
                     let mut r = reader.take().ok_or_else(|| {
-                        Error::new(ErrorKind::Usage("a streamed dump is read once".into()))
+                        Error::new(ErrorKind::ReadOnce("a streamed dump is read once"))
                     })?;
                     let gap = p.offset - *pos;
                     let skipped =

@@ -30,8 +30,8 @@ struct Location {
 pub struct SafetensorsSource {
     input: String,
     files: Vec<Arc<File>>,
-    /// Each file's length when opened.
-    lens: Vec<u64>,
+    /// Each file as it was when opened.
+    opened: Vec<super::Stamp>,
     tensors: Vec<TensorMeta>,
     locations: Vec<Location>,
     metadata: Option<Metadata>,
@@ -58,19 +58,25 @@ impl SafetensorsSource {
         Ok(Self::from_parts(input.to_string(), vec![(file, header)]))
     }
 
+    /// A safetensors file whose header was already read and checked
+    /// against its length (a spooled stream).
+    pub(crate) fn from_data(file: File, header: Header, input: &str) -> Self {
+        Self::from_parts(input.to_string(), vec![(file, header)])
+    }
+
     fn from_parts(input: String, parts: Vec<(File, Header)>) -> Self {
         let count = parts.iter().map(|(_, h)| h.tensors.len()).sum();
         let mut src = SafetensorsSource {
             input,
             files: Vec::with_capacity(parts.len()),
-            lens: Vec::with_capacity(parts.len()),
+            opened: Vec::with_capacity(parts.len()),
             tensors: Vec::with_capacity(count),
             locations: Vec::with_capacity(count),
             metadata: None,
         };
         for (index, (file, header)) in parts.into_iter().enumerate() {
             let start = header.data_start();
-            src.lens.push(header.file_len());
+            src.opened.push(super::Stamp::of(&file, header.file_len()));
             // Shards' metadata merge in shard order; usually they are all equal.
             if let Some(md) = header.metadata {
                 src.metadata.get_or_insert_with(Metadata::new).extend(md);
@@ -103,8 +109,8 @@ impl Source for SafetensorsSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        for (f, &len) in self.files.iter().zip(&self.lens) {
-            super::unchanged(f, len, &self.input)?;
+        for (f, opened) in self.files.iter().zip(&self.opened) {
+            super::unchanged(f, opened, &self.input)?;
         }
         Ok(())
     }

@@ -7,7 +7,8 @@ use safetensors_stream::Dtype;
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success, 1 bad input (the input is not what it claims), 2 usage error,
-3 I/O or environment error (disk full, permission), 130/143 interrupted by SIGINT/SIGTERM.
+3 I/O or environment error (disk full, permission), 129/130/141/143 interrupted by
+SIGHUP/SIGINT/SIGPIPE/SIGTERM.
 On any failure the output path is left untouched: no partial file, an old file keeps its bytes.
 
 Examples:
@@ -16,10 +17,12 @@ Examples:
   curl -s https://host/model.npz | convert - -o model.safetensors
   convert model.safetensors -o copy.safetensors
   convert model.safetensors --cast-all BF16 -o model-bf16.safetensors
+  convert model.safetensors --cast-all BF16 --overwrite-input -o model.safetensors
   convert dump.bin --raw-dtype F32 --raw-shape 4,256 --name w -o w.safetensors
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
   convert model.safetensors.index.json -o single.safetensors
+  convert pytorch_model.bin --dedupe-tied -o model.safetensors
   convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
   convert model.safetensors -o - | ssh host 'cat > model.safetensors'
   convert weights.npz --dry-run --json -o out.safetensors
@@ -48,53 +51,15 @@ pub struct Cli {
 /// Converting (the default command).
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
-    /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, any of
-    /// them gzip/zstd/xz/bzip2-compressed; `-` for standard input. Recognised by content.
+    /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, PyTorch
+    /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), any of them
+    /// gzip/zstd/xz/bzip2-compressed; `-` for standard input; a folder holding one checkpoint
+    /// (its index, else its single model file). Recognised by content.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
-    /// Tensor name for a single-array input (.npy); default: the file name without extensions.
-    #[arg(long, value_name = "NAME")]
-    pub name: Option<String>,
-    /// Skip npz members that are not .npy arrays, instead of refusing the archive.
-    #[arg(long)]
-    pub skip_non_npy: bool,
-    /// Read .npy/.npz void elements (`<V2`, `|V1`: ml_dtypes' types saved by np.save) as this
-    /// dtype (BF16, F8_E4M3, F8_E5M2, ...); its width must be the void's. Never guessed.
-    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
-    pub npy_void_as: Option<Dtype>,
-    /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
-    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
-    pub raw_dtype: Option<Dtype>,
-    /// Shape of a raw dump: `4,256`; `scalar` or an empty string for 0-d.
-    #[arg(
-        long,
-        value_name = "SHAPE",
-        requires = "raw_dtype",
-        help_heading = "Raw dumps"
-    )]
-    pub raw_shape: Option<String>,
-    /// Skip this many bytes at the start of a raw dump.
-    #[arg(
-        long,
-        value_name = "BYTES",
-        default_value_t = 0,
-        help_heading = "Raw dumps"
-    )]
-    pub raw_offset: u64,
-    /// Byte order of a raw dump.
-    #[arg(long, value_enum, default_value_t = ByteOrder::Little, help_heading = "Raw dumps")]
-    pub raw_byte_order: ByteOrder,
-    /// Several tensors in one dump: a JSON list of {"name", "dtype", "shape", "offset"}.
-    #[arg(
-        long,
-        value_name = "FILE",
-        conflicts_with = "raw_dtype",
-        help_heading = "Raw dumps"
-    )]
-    pub raw_manifest: Option<PathBuf>,
-    /// Accept bytes after the last tensor of a raw dump.
-    #[arg(long, help_heading = "Raw dumps")]
-    pub raw_allow_trailing: bool,
+    /// How the inputs are read (names, raw dumps).
+    #[command(flatten)]
+    pub input: InputArgs,
     /// Cast tensors of dtype FROM to TO while streaming (repeatable): F32=BF16, F32=F16,
     /// F64=F32, F64=BF16, F64=F16, F16=F32, BF16=F32, and lossless integer widenings.
     #[arg(long, value_name = "FROM=TO", value_parser = parse_cast, help_heading = "Casting")]
@@ -138,6 +103,9 @@ pub struct ConvertArgs {
     /// Split into shards of at most SIZE tensor bytes (5GB = 5e9, 5GiB = 5*2^30) plus an index.
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub max_shard_size: Option<u64>,
+    /// Allow the output to replace an input (the same file: links count); refused otherwise.
+    #[arg(long)]
+    pub overwrite_input: bool,
     /// Skip the fsyncs (faster; a crash may then lose the output, never corrupt it silently).
     #[arg(long)]
     pub no_sync: bool,
@@ -162,6 +130,63 @@ pub struct ConvertArgs {
     /// Compute a checksum of each output file while streaming (in the report and the summary).
     #[arg(long, value_enum, value_name = "ALGO")]
     pub checksum: Option<ChecksumAlgo>,
+}
+
+/// How inputs are read: shared by converting and `inspect`, so that inspect
+/// opens an input exactly as a conversion would.
+#[derive(Debug, Args)]
+pub struct InputArgs {
+    /// Tensor name for a single-array input (.npy); default: the file name without extensions.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Skip npz members that are not .npy arrays, instead of refusing the archive.
+    #[arg(long)]
+    pub skip_non_npy: bool,
+    /// Read .npy/.npz void elements (`<V2`, `|V1`: ml_dtypes' types saved by np.save) as this
+    /// dtype (BF16, F8_E4M3, F8_E5M2, ...); its width must be the void's. Never guessed.
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
+    pub npy_void_as: Option<Dtype>,
+    /// PyTorch checkpoints: write one tensor of each group of identical (tied) views and
+    /// record the dropped names in __metadata__, as the Hugging Face script does.
+    #[arg(long, help_heading = "PyTorch checkpoints")]
+    pub dedupe_tied: bool,
+    /// PyTorch checkpoints: convert only the value under KEY (dotted for nested dicts),
+    /// named without it; by default a top-level `state_dict` is not part of the names.
+    #[arg(long, value_name = "KEY", help_heading = "PyTorch checkpoints")]
+    pub pt_root: Option<String>,
+    /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
+    pub raw_dtype: Option<Dtype>,
+    /// Shape of a raw dump: `4,256`; `scalar` or an empty string for 0-d.
+    #[arg(
+        long,
+        value_name = "SHAPE",
+        requires = "raw_dtype",
+        help_heading = "Raw dumps"
+    )]
+    pub raw_shape: Option<String>,
+    /// Skip this many bytes at the start of a raw dump.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 0,
+        help_heading = "Raw dumps"
+    )]
+    pub raw_offset: u64,
+    /// Byte order of a raw dump.
+    #[arg(long, value_enum, default_value_t = ByteOrder::Little, help_heading = "Raw dumps")]
+    pub raw_byte_order: ByteOrder,
+    /// Several tensors in one dump: a JSON list of {"name", "dtype", "shape", "offset"}.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "raw_dtype",
+        help_heading = "Raw dumps"
+    )]
+    pub raw_manifest: Option<PathBuf>,
+    /// Accept bytes after the last tensor of a raw dump.
+    #[arg(long, help_heading = "Raw dumps")]
+    pub raw_allow_trailing: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -218,7 +243,8 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
 pub enum Command {
     /// Check safetensors files (or a sharded checkpoint's index) against every rule of the format.
     Validate(ValidateArgs),
-    /// Show a safetensors file's (or sharded checkpoint's) tensors, sizes and metadata.
+    /// Show the tensors, sizes and metadata of any input convert reads (safetensors, an index,
+    /// .npy, .npz, PyTorch checkpoints, raw dumps with the --raw flags, compressed), from headers only.
     Inspect(InspectArgs),
     /// Print a shell completion script: `convert completions bash > /etc/bash_completion.d/convert`.
     Completions {
@@ -242,9 +268,13 @@ pub struct ValidateArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// A *.safetensors file, or a *.safetensors.index.json.
+    /// Any input convert reads: *.safetensors, *.safetensors.index.json, .npy, .npz, PyTorch, a raw dump
+    /// (with --raw-dtype/--raw-shape or --raw-manifest), compressed; `-` for standard input.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// How the input is read.
+    #[command(flatten)]
+    pub input: InputArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,

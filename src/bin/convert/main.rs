@@ -9,7 +9,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
-use safetensors_stream::index::Checkpoint;
+use safetensors_stream::index::{is_index_path, Checkpoint};
+use safetensors_stream::source::detect::{detect_file, Format};
+use safetensors_stream::source::input::open_input;
+use safetensors_stream::source::{Listing, SourceOptions};
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{inspect, Category, Error, ErrorKind};
 
@@ -150,16 +153,61 @@ fn worse(a: Category, b: Category) -> Category {
 }
 
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
-    let cp = Checkpoint::open(&args.file, rules(args.reference))?;
-    warn_hub_limit(&cp);
-    let text = if args.json {
-        let mut s = serde_json::to_string_pretty(&inspect::to_json(&cp)).expect("JSON of a Value");
-        s.push('\n');
-        s
+    let options = run::source_options(&args.input)?;
+    let text = if options.raw.is_none() && reads_as_checkpoint(&args.file)? {
+        inspect_checkpoint(args)?
     } else {
-        inspect::render_table(&cp)
+        inspect_source(args, &options)?
     };
     // A closed pipe (`| head`) is not an error worth a message.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     Ok(ExitCode::SUCCESS)
+}
+
+/// An index, or a file that is not another format convert reads: shown
+/// with its offsets, under the chosen rules (and their errors).
+fn reads_as_checkpoint(path: &std::path::Path) -> Result<bool, Error> {
+    if is_index_path(path) {
+        return Ok(true);
+    }
+    if path.as_os_str() == "-" {
+        return Ok(false);
+    }
+    let format = detect_file(path).map_err(|e| Error::io(e).with_input(path.display()))?;
+    Ok(matches!(
+        format,
+        Some(Format::Safetensors | Format::Unknown)
+    ))
+}
+
+fn inspect_checkpoint(args: &InspectArgs) -> Result<String, Error> {
+    let cp = Checkpoint::open(&args.file, rules(args.reference))?;
+    warn_hub_limit(&cp);
+    Ok(if args.json {
+        pretty(&inspect::to_json(&cp))
+    } else {
+        inspect::render_table(&cp)
+    })
+}
+
+/// Any other input, opened by the very code a conversion opens it with.
+fn inspect_source(args: &InspectArgs, options: &SourceOptions) -> Result<String, Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let notice = |msg: &str| eprintln!("convert: {msg}");
+    let source = rt.block_on(open_input(&args.file, options, &notice))?;
+    let listing = Listing::of(source.as_ref());
+    let input = |e: Error| e.with_input(&listing.input);
+    Ok(if args.json {
+        pretty(&inspect::listing_to_json(&listing).map_err(input)?)
+    } else {
+        inspect::render_listing(&listing).map_err(input)?
+    })
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("JSON of a Value");
+    s.push('\n');
+    s
 }

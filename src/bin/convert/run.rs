@@ -6,8 +6,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    cast_notes, convert_sources, open_inputs, plan_sources, plan_warnings, shard_paths,
-    ConvertOptions, Output, Report,
+    cast_notes, check_output, convert_opened, open_inputs, plan_sources, plan_warnings,
+    shard_paths, ConvertOptions, Output, Report,
 };
 use safetensors_stream::header::Order;
 use safetensors_stream::inspect;
@@ -22,15 +22,14 @@ use serde_json::json;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{ByteOrder, ConvertArgs, OrderArg, ReportFormat};
+use crate::cli::{ByteOrder, ConvertArgs, InputArgs, OrderArg, ReportFormat};
 use crate::progress::{Bar, Lines};
 use safetensors_stream::source::raw::{RawSpec, RawTensor};
 
-fn raw_spec(args: &ConvertArgs) -> Result<Option<RawSpec>, Error> {
+/// The raw-dump reading of the inputs, if the flags ask for one.
+pub(crate) fn raw_spec(args: &InputArgs) -> Result<Option<RawSpec>, Error> {
     let mut spec = if let Some(manifest) = &args.raw_manifest {
-        let text =
-            std::fs::read(manifest).map_err(|e| Error::io(e).with_input(manifest.display()))?;
-        RawSpec::from_manifest(&text).map_err(|e| e.with_input(manifest.display()))?
+        RawSpec::from_manifest_file(manifest)?
     } else if let (Some(dtype), Some(shape)) = (args.raw_dtype, &args.raw_shape) {
         RawSpec {
             tensors: vec![RawTensor {
@@ -71,12 +70,7 @@ fn options(
     progress: Option<Arc<dyn Progress>>,
 ) -> Result<ConvertOptions, Error> {
     Ok(ConvertOptions {
-        source: SourceOptions {
-            skip_non_npy: args.skip_non_npy,
-            name: args.name.clone(),
-            raw: raw_spec(args)?,
-            npy_void_as: args.npy_void_as,
-        },
+        source: source_options(&args.input)?,
         notice: Some(Arc::new(move |msg: &str| notes.say(msg))),
         plan: PlanOptions {
             include: args.include.clone(),
@@ -101,6 +95,20 @@ fn options(
         sync: !args.no_sync,
         progress,
         checksum: args.checksum.is_some(),
+        fast_path: true,
+        overwrite_input: args.overwrite_input,
+    })
+}
+
+/// How inputs are opened, from the shared input flags.
+pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
+    Ok(SourceOptions {
+        skip_non_npy: args.skip_non_npy,
+        name: args.name.clone(),
+        raw: raw_spec(args)?,
+        npy_void_as: args.npy_void_as,
+        dedupe_tied: args.dedupe_tied,
+        pt_root: args.pt_root.clone(),
     })
 }
 
@@ -121,8 +129,9 @@ impl Notes {
     }
 }
 
-/// Runs the conversion; on SIGINT or SIGTERM the conversion is dropped,
-/// which deletes its temp files, and the exit code is 128 + the signal.
+/// Runs the conversion; on SIGHUP, SIGINT, SIGPIPE or SIGTERM the
+/// conversion is dropped, which deletes its temp files, and the exit code
+/// is 128 + the signal.
 pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
     let json = args.report == Some(ReportFormat::Json);
     let notes = Notes {
@@ -171,11 +180,15 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
     let (shown, bar) = progress(args);
     let opts = options(args, notes.clone(), shown)?;
     let outcome = rt.block_on(async {
+        let mut hup = signal(SignalKind::hangup())?;
         let mut int = signal(SignalKind::interrupt())?;
+        let mut pipe = signal(SignalKind::pipe())?;
         let mut term = signal(SignalKind::terminate())?;
         tokio::select! {
-            r = job(args, &output, &opts) => r.map_err(Interrupt::No),
+            r = job(args, &output, &opts) => r.map_err(broken_pipe),
+            _ = hup.recv() => Err(Interrupt::Signal("SIGHUP", 129)),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
+            _ = pipe.recv() => Err(Interrupt::Signal("SIGPIPE", 141)),
             _ = term.recv() => Err(Interrupt::Signal("SIGTERM", 143)),
         }
     });
@@ -197,7 +210,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         Ok(Outcome::Planned) => Ok(ExitCode::SUCCESS),
         Ok(Outcome::Done(report)) => {
             if args.report == Some(ReportFormat::Json) {
-                eprintln!("{}", report_json(&report, &collected()));
+                eprintln!("{}", report.to_json(&collected()));
             } else if !args.quiet {
                 summarize(&report);
             }
@@ -233,6 +246,12 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
     let mut sources = open_inputs(&args.inputs, opts).await?;
     if args.dry_run {
         let plan = plan_sources(&sources, opts)?;
+        // Everything the real run checks before writing.
+        for w in check_output(&args.inputs, output, &plan, opts)? {
+            if let Some(notice) = &opts.notice {
+                notice(&format!("warning: {w}"));
+            }
+        }
         let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
         let paths = output_names(output, &plan);
         let text = if args.json {
@@ -257,7 +276,7 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
         return Ok(Outcome::Planned);
     }
     Ok(Outcome::Done(
-        convert_sources(&mut sources, output, opts).await?,
+        convert_opened(&args.inputs, &mut sources, output, opts).await?,
     ))
 }
 
@@ -310,20 +329,6 @@ fn output_names(output: &Output, plan: &safetensors_stream::plan::Plan) -> Vec<S
     }
 }
 
-fn report_json(report: &Report, notes: &[String]) -> String {
-    let mut v = serde_json::to_value(report).expect("JSON of a report");
-    v["ok"] = json!(true);
-    if let Some(w) = v["warnings"].as_array_mut() {
-        // A warning the library noticed is in the report already.
-        let fresh = notes.iter().filter(|n| {
-            !n.strip_prefix("warning: ")
-                .is_some_and(|bare| report.warnings.iter().any(|w| w == bare))
-        });
-        w.extend(fresh.map(|n| json!(n)).collect::<Vec<_>>());
-    }
-    v.to_string()
-}
-
 /// A failure as the JSON report's one object.
 pub(crate) fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
     json!({
@@ -333,6 +338,7 @@ pub(crate) fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
             "kind": e.kind().name(),
             "category": format!("{:?}", e.category()),
             "input": e.input(),
+            "output": e.output(),
             "tensor": e.tensor(),
             "offset": e.offset(),
             "message": e.to_string(),
@@ -345,6 +351,19 @@ pub(crate) fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
 enum Interrupt {
     No(Error),
     Signal(&'static str, u8),
+}
+
+/// A stream output whose reader went away (`convert ... -o - | head -c 1`):
+/// the write fails with EPIPE, usually before the SIGPIPE that came with
+/// it is heard. Either way it ends as SIGPIPE does, exit 141.
+fn broken_pipe(e: Error) -> Interrupt {
+    let epipe =
+        matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
+    if e.output().is_some() && epipe {
+        Interrupt::Signal("SIGPIPE", 141)
+    } else {
+        Interrupt::No(e)
+    }
 }
 
 impl From<std::io::Error> for Interrupt {

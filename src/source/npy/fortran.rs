@@ -41,7 +41,7 @@ pub(crate) fn same_as_c_order(shape: &[u64]) -> bool {
 }
 
 /// Reads a Fortran-order array's data from `file` at `base`, yielding C order.
-pub(crate) struct FortranReader {
+pub struct FortranReader {
     file: File,
     base: u64,
     width: usize,
@@ -63,7 +63,7 @@ pub(crate) struct FortranReader {
 
 impl FortranReader {
     /// The caller has checked the data's length and [`too_wide`].
-    pub(crate) fn new(file: File, base: u64, shape: &[u64], width: usize) -> Self {
+    pub fn new(file: File, base: u64, shape: &[u64], width: usize) -> Self {
         let dims = squeeze(shape);
         let (d0, rest) = match dims.split_first() {
             Some((d0, rest)) => (*d0, rest.to_vec()),

@@ -169,6 +169,14 @@ fn interpret(lit: Literal, void_as: Option<Dtype>) -> Result<NpyHeader> {
     let fortran_order = fortran.ok_or_else(|| npy_error("header has no 'fortran_order'"))?;
     let shape = shape.ok_or_else(|| npy_error("header has no 'shape'"))?;
     let (dtype, transform) = map_descr_as(&descr, void_as)?;
+    // A shape whose byte length overflows is refused later, naming the
+    // tensor; one that fits 64 bits only thanks to a zero is refused here.
+    if dtype.byte_len(&shape).is_ok() && !crate::header::numpy_can_hold(dtype, &shape) {
+        return Err(npy_error(format!(
+            "shape {shape:?} is too big: numpy refuses an array whose non-zero dimensions \
+             exceed 2^63-1 bytes, even one with no elements"
+        )));
+    }
     Ok(NpyHeader {
         descr,
         dtype,

@@ -27,8 +27,8 @@ enum Data {
     File {
         file: Arc<File>,
         offset: u64,
-        /// The file's length when opened.
-        len: u64,
+        /// The file as it was when opened.
+        opened: super::Stamp,
     },
     /// A forward-only stream positioned at the data; taken on first open.
     Stream(Option<TensorReader<'static>>),
@@ -88,7 +88,10 @@ impl NpySource {
         }
         Ok(NpySource {
             data: Data::File {
-                len: file.metadata().map_err(|e| on_input(Error::io(e)))?.len(),
+                opened: super::Stamp::of(
+                    &file,
+                    file.metadata().map_err(|e| on_input(Error::io(e)))?.len(),
+                ),
                 file: Arc::new(file),
                 offset: base + end_of_header,
             },
@@ -175,10 +178,10 @@ impl NpySource {
         else {
             return Ok(self);
         };
-        let (file, len) = super::input::spool(reader)
+        let expected = self.tensors[0].byte_len()?;
+        let (file, len) = super::input::spool(reader, Some(expected))
             .await
             .map_err(|e| e.with_input(&self.input))?;
-        let expected = self.tensors[0].byte_len()?;
         if len != expected {
             let e = Error::new(ErrorKind::DataLength {
                 expected,
@@ -187,9 +190,9 @@ impl NpySource {
             return Err(e.with_input(&self.input));
         }
         self.data = Data::File {
+            opened: super::Stamp::of(&file, len),
             file: Arc::new(file),
             offset: 0,
-            len,
         };
         Ok(self)
     }
@@ -229,7 +232,7 @@ impl Source for NpySource {
 
     fn check_unchanged(&self) -> Result<()> {
         match &self.data {
-            Data::File { file, len, .. } => super::unchanged(file, *len, &self.input),
+            Data::File { file, opened, .. } => super::unchanged(file, opened, &self.input),
             Data::Stream(_) => Ok(()),
         }
     }
@@ -264,9 +267,7 @@ impl Source for NpySource {
                 }
                 Data::File { file, offset, .. } => Box::pin(file_range(file, *offset, len).await?),
                 Data::Stream(s) => s.take().ok_or_else(|| {
-                    Error::new(ErrorKind::Usage(
-                        "a streamed .npy can be read only once".into(),
-                    ))
+                    Error::new(ErrorKind::ReadOnce("a streamed .npy can be read only once"))
                 })?,
             };
             Ok(TensorData { reader, transform })

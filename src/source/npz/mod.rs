@@ -42,8 +42,8 @@ struct Member {
 pub struct NpzSource {
     input: String,
     file: Arc<File>,
-    /// The archive's length when opened.
-    len: u64,
+    /// The archive as it was when opened.
+    opened: super::Stamp,
     tensors: Vec<TensorMeta>,
     members: Vec<Member>,
 }
@@ -56,8 +56,8 @@ impl NpzSource {
         let mut seen = HashSet::with_capacity(entries.len());
         let mut src = NpzSource {
             input: input.to_string(),
+            opened: super::Stamp::of(&file, len),
             file: Arc::new(file),
-            len,
             tensors: Vec::with_capacity(entries.len()),
             members: Vec::with_capacity(entries.len()),
         };
@@ -163,7 +163,7 @@ impl Source for NpzSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        super::unchanged(&self.file, self.len, &self.input)
+        super::unchanged(&self.file, &self.opened, &self.input)
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
@@ -361,10 +361,7 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
             }
             let crc = self.crc.clone().finalize();
             if crc != self.want_crc {
-                return Err(self.invalid(format!(
-                    "CRC-32 is {crc:08x}, the archive says {:08x}",
-                    self.want_crc
-                )));
+                return Err(crate::sink::elements::crc_mismatch(crc, self.want_crc).into_io());
             }
             self.verified = true;
         }

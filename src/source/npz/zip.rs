@@ -58,6 +58,10 @@ fn zip_err(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Zip(msg.into()))
 }
 
+fn unsupported(feature: impl Into<String>) -> Error {
+    Error::new(ErrorKind::ZipUnsupported(feature.into()))
+}
+
 fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
 }
@@ -87,21 +91,22 @@ struct Directory {
 /// Returns the entries and the directory's offset, which every member's
 /// bytes must end before.
 pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
-    let (eocd_at, dir) = find_directory(file, len)?;
-    let end = dir.offset.checked_add(dir.size).filter(|&e| e <= eocd_at);
-    if end.is_none() {
+    let (dir_end, dir) = find_directory(file, len)?;
+    // The directory ends where the (zip64) end record begins: bytes between
+    // them would be entries that one reader sees and another does not.
+    if dir.offset.checked_add(dir.size) != Some(dir_end) {
         return Err(zip_err(format!(
-            "central directory [{}, +{}) lies outside the archive",
+            "central directory [{}, +{}) does not end where its end record begins ({dir_end})",
             dir.offset, dir.size
         ))
-        .at_offset(eocd_at));
+        .at_offset(dir_end));
     }
     if dir.entries > dir.size / CENTRAL_LEN {
         let msg = format!(
             "central directory claims {} entries in {} bytes",
             dir.entries, dir.size
         );
-        return Err(zip_err(msg).at_offset(eocd_at));
+        return Err(zip_err(msg).at_offset(dir_end));
     }
     let range = PositionalReader::new(file, dir.offset, dir.size);
     let mut r = BufReader::with_capacity(64 * 1024, range);
@@ -115,10 +120,23 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
         entries.push(entry);
         at += used;
     }
+    // The count and the size must describe the same entries: Python's
+    // zipfile (numpy) reads entries until the size is used up, so a count
+    // that stops early would drop tensors numpy sees.
+    if at != dir_end {
+        return Err(zip_err(format!(
+            "the end record counts {} entries, which end at byte {at}, but the directory runs to {dir_end}",
+            dir.entries
+        ))
+        .at_offset(at));
+    }
     Ok((entries, dir.offset))
 }
 
-/// Finds the end-of-central-directory record (and its zip64 twin if needed).
+/// Finds the end-of-central-directory record (and its zip64 twin if
+/// needed); returns where the directory must end (where the first end record
+/// begins) and the directory's place and count. Every field given twice
+/// (per disk and in all, in the classic and in the zip64 record) must agree.
 fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
     if len < EOCD_LEN {
         return Err(zip_err("file too short for a zip archive").at_offset(0));
@@ -136,21 +154,41 @@ fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
         .ok_or_else(|| zip_err("no end-of-central-directory record"))?;
     let e = &tail[pos..];
     let eocd_at = len - tail_len + pos as u64;
-    let mut dir = Directory {
-        entries: u16_at(e, 10) as u64,
+    if u16_at(e, 4) != 0 || u16_at(e, 6) != 0 {
+        return Err(unsupported("a multi-disk archive").at_offset(eocd_at));
+    }
+    let (on_disk, total) = (u16_at(e, 8), u16_at(e, 10));
+    if on_disk != total {
+        return Err(zip_err(format!(
+            "end record counts {on_disk} entries on its disk but {total} in all"
+        ))
+        .at_offset(eocd_at));
+    }
+    let classic = Directory {
+        entries: total as u64,
         size: u32_at(e, 12) as u64,
         offset: u32_at(e, 16) as u64,
     };
-    let wide = dir.entries == 0xFFFF || dir.size == 0xFFFF_FFFF || dir.offset == 0xFFFF_FFFF;
-    if wide || has_zip64_locator(file, eocd_at)? {
-        let (at, d) = read_zip64_eocd(file, eocd_at)?;
-        return Ok((at, d));
+    let wide =
+        classic.entries == 0xFFFF || classic.size == 0xFFFF_FFFF || classic.offset == 0xFFFF_FFFF;
+    if !wide && !has_zip64_locator(file, eocd_at)? {
+        return Ok((eocd_at, classic));
     }
-    if u16_at(e, 4) != 0 || u16_at(e, 6) != 0 {
-        return Err(zip_err("multi-disk archives are not supported").at_offset(eocd_at));
+    let (at, dir) = read_zip64_eocd(file, eocd_at)?;
+    // A classic field that is not the "see zip64" marker must say what the
+    // zip64 record says.
+    let agree = |classic: u64, marker: u64, wide: u64| classic == marker || classic == wide;
+    if !agree(classic.entries, 0xFFFF, dir.entries)
+        || !agree(classic.size, 0xFFFF_FFFF, dir.size)
+        || !agree(classic.offset, 0xFFFF_FFFF, dir.offset)
+    {
+        return Err(zip_err(format!(
+            "end record ({} entries, {} bytes at {}) and zip64 end record ({} entries, {} bytes at {}) disagree",
+            classic.entries, classic.size, classic.offset, dir.entries, dir.size, dir.offset
+        ))
+        .at_offset(eocd_at));
     }
-    dir.entries = dir.entries.max(u16_at(e, 8) as u64);
-    Ok((eocd_at, dir))
+    Ok((at, dir))
 }
 
 fn has_zip64_locator(file: &File, eocd_at: u64) -> Result<bool> {
@@ -166,25 +204,50 @@ fn read_zip64_eocd(file: &File, eocd_at: u64) -> Result<(u64, Directory)> {
     if eocd_at < 20 {
         return Err(zip_err("zip64 fields without a zip64 locator").at_offset(eocd_at));
     }
+    let locator_at = eocd_at - 20;
     let mut loc = [0u8; 20];
-    read_exact_at(file, &mut loc, eocd_at - 20)?;
+    read_exact_at(file, &mut loc, locator_at)?;
     if u32_at(&loc, 0) != ZIP64_LOCATOR_SIG {
-        return Err(zip_err("zip64 fields without a zip64 locator").at_offset(eocd_at - 20));
+        return Err(zip_err("zip64 fields without a zip64 locator").at_offset(locator_at));
+    }
+    if u32_at(&loc, 4) != 0 || u32_at(&loc, 16) > 1 {
+        return Err(unsupported("a multi-disk archive").at_offset(locator_at));
     }
     let at = u64_at(&loc, 8);
-    if at.checked_add(56).is_none_or(|end| end > eocd_at - 20) {
+    if at.checked_add(56).is_none_or(|end| end > locator_at) {
         return Err(zip_err(format!(
             "zip64 end record offset {at} is outside the archive"
         ))
-        .at_offset(eocd_at - 20));
+        .at_offset(locator_at));
     }
     let mut rec = [0u8; 56];
     read_exact_at(file, &mut rec, at)?;
     if u32_at(&rec, 0) != ZIP64_EOCD_SIG {
         return Err(zip_err("bad zip64 end-of-central-directory signature").at_offset(at));
     }
+    // The record (12 bytes plus its own size field) ends at the locator.
+    if u64_at(&rec, 4)
+        .checked_add(12)
+        .and_then(|n| n.checked_add(at))
+        != Some(locator_at)
+    {
+        return Err(zip_err(format!(
+            "zip64 end record at {at} does not end at its locator ({locator_at})"
+        ))
+        .at_offset(at));
+    }
+    if u32_at(&rec, 16) != 0 || u32_at(&rec, 20) != 0 {
+        return Err(unsupported("a multi-disk archive").at_offset(at));
+    }
+    let (on_disk, total) = (u64_at(&rec, 24), u64_at(&rec, 32));
+    if on_disk != total {
+        return Err(zip_err(format!(
+            "zip64 end record counts {on_disk} entries on its disk but {total} in all"
+        ))
+        .at_offset(at));
+    }
     let dir = Directory {
-        entries: u64_at(&rec, 32),
+        entries: total,
         size: u64_at(&rec, 40),
         offset: u64_at(&rec, 48),
     };
@@ -202,10 +265,8 @@ fn read_central_entry(r: &mut impl Read, at: u64) -> Result<(ZipEntry, u64)> {
         0 => Method::Stored,
         8 => Method::Deflated,
         m => {
-            return Err(zip_err(format!(
-                "compression method {m} is not supported (only stored and deflated)"
-            ))
-            .at_offset(at))
+            let what = format!("compression method {m} (only stored and deflated are read)");
+            return Err(unsupported(what).at_offset(at));
         }
     };
     let (name_len, extra_len, comment_len) = (
@@ -217,7 +278,7 @@ fn read_central_entry(r: &mut impl Read, at: u64) -> Result<(ZipEntry, u64)> {
     r.read_exact(&mut var).map_err(|e| short_dir(e, at))?;
     let name = decode_name(&var[..name_len], flags & (1 << 11) != 0);
     if flags & 1 != 0 {
-        return Err(zip_err(format!("member {name:?} is encrypted")).at_offset(at));
+        return Err(unsupported(format!("encryption (member {name:?})")).at_offset(at));
     }
     let mut entry = ZipEntry {
         name,
@@ -284,7 +345,10 @@ fn check_member_bounds(e: &ZipEntry, dir_offset: u64) -> Result<()> {
 }
 
 /// Where a member's bytes start: after its local header, whose name and
-/// extra lengths may differ from the central directory's.
+/// extra lengths may differ from the central directory's. The local header
+/// must otherwise describe the same member as the directory: same name,
+/// method, CRC and sizes (a reader that walks local headers would see
+/// another file, or another length, than one that reads the directory).
 pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u64> {
     let mut h = [0u8; LOCAL_LEN as usize];
     read_exact_at(file, &mut h, e.local_offset)?;
@@ -295,7 +359,8 @@ pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u6
         ))
         .at_offset(e.local_offset));
     }
-    let start = e.local_offset + LOCAL_LEN + u16_at(&h, 26) as u64 + u16_at(&h, 28) as u64;
+    let (name_len, extra_len) = (u16_at(&h, 26) as u64, u16_at(&h, 28) as u64);
+    let start = e.local_offset + LOCAL_LEN + name_len + extra_len;
     if start
         .checked_add(e.compressed)
         .is_none_or(|end| end > dir_offset_limit)
@@ -306,7 +371,63 @@ pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u6
         ))
         .at_offset(e.local_offset));
     }
+    // Both lengths are u16 and lie before the member's bytes, inside the file.
+    let mut var = vec![0u8; (name_len + extra_len) as usize];
+    read_exact_at(file, &mut var, e.local_offset + LOCAL_LEN)?;
+    check_local_header(e, &h, &var).map_err(|err| err.at_offset(e.local_offset))?;
     Ok(start)
+}
+
+/// The local header `h` (its fixed part) and `var` (name, extra) against
+/// the directory's entry `e`.
+fn check_local_header(e: &ZipEntry, h: &[u8], var: &[u8]) -> Result<()> {
+    let flags = u16_at(h, 6);
+    let name_len = u16_at(h, 26) as usize;
+    let local_name = decode_name(&var[..name_len], flags & (1 << 11) != 0);
+    if local_name != e.name {
+        return Err(zip_err(format!(
+            "member {:?} has local header name {local_name:?}",
+            e.name
+        )));
+    }
+    let method = u16_at(h, 8);
+    let dir_method = match e.method {
+        Method::Stored => 0,
+        Method::Deflated => 8,
+    };
+    if method != dir_method {
+        return Err(zip_err(format!(
+            "member {:?} is method {dir_method} in the directory but {method} in its local header",
+            e.name
+        )));
+    }
+    let mut local = ZipEntry {
+        name: local_name,
+        method: e.method,
+        flags,
+        crc32: u32_at(h, 14),
+        compressed: u32_at(h, 18) as u64,
+        uncompressed: u32_at(h, 22) as u64,
+        local_offset: e.local_offset,
+    };
+    apply_zip64_extra(&mut local, &var[name_len..])?;
+    // With a data descriptor (flag bit 3) the local fields may be left 0,
+    // the real values following the data; any other value must agree.
+    let deferred = flags & (1 << 3) != 0;
+    let differs = |local: u64, dir: u64| local != dir && !(deferred && local == 0);
+    if differs(local.compressed, e.compressed) || differs(local.uncompressed, e.uncompressed) {
+        return Err(zip_err(format!(
+            "member {:?} is {} bytes ({} inflated) in the directory but {} ({}) in its local header",
+            e.name, e.compressed, e.uncompressed, local.compressed, local.uncompressed
+        )));
+    }
+    if differs(local.crc32 as u64, e.crc32 as u64) {
+        return Err(zip_err(format!(
+            "member {:?} has CRC-32 {:08x} in the directory but {:08x} in its local header",
+            e.name, e.crc32, local.crc32
+        )));
+    }
+    Ok(())
 }
 
 /// Names without the UTF-8 flag are CP437, as zip says and Python decodes them.

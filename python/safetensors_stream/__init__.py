@@ -1,0 +1,258 @@
+"""Stream tensors into safetensors files in bounded memory.
+
+Three calls (see the README's Python section):
+
+- ``Writer(path_or_fileobj, [(name, dtype, shape), ...], metadata=..., order=...)``:
+  a context manager; declare every tensor up front, then ``write(name, chunk)``
+  their bytes in pieces of any size in ``w.order``. Leaving the block commits
+  the file atomically if every byte came; an exception or a short tensor
+  leaves nothing at the path.
+- ``save_file(dict_of_arrays, path, metadata=None)``: the bytes
+  ``safetensors.numpy.save_file`` writes, streamed without copying the arrays.
+- ``convert(inputs, output, ...)``: the ``convert`` CLI as a call, returning its
+  ``--report json`` object as a dict.
+
+Errors are ``Error`` subclasses (``BadInputError``, ``UsageError``,
+``IOError``) carrying ``kind``, ``input``, ``tensor`` and ``offset``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from . import _native
+from ._dtypes import safetensors_name
+from ._errors import BadInputError, Error, IOError, UsageError
+
+__all__ = [
+    "BadInputError",
+    "Error",
+    "IOError",
+    "UsageError",
+    "Writer",
+    "convert",
+    "save_file",
+]
+
+# Bytes per piece when save_file streams an array that needs reordering or
+# byte swapping: one piece is copied at a time, never the whole array.
+_PIECE = 1 << 20
+
+
+def _numpy() -> Any:
+    """numpy if it is already imported (an array can only come from it then)."""
+    return sys.modules.get("numpy")
+
+
+def _target(path_or_fileobj: Any) -> Any:
+    """What the native writer takes: a path (str), a descriptor of its own
+    (a dup of the file object's), or an object with write()."""
+    if isinstance(path_or_fileobj, (str, os.PathLike)):
+        if os.fspath(path_or_fileobj) == "-":
+            path_or_fileobj = sys.stdout
+        else:
+            return os.fspath(path_or_fileobj)
+    fileno = getattr(path_or_fileobj, "fileno", None)
+    if fileno is not None:
+        try:
+            fd = fileno()
+        except (OSError, ValueError):  # io.UnsupportedOperation: BytesIO and the like
+            fd = None
+        if fd is not None:
+            # What the file object buffered goes first; the writer then owns
+            # a duplicate, so closing either leaves the other working.
+            path_or_fileobj.flush()
+            return os.dup(fd)
+    if hasattr(path_or_fileobj, "write"):
+        return path_or_fileobj
+    raise UsageError(
+        f"cannot write to {path_or_fileobj!r}: pass a path or a binary file object", "usage"
+    )
+
+
+def _shape(name: str, shape: Iterable[int]) -> list[int]:
+    dims = [int(d) for d in shape]
+    if any(d < 0 for d in dims):
+        raise UsageError(f"{name}: a shape cannot have a negative dimension: {dims}", "usage", tensor=name)
+    return dims
+
+
+def _as_bytes(chunk: Any) -> Any:
+    """A numpy array as a flat uint8 view (no copy; ml_dtypes arrays cannot
+    export their own format), little-endian; anything else as it is."""
+    np = _numpy()
+    if np is None or not isinstance(chunk, np.ndarray):
+        return chunk
+    if not chunk.flags.c_contiguous:
+        raise UsageError(
+            "the chunk is not C-contiguous; pass numpy.ascontiguousarray(chunk)", "usage"
+        )
+    if chunk.dtype.byteorder == ">":
+        chunk = chunk.astype(chunk.dtype.newbyteorder("<"))
+    return chunk.reshape(-1).view(np.uint8)
+
+
+class Writer:
+    """Streams declared tensors into a safetensors file, piece by piece.
+
+    ``path_or_fileobj``: a path (written to a temp file and renamed into
+    place on success; ``"-"`` is standard output), or a binary file object
+    (one with ``fileno()`` is written through its descriptor, GIL released;
+    others through their ``write()``). ``tensors``: ``(name, dtype, shape)``
+    for every tensor, dtype a safetensors name ("BF16") or a numpy dtype.
+    ``order``: ``"canonical"`` (the reference writer's bytes) or ``"input"``.
+    """
+
+    def __init__(
+        self,
+        path_or_fileobj: Any,
+        tensors: Sequence[tuple[str, Any, Iterable[int]]],
+        metadata: Mapping[str, str] | None = None,
+        order: str = "canonical",
+        *,
+        sync: bool = True,
+    ) -> None:
+        specs = [(name, safetensors_name(dtype), _shape(name, shape)) for name, dtype, shape in tensors]
+        meta = None if metadata is None else dict(metadata)
+        self._native = _native.NativeWriter(_target(path_or_fileobj), specs, meta, order, sync)
+
+    @property
+    def order(self) -> list[str]:
+        """The tensors' names in the file's order: write their bytes in this order."""
+        return self._native.order
+
+    @property
+    def bytes_written(self) -> int:
+        """Bytes written so far, header included."""
+        return self._native.bytes_written
+
+    @property
+    def file_len(self) -> int:
+        """The length the file will have."""
+        return self._native.file_len
+
+    def write(self, name: str, chunk: Any) -> None:
+        """Appends ``chunk`` (bytes, memoryview, numpy array: any C-contiguous
+        buffer) to tensor ``name``. Checks the name, the order and the count."""
+        self._native.write(name, _as_bytes(chunk))
+
+    def finish(self) -> None:
+        """Checks every tensor got all its bytes and commits the file."""
+        self._native.finish()
+
+    def abort(self) -> None:
+        """Gives up: nothing appears at the path."""
+        self._native.abort()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if exc_type is not None:
+            self._native.abort()
+            return False  # the caller's exception goes on unchanged
+        if not self._native.closed:
+            self._native.finish()
+        return False
+
+
+def _little(a: Any) -> Any:
+    return a.astype(a.dtype.newbyteorder("<")) if a.dtype.byteorder == ">" else a
+
+
+def _c_order_pieces(a: Any) -> Iterator[Any]:
+    """``a``'s elements in C order, little-endian, as contiguous pieces of
+    about ``_PIECE`` bytes: views of a contiguous array, small copies of
+    any other (Fortran, strided, big-endian)."""
+    np = _numpy()
+    if a.size == 0:
+        return
+    if a.ndim == 0:
+        yield _little(a.reshape(1))
+        return
+    if a.flags.c_contiguous:
+        flat = a.reshape(-1)
+        step = max(1, _PIECE // a.itemsize)
+        for i in range(0, flat.shape[0], step):
+            yield _little(flat[i : i + step])
+        return
+    row_bytes = (a.size // a.shape[0]) * a.itemsize
+    if a.ndim > 1 and row_bytes >= _PIECE:
+        for row in a:
+            yield from _c_order_pieces(row)
+        return
+    rows = max(1, _PIECE // max(1, row_bytes))
+    for i in range(0, a.shape[0], rows):
+        yield _little(np.ascontiguousarray(a[i : i + rows]))
+
+
+def save_file(
+    tensors: Mapping[str, Any], filename: str | os.PathLike[str], metadata: Mapping[str, str] | None = None
+) -> None:
+    """Saves numpy arrays as ``safetensors.numpy.save_file`` does, byte for
+    byte, streaming each array in C order (Fortran, strided and big-endian
+    arrays too) without copying it whole. The file appears atomically."""
+    import numpy as np
+
+    arrays = {name: np.asarray(a) for name, a in tensors.items()}
+    specs = [(name, safetensors_name(a.dtype), a.shape) for name, a in arrays.items()]
+    with Writer(filename, specs, metadata=metadata) as w:
+        for name in w.order:
+            for piece in _c_order_pieces(arrays[name]):
+                w.write(name, piece)
+
+
+def convert(
+    inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    *,
+    max_shard_size: int | str | None = None,
+    cast_all: str | None = None,
+    cast: Mapping[str, str] | None = None,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    rename: Mapping[str, str] | None = None,
+    prefix: str | None = None,
+    metadata: Mapping[str, str] | None = None,
+    order: str = "canonical",
+    checksum: bool = False,
+    sync: bool = True,
+    skip_non_npy: bool = False,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """Converts ``inputs`` (.npy, .npz, safetensors, sharded index, compressed
+    or not) into ``output`` (``"-"``: standard output), as the ``convert`` CLI
+    does, and returns the dict its ``--report json`` prints."""
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if os.fspath(output) == "-":
+        sys.stdout.flush()  # what Python buffered goes before the file
+    text = _native.convert(
+        [os.fspath(i) for i in inputs],
+        os.fspath(output),
+        max_shard_size=None if max_shard_size is None else str(max_shard_size),
+        cast_all=cast_all,
+        casts=list((cast or {}).items()),
+        include=list(include or []),
+        exclude=list(exclude or []),
+        renames=list((rename or {}).items()),
+        prefix=prefix,
+        metadata=list((metadata or {}).items()),
+        order=order,
+        checksum=checksum,
+        sync=sync,
+        skip_non_npy=skip_non_npy,
+        name=name,
+    )
+    report: dict[str, Any] = json.loads(text)
+    return report

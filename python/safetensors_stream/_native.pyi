@@ -1,0 +1,42 @@
+from typing import Any
+
+class NativeWriter:
+    def __init__(
+        self,
+        target: str | int | Any,
+        tensors: list[tuple[str, str, list[int]]],
+        metadata: dict[str, str] | None = None,
+        order: str = "canonical",
+        sync: bool = True,
+    ) -> None: ...
+    @property
+    def order(self) -> list[str]: ...
+    @property
+    def bytes_written(self) -> int: ...
+    @property
+    def file_len(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def write(self, name: str, chunk: Any) -> None: ...
+    def finish(self) -> None: ...
+    def abort(self) -> None: ...
+
+def convert(
+    inputs: list[str],
+    output: str,
+    *,
+    max_shard_size: str | None = None,
+    cast_all: str | None = None,
+    casts: list[tuple[str, str]] = ...,
+    include: list[str] = ...,
+    exclude: list[str] = ...,
+    renames: list[tuple[str, str]] = ...,
+    prefix: str | None = None,
+    metadata: list[tuple[str, str]] = ...,
+    order: str = "canonical",
+    checksum: bool = False,
+    sync: bool = True,
+    skip_non_npy: bool = False,
+    name: str | None = None,
+) -> str: ...
+def dtype_names() -> list[str]: ...

@@ -1,0 +1,55 @@
+//! The native half of the `safetensors_stream` Python package: thin
+//! wrappers over the library's [`Writer`](safetensors_stream::Writer) and
+//! [`convert_blocking`](safetensors_stream::convert_blocking). Dtype
+//! spellings, numpy arrays and the context-manager protocol live in the
+//! pure-Python half (`safetensors_stream/__init__.py`).
+//!
+//! No tokio runtime outlives a call: the Writer is blocking I/O and
+//! `convert` builds a current-thread runtime per call, so a process may
+//! `fork()` at any time between calls.
+
+mod bytes;
+mod convert;
+mod errors;
+mod writer;
+
+use pyo3::prelude::*;
+use safetensors_stream::header::Order;
+use safetensors_stream::{Dtype, Error, ErrorKind};
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<writer::NativeWriter>()?;
+    m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
+    Ok(())
+}
+
+/// The safetensors dtype spellings, in the format's order.
+#[pyfunction]
+fn dtype_names() -> Vec<&'static str> {
+    safetensors_stream::Dtype::ALL
+        .iter()
+        .map(|d| d.as_str())
+        .collect()
+}
+
+/// `"canonical"` or `"input"`, as the CLI's `--order`.
+pub(crate) fn parse_order(order: &str) -> Result<Order, Error> {
+    match order {
+        "canonical" => Ok(Order::Canonical),
+        "input" => Ok(Order::AsGiven),
+        other => Err(ErrorKind::Usage(format!(
+            "order must be \"canonical\" or \"input\", not {other:?}"
+        ))
+        .into()),
+    }
+}
+
+/// A safetensors dtype spelling ("BF16"); an unknown one is a usage error.
+pub(crate) fn parse_dtype(s: &str) -> Result<Dtype, Error> {
+    s.parse()
+        .map_err(|e: safetensors_stream::dtype::UnknownDtype| {
+            ErrorKind::Usage(e.to_string()).into()
+        })
+}

@@ -1,0 +1,214 @@
+//! `_native.NativeWriter`: the library's blocking [`Writer`] for Python.
+//! The Python `safetensors_stream.Writer` wraps it in a context manager.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::FromRawFd;
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use safetensors_stream::{Error, TensorMeta, Writer, WriterOptions};
+
+use crate::bytes::HeldBytes;
+use crate::errors::{to_py, usage};
+use crate::{parse_dtype, parse_order};
+
+/// Where the bytes go.
+enum Out {
+    /// A path: a temp file renamed into place by `finish`.
+    Path(Writer<File>),
+    /// A file descriptor or a Python file object: bytes stream as written.
+    Stream(Writer<Box<dyn Write + Send + Sync>>),
+}
+
+/// The native writer; see the Python `Writer` for the contract.
+#[pyclass(module = "safetensors_stream._native")]
+pub(crate) struct NativeWriter {
+    /// `None` once finished or aborted.
+    out: Option<Out>,
+}
+
+/// A Python object with `write` (and maybe `flush`), called with the GIL.
+struct PyFileWrite(Py<PyAny>);
+
+impl Write for PyFileWrite {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        Python::attach(|py| {
+            let n = self
+                .0
+                .bind(py)
+                .call_method1("write", (PyBytes::new(py, buf),))
+                .map_err(io::Error::other)?;
+            // Raw files may write less and say so; buffered ones return the
+            // full count or None.
+            Ok(n.extract::<usize>().unwrap_or(buf.len()).min(buf.len()))
+        })
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Python::attach(|py| {
+            let obj = self.0.bind(py);
+            if obj.hasattr("flush").map_err(io::Error::other)? {
+                obj.call_method0("flush").map_err(io::Error::other)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// What the Python layer passed as the target.
+enum Target {
+    Path(PathBuf),
+    Stream(Box<dyn Write + Send + Sync>),
+}
+
+impl Target {
+    /// `target`: a path (str), a file descriptor this writer now owns
+    /// (int), or an object with `write`.
+    fn of(target: &Bound<'_, PyAny>) -> PyResult<Self> {
+        if let Ok(path) = target.extract::<PathBuf>() {
+            return Ok(Target::Path(path));
+        }
+        if let Ok(fd) = target.extract::<i32>() {
+            if fd < 0 {
+                return Err(usage(target.py(), "a file descriptor cannot be negative"));
+            }
+            // SAFETY: the Python layer passes a descriptor it has just
+            // duplicated (os.dup) for this writer alone, so this File is
+            // its only owner and closes it exactly once.
+            let file = unsafe { File::from_raw_fd(fd) };
+            return Ok(Target::Stream(Box::new(file)));
+        }
+        if target.hasattr("write")? {
+            return Ok(Target::Stream(Box::new(PyFileWrite(
+                target.clone().unbind(),
+            ))));
+        }
+        Err(usage(
+            target.py(),
+            "the target must be a path, a file object or a file descriptor",
+        ))
+    }
+}
+
+fn metas(tensors: Vec<(String, String, Vec<u64>)>) -> Result<Vec<TensorMeta>, Error> {
+    tensors
+        .into_iter()
+        .map(|(name, dtype, shape)| {
+            let dtype = parse_dtype(&dtype).map_err(|e| e.with_tensor(name.clone()))?;
+            Ok(TensorMeta::new(name, dtype, shape))
+        })
+        .collect()
+}
+
+#[pymethods]
+impl NativeWriter {
+    /// `target`: see [`Target::of`].
+    #[new]
+    #[pyo3(signature = (target, tensors, metadata=None, order="canonical", sync=true))]
+    fn new(
+        py: Python<'_>,
+        target: &Bound<'_, PyAny>,
+        tensors: Vec<(String, String, Vec<u64>)>,
+        metadata: Option<BTreeMap<String, String>>,
+        order: &str,
+        sync: bool,
+    ) -> PyResult<Self> {
+        // The target first: a descriptor handed over is then owned (and
+        // closed on any error below) before anything else can fail.
+        let target = Target::of(target)?;
+        let err = |e: Error| to_py(py, e);
+        let mut options = WriterOptions::default()
+            .order(parse_order(order).map_err(err)?)
+            .sync(sync);
+        options.metadata = metadata;
+        let tensors = metas(tensors).map_err(err)?;
+        let out = match target {
+            Target::Path(path) => {
+                let w = py.detach(|| Writer::create(&path, tensors, options));
+                Out::Path(w.map_err(err)?)
+            }
+            Target::Stream(sink) => Out::Stream(Writer::new(sink, tensors, options).map_err(err)?),
+        };
+        Ok(NativeWriter { out: Some(out) })
+    }
+
+    /// The tensors' names in the file's order.
+    #[getter]
+    fn order(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let names = match self.live(py)? {
+            Out::Path(w) => w.order().map(str::to_string).collect(),
+            Out::Stream(w) => w.order().map(str::to_string).collect(),
+        };
+        Ok(names)
+    }
+
+    /// Bytes written so far, header included.
+    #[getter]
+    fn bytes_written(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(match self.live(py)? {
+            Out::Path(w) => w.bytes_written(),
+            Out::Stream(w) => w.bytes_written(),
+        })
+    }
+
+    /// The length in bytes the file will be.
+    #[getter]
+    fn file_len(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(match self.live(py)? {
+            Out::Path(w) => w.header().file_len(),
+            Out::Stream(w) => w.header().file_len(),
+        })
+    }
+
+    /// Appends the bytes of `chunk` (any C-contiguous buffer) to tensor
+    /// `name`, with the GIL released while they are written.
+    fn write(&mut self, py: Python<'_>, name: &str, chunk: &Bound<'_, PyAny>) -> PyResult<()> {
+        let held = HeldBytes::get(chunk)?;
+        let bytes = held.as_slice();
+        let out = self.live_mut(py)?;
+        let done = py.detach(|| match out {
+            Out::Path(w) => w.write(name, bytes),
+            Out::Stream(w) => w.write(name, bytes),
+        });
+        done.map_err(|e| to_py(py, e))
+    }
+
+    /// Checks every count, flushes and, for a path, syncs and renames the
+    /// file into place. On an error the temp file is deleted.
+    fn finish(&mut self, py: Python<'_>) -> PyResult<()> {
+        let out = self.out.take().ok_or_else(|| closed(py))?;
+        let done = py.detach(|| match out {
+            Out::Path(w) => w.finish().map(drop),
+            Out::Stream(w) => w.finish().map(drop),
+        });
+        done.map_err(|e| to_py(py, e))
+    }
+
+    /// Gives up: for a path, the temp file is deleted and nothing appears.
+    fn abort(&mut self) {
+        self.out = None;
+    }
+
+    /// Whether the writer was finished or aborted.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.out.is_none()
+    }
+}
+
+impl NativeWriter {
+    fn live(&self, py: Python<'_>) -> PyResult<&Out> {
+        self.out.as_ref().ok_or_else(|| closed(py))
+    }
+
+    fn live_mut(&mut self, py: Python<'_>) -> PyResult<&mut Out> {
+        self.out.as_mut().ok_or_else(|| closed(py))
+    }
+}
+
+fn closed(py: Python<'_>) -> PyErr {
+    usage(py, "the writer is closed (finished or aborted)")
+}

@@ -1,0 +1,85 @@
+//! Reading until a buffer is full: the one loop every reader here needs,
+//! once for blocking readers and once for async ones.
+
+use std::io;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Fills `buf` by calling `read(rest, filled_so_far)` until it is full or a
+/// read returns 0 (the end); returns the bytes read. `Interrupted` is retried.
+/// The second argument lets positional readers read at `start + filled`.
+pub(crate) fn fill_with(
+    buf: &mut [u8],
+    mut read: impl FnMut(&mut [u8], usize) -> io::Result<usize>,
+) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match read(&mut buf[got..], got) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Reads `r` until `buf` is full or `r` ends; returns the bytes read.
+pub(crate) fn fill<R: io::Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    fill_with(buf, |rest, _| r.read(rest))
+}
+
+/// The async twin of [`fill`].
+pub(crate) async fn fill_async<R: AsyncRead + Unpin + ?Sized>(
+    r: &mut R,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]).await {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hands out at most 3 bytes a call, with an interruption between calls.
+    struct Trickle<'a>(&'a [u8], bool);
+
+    impl io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.1 = !self.1;
+            if self.1 {
+                return Err(io::ErrorKind::Interrupted.into());
+            }
+            let n = buf.len().min(3).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn fills_across_short_and_interrupted_reads() {
+        let data: Vec<u8> = (0..20).collect();
+        let mut buf = [0u8; 16];
+        assert_eq!(fill(&mut Trickle(&data, false), &mut buf).unwrap(), 16);
+        assert_eq!(&buf[..], &data[..16]);
+        let mut big = [0u8; 32];
+        assert_eq!(fill(&mut Trickle(&data, false), &mut big).unwrap(), 20);
+    }
+
+    #[tokio::test]
+    async fn async_fill_stops_at_the_end() {
+        let data: Vec<u8> = (0..20).collect();
+        let mut buf = [0u8; 32];
+        assert_eq!(fill_async(&mut &data[..], &mut buf).await.unwrap(), 20);
+    }
+}

@@ -1,0 +1,174 @@
+//! Where a conversion writes: what the output path names ([`target`]), the
+//! folders made for it ([`folders`]), and the checks made before a data
+//! byte is read, by the real run and by `--dry-run` alike ([`check_output`]).
+
+pub mod folders;
+pub mod target;
+
+use std::io::IsTerminal;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::convert::{shard_paths, ConvertOptions, Output};
+use crate::index::{is_index_path, ShardIndex};
+use crate::plan::Plan;
+use crate::{Error, ErrorKind, Result};
+use target::{resolve, Target};
+
+/// The longest file name Linux filesystems take (NAME_MAX).
+pub const NAME_MAX: usize = 255;
+
+/// Checks that `output` can take `plan` without harm, before anything is
+/// written; returns warnings worth telling. Refused:
+/// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
+/// - a sharded set to standard output, a device, a FIFO or a socket;
+/// - one file named like an index (`*.index.json`), a name over
+///   [`NAME_MAX`] bytes, a file of the set that is not a regular file;
+/// - an output file that is one of the files read for `inputs` (an
+///   index's shards, `-` when it is a file, links followed; same device
+///   and inode), unless [`ConvertOptions::overwrite_input`];
+/// - a folder that cannot be written (the nearest existing one, when the
+///   output's folders are still to be made).
+pub fn check_output(
+    inputs: &[PathBuf],
+    output: &Output,
+    plan: &Plan,
+    options: &ConvertOptions,
+) -> Result<Vec<String>> {
+    let shards = plan.shards.len();
+    let path = match output {
+        Output::Stdout => return check_stream_output("-", shards, std::io::stdout().is_terminal()),
+        Output::File(path) => path,
+    };
+    let shown = path.display().to_string();
+    match resolve(path)? {
+        Target::Stdout => {
+            return check_stream_output(&shown, shards, std::io::stdout().is_terminal())
+        }
+        // Whether a device is a terminal is known once it is open.
+        Target::Stream(_) => return check_stream_output(&shown, shards, false),
+        Target::Replace(_) => {}
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    if shards <= 1 && name.ends_with(".index.json") {
+        let msg =
+            "is named like an index, but the output is one safetensors file; name it *.safetensors";
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
+    }
+    let (files, index) = shard_paths(path, shards);
+    let read = input_files(inputs);
+    let mut warnings = Vec::new();
+    for file in files.iter().chain(&index) {
+        warnings.extend(check_file(file, &read, options)?);
+    }
+    Ok(warnings)
+}
+
+/// Standard output and other streams: one file, never a terminal.
+fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec<String>> {
+    if shards > 1 {
+        let msg = "a sharded set needs regular files, not a stream or device";
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
+    }
+    if terminal {
+        return Err(Error::new(ErrorKind::TerminalOutput).with_output(shown));
+    }
+    Ok(Vec::new())
+}
+
+/// One file of the output: its name, what is there now, its folder.
+fn check_file(
+    file: &Path,
+    read: &[(String, u64, u64)],
+    options: &ConvertOptions,
+) -> Result<Vec<String>> {
+    let shown = file.display();
+    let name_len = file.file_name().map_or(0, |n| n.len());
+    if name_len > NAME_MAX {
+        let msg = format!("the file name is {name_len} bytes; the limit is {NAME_MAX}");
+        return Err(Error::new(ErrorKind::OutputName(msg)).with_output(shown));
+    }
+    let Target::Replace(dest) = resolve(file)? else {
+        let msg = "is not a regular file, and only a regular file is ever replaced";
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
+    };
+    let mut warnings = Vec::new();
+    if let Ok(now) = std::fs::metadata(&dest) {
+        let same = read
+            .iter()
+            .find(|(_, dev, ino)| (*dev, *ino) == (now.dev(), now.ino()));
+        match same {
+            Some((input, ..)) if !options.overwrite_input => {
+                let e = Error::new(ErrorKind::OutputIsInput(input.clone()));
+                return Err(e.with_output(shown));
+            }
+            _ => {}
+        }
+        if now.nlink() > 1 {
+            warnings.push(format!(
+                "{shown} has {} other hard links; they keep the old bytes (the output is a new file)",
+                now.nlink() - 1
+            ));
+        }
+    }
+    check_writable(&dest).map_err(|e| e.with_output(shown))?;
+    Ok(warnings)
+}
+
+/// The folder `dest` goes into, or the nearest existing one above it, is a
+/// folder this process may create files in.
+fn check_writable(dest: &Path) -> Result<()> {
+    let dir = folders::nearest_existing(dest);
+    let on_dir = |e: std::io::Error| {
+        let msg = format!("cannot write in {}: {e}", dir.display());
+        Error::io(std::io::Error::new(e.kind(), msg))
+    };
+    if !dir.is_dir() {
+        return Err(on_dir(std::io::Error::from(
+            std::io::ErrorKind::NotADirectory,
+        )));
+    }
+    use rustix::fs::Access;
+    rustix::fs::access(&dir, Access::WRITE_OK | Access::EXEC_OK).map_err(|e| on_dir(e.into()))
+}
+
+/// Every file read for `inputs`, as (name, device, inode): each input
+/// (links followed; `-` when standard input is a file) and, for an index,
+/// its shards. Files that cannot be looked at are left out: opening them
+/// has already failed, or will.
+fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
+    let mut files = Vec::new();
+    let mut add = |shown: String, path: &Path| {
+        if let Ok(m) = std::fs::metadata(path) {
+            files.push((shown, m.dev(), m.ino()));
+        }
+    };
+    for input in inputs {
+        if input.as_os_str() == "-" {
+            add("-".into(), Path::new("/dev/stdin"));
+            continue;
+        }
+        add(input.display().to_string(), input);
+        if is_index_path(input) {
+            for shard in index_shards(input) {
+                add(shard.display().to_string(), &shard);
+            }
+        }
+    }
+    files
+}
+
+/// The shard files an index names (none if it cannot be read).
+fn index_shards(index: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read(index) else {
+        return Vec::new();
+    };
+    let Ok(parsed) = ShardIndex::from_json(&text) else {
+        return Vec::new();
+    };
+    let dir = index.parent().unwrap_or(Path::new(""));
+    parsed
+        .shard_names()
+        .map(|names| names.iter().map(|n| dir.join(n)).collect())
+        .unwrap_or_default()
+}

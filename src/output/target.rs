@@ -1,0 +1,144 @@
+//! What an output path names, decided before a byte is written.
+//!
+//! Only a regular file (or nothing) is ever renamed over. A character
+//! device, a FIFO, a socket, or a name for an open descriptor
+//! (`/dev/stdout`, `/dev/fd/N`, `/proc/self/fd/N`) is written through,
+//! streaming, as `-o -` is: renaming over `/dev/null` would replace the
+//! device with a plain file, and renaming over a FIFO would leave its
+//! reader waiting for ever.
+//!
+//! A symbolic link at the output is followed, as `cp` follows it: the link
+//! stays, and the file it points to is replaced (atomically, beside itself).
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::{Error, Result};
+
+/// Where an output path's bytes go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A regular file, or nothing yet: staged beside this path and renamed
+    /// over it. Symbolic links are followed: this is the file they lead to.
+    Replace(PathBuf),
+    /// Standard output by another name (`/dev/stdout`, `/dev/fd/1`,
+    /// `/proc/self/fd/1`): written exactly as `-o -` is.
+    Stdout,
+    /// A character device, FIFO or socket, or a name for another open
+    /// descriptor: opened and written in place, never renamed over.
+    Stream(PathBuf),
+}
+
+/// Symbolic links followed before giving up, as the kernel does (ELOOP).
+const MAX_LINKS: usize = 40;
+
+/// Decides where the bytes for the output `path` go, following symbolic
+/// links one at a time so that a link into `/dev` or `/proc` is seen.
+///
+/// A folder is refused (the output must be a file name).
+pub fn resolve(path: &Path) -> Result<Target> {
+    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
+    let mut at = path.to_path_buf();
+    for _ in 0..MAX_LINKS {
+        if let Some(fd) = descriptor_alias(&at) {
+            return Ok(if fd == 1 {
+                Target::Stdout
+            } else {
+                Target::Stream(at)
+            });
+        }
+        let meta = match std::fs::symlink_metadata(&at) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Target::Replace(at)),
+            Err(e) => return Err(on_path(e)),
+        };
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            let link = std::fs::read_link(&at).map_err(on_path)?;
+            at = match at.parent() {
+                Some(dir) if link.is_relative() => dir.join(link),
+                _ => link,
+            };
+        } else if kind.is_file() {
+            return Ok(Target::Replace(at));
+        } else if kind.is_dir() {
+            return Err(on_path(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "is a directory; the output must be a file name",
+            )));
+        } else {
+            return Ok(Target::Stream(at));
+        }
+    }
+    Err(on_path(std::io::Error::other(
+        "too many levels of symbolic links",
+    )))
+}
+
+/// The descriptor a path names when it is `/dev/stdout`, `/dev/stderr`,
+/// `/dev/fd/N` or `/proc/{self,thread-self,PID}/fd/N`.
+fn descriptor_alias(path: &Path) -> Option<u32> {
+    let parts: Vec<&str> = path
+        .components()
+        .map(|c| match c {
+            Component::Normal(s) => s.to_str().unwrap_or("\0"),
+            Component::RootDir => "/",
+            _ => "\0",
+        })
+        .collect();
+    match parts.as_slice() {
+        ["/", "dev", "stdout"] => Some(1),
+        ["/", "dev", "stderr"] => Some(2),
+        ["/", "dev", "stdin"] => Some(0),
+        ["/", "dev", "fd", n] => n.parse().ok(),
+        ["/", "proc", _, "fd", n] => n.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Opens a [`Target::Stream`] for writing: a device or FIFO as it is (a
+/// FIFO waits here for its reader), a socket by connecting to it, another
+/// descriptor's name in append mode (its file keeps what it holds).
+pub fn open_stream(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::FileTypeExt;
+    if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+        let sock = std::os::unix::net::UnixStream::connect(path)?;
+        return Ok(std::fs::File::from(std::os::fd::OwnedFd::from(sock)));
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    if descriptor_alias(path).is_some() {
+        options.append(true);
+    }
+    options.open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_names_are_recognised() {
+        assert_eq!(descriptor_alias(Path::new("/dev/stdout")), Some(1));
+        assert_eq!(descriptor_alias(Path::new("/dev/fd/1")), Some(1));
+        assert_eq!(descriptor_alias(Path::new("/proc/self/fd/2")), Some(2));
+        assert_eq!(descriptor_alias(Path::new("/dev/null")), None);
+        assert_eq!(descriptor_alias(Path::new("dev/stdout")), None);
+        assert_eq!(descriptor_alias(Path::new("/dev/shm/x")), None);
+    }
+
+    #[test]
+    fn links_are_followed_and_files_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.safetensors");
+        std::fs::write(&real, b"x").unwrap();
+        let link = dir.path().join("link.safetensors");
+        std::os::unix::fs::symlink("real.safetensors", &link).unwrap();
+        assert_eq!(resolve(&link).unwrap(), Target::Replace(real));
+        let new = dir.path().join("new.safetensors");
+        assert_eq!(resolve(&new).unwrap(), Target::Replace(new.clone()));
+        assert!(resolve(dir.path()).is_err());
+        let to_stdout = dir.path().join("out");
+        std::os::unix::fs::symlink("/dev/stdout", &to_stdout).unwrap();
+        assert_eq!(resolve(&to_stdout).unwrap(), Target::Stdout);
+    }
+}

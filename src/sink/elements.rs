@@ -1,0 +1,305 @@
+//! The one element pipeline, free of I/O: what happens to a tensor's bytes
+//! between reading and writing, whoever reads and writes them.
+//!
+//! Every driver (the async [`Sink`](super::Sink), the file-to-file fast
+//! path, the [`Writer`](crate::Writer)) cuts a tensor into chunks of whole
+//! elements sized by [`Elements::chunk_sizes`], hands each chunk to
+//! [`Elements::process`] (CRC update, byte swap, cast, length accounting),
+//! writes what it returns, and ends with [`Elements::finish`], which checks
+//! the count and the checksum and returns how many cast elements overflowed
+//! to infinity, so every driver reports overflows the same way. The drivers differ only in how bytes arrive
+//! (an `AsyncRead`, positional reads, a caller's slices) and leave.
+
+use crate::cast::Cast;
+use crate::transform::Transform;
+use crate::{Error, ErrorKind, Result};
+
+/// One tensor's way through: its transform, its cast, an optional CRC-32
+/// over its input bytes, and the count of input bytes seen so far.
+#[derive(Debug, Clone)]
+pub(crate) struct Elements {
+    transform: Transform,
+    cast: Option<Cast>,
+    crc: Option<Crc>,
+    /// Input bytes the tensor has (the plan counts output bytes).
+    in_len: u64,
+    /// Input bytes processed so far.
+    done: u64,
+    /// Cast elements so far that were finite and became infinite.
+    overflowed: u64,
+}
+
+/// A CRC-32 being computed, and the value it must end at.
+#[derive(Debug, Clone)]
+pub(crate) struct Crc {
+    hasher: crc32fast::Hasher,
+    expected: u32,
+}
+
+impl Crc {
+    /// A check that starts from `hasher` (which may already cover bytes
+    /// before the tensor, like an npz member's npy header).
+    pub(crate) fn new(hasher: crc32fast::Hasher, expected: u32) -> Self {
+        Crc { hasher, expected }
+    }
+
+    /// Adds bytes to the checksum.
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+    }
+
+    /// The bytes hashed must have the expected CRC-32.
+    pub(crate) fn verify(self) -> Result<()> {
+        let actual = self.hasher.finalize();
+        match actual == self.expected {
+            true => Ok(()),
+            false => Err(crc_mismatch(actual, self.expected)),
+        }
+    }
+}
+
+/// The one error for bytes whose CRC-32 is not the archive's.
+pub(crate) fn crc_mismatch(actual: u32, expected: u32) -> Error {
+    Error::new(ErrorKind::CrcMismatch { actual, expected })
+}
+
+impl Elements {
+    /// The pipeline for a tensor planned at `out_len` output bytes.
+    pub(crate) fn new(out_len: u64, transform: Transform, cast: Option<Cast>) -> Self {
+        let in_len = match cast {
+            Some(c) => out_len / c.out_width() as u64 * c.in_width() as u64,
+            None => out_len,
+        };
+        Elements {
+            transform,
+            cast,
+            crc: None,
+            in_len,
+            done: 0,
+            overflowed: 0,
+        }
+    }
+
+    /// Also checks a CRC-32 over the input bytes as they pass.
+    pub(crate) fn with_crc(mut self, crc: Crc) -> Self {
+        self.crc = Some(crc);
+        self
+    }
+
+    /// The input bytes the tensor has.
+    pub(crate) fn in_len(&self) -> u64 {
+        self.in_len
+    }
+
+    /// Input bytes still to come.
+    pub(crate) fn left(&self) -> u64 {
+        self.in_len - self.done
+    }
+
+    /// Whether bytes pass unchanged (the kernel may copy them).
+    pub(crate) fn verbatim(&self) -> bool {
+        self.cast.is_none() && self.transform.unit() == 1
+    }
+
+    /// How a budget of `buffer_size` bytes splits into an input chunk and
+    /// a cast's output chunk: the input chunk is whole elements (a multiple
+    /// of the transform's and the cast's unit), no larger than the tensor.
+    pub(crate) fn chunk_sizes(&self, buffer_size: usize) -> (usize, usize) {
+        let (iw, ow) = self.widths();
+        let unit = self.transform.unit().max(iw);
+        // Input and cast output share the budget.
+        let share = match self.cast {
+            Some(_) => buffer_size / (iw + ow),
+            None => buffer_size,
+        };
+        let per_chunk = (share / unit).max(1) * unit;
+        let in_cap = per_chunk.min(usize::try_from(self.in_len).unwrap_or(usize::MAX));
+        let out_cap = match self.cast {
+            Some(_) => in_cap / iw * ow,
+            None => 0,
+        };
+        (in_cap, out_cap)
+    }
+
+    /// The size of the next input chunk, given an input buffer of `in_cap` bytes.
+    pub(crate) fn next_chunk(&self, in_cap: usize) -> usize {
+        in_cap.min(usize::try_from(self.left()).unwrap_or(usize::MAX))
+    }
+
+    /// Runs one chunk of input through: CRC, transform (in place), cast
+    /// into `output`. Returns the bytes to write. A chunk is whole elements
+    /// except possibly the tensor's last, which [`Elements::finish`] refuses.
+    pub(crate) fn process<'a>(
+        &mut self,
+        input: &'a mut [u8],
+        output: &'a mut [u8],
+    ) -> Result<&'a [u8]> {
+        self.count(input.len())?;
+        if let Some(crc) = &mut self.crc {
+            crc.update(input);
+        }
+        let unit = self.transform.unit();
+        let whole = input.len() / unit * unit;
+        self.transform.apply(&mut input[..whole]);
+        Ok(match self.cast {
+            Some(c) => {
+                let n = input.len() / c.in_width();
+                let out = &mut output[..n * c.out_width()];
+                self.overflowed += c.apply(&input[..n * c.in_width()], out);
+                out
+            }
+            None => input,
+        })
+    }
+
+    /// Counts bytes that pass unchanged, without touching them (a kernel
+    /// copy, or a caller's slice written as it is). Only for a verbatim
+    /// pipeline without a CRC.
+    pub(crate) fn pass(&mut self, n: usize) -> Result<()> {
+        debug_assert!(self.verbatim() && self.crc.is_none());
+        self.count(n)
+    }
+
+    fn count(&mut self, n: usize) -> Result<()> {
+        let done = self
+            .done
+            .checked_add(n as u64)
+            .filter(|&d| d <= self.in_len);
+        match done {
+            Some(d) => {
+                self.done = d;
+                Ok(())
+            }
+            None => Err(Error::new(ErrorKind::TensorTooLong {
+                expected: self.in_len,
+            })),
+        }
+    }
+
+    /// The error for a tensor whose bytes stopped early.
+    pub(crate) fn too_short(&self) -> Error {
+        Error::new(ErrorKind::TensorTooShort {
+            expected: self.in_len,
+            actual: self.done,
+        })
+    }
+
+    /// Checks that every byte came and the checksum holds. Returns how
+    /// many elements the cast turned from finite to infinite (0 without a
+    /// cast), for the run's warnings.
+    pub(crate) fn finish(self) -> Result<u64> {
+        if self.done != self.in_len {
+            return Err(self.too_short());
+        }
+        if let Some(crc) = self.crc {
+            crc.verify()?;
+        }
+        Ok(self.overflowed)
+    }
+
+    fn widths(&self) -> (usize, usize) {
+        self.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()))
+    }
+}
+
+/// A tensor's chunk buffers: input and cast output, carved from one
+/// allocation that grows to the budget once and is reused for every tensor.
+#[derive(Debug, Default)]
+pub(crate) struct ChunkBuffer {
+    buf: Vec<u8>,
+}
+
+impl ChunkBuffer {
+    /// An input buffer of `in_cap` bytes after `lead` bytes of room, and an
+    /// output buffer of `out_cap`.
+    pub(crate) fn split(
+        &mut self,
+        lead: usize,
+        in_cap: usize,
+        out_cap: usize,
+    ) -> (&mut [u8], &mut [u8], &mut [u8]) {
+        let total = lead + in_cap + out_cap;
+        if self.buf.len() < total {
+            self.buf.resize(total, 0);
+        }
+        let (head, rest) = self.buf.split_at_mut(lead);
+        let (input, rest) = rest.split_at_mut(in_cap);
+        (head, input, &mut rest[..out_cap])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Dtype;
+
+    #[test]
+    fn chunks_are_whole_elements_of_the_transform_and_the_cast() {
+        let swap = Transform::SwapBytes { width: 8 };
+        let e = Elements::new(1 << 30, swap, None);
+        assert_eq!(e.chunk_sizes(1000), (1000 / 8 * 8, 0));
+        let cast = Cast::new(Dtype::F32, Dtype::BF16).unwrap();
+        let e = Elements::new(1 << 30, Transform::Identity, Some(cast));
+        let (i, o) = e.chunk_sizes(1 << 20);
+        assert_eq!((i % 4, o), (0, i / 2));
+        assert!(i + o <= 1 << 20);
+        // Never larger than the tensor, never zero for a budget below one element.
+        let e = Elements::new(6, swap, None);
+        assert_eq!(e.chunk_sizes(1 << 20).0, 6);
+        let e = Elements::new(64, swap, None);
+        assert_eq!(e.chunk_sizes(3).0, 8);
+    }
+
+    #[test]
+    fn counts_input_bytes_of_a_cast() {
+        let cast = Cast::new(Dtype::F16, Dtype::F32).unwrap();
+        let mut e = Elements::new(16, Transform::Identity, Some(cast));
+        assert_eq!(e.in_len(), 8);
+        let mut input = [0u8; 8];
+        let mut output = [0u8; 16];
+        assert_eq!(e.process(&mut input, &mut output).unwrap().len(), 16);
+        e.finish().unwrap();
+    }
+
+    #[test]
+    fn refuses_too_many_and_too_few_bytes() {
+        let mut e = Elements::new(4, Transform::Identity, None);
+        e.pass(3).unwrap();
+        assert!(matches!(
+            e.clone().pass(2).unwrap_err().kind(),
+            ErrorKind::TensorTooLong { expected: 4 }
+        ));
+        assert!(matches!(
+            e.finish().unwrap_err().kind(),
+            ErrorKind::TensorTooShort {
+                expected: 4,
+                actual: 3
+            }
+        ));
+    }
+
+    #[test]
+    fn checks_the_crc_of_what_passed() {
+        let data = b"tensor bytes".to_vec();
+        let ok = crc32fast::hash(&data);
+        for (expected, good) in [(ok, true), (ok ^ 1, false)] {
+            let crc = Crc::new(crc32fast::Hasher::new(), expected);
+            let mut e = Elements::new(data.len() as u64, Transform::Identity, None).with_crc(crc);
+            let mut input = data.clone();
+            e.process(&mut input, &mut []).unwrap();
+            assert_eq!(e.finish().is_ok(), good);
+        }
+    }
+
+    #[test]
+    fn counts_finite_values_a_cast_overflows_to_infinity() {
+        let cast = Cast::new(Dtype::F32, Dtype::F16).unwrap();
+        let values = [1.0f32, 1e6, -1e9, f32::INFINITY, 65504.0];
+        let mut input: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut e = Elements::new(10, Transform::Identity, Some(cast));
+        let mut output = [0u8; 10];
+        e.process(&mut input, &mut output).unwrap();
+        // 1e6 and -1e9 overflow; an infinity that was already one does not count.
+        assert_eq!(e.finish().unwrap(), 2);
+    }
+}

@@ -1,0 +1,405 @@
+//! PyTorch checkpoints (`pytorch_model.bin`, `*.pt`, `*.pth`) as a source,
+//! read without executing their pickle.
+//!
+//! Both `torch.save` formats are read: the zip format ([`zipfmt`]) and the
+//! legacy one ([`legacy`]), and a `pytorch_model.bin.index.json` with its
+//! shards. The pickle is interpreted by our own restricted unpickler
+//! ([`pickle`]), which builds values and never calls anything; [`model`]
+//! turns its value tree into named tensor views of storages, each bounds-
+//! checked; contiguous views are copied straight from the file,
+//! strided ones gathered into C order in bounded memory ([`strided`]).
+
+pub mod legacy;
+pub mod model;
+pub mod pickle;
+pub mod strided;
+pub mod zipfmt;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use self::model::{Naming, Tree};
+use self::pickle::{unpickle, Limits};
+use self::strided::{StridedReader, View};
+use super::blocking::BlockingReader;
+use super::npz::zip::{read_directory, ZipEntry};
+use super::npz::MemberReader;
+use super::{file_range, CrcCheck, FileSpan, Source, SourceOptions, TensorData};
+use crate::header::{Metadata, TensorMeta};
+use crate::index::ShardIndex;
+use crate::transform::Transform;
+use crate::{Dtype, Error, ErrorKind, Result};
+
+/// Where one storage's bytes lie in its file.
+#[derive(Debug, Clone)]
+pub struct Located {
+    /// Its first byte.
+    pub start: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// The zip member's CRC-32, when the archive recorded one.
+    pub crc: Option<u32>,
+    /// The zip member, for checked reads.
+    pub entry: Option<ZipEntry>,
+}
+
+/// One tensor's place: file, storage, view and byte order.
+#[derive(Debug, Clone)]
+struct Placed {
+    file: usize,
+    storage: Located,
+    view: View,
+    transform: Transform,
+}
+
+/// One checkpoint file, parsed and located.
+struct Part {
+    file: File,
+    len: u64,
+    tree: Tree,
+    storages: HashMap<String, Located>,
+    big_endian: bool,
+    name: String,
+}
+
+/// A PyTorch checkpoint (one file or a sharded set) as a source.
+#[derive(Debug)]
+pub struct PyTorchSource {
+    input: String,
+    files: Vec<Arc<File>>,
+    stamps: Vec<super::Stamp>,
+    tensors: Vec<TensorMeta>,
+    placed: Vec<Placed>,
+    metadata: Metadata,
+    skipped: usize,
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::PyTorch(msg.into()))
+}
+
+fn naming(options: &SourceOptions) -> Naming {
+    Naming {
+        root: options.pt_root.clone(),
+        bare: options.name.clone(),
+    }
+}
+
+/// True if a zip's members make it a PyTorch (or TorchScript) archive.
+pub fn is_torch_zip(file: &File, len: u64) -> bool {
+    read_directory(file, len).is_ok_and(|(entries, _)| zipfmt::is_torch_zip(&entries))
+}
+
+/// True if `path` names a PyTorch shard index (`pytorch_model.bin.index.json`).
+pub fn is_index_path(path: &Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        [".bin.index.json", ".pt.index.json", ".pth.index.json"]
+            .iter()
+            .any(|s| n.ends_with(s))
+    })
+}
+
+/// Opens `path` as a PyTorch checkpoint if it is one (a shard index by
+/// its name, a file by its content); `None` for anything else.
+pub fn open_path(path: &Path, options: &SourceOptions) -> Result<Option<PyTorchSource>> {
+    if is_index_path(path) {
+        return PyTorchSource::open_index(path, options).map(Some);
+    }
+    let input = path.display().to_string();
+    let file = File::open(path).map_err(|e| Error::io(e).with_input(&input))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(e).with_input(&input))?
+        .len();
+    let mut first = [0u8; 16];
+    let got = {
+        use std::os::unix::fs::FileExt;
+        file.read_at(&mut first, 0).map_err(Error::io)?
+    };
+    if legacy::is_legacy(&first[..got]) || (first.starts_with(b"PK") && is_torch_zip(&file, len)) {
+        return PyTorchSource::open(file, len, &input, options).map(Some);
+    }
+    Ok(None)
+}
+
+fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> {
+    let mut first = [0u8; 16];
+    let got = {
+        use std::os::unix::fs::FileExt;
+        file.read_at(&mut first, 0).map_err(Error::io)?
+    };
+    if legacy::is_legacy(&first[..got]) {
+        let c = legacy::open(&file, len)?;
+        let tree = model::tensors(&c.main, naming)?;
+        let storages = legacy::locate(&file, len, &c, &model::all_storages(&c.main)?)?;
+        return Ok(Part {
+            file,
+            len,
+            tree,
+            storages,
+            big_endian: c.big_endian,
+            name: name.to_string(),
+        });
+    }
+    let (entries, dir_start) = read_directory(&file, len)?;
+    let c = zipfmt::open(&file, &entries, dir_start)?;
+    let (p, _) = unpickle(&c.pickle, Limits::default())?;
+    let tree = model::tensors(&p, naming)?;
+    Ok(Part {
+        file,
+        len,
+        tree,
+        storages: c.storages,
+        big_endian: c.big_endian,
+        name: name.to_string(),
+    })
+}
+
+impl PyTorchSource {
+    /// Opens one checkpoint file (zip or legacy) of `len` bytes.
+    pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
+        let part =
+            open_part(file, len, input, &naming(options)).map_err(|e| e.with_input(input))?;
+        Self::from_parts(input, vec![part], options).map_err(|e| e.with_input(input))
+    }
+
+    /// Opens a `pytorch_model.bin.index.json` and every shard it names;
+    /// each tensor must be in the shard the `weight_map` says.
+    pub fn open_index(path: &Path, options: &SourceOptions) -> Result<Self> {
+        let input = path.display().to_string();
+        let text = std::fs::read(path).map_err(|e| Error::io(e).with_input(&input))?;
+        let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(&input))?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let mut parts = Vec::new();
+        for name in index.shard_names().map_err(|e| e.with_input(&input))? {
+            let shard = dir.join(name);
+            let shown = shard.display().to_string();
+            let file = File::open(&shard).map_err(|e| Error::io(e).with_input(&shown))?;
+            let len = file
+                .metadata()
+                .map_err(|e| Error::io(e).with_input(&shown))?
+                .len();
+            let part =
+                open_part(file, len, name, &naming(options)).map_err(|e| e.with_input(&shown))?;
+            parts.push(part);
+        }
+        for part in &parts {
+            for t in &part.tree.tensors {
+                let listed = index.weight_map.get(&t.name);
+                if listed != Some(&part.name) {
+                    return Err(Error::new(ErrorKind::IndexTensorUnlisted {
+                        tensor: t.name.clone(),
+                        shard: part.name.clone(),
+                        listed_in: listed.cloned(),
+                    })
+                    .with_input(&input));
+                }
+            }
+        }
+        for (tensor, shard) in &index.weight_map {
+            let held = parts
+                .iter()
+                .any(|p| &p.name == shard && p.tree.tensors.iter().any(|t| &t.name == tensor));
+            if !held {
+                return Err(Error::new(ErrorKind::IndexTensorMissing {
+                    tensor: tensor.clone(),
+                    shard: shard.clone(),
+                })
+                .with_input(&input));
+            }
+        }
+        Self::from_parts(&input, parts, options).map_err(|e| e.with_input(&input))
+    }
+
+    fn from_parts(input: &str, parts: Vec<Part>, options: &SourceOptions) -> Result<Self> {
+        let mut src = PyTorchSource {
+            input: input.to_string(),
+            files: Vec::with_capacity(parts.len()),
+            stamps: Vec::with_capacity(parts.len()),
+            tensors: Vec::new(),
+            placed: Vec::new(),
+            metadata: Metadata::new(),
+            skipped: 0,
+        };
+        src.metadata.insert("format".into(), "pt".into());
+        let mut seen = HashSet::new();
+        // (file, storage, dtype, view) -> first name: identical views are tied.
+        let mut groups: BTreeMap<(usize, String, Dtype, Vec<u64>), Vec<usize>> = BTreeMap::new();
+        for (fi, part) in parts.into_iter().enumerate() {
+            src.skipped += part.tree.skipped;
+            for t in part.tree.tensors {
+                let on = |e: Error| e.with_tensor(&t.name);
+                if !seen.insert(t.name.clone()) {
+                    return Err(Error::new(ErrorKind::DuplicateTensor {
+                        name: t.name.clone(),
+                        inputs: None,
+                    }));
+                }
+                let loc = part
+                    .storages
+                    .get(&t.storage)
+                    .ok_or_else(|| on(bad(format!("storage {} is not in the file", t.storage))))?;
+                let decl = part.tree.storages[&t.storage];
+                if decl.bytes() != Some(loc.len) {
+                    return Err(on(bad(format!(
+                        "storage {} is {} bytes in the file but {} elements of {} bytes in the pickle",
+                        t.storage, loc.len, decl.numel, decl.elem
+                    ))));
+                }
+                let transform = match (part.big_endian, t.dtype) {
+                    (true, Dtype::C64) => Transform::SwapBytes { width: 4 },
+                    (true, d) if model::width(d) > 1 => Transform::SwapBytes {
+                        width: model::width(d) as usize,
+                    },
+                    _ => Transform::Identity,
+                };
+                let mut key = t.view.shape.clone();
+                key.push(u64::MAX);
+                key.extend_from_slice(&t.view.stride);
+                key.push(t.view.offset);
+                groups
+                    .entry((fi, t.storage.clone(), t.dtype, key))
+                    .or_default()
+                    .push(src.tensors.len());
+                src.tensors
+                    .push(TensorMeta::new(t.name, t.dtype, t.view.shape.clone()));
+                src.placed.push(Placed {
+                    file: fi,
+                    storage: loc.clone(),
+                    view: t.view,
+                    transform,
+                });
+            }
+            src.stamps.push(super::Stamp::of(&part.file, part.len));
+            src.files.push(Arc::new(part.file));
+        }
+        if options.dedupe_tied {
+            src.dedupe(groups.into_values().filter(|g| g.len() > 1).collect());
+        }
+        Ok(src)
+    }
+
+    /// Keeps the first name (sorted) of each group of identical views and
+    /// records each dropped name in the metadata, pointing at the kept one,
+    /// as the Hugging Face conversion script does.
+    fn dedupe(&mut self, groups: Vec<Vec<usize>>) {
+        let mut drop = vec![false; self.tensors.len()];
+        for g in groups {
+            let mut names: Vec<(&str, usize)> = g
+                .iter()
+                .map(|&k| (self.tensors[k].name.as_str(), k))
+                .collect();
+            names.sort_unstable();
+            let kept = names[0].0.to_string();
+            for &(name, k) in &names[1..] {
+                self.metadata
+                    .entry(name.to_string())
+                    .or_insert_with(|| kept.clone());
+                drop[k] = true;
+            }
+        }
+        let mut k = 0;
+        self.tensors.retain(|_| {
+            k += 1;
+            !drop[k - 1]
+        });
+        let mut k = 0;
+        self.placed.retain(|_| {
+            k += 1;
+            !drop[k - 1]
+        });
+    }
+
+    /// Non-tensor values (numbers, strings, hyper-parameters) that were skipped.
+    pub fn skipped(&self) -> usize {
+        self.skipped
+    }
+
+    fn span(&self, k: usize) -> (u64, u64) {
+        let p = &self.placed[k];
+        let w = p.view.width;
+        let len = p.view.numel().unwrap_or(0) * w;
+        (p.storage.start + p.view.offset * w, len)
+    }
+}
+
+impl Source for PyTorchSource {
+    fn input_name(&self) -> &str {
+        &self.input
+    }
+
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.tensors
+    }
+
+    fn metadata(&self) -> Option<&Metadata> {
+        Some(&self.metadata)
+    }
+
+    fn check_unchanged(&self) -> Result<()> {
+        for (f, stamp) in self.files.iter().zip(&self.stamps) {
+            super::unchanged(f, stamp, &self.input)?;
+        }
+        Ok(())
+    }
+
+    fn file_span(&self, k: usize) -> Option<FileSpan> {
+        let p = &self.placed[k];
+        if !p.view.is_contiguous() {
+            return None;
+        }
+        let (offset, len) = self.span(k);
+        // A storage's CRC can be checked only when the tensor is all of it.
+        let whole = offset == p.storage.start && len == p.storage.len;
+        Some(FileSpan {
+            file: self.files[p.file].clone(),
+            offset,
+            len,
+            transform: p.transform,
+            crc: p.storage.crc.filter(|_| whole).map(|expected| CrcCheck {
+                expected,
+                from: p.storage.start,
+            }),
+        })
+    }
+
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+        async move {
+            let p = &self.placed[k];
+            let file = &self.files[p.file];
+            let (offset, len) = self.span(k);
+            let data = if !p.view.is_contiguous() {
+                // The gather reads the storage out of order, past any CRC
+                // check: check the whole member first, in one forward pass.
+                if let (Some(_), Some(entry)) = (p.storage.crc, &p.storage.entry) {
+                    let (entry, start, check) = (entry.clone(), p.storage.start, file.try_clone()?);
+                    tokio::task::spawn_blocking(move || -> Result<()> {
+                        let mut r = MemberReader::new(check, &entry, start, 0)?;
+                        std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
+                        Ok(())
+                    })
+                    .await
+                    .map_err(std::io::Error::other)??;
+                }
+                let r = StridedReader::new(file.try_clone()?, p.storage.start, &p.view);
+                TensorData::new(BlockingReader::new(r))
+            } else if let (Some(_), Some(entry), true) = (
+                p.storage.crc,
+                &p.storage.entry,
+                len == p.storage.len && offset == p.storage.start,
+            ) {
+                let r = MemberReader::new(file.try_clone()?, entry, p.storage.start, 0)?;
+                TensorData::new(BlockingReader::new(r))
+            } else {
+                TensorData::new(file_range(file, offset, len).await?)
+            };
+            Ok(data.with_transform(p.transform))
+        }
+        .boxed()
+    }
+}

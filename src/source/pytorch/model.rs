@@ -1,0 +1,475 @@
+//! From an unpickled checkpoint to named tensors: which storage, which
+//! dtype, which view. Non-tensor leaves are counted and skipped; tensor
+//! kinds we cannot write are refused with the tensor named.
+
+use std::collections::HashMap;
+
+use super::pickle::{Global, Id, Node, Pickled};
+use super::strided::View;
+use crate::{Dtype, Error, ErrorKind, Result};
+
+/// Deeper nesting than this is refused (a checkpoint is a few levels deep).
+pub const MAX_DEPTH: usize = 256;
+
+/// Values visited while naming: a shared-reference DAG can name
+/// exponentially many paths; past this we refuse.
+pub const MAX_VISITS: usize = 4_000_000;
+
+/// How to name what the checkpoint holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Naming {
+    /// Take only this key's value (dotted for nested dicts), without it in the names.
+    pub root: Option<String>,
+    /// The name of a checkpoint that is one bare tensor.
+    pub bare: Option<String>,
+}
+
+/// What a storage's persistent id declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorageDecl {
+    /// Bytes per element of the storage's own type (1 for untyped).
+    pub elem: u64,
+    /// Elements it declares.
+    pub numel: u64,
+}
+
+impl StorageDecl {
+    /// Its length in bytes.
+    pub fn bytes(&self) -> Option<u64> {
+        self.elem.checked_mul(self.numel)
+    }
+}
+
+/// One tensor found in the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// Its dotted name.
+    pub name: String,
+    /// The storage it views.
+    pub storage: String,
+    /// Its element type.
+    pub dtype: Dtype,
+    /// Offset, shape and stride in elements.
+    pub view: View,
+}
+
+/// Every tensor, the storages they use and how many leaves were skipped.
+#[derive(Debug, Clone, Default)]
+pub struct Tree {
+    /// Tensors in the checkpoint's order.
+    pub tensors: Vec<Found>,
+    /// Storages by key.
+    pub storages: HashMap<String, StorageDecl>,
+    /// Non-tensor leaves skipped (numbers, strings, None...).
+    pub skipped: usize,
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::PyTorch(msg.into()))
+}
+
+/// The safetensors twin of a `torch` dtype, or why there is none.
+pub fn torch_dtype(name: &str) -> std::result::Result<Dtype, String> {
+    Ok(match name {
+        "float32" | "float" => Dtype::F32,
+        "float64" | "double" => Dtype::F64,
+        "float16" | "half" => Dtype::F16,
+        "bfloat16" => Dtype::BF16,
+        "int64" | "long" => Dtype::I64,
+        "int32" | "int" => Dtype::I32,
+        "int16" | "short" => Dtype::I16,
+        "int8" => Dtype::I8,
+        "uint8" => Dtype::U8,
+        "uint16" => Dtype::U16,
+        "uint32" => Dtype::U32,
+        "uint64" => Dtype::U64,
+        "bool" => Dtype::BOOL,
+        "complex64" | "cfloat" => Dtype::C64,
+        "float8_e4m3fn" => Dtype::F8_E4M3,
+        "float8_e5m2" => Dtype::F8_E5M2,
+        "float8_e4m3fnuz" => Dtype::F8_E4M3FNUZ,
+        "float8_e5m2fnuz" => Dtype::F8_E5M2FNUZ,
+        "float8_e8m0fnu" => Dtype::F8_E8M0,
+        "complex128" | "cdouble" | "complex32" | "chalf" => {
+            return Err(format!("torch.{name} has no safetensors dtype"))
+        }
+        n if n.starts_with('q') => return Err(format!("quantized dtype torch.{name}")),
+        n => return Err(format!("torch.{n} has no safetensors dtype")),
+    })
+}
+
+/// The element type of a typed storage class, `None` for `UntypedStorage`.
+fn storage_dtype(class: &str) -> std::result::Result<Option<Dtype>, String> {
+    let torch = match class {
+        "UntypedStorage" => return Ok(None),
+        "FloatStorage" => "float32",
+        "DoubleStorage" => "float64",
+        "HalfStorage" => "float16",
+        "BFloat16Storage" => "bfloat16",
+        "LongStorage" => "int64",
+        "IntStorage" => "int32",
+        "ShortStorage" => "int16",
+        "CharStorage" => "int8",
+        "ByteStorage" => "uint8",
+        "BoolStorage" => "bool",
+        "ComplexFloatStorage" => "complex64",
+        "ComplexDoubleStorage" => "complex128",
+        q => return Err(format!("quantized storage torch.{q}")),
+    };
+    torch_dtype(torch).map(Some)
+}
+
+/// Bytes per element of a dtype we map (all are whole bytes).
+pub fn width(d: Dtype) -> u64 {
+    d.bits() / 8
+}
+
+struct Walker<'a> {
+    p: &'a Pickled,
+    tree: Tree,
+    visits: usize,
+}
+
+/// Finds every tensor in `p`, named as [`Naming`] says.
+pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
+    let mut w = Walker {
+        p,
+        tree: Tree::default(),
+        visits: 0,
+    };
+    let mut root = p.root;
+    let mut prefix = String::new();
+    if let Some(key) = &naming.root {
+        for part in key.split('.') {
+            root = w
+                .child(root, part)
+                .ok_or_else(|| bad(format!("--pt-root {key:?}: no key {part:?} there")))?;
+        }
+    } else if let Some(sd) = w.child(root, "state_dict") {
+        // A training checkpoint: the model's weights without the prefix,
+        // everything else (optimizer state) under its own key.
+        w.walk(sd, &mut prefix, 1)?;
+        if let Node::Dict(items) = p.get(root) {
+            for &(k, v) in items {
+                if matches!(p.get(k), Node::Str(s) if s == "state_dict") {
+                    continue;
+                }
+                w.entry(k, v, &mut prefix, 1)?;
+            }
+        }
+        return Ok(w.tree);
+    }
+    if w.tensor_call(root).is_some() {
+        // One bare tensor: `--name`, else the key it was under, else "tensor".
+        let under = naming.root.as_deref().and_then(|r| r.rsplit('.').next());
+        prefix = (naming.bare.as_deref().or(under).unwrap_or("tensor")).to_string();
+    }
+    w.walk(root, &mut prefix, 0)?;
+    Ok(w.tree)
+}
+
+/// Every storage any persistent id in `p` declares, reached by a tensor or
+/// not: the legacy format needs each one's size to find the next.
+pub fn all_storages(p: &Pickled) -> Result<HashMap<String, StorageDecl>> {
+    let mut w = Walker {
+        p,
+        tree: Tree::default(),
+        visits: 0,
+    };
+    for (id, node) in p.nodes.iter().enumerate() {
+        if matches!(node, Node::Persistent(_)) {
+            w.storage(Some(&(id as Id)))?;
+        }
+    }
+    Ok(w.tree.storages)
+}
+
+impl Walker<'_> {
+    /// The value under string key `key` of dict `id`.
+    fn child(&self, id: Id, key: &str) -> Option<Id> {
+        let Node::Dict(items) = self.p.get(id) else {
+            return None;
+        };
+        items
+            .iter()
+            .find(|(k, _)| matches!(self.p.get(*k), Node::Str(s) if s == key))
+            .map(|&(_, v)| v)
+    }
+
+    /// The tensor-building call `id` is, if it is one.
+    fn tensor_call(&self, id: Id) -> Option<(Global, Id, Option<Id>)> {
+        match self.p.get(id) {
+            Node::Call { func, args, state } => match func {
+                Global::RebuildTensor
+                | Global::RebuildTensorV2
+                | Global::RebuildTensorV3
+                | Global::RebuildParameter
+                | Global::RebuildParameterWithState
+                | Global::RebuildFromType
+                | Global::RefusedTensor(_) => Some((*func, *args, *state)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn entry(&mut self, k: Id, v: Id, name: &mut String, depth: usize) -> Result<()> {
+        let key = match self.p.get(k) {
+            Node::Str(s) => s.clone(),
+            Node::Int(i) => i.to_string(),
+            Node::Bool(b) => b.to_string(),
+            Node::None => "None".to_string(),
+            _ => {
+                // A tuple or float key names nothing we could write: skip
+                // what it holds unless it is a tensor.
+                if self.tensor_call(v).is_some() {
+                    return Err(bad(format!("a tensor under a non-string key in {name:?}")));
+                }
+                self.tree.skipped += 1;
+                return Ok(());
+            }
+        };
+        let len = name.len();
+        if !name.is_empty() {
+            name.push('.');
+        }
+        name.push_str(&key);
+        let r = self.walk(v, name, depth + 1);
+        name.truncate(len);
+        r
+    }
+
+    fn walk(&mut self, id: Id, name: &mut String, depth: usize) -> Result<()> {
+        self.visits += 1;
+        if self.visits > MAX_VISITS {
+            return Err(Error::new(ErrorKind::Pickle(format!(
+                "more than {MAX_VISITS} values reached through shared references: refused"
+            ))));
+        }
+        if depth > MAX_DEPTH {
+            return Err(Error::new(ErrorKind::Pickle(format!(
+                "values nested deeper than {MAX_DEPTH}: refused"
+            ))));
+        }
+        if let Some((func, args, _)) = self.tensor_call(id) {
+            let t = self
+                .tensor(func, args, 0)
+                .map_err(|e| e.with_tensor(&*name))?;
+            self.tree.tensors.push(Found {
+                name: name.clone(),
+                ..t
+            });
+            return Ok(());
+        }
+        match self.p.get(id) {
+            Node::Dict(items) => {
+                for &(k, v) in items {
+                    self.entry(k, v, name, depth)?;
+                }
+            }
+            Node::List(items) | Node::Tuple(items) => {
+                for (i, &v) in items.iter().enumerate() {
+                    let len = name.len();
+                    if !name.is_empty() {
+                        name.push('.');
+                    }
+                    name.push_str(&i.to_string());
+                    let r = self.walk(v, name, depth + 1);
+                    name.truncate(len);
+                    r?;
+                }
+            }
+            _ => self.tree.skipped += 1,
+        }
+        Ok(())
+    }
+
+    fn args(&self, args: Id) -> Result<&[Id]> {
+        match self.p.get(args) {
+            Node::Tuple(v) => Ok(v),
+            _ => Err(bad("tensor arguments are not a tuple")),
+        }
+    }
+
+    fn int(&self, id: Option<&Id>, what: &str) -> Result<u64> {
+        match id.map(|&i| self.p.get(i)) {
+            Some(Node::Int(v)) => {
+                u64::try_from(*v).map_err(|_| bad(format!("{what} is negative ({v})")))
+            }
+            _ => Err(bad(format!("{what} is not an integer"))),
+        }
+    }
+
+    fn ints(&self, id: Option<&Id>, what: &str) -> Result<Vec<u64>> {
+        match id.map(|&i| self.p.get(i)) {
+            Some(Node::Tuple(v) | Node::List(v)) => {
+                v.iter().map(|i| self.int(Some(i), what)).collect()
+            }
+            _ => Err(bad(format!("{what} is not a tuple"))),
+        }
+    }
+
+    /// A tensor from its rebuild call (parameters unwrap to their data).
+    fn tensor(&mut self, func: Global, args: Id, depth: usize) -> Result<Found> {
+        if depth > 4 {
+            return Err(bad("parameters wrapped too deeply"));
+        }
+        let a = self.args(args)?.to_vec();
+        match func {
+            Global::RefusedTensor(what) => Err(bad(format!("{what} is not supported"))),
+            Global::RebuildParameter | Global::RebuildParameterWithState => {
+                let data = *a.first().ok_or_else(|| bad("a parameter without data"))?;
+                let (f, args, _) = self
+                    .tensor_call(data)
+                    .ok_or_else(|| bad("a parameter whose data is not a tensor"))?;
+                self.tensor(f, args, depth + 1)
+            }
+            Global::RebuildFromType => {
+                // (func, type, args, state): func(*args), typed as a Tensor or Parameter.
+                let (f, ty, inner) = match (a.first(), a.get(1), a.get(2)) {
+                    (Some(&f), Some(&t), Some(&i)) => (f, t, i),
+                    _ => return Err(bad("_rebuild_from_type_v2 needs 4 arguments")),
+                };
+                if self.p.get(ty) != &Node::Global(Global::TensorType) {
+                    return Err(bad("a tensor subclass is not supported"));
+                }
+                match self.p.get(f) {
+                    Node::Global(g) => self.tensor(*g, inner, depth + 1),
+                    _ => Err(bad("_rebuild_from_type_v2 of something not a function")),
+                }
+            }
+            Global::RebuildTensor | Global::RebuildTensorV2 | Global::RebuildTensorV3 => {
+                self.rebuild(func, &a)
+            }
+            _ => Err(bad("not a tensor")),
+        }
+    }
+
+    fn rebuild(&mut self, func: Global, a: &[Id]) -> Result<Found> {
+        let (key, decl, storage_dtype) = self.storage(a.first())?;
+        let offset = self.int(a.get(1), "storage_offset")?;
+        let shape = self.ints(a.get(2), "size")?;
+        let stride = self.ints(a.get(3), "stride")?;
+        let (dtype, meta) = match func {
+            Global::RebuildTensorV3 => {
+                let d = match a.get(6).map(|&i| self.p.get(i)) {
+                    Some(Node::Global(Global::Dtype(n))) => torch_dtype(n).map_err(bad)?,
+                    _ => return Err(bad("_rebuild_tensor_v3 without a dtype")),
+                };
+                (d, a.get(7))
+            }
+            _ => {
+                let d = storage_dtype.ok_or_else(|| bad("an untyped storage without a dtype"))?;
+                (d, a.get(6))
+            }
+        };
+        if let Some(Node::Dict(items)) = meta.map(|&m| self.p.get(m)) {
+            for &(k, v) in items {
+                if let (Node::Str(bit), Node::Bool(true)) = (self.p.get(k), self.p.get(v)) {
+                    return Err(bad(format!(
+                        "the {bit} bit is set (call .resolve_{bit}() before saving)"
+                    )));
+                }
+            }
+        }
+        if shape.len() != stride.len() {
+            return Err(bad(format!(
+                "size has {} dims but stride has {}",
+                shape.len(),
+                stride.len()
+            )));
+        }
+        let view = View {
+            offset,
+            shape,
+            stride,
+            width: width(dtype),
+        };
+        // Bounds: every element the view reaches lies inside the storage.
+        let storage_len = decl
+            .bytes()
+            .ok_or_else(|| bad(format!("storage {key} size overflows")))?;
+        let needed = view
+            .needed_bytes()
+            .ok_or_else(|| bad("view size overflows 64 bits"))?;
+        if needed > storage_len {
+            return Err(bad(format!(
+                "view reaches byte {needed} of storage {key}, which has {storage_len}"
+            )));
+        }
+        Ok(Found {
+            name: String::new(),
+            storage: key,
+            dtype,
+            view,
+        })
+    }
+
+    /// `('storage', class, key, location, numel[, view_metadata])`.
+    fn storage(&mut self, id: Option<&Id>) -> Result<(String, StorageDecl, Option<Dtype>)> {
+        let pid = match id.map(|&i| self.p.get(i)) {
+            Some(Node::Persistent(pid)) => *pid,
+            _ => return Err(bad("tensor storage is not a persistent id")),
+        };
+        let Node::Tuple(f) = self.p.get(pid) else {
+            return Err(bad("storage persistent id is not a tuple"));
+        };
+        if !matches!(f.first().map(|&i| self.p.get(i)), Some(Node::Str(s)) if s == "storage") {
+            return Err(bad("persistent id is not a storage"));
+        }
+        let dtype = match f.get(1).map(|&i| self.p.get(i)) {
+            Some(Node::Global(Global::Storage(c))) => storage_dtype(c).map_err(bad)?,
+            _ => return Err(bad("storage type is not a storage class")),
+        };
+        let key = match f.get(2).map(|&i| self.p.get(i)) {
+            Some(Node::Str(s)) => s.clone(),
+            Some(Node::Int(i)) => i.to_string(),
+            _ => return Err(bad("storage key is not a string")),
+        };
+        match f.get(3).map(|&i| self.p.get(i)) {
+            Some(Node::Str(loc)) if loc == "cpu" || loc.starts_with("cuda") || loc == "mps" => {}
+            Some(Node::Str(loc)) => {
+                return Err(bad(format!("storage on device {loc:?} is not supported")))
+            }
+            _ => return Err(bad("storage location is not a string")),
+        }
+        let numel = self.int(f.get(4), "storage size")?;
+        if let Some(&vm) = f.get(5) {
+            if self.p.get(vm) != &Node::None {
+                return Err(bad("a legacy storage view is not supported"));
+            }
+        }
+        let decl = StorageDecl {
+            elem: dtype.map_or(1, width),
+            numel,
+        };
+        match self.tree.storages.get(&key) {
+            Some(d) if d.bytes() != decl.bytes() => {
+                return Err(bad(format!(
+                    "storage {key} is declared with two different sizes"
+                )))
+            }
+            Some(_) => {}
+            None => {
+                self.tree.storages.insert(key.clone(), decl);
+            }
+        }
+        Ok((key, decl, dtype))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_map() {
+        assert_eq!(torch_dtype("float8_e8m0fnu"), Ok(Dtype::F8_E8M0));
+        assert_eq!(torch_dtype("uint64"), Ok(Dtype::U64));
+        assert!(torch_dtype("complex128").is_err());
+        assert!(torch_dtype("qint8").is_err());
+        assert_eq!(storage_dtype("UntypedStorage"), Ok(None));
+        assert_eq!(storage_dtype("BFloat16Storage"), Ok(Some(Dtype::BF16)));
+        assert!(storage_dtype("QInt8Storage").is_err());
+    }
+}

@@ -1,0 +1,125 @@
+//! The zip format of `torch.save` (torch >= 1.6): `ROOT/data.pkl`, each
+//! storage stored as `ROOT/data/KEY`, `ROOT/byteorder` (torch >= 2.1;
+//! little before). Read with our zip reader; data members are never read
+//! here, only located.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+
+use super::Located;
+use crate::source::npz::zip::{data_start, Method, PositionalReader, ZipEntry};
+use crate::source::npz::MemberReader;
+use crate::{Error, ErrorKind, Result};
+
+/// The most bytes a `data.pkl` may have: the pickle is a small index of
+/// the tensors, never their data.
+pub const MAX_PICKLE: u64 = 64 << 20;
+
+/// What the archive's layout tells before any storage is read.
+#[derive(Debug)]
+pub struct ZipCheckpoint {
+    /// `data.pkl`'s bytes.
+    pub pickle: Vec<u8>,
+    /// `byteorder` said `big`.
+    pub big_endian: bool,
+    /// Every `ROOT/data/KEY` member, by key.
+    pub storages: HashMap<String, Located>,
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::new(ErrorKind::PyTorch(msg.into()))
+}
+
+/// True if a zip's members say it is a PyTorch checkpoint (or TorchScript
+/// archive, which [`open`] then refuses) rather than an `.npz`.
+pub fn is_torch_zip(entries: &[ZipEntry]) -> bool {
+    entries.iter().any(|e| {
+        let base = e.name.rsplit('/').next().unwrap_or(&e.name);
+        base == "data.pkl" || base == "constants.pkl"
+    })
+}
+
+fn read_member(file: &File, e: &ZipEntry, start: u64, limit: u64) -> Result<Vec<u8>> {
+    if e.uncompressed > limit {
+        return Err(bad(format!(
+            "member {:?} is {} bytes; more than the {limit} we read",
+            e.name, e.uncompressed
+        )));
+    }
+    let mut out = Vec::with_capacity(e.uncompressed as usize);
+    if e.crc32 == 0 && e.method == Method::Stored {
+        // Saved without CRCs: nothing to check against.
+        PositionalReader::new(file, start, e.uncompressed)
+            .read_to_end(&mut out)
+            .map_err(Error::io)?;
+    } else {
+        let mut r = MemberReader::new(file, e, start, 64 * 1024)?;
+        r.read_to_end(&mut out).map_err(Error::io)?;
+    }
+    Ok(out)
+}
+
+/// Locates the pickle, byte order and storages of the archive `file`.
+pub fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<ZipCheckpoint> {
+    let pickles: Vec<&ZipEntry> = entries
+        .iter()
+        .filter(|e| e.name == "data.pkl" || e.name.ends_with("/data.pkl"))
+        .collect();
+    let torchscript = entries
+        .iter()
+        .any(|e| e.name.ends_with("constants.pkl") || e.name.contains("/code/"));
+    if torchscript {
+        return Err(bad(
+            "a TorchScript archive (constants.pkl, code/): load it with torch.jit.load and save its state_dict()",
+        ));
+    }
+    let [pkl] = pickles.as_slice() else {
+        return Err(bad(format!(
+            "{} data.pkl members; a checkpoint has one",
+            pickles.len()
+        )));
+    };
+    let root = pkl.name.strip_suffix("data.pkl").unwrap_or("");
+    let start = data_start(file, pkl, dir_start)?;
+    let pickle = read_member(file, pkl, start, MAX_PICKLE)?;
+    let mut big_endian = false;
+    let mut storages = HashMap::new();
+    let data_prefix = format!("{root}data/");
+    for e in entries {
+        if e.name == format!("{root}byteorder") {
+            let start = data_start(file, e, dir_start)?;
+            big_endian = match read_member(file, e, start, 16)?.as_slice() {
+                b"little" => false,
+                b"big" => true,
+                other => {
+                    return Err(bad(format!(
+                        "byteorder is {:?}, not little or big",
+                        String::from_utf8_lossy(other)
+                    )))
+                }
+            };
+        } else if let Some(key) = e.name.strip_prefix(&data_prefix) {
+            if e.method != Method::Stored {
+                return Err(bad(format!(
+                    "storage member {:?} is compressed; torch.save stores them (unzip and re-zip with -0)",
+                    e.name
+                )));
+            }
+            let start = data_start(file, e, dir_start)?;
+            let located = Located {
+                start,
+                len: e.uncompressed,
+                // torch writes CRC 0 when it was told not to compute them.
+                crc: (e.crc32 != 0).then_some(e.crc32),
+                entry: Some(e.clone()),
+            };
+            storages.insert(key.to_string(), located);
+        }
+    }
+    Ok(ZipCheckpoint {
+        pickle,
+        big_endian,
+        storages,
+    })
+}
