@@ -46,7 +46,7 @@ pub fn resolve_input(path: &Path) -> Result<PathBuf> {
     match (indexes.as_slice(), models.as_slice()) {
         ([one], _) | ([], [one]) => Ok(path.join(one)),
         ([], []) => refuse(format!(
-            "a folder with no checkpoint in it (no *.index.json, no {} file); pass a file",
+            "a folder with no checkpoint in it (no *.index.json, no .{} file); pass a file",
             MODEL_EXTENSIONS.join("/.")
         )),
         ([], many) => refuse(format!(

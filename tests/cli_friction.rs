@@ -546,3 +546,84 @@ fn an_interruption_on_a_terminal_is_told_on_a_fresh_line() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn inspect_and_validate_take_a_checkpoint_folder_as_convert_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("my-model");
+    std::fs::create_dir(&model).unwrap();
+    std::fs::write(model.join("config.json"), "{}").unwrap();
+    let inspect = |extra: &[&str]| {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("inspect"), model.as_os_str()];
+        args.extend(extra.iter().map(OsStr::new));
+        run(&args)
+    };
+    let validate = || run(&[OsStr::new("validate"), model.as_os_str()]);
+    // No checkpoint in it: the folder refusal, exit 2, for both.
+    for o in [inspect(&[]), validate()] {
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("pass a file"), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("Is a directory"), "{}", stderr(&o));
+    }
+    // One safetensors file: inspect lists it, validate checks it.
+    let file = model.join("model.safetensors");
+    std::fs::copy(fixture("example/model-input.safetensors"), &file).unwrap();
+    let o = inspect(&["--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files"][0]["tensors"].as_array().unwrap().len(), 5, "{v}");
+    let o = validate();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        shown.starts_with(&format!("{}: valid (5 tensors", file.display())),
+        "{shown}"
+    );
+    // A sharded checkpoint: its index stands for the folder.
+    std::fs::remove_file(&file).unwrap();
+    let o = run(&[
+        fixture(NPZ).as_os_str(),
+        OsStr::new("--max-shard-size"),
+        OsStr::new("100B"),
+        OsStr::new("-o"),
+        file.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = validate();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("model.safetensors.index.json: valid"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // An npz folder: inspect lists its members; validate says what it is.
+    let npz_folder = dir.path().join("npz-model");
+    std::fs::create_dir(&npz_folder).unwrap();
+    std::fs::copy(fixture(NPZ), npz_folder.join("weights.npz")).unwrap();
+    let o = run(&[OsStr::new("inspect"), npz_folder.as_os_str()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("weights.npz"));
+    let o = run(&[OsStr::new("validate"), npz_folder.as_os_str()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("npz"), "{}", stderr(&o));
+}
+
+#[test]
+fn validate_names_a_pytorch_checkpoint_for_what_it_is() {
+    for (name, what) in [
+        ("pytorch/ok/dtypes.pt", "a PyTorch checkpoint (zip)"),
+        (
+            "pytorch/ok/dtypes-legacy.pt",
+            "a PyTorch checkpoint (legacy format)",
+        ),
+    ] {
+        let o = run(&[OsStr::new("validate"), fixture(name).as_os_str()]);
+        assert_eq!(o.status.code(), Some(1), "{name}: {}", stderr(&o));
+        let msg = stderr(&o);
+        assert!(
+            msg.contains(&format!("{what}, not a safetensors file")),
+            "{name}: {msg}"
+        );
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+    }
+}

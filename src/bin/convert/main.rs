@@ -5,9 +5,11 @@ mod progress;
 mod run;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
+use safetensors_stream::folder::resolve_input;
 use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::detect::{detect_file, Format};
@@ -114,8 +116,16 @@ fn warn_hub_limit(cp: &Checkpoint) {
 /// Checks every file; one line per file; the worst failure sets the exit code.
 fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
     let mut worst: Option<Category> = None;
-    for path in &args.files {
-        match Checkpoint::open(path, rules(args.reference)) {
+    for given in &args.files {
+        // A checkpoint folder stands for its index or its one model file, as for convert.
+        let (path, opened) = match resolve_input(given) {
+            Ok(path) => {
+                let opened = Checkpoint::open(&path, rules(args.reference));
+                (path, opened)
+            }
+            Err(e) => (given.clone(), Err(e)),
+        };
+        match opened {
             Ok(cp) => {
                 warn_hub_limit(&cp);
                 if !args.quiet {
@@ -154,10 +164,12 @@ fn worse(a: Category, b: Category) -> Category {
 
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
     let options = run::source_options(&args.input)?;
-    let text = if options.raw.is_none() && reads_as_checkpoint(&args.file)? {
-        inspect_checkpoint(args)?
+    // A checkpoint folder stands for its index or its one model file, as for convert.
+    let file = resolve_input(&args.file)?;
+    let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {
+        inspect_checkpoint(&file, args)?
     } else {
-        inspect_source(args, &options)?
+        inspect_source(&file, args, &options)?
     };
     // A closed pipe (`| head`) is not an error worth a message.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
@@ -166,7 +178,7 @@ fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
 
 /// An index, or a file that is not another format convert reads: shown
 /// with its offsets, under the chosen rules (and their errors).
-fn reads_as_checkpoint(path: &std::path::Path) -> Result<bool, Error> {
+fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     if is_index_path(path) {
         return Ok(true);
     }
@@ -180,8 +192,8 @@ fn reads_as_checkpoint(path: &std::path::Path) -> Result<bool, Error> {
     ))
 }
 
-fn inspect_checkpoint(args: &InspectArgs) -> Result<String, Error> {
-    let cp = Checkpoint::open(&args.file, rules(args.reference))?;
+fn inspect_checkpoint(file: &Path, args: &InspectArgs) -> Result<String, Error> {
+    let cp = Checkpoint::open(file, rules(args.reference))?;
     warn_hub_limit(&cp);
     Ok(if args.json {
         pretty(&inspect::to_json(&cp))
@@ -191,12 +203,16 @@ fn inspect_checkpoint(args: &InspectArgs) -> Result<String, Error> {
 }
 
 /// Any other input, opened by the very code a conversion opens it with.
-fn inspect_source(args: &InspectArgs, options: &SourceOptions) -> Result<String, Error> {
+fn inspect_source(
+    file: &Path,
+    args: &InspectArgs,
+    options: &SourceOptions,
+) -> Result<String, Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let notice = |msg: &str| eprintln!("convert: {msg}");
-    let source = rt.block_on(open_input(&args.file, options, &notice))?;
+    let source = rt.block_on(open_input(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);
     Ok(if args.json {
