@@ -627,3 +627,29 @@ fn validate_names_a_pytorch_checkpoint_for_what_it_is() {
         assert_eq!(msg.lines().count(), 1, "{msg}");
     }
 }
+
+#[test]
+fn an_output_onto_the_file_a_folder_input_stands_for_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("my-model");
+    std::fs::create_dir(&model).unwrap();
+    let file = model.join("model.safetensors");
+    std::fs::copy(fixture("example/model-input.safetensors"), &file).unwrap();
+    let before = std::fs::read(&file).unwrap();
+    let o = run(&[
+        model.as_os_str(),
+        OsStr::new("--include"),
+        OsStr::new("step"),
+        OsStr::new("-o"),
+        file.as_os_str(),
+        OsStr::new("--report"),
+        OsStr::new("json"),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(json_line(&o.stderr)["error"]["kind"], "output_is_input");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        before,
+        "the input is untouched"
+    );
+}
