@@ -653,3 +653,59 @@ fn an_output_onto_the_file_a_folder_input_stands_for_is_refused() {
         "the input is untouched"
     );
 }
+
+#[test]
+fn a_dry_run_with_report_json_puts_every_warning_in_the_json_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    // An output with another hard link: the real run warns, so the plan does.
+    let out = dir.path().join("out.safetensors");
+    std::fs::write(&out, b"old").unwrap();
+    std::fs::hard_link(&out, dir.path().join("other-name.safetensors")).unwrap();
+    let dry_run = |extra: &[&OsStr]| {
+        let mut args = vec![
+            fixture(NPZ).into_os_string(),
+            "--dry-run".into(),
+            "--report".into(),
+            "json".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_os_string()));
+        bin()
+            .args(&args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    for extra in [&[][..], &[OsStr::new("--json")][..]] {
+        let mut args = extra.to_vec();
+        args.extend([OsStr::new("-o"), out.as_os_str()]);
+        let o = dry_run(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert_eq!(stderr(&o), "", "no loose lines on stderr");
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let warnings = v["warnings"].as_array().unwrap();
+        assert_eq!(warnings.len(), 1, "{v}");
+        assert!(
+            warnings[0].as_str().unwrap().contains("other hard links"),
+            "{v}"
+        );
+        assert_eq!(v["outputs"][0]["tensors"].as_array().unwrap().len(), 5);
+    }
+    // Without -o, the default name chosen is said in the object too.
+    let o = dry_run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("planning for model.safetensors"),
+        "{v}"
+    );
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        b"old",
+        "a dry run writes nothing"
+    );
+}

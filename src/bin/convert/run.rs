@@ -207,7 +207,28 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
             .unwrap_or_default()
     };
     match outcome {
-        Ok(Outcome::Planned) => Ok(ExitCode::SUCCESS),
+        Ok(Outcome::Planned(PlanShown::Text(text))) => {
+            // A closed pipe (`| head`) is not an error worth a message.
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(Outcome::Planned(PlanShown::Json(mut v))) => {
+            // With --report json, the notices belong in the one object too.
+            if let Some(w) = v["warnings"].as_array_mut() {
+                let fresh: Vec<String> = collected()
+                    .into_iter()
+                    .filter(|n| {
+                        !n.strip_prefix("warning: ")
+                            .is_some_and(|bare| w.iter().any(|x| x == bare))
+                    })
+                    .collect();
+                w.extend(fresh.into_iter().map(serde_json::Value::String));
+            }
+            let mut text = serde_json::to_string_pretty(&v).expect("JSON of a Value");
+            text.push('\n');
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            Ok(ExitCode::SUCCESS)
+        }
         Ok(Outcome::Done(report)) => {
             if args.report == Some(ReportFormat::Json) {
                 eprintln!("{}", report.to_json(&collected()));
@@ -237,8 +258,16 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
 }
 
 enum Outcome {
-    Planned,
+    Planned(PlanShown),
     Done(Report),
+}
+
+/// What a dry run prints on stdout.
+enum PlanShown {
+    Text(String),
+    /// The plan as JSON (`--json`, or `--report json`): its `warnings`
+    /// hold every warning of the run, not lines on stderr.
+    Json(serde_json::Value),
 }
 
 /// Opens, plans, and either shows the plan or writes it.
@@ -247,33 +276,30 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
     if args.dry_run {
         let plan = plan_sources(&sources, opts)?;
         // Everything the real run checks before writing.
-        for w in check_output(&args.inputs, output, &plan, opts)? {
-            if let Some(notice) = &opts.notice {
-                notice(&format!("warning: {w}"));
-            }
-        }
+        let mut warnings = plan_warnings(&plan);
+        warnings.extend(check_output(&args.inputs, output, &plan, opts)?);
         let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
         let paths = output_names(output, &plan);
-        let text = if args.json {
+        if args.json || args.report == Some(ReportFormat::Json) {
             let mut v = inspect::plan_to_json(&plan, &paths, &listings);
-            v["warnings"] = json!(plan_warnings(&plan));
+            v["warnings"] = json!(warnings);
             v["casts"] = json!(cast_notes(&plan));
             v["renames"] = renames(&plan, &listings)
                 .iter()
                 .map(|(input, from, to)| json!({"input": input, "from": from, "to": to}))
                 .collect();
-            let mut s = serde_json::to_string_pretty(&v).expect("JSON of a Value");
-            s.push('\n');
-            s
-        } else {
-            let mut text = inspect::render_plan(&plan, &paths, &listings);
-            for (input, from, to) in renames(&plan, &listings) {
-                text.push_str(&format!("rename {input}: {from:?} -> {to:?}\n"));
+            return Ok(Outcome::Planned(PlanShown::Json(v)));
+        }
+        for w in &warnings {
+            if let Some(notice) = &opts.notice {
+                notice(&format!("warning: {w}"));
             }
-            text
-        };
-        let _ = std::io::stdout().lock().write_all(text.as_bytes());
-        return Ok(Outcome::Planned);
+        }
+        let mut text = inspect::render_plan(&plan, &paths, &listings);
+        for (input, from, to) in renames(&plan, &listings) {
+            text.push_str(&format!("rename {input}: {from:?} -> {to:?}\n"));
+        }
+        return Ok(Outcome::Planned(PlanShown::Text(text)));
     }
     Ok(Outcome::Done(
         convert_opened(&args.inputs, &mut sources, output, opts).await?,
