@@ -143,3 +143,57 @@ fn recipes_are_read_from_bullets_and_sh_blocks_only() {
         ["out/b.safetensors"]
     );
 }
+
+/// The README's Rust snippets, as a reader copies them: every ```rust block.
+fn rust_blocks(md: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in md.lines() {
+        match (&mut current, line.trim_start()) {
+            (None, l) if l.starts_with("```rust") => current = Some(String::new()),
+            (Some(_), l) if l.starts_with("```") => blocks.extend(current.take()),
+            (Some(b), _) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+#[test]
+fn every_readme_rust_snippet_compiles_as_pasted() {
+    // The doctests (src/lib.rs includes the README) compile and run each
+    // block; this checks that what they compile is what a reader sees: no
+    // hidden `# ` lines, a whole program, and no crate but this one and std.
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let blocks = rust_blocks(&readme);
+    assert!(blocks.len() >= 2, "the README's Rust snippets: {blocks:?}");
+    for block in &blocks {
+        for line in block.lines() {
+            let t = line.trim_start();
+            assert!(
+                !(t == "#" || t.starts_with("# ")),
+                "a hidden doctest line: {line:?}\n{block}"
+            );
+        }
+        assert!(block.contains("fn main()"), "not a whole program:\n{block}");
+        for word in block.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')) {
+            if let Some((krate, _)) = word.split_once("::") {
+                let known = ["safetensors_stream", "std", "Self", "Box", "String", "Vec"];
+                let local = krate.chars().next().is_some_and(char::is_uppercase);
+                assert!(
+                    known.contains(&krate) || local,
+                    "a crate the reader does not have: {word}\n{block}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rust_blocks_are_found_and_hidden_lines_would_show() {
+    let md = "x\n```rust\nfn main() {}\n```\n```sh\nls\n```\n  ```rust\n  # use a;\n  ```\n";
+    assert_eq!(rust_blocks(md), ["fn main() {}\n", "  # use a;\n"]);
+}
