@@ -159,15 +159,31 @@ impl Report {
         let mut v = serde_json::to_value(self).expect("JSON of a report");
         v["ok"] = serde_json::Value::Bool(true);
         if let Some(w) = v["warnings"].as_array_mut() {
-            // A warning the library noticed is in the report already.
-            let fresh = notices.iter().filter(|n| {
-                !n.strip_prefix("warning: ")
-                    .is_some_and(|bare| self.warnings.iter().any(|w| w == bare))
-            });
+            let fresh = fresh_notices(notices, &self.warnings);
             w.extend(fresh.cloned().map(serde_json::Value::String));
         }
         v.to_string()
     }
+}
+
+/// The notices that say something `warnings` does not: a warning the
+/// library also told as a `warning: ...` notice is listed once.
+///
+/// ```
+/// use safetensors_stream::convert::fresh_notices;
+///
+/// let warnings = ["big header".to_string()];
+/// let notices = ["warning: big header".to_string(), "spooling".to_string()];
+/// assert_eq!(fresh_notices(&notices, &warnings).collect::<Vec<_>>(), ["spooling"]);
+/// ```
+pub fn fresh_notices<'a>(
+    notices: &'a [String],
+    warnings: &'a [String],
+) -> impl Iterator<Item = &'a String> + 'a {
+    notices.iter().filter(|n| {
+        !n.strip_prefix("warning: ")
+            .is_some_and(|bare| warnings.iter().any(|w| w == bare))
+    })
 }
 
 /// Converts the inputs at `inputs` (files of any supported kind, or `-`

@@ -6,8 +6,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    cast_notes, check_output, convert_opened, open_inputs, plan_sources, plan_warnings,
-    shard_paths, ConvertOptions, Output, Report,
+    cast_notes, check_output, convert_opened, fresh_notices, open_inputs, plan_sources,
+    plan_warnings, shard_paths, ConvertOptions, Output, Report,
 };
 use safetensors_stream::header::Order;
 use safetensors_stream::inspect;
@@ -212,19 +212,15 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             Ok(ExitCode::SUCCESS)
         }
-        Ok(Outcome::Planned(PlanShown::Json(mut v))) => {
+        Ok(Outcome::Planned(PlanShown::Json { mut plan, warnings })) => {
             // With --report json, the notices belong in the one object too.
-            if let Some(w) = v["warnings"].as_array_mut() {
-                let fresh: Vec<String> = collected()
-                    .into_iter()
-                    .filter(|n| {
-                        !n.strip_prefix("warning: ")
-                            .is_some_and(|bare| w.iter().any(|x| x == bare))
-                    })
-                    .collect();
-                w.extend(fresh.into_iter().map(serde_json::Value::String));
-            }
-            let mut text = serde_json::to_string_pretty(&v).expect("JSON of a Value");
+            let notices = collected();
+            let all: Vec<&String> = warnings
+                .iter()
+                .chain(fresh_notices(&notices, &warnings))
+                .collect();
+            plan["warnings"] = json!(all);
+            let mut text = serde_json::to_string_pretty(&plan).expect("JSON of a Value");
             text.push('\n');
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             Ok(ExitCode::SUCCESS)
@@ -265,9 +261,12 @@ enum Outcome {
 /// What a dry run prints on stdout.
 enum PlanShown {
     Text(String),
-    /// The plan as JSON (`--json`, or `--report json`): its `warnings`
-    /// hold every warning of the run, not lines on stderr.
-    Json(serde_json::Value),
+    /// The plan as JSON (`--json`, or `--report json`), and the run's
+    /// warnings, which go in its `warnings` with the notices, not on stderr.
+    Json {
+        plan: serde_json::Value,
+        warnings: Vec<String>,
+    },
 }
 
 /// Opens, plans, and either shows the plan or writes it.
@@ -282,13 +281,12 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
         let paths = output_names(output, &plan);
         if args.json || args.report == Some(ReportFormat::Json) {
             let mut v = inspect::plan_to_json(&plan, &paths, &listings);
-            v["warnings"] = json!(warnings);
             v["casts"] = json!(cast_notes(&plan));
             v["renames"] = renames(&plan, &listings)
                 .iter()
                 .map(|(input, from, to)| json!({"input": input, "from": from, "to": to}))
                 .collect();
-            return Ok(Outcome::Planned(PlanShown::Json(v)));
+            return Ok(Outcome::Planned(PlanShown::Json { plan: v, warnings }));
         }
         for w in &warnings {
             if let Some(notice) = &opts.notice {
