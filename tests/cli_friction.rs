@@ -709,3 +709,25 @@ fn a_dry_run_with_report_json_puts_every_warning_in_the_json_on_stdout() {
         "a dry run writes nothing"
     );
 }
+
+#[test]
+fn progress_lines_show_no_eta_until_a_rate_is_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.safetensors");
+    let o = run(&[
+        fixture(NPZ).as_os_str(),
+        OsStr::new("-o"),
+        out.as_os_str(),
+        OsStr::new("--progress"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("progress:")).collect();
+    // The first line comes before any byte: no rate, so no ETA (not "0s").
+    assert!(
+        lines[0].contains("(0%), --/s, ETA --,"),
+        "first line: {}",
+        lines[0]
+    );
+    assert!(lines.last().unwrap().contains("(100%)"), "{err}");
+}
