@@ -34,7 +34,7 @@ impl Cast {
     /// A cast from `from` to `to`, if it is one we do.
     ///
     /// ```
-    /// use safetensors_stream::{cast::Cast, Dtype};
+    /// use safetensors_stream::{plan::Cast, Dtype};
     ///
     /// assert!(Cast::new(Dtype::F32, Dtype::BF16).is_ok());
     /// assert!(Cast::new(Dtype::I64, Dtype::I32).is_err()); // lossy
@@ -85,7 +85,7 @@ impl Cast {
     /// the same pass; 0 for casts that cannot overflow.
     ///
     /// ```
-    /// use safetensors_stream::{cast::Cast, Dtype};
+    /// use safetensors_stream::{plan::Cast, Dtype};
     ///
     /// let cast = Cast::new(Dtype::F32, Dtype::F16).unwrap();
     /// let input: Vec<u8> = [1.0f32, 65520.0, -0.0].iter().flat_map(|f| f.to_le_bytes()).collect();
@@ -277,7 +277,7 @@ fn widen_int(from: Dtype, to: Dtype, input: &[u8], output: &mut [u8]) {
 }
 
 /// ml_dtypes (Eigen): NaN to a quiet NaN of its sign; else round to nearest even.
-pub fn f32_to_bf16(x: u32) -> u16 {
+pub(crate) fn f32_to_bf16(x: u32) -> u16 {
     if x & 0x7fff_ffff > 0x7f80_0000 {
         return if x & 0x8000_0000 != 0 { 0xffc0 } else { 0x7fc0 };
     }
@@ -288,7 +288,7 @@ pub fn f32_to_bf16(x: u32) -> u16 {
 /// ml_dtypes 0.7: straight from F64, one rounding to nearest even (rounding
 /// to F32 first would round twice: 1 + 2^-8 + 2^-40 would land on the tie
 /// 1 + 2^-8, then go to 1.0); NaN to a quiet NaN of its sign.
-pub fn f64_to_bf16(d: u64) -> u16 {
+pub(crate) fn f64_to_bf16(d: u64) -> u16 {
     let x = f64::from_bits(d);
     if x.is_nan() {
         return if d >> 63 != 0 { 0xffc0 } else { 0x7fc0 };
@@ -309,7 +309,7 @@ pub fn f64_to_bf16(d: u64) -> u16 {
 
 /// ml_dtypes 0.7 (Eigen's half from float): NaN to a quiet NaN of its sign;
 /// else as numpy rounds F32 to F16 (the value is exact in F32).
-pub fn bf16_to_f16(h: u16) -> u16 {
+pub(crate) fn bf16_to_f16(h: u16) -> u16 {
     if h & 0x7fff > 0x7f80 {
         return (h & 0x8000) | 0x7e00;
     }
@@ -317,14 +317,14 @@ pub fn bf16_to_f16(h: u16) -> u16 {
 }
 
 /// Exact: bfloat16 is the top half of a float32.
-pub fn bf16_to_f32(h: u16) -> u32 {
+pub(crate) fn bf16_to_f32(h: u16) -> u32 {
     (h as u32) << 16
 }
 
 /// numpy's `npy_floatbits_to_halfbits`, with ties to even: the same bits,
 /// computed without branches so that the loop vectorises (every path is
 /// computed and one is picked).
-pub fn f32_to_f16(f: u32) -> u16 {
+pub(crate) fn f32_to_f16(f: u32) -> u16 {
     let sign = (f >> 16) as u16 & 0x8000;
     let a = f & 0x7fff_ffff;
     // Normal: add just under half a unit of the last bit kept, plus one if
@@ -355,7 +355,7 @@ pub fn f32_to_f16(f: u32) -> u16 {
 }
 
 /// numpy's `npy_doublebits_to_halfbits`: one rounding, straight from F64.
-pub fn f64_to_f16(d: u64) -> u16 {
+pub(crate) fn f64_to_f16(d: u64) -> u16 {
     let h_sgn = ((d & 0x8000_0000_0000_0000) >> 48) as u16;
     let d_exp = d & 0x7ff0_0000_0000_0000;
     if d_exp >= 0x40f0_0000_0000_0000 {
@@ -389,7 +389,7 @@ pub fn f64_to_f16(d: u64) -> u16 {
 /// numpy's `npy_halfbits_to_doublebits`: exact, NaN payloads kept as they
 /// are (a signalling NaN stays signalling, where a hardware float-to-double
 /// conversion would quiet it).
-pub fn f16_to_f64(h: u16) -> u64 {
+pub(crate) fn f16_to_f64(h: u16) -> u64 {
     let f = f16_to_f32(h);
     if f & 0x7f80_0000 == 0x7f80_0000 {
         let sign = ((f & 0x8000_0000) as u64) << 32;
@@ -400,7 +400,7 @@ pub fn f16_to_f64(h: u16) -> u64 {
 
 /// numpy's `npy_halfbits_to_floatbits`: exact, NaN payloads kept as they
 /// are. Without branches, so that the loop vectorises.
-pub fn f16_to_f32(h: u16) -> u32 {
+pub(crate) fn f16_to_f32(h: u16) -> u32 {
     let sign = ((h & 0x8000) as u32) << 16;
     let a = (h & 0x7fff) as u32;
     // Normal: rebias the exponent (15 to 127).

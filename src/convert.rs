@@ -33,8 +33,19 @@ pub enum Output {
 /// A callback for things worth telling that are not errors ("spooling ...").
 pub type NoticeFn = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// Everything a conversion can be told.
+/// Everything a conversion can be told. Start from the default and set what
+/// differs:
+///
+/// ```
+/// use safetensors_stream::{ConvertOptions, Dtype, PlanOptions};
+///
+/// let options = ConvertOptions::default()
+///     .plan(PlanOptions::default().cast_all(Some(Dtype::BF16)))
+///     .sync(false);
+/// assert!(!options.sync);
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ConvertOptions {
     /// How inputs are read.
     pub source: SourceOptions,
@@ -75,6 +86,18 @@ impl Default for ConvertOptions {
         }
     }
 }
+
+crate::setters::setters!(ConvertOptions {
+    source: SourceOptions,
+    plan: PlanOptions,
+    sink: SinkOptions,
+    sync: bool,
+    notice: Option<NoticeFn>,
+    progress: Option<Arc<dyn Progress>>,
+    checksum: bool,
+    fast_path: bool,
+    overwrite_input: bool,
+});
 
 impl std::fmt::Debug for ConvertOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
-use crate::cast::Cast;
+pub use crate::cast::Cast;
 use crate::header::encode::sort_canonical_by;
 use crate::header::{encode, EncodedHeader, Metadata, Order, TensorMeta};
 use crate::rename::Renamer;
@@ -15,6 +15,7 @@ use crate::{Dtype, Error, ErrorKind, Result};
 
 /// What to take from the inputs and how to lay it out.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct PlanOptions {
     /// Keep only tensors whose (input) name matches one of these globs; all when empty.
     pub include: Vec<String>,
@@ -49,6 +50,21 @@ pub struct PlanOptions {
     /// `casts` take precedence.
     pub cast_all: Option<Dtype>,
 }
+
+crate::setters::setters!(PlanOptions {
+    include: Vec<String>,
+    exclude: Vec<String>,
+    renames: Vec<(String, String)>,
+    strip_prefix: Option<String>,
+    rename_regex: Vec<(String, String)>,
+    prefix: Option<String>,
+    allow_empty: bool,
+    metadata: Vec<(String, String)>,
+    order: Order,
+    max_shard_size: Option<u64>,
+    casts: Vec<(Dtype, Dtype)>,
+    cast_all: Option<Dtype>,
+});
 
 /// Which source tensor an output tensor comes from, and how it is cast.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use safetensors_stream::cast::Cast;
 use safetensors_stream::convert::{convert, ConvertOptions, Output as Out};
+use safetensors_stream::plan::Cast;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::Dtype;
 
@@ -1238,15 +1238,13 @@ fn library_cast_all_plans_the_new_sizes() {
     let input = dir.path().join("in.safetensors");
     std::fs::write(&input, safetensors_file(&tensors)).unwrap();
     let out = dir.path().join("out.safetensors");
-    let options = ConvertOptions {
-        plan: PlanOptions {
-            cast_all: Some(Dtype::BF16),
-            casts: vec![(Dtype::U8, Dtype::U16)],
-            ..Default::default()
-        },
-        sync: false,
-        ..Default::default()
-    };
+    let options = ConvertOptions::default()
+        .plan(
+            PlanOptions::default()
+                .cast_all(Some(Dtype::BF16))
+                .casts(vec![(Dtype::U8, Dtype::U16)]),
+        )
+        .sync(false);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

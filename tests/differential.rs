@@ -20,7 +20,7 @@ use common::{
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use safetensors_stream::header::read::read_header;
+use safetensors_stream::header::read_header;
 use safetensors_stream::header::{parse_file_bytes, Metadata, Order, Rules, TensorMeta};
 use safetensors_stream::{Dtype, Writer, WriterOptions};
 

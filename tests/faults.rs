@@ -21,7 +21,7 @@ use faults_support::*;
 use safetensors_stream::convert::{
     convert, convert_sources, open_inputs, plan_sources, write_shard, ConvertOptions, Output,
 };
-use safetensors_stream::header::read::read_file_header;
+use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::sink::{Sink, SinkOptions};
 use safetensors_stream::{Category, Dtype, ErrorKind};
@@ -36,10 +36,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 fn quick() -> ConvertOptions {
-    ConvertOptions {
-        sync: false,
-        ..Default::default()
-    }
+    ConvertOptions::default().sync(false)
 }
 
 /// Asserts `path` is a valid file by the strict rules and holds `expected`.
@@ -553,7 +550,7 @@ fn enospc_from_the_writer_is_an_io_error_naming_the_output() {
                 .unwrap();
             let plan = plan_sources(&sources, &opts).unwrap();
             let w = DiskFull { left: room };
-            let sink = SinkOptions { buffer_size: 4096 };
+            let sink = SinkOptions::default().buffer_size(4096);
             let r = write_shard(w, &plan.shards[0], &mut sources, sink, "out.safetensors").await;
             let e = r.err().unwrap_or_else(|| panic!("room {room}: no error"));
             assert_enospc(&e, Some("out.safetensors"));

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use common::{
     as_ref_header, build_file, manifest, reference_dir, reference_read, ManifestEntry, RefVerdict,
 };
-use safetensors_stream::header::read::read_file_header;
+use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, parse_file_bytes, Header, Metadata, Order, Rules};
 use safetensors_stream::index::Checkpoint;
 use safetensors_stream::Dtype;

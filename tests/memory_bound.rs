@@ -19,8 +19,8 @@ use safetensors_stream::convert::write_shard;
 use safetensors_stream::header::{encode, Order, TensorMeta};
 use safetensors_stream::plan::{plan, Plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::safetensors::SafetensorsSource;
 use safetensors_stream::source::{Listing, Source, TensorData};
+use safetensors_stream::test_support::SafetensorsSource;
 use safetensors_stream::Dtype;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -327,7 +327,7 @@ fn the_sink_buffer_option_sets_the_bound() {
                     tokio::io::sink(),
                     &p.shards[0],
                     &mut sources,
-                    SinkOptions { buffer_size },
+                    SinkOptions::default().buffer_size(buffer_size),
                     "-",
                 )
                 .await

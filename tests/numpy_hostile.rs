@@ -22,10 +22,7 @@ fn convert_bytes(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf, Resul
     let input = dir.path().join(name);
     std::fs::write(&input, bytes).unwrap();
     let out = dir.path().join("out.safetensors");
-    let options = ConvertOptions {
-        sync: false,
-        ..Default::default()
-    };
+    let options = ConvertOptions::default().sync(false);
     let r = block_on(convert(
         std::slice::from_ref(&input),
         &Output::File(out.clone()),
@@ -225,14 +222,9 @@ fn empty_archive_is_refused_unless_empty_output_is_allowed() {
         ErrorKind::NothingSelected(_)
     ));
     assert!(!out.exists());
-    let options = ConvertOptions {
-        sync: false,
-        plan: safetensors_stream::plan::PlanOptions {
-            allow_empty: true,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let options = ConvertOptions::default()
+        .sync(false)
+        .plan(safetensors_stream::PlanOptions::default().allow_empty(true));
     let input = d.path().join("empty.npz");
     block_on(convert(&[input], &Output::File(out.clone()), &options)).unwrap();
     assert!(tensors_of(&std::fs::read(out).unwrap()).is_empty());
@@ -628,10 +620,7 @@ fn member_names_are_only_tensor_names() {
     let input = inner.join("paths.npz");
     std::fs::write(&input, &zip).unwrap();
     let out = inner.join("out.safetensors");
-    let options = ConvertOptions {
-        sync: false,
-        ..Default::default()
-    };
+    let options = ConvertOptions::default().sync(false);
     block_on(convert(&[input], &Output::File(out.clone()), &options)).unwrap();
     let got = tensors_of(&std::fs::read(&out).unwrap());
     let want: Vec<String> = names

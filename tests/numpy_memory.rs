@@ -21,9 +21,9 @@ use numpy_support::{eocd, npy_header, zip64_eocd};
 use safetensors_stream::convert::write_shard;
 use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::input::open_input;
-use safetensors_stream::source::npz::zip::{data_start, read_directory, Method};
+use safetensors_stream::source::open_input;
 use safetensors_stream::source::{Listing, Source, SourceOptions};
+use safetensors_stream::test_support::zip::{data_start, read_directory, Method};
 use safetensors_stream::Dtype;
 use tokio::io::AsyncReadExt;
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use faults_support::*;
-use safetensors_stream::header::read::read_file_header;
+use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::Rules;
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {

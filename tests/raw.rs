@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use safetensors_stream::convert::{convert_sources, ConvertOptions, Output as Out};
-use safetensors_stream::source::raw::{RawSource, RawSpec, RawTensor};
 use safetensors_stream::source::Source;
+use safetensors_stream::{
+    source::{RawSpec, RawTensor},
+    test_support::RawSource,
+};
 use safetensors_stream::{Dtype, ErrorKind};
 
 const BIN: &str = env!("CARGO_BIN_EXE_convert");
@@ -786,10 +789,7 @@ fn raw_source_in_the_library() {
         .build()
         .unwrap();
     let mut sources: Vec<Box<dyn Source>> = vec![Box::new(src)];
-    let opts = ConvertOptions {
-        sync: false,
-        ..Default::default()
-    };
+    let opts = ConvertOptions::default().sync(false);
     rt.block_on(convert_sources(
         &mut sources,
         &Out::File(out.clone()),

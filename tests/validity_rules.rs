@@ -9,10 +9,10 @@ use std::fs::File;
 use std::io::{BufReader, Write};
 
 use common::{raw_file, raw_file_bytes, reference_read, CountingReader};
-use safetensors_stream::error::Span;
-use safetensors_stream::header::read::{read_file_header, read_header};
 use safetensors_stream::header::{encode, parse_file_bytes, Order, Rules, TensorMeta};
+use safetensors_stream::header::{read_file_header, read_header};
 use safetensors_stream::index::Checkpoint;
+use safetensors_stream::Span;
 use safetensors_stream::{Dtype, Error, ErrorKind};
 
 const BOTH: [Rules; 2] = [Rules::STRICT, Rules::REFERENCE];

@@ -2,8 +2,8 @@
 //! folders made for it ([`folders`]), and the checks made before a data
 //! byte is read, by the real run and by `--dry-run` alike ([`check_output`]).
 
-pub mod folders;
-pub mod target;
+pub(crate) mod folders;
+pub(crate) mod target;
 
 use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
@@ -16,14 +16,14 @@ use crate::{Error, ErrorKind, Result};
 use target::{resolve, Target};
 
 /// The longest file name Linux filesystems take (NAME_MAX).
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 
 /// Checks that `output` can take `plan` without harm, before anything is
 /// written; returns warnings worth telling. Refused:
 /// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
 /// - a sharded set to standard output, a device, a FIFO or a socket;
 /// - one file named like an index (`*.index.json`), a name over
-///   [`NAME_MAX`] bytes, a file of the set that is not a regular file;
+///   `NAME_MAX` bytes, a file of the set that is not a regular file;
 /// - an output file that is one of the files read for `inputs` (an
 ///   index's shards, `-` when it is a file, links followed; same device
 ///   and inode), unless [`ConvertOptions::overwrite_input`];

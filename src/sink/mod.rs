@@ -6,7 +6,7 @@
 //! plus the header bytes the plan already holds. Nothing grows with the
 //! model's size.
 
-pub mod atomic;
+pub(crate) mod atomic;
 pub(crate) mod elements;
 pub(crate) mod fast;
 
@@ -28,6 +28,7 @@ pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
 
 /// How the sink buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SinkOptions {
     /// Bytes moved per read and write; the sink's whole memory for data.
     pub buffer_size: usize,
@@ -40,6 +41,8 @@ impl Default for SinkOptions {
         }
     }
 }
+
+crate::setters::setters!(SinkOptions { buffer_size: usize });
 
 /// Writes one safetensors file to `W`, checking every tensor against the plan.
 ///

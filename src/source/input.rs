@@ -21,7 +21,7 @@ use crate::index::is_index_path;
 use crate::{Error, ErrorKind, Result};
 
 /// How a run tells the user things that are not errors ("spooling ...").
-pub type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
+pub(crate) type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
 /// Opens `path` (`-` for standard input) as a source of tensors.
 pub async fn open_input(

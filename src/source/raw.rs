@@ -45,7 +45,7 @@ impl RawSpec {
     /// Parses a manifest: a JSON list of `{"name", "dtype", "shape", "offset"}`.
     ///
     /// ```
-    /// use safetensors_stream::source::raw::RawSpec;
+    /// use safetensors_stream::source::RawSpec;
     ///
     /// let spec = RawSpec::from_manifest(br#"[{"name": "w", "dtype": "F32", "shape": [2, 2], "offset": 16}]"#)?;
     /// assert_eq!(spec.tensors[0].offset, 16);

@@ -24,7 +24,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{ByteOrder, ConvertArgs, InputArgs, OrderArg, ReportFormat};
 use crate::progress::{Bar, Lines};
-use safetensors_stream::source::raw::{RawSpec, RawTensor};
+use safetensors_stream::source::{RawSpec, RawTensor};
 
 /// The raw-dump reading of the inputs, if the flags ask for one.
 pub(crate) fn raw_spec(args: &InputArgs) -> Result<Option<RawSpec>, Error> {
@@ -69,47 +69,47 @@ fn options(
     notes: Notes,
     progress: Option<Arc<dyn Progress>>,
 ) -> Result<ConvertOptions, Error> {
-    Ok(ConvertOptions {
-        source: source_options(&args.input)?,
-        notice: Some(Arc::new(move |msg: &str| notes.say(msg))),
-        plan: PlanOptions {
-            include: args.include.clone(),
-            exclude: args.exclude.clone(),
-            renames: args.rename.clone(),
-            strip_prefix: args.strip_prefix.clone(),
-            rename_regex: args.rename_regex.clone(),
-            prefix: args.prefix.clone(),
-            allow_empty: args.allow_empty,
-            metadata: args.metadata.clone(),
-            order: match args.order {
-                OrderArg::Canonical => Order::Canonical,
-                OrderArg::Input => Order::AsGiven,
-            },
-            max_shard_size: args.max_shard_size,
-            casts: args.cast.clone(),
-            cast_all: args.cast_all,
-        },
-        sink: SinkOptions {
-            buffer_size: usize::try_from(args.buffer_size).unwrap_or(usize::MAX),
-        },
-        sync: !args.no_sync,
-        progress,
-        checksum: args.checksum.is_some(),
-        fast_path: true,
-        overwrite_input: args.overwrite_input,
-    })
+    Ok(ConvertOptions::default()
+        .source(source_options(&args.input)?)
+        .notice(Some(Arc::new(move |msg: &str| notes.say(msg))))
+        .plan(
+            PlanOptions::default()
+                .include(args.include.clone())
+                .exclude(args.exclude.clone())
+                .renames(args.rename.clone())
+                .strip_prefix(args.strip_prefix.clone())
+                .rename_regex(args.rename_regex.clone())
+                .prefix(args.prefix.clone())
+                .allow_empty(args.allow_empty)
+                .metadata(args.metadata.clone())
+                .order(match args.order {
+                    OrderArg::Canonical => Order::Canonical,
+                    OrderArg::Input => Order::AsGiven,
+                })
+                .max_shard_size(args.max_shard_size)
+                .casts(args.cast.clone())
+                .cast_all(args.cast_all),
+        )
+        .sink(
+            SinkOptions::default()
+                .buffer_size(usize::try_from(args.buffer_size).unwrap_or(usize::MAX)),
+        )
+        .sync(!args.no_sync)
+        .progress(progress)
+        .checksum(args.checksum.is_some())
+        .fast_path(true)
+        .overwrite_input(args.overwrite_input))
 }
 
 /// How inputs are opened, from the shared input flags.
 pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
-    Ok(SourceOptions {
-        skip_non_npy: args.skip_non_npy,
-        name: args.name.clone(),
-        raw: raw_spec(args)?,
-        npy_void_as: args.npy_void_as,
-        dedupe_tied: args.dedupe_tied,
-        pt_root: args.pt_root.clone(),
-    })
+    Ok(SourceOptions::default()
+        .skip_non_npy(args.skip_non_npy)
+        .name(args.name.clone())
+        .raw(raw_spec(args)?)
+        .npy_void_as(args.npy_void_as)
+        .dedupe_tied(args.dedupe_tied)
+        .pt_root(args.pt_root.clone()))
 }
 
 /// Notices go to stderr as lines, or into the JSON report when there is one.

@@ -212,7 +212,7 @@ fn dims_of(dims: Vec<Literal>) -> Result<Vec<u64>> {
 /// makes its bytes little-endian.
 ///
 /// ```
-/// use safetensors_stream::{Dtype, source::npy::header::map_descr, transform::Transform};
+/// use safetensors_stream::{Dtype, source::Transform, test_support::npy_header::map_descr};
 ///
 /// assert_eq!(map_descr("<f4").unwrap(), (Dtype::F32, Transform::Identity));
 /// assert_eq!(map_descr(">c8").unwrap(), (Dtype::C64, Transform::SwapBytes { width: 4 }));
@@ -228,7 +228,7 @@ pub fn map_descr(descr: &str) -> Result<(Dtype, Transform)> {
 /// `void_as` a void type is refused.
 ///
 /// ```
-/// use safetensors_stream::{Dtype, source::npy::header::map_descr_as, transform::Transform};
+/// use safetensors_stream::{Dtype, source::Transform, test_support::npy_header::map_descr_as};
 ///
 /// assert_eq!(map_descr_as("<V2", Some(Dtype::BF16)).unwrap(), (Dtype::BF16, Transform::Identity));
 /// assert_eq!(map_descr_as("|V1", Some(Dtype::F8_E4M3)).unwrap().0, Dtype::F8_E4M3);
