@@ -80,7 +80,9 @@ impl Cast {
     }
 
     /// Casts `input` (whole elements) into `output`, which must hold
-    /// exactly as many elements.
+    /// exactly as many elements. Returns how many finite elements became
+    /// infinite (too large for the target: F32 65520.0 to F16), counted in
+    /// the same pass; 0 for casts that cannot overflow.
     ///
     /// ```
     /// use safetensors_stream::{plan::Cast, Dtype};
@@ -88,32 +90,74 @@ impl Cast {
     /// let cast = Cast::new(Dtype::F32, Dtype::F16).unwrap();
     /// let input: Vec<u8> = [1.0f32, 65520.0, -0.0].iter().flat_map(|f| f.to_le_bytes()).collect();
     /// let mut out = vec![0u8; 6];
-    /// cast.apply(&input, &mut out);
+    /// let overflowed = cast.apply(&input, &mut out);
     /// let halves: Vec<u16> = out.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
     /// assert_eq!(halves, [0x3c00, 0x7c00, 0x8000]); // 65520 rounds up to infinity
+    /// assert_eq!(overflowed, 1);
     /// ```
-    pub fn apply(self, input: &[u8], output: &mut [u8]) {
+    pub fn apply(self, input: &[u8], output: &mut [u8]) -> u64 {
         use Dtype::*;
         debug_assert_eq!(
             input.len() / self.in_width(),
             output.len() / self.out_width()
         );
+        // Narrowing casts: an infinite result from a finite input overflowed.
         match (self.from, self.to) {
-            (F32, BF16) => map::<4, 2>(input, output, |b| {
-                f32_to_bf16(u32::from_le_bytes(b)).to_le_bytes()
-            }),
-            (F32, F16) => map::<4, 2>(input, output, |b| {
-                f32_to_f16(u32::from_le_bytes(b)).to_le_bytes()
-            }),
-            (F64, F32) => map::<8, 4>(input, output, |b| {
-                (f64::from_le_bytes(b) as f32).to_le_bytes()
-            }),
-            (F64, BF16) => map::<8, 2>(input, output, |b| {
-                f64_to_bf16(u64::from_le_bytes(b)).to_le_bytes()
-            }),
-            (F64, F16) => map::<8, 2>(input, output, |b| {
-                f64_to_f16(u64::from_le_bytes(b)).to_le_bytes()
-            }),
+            (F32, BF16) => narrow::<4, 2>(
+                input,
+                output,
+                |b| f32_to_bf16(u32::from_le_bytes(b)).to_le_bytes(),
+                |o| u16::from_le_bytes(o) & 0x7fff == 0x7f80,
+                |i| u32::from_le_bytes(i) & 0x7fff_ffff == 0x7f80_0000,
+            ),
+            (F32, F16) => narrow::<4, 2>(
+                input,
+                output,
+                |b| f32_to_f16(u32::from_le_bytes(b)).to_le_bytes(),
+                |o| u16::from_le_bytes(o) & 0x7fff == 0x7c00,
+                |i| u32::from_le_bytes(i) & 0x7fff_ffff == 0x7f80_0000,
+            ),
+            (F64, F32) => narrow::<8, 4>(
+                input,
+                output,
+                |b| (f64::from_le_bytes(b) as f32).to_le_bytes(),
+                |o| f32::from_le_bytes(o).is_infinite(),
+                |i| f64::from_le_bytes(i).is_infinite(),
+            ),
+            (F64, BF16) => narrow::<8, 2>(
+                input,
+                output,
+                |b| f64_to_bf16(u64::from_le_bytes(b)).to_le_bytes(),
+                |o| u16::from_le_bytes(o) & 0x7fff == 0x7f80,
+                |i| f64::from_le_bytes(i).is_infinite(),
+            ),
+            (F64, F16) => narrow::<8, 2>(
+                input,
+                output,
+                |b| f64_to_f16(u64::from_le_bytes(b)).to_le_bytes(),
+                |o| u16::from_le_bytes(o) & 0x7fff == 0x7c00,
+                |i| f64::from_le_bytes(i).is_infinite(),
+            ),
+            (BF16, F16) => narrow::<2, 2>(
+                input,
+                output,
+                |b| bf16_to_f16(u16::from_le_bytes(b)).to_le_bytes(),
+                |o| u16::from_le_bytes(o) & 0x7fff == 0x7c00,
+                |i| u16::from_le_bytes(i) & 0x7fff == 0x7f80,
+            ),
+            (from, to) => {
+                widen(from, to, input, output);
+                0
+            }
+        }
+    }
+}
+
+/// The casts that cannot overflow: every value fits.
+fn widen(from: Dtype, to: Dtype, input: &[u8], output: &mut [u8]) {
+    {
+        use Dtype::*;
+        match (from, to) {
             (F16, F32) => map::<2, 4>(input, output, |b| {
                 f16_to_f32(u16::from_le_bytes(b)).to_le_bytes()
             }),
@@ -131,9 +175,6 @@ impl Cast {
             }),
             (F16, BF16) => map::<2, 2>(input, output, |b| {
                 f32_to_bf16(f16_to_f32(u16::from_le_bytes(b))).to_le_bytes()
-            }),
-            (BF16, F16) => map::<2, 2>(input, output, |b| {
-                bf16_to_f16(u16::from_le_bytes(b)).to_le_bytes()
             }),
             (from, to) => widen_int(from, to, input, output),
         }
@@ -184,6 +225,45 @@ fn map<const I: usize, const O: usize>(
     for (i, o) in input.chunks_exact(I).zip(output.chunks_exact_mut(O)) {
         o.copy_from_slice(&f(i.try_into().expect("chunks_exact gives I bytes")));
     }
+}
+
+/// Elements per block of [`narrow`]: a block's output stays in L1 for the count.
+const NARROW_BLOCK: usize = 2048;
+
+/// [`map`] for a cast that may overflow, returning how many finite inputs
+/// became infinite. Block by block: the cast loop as [`map`] (vectorised),
+/// then its output, still in L1, is scanned for infinities (a 16-bit
+/// compare per element); only a block that holds one scans its input for
+/// infinities, which cast to themselves and are not overflows. About 5-10%
+/// over the bare cast, where counting inside the cast loop cost 25-60%.
+fn narrow<const I: usize, const O: usize>(
+    input: &[u8],
+    output: &mut [u8],
+    f: impl Fn([u8; I]) -> [u8; O] + Copy,
+    out_infinite: impl Fn([u8; O]) -> bool,
+    in_infinite: impl Fn([u8; I]) -> bool,
+) -> u64 {
+    let mut overflowed = 0u64;
+    let blocks = input
+        .chunks(NARROW_BLOCK * I)
+        .zip(output.chunks_mut(NARROW_BLOCK * O));
+    for (ib, ob) in blocks {
+        map::<I, O>(ib, ob, f);
+        // At most NARROW_BLOCK: a u16 keeps the count's lanes narrow.
+        let infinite = ob
+            .chunks_exact(O)
+            .fold(0u16, |n, o| n + out_infinite(whole(o)) as u16);
+        if infinite > 0 {
+            let already = ib.chunks_exact(I).filter(|i| in_infinite(whole(i))).count();
+            overflowed += u64::from(infinite) - already as u64;
+        }
+    }
+    overflowed
+}
+
+/// A `chunks_exact` chunk as an array.
+fn whole<const N: usize>(chunk: &[u8]) -> [u8; N] {
+    chunk.try_into().expect("chunks_exact gives whole elements")
 }
 
 fn widen_int(from: Dtype, to: Dtype, input: &[u8], output: &mut [u8]) {
@@ -384,6 +464,62 @@ mod tests {
         assert_eq!(f64_to_f16(0x7ff0_0000_0000_0001), 0x7c01);
         assert_eq!(f64_to_f16(0x7ff8_0000_0000_0001), 0x7e00);
         assert_eq!(f64_to_f16(0x3ff0_0000_1000_0000), 0x3c00);
+    }
+
+    #[test]
+    fn overflow_to_infinity_is_counted_not_infinities_or_nans() {
+        let f32s = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let input = f32s(&[
+            1.0,
+            65520.0,
+            -1e10,
+            f32::INFINITY,
+            f32::NAN,
+            65504.0,
+            f32::MAX,
+        ]);
+        let mut out = vec![0u8; 14];
+        assert_eq!(
+            Cast::new(Dtype::F32, Dtype::F16)
+                .unwrap()
+                .apply(&input, &mut out),
+            3
+        );
+        // BF16 reaches 3.4e38: only the values that round past F32::MAX's neighbourhood.
+        let mut out = vec![0u8; 14];
+        assert_eq!(
+            Cast::new(Dtype::F32, Dtype::BF16)
+                .unwrap()
+                .apply(&input, &mut out),
+            1
+        );
+        let f64s: Vec<u8> = [1e300, -1e300, 1.0, f64::INFINITY, f64::NAN, 1e5]
+            .iter()
+            .flat_map(|x: &f64| x.to_le_bytes())
+            .collect();
+        for (to, want) in [(Dtype::F32, 2), (Dtype::BF16, 2), (Dtype::F16, 3)] {
+            let c = Cast::new(Dtype::F64, to).unwrap();
+            let mut out = vec![0u8; 6 * c.out_width()];
+            assert_eq!(c.apply(&f64s, &mut out), want, "F64 -> {to}");
+        }
+        let bf16s: Vec<u8> = [0x4780u16, 0x7f80, 0x7fc0, 0x3f80]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let mut out = vec![0u8; 8];
+        assert_eq!(
+            Cast::new(Dtype::BF16, Dtype::F16)
+                .unwrap()
+                .apply(&bf16s, &mut out),
+            1
+        );
+        let mut wide = vec![0u8; 16];
+        assert_eq!(
+            Cast::new(Dtype::BF16, Dtype::F32)
+                .unwrap()
+                .apply(&bf16s, &mut wide),
+            0
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! [`Report`] out. The `convert` binary is a thin layer over this.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tokio::io::AsyncWrite;
@@ -162,7 +162,8 @@ pub struct Report {
 impl Report {
     /// The report as the CLI's `--report json` prints it (and the Python
     /// package returns it): this report's fields, `"ok": true`, and the
-    /// notices collected during the run appended to `warnings`. One
+    /// notices collected during the run appended to `warnings`, except a
+    /// `warning: ...` notice of a warning the report holds already. One
     /// function for both, so the two agree by construction.
     ///
     /// ```
@@ -181,10 +182,31 @@ impl Report {
         let mut v = serde_json::to_value(self).expect("JSON of a report");
         v["ok"] = serde_json::Value::Bool(true);
         if let Some(w) = v["warnings"].as_array_mut() {
-            w.extend(notices.iter().cloned().map(serde_json::Value::String));
+            let fresh = fresh_notices(notices, &self.warnings);
+            w.extend(fresh.cloned().map(serde_json::Value::String));
         }
         v.to_string()
     }
+}
+
+/// The notices that say something `warnings` does not: a warning the
+/// library also told as a `warning: ...` notice is listed once.
+///
+/// ```
+/// use safetensors_stream::convert::fresh_notices;
+///
+/// let warnings = ["big header".to_string()];
+/// let notices = ["warning: big header".to_string(), "spooling".to_string()];
+/// assert_eq!(fresh_notices(&notices, &warnings).collect::<Vec<_>>(), ["spooling"]);
+/// ```
+pub fn fresh_notices<'a>(
+    notices: &'a [String],
+    warnings: &'a [String],
+) -> impl Iterator<Item = &'a String> + 'a {
+    notices.iter().filter(|n| {
+        !n.strip_prefix("warning: ")
+            .is_some_and(|bare| warnings.iter().any(|w| w == bare))
+    })
 }
 
 /// Converts the inputs at `inputs` (files of any supported kind, or `-`
@@ -263,7 +285,15 @@ pub async fn open_inputs(
     };
     let mut sources = Vec::with_capacity(inputs.len());
     for path in inputs {
-        sources.push(open_input(path, &options.source, notice).await?);
+        let resolved = crate::folder::resolve_input(path)?;
+        if resolved != *path {
+            notice(&format!(
+                "{}: reading {}",
+                path.display(),
+                resolved.display()
+            ));
+        }
+        sources.push(open_input(&resolved, &options.source, notice).await?);
     }
     Ok(sources)
 }
@@ -330,6 +360,7 @@ pub async fn convert_opened(
     let plan = plan_sources(sources, options)?;
     let mut warnings = plan_warnings(&plan);
     warnings.extend(check_output(inputs, output, &plan, options)?);
+    let overflows = Mutex::new(Vec::new());
     if let Some(notice) = &options.notice {
         warnings
             .iter()
@@ -343,23 +374,33 @@ pub async fn convert_opened(
         Output::File(path) => resolve(path)?,
     };
     let outputs = match target {
-        Target::Stdout => write_stream(tokio::io::stdout(), "-", &plan, sources, options).await?,
+        Target::Stdout => {
+            let out = tokio::io::stdout();
+            write_stream(out, "-", &plan, sources, options, &overflows).await?
+        }
         Target::Stream(path) => {
             let file = open_stream_output(&path).await?;
             let name = match output {
                 Output::File(given) => given.display().to_string(),
                 Output::Stdout => "-".into(),
             };
-            write_stream(file, &name, &plan, sources, options).await?
+            write_stream(file, &name, &plan, sources, options, &overflows).await?
         }
         Target::Replace(_) => match output {
-            Output::File(path) => write_files(path, &plan, sources, options).await?,
+            Output::File(path) => write_files(path, &plan, sources, options, &overflows).await?,
             Output::Stdout => unreachable!("standard output is never replaced"),
         },
     };
     if let Some(p) = &options.progress {
         p.finish();
     }
+    let overflows = overflows.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Some(notice) = &options.notice {
+        overflows
+            .iter()
+            .for_each(|w| notice(&format!("warning: {w}")));
+    }
+    warnings.extend(overflows);
     Ok(Report {
         inputs: sources.iter().map(|s| s.input_name().to_string()).collect(),
         outputs,
@@ -380,12 +421,14 @@ async fn write_stream<W: AsyncWrite + Unpin>(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let w = ObservedWriter::new(writer, options.checksum, options.progress.clone());
     let ctx = ShardCtx {
         index: 0,
         count: 1,
         options,
+        overflows,
     };
     let (_, sha256) = write_observed(w, &plan.shards[0], sources, name, &ctx, None)
         .await?
@@ -450,15 +493,17 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         output_name,
         |_| {},
         None,
+        None,
     )
     .await
 }
 
-/// Which shard is being written, for progress.
+/// Which shard is being written, for progress; where casts' overflows go.
 struct ShardCtx<'a> {
     index: usize,
     count: usize,
     options: &'a ConvertOptions,
+    overflows: &'a Mutex<Vec<String>>,
 }
 
 async fn write_observed<W: AsyncWrite + Unpin>(
@@ -488,6 +533,7 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         output_name,
         on_tensor,
         fast,
+        Some(ctx.overflows),
     )
     .await
 }
@@ -502,6 +548,7 @@ struct Direct {
 /// Tensors copied per trip to the blocking pool.
 const BATCH: usize = 4096;
 
+#[allow(clippy::too_many_arguments)]
 async fn write_tensors<W: AsyncWrite + Unpin>(
     writer: W,
     shard: &ShardPlan,
@@ -510,7 +557,15 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
     output_name: &str,
     on_tensor: impl Fn(&str),
     direct: Option<Direct>,
+    overflows: Option<&Mutex<Vec<String>>>,
 ) -> Result<W> {
+    let overflowed = |k: usize, count: u64| {
+        if let (Some(list), Some(c)) = (overflows, shard.refs[k].cast) {
+            let name = &shard.header.header().tensors[k].meta.name;
+            let msg = overflow_warning(name, c, count);
+            list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+        }
+    };
     let sink = Sink::start(writer, &shard.header, sink_options)
         .await
         .map_err(|e| e.with_output(output_name))?;
@@ -524,11 +579,12 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
             if !jobs.is_empty() {
                 on_tensor(&tensors[k].meta.name);
                 let n = jobs.len();
-                copy_direct(&mut sink, d, jobs, sink_options.buffer_size)
+                let over = copy_direct(&mut sink, d, jobs, sink_options.buffer_size)
                     .await
                     .map_err(|(i, e)| {
                         name_error(e, sources, &shard.refs[k + i], &tensors[k + i].meta.name)
                     })?;
+                over.into_iter().for_each(|(i, n)| overflowed(k + i, n));
                 k += n;
                 continue;
             }
@@ -560,9 +616,23 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
         if let Err(e) = written {
             return Err(name_error(e, sources, r, &t.meta.name));
         }
+        match sink.take_overflowed() {
+            0 => {}
+            n => overflowed(k, n),
+        }
         k += 1;
     }
     sink.finish().await
+}
+
+/// A cast's overflows to infinity, as a report's warning.
+fn overflow_warning(tensor: &str, cast: crate::cast::Cast, count: u64) -> String {
+    let values = if count == 1 { "value" } else { "values" };
+    format!(
+        "tensor {tensor:?}: {count} finite {values} overflowed to infinity casting {} to {}",
+        cast.from(),
+        cast.to()
+    )
 }
 
 /// Names the input, and the tensor as the input knows it (and as it is
@@ -592,13 +662,14 @@ fn span_jobs(refs: &[TensorRef], sources: &[Box<dyn Source + '_>]) -> Vec<SpanJo
 }
 
 /// Copies a batch of file-backed tensors straight into the output file, on
-/// the blocking pool, after what the sink has written.
+/// the blocking pool, after what the sink has written. Returns the casts'
+/// overflows to infinity as (index in the batch, elements).
 async fn copy_direct<W: AsyncWrite + Unpin>(
     sink: &mut Sink<W>,
     d: &Direct,
     jobs: Vec<SpanJob>,
     buffer_size: usize,
-) -> std::result::Result<(), (usize, Error)> {
+) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
     sink.flush().await.map_err(|e| (0, e))?;
     let out = d.out.clone();
     let out_name = d.name.clone();
@@ -613,7 +684,9 @@ async fn copy_direct<W: AsyncWrite + Unpin>(
     })
     .await
     .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
-    sink.record_external(count, copied).map_err(|e| (0, e))
+    let (copied, overflows) = copied;
+    sink.record_external(count, copied).map_err(|e| (0, e))?;
+    Ok(overflows)
 }
 
 /// The paths of a sharded set: `BASE-00001-of-0000N.safetensors` beside
@@ -643,6 +716,7 @@ async fn write_files(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let (paths, index_path) = shard_paths(output, plan.shards.len());
     // Declared before the staged files, so dropped after them on failure:
@@ -666,6 +740,7 @@ async fn write_files(
             index,
             count,
             options,
+            overflows,
         };
         // A checksum must see every byte: no kernel copies then.
         let direct = match options.fast_path && !options.checksum {

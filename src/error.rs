@@ -471,6 +471,12 @@ pub enum ErrorKind {
     /// would stall the runtime's thread.
     #[error("{0} was called inside a tokio runtime; await its async form there")]
     BlockingInRuntime(&'static str),
+    /// The filters (or the inputs) leave no tensor to write; `--allow-empty` accepts that.
+    #[error("no tensor selected: {0}; pass --allow-empty to write a file with no tensors")]
+    NothingSelected(String),
+    /// A folder given as input that does not hold exactly one checkpoint.
+    #[error("{0}")]
+    FolderInput(String),
     /// A conversion was stopped by a signal.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
@@ -689,6 +695,8 @@ impl ErrorKind {
             | K::OutputIsInput(_)
             | K::TerminalOutput
             | K::OutputName(_)
+            | K::NothingSelected(_)
+            | K::FolderInput(_)
             | K::TensorNotFound(_)
             | K::WriteOrder { .. }
             | K::DtypeMismatch { .. } => Category::Usage,

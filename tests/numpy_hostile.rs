@@ -213,11 +213,20 @@ fn truncated_and_tiny_archives() {
 }
 
 #[test]
-fn empty_archive_gives_an_empty_file() {
+fn empty_archive_is_refused_unless_empty_output_is_allowed() {
     let mut zip = Vec::new();
     eocd(&mut zip, 0, 0, 0);
-    let (_d, out, r) = convert_bytes("empty.npz", &zip);
-    r.unwrap();
+    let (d, out, r) = convert_bytes("empty.npz", &zip);
+    assert!(matches!(
+        r.unwrap_err().kind(),
+        ErrorKind::NothingSelected(_)
+    ));
+    assert!(!out.exists());
+    let options = ConvertOptions::default()
+        .sync(false)
+        .plan(safetensors_stream::PlanOptions::default().allow_empty(true));
+    let input = d.path().join("empty.npz");
+    block_on(convert(&[input], &Output::File(out.clone()), &options)).unwrap();
     assert!(tensors_of(&std::fs::read(out).unwrap()).is_empty());
 }
 
@@ -249,6 +258,7 @@ fn unsupported_members() {
         let (mut zip, l) = ok_zip();
         put16(&mut zip, l.centrals[0] + at, value);
         let e = refuse(&format!("{what}.npz"), &zip);
+        // A well-formed zip using a feature we do not read: not corrupt.
         assert!(
             matches!(e.kind(), ErrorKind::ZipUnsupported(_)),
             "{what}: {e:?}"

@@ -58,12 +58,10 @@ fn every_reference_fixture_round_trips_to_identical_bytes() {
     for (i, input) in files.iter().enumerate() {
         let original = std::fs::read(input).unwrap();
         let out = dir.path().join(format!("out{i}.safetensors"));
-        let report = run(
-            std::slice::from_ref(input),
-            &out,
-            &opts(PlanOptions::default()),
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", input.display()));
+        // spec_empty.safetensors holds no tensor.
+        let allow_empty = PlanOptions::default().allow_empty(true);
+        let report = run(std::slice::from_ref(input), &out, &opts(allow_empty))
+            .unwrap_or_else(|e| panic!("{}: {e}", input.display()));
         let got = std::fs::read(&out).unwrap();
         assert!(
             got == original,
@@ -212,7 +210,7 @@ proptest! {
         }
         let mut sources: Vec<Box<dyn Source>> = vec![Box::new(a), Box::new(b)];
         let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
-        let p = plan(&listings, &PlanOptions::default()).unwrap();
+        let p = plan(&listings, &PlanOptions::default().allow_empty(true)).unwrap();
         prop_assert_eq!(p.shards.len(), 1);
         let opts = SinkOptions::default().buffer_size(5);
         let got = block_on(write_shard(Vec::new(), &p.shards[0], &mut sources, opts, "-")).unwrap();
@@ -352,12 +350,16 @@ fn filters_match_input_names_not_output_names() {
     let dir = tempfile::tempdir().unwrap();
     let input = ref_file(dir.path(), "in.safetensors", &ts, None);
     let out = dir.path().join("out.safetensors");
-    // The prefix comes after filtering: "model.*" matches no input name.
-    let o = opts(
-        PlanOptions::default()
-            .include(vec!["model.*".into()])
-            .prefix(Some("model.".into())),
-    );
+    // The prefix comes after filtering: "model.*" matches no input name,
+    // which is an error unless empty output is allowed.
+    let filters = PlanOptions::default()
+        .include(vec!["model.*".into()])
+        .prefix(Some("model.".into()));
+    let o = opts(filters.clone());
+    let e = run(std::slice::from_ref(&input), &out, &o).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::NothingSelected(_)), "{e}");
+    assert!(!out.exists());
+    let o = opts(filters.allow_empty(true));
     let report = run(std::slice::from_ref(&input), &out, &o).unwrap();
     assert_eq!(report.tensors, 0);
     assert!(std::fs::read(&out).unwrap() == ref_serialize(&[], None));
@@ -687,7 +689,8 @@ fn one_shard_is_a_plain_file_and_no_index() {
     let o = opts(
         PlanOptions::default()
             .max_shard_size(Some(10))
-            .exclude(vec!["*".into()]),
+            .exclude(vec!["*".into()])
+            .allow_empty(true),
     );
     run(std::slice::from_ref(&input), &out, &o).unwrap();
     assert_eq!(listing(out_dir.path()), ["model.safetensors"]);
@@ -794,7 +797,7 @@ proptest! {
             })
             .collect();
         let listing = Listing { input: "in".into(), tensors: metas.clone(), metadata: None };
-        let p = plan(&[listing], &PlanOptions::default().max_shard_size(Some(limit))).unwrap();
+        let p = plan(&[listing], &PlanOptions::default().max_shard_size(Some(limit)).allow_empty(true)).unwrap();
         let canonical: Vec<(String, u64)> = encode(metas, None, Order::Canonical)
             .unwrap()
             .header()

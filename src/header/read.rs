@@ -54,12 +54,23 @@ fn say_what_it_is(e: Error, path: &Path) -> Error {
     if matches!(e.kind(), ErrorKind::Io(_)) {
         return e;
     }
-    match detect_file(path) {
-        Ok(Some(f @ (Format::Npy | Format::Zip | Format::Compressed(_)))) => {
-            Error::new(ErrorKind::NotSafetensors { what: f.describe() }).at_offset(0)
+    let what = match detect_file(path) {
+        // A zip is an .npz unless its members are a PyTorch checkpoint's.
+        Ok(Some(Format::Zip)) if is_torch_zip(path) => "a PyTorch checkpoint (zip)".to_string(),
+        Ok(Some(f @ (Format::Npy | Format::Zip | Format::Compressed(_) | Format::TorchLegacy))) => {
+            f.describe()
         }
-        _ => e,
-    }
+        _ => return e,
+    };
+    Error::new(ErrorKind::NotSafetensors { what }).at_offset(0)
+}
+
+fn is_torch_zip(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    crate::source::pytorch::is_torch_zip(&file, len)
 }
 
 /// Reads and validates a safetensors file from a stream (a pipe): the header,

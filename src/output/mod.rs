@@ -133,7 +133,8 @@ fn check_writable(dest: &Path) -> Result<()> {
 }
 
 /// Every file read for `inputs`, as (name, device, inode): each input
-/// (links followed; `-` when standard input is a file) and, for an index,
+/// (links followed; `-` when standard input is a file; a folder as the
+/// checkpoint it stands for) and, for an index (safetensors or PyTorch),
 /// its shards. Files that cannot be looked at are left out: opening them
 /// has already failed, or will.
 fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
@@ -148,9 +149,11 @@ fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
             add("-".into(), Path::new("/dev/stdin"));
             continue;
         }
-        add(input.display().to_string(), input);
-        if is_index_path(input) {
-            for shard in index_shards(input) {
+        // The file a folder stands for is the one read, so the one that clashes.
+        let input = crate::folder::resolve_input(input).unwrap_or_else(|_| input.clone());
+        add(input.display().to_string(), &input);
+        if is_index_path(&input) || crate::source::pytorch::is_index_path(&input) {
+            for shard in index_shards(&input) {
                 add(shard.display().to_string(), &shard);
             }
         }
@@ -158,9 +161,11 @@ fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
     files
 }
 
-/// The shard files an index names (none if it cannot be read).
+/// The shard files an index names (none if it cannot be read). Read under
+/// the same cap as every index read: an index that is `/dev/zero` or a huge
+/// file must not fill memory here either.
 fn index_shards(index: &Path) -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read(index) else {
+    let Ok(text) = crate::header::read::read_capped(index, "index file") else {
         return Vec::new();
     };
     let Ok(parsed) = ShardIndex::from_json(&text) else {
@@ -171,4 +176,31 @@ fn index_shards(index: &Path) -> Vec<PathBuf> {
         .shard_names()
         .map(|names| names.iter().map(|n| dir.join(n)).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_that_never_ends_is_read_under_the_cap() {
+        // Unbounded, this read would fill memory and never return.
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("z.safetensors.index.json");
+        std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+        assert!(index_shards(&index).is_empty());
+    }
+
+    #[test]
+    fn a_folder_input_clashes_as_the_file_it_stands_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model.safetensors");
+        std::fs::write(&model, b"x").unwrap();
+        let files = input_files(&[dir.path().to_path_buf()]);
+        let meta = std::fs::metadata(&model).unwrap();
+        assert_eq!(
+            files,
+            [(model.display().to_string(), meta.dev(), meta.ino())]
+        );
+    }
 }

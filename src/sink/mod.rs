@@ -70,6 +70,8 @@ pub struct Sink<W> {
     buffer_size: usize,
     written: u64,
     output: Option<String>,
+    /// Cast elements that overflowed to infinity since last taken.
+    overflowed: u64,
 }
 
 impl<W: AsyncWrite + Unpin> Sink<W> {
@@ -89,6 +91,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             buffer_size: options.buffer_size.max(1),
             written: header.bytes().len() as u64,
             output: None,
+            overflowed: 0,
         };
         sink.writer
             .write_all(header.bytes())
@@ -194,7 +197,14 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             }
             .into());
         }
-        elements.finish()
+        self.overflowed += elements.finish()?;
+        Ok(())
+    }
+
+    /// How many cast elements overflowed to infinity (finite in, infinite
+    /// out) since the last call: call it after each tensor to name it.
+    pub fn take_overflowed(&mut self) -> u64 {
+        std::mem::take(&mut self.overflowed)
     }
 
     /// Flushes the writer, so that bytes then written to the same file by

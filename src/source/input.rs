@@ -87,7 +87,14 @@ pub async fn open_input(
         .await;
     }
     match detect(&first[..got]) {
-        Format::Npy => Ok(Box::new(NpySource::from_file(file, 0, len, &input, stem?)?)),
+        Format::Npy => Ok(Box::new(NpySource::from_file(
+            file,
+            0,
+            len,
+            &input,
+            stem?,
+            options.npy_void_as,
+        )?)),
         Format::Zip | Format::TorchLegacy | Format::Tar => {
             open_archive(file, len, &input, options, notice)
         }
@@ -385,7 +392,8 @@ fn open_stream<'a>(
                         ))))
                     }
                 };
-                let src = NpySource::from_stream(reader, input, name).await?;
+                let src =
+                    NpySource::from_stream_as(reader, input, name, options.npy_void_as).await?;
                 if src.needs_random_access() {
                     notice(&format!("{input}: Fortran-order array from a stream; spooling it to a temporary file"));
                     return Ok(Box::new(src.spool().await?) as Box<dyn Source>);

@@ -154,6 +154,9 @@ pub struct SourceOptions {
     pub skip_non_npy: bool,
     /// The tensor name for a single-array input (.npy), instead of the file stem.
     pub name: Option<String>,
+    /// Read .npy void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
+    /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
+    pub npy_void_as: Option<crate::Dtype>,
     /// PyTorch checkpoints: write one tensor of each group of identical views
     /// and record the dropped names in the metadata (`--dedupe-tied`).
     pub dedupe_tied: bool,
@@ -166,6 +169,7 @@ crate::setters::setters!(SourceOptions {
     raw: Option<raw::RawSpec>,
     skip_non_npy: bool,
     name: Option<String>,
+    npy_void_as: Option<crate::Dtype>,
     dedupe_tied: bool,
     pt_root: Option<String>,
 });
