@@ -6,6 +6,7 @@
 
 pub(crate) mod encode;
 mod json;
+mod names;
 pub mod read;
 mod validate;
 
