@@ -1,7 +1,8 @@
 //! Byte-exact header encoding: the layout the reference writer produces.
 
-use std::collections::HashSet;
+use std::io::Write;
 
+use super::names::NameIndex;
 use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
 use crate::{Error, ErrorKind, Result};
 
@@ -56,19 +57,40 @@ impl EncodedHeader {
 /// assert_eq!(enc.header().file_len(), 76);
 /// ```
 pub fn encode(
-    mut tensors: Vec<TensorMeta>,
+    tensors: Vec<TensorMeta>,
     metadata: Option<Metadata>,
     order: Order,
 ) -> Result<EncodedHeader> {
     check_names(&tensors)?;
+    let mut entries: Vec<TensorEntry> = tensors
+        .into_iter()
+        .map(|meta| TensorEntry {
+            meta,
+            begin: 0,
+            end: 0,
+        })
+        .collect();
     if order == Order::Canonical {
-        sort_canonical_by(&mut tensors, |t| t);
+        let order = canonical_order(&entries, |e| &e.meta);
+        permute(order, |i, j| entries.swap(i, j));
     }
-    let entries = place(tensors)?;
-    // The JSON is written after room for its length: one buffer, not a
-    // JSON buffer copied into a second one (a 90 MB header cost both).
-    let mut bytes = write_json(metadata.as_ref(), &entries);
-    let header_len = (bytes.len() - 8) as u64;
+    encode_entries(entries, metadata)
+}
+
+/// Lays out `entries` in their order (their offsets are overwritten) and
+/// encodes the header. The names must be unique and none `__metadata__`:
+/// the planner checks that once for all shards, [`encode`] for its callers.
+pub(crate) fn encode_entries(
+    mut entries: Vec<TensorEntry>,
+    metadata: Option<Metadata>,
+) -> Result<EncodedHeader> {
+    place(&mut entries)?;
+    // The JSON's length is counted first, so the limit is checked before
+    // anything is allocated, and the bytes take one buffer of exactly their
+    // size: no estimate's slack, no JSON copied behind its length.
+    let mut counter = Counter(0);
+    write_json(&mut counter, metadata.as_ref(), &entries);
+    let header_len = counter.0.next_multiple_of(8);
     if header_len > MAX_HEADER_LEN {
         return Err(ErrorKind::HeaderTooLarge {
             len: header_len,
@@ -76,7 +98,12 @@ pub fn encode(
         }
         .into());
     }
-    bytes[..8].copy_from_slice(&header_len.to_le_bytes());
+    // header_len <= MAX_HEADER_LEN, so it fits usize.
+    let mut bytes = Vec::with_capacity(8 + header_len as usize);
+    bytes.extend_from_slice(&header_len.to_le_bytes());
+    write_json(&mut bytes, metadata.as_ref(), &entries);
+    // 8 + a multiple of 8 is one too.
+    bytes.resize(8 + header_len as usize, b' ');
     let header = Header {
         metadata,
         tensors: entries,
@@ -85,11 +112,11 @@ pub fn encode(
     Ok(EncodedHeader { header, bytes })
 }
 
-/// Sorts as the reference's `prepare()`: dtype descending, then name
-/// ascending by UTF-8 bytes (so `a.10` < `a.2`).
-pub(crate) fn sort_canonical_by<T>(items: &mut Vec<T>, meta: impl Fn(&T) -> &TensorMeta) {
-    // Sort indices, then move each (large) item once; ties (equal names,
-    // refused later) keep their order.
+/// The order the reference's `prepare()` sorts into: dtype descending, then
+/// name ascending by UTF-8 bytes (so `a.10` < `a.2`); ties (equal names,
+/// refused elsewhere) keep their order. `order[k]` is the index of the item
+/// that goes k-th.
+pub(crate) fn canonical_order<T>(items: &[T], meta: impl Fn(&T) -> &TensorMeta) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_unstable_by(|&i, &j| {
         let (a, b) = (meta(&items[i]), meta(&items[j]));
@@ -98,22 +125,37 @@ pub(crate) fn sort_canonical_by<T>(items: &mut Vec<T>, meta: impl Fn(&T) -> &Ten
             .then_with(|| a.name.cmp(&b.name))
             .then(i.cmp(&j))
     });
-    let mut slots: Vec<Option<T>> = items.drain(..).map(Some).collect();
-    items.extend(
-        order
-            .into_iter()
-            .map(|i| slots[i].take().expect("each index once")),
-    );
+    order
+}
+
+/// Applies `order` (as [`canonical_order`] returns it) in place by swaps, so
+/// that item k ends where `order[k]` was; `swap` moves every list that runs
+/// in parallel. No second copy of the items: a million of them is big.
+pub(crate) fn permute(mut order: Vec<usize>, mut swap: impl FnMut(usize, usize)) {
+    const DONE: usize = usize::MAX;
+    for start in 0..order.len() {
+        // Follow the cycle through `start`: each step brings the item that
+        // belongs at `at` there, and carries the displaced one along.
+        let mut at = start;
+        while order[at] != DONE {
+            let from = order[at];
+            order[at] = DONE;
+            if from == start {
+                break;
+            }
+            swap(at, from);
+            at = from;
+        }
+    }
 }
 
 fn check_names(tensors: &[TensorMeta]) -> Result<()> {
-    let mut seen =
-        HashSet::with_capacity_and_hasher(tensors.len(), foldhash::fast::RandomState::default());
-    for t in tensors {
+    let mut seen = NameIndex::with_capacity(tensors.len());
+    for (i, t) in tensors.iter().enumerate() {
         if t.name == "__metadata__" {
             return Err(Error::new(ErrorKind::ReservedName).with_tensor(t.name.clone()));
         }
-        if !seen.insert(t.name.as_str()) {
+        if seen.insert(i, &t.name, |k| &tensors[k].name).is_some() {
             return Err(ErrorKind::DuplicateTensor {
                 name: t.name.clone(),
                 inputs: None,
@@ -124,91 +166,96 @@ fn check_names(tensors: &[TensorMeta]) -> Result<()> {
     Ok(())
 }
 
-/// Packs the tensors from offset 0, in the given order, with no gaps.
-fn place(tensors: Vec<TensorMeta>) -> Result<Vec<TensorEntry>> {
+/// Packs the tensors from offset 0, in their order, with no gaps.
+fn place(entries: &mut [TensorEntry]) -> Result<()> {
     let mut offset = 0u64;
-    let mut entries = Vec::with_capacity(tensors.len());
-    for meta in tensors {
-        let len = meta.byte_len()?;
+    for e in entries {
+        let len = e.meta.byte_len()?;
         let end = offset.checked_add(len).ok_or_else(|| {
             Error::new(ErrorKind::ShapeOverflow {
-                tensor: meta.name.clone(),
-                dtype: meta.dtype,
-                shape: meta.shape.clone(),
+                tensor: e.meta.name.clone(),
+                dtype: e.meta.dtype,
+                shape: e.meta.shape.clone(),
             })
         })?;
-        entries.push(TensorEntry {
-            meta,
-            begin: offset,
-            end,
-        });
+        e.begin = offset;
+        e.end = end;
         offset = end;
     }
-    Ok(entries)
+    Ok(())
+}
+
+/// Counts the bytes written to it, and keeps none.
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Compact JSON, `__metadata__` first, keys `dtype`, `shape`, `data_offsets`,
-/// padded with spaces to a multiple of 8. Strings go through serde_json so
-/// that escaping is exactly the reference's.
-/// Eight bytes for the length prefix (left zero), then the padded JSON.
-fn write_json(metadata: Option<&Metadata>, entries: &[TensorEntry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(72 + entries.len() * 96);
-    out.extend_from_slice(&[0; 8]);
-    out.push(b'{');
+/// unpadded. Strings go through serde_json so that escaping is exactly the
+/// reference's. `out` is a `Vec` or a [`Counter`]: neither fails.
+fn write_json<W: Write>(out: &mut W, metadata: Option<&Metadata>, entries: &[TensorEntry]) {
+    put(out, b"{");
     let mut first = true;
     if let Some(md) = metadata {
-        out.extend_from_slice(br#""__metadata__":{"#);
+        put(out, br#""__metadata__":{"#);
         for (i, (k, v)) in md.iter().enumerate() {
             if i > 0 {
-                out.push(b',');
+                put(out, b",");
             }
-            push_json_str(&mut out, k);
-            out.push(b':');
-            push_json_str(&mut out, v);
+            push_json_str(out, k);
+            put(out, b":");
+            push_json_str(out, v);
         }
-        out.push(b'}');
+        put(out, b"}");
         first = false;
     }
     for e in entries {
         if !first {
-            out.push(b',');
+            put(out, b",");
         }
         first = false;
-        push_entry(&mut out, e);
+        push_entry(out, e);
     }
-    out.push(b'}');
-    // 8 + a multiple of 8 is one too.
-    let padded = out.len().next_multiple_of(8);
-    out.resize(padded, b' ');
-    out
+    put(out, b"}");
 }
 
-fn push_entry(out: &mut Vec<u8>, e: &TensorEntry) {
+fn push_entry<W: Write>(out: &mut W, e: &TensorEntry) {
     push_json_str(out, &e.meta.name);
-    out.extend_from_slice(br#":{"dtype":""#);
-    out.extend_from_slice(e.meta.dtype.as_str().as_bytes());
-    out.extend_from_slice(br#"","shape":["#);
+    put(out, br#":{"dtype":""#);
+    put(out, e.meta.dtype.as_str().as_bytes());
+    put(out, br#"","shape":["#);
     for (i, d) in e.meta.shape.iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            put(out, b",");
         }
         push_u64(out, *d);
     }
-    out.extend_from_slice(br#"],"data_offsets":["#);
+    put(out, br#"],"data_offsets":["#);
     push_u64(out, e.begin);
-    out.push(b',');
+    put(out, b",");
     push_u64(out, e.end);
-    out.extend_from_slice(b"]}");
+    put(out, b"]}");
 }
 
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    // Writing into a Vec cannot fail, and a &str always serialises.
-    serde_json::to_writer(&mut *out, s).expect("serialising a str into a Vec");
+fn put<W: Write>(out: &mut W, bytes: &[u8]) {
+    out.write_all(bytes).expect("a Vec or a Counter never fails");
 }
 
-fn push_u64(out: &mut Vec<u8>, n: u64) {
-    use std::io::Write;
-    write!(out, "{n}").expect("writing into a Vec");
+fn push_json_str<W: Write>(out: &mut W, s: &str) {
+    // Neither sink fails, and a &str always serialises.
+    serde_json::to_writer(&mut *out, s).expect("serialising a str");
+}
+
+fn push_u64<W: Write>(out: &mut W, n: u64) {
+    write!(out, "{n}").expect("a Vec or a Counter never fails");
 }
 
 #[cfg(test)]

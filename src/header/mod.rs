@@ -6,7 +6,7 @@
 
 pub(crate) mod encode;
 mod json;
-mod names;
+pub(crate) mod names;
 pub mod read;
 mod validate;
 
