@@ -3,10 +3,12 @@
 //!
 //! Memory: one buffer of [`SinkOptions::buffer_size`] bytes (allocated on
 //! the first tensor that needs it, and no larger than the largest tensor),
-//! plus the header bytes the plan already holds. Nothing grows with the
-//! model's size.
+//! plus the header bytes the plan already holds, and the planned names and
+//! lengths (the names in one string, 16 bytes per tensor). Nothing grows
+//! with the tensors' bytes.
 
 pub mod atomic;
+mod planned;
 pub(crate) mod elements;
 pub(crate) mod fast;
 
@@ -21,6 +23,7 @@ use crate::source::TensorData;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
 use elements::{ChunkBuffer, Elements};
+use planned::Planned;
 
 /// The default buffer: large enough that per-call costs vanish, small
 /// enough to keep memory flat.
@@ -59,8 +62,8 @@ impl Default for SinkOptions {
 #[derive(Debug)]
 pub struct Sink<W> {
     writer: W,
-    /// Planned (name, length) of each tensor in offset order.
-    planned: Vec<(String, u64)>,
+    /// Planned name and length of each tensor in offset order.
+    planned: Planned,
     next: usize,
     /// Input and cast output, sized by the element pipeline.
     buf: ChunkBuffer,
@@ -72,12 +75,7 @@ pub struct Sink<W> {
 impl<W: AsyncWrite + Unpin> Sink<W> {
     /// Writes `header`'s bytes to `writer` and readies the sink for its tensors.
     pub async fn start(writer: W, header: &EncodedHeader, options: SinkOptions) -> Result<Self> {
-        let planned = header
-            .header()
-            .tensors
-            .iter()
-            .map(|t| (t.meta.name.clone(), t.len()))
-            .collect();
+        let planned = Planned::of(header.header());
         let mut sink = Sink {
             writer,
             planned,
@@ -116,7 +114,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
 
     /// The name of the next tensor the plan expects, if any.
     pub fn next_tensor(&self) -> Option<&str> {
-        self.planned.get(self.next).map(|(n, _)| n.as_str())
+        self.planned.name(self.next)
     }
 
     /// Copies the next planned tensor from `reader`, which must yield exactly
@@ -151,12 +149,13 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         transform: Transform,
         cast: Option<Cast>,
     ) -> Result<u64> {
-        let Some((name, len)) = self.planned.get(self.next).cloned() else {
+        let k = self.next;
+        let Some(len) = self.planned.byte_len(k) else {
             return Err(ErrorKind::PastPlan.into());
         };
-        self.copy_exact(reader, len, transform, cast)
-            .await
-            .map_err(|e| e.with_tensor(name))?;
+        if let Err(e) = self.copy_exact(reader, len, transform, cast).await {
+            return Err(e.with_tensor(self.planned.name(k).unwrap_or_default()));
+        }
         self.next += 1;
         Ok(len)
     }
@@ -207,16 +206,15 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     /// sink's destination by other means (a kernel copy into the same file),
     /// `bytes` in all; those must be exactly their planned lengths.
     pub fn record_external(&mut self, count: usize, bytes: u64) -> Result<()> {
-        let Some(planned) = self.planned.get(self.next..self.next + count) else {
+        let Some(expected) = self.planned.total(self.next..self.next.saturating_add(count)) else {
             return Err(ErrorKind::PastPlan.into());
         };
-        let expected: u64 = planned.iter().map(|(_, len)| len).sum();
         if bytes != expected {
             let e = Error::new(ErrorKind::TensorTooShort {
                 expected,
                 actual: bytes,
             });
-            return Err(e.with_tensor(planned[0].0.clone()));
+            return Err(e.with_tensor(self.planned.name(self.next).unwrap_or_default()));
         }
         self.next += count;
         self.written += bytes;
