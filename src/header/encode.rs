@@ -1,6 +1,7 @@
 //! Byte-exact header encoding: the layout the reference writer produces.
 
 use std::io::Write;
+use std::sync::OnceLock;
 
 use super::names::NameIndex;
 use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
@@ -18,10 +19,15 @@ pub enum Order {
 }
 
 /// A header laid out and encoded: the model and its exact bytes.
+///
+/// Its length is known from the start; the bytes themselves are written
+/// on first use of [`EncodedHeader::bytes`], and a sink streams them from
+/// the entries in pieces instead: a million-tensor plan need not hold a
+/// second, 80 MB form of its header.
 #[derive(Debug, Clone)]
 pub struct EncodedHeader {
     header: Header,
-    bytes: Vec<u8>,
+    bytes: OnceLock<Vec<u8>>,
 }
 
 impl EncodedHeader {
@@ -32,12 +38,97 @@ impl EncodedHeader {
 
     /// The file's first `8 + N` bytes: the length prefix and the padded JSON.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.bytes.get_or_init(|| {
+            let mut bytes = Vec::with_capacity(self.len_usize());
+            let mut pieces = self.pieces();
+            while pieces.next_piece(&mut bytes, usize::MAX) {}
+            bytes
+        })
+    }
+
+    /// `8 + N`: the length of [`EncodedHeader::bytes`].
+    pub fn len(&self) -> u64 {
+        self.header.data_start()
+    }
+
+    /// Never: a header has at least its 8-byte prefix and `{}`.
+    pub fn is_empty(&self) -> bool {
+        false
     }
 
     /// Both parts, by value.
     pub fn into_parts(self) -> (Header, Vec<u8>) {
-        (self.header, self.bytes)
+        self.bytes();
+        let bytes = self.bytes.into_inner().expect("written just now");
+        (self.header, bytes)
+    }
+
+    /// The bytes, if [`EncodedHeader::bytes`] has written them.
+    pub(crate) fn written(&self) -> Option<&[u8]> {
+        self.bytes.get().map(Vec::as_slice)
+    }
+
+    /// The bytes as pieces, for a writer that need not hold them all.
+    pub(crate) fn pieces(&self) -> Pieces<'_> {
+        Pieces {
+            header: &self.header,
+            next: None,
+            emitted: 0,
+        }
+    }
+
+    fn len_usize(&self) -> usize {
+        // header_len <= MAX_HEADER_LEN, checked by encode.
+        8 + self.header.header_len as usize
+    }
+}
+
+/// The header's bytes in order, a piece at a time: the prefix and the
+/// metadata, then entries, then the closing brace and padding.
+pub(crate) struct Pieces<'a> {
+    header: &'a Header,
+    /// The next tensor to write; `None` before the prefix, past the last
+    /// tensor's index when the header is complete.
+    next: Option<usize>,
+    /// Bytes handed out so far.
+    emitted: u64,
+}
+
+impl Pieces<'_> {
+    /// Appends to `buf` until it holds at least `min` bytes or the header
+    /// is complete; returns whether more is to come.
+    pub(crate) fn next_piece(&mut self, buf: &mut Vec<u8>, min: usize) -> bool {
+        let tensors = &self.header.tensors;
+        let done = tensors.len() + 1;
+        let before = buf.len();
+        let mut k = match self.next {
+            Some(k) => k,
+            None => {
+                buf.extend_from_slice(&self.header.header_len.to_le_bytes());
+                write_open(buf, self.header.metadata.as_ref());
+                0
+            }
+        };
+        let comma_first = self.header.metadata.is_some();
+        while k < tensors.len() && buf.len() < min {
+            if k > 0 || comma_first {
+                buf.push(b',');
+            }
+            push_entry(buf, &tensors[k]);
+            k += 1;
+        }
+        if k == tensors.len() {
+            buf.push(b'}');
+            // Spaces up to N, which encode counted from these same bytes.
+            let so_far = self.emitted + (buf.len() - before) as u64;
+            let pad = (8 + self.header.header_len).saturating_sub(so_far);
+            debug_assert!(pad < 8, "the JSON is as long as counted");
+            buf.resize(buf.len() + pad as usize, b' ');
+            k = done;
+        }
+        self.emitted += (buf.len() - before) as u64;
+        self.next = Some(k);
+        k < done
     }
 }
 
@@ -85,12 +176,18 @@ pub(crate) fn encode_entries(
     metadata: Option<Metadata>,
 ) -> Result<EncodedHeader> {
     place(&mut entries)?;
-    // The JSON's length is counted first, so the limit is checked before
-    // anything is allocated, and the bytes take one buffer of exactly their
-    // size: no estimate's slack, no JSON copied behind its length.
+    // Only the length is computed here, so the limit is checked before
+    // anything is allocated; the bytes are written when first needed, or
+    // streamed (see [`EncodedHeader`]).
     let mut counter = Counter(0);
-    write_json(&mut counter, metadata.as_ref(), &entries);
-    let header_len = counter.0.next_multiple_of(8);
+    write_open(&mut counter, metadata.as_ref());
+    for (k, e) in entries.iter().enumerate() {
+        if k > 0 || metadata.is_some() {
+            put(&mut counter, b",");
+        }
+        push_entry(&mut counter, e);
+    }
+    let header_len = (counter.0 + 1).next_multiple_of(8);
     if header_len > MAX_HEADER_LEN {
         return Err(ErrorKind::HeaderTooLarge {
             len: header_len,
@@ -98,18 +195,15 @@ pub(crate) fn encode_entries(
         }
         .into());
     }
-    // header_len <= MAX_HEADER_LEN, so it fits usize.
-    let mut bytes = Vec::with_capacity(8 + header_len as usize);
-    bytes.extend_from_slice(&header_len.to_le_bytes());
-    write_json(&mut bytes, metadata.as_ref(), &entries);
-    // 8 + a multiple of 8 is one too.
-    bytes.resize(8 + header_len as usize, b' ');
     let header = Header {
         metadata,
         tensors: entries,
         header_len,
     };
-    Ok(EncodedHeader { header, bytes })
+    Ok(EncodedHeader {
+        header,
+        bytes: OnceLock::new(),
+    })
 }
 
 /// The order the reference's `prepare()` sorts into: dtype descending, then
@@ -198,12 +292,14 @@ impl Write for Counter {
     }
 }
 
-/// Compact JSON, `__metadata__` first, keys `dtype`, `shape`, `data_offsets`,
-/// unpadded. Strings go through serde_json so that escaping is exactly the
+/// Compact JSON, `__metadata__` first, then (by the caller) the entries
+/// with keys `dtype`, `shape`, `data_offsets`, then `}` and the padding.
+/// Strings go through serde_json so that escaping is exactly the
 /// reference's. `out` is a `Vec` or a [`Counter`]: neither fails.
-fn write_json<W: Write>(out: &mut W, metadata: Option<&Metadata>, entries: &[TensorEntry]) {
+///
+/// This writes the opening brace and the metadata.
+fn write_open<W: Write>(out: &mut W, metadata: Option<&Metadata>) {
     put(out, b"{");
-    let mut first = true;
     if let Some(md) = metadata {
         put(out, br#""__metadata__":{"#);
         for (i, (k, v)) in md.iter().enumerate() {
@@ -215,16 +311,7 @@ fn write_json<W: Write>(out: &mut W, metadata: Option<&Metadata>, entries: &[Ten
             push_json_str(out, v);
         }
         put(out, b"}");
-        first = false;
     }
-    for e in entries {
-        if !first {
-            put(out, b",");
-        }
-        first = false;
-        push_entry(out, e);
-    }
-    put(out, b"}");
 }
 
 fn push_entry<W: Write>(out: &mut W, e: &TensorEntry) {
@@ -294,6 +381,36 @@ mod tests {
         assert_eq!(json_of(&enc), want);
         assert_eq!(enc.header().header_len, 248);
         assert_eq!(enc.header().file_len(), 275);
+    }
+
+    #[test]
+    fn pieces_are_the_bytes() {
+        let tensors = vec![
+            TensorMeta::new("w", Dtype::F16, [2]),
+            TensorMeta::new("b\"q", Dtype::I64, [1]),
+            TensorMeta::new("s", Dtype::F32, []),
+        ];
+        for md in [None, Some(Metadata::from([("k".into(), "v".into())]))] {
+            let enc = encode(tensors.clone(), md, Order::Canonical).unwrap();
+            // One entry per piece, then all at once.
+            for min in [1, usize::MAX] {
+                let (mut all, mut piece) = (Vec::new(), Vec::new());
+                let mut pieces = enc.pieces();
+                loop {
+                    piece.clear();
+                    let more = pieces.next_piece(&mut piece, min);
+                    all.extend_from_slice(&piece);
+                    if !more {
+                        break;
+                    }
+                }
+                piece.clear();
+                assert!(!pieces.next_piece(&mut piece, min), "nothing after the end");
+                assert!(piece.is_empty());
+                assert_eq!(all, enc.bytes());
+                assert_eq!(all.len() as u64, enc.len());
+            }
+        }
     }
 
     #[test]

@@ -3,9 +3,9 @@
 //!
 //! Memory: one buffer of [`SinkOptions::buffer_size`] bytes (allocated on
 //! the first tensor that needs it, and no larger than the largest tensor),
-//! plus the header bytes the plan already holds, and the planned names and
-//! lengths (the names in one string, 16 bytes per tensor). Nothing grows
-//! with the tensors' bytes.
+//! plus the header, written from the plan's entries in 64 KiB pieces, and
+//! the planned names and lengths (the names in one string, 16 bytes per
+//! tensor). Nothing grows with the tensors' bytes.
 
 pub mod atomic;
 mod planned;
@@ -28,6 +28,9 @@ use planned::Planned;
 /// The default buffer: large enough that per-call costs vanish, small
 /// enough to keep memory flat.
 pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
+
+/// Bytes of header JSON gathered per write.
+const HEADER_PIECE: usize = 64 * 1024;
 
 /// How the sink buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,13 +85,29 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             next: 0,
             buf: ChunkBuffer::default(),
             buffer_size: options.buffer_size.max(1),
-            written: header.bytes().len() as u64,
+            written: header.len(),
             output: None,
         };
-        sink.writer
-            .write_all(header.bytes())
-            .await
-            .map_err(|e| sink.write_error(e))?;
+        // The header's bytes in pieces of about 64 KiB, written from its
+        // entries as they go: never a second whole copy of a large header.
+        if let Some(bytes) = header.written() {
+            if let Err(e) = sink.writer.write_all(bytes).await {
+                return Err(sink.write_error(e));
+            }
+            return Ok(sink);
+        }
+        let mut piece = Vec::with_capacity(HEADER_PIECE + 4096);
+        let mut pieces = header.pieces();
+        loop {
+            piece.clear();
+            let more = pieces.next_piece(&mut piece, HEADER_PIECE);
+            if let Err(e) = sink.writer.write_all(&piece).await {
+                return Err(sink.write_error(e));
+            }
+            if !more {
+                break;
+            }
+        }
         Ok(sink)
     }
 
