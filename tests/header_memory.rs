@@ -132,8 +132,12 @@ fn starting_a_sink_holds_no_copy_of_the_header_or_each_name() {
         .build()
         .unwrap();
     let (sink, peak) = measure(|| {
-        rt.block_on(Sink::start(tokio::io::sink(), &encoded, SinkOptions::default()))
-            .unwrap()
+        rt.block_on(Sink::start(
+            tokio::io::sink(),
+            &encoded,
+            SinkOptions::default(),
+        ))
+        .unwrap()
     });
     assert_eq!(sink.remaining(), 100_000);
     assert_eq!(sink.bytes_written(), n as u64);

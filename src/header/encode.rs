@@ -333,7 +333,8 @@ fn push_entry<W: Write>(out: &mut W, e: &TensorEntry) {
 }
 
 fn put<W: Write>(out: &mut W, bytes: &[u8]) {
-    out.write_all(bytes).expect("a Vec or a Counter never fails");
+    out.write_all(bytes)
+        .expect("a Vec or a Counter never fails");
 }
 
 fn push_json_str<W: Write>(out: &mut W, s: &str) {

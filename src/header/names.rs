@@ -40,9 +40,8 @@ impl NameIndex {
         }
         let index = u32::try_from(index).expect("fewer than 2^32 tensors");
         let hasher = &self.hasher;
-        self.table.insert_unique(hash, index, |&i| {
-            hasher.hash_one(name_of(i as usize))
-        });
+        self.table
+            .insert_unique(hash, index, |&i| hasher.hash_one(name_of(i as usize)));
         None
     }
 }

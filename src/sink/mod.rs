@@ -8,9 +8,9 @@
 //! tensor). Nothing grows with the tensors' bytes.
 
 pub mod atomic;
-mod planned;
 pub(crate) mod elements;
 pub(crate) mod fast;
+mod planned;
 
 use std::pin::Pin;
 
@@ -225,7 +225,10 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     /// sink's destination by other means (a kernel copy into the same file),
     /// `bytes` in all; those must be exactly their planned lengths.
     pub fn record_external(&mut self, count: usize, bytes: u64) -> Result<()> {
-        let Some(expected) = self.planned.total(self.next..self.next.saturating_add(count)) else {
+        let Some(expected) = self
+            .planned
+            .total(self.next..self.next.saturating_add(count))
+        else {
             return Err(ErrorKind::PastPlan.into());
         };
         if bytes != expected {
