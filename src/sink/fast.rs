@@ -7,7 +7,9 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::elements::{ChunkBuffer, Crc, Elements};
@@ -17,6 +19,10 @@ use crate::{Error, ErrorKind, Result};
 
 /// Below this a checksummed tensor is copied through the buffer instead.
 const CONCURRENT_CRC_MIN: u64 = 1 << 20;
+
+/// The checker's reads: small enough to stay in the core's cache while
+/// the CRC runs over them.
+const CRC_READ: usize = 256 * 1024;
 
 /// A run of verbatim bytes shorter than this goes through the buffer rather
 /// than the kernel: a syscall per small tensor is its whole cost.
@@ -50,71 +56,132 @@ impl SpanJob {
 
 /// Copies `jobs` in order to `out` at its current offset. On error, returns
 /// the index of the job that failed with the error.
+///
+/// Checksummed tensors that the kernel copies are checked by one second
+/// thread for the whole batch, reading the same (cached) bytes while the
+/// kernel copies them: one thread, not one a tensor, and no wait for it
+/// between tensors. The error reported is the one at the lowest job index,
+/// whichever thread found it (the copy's on a tie), as a serial copy would.
 pub(crate) fn copy_spans(
     out: &File,
     out_name: &str,
     jobs: &[SpanJob],
     buffer_size: usize,
+    progress: impl FnMut(u64),
+) -> std::result::Result<u64, (usize, Error)> {
+    let runs = kernel_runs(jobs);
+    let checked: Vec<usize> = runs
+        .iter()
+        .flat_map(|r| r.clone())
+        .filter(|&k| jobs[k].span.crc.is_some())
+        .collect();
+    if checked.is_empty() {
+        let stop = Stop::default();
+        return copy_jobs(out, out_name, jobs, &runs, buffer_size, progress, &stop);
+    }
+    let stop = Stop::default();
+    std::thread::scope(|scope| {
+        let checker = scope.spawn(|| check_crcs(jobs, &checked, &stop));
+        let copied = copy_jobs(out, out_name, jobs, &runs, buffer_size, progress, &stop);
+        let checked = checker
+            .join()
+            .unwrap_or_else(|_| Err((0, Error::io(io::Error::other("CRC thread panicked")))));
+        match (copied, checked) {
+            (Err((i, e)), Err((k, _))) if i <= k => Err((i, e)),
+            (_, Err(failed)) => Err(failed),
+            (copied, Ok(())) => copied,
+        }
+    })
+}
+
+/// Where the copier and the checker tell each other to stop: each at the
+/// lowest job index where it failed, so the other need not go past it.
+#[derive(Debug)]
+struct Stop {
+    copy_failed_at: AtomicUsize,
+    crc_failed_at: AtomicUsize,
+}
+
+impl Default for Stop {
+    fn default() -> Self {
+        Stop {
+            copy_failed_at: AtomicUsize::new(usize::MAX),
+            crc_failed_at: AtomicUsize::new(usize::MAX),
+        }
+    }
+}
+
+/// The jobs in order: runs of `runs` by the kernel, the rest through the buffer.
+fn copy_jobs(
+    out: &File,
+    out_name: &str,
+    jobs: &[SpanJob],
+    runs: &[Range<usize>],
+    buffer_size: usize,
     mut progress: impl FnMut(u64),
+    stop: &Stop,
 ) -> std::result::Result<u64, (usize, Error)> {
     let on_out = |e: Error| match e.kind() {
         ErrorKind::Io(io) if output_side(io) => e.with_input(out_name),
         _ => e,
     };
+    let failed = |i: usize, e: Error| {
+        stop.copy_failed_at.fetch_min(i, Ordering::Relaxed);
+        (i, e)
+    };
     let mut buf = ChunkBuffer::default();
     // Small tensors' bytes gather here into large writes.
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
+    let mut runs = runs.iter().peekable();
     let mut i = 0;
     while i < jobs.len() {
-        let run = verbatim_run(jobs, i);
-        let len: u64 = jobs[i..run].iter().map(|j| j.span.len).sum();
-        if run > i && len < KERNEL_COPY_MIN {
-            // A small run (tensors scattered in canonical order) costs more
-            // in syscalls than in bytes: gathered through the buffer.
-            for (k, job) in jobs.iter().enumerate().take(run).skip(i) {
-                written += copy_buffered(job, &mut w, &mut buf, buffer_size, &mut progress)
-                    .map_err(|e| (k, on_out(e)))?;
+        if i > stop.crc_failed_at.load(Ordering::Relaxed) {
+            // A tensor before this one failed its checksum: that is the error.
+            return Ok(written);
+        }
+        match runs.peek() {
+            Some(run) if run.start == i => {
+                let run = runs.next().expect("peeked").clone();
+                // The kernel writes at the file's offset: our buffered bytes go first.
+                w.flush().map_err(|e| failed(i, on_out(Error::io(e))))?;
+                let len: u64 = jobs[run.clone()].iter().map(|j| j.span.len).sum();
+                let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
+                copy_verbatim(file, offset, len, out, &mut progress).map_err(|(e, done)| {
+                    let (k, before) = locate(jobs, i, done);
+                    failed(k, on_out(per_tensor(e, jobs[k].span.len, done - before)))
+                })?;
+                written += len;
+                i = run.end;
             }
-            i = run;
-        } else if run > i {
-            // The kernel writes at the file's offset: our buffered bytes go first.
-            w.flush().map_err(|e| (i, on_out(Error::io(e))))?;
-            let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
-            let copy = |progress: &mut dyn FnMut(u64)| {
-                copy_verbatim(file, offset, len, out, &mut |n| progress(n))
-            };
-            // A thread only where there is a CRC to check beside the copy:
-            // one per tensor made a million tensors cost a million clones.
-            let (copied, checked) = if jobs[i..run].iter().any(|j| j.span.crc.is_some()) {
-                std::thread::scope(|scope| {
-                    let checker = scope.spawn(|| check_crcs(&jobs[i..run]));
-                    let copied = copy(&mut progress);
-                    let checked = checker.join().unwrap_or_else(|_| {
-                        Err((0, Error::io(io::Error::other("CRC thread panicked"))))
-                    });
-                    (copied, checked)
-                })
-            } else {
-                (copy(&mut progress), Ok(()))
-            };
-            copied.map_err(|(e, done)| {
-                let (k, before) = locate(jobs, i, done);
-                (k, on_out(per_tensor(e, jobs[k].span.len, done - before)))
-            })?;
-            checked.map_err(|(k, e)| (i + k, e))?;
-            written += len;
-            i = run;
-        } else {
-            let n = copy_buffered(&jobs[i], &mut w, &mut buf, buffer_size, &mut progress)
-                .map_err(|e| (i, on_out(e)))?;
-            written += n;
-            i += 1;
+            _ => {
+                written += copy_buffered(&jobs[i], &mut w, &mut buf, buffer_size, &mut progress)
+                    .map_err(|e| failed(i, on_out(e)))?;
+                i += 1;
+            }
         }
     }
     w.flush()
-        .map_err(|e| (jobs.len() - 1, on_out(Error::io(e))))?;
+        .map_err(|e| failed(jobs.len() - 1, on_out(Error::io(e))))?;
     Ok(written)
+}
+
+/// The runs of jobs the kernel copies: verbatim tensors back to back in one
+/// file, of [`KERNEL_COPY_MIN`] bytes or more together. A shorter run
+/// (tensors scattered in canonical order) costs more in syscalls than in
+/// bytes: it goes through the buffer.
+fn kernel_runs(jobs: &[SpanJob]) -> Vec<Range<usize>> {
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < jobs.len() {
+        let end = verbatim_run(jobs, i);
+        let len: u64 = jobs[i..end].iter().map(|j| j.span.len).sum();
+        if end > i && len >= KERNEL_COPY_MIN {
+            runs.push(i..end);
+        }
+        i = end.max(i + 1);
+    }
+    runs
 }
 
 /// The end of the run of verbatim jobs from `start` that lie back to back in one file.
@@ -304,21 +371,40 @@ fn copy_buffered(
     Ok(written)
 }
 
-/// Checks the CRC of every checksummed job, reading the bytes again (from
-/// the page cache, as the kernel copy is reading them too).
-fn check_crcs(jobs: &[SpanJob]) -> std::result::Result<(), (usize, Error)> {
-    for (k, j) in jobs.iter().enumerate() {
+/// Checks the CRC of the jobs `which`, in order, reading the bytes again
+/// (from the page cache, as the kernel copy is reading them too), through
+/// one buffer for the batch. Stops early past a job whose copy failed.
+fn check_crcs(
+    jobs: &[SpanJob],
+    which: &[usize],
+    stop: &Stop,
+) -> std::result::Result<(), (usize, Error)> {
+    let mut buf = vec![0u8; CRC_READ];
+    for &k in which {
+        if k >= stop.copy_failed_at.load(Ordering::Relaxed) {
+            return Ok(()); // the copy failed at or before this job: its error stands
+        }
+        let j = &jobs[k];
         let Some(c) = j.span.crc else { continue };
-        let h = crc_prefix(&j.span.file, c.from, j.span.offset + j.span.len).map_err(|e| (k, e))?;
-        Crc::new(h, c.expected).verify().map_err(|e| (k, e))?;
+        let checked = crc_into(&j.span.file, c.from, j.span.offset + j.span.len, &mut buf)
+            .and_then(|h| Crc::new(h, c.expected).verify());
+        if let Err(e) = checked {
+            stop.crc_failed_at.fetch_min(k, Ordering::Relaxed);
+            return Err((k, e));
+        }
     }
     Ok(())
 }
 
 /// The checksum of the bytes before the tensor that the CRC also covers.
 fn crc_prefix(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
+    let mut buf = vec![0u8; (to - from).min(CRC_READ as u64) as usize];
+    crc_into(file, from, to, &mut buf)
+}
+
+/// The checksum of `file`'s bytes `from..to`, read through `buf`.
+fn crc_into(file: &File, from: u64, to: u64, buf: &mut [u8]) -> Result<crc32fast::Hasher> {
     let mut h = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; (to - from).min(1 << 20) as usize];
     let mut at = from;
     while at < to {
         let n = ((to - at) as usize).min(buf.len());
@@ -327,4 +413,100 @@ fn crc_prefix(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
         at += n as u64;
     }
     Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::CrcCheck;
+    use crate::transform::Transform;
+
+    const MEMBER: usize = CONCURRENT_CRC_MIN as usize + 4096;
+
+    /// Three checksummed members, a gap between each (so each is a kernel
+    /// run of its own); `bad` ones get a wrong CRC; the file is cut to `cut` bytes.
+    fn archive(bad: &[usize], cut: Option<u64>) -> (Vec<SpanJob>, Vec<u8>) {
+        let mut file = tempfile::tempfile().unwrap();
+        let (mut bytes, mut jobs, mut data) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..3 {
+            bytes.extend_from_slice(b"local header");
+            let member: Vec<u8> = (0..MEMBER).map(|i| (i * 7 + k * 13) as u8).collect();
+            let offset = bytes.len() as u64;
+            let crc = crc32fast::hash(&member) ^ if bad.contains(&k) { 1 } else { 0 };
+            bytes.extend_from_slice(&member);
+            data.extend_from_slice(&member);
+            jobs.push((offset, crc));
+        }
+        bytes.truncate(cut.unwrap_or(bytes.len() as u64) as usize);
+        file.write_all(&bytes).unwrap();
+        let file = Arc::new(file);
+        let jobs = jobs
+            .into_iter()
+            .map(|(offset, expected)| SpanJob {
+                span: FileSpan {
+                    file: file.clone(),
+                    offset,
+                    len: MEMBER as u64,
+                    transform: Transform::Identity,
+                    crc: Some(CrcCheck {
+                        expected,
+                        from: offset,
+                    }),
+                },
+                cast: None,
+            })
+            .collect();
+        (jobs, data)
+    }
+
+    fn copy(jobs: &[SpanJob]) -> (std::result::Result<u64, (usize, Error)>, Vec<u8>) {
+        use std::io::{Read, Seek};
+        let mut out = tempfile::tempfile().unwrap();
+        let result = copy_spans(&out, "out", jobs, 1 << 20, |_| {});
+        let mut bytes = Vec::new();
+        out.rewind().unwrap();
+        out.read_to_end(&mut bytes).unwrap();
+        (result, bytes)
+    }
+
+    #[test]
+    fn checked_members_are_copied_by_the_kernel_with_one_checker() {
+        let (jobs, data) = archive(&[], None);
+        assert_eq!(kernel_runs(&jobs), [0..1, 1..2, 2..3]);
+        let (result, bytes) = copy(&jobs);
+        assert_eq!(result.unwrap(), data.len() as u64);
+        assert_eq!(bytes, data);
+    }
+
+    #[test]
+    fn the_first_bad_checksum_is_the_error() {
+        for bad in [vec![0], vec![1], vec![2], vec![1, 2]] {
+            let (jobs, _) = archive(&bad, None);
+            let (i, e) = copy(&jobs).0.unwrap_err();
+            assert_eq!(i, bad[0], "{bad:?}");
+            assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_short_copy_before_a_bad_checksum_is_the_error() {
+        // Member 0 is cut short in the file; member 1's CRC is wrong too.
+        let (jobs, _) = archive(&[], None);
+        let cut = jobs[0].span.offset + 10;
+        let (jobs, _) = archive(&[1], Some(cut));
+        let (i, e) = copy(&jobs).0.unwrap_err();
+        assert_eq!(i, 0);
+        assert!(matches!(e.kind(), ErrorKind::TensorTooShort { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_bad_checksum_before_a_short_copy_is_the_error() {
+        // Member 0's CRC is wrong; member 2 is cut short.
+        let (jobs, _) = archive(&[], None);
+        let cut = jobs[2].span.offset + 10;
+        let (jobs, _) = archive(&[0], Some(cut));
+        let (i, e) = copy(&jobs).0.unwrap_err();
+        assert_eq!(i, 0);
+        assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+    }
 }
