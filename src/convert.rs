@@ -16,6 +16,7 @@ use crate::output::target::{open_stream, resolve, Target};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
 use crate::sink::atomic::{close, commit_all, sync_files, StagedFile};
 use crate::sink::fast::{copy_spans, SpanJob};
+use crate::sink::parallel::{write_parallel, ReaderJob};
 use crate::sink::{Sink, SinkOptions};
 use crate::source::input::open_input;
 use crate::source::{Access, Source, SourceOptions, TensorData};
@@ -524,6 +525,7 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         out,
         name: output_name.to_string(),
         progress: ctx.options.progress.clone(),
+        shard: (ctx.index, ctx.count),
     });
     write_tensors(
         writer,
@@ -543,6 +545,8 @@ struct Direct {
     out: Arc<std::fs::File>,
     name: String,
     progress: Option<Arc<dyn Progress>>,
+    /// This shard's index and the count of shards, for progress.
+    shard: (usize, usize),
 }
 
 /// Tensors copied per trip to the blocking pool.
@@ -575,15 +579,28 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
     let mut k = 0;
     while k < shard.refs.len() {
         if let Some(d) = &direct {
-            let jobs = span_jobs(&shard.refs[k..], sources);
-            if !jobs.is_empty() {
+            // Tensors whose bytes lie in files, or else deflated members
+            // (read side by side): straight into the file.
+            let spans = span_jobs(&shard.refs[k..], sources);
+            let size = sink_options.buffer_size;
+            let copied = if !spans.is_empty() {
                 on_tensor(&tensors[k].meta.name);
-                let n = jobs.len();
-                let over = copy_direct(&mut sink, d, jobs, sink_options.buffer_size)
-                    .await
-                    .map_err(|(i, e)| {
-                        name_error(e, sources, &shard.refs[k + i], &tensors[k + i].meta.name)
-                    })?;
+                let n = spans.len();
+                Some((n, copy_direct(&mut sink, d, spans, size).await))
+            } else {
+                let readers = reader_jobs(shard, k, sources);
+                match readers.len() {
+                    0 => None,
+                    n => Some((
+                        n,
+                        write_readers(&mut sink, d, shard, k, readers, size).await,
+                    )),
+                }
+            };
+            if let Some((n, copied)) = copied {
+                let over = copied.map_err(|(i, e)| {
+                    name_error(e, sources, &shard.refs[k + i], &tensors[k + i].meta.name)
+                })?;
                 over.into_iter().for_each(|(i, n)| overflowed(k + i, n));
                 k += n;
                 continue;
@@ -593,11 +610,12 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
         on_tensor(&t.meta.name);
         // Start the next tensor now, if its source can: it then reads (an
         // npz member inflates) on another core while this one is written.
+        // (Into a file, such tensors are read side by side instead, above.)
         let prefetched = match ahead.take() {
             Some((at, data)) if at == k => Some(data),
             _ => None,
         };
-        if let Some(next) = shard.refs.get(k + 1) {
+        if let (Some(next), None) = (shard.refs.get(k + 1), &direct) {
             if let Some(data) = sources[next.source].open_ahead(next.index) {
                 ahead = Some((k + 1, data));
             }
@@ -686,6 +704,78 @@ async fn copy_direct<W: AsyncWrite + Unpin>(
     .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
     let (copied, overflows) = copied;
     sink.record_external(count, copied).map_err(|e| (0, e))?;
+    Ok(overflows)
+}
+
+/// The run of tensors from `start` that only blocking readers produce
+/// (deflated npz members), to read side by side.
+fn reader_jobs(
+    shard: &ShardPlan,
+    start: usize,
+    sources: &[Box<dyn Source + '_>],
+) -> Vec<ReaderJob> {
+    let header = shard.header.header();
+    shard.refs[start..]
+        .iter()
+        .zip(&header.tensors[start..])
+        .take(BATCH)
+        .map_while(|(r, t)| {
+            let open = sources[r.source].open_blocking(r.index)?;
+            Some(ReaderJob {
+                open,
+                out_len: t.len(),
+                at: header.data_start() + t.begin,
+                cast: r.cast,
+            })
+        })
+        .collect()
+}
+
+/// Writes a run of tensors from blocking readers straight into the output
+/// file, several at once, each at its planned offset (on the blocking
+/// pool, after what the sink has written); then moves the file's offset
+/// past them, where the sink goes on. Returns the casts' overflows to
+/// infinity as (index in the run, elements).
+async fn write_readers<W: AsyncWrite + Unpin>(
+    sink: &mut Sink<W>,
+    d: &Direct,
+    shard: &ShardPlan,
+    start: usize,
+    jobs: Vec<ReaderJob>,
+    buffer_size: usize,
+) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
+    sink.flush().await.map_err(|e| (0, e))?;
+    let count = jobs.len();
+    let header = shard.header.header();
+    let entries = &header.tensors[start..start + count];
+    let bytes: u64 = entries.iter().map(|t| t.len()).sum();
+    let end = header.data_start() + entries.last().map_or(0, |t| t.end);
+    let names: Vec<String> = entries.iter().map(|t| t.meta.name.clone()).collect();
+    let out = d.out.clone();
+    let out_name = d.name.clone();
+    let progress = d.progress.clone();
+    let (shard_index, shards) = d.shard;
+    let written = tokio::task::spawn_blocking(move || {
+        let started = |i: usize| {
+            if let Some(p) = &progress {
+                p.tensor(shard_index, shards, &names[i]);
+            }
+        };
+        let landed = |n: u64| {
+            if let Some(p) = &progress {
+                p.bytes(n);
+            }
+        };
+        let over = write_parallel(&out, &out_name, jobs, buffer_size, &started, &landed)?;
+        // The sink writes at the file's offset: past these tensors.
+        std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end))
+            .map_err(|e| (count - 1, Error::io(e).with_output(&out_name)))?;
+        Ok(over)
+    })
+    .await
+    .map_err(|e| (0, Error::io(std::io::Error::other(e))))?;
+    let overflows = written?;
+    sink.record_external(count, bytes).map_err(|e| (0, e))?;
     Ok(overflows)
 }
 

@@ -10,6 +10,7 @@
 pub(crate) mod atomic;
 pub(crate) mod elements;
 pub(crate) mod fast;
+pub(crate) mod parallel;
 mod planned;
 
 use std::pin::Pin;

@@ -110,6 +110,15 @@ pub trait Source: Send {
         None
     }
 
+    /// A way to open tensor `k` as a blocking reader that any thread may
+    /// read, if the source has one (a deflated npz member): file-to-file
+    /// conversions then read several such tensors at once, each on a
+    /// thread of its own, instead of one after another through
+    /// [`Source::open`]. The reader must yield exactly what `open` would.
+    fn open_blocking(&self, _k: usize) -> Option<OpenBlocking> {
+        None
+    }
+
     /// Where tensor `k`'s bytes lie in a file, if they lie there as they
     /// are (up to a byte swap). File-to-file conversions then copy them with
     /// positional reads, or in the kernel, instead of through [`Source::open`].
@@ -117,6 +126,14 @@ pub trait Source: Send {
         None
     }
 }
+
+/// Opens a tensor's bytes as a blocking reader, on whatever thread calls
+/// it: the reader, and the transform that makes its bytes little-endian.
+/// Cheap to hold until called (no buffers, no file handles of its own).
+pub type OpenBlocking = Box<dyn FnOnce() -> Result<(BlockingRead, Transform)> + Send>;
+
+/// A blocking reader of one tensor's bytes.
+pub type BlockingRead = Box<dyn std::io::Read + Send>;
 
 /// A tensor's bytes in a file: `len` bytes at `offset`.
 #[derive(Debug, Clone)]

@@ -22,7 +22,9 @@ const AHEAD_CHUNK: usize = 1 << 20;
 const AHEAD_DEPTH: usize = 2;
 use super::npy::fortran::{too_wide, FortranReader};
 use super::npy::header::{read_header_as, NpyHeader};
-use super::{CrcCheck, FileSpan, Source, SourceOptions, TensorData, TensorReader};
+use super::{
+    BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData, TensorReader,
+};
 use crate::header::names::NameIndex;
 use crate::header::TensorMeta;
 use crate::{Error, ErrorKind, Result};
@@ -191,22 +193,28 @@ impl Source for NpzSource {
         })
     }
 
-    fn open_ahead(&self, k: usize) -> Option<Result<TensorData<'static>>> {
+    fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
         let m = &self.members[k];
         let reorder =
             m.header.fortran_order && !super::npy::fortran::same_as_c_order(&m.header.shape);
         if reorder || m.entry.method != Method::Deflated {
             return None;
         }
-        let open = || -> Result<TensorData<'static>> {
-            let mut r = MemberReader::new(self.file.try_clone()?, &m.entry, m.start, 256 * 1024)?;
-            r.skip = m.data_offset;
-            Ok(TensorData {
-                reader: Box::pin(ReadAhead::spawn(r, AHEAD_CHUNK, AHEAD_DEPTH)),
-                transform: m.header.transform,
-            })
-        };
-        Some(open())
+        let (file, entry, start) = (self.file.clone(), m.entry.clone(), m.start);
+        let (skip, transform) = (m.data_offset, m.header.transform);
+        Some(Box::new(move || {
+            let mut r = MemberReader::new(file, &entry, start, 256 * 1024)?;
+            r.skip = skip;
+            Ok((Box::new(r) as BlockingRead, transform))
+        }))
+    }
+
+    fn open_ahead(&self, k: usize) -> Option<Result<TensorData<'static>>> {
+        let open = self.open_blocking(k)?;
+        Some(open().map(|(r, transform)| TensorData {
+            reader: Box::pin(ReadAhead::spawn(r, AHEAD_CHUNK, AHEAD_DEPTH)),
+            transform,
+        }))
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {

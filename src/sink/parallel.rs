@@ -1,0 +1,343 @@
+//! Tensors that only a blocking reader can produce (deflated npz members:
+//! the inflation is the work) read [`READERS`] at once, each on a thread of
+//! its own, and written at their planned offsets in the output file, so
+//! that every core inflates. Each tensor goes through the one element
+//! pipeline ([`Elements`]) exactly as the async sink drives it, in a
+//! bounded buffer of its own: memory is [`READERS`] x (buffer + reader).
+//!
+//! Errors are those of the sequential path: when several tensors fail, the
+//! one first in plan order is reported, as if the tensors had been written
+//! one after another. Every tensor before a failing one is read to its end
+//! (it may fail too, and then it is the one); tensors after it stop.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::elements::{ChunkBuffer, Elements};
+use crate::cast::Cast;
+use crate::io_util::fill;
+use crate::source::OpenBlocking;
+use crate::{Error, ErrorKind, Result};
+
+/// Tensors read at once: one a core on the machines this is tuned for.
+pub(crate) const READERS: usize = 2;
+
+/// The most each reader holds of a tensor at a time: small enough to stay
+/// in the core's cache between the inflation and the write.
+const CHUNK: usize = 1 << 20;
+
+/// One tensor to write: how to open its bytes, its planned output length
+/// and offset in the output file, and the cast to apply.
+pub(crate) struct ReaderJob {
+    pub(crate) open: OpenBlocking,
+    pub(crate) out_len: u64,
+    pub(crate) at: u64,
+    pub(crate) cast: Option<Cast>,
+}
+
+/// What the workers share.
+struct Shared<'a> {
+    jobs: Vec<Mutex<Option<ReaderJob>>>,
+    /// The next job to take.
+    next: AtomicUsize,
+    /// The first job known to have failed (`usize::MAX`: none).
+    failed: AtomicUsize,
+    errors: Mutex<Vec<(usize, Error)>>,
+    overflows: Mutex<Vec<(usize, u64)>>,
+    out: &'a File,
+    out_name: &'a str,
+    budget: usize,
+    started: &'a (dyn Fn(usize) + Sync),
+    progress: &'a (dyn Fn(u64) + Sync),
+}
+
+/// Writes every job at its offset in `out`, [`READERS`] at once. Calls
+/// `started(i)` as job `i` begins and `progress(n)` as bytes land. Returns
+/// the casts' overflows to infinity as (job index, elements), or the error
+/// of the first job in order that failed, with its index.
+pub(crate) fn write_parallel(
+    out: &File,
+    out_name: &str,
+    jobs: Vec<ReaderJob>,
+    buffer_size: usize,
+    started: &(dyn Fn(usize) + Sync),
+    progress: &(dyn Fn(u64) + Sync),
+) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
+    let workers = READERS.min(jobs.len());
+    let shared = Shared {
+        jobs: jobs.into_iter().map(|j| Mutex::new(Some(j))).collect(),
+        next: AtomicUsize::new(0),
+        failed: AtomicUsize::new(usize::MAX),
+        errors: Mutex::new(Vec::new()),
+        overflows: Mutex::new(Vec::new()),
+        out,
+        out_name,
+        budget: buffer_size.clamp(1, CHUNK),
+        started,
+        progress,
+    };
+    std::thread::scope(|s| {
+        for _ in 1..workers {
+            s.spawn(|| work(&shared));
+        }
+        work(&shared);
+    });
+    let errors = shared
+        .errors
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(first) = errors.into_iter().min_by_key(|(i, _)| *i) {
+        return Err(first);
+    }
+    let mut overflows = shared
+        .overflows
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
+    overflows.sort_unstable();
+    Ok(overflows)
+}
+
+/// One worker: takes jobs in order until none is left or one before the
+/// next has failed.
+fn work(sh: &Shared<'_>) {
+    let mut buf = ChunkBuffer::default();
+    loop {
+        let i = sh.next.fetch_add(1, Ordering::SeqCst);
+        if i >= sh.jobs.len() || sh.failed.load(Ordering::SeqCst) < i {
+            return;
+        }
+        let job = sh.jobs[i]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("each job is taken once");
+        (sh.started)(i);
+        let earlier_failed = || sh.failed.load(Ordering::SeqCst) < i;
+        match write_one(job, sh, &mut buf, earlier_failed) {
+            Ok(Some(0) | None) => {}
+            Ok(Some(n)) => lock(&sh.overflows).push((i, n)),
+            Err(e) => {
+                sh.failed.fetch_min(i, Ordering::SeqCst);
+                lock(&sh.errors).push((i, e));
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One tensor, the way [`Sink`](super::Sink) copies one from a reader:
+/// whole-element chunks through the pipeline, each written where it
+/// belongs, then a probe for bytes past the end, then the final checks.
+/// Returns the cast's overflows, or `None` if it stopped because an
+/// earlier tensor failed.
+fn write_one(
+    job: ReaderJob,
+    sh: &Shared<'_>,
+    buf: &mut ChunkBuffer,
+    earlier_failed: impl Fn() -> bool,
+) -> Result<Option<u64>> {
+    let (mut reader, transform) = (job.open)()?;
+    let mut elements = Elements::new(job.out_len, transform, job.cast);
+    let (in_cap, out_cap) = elements.chunk_sizes(sh.budget);
+    let (_, input, output) = buf.split(0, in_cap, out_cap);
+    let mut at = job.at;
+    while elements.left() > 0 {
+        if earlier_failed() {
+            return Ok(None);
+        }
+        let want = elements.next_chunk(in_cap);
+        let got = fill(&mut reader, &mut input[..want])?;
+        let bytes = elements.process(&mut input[..got], output)?;
+        sh.out
+            .write_all_at(bytes, at)
+            .map_err(|e| Error::io(e).with_output(sh.out_name))?;
+        at += bytes.len() as u64;
+        (sh.progress)(bytes.len() as u64);
+        if got < want {
+            return Err(elements.too_short());
+        }
+    }
+    let mut probe = [0u8; 1];
+    if reader.read(&mut probe)? != 0 {
+        return Err(ErrorKind::TensorTooLong {
+            expected: elements.in_len(),
+        }
+        .into());
+    }
+    Ok(Some(elements.finish()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::BlockingRead;
+    use crate::transform::Transform;
+    use std::io::{self, Cursor};
+    use std::sync::{Arc, Condvar};
+    use std::time::Duration;
+
+    /// A flag one job raises and another waits for (with a generous
+    /// timeout, so that a wrong implementation fails instead of hanging).
+    #[derive(Default)]
+    struct Signal(Mutex<bool>, Condvar);
+
+    impl Signal {
+        fn raise(&self) {
+            *self.0.lock().unwrap() = true;
+            self.1.notify_all();
+        }
+        fn wait(&self) -> bool {
+            let g = self.0.lock().unwrap();
+            let (g, _) = self
+                .1
+                .wait_timeout_while(g, Duration::from_secs(60), |up| !*up)
+                .unwrap();
+            *g
+        }
+    }
+
+    /// Yields `data`, then fails at its end with `fail` if given, after
+    /// `before` (if any) has run.
+    struct Scripted {
+        data: Cursor<Vec<u8>>,
+        fail: Option<&'static str>,
+        before: Option<Box<dyn FnMut() + Send>>,
+    }
+
+    impl Read for Scripted {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.data.read(buf)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if let Some(mut f) = self.before.take() {
+                f();
+            }
+            match self.fail {
+                Some(msg) => Err(io::Error::other(msg)),
+                None => Ok(0),
+            }
+        }
+    }
+
+    fn job(at: u64, reader: Scripted) -> ReaderJob {
+        let len = reader.data.get_ref().len() as u64;
+        ReaderJob {
+            open: Box::new(move || Ok((Box::new(reader) as BlockingRead, Transform::Identity))),
+            out_len: len,
+            at,
+            cast: None,
+        }
+    }
+
+    fn scripted(data: Vec<u8>, fail: Option<&'static str>) -> Scripted {
+        Scripted {
+            data: Cursor::new(data),
+            fail,
+            before: None,
+        }
+    }
+
+    #[test]
+    fn writes_each_tensor_at_its_offset_and_counts_every_byte() {
+        let parts: Vec<Vec<u8>> = (0..5u8)
+            .map(|k| {
+                (0..100_000 + k as usize * 777)
+                    .map(|i| (i as u8) ^ k)
+                    .collect()
+            })
+            .collect();
+        let mut jobs = Vec::new();
+        let mut at = 10;
+        for p in &parts {
+            jobs.push(job(at, scripted(p.clone(), None)));
+            at += p.len() as u64;
+        }
+        let out = tempfile::tempfile().unwrap();
+        let total = AtomicUsize::new(0);
+        let starts = AtomicUsize::new(0);
+        let progress = |n: u64| {
+            total.fetch_add(n as usize, Ordering::SeqCst);
+        };
+        let started = |_: usize| {
+            starts.fetch_add(1, Ordering::SeqCst);
+        };
+        write_parallel(&out, "out", jobs, 4096, &started, &progress).unwrap();
+        let mut bytes = vec![0u8; at as usize];
+        out.read_exact_at(&mut bytes, 0).unwrap();
+        assert_eq!(&bytes[10..], parts.concat());
+        assert_eq!(total.into_inner() as u64, at - 10);
+        assert_eq!(starts.into_inner(), parts.len());
+    }
+
+    #[test]
+    fn two_tensors_are_read_at_once() {
+        // Tensor 0 cannot end before tensor 1 has begun: one reader at a
+        // time would wait out the timeout and fail.
+        let signal = Arc::new(Signal::default());
+        let (s0, s1) = (signal.clone(), signal.clone());
+        let mut first = scripted(vec![1; 1000], None);
+        first.before = Some(Box::new(move || assert!(s0.wait(), "tensor 1 never began")));
+        let mut second = scripted(vec![2; 1000], None);
+        second.before = Some(Box::new(move || s1.raise()));
+        let jobs = vec![job(0, first), job(1000, second)];
+        let out = tempfile::tempfile().unwrap();
+        write_parallel(&out, "out", jobs, 1 << 20, &|_| {}, &|_| {}).unwrap();
+        let mut bytes = vec![0u8; 2000];
+        out.read_exact_at(&mut bytes, 0).unwrap();
+        assert_eq!(bytes, [vec![1; 1000], vec![2; 1000]].concat());
+    }
+
+    #[test]
+    fn the_first_failure_in_order_is_the_error_whichever_fails_first() {
+        // Tensor 1 fails only after tensor 2 has failed; tensor 3 is fine.
+        // The error is tensor 1's, as it would be one tensor at a time.
+        let signal = Arc::new(Signal::default());
+        let (s1, s2) = (signal.clone(), signal.clone());
+        let mut one = scripted(vec![1; 500], Some("one"));
+        one.before = Some(Box::new(move || assert!(s1.wait(), "tensor 2 never ran")));
+        let mut two = scripted(vec![2; 500], Some("two"));
+        two.before = Some(Box::new(move || s2.raise()));
+        let jobs = vec![
+            job(0, scripted(vec![0; 500], None)),
+            job(500, one),
+            job(1000, two),
+            job(1500, scripted(vec![3; 500], None)),
+        ];
+        let out = tempfile::tempfile().unwrap();
+        let (i, e) = write_parallel(&out, "out", jobs, 1 << 20, &|_| {}, &|_| {}).unwrap_err();
+        assert_eq!(i, 1, "{e}");
+        assert!(e.to_string().contains("one"), "{e}");
+    }
+
+    #[test]
+    fn short_and_long_readers_fail_as_the_sink_says() {
+        let mut short = job(0, scripted(vec![0; 10], None));
+        short.out_len = 12;
+        let out = tempfile::tempfile().unwrap();
+        let (_, e) = write_parallel(&out, "out", vec![short], 4, &|_| {}, &|_| {}).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::TensorTooShort {
+                    expected: 12,
+                    actual: 10
+                }
+            ),
+            "{e}"
+        );
+        let mut long = job(0, scripted(vec![0; 10], None));
+        long.out_len = 8;
+        let (_, e) = write_parallel(&out, "out", vec![long], 4, &|_| {}, &|_| {}).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::TensorTooLong { expected: 8 }),
+            "{e}"
+        );
+    }
+}
