@@ -568,6 +568,21 @@ pub enum ErrorKind {
         actual: u64,
     },
 
+    // ---- fan-out and object storage -----------------------------------------
+    /// `--index-only`: a shard of the plan is not there, or not at its planned
+    /// length (its worker has not finished, or failed).
+    #[error("shard {shard} is not written yet: {detail}")]
+    ShardNotWritten {
+        /// The shard's file name or URL.
+        shard: String,
+        /// What was found instead ("no such file", "12 bytes, planned 80").
+        detail: String,
+    },
+    /// Object storage refused or failed a request (credentials, a missing
+    /// bucket, the network). The message never holds a credential.
+    #[error("object store: {0}")]
+    ObjectStore(String),
+
     // ---- the environment --------------------------------------------------
     /// An I/O error.
     #[error("{0}")]
@@ -622,7 +637,9 @@ impl ErrorKind {
     /// The error's broad class.
     pub fn category(&self) -> Category {
         match self {
-            ErrorKind::Io(_) => Category::Io,
+            ErrorKind::Io(_)
+            | ErrorKind::ShardNotWritten { .. }
+            | ErrorKind::ObjectStore(_) => Category::Io,
             ErrorKind::DuplicateTensor { .. }
             | ErrorKind::ReservedName
             | ErrorKind::Usage(_)

@@ -21,6 +21,8 @@ Examples:
   convert dump.bin --raw-dtype F32 --raw-shape 4,256 --name w -o w.safetensors
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
+  convert model.safetensors --max-shard-size 5GB --shard 2 -o out/model.safetensors
+  convert model.safetensors --max-shard-size 5GB --index-only -o out/model.safetensors
   convert model.safetensors.index.json -o single.safetensors
   convert pytorch_model.bin --dedupe-tied -o model.safetensors
   convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
@@ -90,6 +92,14 @@ pub struct ConvertArgs {
     /// Split into shards of at most SIZE tensor bytes (5GB = 5e9, 5GiB = 5*2^30) plus an index.
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub max_shard_size: Option<u64>,
+    /// Write only shard K (1-based, the K of -0000K-of-0000N) of the plan the full run
+    /// makes, byte-identical to it, and no index: one worker of a fan-out.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Many machines")]
+    pub shard: Option<u64>,
+    /// Write only the index, after checking that every planned shard is there at its
+    /// planned length: the commit point of a fan-out.
+    #[arg(long, conflicts_with = "shard", help_heading = "Many machines")]
+    pub index_only: bool,
     /// Allow the output to replace an input (the same file: links count); refused otherwise.
     #[arg(long)]
     pub overwrite_input: bool,

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use safetensors_stream::convert::{
     cast_notes, check_output, convert_opened, open_inputs, plan_sources, plan_warnings,
-    shard_paths, ConvertOptions, Output, Report,
+    shard_paths, ConvertOptions, Output, Part, Report,
 };
 use safetensors_stream::header::Order;
 use safetensors_stream::inspect;
@@ -84,6 +84,11 @@ fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
         checksum: args.checksum.is_some(),
         fast_path: true,
         overwrite_input: args.overwrite_input,
+        part: match (args.shard, args.index_only) {
+            (Some(k), _) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
+            (None, true) => Part::IndexOnly,
+            (None, false) => Part::All,
+        },
     })
 }
 
