@@ -57,6 +57,8 @@ pub mod output;
 pub mod plan;
 pub mod sink;
 pub mod source;
+#[cfg(feature = "object-store")]
+pub mod store;
 pub mod transform;
 pub mod units;
 pub mod writer;
