@@ -15,6 +15,7 @@
 //!   matched the plan, aborted exactly once otherwise.
 //! - [`write`]: a plan written to objects, shards first and the index last.
 
+pub mod source;
 pub mod upload;
 pub mod write;
 

@@ -308,3 +308,173 @@ impl AsyncWrite for PartUpload {
         Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt, PutResult};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A multipart store over [`InMemory`] that fails part `fail_part` and
+    /// counts aborts and completions.
+    struct FailingPart {
+        inner: InMemory,
+        fail_part: usize,
+        aborts: AtomicUsize,
+        completes: AtomicUsize,
+        /// (part index, its length) of every part received.
+        parts: std::sync::Mutex<Vec<(usize, usize)>>,
+    }
+
+    impl std::fmt::Debug for FailingPart {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("FailingPart")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl MultipartStore for FailingPart {
+        async fn create_multipart(&self, path: &ObjectPath) -> object_store::Result<MultipartId> {
+            self.inner.create_multipart(path).await
+        }
+        async fn put_part(
+            &self,
+            path: &ObjectPath,
+            id: &MultipartId,
+            part_idx: usize,
+            data: PutPayload,
+        ) -> object_store::Result<PartId> {
+            if part_idx == self.fail_part {
+                return Err(object_store::Error::Generic {
+                    store: "test",
+                    source: "part refused".into(),
+                });
+            }
+            let len = data.content_length();
+            self.parts.lock().unwrap().push((part_idx, len));
+            self.inner.put_part(path, id, part_idx, data).await
+        }
+        async fn complete_multipart(
+            &self,
+            path: &ObjectPath,
+            id: &MultipartId,
+            parts: Vec<PartId>,
+        ) -> object_store::Result<PutResult> {
+            self.completes.fetch_add(1, Ordering::SeqCst);
+            self.inner.complete_multipart(path, id, parts).await
+        }
+        async fn abort_multipart(
+            &self,
+            path: &ObjectPath,
+            id: &MultipartId,
+        ) -> object_store::Result<()> {
+            self.aborts.fetch_add(1, Ordering::SeqCst);
+            self.inner.abort_multipart(path, id).await
+        }
+    }
+
+    fn store(fail_part: usize) -> Arc<FailingPart> {
+        Arc::new(FailingPart {
+            inner: InMemory::new(),
+            fail_part,
+            aborts: AtomicUsize::new(0),
+            completes: AtomicUsize::new(0),
+            parts: Default::default(),
+        })
+    }
+
+    async fn upload(store: Arc<FailingPart>, len: usize) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let path = ObjectPath::from("x.safetensors");
+        let mut up = PartUpload::start(store, path, "memory:///x", len as u64).await?;
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        // Odd-sized writes: parts must still be exactly part_size.
+        for chunk in data.chunks(1_000_003) {
+            if let Err(e) = up.write_all(chunk).await {
+                let _ = up.abort().await;
+                return Err(crate::Error::io(e));
+            }
+        }
+        up.complete(len as u64).await
+    }
+
+    fn run<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn parts_are_equal_but_the_last_and_the_object_appears_on_complete() {
+        let s = store(usize::MAX);
+        let len = 3 * MIN_PART as usize + 12345;
+        run(upload(s.clone(), len)).unwrap();
+        let got = run(s.inner.get(&ObjectPath::from("x.safetensors")))
+            .unwrap();
+        let bytes = run(got.bytes()).unwrap();
+        assert_eq!(bytes.len(), len);
+        assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+        assert_eq!(s.aborts.load(Ordering::SeqCst), 0);
+        assert_eq!(s.completes.load(Ordering::SeqCst), 1);
+        let mut parts = s.parts.lock().unwrap().clone();
+        parts.sort();
+        let p = MIN_PART as usize;
+        assert_eq!(parts, [(0, p), (1, p), (2, p), (3, 12345)]);
+    }
+
+    #[test]
+    fn a_failing_part_aborts_once_and_nothing_appears() {
+        for fail in [0, 2, 3] {
+            let s = store(fail);
+            let e = run(upload(s.clone(), 3 * MIN_PART as usize + 1)).unwrap_err();
+            assert!(matches!(e.kind(), ErrorKind::ObjectStore(_) | ErrorKind::Io(_)), "{e:?}");
+            assert_eq!(s.aborts.load(Ordering::SeqCst), 1, "part {fail}");
+            assert_eq!(s.completes.load(Ordering::SeqCst), 0);
+            assert!(run(s.inner.head(&ObjectPath::from("x.safetensors"))).is_err());
+        }
+    }
+
+    #[test]
+    fn a_short_object_is_not_completed() {
+        use tokio::io::AsyncWriteExt;
+        let s = store(usize::MAX);
+        let e = run(async {
+            let path = ObjectPath::from("x.safetensors");
+            let mut up = PartUpload::start(s.clone(), path, "memory:///x", 10).await?;
+            up.write_all(b"123456789").await.unwrap();
+            up.complete(10).await
+        })
+        .unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::ObjectStore(_)), "{e:?}");
+        assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
+        assert_eq!(s.completes.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_dropped_upload_is_aborted_by_abort_pending() {
+        let s = store(usize::MAX);
+        run(async {
+            let path = ObjectPath::from("x.safetensors");
+            let up = PartUpload::start(s.clone(), path, "memory:///x", 10).await?;
+            let key = up.key();
+            drop(up);
+            // (abort_pending would also abort the other tests' uploads.)
+            abort_uploads(&[key]).await?;
+            abort_uploads(&[key]).await
+        })
+        .unwrap();
+        assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn part_sizes_keep_under_ten_thousand_parts() {
+        for len in [0, 1, MIN_PART * MAX_PARTS, MIN_PART * MAX_PARTS + 1, 5 << 40] {
+            let p = part_size(len);
+            assert!(p >= MIN_PART && len.div_ceil(p) <= MAX_PARTS, "{len}");
+        }
+    }
+}

@@ -12,6 +12,7 @@ use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::detect::{detect_file, Format};
 use safetensors_stream::source::input::open_input;
+use safetensors_stream::store::is_url;
 use safetensors_stream::source::{Listing, SourceOptions};
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{inspect, Category, Error};
@@ -81,7 +82,7 @@ fn warn_hub_limit(cp: &Checkpoint) {
 fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
     let mut worst: Option<Category> = None;
     for path in &args.files {
-        match Checkpoint::open(path, rules(args.reference)) {
+        match open_checkpoint(path, rules(args.reference)) {
             Ok(cp) => {
                 warn_hub_limit(&cp);
                 if !args.quiet {
@@ -139,6 +140,9 @@ fn reads_as_checkpoint(path: &std::path::Path) -> Result<bool, Error> {
     if path.as_os_str() == "-" {
         return Ok(false);
     }
+    if is_url(path) {
+        return Ok(path.to_string_lossy().ends_with(".safetensors"));
+    }
     let format = detect_file(path).map_err(|e| Error::io(e).with_input(path.display()))?;
     Ok(matches!(
         format,
@@ -147,13 +151,25 @@ fn reads_as_checkpoint(path: &std::path::Path) -> Result<bool, Error> {
 }
 
 fn inspect_checkpoint(args: &InspectArgs) -> Result<String, Error> {
-    let cp = Checkpoint::open(&args.file, rules(args.reference))?;
+    let cp = open_checkpoint(&args.file, rules(args.reference))?;
     warn_hub_limit(&cp);
     Ok(if args.json {
         pretty(&inspect::to_json(&cp))
     } else {
         inspect::render_table(&cp)
     })
+}
+
+/// A local file or index, or an object (`s3://`, `https://`, ...) read by ranges.
+fn open_checkpoint(path: &std::path::Path, rules: Rules) -> Result<Checkpoint, Error> {
+    if !is_url(path) {
+        return Checkpoint::open(path, rules);
+    }
+    let url = path.to_string_lossy();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(safetensors_stream::store::source::open_checkpoint(&url, rules))
 }
 
 /// Any other input, opened by the very code a conversion opens it with.

@@ -166,13 +166,21 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         let mut int = signal(SignalKind::interrupt())?;
         let mut pipe = signal(SignalKind::pipe())?;
         let mut term = signal(SignalKind::terminate())?;
-        tokio::select! {
+        let outcome = tokio::select! {
             r = job(args, &output, &opts) => r.map_err(|e| broken_pipe(e, &output)),
             _ = hup.recv() => Err(Interrupt::Signal("SIGHUP", 129)),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
             _ = pipe.recv() => Err(Interrupt::Signal("SIGPIPE", 141)),
             _ = term.recv() => Err(Interrupt::Signal("SIGTERM", 143)),
+        };
+        // The job is dropped: multipart uploads it left open are aborted
+        // now, so that no part of them lingers in the bucket.
+        if outcome.is_err() {
+            if let Err(e) = safetensors_stream::store::upload::abort_pending().await {
+                notes.say(&format!("warning: {e}"));
+            }
         }
+        outcome
     });
     // The job is dropped by now (its temp files deleted), but a read of
     // standard input or a FIFO may still block a thread of the runtime's
