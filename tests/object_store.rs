@@ -1,0 +1,229 @@
+//! Object storage through the binary, against a local S3 server (moto):
+//! outputs and inputs byte-identical to local runs, a fan-out of parallel
+//! `--shard K` processes, SIGTERM mid-upload, missing buckets.
+
+#[path = "object_store/moto.rs"]
+mod moto;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+fn convert(endpoint: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_convert"));
+    c.envs(moto::env(endpoint)).stdin(Stdio::null());
+    for a in args {
+        c.arg(a);
+    }
+    c.output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(o: &Output) {
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// A raw dump of `len` bytes in `dir` (not all equal: parts must line up).
+fn dump(dir: &Path, len: usize) -> PathBuf {
+    let path = dir.join("big.bin");
+    let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn s3_output_and_input_are_byte_identical_to_local_runs() {
+    let Some(ep) = moto::server_or_skip("s3_output_and_input") else {
+        return;
+    };
+    let b = moto::bucket(ep, "io");
+    let dir = tempfile::tempdir().unwrap();
+    // 12 MiB: a multipart upload of 5 MiB parts; the npz: a single PUT.
+    let big = dump(dir.path(), 12 << 20);
+    let raw = ["--raw-dtype", "U8", "--raw-shape", "12582912", "--name", "w"];
+    let npz_input = fixture("example/model.npz");
+    let cases: Vec<(&str, Vec<&dyn AsRef<std::ffi::OsStr>>)> = vec![
+        ("big", vec![&big, &raw[0], &raw[1], &raw[2], &raw[3], &raw[4], &raw[5]]),
+        ("npz", vec![&npz_input as &dyn AsRef<_>]),
+    ];
+    for (name, inputs) in cases {
+        let local = dir.path().join(format!("{name}.safetensors"));
+        let url = format!("s3://{b}/dir/{name}.safetensors");
+        let mut args = inputs.clone();
+        args.extend([&"-o" as &dyn AsRef<_>, &local, &"--no-sync"]);
+        ok(&convert(ep, &args));
+        let mut args = inputs.clone();
+        args.extend([&"-o" as &dyn AsRef<_>, &url]);
+        let o = convert(ep, &args);
+        ok(&o);
+        assert!(stderr(&o).contains(&url), "{}", stderr(&o));
+        let want = std::fs::read(&local).unwrap();
+        let got = moto::get(ep, &b, &format!("dir/{name}.safetensors")).unwrap();
+        assert!(got == want, "{name}: the object differs from the local file");
+
+        // And back: read by ranges from the object.
+        let back = dir.path().join(format!("{name}-back.safetensors"));
+        ok(&convert(ep, &[&url, &"-o", &back, &"--no-sync"]));
+        assert!(std::fs::read(&back).unwrap() == want, "{name}: read back differs");
+    }
+    // A non-safetensors object is streamed whole, as standard input is.
+    let npz = format!("s3://{b}/model.npz");
+    let local_npz = std::fs::read(fixture("example/model.npz")).unwrap();
+    let staged = dir.path().join("model.npz");
+    std::fs::write(&staged, &local_npz).unwrap();
+    // (Uploaded raw by a plain PUT of the test's own: no conversion.)
+    put(ep, &b, "model.npz", &local_npz);
+    let from_npz = dir.path().join("from-npz.safetensors");
+    ok(&convert(ep, &[&npz, &"-o", &from_npz, &"--no-sync"]));
+    assert_eq!(
+        std::fs::read(&from_npz).unwrap(),
+        std::fs::read(fixture("example/model.safetensors")).unwrap()
+    );
+    assert!(moto::open_uploads(ep, &b).is_empty());
+
+    // inspect and validate read headers by ranges.
+    let url = format!("s3://{b}/dir/npz.safetensors");
+    let o = convert(ep, &[&"validate", &url]);
+    ok(&o);
+    let o = convert(ep, &[&"inspect", &"--json", &url]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tensors"], 5, "{v}");
+}
+
+/// A PUT with a body, for objects the test places itself.
+fn put(ep: &str, bucket: &str, key: &str, body: &[u8]) {
+    use std::io::Read;
+    let host = ep.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(host).unwrap();
+    write!(
+        s,
+        "PUT /{bucket}/{key} HTTP/1.1\r\nHost: {host}\r\nAuthorization: AWS4-HMAC-SHA256 \
+         Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
+#[test]
+fn parallel_shard_workers_and_the_index_equal_one_local_run() {
+    let Some(ep) = moto::server_or_skip("parallel_shard_workers") else {
+        return;
+    };
+    let b = moto::bucket(ep, "fan");
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixture("reference/all_dtypes.safetensors");
+    let split = ["--max-shard-size", "100"];
+    ok(&convert(
+        ep,
+        &[&input, &split[0], &split[1], &"-o", &dir.path().join("model.safetensors"), &"--no-sync"],
+    ));
+    let mut files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let n = files.len() - 1;
+    let url = format!("s3://{b}/model.safetensors");
+
+    // The index refuses while shards are missing.
+    let o = convert(ep, &[&input, &split[0], &split[1], &"-o", &url, &"--index-only"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("00001-of-"), "{}", stderr(&o));
+
+    let workers: Vec<_> = (1..=n)
+        .map(|k| {
+            Command::new(env!("CARGO_BIN_EXE_convert"))
+                .envs(moto::env(ep))
+                .arg(&input)
+                .args(split)
+                .args(["--shard", &k.to_string(), "-o", &url, "--quiet"])
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut w in workers {
+        assert!(w.wait().unwrap().success());
+    }
+    assert_eq!(moto::keys(ep, &b).len(), n, "no index before --index-only");
+    ok(&convert(ep, &[&input, &split[0], &split[1], &"-o", &url, &"--index-only"]));
+    assert_eq!(moto::keys(ep, &b), files);
+    for f in &files {
+        let want = std::fs::read(dir.path().join(f)).unwrap();
+        assert!(moto::get(ep, &b, f).unwrap() == want, "{f} differs");
+    }
+    assert!(moto::open_uploads(ep, &b).is_empty());
+}
+
+#[test]
+fn sigterm_mid_upload_leaves_no_object_and_no_open_upload() {
+    let Some(ep) = moto::server_or_skip("sigterm_mid_upload") else {
+        return;
+    };
+    let b = moto::bucket(ep, "term");
+    let url = format!("s3://{b}/x.safetensors");
+    let total = 40usize << 20;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_convert"))
+        .envs(moto::env(ep))
+        .args(["-", "--raw-dtype", "U8", "--raw-shape", &total.to_string()])
+        .args(["--name", "x", "-o", &url, "--quiet"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Three parts' worth: some parts are sent, the upload is open.
+    stdin.write_all(&vec![7u8; 16 << 20]).unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while moto::open_uploads(ep, &b).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(moto::open_uploads(ep, &b).len(), 1, "the upload started");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let o = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+    assert!(moto::open_uploads(ep, &b).is_empty(), "aborted");
+    assert!(moto::keys(ep, &b).is_empty(), "no object");
+}
+
+#[test]
+fn a_missing_bucket_is_one_line_and_exit_3() {
+    let Some(ep) = moto::server_or_skip("a_missing_bucket") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.safetensors");
+    let input = fixture("example/model.npz");
+    for args in [
+        vec![&input as &dyn AsRef<std::ffi::OsStr>, &"-o", &"s3://no-such-bucket-here/o.safetensors"],
+        vec![&"s3://no-such-bucket-here/i.safetensors", &"-o", &out],
+        vec![&"validate", &"s3://no-such-bucket-here/i.safetensors"],
+    ] {
+        let o = convert(ep, &args);
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        let text = stderr(&o);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.starts_with("convert: s3://no-such-bucket-here/"), "{text}");
+        assert!(!text.contains(moto::SECRET), "no credential in messages: {text}");
+    }
+    assert!(!out.exists());
+}
