@@ -81,7 +81,7 @@ fn s3_output_and_input_are_byte_identical_to_local_runs() {
     let staged = dir.path().join("model.npz");
     std::fs::write(&staged, &local_npz).unwrap();
     // (Uploaded raw by a plain PUT of the test's own: no conversion.)
-    put(ep, &b, "model.npz", &local_npz);
+    moto::put(ep, &b, "model.npz", &local_npz);
     let from_npz = dir.path().join("from-npz.safetensors");
     ok(&convert(ep, &[&npz, &"-o", &from_npz, &"--no-sync"]));
     assert_eq!(
@@ -98,25 +98,6 @@ fn s3_output_and_input_are_byte_identical_to_local_runs() {
     ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["tensors"], 5, "{v}");
-}
-
-/// A PUT with a body, for objects the test places itself.
-fn put(ep: &str, bucket: &str, key: &str, body: &[u8]) {
-    use std::io::Read;
-    let host = ep.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(host).unwrap();
-    write!(
-        s,
-        "PUT /{bucket}/{key} HTTP/1.1\r\nHost: {host}\r\nAuthorization: AWS4-HMAC-SHA256 \
-         Credential=test/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    s.write_all(body).unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
 
 #[test]

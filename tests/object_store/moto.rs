@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test binary uses its own share of these helpers
 //! A local S3 server for tests: moto's `moto_server`, found through
 //! `SAFETENSORS_STREAM_S3_ENDPOINT` (set by `.ci/run`, which starts it), or
 //! started here from `$MOTO_SERVER` or `moto_server` on the PATH on a free
@@ -78,6 +79,16 @@ pub fn env(endpoint: &str) -> Vec<(&'static str, String)> {
 /// One plain HTTP request; the status and body. moto checks no signature,
 /// only that one is there.
 pub fn request(endpoint: &str, method: &str, target: &str) -> (u16, Vec<u8>) {
+    request_with(endpoint, method, target, &[])
+}
+
+/// An object placed by a plain PUT (no conversion).
+pub fn put(endpoint: &str, bucket: &str, key: &str, body: &[u8]) {
+    let (status, reply) = request_with(endpoint, "PUT", &format!("/{bucket}/{key}"), body);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&reply));
+}
+
+fn request_with(endpoint: &str, method: &str, target: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let host = endpoint.trim_start_matches("http://");
     let mut s = TcpStream::connect(host).unwrap();
     let auth = "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/s3/aws4_request, \
@@ -85,9 +96,11 @@ pub fn request(endpoint: &str, method: &str, target: &str) -> (u16, Vec<u8>) {
     write!(
         s,
         "{method} {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\n\
-         Content-Length: 0\r\nConnection: close\r\n\r\n"
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
     )
     .unwrap();
+    s.write_all(body).unwrap();
     let mut response = Vec::new();
     s.read_to_end(&mut response).unwrap();
     let split = response
