@@ -149,6 +149,13 @@ fn parallel_shard_workers_and_the_index_equal_one_local_run() {
         assert!(moto::get(ep, &b, f).unwrap() == want, "{f} differs");
     }
     assert!(moto::open_uploads(ep, &b).is_empty());
+
+    // The set read back through its index object: the original file.
+    let back = dir.path().join("back.safetensors");
+    let index = format!("s3://{b}/model.safetensors.index.json");
+    ok(&convert(ep, &[&index, &"-o", &back, &"--no-sync"]));
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&input).unwrap());
+    ok(&convert(ep, &[&"validate", &index]));
 }
 
 #[test]

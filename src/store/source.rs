@@ -31,6 +31,9 @@ pub async fn open_object(
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
     let pinned = Pinned::head(Location::parse(url)?).await?;
+    if is_index_path(Path::new(url)) {
+        return Ok(Box::new(ObjectSource::open_index(pinned).await?));
+    }
     let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
     if options.raw.is_none() && detect(&first) == Format::Safetensors {
         return Ok(Box::new(ObjectSource::open(pinned, first).await?));
@@ -59,12 +62,7 @@ pub async fn open_checkpoint(url: &str, rules: Rules) -> Result<Checkpoint> {
             files: vec![(PathBuf::from(url), header)],
         });
     }
-    let pinned = Pinned::head(loc.clone()).await?;
-    if pinned.size > MAX_INDEX_LEN {
-        let msg = format!("the index is {} bytes; the limit is {MAX_INDEX_LEN}", pinned.size);
-        return Err(Error::new(ErrorKind::IndexJson(msg)).with_input(url));
-    }
-    let text = pinned.range(0, pinned.size).await?;
+    let text = Pinned::head(loc.clone()).await?.whole_index().await?;
     let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(url))?;
     let mut files = Vec::new();
     for name in index.shard_names().map_err(|e| e.with_input(url))? {
@@ -161,6 +159,15 @@ impl Pinned {
         pinned.header(first, rules).await
     }
 
+    /// The whole object, an index: refused past [`MAX_INDEX_LEN`] bytes.
+    async fn whole_index(&self) -> Result<Vec<u8>> {
+        if self.size > MAX_INDEX_LEN {
+            let msg = format!("the index is {} bytes; the limit is {MAX_INDEX_LEN}", self.size);
+            return Err(Error::new(ErrorKind::IndexJson(msg)).with_input(&self.loc.url));
+        }
+        self.range(0, self.size).await
+    }
+
     /// Bytes `start..end` as a stream.
     async fn reader(&self, start: u64, end: u64) -> Result<TensorReader<'static>> {
         if start >= end {
@@ -183,40 +190,72 @@ impl Pinned {
     }
 }
 
-/// A safetensors object read by ranges.
+/// A safetensors object, or a sharded checkpoint's objects, read by ranges.
 pub struct ObjectSource {
-    object: Pinned,
+    input: String,
+    objects: Vec<Pinned>,
     tensors: Vec<TensorMeta>,
-    /// Each tensor's absolute byte range in the object.
-    ranges: Vec<(u64, u64)>,
+    /// Each tensor's object and absolute byte range in it.
+    ranges: Vec<(usize, u64, u64)>,
     metadata: Option<Metadata>,
 }
 
 impl ObjectSource {
-    /// Reads the header: `first` holds the object's first bytes; a header
-    /// longer than them is fetched by a second range, once its claimed
-    /// length has been checked against the object's.
+    /// One object whose first bytes are `first`.
     async fn open(object: Pinned, first: Vec<u8>) -> Result<ObjectSource> {
         let header = object.header(first, Rules::SOURCE).await?;
-        let start = header.data_start();
-        let mut ranges = Vec::with_capacity(header.tensors.len());
-        let mut tensors = Vec::with_capacity(header.tensors.len());
-        for t in header.tensors {
-            ranges.push((start + t.begin, start + t.begin + t.len()));
-            tensors.push(t.meta);
+        let input = object.loc.url.clone();
+        Ok(Self::from_parts(input, vec![(object, header)]))
+    }
+
+    /// A sharded checkpoint by its index object: every shard's header,
+    /// checked against the index as local shards are.
+    async fn open_index(index: Pinned) -> Result<ObjectSource> {
+        let url = index.loc.url.clone();
+        let text = index.whole_index().await?;
+        let parsed = ShardIndex::from_json(&text).map_err(|e| e.with_input(&url))?;
+        let mut parts = Vec::new();
+        let mut named = Vec::new();
+        for name in parsed.shard_names().map_err(|e| e.with_input(&url))? {
+            let shard = Pinned::head(index.loc.sibling(name)).await?;
+            let first = shard.range(0, shard.size.min(FIRST_RANGE)).await?;
+            let header = shard.header(first, Rules::SOURCE).await?;
+            named.push((PathBuf::from(&shard.loc.url), header.clone()));
+            parts.push((shard, header));
         }
-        Ok(ObjectSource {
-            object,
-            tensors,
-            ranges,
-            metadata: header.metadata,
-        })
+        check_against_shards(&parsed, &named).map_err(|e| e.with_input(&url))?;
+        Ok(Self::from_parts(url, parts))
+    }
+
+    fn from_parts(input: String, parts: Vec<(Pinned, Header)>) -> ObjectSource {
+        let mut src = ObjectSource {
+            input,
+            objects: Vec::with_capacity(parts.len()),
+            tensors: Vec::new(),
+            ranges: Vec::new(),
+            metadata: None,
+        };
+        for (index, (object, header)) in parts.into_iter().enumerate() {
+            let start = header.data_start();
+            // Shards' metadata merge in shard order, as for local shards.
+            if let Some(md) = header.metadata {
+                src.metadata.get_or_insert_with(Metadata::new).extend(md);
+            }
+            for t in header.tensors {
+                // Checked against the object's length by the header's rules.
+                src.ranges
+                    .push((index, start + t.begin, start + t.begin + t.len()));
+                src.tensors.push(t.meta);
+            }
+            src.objects.push(object);
+        }
+        src
     }
 }
 
 impl Source for ObjectSource {
     fn input_name(&self) -> &str {
-        &self.object.loc.url
+        &self.input
     }
 
     fn tensors(&self) -> &[TensorMeta] {
@@ -228,7 +267,8 @@ impl Source for ObjectSource {
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
-        let (start, end) = self.ranges[k];
-        async move { Ok(TensorData::new(self.object.reader(start, end).await?)) }.boxed()
+        let (object, start, end) = self.ranges[k];
+        let object = &self.objects[object];
+        async move { Ok(TensorData::new(object.reader(start, end).await?)) }.boxed()
     }
 }
