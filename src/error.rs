@@ -637,9 +637,9 @@ impl ErrorKind {
     /// The error's broad class.
     pub fn category(&self) -> Category {
         match self {
-            ErrorKind::Io(_)
-            | ErrorKind::ShardNotWritten { .. }
-            | ErrorKind::ObjectStore(_) => Category::Io,
+            ErrorKind::Io(_) | ErrorKind::ShardNotWritten { .. } | ErrorKind::ObjectStore(_) => {
+                Category::Io
+            }
             ErrorKind::DuplicateTensor { .. }
             | ErrorKind::ReservedName
             | ErrorKind::Usage(_)

@@ -107,7 +107,10 @@ fn the_index_is_refused_naming_a_missing_or_short_shard() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let text = stderr(&o);
     assert_eq!(text.lines().count(), 1, "{text}");
-    assert!(text.starts_with("convert: ") && text.contains(&files[1]), "{text}");
+    assert!(
+        text.starts_with("convert: ") && text.contains(&files[1]),
+        "{text}"
+    );
     assert!(!index.exists());
 
     std::fs::write(&second, &bytes).unwrap();

@@ -29,7 +29,7 @@ fn stderr(o: &Output) -> String {
 }
 
 fn ok(o: &Output) {
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
 }
 
 /// A raw dump of `len` bytes in `dir` (not all equal: parts must line up).
@@ -49,10 +49,20 @@ fn s3_output_and_input_are_byte_identical_to_local_runs() {
     let dir = tempfile::tempdir().unwrap();
     // 12 MiB: a multipart upload of 5 MiB parts; the npz: a single PUT.
     let big = dump(dir.path(), 12 << 20);
-    let raw = ["--raw-dtype", "U8", "--raw-shape", "12582912", "--name", "w"];
+    let raw = [
+        "--raw-dtype",
+        "U8",
+        "--raw-shape",
+        "12582912",
+        "--name",
+        "w",
+    ];
     let npz_input = fixture("example/model.npz");
     let cases: Vec<(&str, Vec<&dyn AsRef<std::ffi::OsStr>>)> = vec![
-        ("big", vec![&big, &raw[0], &raw[1], &raw[2], &raw[3], &raw[4], &raw[5]]),
+        (
+            "big",
+            vec![&big, &raw[0], &raw[1], &raw[2], &raw[3], &raw[4], &raw[5]],
+        ),
         ("npz", vec![&npz_input as &dyn AsRef<_>]),
     ];
     for (name, inputs) in cases {
@@ -68,12 +78,18 @@ fn s3_output_and_input_are_byte_identical_to_local_runs() {
         assert!(stderr(&o).contains(&url), "{}", stderr(&o));
         let want = std::fs::read(&local).unwrap();
         let got = moto::get(ep, &b, &format!("dir/{name}.safetensors")).unwrap();
-        assert!(got == want, "{name}: the object differs from the local file");
+        assert!(
+            got == want,
+            "{name}: the object differs from the local file"
+        );
 
         // And back: read by ranges from the object.
         let back = dir.path().join(format!("{name}-back.safetensors"));
         ok(&convert(ep, &[&url, &"-o", &back, &"--no-sync"]));
-        assert!(std::fs::read(&back).unwrap() == want, "{name}: read back differs");
+        assert!(
+            std::fs::read(&back).unwrap() == want,
+            "{name}: read back differs"
+        );
     }
     // A non-safetensors object is streamed whole, as standard input is.
     let npz = format!("s3://{b}/model.npz");
@@ -111,7 +127,14 @@ fn parallel_shard_workers_and_the_index_equal_one_local_run() {
     let split = ["--max-shard-size", "100"];
     ok(&convert(
         ep,
-        &[&input, &split[0], &split[1], &"-o", &dir.path().join("model.safetensors"), &"--no-sync"],
+        &[
+            &input,
+            &split[0],
+            &split[1],
+            &"-o",
+            &dir.path().join("model.safetensors"),
+            &"--no-sync",
+        ],
     ));
     let mut files: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -122,7 +145,10 @@ fn parallel_shard_workers_and_the_index_equal_one_local_run() {
     let url = format!("s3://{b}/model.safetensors");
 
     // The index refuses while shards are missing.
-    let o = convert(ep, &[&input, &split[0], &split[1], &"-o", &url, &"--index-only"]);
+    let o = convert(
+        ep,
+        &[&input, &split[0], &split[1], &"-o", &url, &"--index-only"],
+    );
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(stderr(&o).contains("00001-of-"), "{}", stderr(&o));
 
@@ -142,7 +168,10 @@ fn parallel_shard_workers_and_the_index_equal_one_local_run() {
         assert!(w.wait().unwrap().success());
     }
     assert_eq!(moto::keys(ep, &b).len(), n, "no index before --index-only");
-    ok(&convert(ep, &[&input, &split[0], &split[1], &"-o", &url, &"--index-only"]));
+    ok(&convert(
+        ep,
+        &[&input, &split[0], &split[1], &"-o", &url, &"--index-only"],
+    ));
     assert_eq!(moto::keys(ep, &b), files);
     for f in &files {
         let want = std::fs::read(dir.path().join(f)).unwrap();
@@ -185,7 +214,11 @@ fn sigterm_mid_upload_leaves_no_object_and_no_open_upload() {
     assert_eq!(moto::open_uploads(ep, &b).len(), 1, "the upload started");
     std::thread::sleep(std::time::Duration::from_millis(500));
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     let o = child.wait_with_output().unwrap();
     drop(stdin);
     assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
@@ -202,7 +235,11 @@ fn a_missing_bucket_is_one_line_and_exit_3() {
     let out = dir.path().join("o.safetensors");
     let input = fixture("example/model.npz");
     for args in [
-        vec![&input as &dyn AsRef<std::ffi::OsStr>, &"-o", &"s3://no-such-bucket-here/o.safetensors"],
+        vec![
+            &input as &dyn AsRef<std::ffi::OsStr>,
+            &"-o",
+            &"s3://no-such-bucket-here/o.safetensors",
+        ],
         vec![&"s3://no-such-bucket-here/i.safetensors", &"-o", &out],
         vec![&"validate", &"s3://no-such-bucket-here/i.safetensors"],
     ] {
@@ -210,8 +247,47 @@ fn a_missing_bucket_is_one_line_and_exit_3() {
         assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
         let text = stderr(&o);
         assert_eq!(text.lines().count(), 1, "{text}");
-        assert!(text.starts_with("convert: s3://no-such-bucket-here/"), "{text}");
-        assert!(!text.contains(moto::SECRET), "no credential in messages: {text}");
+        assert!(
+            text.starts_with("convert: s3://no-such-bucket-here/"),
+            "{text}"
+        );
+        assert!(
+            !text.contains(moto::SECRET),
+            "no credential in messages: {text}"
+        );
+    }
+    assert!(!out.exists());
+}
+
+#[test]
+fn refused_credentials_are_one_line_and_exit_3() {
+    let ep = match moto::checking_credentials() {
+        Ok(ep) => ep,
+        Err(why) => {
+            eprintln!("SKIPPED refused_credentials: no S3 test server: {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.safetensors");
+    let input = fixture("example/model.npz");
+    for args in [
+        vec![
+            &input as &dyn AsRef<std::ffi::OsStr>,
+            &"-o",
+            &"s3://bucket/o.safetensors",
+        ],
+        vec![&"s3://bucket/i.safetensors", &"-o", &out],
+    ] {
+        let o = convert(ep, &args);
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        let text = stderr(&o);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.starts_with("convert: s3://bucket/"), "{text}");
+        assert!(
+            !text.contains(moto::SECRET),
+            "no credential in messages: {text}"
+        );
     }
     assert!(!out.exists());
 }

@@ -80,7 +80,9 @@ impl Location {
         let path = ObjectPath::from_url_path(key)
             .map_err(|e| bad(format!("not a valid object key: {e}")))?;
         if key.is_empty() {
-            return Err(bad("the URL names no object (a key after the bucket)".into()));
+            return Err(bad(
+                "the URL names no object (a key after the bucket)".into()
+            ));
         }
         let on_build = |e: object_store::Error| store_error(e, url);
         let (store, multipart): (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>) =
@@ -113,9 +115,8 @@ impl Location {
                     (s.clone(), Some(s))
                 }
                 "http" | "https" => {
-                    let base = &url[..url.len() - parsed.path().len()
-                        - parsed.query().map_or(0, |q| q.len() + 1)
-                        - parsed.fragment().map_or(0, |f| f.len() + 1)];
+                    // The server's origin; the key is the path (a query is dropped).
+                    let base = parsed.origin().ascii_serialization();
                     let s = HttpBuilder::new()
                         .with_url(base)
                         .build()
@@ -139,7 +140,9 @@ impl Location {
         parts.pop();
         let path: ObjectPath = parts
             .into_iter()
-            .chain(std::iter::once(ObjectPath::from(name).parts().next().unwrap_or_default()))
+            .chain(std::iter::once(
+                ObjectPath::from(name).parts().next().unwrap_or_default(),
+            ))
             .collect();
         Location {
             url: format!("{dir}/{name}"),
@@ -192,7 +195,10 @@ mod tests {
         assert_eq!(loc.path.as_ref(), "dir/model.safetensors");
         assert!(loc.multipart.is_some());
         let shard = loc.sibling("model-00001-of-00002.safetensors");
-        assert_eq!(shard.url, "s3://bucket/dir/model-00001-of-00002.safetensors");
+        assert_eq!(
+            shard.url,
+            "s3://bucket/dir/model-00001-of-00002.safetensors"
+        );
         assert_eq!(shard.path.as_ref(), "dir/model-00001-of-00002.safetensors");
         let web = Location::parse("https://host.example/org/m/resolve/main/x.safetensors").unwrap();
         assert_eq!(web.path.as_ref(), "org/m/resolve/main/x.safetensors");

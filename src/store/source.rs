@@ -162,7 +162,10 @@ impl Pinned {
     /// The whole object, an index: refused past [`MAX_INDEX_LEN`] bytes.
     async fn whole_index(&self) -> Result<Vec<u8>> {
         if self.size > MAX_INDEX_LEN {
-            let msg = format!("the index is {} bytes; the limit is {MAX_INDEX_LEN}", self.size);
+            let msg = format!(
+                "the index is {} bytes; the limit is {MAX_INDEX_LEN}",
+                self.size
+            );
             return Err(Error::new(ErrorKind::IndexJson(msg)).with_input(&self.loc.url));
         }
         self.range(0, self.size).await
@@ -181,9 +184,9 @@ impl Pinned {
             .map_err(|e| self.error(e))?;
         let url = self.loc.url.clone();
         let stream = got.into_stream().map_err(move |e| match e {
-            object_store::Error::Precondition { .. } => std::io::Error::other(format!(
-                "{url}: the object was replaced while being read"
-            )),
+            object_store::Error::Precondition { .. } => {
+                std::io::Error::other(format!("{url}: the object was replaced while being read"))
+            }
             e => std::io::Error::other(super::one_line(&e)),
         });
         Ok(Box::pin(tokio_util::io::StreamReader::new(stream)))

@@ -208,7 +208,11 @@ impl PartUpload {
                 // Off the pending list first: once complete is sent, a late
                 // abort must not race it.
                 let pending = take_pending(self.key);
-                match self.store.complete_multipart(&self.path, &self.id, parts).await {
+                match self
+                    .store
+                    .complete_multipart(&self.path, &self.id, parts)
+                    .await
+                {
                     Ok(_) => return Ok(()),
                     Err(e) => {
                         // Not completed: back on the list, to be aborted once.
@@ -413,8 +417,7 @@ mod tests {
         let s = store(usize::MAX);
         let len = 3 * MIN_PART as usize + 12345;
         run(upload(s.clone(), len)).unwrap();
-        let got = run(s.inner.get(&ObjectPath::from("x.safetensors")))
-            .unwrap();
+        let got = run(s.inner.get(&ObjectPath::from("x.safetensors"))).unwrap();
         let bytes = run(got.bytes()).unwrap();
         assert_eq!(bytes.len(), len);
         assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
@@ -431,7 +434,10 @@ mod tests {
         for fail in [0, 2, 3] {
             let s = store(fail);
             let e = run(upload(s.clone(), 3 * MIN_PART as usize + 1)).unwrap_err();
-            assert!(matches!(e.kind(), ErrorKind::ObjectStore(_) | ErrorKind::Io(_)), "{e:?}");
+            assert!(
+                matches!(e.kind(), ErrorKind::ObjectStore(_) | ErrorKind::Io(_)),
+                "{e:?}"
+            );
             assert_eq!(s.aborts.load(Ordering::SeqCst), 1, "part {fail}");
             assert_eq!(s.completes.load(Ordering::SeqCst), 0);
             assert!(run(s.inner.head(&ObjectPath::from("x.safetensors"))).is_err());
@@ -472,7 +478,13 @@ mod tests {
 
     #[test]
     fn part_sizes_keep_under_ten_thousand_parts() {
-        for len in [0, 1, MIN_PART * MAX_PARTS, MIN_PART * MAX_PARTS + 1, 5 << 40] {
+        for len in [
+            0,
+            1,
+            MIN_PART * MAX_PARTS,
+            MIN_PART * MAX_PARTS + 1,
+            5 << 40,
+        ] {
             let p = part_size(len);
             assert!(p >= MIN_PART && len.div_ceil(p) <= MAX_PARTS, "{len}");
         }

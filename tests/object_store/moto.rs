@@ -35,6 +35,21 @@ fn start() -> Result<String, String> {
     if let Ok(e) = std::env::var("SAFETENSORS_STREAM_S3_ENDPOINT") {
         return Ok(e);
     }
+    spawn("")
+}
+
+/// A second server that checks credentials (moto's IAM auth, from the first
+/// request on): every key this test suite uses is unknown to it.
+pub fn checking_credentials() -> Result<&'static str, &'static str> {
+    static ENDPOINT: OnceLock<Result<String, String>> = OnceLock::new();
+    match ENDPOINT.get_or_init(|| spawn("INITIAL_NO_AUTH_ACTION_COUNT=0")) {
+        Ok(e) => Ok(e.as_str()),
+        Err(why) => Err(why.as_str()),
+    }
+}
+
+/// Starts `moto_server` (with `env`, `NAME=VALUE` or empty) on a free port.
+fn spawn(env: &str) -> Result<String, String> {
     let server = std::env::var("MOTO_SERVER").unwrap_or_else(|_| "moto_server".into());
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -42,7 +57,7 @@ fn start() -> Result<String, String> {
         .port();
     // The shell stops the server when this test process is gone.
     let script = format!(
-        "{server} -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+        "{env} {server} -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
          while kill -0 {pid} 2>/dev/null && kill -0 $m 2>/dev/null; do sleep 1; done; kill $m 2>/dev/null",
         pid = std::process::id()
     );

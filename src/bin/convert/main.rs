@@ -12,8 +12,8 @@ use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::detect::{detect_file, Format};
 use safetensors_stream::source::input::open_input;
-use safetensors_stream::store::is_url;
 use safetensors_stream::source::{Listing, SourceOptions};
+use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{inspect, Category, Error};
 
@@ -169,7 +169,9 @@ fn open_checkpoint(path: &std::path::Path, rules: Rules) -> Result<Checkpoint, E
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(safetensors_stream::store::source::open_checkpoint(&url, rules))
+        .block_on(safetensors_stream::store::source::open_checkpoint(
+            &url, rules,
+        ))
 }
 
 /// Any other input, opened by the very code a conversion opens it with.
