@@ -36,7 +36,7 @@ pub const IN_FLIGHT: usize = 4;
 /// ```
 /// use safetensors_stream::store::upload::{part_size, MIN_PART};
 /// assert_eq!(part_size(1 << 30), MIN_PART);
-/// assert_eq!(part_size(400_000_000_000), 40 << 20);
+/// assert_eq!(part_size(400_000_000_000), 39 << 20); // 38.1 MiB, rounded up
 /// ```
 pub fn part_size(len: u64) -> u64 {
     const MIB: u64 = 1 << 20;

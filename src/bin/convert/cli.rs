@@ -27,6 +27,8 @@ Examples:
   convert pytorch_model.bin --dedupe-tied -o model.safetensors
   convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
   convert model.safetensors -o - | ssh host 'cat > model.safetensors'
+  convert model.safetensors --cast-all BF16 -o s3://bucket/model-bf16.safetensors
+  convert s3://bucket/model.safetensors.index.json -o model.safetensors   (AWS_* from the environment)
   convert weights.npz --dry-run --json -o out.safetensors
   producer | convert - --report json -o - | consumer    (a pipeline stage)
   convert validate model.safetensors
@@ -55,7 +57,8 @@ pub struct Cli {
 pub struct ConvertArgs {
     /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, PyTorch
     /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), any of them
-    /// gzip/zstd/xz/bzip2-compressed; `-` for standard input. Recognised by content.
+    /// gzip/zstd/xz/bzip2-compressed; `-` for standard input; s3://, gs://, az:// or https://
+    /// URLs (credentials from the environment). Recognised by content.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// How the inputs are read (names, raw dumps).
@@ -68,7 +71,8 @@ pub struct ConvertArgs {
     /// Cast every floating tensor (F64, F32, F16, BF16) to TO; --cast takes precedence.
     #[arg(long, value_name = "TO", value_parser = parse_dtype, help_heading = "Casting")]
     pub cast_all: Option<Dtype>,
-    /// Output file, or `-` for standard output. With --max-shard-size, the shards' base name.
+    /// Output file, `-` for standard output, or an s3://, gs:// or az:// URL (a multipart
+    /// upload, aborted on failure). With --max-shard-size, the shards' base name.
     #[arg(short, long, required = true, value_name = "OUT")]
     pub output: Option<PathBuf>,
     /// Keep only tensors whose name matches this glob (repeatable).
