@@ -117,8 +117,12 @@ impl Location {
                 "http" | "https" => {
                     // The server's origin; the key is the path (a query is dropped).
                     let base = parsed.origin().ascii_serialization();
+                    // Plain http only when the URL says so.
+                    let client = object_store::ClientOptions::new()
+                        .with_allow_http(parsed.scheme() == "http");
                     let s = HttpBuilder::new()
                         .with_url(base)
+                        .with_client_options(client)
                         .build()
                         .map_err(on_build)?;
                     (Arc::new(s), None)
