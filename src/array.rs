@@ -218,11 +218,8 @@ pub fn read_tensor_bytes(path: &Path, name: &str) -> Result<(TensorMeta, Vec<u8>
         .get(name)
         .ok_or_else(|| on_path(Error::new(ErrorKind::TensorNotFound(name.to_string()))))?;
     let file = std::fs::File::open(path).map_err(|e| on_path(Error::io(e)))?;
-    let len = usize::try_from(t.len()).map_err(|_| {
-        on_path(Error::new(ErrorKind::Usage(
-            "tensor too large for memory".into(),
-        )))
-    })?;
+    let len = usize::try_from(t.len())
+        .map_err(|_| on_path(Error::new(ErrorKind::TooLargeForMemory { len: t.len() })))?;
     let mut bytes = vec![0u8; len];
     file.read_exact_at(&mut bytes, header.data_start() + t.begin)
         .map_err(|e| on_path(Error::io(e)))?;

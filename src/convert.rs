@@ -2,7 +2,7 @@
 //! [`Report`] out. The `convert` binary is a thin layer over this.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tokio::io::AsyncWrite;
@@ -35,8 +35,19 @@ pub enum Output {
 /// A callback for things worth telling that are not errors ("spooling ...").
 pub type NoticeFn = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// Everything a conversion can be told.
+/// Everything a conversion can be told. Start from the default and set what
+/// differs:
+///
+/// ```
+/// use safetensors_stream::{ConvertOptions, Dtype, PlanOptions};
+///
+/// let options = ConvertOptions::default()
+///     .plan(PlanOptions::default().cast_all(Some(Dtype::BF16)))
+///     .sync(false);
+/// assert!(!options.sync);
+/// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ConvertOptions {
     /// How inputs are read.
     pub source: SourceOptions,
@@ -81,6 +92,19 @@ impl Default for ConvertOptions {
         }
     }
 }
+
+crate::setters::setters!(ConvertOptions {
+    source: SourceOptions,
+    plan: PlanOptions,
+    sink: SinkOptions,
+    sync: bool,
+    notice: Option<NoticeFn>,
+    progress: Option<Arc<dyn Progress>>,
+    checksum: bool,
+    fast_path: bool,
+    overwrite_input: bool,
+    part: Part,
+});
 
 impl std::fmt::Debug for ConvertOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -146,7 +170,8 @@ pub struct Report {
 impl Report {
     /// The report as the CLI's `--report json` prints it (and the Python
     /// package returns it): this report's fields, `"ok": true`, and the
-    /// notices collected during the run appended to `warnings`. One
+    /// notices collected during the run appended to `warnings`, except a
+    /// `warning: ...` notice of a warning the report holds already. One
     /// function for both, so the two agree by construction.
     ///
     /// ```
@@ -165,10 +190,31 @@ impl Report {
         let mut v = serde_json::to_value(self).expect("JSON of a report");
         v["ok"] = serde_json::Value::Bool(true);
         if let Some(w) = v["warnings"].as_array_mut() {
-            w.extend(notices.iter().cloned().map(serde_json::Value::String));
+            let fresh = fresh_notices(notices, &self.warnings);
+            w.extend(fresh.cloned().map(serde_json::Value::String));
         }
         v.to_string()
     }
+}
+
+/// The notices that say something `warnings` does not: a warning the
+/// library also told as a `warning: ...` notice is listed once.
+///
+/// ```
+/// use safetensors_stream::convert::fresh_notices;
+///
+/// let warnings = ["big header".to_string()];
+/// let notices = ["warning: big header".to_string(), "spooling".to_string()];
+/// assert_eq!(fresh_notices(&notices, &warnings).collect::<Vec<_>>(), ["spooling"]);
+/// ```
+pub fn fresh_notices<'a>(
+    notices: &'a [String],
+    warnings: &'a [String],
+) -> impl Iterator<Item = &'a String> + 'a {
+    notices.iter().filter(|n| {
+        !n.strip_prefix("warning: ")
+            .is_some_and(|bare| warnings.iter().any(|w| w == bare))
+    })
 }
 
 /// Converts the inputs at `inputs` (files of any supported kind, or `-`
@@ -226,8 +272,7 @@ pub fn convert_blocking(
     options: &ConvertOptions,
 ) -> Result<Report> {
     if tokio::runtime::Handle::try_current().is_ok() {
-        let msg = "convert_blocking was called inside a tokio runtime; await convert() there";
-        return Err(ErrorKind::Usage(msg.into()).into());
+        return Err(ErrorKind::BlockingInRuntime("convert_blocking").into());
     }
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -248,7 +293,15 @@ pub async fn open_inputs(
     };
     let mut sources = Vec::with_capacity(inputs.len());
     for path in inputs {
-        sources.push(open_input(path, &options.source, notice).await?);
+        let resolved = crate::folder::resolve_input(path)?;
+        if resolved != *path {
+            notice(&format!(
+                "{}: reading {}",
+                path.display(),
+                resolved.display()
+            ));
+        }
+        sources.push(open_input(&resolved, &options.source, notice).await?);
     }
     Ok(sources)
 }
@@ -315,6 +368,7 @@ pub async fn convert_opened(
     let plan = plan_sources(sources, options)?;
     let mut warnings = plan_warnings(&plan);
     warnings.extend(check_output(inputs, output, &plan, options)?);
+    let overflows = Mutex::new(Vec::new());
     if let Some(notice) = &options.notice {
         warnings
             .iter()
@@ -324,12 +378,19 @@ pub async fn convert_opened(
         p.start(&plan, part_len(&plan, options.part));
     }
     let outputs = match object_url(output) {
-        Some(url) => write_object_output(url, &plan, sources, options).await?,
-        None => write_local(output, &plan, sources, options).await?,
+        Some(url) => write_object_output(url, &plan, sources, options, &overflows).await?,
+        None => write_local(output, &plan, sources, options, &overflows).await?,
     };
     if let Some(p) = &options.progress {
         p.finish();
     }
+    let overflows = overflows.into_inner().unwrap_or_else(|e| e.into_inner());
+    if let Some(notice) = &options.notice {
+        overflows
+            .iter()
+            .for_each(|w| notice(&format!("warning: {w}")));
+    }
+    warnings.extend(overflows);
     Ok(Report {
         inputs: sources.iter().map(|s| s.input_name().to_string()).collect(),
         outputs,
@@ -356,8 +417,9 @@ async fn write_object_output(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
-    crate::store::write::write_objects(url, plan, sources, options).await
+    crate::store::write::write_objects(url, plan, sources, options, overflows).await
 }
 
 #[cfg(not(feature = "object-store"))]
@@ -366,6 +428,7 @@ async fn write_object_output(
     _plan: &Plan,
     _sources: &mut [Box<dyn Source + '_>],
     _options: &ConvertOptions,
+    _overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     unreachable!("object URLs are files without the object-store feature")
 }
@@ -376,23 +439,27 @@ async fn write_local(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let target = match output {
         Output::Stdout => Target::Stdout,
         Output::File(path) => resolve(path)?,
     };
     Ok(match target {
-        Target::Stdout => write_stream(tokio::io::stdout(), "-", plan, sources, options).await?,
+        Target::Stdout => {
+            let out = tokio::io::stdout();
+            write_stream(out, "-", plan, sources, options, overflows).await?
+        }
         Target::Stream(path) => {
             let file = open_stream_output(&path).await?;
             let name = match output {
                 Output::File(given) => given.display().to_string(),
                 Output::Stdout => "-".into(),
             };
-            write_stream(file, &name, plan, sources, options).await?
+            write_stream(file, &name, plan, sources, options, overflows).await?
         }
         Target::Replace(_) => match output {
-            Output::File(path) => write_files(path, plan, sources, options).await?,
+            Output::File(path) => write_files(path, plan, sources, options, overflows).await?,
             Output::Stdout => unreachable!("standard output is never replaced"),
         },
     })
@@ -417,12 +484,14 @@ async fn write_stream<W: AsyncWrite + Unpin>(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let w = ObservedWriter::new(writer, options.checksum, options.progress.clone());
     let ctx = ShardCtx {
         index: 0,
         count: 1,
         options,
+        overflows,
     };
     let (_, sha256) = write_observed(w, &plan.shards[0], sources, name, &ctx, None)
         .await?
@@ -441,14 +510,14 @@ async fn write_stream<W: AsyncWrite + Unpin>(
 /// waits for its reader, and a signal must still end the run meanwhile).
 async fn open_stream_output(path: &Path) -> Result<tokio::fs::File> {
     use std::io::IsTerminal;
-    let on_path = |e: std::io::Error| Error::io(e).with_input(path.display());
+    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
     let owned = path.to_path_buf();
     let file = tokio::task::spawn_blocking(move || open_stream(&owned))
         .await
         .map_err(|e| on_path(std::io::Error::other(e)))?
         .map_err(on_path)?;
     if file.is_terminal() {
-        return Err(Error::new(ErrorKind::TerminalOutput).with_input(path.display()));
+        return Err(Error::new(ErrorKind::TerminalOutput).with_output(path.display()));
     }
     Ok(tokio::fs::File::from_std(file))
 }
@@ -463,7 +532,7 @@ fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
         if s.access() == Access::Sequential {
             if last[r.source].is_some_and(|l| l >= r.index) {
                 let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
-                return Err(Error::new(ErrorKind::Usage(msg.into())).with_input(s.input_name()));
+                return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(s.input_name()));
             }
             last[r.source] = Some(r.index);
         }
@@ -487,15 +556,17 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         output_name,
         |_| {},
         None,
+        None,
     )
     .await
 }
 
-/// Which shard is being written, for progress.
+/// Which shard is being written, for progress; where casts' overflows go.
 pub(crate) struct ShardCtx<'a> {
     pub(crate) index: usize,
     pub(crate) count: usize,
     pub(crate) options: &'a ConvertOptions,
+    pub(crate) overflows: &'a Mutex<Vec<String>>,
 }
 
 pub(crate) async fn write_observed<W: AsyncWrite + Unpin>(
@@ -525,6 +596,7 @@ pub(crate) async fn write_observed<W: AsyncWrite + Unpin>(
         output_name,
         on_tensor,
         fast,
+        Some(ctx.overflows),
     )
     .await
 }
@@ -539,6 +611,7 @@ struct Direct {
 /// Tensors copied per trip to the blocking pool.
 const BATCH: usize = 4096;
 
+#[allow(clippy::too_many_arguments)]
 async fn write_tensors<W: AsyncWrite + Unpin>(
     writer: W,
     shard: &ShardPlan,
@@ -547,10 +620,18 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
     output_name: &str,
     on_tensor: impl Fn(&str),
     direct: Option<Direct>,
+    overflows: Option<&Mutex<Vec<String>>>,
 ) -> Result<W> {
+    let overflowed = |k: usize, count: u64| {
+        if let (Some(list), Some(c)) = (overflows, shard.refs[k].cast) {
+            let name = &shard.header.header().tensors[k].meta.name;
+            let msg = overflow_warning(name, c, count);
+            list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+        }
+    };
     let sink = Sink::start(writer, &shard.header, sink_options)
         .await
-        .map_err(|e| e.with_input(output_name))?;
+        .map_err(|e| e.with_output(output_name))?;
     let mut sink = sink.with_output_name(output_name);
     let tensors = &shard.header.header().tensors;
     let mut ahead: Option<(usize, Result<TensorData<'static>>)> = None;
@@ -561,11 +642,12 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
             if !jobs.is_empty() {
                 on_tensor(&tensors[k].meta.name);
                 let n = jobs.len();
-                copy_direct(&mut sink, d, jobs, sink_options.buffer_size)
+                let over = copy_direct(&mut sink, d, jobs, sink_options.buffer_size)
                     .await
                     .map_err(|(i, e)| {
                         name_error(e, sources, &shard.refs[k + i], &tensors[k + i].meta.name)
                     })?;
+                over.into_iter().for_each(|(i, n)| overflowed(k + i, n));
                 k += n;
                 continue;
             }
@@ -597,9 +679,23 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
         if let Err(e) = written {
             return Err(name_error(e, sources, r, &t.meta.name));
         }
+        match sink.take_overflowed() {
+            0 => {}
+            n => overflowed(k, n),
+        }
         k += 1;
     }
     sink.finish().await
+}
+
+/// A cast's overflows to infinity, as a report's warning.
+fn overflow_warning(tensor: &str, cast: crate::cast::Cast, count: u64) -> String {
+    let values = if count == 1 { "value" } else { "values" };
+    format!(
+        "tensor {tensor:?}: {count} finite {values} overflowed to infinity casting {} to {}",
+        cast.from(),
+        cast.to()
+    )
 }
 
 /// Names the input, and the tensor as the input knows it (and as it is
@@ -629,13 +725,14 @@ fn span_jobs(refs: &[TensorRef], sources: &[Box<dyn Source + '_>]) -> Vec<SpanJo
 }
 
 /// Copies a batch of file-backed tensors straight into the output file, on
-/// the blocking pool, after what the sink has written.
+/// the blocking pool, after what the sink has written. Returns the casts'
+/// overflows to infinity as (index in the batch, elements).
 async fn copy_direct<W: AsyncWrite + Unpin>(
     sink: &mut Sink<W>,
     d: &Direct,
     jobs: Vec<SpanJob>,
     buffer_size: usize,
-) -> std::result::Result<(), (usize, Error)> {
+) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
     sink.flush().await.map_err(|e| (0, e))?;
     let out = d.out.clone();
     let out_name = d.name.clone();
@@ -650,7 +747,9 @@ async fn copy_direct<W: AsyncWrite + Unpin>(
     })
     .await
     .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
-    sink.record_external(count, copied).map_err(|e| (0, e))
+    let (copied, overflows) = copied;
+    sink.record_external(count, copied).map_err(|e| (0, e))?;
+    Ok(overflows)
 }
 
 /// The paths of a sharded set: `BASE-00001-of-0000N.safetensors` beside
@@ -680,6 +779,7 @@ async fn write_files(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let (paths, index_path) = shard_paths(output, plan.shards.len());
     let index_path = index_path.filter(|_| options.part.writes_index());
@@ -715,11 +815,14 @@ async fn write_files(
             index,
             count,
             options,
+            overflows,
         };
         // A checksum must see every byte: no kernel copies then.
         let direct = match options.fast_path && !options.checksum {
             true => Some(Arc::new(
-                stage.handle().map_err(|e| Error::io(e).with_input(&name))?,
+                stage
+                    .handle()
+                    .map_err(|e| Error::io(e).with_output(&name))?,
             )),
             false => None,
         };
@@ -741,7 +844,7 @@ async fn write_files(
         let (stage, mut file) = StagedFile::create(&index_path)?;
         tokio::io::AsyncWriteExt::write_all(&mut file, &bytes)
             .await
-            .map_err(|e| Error::io(e).with_input(index_path.display()))?;
+            .map_err(|e| Error::io(e).with_output(index_path.display()))?;
         close(file, false, &index_path).await?;
         unsynced.push((file_for_sync(&stage, &index_path)?, index_path.clone()));
         staged.push(stage);
@@ -772,7 +875,7 @@ pub(crate) fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
 fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
     let f = stage
         .handle()
-        .map_err(|e| Error::io(e).with_input(path.display()))?;
+        .map_err(|e| Error::io(e).with_output(path.display()))?;
     Ok(tokio::fs::File::from_std(f))
 }
 

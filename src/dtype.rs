@@ -137,7 +137,7 @@ impl Dtype {
     /// overflows before it meets the 0.
     ///
     /// ```
-    /// use safetensors_stream::{Dtype, dtype::ByteLenError};
+    /// use safetensors_stream::{ByteLenError, Dtype};
     ///
     /// assert_eq!(Dtype::F32.byte_len(&[2, 3]), Ok(24));
     /// assert_eq!(Dtype::F32.byte_len(&[]), Ok(4)); // a scalar
@@ -173,7 +173,7 @@ impl Dtype {
 }
 
 /// Number of elements of `shape` (1 for a scalar), `None` on overflow.
-pub fn numel(shape: &[u64]) -> Option<u64> {
+pub(crate) fn numel(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 

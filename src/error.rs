@@ -32,9 +32,16 @@ pub struct Error {
 
 struct Inner {
     kind: ErrorKind,
-    input: Option<String>,
+    file: Option<(Side, String)>,
     tensor: Option<String>,
     offset: Option<u64>,
+}
+
+/// Which side of a conversion the file named in an error is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Input,
+    Output,
 }
 
 /// What broad class an error is in; the binary maps these to exit codes.
@@ -54,7 +61,7 @@ impl Error {
         Error {
             inner: Box::new(Inner {
                 kind,
-                input: None,
+                file: None,
                 tensor: None,
                 offset: None,
             }),
@@ -92,9 +99,35 @@ impl Error {
         self.inner.kind
     }
 
-    /// The input (file name, `-` for standard input) the error is about.
+    /// The input (file name, `-` for standard input) the error is about,
+    /// if it is about an input.
     pub fn input(&self) -> Option<&str> {
-        self.inner.input.as_deref()
+        self.file_on(Side::Input)
+    }
+
+    /// The output (file name, `-` for standard output) the error is about,
+    /// if it is about an output: a full disk, a name that cannot be used.
+    ///
+    /// ```
+    /// use safetensors_stream::{Error, ErrorKind};
+    ///
+    /// let e = Error::new(ErrorKind::TerminalOutput).with_output("-");
+    /// assert_eq!((e.input(), e.output(), e.path()), (None, Some("-"), Some("-")));
+    /// ```
+    pub fn output(&self) -> Option<&str> {
+        self.file_on(Side::Output)
+    }
+
+    /// The file the error is about, input or output.
+    pub fn path(&self) -> Option<&str> {
+        self.inner.file.as_ref().map(|(_, f)| f.as_str())
+    }
+
+    fn file_on(&self, side: Side) -> Option<&str> {
+        match &self.inner.file {
+            Some((s, f)) if *s == side => Some(f),
+            _ => None,
+        }
     }
 
     /// The tensor the error is about.
@@ -107,10 +140,19 @@ impl Error {
         self.inner.offset
     }
 
-    /// Names the input, unless an inner layer already did.
-    pub fn with_input(mut self, input: impl fmt::Display) -> Self {
-        if self.inner.input.is_none() {
-            self.inner.input = Some(input.to_string());
+    /// Names the input, unless an inner layer already named a file.
+    pub fn with_input(self, input: impl fmt::Display) -> Self {
+        self.with_file(Side::Input, input)
+    }
+
+    /// Names the output, unless an inner layer already named a file.
+    pub fn with_output(self, output: impl fmt::Display) -> Self {
+        self.with_file(Side::Output, output)
+    }
+
+    fn with_file(mut self, side: Side, file: impl fmt::Display) -> Self {
+        if self.inner.file.is_none() {
+            self.inner.file = Some((side, file.to_string()));
         }
         self
     }
@@ -162,8 +204,8 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(input) = &self.inner.input {
-            write!(f, "{input}: ")?;
+        if let Some(file) = self.path() {
+            write!(f, "{file}: ")?;
         }
         f.write_str(&self.message())
     }
@@ -173,7 +215,8 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Error")
             .field("kind", &self.inner.kind)
-            .field("input", &self.inner.input)
+            .field("input", &self.input())
+            .field("output", &self.output())
             .field("tensor", &self.inner.tensor)
             .field("offset", &self.inner.offset)
             .finish()
@@ -212,7 +255,8 @@ impl fmt::Display for Span {
 }
 
 /// The rule that was broken. Each variant's `Display` is a short sentence.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 #[non_exhaustive]
 pub enum ErrorKind {
     // ---- the file's frame -------------------------------------------------
@@ -406,9 +450,33 @@ pub enum ErrorKind {
         /// The tensor still being written and the bytes it still needs, if any.
         expected: Option<(String, u64)>,
     },
-    /// The same output tensor name comes from two places.
+    /// An option's value is invalid: a flag's value, a pattern, a rename
+    /// that matches nothing, a raw manifest. The message names the option.
     #[error("{0}")]
     Usage(String),
+    /// An input read from a stream has no name to give its tensor.
+    #[error("{0} needs --name")]
+    NameNeeded(&'static str),
+    /// An input that can only be read forward, once (a pipe), was asked
+    /// for its data again or out of its order.
+    #[error("{0}")]
+    ReadOnce(&'static str),
+    /// A tensor asked for in memory is larger than this machine can address.
+    #[error("tensor of {len} bytes is too large to hold in memory")]
+    TooLargeForMemory {
+        /// The tensor's byte length.
+        len: u64,
+    },
+    /// A blocking call was made from inside an async runtime, where it
+    /// would stall the runtime's thread.
+    #[error("{0} was called inside a tokio runtime; await its async form there")]
+    BlockingInRuntime(&'static str),
+    /// The filters (or the inputs) leave no tensor to write; `--allow-empty` accepts that.
+    #[error("no tensor selected: {0}; pass --allow-empty to write a file with no tensors")]
+    NothingSelected(String),
+    /// A folder given as input that does not hold exactly one checkpoint.
+    #[error("{0}")]
+    FolderInput(String),
     /// A conversion was stopped by a signal.
     #[error("interrupted by {0}")]
     Interrupted(&'static str),
@@ -444,9 +512,14 @@ pub enum ErrorKind {
         /// What the input holds.
         actual: u64,
     },
-    /// A malformed zip (npz) archive.
+    /// A malformed zip (npz) archive, or one whose records disagree.
     #[error("zip: {0}")]
     Zip(String),
+    /// A well-formed zip archive that uses a feature this reader does not
+    /// implement (encryption, several disks, a compression method other
+    /// than stored and deflated).
+    #[error("zip: {0} is not supported")]
+    ZipUnsupported(String),
     /// Bytes whose CRC-32 is not the one their archive records.
     #[error("CRC-32 is {actual:08x}, the archive says {expected:08x}")]
     CrcMismatch {
@@ -467,6 +540,10 @@ pub enum ErrorKind {
         "unknown input format (first bytes {0}); for a raw dump pass --raw-dtype and --raw-shape"
     )]
     UnknownFormat(String),
+    /// A compressed input whose codec this build leaves out (a cargo
+    /// feature turned off).
+    #[error("{0}-compressed input, but this build reads no {0} (cargo feature \"{0}\" is off)")]
+    CodecDisabled(&'static str),
     /// A compressed stream is corrupt or followed by something else.
     #[error("{codec}: {message}")]
     Decompress {
@@ -606,51 +683,84 @@ fn inputs_clause(inputs: &Option<(String, String)>) -> String {
 
 impl ErrorKind {
     /// The variant's name in snake case (`overlap`, `header_too_large`), for
-    /// machine-readable reports.
+    /// machine-readable reports. Stable: a report's `kind` field.
     ///
     /// ```
     /// use safetensors_stream::ErrorKind;
     /// assert_eq!(ErrorKind::HeaderNotUtf8.name(), "header_not_utf8");
     /// ```
-    pub fn name(&self) -> String {
-        let debug = format!("{self:?}");
-        let variant = debug
-            .split(|c: char| !c.is_alphanumeric() && c != '_')
-            .next()
-            .unwrap_or_default();
-        let mut out = String::with_capacity(variant.len() + 4);
-        let mut prev_upper = true;
-        for c in variant.chars() {
-            if c.is_ascii_uppercase() {
-                if !prev_upper {
-                    out.push('_');
-                }
-                out.push(c.to_ascii_lowercase());
-            } else {
-                out.push(c);
-            }
-            prev_upper = c.is_ascii_uppercase();
-        }
-        out
+    pub fn name(&self) -> &'static str {
+        // strum derives one match arm per variant: no Debug-text parsing.
+        self.into()
     }
 
-    /// The error's broad class.
+    /// The error's broad class. Every variant is listed: a new one must be
+    /// placed on purpose.
     pub fn category(&self) -> Category {
+        use ErrorKind as K;
         match self {
-            ErrorKind::Io(_) | ErrorKind::ShardNotWritten { .. } | ErrorKind::ObjectStore(_) => {
+            K::Io(_) | K::Interrupted(_) | K::ShardNotWritten { .. } | K::ObjectStore(_) => {
                 Category::Io
             }
-            ErrorKind::DuplicateTensor { .. }
-            | ErrorKind::ReservedName
-            | ErrorKind::Usage(_)
-            | ErrorKind::OutputIsInput(_)
-            | ErrorKind::TerminalOutput
-            | ErrorKind::OutputName(_)
-            | ErrorKind::TensorNotFound(_)
-            | ErrorKind::WriteOrder { .. }
-            | ErrorKind::DtypeMismatch { .. } => Category::Usage,
-            ErrorKind::Interrupted(_) => Category::Io,
-            _ => Category::BadInput,
+            K::DuplicateTensor { .. }
+            | K::ReservedName
+            | K::Usage(_)
+            | K::NameNeeded(_)
+            | K::ReadOnce(_)
+            | K::TooLargeForMemory { .. }
+            | K::BlockingInRuntime(_)
+            | K::OutputIsInput(_)
+            | K::TerminalOutput
+            | K::OutputName(_)
+            | K::NothingSelected(_)
+            | K::FolderInput(_)
+            | K::TensorNotFound(_)
+            | K::WriteOrder { .. }
+            | K::DtypeMismatch { .. } => Category::Usage,
+            K::FileTooShort { .. }
+            | K::HeaderTooLarge { .. }
+            | K::FileTooLarge { .. }
+            | K::HeaderPastEnd { .. }
+            | K::HeaderNotUtf8
+            | K::HeaderJson(_)
+            | K::HeaderNotBrace(_)
+            | K::BadPadding(_)
+            | K::DuplicateKey { .. }
+            | K::UnknownField { .. }
+            | K::InvertedOffsets { .. }
+            | K::Overlap { .. }
+            | K::Gap { .. }
+            | K::ShapeOverflow { .. }
+            | K::NotWholeBytes { .. }
+            | K::RangeLength { .. }
+            | K::FileLength { .. }
+            | K::TensorLength { .. }
+            | K::TensorTooShort { .. }
+            | K::TensorTooLong { .. }
+            | K::Unfinished { .. }
+            | K::PastPlan
+            | K::NpyHeader(_)
+            | K::UnsupportedDtype { .. }
+            | K::DataLength { .. }
+            | K::Zip(_)
+            | K::ZipUnsupported(_)
+            | K::CrcMismatch { .. }
+            | K::NotSafetensors { .. }
+            | K::UnknownFormat(_)
+            | K::Decompress { .. }
+            | K::CodecDisabled(_)
+            | K::InputChanged { .. }
+            | K::InputModified
+            | K::StreamTooLong { .. }
+            | K::Pickle(_)
+            | K::PickleGlobal { .. }
+            | K::PyTorch(_)
+            | K::IndexJson(_)
+            | K::ShardName(_)
+            | K::IndexTensorMissing { .. }
+            | K::IndexTensorUnlisted { .. }
+            | K::IndexDuplicate { .. }
+            | K::IndexTotalSize { .. } => Category::BadInput,
         }
     }
 }
@@ -691,6 +801,32 @@ mod tests {
         let back = Error::io(e.into_io());
         assert!(matches!(back.kind(), ErrorKind::Zip(_)));
         assert_eq!(back.tensor(), Some("t"));
+    }
+
+    #[test]
+    fn kind_names_are_snake_case_variant_names() {
+        let io = ErrorKind::Io(io::Error::other("x"));
+        assert_eq!(io.name(), "io");
+        let crc = ErrorKind::CrcMismatch {
+            actual: 0,
+            expected: 1,
+        };
+        assert_eq!(crc.name(), "crc_mismatch");
+        assert_eq!(ErrorKind::NameNeeded("x").name(), "name_needed");
+        assert_eq!(
+            ErrorKind::ZipUnsupported("x".into()).name(),
+            "zip_unsupported"
+        );
+    }
+
+    #[test]
+    fn output_errors_name_the_output_not_an_input() {
+        let e = Error::io(io::Error::other("disk full")).with_output("out.safetensors");
+        assert_eq!(e.input(), None);
+        assert_eq!(e.output(), Some("out.safetensors"));
+        assert_eq!(e.to_string(), "out.safetensors: disk full");
+        // The innermost file wins, whichever side it is on.
+        assert_eq!(e.with_input("in.npz").input(), None);
     }
 
     #[test]

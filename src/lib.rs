@@ -2,16 +2,28 @@
 //!
 //! [safetensors]: https://huggingface.co/docs/safetensors
 //!
-//! The crate is built in layers:
-//! - [`dtype`]: the 22 element types;
-//! - [`header`]: the header's byte-exact encoding, and its parsing and validation
-//!   in strict and reference modes;
-//! - [`source`]: where tensors come from (`.npy`, `.npz`, raw dumps, safetensors,
-//!   compressed or not, files or streams), listed from headers alone;
+//! The common jobs need only the crate root:
+//! - [`convert()`] / [`convert_blocking`] with [`ConvertOptions`] (built from
+//!   [`PlanOptions`], [`SourceOptions`], [`SinkOptions`]): files in, files out;
+//! - [`Writer`] / [`AsyncWriter`] with [`WriterOptions`]: stream your own
+//!   tensors into a file, piece by piece;
+//! - [`Error`] (its [`ErrorKind`] and [`Category`]), [`Dtype`], [`TensorMeta`].
+//!
+//! The modules below are for jobs the root does not cover:
+//! - [`header`]: the header's byte-exact encoding, and its parsing and
+//!   validation in strict and reference modes;
+//! - [`source`]: the [`Source`](source::Source) trait and opening any input
+//!   (`.npy`, `.npz`, PyTorch, raw dumps, safetensors, compressed or not),
+//!   listed from headers alone;
 //! - [`plan`]: the pure planner: filters, renames, casts, order, offsets, shards;
-//! - [`sink`]: the async writer, one bounded buffer, atomic file output;
-//! - [`output`]: what an output path names, and the checks before writing;
-//! - [`convert`]: the whole job as one call, which the `convert` binary wraps.
+//! - [`sink`]: the async writer of one planned file, one bounded buffer;
+//! - [`convert`](mod@convert): the whole job, and its pieces for callers
+//!   with their own sources ([`convert::convert_sources`], [`convert::write_shard`]);
+//! - [`index`], [`inspect`]: sharded checkpoints and listings;
+//! - [`observe`], [`units`]: progress callbacks, byte sizes.
+//!
+//! Supported platforms: Unix (Linux, macOS, the BSDs); Linux copies
+//! unchanged bytes in the kernel (`copy_file_range`).
 //!
 //! ```
 //! use safetensors_stream::{Dtype, header::{encode, parse_file_bytes, Order, Rules, TensorMeta}};
@@ -44,29 +56,36 @@ pub struct ReadmeDoctests;
 
 #[cfg(feature = "ndarray")]
 pub mod array;
-pub mod cast;
+pub(crate) mod cast;
 pub mod convert;
-pub mod dtype;
-pub mod error;
+pub(crate) mod dtype;
+pub(crate) mod error;
+pub mod folder;
 pub mod header;
 pub mod index;
 pub mod inspect;
 mod io_util;
 pub mod observe;
-pub mod output;
+pub(crate) mod output;
 pub mod plan;
+pub mod rename;
+mod setters;
 pub mod sink;
 pub mod source;
 #[cfg(feature = "object-store")]
 pub mod store;
-pub mod transform;
+pub(crate) mod transform;
 pub mod units;
 pub mod writer;
 
 pub use convert::{convert, convert_blocking, ConvertOptions, Output, Report};
-pub use dtype::Dtype;
-pub use error::{Category, Error, ErrorKind, Result};
+pub use dtype::{ByteLenError, Dtype, UnknownDtype};
+pub use error::{Category, Error, ErrorKind, Result, Span};
+pub use header::Order;
 pub use header::TensorMeta;
+pub use plan::PlanOptions;
+pub use sink::SinkOptions;
+pub use source::SourceOptions;
 pub use writer::{AsyncWriter, Writer, WriterOptions};
 
 /// Internals for this crate's own tests, benchmarks and fuzz targets, which
@@ -74,5 +93,11 @@ pub use writer::{AsyncWriter, Writer, WriterOptions};
 /// in any release.
 #[doc(hidden)]
 pub mod test_support {
+    pub use crate::source::detect::{detect, hex_preview, SNIFF_LEN};
     pub use crate::source::npy::fortran::FortranReader;
+    pub use crate::source::npy::{header as npy_header, NpySource};
+    pub use crate::source::npz::{zip, NpzSource};
+    pub use crate::source::pytorch::{model as pytorch_model, pickle};
+    pub use crate::source::raw::RawSource;
+    pub use crate::source::safetensors::SafetensorsSource;
 }

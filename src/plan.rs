@@ -6,23 +6,38 @@ use std::collections::HashMap;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
-use crate::cast::Cast;
+pub use crate::cast::Cast;
 use crate::header::encode::sort_canonical_by;
 use crate::header::{encode, EncodedHeader, Metadata, Order, TensorMeta};
+use crate::rename::Renamer;
 use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, Result};
 
 /// What to take from the inputs and how to lay it out.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct PlanOptions {
     /// Keep only tensors whose (input) name matches one of these globs; all when empty.
     pub include: Vec<String>,
     /// Drop tensors whose (input) name matches one of these globs.
     pub exclude: Vec<String>,
-    /// Exact renames `(from, to)`, applied after filtering; each must match a tensor.
+    /// Exact renames `(from, to)` of input names, applied after filtering;
+    /// each must match a tensor. A name given here is final: the prefix
+    /// stripping and regex renames below skip it (`prefix` still applies).
     pub renames: Vec<(String, String)>,
+    /// Removed from the start of every selected name that has it
+    /// (`--strip-prefix`), after the exact renames; must match a tensor.
+    pub strip_prefix: Option<String>,
+    /// Regex renames `(pattern, replacement)` (`--rename-regex`), after the
+    /// prefix stripping, each in turn over the name the previous one left;
+    /// every match is replaced (`$1`, `${name}` refer to groups); each must
+    /// match a tensor. See [`crate::rename`].
+    pub rename_regex: Vec<(String, String)>,
     /// Prepended to every output name, after renames.
     pub prefix: Option<String>,
+    /// Accept a plan with no tensor; otherwise it is
+    /// [`ErrorKind::NothingSelected`], naming the filters.
+    pub allow_empty: bool,
     /// Metadata entries that override the inputs' (`--metadata K=V`).
     pub metadata: Vec<(String, String)>,
     /// Canonical (the reference's bytes) or the inputs' order.
@@ -35,6 +50,21 @@ pub struct PlanOptions {
     /// `casts` take precedence.
     pub cast_all: Option<Dtype>,
 }
+
+crate::setters::setters!(PlanOptions {
+    include: Vec<String>,
+    exclude: Vec<String>,
+    renames: Vec<(String, String)>,
+    strip_prefix: Option<String>,
+    rename_regex: Vec<(String, String)>,
+    prefix: Option<String>,
+    allow_empty: bool,
+    metadata: Vec<(String, String)>,
+    order: Order,
+    max_shard_size: Option<u64>,
+    casts: Vec<(Dtype, Dtype)>,
+    cast_all: Option<Dtype>,
+});
 
 /// Which source tensor an output tensor comes from, and how it is cast.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,6 +139,9 @@ impl Plan {
 /// ```
 pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     let mut selected = select(listings, options)?;
+    if selected.is_empty() && !options.allow_empty {
+        return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
+    }
     check_unique(&selected, listings)?;
     if options.order == Order::Canonical {
         sort_canonical_by(&mut selected, |(meta, _)| meta);
@@ -142,6 +175,26 @@ fn globs(patterns: &[String], flag: &str) -> Result<Option<GlobSet>> {
         .map_err(|e| usage(format!("{flag}: {e}")))
 }
 
+/// Why nothing was selected: the filters that matched nothing, or empty inputs.
+fn nothing_selected<L: Listed>(listings: &[L], o: &PlanOptions) -> String {
+    if listings.iter().all(|l| l.tensors().is_empty()) {
+        return match listings.len() {
+            1 => "the input holds no tensors".to_string(),
+            n => format!("none of the {n} inputs holds a tensor"),
+        };
+    }
+    let flags: Vec<String> = o
+        .include
+        .iter()
+        .map(|g| format!("--include {g:?}"))
+        .chain(o.exclude.iter().map(|g| format!("--exclude {g:?}")))
+        .collect();
+    format!(
+        "the filters {} select no tensor of the inputs",
+        flags.join(" ")
+    )
+}
+
 fn usage(msg: String) -> Error {
     Error::new(ErrorKind::Usage(msg))
 }
@@ -156,6 +209,7 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Vec<Selected>> {
         .map(|(f, t)| (f.as_str(), t.as_str()))
         .collect();
     let mut used = vec![false; o.renames.len()];
+    let mut patterns = Renamer::new(o.strip_prefix.as_deref(), &o.rename_regex)?;
     let casts = cast_rules(o)?;
     let mut out = Vec::new();
     for (source, listing) in listings.iter().enumerate() {
@@ -171,6 +225,8 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Vec<Selected>> {
                     used[i] = true;
                 }
                 meta.name = to.to_string();
+            } else if let Some(renamed) = patterns.apply(&meta.name) {
+                meta.name = renamed;
             }
             if let Some(p) = &o.prefix {
                 meta.name.insert_str(0, p);
@@ -192,12 +248,17 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Vec<Selected>> {
             ));
         }
     }
+    if out.is_empty() && !o.allow_empty {
+        // Said as NothingSelected, naming the filters: the root cause.
+        return Ok(out);
+    }
     if let Some(i) = used.iter().position(|u| !u) {
         let (from, to) = &o.renames[i];
         return Err(usage(format!(
             "--rename {from}={to}: no selected tensor is named {from:?}"
         )));
     }
+    patterns.check_all_used()?;
     Ok(out)
 }
 
@@ -373,14 +434,66 @@ mod tests {
         b.metadata = Some(Metadata::from([("k".into(), "b".into())]));
         let o = PlanOptions {
             metadata: vec![("x".into(), "2".into())],
+            allow_empty: true,
             ..Default::default()
         };
         let p = plan(&[a, b], &o).unwrap();
         let md = p.shards[0].header.header().metadata.clone().unwrap();
         assert_eq!(md["k"], "b");
         assert_eq!(md["x"], "2");
-        let none = plan(&[listing("c", &[])], &PlanOptions::default()).unwrap();
+        let empty_ok = PlanOptions {
+            allow_empty: true,
+            ..Default::default()
+        };
+        let none = plan(&[listing("c", &[])], &empty_ok).unwrap();
         assert!(none.shards[0].header.header().metadata.is_none());
+    }
+
+    #[test]
+    fn nothing_selected_names_the_filters_unless_allowed() {
+        let a = listing("a", &[("x", Dtype::U8, 1)]);
+        let o = PlanOptions {
+            include: vec!["model.*".into()],
+            renames: vec![("x".into(), "y".into())],
+            ..Default::default()
+        };
+        let e = plan(std::slice::from_ref(&a), &o).unwrap_err();
+        match e.kind() {
+            ErrorKind::NothingSelected(why) => assert!(why.contains(r#"--include "model.*""#)),
+            k => panic!("{k:?}"),
+        }
+        let empty = listing("e", &[]);
+        let e = plan(std::slice::from_ref(&empty), &PlanOptions::default()).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::NothingSelected(_)));
+        let allowed = PlanOptions {
+            include: vec!["model.*".into()],
+            allow_empty: true,
+            ..Default::default()
+        };
+        assert_eq!(plan(&[a], &allowed).unwrap().tensor_count(), 0);
+    }
+
+    #[test]
+    fn exact_rename_is_final_patterns_then_prefix() {
+        let a = listing(
+            "a",
+            &[
+                ("model.layers.0.w", Dtype::U8, 1),
+                ("model.layers.1.w", Dtype::U8, 1),
+                ("model.embed", Dtype::U8, 1),
+            ],
+        );
+        let o = PlanOptions {
+            renames: vec![("model.embed".into(), "wte".into())],
+            strip_prefix: Some("model.".into()),
+            rename_regex: vec![(r"^layers\.(\d+)\.".into(), "h.$1.".into())],
+            prefix: Some("t.".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            names(&plan(&[a], &o).unwrap(), 0),
+            ["t.h.0.w", "t.h.1.w", "t.wte"]
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ impl Transform {
     /// Applies the transform to `buf`, whose length is a multiple of the word width.
     ///
     /// ```
-    /// use safetensors_stream::transform::Transform;
+    /// use safetensors_stream::source::Transform;
     ///
     /// let mut buf = [0x12, 0x34, 0x56, 0x78];
     /// Transform::SwapBytes { width: 2 }.apply(&mut buf);

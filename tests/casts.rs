@@ -7,16 +7,18 @@
 //! `cargo test --release --test casts -- --ignored --nocapture` also runs
 //! every one of the 2^32 F32 patterns and prints the cast throughput.
 
+mod support;
+
+use support::{SplitMix, BIN};
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use safetensors_stream::cast::Cast;
 use safetensors_stream::convert::{convert, ConvertOptions, Output as Out};
+use safetensors_stream::plan::Cast;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::Dtype;
-
-const BIN: &str = env!("CARGO_BIN_EXE_convert");
 
 fn cast_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/cast")
@@ -298,19 +300,6 @@ fn crc_list(v: &serde_json::Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().expect("a CRC") as u32)
         .collect()
-}
-
-/// splitmix64: a fixed, seedable stream.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
 }
 
 /// The five narrowing casts the issue names, with their fixture files.
@@ -730,7 +719,7 @@ fn f32_to_f64_matches_numpy_on_the_sample() {
 /// reference: every float cast we accept.
 #[test]
 fn dense_random_sample_against_the_reference() {
-    let mut rng = Rng(0x5eed_ca57);
+    let mut rng = SplitMix(0x5eed_ca57);
     let mut f32s: Vec<u64> = Vec::with_capacity(1 << 19);
     let mut f64s: Vec<u64> = Vec::with_capacity(1 << 18);
     for i in 0..(1 << 19) {
@@ -855,7 +844,7 @@ fn every_f32_pattern() {
 fn cast_throughput() {
     use std::time::Instant;
     let len = 256 << 20;
-    let mut rng = Rng(42);
+    let mut rng = SplitMix(42);
     let mut input = vec![0u8; len];
     for c in input.chunks_exact_mut(8) {
         // ordinary values, as weights are: N(0, 1)-ish F32 pairs / F64s
@@ -1238,15 +1227,13 @@ fn library_cast_all_plans_the_new_sizes() {
     let input = dir.path().join("in.safetensors");
     std::fs::write(&input, safetensors_file(&tensors)).unwrap();
     let out = dir.path().join("out.safetensors");
-    let options = ConvertOptions {
-        plan: PlanOptions {
-            cast_all: Some(Dtype::BF16),
-            casts: vec![(Dtype::U8, Dtype::U16)],
-            ..Default::default()
-        },
-        sync: false,
-        ..Default::default()
-    };
+    let options = ConvertOptions::default()
+        .plan(
+            PlanOptions::default()
+                .cast_all(Some(Dtype::BF16))
+                .casts(vec![(Dtype::U8, Dtype::U16)]),
+        )
+        .sync(false);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

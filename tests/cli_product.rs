@@ -173,7 +173,7 @@ fn dry_run_json_matches_what_a_real_run_writes() {
     let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
     let real = run(&[os(&input), os("-o"), os(&out), os("-q")]);
     assert_eq!(real.status.code(), Some(0));
-    let header = safetensors_stream::header::read::read_file_header(
+    let header = safetensors_stream::header::read_file_header(
         &out,
         safetensors_stream::header::Rules::STRICT,
     )
@@ -250,7 +250,7 @@ fn progress_shows_on_a_pseudo_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("big.safetensors");
     // Large enough that the bar draws before the run ends.
-    let mut src = safetensors_stream::source::memory::MemorySource::new("m");
+    let mut src = safetensors_stream::source::MemorySource::new("m");
     src.push(
         "w",
         safetensors_stream::Dtype::U8,

@@ -2,15 +2,16 @@
 //! binary on the reference fixtures, on hand-built bad files, and on a
 //! sharded checkpoint built in a temporary folder.
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{build_file, raw_file, reference_dir};
 use safetensors_stream::header::{Metadata, Order, TensorMeta};
 use safetensors_stream::Dtype;
 use serde_json::{json, Value};
+use support::reference::{build_file, raw_file, reference_dir};
+use support::write;
 
 fn convert(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_convert"))
@@ -99,13 +100,6 @@ fn validate_counts_tensors_and_bytes() {
         "{}",
         stdout(&out)
     );
-}
-
-/// Writes `name` with `bytes` into `dir` and returns its path.
-fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
 }
 
 fn overlap_file() -> Vec<u8> {
@@ -323,7 +317,7 @@ fn write_checkpoint(dir: &Path, index: &Value) -> PathBuf {
     let t = |n: &str, d, s: &[u64]| {
         let m = TensorMeta::new(n, d, s.to_vec());
         let len = m.byte_len().unwrap() as usize;
-        (m, common::pattern(len as u64, len))
+        (m, support::reference::pattern(len as u64, len))
     };
     let md: Metadata = [("format".to_string(), "pt".to_string())].into();
     let (_, one) = build_file(

@@ -11,7 +11,7 @@
 //! broken inputs fail with errors naming the input (and the tensor, when
 //! the failure is in a tensor's bytes).
 
-mod numpy_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -20,14 +20,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 
-use numpy_support::{block_on, build_zip, cases, fixtures, npy, tensors_of, Expected, ZipMember};
 use safetensors_stream::convert::{convert_sources, ConvertOptions, Output};
 use safetensors_stream::header::{parse_file_bytes, Metadata, Rules};
-use safetensors_stream::source::input::open_input;
-use safetensors_stream::source::npy::NpySource;
-use safetensors_stream::source::npz::zip::{data_start, read_directory};
+use safetensors_stream::source::open_input;
 use safetensors_stream::source::{Access, Listing, Source, SourceOptions, TensorReader};
+use safetensors_stream::test_support::zip::{data_start, read_directory};
+use safetensors_stream::test_support::NpySource;
 use safetensors_stream::{Error, ErrorKind};
+use support::numpy::{block_on, build_zip, cases, fixtures, npy, tensors_of, Expected, ZipMember};
 use tokio::io::AsyncReadExt;
 
 /// How the input reaches the library.
@@ -98,10 +98,7 @@ async fn open(path: &Path, transport: Transport) -> (String, Result<Opened, Erro
             let fd = child.stdout.as_ref().unwrap().as_raw_fd();
             let pipe = PathBuf::from(format!("/proc/self/fd/{fd}"));
             // A pipe has no file name to take a tensor name from.
-            let options = SourceOptions {
-                name: is_npy_like(path).then(|| stem(path)),
-                ..Default::default()
-            };
+            let options = SourceOptions::default().name(is_npy_like(path).then(|| stem(path)));
             let r = open_input(&pipe, &options, &notice).await;
             drop(child.stdout.take());
             let r = r.map(|source| Opened {
@@ -189,11 +186,7 @@ fn shuffled(n: usize, seed: u64) -> Vec<usize> {
 async fn convert_one(source: Box<dyn Source>, fast_path: bool) -> Result<Vec<u8>, Error> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.safetensors");
-    let options = ConvertOptions {
-        sync: false,
-        fast_path,
-        ..Default::default()
-    };
+    let options = ConvertOptions::default().sync(false).fast_path(fast_path);
     let mut sources = vec![source];
     convert_sources(&mut sources, &Output::File(out.clone()), &options).await?;
     Ok(std::fs::read(out).unwrap())

@@ -9,20 +9,20 @@
 //!
 //! Run with `--nocapture` to see the mutation test's counts.
 
-mod common;
+mod support;
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use common::{
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use safetensors_stream::header::read_header;
+use safetensors_stream::header::{parse_file_bytes, Metadata, Order, Rules, TensorMeta};
+use safetensors_stream::{Dtype, Writer, WriterOptions};
+use support::reference::{
     as_ref_header, build_file, pattern, reference_read, reference_serialize, show, RefVerdict,
     SplitMix,
 };
-use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use safetensors_stream::header::read::read_header;
-use safetensors_stream::header::{parse_file_bytes, Metadata, Order, Rules, TensorMeta};
-use safetensors_stream::{Dtype, Writer, WriterOptions};
 
 // ---- strategies -----------------------------------------------------------------
 
@@ -1118,7 +1118,7 @@ fn our_reference_mode_accepts_exactly_what_the_reference_accepts() {
 fn verdicts(json: &str, data_len: usize) -> (bool, bool, bool) {
     let mut text = json.as_bytes().to_vec();
     text.resize(text.len().next_multiple_of(8), b' ');
-    let file = common::raw_file_bytes(&text, data_len);
+    let file = support::reference::raw_file_bytes(&text, data_len);
     (
         parse_file_bytes(&file, Rules::REFERENCE).is_ok(),
         reference_read(&file).accepted(),
@@ -1196,7 +1196,7 @@ fn reference_panics_on_a_buffer_end_near_2_64() {
         })
         .collect();
     let json = format!("{{{}}}", entries.join(","));
-    let file = common::raw_file(&json, 0);
+    let file = support::reference::raw_file(&json, 0);
     assert_eq!(reference_read(&file), RefVerdict::Panicked);
     for rules in [Rules::REFERENCE, Rules::STRICT] {
         let e = parse_file_bytes(&file, rules).unwrap_err();

@@ -2,17 +2,19 @@
 //! independent runs write exactly the files one run writes, and the index
 //! is refused while a shard is missing.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use support::{fixtures, listing, stderr, BIN};
+
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
+    fixtures().join(name)
 }
 
 fn convert(out: &Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(BIN)
         .arg(fixture("reference/all_dtypes.safetensors"))
         .args(["--max-shard-size", "100", "--no-sync", "-o"])
         .arg(out)
@@ -20,19 +22,6 @@ fn convert(out: &Path, extra: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .unwrap()
-}
-
-fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// The files of one full run, in `dir`.
@@ -137,7 +126,7 @@ fn shard_numbers_outside_the_plan_are_usage_errors() {
     // One file: --shard 1 is that file; it has no index to write.
     let one = fresh.path().join("one.safetensors");
     let run = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_convert"))
+        Command::new(BIN)
             .arg(fixture("example/model-input.safetensors"))
             .arg("-o")
             .arg(&one)

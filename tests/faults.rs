@@ -8,8 +8,7 @@
 //! feeds, so a run stops wherever its input stops, and the test waits
 //! until the temp file shows the run got there before it strikes.
 
-mod faults_support;
-mod numpy_support;
+mod support;
 
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -17,29 +16,18 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use faults_support::*;
 use safetensors_stream::convert::{
     convert, convert_sources, open_inputs, plan_sources, write_shard, ConvertOptions, Output,
 };
-use safetensors_stream::header::read::read_file_header;
+use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::sink::{Sink, SinkOptions};
 use safetensors_stream::{Category, Dtype, ErrorKind};
+use support::faults::*;
 use tokio::io::AsyncWrite;
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
 fn quick() -> ConvertOptions {
-    ConvertOptions {
-        sync: false,
-        ..Default::default()
-    }
+    ConvertOptions::default().sync(false)
 }
 
 /// Asserts `path` is a valid file by the strict rules and holds `expected`.
@@ -534,7 +522,7 @@ fn assert_enospc(e: &safetensors_stream::Error, output: Option<&str>) {
         other => panic!("not an I/O error: {other:?}"),
     }
     assert!(e.to_string().contains("No space left on device"), "{e}");
-    assert_eq!(e.input(), output, "{e}");
+    assert_eq!(e.output(), output, "{e}");
 }
 
 #[test]
@@ -553,7 +541,7 @@ fn enospc_from_the_writer_is_an_io_error_naming_the_output() {
                 .unwrap();
             let plan = plan_sources(&sources, &opts).unwrap();
             let w = DiskFull { left: room };
-            let sink = SinkOptions { buffer_size: 4096 };
+            let sink = SinkOptions::default().buffer_size(4096);
             let r = write_shard(w, &plan.shards[0], &mut sources, sink, "out.safetensors").await;
             let e = r.err().unwrap_or_else(|| panic!("room {room}: no error"));
             assert_enospc(&e, Some("out.safetensors"));
@@ -639,6 +627,9 @@ fn a_full_tmpfs_exits_3_and_leaves_nothing_in_it() {
     assert_eq!(v["ok"], false);
     assert_eq!(v["exit_code"], 3);
     assert_eq!(v["error"]["category"], "Io");
+    // A full disk is the output's fault, not the input's.
+    assert_eq!(v["error"]["output"], out.display().to_string(), "{v}");
+    assert!(v["error"]["input"].is_null(), "{v}");
     assert!(listing(&fs.dir).is_empty());
 }
 
@@ -1257,7 +1248,7 @@ fn shard_hostile(
 
 #[test]
 fn hostile_member_names_with_sharding_write_only_into_the_output_folder() {
-    use numpy_support::{build_zip, ZipMember};
+    use support::numpy::{build_zip, ZipMember};
     let names = [
         "../x.npy",
         "../../y.npy",

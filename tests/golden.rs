@@ -2,17 +2,17 @@
 //! is reproduced byte for byte by our encoder, and reads back, in both modes,
 //! as the manifest says.
 
-mod common;
+mod support;
 
 use std::collections::BTreeMap;
 
-use common::{
-    as_ref_header, build_file, manifest, reference_dir, reference_read, ManifestEntry, RefVerdict,
-};
-use safetensors_stream::header::read::read_file_header;
+use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, parse_file_bytes, Header, Metadata, Order, Rules};
 use safetensors_stream::index::Checkpoint;
 use safetensors_stream::Dtype;
+use support::reference::{
+    as_ref_header, build_file, manifest, reference_dir, reference_read, ManifestEntry, RefVerdict,
+};
 
 fn pairs(entry: &ManifestEntry) -> Vec<(safetensors_stream::header::TensorMeta, Vec<u8>)> {
     entry

@@ -2,47 +2,16 @@
 //! encoding one, costs a bounded multiple of the header's bytes, measured
 //! by a counting allocator (bytes requested, so the bound is deterministic).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+mod support;
 
-use safetensors_stream::header::read::read_file_header;
+use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::Dtype;
 
-struct Counting;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = CURRENT.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
-            PEAK.fetch_max(now, Ordering::SeqCst);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        CURRENT.fetch_sub(layout.size(), Ordering::SeqCst);
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static ALLOC: support::alloc::Counting = support::alloc::Counting;
 
-/// The counters are process-wide: one measurement at a time.
-static LOCK: Mutex<()> = Mutex::new(());
-
-/// `f`'s output and the heap's peak above what was live when it started.
-fn measure<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    let baseline = CURRENT.load(Ordering::SeqCst);
-    PEAK.store(baseline, Ordering::SeqCst);
-    let out = f();
-    (out, PEAK.load(Ordering::SeqCst) - baseline)
-}
+use support::alloc::peak_during as measure;
 
 /// 100,000 one-element tensors whose names are not in canonical order.
 fn metas() -> Vec<TensorMeta> {
@@ -57,7 +26,7 @@ fn metas() -> Vec<TensorMeta> {
 
 #[test]
 fn reading_a_header_costs_a_bounded_multiple_of_its_bytes() {
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = support::alloc::serial();
     let (header, bytes) = encode(metas(), None, Order::AsGiven).unwrap().into_parts();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("many.safetensors");
@@ -82,7 +51,7 @@ fn reading_a_header_costs_a_bounded_multiple_of_its_bytes() {
 
 #[test]
 fn encoding_a_header_costs_at_most_twice_its_bytes() {
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = support::alloc::serial();
     let list = metas();
     let (encoded, peak) = measure(move || encode(list, None, Order::Canonical).unwrap());
     let n = encoded.bytes().len();

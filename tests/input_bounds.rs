@@ -4,8 +4,7 @@
 //! that hold a tensor twice, `validate` on a pipe, and `inspect` of any
 //! input convert reads.
 
-mod common;
-mod numpy_support;
+mod support;
 
 use std::ffi::OsStr;
 use std::io::Write;
@@ -13,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use numpy_support::{build_zip, eocd, npy, put16, put32, write_file, zip64_eocd, ZipMember};
 use safetensors_stream::header::{Order, TensorMeta};
 use safetensors_stream::Dtype;
 use serde_json::Value;
+use support::numpy::{build_zip, eocd, npy, put16, put32, write_file, zip64_eocd, ZipMember};
 
 fn os(s: &str) -> &OsStr {
     OsStr::new(s)
@@ -199,7 +198,7 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 #[test]
 fn compressed_safetensors_bomb_is_refused_without_spooling_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (_, file) = common::build_file(
+    let (_, file) = support::reference::build_file(
         &[(TensorMeta::new("a", Dtype::F32, [3]), vec![0; 12])],
         None,
         Order::Canonical,
@@ -273,7 +272,7 @@ fn shard(dir: &Path, name: &str, tensors: &[&str]) {
         .iter()
         .map(|t| (TensorMeta::new(*t, Dtype::U8, [2]), vec![1, 2]))
         .collect();
-    let (_, bytes) = common::build_file(&list, None, Order::Canonical);
+    let (_, bytes) = support::reference::build_file(&list, None, Order::Canonical);
     write_file(dir, name, &bytes);
 }
 
@@ -333,7 +332,7 @@ fn validate_piped(path: &str, bytes: Vec<u8>) -> Output {
 
 #[test]
 fn validate_reads_a_pipe_as_a_stream() {
-    let (_, file) = common::build_file(
+    let (_, file) = support::reference::build_file(
         &[(TensorMeta::new("a", Dtype::F32, [3]), vec![0; 12])],
         None,
         Order::Canonical,
@@ -394,7 +393,7 @@ fn inspect_lists_every_input_kind() {
     let arr = write_file(dir.path(), "w.npy", &npy("<f8", false, &[2, 2], &[0; 32]));
     assert_eq!(names(&inspect_json(&arr, &[])), ["w"]);
     assert_eq!(names(&inspect_json(&arr, &["--name", "x"])), ["x"]);
-    let (_, st) = common::build_file(
+    let (_, st) = support::reference::build_file(
         &[(TensorMeta::new("t", Dtype::F32, [3]), vec![0; 12])],
         None,
         Order::Canonical,
@@ -438,7 +437,7 @@ fn validate_says_what_a_file_that_is_not_safetensors_is() {
             stderr.contains("not a safetensors file") && stderr.contains(what),
             "{name}: {stderr}"
         );
-        let e = safetensors_stream::header::read::read_file_header(
+        let e = safetensors_stream::header::read_file_header(
             &path,
             safetensors_stream::header::Rules::STRICT,
         )

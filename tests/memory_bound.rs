@@ -4,13 +4,10 @@
 //!
 //! Print the measured peaks with `cargo test --test memory_bound -- --nocapture`.
 
-mod common_pipeline;
+mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
@@ -19,64 +16,13 @@ use safetensors_stream::convert::write_shard;
 use safetensors_stream::header::{encode, Order, TensorMeta};
 use safetensors_stream::plan::{plan, Plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::safetensors::SafetensorsSource;
 use safetensors_stream::source::{Listing, Source, TensorData};
+use safetensors_stream::test_support::SafetensorsSource;
 use safetensors_stream::Dtype;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-// ---- the counting allocator ---------------------------------------------------
-
-struct Counting;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(by: usize) {
-    let now = CURRENT.fetch_add(by, Ordering::SeqCst) + by;
-    PEAK.fetch_max(now, Ordering::SeqCst);
-}
-
-fn shrank(by: usize) {
-    CURRENT.fetch_sub(by, Ordering::SeqCst);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        shrank(layout.size());
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if new_size >= layout.size() {
-                grew(new_size - layout.size());
-            } else {
-                shrank(layout.size() - new_size);
-            }
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Serialises the measurements: the counters are process-wide.
-static LOCK: Mutex<()> = Mutex::new(());
+static ALLOC: support::alloc::Counting = support::alloc::Counting;
 
 /// Runs `f` on a current-thread runtime built beforehand, and returns its
 /// output and the heap's peak above what was live when `f` started.
@@ -85,10 +31,7 @@ fn measure<R>(f: impl FnOnce() -> BoxFuture<'static, R>) -> (R, usize) {
         .enable_all()
         .build()
         .unwrap();
-    let baseline = CURRENT.load(Ordering::SeqCst);
-    PEAK.store(baseline, Ordering::SeqCst);
-    let out = rt.block_on(f());
-    let peak = PEAK.load(Ordering::SeqCst) - baseline;
+    let (out, peak) = support::alloc::peak_during(|| rt.block_on(f()));
     drop(rt);
     (out, peak)
 }
@@ -286,7 +229,7 @@ fn generated_peak(total: u64) -> (u64, u64, usize) {
 
 #[test]
 fn a_generated_source_streams_in_bounded_memory_whatever_its_size() {
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = support::alloc::serial();
     let (written, file_len, small) = generated_peak(512 * MIB);
     assert_eq!(written, file_len, "every byte reached the writer");
     assert!(file_len > 512 * MIB - MIB, "the source is {file_len} bytes");
@@ -315,7 +258,7 @@ fn a_generated_source_streams_in_bounded_memory_whatever_its_size() {
 
 #[test]
 fn the_sink_buffer_option_sets_the_bound() {
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = support::alloc::serial();
     for buffer_size in [64 << 10, 1 << 20] {
         let ((), peak) = measure(move || {
             async move {
@@ -327,7 +270,7 @@ fn the_sink_buffer_option_sets_the_bound() {
                     tokio::io::sink(),
                     &p.shards[0],
                     &mut sources,
-                    SinkOptions { buffer_size },
+                    SinkOptions::default().buffer_size(buffer_size),
                     "-",
                 )
                 .await
@@ -389,7 +332,7 @@ fn sparse_peak(dir: &std::path::Path, total: u64) -> usize {
 
 #[test]
 fn a_sparse_safetensors_file_streams_in_bounded_memory() {
-    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = support::alloc::serial();
     let dir = tempfile::tempdir().unwrap();
     // Real reads of a real file cost time: 64 MiB and 4x that (the generated
     // source above covers 512 MiB and 2 GiB).
@@ -438,7 +381,7 @@ fn writer_peak(total: u64) -> usize {
 
 #[test]
 fn the_writer_streams_any_size_in_bounded_memory() {
-    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _guard = support::alloc::serial();
     let small = writer_peak(48 * MIB);
     let large = writer_peak(768 * MIB);
     eprintln!("writer heap peak: {small} bytes for 48 MiB, {large} bytes for 768 MiB");

@@ -3,34 +3,28 @@
 //! come back equal through `read_array`; `read_array` checks the dtype; and
 //! `read_tensor_bytes` reads that tensor and nothing else.
 
+mod support;
+
+use support::block_on;
+
 use std::path::{Path, PathBuf};
 
 use half::{bf16, f16};
 use ndarray::ShapeBuilder;
 use ndarray::{arr0, s, Array, Array1, Array2, Array3, ArrayD, ArrayView, Dimension, IxDyn};
 use safetensors_stream::array::{read_array, read_tensor_bytes, ArraySource, Element};
-use safetensors_stream::cast::Cast;
 use safetensors_stream::convert::{convert_sources, ConvertOptions, Output};
 use safetensors_stream::header::{encode, Order, TensorMeta};
+use safetensors_stream::plan::Cast;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::Source;
 use safetensors_stream::{Category, Dtype, ErrorKind};
 
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
 fn options(buffer_size: usize) -> ConvertOptions {
-    ConvertOptions {
-        sink: SinkOptions { buffer_size },
-        sync: false,
-        ..Default::default()
-    }
+    ConvertOptions::default()
+        .sink(SinkOptions::default().buffer_size(buffer_size))
+        .sync(false)
 }
 
 /// Writes `src` to `dir/name` and returns the path.
@@ -353,13 +347,7 @@ fn arrays_with_a_cast() {
     let mut src = ArraySource::new("memory");
     src.push("a", a.slice(s![1.., ..;2])).unwrap();
     src.push("b", b.view()).unwrap();
-    let opts = ConvertOptions {
-        plan: PlanOptions {
-            cast_all: Some(Dtype::BF16),
-            ..Default::default()
-        },
-        ..options(7)
-    };
+    let opts = options(7).plan(PlanOptions::default().cast_all(Some(Dtype::BF16)));
     let out = write(dir.path(), "cast.safetensors", src, &opts);
     let got_a = read_array::<bf16>(&out, "a").unwrap();
     let want_a: ArrayD<bf16> = a.slice(s![1.., ..;2]).mapv(bf16::from_f32).into_dyn();

@@ -6,88 +6,28 @@
 //! The inputs are generated in a temp dir; the tests in this binary run one
 //! at a time (the allocator's counters are global).
 
-mod numpy_support;
+mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
-use numpy_support::{eocd, npy_header, zip64_eocd};
 use safetensors_stream::convert::write_shard;
 use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::input::open_input;
-use safetensors_stream::source::npz::zip::{data_start, read_directory, Method};
+use safetensors_stream::source::open_input;
 use safetensors_stream::source::{Listing, Source, SourceOptions};
+use safetensors_stream::test_support::zip::{data_start, read_directory, Method};
 use safetensors_stream::Dtype;
+use support::numpy::{eocd, le16, le32, le64, npy_header, zip64_eocd};
 use tokio::io::AsyncReadExt;
 
-// ---- the counting allocator ----------------------------------------------------
-
-struct Counting;
-
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(by: usize) {
-    let now = CURRENT.fetch_add(by, Ordering::Relaxed) + by;
-    PEAK.fetch_max(now, Ordering::Relaxed);
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size());
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
-        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if new_size > layout.size() {
-                grew(new_size - layout.size());
-            } else {
-                CURRENT.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-            }
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static ALLOC: support::alloc::Counting = support::alloc::Counting;
 
-/// One measurement at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Runs `f`; returns its result and the heap's peak above what was in use before.
-fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = CURRENT.load(Ordering::SeqCst);
-    PEAK.store(base, Ordering::SeqCst);
-    let out = f();
-    let peak = PEAK.load(Ordering::SeqCst).saturating_sub(base);
-    (out, peak)
-}
+use support::alloc::peak_during;
 
 const MIB: u64 = 1 << 20;
 const LIMIT: usize = 32 << 20;
@@ -199,7 +139,7 @@ fn write_deflated_npz(path: &Path, name: &str, header: &[u8], block: &[u8], mib:
 
 #[test]
 fn deflated_member_of_256_mib() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = support::alloc::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big.npz");
     let mib = 256;
@@ -231,7 +171,7 @@ fn write_fortran_npy(path: &Path, shape: &[u64]) -> u64 {
 
 #[test]
 fn fortran_array_of_256_mib() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = support::alloc::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fortran.npy");
     let len = write_fortran_npy(&path, &[8192, 8192]);
@@ -241,7 +181,7 @@ fn fortran_array_of_256_mib() {
 #[test]
 fn fortran_member_deflated_of_64_mib() {
     // Deflated and Fortran: inflated to a temp file, then reordered.
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = support::alloc::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fortran.npz");
     let mib = 64;
@@ -251,18 +191,6 @@ fn fortran_member_deflated_of_64_mib() {
 }
 
 // ---- zip64: a member over 4 GiB -----------------------------------------------------
-
-fn le16(v: &mut Vec<u8>, x: u16) {
-    v.extend_from_slice(&x.to_le_bytes());
-}
-
-fn le32(v: &mut Vec<u8>, x: u32) {
-    v.extend_from_slice(&x.to_le_bytes());
-}
-
-fn le64(v: &mut Vec<u8>, x: u64) {
-    v.extend_from_slice(&x.to_le_bytes());
-}
 
 /// A local header; sizes over 32 bits go in a zip64 extra (as numpy writes them).
 fn local_header(
@@ -410,7 +338,7 @@ fn write_zip64(dir: &Path) -> Zip64 {
     let end = data_at + member_len;
     f.write_all_at(&last, end - MIB).unwrap();
     // The second member, past 4 GiB.
-    let small = numpy_support::npy("<i8", false, &[3], &[7; 24]);
+    let small = support::numpy::npy("<i8", false, &[3], &[7; 24]);
     let small_crc = crc32fast::hash(&small);
     let small_at = end;
     let mut tail = Vec::new();
@@ -453,7 +381,7 @@ fn write_zip64(dir: &Path) -> Zip64 {
 
 #[test]
 fn zip64_member_over_4_gib() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = support::alloc::serial();
     let dir = tempfile::tempdir().unwrap();
     let z = write_zip64(dir.path());
     // The directory, as the zip reader sees it.
@@ -522,7 +450,7 @@ fn zip64_member_over_4_gib() {
 #[test]
 #[ignore]
 fn zip64_member_over_4_gib_streamed_in_full() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = support::alloc::serial();
     let dir = tempfile::tempdir().unwrap();
     let z = write_zip64(dir.path());
     measure("zip64 4 GiB member", &z.path, z.n);
@@ -530,7 +458,7 @@ fn zip64_member_over_4_gib_streamed_in_full() {
 
 #[test]
 fn the_allocator_counts() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = support::alloc::serial();
     let (v, peak) = peak_during(|| vec![1u8; 40 << 20]);
     assert!(peak >= 40 << 20, "{peak}");
     drop(v);
@@ -541,7 +469,7 @@ fn the_allocator_counts() {
 /// reserving room for them first.
 #[test]
 fn huge_directory_claim_reserves_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = support::alloc::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("claim.npz");
     let f = File::create(&path).unwrap();
@@ -578,16 +506,16 @@ fn huge_directory_claim_reserves_nothing() {
 /// their shapes fill memory (numpy allows at most 64 dimensions).
 #[test]
 fn long_shapes_in_tiny_members() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = support::alloc::serial();
     let dims = vec!["1"; 20_000].join(", ");
     let text = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({dims}), }}");
-    let mut member = numpy_support::npy_header_text(&text);
+    let mut member = support::numpy::npy_header_text(&text);
     member.extend_from_slice(&[0; 4]);
     assert!(member.len() > 60_000);
-    let members: Vec<numpy_support::ZipMember> = (0..300)
-        .map(|i| numpy_support::ZipMember::deflated(&format!("t{i}.npy"), member.clone()))
+    let members: Vec<support::numpy::ZipMember> = (0..300)
+        .map(|i| support::numpy::ZipMember::deflated(&format!("t{i}.npy"), member.clone()))
         .collect();
-    let (zip, _) = numpy_support::build_zip(&members);
+    let (zip, _) = support::numpy::build_zip(&members);
     assert!(zip.len() < 1 << 20, "{} bytes", zip.len());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("long_shapes.npz");

@@ -2,21 +2,17 @@
 //! equal the Python reference's file byte for byte, or the input must be
 //! refused with the right error kind, naming the input, and leave no file.
 
-mod numpy_support;
+mod support;
 
 use std::path::PathBuf;
 
-use numpy_support::{block_on, cases, dir_names, fixtures, tensors_of, Case};
 use safetensors_stream::convert::{convert, ConvertOptions, Output};
 use safetensors_stream::source::SourceOptions;
 use safetensors_stream::{Category, Error, ErrorKind};
+use support::numpy::{block_on, cases, dir_names, fixtures, tensors_of, Case};
 
 fn options(source: SourceOptions) -> ConvertOptions {
-    ConvertOptions {
-        source,
-        sync: false,
-        ..Default::default()
-    }
+    ConvertOptions::default().source(source).sync(false)
 }
 
 /// Converts `inputs` into `out.safetensors` in a fresh temp dir.
@@ -37,10 +33,10 @@ fn run(
 /// Options a case needs: the two archives with extra members are converted
 /// with `skip_non_npy`, as their expected outputs say.
 fn case_options(c: &Case) -> SourceOptions {
-    SourceOptions {
-        skip_non_npy: matches!(c.file_name(), "extra_member.npz" | "dir_entry.npz"),
-        ..Default::default()
-    }
+    SourceOptions::default().skip_non_npy(matches!(
+        c.file_name(),
+        "extra_member.npz" | "dir_entry.npz"
+    ))
 }
 
 /// The error kind each refused fixture must give.
@@ -228,10 +224,7 @@ fn name_option_renames_a_single_array() {
         fixtures().join("npy/dtype_f4.npy"),
         fixtures().join("compressed/arr.npy.zst"),
     ] {
-        let source = SourceOptions {
-            name: Some("renamed.weight".into()),
-            ..Default::default()
-        };
+        let source = SourceOptions::default().name(Some("renamed.weight".into()));
         let (_dir, out, r) = run(std::slice::from_ref(&input), source);
         r.unwrap();
         let got = tensors_of(&std::fs::read(out).unwrap());

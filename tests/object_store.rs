@@ -2,30 +2,25 @@
 //! outputs and inputs byte-identical to local runs, a fan-out of parallel
 //! `--shard K` processes, SIGTERM mid-upload, missing buckets.
 
-#[path = "object_store/moto.rs"]
-mod moto;
+mod support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use support::{fixtures, listing, moto, pattern, stderr, BIN};
+
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
+    fixtures().join(name)
 }
 
 fn convert(endpoint: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_convert"));
+    let mut c = Command::new(BIN);
     c.envs(moto::env(endpoint)).stdin(Stdio::null());
     for a in args {
         c.arg(a);
     }
     c.output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn ok(o: &Output) {
@@ -34,10 +29,7 @@ fn ok(o: &Output) {
 
 /// A raw dump of `len` bytes in `dir` (not all equal: parts must line up).
 fn dump(dir: &Path, len: usize) -> PathBuf {
-    let path = dir.join("big.bin");
-    let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();
-    std::fs::write(&path, bytes).unwrap();
-    path
+    support::write(dir, "big.bin", &pattern(14, len))
 }
 
 #[test]
@@ -136,11 +128,7 @@ fn parallel_shard_workers_and_the_index_equal_one_local_run() {
             &"--no-sync",
         ],
     ));
-    let mut files: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    files.sort();
+    let files = listing(dir.path());
     let n = files.len() - 1;
     let url = format!("s3://{b}/model.safetensors");
 
@@ -154,7 +142,7 @@ fn parallel_shard_workers_and_the_index_equal_one_local_run() {
 
     let workers: Vec<_> = (1..=n)
         .map(|k| {
-            Command::new(env!("CARGO_BIN_EXE_convert"))
+            Command::new(BIN)
                 .envs(moto::env(ep))
                 .arg(&input)
                 .args(split)
@@ -195,7 +183,7 @@ fn sigterm_mid_upload_leaves_no_object_and_no_open_upload() {
     let b = moto::bucket(ep, "term");
     let url = format!("s3://{b}/x.safetensors");
     let total = 40usize << 20;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_convert"))
+    let mut child = Command::new(BIN)
         .envs(moto::env(ep))
         .args(["-", "--raw-dtype", "U8", "--raw-shape", &total.to_string()])
         .args(["--name", "x", "-o", &url, "--quiet"])

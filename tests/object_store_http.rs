@@ -4,11 +4,14 @@
 //! by ranges, byte-identical to the local file (the ETag check itself is
 //! tested against moto in object_store_etag.rs).
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
+
+use support::{fixtures, stderr, BIN};
 
 /// What the server serves: (ETag, bytes), and the ranges asked for.
 struct Served {
@@ -97,16 +100,12 @@ fn answer(conn: TcpStream, served: &Served) {
 }
 
 fn convert(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(BIN).args(args).output().unwrap()
 }
 
 #[test]
 fn an_http_input_is_read_by_ranges_and_pinned_to_its_etag() {
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/example/model-input.safetensors");
+    let fixture = fixtures().join("example/model-input.safetensors");
     let bytes = std::fs::read(&fixture).unwrap();
     let served = Arc::new(Served {
         object: Mutex::new(("\"v1\"".into(), bytes.clone())),
@@ -117,12 +116,7 @@ fn an_http_input_is_read_by_ranges_and_pinned_to_its_etag() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.safetensors");
     let o = convert(&[&url, "-o", out.to_str().unwrap(), "--no-sync"]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(std::fs::read(&out).unwrap() == bytes);
     let ranges = served.ranges.lock().unwrap().clone();
     // The header in one range, then one range per tensor (5 tensors).
@@ -130,10 +124,5 @@ fn an_http_input_is_read_by_ranges_and_pinned_to_its_etag() {
     assert_eq!(ranges[0], format!("bytes=0-{}", bytes.len() - 1));
 
     let o = convert(&["inspect", "--json", &url]);
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }

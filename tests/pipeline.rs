@@ -2,28 +2,24 @@
 //! round trips of the reference fixtures, merging, ordering, the planner's
 //! options, duplicate names, and sharded output read back by the reference.
 
-mod common_pipeline;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common_pipeline::*;
 use proptest::prelude::*;
 use safetensors_stream::convert::{convert, convert_sources, write_shard, ConvertOptions, Output};
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::index::Checkpoint;
 use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::memory::MemorySource;
+use safetensors_stream::source::MemorySource;
 use safetensors_stream::source::{Listing, Source};
 use safetensors_stream::{Category, Dtype, ErrorKind};
+use support::pipeline::*;
 
 fn opts(plan: PlanOptions) -> ConvertOptions {
-    ConvertOptions {
-        plan,
-        sync: false,
-        ..Default::default()
-    }
+    ConvertOptions::default().plan(plan).sync(false)
 }
 
 fn run(
@@ -62,12 +58,10 @@ fn every_reference_fixture_round_trips_to_identical_bytes() {
     for (i, input) in files.iter().enumerate() {
         let original = std::fs::read(input).unwrap();
         let out = dir.path().join(format!("out{i}.safetensors"));
-        let report = run(
-            std::slice::from_ref(input),
-            &out,
-            &opts(PlanOptions::default()),
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", input.display()));
+        // spec_empty.safetensors holds no tensor.
+        let allow_empty = PlanOptions::default().allow_empty(true);
+        let report = run(std::slice::from_ref(input), &out, &opts(allow_empty))
+            .unwrap_or_else(|e| panic!("{}: {e}", input.display()));
         let got = std::fs::read(&out).unwrap();
         assert!(
             got == original,
@@ -216,9 +210,9 @@ proptest! {
         }
         let mut sources: Vec<Box<dyn Source>> = vec![Box::new(a), Box::new(b)];
         let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
-        let p = plan(&listings, &PlanOptions::default()).unwrap();
+        let p = plan(&listings, &PlanOptions::default().allow_empty(true)).unwrap();
         prop_assert_eq!(p.shards.len(), 1);
-        let opts = SinkOptions { buffer_size: 5 };
+        let opts = SinkOptions::default().buffer_size(5);
         let got = block_on(write_shard(Vec::new(), &p.shards[0], &mut sources, opts, "-")).unwrap();
         let all: Vec<T> = tensors.into_iter().map(|(t, _)| t).collect();
         prop_assert_eq!(got, ref_serialize(&all, metadata));
@@ -246,10 +240,7 @@ fn input_order_gives_a_valid_file_in_the_inputs_order() {
                 .unwrap();
         }
         let mut s: Vec<Box<dyn Source>> = vec![Box::new(src)];
-        let o = opts(PlanOptions {
-            order: Order::AsGiven,
-            ..Default::default()
-        });
+        let o = opts(PlanOptions::default().order(Order::AsGiven));
         block_on(convert_sources(&mut s, &Output::File(p.clone()), &o)).unwrap();
     }
     assert_eq!(
@@ -258,10 +249,7 @@ fn input_order_gives_a_valid_file_in_the_inputs_order() {
     );
 
     let out = dir.path().join("ordered.safetensors");
-    let o = opts(PlanOptions {
-        order: Order::AsGiven,
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().order(Order::AsGiven));
     run(&[pa.clone(), pb.clone()], &out, &o).unwrap();
     let bytes = std::fs::read(&out).unwrap();
     let union: Vec<T> = a.iter().chain(&b).cloned().collect();
@@ -306,17 +294,17 @@ fn include_exclude_rename_prefix_and_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let input = ref_file(dir.path(), "in.safetensors", &ts, Some(&[("source", "x")]));
     let out = dir.path().join("out.safetensors");
-    let o = opts(PlanOptions {
-        include: vec!["layer.*".into()],
-        exclude: vec!["*.bias".into()],
-        renames: vec![("layer.1.weight".into(), "head.weight".into())],
-        prefix: Some("model.".into()),
-        metadata: vec![
-            ("source".into(), "override".into()),
-            ("extra".into(), "1".into()),
-        ],
-        ..Default::default()
-    });
+    let o = opts(
+        PlanOptions::default()
+            .include(vec!["layer.*".into()])
+            .exclude(vec!["*.bias".into()])
+            .renames(vec![("layer.1.weight".into(), "head.weight".into())])
+            .prefix(Some("model.".into()))
+            .metadata(vec![
+                ("source".into(), "override".into()),
+                ("extra".into(), "1".into()),
+            ]),
+    );
     let report = run(std::slice::from_ref(&input), &out, &o).unwrap();
     let bytes = std::fs::read(&out).unwrap();
     let expected = [
@@ -343,11 +331,11 @@ fn include_exclude_rename_prefix_and_metadata() {
     );
 
     // With a single metadata key the bytes are the reference's.
-    let o = opts(PlanOptions {
-        exclude: vec!["opt.*".into(), "layer.1.*".into()],
-        metadata: vec![("source".into(), "y".into())],
-        ..Default::default()
-    });
+    let o = opts(
+        PlanOptions::default()
+            .exclude(vec!["opt.*".into(), "layer.1.*".into()])
+            .metadata(vec![("source".into(), "y".into())]),
+    );
     run(std::slice::from_ref(&input), &out, &o).unwrap();
     let kept = [
         pick(&ts, "layer.0.weight", "layer.0.weight"),
@@ -362,20 +350,21 @@ fn filters_match_input_names_not_output_names() {
     let dir = tempfile::tempdir().unwrap();
     let input = ref_file(dir.path(), "in.safetensors", &ts, None);
     let out = dir.path().join("out.safetensors");
-    // The prefix comes after filtering: "model.*" matches no input name.
-    let o = opts(PlanOptions {
-        include: vec!["model.*".into()],
-        prefix: Some("model.".into()),
-        ..Default::default()
-    });
+    // The prefix comes after filtering: "model.*" matches no input name,
+    // which is an error unless empty output is allowed.
+    let filters = PlanOptions::default()
+        .include(vec!["model.*".into()])
+        .prefix(Some("model.".into()));
+    let o = opts(filters.clone());
+    let e = run(std::slice::from_ref(&input), &out, &o).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::NothingSelected(_)), "{e}");
+    assert!(!out.exists());
+    let o = opts(filters.allow_empty(true));
     let report = run(std::slice::from_ref(&input), &out, &o).unwrap();
     assert_eq!(report.tensors, 0);
     assert!(std::fs::read(&out).unwrap() == ref_serialize(&[], None));
     // Several include patterns are a union.
-    let o = opts(PlanOptions {
-        include: vec!["opt.*".into(), "*.0.bias".into()],
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().include(vec!["opt.*".into(), "*.0.bias".into()]));
     run(std::slice::from_ref(&input), &out, &o).unwrap();
     let kept = [
         pick(&ts, "opt.state", "opt.state"),
@@ -410,10 +399,7 @@ fn metadata_merges_in_input_order_then_overrides() {
         ref_metadata(&std::fs::read(&out).unwrap()).unwrap()["k"],
         "from-a"
     );
-    let o = opts(PlanOptions {
-        metadata: vec![("k".into(), "cli".into())],
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().metadata(vec![("k".into(), "cli".into())]));
     run(&[a, b], &out, &o).unwrap();
     assert_eq!(
         ref_metadata(&std::fs::read(&out).unwrap()).unwrap()["k"],
@@ -428,24 +414,13 @@ fn bad_options_are_usage_errors_and_write_nothing() {
     let input = ref_file(dir.path(), "in.safetensors", &ts, None);
     let out = dir.path().join("out.safetensors");
     let cases = [
-        PlanOptions {
-            renames: vec![("nope".into(), "x".into())],
-            ..Default::default()
-        },
+        PlanOptions::default().renames(vec![("nope".into(), "x".into())]),
         // A rename of a tensor that the filters dropped names nothing.
-        PlanOptions {
-            exclude: vec!["opt.*".into()],
-            renames: vec![("opt.state".into(), "x".into())],
-            ..Default::default()
-        },
-        PlanOptions {
-            include: vec!["[".into()],
-            ..Default::default()
-        },
-        PlanOptions {
-            exclude: vec!["a{".into()],
-            ..Default::default()
-        },
+        PlanOptions::default()
+            .exclude(vec!["opt.*".into()])
+            .renames(vec![("opt.state".into(), "x".into())]),
+        PlanOptions::default().include(vec!["[".into()]),
+        PlanOptions::default().exclude(vec!["a{".into()]),
     ];
     for o in cases {
         let e = run(std::slice::from_ref(&input), &out, &opts(o.clone())).unwrap_err();
@@ -503,18 +478,12 @@ fn a_name_given_twice_across_inputs_names_both_inputs() {
     );
 
     // A prefix does not resolve it (both get it); excluding the name does.
-    let o = opts(PlanOptions {
-        prefix: Some("p.".into()),
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().prefix(Some("p.".into())));
     assert!(matches!(
         run(&[a.clone(), b.clone()], &out, &o).unwrap_err().kind(),
         ErrorKind::DuplicateTensor { .. }
     ));
-    let o = opts(PlanOptions {
-        exclude: vec!["w".into()],
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().exclude(vec!["w".into()]));
     run(&[a.clone(), b.clone()], &out, &o).unwrap();
     // The same file twice is a duplicate too.
     let e = run(&[a.clone(), a.clone()], &out, &opts(PlanOptions::default())).unwrap_err();
@@ -534,10 +503,7 @@ fn a_rename_onto_an_existing_name_is_a_duplicate() {
         None,
     );
     let out = dir.path().join("out.safetensors");
-    let o = opts(PlanOptions {
-        renames: vec![("x".into(), "y".into())],
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().renames(vec![("x".into(), "y".into())]));
     let e = run(&[a], &out, &o).unwrap_err();
     assert!(
         matches!(e.kind(), ErrorKind::DuplicateTensor { name, .. } if name == "y"),
@@ -556,10 +522,7 @@ fn a_tensor_renamed_to_metadata_is_refused() {
         None,
     );
     let out = dir.path().join("out.safetensors");
-    let o = opts(PlanOptions {
-        renames: vec![("x".into(), "__metadata__".into())],
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().renames(vec![("x".into(), "__metadata__".into())]));
     let e = run(&[a], &out, &o).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::ReservedName), "{e:?}");
     assert!(!out.exists());
@@ -594,10 +557,7 @@ fn sharding_is_greedy_and_every_shard_and_the_index_load_with_the_reference() {
     let input = ref_file(src.path(), "in.safetensors", &ts, Some(&[("format", "pt")]));
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("model.safetensors");
-    let o = opts(PlanOptions {
-        max_shard_size: Some(100),
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().max_shard_size(Some(100)));
     let report = run(std::slice::from_ref(&input), &out, &o).unwrap();
 
     // Greedy in canonical order: a+b is exactly 100 (allowed); c (150) alone;
@@ -679,10 +639,7 @@ fn sharding_a_fixture_and_reading_it_back_gives_the_original_bytes() {
         for limit in [1, 8, total / 3 + 1, total - 1] {
             let dir = tempfile::tempdir().unwrap();
             let out = dir.path().join("s.safetensors");
-            let o = opts(PlanOptions {
-                max_shard_size: Some(limit),
-                ..Default::default()
-            });
+            let o = opts(PlanOptions::default().max_shard_size(Some(limit)));
             let report = run(std::slice::from_ref(&input), &out, &o).unwrap();
             let shards = report.outputs.len() - 1;
             assert!(shards >= 2, "{fixture} at {limit}");
@@ -716,10 +673,7 @@ fn one_shard_is_a_plain_file_and_no_index() {
     for limit in [451, 452, u64::MAX] {
         let out_dir = tempfile::tempdir().unwrap();
         let out = out_dir.path().join("model.safetensors");
-        let o = opts(PlanOptions {
-            max_shard_size: Some(limit),
-            ..Default::default()
-        });
+        let o = opts(PlanOptions::default().max_shard_size(Some(limit)));
         let report = run(std::slice::from_ref(&input), &out, &o).unwrap();
         assert_eq!(
             listing(out_dir.path()),
@@ -732,11 +686,12 @@ fn one_shard_is_a_plain_file_and_no_index() {
     // No tensors at all: one empty file.
     let out_dir = tempfile::tempdir().unwrap();
     let out = out_dir.path().join("model.safetensors");
-    let o = opts(PlanOptions {
-        max_shard_size: Some(10),
-        exclude: vec!["*".into()],
-        ..Default::default()
-    });
+    let o = opts(
+        PlanOptions::default()
+            .max_shard_size(Some(10))
+            .exclude(vec!["*".into()])
+            .allow_empty(true),
+    );
     run(std::slice::from_ref(&input), &out, &o).unwrap();
     assert_eq!(listing(out_dir.path()), ["model.safetensors"]);
     assert!(std::fs::read(&out).unwrap() == ref_serialize(&[], None));
@@ -759,11 +714,11 @@ fn sharding_in_input_order_keeps_the_input_order_across_shards() {
     let mut sources: Vec<Box<dyn Source>> = vec![Box::new(src)];
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.safetensors");
-    let o = opts(PlanOptions {
-        max_shard_size: Some(70),
-        order: Order::AsGiven,
-        ..Default::default()
-    });
+    let o = opts(
+        PlanOptions::default()
+            .max_shard_size(Some(70))
+            .order(Order::AsGiven),
+    );
     block_on(convert_sources(&mut sources, &Output::File(out), &o)).unwrap();
     // z30+y40 = 70; x30+w40 = 70; v10.
     let mut order = Vec::new();
@@ -781,10 +736,7 @@ fn an_index_named_output_and_a_base_without_extension() {
     let ts = shard_input();
     let dir = tempfile::tempdir().unwrap();
     let input = ref_file(dir.path(), "in.safetensors", &ts, None);
-    let o = opts(PlanOptions {
-        max_shard_size: Some(250),
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().max_shard_size(Some(250)));
     // a,b,c = 250 | d,e,f,g = 201
     let out_dir = tempfile::tempdir().unwrap();
     run(
@@ -845,7 +797,7 @@ proptest! {
             })
             .collect();
         let listing = Listing { input: "in".into(), tensors: metas.clone(), metadata: None };
-        let p = plan(&[listing], &PlanOptions { max_shard_size: Some(limit), ..Default::default() }).unwrap();
+        let p = plan(&[listing], &PlanOptions::default().max_shard_size(Some(limit)).allow_empty(true)).unwrap();
         let canonical: Vec<(String, u64)> = encode(metas, None, Order::Canonical)
             .unwrap()
             .header()
@@ -884,10 +836,7 @@ proptest! {
 
 /// Options that allow the output to replace an input.
 fn overwriting(plan: PlanOptions) -> ConvertOptions {
-    ConvertOptions {
-        overwrite_input: true,
-        ..opts(plan)
-    }
+    opts(plan).overwrite_input(true)
 }
 
 #[test]
@@ -896,10 +845,7 @@ fn converting_a_file_onto_itself_works() {
     let dir = tempfile::tempdir().unwrap();
     let path = ref_file(dir.path(), "m.safetensors", &ts, None);
     let before = std::fs::read(&path).unwrap();
-    let plan = PlanOptions {
-        exclude: vec!["opt.*".into()],
-        ..Default::default()
-    };
+    let plan = PlanOptions::default().exclude(vec!["opt.*".into()]);
     // Refused unless asked for (issue 16.1): the input stays as it was.
     let e = run(std::slice::from_ref(&path), &path, &opts(plan.clone())).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::OutputIsInput(_)), "{e}");
@@ -922,18 +868,15 @@ fn resharding_a_checkpoint_in_place_works() {
     let dir = tempfile::tempdir().unwrap();
     let single = ref_file(dir.path(), "orig.safetensors", &ts, None);
     let out = dir.path().join("m.safetensors");
-    let o = opts(PlanOptions {
-        max_shard_size: Some(100),
-        ..Default::default()
-    });
+    let o = opts(PlanOptions::default().max_shard_size(Some(100)));
     run(std::slice::from_ref(&single), &out, &o).unwrap();
     let index = dir.path().join("m.safetensors.index.json");
     // Same number of shards (5), different data: rename every tensor.
-    let o = overwriting(PlanOptions {
-        max_shard_size: Some(100),
-        prefix: Some("x.".into()),
-        ..Default::default()
-    });
+    let o = overwriting(
+        PlanOptions::default()
+            .max_shard_size(Some(100))
+            .prefix(Some("x.".into())),
+    );
     run(std::slice::from_ref(&index), &out, &o).unwrap();
     let cp = Checkpoint::open(&index, Rules::STRICT).unwrap();
     assert_eq!(cp.files.len(), 5);

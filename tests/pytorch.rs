@@ -351,9 +351,9 @@ fn a_top_level_key_that_is_missing_is_a_clear_error() {
 /// do not, and are gathered instead.
 #[tokio::test]
 async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
-    use safetensors_stream::source::input::open_input;
+    use safetensors_stream::source::open_input;
     use safetensors_stream::source::SourceOptions;
-    use safetensors_stream::transform::Transform;
+    use safetensors_stream::source::Transform;
 
     let options = SourceOptions::default();
     let quiet = |_: &str| {};

@@ -4,17 +4,22 @@
 //! one pass, and gzip-compressed dumps. Outputs are read back with the
 //! reference reader (the `safetensors` crate).
 
+mod support;
+
+use support::{pattern, write, BIN};
+
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use safetensors_stream::convert::{convert_sources, ConvertOptions, Output as Out};
-use safetensors_stream::source::raw::{RawSource, RawSpec, RawTensor};
 use safetensors_stream::source::Source;
+use safetensors_stream::{
+    source::{RawSpec, RawTensor},
+    test_support::RawSource,
+};
 use safetensors_stream::{Dtype, ErrorKind};
-
-const BIN: &str = env!("CARGO_BIN_EXE_convert");
 
 type Args<'a> = [&'a dyn AsRef<std::ffi::OsStr>];
 
@@ -65,25 +70,6 @@ fn fails(o: &Output, code: i32) -> String {
     assert_eq!(lines.len(), 1, "one line: {err:?}");
     assert!(lines[0].starts_with("convert: "), "{err:?}");
     lines[0].to_string()
-}
-
-/// Deterministic bytes.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
 }
 
 fn our_dtype(d: safetensors::Dtype) -> Dtype {
@@ -786,10 +772,7 @@ fn raw_source_in_the_library() {
         .build()
         .unwrap();
     let mut sources: Vec<Box<dyn Source>> = vec![Box::new(src)];
-    let opts = ConvertOptions {
-        sync: false,
-        ..Default::default()
-    };
+    let opts = ConvertOptions::default().sync(false);
     rt.block_on(convert_sources(
         &mut sources,
         &Out::File(out.clone()),

@@ -3,17 +3,17 @@
 //! strict-only rules also checked to pass in reference mode. Then a sparse
 //! 10 GB file, validated while reading under 1 MB of it.
 
-mod common;
+mod support;
 
 use std::fs::File;
 use std::io::{BufReader, Write};
 
-use common::{raw_file, raw_file_bytes, reference_read, CountingReader};
-use safetensors_stream::error::Span;
-use safetensors_stream::header::read::{read_file_header, read_header};
 use safetensors_stream::header::{encode, parse_file_bytes, Order, Rules, TensorMeta};
+use safetensors_stream::header::{read_file_header, read_header};
 use safetensors_stream::index::Checkpoint;
+use safetensors_stream::Span;
 use safetensors_stream::{Dtype, Error, ErrorKind};
+use support::reference::{raw_file, raw_file_bytes, reference_read, CountingReader};
 
 const BOTH: [Rules; 2] = [Rules::STRICT, Rules::REFERENCE];
 
@@ -32,7 +32,7 @@ fn refused_everywhere(file: &[u8]) -> Error {
     assert!(
         !reference_read(file).accepted(),
         "the reference accepts {}",
-        common::show(file)
+        support::reference::show(file)
     );
     let strict = err(file, Rules::STRICT);
     let reference = err(file, Rules::REFERENCE);
@@ -449,7 +449,7 @@ fn strict_only(file: &[u8]) -> Error {
     assert!(
         reference_read(file).accepted(),
         "the reference refuses {}",
-        common::show(file)
+        support::reference::show(file)
     );
     parse_file_bytes(file, Rules::REFERENCE).expect("reference mode accepts");
     err(file, Rules::STRICT)

@@ -1,7 +1,9 @@
 //! The streaming `Writer` as a user meets it: atomic file output, every
 //! count checked, nothing left behind on failure, and the async twin.
 
-use std::path::Path;
+mod support;
+
+use support::listing;
 
 use safetensors_stream::header::{parse_file_bytes, Order, Rules};
 use safetensors_stream::{AsyncWriter, Dtype, ErrorKind, TensorMeta, Writer, WriterOptions};
@@ -15,16 +17,6 @@ fn two() -> Vec<TensorMeta> {
 
 fn quick() -> WriterOptions {
     WriterOptions::default().sync(false)
-}
-
-/// Everything in `dir`, by name.
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 #[test]
@@ -75,7 +67,7 @@ fn a_short_tensor_fails_finish_naming_it_and_leaves_nothing() {
         }
     ));
     assert_eq!(e.tensor(), Some("b"));
-    assert_eq!(e.input(), Some(path.display().to_string().as_str()));
+    assert_eq!(e.output(), Some(path.display().to_string().as_str()));
     assert!(listing(dir.path()).is_empty());
 }
 
@@ -234,5 +226,5 @@ fn convert_blocking_refuses_inside_a_runtime() {
         let options = safetensors_stream::ConvertOptions::default();
         safetensors_stream::convert_blocking(&["x".into()], &out, &options).unwrap_err()
     });
-    assert!(matches!(e.kind(), ErrorKind::Usage(_)));
+    assert!(matches!(e.kind(), ErrorKind::BlockingInRuntime(_)));
 }

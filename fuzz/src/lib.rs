@@ -23,15 +23,18 @@ use safetensors_stream::convert::{
 use safetensors_stream::header::{encode, parse_file_bytes, Header, Order, Rules, TensorMeta};
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::detect::{detect, hex_preview, Format, SNIFF_LEN};
-use safetensors_stream::source::input::open_input;
-use safetensors_stream::source::npy::header::{
+use safetensors_stream::source::open_input;
+use safetensors_stream::source::{RawSpec, RawTensor};
+use safetensors_stream::source::{Source, SourceOptions};
+use safetensors_stream::test_support::npy_header::{
     parse_header_text, parse_prelude, read_header, Prelude,
 };
-use safetensors_stream::source::npz::zip::read_directory;
-use safetensors_stream::source::npz::NpzSource;
-use safetensors_stream::source::raw::{RawSpec, RawTensor};
-use safetensors_stream::source::{Source, SourceOptions};
+use safetensors_stream::test_support::zip::read_directory;
+use safetensors_stream::test_support::NpzSource;
+use safetensors_stream::{
+    source::Format,
+    test_support::{detect, hex_preview, SNIFF_LEN},
+};
 use safetensors_stream::{Dtype, Error, Result};
 
 /// What one fuzz input did: each step's name and its outcome.
@@ -83,10 +86,7 @@ impl Harness {
         }
         out.push(("read_directory", dir.map(drop)));
         for skip_non_npy in [false, true] {
-            let options = SourceOptions {
-                skip_non_npy,
-                ..SourceOptions::default()
-            };
+            let options = SourceOptions::default().skip_non_npy(skip_non_npy);
             let file = File::open(&path).expect("reopening the scratch input");
             match NpzSource::open(file, len, "archive.npz", &options) {
                 Ok(mut src) => {
@@ -109,20 +109,17 @@ impl Harness {
         let path = self.write("input.npy", data);
         out.push(("file", self.convert(&path, &plain, PlanOptions::default())));
         // The same file cast, sharded small and kept in input order.
-        let layout = PlanOptions {
-            cast_all: Some([Dtype::F16, Dtype::BF16, Dtype::F32, Dtype::F64][data.len() % 4]),
-            max_shard_size: Some(1 + 8 * data.first().copied().unwrap_or(0) as u64),
-            order: Order::AsGiven,
-            ..PlanOptions::default()
-        };
+        let layout = PlanOptions::default()
+            .cast_all(Some(
+                [Dtype::F16, Dtype::BF16, Dtype::F32, Dtype::F64][data.len() % 4],
+            ))
+            .max_shard_size(Some(1 + 8 * data.first().copied().unwrap_or(0) as u64))
+            .order(Order::AsGiven);
         out.push(("file_cast_shards", self.convert(&path, &plain, layout)));
         let path = self.write("input.npy.gz", &gzip(data));
         out.push(("gzip", self.convert(&path, &plain, PlanOptions::default())));
         if let Some((spec, dump)) = raw_spec(data) {
-            let raw = SourceOptions {
-                raw: Some(spec),
-                ..SourceOptions::default()
-            };
+            let raw = SourceOptions::default().raw(Some(spec));
             let path = self.write("dump.bin", dump);
             out.push(("raw", self.convert(&path, &raw, PlanOptions::default())));
             let path = self.write("dump.bin.gz", &gzip(dump));
@@ -139,15 +136,12 @@ impl Harness {
     /// Both drivers share one element pipeline, so they must agree: the
     /// same bytes, or the same kind of error.
     fn convert(&self, path: &Path, source: &SourceOptions, plan: PlanOptions) -> Result<()> {
-        let options = ConvertOptions {
-            source: source.clone(),
-            plan,
-            sink: SinkOptions {
-                buffer_size: 64 << 10,
-            },
-            sync: false,
-            ..ConvertOptions::default()
-        };
+        let options = ConvertOptions::default()
+            .source(source.clone())
+            // An input with no tensors still exercises the writer.
+            .plan(plan.allow_empty(true))
+            .sink(SinkOptions::default().buffer_size(64 << 10))
+            .sync(false);
         let memory = self.convert_to_memory(path, &options);
         let file = self.convert_to_file(path, &options);
         match (&memory, &file) {
@@ -333,8 +327,8 @@ fn check_reencodes(h: &Header) {
 /// Checks: the pickle used no more bytes than it had, every tensor found
 /// lies inside its storage, and every name is unique-or-refused later.
 pub fn pickle(data: &[u8]) -> Outcomes {
-    use safetensors_stream::source::pytorch::model::{tensors, Naming};
-    use safetensors_stream::source::pytorch::pickle::{unpickle, Limits};
+    use safetensors_stream::test_support::pickle::{unpickle, Limits};
+    use safetensors_stream::test_support::pytorch_model::{tensors, Naming};
     let limits = Limits {
         nodes: 200_000,
         memo: 50_000,

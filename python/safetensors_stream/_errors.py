@@ -7,8 +7,9 @@ class Error(Exception):
     """Any error of safetensors_stream.
 
     Attributes:
-        kind: the rule broken, as the library names it ("TensorTooShort", "Io", ...).
-        input: the input (or output) the error is about, if known.
+        kind: the rule broken, as the library names it ("tensor_too_short", "io", ...).
+        input: the input the error is about, if it is about an input.
+        output: the output the error is about (a full disk, a bad name), if any.
         tensor: the tensor the error is about, if known.
         offset: the byte offset in the input where the problem is, if known.
     """
@@ -20,12 +21,14 @@ class Error(Exception):
         input: str | None = None,
         tensor: str | None = None,
         offset: int | None = None,
+        output: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.input = input
         self.tensor = tensor
         self.offset = offset
+        self.output = output
 
 
 class BadInputError(Error):

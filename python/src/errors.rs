@@ -6,7 +6,7 @@ use safetensors_stream::{Category, Error};
 
 /// The Python exception for `e`: `BadInputError`, `UsageError` or
 /// `IOError` from `safetensors_stream._errors`, carrying the error's kind
-/// name, input, tensor and byte offset.
+/// name, input, tensor, byte offset and output.
 pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let class = match e.category() {
         Category::BadInput => "BadInputError",
@@ -21,6 +21,7 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
             e.input(),
             e.tensor(),
             e.offset(),
+            e.output(),
         ))?;
         Ok(PyErr::from_value(exc))
     })();

@@ -59,6 +59,15 @@ def test_errors_are_typed_and_leave_nothing(tmp_path, fixtures):
         sts.convert(tmp_path / "nope.npy", out)
     assert missing.value.input == str(tmp_path / "nope.npy")
     assert missing.value.kind == "io"
+    assert missing.value.output is None
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_bytes(b"")
+    with pytest.raises(sts.IOError) as blocked:
+        sts.convert(fixtures / "example/model.npz", not_a_folder / "out.safetensors")
+    assert blocked.value.output == str(not_a_folder / "out.safetensors")
+    assert blocked.value.input is None
+    not_a_folder.unlink()
 
     bad = tmp_path / "bad.safetensors"
     data = bytearray((fixtures / "example/model.safetensors").read_bytes())

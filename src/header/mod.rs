@@ -1,17 +1,18 @@
 //! The safetensors header: its model, its byte-exact encoding, and its
 //! parsing and validation.
 //!
-//! Everything here is pure: no I/O. [`read`] holds thin drivers that fetch
+//! Everything here is pure: no I/O. `read` holds thin drivers that fetch
 //! the header bytes of a file (never its data) and hand them to the pure code.
 
 pub(crate) mod encode;
 mod json;
-pub mod read;
+pub(crate) mod read;
 mod validate;
 
 use std::collections::BTreeMap;
 
 pub use encode::{encode, EncodedHeader, Order};
+pub use read::{read_file_header, read_header};
 pub use validate::{
     check_file_len, check_prefix, parse_file_bytes, parse_header, parse_header_json, Mode, Rules,
 };

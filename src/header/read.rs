@@ -4,8 +4,6 @@
 use std::io::Read;
 use std::path::Path;
 
-use tokio::io::{AsyncRead, AsyncReadExt};
-
 use super::{
     check_file_len, check_prefix, parse_header, parse_header_json, Header, Rules, MAX_HEADER_LEN,
 };
@@ -21,29 +19,10 @@ pub fn read_header<R: Read>(r: &mut R, file_len: u64, rules: Rules) -> Result<He
     parse_header(&json, file_len, rules)
 }
 
-/// The async twin of [`read_header`].
-pub async fn read_header_async<R: AsyncRead + Unpin>(
-    r: &mut R,
-    file_len: u64,
-    rules: Rules,
-) -> Result<Header> {
-    let mut prefix = [0u8; 8];
-    if file_len < 8 {
-        return Err(Error::new(ErrorKind::FileTooShort { len: file_len }).at_offset(0));
-    }
-    r.read_exact(&mut prefix)
-        .await
-        .map_err(|e| truncated(e, 0))?;
-    let n = check_prefix(prefix, file_len)?;
-    let mut json = vec![0; n as usize];
-    r.read_exact(&mut json).await.map_err(|e| truncated(e, 8))?;
-    parse_header(&json, file_len, rules)
-}
-
 /// Opens `path` and validates its header; the error names the path.
 ///
 /// ```no_run
-/// use safetensors_stream::header::{read::read_file_header, Rules};
+/// use safetensors_stream::header::{read_file_header, Rules};
 ///
 /// let header = read_file_header("model.safetensors".as_ref(), Rules::STRICT)?;
 /// println!("{} tensors, {} data bytes", header.tensors.len(), header.data_len());
@@ -75,18 +54,29 @@ fn say_what_it_is(e: Error, path: &Path) -> Error {
     if matches!(e.kind(), ErrorKind::Io(_)) {
         return e;
     }
-    match detect_file(path) {
-        Ok(Some(f @ (Format::Npy | Format::Zip | Format::Compressed(_)))) => {
-            Error::new(ErrorKind::NotSafetensors { what: f.describe() }).at_offset(0)
+    let what = match detect_file(path) {
+        // A zip is an .npz unless its members are a PyTorch checkpoint's.
+        Ok(Some(Format::Zip)) if is_torch_zip(path) => "a PyTorch checkpoint (zip)".to_string(),
+        Ok(Some(f @ (Format::Npy | Format::Zip | Format::Compressed(_) | Format::TorchLegacy))) => {
+            f.describe()
         }
-        _ => e,
-    }
+        _ => return e,
+    };
+    Error::new(ErrorKind::NotSafetensors { what }).at_offset(0)
+}
+
+fn is_torch_zip(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    crate::source::pytorch::is_torch_zip(&file, len)
 }
 
 /// Reads and validates a safetensors file from a stream (a pipe): the header,
 /// then the data counted (not kept) up to the length the header plans; one
 /// byte more is refused without reading further.
-pub fn read_stream_header<R: Read>(r: &mut R, rules: Rules) -> Result<Header> {
+pub(crate) fn read_stream_header<R: Read>(r: &mut R, rules: Rules) -> Result<Header> {
     let mut prefix = [0u8; 8];
     let mut got = 0;
     while got < 8 {
@@ -123,7 +113,7 @@ pub fn read_stream_header<R: Read>(r: &mut R, rules: Rules) -> Result<Header> {
 /// [`MAX_HEADER_LEN`] bytes, the same cap as a header: at most the cap plus
 /// one byte is ever read, so `/dev/zero` or a pipe that never ends fails
 /// fast instead of filling memory. The error names the path.
-pub fn read_capped(path: &Path, what: &'static str) -> Result<Vec<u8>> {
+pub(crate) fn read_capped(path: &Path, what: &'static str) -> Result<Vec<u8>> {
     let too_large = || {
         Error::new(ErrorKind::FileTooLarge {
             what,

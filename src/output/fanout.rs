@@ -63,13 +63,13 @@ impl Part {
 
 /// `--index-only` on files: every shard exists as a regular file of its
 /// planned length (a stat each), or the first that does not is named.
-pub fn check_shard_files(plan: &Plan, paths: &[PathBuf]) -> Result<()> {
+pub(crate) fn check_shard_files(plan: &Plan, paths: &[PathBuf]) -> Result<()> {
     for (shard, path) in plan.shards.iter().zip(paths) {
         let found = match std::fs::metadata(path) {
             Ok(m) if m.is_file() => Some(m.len()),
             Ok(_) => None,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(e).with_input(path.display())),
+            Err(e) => return Err(Error::io(e).with_output(path.display())),
         };
         check_shard_len(&path.display().to_string(), found, shard.file_len())?;
     }
@@ -77,7 +77,7 @@ pub fn check_shard_files(plan: &Plan, paths: &[PathBuf]) -> Result<()> {
 }
 
 /// A shard found at `found` bytes (`None`: not there) against its plan.
-pub fn check_shard_len(shown: &str, found: Option<u64>, planned: u64) -> Result<()> {
+pub(crate) fn check_shard_len(shown: &str, found: Option<u64>, planned: u64) -> Result<()> {
     let detail = match found {
         Some(len) if len == planned => return Ok(()),
         Some(len) => format!("it holds {len} bytes, the plan {planned}"),

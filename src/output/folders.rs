@@ -11,7 +11,7 @@ use crate::{Error, Result};
 /// another run may have put something there meanwhile).
 #[derive(Debug, Default)]
 #[must_use = "dropping it removes the folders it created"]
-pub struct CreatedFolders {
+pub(crate) struct CreatedFolders {
     created: Vec<PathBuf>,
 }
 
@@ -19,7 +19,7 @@ impl CreatedFolders {
     /// Creates the missing folders above `file`, one level at a time, and
     /// remembers those this call made (a folder that another run makes at
     /// the same moment is theirs).
-    pub fn create_for(file: &Path) -> Result<CreatedFolders> {
+    pub(crate) fn create_for(file: &Path) -> Result<CreatedFolders> {
         let mut made = CreatedFolders::default();
         let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) else {
             return Ok(made);
@@ -32,7 +32,7 @@ impl CreatedFolders {
                 Err(e) => {
                     let msg = format!("cannot create the folder {}: {e}", folder.display());
                     let e = std::io::Error::new(e.kind(), msg);
-                    return Err(Error::io(e).with_input(file.display()));
+                    return Err(Error::io(e).with_output(file.display()));
                 }
             }
         }
@@ -40,7 +40,7 @@ impl CreatedFolders {
     }
 
     /// The run succeeded: the folders stay.
-    pub fn keep(mut self) {
+    pub(crate) fn keep(mut self) {
         self.created.clear();
     }
 }

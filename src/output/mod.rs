@@ -2,9 +2,9 @@
 //! folders made for it ([`folders`]), and the checks made before a data
 //! byte is read, by the real run and by `--dry-run` alike ([`check_output`]).
 
-pub mod fanout;
-pub mod folders;
-pub mod target;
+pub(crate) mod fanout;
+pub(crate) mod folders;
+pub(crate) mod target;
 
 use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
@@ -17,14 +17,14 @@ use crate::{Error, ErrorKind, Result};
 use target::{resolve, Target};
 
 /// The longest file name Linux filesystems take (NAME_MAX).
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 
 /// Checks that `output` can take `plan` without harm, before anything is
 /// written; returns warnings worth telling. Refused:
 /// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
 /// - a sharded set to standard output, a device, a FIFO or a socket;
 /// - one file named like an index (`*.index.json`), a name over
-///   [`NAME_MAX`] bytes, a file of the set that is not a regular file;
+///   `NAME_MAX` bytes, a file of the set that is not a regular file;
 /// - an output file that is one of the files read for `inputs` (an
 ///   index's shards, `-` when it is a file, links followed; same device
 ///   and inode), unless [`ConvertOptions::overwrite_input`];
@@ -60,7 +60,7 @@ pub fn check_output(
     if shards <= 1 && name.ends_with(".index.json") {
         let msg =
             "is named like an index, but the output is one safetensors file; name it *.safetensors";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_input(shown));
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
     }
     let (files, index) = shard_paths(path, shards);
     let read = input_files(inputs);
@@ -75,10 +75,10 @@ pub fn check_output(
 fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec<String>> {
     if shards > 1 {
         let msg = "a sharded set needs regular files, not a stream or device";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_input(shown));
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
     }
     if terminal {
-        return Err(Error::new(ErrorKind::TerminalOutput).with_input(shown));
+        return Err(Error::new(ErrorKind::TerminalOutput).with_output(shown));
     }
     Ok(Vec::new())
 }
@@ -93,11 +93,11 @@ fn check_file(
     let name_len = file.file_name().map_or(0, |n| n.len());
     if name_len > NAME_MAX {
         let msg = format!("the file name is {name_len} bytes; the limit is {NAME_MAX}");
-        return Err(Error::new(ErrorKind::OutputName(msg)).with_input(shown));
+        return Err(Error::new(ErrorKind::OutputName(msg)).with_output(shown));
     }
     let Target::Replace(dest) = resolve(file)? else {
         let msg = "is not a regular file, and only a regular file is ever replaced";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_input(shown));
+        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
     };
     let mut warnings = Vec::new();
     if let Ok(now) = std::fs::metadata(&dest) {
@@ -107,7 +107,7 @@ fn check_file(
         match same {
             Some((input, ..)) if !options.overwrite_input => {
                 let e = Error::new(ErrorKind::OutputIsInput(input.clone()));
-                return Err(e.with_input(shown));
+                return Err(e.with_output(shown));
             }
             _ => {}
         }
@@ -118,7 +118,7 @@ fn check_file(
             ));
         }
     }
-    check_writable(&dest).map_err(|e| e.with_input(shown))?;
+    check_writable(&dest).map_err(|e| e.with_output(shown))?;
     Ok(warnings)
 }
 
@@ -140,7 +140,8 @@ fn check_writable(dest: &Path) -> Result<()> {
 }
 
 /// Every file read for `inputs`, as (name, device, inode): each input
-/// (links followed; `-` when standard input is a file) and, for an index,
+/// (links followed; `-` when standard input is a file; a folder as the
+/// checkpoint it stands for) and, for an index (safetensors or PyTorch),
 /// its shards. Files that cannot be looked at are left out: opening them
 /// has already failed, or will.
 fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
@@ -155,9 +156,11 @@ fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
             add("-".into(), Path::new("/dev/stdin"));
             continue;
         }
-        add(input.display().to_string(), input);
-        if is_index_path(input) {
-            for shard in index_shards(input) {
+        // The file a folder stands for is the one read, so the one that clashes.
+        let input = crate::folder::resolve_input(input).unwrap_or_else(|_| input.clone());
+        add(input.display().to_string(), &input);
+        if is_index_path(&input) || crate::source::pytorch::is_index_path(&input) {
+            for shard in index_shards(&input) {
                 add(shard.display().to_string(), &shard);
             }
         }
@@ -165,9 +168,11 @@ fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
     files
 }
 
-/// The shard files an index names (none if it cannot be read).
+/// The shard files an index names (none if it cannot be read). Read under
+/// the same cap as every index read: an index that is `/dev/zero` or a huge
+/// file must not fill memory here either.
 fn index_shards(index: &Path) -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read(index) else {
+    let Ok(text) = crate::header::read::read_capped(index, "index file") else {
         return Vec::new();
     };
     let Ok(parsed) = ShardIndex::from_json(&text) else {
@@ -178,4 +183,31 @@ fn index_shards(index: &Path) -> Vec<PathBuf> {
         .shard_names()
         .map(|names| names.iter().map(|n| dir.join(n)).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_that_never_ends_is_read_under_the_cap() {
+        // Unbounded, this read would fill memory and never return.
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("z.safetensors.index.json");
+        std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+        assert!(index_shards(&index).is_empty());
+    }
+
+    #[test]
+    fn a_folder_input_clashes_as_the_file_it_stands_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model.safetensors");
+        std::fs::write(&model, b"x").unwrap();
+        let files = input_files(&[dir.path().to_path_buf()]);
+        let meta = std::fs::metadata(&model).unwrap();
+        assert_eq!(
+            files,
+            [(model.display().to_string(), meta.dev(), meta.ino())]
+        );
+    }
 }

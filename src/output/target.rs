@@ -16,7 +16,7 @@ use crate::{Error, Result};
 
 /// Where an output path's bytes go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// A regular file, or nothing yet: staged beside this path and renamed
     /// over it. Symbolic links are followed: this is the file they lead to.
     Replace(PathBuf),
@@ -35,8 +35,8 @@ const MAX_LINKS: usize = 40;
 /// links one at a time so that a link into `/dev` or `/proc` is seen.
 ///
 /// A folder is refused (the output must be a file name).
-pub fn resolve(path: &Path) -> Result<Target> {
-    let on_path = |e: std::io::Error| Error::io(e).with_input(path.display());
+pub(crate) fn resolve(path: &Path) -> Result<Target> {
+    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
     let mut at = path.to_path_buf();
     for _ in 0..MAX_LINKS {
         if let Some(fd) = descriptor_alias(&at) {
@@ -98,7 +98,7 @@ fn descriptor_alias(path: &Path) -> Option<u32> {
 /// Opens a [`Target::Stream`] for writing: a device or FIFO as it is (a
 /// FIFO waits here for its reader), a socket by connecting to it, another
 /// descriptor's name in append mode (its file keeps what it holds).
-pub fn open_stream(path: &Path) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_stream(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::FileTypeExt;
     if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
         let sock = std::os::unix::net::UnixStream::connect(path)?;

@@ -14,11 +14,11 @@ use crate::{Error, ErrorKind, Result};
 
 /// Temp files are named `.TARGET.XXXXXX.convert-tmp` (TARGET cut to fit
 /// NAME_MAX): recognisable if a `kill -9` leaves one behind.
-pub const TEMP_SUFFIX: &str = ".convert-tmp";
+pub(crate) const TEMP_SUFFIX: &str = ".convert-tmp";
 
 /// One output file being written under a temporary name.
 #[derive(Debug)]
-pub struct StagedFile {
+pub(crate) struct StagedFile {
     temp: NamedTempFile,
     target: PathBuf,
 }
@@ -31,8 +31,8 @@ impl StagedFile {
     /// nothing) there is refused: see [`crate::output::target`]. The new
     /// file gets an existing file's mode and owner, as `cp` onto it would
     /// leave them (the owner only where the system lets us give it away).
-    pub fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
-        let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
+    pub(crate) fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
+        let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
         // Refuse `out/` now: it would stage its temp file in the current folder.
         if target.as_os_str().as_encoded_bytes().ends_with(b"/") {
             return Err(on_target(std::io::Error::new(
@@ -45,7 +45,7 @@ impl StagedFile {
             _ => {
                 let msg = "is not a regular file, and only a regular file is ever replaced";
                 let e = Error::new(ErrorKind::OutputName(msg.into()));
-                return Err(e.with_input(target.display()));
+                return Err(e.with_output(target.display()));
             }
         };
         let dir = parent_dir(&dest);
@@ -71,17 +71,18 @@ impl StagedFile {
     }
 
     /// Another handle to the file being written (its offset is shared).
-    pub fn handle(&self) -> std::io::Result<std::fs::File> {
+    pub(crate) fn handle(&self) -> std::io::Result<std::fs::File> {
         self.temp.as_file().try_clone()
     }
 
     /// The path the file will have once committed (symbolic links followed).
-    pub fn target(&self) -> &Path {
+    pub(crate) fn target(&self) -> &Path {
         &self.target
     }
 
     /// The temporary path it has now.
-    pub fn temp_path(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn temp_path(&self) -> &Path {
         self.temp.path()
     }
 }
@@ -163,8 +164,8 @@ fn parent_dir(target: &Path) -> &Path {
 }
 
 /// Flushes `file` and, with `sync`, makes its bytes durable. Call before committing.
-pub async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) -> Result<()> {
-    let on_target = |e: std::io::Error| Error::io(e).with_input(target.display());
+pub(crate) async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) -> Result<()> {
+    let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
     file.flush().await.map_err(on_target)?;
     if sync {
         file.sync_all().await.map_err(on_target)?;
@@ -174,13 +175,13 @@ pub async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) -> Resu
 
 /// Makes every file's bytes durable, many at once: the disk then writes
 /// them together, as one `sync` would, instead of one file after another.
-pub async fn sync_files(files: Vec<(tokio::fs::File, PathBuf)>) -> Result<()> {
+pub(crate) async fn sync_files(files: Vec<(tokio::fs::File, PathBuf)>) -> Result<()> {
     use futures::{StreamExt, TryStreamExt};
     futures::stream::iter(files)
         .map(|(f, path)| async move {
             f.sync_all()
                 .await
-                .map_err(|e| Error::io(e).with_input(path.display()))
+                .map_err(|e| Error::io(e).with_output(path.display()))
         })
         .buffer_unordered(16)
         .try_collect::<()>()
@@ -194,7 +195,7 @@ pub async fn sync_files(files: Vec<(tokio::fs::File, PathBuf)>) -> Result<()> {
 /// renamed are taken back: the old files they replaced are put back (they
 /// are kept aside under temp names until the whole set is in place), and
 /// new names are removed, so neither a partial set nor a hole remains.
-pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
+pub(crate) fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
     let set = staged.len() > 1;
     // Each target renamed, with the old file it replaced, if any.
     let mut done: Vec<(PathBuf, Option<TempPath>)> = Vec::with_capacity(staged.len());
@@ -224,7 +225,7 @@ pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
                     }
                 }
             }
-            return Err(Error::io(e.error).with_input(target.display()));
+            return Err(Error::io(e.error).with_output(target.display()));
         }
         done.push((target, old));
     }
@@ -235,7 +236,7 @@ pub fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
         let mut dirs: Vec<&Path> = done.iter().map(|p| parent_dir(p)).collect();
         dirs.dedup();
         for dir in dirs {
-            sync_dir(dir).map_err(|e| Error::io(e).with_input(dir.display()))?;
+            sync_dir(dir).map_err(|e| Error::io(e).with_output(dir.display()))?;
         }
     }
     Ok(())
@@ -259,7 +260,7 @@ fn keep_aside(target: &Path) -> Option<TempPath> {
 /// An exclusive advisory lock (flock) on `dir`, held until dropped. Every
 /// run of this crate takes it before renaming a set into `dir`.
 fn lock_folder(dir: &Path) -> Result<std::fs::File> {
-    let on_dir = |e: std::io::Error| Error::io(e).with_input(dir.display());
+    let on_dir = |e: std::io::Error| Error::io(e).with_output(dir.display());
     let folder = std::fs::File::open(dir).map_err(on_dir)?;
     rustix::fs::flock(&folder, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| on_dir(e.into()))?;

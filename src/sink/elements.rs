@@ -6,7 +6,8 @@
 //! elements sized by [`Elements::chunk_sizes`], hands each chunk to
 //! [`Elements::process`] (CRC update, byte swap, cast, length accounting),
 //! writes what it returns, and ends with [`Elements::finish`], which checks
-//! the count and the checksum. The drivers differ only in how bytes arrive
+//! the count and the checksum and returns how many cast elements overflowed
+//! to infinity, so every driver reports overflows the same way. The drivers differ only in how bytes arrive
 //! (an `AsyncRead`, positional reads, a caller's slices) and leave.
 
 use crate::cast::Cast;
@@ -24,6 +25,8 @@ pub(crate) struct Elements {
     in_len: u64,
     /// Input bytes processed so far.
     done: u64,
+    /// Cast elements so far that were finite and became infinite.
+    overflowed: u64,
 }
 
 /// A CRC-32 being computed, and the value it must end at.
@@ -73,6 +76,7 @@ impl Elements {
             crc: None,
             in_len,
             done: 0,
+            overflowed: 0,
         }
     }
 
@@ -141,7 +145,7 @@ impl Elements {
             Some(c) => {
                 let n = input.len() / c.in_width();
                 let out = &mut output[..n * c.out_width()];
-                c.apply(&input[..n * c.in_width()], out);
+                self.overflowed += c.apply(&input[..n * c.in_width()], out);
                 out
             }
             None => input,
@@ -180,15 +184,17 @@ impl Elements {
         })
     }
 
-    /// Checks that every byte came and the checksum holds.
-    pub(crate) fn finish(self) -> Result<()> {
+    /// Checks that every byte came and the checksum holds. Returns how
+    /// many elements the cast turned from finite to infinite (0 without a
+    /// cast), for the run's warnings.
+    pub(crate) fn finish(self) -> Result<u64> {
         if self.done != self.in_len {
             return Err(self.too_short());
         }
-        match self.crc {
-            Some(crc) => crc.verify(),
-            None => Ok(()),
+        if let Some(crc) = self.crc {
+            crc.verify()?;
         }
+        Ok(self.overflowed)
     }
 
     fn widths(&self) -> (usize, usize) {
@@ -283,5 +289,17 @@ mod tests {
             e.process(&mut input, &mut []).unwrap();
             assert_eq!(e.finish().is_ok(), good);
         }
+    }
+
+    #[test]
+    fn counts_finite_values_a_cast_overflows_to_infinity() {
+        let cast = Cast::new(Dtype::F32, Dtype::F16).unwrap();
+        let values = [1.0f32, 1e6, -1e9, f32::INFINITY, 65504.0];
+        let mut input: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut e = Elements::new(10, Transform::Identity, Some(cast));
+        let mut output = [0u8; 10];
+        e.process(&mut input, &mut output).unwrap();
+        // 1e6 and -1e9 overflow; an infinity that was already one does not count.
+        assert_eq!(e.finish().unwrap(), 2);
     }
 }

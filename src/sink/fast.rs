@@ -48,6 +48,10 @@ impl SpanJob {
     }
 }
 
+/// Bytes copied by [`copy_spans`], and the casts' overflows to infinity as
+/// (job index, elements).
+pub(crate) type Copied = (u64, Vec<(usize, u64)>);
+
 /// Copies `jobs` in order to `out` at its current offset. On error, returns
 /// the index of the job that failed with the error.
 pub(crate) fn copy_spans(
@@ -56,15 +60,16 @@ pub(crate) fn copy_spans(
     jobs: &[SpanJob],
     buffer_size: usize,
     mut progress: impl FnMut(u64),
-) -> std::result::Result<u64, (usize, Error)> {
+) -> std::result::Result<Copied, (usize, Error)> {
     let on_out = |e: Error| match e.kind() {
-        ErrorKind::Io(io) if output_side(io) => e.with_input(out_name),
+        ErrorKind::Io(io) if output_side(io) => e.with_output(out_name),
         _ => e,
     };
     let mut buf = ChunkBuffer::default();
     // Small tensors' bytes gather here into large writes.
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
+    let mut overflows = Vec::new();
     let mut i = 0;
     while i < jobs.len() {
         let run = verbatim_run(jobs, i);
@@ -73,8 +78,10 @@ pub(crate) fn copy_spans(
             // A small run (tensors scattered in canonical order) costs more
             // in syscalls than in bytes: gathered through the buffer.
             for (k, job) in jobs.iter().enumerate().take(run).skip(i) {
-                written += copy_buffered(job, &mut w, &mut buf, buffer_size, &mut progress)
+                // Verbatim: no cast, so nothing can overflow.
+                let (n, _) = copy_buffered(job, &mut w, &mut buf, buffer_size, &mut progress)
                     .map_err(|e| (k, on_out(e)))?;
+                written += n;
             }
             i = run;
         } else if run > i {
@@ -106,15 +113,19 @@ pub(crate) fn copy_spans(
             written += len;
             i = run;
         } else {
-            let n = copy_buffered(&jobs[i], &mut w, &mut buf, buffer_size, &mut progress)
-                .map_err(|e| (i, on_out(e)))?;
+            let (n, overflowed) =
+                copy_buffered(&jobs[i], &mut w, &mut buf, buffer_size, &mut progress)
+                    .map_err(|e| (i, on_out(e)))?;
+            if overflowed > 0 {
+                overflows.push((i, overflowed));
+            }
             written += n;
             i += 1;
         }
     }
     w.flush()
         .map_err(|e| (jobs.len() - 1, on_out(Error::io(e))))?;
-    Ok(written)
+    Ok((written, overflows))
 }
 
 /// The end of the run of verbatim jobs from `start` that lie back to back in one file.
@@ -256,14 +267,15 @@ fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Re
 }
 
 /// Positional reads into one buffer, then the element pipeline (checksum,
-/// byte swap, cast), then a write.
+/// byte swap, cast), then a write. Returns the bytes written and the cast's
+/// overflows to infinity.
 fn copy_buffered(
     job: &SpanJob,
     out: &mut impl Write,
     buf: &mut ChunkBuffer,
     buffer_size: usize,
     progress: &mut impl FnMut(u64),
-) -> Result<u64> {
+) -> Result<(u64, u64)> {
     let span = &job.span;
     let mut elements = Elements::new(job.out_len(), span.transform, job.cast);
     let (in_cap, out_cap) = elements.chunk_sizes(buffer_size);
@@ -300,8 +312,8 @@ fn copy_buffered(
         written += bytes.len() as u64;
         progress(bytes.len() as u64);
     }
-    elements.finish()?;
-    Ok(written)
+    let overflowed = elements.finish()?;
+    Ok((written, overflowed))
 }
 
 /// Checks the CRC of every checksummed job, reading the bytes again (from

@@ -6,7 +6,7 @@
 //! plus the header bytes the plan already holds. Nothing grows with the
 //! model's size.
 
-pub mod atomic;
+pub(crate) mod atomic;
 pub(crate) mod elements;
 pub(crate) mod fast;
 
@@ -28,6 +28,7 @@ pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
 
 /// How the sink buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SinkOptions {
     /// Bytes moved per read and write; the sink's whole memory for data.
     pub buffer_size: usize,
@@ -40,6 +41,8 @@ impl Default for SinkOptions {
         }
     }
 }
+
+crate::setters::setters!(SinkOptions { buffer_size: usize });
 
 /// Writes one safetensors file to `W`, checking every tensor against the plan.
 ///
@@ -67,6 +70,8 @@ pub struct Sink<W> {
     buffer_size: usize,
     written: u64,
     output: Option<String>,
+    /// Cast elements that overflowed to infinity since last taken.
+    overflowed: u64,
 }
 
 impl<W: AsyncWrite + Unpin> Sink<W> {
@@ -86,6 +91,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             buffer_size: options.buffer_size.max(1),
             written: header.bytes().len() as u64,
             output: None,
+            overflowed: 0,
         };
         sink.writer
             .write_all(header.bytes())
@@ -191,7 +197,14 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             }
             .into());
         }
-        elements.finish()
+        self.overflowed += elements.finish()?;
+        Ok(())
+    }
+
+    /// How many cast elements overflowed to infinity (finite in, infinite
+    /// out) since the last call: call it after each tensor to name it.
+    pub fn take_overflowed(&mut self) -> u64 {
+        std::mem::take(&mut self.overflowed)
     }
 
     /// Flushes the writer, so that bytes then written to the same file by
@@ -249,7 +262,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
 /// An error writing to the output, named when the output has a name.
 fn write_error(output: &Option<String>, e: std::io::Error) -> Error {
     match output {
-        Some(name) => Error::io(e).with_input(name),
+        Some(name) => Error::io(e).with_output(name),
         None => Error::io(e),
     }
 }

@@ -11,12 +11,12 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::task::JoinHandle;
 
 /// Bytes read per trip to the blocking pool: the bridge's whole memory.
-pub const CHUNK: usize = 1 << 20;
+pub(crate) const CHUNK: usize = 1 << 20;
 
 type Trip<R> = (R, Vec<u8>, io::Result<usize>);
 
 /// Reads a blocking reader on tokio's blocking pool, one chunk at a time.
-pub struct BlockingReader<R> {
+pub(crate) struct BlockingReader<R> {
     state: State<R>,
     chunk: usize,
 }
@@ -36,12 +36,12 @@ enum State<R> {
 
 impl<R: Read + Send + 'static> BlockingReader<R> {
     /// Wraps `reader`.
-    pub fn new(reader: R) -> Self {
+    pub(crate) fn new(reader: R) -> Self {
         Self::with_chunk(reader, CHUNK)
     }
 
     /// Wraps `reader`, reading `chunk` bytes per trip.
-    pub fn with_chunk(reader: R, chunk: usize) -> Self {
+    pub(crate) fn with_chunk(reader: R, chunk: usize) -> Self {
         BlockingReader {
             state: State::Idle {
                 reader,
@@ -134,7 +134,7 @@ impl<R: Read + Send + 'static> AsyncRead for BlockingReader<R> {
 /// Reads a blocking reader on a thread of its own, up to `depth` chunks
 /// ahead of the consumer: the next npz member inflates on the second core
 /// while this one is written. Memory: at most `depth + 1` chunks.
-pub struct ReadAhead {
+pub(crate) struct ReadAhead {
     rx: tokio::sync::mpsc::Receiver<io::Result<Vec<u8>>>,
     current: Vec<u8>,
     pos: usize,
@@ -142,7 +142,11 @@ pub struct ReadAhead {
 
 impl ReadAhead {
     /// Starts reading `reader` now, in `chunk`-byte pieces. Needs a tokio runtime.
-    pub fn spawn<R: Read + Send + 'static>(mut reader: R, chunk: usize, depth: usize) -> Self {
+    pub(crate) fn spawn<R: Read + Send + 'static>(
+        mut reader: R,
+        chunk: usize,
+        depth: usize,
+    ) -> Self {
         let (tx, rx) = tokio::sync::mpsc::channel(depth.max(1));
         let chunk = chunk.max(1);
         tokio::task::spawn_blocking(move || loop {

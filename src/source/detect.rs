@@ -89,12 +89,12 @@ pub const SNIFF_LEN: usize = 16;
 /// Bytes a file's detection reads: enough to see a tar header's `ustar`
 /// (a stream is sniffed with [`SNIFF_LEN`] only, so nothing more is
 /// decoded before its format is known).
-pub const FILE_SNIFF_LEN: usize = 264;
+pub(crate) const FILE_SNIFF_LEN: usize = 264;
 
 /// Recognises an input from its first bytes.
 ///
 /// ```
-/// use safetensors_stream::source::detect::{detect, Codec, Format};
+/// use safetensors_stream::{source::{Codec, Format}, test_support::detect};
 ///
 /// assert_eq!(detect(b"\x93NUMPY\x01\x00"), Format::Npy);
 /// assert_eq!(detect(b"PK\x03\x04"), Format::Zip);

@@ -6,7 +6,6 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use async_compression::tokio::bufread::{BzDecoder, GzipDecoder, XzDecoder, ZstdDecoder};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
@@ -21,7 +20,7 @@ use crate::index::is_index_path;
 use crate::{Error, ErrorKind, Result};
 
 /// How a run tells the user things that are not errors ("spooling ...").
-pub type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
+pub(crate) type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
 /// Opens `path` (`-` for standard input) as a source of tensors.
 pub async fn open_input(
@@ -38,8 +37,8 @@ pub async fn open_input(
         let stdin: TensorReader<'static> = Box::pin(tokio::io::stdin());
         if let Some(spec) = &options.raw {
             if spec.tensors.iter().any(|t| t.name.is_empty()) {
-                return Err(Error::new(ErrorKind::Usage(
-                    "a dump from standard input needs --name".into(),
+                return Err(Error::new(ErrorKind::NameNeeded(
+                    "a dump from standard input",
                 )));
             }
             return open_raw_stream(stdin, &input, spec, options, notice).await;
@@ -92,14 +91,21 @@ pub async fn open_input(
         .await;
     }
     match detect(&first[..got]) {
-        Format::Npy => Ok(Box::new(NpySource::from_file(file, 0, len, &input, stem?)?)),
+        Format::Npy => Ok(Box::new(NpySource::from_file(
+            file,
+            0,
+            len,
+            &input,
+            stem?,
+            options.npy_void_as,
+        )?)),
         Format::Zip | Format::TorchLegacy | Format::Tar => {
             open_archive(file, len, &input, options, notice)
         }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Compressed(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
-            let decoded = decoder(codec, raw);
+            let decoded = decoder(codec, raw).map_err(|e| e.with_input(&input))?;
             open_stream(decoded, &input, stem.ok(), options, notice, 1).await
         }
         Format::Unknown => Err(unknown(&first[..got]).with_input(&input)),
@@ -190,7 +196,8 @@ async fn open_raw_file(
         None => Ok(Box::new(RawSource::from_file(file, len, input, spec)?)),
         Some(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
-            open_raw_stream(decoder(codec, raw), input, spec, options, notice).await
+            let decoded = decoder(codec, raw).map_err(|e| e.with_input(input))?;
+            open_raw_stream(decoded, input, spec, options, notice).await
         }
     }
 }
@@ -250,43 +257,58 @@ fn tensor_name(path: &Path, options: &SourceOptions) -> Result<String> {
     }
     let name = name.strip_suffix(".npy").unwrap_or(name);
     if name.is_empty() || path.as_os_str() == "-" {
-        return Err(Error::new(ErrorKind::Usage(
-            "an .npy from standard input needs --name".into(),
+        return Err(Error::new(ErrorKind::NameNeeded(
+            "an .npy from standard input",
         )));
     }
     Ok(name.to_string())
 }
 
 /// A decoder that accepts concatenated members (pigz, pbzip2, multi-frame
-/// zstd) and fails on anything else after the last one.
-fn decoder(codec: Codec, raw: TensorReader<'static>) -> TensorReader<'static> {
+/// zstd) and fails on anything else after the last one. Each codec is a
+/// cargo feature (all on by default); a build without one refuses its
+/// inputs by name.
+#[cfg_attr(
+    not(any(feature = "gzip", feature = "zstd", feature = "xz", feature = "bzip2")),
+    allow(unreachable_code, unused_variables)
+)]
+fn decoder(codec: Codec, raw: TensorReader<'static>) -> Result<TensorReader<'static>> {
     let buf = BufReader::with_capacity(256 * 1024, raw);
     let decoded: TensorReader<'static> = match codec {
+        #[cfg(feature = "gzip")]
         Codec::Gzip => {
-            let mut d = GzipDecoder::new(buf);
+            let mut d = async_compression::tokio::bufread::GzipDecoder::new(buf);
             d.multiple_members(true);
             Box::pin(d)
         }
+        #[cfg(feature = "zstd")]
         Codec::Zstd => {
-            let mut d = ZstdDecoder::new(buf);
+            let mut d = async_compression::tokio::bufread::ZstdDecoder::new(buf);
             d.multiple_members(true);
             Box::pin(d)
         }
+        #[cfg(feature = "xz")]
         Codec::Xz => {
-            let mut d = XzDecoder::new(buf);
+            let mut d = async_compression::tokio::bufread::XzDecoder::new(buf);
             d.multiple_members(true);
             Box::pin(d)
         }
+        #[cfg(feature = "bzip2")]
         Codec::Bzip2 => {
-            let mut d = BzDecoder::new(buf);
+            let mut d = async_compression::tokio::bufread::BzDecoder::new(buf);
             d.multiple_members(true);
             Box::pin(d)
+        }
+        #[allow(unreachable_patterns)] // every codec enabled: nothing is left
+        disabled => {
+            drop(buf);
+            return Err(Error::new(ErrorKind::CodecDisabled(disabled.name())));
         }
     };
-    Box::pin(DecodeErrors {
+    Ok(Box::pin(DecodeErrors {
         inner: decoded,
         codec,
-    })
+    }))
 }
 
 /// Turns a decoder's I/O errors into bad-input errors naming the codec.
@@ -342,7 +364,7 @@ async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'s
 /// Opens a forward-only input read from `reader` (an object streamed
 /// whole) exactly as standard input is opened: detected, decompressed,
 /// spooled when its format needs seeking. `stem` names a lone .npy array.
-pub async fn open_reader(
+pub(crate) async fn open_reader(
     reader: TensorReader<'static>,
     input: &str,
     stem: Option<String>,
@@ -372,7 +394,7 @@ fn open_stream<'a>(
         match detect(&first) {
             Format::Compressed(codec) if depth < 2 => {
                 open_stream(
-                    decoder(codec, reader),
+                    decoder(codec, reader).map_err(on_input)?,
                     input,
                     stem,
                     options,
@@ -386,12 +408,13 @@ fn open_stream<'a>(
                     (Some(n), _) => n.clone(),
                     (None, Some(s)) => s,
                     (None, None) => {
-                        return Err(on_input(Error::new(ErrorKind::Usage(
-                            "an .npy from standard input needs --name".into(),
+                        return Err(on_input(Error::new(ErrorKind::NameNeeded(
+                            "an .npy from standard input",
                         ))))
                     }
                 };
-                let src = NpySource::from_stream(reader, input, name).await?;
+                let src =
+                    NpySource::from_stream_as(reader, input, name, options.npy_void_as).await?;
                 if src.needs_random_access() {
                     notice(&format!("{input}: Fortran-order array from a stream; spooling it to a temporary file"));
                     return Ok(Box::new(src.spool().await?) as Box<dyn Source>);
@@ -470,4 +493,41 @@ async fn spool_safetensors(mut reader: TensorReader<'_>, input: &str) -> Result<
     check_file_len(&header, len)?;
     drop(json);
     Ok(SafetensorsSource::from_data(data, header, input))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A build without a codec's feature refuses that codec's inputs by
+    /// name (CI builds the library tests once without bzip2 to run this).
+    #[cfg(not(feature = "bzip2"))]
+    #[test]
+    fn a_disabled_codec_is_refused_by_name() {
+        let raw: TensorReader<'static> = Box::pin(&b"BZh91AY&SY"[..]);
+        let e = decoder(Codec::Bzip2, raw).err().expect("bzip2 is off");
+        assert!(
+            matches!(e.kind(), ErrorKind::CodecDisabled("bzip2")),
+            "{e:?}"
+        );
+        assert_eq!(e.category(), crate::Category::BadInput);
+    }
+
+    #[cfg(feature = "gzip")]
+    #[test]
+    fn an_enabled_codec_decodes() {
+        let raw: TensorReader<'static> = Box::pin(
+            &[
+                0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ][..],
+        );
+        let mut d = decoder(Codec::Gzip, raw).expect("gzip is on");
+        let mut out = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(tokio::io::AsyncReadExt::read_to_end(&mut d, &mut out))
+            .unwrap();
+        assert!(out.is_empty());
+    }
 }

@@ -10,7 +10,7 @@ use crate::{Dtype, Error, ErrorKind, Result};
 /// Tensors held in memory as little-endian, C-order bytes.
 ///
 /// ```
-/// use safetensors_stream::{Dtype, source::{memory::MemorySource, Source}};
+/// use safetensors_stream::{Dtype, source::{MemorySource, Source}};
 ///
 /// let mut src = MemorySource::new("weights");
 /// src.push("bias", Dtype::F32, [2], [0u8; 8].to_vec())?;

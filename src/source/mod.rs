@@ -5,15 +5,21 @@
 //! reader. The planner needs only the listing; the sink pulls the bytes in
 //! plan order, which is generally not the input's order.
 
-pub mod blocking;
-pub mod detect;
-pub mod input;
-pub mod memory;
-pub mod npy;
-pub mod npz;
-pub mod pytorch;
-pub mod raw;
-pub mod safetensors;
+pub(crate) mod blocking;
+pub(crate) mod detect;
+pub(crate) mod input;
+pub(crate) mod memory;
+pub(crate) mod npy;
+pub(crate) mod npz;
+pub(crate) mod pytorch;
+pub(crate) mod raw;
+pub(crate) mod safetensors;
+
+pub use crate::transform::Transform;
+pub use detect::{detect_file, Codec, Format};
+pub use input::open_input;
+pub use memory::MemorySource;
+pub use raw::{RawSpec, RawTensor};
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,7 +28,6 @@ use futures::future::BoxFuture;
 use tokio::io::AsyncRead;
 
 use crate::header::{Metadata, TensorMeta};
-use crate::transform::Transform;
 use crate::Result;
 
 /// A reader of one tensor's bytes.
@@ -139,6 +144,7 @@ pub struct CrcCheck {
 
 /// Options that change how inputs are read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SourceOptions {
     /// Read every input as a raw dump laid out like this (dtype, shape and
     /// offset per tensor); compressed dumps are unwrapped when their name
@@ -148,6 +154,9 @@ pub struct SourceOptions {
     pub skip_non_npy: bool,
     /// The tensor name for a single-array input (.npy), instead of the file stem.
     pub name: Option<String>,
+    /// Read .npy void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
+    /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
+    pub npy_void_as: Option<crate::Dtype>,
     /// PyTorch checkpoints: write one tensor of each group of identical views
     /// and record the dropped names in the metadata (`--dedupe-tied`).
     pub dedupe_tied: bool,
@@ -155,6 +164,15 @@ pub struct SourceOptions {
     /// nested dicts), named without it (`--pt-root`).
     pub pt_root: Option<String>,
 }
+
+crate::setters::setters!(SourceOptions {
+    raw: Option<raw::RawSpec>,
+    skip_non_npy: bool,
+    name: Option<String>,
+    npy_void_as: Option<crate::Dtype>,
+    dedupe_tied: bool,
+    pt_root: Option<String>,
+});
 
 /// What the planner reads of an input: its name, tensors and metadata.
 /// Sources are listed as they are, without copying a million names.

@@ -45,7 +45,7 @@ impl RawSpec {
     /// Parses a manifest: a JSON list of `{"name", "dtype", "shape", "offset"}`.
     ///
     /// ```
-    /// use safetensors_stream::source::raw::RawSpec;
+    /// use safetensors_stream::source::RawSpec;
     ///
     /// let spec = RawSpec::from_manifest(br#"[{"name": "w", "dtype": "F32", "shape": [2, 2], "offset": 16}]"#)?;
     /// assert_eq!(spec.tensors[0].offset, 16);
@@ -213,7 +213,7 @@ impl RawSource {
     pub fn from_stream(reader: TensorReader<'static>, input: &str, spec: &RawSpec) -> Result<Self> {
         if spec.tensors.len() != 1 {
             let msg = "a streamed dump must hold exactly one tensor; spool it to a file";
-            return Err(Error::new(ErrorKind::Usage(msg.into())).with_input(input));
+            return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(input));
         }
         let data = Data::Stream {
             reader: Some(reader),
@@ -278,7 +278,7 @@ impl Source for RawSource {
                 Data::File(f, _) => Box::pin(file_range(f, p.offset, p.len).await?),
                 Data::Stream { reader, pos } => {
                     let mut r = reader.take().ok_or_else(|| {
-                        Error::new(ErrorKind::Usage("a streamed dump is read once".into()))
+                        Error::new(ErrorKind::ReadOnce("a streamed dump is read once"))
                     })?;
                     let gap = p.offset - *pos;
                     let skipped =

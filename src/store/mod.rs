@@ -17,7 +17,7 @@
 
 pub mod source;
 pub mod upload;
-pub mod write;
+pub(crate) mod write;
 
 use std::path::Path;
 use std::sync::Arc;

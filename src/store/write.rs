@@ -4,6 +4,7 @@
 //! [`MIN_PART`](super::upload::MIN_PART) bytes is a single PUT.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use super::upload::{abort_uploads, PartUpload, MIN_PART};
 use super::{store_error, Location};
@@ -20,11 +21,12 @@ use object_store::{ObjectStoreExt, PutPayload};
 
 /// Writes the files of `plan` that `options.part` selects to the objects
 /// named from `url` (the set's base name, as for files).
-pub async fn write_objects(
+pub(crate) async fn write_objects(
     url: &str,
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let base = Location::parse(url)?;
     let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
@@ -41,7 +43,7 @@ pub async fn write_objects(
         check_shard_objects(plan, &objects).await?;
     }
     let mut keys = Vec::new();
-    let written = upload_shards(plan, &objects, sources, options, &mut keys).await;
+    let written = upload_shards(plan, &objects, sources, options, overflows, &mut keys).await;
     let (uploads, mut written) = match written {
         Ok(w) => w,
         Err(e) => {
@@ -91,6 +93,7 @@ async fn upload_shards(
     objects: &[Location],
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
     keys: &mut Vec<u64>,
 ) -> Result<(Vec<Ready>, Vec<WrittenFile>)> {
     let mut ready = Vec::new();
@@ -104,6 +107,7 @@ async fn upload_shards(
             index,
             count,
             options,
+            overflows,
         };
         let len = shard.file_len();
         let sha256 = if count == 1 && len < MIN_PART {

@@ -148,7 +148,7 @@ impl Writer<std::fs::File> {
         let (stage, _) = StagedFile::create(path)?;
         let file = stage
             .handle()
-            .map_err(|e| Error::io(e).with_input(path.display()))?;
+            .map_err(|e| Error::io(e).with_output(path.display()))?;
         let mut w = Writer::start(file, state, &options)?;
         w.stage = Some(stage);
         w.state.name_output(path.display());

@@ -75,7 +75,7 @@ impl WriterState {
             if self.header.header().tensors[self.next].meta.name == name {
                 // `pass` counts nothing when it refuses.
                 if let Err(e) = current.pass(len) {
-                    return Err(e.with_tensor(name).with_input(self.output_name()));
+                    return Err(e.with_tensor(name).with_output(self.output_name()));
                 }
                 self.written += len as u64;
                 return Ok(());
@@ -112,7 +112,7 @@ impl WriterState {
                 }),
             },
         };
-        Error::new(kind).with_input(self.output_name())
+        Error::new(kind).with_output(self.output_name())
     }
 
     /// Checks every tensor got all its bytes (tensors of 0 bytes need none).
@@ -129,12 +129,12 @@ impl WriterState {
             true => current.too_short(),
             false => Error::new(ErrorKind::Unfinished { missing }),
         };
-        Err(e.with_tensor(name.clone()).with_input(self.output_name()))
+        Err(e.with_tensor(name.clone()).with_output(self.output_name()))
     }
 
     /// An error writing to the output, naming it.
     pub(super) fn write_error(&self, e: std::io::Error) -> Error {
-        Error::io(e).with_input(self.output_name())
+        Error::io(e).with_output(self.output_name())
     }
 
     fn output_name(&self) -> &str {

@@ -57,8 +57,9 @@ pub struct Cli {
 pub struct ConvertArgs {
     /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, PyTorch
     /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), any of them
-    /// gzip/zstd/xz/bzip2-compressed; `-` for standard input; s3://, gs://, az:// or https://
-    /// URLs (credentials from the environment). Recognised by content.
+    /// gzip/zstd/xz/bzip2-compressed; `-` for standard input; a folder holding one checkpoint
+    /// (its index, else its single model file); s3://, gs://, az:// or https:// URLs (credentials
+    /// from the environment). Recognised by content.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// How the inputs are read (names, raw dumps).
@@ -73,7 +74,8 @@ pub struct ConvertArgs {
     pub cast_all: Option<Dtype>,
     /// Output file, `-` for standard output, or an s3://, gs:// or az:// URL (a multipart
     /// upload, aborted on failure). With --max-shard-size, the shards' base name.
-    #[arg(short, long, required = true, value_name = "OUT")]
+    /// Optional with --dry-run (the plan then uses the first input's name, as NAME.safetensors).
+    #[arg(short, long, required_unless_present = "dry_run", value_name = "OUT")]
     pub output: Option<PathBuf>,
     /// Keep only tensors whose name matches this glob (repeatable).
     #[arg(long, value_name = "GLOB")]
@@ -81,12 +83,23 @@ pub struct ConvertArgs {
     /// Drop tensors whose name matches this glob (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    /// Rename tensor FROM to TO (repeatable; applied after --include/--exclude).
+    /// Rename tensor FROM (its input name) to TO (repeatable; after --include/--exclude).
+    /// The name given is final: --strip-prefix and --rename-regex skip it.
     #[arg(long, value_name = "FROM=TO", value_parser = parse_pair)]
     pub rename: Vec<(String, String)>,
-    /// Prepend P to every tensor name (after --rename).
+    /// Remove P from the start of every name that has it (after --rename).
+    #[arg(long, value_name = "P")]
+    pub strip_prefix: Option<String>,
+    /// Replace every match of the regex PATTERN by REPLACEMENT (`$1`, `${name}`) in each
+    /// name (repeatable, applied in order, after --strip-prefix). Split at the first `=`.
+    #[arg(long, value_name = "PATTERN=REPLACEMENT", value_parser = parse_pair)]
+    pub rename_regex: Vec<(String, String)>,
+    /// Prepend P to every tensor name (last, after every rename).
     #[arg(long, value_name = "P")]
     pub prefix: Option<String>,
+    /// Write a file with no tensors when the filters (or the inputs) leave none, instead of failing.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Set a metadata entry, overriding the inputs' (repeatable).
     #[arg(long, value_name = "K=V", value_parser = parse_pair)]
     pub metadata: Vec<(String, String)>,
@@ -143,6 +156,10 @@ pub struct InputArgs {
     /// Skip npz members that are not .npy arrays, instead of refusing the archive.
     #[arg(long)]
     pub skip_non_npy: bool,
+    /// Read .npy/.npz void elements (`<V2`, `|V1`: ml_dtypes' types saved by np.save) as this
+    /// dtype (BF16, F8_E4M3, F8_E5M2, ...); its width must be the void's. Never guessed.
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
+    pub npy_void_as: Option<Dtype>,
     /// PyTorch checkpoints: write one tensor of each group of identical (tied) views and
     /// record the dropped names in __metadata__, as the Hugging Face script does.
     #[arg(long, help_heading = "PyTorch checkpoints")]

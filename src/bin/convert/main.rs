@@ -5,22 +5,27 @@ mod progress;
 mod run;
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
+use safetensors_stream::folder::resolve_input;
 use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
-use safetensors_stream::source::detect::{detect_file, Format};
-use safetensors_stream::source::input::open_input;
+use safetensors_stream::source::open_input;
+use safetensors_stream::source::{detect_file, Format};
 use safetensors_stream::source::{Listing, SourceOptions};
 use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
-use safetensors_stream::{inspect, Category, Error};
+use safetensors_stream::{inspect, Category, Error, ErrorKind};
 
 use cli::{Cli, Command, InspectArgs, ValidateArgs};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_failure(e),
+    };
     let result = match cli.command {
         Some(Command::Validate(args)) => validate(&args),
         Some(Command::Inspect(args)) => run_inspect(&args),
@@ -38,6 +43,37 @@ fn main() -> ExitCode {
             exit_code(e.category())
         }
     }
+}
+
+/// A command line clap refused. With `--report json` the failure is one
+/// JSON object like any other; help and version are not failures.
+fn usage_failure(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind as Clap;
+    let failure = !matches!(
+        e.kind(),
+        Clap::DisplayHelp | Clap::DisplayVersion | Clap::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !(failure && wants_json_report(std::env::args_os().skip(1))) {
+        e.exit();
+    }
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    let message = first.strip_prefix("error: ").unwrap_or(first).to_string();
+    let err = Error::new(ErrorKind::Usage(message));
+    eprintln!(
+        "{}",
+        run::error_json(&err, code_number(err.category()), &[])
+    );
+    exit_code(err.category())
+}
+
+/// Whether the raw arguments ask for `--report json` (read by hand, since
+/// clap could not parse them).
+fn wants_json_report(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let args: Vec<_> = args.take_while(|a| a != "--").collect();
+    args.iter().enumerate().any(|(i, a)| {
+        a == "--report=json" || (a == "--report" && args.get(i + 1).is_some_and(|v| v == "json"))
+    })
 }
 
 fn rules(reference: bool) -> Rules {
@@ -81,8 +117,16 @@ fn warn_hub_limit(cp: &Checkpoint) {
 /// Checks every file; one line per file; the worst failure sets the exit code.
 fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
     let mut worst: Option<Category> = None;
-    for path in &args.files {
-        match open_checkpoint(path, rules(args.reference)) {
+    for given in &args.files {
+        // A checkpoint folder stands for its index or its one model file, as for convert.
+        let (path, opened) = match resolve_input(given) {
+            Ok(path) => {
+                let opened = open_checkpoint(&path, rules(args.reference));
+                (path, opened)
+            }
+            Err(e) => (given.clone(), Err(e)),
+        };
+        match opened {
             Ok(cp) => {
                 warn_hub_limit(&cp);
                 if !args.quiet {
@@ -121,10 +165,12 @@ fn worse(a: Category, b: Category) -> Category {
 
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
     let options = run::source_options(&args.input)?;
-    let text = if options.raw.is_none() && reads_as_checkpoint(&args.file)? {
-        inspect_checkpoint(args)?
+    // A checkpoint folder stands for its index or its one model file, as for convert.
+    let file = resolve_input(&args.file)?;
+    let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {
+        inspect_checkpoint(&file, args)?
     } else {
-        inspect_source(args, &options)?
+        inspect_source(&file, args, &options)?
     };
     // A closed pipe (`| head`) is not an error worth a message.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
@@ -133,7 +179,7 @@ fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
 
 /// An index, or a file that is not another format convert reads: shown
 /// with its offsets, under the chosen rules (and their errors).
-fn reads_as_checkpoint(path: &std::path::Path) -> Result<bool, Error> {
+fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     if is_index_path(path) {
         return Ok(true);
     }
@@ -150,8 +196,8 @@ fn reads_as_checkpoint(path: &std::path::Path) -> Result<bool, Error> {
     ))
 }
 
-fn inspect_checkpoint(args: &InspectArgs) -> Result<String, Error> {
-    let cp = open_checkpoint(&args.file, rules(args.reference))?;
+fn inspect_checkpoint(file: &Path, args: &InspectArgs) -> Result<String, Error> {
+    let cp = open_checkpoint(file, rules(args.reference))?;
     warn_hub_limit(&cp);
     Ok(if args.json {
         pretty(&inspect::to_json(&cp))
@@ -161,7 +207,7 @@ fn inspect_checkpoint(args: &InspectArgs) -> Result<String, Error> {
 }
 
 /// A local file or index, or an object (`s3://`, `https://`, ...) read by ranges.
-fn open_checkpoint(path: &std::path::Path, rules: Rules) -> Result<Checkpoint, Error> {
+fn open_checkpoint(path: &Path, rules: Rules) -> Result<Checkpoint, Error> {
     if !is_url(path) {
         return Checkpoint::open(path, rules);
     }
@@ -175,12 +221,16 @@ fn open_checkpoint(path: &std::path::Path, rules: Rules) -> Result<Checkpoint, E
 }
 
 /// Any other input, opened by the very code a conversion opens it with.
-fn inspect_source(args: &InspectArgs, options: &SourceOptions) -> Result<String, Error> {
+fn inspect_source(
+    file: &Path,
+    args: &InspectArgs,
+    options: &SourceOptions,
+) -> Result<String, Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let notice = |msg: &str| eprintln!("convert: {msg}");
-    let source = rt.block_on(open_input(&args.file, options, &notice))?;
+    let source = rt.block_on(open_input(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);
     Ok(if args.json {

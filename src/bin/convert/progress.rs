@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::Plan;
 use safetensors_stream::units::HumanBytes;
@@ -19,10 +19,30 @@ impl Bar {
             "{bar:30.cyan/blue} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} ETA {eta:>4} {msg}",
         )
         .expect("a valid template")
+        .with_key("eta", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = w.write_str(&eta_text(state.pos(), state.per_sec(), state.elapsed(), || {
+                state.eta()
+            }));
+        })
         .progress_chars("=> ");
         bar.set_style(style);
         Bar(bar)
     }
+
+    /// Clears the bar, so that the message of an interruption (after the
+    /// terminal's `^C`) starts on a fresh line.
+    pub(crate) fn interrupted(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// Before any byte has moved, or in the first second, there is no rate to
+/// go by: indicatif would show an ETA of 0s then. Show `--` instead.
+fn eta_text(pos: u64, per_sec: f64, elapsed: Duration, eta: impl FnOnce() -> Duration) -> String {
+    if pos == 0 || per_sec.is_nan() || per_sec <= 0.0 || elapsed < Duration::from_secs(1) {
+        return "--".to_string();
+    }
+    HumanDuration(eta()).to_string()
 }
 
 impl Progress for Bar {
@@ -69,14 +89,22 @@ impl Lines {
     fn line(&self) {
         let done = self.done.load(Ordering::Relaxed);
         let total = self.total.load(Ordering::Relaxed).max(1);
-        let secs = self.started.elapsed().as_secs_f64().max(1e-9);
+        let elapsed = self.started.elapsed();
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let per_sec = done as f64 / secs;
         let tensor = self.tensor.lock().map(|t| t.clone()).unwrap_or_default();
+        let rate = match per_sec > 0.0 {
+            true => format!("{}/s", HumanBytes(per_sec as u64)),
+            false => "--/s".to_string(),
+        };
+        let eta = eta_text(done, per_sec, elapsed, || {
+            Duration::from_secs_f64(total.saturating_sub(done) as f64 / per_sec)
+        });
         eprintln!(
-            "progress: {} / {} ({:.0}%), {}/s, {tensor}",
+            "progress: {} / {} ({:.0}%), {rate}, ETA {eta}, {tensor}",
             HumanBytes(done),
             HumanBytes(total),
             done as f64 * 100.0 / total as f64,
-            HumanBytes((done as f64 / secs) as u64)
         );
     }
 }
@@ -110,5 +138,19 @@ impl Progress for Lines {
     }
     fn finish(&self) {
         self.line();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_eta_until_a_rate_is_known() {
+        let eta = || Duration::from_secs(90);
+        assert_eq!(eta_text(0, 0.0, Duration::from_secs(5), eta), "--");
+        assert_eq!(eta_text(10, 0.0, Duration::from_secs(5), eta), "--");
+        assert_eq!(eta_text(10, 5.0, Duration::from_millis(200), eta), "--");
+        assert_eq!(eta_text(10, 5.0, Duration::from_secs(2), eta), "2 minutes");
     }
 }

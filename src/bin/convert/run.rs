@@ -6,8 +6,8 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    cast_notes, check_output, convert_opened, open_inputs, plan_sources, plan_warnings,
-    shard_paths, ConvertOptions, Output, Part, Report,
+    cast_notes, check_output, convert_opened, fresh_notices, open_inputs, plan_sources,
+    plan_warnings, shard_paths, ConvertOptions, Output, Part, Report,
 };
 use safetensors_stream::header::Order;
 use safetensors_stream::inspect;
@@ -24,7 +24,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::{ByteOrder, ConvertArgs, InputArgs, OrderArg, ReportFormat};
 use crate::progress::{Bar, Lines};
-use safetensors_stream::source::raw::{RawSpec, RawTensor};
+use safetensors_stream::source::{RawSpec, RawTensor};
 
 /// The raw-dump reading of the inputs, if the flags ask for one.
 pub(crate) fn raw_spec(args: &InputArgs) -> Result<Option<RawSpec>, Error> {
@@ -49,58 +49,72 @@ pub(crate) fn raw_spec(args: &InputArgs) -> Result<Option<RawSpec>, Error> {
     Ok(Some(spec))
 }
 
-fn options(args: &ConvertArgs, notes: Notes) -> Result<ConvertOptions, Error> {
-    let progress: Option<Arc<dyn Progress>> =
-        match (args.quiet || args.report.is_some(), args.progress) {
-            (_, true) if std::io::stderr().is_terminal() => Some(Arc::new(Bar::new())),
-            (_, true) => Some(Arc::new(Lines::new())),
-            (false, false) if std::io::stderr().is_terminal() && !args.dry_run => {
-                Some(Arc::new(Bar::new()))
-            }
-            _ => None,
-        };
-    Ok(ConvertOptions {
-        source: source_options(&args.input)?,
-        notice: Some(Arc::new(move |msg: &str| notes.say(msg))),
-        plan: PlanOptions {
-            include: args.include.clone(),
-            exclude: args.exclude.clone(),
-            renames: args.rename.clone(),
-            prefix: args.prefix.clone(),
-            metadata: args.metadata.clone(),
-            order: match args.order {
-                OrderArg::Canonical => Order::Canonical,
-                OrderArg::Input => Order::AsGiven,
-            },
-            max_shard_size: args.max_shard_size,
-            casts: args.cast.clone(),
-            cast_all: args.cast_all,
-        },
-        sink: SinkOptions {
-            buffer_size: usize::try_from(args.buffer_size).unwrap_or(usize::MAX),
-        },
-        sync: !args.no_sync,
-        progress,
-        checksum: args.checksum.is_some(),
-        fast_path: true,
-        overwrite_input: args.overwrite_input,
-        part: match (args.shard, args.index_only) {
+/// The progress display: a bar on a terminal (also returned as such, to
+/// clear it on an interruption), lines when forced elsewhere, or none.
+fn progress(args: &ConvertArgs) -> (Option<Arc<dyn Progress>>, Option<Arc<Bar>>) {
+    let terminal = std::io::stderr().is_terminal();
+    let wanted = args.progress || (!args.quiet && args.report.is_none() && !args.dry_run);
+    match (wanted, terminal, args.progress) {
+        (true, true, _) => {
+            let bar = Arc::new(Bar::new());
+            (Some(bar.clone()), Some(bar))
+        }
+        (true, false, true) => (Some(Arc::new(Lines::new())), None),
+        _ => (None, None),
+    }
+}
+
+fn options(
+    args: &ConvertArgs,
+    notes: Notes,
+    progress: Option<Arc<dyn Progress>>,
+) -> Result<ConvertOptions, Error> {
+    Ok(ConvertOptions::default()
+        .source(source_options(&args.input)?)
+        .notice(Some(Arc::new(move |msg: &str| notes.say(msg))))
+        .plan(
+            PlanOptions::default()
+                .include(args.include.clone())
+                .exclude(args.exclude.clone())
+                .renames(args.rename.clone())
+                .strip_prefix(args.strip_prefix.clone())
+                .rename_regex(args.rename_regex.clone())
+                .prefix(args.prefix.clone())
+                .allow_empty(args.allow_empty)
+                .metadata(args.metadata.clone())
+                .order(match args.order {
+                    OrderArg::Canonical => Order::Canonical,
+                    OrderArg::Input => Order::AsGiven,
+                })
+                .max_shard_size(args.max_shard_size)
+                .casts(args.cast.clone())
+                .cast_all(args.cast_all),
+        )
+        .sink(
+            SinkOptions::default()
+                .buffer_size(usize::try_from(args.buffer_size).unwrap_or(usize::MAX)),
+        )
+        .sync(!args.no_sync)
+        .progress(progress)
+        .checksum(args.checksum.is_some())
+        .fast_path(true)
+        .overwrite_input(args.overwrite_input)
+        .part(match (args.shard, args.index_only) {
             (Some(k), _) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
             (None, true) => Part::IndexOnly,
             (None, false) => Part::All,
-        },
-    })
+        }))
 }
 
 /// How inputs are opened, from the shared input flags.
 pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
-    Ok(SourceOptions {
-        skip_non_npy: args.skip_non_npy,
-        name: args.name.clone(),
-        raw: raw_spec(args)?,
-        dedupe_tied: args.dedupe_tied,
-        pt_root: args.pt_root.clone(),
-    })
+    Ok(SourceOptions::default()
+        .skip_non_npy(args.skip_non_npy)
+        .name(args.name.clone())
+        .raw(raw_spec(args)?)
+        .npy_void_as(args.npy_void_as)
+        .dedupe_tied(args.dedupe_tied)
+        .pt_root(args.pt_root.clone()))
 }
 
 /// Notices go to stderr as lines, or into the JSON report when there is one.
@@ -154,20 +168,29 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
     let output = match args.output.as_deref() {
         Some(p) if p.as_os_str() == "-" => Output::Stdout,
         Some(p) => Output::File(p.to_path_buf()),
-        None => unreachable!("clap requires --output"),
+        // clap requires --output unless this is a dry run.
+        None => {
+            let name = default_output(args);
+            notes.say(&format!(
+                "no -o given: planning for {} (pass -o to choose)",
+                name.display()
+            ));
+            Output::File(name)
+        }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let opts = options(args, notes.clone())?;
+    let (shown, bar) = progress(args);
+    let opts = options(args, notes.clone(), shown)?;
     let outcome = rt.block_on(async {
         let mut hup = signal(SignalKind::hangup())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut pipe = signal(SignalKind::pipe())?;
         let mut term = signal(SignalKind::terminate())?;
         let outcome = tokio::select! {
-            r = job(args, &output, &opts) => r.map_err(|e| broken_pipe(e, &output)),
+            r = job(args, &output, &opts) => r.map_err(broken_pipe),
             _ = hup.recv() => Err(Interrupt::Signal("SIGHUP", 129)),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
             _ = pipe.recv() => Err(Interrupt::Signal("SIGPIPE", 141)),
@@ -197,7 +220,24 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
             .unwrap_or_default()
     };
     match outcome {
-        Ok(Outcome::Planned) => Ok(ExitCode::SUCCESS),
+        Ok(Outcome::Planned(PlanShown::Text(text))) => {
+            // A closed pipe (`| head`) is not an error worth a message.
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(Outcome::Planned(PlanShown::Json { mut plan, warnings })) => {
+            // With --report json, the notices belong in the one object too.
+            let notices = collected();
+            let all: Vec<&String> = warnings
+                .iter()
+                .chain(fresh_notices(&notices, &warnings))
+                .collect();
+            plan["warnings"] = json!(all);
+            let mut text = serde_json::to_string_pretty(&plan).expect("JSON of a Value");
+            text.push('\n');
+            let _ = std::io::stdout().lock().write_all(text.as_bytes());
+            Ok(ExitCode::SUCCESS)
+        }
         Ok(Outcome::Done(report)) => {
             if args.report == Some(ReportFormat::Json) {
                 eprintln!("{}", report.to_json(&collected()));
@@ -209,7 +249,14 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         Err(Interrupt::No(e)) => Err(e),
         Err(Interrupt::Signal(name, code)) => {
             let e = Error::new(ErrorKind::Interrupted(name));
-            if args.report == Some(ReportFormat::Json) {
+            // The terminal has echoed `^C` after whatever was on the line.
+            let json = args.report == Some(ReportFormat::Json);
+            match &bar {
+                Some(bar) => bar.interrupted(),
+                None if !json && std::io::stderr().is_terminal() => eprintln!(),
+                None => {}
+            }
+            if json {
                 eprintln!("{}", error_json(&e, code, &collected()));
             } else {
                 crate::report(&e);
@@ -220,8 +267,19 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
 }
 
 enum Outcome {
-    Planned,
+    Planned(PlanShown),
     Done(Report),
+}
+
+/// What a dry run prints on stdout.
+enum PlanShown {
+    Text(String),
+    /// The plan as JSON (`--json`, or `--report json`), and the run's
+    /// warnings, which go in its `warnings` with the notices, not on stderr.
+    Json {
+        plan: serde_json::Value,
+        warnings: Vec<String>,
+    },
 }
 
 /// Opens, plans, and either shows the plan or writes it.
@@ -230,29 +288,72 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
     if args.dry_run {
         let plan = plan_sources(&sources, opts)?;
         // Everything the real run checks before writing.
-        for w in check_output(&args.inputs, output, &plan, opts)? {
+        let mut warnings = plan_warnings(&plan);
+        warnings.extend(check_output(&args.inputs, output, &plan, opts)?);
+        let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
+        let paths = output_names(output, &plan);
+        if args.json || args.report == Some(ReportFormat::Json) {
+            let mut v = inspect::plan_to_json(&plan, &paths, &listings);
+            v["casts"] = json!(cast_notes(&plan));
+            v["renames"] = renames(&plan, &listings)
+                .iter()
+                .map(|(input, from, to)| json!({"input": input, "from": from, "to": to}))
+                .collect();
+            return Ok(Outcome::Planned(PlanShown::Json { plan: v, warnings }));
+        }
+        for w in &warnings {
             if let Some(notice) = &opts.notice {
                 notice(&format!("warning: {w}"));
             }
         }
-        let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
-        let paths = output_names(output, &plan);
-        let text = if args.json {
-            let mut v = inspect::plan_to_json(&plan, &paths, &listings);
-            v["warnings"] = json!(plan_warnings(&plan));
-            v["casts"] = json!(cast_notes(&plan));
-            let mut s = serde_json::to_string_pretty(&v).expect("JSON of a Value");
-            s.push('\n');
-            s
-        } else {
-            inspect::render_plan(&plan, &paths, &listings)
-        };
-        let _ = std::io::stdout().lock().write_all(text.as_bytes());
-        return Ok(Outcome::Planned);
+        let mut text = inspect::render_plan(&plan, &paths, &listings);
+        for (input, from, to) in renames(&plan, &listings) {
+            text.push_str(&format!("rename {input}: {from:?} -> {to:?}\n"));
+        }
+        return Ok(Outcome::Planned(PlanShown::Text(text)));
     }
     Ok(Outcome::Done(
         convert_opened(&args.inputs, &mut sources, output, opts).await?,
     ))
+}
+
+/// The output a dry run without `-o` plans for: the first input's file name
+/// up to its first dot, as `NAME.safetensors` in the current folder, or
+/// `NAME.converted.safetensors` when that exists (it may be the input: a
+/// plan must not read as if it would replace it).
+fn default_output(args: &ConvertArgs) -> std::path::PathBuf {
+    let stem = args
+        .inputs
+        .first()
+        .filter(|p| p.as_os_str() != "-")
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .and_then(|n| n.split('.').next().map(str::to_string))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "model".to_string());
+    let plain = std::path::PathBuf::from(format!("{stem}.safetensors"));
+    match plain.exists() {
+        false => plain,
+        true => format!("{stem}.converted.safetensors").into(),
+    }
+}
+
+/// Every tensor whose output name differs from its input name, as
+/// `(input, from, to)` in output order: the exact renames of a plan.
+fn renames(
+    plan: &safetensors_stream::plan::Plan,
+    listings: &[Listing],
+) -> Vec<(String, String, String)> {
+    plan.shards
+        .iter()
+        .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
+        .filter_map(|(r, t)| {
+            let listing = &listings[r.source];
+            let from = &listing.tensors[r.index].name;
+            (*from != t.meta.name)
+                .then(|| (listing.input.clone(), from.clone(), t.meta.name.clone()))
+        })
+        .collect()
 }
 
 fn output_names(output: &Output, plan: &safetensors_stream::plan::Plan) -> Vec<String> {
@@ -265,7 +366,8 @@ fn output_names(output: &Output, plan: &safetensors_stream::plan::Plan) -> Vec<S
     }
 }
 
-fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
+/// A failure as the JSON report's one object.
+pub(crate) fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
     json!({
         "ok": false,
         "exit_code": exit_code,
@@ -273,6 +375,7 @@ fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
             "kind": e.kind().name(),
             "category": format!("{:?}", e.category()),
             "input": e.input(),
+            "output": e.output(),
             "tensor": e.tensor(),
             "offset": e.offset(),
             "message": e.to_string(),
@@ -290,16 +393,10 @@ enum Interrupt {
 /// A stream output whose reader went away (`convert ... -o - | head -c 1`):
 /// the write fails with EPIPE, usually before the SIGPIPE that came with
 /// it is heard. Either way it ends as SIGPIPE does, exit 141.
-fn broken_pipe(e: Error, output: &Output) -> Interrupt {
-    // Standard output is named `-` in errors, whatever `-o` called it.
-    let writing_out = match (output, e.input()) {
-        (_, Some("-")) => true,
-        (Output::File(path), Some(input)) => input == path.display().to_string(),
-        _ => false,
-    };
+fn broken_pipe(e: Error) -> Interrupt {
     let epipe =
         matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
-    if writing_out && epipe {
+    if e.output().is_some() && epipe {
         Interrupt::Signal("SIGPIPE", 141)
     } else {
         Interrupt::No(e)

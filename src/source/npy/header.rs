@@ -65,6 +65,14 @@ pub fn parse_prelude(first: &[u8]) -> Result<Prelude> {
 
 /// Reads and parses a whole .npy header from `r`, leaving `r` at the data.
 pub fn read_header<R: std::io::Read>(r: &mut R) -> Result<(Prelude, NpyHeader)> {
+    read_header_as(r, None)
+}
+
+/// [`read_header`], reading void elements (`<V2`) as `void_as` (see [`map_descr_as`]).
+pub fn read_header_as<R: std::io::Read>(
+    r: &mut R,
+    void_as: Option<Dtype>,
+) -> Result<(Prelude, NpyHeader)> {
     let short = |e: std::io::Error, at: u64| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             npy_error("input ends inside the header").at_offset(at)
@@ -85,7 +93,7 @@ pub fn read_header<R: std::io::Read>(r: &mut R) -> Result<(Prelude, NpyHeader)> 
     let mut text = vec![0u8; prelude.text_len as usize];
     r.read_exact(&mut text)
         .map_err(|e| short(e, prelude.text_start))?;
-    let header = parse_header_text(&text, &prelude)?;
+    let header = parse_header_text_as(&text, &prelude, void_as)?;
     Ok((prelude, header))
 }
 
@@ -106,6 +114,15 @@ pub struct NpyHeader {
 
 /// Parses the header text. Versions 1 and 2 are latin-1, version 3 UTF-8.
 pub fn parse_header_text(text: &[u8], prelude: &Prelude) -> Result<NpyHeader> {
+    parse_header_text_as(text, prelude, None)
+}
+
+/// [`parse_header_text`], reading void elements as `void_as` (see [`map_descr_as`]).
+pub fn parse_header_text_as(
+    text: &[u8],
+    prelude: &Prelude,
+    void_as: Option<Dtype>,
+) -> Result<NpyHeader> {
     let at = |e: Error| e.at_offset(prelude.text_start);
     let decoded: String = if prelude.version.0 >= 3 {
         String::from_utf8(text.to_vec()).map_err(|_| at(npy_error("header is not UTF-8")))?
@@ -113,10 +130,10 @@ pub fn parse_header_text(text: &[u8], prelude: &Prelude) -> Result<NpyHeader> {
         text.iter().map(|&b| b as char).collect()
     };
     let lit = parse(&decoded).map_err(|m| at(npy_error(format!("header: {m}"))))?;
-    interpret(lit).map_err(at)
+    interpret(lit, void_as).map_err(at)
 }
 
-fn interpret(lit: Literal) -> Result<NpyHeader> {
+fn interpret(lit: Literal, void_as: Option<Dtype>) -> Result<NpyHeader> {
     let Literal::Dict(items) = lit else {
         return Err(npy_error("header is not a dict"));
     };
@@ -151,7 +168,7 @@ fn interpret(lit: Literal) -> Result<NpyHeader> {
     let descr = descr.ok_or_else(|| npy_error("header has no 'descr'"))?;
     let fortran_order = fortran.ok_or_else(|| npy_error("header has no 'fortran_order'"))?;
     let shape = shape.ok_or_else(|| npy_error("header has no 'shape'"))?;
-    let (dtype, transform) = map_descr(&descr)?;
+    let (dtype, transform) = map_descr_as(&descr, void_as)?;
     // A shape whose byte length overflows is refused later, naming the
     // tensor; one that fits 64 bits only thanks to a zero is refused here.
     if dtype.byte_len(&shape).is_ok() && !crate::header::numpy_can_hold(dtype, &shape) {
@@ -195,19 +212,39 @@ fn dims_of(dims: Vec<Literal>) -> Result<Vec<u64>> {
 /// makes its bytes little-endian.
 ///
 /// ```
-/// use safetensors_stream::{Dtype, source::npy::header::map_descr, transform::Transform};
+/// use safetensors_stream::{Dtype, source::Transform, test_support::npy_header::map_descr};
 ///
 /// assert_eq!(map_descr("<f4").unwrap(), (Dtype::F32, Transform::Identity));
 /// assert_eq!(map_descr(">c8").unwrap(), (Dtype::C64, Transform::SwapBytes { width: 4 }));
 /// assert!(map_descr("|O").is_err());
 /// ```
 pub fn map_descr(descr: &str) -> Result<(Dtype, Transform)> {
+    map_descr_as(descr, None)
+}
+
+/// [`map_descr`], and a void type (`<V2`, `|V1`: how `np.save` stores
+/// ml_dtypes' bfloat16 and float8, whose type it cannot name) read as
+/// `void_as`, whose width must be the void's. Never guessed: without
+/// `void_as` a void type is refused.
+///
+/// ```
+/// use safetensors_stream::{Dtype, source::Transform, test_support::npy_header::map_descr_as};
+///
+/// assert_eq!(map_descr_as("<V2", Some(Dtype::BF16)).unwrap(), (Dtype::BF16, Transform::Identity));
+/// assert_eq!(map_descr_as("|V1", Some(Dtype::F8_E4M3)).unwrap().0, Dtype::F8_E4M3);
+/// assert!(map_descr_as("<V2", Some(Dtype::F8_E5M2)).is_err()); // 1 byte, not 2
+/// assert!(map_descr_as("<V2", None).is_err());
+/// ```
+pub fn map_descr_as(descr: &str, void_as: Option<Dtype>) -> Result<(Dtype, Transform)> {
     let (order, rest) = match descr.chars().next() {
         Some(c @ ('<' | '>' | '|' | '=')) => (c, &descr[1..]),
         _ => ('=', descr),
     };
     let kind = rest.chars().next().unwrap_or(' ');
     let size: Option<u64> = rest.get(kind.len_utf8()..).and_then(|s| s.parse().ok());
+    if let (Some(as_dtype), 'V', Some(n)) = (void_as, kind, size) {
+        return void_as_dtype(descr, order, n, as_dtype);
+    }
     let dtype = match (kind, size) {
         ('b', Some(1)) | ('?', _) => Dtype::BOOL,
         ('i', Some(1)) => Dtype::I8,
@@ -240,6 +277,27 @@ pub fn map_descr(descr: &str) -> Result<(Dtype, Transform)> {
     Ok((dtype, transform))
 }
 
+/// A void of `n` bytes read as `dtype`: the widths must agree.
+fn void_as_dtype(descr: &str, order: char, n: u64, dtype: Dtype) -> Result<(Dtype, Transform)> {
+    match dtype.byte_width() {
+        Some(w) if w == n => {}
+        Some(w) => {
+            let reason =
+                format!("--npy-void-as {dtype} is {w} bytes per element, but this array's are {n}");
+            return Err(unsupported(descr, &reason));
+        }
+        None => {
+            let reason = format!("--npy-void-as {dtype}: a sub-byte dtype cannot be a void type");
+            return Err(unsupported(descr, &reason));
+        }
+    }
+    let transform = match order {
+        '>' if n > 1 => Transform::SwapBytes { width: n as usize },
+        _ => Transform::Identity,
+    };
+    Ok((dtype, transform))
+}
+
 fn refusal_reason(kind: char, size: Option<u64>) -> &'static str {
     match (kind, size) {
         ('O', _) => "object arrays hold pickled Python objects; never unpickled",
@@ -247,7 +305,7 @@ fn refusal_reason(kind: char, size: Option<u64>) -> &'static str {
         ('M' | 'm', _) => "datetime and timedelta arrays have no safetensors equivalent",
         ('V', _) => {
             "void dtype (this is how np.save stores ml_dtypes' bfloat16 and float8); \
-                     no safetensors equivalent is known"
+                     if you know what it holds, pass --npy-void-as BF16 (or F8_E4M3, F8_E5M2, ...)"
         }
         ('c', Some(16)) => "complex128 has no safetensors equivalent",
         ('f', Some(12 | 16)) => "long double has no safetensors equivalent",

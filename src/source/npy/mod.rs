@@ -13,11 +13,12 @@ use futures::FutureExt;
 use tokio::io::AsyncReadExt;
 
 use self::fortran::{same_as_c_order, too_wide, FortranReader};
-use self::header::{parse_header_text, parse_prelude, read_header, NpyHeader, Prelude};
+use self::header::{parse_header_text_as, parse_prelude, read_header_as, NpyHeader, Prelude};
 use super::blocking::BlockingReader;
 use super::npz::zip::PositionalReader;
 use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
 use crate::header::TensorMeta;
+use crate::Dtype;
 use crate::{Error, ErrorKind, Result};
 
 /// Where the array's data is.
@@ -54,11 +55,19 @@ impl std::fmt::Debug for NpySource {
 impl NpySource {
     /// Opens an .npy held in `file`, whose bytes `base..` are the .npy
     /// (`base` is 0 for a file of its own; an npz member starts later),
-    /// `len` bytes long. Reads the header; checks the data's length.
-    pub fn from_file(file: File, base: u64, len: u64, input: &str, name: String) -> Result<Self> {
+    /// `len` bytes long. Reads the header; checks the data's length. Void
+    /// elements are read as `void_as` (see [`header::map_descr_as`]).
+    pub fn from_file(
+        file: File,
+        base: u64,
+        len: u64,
+        input: &str,
+        name: String,
+        void_as: Option<Dtype>,
+    ) -> Result<Self> {
         let on_input = |e: Error| e.with_input(input);
         let mut r = PositionalReader::new(&file, base, len);
-        let (prelude, header) = read_header(&mut r).map_err(on_input)?;
+        let (prelude, header) = read_header_as(&mut r, void_as).map_err(on_input)?;
         let end_of_header = prelude.data_start();
         let src = Self::assemble(input, name, header)?;
         let actual = len - end_of_header;
@@ -94,9 +103,19 @@ impl NpySource {
     /// the data. A Fortran-order array cannot be reordered from a stream:
     /// [`NpySource::needs_random_access`] says so, and the caller spools.
     pub async fn from_stream(
+        reader: TensorReader<'static>,
+        input: &str,
+        name: String,
+    ) -> Result<Self> {
+        Self::from_stream_as(reader, input, name, None).await
+    }
+
+    /// [`NpySource::from_stream`], void elements read as `void_as`.
+    pub async fn from_stream_as(
         mut reader: TensorReader<'static>,
         input: &str,
         name: String,
+        void_as: Option<Dtype>,
     ) -> Result<Self> {
         let on_input = |e: Error| e.with_input(input);
         let mut first = [0u8; 10];
@@ -119,7 +138,7 @@ impl NpySource {
             .read_exact(&mut text)
             .await
             .map_err(|e| on_input(eof_is_bad(e, prelude.text_start)))?;
-        let header = parse_header_text(&text, &prelude).map_err(on_input)?;
+        let header = parse_header_text_as(&text, &prelude, void_as).map_err(on_input)?;
         let src = Self::assemble(input, name, header)?;
         Ok(NpySource {
             data: Data::Stream(Some(reader)),
@@ -248,9 +267,7 @@ impl Source for NpySource {
                 }
                 Data::File { file, offset, .. } => Box::pin(file_range(file, *offset, len).await?),
                 Data::Stream(s) => s.take().ok_or_else(|| {
-                    Error::new(ErrorKind::Usage(
-                        "a streamed .npy can be read only once".into(),
-                    ))
+                    Error::new(ErrorKind::ReadOnce("a streamed .npy can be read only once"))
                 })?,
             };
             Ok(TensorData { reader, transform })

@@ -22,7 +22,7 @@ use super::blocking::{BlockingReader, ReadAhead};
 const AHEAD_CHUNK: usize = 1 << 20;
 const AHEAD_DEPTH: usize = 2;
 use super::npy::fortran::{too_wide, FortranReader};
-use super::npy::header::{read_header, NpyHeader};
+use super::npy::header::{read_header_as, NpyHeader};
 use super::{CrcCheck, FileSpan, Source, SourceOptions, TensorData, TensorReader};
 use crate::header::TensorMeta;
 use crate::{Error, ErrorKind, Result};
@@ -83,7 +83,7 @@ impl NpzSource {
                 return Err(on_input(Error::new(ErrorKind::Zip(msg))));
             };
             let member = src
-                .plan_member(entry, dir_start)
+                .plan_member(entry, dir_start, options.npy_void_as)
                 .map_err(|e| on_input(e.with_tensor(&name)))?;
             src.tensors.push(TensorMeta::new(
                 name,
@@ -118,10 +118,16 @@ impl NpzSource {
         Ok(())
     }
 
-    fn plan_member(&self, entry: ZipEntry, limit: u64) -> Result<Member> {
+    fn plan_member(
+        &self,
+        entry: ZipEntry,
+        limit: u64,
+        void_as: Option<crate::Dtype>,
+    ) -> Result<Member> {
         let start = data_start(&self.file, &entry, limit)?;
         let mut probe = MemberReader::new(&*self.file, &entry, start, 4096)?;
-        let (prelude, header) = read_header(&mut probe).map_err(|e| e.at_offset(start))?;
+        let (prelude, header) =
+            read_header_as(&mut probe, void_as).map_err(|e| e.at_offset(start))?;
         let data_offset = prelude.data_start();
         let name = entry.name.strip_suffix(".npy").unwrap_or(&entry.name);
         let expected = TensorMeta::new(name, header.dtype, header.shape.clone()).byte_len()?;

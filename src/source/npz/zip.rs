@@ -58,6 +58,10 @@ fn zip_err(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Zip(msg.into()))
 }
 
+fn unsupported(feature: impl Into<String>) -> Error {
+    Error::new(ErrorKind::ZipUnsupported(feature.into()))
+}
+
 fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
 }
@@ -151,7 +155,7 @@ fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
     let e = &tail[pos..];
     let eocd_at = len - tail_len + pos as u64;
     if u16_at(e, 4) != 0 || u16_at(e, 6) != 0 {
-        return Err(zip_err("multi-disk archives are not supported").at_offset(eocd_at));
+        return Err(unsupported("a multi-disk archive").at_offset(eocd_at));
     }
     let (on_disk, total) = (u16_at(e, 8), u16_at(e, 10));
     if on_disk != total {
@@ -207,7 +211,7 @@ fn read_zip64_eocd(file: &File, eocd_at: u64) -> Result<(u64, Directory)> {
         return Err(zip_err("zip64 fields without a zip64 locator").at_offset(locator_at));
     }
     if u32_at(&loc, 4) != 0 || u32_at(&loc, 16) > 1 {
-        return Err(zip_err("multi-disk archives are not supported").at_offset(locator_at));
+        return Err(unsupported("a multi-disk archive").at_offset(locator_at));
     }
     let at = u64_at(&loc, 8);
     if at.checked_add(56).is_none_or(|end| end > locator_at) {
@@ -233,7 +237,7 @@ fn read_zip64_eocd(file: &File, eocd_at: u64) -> Result<(u64, Directory)> {
         .at_offset(at));
     }
     if u32_at(&rec, 16) != 0 || u32_at(&rec, 20) != 0 {
-        return Err(zip_err("multi-disk archives are not supported").at_offset(at));
+        return Err(unsupported("a multi-disk archive").at_offset(at));
     }
     let (on_disk, total) = (u64_at(&rec, 24), u64_at(&rec, 32));
     if on_disk != total {
@@ -261,10 +265,8 @@ fn read_central_entry(r: &mut impl Read, at: u64) -> Result<(ZipEntry, u64)> {
         0 => Method::Stored,
         8 => Method::Deflated,
         m => {
-            return Err(zip_err(format!(
-                "compression method {m} is not supported (only stored and deflated)"
-            ))
-            .at_offset(at))
+            let what = format!("compression method {m} (only stored and deflated are read)");
+            return Err(unsupported(what).at_offset(at));
         }
     };
     let (name_len, extra_len, comment_len) = (
@@ -276,7 +278,7 @@ fn read_central_entry(r: &mut impl Read, at: u64) -> Result<(ZipEntry, u64)> {
     r.read_exact(&mut var).map_err(|e| short_dir(e, at))?;
     let name = decode_name(&var[..name_len], flags & (1 << 11) != 0);
     if flags & 1 != 0 {
-        return Err(zip_err(format!("member {name:?} is encrypted")).at_offset(at));
+        return Err(unsupported(format!("encryption (member {name:?})")).at_offset(at));
     }
     let mut entry = ZipEntry {
         name,

@@ -15,18 +15,18 @@ use super::Located;
 use crate::{Error, ErrorKind, Result};
 
 /// The magic number the first pickle holds, as `LONG1` bytes after `PROTO n`.
-pub const MAGIC: [u8; 12] = [
+pub(crate) const MAGIC: [u8; 12] = [
     0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19,
 ];
 
 /// True if `first` starts the legacy format.
-pub fn is_legacy(first: &[u8]) -> bool {
+pub(crate) fn is_legacy(first: &[u8]) -> bool {
     first.len() >= 14 && first[0] == 0x80 && (2..=5).contains(&first[1]) && first[2..14] == MAGIC
 }
 
 /// The pickles of a legacy checkpoint, and where its storages begin.
 #[derive(Debug)]
-pub struct LegacyCheckpoint {
+pub(crate) struct LegacyCheckpoint {
     /// The checkpoint itself.
     pub main: Pickled,
     /// sys_info said `little_endian: False`.
@@ -42,7 +42,7 @@ fn bad(msg: impl Into<String>) -> Error {
 }
 
 /// Reads the five pickles from the start of `file` (`len` bytes).
-pub fn open(file: &File, len: u64) -> Result<LegacyCheckpoint> {
+pub(crate) fn open(file: &File, len: u64) -> Result<LegacyCheckpoint> {
     // The pickles are small; read a prefix, and a longer one if they do not fit.
     let mut want = len.min(1 << 20);
     loop {
@@ -118,7 +118,7 @@ fn little_endian(info: &Pickled) -> Option<bool> {
 
 /// Walks the storages after the pickles: each count read and checked
 /// against what the pickle declared and against the file's length.
-pub fn locate(
+pub(crate) fn locate(
     file: &File,
     len: u64,
     c: &LegacyCheckpoint,

@@ -9,11 +9,11 @@
 //! checked; contiguous views are copied straight from the file,
 //! strided ones gathered into C order in bounded memory ([`strided`]).
 
-pub mod legacy;
+pub(crate) mod legacy;
 pub mod model;
 pub mod pickle;
-pub mod strided;
-pub mod zipfmt;
+pub(crate) mod strided;
+pub(crate) mod zipfmt;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -37,7 +37,7 @@ use crate::{Dtype, Error, ErrorKind, Result};
 
 /// Where one storage's bytes lie in its file.
 #[derive(Debug, Clone)]
-pub struct Located {
+pub(crate) struct Located {
     /// Its first byte.
     pub start: u64,
     /// Its length in bytes.
@@ -69,7 +69,7 @@ struct Part {
 
 /// A PyTorch checkpoint (one file or a sharded set) as a source.
 #[derive(Debug)]
-pub struct PyTorchSource {
+pub(crate) struct PyTorchSource {
     input: String,
     files: Vec<Arc<File>>,
     stamps: Vec<super::Stamp>,
@@ -91,40 +91,17 @@ fn naming(options: &SourceOptions) -> Naming {
 }
 
 /// True if a zip's members make it a PyTorch (or TorchScript) archive.
-pub fn is_torch_zip(file: &File, len: u64) -> bool {
+pub(crate) fn is_torch_zip(file: &File, len: u64) -> bool {
     read_directory(file, len).is_ok_and(|(entries, _)| zipfmt::is_torch_zip(&entries))
 }
 
 /// True if `path` names a PyTorch shard index (`pytorch_model.bin.index.json`).
-pub fn is_index_path(path: &Path) -> bool {
+pub(crate) fn is_index_path(path: &Path) -> bool {
     path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
         [".bin.index.json", ".pt.index.json", ".pth.index.json"]
             .iter()
             .any(|s| n.ends_with(s))
     })
-}
-
-/// Opens `path` as a PyTorch checkpoint if it is one (a shard index by
-/// its name, a file by its content); `None` for anything else.
-pub fn open_path(path: &Path, options: &SourceOptions) -> Result<Option<PyTorchSource>> {
-    if is_index_path(path) {
-        return PyTorchSource::open_index(path, options).map(Some);
-    }
-    let input = path.display().to_string();
-    let file = File::open(path).map_err(|e| Error::io(e).with_input(&input))?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io(e).with_input(&input))?
-        .len();
-    let mut first = [0u8; 16];
-    let got = {
-        use std::os::unix::fs::FileExt;
-        file.read_at(&mut first, 0).map_err(Error::io)?
-    };
-    if legacy::is_legacy(&first[..got]) || (first.starts_with(b"PK") && is_torch_zip(&file, len)) {
-        return PyTorchSource::open(file, len, &input, options).map(Some);
-    }
-    Ok(None)
 }
 
 fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> {
@@ -162,7 +139,7 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
 
 impl PyTorchSource {
     /// Opens one checkpoint file (zip or legacy) of `len` bytes.
-    pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
+    pub(crate) fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
         let part =
             open_part(file, len, input, &naming(options)).map_err(|e| e.with_input(input))?;
         Self::from_parts(input, vec![part], options).map_err(|e| e.with_input(input))
@@ -170,7 +147,7 @@ impl PyTorchSource {
 
     /// Opens a `pytorch_model.bin.index.json` and every shard it names;
     /// each tensor must be in the shard the `weight_map` says.
-    pub fn open_index(path: &Path, options: &SourceOptions) -> Result<Self> {
+    pub(crate) fn open_index(path: &Path, options: &SourceOptions) -> Result<Self> {
         let input = path.display().to_string();
         let text = std::fs::read(path).map_err(|e| Error::io(e).with_input(&input))?;
         let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(&input))?;
@@ -316,7 +293,7 @@ impl PyTorchSource {
     }
 
     /// Non-tensor values (numbers, strings, hyper-parameters) that were skipped.
-    pub fn skipped(&self) -> usize {
+    pub(crate) fn skipped(&self) -> usize {
         self.skipped
     }
 

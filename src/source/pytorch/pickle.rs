@@ -307,7 +307,7 @@ struct Machine<'a> {
 /// number of bytes it took (the `STOP` opcode included).
 ///
 /// ```
-/// use safetensors_stream::source::pytorch::pickle::{unpickle, Limits, Node};
+/// use safetensors_stream::test_support::pickle::{unpickle, Limits, Node};
 ///
 /// // pickle.dumps({"a": 1}, protocol=2)
 /// let p = b"\x80\x02}q\x00X\x01\x00\x00\x00aq\x01K\x01s.";

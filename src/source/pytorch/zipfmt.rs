@@ -14,11 +14,11 @@ use crate::{Error, ErrorKind, Result};
 
 /// The most bytes a `data.pkl` may have: the pickle is a small index of
 /// the tensors, never their data.
-pub const MAX_PICKLE: u64 = 64 << 20;
+pub(crate) const MAX_PICKLE: u64 = 64 << 20;
 
 /// What the archive's layout tells before any storage is read.
 #[derive(Debug)]
-pub struct ZipCheckpoint {
+pub(crate) struct ZipCheckpoint {
     /// `data.pkl`'s bytes.
     pub pickle: Vec<u8>,
     /// `byteorder` said `big`.
@@ -33,7 +33,7 @@ fn bad(msg: impl Into<String>) -> Error {
 
 /// True if a zip's members say it is a PyTorch checkpoint (or TorchScript
 /// archive, which [`open`] then refuses) rather than an `.npz`.
-pub fn is_torch_zip(entries: &[ZipEntry]) -> bool {
+pub(crate) fn is_torch_zip(entries: &[ZipEntry]) -> bool {
     entries.iter().any(|e| {
         let base = e.name.rsplit('/').next().unwrap_or(&e.name);
         base == "data.pkl" || base == "constants.pkl"
@@ -61,7 +61,7 @@ fn read_member(file: &File, e: &ZipEntry, start: u64, limit: u64) -> Result<Vec<
 }
 
 /// Locates the pickle, byte order and storages of the archive `file`.
-pub fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<ZipCheckpoint> {
+pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<ZipCheckpoint> {
     let pickles: Vec<&ZipEntry> = entries
         .iter()
         .filter(|e| e.name == "data.pkl" || e.name.ends_with("/data.pkl"))

@@ -1,7 +1,8 @@
 //! Helpers for the NumPy source tests (numpy_sources, conformance,
 //! numpy_hostile, numpy_memory): the fixtures' case list, expected outputs,
 //! and hand-built .npy files and zip archives.
-#![allow(dead_code)] // each test binary uses a different subset
+
+pub use super::{block_on, fixtures, listing as dir_names, write as write_file};
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -9,20 +10,6 @@ use std::path::{Path, PathBuf};
 
 use safetensors_stream::header::{parse_file_bytes, Rules};
 use safetensors_stream::Dtype;
-
-/// `fixtures/` in the repository.
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
-
-/// A current-thread runtime with I/O and time.
-pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
 
 /// One row of `fixtures/cases.json`.
 #[derive(Debug, Clone)]
@@ -192,15 +179,15 @@ pub struct ZipLayout {
     pub eocd: u64,
 }
 
-fn le16(v: &mut Vec<u8>, x: u16) {
+pub fn le16(v: &mut Vec<u8>, x: u16) {
     v.extend_from_slice(&x.to_le_bytes());
 }
 
-fn le32(v: &mut Vec<u8>, x: u32) {
+pub fn le32(v: &mut Vec<u8>, x: u32) {
     v.extend_from_slice(&x.to_le_bytes());
 }
 
-fn le64(v: &mut Vec<u8>, x: u64) {
+pub fn le64(v: &mut Vec<u8>, x: u64) {
     v.extend_from_slice(&x.to_le_bytes());
 }
 
@@ -344,21 +331,4 @@ pub fn put16(buf: &mut [u8], at: u64, x: u16) {
 
 pub fn put32(buf: &mut [u8], at: u64, x: u32) {
     buf[at as usize..at as usize + 4].copy_from_slice(&x.to_le_bytes());
-}
-
-/// Writes `bytes` to a new file `name` in `dir`.
-pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
-}
-
-/// The names in `dir`, sorted: a failed conversion must leave none behind.
-pub fn dir_names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }

@@ -2,7 +2,8 @@
 //! `convert` binary held in the middle of a conversion by inputs that the
 //! test feeds (standard input, FIFOs), temp-file recognition, and a tmpfs
 //! mount that skips where the machine does not allow one.
-#![allow(dead_code)]
+
+pub use super::{block_on, fixtures, listing, pattern, write, SplitMix, BIN};
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -13,8 +14,6 @@ use std::time::{Duration, Instant};
 use safetensors_stream::header::{encode, Order, TensorMeta};
 use safetensors_stream::Dtype;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_convert");
-
 /// How long a child may take to reach a state before the test gives up on
 /// it. Not a timing assertion: a guard so that a hang fails instead of
 /// blocking the suite. Normal runs reach every state in milliseconds.
@@ -24,19 +23,6 @@ pub const HANG_GUARD: Duration = Duration::from_secs(20);
 const RANDOM_LEN: usize = 6;
 
 // ---- inputs ----------------------------------------------------------------------
-
-/// Deterministic bytes.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
 
 /// A safetensors file of U8 tensors, laid out as the reference writer lays
 /// it out (so converting it gives the same bytes back).
@@ -86,22 +72,6 @@ pub fn one_tensor_header_len(name: &str, len: usize) -> u64 {
         .unwrap()
         .header()
         .data_start()
-}
-
-pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
-}
-
-/// Every name in `dir`, hidden ones included, sorted.
-pub fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 /// Every path under `root`, relative, sorted (folders end in `/`).

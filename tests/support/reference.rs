@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: the reference fixtures' manifest,
 //! building whole files from our encoder, and calling the reference reader.
-#![allow(dead_code)] // each test binary uses a different subset
+
+pub use super::{block_on, fixtures, listing, pattern, write, SplitMix, BIN};
 
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
@@ -11,11 +12,6 @@ use std::sync::Once;
 
 use safetensors_stream::header::{encode, Header, Metadata, Order, TensorMeta};
 use safetensors_stream::Dtype;
-
-/// `fixtures/` in the repository.
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
 
 /// `fixtures/reference/`.
 pub fn reference_dir() -> PathBuf {
@@ -150,40 +146,6 @@ pub fn raw_file_bytes(json: &[u8], data_len: usize) -> Vec<u8> {
     f.extend_from_slice(json);
     f.resize(f.len() + data_len, 0);
     f
-}
-
-/// Deterministic pseudo-random bytes (SplitMix64).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut rng = SplitMix(seed);
-    (0..len).map(|_| rng.next() as u8).collect()
-}
-
-/// SplitMix64: a tiny deterministic generator for test data and mutation choices.
-#[derive(Debug, Clone)]
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// True with probability `num/den`.
-    pub fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.next() % den < num
-    }
-
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
 }
 
 // ---- the reference reader ---------------------------------------------------

@@ -1,18 +1,14 @@
 //! Helpers for the pipeline tests (pipeline, sink_adversaries, memory_bound,
 //! cli_convert): building inputs with the reference writer, reading outputs
 //! back with the reference reader, runtimes, and small in-memory sources.
-#![allow(dead_code)] // each test binary uses a different subset
+
+pub use super::{block_on, fixtures, listing, pattern, write, SplitMix, BIN};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{SafeTensors, TensorView};
 use safetensors_stream::Dtype;
-
-/// `fixtures/` in the repository.
-pub fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
-}
 
 /// Every `fixtures/reference/*.safetensors`, sorted by name.
 pub fn reference_files() -> Vec<PathBuf> {
@@ -23,15 +19,6 @@ pub fn reference_files() -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
-}
-
-/// A current-thread runtime with I/O and time: deterministic scheduling.
-pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
 }
 
 /// One tensor, owned: what a test builds inputs from and compares outputs with.
@@ -61,22 +48,6 @@ impl T {
     pub fn len(&self) -> u64 {
         self.data.len() as u64
     }
-}
-
-/// Deterministic pseudo-random bytes (splitmix64).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = x;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        out.extend_from_slice(&z.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 /// Our dtype as the reference crate's.
@@ -154,21 +125,4 @@ pub fn ref_metadata(bytes: &[u8]) -> Option<BTreeMap<String, String>> {
 pub fn names_in_offset_order(bytes: &[u8]) -> Vec<String> {
     let (_, md) = SafeTensors::read_metadata(bytes).unwrap();
     md.offset_keys()
-}
-
-/// Writes `bytes` to `dir/name` and returns the path.
-pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).unwrap();
-    p
-}
-
-/// The sorted file names in `dir`.
-pub fn listing(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }

@@ -1,4 +1,3 @@
-#![allow(dead_code)] // each test binary uses its own share of these helpers
 //! A local S3 server for tests: moto's `moto_server`, found through
 //! `SAFETENSORS_STREAM_S3_ENDPOINT` (set by `.ci/run`, which starts it), or
 //! started here from `$MOTO_SERVER` or `moto_server` on the PATH on a free

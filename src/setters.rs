@@ -1,0 +1,23 @@
+//! Builder-style setters for the options structs.
+//!
+//! The options are `#[non_exhaustive]`, so that adding one is not a breaking
+//! change; callers outside the crate therefore cannot write a struct literal,
+//! and start from `Default::default()` and chain a setter per field instead.
+
+/// `pub fn field(mut self, value: Type) -> Self` for each listed field.
+macro_rules! setters {
+    ($ty:ident { $($field:ident : $fty:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("Sets [`", stringify!($field), "`](", stringify!($ty), "::", stringify!($field), ").")]
+                #[must_use]
+                pub fn $field(mut self, value: $fty) -> Self {
+                    self.$field = value;
+                    self
+                }
+            )*
+        }
+    };
+}
+
+pub(crate) use setters;
