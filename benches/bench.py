@@ -131,6 +131,9 @@ else:
 class Sample:
     wall: float
     rss_kib: int
+    user: float = 0.0  # CPU seconds in user mode (GNU time; children included)
+    sys: float = 0.0  # CPU seconds in the kernel
+    round: int = 0  # the round it was measured in, to pair it with its partner
 
 
 @dataclass
@@ -157,12 +160,27 @@ class Row:
     def max_rss_mib(self):
         return max(s.rss_kib for s in self.samples) / 1024 if self.samples else None
 
+    def median_cpu(self, what):
+        return statistics.median(getattr(s, what) for s in self.samples) if self.samples else None
+
+    def by_round(self):
+        return {s.round: s for s in self.samples}
+
 
 TIMEOUT_RC = -999
 
 
+def paired_ratio(row: Row, ref: Row):
+    """The median over rounds of row's time / ref's time in the same round: the pair ran back
+    to back, so a load that comes and goes hits both members alike."""
+    mine, theirs = row.by_round(), ref.by_round()
+    q = [mine[k].wall / theirs[k].wall for k in mine if k in theirs and theirs[k].wall > 0]
+    return statistics.median(q) if q else None
+
+
 def timed(cmd, workdir: Path, timefile: Path, timeout=None):
-    """Run cmd under /usr/bin/time -v. Returns (wall s, peak RSS KiB, returncode, stdout, stderr).
+    """Run cmd under /usr/bin/time -v. Returns (wall s, (peak RSS KiB, user s, sys s), returncode,
+    stdout, stderr).
     A run longer than timeout seconds is killed and returns TIMEOUT_RC."""
     if timefile.exists():
         timefile.unlink()
@@ -182,21 +200,46 @@ def timed(cmd, workdir: Path, timefile: Path, timeout=None):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.communicate()
-        return time.perf_counter() - t0, 0, TIMEOUT_RC, "", f"killed after {timeout:g} s (--timeout)"
+        return time.perf_counter() - t0, (0, 0.0, 0.0), TIMEOUT_RC, "", f"killed after {timeout:g} s (--timeout)"
     except BaseException:  # Ctrl-C: leave nothing running
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         raise
     wall = time.perf_counter() - t0
-    rss = 0
+    rss, user, sys_s = 0, 0.0, 0.0
     try:
         for line in timefile.read_text().splitlines():
             line = line.strip()
             if line.startswith("Maximum resident set size"):
                 rss = int(line.rsplit(":", 1)[1])
+            elif line.startswith("User time (seconds)"):
+                user = float(line.rsplit(":", 1)[1])
+            elif line.startswith("System time (seconds)"):
+                sys_s = float(line.rsplit(":", 1)[1])
     except FileNotFoundError:
         pass
-    return wall, rss, p.returncode, stdout, stderr
+    return wall, (rss, user, sys_s), p.returncode, stdout, stderr
+
+
+# The fair pairs: each convert mode runs right beside the copy it is judged against (and
+# beside the --baseline binary's same mode, when one is given).
+PAIRS = [("cp", "convert --no-sync", "baseline --no-sync"), ("cp+sync", "convert (fsync)", "baseline (fsync)")]
+
+
+def paired_order(tools, r):
+    """The tools' order in round r: each group of PAIRS back to back, rotated by one every
+    round (A B, then B A; or A B C, B C A, C A B) so that none always runs first; then the
+    other tools, Python and the in-process references last."""
+    by = {t[0]: t for t in tools}
+    order = []
+    for group in PAIRS:
+        present = [by[x] for x in group if x in by]
+        if present:
+            k = r % len(present)
+            order += present[k:] + present[:k]
+    rest = [t for t in tools if t not in order]
+    rest.sort(key=lambda t: t[2] in ("py", "inner"))
+    return order + rest
 
 
 def warm(paths):
@@ -518,6 +561,10 @@ class Bench:
         self.ref = self.tmp / "ref.py"
         self.ref.write_text(REF_PY)
         self.binary = self.tmp / "convert"  # a private copy: others may rebuild target/ meanwhile
+        self.baseline = None
+        if args.baseline:  # another build, timed beside this one in the same rounds (before/after)
+            self.baseline = self.tmp / "baseline"
+            shutil.copy2(args.baseline, self.baseline)
         self.gen_s = {}
         self.load_start = os.getloadavg()
 
@@ -550,7 +597,7 @@ class Bench:
         clear_dir(self.out)
         warm(inputs)
         settle()
-        wall, rss, rc, _, err = timed(probe(self.out), self.out, self.timefile, self.args.timeout)
+        wall, _, rc, _, err = timed(probe(self.out), self.out, self.timefile, self.args.timeout)
         if rc != 0:
             msg = (err.strip().splitlines() or ["(no message)"])[-1]
             what = "too slow" if rc == TIMEOUT_RC else f"convert exits {rc}"
@@ -578,6 +625,8 @@ class Bench:
             if self.args.shuffle:  # a seeded shuffle per round, Python still last
                 rng.shuffle(order)
                 order.sort(key=lambda t: t[2] in ("py", "inner"))
+            else:
+                order = paired_order(tools, r)
             for tname, argv, kind in order:
                 row = rows[tname]
                 if any("--timeout" in e for e in row.errors):
@@ -589,7 +638,7 @@ class Bench:
                 subprocess.run(["cp", "--reflink=never", inputs[0], self.out / "reset"], check=True)
                 clear_dir(self.out)
                 settle()
-                wall, rss, rc, stdout, err = timed(argv(self.out), self.out, self.timefile, self.args.timeout)
+                wall, (rss, user, sys_s), rc, stdout, err = timed(argv(self.out), self.out, self.timefile, self.args.timeout)
                 if rc != 0:
                     why = "timed out" if rc == TIMEOUT_RC else f"exit {rc}"
                     row.errors.append(f"run {r + 1}: {why}: {err.strip()[-300:]}")
@@ -600,7 +649,7 @@ class Bench:
                         ref_hash = sha256(f) if f and f.exists() else ""
                     if kind == "inner":  # the tool reports its own time (zlib reference)
                         wall = float(stdout.split()[0])
-                    row.samples.append(Sample(wall, rss))
+                    row.samples.append(Sample(wall, rss, user, sys_s, r))
                     if kind == "convert" and not row.verified:
                         row.verified = verdict0 if "--no-sync" in tname else verify(self.out)
                 clear_dir(self.out)
@@ -628,30 +677,34 @@ class Bench:
         return [("cp", cp, "cp"), ("cp+sync", cp_sync, "cp")]
 
     def py_tool(self, mode, src, dest_name, *extra):
-        return ("python (load + save_file)", lambda o: [sys.executable, self.ref, mode, src, o / dest_name, *extra], "py")
+        if self.args.no_python:
+            return []
+        return [("python (load + save_file)", lambda o: [sys.executable, self.ref, mode, src, o / dest_name, *extra], "py")]
 
     def convert_tools(self, src, dest_name, *extra):
-        b = self.binary
-        return [
-            ("convert --no-sync", lambda o: [b, src, "-q", "--no-sync", *extra, "-o", o / dest_name], "convert"),
-            ("convert (fsync)", lambda o: [b, src, "-q", *extra, "-o", o / dest_name], "convert"),
-        ]
+        tools = []
+        for label, b in [("convert", self.binary)] + ([("baseline", self.baseline)] if self.baseline else []):
+            tools += [
+                (f"{label} --no-sync", lambda o, b=b: [b, src, "-q", "--no-sync", *extra, "-o", o / dest_name], "convert"),
+                (f"{label} (fsync)", lambda o, b=b: [b, src, "-q", *extra, "-o", o / dest_name], "convert"),
+            ]
+        return tools
 
     def link(self, rows):
         """Set which row each ratio divides by."""
         if not rows:
             return
         for r in rows.values():
-            if r.tool in ("convert --no-sync", "python (load + save_file)", "zlib inflate (python, 1 thread)"):
+            if r.tool in ("convert --no-sync", "baseline --no-sync", "python (load + save_file)", "zlib inflate (python, 1 thread)"):
                 r.cp_ref = "cp"
-            if r.tool == "convert (fsync)":
+            if r.tool in ("convert (fsync)", "baseline (fsync)"):
                 r.cp_ref = "cp+sync"
             if r.tool.startswith("convert") and "python (load + save_file)" in rows:
                 r.py_ref = "python (load + save_file)"
 
     def copy_like(self, name, src: Path, kind, mode, extra=(), shards=None):
         dest = "model.safetensors"
-        tools = self.cp_tools(src, dest) + [self.py_tool(mode, src, dest, *([str(x) for x in extra[1:]] if extra else []))]
+        tools = self.cp_tools(src, dest) + self.py_tool(mode, src, dest, *([str(x) for x in extra[1:]] if extra else []))
         tools += self.convert_tools(src, dest, *extra)
         rows = self.run_workload(
             name,
@@ -691,8 +744,7 @@ class Bench:
         unc = sum(zi.file_size for zi in zipfile.ZipFile(src).infolist())
         tools = self.cp_tools(src, dest) + [
             ("zlib inflate (python, 1 thread)", lambda o: [sys.executable, self.ref, "zlib", src, "-"], "inner"),
-            self.py_tool("npz", src, dest),
-        ] + self.convert_tools(src, dest)
+        ] + self.py_tool("npz", src, dest) + self.convert_tools(src, dest)
         rows = self.run_workload(
             "npz-deflated",
             [src],
@@ -714,7 +766,8 @@ class Bench:
             f"the zlib row is the inflate time alone, measured inside Python (zlib {__import__('zlib').ZLIB_RUNTIME_VERSION})."
         )
         c = rows["convert --no-sync"]
-        self.ratio_target("npz-deflated", "convert --no-sync / python <= 0.40", c, rows["python (load + save_file)"], T_DEFLATE_PY)
+        if "python (load + save_file)" in rows:
+            self.ratio_target("npz-deflated", "convert --no-sync / python <= 0.40", c, rows["python (load + save_file)"], T_DEFLATE_PY)
         self.ratio_target("npz-deflated", "convert --no-sync / zlib 1 thread <= 0.60", c, rows["zlib inflate (python, 1 thread)"], T_DEFLATE_ZLIB)
         self.rss_target("npz-deflated", rows)
 
@@ -742,7 +795,7 @@ class Bench:
         rows = self.copy_like("npz-small", src, "npz", "npz")
         if not rows:
             return
-        c, p = rows["convert --no-sync"], rows["python (load + save_file)"]
+        c, p = rows["convert --no-sync"], rows.get("python (load + save_file)", Row("npz-small", "python", 0))
         if p.median():
             self.notes.append(f"npz-small: {count} arrays; python {1e6 * p.median() / count:.0f} us a tensor, "
                               f"convert --no-sync {1e6 * (c.median() or 0) / count:.1f} us a tensor.")
@@ -766,6 +819,7 @@ class Bench:
             return
         self.link(rows)
         self.ratio_target("pytorch", f"convert --no-sync / cp <= {T_PYTORCH}", rows["convert --no-sync"], rows["cp"], T_PYTORCH)
+        self.ratio_target("pytorch", f"convert (fsync) / cp+sync <= {T_PYTORCH}", rows["convert (fsync)"], rows["cp+sync"], T_PYTORCH)
         self.rss_target("pytorch", rows)
 
     def w_plan(self):
@@ -828,7 +882,9 @@ class Bench:
         verdict = "PASS" if q <= limit else "FAIL"
         if self.wrong(num):
             verdict = "FAIL (wrong output)"
-        self.targets.append((wl, label, f"{q:.2f}", verdict))
+        paired = paired_ratio(num, den)
+        shown = f"{q:.2f}" + (f" (paired {paired:.2f})" if paired else "")
+        self.targets.append((wl, label, shown, verdict))
 
     def copy_targets(self, wl, rows):
         if not rows:
@@ -855,15 +911,19 @@ class Bench:
             return "-" if x is None else f"{x:.{d}f}"
 
         out = [
-            "| workload | tool | median s | min s | MB/s | peak RSS MiB | x cp | x Python | output |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---|",
+            "| workload | tool | median s | min s | user s | sys s | MB/s | peak RSS MiB | x cp | paired x cp | sys x cp | x Python | output |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in self.rows:
             med = r.median()
             mbs = r.nbytes / 1e6 / med if med else None
-            xcp = xpy = None
-            if med and r.cp_ref and by[r.workload].get(r.cp_ref) and by[r.workload][r.cp_ref].median():
-                xcp = med / by[r.workload][r.cp_ref].median()
+            xcp = xpy = paired = xsys = None
+            ref = by[r.workload].get(r.cp_ref) if r.cp_ref else None
+            if med and ref and ref.median():
+                xcp = med / ref.median()
+                paired = paired_ratio(r, ref)
+                if ref.median_cpu("sys"):
+                    xsys = r.median_cpu("sys") / ref.median_cpu("sys")
             if med and r.py_ref and by[r.workload].get(r.py_ref) and by[r.workload][r.py_ref].median():
                 xpy = med / by[r.workload][r.py_ref].median()
             status = r.verified
@@ -871,8 +931,9 @@ class Bench:
                 status = (status + "; " if status else "") + f"{len(r.errors)} failed run(s)"
             tool = r.tool + (f" (vs {r.cp_ref})" if r.cp_ref == "cp+sync" else "")
             out.append(
-                f"| {r.workload} | {tool} | {fmt(med)} | {fmt(r.minimum())} | {fmt(mbs, 0)} | "
-                f"{fmt(r.rss_mib(), 1)} | {fmt(xcp, 2)} | {fmt(xpy, 3)} | {status} |"
+                f"| {r.workload} | {tool} | {fmt(med)} | {fmt(r.minimum())} | {fmt(r.median_cpu('user'), 2)} | "
+                f"{fmt(r.median_cpu('sys'), 2)} | {fmt(mbs, 0)} | "
+                f"{fmt(r.rss_mib(), 1)} | {fmt(xcp, 2)} | {fmt(paired, 2)} | {fmt(xsys, 2)} | {fmt(xpy, 3)} | {status} |"
             )
         return "\n".join(out)
 
@@ -966,6 +1027,8 @@ def main():
     ap.add_argument("--shuffle", action="store_true", help="shuffle the tools' order in each round (seeded; Python stays last) instead of the fixed order, against position effects")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (inputs) afterwards")
     ap.add_argument("--no-build", action="store_true", help="skip cargo build --release; time target/release/convert as it is")
+    ap.add_argument("--baseline", default=None, help="another convert binary (e.g. the last release) timed in the same rounds, each mode beside this build's and cp: before/after figures from one run")
+    ap.add_argument("--no-python", action="store_true", help="skip the Python reference (saves most of the run's time; the x Python targets then read 'no data')")
     a = ap.parse_args()
     if a.quick:
         a.size_gib = a.size_gib or 1 / 64

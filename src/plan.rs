@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 pub use crate::cast::Cast;
-use crate::header::encode::sort_canonical_by;
-use crate::header::{encode, EncodedHeader, Metadata, Order, TensorMeta};
+use crate::header::encode::{canonical_order, encode_entries, permute};
+use crate::header::names::NameIndex;
+use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
 use crate::rename::Renamer;
 use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, Result};
@@ -138,28 +139,35 @@ impl Plan {
 /// # Ok::<(), safetensors_stream::Error>(())
 /// ```
 pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
-    let mut selected = select(listings, options)?;
-    if selected.is_empty() && !options.allow_empty {
+    // The output's entries and their refs, as two parallel lists that are
+    // sorted and split together: each entry is built once, in the place the
+    // output header keeps it (a million-tensor plan held three copies).
+    let (mut entries, mut refs) = select(listings, options)?;
+    if entries.is_empty() && !options.allow_empty {
         return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
     }
-    check_unique(&selected, listings)?;
+    check_unique(&entries, &refs, listings)?;
     if options.order == Order::Canonical {
-        sort_canonical_by(&mut selected, |(meta, _)| meta);
+        let order = canonical_order(&entries, |e| &e.meta);
+        permute(order, |i, j| {
+            entries.swap(i, j);
+            refs.swap(i, j);
+        });
     }
     let metadata = merge_metadata(listings, &options.metadata);
-    let groups = split_shards(selected, options.max_shard_size)?;
+    let groups = split_shards(entries, refs, options.max_shard_size)?;
     let shards = groups
         .into_iter()
-        .map(|group| {
-            let (metas, refs): (Vec<TensorMeta>, Vec<TensorRef>) = group.into_iter().unzip();
-            let header = encode(metas, metadata.clone(), Order::AsGiven)?;
+        .map(|(entries, refs)| {
+            let header = encode_entries(entries, metadata.clone())?;
             Ok(ShardPlan { header, refs })
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Plan { shards })
 }
 
-type Selected = (TensorMeta, TensorRef);
+/// Output entries (offsets not yet placed) and, in parallel, their sources.
+type Selected = (Vec<TensorEntry>, Vec<TensorRef>);
 
 fn globs(patterns: &[String], flag: &str) -> Result<Option<GlobSet>> {
     if patterns.is_empty() {
@@ -200,7 +208,7 @@ fn usage(msg: String) -> Error {
 }
 
 /// Filters, renames and prefixes, in the inputs' order.
-fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Vec<Selected>> {
+fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Selected> {
     let include = globs(&o.include, "--include")?;
     let exclude = globs(&o.exclude, "--exclude")?;
     let renames: HashMap<&str, &str> = o
@@ -211,7 +219,10 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Vec<Selected>> {
     let mut used = vec![false; o.renames.len()];
     let mut patterns = Renamer::new(o.strip_prefix.as_deref(), &o.rename_regex)?;
     let casts = cast_rules(o)?;
-    let mut out = Vec::new();
+    // Room for every tensor: what filters leave out is never touched.
+    let count = listings.iter().map(|l| l.tensors().len()).sum();
+    let mut entries = Vec::with_capacity(count);
+    let mut refs = Vec::with_capacity(count);
     for (source, listing) in listings.iter().enumerate() {
         for (index, meta) in listing.tensors().iter().enumerate() {
             let keep = include.as_ref().is_none_or(|g| g.is_match(&meta.name))
@@ -238,19 +249,21 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Vec<Selected>> {
             if let Some(c) = cast {
                 meta.dtype = c.to();
             }
-            out.push((
+            entries.push(TensorEntry {
                 meta,
-                TensorRef {
-                    source,
-                    index,
-                    cast,
-                },
-            ));
+                begin: 0,
+                end: 0,
+            });
+            refs.push(TensorRef {
+                source,
+                index,
+                cast,
+            });
         }
     }
-    if out.is_empty() && !o.allow_empty {
+    if entries.is_empty() && !o.allow_empty {
         // Said as NothingSelected, naming the filters: the root cause.
-        return Ok(out);
+        return Ok((entries, refs));
     }
     if let Some(i) = used.iter().position(|u| !u) {
         let (from, to) = &o.renames[i];
@@ -259,7 +272,7 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Vec<Selected>> {
         )));
     }
     patterns.check_all_used()?;
-    Ok(out)
+    Ok((entries, refs))
 }
 
 /// The explicit casts, each checked.
@@ -286,23 +299,26 @@ fn cast_all(to: Option<Dtype>, from: Dtype) -> Option<Cast> {
     Cast::new(from, to?).ok().filter(|_| from.is_float())
 }
 
-fn check_unique<L: Listed>(selected: &[Selected], listings: &[L]) -> Result<()> {
-    let hasher = foldhash::fast::RandomState::default();
-    let mut seen: HashMap<&str, usize, _> =
-        HashMap::with_capacity_and_hasher(selected.len(), hasher);
-    for (meta, r) in selected {
-        if meta.name == "__metadata__" {
+fn check_unique<L: Listed>(
+    entries: &[TensorEntry],
+    refs: &[TensorRef],
+    listings: &[L],
+) -> Result<()> {
+    let mut seen = NameIndex::with_capacity(entries.len());
+    for (i, (e, r)) in entries.iter().zip(refs).enumerate() {
+        let name = &e.meta.name;
+        if name == "__metadata__" {
             return Err(Error::new(ErrorKind::ReservedName)
                 .with_input(listings[r.source].input())
-                .with_tensor(meta.name.clone()));
+                .with_tensor(name.clone()));
         }
-        if let Some(first) = seen.insert(&meta.name, r.source) {
+        if let Some(first) = seen.insert(i, name, |k| &entries[k].meta.name) {
             let inputs = (
-                listings[first].input().to_string(),
+                listings[refs[first].source].input().to_string(),
                 listings[r.source].input().to_string(),
             );
             return Err(ErrorKind::DuplicateTensor {
-                name: meta.name.clone(),
+                name: name.clone(),
                 inputs: Some(inputs),
             }
             .into());
@@ -331,34 +347,43 @@ fn merge_metadata<L: Listed>(listings: &[L], overrides: &[(String, String)]) -> 
 
 /// Greedy, as huggingface_hub: close a shard when the next tensor would take
 /// it past the limit (equal is allowed); a tensor over the limit goes alone.
-fn split_shards(tensors: Vec<Selected>, max: Option<u64>) -> Result<Vec<Vec<Selected>>> {
+fn split_shards(
+    mut entries: Vec<TensorEntry>,
+    mut refs: Vec<TensorRef>,
+    max: Option<u64>,
+) -> Result<Vec<Selected>> {
     let Some(max) = max else {
-        return Ok(vec![tensors]);
+        return Ok(vec![(entries, refs)]);
     };
     if max == 0 {
         return Err(usage("--max-shard-size must be more than 0 bytes".into()));
     }
-    let mut shards: Vec<Vec<Selected>> = Vec::new();
-    let mut current: Vec<Selected> = Vec::new();
-    let mut size = 0u64;
-    for t in tensors {
-        let len = t.0.byte_len()?;
-        if !current.is_empty() && size.saturating_add(len) > max {
-            shards.push(std::mem::take(&mut current));
+    // Where each shard after the first starts.
+    let mut starts = Vec::new();
+    let (mut current, mut size) = (0usize, 0u64);
+    for (k, e) in entries.iter().enumerate() {
+        let len = e.meta.byte_len()?;
+        if k > current && size.saturating_add(len) > max {
+            starts.push(k);
+            current = k;
             size = 0;
         }
         size = size.saturating_add(len);
-        current.push(t);
     }
-    if !current.is_empty() || shards.is_empty() {
-        shards.push(current);
+    // Split off from the end, so each tensor moves once.
+    let mut shards = Vec::with_capacity(starts.len() + 1);
+    for &k in starts.iter().rev() {
+        shards.push((entries.split_off(k), refs.split_off(k)));
     }
+    shards.push((entries, refs));
+    shards.reverse();
     Ok(shards)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::header::TensorMeta;
     use crate::source::Listing;
     use crate::Dtype;
 

@@ -333,7 +333,7 @@ fn fixture_subjects(t: Transport, only_npy: bool) -> Vec<Subject> {
         .into_iter()
         .filter(|c| c.error.is_none())
         .filter(|c| !only_npy || c.kind == "npy" || c.input.ends_with(".npy.gz"))
-        // Non-.npy members need `skip_non_npy`, tested in numpy_sources.
+        // Non-.npy members need `skip_non_npy`, tested in numpy::sources.
         .filter(|c| !c.input.ends_with("extra_member.npz"))
         .map(|c| {
             let expected = c.expected_path().unwrap_or_else(|| c.input_path()); // a canonical safetensors input

@@ -41,24 +41,85 @@ fn reading_a_header_costs_a_bounded_multiple_of_its_bytes() {
         "header {n} bytes, peak {peak} bytes ({:.2}x)",
         peak as f64 / n as f64
     );
-    // 4.04x: the peak is inside the parse (the text, the list reserved for
+    // 3.74x: the peak is inside the parse (the text, the list reserved for
     // the smallest possible entries, counted here though never touched, and
-    // the duplicate-key table). A guard against a further copy; the in-place
-    // layout check shows in RSS (validate of a 86 MB header: 311 -> 259 MB),
-    // after this peak.
-    assert!(peak * 4 <= 17 * n, "peak {peak} for a header of {n} bytes");
+    // the duplicate-name table of u32 indices). 4.04x when shapes took
+    // serde's room for 4 dimensions and the table held usize indices.
+    assert!(peak * 10 <= 39 * n, "peak {peak} for a header of {n} bytes");
 }
 
 #[test]
-fn encoding_a_header_costs_at_most_twice_its_bytes() {
+fn encoding_a_header_costs_less_than_its_bytes() {
     let _g = support::alloc::serial();
     let list = metas();
     let (encoded, peak) = measure(move || encode(list, None, Order::Canonical).unwrap());
-    let n = encoded.bytes().len();
+    let n = encoded.len() as usize;
     eprintln!(
         "header {n} bytes, peak {peak} bytes ({:.2}x)",
         peak as f64 / n as f64
     );
-    // 1.36x; writing the JSON and then copying it behind its length cost 2.4x.
-    assert!(peak <= 2 * n, "peak {peak} for a header of {n} bytes");
+    // 0.88x: the entries, laid out where they were built; the JSON is only
+    // counted (a sink streams it from the entries, `bytes()` writes it on
+    // first use). 1.36x when the JSON was written into an estimated buffer,
+    // 2.4x when it was then copied behind its length.
+    assert!(peak <= n, "peak {peak} for a header of {n} bytes");
+}
+
+#[test]
+fn planning_costs_a_bounded_multiple_of_the_header() {
+    use safetensors_stream::plan::{plan, PlanOptions};
+    use safetensors_stream::source::Listing;
+    let _g = support::alloc::serial();
+    let listing = Listing {
+        input: "many.safetensors".into(),
+        tensors: metas(),
+        metadata: None,
+    };
+    let listings = [listing];
+    // The listing is the sources' (already counted in reading the header):
+    // this is what planning adds.
+    let (planned, peak) = measure(|| plan(&listings, &PlanOptions::default()).unwrap());
+    let n = planned.shards[0].header.len() as usize;
+    eprintln!(
+        "header {n} bytes, plan peak {peak} bytes ({:.2}x)",
+        peak as f64 / n as f64
+    );
+    // 1.62x: the entries (72 bytes each, their names and shapes copied from
+    // the listing) and a 24-byte source reference each; the header's bytes
+    // are counted, not held. 2.70x when the entries were built as (meta,
+    // ref) pairs, unzipped, placed, and the JSON held in an estimated buffer.
+    assert!(peak * 4 <= 7 * n, "peak {peak} for a header of {n} bytes");
+}
+
+#[test]
+fn starting_a_sink_holds_no_copy_of_the_header_or_each_name() {
+    use safetensors_stream::sink::{Sink, SinkOptions};
+    let _g = support::alloc::serial();
+    let encoded = encode(metas(), None, Order::Canonical).unwrap();
+    let n = encoded.len() as usize;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (sink, peak) = measure(|| {
+        rt.block_on(Sink::start(
+            tokio::io::sink(),
+            &encoded,
+            SinkOptions::default(),
+        ))
+        .unwrap()
+    });
+    assert_eq!(sink.remaining(), 100_000);
+    assert_eq!(sink.bytes_written(), n as u64);
+    assert_eq!(
+        sink.next_tensor(),
+        Some(encoded.header().tensors[0].meta.name.as_str())
+    );
+    eprintln!(
+        "header {n} bytes, sink start {peak} bytes ({:.2}x)",
+        peak as f64 / n as f64
+    );
+    // 0.46x: the names in one string and 16 bytes per tensor, and the
+    // header streamed from its entries in 64 KiB pieces. A String per name
+    // and a 32-byte pair per tensor cost 0.66x besides the header held whole.
+    assert!(peak * 2 <= n, "peak {peak} for a header of {n} bytes");
 }

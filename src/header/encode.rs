@@ -1,7 +1,9 @@
 //! Byte-exact header encoding: the layout the reference writer produces.
 
-use std::collections::HashSet;
+use std::io::Write;
+use std::sync::OnceLock;
 
+use super::names::NameIndex;
 use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
 use crate::{Error, ErrorKind, Result};
 
@@ -17,10 +19,15 @@ pub enum Order {
 }
 
 /// A header laid out and encoded: the model and its exact bytes.
+///
+/// Its length is known from the start; the bytes themselves are written
+/// on first use of [`EncodedHeader::bytes`], and a sink streams them from
+/// the entries in pieces instead: a million-tensor plan need not hold a
+/// second, 80 MB form of its header.
 #[derive(Debug, Clone)]
 pub struct EncodedHeader {
     header: Header,
-    bytes: Vec<u8>,
+    bytes: OnceLock<Vec<u8>>,
 }
 
 impl EncodedHeader {
@@ -31,12 +38,97 @@ impl EncodedHeader {
 
     /// The file's first `8 + N` bytes: the length prefix and the padded JSON.
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.bytes.get_or_init(|| {
+            let mut bytes = Vec::with_capacity(self.len_usize());
+            let mut pieces = self.pieces();
+            while pieces.next_piece(&mut bytes, usize::MAX) {}
+            bytes
+        })
+    }
+
+    /// `8 + N`: the length of [`EncodedHeader::bytes`].
+    pub fn len(&self) -> u64 {
+        self.header.data_start()
+    }
+
+    /// Never: a header has at least its 8-byte prefix and `{}`.
+    pub fn is_empty(&self) -> bool {
+        false
     }
 
     /// Both parts, by value.
     pub fn into_parts(self) -> (Header, Vec<u8>) {
-        (self.header, self.bytes)
+        self.bytes();
+        let bytes = self.bytes.into_inner().expect("written just now");
+        (self.header, bytes)
+    }
+
+    /// The bytes, if [`EncodedHeader::bytes`] has written them.
+    pub(crate) fn written(&self) -> Option<&[u8]> {
+        self.bytes.get().map(Vec::as_slice)
+    }
+
+    /// The bytes as pieces, for a writer that need not hold them all.
+    pub(crate) fn pieces(&self) -> Pieces<'_> {
+        Pieces {
+            header: &self.header,
+            next: None,
+            emitted: 0,
+        }
+    }
+
+    fn len_usize(&self) -> usize {
+        // header_len <= MAX_HEADER_LEN, checked by encode.
+        8 + self.header.header_len as usize
+    }
+}
+
+/// The header's bytes in order, a piece at a time: the prefix and the
+/// metadata, then entries, then the closing brace and padding.
+pub(crate) struct Pieces<'a> {
+    header: &'a Header,
+    /// The next tensor to write; `None` before the prefix, past the last
+    /// tensor's index when the header is complete.
+    next: Option<usize>,
+    /// Bytes handed out so far.
+    emitted: u64,
+}
+
+impl Pieces<'_> {
+    /// Appends to `buf` until it holds at least `min` bytes or the header
+    /// is complete; returns whether more is to come.
+    pub(crate) fn next_piece(&mut self, buf: &mut Vec<u8>, min: usize) -> bool {
+        let tensors = &self.header.tensors;
+        let done = tensors.len() + 1;
+        let before = buf.len();
+        let mut k = match self.next {
+            Some(k) => k,
+            None => {
+                buf.extend_from_slice(&self.header.header_len.to_le_bytes());
+                write_open(buf, self.header.metadata.as_ref());
+                0
+            }
+        };
+        let comma_first = self.header.metadata.is_some();
+        while k < tensors.len() && buf.len() < min {
+            if k > 0 || comma_first {
+                buf.push(b',');
+            }
+            push_entry(buf, &tensors[k]);
+            k += 1;
+        }
+        if k == tensors.len() {
+            buf.push(b'}');
+            // Spaces up to N, which encode counted from these same bytes.
+            let so_far = self.emitted + (buf.len() - before) as u64;
+            let pad = (8 + self.header.header_len).saturating_sub(so_far);
+            debug_assert!(pad < 8, "the JSON is as long as counted");
+            buf.resize(buf.len() + pad as usize, b' ');
+            k = done;
+        }
+        self.emitted += (buf.len() - before) as u64;
+        self.next = Some(k);
+        k < done
     }
 }
 
@@ -56,19 +148,46 @@ impl EncodedHeader {
 /// assert_eq!(enc.header().file_len(), 76);
 /// ```
 pub fn encode(
-    mut tensors: Vec<TensorMeta>,
+    tensors: Vec<TensorMeta>,
     metadata: Option<Metadata>,
     order: Order,
 ) -> Result<EncodedHeader> {
     check_names(&tensors)?;
+    let mut entries: Vec<TensorEntry> = tensors
+        .into_iter()
+        .map(|meta| TensorEntry {
+            meta,
+            begin: 0,
+            end: 0,
+        })
+        .collect();
     if order == Order::Canonical {
-        sort_canonical_by(&mut tensors, |t| t);
+        let order = canonical_order(&entries, |e| &e.meta);
+        permute(order, |i, j| entries.swap(i, j));
     }
-    let entries = place(tensors)?;
-    // The JSON is written after room for its length: one buffer, not a
-    // JSON buffer copied into a second one (a 90 MB header cost both).
-    let mut bytes = write_json(metadata.as_ref(), &entries);
-    let header_len = (bytes.len() - 8) as u64;
+    encode_entries(entries, metadata)
+}
+
+/// Lays out `entries` in their order (their offsets are overwritten) and
+/// encodes the header. The names must be unique and none `__metadata__`:
+/// the planner checks that once for all shards, [`encode`] for its callers.
+pub(crate) fn encode_entries(
+    mut entries: Vec<TensorEntry>,
+    metadata: Option<Metadata>,
+) -> Result<EncodedHeader> {
+    place(&mut entries)?;
+    // Only the length is computed here, so the limit is checked before
+    // anything is allocated; the bytes are written when first needed, or
+    // streamed (see [`EncodedHeader`]).
+    let mut counter = Counter(0);
+    write_open(&mut counter, metadata.as_ref());
+    for (k, e) in entries.iter().enumerate() {
+        if k > 0 || metadata.is_some() {
+            put(&mut counter, b",");
+        }
+        push_entry(&mut counter, e);
+    }
+    let header_len = (counter.0 + 1).next_multiple_of(8);
     if header_len > MAX_HEADER_LEN {
         return Err(ErrorKind::HeaderTooLarge {
             len: header_len,
@@ -76,20 +195,22 @@ pub fn encode(
         }
         .into());
     }
-    bytes[..8].copy_from_slice(&header_len.to_le_bytes());
     let header = Header {
         metadata,
         tensors: entries,
         header_len,
     };
-    Ok(EncodedHeader { header, bytes })
+    Ok(EncodedHeader {
+        header,
+        bytes: OnceLock::new(),
+    })
 }
 
-/// Sorts as the reference's `prepare()`: dtype descending, then name
-/// ascending by UTF-8 bytes (so `a.10` < `a.2`).
-pub(crate) fn sort_canonical_by<T>(items: &mut Vec<T>, meta: impl Fn(&T) -> &TensorMeta) {
-    // Sort indices, then move each (large) item once; ties (equal names,
-    // refused later) keep their order.
+/// The order the reference's `prepare()` sorts into: dtype descending, then
+/// name ascending by UTF-8 bytes (so `a.10` < `a.2`); ties (equal names,
+/// refused elsewhere) keep their order. `order[k]` is the index of the item
+/// that goes k-th.
+pub(crate) fn canonical_order<T>(items: &[T], meta: impl Fn(&T) -> &TensorMeta) -> Vec<usize> {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_unstable_by(|&i, &j| {
         let (a, b) = (meta(&items[i]), meta(&items[j]));
@@ -98,22 +219,37 @@ pub(crate) fn sort_canonical_by<T>(items: &mut Vec<T>, meta: impl Fn(&T) -> &Ten
             .then_with(|| a.name.cmp(&b.name))
             .then(i.cmp(&j))
     });
-    let mut slots: Vec<Option<T>> = items.drain(..).map(Some).collect();
-    items.extend(
-        order
-            .into_iter()
-            .map(|i| slots[i].take().expect("each index once")),
-    );
+    order
+}
+
+/// Applies `order` (as [`canonical_order`] returns it) in place by swaps, so
+/// that item k ends where `order[k]` was; `swap` moves every list that runs
+/// in parallel. No second copy of the items: a million of them is big.
+pub(crate) fn permute(mut order: Vec<usize>, mut swap: impl FnMut(usize, usize)) {
+    const DONE: usize = usize::MAX;
+    for start in 0..order.len() {
+        // Follow the cycle through `start`: each step brings the item that
+        // belongs at `at` there, and carries the displaced one along.
+        let mut at = start;
+        while order[at] != DONE {
+            let from = order[at];
+            order[at] = DONE;
+            if from == start {
+                break;
+            }
+            swap(at, from);
+            at = from;
+        }
+    }
 }
 
 fn check_names(tensors: &[TensorMeta]) -> Result<()> {
-    let mut seen =
-        HashSet::with_capacity_and_hasher(tensors.len(), foldhash::fast::RandomState::default());
-    for t in tensors {
+    let mut seen = NameIndex::with_capacity(tensors.len());
+    for (i, t) in tensors.iter().enumerate() {
         if t.name == "__metadata__" {
             return Err(Error::new(ErrorKind::ReservedName).with_tensor(t.name.clone()));
         }
-        if !seen.insert(t.name.as_str()) {
+        if seen.insert(i, &t.name, |k| &tensors[k].name).is_some() {
             return Err(ErrorKind::DuplicateTensor {
                 name: t.name.clone(),
                 inputs: None,
@@ -124,91 +260,90 @@ fn check_names(tensors: &[TensorMeta]) -> Result<()> {
     Ok(())
 }
 
-/// Packs the tensors from offset 0, in the given order, with no gaps.
-fn place(tensors: Vec<TensorMeta>) -> Result<Vec<TensorEntry>> {
+/// Packs the tensors from offset 0, in their order, with no gaps.
+fn place(entries: &mut [TensorEntry]) -> Result<()> {
     let mut offset = 0u64;
-    let mut entries = Vec::with_capacity(tensors.len());
-    for meta in tensors {
-        let len = meta.byte_len()?;
+    for e in entries {
+        let len = e.meta.byte_len()?;
         let end = offset.checked_add(len).ok_or_else(|| {
             Error::new(ErrorKind::ShapeOverflow {
-                tensor: meta.name.clone(),
-                dtype: meta.dtype,
-                shape: meta.shape.clone(),
+                tensor: e.meta.name.clone(),
+                dtype: e.meta.dtype,
+                shape: e.meta.shape.clone(),
             })
         })?;
-        entries.push(TensorEntry {
-            meta,
-            begin: offset,
-            end,
-        });
+        e.begin = offset;
+        e.end = end;
         offset = end;
     }
-    Ok(entries)
+    Ok(())
 }
 
-/// Compact JSON, `__metadata__` first, keys `dtype`, `shape`, `data_offsets`,
-/// padded with spaces to a multiple of 8. Strings go through serde_json so
-/// that escaping is exactly the reference's.
-/// Eight bytes for the length prefix (left zero), then the padded JSON.
-fn write_json(metadata: Option<&Metadata>, entries: &[TensorEntry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(72 + entries.len() * 96);
-    out.extend_from_slice(&[0; 8]);
-    out.push(b'{');
-    let mut first = true;
+/// Counts the bytes written to it, and keeps none.
+struct Counter(u64);
+
+impl Write for Counter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Compact JSON, `__metadata__` first, then (by the caller) the entries
+/// with keys `dtype`, `shape`, `data_offsets`, then `}` and the padding.
+/// Strings go through serde_json so that escaping is exactly the
+/// reference's. `out` is a `Vec` or a [`Counter`]: neither fails.
+///
+/// This writes the opening brace and the metadata.
+fn write_open<W: Write>(out: &mut W, metadata: Option<&Metadata>) {
+    put(out, b"{");
     if let Some(md) = metadata {
-        out.extend_from_slice(br#""__metadata__":{"#);
+        put(out, br#""__metadata__":{"#);
         for (i, (k, v)) in md.iter().enumerate() {
             if i > 0 {
-                out.push(b',');
+                put(out, b",");
             }
-            push_json_str(&mut out, k);
-            out.push(b':');
-            push_json_str(&mut out, v);
+            push_json_str(out, k);
+            put(out, b":");
+            push_json_str(out, v);
         }
-        out.push(b'}');
-        first = false;
+        put(out, b"}");
     }
-    for e in entries {
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        push_entry(&mut out, e);
-    }
-    out.push(b'}');
-    // 8 + a multiple of 8 is one too.
-    let padded = out.len().next_multiple_of(8);
-    out.resize(padded, b' ');
-    out
 }
 
-fn push_entry(out: &mut Vec<u8>, e: &TensorEntry) {
+fn push_entry<W: Write>(out: &mut W, e: &TensorEntry) {
     push_json_str(out, &e.meta.name);
-    out.extend_from_slice(br#":{"dtype":""#);
-    out.extend_from_slice(e.meta.dtype.as_str().as_bytes());
-    out.extend_from_slice(br#"","shape":["#);
+    put(out, br#":{"dtype":""#);
+    put(out, e.meta.dtype.as_str().as_bytes());
+    put(out, br#"","shape":["#);
     for (i, d) in e.meta.shape.iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            put(out, b",");
         }
         push_u64(out, *d);
     }
-    out.extend_from_slice(br#"],"data_offsets":["#);
+    put(out, br#"],"data_offsets":["#);
     push_u64(out, e.begin);
-    out.push(b',');
+    put(out, b",");
     push_u64(out, e.end);
-    out.extend_from_slice(b"]}");
+    put(out, b"]}");
 }
 
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    // Writing into a Vec cannot fail, and a &str always serialises.
-    serde_json::to_writer(&mut *out, s).expect("serialising a str into a Vec");
+fn put<W: Write>(out: &mut W, bytes: &[u8]) {
+    out.write_all(bytes)
+        .expect("a Vec or a Counter never fails");
 }
 
-fn push_u64(out: &mut Vec<u8>, n: u64) {
-    use std::io::Write;
-    write!(out, "{n}").expect("writing into a Vec");
+fn push_json_str<W: Write>(out: &mut W, s: &str) {
+    // Neither sink fails, and a &str always serialises.
+    serde_json::to_writer(&mut *out, s).expect("serialising a str");
+}
+
+fn push_u64<W: Write>(out: &mut W, n: u64) {
+    write!(out, "{n}").expect("a Vec or a Counter never fails");
 }
 
 #[cfg(test)]
@@ -247,6 +382,36 @@ mod tests {
         assert_eq!(json_of(&enc), want);
         assert_eq!(enc.header().header_len, 248);
         assert_eq!(enc.header().file_len(), 275);
+    }
+
+    #[test]
+    fn pieces_are_the_bytes() {
+        let tensors = vec![
+            TensorMeta::new("w", Dtype::F16, [2]),
+            TensorMeta::new("b\"q", Dtype::I64, [1]),
+            TensorMeta::new("s", Dtype::F32, []),
+        ];
+        for md in [None, Some(Metadata::from([("k".into(), "v".into())]))] {
+            let enc = encode(tensors.clone(), md, Order::Canonical).unwrap();
+            // One entry per piece, then all at once.
+            for min in [1, usize::MAX] {
+                let (mut all, mut piece) = (Vec::new(), Vec::new());
+                let mut pieces = enc.pieces();
+                loop {
+                    piece.clear();
+                    let more = pieces.next_piece(&mut piece, min);
+                    all.extend_from_slice(&piece);
+                    if !more {
+                        break;
+                    }
+                }
+                piece.clear();
+                assert!(!pieces.next_piece(&mut piece, min), "nothing after the end");
+                assert!(piece.is_empty());
+                assert_eq!(all, enc.bytes());
+                assert_eq!(all.len() as u64, enc.len());
+            }
+        }
     }
 
     #[test]

@@ -7,14 +7,12 @@
 //! string error.
 
 use std::cell::RefCell;
-use std::hash::BuildHasher;
-
-use hashbrown::HashTable;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use super::names::NameIndex;
 use super::{Metadata, Mode, Rules, TensorMeta};
 use crate::{Dtype, ErrorKind};
 
@@ -137,8 +135,7 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
         };
         let mut seen_metadata = false;
         // Indices into out.tensors, hashed by name: no second copy of a name.
-        let hasher = foldhash::fast::RandomState::default();
-        let mut index: HashTable<usize> = HashTable::with_capacity(self.capacity);
+        let mut index = NameIndex::with_capacity(self.capacity);
         while let Some(key) = map.next_key::<String>()? {
             if key == "__metadata__" {
                 if seen_metadata {
@@ -157,21 +154,17 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
                 rules: self.rules,
                 stash: self.stash,
             })?;
-            let name = tensor.meta.name.as_str();
-            let hash = hasher.hash_one(name);
-            match index.find(hash, |&i| out.tensors[i].meta.name == name) {
+            let tensors = &out.tensors;
+            let seen = index.insert(tensors.len(), &tensor.meta.name, |i| {
+                tensors[i].meta.name.as_str()
+            });
+            match seen {
                 Some(_) if self.rules.refuse_duplicate_keys => {
                     let kind = duplicate(tensor.meta.name, "the header");
                     return Err(fail(self.stash, kind));
                 }
-                Some(&i) => out.tensors[i] = tensor,
-                None => {
-                    let tensors = &out.tensors;
-                    index.insert_unique(hash, tensors.len(), |&i| {
-                        hasher.hash_one(tensors[i].meta.name.as_str())
-                    });
-                    out.tensors.push(tensor);
-                }
+                Some(i) => out.tensors[i] = tensor,
+                None => out.tensors.push(tensor),
             }
         }
         Ok(out)
@@ -336,7 +329,7 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
             }
             match field {
                 Field::Dtype => dtype = Some(map.next_value_seed(DtypeSeed(self.rules.mode))?),
-                Field::Shape => shape = Some(map.next_value()?),
+                Field::Shape => shape = Some(map.next_value_seed(ShapeSeed)?),
                 Field::Offsets => offsets = Some(map.next_value()?),
             }
         }
@@ -347,9 +340,51 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
         let len_err = |n| de::Error::invalid_length(n, &"a tensor of 3 elements");
         let dtype = seq.next_element_seed(DtypeSeed(self.rules.mode))?;
         let dtype = dtype.ok_or_else(|| len_err(0))?;
-        let shape = seq.next_element()?.ok_or_else(|| len_err(1))?;
+        let shape = seq.next_element_seed(ShapeSeed)?;
+        let shape = shape.ok_or_else(|| len_err(1))?;
         let offsets = seq.next_element()?.ok_or_else(|| len_err(2))?;
         self.assemble(Some(dtype), Some(shape), Some(offsets))
+    }
+}
+
+/// Dimensions kept on the stack before the list is allocated at its size.
+const INLINE_DIMS: usize = 8;
+
+/// A shape read into a list of exactly its length: serde's `Vec<u64>`
+/// starts at room for 4 (32 bytes, a 48-byte heap block) where a 1-D shape
+/// needs 8, and a million-tensor header holds a million shapes.
+struct ShapeSeed;
+
+impl<'de> DeserializeSeed<'de> for ShapeSeed {
+    type Value = Vec<u64>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<u64>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ShapeSeed {
+    type Value = Vec<u64>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sequence of non-negative integers")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u64>, A::Error> {
+        let mut inline = [0u64; INLINE_DIMS];
+        let mut len = 0;
+        while len < INLINE_DIMS {
+            match seq.next_element::<u64>()? {
+                Some(d) => inline[len] = d,
+                None => return Ok(inline[..len].to_vec()),
+            }
+            len += 1;
+        }
+        // More dimensions than any real tensor has: grow as serde would.
+        let mut dims = inline.to_vec();
+        while let Some(d) = seq.next_element::<u64>()? {
+            dims.push(d);
+        }
+        Ok(dims)
     }
 }
 

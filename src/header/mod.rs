@@ -6,6 +6,7 @@
 
 pub(crate) mod encode;
 mod json;
+pub(crate) mod names;
 pub(crate) mod read;
 mod validate;
 

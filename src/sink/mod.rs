@@ -3,12 +3,14 @@
 //!
 //! Memory: one buffer of [`SinkOptions::buffer_size`] bytes (allocated on
 //! the first tensor that needs it, and no larger than the largest tensor),
-//! plus the header bytes the plan already holds. Nothing grows with the
-//! model's size.
+//! plus the header, written from the plan's entries in 64 KiB pieces, and
+//! the planned names and lengths (the names in one string, 16 bytes per
+//! tensor). Nothing grows with the tensors' bytes.
 
 pub(crate) mod atomic;
 pub(crate) mod elements;
 pub(crate) mod fast;
+mod planned;
 
 use std::pin::Pin;
 
@@ -21,10 +23,14 @@ use crate::source::TensorData;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
 use elements::{ChunkBuffer, Elements};
+use planned::Planned;
 
 /// The default buffer: large enough that per-call costs vanish, small
 /// enough to keep memory flat.
 pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
+
+/// Bytes of header JSON gathered per write.
+const HEADER_PIECE: usize = 64 * 1024;
 
 /// How the sink buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +68,8 @@ crate::setters::setters!(SinkOptions { buffer_size: usize });
 #[derive(Debug)]
 pub struct Sink<W> {
     writer: W,
-    /// Planned (name, length) of each tensor in offset order.
-    planned: Vec<(String, u64)>,
+    /// Planned name and length of each tensor in offset order.
+    planned: Planned,
     next: usize,
     /// Input and cast output, sized by the element pipeline.
     buf: ChunkBuffer,
@@ -77,26 +83,37 @@ pub struct Sink<W> {
 impl<W: AsyncWrite + Unpin> Sink<W> {
     /// Writes `header`'s bytes to `writer` and readies the sink for its tensors.
     pub async fn start(writer: W, header: &EncodedHeader, options: SinkOptions) -> Result<Self> {
-        let planned = header
-            .header()
-            .tensors
-            .iter()
-            .map(|t| (t.meta.name.clone(), t.len()))
-            .collect();
+        let planned = Planned::of(header.header());
         let mut sink = Sink {
             writer,
             planned,
             next: 0,
             buf: ChunkBuffer::default(),
             buffer_size: options.buffer_size.max(1),
-            written: header.bytes().len() as u64,
+            written: header.len(),
             output: None,
             overflowed: 0,
         };
-        sink.writer
-            .write_all(header.bytes())
-            .await
-            .map_err(|e| sink.write_error(e))?;
+        // The header's bytes in pieces of about 64 KiB, written from its
+        // entries as they go: never a second whole copy of a large header.
+        if let Some(bytes) = header.written() {
+            if let Err(e) = sink.writer.write_all(bytes).await {
+                return Err(sink.write_error(e));
+            }
+            return Ok(sink);
+        }
+        let mut piece = Vec::with_capacity(HEADER_PIECE + 4096);
+        let mut pieces = header.pieces();
+        loop {
+            piece.clear();
+            let more = pieces.next_piece(&mut piece, HEADER_PIECE);
+            if let Err(e) = sink.writer.write_all(&piece).await {
+                return Err(sink.write_error(e));
+            }
+            if !more {
+                break;
+            }
+        }
         Ok(sink)
     }
 
@@ -122,7 +139,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
 
     /// The name of the next tensor the plan expects, if any.
     pub fn next_tensor(&self) -> Option<&str> {
-        self.planned.get(self.next).map(|(n, _)| n.as_str())
+        self.planned.name(self.next)
     }
 
     /// Copies the next planned tensor from `reader`, which must yield exactly
@@ -157,12 +174,13 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         transform: Transform,
         cast: Option<Cast>,
     ) -> Result<u64> {
-        let Some((name, len)) = self.planned.get(self.next).cloned() else {
+        let k = self.next;
+        let Some(len) = self.planned.byte_len(k) else {
             return Err(ErrorKind::PastPlan.into());
         };
-        self.copy_exact(reader, len, transform, cast)
-            .await
-            .map_err(|e| e.with_tensor(name))?;
+        if let Err(e) = self.copy_exact(reader, len, transform, cast).await {
+            return Err(e.with_tensor(self.planned.name(k).unwrap_or_default()));
+        }
         self.next += 1;
         Ok(len)
     }
@@ -220,16 +238,18 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     /// sink's destination by other means (a kernel copy into the same file),
     /// `bytes` in all; those must be exactly their planned lengths.
     pub fn record_external(&mut self, count: usize, bytes: u64) -> Result<()> {
-        let Some(planned) = self.planned.get(self.next..self.next + count) else {
+        let Some(expected) = self
+            .planned
+            .total(self.next..self.next.saturating_add(count))
+        else {
             return Err(ErrorKind::PastPlan.into());
         };
-        let expected: u64 = planned.iter().map(|(_, len)| len).sum();
         if bytes != expected {
             let e = Error::new(ErrorKind::TensorTooShort {
                 expected,
                 actual: bytes,
             });
-            return Err(e.with_tensor(planned[0].0.clone()));
+            return Err(e.with_tensor(self.planned.name(self.next).unwrap_or_default()));
         }
         self.next += count;
         self.written += bytes;

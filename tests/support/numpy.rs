@@ -1,5 +1,5 @@
-//! Helpers for the NumPy source tests (numpy_sources, conformance,
-//! numpy_hostile, numpy_memory): the fixtures' case list, expected outputs,
+//! Helpers for the NumPy source tests (numpy::sources, conformance,
+//! numpy::hostile, numpy_memory): the fixtures' case list, expected outputs,
 //! and hand-built .npy files and zip archives.
 
 pub use super::{block_on, fixtures, listing as dir_names, write as write_file};

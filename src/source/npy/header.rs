@@ -198,14 +198,21 @@ fn dims_of(dims: Vec<Literal>) -> Result<Vec<u64>> {
             dims.len()
         )));
     }
-    dims.into_iter()
-        .map(|d| match d {
-            Literal::Int(n) => Ok(n),
-            _ => Err(npy_error(
-                "shape holds something other than non-negative integers",
-            )),
-        })
-        .collect()
+    // Exactly its length: collecting `into_iter()` reused the literals'
+    // list, so a 1-D shape kept 128 bytes (room for four 32-byte literals)
+    // in every one of an npz's 200,000 members.
+    let mut shape = Vec::with_capacity(dims.len());
+    for d in &dims {
+        match *d {
+            Literal::Int(n) => shape.push(n),
+            _ => {
+                return Err(npy_error(
+                    "shape holds something other than non-negative integers",
+                ))
+            }
+        }
+    }
+    Ok(shape)
 }
 
 /// Maps a numpy type string to a safetensors dtype and the transform that
@@ -373,6 +380,7 @@ mod tests {
         assert_eq!(h.dtype, Dtype::F64);
         assert!(h.fortran_order);
         assert_eq!(h.shape, [2, 3]);
+        assert_eq!(h.shape.capacity(), 2, "a shape holds no spare room");
         let s = parse_header_text(
             b"{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': ()}",
             &p,

@@ -6,7 +6,6 @@
 
 pub mod zip;
 
-use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::sync::Arc;
@@ -24,6 +23,7 @@ const AHEAD_DEPTH: usize = 2;
 use super::npy::fortran::{too_wide, FortranReader};
 use super::npy::header::{read_header_as, NpyHeader};
 use super::{CrcCheck, FileSpan, Source, SourceOptions, TensorData, TensorReader};
+use crate::header::names::NameIndex;
 use crate::header::TensorMeta;
 use crate::{Error, ErrorKind, Result};
 
@@ -53,7 +53,18 @@ impl NpzSource {
     pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
         let on_input = |e: Error| e.with_input(input);
         let (entries, dir_start) = read_directory(&file, len).map_err(on_input)?;
-        let mut seen = HashSet::with_capacity(entries.len());
+        // Names checked through indices: no copy of each member's name.
+        let mut seen = NameIndex::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            if seen.insert(i, &entry.name, |k| &entries[k].name).is_some() {
+                let msg = format!(
+                    "member {:?} appears twice in the central directory",
+                    entry.name
+                );
+                return Err(on_input(Error::new(ErrorKind::Zip(msg))));
+            }
+        }
+        drop(seen);
         let mut src = NpzSource {
             input: input.to_string(),
             opened: super::Stamp::of(&file, len),
@@ -62,13 +73,6 @@ impl NpzSource {
             members: Vec::with_capacity(entries.len()),
         };
         for entry in entries {
-            if !seen.insert(entry.name.clone()) {
-                let msg = format!(
-                    "member {:?} appears twice in the central directory",
-                    entry.name
-                );
-                return Err(on_input(Error::new(ErrorKind::Zip(msg))));
-            }
             if entry.is_dir() {
                 continue;
             }

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-mod support;
+use crate::support;
 use support::numpy::{build_zip, npy, ZipMember};
 use support::{stderr, BIN};
 

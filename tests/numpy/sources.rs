@@ -2,7 +2,7 @@
 //! equal the Python reference's file byte for byte, or the input must be
 //! refused with the right error kind, naming the input, and leave no file.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! The `convert` binary's default command: files, standard output, shards,
 //! exit codes, one-line errors, atomic replacement and new files' modes.
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! binary on the reference fixtures, on hand-built bad files, and on a
 //! sharded checkpoint built in a temporary folder.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

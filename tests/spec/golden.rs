@@ -2,7 +2,7 @@
 //! is reproduced byte for byte by our encoder, and reads back, in both modes,
 //! as the manifest says.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 

@@ -3,7 +3,7 @@
 //! strict-only rules also checked to pass in reference mode. Then a sparse
 //! 10 GB file, validated while reading under 1 MB of it.
 
-mod support;
+use crate::support;
 
 use std::fs::File;
 use std::io::{BufReader, Write};

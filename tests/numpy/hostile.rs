@@ -3,7 +3,7 @@
 //! never a panic, an I/O error standing in for one, a huge allocation, or a
 //! file written.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Header memory and time against the tensor count (issue 17 item 7, issue 15).
+
+Generates, with the standard library only:
+  - a safetensors file of n one-element F32 tensors whose header keys are
+    shuffled and whose data lies in another shuffled order than the canonical
+    one (so a conversion must parse, sort, and read n scattered tensors);
+  - an npz of n tiny members (one F32 each, stored);
+then runs `convert IN -o OUT --no-sync -q` under /usr/bin/time -v and prints
+peak RSS, wall, user and system time for each n, with the header's bytes
+and RSS / header bytes.
+
+    python3 benches/header_scale.py --binary target/debug/convert \
+        --sizes 10000 100000 1000000 --npz 20000 200000
+
+Inputs are written under --dir (default: a temp folder) and removed after.
+"""
+
+import argparse
+import io
+import os
+import random
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+
+def gen_safetensors(path, n, seed=17):
+    """n tensors "layer.{i}.w" of one F32 each; keys and data both shuffled."""
+    rng = random.Random(seed + n)
+    data_order = list(range(n))
+    rng.shuffle(data_order)  # data_order[k] = tensor whose bytes are k-th
+    slot = [0] * n
+    for k, i in enumerate(data_order):
+        slot[i] = k
+    keys = list(range(n))
+    rng.shuffle(keys)
+    parts = ["{"]
+    for j, i in enumerate(keys):
+        b = 4 * slot[i]
+        parts.append(("," if j else "") + f'"layer.{i}.w":{{"dtype":"F32","shape":[1],"data_offsets":[{b},{b + 4}]}}')
+    parts.append("}")
+    header = "".join(parts).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)))
+        f.write(header)
+        f.write(b"".join(struct.pack("<f", float(i)) for i in data_order))
+    return len(header)
+
+
+def npy_bytes(value):
+    """An .npy v1.0 of one little-endian F32, as numpy.save writes it."""
+    d = "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }"
+    pad = 64 - (10 + len(d) + 1) % 64
+    head = (d + " " * pad + "\n").encode()
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head + struct.pack("<f", value)
+
+
+def gen_npz(path, n):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for i in range(n):
+            z.writestr(f"arr_{i}.npy", npy_bytes(float(i)))
+
+
+def measure(cmd):
+    """(peak RSS MiB, wall s, user s, system s) of one run."""
+    r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stderr[-2000:]}")
+    def field(name):
+        return re.search(re.escape(name) + r":\s*(\S+)", r.stderr).group(1)
+    wall = field("Elapsed (wall clock) time (h:mm:ss or m:ss)")
+    secs = 0.0
+    for part in wall.split(":"):
+        secs = secs * 60 + float(part)
+    rss = int(field("Maximum resident set size (kbytes)")) / 1024
+    return rss, secs, float(field("User time (seconds)")), float(field("System time (seconds)"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", default="target/debug/convert")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--npz", type=int, nargs="*", default=[20_000, 200_000])
+    ap.add_argument("--dir")
+    args = ap.parse_args()
+    work = args.dir or tempfile.mkdtemp(prefix="header-scale-")
+    os.makedirs(work, exist_ok=True)
+    print(f"{'input':<24} {'n':>9} {'header B':>11} {'RSS MiB':>8} {'RSS/hdr':>8} {'wall s':>7} {'user s':>7} {'sys s':>6}")
+    try:
+        for n in args.sizes:
+            src = os.path.join(work, f"many-{n}.safetensors")
+            hdr = gen_safetensors(src, n)
+            out = os.path.join(work, "out.safetensors")
+            rss, wall, user, sys_ = measure([args.binary, src, "-o", out, "--no-sync", "-q"])
+            print(f"{'safetensors (shuffled)':<24} {n:>9} {hdr:>11} {rss:>8.1f} {rss * 2**20 / hdr:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
+            os.remove(src)
+            os.remove(out)
+        for n in args.npz:
+            src = os.path.join(work, f"many-{n}.npz")
+            gen_npz(src, n)
+            out = os.path.join(work, "out.safetensors")
+            rss, wall, user, sys_ = measure([args.binary, src, "-o", out, "--no-sync", "-q"])
+            hdr = struct.unpack("<Q", open(out, "rb").read(8))[0]
+            print(f"{'npz (stored, tiny)':<24} {n:>9} {hdr:>11} {rss:>8.1f} {rss * 2**20 / hdr:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
+            os.remove(src)
+            os.remove(out)
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
