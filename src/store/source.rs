@@ -8,7 +8,7 @@
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
-use object_store::{GetOptions, GetRange, ObjectStoreExt};
+use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
 
 use super::{store_error, Location};
 use crate::header::read::read_header;
@@ -88,12 +88,18 @@ struct Pinned {
 }
 
 impl Pinned {
-    fn options(&self, start: u64, end: u64) -> GetOptions {
-        GetOptions {
+    /// A GET of bytes `start..end` (not empty), pinned to the ETag.
+    async fn get(&self, start: u64, end: u64) -> Result<GetResult> {
+        let options = GetOptions {
             if_match: self.etag.clone(),
             range: Some(GetRange::Bounded(start..end)),
             ..Default::default()
-        }
+        };
+        self.loc
+            .store
+            .get_opts(&self.loc.path, options)
+            .await
+            .map_err(|e| self.error(e))
     }
 
     fn error(&self, e: object_store::Error) -> Error {
@@ -110,12 +116,7 @@ impl Pinned {
         if start >= end {
             return Ok(Vec::new());
         }
-        let got = self
-            .loc
-            .store
-            .get_opts(&self.loc.path, self.options(start, end))
-            .await
-            .map_err(|e| self.error(e))?;
+        let got = self.get(start, end).await?;
         let bytes = got.bytes().await.map_err(|e| self.error(e))?;
         Ok(bytes.to_vec())
     }
@@ -176,12 +177,7 @@ impl Pinned {
         if start >= end {
             return Ok(Box::pin(tokio::io::empty()));
         }
-        let got = self
-            .loc
-            .store
-            .get_opts(&self.loc.path, self.options(start, end))
-            .await
-            .map_err(|e| self.error(e))?;
+        let got = self.get(start, end).await?;
         let url = self.loc.url.clone();
         let stream = got.into_stream().map_err(move |e| match e {
             object_store::Error::Precondition { .. } => {
