@@ -2,12 +2,10 @@
 //! independent runs write exactly the files one run writes, and the index
 //! is refused while a shard is missing.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use support::{fixtures, listing, stderr, BIN};
+use crate::support::{fixtures, listing, stderr, BIN};
 
 fn fixture(name: &str) -> PathBuf {
     fixtures().join(name)

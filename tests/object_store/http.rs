@@ -4,14 +4,12 @@
 //! by ranges, byte-identical to the local file (the ETag check itself is
 //! tested against moto in object_store_etag.rs).
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
-use support::{fixtures, stderr, BIN};
+use crate::support::{fixtures, stderr, BIN};
 
 /// What the server serves: (ETag, bytes), and the ranges asked for.
 struct Served {

@@ -2,13 +2,11 @@
 //! outputs and inputs byte-identical to local runs, a fan-out of parallel
 //! `--shard K` processes, SIGTERM mid-upload, missing buckets.
 
-mod support;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use support::{fixtures, listing, moto, pattern, stderr, BIN};
+use crate::support::{self, fixtures, listing, moto, pattern, stderr, BIN};
 
 fn fixture(name: &str) -> PathBuf {
     fixtures().join(name)
