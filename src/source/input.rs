@@ -364,6 +364,7 @@ async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'s
 /// Opens a forward-only input read from `reader` (an object streamed
 /// whole) exactly as standard input is opened: detected, decompressed,
 /// spooled when its format needs seeking. `stem` names a lone .npy array.
+#[cfg(feature = "object-store")]
 pub(crate) async fn open_reader(
     reader: TensorReader<'static>,
     input: &str,
