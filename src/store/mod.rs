@@ -7,17 +7,20 @@
 //! arguments, so that no credential is ever on a command line; messages
 //! name the URL, never a credential.
 //!
-//! - [`source`]: an object read as an input: a safetensors object by
+//! - `source`: an object read as an input: a safetensors object by
 //!   ranged GETs (header first, then each tensor), any other format
 //!   streamed through the same detection as standard input.
-//! - [`upload`]: an object written as an output: a multipart upload with
+//! - `upload`: an object written as an output: a multipart upload with
 //!   a bounded number of parts in flight, completed only when every byte
 //!   matched the plan, aborted exactly once otherwise.
-//! - [`write`]: a plan written to objects, shards first and the index last.
+//! - `write`: a plan written to objects, shards first and the index last.
 
-pub mod source;
-pub mod upload;
+pub(crate) mod source;
+pub(crate) mod upload;
 pub(crate) mod write;
+
+pub use source::{open_checkpoint, FIRST_RANGE};
+pub use upload::{abort_pending, part_size, IN_FLIGHT, MAX_PARTS, MIN_PART};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -49,15 +52,15 @@ pub fn is_url(path: &Path) -> bool {
 
 /// An object: the store it is in, its key there, and its URL for messages.
 #[derive(Clone)]
-pub struct Location {
+pub(crate) struct Location {
     /// The URL as given, for messages.
-    pub url: String,
+    pub(crate) url: String,
     /// The store, for reads (and single PUTs).
-    pub store: Arc<dyn ObjectStore>,
+    pub(crate) store: Arc<dyn ObjectStore>,
     /// The same store's multipart API; `None` for read-only (HTTP) stores.
-    pub multipart: Option<Arc<dyn MultipartStore>>,
+    pub(crate) multipart: Option<Arc<dyn MultipartStore>>,
     /// The object's key in the store.
-    pub path: ObjectPath,
+    pub(crate) path: ObjectPath,
 }
 
 impl std::fmt::Debug for Location {
@@ -68,7 +71,7 @@ impl std::fmt::Debug for Location {
 
 impl Location {
     /// The object `url` names, in a store configured from the environment.
-    pub fn parse(url: &str) -> Result<Location> {
+    pub(crate) fn parse(url: &str) -> Result<Location> {
         use object_store::aws::AmazonS3Builder;
         use object_store::azure::MicrosoftAzureBuilder;
         use object_store::gcp::GoogleCloudStorageBuilder;
@@ -138,7 +141,7 @@ impl Location {
     }
 
     /// The object `name` beside this one (a shard or index of the same set).
-    pub fn sibling(&self, name: &str) -> Location {
+    pub(crate) fn sibling(&self, name: &str) -> Location {
         let (dir, _) = self.url.rsplit_once('/').unwrap_or(("", ""));
         let mut parts: Vec<_> = self.path.parts().collect();
         parts.pop();

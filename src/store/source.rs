@@ -25,7 +25,7 @@ use crate::{Error, ErrorKind, Result};
 pub const FIRST_RANGE: u64 = 100_000;
 
 /// Opens the object at `url` as a source of tensors.
-pub async fn open_object(
+pub(crate) async fn open_object(
     url: &str,
     options: &SourceOptions,
     notice: Notice<'_>,
@@ -190,7 +190,7 @@ impl Pinned {
 }
 
 /// A safetensors object, or a sharded checkpoint's objects, read by ranges.
-pub struct ObjectSource {
+pub(crate) struct ObjectSource {
     input: String,
     objects: Vec<Pinned>,
     tensors: Vec<TensorMeta>,

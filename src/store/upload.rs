@@ -34,7 +34,7 @@ pub const IN_FLIGHT: usize = 4;
 /// parts are this size but the last.
 ///
 /// ```
-/// use safetensors_stream::store::upload::{part_size, MIN_PART};
+/// use safetensors_stream::store::{part_size, MIN_PART};
 /// assert_eq!(part_size(1 << 30), MIN_PART);
 /// assert_eq!(part_size(400_000_000_000), 39 << 20); // 38.1 MiB, rounded up
 /// ```
@@ -80,7 +80,7 @@ pub async fn abort_pending() -> Result<()> {
 
 /// Aborts the uploads started with these keys that are still open (each
 /// once); the first error is returned after trying them all.
-pub async fn abort_uploads(keys: &[u64]) -> Result<()> {
+pub(crate) async fn abort_uploads(keys: &[u64]) -> Result<()> {
     let mut first = None;
     for key in keys {
         if let Some(p) = take_pending(*key) {
@@ -94,7 +94,7 @@ pub async fn abort_uploads(keys: &[u64]) -> Result<()> {
 
 /// An object being written: an [`AsyncWrite`] that sends each full part
 /// while the next one fills.
-pub struct PartUpload {
+pub(crate) struct PartUpload {
     key: u64,
     store: Arc<dyn MultipartStore>,
     path: ObjectPath,
@@ -111,7 +111,7 @@ pub struct PartUpload {
 
 impl PartUpload {
     /// Starts the multipart upload of an object planned to be `len` bytes.
-    pub async fn start(
+    pub(crate) async fn start(
         store: Arc<dyn MultipartStore>,
         path: ObjectPath,
         url: &str,
@@ -150,13 +150,8 @@ impl PartUpload {
     }
 
     /// This upload's key, for [`abort_uploads`].
-    pub fn key(&self) -> u64 {
+    pub(crate) fn key(&self) -> u64 {
         self.key
-    }
-
-    /// Bytes accepted so far.
-    pub fn written(&self) -> u64 {
-        self.written
     }
 
     /// Sends the part being filled (a last part may be short).
@@ -202,7 +197,7 @@ impl PartUpload {
     /// Sends the last part, waits for every part, and completes the upload
     /// if exactly `planned` bytes were written: the object appears now,
     /// whole. Otherwise, or on any error, the upload is aborted.
-    pub async fn complete(mut self, planned: u64) -> Result<()> {
+    pub(crate) async fn complete(mut self, planned: u64) -> Result<()> {
         let failed = match self.finish_parts(planned).await {
             Ok(parts) => {
                 // Off the pending list first: once complete is sent, a late
@@ -265,7 +260,7 @@ impl PartUpload {
 
     /// Aborts the upload (once: a second call does nothing); parts in
     /// flight are cancelled first.
-    pub async fn abort(mut self) -> Result<()> {
+    pub(crate) async fn abort(mut self) -> Result<()> {
         self.sending.abort_all();
         while self.sending.join_next().await.is_some() {}
         match take_pending(self.key) {

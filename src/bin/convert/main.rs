@@ -215,9 +215,7 @@ fn open_checkpoint(path: &Path, rules: Rules) -> Result<Checkpoint, Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(safetensors_stream::store::source::open_checkpoint(
-            &url, rules,
-        ))
+        .block_on(safetensors_stream::store::open_checkpoint(&url, rules))
 }
 
 /// Any other input, opened by the very code a conversion opens it with.
