@@ -21,6 +21,12 @@ use safetensors_stream::{inspect, Category, Error, ErrorKind};
 
 use cli::{Cli, Command, InspectArgs, ValidateArgs};
 
+// A header of a million tensors is millions of small allocations (names,
+// shapes): mimalloc's size classes hold them without glibc's 16-byte chunk
+// header and 32-byte minimum, a third less memory for the same header.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
