@@ -11,6 +11,8 @@ use crate::header::HUB_HEADER_LIMIT;
 use crate::index::{IndexMetadata, ShardIndex};
 use crate::observe::{ObservedWriter, Progress};
 pub use crate::output::check_output;
+use crate::output::fanout::check_shard_files;
+pub use crate::output::fanout::Part;
 use crate::output::folders::CreatedFolders;
 use crate::output::target::{open_stream, resolve, Target};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
@@ -70,6 +72,9 @@ pub struct ConvertOptions {
     /// see [`crate::output::check_output`]). The input is still read from
     /// its old bytes, and replaced atomically at the end.
     pub overwrite_input: bool,
+    /// Which files of a sharded plan to write: all (the default), one
+    /// shard (`--shard K`), or the index alone (`--index-only`).
+    pub part: Part,
 }
 
 impl Default for ConvertOptions {
@@ -84,6 +89,7 @@ impl Default for ConvertOptions {
             checksum: false,
             fast_path: true,
             overwrite_input: false,
+            part: Part::All,
         }
     }
 }
@@ -98,6 +104,7 @@ crate::setters::setters!(ConvertOptions {
     checksum: bool,
     fast_path: bool,
     overwrite_input: bool,
+    part: Part,
 });
 
 impl std::fmt::Debug for ConvertOptions {
@@ -112,6 +119,7 @@ impl std::fmt::Debug for ConvertOptions {
             .field("checksum", &self.checksum)
             .field("fast_path", &self.fast_path)
             .field("overwrite_input", &self.overwrite_input)
+            .field("part", &self.part)
             .finish()
     }
 }
@@ -368,29 +376,11 @@ pub async fn convert_opened(
             .for_each(|w| notice(&format!("warning: {w}")));
     }
     if let Some(p) = &options.progress {
-        p.start(&plan, plan.file_len());
+        p.start(&plan, part_len(&plan, options.part));
     }
-    let target = match output {
-        Output::Stdout => Target::Stdout,
-        Output::File(path) => resolve(path)?,
-    };
-    let outputs = match target {
-        Target::Stdout => {
-            let out = tokio::io::stdout();
-            write_stream(out, "-", &plan, sources, options, &overflows).await?
-        }
-        Target::Stream(path) => {
-            let file = open_stream_output(&path).await?;
-            let name = match output {
-                Output::File(given) => given.display().to_string(),
-                Output::Stdout => "-".into(),
-            };
-            write_stream(file, &name, &plan, sources, options, &overflows).await?
-        }
-        Target::Replace(_) => match output {
-            Output::File(path) => write_files(path, &plan, sources, options, &overflows).await?,
-            Output::Stdout => unreachable!("standard output is never replaced"),
-        },
+    let outputs = match object_url(output) {
+        Some(url) => write_object_output(url, &plan, sources, options, &overflows).await?,
+        None => write_local(output, &plan, sources, options, &overflows).await?,
     };
     if let Some(p) = &options.progress {
         p.finish();
@@ -411,6 +401,79 @@ pub async fn convert_opened(
         casts: cast_notes(&plan),
         warnings,
     })
+}
+
+/// The output's URL when it names an object (`s3://`, `gs://`, `az://`).
+fn object_url(output: &Output) -> Option<&str> {
+    match output {
+        #[cfg(feature = "object-store")]
+        Output::File(path) if crate::store::is_url(path) => path.to_str(),
+        _ => None,
+    }
+}
+
+#[cfg(feature = "object-store")]
+async fn write_object_output(
+    url: &str,
+    plan: &Plan,
+    sources: &mut [Box<dyn Source + '_>],
+    options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
+) -> Result<Vec<WrittenFile>> {
+    crate::store::write::write_objects(url, plan, sources, options, overflows).await
+}
+
+#[cfg(not(feature = "object-store"))]
+async fn write_object_output(
+    _url: &str,
+    _plan: &Plan,
+    _sources: &mut [Box<dyn Source + '_>],
+    _options: &ConvertOptions,
+    _overflows: &Mutex<Vec<String>>,
+) -> Result<Vec<WrittenFile>> {
+    unreachable!("object URLs are files without the object-store feature")
+}
+
+/// Writes to a file, a set of files, standard output or a stream.
+async fn write_local(
+    output: &Output,
+    plan: &Plan,
+    sources: &mut [Box<dyn Source + '_>],
+    options: &ConvertOptions,
+    overflows: &Mutex<Vec<String>>,
+) -> Result<Vec<WrittenFile>> {
+    let target = match output {
+        Output::Stdout => Target::Stdout,
+        Output::File(path) => resolve(path)?,
+    };
+    Ok(match target {
+        Target::Stdout => {
+            let out = tokio::io::stdout();
+            write_stream(out, "-", plan, sources, options, overflows).await?
+        }
+        Target::Stream(path) => {
+            let file = open_stream_output(&path).await?;
+            let name = match output {
+                Output::File(given) => given.display().to_string(),
+                Output::Stdout => "-".into(),
+            };
+            write_stream(file, &name, plan, sources, options, overflows).await?
+        }
+        Target::Replace(_) => match output {
+            Output::File(path) => write_files(path, plan, sources, options, overflows).await?,
+            Output::Stdout => unreachable!("standard output is never replaced"),
+        },
+    })
+}
+
+/// The bytes of shards a run writes (progress counts only those).
+fn part_len(plan: &Plan, part: Part) -> u64 {
+    plan.shards
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| part.writes_shard(*i))
+        .map(|(_, s)| s.file_len())
+        .sum()
 }
 
 /// Writes the one planned file to a stream (standard output, a device, a
@@ -500,14 +563,14 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
 }
 
 /// Which shard is being written, for progress; where casts' overflows go.
-struct ShardCtx<'a> {
-    index: usize,
-    count: usize,
-    options: &'a ConvertOptions,
-    overflows: &'a Mutex<Vec<String>>,
+pub(crate) struct ShardCtx<'a> {
+    pub(crate) index: usize,
+    pub(crate) count: usize,
+    pub(crate) options: &'a ConvertOptions,
+    pub(crate) overflows: &'a Mutex<Vec<String>>,
 }
 
-async fn write_observed<W: AsyncWrite + Unpin>(
+pub(crate) async fn write_observed<W: AsyncWrite + Unpin>(
     writer: ObservedWriter<W>,
     shard: &ShardPlan,
     sources: &mut [Box<dyn Source + '_>],
@@ -809,10 +872,19 @@ async fn write_files(
     overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
     let (paths, index_path) = shard_paths(output, plan.shards.len());
+    let index_path = index_path.filter(|_| options.part.writes_index());
+    if options.part == Part::IndexOnly {
+        check_shard_files(plan, &paths)?;
+    }
+    let written_paths = paths
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| options.part.writes_shard(*i))
+        .map(|(_, p)| p);
     // Declared before the staged files, so dropped after them on failure:
     // temp files go first, then the folders made for them.
     let mut folders = Vec::with_capacity(paths.len() + 1);
-    for path in paths.iter().chain(&index_path) {
+    for path in written_paths.chain(&index_path) {
         if let Target::Replace(dest) = resolve(path)? {
             folders.push(CreatedFolders::create_for(&dest)?);
         }
@@ -823,6 +895,9 @@ async fn write_files(
     let mut unsynced = Vec::with_capacity(paths.len() + 1);
     let count = plan.shards.len();
     for (index, (shard, path)) in plan.shards.iter().zip(&paths).enumerate() {
+        if !options.part.writes_shard(index) {
+            continue;
+        }
         let (stage, file) = StagedFile::create(path)?;
         let name = path.display().to_string();
         let w = ObservedWriter::new(file, options.checksum, options.progress.clone());
@@ -882,7 +957,7 @@ async fn write_files(
 
 /// Every range was checked against the inputs' lengths when opened: an
 /// input that changed since is being rewritten under us. Refuse the copy.
-fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
+pub(crate) fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
     sources.iter().try_for_each(|s| s.check_unchanged())
 }
 
@@ -896,7 +971,7 @@ fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
 
 /// The Hugging Face index: pretty JSON with sorted keys and a final newline,
 /// as `huggingface_hub` writes it.
-fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
+pub(crate) fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
     let mut weight_map = std::collections::BTreeMap::new();
     for (shard, path) in plan.shards.iter().zip(paths) {
         let file = path
@@ -919,7 +994,7 @@ fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
     bytes
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(bytes)
         .iter()

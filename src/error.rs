@@ -645,6 +645,21 @@ pub enum ErrorKind {
         actual: u64,
     },
 
+    // ---- fan-out and object storage -----------------------------------------
+    /// `--index-only`: a shard of the plan is not there, or not at its planned
+    /// length (its worker has not finished, or failed).
+    #[error("shard {shard} is not written yet: {detail}")]
+    ShardNotWritten {
+        /// The shard's file name or URL.
+        shard: String,
+        /// What was found instead ("no such file", "12 bytes, planned 80").
+        detail: String,
+    },
+    /// Object storage refused or failed a request (credentials, a missing
+    /// bucket, the network). The message never holds a credential.
+    #[error("object store: {0}")]
+    ObjectStore(String),
+
     // ---- the environment --------------------------------------------------
     /// An I/O error.
     #[error("{0}")]
@@ -684,7 +699,9 @@ impl ErrorKind {
     pub fn category(&self) -> Category {
         use ErrorKind as K;
         match self {
-            K::Io(_) | K::Interrupted(_) => Category::Io,
+            K::Io(_) | K::Interrupted(_) | K::ShardNotWritten { .. } | K::ObjectStore(_) => {
+                Category::Io
+            }
             K::DuplicateTensor { .. }
             | K::ReservedName
             | K::Usage(_)

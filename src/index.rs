@@ -184,7 +184,7 @@ fn file_name(p: &Path) -> String {
 }
 
 /// The weight_map and total_size must describe exactly what the shards hold.
-fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header)]) -> Result<()> {
+pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header)]) -> Result<()> {
     let mut holder: HashMap<&str, String> = HashMap::new();
     for (path, header) in files {
         let shard = file_name(path);

@@ -21,6 +21,8 @@
 //!   with their own sources ([`convert::convert_sources`], [`convert::write_shard`]);
 //! - [`index`], [`inspect`]: sharded checkpoints and listings;
 //! - [`observe`], [`units`]: progress callbacks, byte sizes.
+//! - `store` (the `object-store` feature, on with `cli`): which paths are
+//!   object URLs, a checkpoint's headers read by ranges, multipart part sizes.
 //!
 //! Supported platforms: Unix (Linux, macOS, the BSDs); Linux copies
 //! unchanged bytes in the kernel (`copy_file_range`).
@@ -72,6 +74,8 @@ pub mod rename;
 mod setters;
 pub mod sink;
 pub mod source;
+#[cfg(feature = "object-store")]
+pub mod store;
 pub(crate) mod transform;
 pub mod units;
 pub mod writer;

@@ -49,7 +49,5 @@ pub(crate) fn parse_order(order: &str) -> Result<Order, Error> {
 /// A safetensors dtype spelling ("BF16"); an unknown one is a usage error.
 pub(crate) fn parse_dtype(s: &str) -> Result<Dtype, Error> {
     s.parse()
-        .map_err(|e: safetensors_stream::UnknownDtype| {
-            ErrorKind::Usage(e.to_string()).into()
-        })
+        .map_err(|e: safetensors_stream::UnknownDtype| ErrorKind::Usage(e.to_string()).into())
 }

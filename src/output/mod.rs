@@ -2,6 +2,7 @@
 //! folders made for it ([`folders`]), and the checks made before a data
 //! byte is read, by the real run and by `--dry-run` alike ([`check_output`]).
 
+pub(crate) mod fanout;
 pub(crate) mod folders;
 pub(crate) mod target;
 
@@ -35,11 +36,17 @@ pub fn check_output(
     plan: &Plan,
     options: &ConvertOptions,
 ) -> Result<Vec<String>> {
+    options.part.check(plan)?;
     let shards = plan.shards.len();
     let path = match output {
         Output::Stdout => return check_stream_output("-", shards, std::io::stdout().is_terminal()),
         Output::File(path) => path,
     };
+    // An object: written as a whole or not at all by the store itself.
+    #[cfg(feature = "object-store")]
+    if crate::store::is_url(path) {
+        return Ok(Vec::new());
+    }
     let shown = path.display().to_string();
     match resolve(path)? {
         Target::Stdout => {

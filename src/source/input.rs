@@ -28,6 +28,10 @@ pub async fn open_input(
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
+    #[cfg(feature = "object-store")]
+    if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
+        return crate::store::source::open_object(url, options, notice).await;
+    }
     let input = path.display().to_string();
     if path.as_os_str() == "-" {
         let stdin: TensorReader<'static> = Box::pin(tokio::io::stdin());
@@ -355,6 +359,24 @@ async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'s
     first.truncate(got);
     let replay = std::io::Cursor::new(first.clone());
     Ok((first, Box::pin(replay.chain(r))))
+}
+
+/// Opens a forward-only input read from `reader` (an object streamed
+/// whole) exactly as standard input is opened: detected, decompressed,
+/// spooled when its format needs seeking. `stem` names a lone .npy array.
+#[cfg(feature = "object-store")]
+pub(crate) async fn open_reader(
+    reader: TensorReader<'static>,
+    input: &str,
+    stem: Option<String>,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    if let Some(spec) = &options.raw {
+        let spec = named_spec(spec, Path::new(input));
+        return open_raw_stream(reader, input, &spec, options, notice).await;
+    }
+    open_stream(reader, input, stem, options, notice, 0).await
 }
 
 /// Opens a forward-only input: an .npy streams as it is read; formats

@@ -21,10 +21,14 @@ Examples:
   convert dump.bin --raw-dtype F32 --raw-shape 4,256 --name w -o w.safetensors
   convert a.safetensors b.safetensors -o merged.safetensors
   convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
+  convert model.safetensors --max-shard-size 5GB --shard 2 -o out/model.safetensors
+  convert model.safetensors --max-shard-size 5GB --index-only -o out/model.safetensors
   convert model.safetensors.index.json -o single.safetensors
   convert pytorch_model.bin --dedupe-tied -o model.safetensors
   convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
   convert model.safetensors -o - | ssh host 'cat > model.safetensors'
+  convert model.safetensors --cast-all BF16 -o s3://bucket/model-bf16.safetensors
+  convert s3://bucket/model.safetensors.index.json -o model.safetensors   (AWS_* from the environment)
   convert weights.npz --dry-run --json -o out.safetensors
   producer | convert - --report json -o - | consumer    (a pipeline stage)
   convert validate model.safetensors
@@ -54,7 +58,8 @@ pub struct ConvertArgs {
     /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, PyTorch
     /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), any of them
     /// gzip/zstd/xz/bzip2-compressed; `-` for standard input; a folder holding one checkpoint
-    /// (its index, else its single model file). Recognised by content.
+    /// (its index, else its single model file); s3://, gs://, az:// or https:// URLs (credentials
+    /// from the environment). Recognised by content.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// How the inputs are read (names, raw dumps).
@@ -67,7 +72,8 @@ pub struct ConvertArgs {
     /// Cast every floating tensor (F64, F32, F16, BF16) to TO; --cast takes precedence.
     #[arg(long, value_name = "TO", value_parser = parse_dtype, help_heading = "Casting")]
     pub cast_all: Option<Dtype>,
-    /// Output file, or `-` for standard output. With --max-shard-size, the shards' base name.
+    /// Output file, `-` for standard output, or an s3://, gs:// or az:// URL (a multipart
+    /// upload, aborted on failure). With --max-shard-size, the shards' base name.
     /// Optional with --dry-run (the plan then uses the first input's name, as NAME.safetensors).
     #[arg(short, long, required_unless_present = "dry_run", value_name = "OUT")]
     pub output: Option<PathBuf>,
@@ -103,6 +109,14 @@ pub struct ConvertArgs {
     /// Split into shards of at most SIZE tensor bytes (5GB = 5e9, 5GiB = 5*2^30) plus an index.
     #[arg(long, value_name = "SIZE", value_parser = parse_size_arg)]
     pub max_shard_size: Option<u64>,
+    /// Write only shard K (1-based, the K of -0000K-of-0000N) of the plan the full run
+    /// makes, byte-identical to it, and no index: one worker of a fan-out.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Many machines")]
+    pub shard: Option<u64>,
+    /// Write only the index, after checking that every planned shard is there at its
+    /// planned length: the commit point of a fan-out.
+    #[arg(long, conflicts_with = "shard", help_heading = "Many machines")]
+    pub index_only: bool,
     /// Allow the output to replace an input (the same file: links count); refused otherwise.
     #[arg(long)]
     pub overwrite_input: bool,

@@ -15,6 +15,7 @@ use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{detect_file, Format};
 use safetensors_stream::source::{Listing, SourceOptions};
+use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{inspect, Category, Error, ErrorKind};
 
@@ -126,7 +127,7 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
         // A checkpoint folder stands for its index or its one model file, as for convert.
         let (path, opened) = match resolve_input(given) {
             Ok(path) => {
-                let opened = Checkpoint::open(&path, rules(args.reference));
+                let opened = open_checkpoint(&path, rules(args.reference));
                 (path, opened)
             }
             Err(e) => (given.clone(), Err(e)),
@@ -191,6 +192,9 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     if path.as_os_str() == "-" {
         return Ok(false);
     }
+    if is_url(path) {
+        return Ok(path.to_string_lossy().ends_with(".safetensors"));
+    }
     let format = detect_file(path).map_err(|e| Error::io(e).with_input(path.display()))?;
     Ok(matches!(
         format,
@@ -199,13 +203,25 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
 }
 
 fn inspect_checkpoint(file: &Path, args: &InspectArgs) -> Result<String, Error> {
-    let cp = Checkpoint::open(file, rules(args.reference))?;
+    let cp = open_checkpoint(file, rules(args.reference))?;
     warn_hub_limit(&cp);
     Ok(if args.json {
         pretty(&inspect::to_json(&cp))
     } else {
         inspect::render_table(&cp)
     })
+}
+
+/// A local file or index, or an object (`s3://`, `https://`, ...) read by ranges.
+fn open_checkpoint(path: &Path, rules: Rules) -> Result<Checkpoint, Error> {
+    if !is_url(path) {
+        return Checkpoint::open(path, rules);
+    }
+    let url = path.to_string_lossy();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(safetensors_stream::store::open_checkpoint(&url, rules))
 }
 
 /// Any other input, opened by the very code a conversion opens it with.

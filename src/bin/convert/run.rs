@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use safetensors_stream::convert::{
     cast_notes, check_output, convert_opened, fresh_notices, open_inputs, plan_sources,
-    plan_warnings, shard_paths, ConvertOptions, Output, Report,
+    plan_warnings, shard_paths, ConvertOptions, Output, Part, Report,
 };
 use safetensors_stream::header::Order;
 use safetensors_stream::inspect;
@@ -98,7 +98,12 @@ fn options(
         .progress(progress)
         .checksum(args.checksum.is_some())
         .fast_path(true)
-        .overwrite_input(args.overwrite_input))
+        .overwrite_input(args.overwrite_input)
+        .part(match (args.shard, args.index_only) {
+            (Some(k), _) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
+            (None, true) => Part::IndexOnly,
+            (None, false) => Part::All,
+        }))
 }
 
 /// How inputs are opened, from the shared input flags.
@@ -184,13 +189,21 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         let mut int = signal(SignalKind::interrupt())?;
         let mut pipe = signal(SignalKind::pipe())?;
         let mut term = signal(SignalKind::terminate())?;
-        tokio::select! {
+        let outcome = tokio::select! {
             r = job(args, &output, &opts) => r.map_err(broken_pipe),
             _ = hup.recv() => Err(Interrupt::Signal("SIGHUP", 129)),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
             _ = pipe.recv() => Err(Interrupt::Signal("SIGPIPE", 141)),
             _ = term.recv() => Err(Interrupt::Signal("SIGTERM", 143)),
+        };
+        // The job is dropped: multipart uploads it left open are aborted
+        // now, so that no part of them lingers in the bucket.
+        if outcome.is_err() {
+            if let Err(e) = safetensors_stream::store::abort_pending().await {
+                notes.say(&format!("warning: {e}"));
+            }
         }
+        outcome
     });
     // The job is dropped by now (its temp files deleted), but a read of
     // standard input or a FIFO may still block a thread of the runtime's

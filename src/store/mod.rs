@@ -1,0 +1,217 @@
+//! Object storage as one more kind of input and output, through the
+//! [`object_store`] crate: `s3://bucket/key`, `gs://bucket/key`,
+//! `az://container/key` in and out, `https://...` (and `http://`) in only.
+//!
+//! Stores are built from the URL and the environment only (`AWS_*`,
+//! `GOOGLE_*`, `AZURE_*` and the clouds' own credential chains), never from
+//! arguments, so that no credential is ever on a command line; messages
+//! name the URL, never a credential.
+//!
+//! - `source`: an object read as an input: a safetensors object by
+//!   ranged GETs (header first, then each tensor), any other format
+//!   streamed through the same detection as standard input.
+//! - `upload`: an object written as an output: a multipart upload with
+//!   a bounded number of parts in flight, completed only when every byte
+//!   matched the plan, aborted exactly once otherwise.
+//! - `write`: a plan written to objects, shards first and the index last.
+
+pub(crate) mod source;
+pub(crate) mod upload;
+pub(crate) mod write;
+
+pub use source::{open_checkpoint, FIRST_RANGE};
+pub use upload::{abort_pending, part_size, IN_FLIGHT, MAX_PARTS, MIN_PART};
+
+use std::path::Path;
+use std::sync::Arc;
+
+use object_store::multipart::MultipartStore;
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+
+use crate::{Error, ErrorKind, Result};
+
+/// Whether `path` names an object (`s3://`, `gs://`, `az://`, `http(s)://`)
+/// rather than a local file.
+///
+/// ```
+/// use std::path::Path;
+/// use safetensors_stream::store::is_url;
+/// assert!(is_url(Path::new("s3://bucket/model.safetensors")));
+/// assert!(!is_url(Path::new("s3:/local/file")));
+/// assert!(!is_url(Path::new("model.safetensors")));
+/// ```
+pub fn is_url(path: &Path) -> bool {
+    let Some(text) = path.to_str() else {
+        return false;
+    };
+    ["s3://", "gs://", "az://", "https://", "http://"]
+        .iter()
+        .any(|scheme| text.starts_with(scheme))
+}
+
+/// An object: the store it is in, its key there, and its URL for messages.
+#[derive(Clone)]
+pub(crate) struct Location {
+    /// The URL as given, for messages.
+    pub(crate) url: String,
+    /// The store, for reads (and single PUTs).
+    pub(crate) store: Arc<dyn ObjectStore>,
+    /// The same store's multipart API; `None` for read-only (HTTP) stores.
+    pub(crate) multipart: Option<Arc<dyn MultipartStore>>,
+    /// The object's key in the store.
+    pub(crate) path: ObjectPath,
+}
+
+impl std::fmt::Debug for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Location").field("url", &self.url).finish()
+    }
+}
+
+impl Location {
+    /// The object `url` names, in a store configured from the environment.
+    pub(crate) fn parse(url: &str) -> Result<Location> {
+        use object_store::aws::AmazonS3Builder;
+        use object_store::azure::MicrosoftAzureBuilder;
+        use object_store::gcp::GoogleCloudStorageBuilder;
+        use object_store::http::HttpBuilder;
+
+        let bad = |msg: String| Error::new(ErrorKind::Usage(msg)).with_input(url);
+        let parsed = url::Url::parse(url).map_err(|e| bad(format!("not a valid URL: {e}")))?;
+        let key = parsed.path().trim_start_matches('/');
+        let path = ObjectPath::from_url_path(key)
+            .map_err(|e| bad(format!("not a valid object key: {e}")))?;
+        if key.is_empty() {
+            return Err(bad(
+                "the URL names no object (a key after the bucket)".into()
+            ));
+        }
+        let on_build = |e: object_store::Error| store_error(e, url);
+        let (store, multipart): (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>) =
+            match parsed.scheme() {
+                "s3" => {
+                    let s = Arc::new(
+                        AmazonS3Builder::from_env()
+                            .with_url(url)
+                            .build()
+                            .map_err(on_build)?,
+                    );
+                    (s.clone(), Some(s))
+                }
+                "gs" => {
+                    let s = Arc::new(
+                        GoogleCloudStorageBuilder::from_env()
+                            .with_url(url)
+                            .build()
+                            .map_err(on_build)?,
+                    );
+                    (s.clone(), Some(s))
+                }
+                "az" => {
+                    let s = Arc::new(
+                        MicrosoftAzureBuilder::from_env()
+                            .with_url(url)
+                            .build()
+                            .map_err(on_build)?,
+                    );
+                    (s.clone(), Some(s))
+                }
+                "http" | "https" => {
+                    // The server's origin; the key is the path (a query is dropped).
+                    let base = parsed.origin().ascii_serialization();
+                    // Plain http only when the URL says so.
+                    let client = object_store::ClientOptions::new()
+                        .with_allow_http(parsed.scheme() == "http");
+                    let s = HttpBuilder::new()
+                        .with_url(base)
+                        .with_client_options(client)
+                        .build()
+                        .map_err(on_build)?;
+                    (Arc::new(s), None)
+                }
+                other => return Err(bad(format!("unknown URL scheme {other:?}"))),
+            };
+        Ok(Location {
+            url: url.to_string(),
+            store,
+            multipart,
+            path,
+        })
+    }
+
+    /// The object `name` beside this one (a shard or index of the same set).
+    pub(crate) fn sibling(&self, name: &str) -> Location {
+        let (dir, _) = self.url.rsplit_once('/').unwrap_or(("", ""));
+        let mut parts: Vec<_> = self.path.parts().collect();
+        parts.pop();
+        let path: ObjectPath = parts
+            .into_iter()
+            .chain(std::iter::once(
+                ObjectPath::from(name).parts().next().unwrap_or_default(),
+            ))
+            .collect();
+        Location {
+            url: format!("{dir}/{name}"),
+            path,
+            ..self.clone()
+        }
+    }
+
+    /// The multipart API, or a usage error for a read-only store.
+    pub(crate) fn writable(&self) -> Result<Arc<dyn MultipartStore>> {
+        self.multipart.clone().ok_or_else(|| {
+            let msg = "an http(s) URL is read-only; write to s3://, gs:// or az://";
+            Error::new(ErrorKind::Usage(msg.into())).with_input(&self.url)
+        })
+    }
+}
+
+/// An object store error as ours: the URL named, the store's own words
+/// (which name the request, never a secret), exit code 3.
+pub(crate) fn store_error(e: object_store::Error, url: &str) -> Error {
+    let msg = match &e {
+        object_store::Error::NotFound { .. } => "no such object (or bucket)".to_string(),
+        _ => one_line(&e),
+    };
+    Error::new(ErrorKind::ObjectStore(msg)).with_input(url)
+}
+
+/// An error and its causes on one line: the binary prints exactly one.
+fn one_line(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !msg.contains(&text) {
+            msg.push_str(": ");
+            msg.push_str(&text);
+        }
+        cause = c.source();
+    }
+    msg.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_stores_and_keys() {
+        let loc = Location::parse("s3://bucket/dir/model.safetensors").unwrap();
+        assert_eq!(loc.path.as_ref(), "dir/model.safetensors");
+        assert!(loc.multipart.is_some());
+        let shard = loc.sibling("model-00001-of-00002.safetensors");
+        assert_eq!(
+            shard.url,
+            "s3://bucket/dir/model-00001-of-00002.safetensors"
+        );
+        assert_eq!(shard.path.as_ref(), "dir/model-00001-of-00002.safetensors");
+        let web = Location::parse("https://host.example/org/m/resolve/main/x.safetensors").unwrap();
+        assert_eq!(web.path.as_ref(), "org/m/resolve/main/x.safetensors");
+        assert!(web.writable().is_err());
+        for bad in ["s3://bucket", "s3://bucket/", "ftp://host/x"] {
+            assert!(Location::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

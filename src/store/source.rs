@@ -1,0 +1,273 @@
+//! An object as an input. A safetensors object is read by ranges: its
+//! header by one GET of the first [`FIRST_RANGE`] bytes (and a second only
+//! for a larger header), each tensor by its own streaming GET. Every GET
+//! is pinned to the ETag seen when the object was planned, so that an
+//! object replaced mid-run is refused, as a local file that changes is.
+//! Any other format is streamed whole through the detection standard
+//! input gets (decompressed, spooled when its format needs seeking).
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, TryStreamExt};
+use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
+
+use super::{store_error, Location};
+use crate::header::read::read_header;
+use std::path::{Path, PathBuf};
+
+use crate::header::{check_prefix, Header, Metadata, Rules, TensorMeta, PREFIX_LEN};
+use crate::index::{check_against_shards, is_index_path, Checkpoint, ShardIndex};
+use crate::source::detect::{detect, Format};
+use crate::source::input::{open_reader, Notice};
+use crate::source::{Source, SourceOptions, TensorData, TensorReader};
+use crate::{Error, ErrorKind, Result};
+
+/// The first range read of a safetensors object: most headers fit.
+pub const FIRST_RANGE: u64 = 100_000;
+
+/// Opens the object at `url` as a source of tensors.
+pub(crate) async fn open_object(
+    url: &str,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let pinned = Pinned::head(Location::parse(url)?).await?;
+    if is_index_path(Path::new(url)) {
+        return Ok(Box::new(ObjectSource::open_index(pinned).await?));
+    }
+    let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
+    if options.raw.is_none() && detect(&first) == Format::Safetensors {
+        return Ok(Box::new(ObjectSource::open(pinned, first).await?));
+    }
+    let stem = url
+        .rsplit('/')
+        .next()
+        .and_then(|name| name.split('.').next())
+        .filter(|stem| !stem.is_empty())
+        .map(str::to_string);
+    let stem = options.name.clone().or(stem);
+    let reader = pinned.reader(0, pinned.size).await?;
+    open_reader(reader, url, stem, options, notice).await
+}
+
+/// Opens the safetensors object, or the sharded checkpoint whose index is
+/// the object, at `url`, reading headers only, for `validate` and
+/// `inspect`: each shard's header under `rules`, and an index checked
+/// against its shards as [`Checkpoint::open`] checks local ones.
+pub async fn open_checkpoint(url: &str, rules: Rules) -> Result<Checkpoint> {
+    let loc = Location::parse(url)?;
+    if !is_index_path(Path::new(url)) {
+        let header = Pinned::read_header(loc, rules).await?;
+        return Ok(Checkpoint {
+            index: None,
+            files: vec![(PathBuf::from(url), header)],
+        });
+    }
+    let text = Pinned::head(loc.clone()).await?.whole_index().await?;
+    let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(url))?;
+    let mut files = Vec::new();
+    for name in index.shard_names().map_err(|e| e.with_input(url))? {
+        let shard = loc.sibling(name);
+        let shown = PathBuf::from(&shard.url);
+        files.push((shown, Pinned::read_header(shard, rules).await?));
+    }
+    check_against_shards(&index, &files).map_err(|e| e.with_input(url))?;
+    Ok(Checkpoint {
+        index: Some(index),
+        files,
+    })
+}
+
+/// The largest index read from object storage.
+const MAX_INDEX_LEN: u64 = 100_000_000;
+
+/// An object as seen when planned: every read must find it unchanged.
+struct Pinned {
+    loc: Location,
+    etag: Option<String>,
+    size: u64,
+}
+
+impl Pinned {
+    /// A GET of bytes `start..end` (not empty), pinned to the ETag.
+    async fn get(&self, start: u64, end: u64) -> Result<GetResult> {
+        let options = GetOptions {
+            if_match: self.etag.clone(),
+            range: Some(GetRange::Bounded(start..end)),
+            ..Default::default()
+        };
+        self.loc
+            .store
+            .get_opts(&self.loc.path, options)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    fn error(&self, e: object_store::Error) -> Error {
+        match e {
+            object_store::Error::Precondition { .. } => {
+                Error::new(ErrorKind::InputModified).with_input(&self.loc.url)
+            }
+            e => store_error(e, &self.loc.url),
+        }
+    }
+
+    /// Bytes `start..end`, whole (for headers: small and bounded).
+    async fn range(&self, start: u64, end: u64) -> Result<Vec<u8>> {
+        if start >= end {
+            return Ok(Vec::new());
+        }
+        let got = self.get(start, end).await?;
+        let bytes = got.bytes().await.map_err(|e| self.error(e))?;
+        Ok(bytes.to_vec())
+    }
+
+    /// The object's header under `rules`: `first` holds its first bytes; a
+    /// header longer than them is fetched by a second range, once its
+    /// claimed length has been checked against the object's.
+    async fn header(&self, mut first: Vec<u8>, rules: Rules) -> Result<Header> {
+        let on_input = |e: Error| e.with_input(&self.loc.url);
+        if first.len() as u64 >= PREFIX_LEN {
+            let mut prefix = [0u8; 8];
+            prefix.copy_from_slice(&first[..8]);
+            let n = check_prefix(prefix, self.size).map_err(on_input)?;
+            let end = PREFIX_LEN + n;
+            let have = first.len() as u64;
+            if end > have {
+                first.extend(self.range(have, end).await?);
+            }
+        }
+        read_header(&mut first.as_slice(), self.size, rules).map_err(on_input)
+    }
+
+    /// Pins the object at `loc`: its length and ETag, by a HEAD.
+    async fn head(loc: Location) -> Result<Pinned> {
+        let meta = loc
+            .store
+            .head(&loc.path)
+            .await
+            .map_err(|e| store_error(e, &loc.url))?;
+        Ok(Pinned {
+            loc,
+            etag: meta.e_tag,
+            size: meta.size,
+        })
+    }
+
+    /// The whole header of a safetensors object.
+    async fn read_header(loc: Location, rules: Rules) -> Result<Header> {
+        let pinned = Pinned::head(loc).await?;
+        let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
+        pinned.header(first, rules).await
+    }
+
+    /// The whole object, an index: refused past [`MAX_INDEX_LEN`] bytes.
+    async fn whole_index(&self) -> Result<Vec<u8>> {
+        if self.size > MAX_INDEX_LEN {
+            let msg = format!(
+                "the index is {} bytes; the limit is {MAX_INDEX_LEN}",
+                self.size
+            );
+            return Err(Error::new(ErrorKind::IndexJson(msg)).with_input(&self.loc.url));
+        }
+        self.range(0, self.size).await
+    }
+
+    /// Bytes `start..end` as a stream.
+    async fn reader(&self, start: u64, end: u64) -> Result<TensorReader<'static>> {
+        if start >= end {
+            return Ok(Box::pin(tokio::io::empty()));
+        }
+        let got = self.get(start, end).await?;
+        let url = self.loc.url.clone();
+        let stream = got.into_stream().map_err(move |e| match e {
+            object_store::Error::Precondition { .. } => {
+                std::io::Error::other(format!("{url}: the object was replaced while being read"))
+            }
+            e => std::io::Error::other(super::one_line(&e)),
+        });
+        Ok(Box::pin(tokio_util::io::StreamReader::new(stream)))
+    }
+}
+
+/// A safetensors object, or a sharded checkpoint's objects, read by ranges.
+pub(crate) struct ObjectSource {
+    input: String,
+    objects: Vec<Pinned>,
+    tensors: Vec<TensorMeta>,
+    /// Each tensor's object and absolute byte range in it.
+    ranges: Vec<(usize, u64, u64)>,
+    metadata: Option<Metadata>,
+}
+
+impl ObjectSource {
+    /// One object whose first bytes are `first`.
+    async fn open(object: Pinned, first: Vec<u8>) -> Result<ObjectSource> {
+        let header = object.header(first, Rules::SOURCE).await?;
+        let input = object.loc.url.clone();
+        Ok(Self::from_parts(input, vec![(object, header)]))
+    }
+
+    /// A sharded checkpoint by its index object: every shard's header,
+    /// checked against the index as local shards are.
+    async fn open_index(index: Pinned) -> Result<ObjectSource> {
+        let url = index.loc.url.clone();
+        let text = index.whole_index().await?;
+        let parsed = ShardIndex::from_json(&text).map_err(|e| e.with_input(&url))?;
+        let mut parts = Vec::new();
+        let mut named = Vec::new();
+        for name in parsed.shard_names().map_err(|e| e.with_input(&url))? {
+            let shard = Pinned::head(index.loc.sibling(name)).await?;
+            let first = shard.range(0, shard.size.min(FIRST_RANGE)).await?;
+            let header = shard.header(first, Rules::SOURCE).await?;
+            named.push((PathBuf::from(&shard.loc.url), header.clone()));
+            parts.push((shard, header));
+        }
+        check_against_shards(&parsed, &named).map_err(|e| e.with_input(&url))?;
+        Ok(Self::from_parts(url, parts))
+    }
+
+    fn from_parts(input: String, parts: Vec<(Pinned, Header)>) -> ObjectSource {
+        let mut src = ObjectSource {
+            input,
+            objects: Vec::with_capacity(parts.len()),
+            tensors: Vec::new(),
+            ranges: Vec::new(),
+            metadata: None,
+        };
+        for (index, (object, header)) in parts.into_iter().enumerate() {
+            let start = header.data_start();
+            // Shards' metadata merge in shard order, as for local shards.
+            if let Some(md) = header.metadata {
+                src.metadata.get_or_insert_with(Metadata::new).extend(md);
+            }
+            for t in header.tensors {
+                // Checked against the object's length by the header's rules.
+                src.ranges
+                    .push((index, start + t.begin, start + t.begin + t.len()));
+                src.tensors.push(t.meta);
+            }
+            src.objects.push(object);
+        }
+        src
+    }
+}
+
+impl Source for ObjectSource {
+    fn input_name(&self) -> &str {
+        &self.input
+    }
+
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.tensors
+    }
+
+    fn metadata(&self) -> Option<&Metadata> {
+        self.metadata.as_ref()
+    }
+
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+        let (object, start, end) = self.ranges[k];
+        let object = &self.objects[object];
+        async move { Ok(TensorData::new(object.reader(start, end).await?)) }.boxed()
+    }
+}

@@ -1,0 +1,487 @@
+//! One object written as a multipart upload: the object store's own atomic
+//! commit. Nothing is visible until [`PartUpload::complete`]; on any error
+//! the upload is aborted exactly once, and an upload whose writer was
+//! dropped (a signal ended the run) stays registered until
+//! [`abort_pending`] aborts it.
+//!
+//! Memory: one part being filled plus at most [`IN_FLIGHT`] parts being
+//! sent, each [`part_size`] bytes: `part_size x (IN_FLIGHT + 1)`, 25 MiB for
+//! any file up to 50 GB (5 MiB parts).
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
+
+use bytes::BytesMut;
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path as ObjectPath;
+use object_store::{MultipartId, PutPayload};
+use tokio::io::AsyncWrite;
+use tokio::task::JoinSet;
+
+use super::store_error;
+use crate::{ErrorKind, Result};
+
+/// The smallest part S3 accepts (but for the last).
+pub const MIN_PART: u64 = 5 << 20;
+/// The most parts one upload may have.
+pub const MAX_PARTS: u64 = 10_000;
+/// Parts being sent at once.
+pub const IN_FLIGHT: usize = 4;
+
+/// The part size for an object of `len` bytes: at least [`MIN_PART`], and
+/// large enough that [`MAX_PARTS`] parts hold it, rounded up to a MiB. All
+/// parts are this size but the last.
+///
+/// ```
+/// use safetensors_stream::store::{part_size, MIN_PART};
+/// assert_eq!(part_size(1 << 30), MIN_PART);
+/// assert_eq!(part_size(400_000_000_000), 39 << 20); // 38.1 MiB, rounded up
+/// ```
+pub fn part_size(len: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    let needed = len.div_ceil(MAX_PARTS).div_ceil(MIB).saturating_mul(MIB);
+    needed.max(MIN_PART)
+}
+
+/// An upload still open: aborted by [`abort_pending`] unless completed or
+/// aborted first.
+struct Pending {
+    key: u64,
+    store: Arc<dyn MultipartStore>,
+    path: ObjectPath,
+    id: MultipartId,
+    url: String,
+}
+
+static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+static NEXT_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn take_pending(key: u64) -> Option<Pending> {
+    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    let at = pending.iter().position(|p| p.key == key)?;
+    Some(pending.swap_remove(at))
+}
+
+/// Aborts every upload this process started and has neither completed nor
+/// aborted: the binary calls it after a signal ended the run (the run's
+/// futures were dropped mid-upload). Each upload is aborted once; errors
+/// are returned, first one first, after trying them all.
+pub async fn abort_pending() -> Result<()> {
+    let all = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut first = None;
+    for p in all {
+        if let Err(e) = p.store.abort_multipart(&p.path, &p.id).await {
+            first.get_or_insert(store_error(e, &p.url));
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Aborts the uploads started with these keys that are still open (each
+/// once); the first error is returned after trying them all.
+pub(crate) async fn abort_uploads(keys: &[u64]) -> Result<()> {
+    let mut first = None;
+    for key in keys {
+        if let Some(p) = take_pending(*key) {
+            if let Err(e) = p.store.abort_multipart(&p.path, &p.id).await {
+                first.get_or_insert(store_error(e, &p.url));
+            }
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// An object being written: an [`AsyncWrite`] that sends each full part
+/// while the next one fills.
+pub(crate) struct PartUpload {
+    key: u64,
+    store: Arc<dyn MultipartStore>,
+    path: ObjectPath,
+    id: MultipartId,
+    url: String,
+    part_size: usize,
+    filling: BytesMut,
+    next_part: usize,
+    sending: JoinSet<(usize, object_store::Result<PartId>)>,
+    sent: Vec<Option<PartId>>,
+    written: u64,
+    failed: Option<object_store::Error>,
+}
+
+impl PartUpload {
+    /// Starts the multipart upload of an object planned to be `len` bytes.
+    pub(crate) async fn start(
+        store: Arc<dyn MultipartStore>,
+        path: ObjectPath,
+        url: &str,
+        len: u64,
+    ) -> Result<PartUpload> {
+        let id = store
+            .create_multipart(&path)
+            .await
+            .map_err(|e| store_error(e, url))?;
+        let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        PENDING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Pending {
+                key,
+                store: store.clone(),
+                path: path.clone(),
+                id: id.clone(),
+                url: url.to_string(),
+            });
+        let part_size = usize::try_from(part_size(len)).unwrap_or(usize::MAX);
+        Ok(PartUpload {
+            key,
+            store,
+            path,
+            id,
+            url: url.to_string(),
+            part_size,
+            filling: BytesMut::new(),
+            next_part: 0,
+            sending: JoinSet::new(),
+            sent: Vec::new(),
+            written: 0,
+            failed: None,
+        })
+    }
+
+    /// This upload's key, for [`abort_uploads`].
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Sends the part being filled (a last part may be short).
+    fn send_filled(&mut self) {
+        let data = std::mem::take(&mut self.filling).freeze();
+        let idx = self.next_part;
+        self.next_part += 1;
+        self.sent.push(None);
+        let (store, path, id) = (self.store.clone(), self.path.clone(), self.id.clone());
+        self.sending.spawn(async move {
+            let r = store
+                .put_part(&path, &id, idx, PutPayload::from_bytes(data))
+                .await;
+            (idx, r)
+        });
+    }
+
+    /// Records finished parts until fewer than `limit` are in flight.
+    fn poll_in_flight(&mut self, cx: &mut Context<'_>, limit: usize) -> Poll<std::io::Result<()>> {
+        while self.sending.len() >= limit.max(1) {
+            match ready!(self.sending.poll_join_next(cx)) {
+                Some(Ok((idx, Ok(part)))) => self.sent[idx] = Some(part),
+                Some(Ok((_, Err(e)))) => return Poll::Ready(Err(self.fail(e))),
+                Some(Err(join)) => {
+                    let e = object_store::Error::Generic {
+                        store: "upload",
+                        source: Box::new(join),
+                    };
+                    return Poll::Ready(Err(self.fail(e)));
+                }
+                None => break,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn fail(&mut self, e: object_store::Error) -> std::io::Error {
+        let io = std::io::Error::other(super::one_line(&e));
+        self.failed.get_or_insert(e);
+        io
+    }
+
+    /// Sends the last part, waits for every part, and completes the upload
+    /// if exactly `planned` bytes were written: the object appears now,
+    /// whole. Otherwise, or on any error, the upload is aborted.
+    pub(crate) async fn complete(mut self, planned: u64) -> Result<()> {
+        let failed = match self.finish_parts(planned).await {
+            Ok(parts) => {
+                // Off the pending list first: once complete is sent, a late
+                // abort must not race it.
+                let pending = take_pending(self.key);
+                match self
+                    .store
+                    .complete_multipart(&self.path, &self.id, parts)
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(e) => {
+                        // Not completed: back on the list, to be aborted once.
+                        if let Some(p) = pending {
+                            PENDING.lock().unwrap_or_else(|p| p.into_inner()).push(p);
+                        }
+                        store_error(e, &self.url)
+                    }
+                }
+            }
+            Err(e) => e,
+        };
+        // The abort's own failure is secondary: the first error is told.
+        let _ = self.abort().await;
+        Err(failed)
+    }
+
+    /// Every part sent and acknowledged, and the length as planned.
+    async fn finish_parts(&mut self, planned: u64) -> Result<Vec<PartId>> {
+        self.send_all().await?;
+        if self.written != planned {
+            let msg = format!("{} bytes written, {planned} planned", self.written);
+            return Err(crate::Error::new(ErrorKind::ObjectStore(msg)).with_input(&self.url));
+        }
+        self.sent
+            .iter_mut()
+            .map(|p| p.take())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| self.failure())
+    }
+
+    /// Waits for every part in flight after sending the last.
+    pub(crate) async fn send_all(&mut self) -> Result<()> {
+        if !self.filling.is_empty() || self.next_part == 0 {
+            self.send_filled();
+        }
+        std::future::poll_fn(|cx| self.poll_in_flight(cx, 1))
+            .await
+            .map_err(|_| self.failure())?;
+        Ok(())
+    }
+
+    fn failure(&mut self) -> crate::Error {
+        match self.failed.take() {
+            Some(e) => store_error(e, &self.url),
+            None => crate::Error::new(ErrorKind::ObjectStore("upload failed".into()))
+                .with_input(&self.url),
+        }
+    }
+
+    /// Aborts the upload (once: a second call does nothing); parts in
+    /// flight are cancelled first.
+    pub(crate) async fn abort(mut self) -> Result<()> {
+        self.sending.abort_all();
+        while self.sending.join_next().await.is_some() {}
+        match take_pending(self.key) {
+            Some(p) => p
+                .store
+                .abort_multipart(&p.path, &p.id)
+                .await
+                .map_err(|e| store_error(e, &p.url)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl AsyncWrite for PartUpload {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if this.failed.is_some() {
+            return Poll::Ready(Err(std::io::Error::other("an earlier part failed")));
+        }
+        if this.filling.len() >= this.part_size {
+            ready!(this.poll_in_flight(cx, IN_FLIGHT))?;
+            this.send_filled();
+        }
+        if this.filling.capacity() == 0 {
+            this.filling.reserve(this.part_size);
+        }
+        let n = buf.len().min(this.part_size - this.filling.len());
+        this.filling.extend_from_slice(&buf[..n]);
+        this.written += n as u64;
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        // Parts go out when full; a short part would break the part sizes.
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        // Completing is explicit (`complete`), after the plan is checked.
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt, PutResult};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A multipart store over [`InMemory`] that fails part `fail_part` and
+    /// counts aborts and completions.
+    struct FailingPart {
+        inner: InMemory,
+        fail_part: usize,
+        aborts: AtomicUsize,
+        completes: AtomicUsize,
+        /// (part index, its length) of every part received.
+        parts: std::sync::Mutex<Vec<(usize, usize)>>,
+    }
+
+    impl std::fmt::Debug for FailingPart {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("FailingPart")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl MultipartStore for FailingPart {
+        async fn create_multipart(&self, path: &ObjectPath) -> object_store::Result<MultipartId> {
+            self.inner.create_multipart(path).await
+        }
+        async fn put_part(
+            &self,
+            path: &ObjectPath,
+            id: &MultipartId,
+            part_idx: usize,
+            data: PutPayload,
+        ) -> object_store::Result<PartId> {
+            if part_idx == self.fail_part {
+                return Err(object_store::Error::Generic {
+                    store: "test",
+                    source: "part refused".into(),
+                });
+            }
+            let len = data.content_length();
+            self.parts.lock().unwrap().push((part_idx, len));
+            self.inner.put_part(path, id, part_idx, data).await
+        }
+        async fn complete_multipart(
+            &self,
+            path: &ObjectPath,
+            id: &MultipartId,
+            parts: Vec<PartId>,
+        ) -> object_store::Result<PutResult> {
+            self.completes.fetch_add(1, Ordering::SeqCst);
+            self.inner.complete_multipart(path, id, parts).await
+        }
+        async fn abort_multipart(
+            &self,
+            path: &ObjectPath,
+            id: &MultipartId,
+        ) -> object_store::Result<()> {
+            self.aborts.fetch_add(1, Ordering::SeqCst);
+            self.inner.abort_multipart(path, id).await
+        }
+    }
+
+    fn store(fail_part: usize) -> Arc<FailingPart> {
+        Arc::new(FailingPart {
+            inner: InMemory::new(),
+            fail_part,
+            aborts: AtomicUsize::new(0),
+            completes: AtomicUsize::new(0),
+            parts: Default::default(),
+        })
+    }
+
+    async fn upload(store: Arc<FailingPart>, len: usize) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let path = ObjectPath::from("x.safetensors");
+        let mut up = PartUpload::start(store, path, "memory:///x", len as u64).await?;
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        // Odd-sized writes: parts must still be exactly part_size.
+        for chunk in data.chunks(1_000_003) {
+            if let Err(e) = up.write_all(chunk).await {
+                let _ = up.abort().await;
+                return Err(crate::Error::io(e));
+            }
+        }
+        up.complete(len as u64).await
+    }
+
+    fn run<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn parts_are_equal_but_the_last_and_the_object_appears_on_complete() {
+        let s = store(usize::MAX);
+        let len = 3 * MIN_PART as usize + 12345;
+        run(upload(s.clone(), len)).unwrap();
+        let got = run(s.inner.get(&ObjectPath::from("x.safetensors"))).unwrap();
+        let bytes = run(got.bytes()).unwrap();
+        assert_eq!(bytes.len(), len);
+        assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+        assert_eq!(s.aborts.load(Ordering::SeqCst), 0);
+        assert_eq!(s.completes.load(Ordering::SeqCst), 1);
+        let mut parts = s.parts.lock().unwrap().clone();
+        parts.sort();
+        let p = MIN_PART as usize;
+        assert_eq!(parts, [(0, p), (1, p), (2, p), (3, 12345)]);
+    }
+
+    #[test]
+    fn a_failing_part_aborts_once_and_nothing_appears() {
+        for fail in [0, 2, 3] {
+            let s = store(fail);
+            let e = run(upload(s.clone(), 3 * MIN_PART as usize + 1)).unwrap_err();
+            assert!(
+                matches!(e.kind(), ErrorKind::ObjectStore(_) | ErrorKind::Io(_)),
+                "{e:?}"
+            );
+            assert_eq!(s.aborts.load(Ordering::SeqCst), 1, "part {fail}");
+            assert_eq!(s.completes.load(Ordering::SeqCst), 0);
+            assert!(run(s.inner.head(&ObjectPath::from("x.safetensors"))).is_err());
+        }
+    }
+
+    #[test]
+    fn a_short_object_is_not_completed() {
+        use tokio::io::AsyncWriteExt;
+        let s = store(usize::MAX);
+        let e = run(async {
+            let path = ObjectPath::from("x.safetensors");
+            let mut up = PartUpload::start(s.clone(), path, "memory:///x", 10).await?;
+            up.write_all(b"123456789").await.unwrap();
+            up.complete(10).await
+        })
+        .unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::ObjectStore(_)), "{e:?}");
+        assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
+        assert_eq!(s.completes.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_dropped_upload_is_aborted_by_abort_pending() {
+        let s = store(usize::MAX);
+        run(async {
+            let path = ObjectPath::from("x.safetensors");
+            let up = PartUpload::start(s.clone(), path, "memory:///x", 10).await?;
+            let key = up.key();
+            drop(up);
+            // (abort_pending would also abort the other tests' uploads.)
+            abort_uploads(&[key]).await?;
+            abort_uploads(&[key]).await
+        })
+        .unwrap();
+        assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn part_sizes_keep_under_ten_thousand_parts() {
+        for len in [
+            0,
+            1,
+            MIN_PART * MAX_PARTS,
+            MIN_PART * MAX_PARTS + 1,
+            5 << 40,
+        ] {
+            let p = part_size(len);
+            assert!(p >= MIN_PART && len.div_ceil(p) <= MAX_PARTS, "{len}");
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! `--shard K` and `--index-only` on local files, through the binary: N
+//! independent runs write exactly the files one run writes, and the index
+//! is refused while a shard is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::support::{fixtures, listing, stderr, BIN};
+
+fn fixture(name: &str) -> PathBuf {
+    fixtures().join(name)
+}
+
+fn convert(out: &Path, extra: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg(fixture("reference/all_dtypes.safetensors"))
+        .args(["--max-shard-size", "100", "--no-sync", "-o"])
+        .arg(out)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The files of one full run, in `dir`.
+fn full_run(dir: &Path) -> Vec<String> {
+    let o = convert(&dir.join("model.safetensors"), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    listing(dir)
+}
+
+#[test]
+fn shards_written_one_by_one_plus_the_index_equal_one_run() {
+    let whole = tempfile::tempdir().unwrap();
+    let files = full_run(whole.path());
+    let n = files.len() - 1;
+    assert!(n >= 3, "the fixture must make several shards: {files:?}");
+
+    let parts = tempfile::tempdir().unwrap();
+    let out = parts.path().join("model.safetensors");
+    // Out of order, and one twice: each run is independent and repeatable.
+    let mut order: Vec<usize> = (1..=n).rev().collect();
+    order.push(1);
+    for (i, k) in order.into_iter().enumerate() {
+        let o = convert(&out, &["--shard", &k.to_string()]);
+        assert_eq!(o.status.code(), Some(0), "shard {k}: {}", stderr(&o));
+        let have = listing(parts.path());
+        assert!(
+            have.iter().all(|f| !f.ends_with(".index.json")),
+            "no index from a --shard run: {have:?}"
+        );
+        assert_eq!(have.len(), (i + 1).min(n), "{have:?}");
+    }
+    let o = convert(&out, &["--index-only"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(listing(parts.path()), files);
+    for f in &files {
+        assert!(
+            std::fs::read(whole.path().join(f)).unwrap()
+                == std::fs::read(parts.path().join(f)).unwrap(),
+            "{f} differs"
+        );
+    }
+}
+
+#[test]
+fn the_index_is_refused_naming_a_missing_or_short_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = full_run(dir.path());
+    let index = dir.path().join(files.last().unwrap());
+    std::fs::remove_file(&index).unwrap();
+    let out = dir.path().join("model.safetensors");
+
+    let second = dir.path().join(&files[1]);
+    let bytes = std::fs::read(&second).unwrap();
+    std::fs::remove_file(&second).unwrap();
+    let o = convert(&out, &["--index-only", "--report", "json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+    assert_eq!(report["error"]["kind"], "shard_not_written");
+    assert!(
+        report["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains(&files[1]),
+        "{report}"
+    );
+    assert!(!index.exists());
+
+    // A worker that died mid-write cannot leave a short shard (writes are
+    // atomic), but a copy by other means can: the length is checked.
+    std::fs::write(&second, &bytes[..bytes.len() - 1]).unwrap();
+    let o = convert(&out, &["--index-only"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let text = stderr(&o);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(
+        text.starts_with("convert: ") && text.contains(&files[1]),
+        "{text}"
+    );
+    assert!(!index.exists());
+
+    std::fs::write(&second, &bytes).unwrap();
+    let o = convert(&out, &["--index-only"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(index.exists());
+}
+
+#[test]
+fn shard_numbers_outside_the_plan_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = full_run(dir.path());
+    let n = files.len() - 1;
+    let fresh = tempfile::tempdir().unwrap();
+    let out = fresh.path().join("model.safetensors");
+    for k in ["0", &(n + 1).to_string()] {
+        let o = convert(&out, &["--shard", k]);
+        assert_eq!(o.status.code(), Some(2), "--shard {k}: {}", stderr(&o));
+    }
+    let o = convert(&out, &["--shard", "1", "--index-only"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(listing(fresh.path()).is_empty());
+
+    // One file: --shard 1 is that file; it has no index to write.
+    let one = fresh.path().join("one.safetensors");
+    let run = |extra: &[&str]| {
+        Command::new(BIN)
+            .arg(fixture("example/model-input.safetensors"))
+            .arg("-o")
+            .arg(&one)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--index-only"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = run(&["--shard", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        std::fs::read(&one).unwrap()
+            == std::fs::read(fixture("example/model-input.safetensors")).unwrap()
+    );
+}

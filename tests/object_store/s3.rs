@@ -1,0 +1,264 @@
+//! Object storage through the binary, against a local S3 server (moto):
+//! outputs and inputs byte-identical to local runs, a fan-out of parallel
+//! `--shard K` processes, SIGTERM mid-upload, missing buckets.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::support::{self, fixtures, listing, moto, pattern, stderr, BIN};
+
+fn fixture(name: &str) -> PathBuf {
+    fixtures().join(name)
+}
+
+fn convert(endpoint: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    let mut c = Command::new(BIN);
+    c.envs(moto::env(endpoint)).stdin(Stdio::null());
+    for a in args {
+        c.arg(a);
+    }
+    c.output().unwrap()
+}
+
+fn ok(o: &Output) {
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(o));
+}
+
+/// A raw dump of `len` bytes in `dir` (not all equal: parts must line up).
+fn dump(dir: &Path, len: usize) -> PathBuf {
+    support::write(dir, "big.bin", &pattern(14, len))
+}
+
+#[test]
+fn s3_output_and_input_are_byte_identical_to_local_runs() {
+    let Some(ep) = moto::server_or_skip("s3_output_and_input") else {
+        return;
+    };
+    let b = moto::bucket(ep, "io");
+    let dir = tempfile::tempdir().unwrap();
+    // 12 MiB: a multipart upload of 5 MiB parts; the npz: a single PUT.
+    let big = dump(dir.path(), 12 << 20);
+    let raw = [
+        "--raw-dtype",
+        "U8",
+        "--raw-shape",
+        "12582912",
+        "--name",
+        "w",
+    ];
+    let npz_input = fixture("example/model.npz");
+    let cases: Vec<(&str, Vec<&dyn AsRef<std::ffi::OsStr>>)> = vec![
+        (
+            "big",
+            vec![&big, &raw[0], &raw[1], &raw[2], &raw[3], &raw[4], &raw[5]],
+        ),
+        ("npz", vec![&npz_input as &dyn AsRef<_>]),
+    ];
+    for (name, inputs) in cases {
+        let local = dir.path().join(format!("{name}.safetensors"));
+        let url = format!("s3://{b}/dir/{name}.safetensors");
+        let mut args = inputs.clone();
+        args.extend([&"-o" as &dyn AsRef<_>, &local, &"--no-sync"]);
+        ok(&convert(ep, &args));
+        let mut args = inputs.clone();
+        args.extend([&"-o" as &dyn AsRef<_>, &url]);
+        let o = convert(ep, &args);
+        ok(&o);
+        assert!(stderr(&o).contains(&url), "{}", stderr(&o));
+        let want = std::fs::read(&local).unwrap();
+        let got = moto::get(ep, &b, &format!("dir/{name}.safetensors")).unwrap();
+        assert!(
+            got == want,
+            "{name}: the object differs from the local file"
+        );
+
+        // And back: read by ranges from the object.
+        let back = dir.path().join(format!("{name}-back.safetensors"));
+        ok(&convert(ep, &[&url, &"-o", &back, &"--no-sync"]));
+        assert!(
+            std::fs::read(&back).unwrap() == want,
+            "{name}: read back differs"
+        );
+    }
+    // A non-safetensors object is streamed whole, as standard input is.
+    let npz = format!("s3://{b}/model.npz");
+    let local_npz = std::fs::read(fixture("example/model.npz")).unwrap();
+    let staged = dir.path().join("model.npz");
+    std::fs::write(&staged, &local_npz).unwrap();
+    // (Uploaded raw by a plain PUT of the test's own: no conversion.)
+    moto::put(ep, &b, "model.npz", &local_npz);
+    let from_npz = dir.path().join("from-npz.safetensors");
+    ok(&convert(ep, &[&npz, &"-o", &from_npz, &"--no-sync"]));
+    assert_eq!(
+        std::fs::read(&from_npz).unwrap(),
+        std::fs::read(fixture("example/model.safetensors")).unwrap()
+    );
+    assert!(moto::open_uploads(ep, &b).is_empty());
+
+    // inspect and validate read headers by ranges.
+    let url = format!("s3://{b}/dir/npz.safetensors");
+    let o = convert(ep, &[&"validate", &url]);
+    ok(&o);
+    let o = convert(ep, &[&"inspect", &"--json", &url]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tensors"], 5, "{v}");
+}
+
+#[test]
+fn parallel_shard_workers_and_the_index_equal_one_local_run() {
+    let Some(ep) = moto::server_or_skip("parallel_shard_workers") else {
+        return;
+    };
+    let b = moto::bucket(ep, "fan");
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixture("reference/all_dtypes.safetensors");
+    let split = ["--max-shard-size", "100"];
+    ok(&convert(
+        ep,
+        &[
+            &input,
+            &split[0],
+            &split[1],
+            &"-o",
+            &dir.path().join("model.safetensors"),
+            &"--no-sync",
+        ],
+    ));
+    let files = listing(dir.path());
+    let n = files.len() - 1;
+    let url = format!("s3://{b}/model.safetensors");
+
+    // The index refuses while shards are missing.
+    let o = convert(
+        ep,
+        &[&input, &split[0], &split[1], &"-o", &url, &"--index-only"],
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("00001-of-"), "{}", stderr(&o));
+
+    let workers: Vec<_> = (1..=n)
+        .map(|k| {
+            Command::new(BIN)
+                .envs(moto::env(ep))
+                .arg(&input)
+                .args(split)
+                .args(["--shard", &k.to_string(), "-o", &url, "--quiet"])
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut w in workers {
+        assert!(w.wait().unwrap().success());
+    }
+    assert_eq!(moto::keys(ep, &b).len(), n, "no index before --index-only");
+    ok(&convert(
+        ep,
+        &[&input, &split[0], &split[1], &"-o", &url, &"--index-only"],
+    ));
+    assert_eq!(moto::keys(ep, &b), files);
+    for f in &files {
+        let want = std::fs::read(dir.path().join(f)).unwrap();
+        assert!(moto::get(ep, &b, f).unwrap() == want, "{f} differs");
+    }
+    assert!(moto::open_uploads(ep, &b).is_empty());
+
+    // The set read back through its index object: the original file.
+    let back = dir.path().join("back.safetensors");
+    let index = format!("s3://{b}/model.safetensors.index.json");
+    ok(&convert(ep, &[&index, &"-o", &back, &"--no-sync"]));
+    assert!(std::fs::read(&back).unwrap() == std::fs::read(&input).unwrap());
+    ok(&convert(ep, &[&"validate", &index]));
+}
+
+#[test]
+fn sigterm_mid_upload_leaves_no_object_and_no_open_upload() {
+    let Some(ep) = moto::server_or_skip("sigterm_mid_upload") else {
+        return;
+    };
+    let b = moto::bucket(ep, "term");
+    let url = format!("s3://{b}/x.safetensors");
+    let total = 40usize << 20;
+    let mut child = Command::new(BIN)
+        .envs(moto::env(ep))
+        .args(["-", "--raw-dtype", "U8", "--raw-shape", &total.to_string()])
+        .args(["--name", "x", "-o", &url, "--quiet"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // Three parts' worth: some parts are sent, the upload is open.
+    stdin.write_all(&vec![7u8; 16 << 20]).unwrap();
+    stdin.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while moto::open_uploads(ep, &b).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(moto::open_uploads(ep, &b).len(), 1, "the upload started");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let o = child.wait_with_output().unwrap();
+    drop(stdin);
+    assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+    assert!(moto::open_uploads(ep, &b).is_empty(), "aborted");
+    assert!(moto::keys(ep, &b).is_empty(), "no object");
+}
+
+/// Writing to, reading from and validating in `bucket` are each refused
+/// by the store: exit 3, one line naming the URL, no credential, no output.
+fn refused_in_one_line(ep: &str, bucket: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.safetensors");
+    let input = fixture("example/model.npz");
+    let (to, from) = (
+        format!("s3://{bucket}/o.safetensors"),
+        format!("s3://{bucket}/i.safetensors"),
+    );
+    for args in [
+        vec![&input as &dyn AsRef<std::ffi::OsStr>, &"-o", &to],
+        vec![&from, &"-o", &out],
+        vec![&"validate", &from],
+    ] {
+        let o = convert(ep, &args);
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        let text = stderr(&o);
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            text.starts_with(&format!("convert: s3://{bucket}/")),
+            "{text}"
+        );
+        assert!(
+            !text.contains(moto::SECRET),
+            "no credential in messages: {text}"
+        );
+    }
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_missing_bucket_is_one_line_and_exit_3() {
+    let Some(ep) = moto::server_or_skip("a_missing_bucket") else {
+        return;
+    };
+    refused_in_one_line(ep, "no-such-bucket-here");
+}
+
+#[test]
+fn refused_credentials_are_one_line_and_exit_3() {
+    let ep = match moto::checking_credentials() {
+        Ok(ep) => ep,
+        Err(why) => {
+            eprintln!("SKIPPED refused_credentials: no S3 test server: {why}");
+            return;
+        }
+    };
+    refused_in_one_line(ep, "bucket");
+}
