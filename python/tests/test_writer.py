@@ -93,7 +93,9 @@ def test_a_short_tensor_leaves_nothing_and_says_which(tmp_path):
             w.write("a", b"1234")
     assert caught.value.kind == "tensor_too_short"
     assert caught.value.tensor == "a"
-    assert caught.value.input == str(path)
+    # The file being written is the output; the bytes came from the caller.
+    assert caught.value.output == str(path)
+    assert caught.value.input is None
     assert os.listdir(tmp_path) == []
 
 
