@@ -13,7 +13,7 @@ Three calls (see the README's Python section):
   ``--report json`` object as a dict.
 
 Errors are ``Error`` subclasses (``BadInputError``, ``UsageError``,
-``IOError``) carrying ``kind``, ``input``, ``tensor`` and ``offset``.
+``IOError``) carrying ``kind``, ``input`` or ``output``, ``tensor`` and ``offset``.
 """
 
 from __future__ import annotations
