@@ -170,10 +170,15 @@ impl Elements {
                 self.done = d;
                 Ok(())
             }
-            None => Err(Error::new(ErrorKind::TensorTooLong {
-                expected: self.in_len,
-            })),
+            None => Err(self.too_long()),
         }
+    }
+
+    /// The error for a tensor whose bytes go on past its length.
+    pub(crate) fn too_long(&self) -> Error {
+        Error::new(ErrorKind::TensorTooLong {
+            expected: self.in_len,
+        })
     }
 
     /// The error for a tensor whose bytes stopped early.

@@ -211,10 +211,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         }
         let mut probe = [0u8; 1];
         if reader.read(&mut probe).await? != 0 {
-            return Err(ErrorKind::TensorTooLong {
-                expected: elements.in_len(),
-            }
-            .into());
+            return Err(elements.too_long());
         }
         self.overflowed += elements.finish()?;
         Ok(())

@@ -20,7 +20,7 @@ use super::elements::{ChunkBuffer, Elements};
 use crate::cast::Cast;
 use crate::io_util::fill;
 use crate::source::OpenBlocking;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, Result};
 
 /// Tensors read at once: one a core on the machines this is tuned for.
 pub(crate) const READERS: usize = 2;
@@ -109,11 +109,7 @@ fn work(sh: &Shared<'_>) {
         if i >= sh.jobs.len() || sh.failed.load(Ordering::SeqCst) < i {
             return;
         }
-        let job = sh.jobs[i]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .expect("each job is taken once");
+        let job = lock(&sh.jobs[i]).take().expect("each job is taken once");
         (sh.started)(i);
         let earlier_failed = || sh.failed.load(Ordering::SeqCst) < i;
         match write_one(job, sh, &mut buf, earlier_failed) {
@@ -165,10 +161,7 @@ fn write_one(
     }
     let mut probe = [0u8; 1];
     if reader.read(&mut probe)? != 0 {
-        return Err(ErrorKind::TensorTooLong {
-            expected: elements.in_len(),
-        }
-        .into());
+        return Err(elements.too_long());
     }
     Ok(Some(elements.finish()?))
 }
@@ -178,6 +171,7 @@ mod tests {
     use super::*;
     use crate::source::BlockingRead;
     use crate::transform::Transform;
+    use crate::ErrorKind;
     use std::io::{self, Cursor};
     use std::sync::{Arc, Condvar};
     use std::time::Duration;
