@@ -378,10 +378,7 @@ pub async fn convert_opened(
     if let Some(p) = &options.progress {
         p.start(&plan, part_len(&plan, options.part));
     }
-    let outputs = match object_url(output) {
-        Some(url) => write_object_output(url, &plan, sources, options, &overflows).await?,
-        None => write_local(output, &plan, sources, options, &overflows).await?,
-    };
+    let outputs = write_outputs(output, &plan, sources, options, &overflows).await?;
     if let Some(p) = &options.progress {
         p.finish();
     }
@@ -403,35 +400,24 @@ pub async fn convert_opened(
     })
 }
 
-/// The output's URL when it names an object (`s3://`, `gs://`, `az://`).
-fn object_url(output: &Output) -> Option<&str> {
-    match output {
-        #[cfg(feature = "object-store")]
-        Output::File(path) if crate::store::is_url(path) => path.to_str(),
-        _ => None,
-    }
-}
-
-#[cfg(feature = "object-store")]
-async fn write_object_output(
-    url: &str,
+/// Writes the plan where `output` names: objects for an object URL
+/// (`s3://`, `gs://`, `az://`; with the object-store feature), else files
+/// or a stream.
+async fn write_outputs(
+    output: &Output,
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
     overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
-    crate::store::write::write_objects(url, plan, sources, options, overflows).await
-}
-
-#[cfg(not(feature = "object-store"))]
-async fn write_object_output(
-    _url: &str,
-    _plan: &Plan,
-    _sources: &mut [Box<dyn Source + '_>],
-    _options: &ConvertOptions,
-    _overflows: &Mutex<Vec<String>>,
-) -> Result<Vec<WrittenFile>> {
-    unreachable!("object URLs are files without the object-store feature")
+    #[cfg(feature = "object-store")]
+    if let Output::File(path) = output {
+        if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
+            let write = crate::store::write::write_objects(url, plan, sources, options, overflows);
+            return write.await;
+        }
+    }
+    write_local(output, plan, sources, options, overflows).await
 }
 
 /// Writes to a file, a set of files, standard output or a stream.
