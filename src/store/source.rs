@@ -62,15 +62,7 @@ pub async fn open_checkpoint(url: &str, rules: Rules) -> Result<Checkpoint> {
             files: vec![(PathBuf::from(url), header)],
         });
     }
-    let text = Pinned::head(loc.clone()).await?.whole_index().await?;
-    let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(url))?;
-    let mut files = Vec::new();
-    for name in index.shard_names().map_err(|e| e.with_input(url))? {
-        let shard = loc.sibling(name);
-        let shown = PathBuf::from(&shard.url);
-        files.push((shown, Pinned::read_header(shard, rules).await?));
-    }
-    check_against_shards(&index, &files).map_err(|e| e.with_input(url))?;
+    let (index, _, files) = Pinned::head(loc).await?.shards(rules).await?;
     Ok(Checkpoint {
         index: Some(index),
         files,
@@ -153,11 +145,39 @@ impl Pinned {
         })
     }
 
-    /// The whole header of a safetensors object.
+    /// The whole header of the safetensors object at `loc`.
     async fn read_header(loc: Location, rules: Rules) -> Result<Header> {
-        let pinned = Pinned::head(loc).await?;
-        let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
-        pinned.header(first, rules).await
+        Pinned::head(loc).await?.whole_header(rules).await
+    }
+
+    /// This object's header, from its first range (and a second if need be).
+    async fn whole_header(&self, rules: Rules) -> Result<Header> {
+        let first = self.range(0, self.size.min(FIRST_RANGE)).await?;
+        self.header(first, rules).await
+    }
+
+    /// This index object's parsed index, and every shard it names, pinned,
+    /// with its header under `rules` (named by URL), checked against the
+    /// index as local shards are.
+    async fn shards(
+        &self,
+        rules: Rules,
+    ) -> Result<(ShardIndex, Vec<Pinned>, Vec<(PathBuf, Header)>)> {
+        let url = &self.loc.url;
+        let text = self.whole_index().await?;
+        let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(url))?;
+        let mut pinned = Vec::new();
+        let mut files = Vec::new();
+        for name in index.shard_names().map_err(|e| e.with_input(url))? {
+            let shard = Pinned::head(self.loc.sibling(name)).await?;
+            files.push((
+                PathBuf::from(&shard.loc.url),
+                shard.whole_header(rules).await?,
+            ));
+            pinned.push(shard);
+        }
+        check_against_shards(&index, &files).map_err(|e| e.with_input(url))?;
+        Ok((index, pinned, files))
     }
 
     /// The whole object, an index: refused past [`MAX_INDEX_LEN`] bytes.
@@ -210,20 +230,9 @@ impl ObjectSource {
     /// A sharded checkpoint by its index object: every shard's header,
     /// checked against the index as local shards are.
     async fn open_index(index: Pinned) -> Result<ObjectSource> {
-        let url = index.loc.url.clone();
-        let text = index.whole_index().await?;
-        let parsed = ShardIndex::from_json(&text).map_err(|e| e.with_input(&url))?;
-        let mut parts = Vec::new();
-        let mut named = Vec::new();
-        for name in parsed.shard_names().map_err(|e| e.with_input(&url))? {
-            let shard = Pinned::head(index.loc.sibling(name)).await?;
-            let first = shard.range(0, shard.size.min(FIRST_RANGE)).await?;
-            let header = shard.header(first, Rules::SOURCE).await?;
-            named.push((PathBuf::from(&shard.loc.url), header.clone()));
-            parts.push((shard, header));
-        }
-        check_against_shards(&parsed, &named).map_err(|e| e.with_input(&url))?;
-        Ok(Self::from_parts(url, parts))
+        let (_, pinned, files) = index.shards(Rules::SOURCE).await?;
+        let parts = pinned.into_iter().zip(files.into_iter().map(|(_, h)| h));
+        Ok(Self::from_parts(index.loc.url, parts.collect()))
     }
 
     fn from_parts(input: String, parts: Vec<(Pinned, Header)>) -> ObjectSource {
