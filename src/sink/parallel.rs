@@ -80,10 +80,17 @@ pub(crate) fn write_parallel(
         progress,
     };
     std::thread::scope(|s| {
-        for _ in 1..workers {
-            s.spawn(|| work(&shared));
-        }
+        let helpers: Vec<_> = (1..workers).map(|_| s.spawn(|| work(&shared))).collect();
         work(&shared);
+        // Joined one by one, not left to the scope: the scope returns once
+        // the closures are done, while their threads may still be exiting,
+        // and no thread may outlive the call (a fork right after it, as
+        // multiprocessing does, must find this one thread alone).
+        for helper in helpers {
+            if let Err(panic) = helper.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
     });
     let errors = shared
         .errors
