@@ -19,6 +19,7 @@ use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
 use crate::sink::atomic::{close, commit_all, sync_files, StagedFile};
 use crate::sink::fast::{copy_spans, SpanJob};
 use crate::sink::parallel::{write_parallel, ReaderJob};
+use crate::sink::writeback::Writeback;
 use crate::sink::{Sink, SinkOptions};
 use crate::source::input::open_input;
 use crate::source::{Access, Source, SourceOptions, TensorData};
@@ -571,6 +572,10 @@ pub(crate) async fn write_observed<W: AsyncWrite + Unpin>(
         }
     };
     let fast = direct.map(|out| Direct {
+        writeback: ctx
+            .options
+            .sync
+            .then(|| Arc::new(Writeback::new(out.clone()))),
         out,
         name: output_name.to_string(),
         progress: ctx.options.progress.clone(),
@@ -596,6 +601,23 @@ struct Direct {
     progress: Option<Arc<dyn Progress>>,
     /// This shard's index and the count of shards, for progress.
     shard: (usize, usize),
+    /// Writeback started as bytes land, when the file is to be fsync'd.
+    writeback: Option<Arc<Writeback>>,
+}
+
+impl Direct {
+    /// What to call as bytes land in the file: progress, and writeback.
+    fn on_landed(&self) -> impl Fn(u64) + Send + Sync + 'static {
+        let (progress, writeback) = (self.progress.clone(), self.writeback.clone());
+        move |n| {
+            if let Some(p) = &progress {
+                p.bytes(n);
+            }
+            if let Some(w) = &writeback {
+                w.landed(n);
+            }
+        }
+    }
 }
 
 /// Tensors copied per trip to the blocking pool.
@@ -740,14 +762,10 @@ async fn copy_direct<W: AsyncWrite + Unpin>(
     sink.flush().await.map_err(|e| (0, e))?;
     let out = d.out.clone();
     let out_name = d.name.clone();
-    let progress = d.progress.clone();
+    let landed = d.on_landed();
     let count = jobs.len();
     let copied = tokio::task::spawn_blocking(move || {
-        copy_spans(&out, &out_name, &jobs, buffer_size, |n| {
-            if let Some(p) = &progress {
-                p.bytes(n);
-            }
-        })
+        copy_spans(&out, &out_name, &jobs, buffer_size, landed)
     })
     .await
     .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
@@ -803,16 +821,12 @@ async fn write_readers<W: AsyncWrite + Unpin>(
     let out = d.out.clone();
     let out_name = d.name.clone();
     let progress = d.progress.clone();
+    let landed = d.on_landed();
     let (shard_index, shards) = d.shard;
     let written = tokio::task::spawn_blocking(move || {
         let started = |i: usize| {
             if let Some(p) = &progress {
                 p.tensor(shard_index, shards, &names[i]);
-            }
-        };
-        let landed = |n: u64| {
-            if let Some(p) = &progress {
-                p.bytes(n);
             }
         };
         let over = write_parallel(&out, &out_name, jobs, buffer_size, &started, &landed)?;

@@ -44,10 +44,14 @@
 //! # Ok::<(), safetensors_stream::Error>(())
 //! ```
 #![warn(missing_docs, unreachable_pub)]
-#![forbid(unsafe_code)]
+// Two modules may use `unsafe`, for system calls with no safe wrapper: the
+// mapped copy (src/sink/mapped.rs), whose mapping only the kernel reads,
+// and starting writeback (src/sink/writeback.rs). Nothing that parses
+// input does.
+#![deny(unsafe_code)]
 
 // Outputs keep Unix modes and owners, and inputs are read with positional
-// reads: Unix only. Linux also copies by the kernel (`copy_file_range`).
+// reads and mapped copies: Unix only.
 #[cfg(not(unix))]
 compile_error!("safetensors-stream supports Unix (Linux, macOS, the BSDs) only");
 

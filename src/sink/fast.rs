@@ -1,9 +1,10 @@
 //! The file-to-file fast path: tensors whose bytes lie in files are copied
-//! by the kernel (`copy_file_range`) where nothing must change, and
-//! otherwise through one bounded buffer with positional reads. Synchronous:
-//! the caller runs a batch of tensors on the blocking pool in one trip, so
-//! a model of a million small tensors costs a million syscalls at most, not
-//! a million task hand-offs. Adjacent ranges of one file merge into one copy.
+//! with one memory copy (a mapped window of the source handed to `write`,
+//! see [`super::mapped`]) where nothing must change, and otherwise through
+//! one bounded buffer with positional reads. Synchronous: the caller runs a
+//! batch of tensors on the blocking pool in one trip, so a model of a
+//! million small tensors costs a million syscalls at most, not a million
+//! task hand-offs. Adjacent ranges of one file merge into one copy.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -12,19 +13,24 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use super::elements::{ChunkBuffer, Crc, Elements};
+use super::mapped::copy_mapped;
 use crate::cast::Cast;
 use crate::source::FileSpan;
 use crate::{Error, ErrorKind, Result};
 
-/// A checksummed tensor is copied the way `cp` copies: a read of this many
-/// bytes, the CRC over them while they are in the core's cache, a write of
-/// the same buffer. Checking beside a kernel copy instead meant reading
-/// every byte twice: 0.55 s of system time a GiB against cp's 0.35
-/// (benches/README.md, "Copy path").
+/// A checksummed tensor smaller than this is copied the way `cp` copies: a
+/// read of [`CHECKED_CHUNK`] bytes, the CRC over them while they are in the
+/// core's cache, a write of the same buffer. A larger one is copied like a
+/// verbatim one while a second thread reads the same bytes for the CRC: two
+/// cores, and the copy itself as fast as an unchecked one.
+const CHECK_BESIDE_MIN: u64 = 1 << 20;
+
+/// The read of the one-pass checked copy, and of the CRC thread.
 const CHECKED_CHUNK: usize = 128 * 1024;
 
 /// A run of verbatim bytes shorter than this goes through the buffer rather
-/// than the kernel: a syscall per small tensor is its whole cost.
+/// than the mapped copy: a mapping and a syscall per small tensor is its
+/// whole cost.
 const KERNEL_COPY_MIN: u64 = 64 * 1024;
 
 /// One tensor to copy: its bytes, and the cast to apply.
@@ -36,15 +42,13 @@ pub(crate) struct SpanJob {
 
 impl SpanJob {
     /// Nothing changes on the way and nothing must be checked: the kernel
-    /// may copy it. A checksummed member goes through the buffer, where one
-    /// read serves both the CRC and the write.
+    /// may copy it from a mapping.
     fn verbatim(&self) -> bool {
         let elements = Elements::new(self.out_len(), self.span.transform, self.cast);
         self.span.crc.is_none() && elements.verbatim()
     }
 
-    /// Checksummed, and otherwise copied unchanged: read and written in
-    /// cache-sized chunks, straight to the file.
+    /// Checksummed, and otherwise copied unchanged, straight to the file.
     fn checked_copy(&self) -> bool {
         let elements = Elements::new(self.out_len(), self.span.transform, self.cast);
         self.span.crc.is_some() && elements.verbatim() && self.span.len >= KERNEL_COPY_MIN
@@ -96,20 +100,10 @@ pub(crate) fn copy_spans(
             written += len;
             i = run.end;
         } else if jobs[i].checked_copy() {
-            // Large chunks would leave the cache between the read and the
-            // write; the small ones go straight to the file, not through `w`.
+            // Straight to the file, not through `w`.
             w.flush().map_err(|e| (i, on_out(Error::io(e))))?;
-            let mut direct = out;
-            // Verbatim: no cast, so nothing can overflow.
-            let (n, _) = copy_buffered(
-                &jobs[i],
-                &mut direct,
-                &mut buf,
-                CHECKED_CHUNK,
-                &mut progress,
-            )
-            .map_err(|e| (i, on_out(e)))?;
-            written += n;
+            written +=
+                copy_checked(&jobs[i], out, &mut buf, &mut progress).map_err(|e| (i, on_out(e)))?;
             i += 1;
         } else {
             let (n, overflowed) =
@@ -198,36 +192,52 @@ fn too_short(expected: u64, actual: u64) -> Error {
     Error::new(ErrorKind::TensorTooShort { expected, actual })
 }
 
-/// The kernel copies; if it cannot (another filesystem, an old kernel), we do.
-/// On error also returns how many bytes were done, to find the tensor.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn copy_verbatim(
-    src: &File,
-    mut offset: u64,
-    len: u64,
+/// A checksummed member copied unchanged. Returns the bytes written.
+fn copy_checked(
+    job: &SpanJob,
     out: &File,
+    buf: &mut ChunkBuffer,
     progress: &mut impl FnMut(u64),
-) -> std::result::Result<(), (Error, u64)> {
-    let mut left = len;
-    while left > 0 {
-        let chunk = left.min(1 << 30) as usize;
-        match rustix::fs::copy_file_range(src, Some(&mut offset), out, None, chunk) {
-            Ok(0) => return Err((too_short(len, len - left), len - left)),
-            Ok(n) => {
-                left -= n as u64;
-                progress(n as u64);
-            }
-            Err(e) if fallback_errno(e) && left == len => {
-                return copy_by_hand(src, offset, len, out, progress);
-            }
-            Err(e) => return Err((Error::io(e.into()), len - left)),
+) -> Result<u64> {
+    if job.span.len >= CHECK_BESIDE_MIN {
+        if let Some(result) = copy_with_crc_beside(&job.span, out, progress) {
+            return result;
         }
     }
-    Ok(())
+    let mut direct = out;
+    // Verbatim: no cast, so nothing can overflow.
+    copy_buffered(job, &mut direct, buf, CHECKED_CHUNK, progress).map(|(n, _)| n)
 }
 
-/// Without `copy_file_range` (other Unixes), positional reads and writes.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+/// The mapped copy of a member while a second thread computes its CRC;
+/// `None` when no thread can be had.
+fn copy_with_crc_beside(
+    span: &FileSpan,
+    out: &File,
+    progress: &mut impl FnMut(u64),
+) -> Option<Result<u64>> {
+    let crc = span.crc?;
+    let end = span.offset + span.len;
+    std::thread::scope(|s| {
+        let checker = std::thread::Builder::new()
+            .name("crc".into())
+            .spawn_scoped(s, || crc_of(&span.file, crc.from, end))
+            .ok()?;
+        let copied = copy_verbatim(&span.file, span.offset, span.len, out, progress);
+        // Joined here, not left to the scope: the thread is gone when we return.
+        let hasher = checker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        // The copy's error comes first: it says where the bytes ran out.
+        let checked = copied
+            .map_err(|(e, _)| e)
+            .and_then(|()| Crc::new(hasher?, crc.expected).verify());
+        Some(checked.map(|()| span.len))
+    })
+}
+
+/// A mapped copy; a file that cannot be mapped is read and written.
+/// On error also returns how many bytes were done, to find the tensor.
 fn copy_verbatim(
     src: &File,
     offset: u64,
@@ -235,20 +245,10 @@ fn copy_verbatim(
     out: &File,
     progress: &mut impl FnMut(u64),
 ) -> std::result::Result<(), (Error, u64)> {
-    copy_by_hand(src, offset, len, out, progress)
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn fallback_errno(e: rustix::io::Errno) -> bool {
-    use rustix::io::Errno;
-    [
-        Errno::XDEV,
-        Errno::NOSYS,
-        Errno::INVAL,
-        Errno::OPNOTSUPP,
-        Errno::BADF,
-    ]
-    .contains(&e)
+    match copy_mapped(src, offset, len, out, progress)? {
+        true => Ok(()),
+        false => copy_by_hand(src, offset, len, out, progress),
+    }
 }
 
 fn copy_by_hand(
@@ -309,7 +309,7 @@ fn copy_buffered(
                 h.update(head);
                 h
             }
-            false => crc_prefix(&span.file, c.from, span.offset)?,
+            false => crc_of(&span.file, c.from, span.offset)?,
         };
         elements = elements.with_crc(Crc::new(hasher, c.expected));
     }
@@ -333,14 +333,16 @@ fn copy_buffered(
     Ok((written, overflowed))
 }
 
-/// The checksum of the bytes before the tensor that the CRC also covers.
-fn crc_prefix(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
+/// The checksum of the bytes from `from` to `to`: a member's whole range
+/// beside its copy, or the part before the tensor (an npz member's npy
+/// header) ahead of a one-pass copy.
+fn crc_of(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
     let mut h = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; (to - from).min(1 << 20) as usize];
+    let mut buf = vec![0u8; (to - from).min(CHECKED_CHUNK as u64) as usize];
     let mut at = from;
     while at < to {
         let n = ((to - at) as usize).min(buf.len());
-        file.read_exact_at(&mut buf[..n], at)?;
+        read_exact_at(file, &mut buf[..n], at, to - from, at - from)?;
         h.update(&buf[..n]);
         at += n as u64;
     }
@@ -353,16 +355,18 @@ mod tests {
     use crate::source::CrcCheck;
     use crate::transform::Transform;
 
-    const MEMBER: usize = 2 * CHECKED_CHUNK + 4096;
+    /// Member sizes: one copied in one pass, one copied beside its CRC thread.
+    const SIZES: [usize; 2] = [2 * CHECKED_CHUNK + 4096, CHECK_BESIDE_MIN as usize + 4096];
 
-    /// Three checksummed members, a gap between each (so each is a kernel
-    /// run of its own); `bad` ones get a wrong CRC; the file is cut to `cut` bytes.
-    fn archive(bad: &[usize], cut: Option<u64>) -> (Vec<SpanJob>, Vec<u8>) {
+    /// Three checksummed members of `size` bytes, a gap between each (so
+    /// each is a kernel run of its own); `bad` ones get a wrong CRC; the
+    /// file is cut to `cut` bytes.
+    fn archive(size: usize, bad: &[usize], cut: Option<u64>) -> (Vec<SpanJob>, Vec<u8>) {
         let mut file = tempfile::tempfile().unwrap();
         let (mut bytes, mut jobs, mut data) = (Vec::new(), Vec::new(), Vec::new());
         for k in 0..3 {
             bytes.extend_from_slice(b"local header");
-            let member: Vec<u8> = (0..MEMBER).map(|i| (i * 7 + k * 13) as u8).collect();
+            let member: Vec<u8> = (0..size).map(|i| (i * 7 + k * 13) as u8).collect();
             let offset = bytes.len() as u64;
             let crc = crc32fast::hash(&member) ^ if bad.contains(&k) { 1 } else { 0 };
             bytes.extend_from_slice(&member);
@@ -378,7 +382,7 @@ mod tests {
                 span: FileSpan {
                     file: file.clone(),
                     offset,
-                    len: MEMBER as u64,
+                    len: size as u64,
                     transform: Transform::Identity,
                     crc: Some(CrcCheck {
                         expected,
@@ -402,44 +406,56 @@ mod tests {
     }
 
     #[test]
-    fn checked_members_are_read_once_not_copied_by_the_kernel() {
-        let (jobs, data) = archive(&[], None);
-        assert!(kernel_runs(&jobs).is_empty());
-        assert!(jobs.iter().all(SpanJob::checked_copy));
-        let (result, bytes) = copy(&jobs);
-        assert_eq!(result.unwrap(), data.len() as u64);
-        assert_eq!(bytes, data);
+    fn checked_members_are_copied_whole_and_not_merged() {
+        for size in SIZES {
+            let (jobs, data) = archive(size, &[], None);
+            assert!(kernel_runs(&jobs).is_empty());
+            assert!(jobs.iter().all(SpanJob::checked_copy));
+            let (result, bytes) = copy(&jobs);
+            assert_eq!(result.unwrap(), data.len() as u64);
+            assert_eq!(bytes, data);
+        }
     }
 
     #[test]
     fn the_first_bad_checksum_is_the_error() {
-        for bad in [vec![0], vec![1], vec![2], vec![1, 2]] {
-            let (jobs, _) = archive(&bad, None);
-            let (i, e) = copy(&jobs).0.unwrap_err();
-            assert_eq!(i, bad[0], "{bad:?}");
-            assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        for size in SIZES {
+            for bad in [vec![0], vec![1], vec![2], vec![1, 2]] {
+                let (jobs, _) = archive(size, &bad, None);
+                let (i, e) = copy(&jobs).0.unwrap_err();
+                assert_eq!(i, bad[0], "{bad:?}");
+                assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+            }
         }
     }
 
     #[test]
     fn a_short_copy_before_a_bad_checksum_is_the_error() {
         // Member 0 is cut short in the file; member 1's CRC is wrong too.
-        let (jobs, _) = archive(&[], None);
-        let cut = jobs[0].span.offset + 10;
-        let (jobs, _) = archive(&[1], Some(cut));
-        let (i, e) = copy(&jobs).0.unwrap_err();
-        assert_eq!(i, 0);
-        assert!(matches!(e.kind(), ErrorKind::TensorTooShort { .. }), "{e}");
+        for size in SIZES {
+            let (jobs, _) = archive(size, &[], None);
+            let cut = jobs[0].span.offset + 10;
+            let (jobs, _) = archive(size, &[1], Some(cut));
+            let (i, e) = copy(&jobs).0.unwrap_err();
+            assert_eq!(i, 0);
+            let expected = size as u64;
+            assert!(
+                matches!(e.kind(), ErrorKind::TensorTooShort { expected: x, actual: 10 } if *x == expected),
+                "{e}"
+            );
+        }
     }
 
     #[test]
     fn a_bad_checksum_before_a_short_copy_is_the_error() {
         // Member 0's CRC is wrong; member 2 is cut short.
-        let (jobs, _) = archive(&[], None);
-        let cut = jobs[2].span.offset + 10;
-        let (jobs, _) = archive(&[0], Some(cut));
-        let (i, e) = copy(&jobs).0.unwrap_err();
-        assert_eq!(i, 0);
-        assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        for size in SIZES {
+            let (jobs, _) = archive(size, &[], None);
+            let cut = jobs[2].span.offset + 10;
+            let (jobs, _) = archive(size, &[0], Some(cut));
+            let (i, e) = copy(&jobs).0.unwrap_err();
+            assert_eq!(i, 0);
+            assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        }
     }
 }

@@ -10,8 +10,12 @@
 pub(crate) mod atomic;
 pub(crate) mod elements;
 pub(crate) mod fast;
+#[allow(unsafe_code)]
+mod mapped;
 pub(crate) mod parallel;
 mod planned;
+#[allow(unsafe_code)]
+pub(crate) mod writeback;
 
 use std::pin::Pin;
 
