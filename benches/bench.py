@@ -57,6 +57,8 @@ T_COPY = 1.10  # convert / cp (stored npz, npy, safetensors, resharding)
 T_DEFLATE_PY = 0.40  # deflated npz: convert / Python
 T_DEFLATE_ZLIB = 0.60  # deflated npz: convert / one thread of zlib
 T_SMALL_PY = 0.05  # 20,000 small arrays: convert / Python
+T_SMALL_AMN = 0.5  # 20,000 small arrays: convert / amn (crate anamnesis), the fastest peer
+AMN_TOOL = "amn convert (anamnesis 0.7.10)"
 T_PLAN_S = 1.0  # planning 1,000,000 tensors, seconds
 T_PLAN_GROWTH = 1.25  # t(n_max)/t(n_min) at most this times what n log n predicts
 T_RSS_MIB = 32.0  # peak RSS of convert, every workload
@@ -223,7 +225,10 @@ def timed(cmd, workdir: Path, timefile: Path, timeout=None):
 
 # The fair pairs: each convert mode runs right beside the copy it is judged against (and
 # beside the --baseline binary's same mode, when one is given).
-PAIRS = [("cp", "convert --no-sync", "baseline --no-sync"), ("cp+sync", "convert (fsync)", "baseline (fsync)")]
+PAIRS = [
+    ("cp", "convert --no-sync", "baseline --no-sync", AMN_TOOL),
+    ("cp+sync", "convert (fsync)", "baseline (fsync)"),
+]
 
 
 def paired_order(tools, r):
@@ -550,6 +555,7 @@ def verify_plan(binary, out: Path, n):
 class Bench:
     def __init__(self, args):
         self.args = args
+        self.amn = args.amn
         self.rows: list[Row] = []
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
@@ -702,9 +708,10 @@ class Bench:
             if r.tool.startswith("convert") and "python (load + save_file)" in rows:
                 r.py_ref = "python (load + save_file)"
 
-    def copy_like(self, name, src: Path, kind, mode, extra=(), shards=None):
+    def copy_like(self, name, src: Path, kind, mode, extra=(), shards=None, peers=()):
         dest = "model.safetensors"
-        tools = self.cp_tools(src, dest) + self.py_tool(mode, src, dest, *([str(x) for x in extra[1:]] if extra else []))
+        tools = self.cp_tools(src, dest) + list(peers)
+        tools += self.py_tool(mode, src, dest, *([str(x) for x in extra[1:]] if extra else []))
         tools += self.convert_tools(src, dest, *extra)
         rows = self.run_workload(
             name,
@@ -792,7 +799,11 @@ class Bench:
     def w_npz_small(self):
         count = self.args.small_count
         src = self.input(f"small-{count}.npz", gen_npz_small, count)
-        rows = self.copy_like("npz-small", src, "npz", "npz")
+        peer = []
+        if self.amn:
+            # The fastest peer found (issue 15): anamnesis's `amn convert X.npz --to safetensors`.
+            peer = [(AMN_TOOL, lambda o: [self.amn, "convert", src, "--to", "safetensors", "-o", o / "amn.safetensors"], "peer")]
+        rows = self.copy_like("npz-small", src, "npz", "npz", peers=peer)
         if not rows:
             return
         c, p = rows["convert --no-sync"], rows.get("python (load + save_file)", Row("npz-small", "python", 0))
@@ -800,6 +811,10 @@ class Bench:
             self.notes.append(f"npz-small: {count} arrays; python {1e6 * p.median() / count:.0f} us a tensor, "
                               f"convert --no-sync {1e6 * (c.median() or 0) / count:.1f} us a tensor.")
         self.ratio_target("npz-small", f"convert --no-sync / python <= {T_SMALL_PY}", c, p, T_SMALL_PY)
+        if AMN_TOOL in rows:
+            self.ratio_target("npz-small", f"convert --no-sync / amn <= {T_SMALL_AMN}", c, rows[AMN_TOOL], T_SMALL_AMN)
+        else:
+            self.notes.append("npz-small: amn (cargo install anamnesis@0.7.10 --features cli,npz) not found: no peer column; pass --amn PATH.")
         self.rss_target("npz-small", rows)
 
     def w_pytorch(self):
@@ -1028,6 +1043,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (inputs) afterwards")
     ap.add_argument("--no-build", action="store_true", help="skip cargo build --release; time target/release/convert as it is")
     ap.add_argument("--baseline", default=None, help="another convert binary (e.g. the last release) timed in the same rounds, each mode beside this build's and cp: before/after figures from one run")
+    ap.add_argument("--amn", default=shutil.which("amn"), help="the anamnesis CLI (`amn`, crate anamnesis 0.7.10 with features cli,npz), timed on npz-small as the fastest peer. Default: amn on PATH")
     ap.add_argument("--no-python", action="store_true", help="skip the Python reference (saves most of the run's time; the x Python targets then read 'no data')")
     a = ap.parse_args()
     if a.quick:

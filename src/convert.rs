@@ -621,7 +621,7 @@ impl Direct {
 }
 
 /// Tensors copied per trip to the blocking pool.
-const BATCH: usize = 4096;
+const BATCH: usize = 16384;
 
 #[allow(clippy::too_many_arguments)]
 async fn write_tensors<W: AsyncWrite + Unpin>(

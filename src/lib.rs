@@ -62,6 +62,7 @@ pub struct ReadmeDoctests;
 
 #[cfg(feature = "ndarray")]
 pub mod array;
+mod block_cache;
 pub(crate) mod cast;
 pub mod convert;
 pub(crate) mod dtype;

@@ -231,6 +231,15 @@ impl ChunkBuffer {
         let (input, rest) = rest.split_at_mut(in_cap);
         (head, input, &mut rest[..out_cap])
     }
+
+    /// The first `n` bytes: where [`split`](Self::split)'s room and input
+    /// lie back to back, to fill both with one read.
+    pub(crate) fn front(&mut self, n: usize) -> &mut [u8] {
+        if self.buf.len() < n {
+            self.buf.resize(n, 0);
+        }
+        &mut self.buf[..n]
+    }
 }
 
 #[cfg(test)]

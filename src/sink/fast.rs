@@ -9,11 +9,12 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use super::elements::{ChunkBuffer, Crc, Elements};
+use super::gather::{batch_len, copy_gathered};
 use super::mapped::copy_mapped;
+use crate::block_cache::BlockCache;
 use crate::cast::Cast;
 use crate::source::FileSpan;
 use crate::{Error, ErrorKind, Result};
@@ -54,7 +55,7 @@ impl SpanJob {
         self.span.crc.is_some() && elements.verbatim() && self.span.len >= KERNEL_COPY_MIN
     }
 
-    fn out_len(&self) -> u64 {
+    pub(super) fn out_len(&self) -> u64 {
         match self.cast {
             Some(c) => self.span.len / c.in_width() as u64 * c.out_width() as u64,
             None => self.span.len,
@@ -80,6 +81,10 @@ pub(crate) fn copy_spans(
         _ => e,
     };
     let mut buf = ChunkBuffer::default();
+    // Small tensors are read a block at a time, gathered in file order into
+    // `batch`, laid out in plan order.
+    let mut cache = BlockCache::default();
+    let mut batch = Vec::new();
     // Small tensors' bytes gather here into large writes.
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
@@ -102,13 +107,34 @@ pub(crate) fn copy_spans(
         } else if jobs[i].checked_copy() {
             // Straight to the file, not through `w`.
             w.flush().map_err(|e| (i, on_out(Error::io(e))))?;
-            written +=
-                copy_checked(&jobs[i], out, &mut buf, &mut progress).map_err(|e| (i, on_out(e)))?;
+            written += copy_checked(&jobs[i], out, &mut buf, &mut cache, &mut progress)
+                .map_err(|e| (i, on_out(e)))?;
             i += 1;
+        } else if let n @ 2.. = batch_len(jobs, i, runs.peek().map_or(jobs.len(), |r| r.start)) {
+            let gathered = copy_gathered(
+                jobs,
+                i..i + n,
+                &mut w,
+                &mut batch,
+                &mut buf,
+                &mut cache,
+                buffer_size,
+            );
+            let (bytes, over) = gathered.map_err(|(k, e)| (k, on_out(e)))?;
+            overflows.extend(over);
+            written += bytes;
+            progress(bytes);
+            i += n;
         } else {
-            let (n, overflowed) =
-                copy_buffered(&jobs[i], &mut w, &mut buf, buffer_size, &mut progress)
-                    .map_err(|e| (i, on_out(e)))?;
+            let (n, overflowed) = copy_buffered(
+                &jobs[i],
+                &mut w,
+                &mut buf,
+                &mut cache,
+                buffer_size,
+                &mut progress,
+            )
+            .map_err(|e| (i, on_out(e)))?;
             if overflowed > 0 {
                 overflows.push((i, overflowed));
             }
@@ -197,6 +223,7 @@ fn copy_checked(
     job: &SpanJob,
     out: &File,
     buf: &mut ChunkBuffer,
+    cache: &mut BlockCache,
     progress: &mut impl FnMut(u64),
 ) -> Result<u64> {
     if job.span.len >= CHECK_BESIDE_MIN {
@@ -206,7 +233,7 @@ fn copy_checked(
     }
     let mut direct = out;
     // Verbatim: no cast, so nothing can overflow.
-    copy_buffered(job, &mut direct, buf, CHECKED_CHUNK, progress).map(|(n, _)| n)
+    copy_buffered(job, &mut direct, buf, cache, CHECKED_CHUNK, progress).map(|(n, _)| n)
 }
 
 /// The mapped copy of a member while a second thread computes its CRC;
@@ -259,10 +286,12 @@ fn copy_by_hand(
     progress: &mut impl FnMut(u64),
 ) -> std::result::Result<(), (Error, u64)> {
     let mut buf = vec![0u8; (len.min(4 << 20)) as usize];
+    let mut cache = BlockCache::default();
     let mut done = 0u64;
     while done < len {
         let n = ((len - done) as usize).min(buf.len());
-        read_exact_at(src, &mut buf[..n], offset + done, len, done).map_err(|e| (e, done))?;
+        read_exact_at(&mut cache, src, &mut buf[..n], offset + done, len, done)
+            .map_err(|e| (e, done))?;
         out.write_all(&buf[..n]).map_err(|e| (Error::io(e), done))?;
         done += n as u64;
         progress(n as u64);
@@ -270,8 +299,16 @@ fn copy_by_hand(
     Ok(())
 }
 
-fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Result<()> {
-    src.read_exact_at(buf, at).map_err(|e| {
+/// Reads bytes `done..` of a tensor of `len` bytes, at `at` in `src`.
+fn read_exact_at(
+    cache: &mut BlockCache,
+    src: &File,
+    buf: &mut [u8],
+    at: u64,
+    len: u64,
+    done: u64,
+) -> Result<()> {
+    cache.read_exact_at(src, buf, at).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
             // Say how many of the tensor's bytes there are, not where this
             // read of a chunk began.
@@ -286,10 +323,11 @@ fn read_exact_at(src: &File, buf: &mut [u8], at: u64, len: u64, done: u64) -> Re
 /// Positional reads into one buffer, then the element pipeline (checksum,
 /// byte swap, cast), then a write. Returns the bytes written and the cast's
 /// overflows to infinity.
-fn copy_buffered(
+pub(super) fn copy_buffered(
     job: &SpanJob,
     out: &mut impl Write,
     buf: &mut ChunkBuffer,
+    cache: &mut BlockCache,
     buffer_size: usize,
     progress: &mut impl FnMut(u64),
 ) -> Result<(u64, u64)> {
@@ -298,13 +336,16 @@ fn copy_buffered(
     let (in_cap, out_cap) = elements.chunk_sizes(buffer_size);
     // A small member's npy header is read with its data, in one read.
     let prefix = span.crc.map_or(0, |c| span.offset - c.from);
-    let joined = prefix <= 64 * 1024 && span.len as usize <= in_cap;
+    let joined = span.crc.is_some() && prefix <= 64 * 1024 && span.len as usize <= in_cap;
     let lead = if joined { prefix as usize } else { 0 };
+    if let (true, Some(c)) = (joined, span.crc) {
+        let both = buf.front(lead + span.len as usize);
+        read_exact_at(cache, &span.file, both, c.from, span.len, 0)?;
+    }
     let (head, input, output) = buf.split(lead, in_cap, out_cap);
     if let Some(c) = span.crc {
         let hasher = match joined {
             true => {
-                read_exact_at(&span.file, head, c.from, span.len, 0)?;
                 let mut h = crc32fast::Hasher::new();
                 h.update(head);
                 h
@@ -317,13 +358,11 @@ fn copy_buffered(
     while elements.left() > 0 {
         let n = elements.next_chunk(in_cap);
         let done = span.len - elements.left();
-        read_exact_at(
-            &span.file,
-            &mut input[..n],
-            span.offset + done,
-            span.len,
-            done,
-        )?;
+        // A joined member's one chunk is in already.
+        if !joined {
+            let at = span.offset + done;
+            read_exact_at(cache, &span.file, &mut input[..n], at, span.len, done)?;
+        }
         let bytes = elements.process(&mut input[..n], output)?;
         out.write_all(bytes)?;
         written += bytes.len() as u64;
@@ -337,12 +376,13 @@ fn copy_buffered(
 /// beside its copy, or the part before the tensor (an npz member's npy
 /// header) ahead of a one-pass copy.
 fn crc_of(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
+    let mut cache = BlockCache::default();
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; (to - from).min(CHECKED_CHUNK as u64) as usize];
     let mut at = from;
     while at < to {
         let n = ((to - at) as usize).min(buf.len());
-        read_exact_at(file, &mut buf[..n], at, to - from, at - from)?;
+        read_exact_at(&mut cache, file, &mut buf[..n], at, to - from, at - from)?;
         h.update(&buf[..n]);
         at += n as u64;
     }

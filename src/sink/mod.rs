@@ -10,6 +10,7 @@
 pub(crate) mod atomic;
 pub(crate) mod elements;
 pub(crate) mod fast;
+mod gather;
 #[allow(unsafe_code)]
 mod mapped;
 pub(crate) mod parallel;

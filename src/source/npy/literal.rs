@@ -176,6 +176,16 @@ impl Parser<'_> {
     fn string(&mut self) -> Result<String, String> {
         let quote = self.s[self.i];
         self.i += 1;
+        // Without escapes, as numpy writes them, the string is a slice: the
+        // quote is ASCII, so it never falls inside a multi-byte character.
+        let start = self.i;
+        let stop = self.s[start..]
+            .iter()
+            .position(|&b| b == quote || b == b'\\');
+        if let Some(k) = stop.filter(|&k| self.s[start + k] == quote) {
+            self.i = start + k + 1;
+            return Ok(self.text[start..start + k].to_string());
+        }
         let mut out = String::new();
         loop {
             let Some(c) = self.peek_char() else {

@@ -14,8 +14,9 @@ use flate2::read::DeflateDecoder;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use self::zip::{data_start, read_directory, Method, PositionalReader, ZipEntry};
+use self::zip::{data_start_via, read_directory, Method, PositionalReader, ZipEntry};
 use super::blocking::{BlockingReader, ReadAhead};
+use crate::block_cache::BlockCache;
 
 /// Inflated bytes a deflated member runs ahead of the writer: chunk x depth.
 const AHEAD_CHUNK: usize = 1 << 20;
@@ -67,6 +68,8 @@ impl NpzSource {
             }
         }
         drop(seen);
+        // Local and npy headers, member after member, read a block at a time.
+        let mut cache = BlockCache::default();
         let mut src = NpzSource {
             input: input.to_string(),
             opened: super::Stamp::of(&file, len),
@@ -89,7 +92,7 @@ impl NpzSource {
                 return Err(on_input(Error::new(ErrorKind::Zip(msg))));
             };
             let member = src
-                .plan_member(entry, dir_start, options.npy_void_as)
+                .plan_member(&mut cache, entry, dir_start, options.npy_void_as)
                 .map_err(|e| on_input(e.with_tensor(&name)))?;
             src.tensors.push(TensorMeta::new(
                 name,
@@ -126,14 +129,28 @@ impl NpzSource {
 
     fn plan_member(
         &self,
+        cache: &mut BlockCache,
         entry: ZipEntry,
         limit: u64,
         void_as: Option<crate::Dtype>,
     ) -> Result<Member> {
-        let start = data_start(&self.file, &entry, limit)?;
-        let mut probe = MemberReader::new(&*self.file, &entry, start, 4096)?;
-        let (prelude, header) =
-            read_header_as(&mut probe, void_as).map_err(|e| e.at_offset(start))?;
+        let start = data_start_via(cache, &self.file, &entry, limit)?;
+        let probed = match entry.method {
+            // The npy header of a stored member is its first bytes, as they
+            // lie in the file.
+            Method::Stored => {
+                check_stored_sizes(&entry)?;
+                read_header_as(
+                    &mut cache.range(&self.file, start, entry.compressed),
+                    void_as,
+                )
+            }
+            Method::Deflated => {
+                let mut probe = MemberReader::new(&*self.file, &entry, start, 4096)?;
+                read_header_as(&mut probe, void_as)
+            }
+        };
+        let (prelude, header) = probed.map_err(|e| e.at_offset(start))?;
         let data_offset = prelude.data_start();
         let name = entry.name.strip_suffix(".npy").unwrap_or(&entry.name);
         let expected = TensorMeta::new(name, header.dtype, header.shape.clone()).byte_len()?;
@@ -277,6 +294,18 @@ impl Source for NpzSource {
     }
 }
 
+/// A stored member is its bytes: both of its sizes must agree.
+fn check_stored_sizes(e: &ZipEntry) -> Result<()> {
+    if e.compressed == e.uncompressed {
+        return Ok(());
+    }
+    let msg = format!(
+        "stored member {:?} has sizes {} and {}",
+        e.name, e.compressed, e.uncompressed
+    );
+    Err(Error::new(ErrorKind::Zip(msg)))
+}
+
 /// A member's uncompressed bytes: inflated if need be, never more than the
 /// declared size (a zip bomb stops at once), and checked against the
 /// declared size and CRC-32 when it ends.
@@ -302,14 +331,10 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
     pub(crate) fn new(file: F, e: &ZipEntry, start: u64, buf: usize) -> Result<Self> {
         let raw = PositionalReader::new(file, start, e.compressed);
         let inner = match e.method {
-            Method::Stored if e.compressed != e.uncompressed => {
-                let msg = format!(
-                    "stored member {:?} has sizes {} and {}",
-                    e.name, e.compressed, e.uncompressed
-                );
-                return Err(Error::new(ErrorKind::Zip(msg)));
+            Method::Stored => {
+                check_stored_sizes(e)?;
+                Inner::Stored(raw)
             }
-            Method::Stored => Inner::Stored(raw),
             Method::Deflated => Inner::Deflated(Box::new(DeflateDecoder::new(
                 BufReader::with_capacity(buf, raw),
             ))),

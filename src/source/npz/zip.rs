@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
 
+use crate::block_cache::BlockCache;
 use crate::{Error, ErrorKind, Result};
 
 const EOCD_SIG: u32 = 0x0605_4b50;
@@ -350,8 +351,24 @@ fn check_member_bounds(e: &ZipEntry, dir_offset: u64) -> Result<()> {
 /// method, CRC and sizes (a reader that walks local headers would see
 /// another file, or another length, than one that reads the directory).
 pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u64> {
+    data_start_via(&mut BlockCache::default(), file, e, dir_offset_limit)
+}
+
+/// [`data_start`] with reads through `cache`: members one after the other
+/// cost a read per block, not two per member.
+pub(crate) fn data_start_via(
+    cache: &mut BlockCache,
+    file: &File,
+    e: &ZipEntry,
+    dir_offset_limit: u64,
+) -> Result<u64> {
     let mut h = [0u8; LOCAL_LEN as usize];
-    read_exact_at(file, &mut h, e.local_offset)?;
+    let mut read_exact_at = |buf: &mut [u8], at: u64| {
+        cache
+            .read_exact_at(file, buf, at)
+            .map_err(|e| Error::io(e).at_offset(at))
+    };
+    read_exact_at(&mut h, e.local_offset)?;
     if u32_at(&h, 0) != LOCAL_SIG {
         return Err(zip_err(format!(
             "bad local header signature for member {:?}",
@@ -373,7 +390,7 @@ pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u6
     }
     // Both lengths are u16 and lie before the member's bytes, inside the file.
     let mut var = vec![0u8; (name_len + extra_len) as usize];
-    read_exact_at(file, &mut var, e.local_offset + LOCAL_LEN)?;
+    read_exact_at(&mut var, e.local_offset + LOCAL_LEN)?;
     check_local_header(e, &h, &var).map_err(|err| err.at_offset(e.local_offset))?;
     Ok(start)
 }

@@ -8,7 +8,8 @@ use std::fs::File;
 use std::io::Read;
 
 use super::Located;
-use crate::source::npz::zip::{data_start, Method, PositionalReader, ZipEntry};
+use crate::block_cache::BlockCache;
+use crate::source::npz::zip::{data_start_via, Method, PositionalReader, ZipEntry};
 use crate::source::npz::MemberReader;
 use crate::{Error, ErrorKind, Result};
 
@@ -81,14 +82,16 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
         )));
     };
     let root = pkl.name.strip_suffix("data.pkl").unwrap_or("");
-    let start = data_start(file, pkl, dir_start)?;
+    // Local headers, member after member, read a block at a time.
+    let mut cache = BlockCache::default();
+    let start = data_start_via(&mut cache, file, pkl, dir_start)?;
     let pickle = read_member(file, pkl, start, MAX_PICKLE)?;
     let mut big_endian = false;
     let mut storages = HashMap::new();
     let data_prefix = format!("{root}data/");
     for e in entries {
         if e.name == format!("{root}byteorder") {
-            let start = data_start(file, e, dir_start)?;
+            let start = data_start_via(&mut cache, file, e, dir_start)?;
             big_endian = match read_member(file, e, start, 16)?.as_slice() {
                 b"little" => false,
                 b"big" => true,
@@ -106,7 +109,7 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
                     e.name
                 )));
             }
-            let start = data_start(file, e, dir_start)?;
+            let start = data_start_via(&mut cache, file, e, dir_start)?;
             let located = Located {
                 start,
                 len: e.uncompressed,
