@@ -691,3 +691,39 @@ fn unknown_and_empty_inputs() {
     let e = refuse("bad.npy.gz", &bad);
     assert!(matches!(e.kind(), ErrorKind::Decompress { .. }), "{e:?}");
 }
+
+// ---- many members, listed on two threads ------------------------------------
+
+/// 3,000 members (listed in two halves on two threads); `bad` ones get a
+/// header that is not an npy header, `foreign` ones are not `.npy` at all.
+fn many_members(bad: &[usize], foreign: &[usize]) -> Vec<u8> {
+    let members: Vec<ZipMember> = (0..3000)
+        .map(|k| match (bad.contains(&k), foreign.contains(&k)) {
+            (true, _) => member(&format!("t{k}.npy"), b"not an npy header at all".to_vec()),
+            (_, true) => member(&format!("t{k}.txt"), b"text".to_vec()),
+            _ => member(
+                &format!("t{k}.npy"),
+                npy("<f4", false, &[1], &(k as f32).to_le_bytes()),
+            ),
+        })
+        .collect();
+    build_zip(&members).0
+}
+
+#[test]
+fn many_members_list_in_order_and_the_first_bad_one_in_the_directory_is_the_error() {
+    let (_dir, out, r) = convert_bytes("many.npz", &many_members(&[], &[]));
+    r.unwrap();
+    let tensors = tensors_of(&std::fs::read(out).unwrap());
+    assert_eq!(tensors.len(), 3000);
+    assert_eq!(tensors["t2999"].data, 2999f32.to_le_bytes());
+    // Bad members in both halves: the one first in the directory is named.
+    for (bad, foreign, first) in [
+        (vec![2500, 700], vec![], "t700"),
+        (vec![2999], vec![1600], "t1600.txt"),
+        (vec![10], vec![1600], "t10"),
+    ] {
+        let e = refuse("many.npz", &many_members(&bad, &foreign));
+        assert!(e.to_string().contains(first), "{first}: {e}");
+    }
+}

@@ -68,8 +68,6 @@ impl NpzSource {
             }
         }
         drop(seen);
-        // Local and npy headers, member after member, read a block at a time.
-        let mut cache = BlockCache::default();
         let mut src = NpzSource {
             input: input.to_string(),
             opened: super::Stamp::of(&file, len),
@@ -77,29 +75,36 @@ impl NpzSource {
             tensors: Vec::with_capacity(entries.len()),
             members: Vec::with_capacity(entries.len()),
         };
+        // The arrays, up to the first member that is not one (an error,
+        // reported once the arrays before it are known to be good).
+        let mut arrays = Vec::with_capacity(entries.len());
+        let mut not_an_array = None;
         for entry in entries {
-            if entry.is_dir() {
+            if entry.is_dir() || (!entry.name.ends_with(".npy") && options.skip_non_npy) {
                 continue;
             }
-            let Some(name) = entry.name.strip_suffix(".npy").map(str::to_string) else {
-                if options.skip_non_npy {
-                    continue;
-                }
+            if !entry.name.ends_with(".npy") {
                 let msg = format!(
                     "member {:?} is not an .npy array (pass --skip-non-npy to ignore it)",
                     entry.name
                 );
-                return Err(on_input(Error::new(ErrorKind::Zip(msg))));
-            };
-            let member = src
-                .plan_member(&mut cache, entry, dir_start, options.npy_void_as)
-                .map_err(|e| on_input(e.with_tensor(&name)))?;
+                not_an_array = Some(on_input(Error::new(ErrorKind::Zip(msg))));
+                break;
+            }
+            arrays.push(entry);
+        }
+        for member in plan_members(&src.file, arrays, dir_start, options.npy_void_as) {
+            let member = member.map_err(on_input)?;
+            let name = member.entry.name.strip_suffix(".npy").unwrap_or_default();
             src.tensors.push(TensorMeta::new(
                 name,
                 member.header.dtype,
                 member.header.shape.clone(),
             ));
             src.members.push(member);
+        }
+        if let Some(e) = not_an_array {
+            return Err(e);
         }
         src.check_overlaps().map_err(on_input)?;
         Ok(src)
@@ -126,54 +131,108 @@ impl NpzSource {
         }
         Ok(())
     }
+}
 
-    fn plan_member(
-        &self,
-        cache: &mut BlockCache,
-        entry: ZipEntry,
-        limit: u64,
-        void_as: Option<crate::Dtype>,
-    ) -> Result<Member> {
-        let start = data_start_via(cache, &self.file, &entry, limit)?;
-        let probed = match entry.method {
-            // The npy header of a stored member is its first bytes, as they
-            // lie in the file.
-            Method::Stored => {
-                check_stored_sizes(&entry)?;
-                read_header_as(
-                    &mut cache.range(&self.file, start, entry.compressed),
-                    void_as,
-                )
-            }
-            Method::Deflated => {
-                let mut probe = MemberReader::new(&*self.file, &entry, start, 4096)?;
-                read_header_as(&mut probe, void_as)
-            }
-        };
-        let (prelude, header) = probed.map_err(|e| e.at_offset(start))?;
-        let data_offset = prelude.data_start();
-        let name = entry.name.strip_suffix(".npy").unwrap_or(&entry.name);
-        let expected = TensorMeta::new(name, header.dtype, header.shape.clone()).byte_len()?;
-        let actual = entry.uncompressed.saturating_sub(data_offset);
-        if actual != expected {
-            return Err(Error::new(ErrorKind::DataLength { expected, actual }));
+fn plan_member(
+    file: &File,
+    cache: &mut BlockCache,
+    entry: ZipEntry,
+    limit: u64,
+    void_as: Option<crate::Dtype>,
+) -> Result<Member> {
+    let start = data_start_via(cache, file, &entry, limit)?;
+    let probed = match entry.method {
+        // The npy header of a stored member is its first bytes, as they
+        // lie in the file.
+        Method::Stored => {
+            check_stored_sizes(&entry)?;
+            read_header_as(&mut cache.range(file, start, entry.compressed), void_as)
         }
-        if header.fortran_order {
-            let width = header.dtype.byte_width().unwrap_or(1);
-            if let Some(row) = too_wide(&header.shape, width) {
-                let msg = format!(
-                    "Fortran-order array needs {row} bytes per block; save it in C order first"
-                );
-                return Err(Error::new(ErrorKind::NpyHeader(msg)));
-            }
+        Method::Deflated => {
+            let mut probe = MemberReader::new(file, &entry, start, 4096)?;
+            read_header_as(&mut probe, void_as)
         }
-        Ok(Member {
-            entry,
-            start,
-            header,
-            data_offset,
-        })
+    };
+    let (prelude, header) = probed.map_err(|e| e.at_offset(start))?;
+    let data_offset = prelude.data_start();
+    let name = entry.name.strip_suffix(".npy").unwrap_or(&entry.name);
+    let expected = TensorMeta::new(name, header.dtype, header.shape.clone()).byte_len()?;
+    let actual = entry.uncompressed.saturating_sub(data_offset);
+    if actual != expected {
+        return Err(Error::new(ErrorKind::DataLength { expected, actual }));
     }
+    if header.fortran_order {
+        let width = header.dtype.byte_width().unwrap_or(1);
+        if let Some(row) = too_wide(&header.shape, width) {
+            let msg = format!(
+                "Fortran-order array needs {row} bytes per block; save it in C order first"
+            );
+            return Err(Error::new(ErrorKind::NpyHeader(msg)));
+        }
+    }
+    Ok(Member {
+        entry,
+        start,
+        header,
+        data_offset,
+    })
+}
+
+/// Members at least this many are listed on two threads.
+const LIST_IN_TWO: usize = 2048;
+
+/// Each member's local and npy headers read and checked, in directory
+/// order; an error names the tensor. Many members are listed on two
+/// threads, each half of them through a block cache of its own: parsing
+/// 20,000 npy headers is most of the time of an npz of small arrays.
+fn plan_members(
+    file: &File,
+    mut entries: Vec<ZipEntry>,
+    limit: u64,
+    void_as: Option<crate::Dtype>,
+) -> Vec<Result<Member>> {
+    let plan_all = |entries: Vec<ZipEntry>| -> Vec<Result<Member>> {
+        // Local and npy headers, member after member, read a block at a time.
+        let mut cache = BlockCache::default();
+        entries
+            .into_iter()
+            .map(|entry| {
+                let name = entry
+                    .name
+                    .strip_suffix(".npy")
+                    .unwrap_or_default()
+                    .to_string();
+                plan_member(file, &mut cache, entry, limit, void_as)
+                    .map_err(|e| e.with_tensor(name))
+            })
+            .collect()
+    };
+    if entries.len() < LIST_IN_TWO {
+        return plan_all(entries);
+    }
+    let second = std::sync::Mutex::new(Some(entries.split_off(entries.len() / 2)));
+    let take = || {
+        second
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default()
+    };
+    std::thread::scope(|s| {
+        let helper = std::thread::Builder::new()
+            .name("npz-listing".into())
+            .spawn_scoped(s, || plan_all(take()));
+        let mut planned = plan_all(entries);
+        // Joined here, not left to the scope: the thread is gone when we return.
+        let rest = match helper {
+            Ok(h) => h
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(_) => plan_all(take()),
+        };
+        planned.extend(rest);
+        planned
+    })
 }
 
 impl Source for NpzSource {
