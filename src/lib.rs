@@ -24,8 +24,8 @@
 //! - `store` (the `object-store` feature, on with `cli`): which paths are
 //!   object URLs, a checkpoint's headers read by ranges, multipart part sizes.
 //!
-//! Supported platforms: Unix (Linux, macOS, the BSDs); Linux copies
-//! unchanged bytes in the kernel (`copy_file_range`).
+//! Supported platforms: Unix (Linux, macOS, the BSDs). Unchanged bytes go
+//! from a mapping of the source straight into `write`, one memory copy.
 //!
 //! ```
 //! use safetensors_stream::{Dtype, header::{encode, parse_file_bytes, Order, Rules, TensorMeta}};

@@ -52,6 +52,7 @@ use std::path::Path;
 
 use crate::header::{Metadata, Order, TensorEntry, TensorMeta};
 use crate::sink::atomic::{commit_all, StagedFile};
+use crate::sink::writeback::Writeback;
 use crate::{Error, Result};
 use state::WriterState;
 
@@ -133,6 +134,8 @@ pub struct Writer<W: Write> {
     /// For [`Writer::create`]: the temp file to rename into place.
     stage: Option<StagedFile>,
     sync: bool,
+    /// For [`Writer::create`] with `sync`: writeback started as bytes land.
+    writeback: Option<Writeback>,
 }
 
 impl Writer<std::fs::File> {
@@ -150,6 +153,11 @@ impl Writer<std::fs::File> {
             .handle()
             .map_err(|e| Error::io(e).with_output(path.display()))?;
         let mut w = Writer::start(file, state, &options)?;
+        if options.sync {
+            let handle = stage.handle();
+            let handle = handle.map_err(|e| Error::io(e).with_output(path.display()))?;
+            w.writeback = Some(Writeback::new(std::sync::Arc::new(handle)));
+        }
         w.stage = Some(stage);
         w.state.name_output(path.display());
         Ok(w)
@@ -186,6 +194,7 @@ impl<W: Write> Writer<W> {
             state,
             stage: None,
             sync: options.sync,
+            writeback: None,
         };
         let header = w.state.header_bytes();
         w.out
@@ -222,7 +231,11 @@ impl<W: Write> Writer<W> {
         self.state.accept(name, bytes.len())?;
         self.out
             .write_all(bytes)
-            .map_err(|e| self.state.write_error(e).with_tensor(name))
+            .map_err(|e| self.state.write_error(e).with_tensor(name))?;
+        if let Some(writeback) = &self.writeback {
+            writeback.landed(bytes.len() as u64);
+        }
+        Ok(())
     }
 
     /// Checks that every tensor got all its bytes, flushes, and (for
