@@ -19,7 +19,7 @@ use crate::block_cache::BlockCache;
 use crate::Error;
 
 /// Output bytes gathered at most in one batch: the buffer's size.
-const BATCH_BYTES: u64 = 4 << 20;
+const BATCH_BYTES: u64 = 1 << 20;
 
 /// A tensor of at most this many bytes may join a batch.
 const SMALL_TENSOR: u64 = 64 * 1024;
