@@ -12,9 +12,10 @@
 # regression test).
 #
 # Environment:
-#   FUZZ_SANITIZER    none (default) or address (4-7x slower; the crate is
-#                     forbid(unsafe_code) and the C decoders are not
-#                     instrumented by it, so it finds little more here)
+#   FUZZ_SANITIZER    none (default) or address (4-7x slower; the crate
+#                     denies unsafe outside two modules of system calls and
+#                     the C decoders are not instrumented by it, so it finds
+#                     little more here)
 #   CARGO_BUILD_JOBS  compile jobs (default 1: the machine is shared)
 #   FUZZ_ARGS         extra libFuzzer flags, e.g. "-seed=1"
 set -uo pipefail
