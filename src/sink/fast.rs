@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::elements::{ChunkBuffer, Crc, Elements};
@@ -245,12 +246,18 @@ fn copy_with_crc_beside(
 ) -> Option<Result<u64>> {
     let crc = span.crc?;
     let end = span.offset + span.len;
+    // Set when the copy fails: its error is the answer, so the check stops
+    // instead of reading the rest of a member of gigabytes.
+    let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         let checker = std::thread::Builder::new()
             .name("crc".into())
-            .spawn_scoped(s, || crc_of(&span.file, crc.from, end))
+            .spawn_scoped(s, || crc_until(&span.file, crc.from, end, &stop))
             .ok()?;
         let copied = copy_verbatim(&span.file, span.offset, span.len, out, progress);
+        if copied.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
         // Joined here, not left to the scope: the thread is gone when we return.
         let hasher = checker
             .join()
@@ -376,11 +383,16 @@ pub(super) fn copy_buffered(
 /// beside its copy, or the part before the tensor (an npz member's npy
 /// header) ahead of a one-pass copy.
 fn crc_of(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
+    crc_until(file, from, to, &AtomicBool::new(false))
+}
+
+/// [`crc_of`], giving up (with what it has) once `stop` is set.
+fn crc_until(file: &File, from: u64, to: u64, stop: &AtomicBool) -> Result<crc32fast::Hasher> {
     let mut cache = BlockCache::default();
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; (to - from).min(CHECKED_CHUNK as u64) as usize];
     let mut at = from;
-    while at < to {
+    while at < to && !stop.load(Ordering::Relaxed) {
         let n = ((to - at) as usize).min(buf.len());
         read_exact_at(&mut cache, file, &mut buf[..n], at, to - from, at - from)?;
         h.update(&buf[..n]);
@@ -455,6 +467,19 @@ mod tests {
             assert_eq!(result.unwrap(), data.len() as u64);
             assert_eq!(bytes, data);
         }
+    }
+
+    #[test]
+    fn a_stopped_check_reads_no_more() {
+        // Reads from a file open for writing only fail: a check told to
+        // stop before it starts never reads.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("member");
+        std::fs::write(&path, [1u8; 4096]).unwrap();
+        let unreadable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert!(crc_of(&unreadable, 0, 4096).is_err());
+        let stopped = crc_until(&unreadable, 0, 4096, &AtomicBool::new(true));
+        assert_eq!(stopped.unwrap().finalize(), crc32fast::hash(&[]));
     }
 
     #[test]
