@@ -58,6 +58,11 @@ impl Crc {
     }
 }
 
+/// The one error for a tensor of `expected` bytes that had only `actual`.
+pub(crate) fn too_short(expected: u64, actual: u64) -> Error {
+    Error::new(ErrorKind::TensorTooShort { expected, actual })
+}
+
 /// The one error for bytes whose CRC-32 is not the archive's.
 pub(crate) fn crc_mismatch(actual: u32, expected: u32) -> Error {
     Error::new(ErrorKind::CrcMismatch { actual, expected })
@@ -183,10 +188,7 @@ impl Elements {
 
     /// The error for a tensor whose bytes stopped early.
     pub(crate) fn too_short(&self) -> Error {
-        Error::new(ErrorKind::TensorTooShort {
-            expected: self.in_len,
-            actual: self.done,
-        })
+        too_short(self.in_len, self.done)
     }
 
     /// Checks that every byte came and the checksum holds. Returns how

@@ -9,10 +9,11 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::elements::{ChunkBuffer, Crc, Elements};
+use super::elements::{too_short, ChunkBuffer, Crc, Elements};
 use super::gather::{batch_len, copy_gathered};
 use super::mapped::copy_mapped;
 use crate::block_cache::BlockCache;
@@ -215,10 +216,6 @@ fn output_side(e: &io::Error) -> bool {
         .any(|n| raw == Some(n.raw_os_error()))
 }
 
-fn too_short(expected: u64, actual: u64) -> Error {
-    Error::new(ErrorKind::TensorTooShort { expected, actual })
-}
-
 /// A checksummed member copied unchanged. Returns the bytes written.
 fn copy_checked(
     job: &SpanJob,
@@ -293,12 +290,10 @@ fn copy_by_hand(
     progress: &mut impl FnMut(u64),
 ) -> std::result::Result<(), (Error, u64)> {
     let mut buf = vec![0u8; (len.min(4 << 20)) as usize];
-    let mut cache = BlockCache::default();
     let mut done = 0u64;
     while done < len {
         let n = ((len - done) as usize).min(buf.len());
-        read_exact_at(&mut cache, src, &mut buf[..n], offset + done, len, done)
-            .map_err(|e| (e, done))?;
+        read_exact_at(None, src, &mut buf[..n], offset + done, len, done).map_err(|e| (e, done))?;
         out.write_all(&buf[..n]).map_err(|e| (Error::io(e), done))?;
         done += n as u64;
         progress(n as u64);
@@ -307,15 +302,21 @@ fn copy_by_hand(
 }
 
 /// Reads bytes `done..` of a tensor of `len` bytes, at `at` in `src`.
+/// Small reads of tensors one after another go through `cache`; large
+/// ones and one-off ones (`None`) straight to the file.
 fn read_exact_at(
-    cache: &mut BlockCache,
+    cache: Option<&mut BlockCache>,
     src: &File,
     buf: &mut [u8],
     at: u64,
     len: u64,
     done: u64,
 ) -> Result<()> {
-    cache.read_exact_at(src, buf, at).map_err(|e| {
+    let read = match cache {
+        Some(cache) => cache.read_exact_at(src, buf, at),
+        None => src.read_exact_at(buf, at),
+    };
+    read.map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
             // Say how many of the tensor's bytes there are, not where this
             // read of a chunk began.
@@ -347,7 +348,7 @@ pub(super) fn copy_buffered(
     let lead = if joined { prefix as usize } else { 0 };
     if let (true, Some(c)) = (joined, span.crc) {
         let both = buf.front(lead + span.len as usize);
-        read_exact_at(cache, &span.file, both, c.from, span.len, 0)?;
+        read_exact_at(Some(&mut *cache), &span.file, both, c.from, span.len, 0)?;
     }
     let (head, input, output) = buf.split(lead, in_cap, out_cap);
     if let Some(c) = span.crc {
@@ -368,7 +369,14 @@ pub(super) fn copy_buffered(
         // A joined member's one chunk is in already.
         if !joined {
             let at = span.offset + done;
-            read_exact_at(cache, &span.file, &mut input[..n], at, span.len, done)?;
+            read_exact_at(
+                Some(&mut *cache),
+                &span.file,
+                &mut input[..n],
+                at,
+                span.len,
+                done,
+            )?;
         }
         let bytes = elements.process(&mut input[..n], output)?;
         out.write_all(bytes)?;
@@ -388,13 +396,12 @@ fn crc_of(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
 
 /// [`crc_of`], giving up (with what it has) once `stop` is set.
 fn crc_until(file: &File, from: u64, to: u64, stop: &AtomicBool) -> Result<crc32fast::Hasher> {
-    let mut cache = BlockCache::default();
     let mut h = crc32fast::Hasher::new();
     let mut buf = vec![0u8; (to - from).min(CHECKED_CHUNK as u64) as usize];
     let mut at = from;
     while at < to && !stop.load(Ordering::Relaxed) {
         let n = ((to - at) as usize).min(buf.len());
-        read_exact_at(&mut cache, file, &mut buf[..n], at, to - from, at - from)?;
+        read_exact_at(None, file, &mut buf[..n], at, to - from, at - from)?;
         h.update(&buf[..n]);
         at += n as u64;
     }

@@ -248,10 +248,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             return Err(ErrorKind::PastPlan.into());
         };
         if bytes != expected {
-            let e = Error::new(ErrorKind::TensorTooShort {
-                expected,
-                actual: bytes,
-            });
+            let e = elements::too_short(expected, bytes);
             return Err(e.with_tensor(self.planned.name(self.next).unwrap_or_default()));
         }
         self.next += count;
