@@ -368,8 +368,67 @@ pub async fn convert_opened(
 ) -> Result<Report> {
     let started = std::time::Instant::now();
     let plan = plan_sources(sources, options)?;
-    let mut warnings = plan_warnings(&plan);
-    warnings.extend(check_output(inputs, output, &plan, options)?);
+    write_planned(inputs, sources, &plan, output, options, started).await
+}
+
+/// [`convert_opened`] in two steps: `plan` is made by [`plan_sources`] from
+/// these `sources` under these `options`, and may be looked at (or the
+/// memory its making freed, as the `convert` binary does) before anything
+/// is written. [`Report::seconds`] counts from this call.
+///
+/// A plan whose tensors are not in `sources` is refused before anything is
+/// written (a plan of other sources of the same shape writes their
+/// tensors' bytes under its names: make it from these).
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use safetensors_stream::convert::{convert_planned, plan_sources, ConvertOptions, Output};
+/// use safetensors_stream::source::{MemorySource, Source};
+/// use safetensors_stream::Dtype;
+///
+/// let mut weights = MemorySource::new("weights");
+/// weights.push("w", Dtype::U8, [2], vec![7, 9])?;
+/// let mut other = MemorySource::new("other");
+/// other.push("w", Dtype::U8, [3], vec![1, 2, 3])?;
+///
+/// let options = ConvertOptions::default();
+/// let mut sources: Vec<Box<dyn Source>> = vec![Box::new(weights)];
+/// let plan = plan_sources(&sources, &options)?;
+/// let dir = tempfile::tempdir().unwrap();
+/// let out = Output::File(dir.path().join("out.safetensors"));
+///
+/// // A plan of other tensors is refused, and nothing is written.
+/// let mut others: Vec<Box<dyn Source>> = vec![Box::new(other)];
+/// assert!(convert_planned(&[], &mut others, &plan, &out, &options).await.is_err());
+/// assert!(!dir.path().join("out.safetensors").exists());
+///
+/// let report = convert_planned(&[], &mut sources, &plan, &out, &options).await?;
+/// assert_eq!(report.data_bytes, 2);
+/// # Ok::<(), safetensors_stream::Error>(())
+/// # }).unwrap();
+/// ```
+pub async fn convert_planned(
+    inputs: &[PathBuf],
+    sources: &mut [Box<dyn Source + '_>],
+    plan: &Plan,
+    output: &Output,
+    options: &ConvertOptions,
+) -> Result<Report> {
+    check_refs(plan, sources)?;
+    let started = std::time::Instant::now();
+    write_planned(inputs, sources, plan, output, options, started).await
+}
+
+async fn write_planned(
+    inputs: &[PathBuf],
+    sources: &mut [Box<dyn Source + '_>],
+    plan: &Plan,
+    output: &Output,
+    options: &ConvertOptions,
+    started: std::time::Instant,
+) -> Result<Report> {
+    let mut warnings = plan_warnings(plan);
+    warnings.extend(check_output(inputs, output, plan, options)?);
     let overflows = Mutex::new(Vec::new());
     if let Some(notice) = &options.notice {
         warnings
@@ -377,9 +436,9 @@ pub async fn convert_opened(
             .for_each(|w| notice(&format!("warning: {w}")));
     }
     if let Some(p) = &options.progress {
-        p.start(&plan, part_len(&plan, options.part));
+        p.start(plan, part_len(plan, options.part));
     }
-    let outputs = write_outputs(output, &plan, sources, options, &overflows).await?;
+    let outputs = write_outputs(output, plan, sources, options, &overflows).await?;
     if let Some(p) = &options.progress {
         p.finish();
     }
@@ -396,9 +455,32 @@ pub async fn convert_opened(
         tensors: plan.tensor_count(),
         data_bytes: plan.data_len(),
         seconds: started.elapsed().as_secs_f64(),
-        casts: cast_notes(&plan),
+        casts: cast_notes(plan),
         warnings,
     })
+}
+
+/// Every tensor a plan takes is one `sources` have, of its shape and
+/// dtype (or its cast's): a plan made from other sources is refused.
+fn check_refs(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
+    for shard in &plan.shards {
+        for (r, t) in shard.refs.iter().zip(&shard.header.header().tensors) {
+            let meta = sources.get(r.source).and_then(|s| s.tensors().get(r.index));
+            let fits = meta.is_some_and(|m| {
+                let dtype = r.cast.map_or(m.dtype, |c| c.to());
+                r.cast.is_none_or(|c| c.from() == m.dtype)
+                    && dtype == t.meta.dtype
+                    && m.shape == t.meta.shape
+            });
+            if !fits {
+                return Err(Error::new(ErrorKind::Usage(
+                    "the plan was not made from these sources".to_string(),
+                ))
+                .with_tensor(t.meta.name.clone()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes the plan where `output` names: objects for an object URL

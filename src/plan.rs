@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 pub use crate::cast::Cast;
-use crate::header::encode::{canonical_order, encode_entries, permute};
-use crate::header::names::NameIndex;
+use crate::header::encode::{canonical_from_names, encode_entries, permute};
+use crate::header::names::{first_name_problem, name_order, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
 use crate::rename::Renamer;
 use crate::source::Listed;
@@ -146,9 +146,10 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     if entries.is_empty() && !options.allow_empty {
         return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
     }
-    check_unique(&entries, &refs, listings)?;
+    let mut order = name_order(entries.len(), |i| &entries[i].meta.name);
+    check_unique(&entries, &refs, listings, &order)?;
     if options.order == Order::Canonical {
-        let order = canonical_order(&entries, |e| &e.meta);
+        canonical_from_names(&mut order, |i| entries[i].meta.dtype);
         permute(order, |i, j| {
             entries.swap(i, j);
             refs.swap(i, j);
@@ -303,28 +304,25 @@ fn check_unique<L: Listed>(
     entries: &[TensorEntry],
     refs: &[TensorRef],
     listings: &[L],
+    by_name: &[u32],
 ) -> Result<()> {
-    let mut seen = NameIndex::with_capacity(entries.len());
-    for (i, (e, r)) in entries.iter().zip(refs).enumerate() {
-        let name = &e.meta.name;
-        if name == "__metadata__" {
-            return Err(Error::new(ErrorKind::ReservedName)
-                .with_input(listings[r.source].input())
-                .with_tensor(name.clone()));
-        }
-        if let Some(first) = seen.insert(i, name, |k| &entries[k].meta.name) {
+    match first_name_problem(by_name, |i| &entries[i].meta.name) {
+        None => Ok(()),
+        Some(NameProblem::Reserved(at)) => Err(Error::new(ErrorKind::ReservedName)
+            .with_input(listings[refs[at].source].input())
+            .with_tensor(entries[at].meta.name.clone())),
+        Some(NameProblem::Repeat(first, again)) => {
             let inputs = (
                 listings[refs[first].source].input().to_string(),
-                listings[r.source].input().to_string(),
+                listings[refs[again].source].input().to_string(),
             );
-            return Err(ErrorKind::DuplicateTensor {
-                name: name.clone(),
+            Err(ErrorKind::DuplicateTensor {
+                name: entries[again].meta.name.clone(),
                 inputs: Some(inputs),
             }
-            .into());
+            .into())
         }
     }
-    Ok(())
 }
 
 /// Inputs' metadata in input order (later wins), then the overrides.

@@ -666,6 +666,42 @@ fn sharding_a_fixture_and_reading_it_back_gives_the_original_bytes() {
 }
 
 #[test]
+fn empty_tensors_at_the_edges_of_shards_read_back_from_the_right_file() {
+    // A sharded input's tensors are found by their file's first index, and
+    // each ends where the next in its file starts: empty tensors at a
+    // shard's start, middle and end test both.
+    let ts: Vec<T> = [
+        ("a", 0),
+        ("b", 50),
+        ("c", 0),
+        ("d", 50),
+        ("e", 0),
+        ("f", 0),
+        ("g", 50),
+        ("h", 0),
+    ]
+    .iter()
+    .map(|(n, len)| T::new(n, Dtype::U8, &[*len]))
+    .collect();
+    let src = tempfile::tempdir().unwrap();
+    let input = ref_file(src.path(), "in.safetensors", &ts, None);
+    let original = std::fs::read(&input).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("s.safetensors");
+    let report = run(
+        &[input],
+        &out,
+        &opts(PlanOptions::default().max_shard_size(Some(50))),
+    )
+    .unwrap();
+    assert_eq!(report.outputs.len(), 4, "three shards and the index");
+    let index = dir.path().join("s.safetensors.index.json");
+    let back = dir.path().join("back.safetensors");
+    run(&[index], &back, &opts(PlanOptions::default())).unwrap();
+    assert!(std::fs::read(&back).unwrap() == original);
+}
+
+#[test]
 fn one_shard_is_a_plain_file_and_no_index() {
     let ts = shard_input();
     let dir = tempfile::tempdir().unwrap();

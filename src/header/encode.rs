@@ -1,11 +1,12 @@
 //! Byte-exact header encoding: the layout the reference writer produces.
 
+use std::cmp::Reverse;
 use std::io::Write;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use super::names::NameIndex;
+use super::names::{first_name_problem, name_order, NameProblem};
 use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
-use crate::{Error, ErrorKind, Result};
+use crate::{Dtype, Error, ErrorKind, Result};
 
 /// Which order tensors take in the data buffer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,9 +25,13 @@ pub enum Order {
 /// on first use of [`EncodedHeader::bytes`], and a sink streams them from
 /// the entries in pieces instead: a million-tensor plan need not hold a
 /// second, 80 MB form of its header.
+///
+/// The header is shared, not copied, with the sinks that write it: they
+/// check each tensor against its entry (a million-tensor plan held a second
+/// list of names and lengths for that).
 #[derive(Debug, Clone)]
 pub struct EncodedHeader {
-    header: Header,
+    header: Arc<Header>,
     bytes: OnceLock<Vec<u8>>,
 }
 
@@ -56,11 +61,18 @@ impl EncodedHeader {
         false
     }
 
-    /// Both parts, by value.
+    /// Both parts, by value. (The header is cloned only if a sink that
+    /// shares it is still alive.)
     pub fn into_parts(self) -> (Header, Vec<u8>) {
         self.bytes();
         let bytes = self.bytes.into_inner().expect("written just now");
-        (self.header, bytes)
+        let header = Arc::try_unwrap(self.header).unwrap_or_else(|shared| (*shared).clone());
+        (header, bytes)
+    }
+
+    /// The header, shared.
+    pub(crate) fn shared(&self) -> Arc<Header> {
+        self.header.clone()
     }
 
     /// The bytes, if [`EncodedHeader::bytes`] has written them.
@@ -150,9 +162,10 @@ impl Pieces<'_> {
 pub fn encode(
     tensors: Vec<TensorMeta>,
     metadata: Option<Metadata>,
-    order: Order,
+    layout: Order,
 ) -> Result<EncodedHeader> {
-    check_names(&tensors)?;
+    let mut order = name_order(tensors.len(), |i| &tensors[i].name);
+    check_names(&tensors, &order)?;
     let mut entries: Vec<TensorEntry> = tensors
         .into_iter()
         .map(|meta| TensorEntry {
@@ -161,8 +174,8 @@ pub fn encode(
             end: 0,
         })
         .collect();
-    if order == Order::Canonical {
-        let order = canonical_order(&entries, |e| &e.meta);
+    if layout == Order::Canonical {
+        canonical_from_names(&mut order, |i| entries[i].meta.dtype);
         permute(order, |i, j| entries.swap(i, j));
     }
     encode_entries(entries, metadata)
@@ -201,38 +214,35 @@ pub(crate) fn encode_entries(
         header_len,
     };
     Ok(EncodedHeader {
-        header,
+        header: Arc::new(header),
         bytes: OnceLock::new(),
     })
 }
 
-/// The order the reference's `prepare()` sorts into: dtype descending, then
-/// name ascending by UTF-8 bytes (so `a.10` < `a.2`); ties (equal names,
-/// refused elsewhere) keep their order. `order[k]` is the index of the item
-/// that goes k-th.
-pub(crate) fn canonical_order<T>(items: &[T], meta: impl Fn(&T) -> &TensorMeta) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_unstable_by(|&i, &j| {
-        let (a, b) = (meta(&items[i]), meta(&items[j]));
-        b.dtype
-            .cmp(&a.dtype)
-            .then_with(|| a.name.cmp(&b.name))
-            .then(i.cmp(&j))
-    });
-    order
+/// Turns a [`name_order`] of some tensors into the order the reference's
+/// `prepare()` sorts them into: dtype descending, then name ascending by
+/// UTF-8 bytes (so `a.10` < `a.2`); ties (equal names, refused elsewhere)
+/// keep their order. `order[k]` is then the index of the tensor that goes
+/// k-th. A stable sort by dtype keeps the names' order within each dtype,
+/// and tensors of one dtype (the usual case) are not sorted again.
+pub(crate) fn canonical_from_names(order: &mut [u32], dtype_of: impl Fn(usize) -> Dtype) {
+    let key = |&i: &u32| Reverse(dtype_of(i as usize));
+    if !order.is_sorted_by_key(key) {
+        order.sort_by_key(key);
+    }
 }
 
 /// Applies `order` (as [`canonical_order`] returns it) in place by swaps, so
 /// that item k ends where `order[k]` was; `swap` moves every list that runs
 /// in parallel. No second copy of the items: a million of them is big.
-pub(crate) fn permute(mut order: Vec<usize>, mut swap: impl FnMut(usize, usize)) {
-    const DONE: usize = usize::MAX;
+pub(crate) fn permute(mut order: Vec<u32>, mut swap: impl FnMut(usize, usize)) {
+    const DONE: u32 = u32::MAX;
     for start in 0..order.len() {
         // Follow the cycle through `start`: each step brings the item that
         // belongs at `at` there, and carries the displaced one along.
         let mut at = start;
         while order[at] != DONE {
-            let from = order[at];
+            let from = order[at] as usize;
             order[at] = DONE;
             if from == start {
                 break;
@@ -243,21 +253,18 @@ pub(crate) fn permute(mut order: Vec<usize>, mut swap: impl FnMut(usize, usize))
     }
 }
 
-fn check_names(tensors: &[TensorMeta]) -> Result<()> {
-    let mut seen = NameIndex::with_capacity(tensors.len());
-    for (i, t) in tensors.iter().enumerate() {
-        if t.name == "__metadata__" {
-            return Err(Error::new(ErrorKind::ReservedName).with_tensor(t.name.clone()));
+fn check_names(tensors: &[TensorMeta], order: &[u32]) -> Result<()> {
+    let problem = first_name_problem(order, |i| &tensors[i].name);
+    let (kind, at) = match problem {
+        None => return Ok(()),
+        Some(NameProblem::Reserved(at)) => (ErrorKind::ReservedName, at),
+        Some(NameProblem::Repeat(_, at)) => {
+            let name = tensors[at].name.clone();
+            let inputs = None;
+            (ErrorKind::DuplicateTensor { name, inputs }, at)
         }
-        if seen.insert(i, &t.name, |k| &tensors[k].name).is_some() {
-            return Err(ErrorKind::DuplicateTensor {
-                name: t.name.clone(),
-                inputs: None,
-            }
-            .into());
-        }
-    }
-    Ok(())
+    };
+    Err(Error::new(kind).with_tensor(tensors[at].name.clone()))
 }
 
 /// Packs the tensors from offset 0, in their order, with no gaps.

@@ -89,7 +89,7 @@ pub struct Sink<W> {
 impl<W: AsyncWrite + Unpin> Sink<W> {
     /// Writes `header`'s bytes to `writer` and readies the sink for its tensors.
     pub async fn start(writer: W, header: &EncodedHeader, options: SinkOptions) -> Result<Self> {
-        let planned = Planned::of(header.header());
+        let planned = Planned::of(header.shared());
         let mut sink = Sink {
             writer,
             planned,

@@ -1,57 +1,48 @@
 //! The plan as the sink checks it: each tensor's name and byte length, in
-//! offset order. The names share one string: a million tensors cost two
-//! allocations, not a million name copies (and none per tensor written).
+//! offset order, read from the header the plan already holds (shared, not
+//! copied: a million tensors would otherwise cost a second list).
 
 use std::ops::Range;
+use std::sync::Arc;
 
-use crate::header::Header;
+use crate::header::{Header, TensorEntry};
 
 /// Names and lengths of a header's tensors, in offset order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Planned {
-    /// Every name, back to back.
-    names: String,
-    /// Per tensor: where its name ends in `names`, and its byte length.
-    tensors: Vec<(usize, u64)>,
+    header: Arc<Header>,
 }
 
 impl Planned {
     /// The tensors of `header`.
-    pub(crate) fn of(header: &Header) -> Self {
-        let names_len = header.tensors.iter().map(|t| t.meta.name.len()).sum();
-        let mut planned = Planned {
-            names: String::with_capacity(names_len),
-            tensors: Vec::with_capacity(header.tensors.len()),
-        };
-        for t in &header.tensors {
-            planned.names.push_str(&t.meta.name);
-            planned.tensors.push((planned.names.len(), t.len()));
-        }
-        planned
+    pub(crate) fn of(header: Arc<Header>) -> Self {
+        Planned { header }
+    }
+
+    fn tensors(&self) -> &[TensorEntry] {
+        &self.header.tensors
     }
 
     /// How many tensors.
     pub(crate) fn len(&self) -> usize {
-        self.tensors.len()
+        self.tensors().len()
     }
 
     /// Tensor `k`'s name.
     pub(crate) fn name(&self, k: usize) -> Option<&str> {
-        let end = self.tensors.get(k)?.0;
-        let start = k.checked_sub(1).map_or(0, |p| self.tensors[p].0);
-        // Both ends were recorded after whole names: char boundaries.
-        Some(&self.names[start..end])
+        Some(&self.tensors().get(k)?.meta.name)
     }
 
     /// Tensor `k`'s byte length.
     pub(crate) fn byte_len(&self, k: usize) -> Option<u64> {
-        self.tensors.get(k).map(|&(_, len)| len)
+        self.tensors().get(k).map(|t| t.len())
     }
 
     /// The byte lengths of tensors `range` added up, if they are all planned.
     pub(crate) fn total(&self, range: Range<usize>) -> Option<u64> {
-        let lens = self.tensors.get(range)?;
-        Some(lens.iter().map(|&(_, len)| len).sum())
+        let lens = self.tensors().get(range)?;
+        // Laid out back to back: from the first's start to the last's end.
+        Some(lens.last().map_or(0, |l| l.end - lens[0].begin))
     }
 }
 
@@ -69,7 +60,7 @@ mod tests {
             TensorMeta::new("", Dtype::U8, [0]),
         ];
         let enc = encode(metas, None, Order::Canonical).unwrap();
-        let p = Planned::of(enc.header());
+        let p = Planned::of(enc.shared());
         assert_eq!(p.len(), 3);
         let names: Vec<_> = (0..3).map(|k| p.name(k).unwrap()).collect();
         assert_eq!(names, ["é.a", "", "b"]);

@@ -14,14 +14,6 @@ use crate::header::{Header, Metadata, Rules, TensorMeta};
 use crate::index::Checkpoint;
 use crate::{Error, Result};
 
-/// Where one tensor's bytes lie: which file, at what absolute offset.
-#[derive(Debug, Clone)]
-struct Location {
-    file: usize,
-    offset: u64,
-    len: u64,
-}
-
 /// A safetensors file, or a sharded checkpoint opened by its index, as one source.
 ///
 /// Validated on open with the reference reader's rules, except that a key
@@ -33,8 +25,23 @@ pub struct SafetensorsSource {
     /// Each file as it was when opened.
     opened: Vec<super::Stamp>,
     tensors: Vec<TensorMeta>,
-    locations: Vec<Location>,
+    /// Where each tensor's bytes start in its file. A tensor ends where the
+    /// next one of its file starts (a header's tensors tile its data, checked
+    /// on open) and the file is found from `parts`: a million tensors carry
+    /// 8 bytes each, not a file index and a length too.
+    offsets: Vec<u64>,
+    /// Per file, in order: its first tensor and the end of its data.
+    parts: Vec<Part>,
     metadata: Option<Metadata>,
+}
+
+/// One file's share of the listing (tensors are listed file by file).
+#[derive(Debug)]
+struct Part {
+    /// Index of the file's first tensor.
+    first: usize,
+    /// Absolute offset of the end of the file's data: its length.
+    data_end: u64,
 }
 
 impl SafetensorsSource {
@@ -71,27 +78,48 @@ impl SafetensorsSource {
             files: Vec::with_capacity(parts.len()),
             opened: Vec::with_capacity(parts.len()),
             tensors: Vec::with_capacity(count),
-            locations: Vec::with_capacity(count),
+            offsets: Vec::with_capacity(count),
+            parts: Vec::with_capacity(parts.len()),
             metadata: None,
         };
-        for (index, (file, header)) in parts.into_iter().enumerate() {
-            let start = header.data_start();
-            src.opened.push(super::Stamp::of(&file, header.file_len()));
+        for (file, header) in parts {
+            let (start, file_len) = (header.data_start(), header.file_len());
+            src.opened.push(super::Stamp::of(&file, file_len));
             // Shards' metadata merge in shard order; usually they are all equal.
             if let Some(md) = header.metadata {
                 src.metadata.get_or_insert_with(Metadata::new).extend(md);
             }
+            src.parts.push(Part {
+                first: src.tensors.len(),
+                data_end: file_len,
+            });
             for t in header.tensors {
-                src.locations.push(Location {
-                    file: index,
-                    offset: start + t.begin,
-                    len: t.len(),
-                });
+                src.offsets.push(start + t.begin);
                 src.tensors.push(t.meta);
             }
             src.files.push(Arc::new(file));
         }
         src
+    }
+}
+
+impl SafetensorsSource {
+    /// Tensor `k`'s file, and the absolute offset and length of its bytes.
+    fn locate(&self, k: usize) -> (&Arc<File>, u64, u64) {
+        // The last file whose first tensor is at or before k. (A shard with
+        // no tensors shares its first index with the next: the later one,
+        // which holds k, is found.)
+        let part = self.parts.partition_point(|p| p.first <= k) - 1;
+        let next_part = self
+            .parts
+            .get(part + 1)
+            .map_or(self.offsets.len(), |p| p.first);
+        let end = match k + 1 < next_part {
+            true => self.offsets[k + 1],
+            false => self.parts[part].data_end,
+        };
+        let offset = self.offsets[k];
+        (&self.files[part], offset, end - offset)
     }
 }
 
@@ -116,24 +144,18 @@ impl Source for SafetensorsSource {
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
-        let loc = &self.locations[k];
+        let (file, offset, len) = self.locate(k);
         Some(FileSpan {
-            file: self.files[loc.file].clone(),
-            offset: loc.offset,
-            len: loc.len,
+            file: file.clone(),
+            offset,
+            len,
             transform: crate::transform::Transform::Identity,
             crc: None,
         })
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
-        let loc = self.locations[k].clone();
-        let file = &self.files[loc.file];
-        async move {
-            Ok(TensorData::new(
-                file_range(file, loc.offset, loc.len).await?,
-            ))
-        }
-        .boxed()
+        let (file, offset, len) = self.locate(k);
+        async move { Ok(TensorData::new(file_range(file, offset, len).await?)) }.boxed()
     }
 }

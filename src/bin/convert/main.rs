@@ -27,6 +27,20 @@ use cli::{Cli, Command, InspectArgs, ValidateArgs};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Hands memory freed so far back to the system now, rather than after
+/// mimalloc's purge delay. Called between phases: opening a header of a
+/// million tensors frees its 72 MB text, and planning allocates as much
+/// again, often on another thread whose heap would not reuse those pages
+/// in time (the peak then varied from 262 to 311 MB between runs).
+pub(crate) fn return_freed_memory() {
+    // SAFETY: mi_collect takes no pointers and may be called from any
+    // thread at any time; `true` also purges memory other threads freed.
+    #[allow(unsafe_code)]
+    unsafe {
+        libmimalloc_sys::mi_collect(true)
+    };
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

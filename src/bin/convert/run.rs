@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    cast_notes, check_output, convert_opened, fresh_notices, open_inputs, plan_sources,
+    cast_notes, check_output, convert_planned, fresh_notices, open_inputs, plan_sources,
     plan_warnings, shard_paths, ConvertOptions, Output, Part, Report,
 };
 use safetensors_stream::header::Order;
@@ -285,6 +285,7 @@ enum PlanShown {
 /// Opens, plans, and either shows the plan or writes it.
 async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Result<Outcome, Error> {
     let mut sources = open_inputs(&args.inputs, opts).await?;
+    crate::return_freed_memory();
     if args.dry_run {
         let plan = plan_sources(&sources, opts)?;
         // Everything the real run checks before writing.
@@ -312,9 +313,13 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
         }
         return Ok(Outcome::Planned(PlanShown::Text(text)));
     }
-    Ok(Outcome::Done(
-        convert_opened(&args.inputs, &mut sources, output, opts).await?,
-    ))
+    let started = std::time::Instant::now();
+    let plan = plan_sources(&sources, opts)?;
+    crate::return_freed_memory();
+    let mut report = convert_planned(&args.inputs, &mut sources, &plan, output, opts).await?;
+    // The run's time, planning included.
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(Outcome::Done(report))
 }
 
 /// The output a dry run without `-o` plans for: the first input's file name
