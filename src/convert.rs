@@ -322,7 +322,7 @@ pub fn cast_notes(plan: &Plan) -> Vec<CastNote> {
         .iter()
         .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
         .filter_map(|(r, t)| {
-            r.cast.map(|c| CastNote {
+            r.cast().map(|c| CastNote {
                 tensor: t.meta.name.clone(),
                 from: c.from().to_string(),
                 to: c.to().to_string(),
@@ -465,10 +465,12 @@ async fn write_planned(
 fn check_refs(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
     for shard in &plan.shards {
         for (r, t) in shard.refs.iter().zip(&shard.header.header().tensors) {
-            let meta = sources.get(r.source).and_then(|s| s.tensors().get(r.index));
+            let meta = sources
+                .get(r.source())
+                .and_then(|s| s.tensors().get(r.index()));
             let fits = meta.is_some_and(|m| {
-                let dtype = r.cast.map_or(m.dtype, |c| c.to());
-                r.cast.is_none_or(|c| c.from() == m.dtype)
+                let dtype = r.cast().map_or(m.dtype, |c| c.to());
+                r.cast().is_none_or(|c| c.from() == m.dtype)
                     && dtype == t.meta.dtype
                     && m.shape == t.meta.shape
             });
@@ -598,13 +600,13 @@ async fn open_stream_output(path: &Path) -> Result<tokio::fs::File> {
 fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
     let mut last: Vec<Option<usize>> = vec![None; sources.len()];
     for r in plan.shards.iter().flat_map(|s| &s.refs) {
-        let s = &sources[r.source];
+        let s = &sources[r.source()];
         if s.access() == Access::Sequential {
-            if last[r.source].is_some_and(|l| l >= r.index) {
+            if last[r.source()].is_some_and(|l| l >= r.index()) {
                 let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
                 return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(s.input_name()));
             }
-            last[r.source] = Some(r.index);
+            last[r.source()] = Some(r.index());
         }
     }
     Ok(())
@@ -717,7 +719,7 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
     overflows: Option<&Mutex<Vec<String>>>,
 ) -> Result<W> {
     let overflowed = |k: usize, count: u64| {
-        if let (Some(list), Some(c)) = (overflows, shard.refs[k].cast) {
+        if let (Some(list), Some(c)) = (overflows, shard.refs[k].cast()) {
             let name = &shard.header.header().tensors[k].meta.name;
             let msg = overflow_warning(name, c, count);
             list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
@@ -769,18 +771,18 @@ async fn write_tensors<W: AsyncWrite + Unpin>(
             _ => None,
         };
         if let (Some(next), None) = (shard.refs.get(k + 1), &direct) {
-            if let Some(data) = sources[next.source].open_ahead(next.index) {
+            if let Some(data) = sources[next.source()].open_ahead(next.index()) {
                 ahead = Some((k + 1, data));
             }
         }
         let written: Result<u64> = {
-            let source = &mut sources[r.source];
+            let source = &mut sources[r.source()];
             let opened = match prefetched {
                 Some(data) => data,
-                None => source.open(r.index).await,
+                None => source.open(r.index()).await,
             };
             match opened {
-                Ok(data) => sink.write_tensor_data(data, r.cast).await,
+                Ok(data) => sink.write_tensor_data(data, r.cast()).await,
                 Err(e) => Err(e),
             }
         };
@@ -809,10 +811,10 @@ fn overflow_warning(tensor: &str, cast: crate::cast::Cast, count: u64) -> String
 /// Names the input, and the tensor as the input knows it (and as it is
 /// written, if renamed).
 fn name_error(e: Error, sources: &[Box<dyn Source + '_>], r: &TensorRef, out_name: &str) -> Error {
-    let Some(source) = sources.get(r.source) else {
+    let Some(source) = sources.get(r.source()) else {
         return e.set_tensor(out_name);
     };
-    let in_name = &source.tensors()[r.index].name;
+    let in_name = &source.tensors()[r.index()].name;
     let tensor = if in_name == out_name {
         in_name.clone()
     } else {
@@ -826,8 +828,11 @@ fn span_jobs(refs: &[TensorRef], sources: &[Box<dyn Source + '_>]) -> Vec<SpanJo
     refs.iter()
         .take(BATCH)
         .map_while(|r| {
-            let span = sources[r.source].file_span(r.index)?;
-            Some(SpanJob { span, cast: r.cast })
+            let span = sources[r.source()].file_span(r.index())?;
+            Some(SpanJob {
+                span,
+                cast: r.cast(),
+            })
         })
         .collect()
 }
@@ -869,12 +874,12 @@ fn reader_jobs(
         .zip(&header.tensors[start..])
         .take(BATCH)
         .map_while(|(r, t)| {
-            let open = sources[r.source].open_blocking(r.index)?;
+            let open = sources[r.source()].open_blocking(r.index())?;
             Some(ReaderJob {
                 open,
                 out_len: t.len(),
                 at: header.data_start() + t.begin,
-                cast: r.cast,
+                cast: r.cast(),
             })
         })
         .collect()

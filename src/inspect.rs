@@ -207,14 +207,14 @@ pub fn plan_to_json(
                 .iter()
                 .zip(&shard.refs)
                 .map(|(t, r)| {
-                    let src = &sources[r.source];
+                    let src = &sources[r.source()];
                     json!({
                         "name": t.meta.name,
                         "dtype": t.meta.dtype.as_str(),
                         "shape": t.meta.shape,
                         "data_offsets": [t.begin, t.end],
-                        "source": {"input": src.input, "name": src.tensors[r.index].name},
-                        "cast": r.cast.map(|c| json!({"from": c.from().as_str(), "to": c.to().as_str()})),
+                        "source": {"input": src.input, "name": src.tensors[r.index()].name},
+                        "cast": r.cast().map(|c| json!({"from": c.from().as_str(), "to": c.to().as_str()})),
                     })
                 })
                 .collect();
@@ -247,9 +247,9 @@ pub fn render_plan(
             HumanBytes(h.file_len())
         );
         for (t, r) in h.tensors.iter().zip(&shard.refs) {
-            let src = &sources[r.source];
+            let src = &sources[r.source()];
             let cast = r
-                .cast
+                .cast()
                 .map(|c| format!("  cast {} -> {}", c.from(), c.to()))
                 .unwrap_or_default();
             let _ = writeln!(
@@ -261,7 +261,7 @@ pub fn render_plan(
                 t.begin,
                 t.end,
                 src.input,
-                src.tensors[r.index].name
+                src.tensors[r.index()].name
             );
         }
     }

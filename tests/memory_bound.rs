@@ -134,7 +134,7 @@ impl Checker {
             .refs
             .iter()
             .zip(&shard.header.header().tensors)
-            .map(|(r, t)| (r.index, t.len()))
+            .map(|(r, t)| (r.index(), t.len()))
             .collect();
         Checker {
             header: shard.header.bytes().to_vec(),

@@ -353,8 +353,8 @@ fn renames(
         .iter()
         .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
         .filter_map(|(r, t)| {
-            let listing = &listings[r.source];
-            let from = &listing.tensors[r.index].name;
+            let listing = &listings[r.source()];
+            let from = &listing.tensors[r.index()].name;
             (*from != t.meta.name)
                 .then(|| (listing.input.clone(), from.clone(), t.meta.name.clone()))
         })
