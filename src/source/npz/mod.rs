@@ -28,16 +28,20 @@ use super::{
 };
 use crate::header::names::NameIndex;
 use crate::header::TensorMeta;
+use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
 
-/// One member: where its bytes are and what its npy header says.
+/// One member: where its bytes are and how to read them. Its dtype and
+/// shape are kept once, in the source's [`TensorMeta`] of the same index.
 #[derive(Debug)]
 struct Member {
     entry: ZipEntry,
     start: u64,
-    header: NpyHeader,
     /// Offset of the array data inside the member's (inflated) bytes.
     data_offset: u64,
+    transform: Transform,
+    /// Fortran-order data whose bytes differ from C order's: read reordered.
+    reorder: bool,
 }
 
 /// An `.npz` archive as a source.
@@ -55,7 +59,7 @@ impl NpzSource {
     /// Reads the directory and every member's npy header from `file` (`len` bytes).
     pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
         let on_input = |e: Error| e.with_input(input);
-        let (entries, dir_start) = read_directory(&file, len).map_err(on_input)?;
+        let (mut entries, dir_start) = read_directory(&file, len).map_err(on_input)?;
         // Names checked through indices: no copy of each member's name.
         let mut seen = NameIndex::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {
@@ -68,44 +72,38 @@ impl NpzSource {
             }
         }
         drop(seen);
-        let mut src = NpzSource {
-            input: input.to_string(),
-            opened: super::Stamp::of(&file, len),
-            file: Arc::new(file),
-            tensors: Vec::with_capacity(entries.len()),
-            members: Vec::with_capacity(entries.len()),
-        };
+        let opened = super::Stamp::of(&file, len);
+        let file = Arc::new(file);
         // The arrays, up to the first member that is not one (an error,
-        // reported once the arrays before it are known to be good).
-        let mut arrays = Vec::with_capacity(entries.len());
+        // reported once the arrays before it are known to be good); kept
+        // in place, not copied.
         let mut not_an_array = None;
-        for entry in entries {
-            if entry.is_dir() || (!entry.name.ends_with(".npy") && options.skip_non_npy) {
-                continue;
+        entries.retain(|entry| {
+            let array = entry.name.ends_with(".npy");
+            if not_an_array.is_some() || entry.is_dir() || (!array && options.skip_non_npy) {
+                return false;
             }
-            if !entry.name.ends_with(".npy") {
+            if !array {
                 let msg = format!(
                     "member {:?} is not an .npy array (pass --skip-non-npy to ignore it)",
                     entry.name
                 );
                 not_an_array = Some(on_input(Error::new(ErrorKind::Zip(msg))));
-                break;
             }
-            arrays.push(entry);
-        }
-        for member in plan_members(&src.file, arrays, dir_start, options.npy_void_as) {
-            let member = member.map_err(on_input)?;
-            let name = member.entry.name.strip_suffix(".npy").unwrap_or_default();
-            src.tensors.push(TensorMeta::new(
-                name,
-                member.header.dtype,
-                member.header.shape.clone(),
-            ));
-            src.members.push(member);
-        }
+            array
+        });
+        let listing =
+            plan_members(&file, entries, dir_start, options.npy_void_as).map_err(on_input)?;
         if let Some(e) = not_an_array {
             return Err(e);
         }
+        let src = NpzSource {
+            input: input.to_string(),
+            opened,
+            file,
+            tensors: listing.tensors,
+            members: listing.members,
+        };
         src.check_overlaps().map_err(on_input)?;
         Ok(src)
     }
@@ -139,7 +137,7 @@ fn plan_member(
     entry: ZipEntry,
     limit: u64,
     void_as: Option<crate::Dtype>,
-) -> Result<Member> {
+) -> Result<(TensorMeta, Member)> {
     let start = data_start_via(cache, file, &entry, limit)?;
     let probed = match entry.method {
         // The npy header of a stored member is its first bytes, as they
@@ -155,60 +153,89 @@ fn plan_member(
     };
     let (prelude, header) = probed.map_err(|e| e.at_offset(start))?;
     let data_offset = prelude.data_start();
+    let NpyHeader {
+        dtype,
+        transform,
+        fortran_order,
+        shape,
+        ..
+    } = header;
     let name = entry.name.strip_suffix(".npy").unwrap_or(&entry.name);
-    let expected = TensorMeta::new(name, header.dtype, header.shape.clone()).byte_len()?;
+    let tensor = TensorMeta::new(name, dtype, shape);
+    let expected = tensor.byte_len()?;
     let actual = entry.uncompressed.saturating_sub(data_offset);
     if actual != expected {
         return Err(Error::new(ErrorKind::DataLength { expected, actual }));
     }
-    if header.fortran_order {
-        let width = header.dtype.byte_width().unwrap_or(1);
-        if let Some(row) = too_wide(&header.shape, width) {
+    if fortran_order {
+        let width = dtype.byte_width().unwrap_or(1);
+        if let Some(row) = too_wide(&tensor.shape, width) {
             let msg = format!(
                 "Fortran-order array needs {row} bytes per block; save it in C order first"
             );
             return Err(Error::new(ErrorKind::NpyHeader(msg)));
         }
     }
-    Ok(Member {
+    let reorder = fortran_order && !super::npy::fortran::same_as_c_order(&tensor.shape);
+    let member = Member {
         entry,
         start,
-        header,
         data_offset,
-    })
+        transform,
+        reorder,
+    };
+    Ok((tensor, member))
+}
+
+/// The arrays of an archive, listed: tensor `k` is read through member `k`.
+#[derive(Default)]
+struct Arrays {
+    tensors: Vec<TensorMeta>,
+    members: Vec<Member>,
+}
+
+impl Arrays {
+    fn with_capacity(n: usize) -> Self {
+        Arrays {
+            tensors: Vec::with_capacity(n),
+            members: Vec::with_capacity(n),
+        }
+    }
 }
 
 /// Members at least this many are listed on two threads.
 const LIST_IN_TWO: usize = 2048;
 
 /// Each member's local and npy headers read and checked, in directory
-/// order; an error names the tensor. Many members are listed on two
-/// threads, each half of them through a block cache of its own: parsing
-/// 20,000 npy headers is most of the time of an npz of small arrays.
+/// order; the first error, in that order, names its tensor. Many members
+/// are listed on two threads, each half of them through a block cache of
+/// its own: parsing 20,000 npy headers is most of the time of an npz of
+/// small arrays. Each tensor and member is built once, in its place: the
+/// first half's vectors have room for the second's.
 fn plan_members(
     file: &File,
     mut entries: Vec<ZipEntry>,
     limit: u64,
     void_as: Option<crate::Dtype>,
-) -> Vec<Result<Member>> {
-    let plan_all = |entries: Vec<ZipEntry>| -> Vec<Result<Member>> {
+) -> Result<Arrays> {
+    let total = entries.len();
+    let plan_all = |entries: Vec<ZipEntry>, capacity: usize| -> Result<Arrays> {
+        // `capacity`: room for this half and, in the first, the second's.
         // Local and npy headers, member after member, read a block at a time.
         let mut cache = BlockCache::default();
-        entries
-            .into_iter()
-            .map(|entry| {
-                let name = entry
-                    .name
-                    .strip_suffix(".npy")
-                    .unwrap_or_default()
-                    .to_string();
-                plan_member(file, &mut cache, entry, limit, void_as)
-                    .map_err(|e| e.with_tensor(name))
-            })
-            .collect()
+        let mut listing = Arrays::with_capacity(capacity.max(entries.len()));
+        for entry in entries {
+            let name = entry.name.strip_suffix(".npy").unwrap_or_default();
+            let name = name.to_string();
+            let (tensor, member) = plan_member(file, &mut cache, entry, limit, void_as)
+                .map_err(|e| e.with_tensor(name))?;
+            listing.tensors.push(tensor);
+            listing.members.push(member);
+        }
+        Ok(listing)
     };
-    if entries.len() < LIST_IN_TWO {
-        return plan_all(entries);
+    if total < LIST_IN_TWO {
+        return plan_all(entries, total);
     }
     let second = std::sync::Mutex::new(Some(entries.split_off(entries.len() / 2)));
     let take = || {
@@ -221,17 +248,19 @@ fn plan_members(
     std::thread::scope(|s| {
         let helper = std::thread::Builder::new()
             .name("npz-listing".into())
-            .spawn_scoped(s, || plan_all(take()));
-        let mut planned = plan_all(entries);
+            .spawn_scoped(s, || plan_all(take(), 0));
+        let first = plan_all(entries, total);
         // Joined here, not left to the scope: the thread is gone when we return.
         let rest = match helper {
             Ok(h) => h
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Err(_) => plan_all(take()),
+            Err(_) => plan_all(take(), 0),
         };
-        planned.extend(rest);
-        planned
+        let (mut listing, rest) = (first?, rest?);
+        listing.tensors.extend(rest.tensors);
+        listing.members.extend(rest.members);
+        Ok(listing)
     })
 }
 
@@ -250,9 +279,7 @@ impl Source for NpzSource {
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
         let m = &self.members[k];
-        let reorder =
-            m.header.fortran_order && !super::npy::fortran::same_as_c_order(&m.header.shape);
-        if reorder || m.entry.method != Method::Stored {
+        if m.reorder || m.entry.method != Method::Stored {
             return None;
         }
         let offset = m.start + m.data_offset;
@@ -260,7 +287,7 @@ impl Source for NpzSource {
             file: self.file.clone(),
             offset,
             len: m.entry.uncompressed - m.data_offset,
-            transform: m.header.transform,
+            transform: m.transform,
             // The member's CRC covers its npy header too.
             crc: Some(CrcCheck {
                 expected: m.entry.crc32,
@@ -271,13 +298,11 @@ impl Source for NpzSource {
 
     fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
         let m = &self.members[k];
-        let reorder =
-            m.header.fortran_order && !super::npy::fortran::same_as_c_order(&m.header.shape);
-        if reorder || m.entry.method != Method::Deflated {
+        if m.reorder || m.entry.method != Method::Deflated {
             return None;
         }
         let (file, entry, start) = (self.file.clone(), m.entry.clone(), m.start);
-        let (skip, transform) = (m.data_offset, m.header.transform);
+        let (skip, transform) = (m.data_offset, m.transform);
         Some(Box::new(move || {
             let mut r = MemberReader::new(file, &entry, start, 256 * 1024)?;
             r.skip = skip;
@@ -299,10 +324,9 @@ impl Source for NpzSource {
         }
         async move {
             let m = &self.members[k];
-            let transform = m.header.transform;
-            let reorder =
-                m.header.fortran_order && !super::npy::fortran::same_as_c_order(&m.header.shape);
-            let width = m.header.dtype.byte_width().unwrap_or(1) as usize;
+            let (transform, reorder) = (m.transform, m.reorder);
+            let shape = &self.tensors[k].shape;
+            let width = self.tensors[k].dtype.byte_width().unwrap_or(1) as usize;
             let file = self.file.try_clone()?;
             let reader: TensorReader<'_> = if !reorder {
                 let mut r = MemberReader::new(file, &m.entry, m.start, 256 * 1024)?;
@@ -323,15 +347,12 @@ impl Source for NpzSource {
                 .map_err(io::Error::other)??;
                 let base = m.start + m.data_offset;
                 Box::pin(BlockingReader::new(FortranReader::new(
-                    file,
-                    base,
-                    &m.header.shape,
-                    width,
+                    file, base, shape, width,
                 )))
             } else {
                 // Reordering needs random access: inflate the member to a temp file first.
                 let entry = m.entry.clone();
-                let (start, data_offset, shape) = (m.start, m.data_offset, m.header.shape.clone());
+                let (start, data_offset, shape) = (m.start, m.data_offset, shape.clone());
                 let spooled = tokio::task::spawn_blocking(move || -> Result<File> {
                     let mut r = MemberReader::new(file, &entry, start, 256 * 1024)?;
                     let mut tmp = tempfile::tempfile()?;

@@ -131,6 +131,9 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
         ))
         .at_offset(at));
     }
+    // Growth left up to half the room unused; the entries live on as the
+    // listing is built, so they are kept at their size.
+    entries.shrink_to_fit();
     Ok((entries, dir.offset))
 }
 
