@@ -18,13 +18,14 @@ use std::os::unix::fs::FileExt;
 
 use crate::io_util::fill_with;
 
-/// Bytes read ahead at once by a reader moving forward.
-const BLOCK: usize = 128 * 1024;
+/// Bytes read ahead at once by a reader moving forward; the most a
+/// [`BlockCache::prefetch`] reads.
+pub(crate) const BLOCK: usize = 128 * 1024;
 
 /// Bytes read at least by a reader going on forward; also how far past
 /// the last read a reader may start and still be going on (a zip local
 /// header lies between two members).
-const SMALL: usize = 4096;
+pub(crate) const SMALL: usize = 4096;
 
 /// One block of one file, read ahead.
 #[derive(Debug, Default)]
@@ -43,10 +44,10 @@ impl BlockCache {
     /// Like [`FileExt::read_at`]: up to `buf.len()` bytes of `file` from
     /// `at`, fewer only at the end of the file.
     pub(crate) fn read_at(&mut self, file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
-        if buf.len() > BLOCK / 2 {
-            return file.read_at(buf, at);
-        }
         if !self.holds(file, at, buf.len()) {
+            if buf.len() > BLOCK / 2 {
+                return file.read_at(buf, at);
+            }
             self.refill(file, at, buf.len())?;
         }
         let from = (at - self.start) as usize;
@@ -61,6 +62,19 @@ impl BlockCache {
         match got == buf.len() {
             true => Ok(()),
             false => Err(io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+
+    /// Reads `[at, at + len)` of `file` (at most a block) in one `pread`,
+    /// unless the cache holds it already: for a reader that knows which
+    /// bytes it wants next (a batch of small members in file order), where
+    /// read-ahead would guess. A failure is not reported here: it leaves
+    /// the cache empty, and the read that follows meets it again and says
+    /// what it was reading.
+    pub(crate) fn prefetch(&mut self, file: &File, at: u64, len: usize) {
+        let len = len.min(BLOCK);
+        if !self.holds(file, at, len) {
+            let _ = self.refill_exactly(file, at, len);
         }
     }
 
@@ -217,6 +231,32 @@ mod tests {
         let (f, _) = file(BLOCK);
         cache.read_exact_at(&f, &mut [0; 364], 5000).unwrap();
         assert_eq!(cache.len, 364);
+    }
+
+    #[test]
+    fn a_prefetched_range_serves_every_read_inside_it() {
+        let (f, bytes) = file(4 * BLOCK);
+        let mut cache = BlockCache::default();
+        cache.prefetch(&f, 1000, 3 * BLOCK);
+        assert_eq!((cache.start, cache.len), (1000, BLOCK), "at most a block");
+        // Reads inside, a large one too, come from the block.
+        for (at, n) in [(1000, 10), (5000, 300), (1000, BLOCK)] {
+            assert!(cache.holds(&f, at, n));
+            let mut buf = vec![0; n];
+            cache.read_exact_at(&f, &mut buf, at).unwrap();
+            assert_eq!(buf, &bytes[at as usize..at as usize + n]);
+        }
+        assert_eq!((cache.start, cache.len), (1000, BLOCK), "no read since");
+        // Prefetching what it holds reads nothing; past the end, what is there.
+        cache.prefetch(&f, 2000, 100);
+        assert_eq!(cache.start, 1000);
+        cache.prefetch(&f, 4 * BLOCK as u64 - 10, 100);
+        let mut buf = [0u8; 20];
+        assert_eq!(
+            cache.read_at(&f, &mut buf, 4 * BLOCK as u64 - 10).unwrap(),
+            10
+        );
+        assert_eq!(buf[..10], bytes[4 * BLOCK - 10..]);
     }
 
     #[test]

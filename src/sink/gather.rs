@@ -2,9 +2,14 @@
 //! its place in a buffer laid out in plan order, which is then written at
 //! once. Plan order (dtype, then name) seldom follows an archive's order:
 //! copied one by one, 20,000 small npz members cost 20,000 reads at
-//! scattered offsets; gathered, a batch costs a few reads of whole blocks,
-//! going forward through the file ([`BlockCache`] grows its reads while the
-//! reader goes on forward).
+//! scattered offsets; gathered, a batch costs one read for each run of
+//! members that lie close together, going forward through the file.
+//!
+//! The runs are read exactly ([`BlockCache::prefetch`]), not guessed by
+//! read-ahead: a batch's members are scattered over the whole archive (a
+//! 1 MiB batch of 20,000 members of 9.3 MB holds one in nine), and
+//! read-ahead, growing while the reader goes forward, read 38.7 MB of the
+//! file to copy its 9.3 MB.
 //!
 //! Errors are as one by one: the failure of the job first in plan order is
 //! the one reported, whichever failed first in file order.
@@ -15,14 +20,18 @@ use std::sync::Arc;
 
 use super::elements::ChunkBuffer;
 use super::fast::{copy_buffered, SpanJob};
-use crate::block_cache::BlockCache;
+use crate::block_cache::{BlockCache, BLOCK};
 use crate::Error;
 
 /// Output bytes gathered at most in one batch: the buffer's size.
-const BATCH_BYTES: u64 = 1 << 20;
+const BATCH_BYTES: u64 = 4 << 20;
 
 /// A tensor of at most this many bytes may join a batch.
 const SMALL_TENSOR: u64 = 64 * 1024;
+
+/// Members this close are read together: copying a gap of a few KiB costs
+/// less than one more `pread`.
+const RUN_GAP: u64 = crate::block_cache::SMALL as u64;
 
 /// How many jobs from `start` (and before `stop`) form a batch: small ones,
 /// back to back in plan order, up to [`BATCH_BYTES`] of output.
@@ -66,10 +75,17 @@ pub(super) fn copy_gathered(
     order.sort_unstable_by_key(|&k| file_position(&jobs[k]));
     let mut failed: Option<(usize, Error)> = None;
     let mut overflows = Vec::new();
-    for k in order {
+    let mut run_ends_at = 0;
+    for (i, &k) in order.iter().enumerate() {
         // A failure earlier in plan order is the answer: skip the rest.
         if failed.as_ref().is_some_and(|(first, _)| *first < k) {
             continue;
+        }
+        if i >= run_ends_at {
+            let (members, end) = run(jobs, &order[i..]);
+            let first = file_position(&jobs[k]).1;
+            cache.prefetch(&jobs[k].span.file, first, (end - first) as usize);
+            run_ends_at = i + members;
         }
         let mut slot = &mut batch[slots[k - start]..slots[k - start + 1]];
         match copy_buffered(&jobs[k], &mut slot, buf, cache, buffer_size, &mut |_| {}) {
@@ -84,6 +100,29 @@ pub(super) fn copy_gathered(
     overflows.sort_unstable();
     out.write_all(batch).map_err(|e| (start, Error::io(e)))?;
     Ok((total as u64, overflows))
+}
+
+/// The run of members that starts with `sorted[0]`, as (how many, where
+/// it ends): members of one file, each beginning at most [`RUN_GAP`] after
+/// the one before ends, in at most one block. `sorted` is in file order.
+fn run(jobs: &[SpanJob], sorted: &[usize]) -> (usize, u64) {
+    let (file, start) = file_position(&jobs[sorted[0]]);
+    let mut end = span_end(&jobs[sorted[0]]);
+    let mut members = 1;
+    for &k in &sorted[1..] {
+        let (f, first) = file_position(&jobs[k]);
+        let next_end = span_end(&jobs[k]).max(end);
+        if f != file || first > end.saturating_add(RUN_GAP) || next_end - start > BLOCK as u64 {
+            break;
+        }
+        (members, end) = (members + 1, next_end);
+    }
+    (members, end)
+}
+
+/// Where a job's bytes end in its file.
+fn span_end(job: &SpanJob) -> u64 {
+    job.span.offset.saturating_add(job.span.len)
 }
 
 /// Where a job's bytes begin: its file (by address, as the cache tells

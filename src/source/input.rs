@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::npy::NpySource;
-use super::npz::NpzSource;
+use super::npz::{zip::read_directory, NpzSource};
 use super::pytorch::{self, PyTorchSource};
 use super::raw::{RawSource, RawSpec};
 use super::safetensors::SafetensorsSource;
@@ -128,8 +128,16 @@ fn open_archive(
     };
     match first {
         Format::Tar => Err(tar_refused().with_input(input)),
-        Format::Zip if !pytorch::is_torch_zip(&file, len) => {
-            Ok(Box::new(NpzSource::open(file, len, input, options)?))
+        Format::Zip => {
+            // Read once: its names tell an npz from a PyTorch checkpoint.
+            let directory = read_directory(&file, len).map_err(|e| e.with_input(input))?;
+            if !pytorch::is_torch_directory(&directory.0) {
+                let npz = NpzSource::open_listed(file, len, directory, input, options)?;
+                return Ok(Box::new(npz));
+            }
+            drop(directory);
+            let src = PyTorchSource::open(file, len, input, options)?;
+            Ok(told_skipped(src, notice))
         }
         _ => {
             let src = PyTorchSource::open(file, len, input, options)?;

@@ -285,7 +285,8 @@ enum PlanShown {
 /// Opens, plans, and either shows the plan or writes it.
 async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Result<Outcome, Error> {
     let mut sources = open_inputs(&args.inputs, opts).await?;
-    crate::return_freed_memory();
+    let tensors = sources.iter().map(|s| s.tensors().len()).sum();
+    crate::return_freed_memory(tensors);
     if args.dry_run {
         let plan = plan_sources(&sources, opts)?;
         // Everything the real run checks before writing.
@@ -315,7 +316,7 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
     }
     let started = std::time::Instant::now();
     let plan = plan_sources(&sources, opts)?;
-    crate::return_freed_memory();
+    crate::return_freed_memory(tensors);
     let mut report = convert_planned(&args.inputs, &mut sources, &plan, output, opts).await?;
     // The run's time, planning included.
     report.seconds = started.elapsed().as_secs_f64();

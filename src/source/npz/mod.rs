@@ -58,8 +58,21 @@ pub struct NpzSource {
 impl NpzSource {
     /// Reads the directory and every member's npy header from `file` (`len` bytes).
     pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
+        let directory = read_directory(&file, len).map_err(|e| e.with_input(input))?;
+        Self::open_listed(file, len, directory, input, options)
+    }
+
+    /// As [`NpzSource::open`], from the directory already read (by a caller
+    /// that looked at it to tell an npz from a PyTorch checkpoint): a
+    /// directory of 20,000 members is not read twice.
+    pub(crate) fn open_listed(
+        file: File,
+        len: u64,
+        (mut entries, dir_start): (Vec<ZipEntry>, u64),
+        input: &str,
+        options: &SourceOptions,
+    ) -> Result<Self> {
         let on_input = |e: Error| e.with_input(input);
-        let (mut entries, dir_start) = read_directory(&file, len).map_err(on_input)?;
         // Names checked through indices: no copy of each member's name.
         let mut seen = NameIndex::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {

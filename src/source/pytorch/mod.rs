@@ -26,6 +26,7 @@ use futures::FutureExt;
 use self::model::{Naming, Tree};
 use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
+pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
 use super::blocking::BlockingReader;
 use super::npz::zip::{read_directory, ZipEntry};
 use super::npz::MemberReader;
@@ -92,7 +93,7 @@ fn naming(options: &SourceOptions) -> Naming {
 
 /// True if a zip's members make it a PyTorch (or TorchScript) archive.
 pub(crate) fn is_torch_zip(file: &File, len: u64) -> bool {
-    read_directory(file, len).is_ok_and(|(entries, _)| zipfmt::is_torch_zip(&entries))
+    read_directory(file, len).is_ok_and(|(entries, _)| is_torch_directory(&entries))
 }
 
 /// True if `path` names a PyTorch shard index (`pytorch_model.bin.index.json`).
