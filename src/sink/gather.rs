@@ -9,7 +9,7 @@
 //! read-ahead: a batch's members are scattered over the whole archive (a
 //! 1 MiB batch of 20,000 members of 9.3 MB holds one in nine), and
 //! read-ahead, growing while the reader goes forward, read 38.7 MB of the
-//! file to copy its 9.3 MB.
+//! file to copy its 9.3 MB (in 1 MiB batches; now 14.4 MB in 4 MiB ones).
 //!
 //! Errors are as one by one: the failure of the job first in plan order is
 //! the one reported, whichever failed first in file order.
@@ -23,7 +23,9 @@ use super::fast::{copy_buffered, SpanJob};
 use crate::block_cache::{BlockCache, BLOCK};
 use crate::Error;
 
-/// Output bytes gathered at most in one batch: the buffer's size.
+/// Output bytes gathered at most in one batch: the buffer's size. Each
+/// batch passes once over the archive's stretch its members lie in: 4 MiB
+/// took 2.7 ms off 20,000 members (31.5 ms with 1 MiB) for 0.7 MiB of RSS.
 const BATCH_BYTES: u64 = 4 << 20;
 
 /// A tensor of at most this many bytes may join a batch.
