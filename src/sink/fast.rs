@@ -7,14 +7,15 @@
 //! task hand-offs. Adjacent ranges of one file merge into one copy.
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
+use std::iter::Peekable;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::elements::{too_short, ChunkBuffer, Crc, Elements};
-use super::gather::{batch_len, copy_gathered};
+use super::gather::{batches, copy_batches_parallel, copy_gathered, Gathered};
 use super::mapped::copy_mapped;
 use crate::block_cache::BlockCache;
 use crate::cast::Cast;
@@ -112,10 +113,13 @@ pub(crate) fn copy_spans(
             written += copy_checked(&jobs[i], out, &mut buf, &mut cache, &mut progress)
                 .map_err(|e| (i, on_out(e)))?;
             i += 1;
-        } else if let n @ 2.. = batch_len(jobs, i, runs.peek().map_or(jobs.len(), |r| r.start)) {
-            let gathered = copy_gathered(
+        } else if let stretch @ [_, ..] =
+            &batches(jobs, i, stop_at(&mut runs), |j| !j.checked_copy())[..]
+        {
+            let gathered = copy_stretch(
                 jobs,
-                i..i + n,
+                stretch,
+                out,
                 &mut w,
                 &mut batch,
                 &mut buf,
@@ -126,7 +130,7 @@ pub(crate) fn copy_spans(
             overflows.extend(over);
             written += bytes;
             progress(bytes);
-            i += n;
+            i = stretch[stretch.len() - 1].end;
         } else {
             let (n, overflowed) = copy_buffered(
                 &jobs[i],
@@ -147,6 +151,38 @@ pub(crate) fn copy_spans(
     w.flush()
         .map_err(|e| (jobs.len() - 1, on_out(Error::io(e))))?;
     Ok((written, overflows))
+}
+
+/// Where the next kernel run begins: batches stop there.
+fn stop_at(runs: &mut Peekable<std::vec::IntoIter<Range<usize>>>) -> usize {
+    runs.peek().map_or(usize::MAX, |r| r.start)
+}
+
+/// Copies a stretch of batches of small tensors: one through `w`, several
+/// side by side at their offsets in `out` (after what `w` holds, and
+/// leaving `out`'s offset past them, as writing through `w` would).
+#[allow(clippy::too_many_arguments)]
+fn copy_stretch(
+    jobs: &[SpanJob],
+    stretch: &[Range<usize>],
+    mut out: &File,
+    w: &mut io::BufWriter<&File>,
+    batch: &mut Vec<u8>,
+    buf: &mut ChunkBuffer,
+    cache: &mut BlockCache,
+    buffer_size: usize,
+) -> Gathered {
+    let (first, last) = (stretch[0].start, stretch[stretch.len() - 1].end);
+    if let [only] = stretch {
+        return copy_gathered(jobs, only.clone(), w, batch, buf, cache, buffer_size);
+    }
+    let io_at = |e: io::Error| (first, Error::io(e));
+    w.flush().map_err(io_at)?;
+    let at = out.stream_position().map_err(io_at)?;
+    let (bytes, overflows) = copy_batches_parallel(jobs, stretch, out, at, buffer_size)?;
+    out.seek(io::SeekFrom::Start(at + bytes))
+        .map_err(|e| (last - 1, Error::io(e)))?;
+    Ok((bytes, overflows))
 }
 
 /// The runs of jobs the kernel copies: verbatim tensors back to back in one
