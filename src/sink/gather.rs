@@ -11,9 +11,9 @@
 //! read-ahead, growing while the reader goes forward, read 38.7 MB of the
 //! file to copy its 9.3 MB.
 //!
-//! Batches that follow one another are copied [`READERS`] at once, each
-//! written at its offset ([`copy_batches_parallel`]): reading, checking
-//! and placing small members is the work, and both cores share it.
+//! Batches that follow one another are copied side by side, each written
+//! at its offset ([`copy_batches_parallel`]): reading, checking and
+//! placing small members is the work, and both cores share it.
 //!
 //! Errors are as one by one: the failure of the job first in plan order is
 //! the one reported, whichever failed first in file order.
@@ -22,12 +22,11 @@ use std::fs::File;
 use std::io::Write;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::elements::ChunkBuffer;
 use super::fast::{copy_buffered, SpanJob};
-use super::parallel::READERS;
+use super::parallel::in_order;
 use crate::block_cache::{BlockCache, BLOCK};
 use crate::Error;
 
@@ -87,11 +86,10 @@ pub(super) fn batches(
 }
 
 /// Copies `batches` (back to back in plan order) into `out` from offset
-/// `at`, [`READERS`] batches at once, each on a thread of its own with its
-/// own buffers, written where it belongs with `pwrite`: both cores read,
-/// check and place. The answer is the sequential one: the bytes and
-/// overflows of all, or the failure first in plan order (every batch
-/// before a failing one is finished; none after it is started).
+/// `at`, as many at once as [`in_order`] runs, each worker with
+/// buffers of its own, each batch written where it belongs with `pwrite`:
+/// both cores read, check and place. The answer is the sequential one: the
+/// bytes and overflows of all, or the failure first in plan order.
 pub(super) fn copy_batches_parallel(
     jobs: &[SpanJob],
     batches: &[Range<usize>],
@@ -105,59 +103,20 @@ pub(super) fn copy_batches_parallel(
         offsets.push(end);
         end += jobs[b.clone()].iter().map(SpanJob::out_len).sum::<u64>();
     }
-    let next = AtomicUsize::new(0);
-    let failed = AtomicUsize::new(usize::MAX);
-    let results = Mutex::new(Vec::with_capacity(batches.len()));
-    let work = || {
-        let (mut batch, mut buf, mut cache) =
-            (Vec::new(), ChunkBuffer::default(), BlockCache::default());
-        loop {
-            let b = next.fetch_add(1, Ordering::Relaxed);
-            if b >= batches.len() || b > failed.load(Ordering::Acquire) {
-                break;
-            }
-            let mut to = WriteAt {
-                file: out,
-                at: offsets[b],
-            };
-            let range = batches[b].clone();
-            let done = copy_gathered(
-                jobs,
-                range,
-                &mut to,
-                &mut batch,
-                &mut buf,
-                &mut cache,
-                buffer_size,
-            );
-            if done.is_err() {
-                failed.fetch_min(b, Ordering::AcqRel);
-            }
-            results
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((b, done));
-        }
-    };
-    std::thread::scope(|s| {
-        // A thread that cannot be started leaves its share to the others.
-        let helpers: Vec<_> = (1..READERS)
-            .filter_map(|_| {
-                let named = std::thread::Builder::new().name("gather".into());
-                named.spawn_scoped(s, work).ok()
-            })
-            .collect();
-        work();
-        for h in helpers {
-            h.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        }
+    let buffers = || (Vec::new(), ChunkBuffer::default(), BlockCache::default());
+    let copied = in_order(batches.len(), "gather", buffers, |own, b, _| {
+        let (batch, buf, cache) = own;
+        let mut to = WriteAt {
+            file: out,
+            at: offsets[b],
+        };
+        let range = batches[b].clone();
+        copy_gathered(jobs, range, &mut to, batch, buf, cache, buffer_size)
     });
-    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
-    results.sort_unstable_by_key(|(b, _)| *b);
+    // A failing batch names the job that failed, first in plan order.
+    let done = copied.map_err(|(_, failure)| failure)?;
     let (mut bytes, mut overflows) = (0, Vec::new());
-    for (_, done) in results {
-        let (n, over) = done?;
+    for (_, (n, over)) in done {
         bytes += n;
         overflows.extend(over);
     }

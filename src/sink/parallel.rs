@@ -38,19 +38,11 @@ pub(crate) struct ReaderJob {
     pub(crate) cast: Option<Cast>,
 }
 
-/// What the workers share.
-struct Shared<'a> {
-    jobs: Vec<Mutex<Option<ReaderJob>>>,
-    /// The next job to take.
-    next: AtomicUsize,
-    /// The first job known to have failed (`usize::MAX`: none).
-    failed: AtomicUsize,
-    errors: Mutex<Vec<(usize, Error)>>,
-    overflows: Mutex<Vec<(usize, u64)>>,
+/// What every tensor's copy needs besides its job.
+struct Target<'a> {
     out: &'a File,
     out_name: &'a str,
     budget: usize,
-    started: &'a (dyn Fn(usize) + Sync),
     progress: &'a (dyn Fn(u64) + Sync),
 }
 
@@ -66,22 +58,69 @@ pub(crate) fn write_parallel(
     started: &(dyn Fn(usize) + Sync),
     progress: &(dyn Fn(u64) + Sync),
 ) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
-    let workers = READERS.min(jobs.len());
-    let shared = Shared {
-        jobs: jobs.into_iter().map(|j| Mutex::new(Some(j))).collect(),
-        next: AtomicUsize::new(0),
-        failed: AtomicUsize::new(usize::MAX),
-        errors: Mutex::new(Vec::new()),
-        overflows: Mutex::new(Vec::new()),
+    let target = Target {
         out,
         out_name,
         budget: buffer_size.clamp(1, CHUNK),
-        started,
         progress,
     };
+    let jobs: Vec<_> = jobs.into_iter().map(|j| Mutex::new(Some(j))).collect();
+    let done = in_order(
+        jobs.len(),
+        "inflate",
+        ChunkBuffer::default,
+        |buf, i, earlier_failed| {
+            let job = lock(&jobs[i]).take().expect("each job is taken once");
+            started(i);
+            write_one(job, &target, buf, earlier_failed)
+        },
+    )?;
+    Ok(done
+        .into_iter()
+        .filter_map(|(i, over)| over.filter(|&n| n > 0).map(|n| (i, n)))
+        .collect())
+}
+
+/// Runs `task(state, i, earlier_failed)` for every `i` in `0..count`,
+/// [`READERS`] at once, each worker with a `state` of its own, taking the
+/// tasks in order. The answer is the sequential one: every task's outcome
+/// by index, or the failure of the first task in order that failed. A task
+/// is not started once one before it is known to have failed, and
+/// `earlier_failed` tells a running one that it may stop.
+pub(crate) fn in_order<S, T: Send, E: Send>(
+    count: usize,
+    name: &str,
+    state: impl Fn() -> S + Sync,
+    task: impl Fn(&mut S, usize, &dyn Fn() -> bool) -> std::result::Result<T, E> + Sync,
+) -> std::result::Result<Vec<(usize, T)>, (usize, E)> {
+    let next = AtomicUsize::new(0);
+    // The first task known to have failed (`usize::MAX`: none).
+    let failed = AtomicUsize::new(usize::MAX);
+    let outcomes = Mutex::new(Vec::with_capacity(count));
+    let work = || {
+        let mut own = state();
+        loop {
+            let i = next.fetch_add(1, Ordering::SeqCst);
+            if i >= count || failed.load(Ordering::SeqCst) < i {
+                return;
+            }
+            let earlier_failed = || failed.load(Ordering::SeqCst) < i;
+            let outcome = task(&mut own, i, &earlier_failed);
+            if outcome.is_err() {
+                failed.fetch_min(i, Ordering::SeqCst);
+            }
+            lock(&outcomes).push((i, outcome));
+        }
+    };
     std::thread::scope(|s| {
-        let helpers: Vec<_> = (1..workers).map(|_| s.spawn(|| work(&shared))).collect();
-        work(&shared);
+        // A thread that cannot be started leaves its share to the others.
+        let helpers: Vec<_> = (1..READERS.min(count))
+            .filter_map(|_| {
+                let named = std::thread::Builder::new().name(name.into());
+                named.spawn_scoped(s, work).ok()
+            })
+            .collect();
+        work();
         // Joined one by one, not left to the scope: the scope returns once
         // the closures are done, while their threads may still be exiting,
         // and no thread may outlive the call (a fork right after it, as
@@ -92,42 +131,12 @@ pub(crate) fn write_parallel(
             }
         }
     });
-    let errors = shared
-        .errors
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(first) = errors.into_iter().min_by_key(|(i, _)| *i) {
-        return Err(first);
-    }
-    let mut overflows = shared
-        .overflows
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner());
-    overflows.sort_unstable();
-    Ok(overflows)
-}
-
-/// One worker: takes jobs in order until none is left or one before the
-/// next has failed.
-fn work(sh: &Shared<'_>) {
-    let mut buf = ChunkBuffer::default();
-    loop {
-        let i = sh.next.fetch_add(1, Ordering::SeqCst);
-        if i >= sh.jobs.len() || sh.failed.load(Ordering::SeqCst) < i {
-            return;
-        }
-        let job = lock(&sh.jobs[i]).take().expect("each job is taken once");
-        (sh.started)(i);
-        let earlier_failed = || sh.failed.load(Ordering::SeqCst) < i;
-        match write_one(job, sh, &mut buf, earlier_failed) {
-            Ok(Some(0) | None) => {}
-            Ok(Some(n)) => lock(&sh.overflows).push((i, n)),
-            Err(e) => {
-                sh.failed.fetch_min(i, Ordering::SeqCst);
-                lock(&sh.errors).push((i, e));
-            }
-        }
-    }
+    let mut outcomes = outcomes.into_inner().unwrap_or_else(|e| e.into_inner());
+    outcomes.sort_unstable_by_key(|(i, _)| *i);
+    outcomes
+        .into_iter()
+        .map(|(i, outcome)| outcome.map(|t| (i, t)).map_err(|e| (i, e)))
+        .collect()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -141,9 +150,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// earlier tensor failed.
 fn write_one(
     job: ReaderJob,
-    sh: &Shared<'_>,
+    sh: &Target<'_>,
     buf: &mut ChunkBuffer,
-    earlier_failed: impl Fn() -> bool,
+    earlier_failed: &dyn Fn() -> bool,
 ) -> Result<Option<u64>> {
     let (mut reader, transform) = (job.open)()?;
     let mut elements = Elements::new(job.out_len, transform, job.cast);

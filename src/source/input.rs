@@ -127,7 +127,7 @@ fn open_archive(
         detect(&first[..got])
     };
     match first {
-        Format::Tar => Err(tar_refused().with_input(input)),
+        Format::Tar => return Err(tar_refused().with_input(input)),
         Format::Zip => {
             // Read once: its names tell an npz from a PyTorch checkpoint.
             let directory = read_directory(&file, len).map_err(|e| e.with_input(input))?;
@@ -135,15 +135,11 @@ fn open_archive(
                 let npz = NpzSource::open_listed(file, len, directory, input, options)?;
                 return Ok(Box::new(npz));
             }
-            drop(directory);
-            let src = PyTorchSource::open(file, len, input, options)?;
-            Ok(told_skipped(src, notice))
         }
-        _ => {
-            let src = PyTorchSource::open(file, len, input, options)?;
-            Ok(told_skipped(src, notice))
-        }
+        _ => {}
     }
+    let src = PyTorchSource::open(file, len, input, options)?;
+    Ok(told_skipped(src, notice))
 }
 
 fn tar_refused() -> Error {
