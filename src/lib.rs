@@ -65,6 +65,9 @@ pub mod array;
 mod block_cache;
 pub(crate) mod cast;
 pub mod convert;
+// Used by the GGUF and quantized-safetensors sources, which land next.
+#[allow(dead_code)]
+pub(crate) mod dequant;
 pub(crate) mod dtype;
 pub(crate) mod error;
 pub mod folder;

@@ -180,6 +180,12 @@ pub struct SourceOptions {
     /// PyTorch checkpoints: convert only the value under this key (dotted for
     /// nested dicts), named without it (`--pt-root`).
     pub pt_root: Option<String>,
+    /// Quantized tensors (GGUF blocks; FP8, GPTQ, AWQ, bitsandbytes and NVFP4
+    /// weights in safetensors) are dequantized to this dtype: F32, F16 or
+    /// BF16 (`--dequantize`, `--dequantize-to`). GGUF inputs are always
+    /// dequantized, to BF16 when this is `None`; quantized safetensors are
+    /// copied as they are when it is `None`.
+    pub dequantize: Option<crate::Dtype>,
 }
 
 crate::setters::setters!(SourceOptions {
@@ -189,6 +195,7 @@ crate::setters::setters!(SourceOptions {
     npy_void_as: Option<crate::Dtype>,
     dedupe_tied: bool,
     pt_root: Option<String>,
+    dequantize: Option<crate::Dtype>,
 });
 
 /// What the planner reads of an input: its name, tensors and metadata.

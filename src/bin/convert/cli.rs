@@ -168,6 +168,14 @@ pub struct InputArgs {
     /// named without it; by default a top-level `state_dict` is not part of the names.
     #[arg(long, value_name = "KEY", help_heading = "PyTorch checkpoints")]
     pub pt_root: Option<String>,
+    /// Dequantize quantized weights (GGUF blocks, FP8, GPTQ, AWQ, bitsandbytes, NVFP4) to full
+    /// precision, BF16 unless --dequantize-to says otherwise. GGUF inputs always are.
+    #[arg(long, help_heading = "Quantized inputs")]
+    pub dequantize: bool,
+    /// The dtype dequantized weights are written in: F32, F16 or BF16 (default BF16); implies
+    /// --dequantize.
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dequantize_to, help_heading = "Quantized inputs")]
+    pub dequantize_to: Option<Dtype>,
     /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
     pub raw_dtype: Option<Dtype>,
@@ -227,6 +235,13 @@ fn parse_dtype(s: &str) -> Result<Dtype, String> {
     s.to_ascii_uppercase()
         .parse::<Dtype>()
         .map_err(|e| e.to_string())
+}
+
+fn parse_dequantize_to(s: &str) -> Result<Dtype, String> {
+    match parse_dtype(s)? {
+        d @ (Dtype::F32 | Dtype::F16 | Dtype::BF16) => Ok(d),
+        d => Err(format!("dequantized weights are F32, F16 or BF16, not {d}")),
+    }
 }
 
 fn parse_cast(s: &str) -> Result<(Dtype, Dtype), String> {

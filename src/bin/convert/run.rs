@@ -17,7 +17,7 @@ use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::Listing;
 use safetensors_stream::source::SourceOptions;
 use safetensors_stream::units::HumanBytes;
-use safetensors_stream::{Error, ErrorKind};
+use safetensors_stream::{Dtype, Error, ErrorKind};
 use serde_json::json;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
@@ -107,6 +107,13 @@ fn options(
 }
 
 /// How inputs are opened, from the shared input flags.
+/// `--dequantize-to X` is X; `--dequantize` alone is BF16 (the fastest
+/// peer's choice, and what transformers trains in).
+fn dequantize_to(args: &InputArgs) -> Option<Dtype> {
+    args.dequantize_to
+        .or(args.dequantize.then_some(Dtype::BF16))
+}
+
 pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
     Ok(SourceOptions::default()
         .skip_non_npy(args.skip_non_npy)
@@ -114,7 +121,8 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         .raw(raw_spec(args)?)
         .npy_void_as(args.npy_void_as)
         .dedupe_tied(args.dedupe_tied)
-        .pt_root(args.pt_root.clone()))
+        .pt_root(args.pt_root.clone())
+        .dequantize(dequantize_to(args)))
 }
 
 /// Notices go to stderr as lines, or into the JSON report when there is one.
