@@ -1,0 +1,411 @@
+//! The library's import direction, checked from its sources: every
+//! `crate::` and `super::` path in `src/**/*.rs` (comments aside) must point
+//! down the layer order
+//!
+//! `job → dest → copy → {plan, source} → header → kernels → error → dtype`
+//!
+//! (the binary sits above all of it and imports through the public API),
+//! and no group of modules may import one another in a circle. Today's
+//! exceptions are listed in [`ALLOWED_UPWARD`] and [`ALLOWED_CIRCLES`]; the
+//! lists may only shrink: an entry that no longer occurs fails the test too,
+//! so the refactor that removes a violation removes its entry.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The layers, lowest first: a module path (its longest listed prefix)
+/// belongs to the layer it is listed in.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("dtype", &["dtype"]),
+    ("error", &["error"]),
+    (
+        "kernels",
+        &[
+            "cast",
+            "transform",
+            "dequant",
+            "io_util",
+            "block_cache",
+            "units",
+            "setters",
+        ],
+    ),
+    ("header", &["header", "index"]),
+    (
+        "plan+source",
+        &["plan", "source", "store", "folder", "rename"],
+    ),
+    ("copy", &["copy", "sink", "observe"]),
+    (
+        "dest",
+        &[
+            "dest",
+            "output",
+            "store::write",
+            "store::upload",
+            "sink::atomic",
+            "sink::writeback",
+        ],
+    ),
+    ("job", &["job", "convert", "writer", "array", "inspect", ""]),
+];
+
+/// Imports that point up today, as `importing module -> imported module`.
+/// Remove an entry when its import goes.
+const ALLOWED_UPWARD: &[&str] = &[
+    "header::read -> source::detect",
+    "header::read -> source::pytorch",
+    "output -> convert",
+    "source::npz -> sink::elements",
+    "store::write -> convert",
+];
+
+/// Groups of modules that import one another in a circle today, each as
+/// its sorted members. Remove an entry when its circle is broken.
+const ALLOWED_CIRCLES: &[&str] = &[
+    "convert output sink::atomic store::write",
+    "header::read index source::detect source::pytorch source::pytorch::legacy source::pytorch::zipfmt",
+    "sink::fast sink::gather",
+    "source::input source::npy store::source",
+];
+
+#[test]
+fn imports_point_down_and_form_no_circle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules = library_modules(&src);
+    let known: BTreeSet<String> = modules.keys().cloned().collect();
+    let reexports = root_reexports(&std::fs::read_to_string(src.join("lib.rs")).unwrap());
+
+    let mut edges: BTreeSet<(String, String)> = BTreeSet::new();
+    for (module, file) in &modules {
+        let text = strip_comments(&std::fs::read_to_string(file).unwrap());
+        for path in imported_paths(&text, module) {
+            let Some(to) = resolve(&path, &known, &reexports) else {
+                continue;
+            };
+            // A module's own children are its business (a facade's re-exports).
+            if to == *module || is_within(&to, module) {
+                continue;
+            }
+            edges.insert((module.clone(), to));
+        }
+    }
+
+    let mut upward = BTreeSet::new();
+    for (from, to) in &edges {
+        if from.is_empty() {
+            continue; // the crate root re-exports: it is the top
+        }
+        if layer(from) < layer(to) {
+            upward.insert(format!("{from} -> {to}"));
+        }
+    }
+    let allowed: BTreeSet<String> = ALLOWED_UPWARD.iter().map(|s| s.to_string()).collect();
+    let new: Vec<_> = upward.difference(&allowed).collect();
+    let gone: Vec<_> = allowed.difference(&upward).collect();
+    assert!(
+        new.is_empty(),
+        "imports pointing up the layer order {:?}: {new:#?}",
+        LAYERS.iter().map(|(n, _)| *n).collect::<Vec<_>>()
+    );
+    assert!(
+        gone.is_empty(),
+        "no longer imported upward: remove from ALLOWED_UPWARD: {gone:#?}"
+    );
+
+    let graph_edges: Vec<(String, String)> = edges
+        .iter()
+        .filter(|(from, _)| !from.is_empty())
+        .cloned()
+        .collect();
+    let circles: BTreeSet<String> = circles(&graph_edges).into_iter().collect();
+    let allowed: BTreeSet<String> = ALLOWED_CIRCLES.iter().map(|s| s.to_string()).collect();
+    let new: Vec<_> = circles.difference(&allowed).collect();
+    let gone: Vec<_> = allowed.difference(&circles).collect();
+    assert!(new.is_empty(), "modules importing in a circle: {new:#?}");
+    assert!(
+        gone.is_empty(),
+        "circle broken (or changed): update ALLOWED_CIRCLES: {gone:#?}"
+    );
+}
+
+#[test]
+fn the_parser_reads_nested_use_trees_and_super() {
+    let text = "use crate::{Error, sink::{elements::Crc, Sink}};\nuse super::gather::x;\nlet e = crate::output::target::resolve(p);";
+    let paths = imported_paths(text, "sink::fast");
+    assert_eq!(
+        paths,
+        [
+            "Error",
+            "sink::elements::Crc",
+            "sink::Sink",
+            "sink::gather::x",
+            "output::target::resolve",
+        ]
+    );
+    let known: BTreeSet<String> = ["sink", "sink::elements", "output", "output::target"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let reexports = root_reexports("pub use error::{Error, Result};");
+    let resolved = |p: &str| resolve(p, &known, &reexports);
+    assert_eq!(
+        resolved("sink::elements::Crc").as_deref(),
+        Some("sink::elements")
+    );
+    assert_eq!(resolved("Error").as_deref(), Some("error"));
+    assert_eq!(
+        resolved("output::target::resolve").as_deref(),
+        Some("output::target")
+    );
+    assert_eq!(layer("sink::atomic"), layer("dest"));
+    assert!(layer("sink::fast") < layer("output"));
+}
+
+/// Every module file of the library (not the binaries), by module path
+/// (`""` for the root).
+fn library_modules(src: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(src).unwrap().to_path_buf();
+            if path.is_dir() {
+                if rel != Path::new("bin") {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let mut parts: Vec<String> = rel
+                .with_extension("")
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+                parts.pop();
+            }
+            out.insert(parts.join("::"), path);
+        }
+    }
+    out
+}
+
+/// The crate root's `pub use m::{A, B}` / `pub use m::A`: item name to module.
+fn root_reexports(lib: &str) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    for path in imported_paths(&lib.replace("pub use ", "use crate::"), "") {
+        if let Some((module, item)) = path.rsplit_once("::") {
+            map.insert(item.to_string(), module.to_string());
+        }
+    }
+    map
+}
+
+/// The module a path names: the longest prefix that is a module file, or,
+/// for an item of the root, the module the root re-exports it from.
+fn resolve(
+    path: &str,
+    known: &BTreeSet<String>,
+    reexports: &BTreeMap<String, String>,
+) -> Option<String> {
+    let parts: Vec<&str> = path.split("::").collect();
+    for n in (1..=parts.len()).rev() {
+        let prefix = parts[..n].join("::");
+        if known.contains(&prefix) {
+            return Some(prefix);
+        }
+    }
+    let module = reexports.get(parts[0])?;
+    resolve(module, known, reexports).or(Some(module.clone()))
+}
+
+fn is_within(module: &str, parent: &str) -> bool {
+    parent.is_empty() || module.starts_with(&format!("{parent}::"))
+}
+
+/// The layer's rank of a module: its longest listed prefix.
+fn layer(module: &str) -> usize {
+    let mut best: Option<(usize, usize)> = None; // (prefix length, rank)
+    for (rank, (_, prefixes)) in LAYERS.iter().enumerate() {
+        for p in *prefixes {
+            let fits = module == *p || p.is_empty() || module.starts_with(&format!("{p}::"));
+            if fits && best.is_none_or(|(len, _)| p.len() > len) {
+                best = Some((p.len(), rank));
+            }
+        }
+    }
+    best.expect("every module has a layer").1
+}
+
+/// The text without `//` comments (doc comments name modules in links).
+fn strip_comments(text: &str) -> String {
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) if !l[..i].contains('"') => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every path after `crate::` or `super::` in `text`, use trees expanded,
+/// as paths from the crate root.
+fn imported_paths(text: &str, module: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &bytes[i..];
+        let boundary = i == 0 || !is_ident(bytes[i - 1]) && bytes[i - 1] != b':';
+        let (base, skip) = if boundary && rest.starts_with(b"crate::") {
+            (String::new(), "crate::".len())
+        } else if boundary && rest.starts_with(b"super::") {
+            let parent = module.rsplit_once("::").map_or("", |(p, _)| p);
+            (parent.to_string(), "super::".len())
+        } else {
+            i += 1;
+            continue;
+        };
+        let mut at = i + skip;
+        parse_tree(text, &mut at, &base, &mut out);
+        i = at.max(i + 1);
+    }
+    out
+}
+
+/// Parses `a::b::{c, d::e}` (or `a::b::C`) at `at`, pushing full paths.
+fn parse_tree(text: &str, at: &mut usize, base: &str, out: &mut Vec<String>) {
+    let bytes = text.as_bytes();
+    let join = |base: &str, seg: &str| match base {
+        "" => seg.to_string(),
+        b => format!("{b}::{seg}"),
+    };
+    let mut path = base.to_string();
+    loop {
+        skip_space(bytes, at);
+        if *at < bytes.len() && bytes[*at] == b'{' {
+            *at += 1;
+            loop {
+                skip_space(bytes, at);
+                if *at >= bytes.len() {
+                    return;
+                }
+                if bytes[*at] == b'}' {
+                    *at += 1;
+                    return;
+                }
+                if bytes[*at] == b',' {
+                    *at += 1;
+                    continue;
+                }
+                let before = *at;
+                parse_tree(text, at, &path, out);
+                if *at == before {
+                    *at += 1; // `self`, `*` or anything else: skip it
+                }
+            }
+        }
+        let start = *at;
+        while *at < bytes.len() && is_ident(bytes[*at]) {
+            *at += 1;
+        }
+        if *at == start {
+            if path != base {
+                out.push(path);
+            }
+            return;
+        }
+        let seg = &text[start..*at];
+        if seg == "self" {
+            if !path.is_empty() {
+                out.push(path);
+            }
+            return;
+        }
+        path = join(&path, seg);
+        if bytes[*at..].starts_with(b"::") {
+            *at += 2;
+        } else {
+            out.push(path);
+            return;
+        }
+    }
+}
+
+fn skip_space(bytes: &[u8], at: &mut usize) {
+    while *at < bytes.len() && bytes[*at].is_ascii_whitespace() {
+        *at += 1;
+    }
+}
+
+fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The strongly connected components of more than one module, each as its
+/// sorted members joined by spaces (Tarjan's algorithm).
+fn circles(edges: &[(String, String)]) -> Vec<String> {
+    let mut graph: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        graph.entry(a).or_default().push(b);
+        graph.entry(b).or_default();
+    }
+    struct State<'a> {
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on_stack: BTreeSet<&'a str>,
+        next: usize,
+        found: Vec<String>,
+    }
+    fn visit<'a>(v: &'a str, graph: &BTreeMap<&'a str, Vec<&'a str>>, s: &mut State<'a>) {
+        s.index.insert(v, s.next);
+        s.low.insert(v, s.next);
+        s.next += 1;
+        s.stack.push(v);
+        s.on_stack.insert(v);
+        for &w in &graph[v] {
+            if !s.index.contains_key(w) {
+                visit(w, graph, s);
+                let low = s.low[v].min(s.low[w]);
+                s.low.insert(v, low);
+            } else if s.on_stack.contains(w) {
+                let low = s.low[v].min(s.index[w]);
+                s.low.insert(v, low);
+            }
+        }
+        if s.low[v] == s.index[v] {
+            let mut members = Vec::new();
+            loop {
+                let w = s.stack.pop().expect("on the stack");
+                s.on_stack.remove(w);
+                members.push(w);
+                if w == v {
+                    break;
+                }
+            }
+            if members.len() > 1 {
+                members.sort_unstable();
+                s.found.push(members.join(" "));
+            }
+        }
+    }
+    let mut s = State {
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    for &v in graph.keys() {
+        if !s.index.contains_key(v) {
+            visit(v, &graph, &mut s);
+        }
+    }
+    s.found
+}
