@@ -7,32 +7,23 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use tokio::io::AsyncWrite;
 
+use crate::dest::check_shard_files;
+use crate::dest::files::{close, commit_all, sync_files, StagedFile};
+use crate::dest::folders::CreatedFolders;
+use crate::dest::target::{open_stream, resolve, Target};
+use crate::dest::writeback::Writeback;
+pub use crate::dest::Output;
 use crate::header::HUB_HEADER_LIMIT;
-use crate::index::{IndexMetadata, ShardIndex};
-use crate::observe::{ObservedWriter, Progress};
-pub use crate::output::check_output;
-use crate::output::fanout::check_shard_files;
-pub use crate::output::fanout::Part;
-use crate::output::folders::CreatedFolders;
-use crate::output::target::{open_stream, resolve, Target};
+use crate::observe::{sha256_hex, ObservedWriter, Progress};
+use crate::plan::layout::{index_json, part_len};
+pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
-use crate::sink::atomic::{close, commit_all, sync_files, StagedFile};
 use crate::sink::fast::{copy_spans, SpanJob};
 use crate::sink::parallel::{write_parallel, ReaderJob};
-use crate::sink::writeback::Writeback;
 use crate::sink::{Sink, SinkOptions};
 use crate::source::input::open_input;
 use crate::source::{Access, Source, SourceOptions, TensorData};
 use crate::{Error, ErrorKind, Result};
-
-/// Where the output goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// A file, written atomically; with sharding, the base of the shard names.
-    File(PathBuf),
-    /// Standard output (`-o -`); no sharding.
-    Stdout,
-}
 
 /// A callback for things worth telling that are not errors ("spooling ...").
 pub type NoticeFn = Arc<dyn Fn(&str) + Send + Sync>;
@@ -70,7 +61,7 @@ pub struct ConvertOptions {
     /// byte goes through the async sink; the output is the same either way.
     pub fast_path: bool,
     /// Allow the output to replace one of the inputs (refused by default:
-    /// see [`crate::output::check_output`]). The input is still read from
+    /// see [`check_output`]). The input is still read from
     /// its old bytes, and replaced atomically at the end.
     pub overwrite_input: bool,
     /// Which files of a sharded plan to write: all (the default), one
@@ -346,6 +337,28 @@ pub fn plan_warnings(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
+/// Checks that `output` can take `plan` without harm, before anything is
+/// written; returns warnings worth telling. Refused:
+/// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
+/// - a sharded set to standard output, a device, a FIFO or a socket;
+/// - one file named like an index (`*.index.json`), a name over
+///   `NAME_MAX` bytes, a file of the set that is not a regular file;
+/// - an output file that is one of the files read for `inputs` (an
+///   index's shards, `-` when it is a file, links followed; same device
+///   and inode), unless [`ConvertOptions::overwrite_input`];
+/// - a folder that cannot be written (the nearest existing one, when the
+///   output's folders are still to be made);
+/// - a [`Part`] the plan does not have.
+pub fn check_output(
+    inputs: &[PathBuf],
+    output: &Output,
+    plan: &Plan,
+    options: &ConvertOptions,
+) -> Result<Vec<String>> {
+    let (part, overwrite) = (options.part, options.overwrite_input);
+    crate::dest::check_output(inputs, output, plan, part, overwrite)
+}
+
 /// Converts already-opened sources into `output`. The output is checked
 /// as [`check_output`] does, except against the input files, which only
 /// [`convert_opened`] knows.
@@ -535,16 +548,6 @@ async fn write_local(
             Output::Stdout => unreachable!("standard output is never replaced"),
         },
     })
-}
-
-/// The bytes of shards a run writes (progress counts only those).
-fn part_len(plan: &Plan, part: Part) -> u64 {
-    plan.shards
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| part.writes_shard(*i))
-        .map(|(_, s)| s.file_len())
-        .sum()
 }
 
 /// Writes the one planned file to a stream (standard output, a device, a
@@ -929,28 +932,6 @@ async fn write_readers<W: AsyncWrite + Unpin>(
     Ok(overflows)
 }
 
-/// The paths of a sharded set: `BASE-00001-of-0000N.safetensors` beside
-/// `output`, and `BASE.safetensors.index.json`. One shard is just `output`.
-pub fn shard_paths(output: &Path, shards: usize) -> (Vec<PathBuf>, Option<PathBuf>) {
-    if shards <= 1 {
-        return (vec![output.to_path_buf()], None);
-    }
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let base = name
-        .strip_suffix(crate::index::INDEX_SUFFIX)
-        .or_else(|| name.strip_suffix(".safetensors"))
-        .unwrap_or(&name);
-    let dir = output.parent().unwrap_or(Path::new(""));
-    let paths = (1..=shards)
-        .map(|k| dir.join(format!("{base}-{k:05}-of-{shards:05}.safetensors")))
-        .collect();
-    let index = dir.join(format!("{base}{}", crate::index::INDEX_SUFFIX));
-    (paths, Some(index))
-}
-
 async fn write_files(
     output: &Path,
     plan: &Plan,
@@ -1054,37 +1035,4 @@ fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
         .handle()
         .map_err(|e| Error::io(e).with_output(path.display()))?;
     Ok(tokio::fs::File::from_std(f))
-}
-
-/// The Hugging Face index: pretty JSON with sorted keys and a final newline,
-/// as `huggingface_hub` writes it.
-pub(crate) fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
-    let mut weight_map = std::collections::BTreeMap::new();
-    for (shard, path) in plan.shards.iter().zip(paths) {
-        let file = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        for t in &shard.header.header().tensors {
-            weight_map.insert(t.meta.name.clone(), file.clone());
-        }
-    }
-    let index = ShardIndex {
-        metadata: IndexMetadata {
-            total_size: plan.data_len(),
-            other: Default::default(),
-        },
-        weight_map,
-    };
-    let mut bytes = serde_json::to_vec_pretty(&index).expect("JSON of an index");
-    bytes.push(b'\n');
-    bytes
-}
-
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }

@@ -46,7 +46,7 @@
 #![warn(missing_docs, unreachable_pub)]
 // Two modules may use `unsafe`, for system calls with no safe wrapper: the
 // mapped copy (src/sink/mapped.rs), whose mapping only the kernel reads,
-// and starting writeback (src/sink/writeback.rs). Nothing that parses
+// and starting writeback (src/dest/writeback.rs). Nothing that parses
 // input does.
 #![deny(unsafe_code)]
 
@@ -68,6 +68,7 @@ pub mod convert;
 // Used by the GGUF and quantized-safetensors sources, which land next.
 #[allow(dead_code)]
 pub(crate) mod dequant;
+pub(crate) mod dest;
 pub(crate) mod dtype;
 pub(crate) mod error;
 pub mod folder;
@@ -76,7 +77,6 @@ pub mod index;
 pub mod inspect;
 mod io_util;
 pub mod observe;
-pub(crate) mod output;
 pub mod plan;
 pub mod rename;
 mod setters;

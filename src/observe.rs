@@ -79,6 +79,14 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for ObservedWriter<W> {
     }
 }
 
+/// The SHA-256 of `bytes`, as lowercase hex (a report's checksum).
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

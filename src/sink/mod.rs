@@ -7,7 +7,6 @@
 //! the planned names and lengths (the names in one string, 16 bytes per
 //! tensor). Nothing grows with the tensors' bytes.
 
-pub(crate) mod atomic;
 pub(crate) mod elements;
 pub(crate) mod fast;
 mod gather;
@@ -15,8 +14,6 @@ mod gather;
 mod mapped;
 pub(crate) mod parallel;
 mod planned;
-#[allow(unsafe_code)]
-pub(crate) mod writeback;
 
 use std::pin::Pin;
 

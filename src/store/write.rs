@@ -8,12 +8,9 @@ use std::sync::Mutex;
 
 use super::upload::{abort_uploads, PartUpload, MIN_PART};
 use super::{store_error, Location};
-use crate::convert::{
-    check_unchanged, index_json, sha256_hex, shard_paths, write_observed, ConvertOptions, Part,
-    ShardCtx, WrittenFile,
-};
-use crate::observe::ObservedWriter;
-use crate::output::fanout::check_shard_len;
+use crate::convert::{check_unchanged, write_observed, ConvertOptions, ShardCtx, WrittenFile};
+use crate::observe::{sha256_hex, ObservedWriter};
+use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
 use crate::plan::Plan;
 use crate::source::Source;
 use crate::Result;

@@ -50,9 +50,9 @@ pub use stream::AsyncWriter;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
+use crate::dest::files::{commit_all, StagedFile};
+use crate::dest::writeback::Writeback;
 use crate::header::{Metadata, Order, TensorEntry, TensorMeta};
-use crate::sink::atomic::{commit_all, StagedFile};
-use crate::sink::writeback::Writeback;
 use crate::{Error, Result};
 use state::WriterState;
 

@@ -6,8 +6,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 
 use super::state::WriterState;
 use super::WriterOptions;
+use crate::dest::files::{close, commit_all, StagedFile};
 use crate::header::{Header, TensorEntry, TensorMeta};
-use crate::sink::atomic::{close, commit_all, StagedFile};
 use crate::Result;
 
 /// Streams declared tensors into a safetensors file over tokio's

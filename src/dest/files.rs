@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use tempfile::{NamedTempFile, TempPath};
 use tokio::io::AsyncWriteExt;
 
-use crate::output::target::{resolve, Target};
+use super::target::{resolve, Target};
 use crate::{Error, ErrorKind, Result};
 
 /// Temp files are named `.TARGET.XXXXXX.convert-tmp` (TARGET cut to fit
@@ -28,7 +28,7 @@ impl StagedFile {
     ///
     /// A symbolic link at `target` is followed: the file it leads to is the
     /// one replaced, and the link stays. Anything but a regular file (or
-    /// nothing) there is refused: see [`crate::output::target`]. The new
+    /// nothing) there is refused: see [`super::target`]. The new
     /// file gets an existing file's mode and owner, as `cp` onto it would
     /// leave them (the owner only where the system lets us give it away).
     pub(crate) fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
@@ -102,7 +102,7 @@ fn io_reason(e: &std::io::Error) -> String {
 fn temp_prefix(target: &Path) -> OsString {
     use std::os::unix::ffi::OsStrExt;
     let name = target.file_name().unwrap_or_default().as_bytes();
-    let room = crate::output::NAME_MAX - 2 - RANDOM_LEN - TEMP_SUFFIX.len();
+    let room = super::NAME_MAX - 2 - RANDOM_LEN - TEMP_SUFFIX.len();
     let mut cut = name.len().min(room);
     if let Ok(text) = std::str::from_utf8(name) {
         while !text.is_char_boundary(cut) {

@@ -1,15 +1,74 @@
-//! One plan, many independent workers: which part of a sharded plan a run
-//! writes (`--shard K`, `--index-only`), and the check that every shard is
-//! in place before the index, the set's commit point, is written.
+//! The files a plan lays out, decided without I/O: the shards' names and
+//! the index's JSON (the same for files and objects), and which part of a
+//! sharded plan a run writes (`--shard K`, `--index-only`).
 //!
-//! Every worker plans the whole conversion from the headers alone, so all
-//! of them agree on the layout without talking to each other; worker K
-//! writes shard K only, byte-identical to the shard a single run writes.
+//! One plan, many independent workers: every worker plans the whole
+//! conversion from the headers alone, so all of them agree on the layout
+//! without talking to each other; worker K writes shard K only,
+//! byte-identical to the shard a single run writes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use crate::index::{IndexMetadata, ShardIndex, INDEX_SUFFIX};
 use crate::plan::Plan;
 use crate::{Error, ErrorKind, Result};
+
+/// The paths of a sharded set: `BASE-00001-of-0000N.safetensors` beside
+/// `output`, and `BASE.safetensors.index.json`. One shard is just `output`.
+pub fn shard_paths(output: &Path, shards: usize) -> (Vec<PathBuf>, Option<PathBuf>) {
+    if shards <= 1 {
+        return (vec![output.to_path_buf()], None);
+    }
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let base = name
+        .strip_suffix(INDEX_SUFFIX)
+        .or_else(|| name.strip_suffix(".safetensors"))
+        .unwrap_or(&name);
+    let dir = output.parent().unwrap_or(Path::new(""));
+    let paths = (1..=shards)
+        .map(|k| dir.join(format!("{base}-{k:05}-of-{shards:05}.safetensors")))
+        .collect();
+    let index = dir.join(format!("{base}{INDEX_SUFFIX}"));
+    (paths, Some(index))
+}
+
+/// The Hugging Face index: pretty JSON with sorted keys and a final newline,
+/// as `huggingface_hub` writes it.
+pub(crate) fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
+    let mut weight_map = std::collections::BTreeMap::new();
+    for (shard, path) in plan.shards.iter().zip(paths) {
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for t in &shard.header.header().tensors {
+            weight_map.insert(t.meta.name.clone(), file.clone());
+        }
+    }
+    let index = ShardIndex {
+        metadata: IndexMetadata {
+            total_size: plan.data_len(),
+            other: Default::default(),
+        },
+        weight_map,
+    };
+    let mut bytes = serde_json::to_vec_pretty(&index).expect("JSON of an index");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The bytes of the shards a run writes (progress counts only those).
+pub(crate) fn part_len(plan: &Plan, part: Part) -> u64 {
+    plan.shards
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| part.writes_shard(*i))
+        .map(|(_, s)| s.file_len())
+        .sum()
+}
 
 /// Which files of the plan a run writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,21 +118,6 @@ impl Part {
     pub fn writes_index(self) -> bool {
         matches!(self, Part::All | Part::IndexOnly)
     }
-}
-
-/// `--index-only` on files: every shard exists as a regular file of its
-/// planned length (a stat each), or the first that does not is named.
-pub(crate) fn check_shard_files(plan: &Plan, paths: &[PathBuf]) -> Result<()> {
-    for (shard, path) in plan.shards.iter().zip(paths) {
-        let found = match std::fs::metadata(path) {
-            Ok(m) if m.is_file() => Some(m.len()),
-            Ok(_) => None,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(e).with_output(path.display())),
-        };
-        check_shard_len(&path.display().to_string(), found, shard.file_len())?;
-    }
-    Ok(())
 }
 
 /// A shard found at `found` bytes (`None`: not there) against its plan.

@@ -1,20 +1,32 @@
 //! Where a conversion writes: what the output path names ([`target`]), the
-//! folders made for it ([`folders`]), and the checks made before a data
-//! byte is read, by the real run and by `--dry-run` alike ([`check_output`]).
+//! folders made for it ([`folders`]), files staged and committed together
+//! ([`files`]), and the checks made before a data byte is read, by the real
+//! run and by `--dry-run` alike ([`check_output`]).
 
-pub(crate) mod fanout;
+pub(crate) mod files;
 pub(crate) mod folders;
 pub(crate) mod target;
+#[allow(unsafe_code)]
+pub(crate) mod writeback;
 
 use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::convert::{shard_paths, ConvertOptions, Output};
 use crate::index::{is_index_path, ShardIndex};
+use crate::plan::layout::{check_shard_len, shard_paths, Part};
 use crate::plan::Plan;
 use crate::{Error, ErrorKind, Result};
 use target::{resolve, Target};
+
+/// Where the output goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// A file, written atomically; with sharding, the base of the shard names.
+    File(PathBuf),
+    /// Standard output (`-o -`); no sharding.
+    Stdout,
+}
 
 /// The longest file name Linux filesystems take (NAME_MAX).
 pub(crate) const NAME_MAX: usize = 255;
@@ -27,16 +39,17 @@ pub(crate) const NAME_MAX: usize = 255;
 ///   `NAME_MAX` bytes, a file of the set that is not a regular file;
 /// - an output file that is one of the files read for `inputs` (an
 ///   index's shards, `-` when it is a file, links followed; same device
-///   and inode), unless [`ConvertOptions::overwrite_input`];
+///   and inode), unless `overwrite_input`;
 /// - a folder that cannot be written (the nearest existing one, when the
 ///   output's folders are still to be made).
-pub fn check_output(
+pub(crate) fn check_output(
     inputs: &[PathBuf],
     output: &Output,
     plan: &Plan,
-    options: &ConvertOptions,
+    part: Part,
+    overwrite_input: bool,
 ) -> Result<Vec<String>> {
-    options.part.check(plan)?;
+    part.check(plan)?;
     let shards = plan.shards.len();
     let path = match output {
         Output::Stdout => return check_stream_output("-", shards, std::io::stdout().is_terminal()),
@@ -66,9 +79,24 @@ pub fn check_output(
     let read = input_files(inputs);
     let mut warnings = Vec::new();
     for file in files.iter().chain(&index) {
-        warnings.extend(check_file(file, &read, options)?);
+        warnings.extend(check_file(file, &read, overwrite_input)?);
     }
     Ok(warnings)
+}
+
+/// `--index-only` on files: every shard exists as a regular file of its
+/// planned length (a stat each), or the first that does not is named.
+pub(crate) fn check_shard_files(plan: &Plan, paths: &[PathBuf]) -> Result<()> {
+    for (shard, path) in plan.shards.iter().zip(paths) {
+        let found = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => Some(m.len()),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(e).with_output(path.display())),
+        };
+        check_shard_len(&path.display().to_string(), found, shard.file_len())?;
+    }
+    Ok(())
 }
 
 /// Standard output and other streams: one file, never a terminal.
@@ -87,7 +115,7 @@ fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec
 fn check_file(
     file: &Path,
     read: &[(String, u64, u64)],
-    options: &ConvertOptions,
+    overwrite_input: bool,
 ) -> Result<Vec<String>> {
     let shown = file.display();
     let name_len = file.file_name().map_or(0, |n| n.len());
@@ -105,7 +133,7 @@ fn check_file(
             .iter()
             .find(|(_, dev, ino)| (*dev, *ino) == (now.dev(), now.ino()));
         match same {
-            Some((input, ..)) if !options.overwrite_input => {
+            Some((input, ..)) if !overwrite_input => {
                 let e = Error::new(ErrorKind::OutputIsInput(input.clone()));
                 return Err(e.with_output(shown));
             }

@@ -2,6 +2,8 @@
 //! options it computes every output file's layout and exact header bytes
 //! before a single data byte is read.
 
+pub(crate) mod layout;
+
 use std::collections::HashMap;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
