@@ -1,21 +1,20 @@
 //! The whole job as one library call: inputs and options in, files and a
 //! [`Report`] out. The `convert` binary is a thin layer over this.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tokio::io::AsyncWrite;
 
-use crate::dest::check_shard_files;
-use crate::dest::files::{close, commit_all, sync_files, StagedFile};
-use crate::dest::folders::CreatedFolders;
-use crate::dest::target::{open_stream, resolve, Target};
+use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
-pub use crate::dest::Output;
+use crate::dest::writer::DestOptions;
+use crate::dest::Resolved;
+pub use crate::dest::{Output, WrittenFile};
 use crate::header::HUB_HEADER_LIMIT;
-use crate::observe::{sha256_hex, ObservedWriter, Progress};
-use crate::plan::layout::{index_json, part_len};
+use crate::observe::{ObservedWriter, Progress};
+use crate::plan::layout::part_len;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
 use crate::sink::fast::{copy_spans, SpanJob};
@@ -114,20 +113,6 @@ impl std::fmt::Debug for ConvertOptions {
             .field("part", &self.part)
             .finish()
     }
-}
-
-/// One file written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WrittenFile {
-    /// Its path (`-` for standard output).
-    pub path: String,
-    /// Its length in bytes.
-    pub bytes: u64,
-    /// Tensors it holds (0 for an index).
-    pub tensors: usize,
-    /// Its SHA-256, hex, when asked for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sha256: Option<String>,
 }
 
 /// A cast that a conversion applies.
@@ -441,7 +426,9 @@ async fn write_planned(
     started: std::time::Instant,
 ) -> Result<Report> {
     let mut warnings = plan_warnings(plan);
-    warnings.extend(check_output(inputs, output, plan, options)?);
+    let (part, overwrite) = (options.part, options.overwrite_input);
+    let (resolved, checked) = crate::dest::check(inputs, output, plan, part, overwrite)?;
+    warnings.extend(checked);
     let overflows = Mutex::new(Vec::new());
     if let Some(notice) = &options.notice {
         warnings
@@ -451,7 +438,7 @@ async fn write_planned(
     if let Some(p) = &options.progress {
         p.start(plan, part_len(plan, options.part));
     }
-    let outputs = write_outputs(output, plan, sources, options, &overflows).await?;
+    let outputs = write_outputs(resolved, plan, sources, options, &overflows).await?;
     if let Some(p) = &options.progress {
         p.finish();
     }
@@ -498,103 +485,70 @@ fn check_refs(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
     Ok(())
 }
 
-/// Writes the plan where `output` names: objects for an object URL
-/// (`s3://`, `gs://`, `az://`; with the object-store feature), else files
-/// or a stream.
+/// Writes the plan where the checked output resolved to, one protocol for
+/// files, streams and objects: each shard staged and written, the inputs
+/// checked unchanged, then all committed together, or all abandoned.
 async fn write_outputs(
-    output: &Output,
+    resolved: Resolved,
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
     overflows: &Mutex<Vec<String>>,
 ) -> Result<Vec<WrittenFile>> {
-    #[cfg(feature = "object-store")]
-    if let Output::File(path) = output {
-        if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
-            let write = crate::store::write::write_objects(url, plan, sources, options, overflows);
-            return write.await;
+    let dest_options = DestOptions {
+        part: options.part,
+        sync: options.sync,
+        checksum: options.checksum,
+    };
+    let mut dest = Destination::open(resolved, plan, dest_options).await?;
+    match write_shards(&mut dest, plan, sources, options, overflows).await {
+        Ok(()) => dest.commit(plan).await,
+        Err(e) => {
+            dest.abort().await;
+            Err(e)
         }
     }
-    write_local(output, plan, sources, options, overflows).await
 }
 
-/// Writes to a file, a set of files, standard output or a stream.
-async fn write_local(
-    output: &Output,
+/// Stages and writes every shard this run writes, then checks the inputs
+/// did not change meanwhile (a stream is sent already, but the exit code
+/// must not call it good).
+async fn write_shards(
+    dest: &mut Destination,
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
     overflows: &Mutex<Vec<String>>,
-) -> Result<Vec<WrittenFile>> {
-    let target = match output {
-        Output::Stdout => Target::Stdout,
-        Output::File(path) => resolve(path)?,
-    };
-    Ok(match target {
-        Target::Stdout => {
-            let out = tokio::io::stdout();
-            write_stream(out, "-", plan, sources, options, overflows).await?
+) -> Result<()> {
+    let count = plan.shards.len();
+    for (index, shard) in plan.shards.iter().enumerate() {
+        if !options.part.writes_shard(index) {
+            continue;
         }
-        Target::Stream(path) => {
-            let file = open_stream_output(&path).await?;
-            let name = match output {
-                Output::File(given) => given.display().to_string(),
-                Output::Stdout => "-".into(),
-            };
-            write_stream(file, &name, plan, sources, options, overflows).await?
-        }
-        Target::Replace(_) => match output {
-            Output::File(path) => write_files(path, plan, sources, options, overflows).await?,
-            Output::Stdout => unreachable!("standard output is never replaced"),
-        },
-    })
-}
-
-/// Writes the one planned file to a stream (standard output, a device, a
-/// FIFO): bytes go out as they come, so a failure part-way leaves what was
-/// sent; only the exit code tells. Sharded plans were refused before.
-async fn write_stream<W: AsyncWrite + Unpin>(
-    writer: W,
-    name: &str,
-    plan: &Plan,
-    sources: &mut [Box<dyn Source + '_>],
-    options: &ConvertOptions,
-    overflows: &Mutex<Vec<String>>,
-) -> Result<Vec<WrittenFile>> {
-    let w = ObservedWriter::new(writer, options.checksum, options.progress.clone());
-    let ctx = ShardCtx {
-        index: 0,
-        count: 1,
-        options,
-        overflows,
-    };
-    let (_, sha256) = write_observed(w, &plan.shards[0], sources, name, &ctx, None)
-        .await?
-        .into_parts();
-    // Written already, but the exit code must not call it good.
-    check_unchanged(sources)?;
-    Ok(vec![WrittenFile {
-        path: name.to_string(),
-        bytes: plan.file_len(),
-        tensors: plan.tensor_count(),
-        sha256,
-    }])
-}
-
-/// Opens a device, FIFO or socket output, off the runtime's threads (a FIFO
-/// waits for its reader, and a signal must still end the run meanwhile).
-async fn open_stream_output(path: &Path) -> Result<tokio::fs::File> {
-    use std::io::IsTerminal;
-    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
-    let owned = path.to_path_buf();
-    let file = tokio::task::spawn_blocking(move || open_stream(&owned))
-        .await
-        .map_err(|e| on_path(std::io::Error::other(e)))?
-        .map_err(on_path)?;
-    if file.is_terminal() {
-        return Err(Error::new(ErrorKind::TerminalOutput).with_output(path.display()));
+        let staged = dest.stage(index, shard).await?;
+        let w = ObservedWriter::new(staged.writer, options.checksum, options.progress.clone());
+        let ctx = ShardCtx {
+            index,
+            count,
+            options,
+            overflows,
+        };
+        // A checksum must see every byte: no kernel copies then.
+        let direct = staged
+            .file
+            .filter(|_| options.fast_path && !options.checksum);
+        let (writer, sha256) = write_observed(w, shard, sources, &staged.name, &ctx, direct)
+            .await?
+            .into_parts();
+        let written = WrittenFile {
+            path: staged.name,
+            bytes: shard.file_len(),
+            tensors: shard.refs.len(),
+            sha256,
+        };
+        dest.finish(writer, written).await?;
     }
-    Ok(tokio::fs::File::from_std(file))
+    check_unchanged(sources)
 }
 
 /// A source that reads only forward must be asked for its tensors in its
@@ -637,14 +591,14 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
 }
 
 /// Which shard is being written, for progress; where casts' overflows go.
-pub(crate) struct ShardCtx<'a> {
-    pub(crate) index: usize,
-    pub(crate) count: usize,
-    pub(crate) options: &'a ConvertOptions,
-    pub(crate) overflows: &'a Mutex<Vec<String>>,
+struct ShardCtx<'a> {
+    index: usize,
+    count: usize,
+    options: &'a ConvertOptions,
+    overflows: &'a Mutex<Vec<String>>,
 }
 
-pub(crate) async fn write_observed<W: AsyncWrite + Unpin>(
+async fn write_observed<W: AsyncWrite + Unpin>(
     writer: ObservedWriter<W>,
     shard: &ShardPlan,
     sources: &mut [Box<dyn Source + '_>],
@@ -932,107 +886,8 @@ async fn write_readers<W: AsyncWrite + Unpin>(
     Ok(overflows)
 }
 
-async fn write_files(
-    output: &Path,
-    plan: &Plan,
-    sources: &mut [Box<dyn Source + '_>],
-    options: &ConvertOptions,
-    overflows: &Mutex<Vec<String>>,
-) -> Result<Vec<WrittenFile>> {
-    let (paths, index_path) = shard_paths(output, plan.shards.len());
-    let index_path = index_path.filter(|_| options.part.writes_index());
-    if options.part == Part::IndexOnly {
-        check_shard_files(plan, &paths)?;
-    }
-    let written_paths = paths
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| options.part.writes_shard(*i))
-        .map(|(_, p)| p);
-    // Declared before the staged files, so dropped after them on failure:
-    // temp files go first, then the folders made for them.
-    let mut folders = Vec::with_capacity(paths.len() + 1);
-    for path in written_paths.chain(&index_path) {
-        if let Target::Replace(dest) = resolve(path)? {
-            folders.push(CreatedFolders::create_for(&dest)?);
-        }
-    }
-    let mut staged = Vec::with_capacity(paths.len() + 1);
-    let mut written = Vec::with_capacity(paths.len() + 1);
-    // Synced together at the end, as one `sync` would.
-    let mut unsynced = Vec::with_capacity(paths.len() + 1);
-    let count = plan.shards.len();
-    for (index, (shard, path)) in plan.shards.iter().zip(&paths).enumerate() {
-        if !options.part.writes_shard(index) {
-            continue;
-        }
-        let (stage, file) = StagedFile::create(path)?;
-        let name = path.display().to_string();
-        let w = ObservedWriter::new(file, options.checksum, options.progress.clone());
-        let ctx = ShardCtx {
-            index,
-            count,
-            options,
-            overflows,
-        };
-        // A checksum must see every byte: no kernel copies then.
-        let direct = match options.fast_path && !options.checksum {
-            true => Some(Arc::new(
-                stage
-                    .handle()
-                    .map_err(|e| Error::io(e).with_output(&name))?,
-            )),
-            false => None,
-        };
-        let (file, sha256) = write_observed(w, shard, sources, &name, &ctx, direct)
-            .await?
-            .into_parts();
-        close(file, false, path).await?;
-        unsynced.push((file_for_sync(&stage, path)?, path.clone()));
-        staged.push(stage);
-        written.push(WrittenFile {
-            path: name,
-            bytes: shard.file_len(),
-            tensors: shard.refs.len(),
-            sha256,
-        });
-    }
-    if let Some(index_path) = index_path {
-        let bytes = index_json(plan, &paths);
-        let (stage, mut file) = StagedFile::create(&index_path)?;
-        tokio::io::AsyncWriteExt::write_all(&mut file, &bytes)
-            .await
-            .map_err(|e| Error::io(e).with_output(index_path.display()))?;
-        close(file, false, &index_path).await?;
-        unsynced.push((file_for_sync(&stage, &index_path)?, index_path.clone()));
-        staged.push(stage);
-        let sha256 = options.checksum.then(|| sha256_hex(&bytes));
-        written.push(WrittenFile {
-            path: index_path.display().to_string(),
-            bytes: bytes.len() as u64,
-            tensors: 0,
-            sha256,
-        });
-    }
-    check_unchanged(sources)?;
-    if options.sync {
-        sync_files(unsynced).await?;
-    }
-    commit_all(staged, options.sync)?;
-    folders.into_iter().for_each(CreatedFolders::keep);
-    Ok(written)
-}
-
 /// Every range was checked against the inputs' lengths when opened: an
 /// input that changed since is being rewritten under us. Refuse the copy.
-pub(crate) fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
+fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
     sources.iter().try_for_each(|s| s.check_unchanged())
-}
-
-/// A handle on a staged file, to sync it later.
-fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
-    let f = stage
-        .handle()
-        .map_err(|e| Error::io(e).with_output(path.display()))?;
-    Ok(tokio::fs::File::from_std(f))
 }

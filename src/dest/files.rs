@@ -9,7 +9,13 @@ use std::path::{Path, PathBuf};
 use tempfile::{NamedTempFile, TempPath};
 use tokio::io::AsyncWriteExt;
 
+use super::folders::CreatedFolders;
 use super::target::{resolve, Target};
+use super::writer::{DestOptions, OutWriter, Staged};
+use super::WrittenFile;
+use crate::observe::sha256_hex;
+use crate::plan::layout::{index_json, Part};
+use crate::plan::Plan;
 use crate::{Error, ErrorKind, Result};
 
 /// Temp files are named `.TARGET.XXXXXX.convert-tmp` (TARGET cut to fit
@@ -32,14 +38,7 @@ impl StagedFile {
     /// file gets an existing file's mode and owner, as `cp` onto it would
     /// leave them (the owner only where the system lets us give it away).
     pub(crate) fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
-        let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
-        // Refuse `out/` now: it would stage its temp file in the current folder.
-        if target.as_os_str().as_encoded_bytes().ends_with(b"/") {
-            return Err(on_target(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "is a directory; the output must be a file name",
-            )));
-        }
+        refuse_folder_name(target)?;
         let dest = match resolve(target)? {
             Target::Replace(dest) => dest,
             _ => {
@@ -48,6 +47,17 @@ impl StagedFile {
                 return Err(e.with_output(target.display()));
             }
         };
+        Self::create_resolved(target, dest)
+    }
+
+    /// [`StagedFile::create`] for `target` resolved already (by
+    /// [`super::check`]) to the file `dest` it replaces.
+    pub(crate) fn create_resolved(
+        target: &Path,
+        dest: PathBuf,
+    ) -> Result<(StagedFile, tokio::fs::File)> {
+        let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
+        refuse_folder_name(target)?;
         let dir = parent_dir(&dest);
         let existing = std::fs::metadata(&dest).ok().filter(|m| m.is_file());
         let temp = tempfile::Builder::new()
@@ -85,6 +95,18 @@ impl StagedFile {
     pub(crate) fn temp_path(&self) -> &Path {
         self.temp.path()
     }
+}
+
+/// Refuses `out/` (it would stage its temp file in the current folder).
+fn refuse_folder_name(target: &Path) -> Result<()> {
+    if target.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        let e = std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory; the output must be a file name",
+        );
+        return Err(Error::io(e).with_output(target.display()));
+    }
+    Ok(())
 }
 
 /// The OS's words for an error, without tempfile's path decoration.
@@ -269,6 +291,121 @@ fn lock_folder(dir: &Path) -> Result<std::fs::File> {
 
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// A set of files (the shards, then the index) staged beside their
+/// targets and renamed into place together: see [`commit_all`].
+pub(crate) struct FileSet {
+    /// Each shard as (name given, file replaced); then the index.
+    shards: Vec<(PathBuf, PathBuf)>,
+    index: Option<(PathBuf, PathBuf)>,
+    options: DestOptions,
+    /// Declared before the folders, so dropped first on failure: temp
+    /// files go first, then the folders made for them.
+    staged: Vec<StagedFile>,
+    /// Synced together at the end, as one `sync` would.
+    unsynced: Vec<(tokio::fs::File, PathBuf)>,
+    folders: Vec<CreatedFolders>,
+    written: Vec<WrittenFile>,
+}
+
+impl FileSet {
+    /// The folders for every file this run writes are made now.
+    pub(crate) fn open(
+        shards: Vec<(PathBuf, PathBuf)>,
+        index: Option<(PathBuf, PathBuf)>,
+        plan: &Plan,
+        options: DestOptions,
+    ) -> Result<FileSet> {
+        let index = index.filter(|_| options.part.writes_index());
+        if options.part == Part::IndexOnly {
+            let given: Vec<PathBuf> = shards.iter().map(|(p, _)| p.clone()).collect();
+            super::check_shard_files(plan, &given)?;
+        }
+        let written_shards = shards
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| options.part.writes_shard(*i))
+            .map(|(_, s)| s);
+        let mut folders = Vec::with_capacity(shards.len() + 1);
+        for (_, dest) in written_shards.chain(&index) {
+            folders.push(CreatedFolders::create_for(dest)?);
+        }
+        Ok(FileSet {
+            staged: Vec::with_capacity(shards.len() + 1),
+            unsynced: Vec::with_capacity(shards.len() + 1),
+            written: Vec::with_capacity(shards.len() + 1),
+            shards,
+            index,
+            options,
+            folders,
+        })
+    }
+
+    pub(crate) fn stage(&mut self, index: usize) -> Result<Staged> {
+        let (path, dest) = &self.shards[index];
+        let (stage, file) = StagedFile::create_resolved(path, dest.clone())?;
+        let name = path.display().to_string();
+        let handle = stage
+            .handle()
+            .map_err(|e| Error::io(e).with_output(&name))?;
+        self.staged.push(stage);
+        Ok(Staged {
+            writer: OutWriter::File(file),
+            file: Some(std::sync::Arc::new(handle)),
+            name,
+        })
+    }
+
+    pub(crate) async fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+        let OutWriter::File(file) = writer else {
+            unreachable!("a file set stages files");
+        };
+        let path = PathBuf::from(&written.path);
+        close(file, false, &path).await?;
+        let stage = self.staged.last().expect("staged before finished");
+        self.unsynced.push((file_for_sync(stage, &path)?, path));
+        self.written.push(written);
+        Ok(())
+    }
+
+    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Vec<WrittenFile>> {
+        if let Some((index_path, dest)) = self.index.take() {
+            let paths: Vec<PathBuf> = self.shards.iter().map(|(p, _)| p.clone()).collect();
+            let bytes = index_json(plan, &paths);
+            let (stage, mut file) = StagedFile::create_resolved(&index_path, dest)?;
+            file.write_all(&bytes)
+                .await
+                .map_err(|e| Error::io(e).with_output(index_path.display()))?;
+            close(file, false, &index_path).await?;
+            let sync = file_for_sync(&stage, &index_path)?;
+            self.unsynced.push((sync, index_path.clone()));
+            self.staged.push(stage);
+            let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
+            self.written.push(WrittenFile {
+                path: index_path.display().to_string(),
+                bytes: bytes.len() as u64,
+                tensors: 0,
+                sha256,
+            });
+        }
+        if self.options.sync {
+            sync_files(std::mem::take(&mut self.unsynced)).await?;
+        }
+        commit_all(std::mem::take(&mut self.staged), self.options.sync)?;
+        std::mem::take(&mut self.folders)
+            .into_iter()
+            .for_each(CreatedFolders::keep);
+        Ok(self.written)
+    }
+}
+
+/// A handle on a staged file, to sync it later.
+fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
+    let f = stage
+        .handle()
+        .map_err(|e| Error::io(e).with_output(path.display()))?;
+    Ok(tokio::fs::File::from_std(f))
 }
 
 #[cfg(test)]

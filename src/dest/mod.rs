@@ -5,9 +5,12 @@
 
 pub(crate) mod files;
 pub(crate) mod folders;
+pub(crate) mod staged;
+pub(crate) mod stream;
 pub(crate) mod target;
 #[allow(unsafe_code)]
 pub(crate) mod writeback;
+pub(crate) mod writer;
 
 use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
@@ -28,6 +31,20 @@ pub enum Output {
     Stdout,
 }
 
+/// One file written.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WrittenFile {
+    /// Its path (`-` for standard output).
+    pub path: String,
+    /// Its length in bytes.
+    pub bytes: u64,
+    /// Tensors it holds (0 for an index).
+    pub tensors: usize,
+    /// Its SHA-256, hex, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
 /// The longest file name Linux filesystems take (NAME_MAX).
 pub(crate) const NAME_MAX: usize = 255;
 
@@ -37,9 +54,9 @@ pub(crate) const NAME_MAX: usize = 255;
 /// - a sharded set to standard output, a device, a FIFO or a socket;
 /// - one file named like an index (`*.index.json`), a name over
 ///   `NAME_MAX` bytes, a file of the set that is not a regular file;
-/// - an output file that is one of the files read for `inputs` (an
-///   index's shards, `-` when it is a file, links followed; same device
-///   and inode), unless `overwrite_input`;
+/// - an output file (or object) that is one of the files (or object URLs)
+///   read for `inputs` (an index's shards, `-` when it is a file, links
+///   followed; same device and inode), unless `overwrite_input`;
 /// - a folder that cannot be written (the nearest existing one, when the
 ///   output's folders are still to be made).
 pub(crate) fn check_output(
@@ -49,24 +66,62 @@ pub(crate) fn check_output(
     part: Part,
     overwrite_input: bool,
 ) -> Result<Vec<String>> {
+    check(inputs, output, plan, part, overwrite_input).map(|(_, warnings)| warnings)
+}
+
+/// What an output resolves to, once, after [`check`]: the only place the
+/// output path is looked at.
+#[derive(Debug)]
+pub(crate) enum Resolved {
+    /// Standard output, by `-` or another name.
+    Stdout,
+    /// A device, FIFO or socket, and its name as given.
+    Stream(PathBuf, String),
+    /// Regular files: each shard as (name given, file replaced; links
+    /// followed), then the index if any.
+    Files {
+        shards: Vec<(PathBuf, PathBuf)>,
+        index: Option<(PathBuf, PathBuf)>,
+    },
+    /// Objects: the URL the set's names derive from.
+    #[cfg(feature = "object-store")]
+    Objects(String),
+}
+
+/// [`check_output`], keeping what the output resolved to.
+pub(crate) fn check(
+    inputs: &[PathBuf],
+    output: &Output,
+    plan: &Plan,
+    part: Part,
+    overwrite_input: bool,
+) -> Result<(Resolved, Vec<String>)> {
     part.check(plan)?;
     let shards = plan.shards.len();
     let path = match output {
-        Output::Stdout => return check_stream_output("-", shards, std::io::stdout().is_terminal()),
+        Output::Stdout => {
+            check_stream_output("-", shards, std::io::stdout().is_terminal())?;
+            return Ok((Resolved::Stdout, Vec::new()));
+        }
         Output::File(path) => path,
     };
-    // An object: written as a whole or not at all by the store itself.
+    // Objects: written as a whole or not at all by the store itself.
     #[cfg(feature = "object-store")]
-    if crate::store::is_url(path) {
-        return Ok(Vec::new());
+    if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
+        check_objects(inputs, url, shards, overwrite_input)?;
+        return Ok((Resolved::Objects(url.to_string()), Vec::new()));
     }
     let shown = path.display().to_string();
     match resolve(path)? {
         Target::Stdout => {
-            return check_stream_output(&shown, shards, std::io::stdout().is_terminal())
+            check_stream_output(&shown, shards, std::io::stdout().is_terminal())?;
+            return Ok((Resolved::Stdout, Vec::new()));
         }
         // Whether a device is a terminal is known once it is open.
-        Target::Stream(_) => return check_stream_output(&shown, shards, false),
+        Target::Stream(at) => {
+            check_stream_output(&shown, shards, false)?;
+            return Ok((Resolved::Stream(at, shown), Vec::new()));
+        }
         Target::Replace(_) => {}
     }
     let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -78,10 +133,35 @@ pub(crate) fn check_output(
     let (files, index) = shard_paths(path, shards);
     let read = input_files(inputs);
     let mut warnings = Vec::new();
-    for file in files.iter().chain(&index) {
-        warnings.extend(check_file(file, &read, overwrite_input)?);
+    let mut check_one = |file: PathBuf| -> Result<(PathBuf, PathBuf)> {
+        let (dest, warned) = check_file(&file, &read, overwrite_input)?;
+        warnings.extend(warned);
+        Ok((file, dest))
+    };
+    let shards = files
+        .into_iter()
+        .map(&mut check_one)
+        .collect::<Result<_>>()?;
+    let index = index.map(&mut check_one).transpose()?;
+    Ok((Resolved::Files { shards, index }, warnings))
+}
+
+/// An object set whose name is one of the object URLs read: refused unless
+/// `overwrite_input` (the store replaces it whole, after the reads).
+#[cfg(feature = "object-store")]
+fn check_objects(inputs: &[PathBuf], url: &str, shards: usize, overwrite: bool) -> Result<()> {
+    if overwrite {
+        return Ok(());
     }
-    Ok(warnings)
+    let (files, index) = shard_paths(Path::new(url), shards);
+    for out in files.iter().chain(&index) {
+        let out = out.to_string_lossy();
+        if let Some(input) = inputs.iter().find(|i| i.to_string_lossy() == out) {
+            let e = Error::new(ErrorKind::OutputIsInput(input.display().to_string()));
+            return Err(e.with_output(out));
+        }
+    }
+    Ok(())
 }
 
 /// `--index-only` on files: every shard exists as a regular file of its
@@ -112,11 +192,12 @@ fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec
 }
 
 /// One file of the output: its name, what is there now, its folder.
+/// Returns the file it replaces (links followed) and warnings.
 fn check_file(
     file: &Path,
     read: &[(String, u64, u64)],
     overwrite_input: bool,
-) -> Result<Vec<String>> {
+) -> Result<(PathBuf, Vec<String>)> {
     let shown = file.display();
     let name_len = file.file_name().map_or(0, |n| n.len());
     if name_len > NAME_MAX {
@@ -147,7 +228,7 @@ fn check_file(
         }
     }
     check_writable(&dest).map_err(|e| e.with_output(shown))?;
-    Ok(warnings)
+    Ok((dest, warnings))
 }
 
 /// The folder `dest` goes into, or the nearest existing one above it, is a

@@ -162,19 +162,27 @@ impl Location {
     pub(crate) fn writable(&self) -> Result<Arc<dyn MultipartStore>> {
         self.multipart.clone().ok_or_else(|| {
             let msg = "an http(s) URL is read-only; write to s3://, gs:// or az://";
-            Error::new(ErrorKind::Usage(msg.into())).with_input(&self.url)
+            Error::new(ErrorKind::Usage(msg.into())).with_output(&self.url)
         })
     }
 }
 
-/// An object store error as ours: the URL named, the store's own words
-/// (which name the request, never a secret), exit code 3.
+/// An object store error as ours: the URL named (an input), the store's
+/// own words (which name the request, never a secret), exit code 3.
 pub(crate) fn store_error(e: object_store::Error, url: &str) -> Error {
-    let msg = match &e {
+    Error::new(ErrorKind::ObjectStore(store_message(&e))).with_input(url)
+}
+
+/// [`store_error`] for an object being written: the URL named as the output.
+pub(crate) fn store_output_error(e: object_store::Error, url: &str) -> Error {
+    Error::new(ErrorKind::ObjectStore(store_message(&e))).with_output(url)
+}
+
+fn store_message(e: &object_store::Error) -> String {
+    match e {
         object_store::Error::NotFound { .. } => "no such object (or bucket)".to_string(),
-        _ => one_line(&e),
-    };
-    Error::new(ErrorKind::ObjectStore(msg)).with_input(url)
+        _ => one_line(e),
+    }
 }
 
 /// An error and its causes on one line: the binary prints exactly one.

@@ -19,7 +19,7 @@ use object_store::{MultipartId, PutPayload};
 use tokio::io::AsyncWrite;
 use tokio::task::JoinSet;
 
-use super::store_error;
+use super::store_output_error;
 use crate::{ErrorKind, Result};
 
 /// The smallest part S3 accepts (but for the last).
@@ -72,7 +72,7 @@ pub async fn abort_pending() -> Result<()> {
     let mut first = None;
     for p in all {
         if let Err(e) = p.store.abort_multipart(&p.path, &p.id).await {
-            first.get_or_insert(store_error(e, &p.url));
+            first.get_or_insert(store_output_error(e, &p.url));
         }
     }
     first.map_or(Ok(()), Err)
@@ -85,7 +85,7 @@ pub(crate) async fn abort_uploads(keys: &[u64]) -> Result<()> {
     for key in keys {
         if let Some(p) = take_pending(*key) {
             if let Err(e) = p.store.abort_multipart(&p.path, &p.id).await {
-                first.get_or_insert(store_error(e, &p.url));
+                first.get_or_insert(store_output_error(e, &p.url));
             }
         }
     }
@@ -120,7 +120,7 @@ impl PartUpload {
         let id = store
             .create_multipart(&path)
             .await
-            .map_err(|e| store_error(e, url))?;
+            .map_err(|e| store_output_error(e, url))?;
         let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         PENDING
             .lock()
@@ -214,7 +214,7 @@ impl PartUpload {
                         if let Some(p) = pending {
                             PENDING.lock().unwrap_or_else(|p| p.into_inner()).push(p);
                         }
-                        store_error(e, &self.url)
+                        store_output_error(e, &self.url)
                     }
                 }
             }
@@ -230,7 +230,7 @@ impl PartUpload {
         self.send_all().await?;
         if self.written != planned {
             let msg = format!("{} bytes written, {planned} planned", self.written);
-            return Err(crate::Error::new(ErrorKind::ObjectStore(msg)).with_input(&self.url));
+            return Err(crate::Error::new(ErrorKind::ObjectStore(msg)).with_output(&self.url));
         }
         self.sent
             .iter_mut()
@@ -252,9 +252,9 @@ impl PartUpload {
 
     fn failure(&mut self) -> crate::Error {
         match self.failed.take() {
-            Some(e) => store_error(e, &self.url),
+            Some(e) => store_output_error(e, &self.url),
             None => crate::Error::new(ErrorKind::ObjectStore("upload failed".into()))
-                .with_input(&self.url),
+                .with_output(&self.url),
         }
     }
 
@@ -268,7 +268,7 @@ impl PartUpload {
                 .store
                 .abort_multipart(&p.path, &p.id)
                 .await
-                .map_err(|e| store_error(e, &p.url)),
+                .map_err(|e| store_output_error(e, &p.url)),
             None => Ok(()),
         }
     }

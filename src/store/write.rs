@@ -1,145 +1,140 @@
 //! A plan written to object storage: each file one object. A set's shards
 //! are all uploaded before any is completed, and the index is written
 //! last: the index is the set's commit point. One file under
-//! [`MIN_PART`](super::upload::MIN_PART) bytes is a single PUT.
+//! [`MIN_PART`](super::upload::MIN_PART) bytes is a single PUT, sent at the
+//! commit.
 
 use std::path::Path;
-use std::sync::Mutex;
 
 use super::upload::{abort_uploads, PartUpload, MIN_PART};
-use super::{store_error, Location};
-use crate::convert::{check_unchanged, write_observed, ConvertOptions, ShardCtx, WrittenFile};
-use crate::observe::{sha256_hex, ObservedWriter};
+use super::{store_output_error, Location};
+use crate::dest::writer::{DestOptions, OutWriter, Staged};
+use crate::dest::WrittenFile;
+use crate::observe::sha256_hex;
 use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
-use crate::plan::Plan;
-use crate::source::Source;
+use crate::plan::{Plan, ShardPlan};
 use crate::Result;
 use object_store::{ObjectStoreExt, PutPayload};
 
-/// Writes the files of `plan` that `options.part` selects to the objects
-/// named from `url` (the set's base name, as for files).
-pub(crate) async fn write_objects(
-    url: &str,
-    plan: &Plan,
-    sources: &mut [Box<dyn Source + '_>],
-    options: &ConvertOptions,
-    overflows: &Mutex<Vec<String>>,
-) -> Result<Vec<WrittenFile>> {
-    let base = Location::parse(url)?;
-    let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
-    let name = |p: &Path| {
-        p.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    let objects: Vec<Location> = match index_path {
-        None => vec![base.clone()],
-        Some(_) => paths.iter().map(|p| base.sibling(&name(p))).collect(),
-    };
-    if options.part == Part::IndexOnly {
-        check_shard_objects(plan, &objects).await?;
-    }
-    let mut keys = Vec::new();
-    let written = upload_shards(plan, &objects, sources, options, overflows, &mut keys).await;
-    let (uploads, mut written) = match written {
-        Ok(w) => w,
-        Err(e) => {
-            let _ = abort_uploads(&keys).await;
-            return Err(e);
-        }
-    };
-    if let Err(e) = check_unchanged(sources) {
-        let _ = abort_uploads(&keys).await;
-        return Err(e);
-    }
-    let mut uploads = uploads.into_iter();
-    while let Some((upload, planned)) = uploads.next() {
-        if let Err(e) = upload.complete(planned).await {
-            let rest: Vec<u64> = uploads.map(|(u, _)| u.key()).collect();
-            let _ = abort_uploads(&rest).await;
-            return Err(e);
-        }
-    }
-    if let (Some(index_path), true) = (index_path, options.part.writes_index()) {
-        let bytes = index_json(plan, &paths);
-        let index = base.sibling(&name(&index_path));
-        let len = bytes.len() as u64;
-        let sha256 = options.checksum.then(|| sha256_hex(&bytes));
-        index
-            .store
-            .put(&index.path, PutPayload::from(bytes))
-            .await
-            .map_err(|e| store_error(e, &index.url))?;
-        written.push(WrittenFile {
-            path: index.url,
-            bytes: len,
-            tensors: 0,
-            sha256,
-        });
-    }
-    Ok(written)
+/// The objects of a plan being written.
+pub(crate) struct ObjectSet {
+    /// The shards' objects (one: the base itself).
+    objects: Vec<Location>,
+    /// The index's object, when this run writes one.
+    index: Option<Location>,
+    /// The shards' names, for the index.
+    names: Vec<std::path::PathBuf>,
+    options: DestOptions,
+    /// Every upload started, to abort on failure.
+    keys: Vec<u64>,
+    /// Uploads ready to complete, with their planned lengths.
+    ready: Vec<(PartUpload, u64)>,
+    /// One small object's bytes, and where they go.
+    whole: Option<(Vec<u8>, Location)>,
+    /// The object being staged.
+    at: usize,
+    written: Vec<WrittenFile>,
 }
 
-/// An upload ready to complete, and its planned length.
-type Ready = (PartUpload, u64);
-
-/// Uploads every selected shard's bytes, completing none (but a single PUT
-/// of one small file, which is atomic by itself).
-async fn upload_shards(
-    plan: &Plan,
-    objects: &[Location],
-    sources: &mut [Box<dyn Source + '_>],
-    options: &ConvertOptions,
-    overflows: &Mutex<Vec<String>>,
-    keys: &mut Vec<u64>,
-) -> Result<(Vec<Ready>, Vec<WrittenFile>)> {
-    let mut ready = Vec::new();
-    let mut written = Vec::new();
-    let count = plan.shards.len();
-    for (index, (shard, object)) in plan.shards.iter().zip(objects).enumerate() {
-        if !options.part.writes_shard(index) {
-            continue;
+impl ObjectSet {
+    /// Names the set's objects from `url` (the set's base name, as for
+    /// files); with `--index-only`, checks every shard is there first.
+    pub(crate) async fn open(url: &str, plan: &Plan, options: DestOptions) -> Result<ObjectSet> {
+        let base = Location::parse(url)?;
+        let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
+        let name = |p: &Path| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
+        let objects: Vec<Location> = match index_path {
+            None => vec![base.clone()],
+            Some(_) => paths.iter().map(|p| base.sibling(&name(p))).collect(),
+        };
+        if options.part == Part::IndexOnly {
+            check_shard_objects(plan, &objects).await?;
         }
-        let ctx = ShardCtx {
+        let index = index_path
+            .filter(|_| options.part.writes_index())
+            .map(|p| base.sibling(&name(&p)));
+        Ok(ObjectSet {
+            objects,
             index,
-            count,
+            names: paths,
             options,
-            overflows,
-        };
-        let len = shard.file_len();
-        let sha256 = if count == 1 && len < MIN_PART {
-            let buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
-            let w = ObservedWriter::new(buf, options.checksum, options.progress.clone());
-            let (bytes, sha256) = write_observed(w, shard, sources, &object.url, &ctx, None)
-                .await?
-                .into_parts();
-            check_unchanged(sources)?;
-            object
-                .store
-                .put(&object.path, PutPayload::from(bytes))
-                .await
-                .map_err(|e| store_error(e, &object.url))?;
-            sha256
-        } else {
-            let upload =
-                PartUpload::start(object.writable()?, object.path.clone(), &object.url, len)
-                    .await?;
-            keys.push(upload.key());
-            let w = ObservedWriter::new(upload, options.checksum, options.progress.clone());
-            let (upload, sha256) = write_observed(w, shard, sources, &object.url, &ctx, None)
-                .await?
-                .into_parts();
-            ready.push((upload, len));
-            sha256
-        };
-        written.push(WrittenFile {
-            path: object.url.clone(),
-            bytes: len,
-            tensors: shard.refs.len(),
-            sha256,
-        });
+            keys: Vec::new(),
+            ready: Vec::new(),
+            whole: None,
+            at: 0,
+            written: Vec::new(),
+        })
     }
-    Ok((ready, written))
+
+    /// A multipart upload, or for one file under [`MIN_PART`] bytes a
+    /// buffer sent whole at the commit.
+    pub(crate) async fn stage(&mut self, index: usize, shard: &ShardPlan) -> Result<Staged> {
+        let object = &self.objects[index];
+        let len = shard.file_len();
+        self.at = index;
+        let writer = if self.objects.len() == 1 && len < MIN_PART {
+            OutWriter::Buffer(Vec::with_capacity(usize::try_from(len).unwrap_or(0)))
+        } else {
+            let store = object.writable()?;
+            let upload = PartUpload::start(store, object.path.clone(), &object.url, len).await?;
+            self.keys.push(upload.key());
+            OutWriter::Upload(upload)
+        };
+        Ok(Staged {
+            writer,
+            file: None,
+            name: object.url.clone(),
+        })
+    }
+
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+        match writer {
+            OutWriter::Buffer(bytes) => self.whole = Some((bytes, self.objects[self.at].clone())),
+            OutWriter::Upload(upload) => self.ready.push((upload, written.bytes)),
+            _ => unreachable!("an object set stages buffers and uploads"),
+        }
+        self.written.push(written);
+        Ok(())
+    }
+
+    /// Sends the small object, completes every upload in order, then
+    /// writes the index; on a failure, aborts every upload not completed.
+    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Vec<WrittenFile>> {
+        if let Some((bytes, object)) = self.whole.take() {
+            let put = object.store.put(&object.path, PutPayload::from(bytes));
+            put.await.map_err(|e| store_output_error(e, &object.url))?;
+        }
+        for (upload, planned) in std::mem::take(&mut self.ready) {
+            if let Err(e) = upload.complete(planned).await {
+                // Those completed are off the pending list: only the rest go.
+                let _ = abort_uploads(&self.keys).await;
+                return Err(e);
+            }
+        }
+        if let Some(index) = self.index.take() {
+            let bytes = index_json(plan, &self.names);
+            let len = bytes.len() as u64;
+            let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
+            let put = index.store.put(&index.path, PutPayload::from(bytes));
+            put.await.map_err(|e| store_output_error(e, &index.url))?;
+            self.written.push(WrittenFile {
+                path: index.url,
+                bytes: len,
+                tensors: 0,
+                sha256,
+            });
+        }
+        Ok(self.written)
+    }
+
+    /// Aborts every upload started; nothing of the set appears.
+    pub(crate) async fn abort(self) {
+        let _ = abort_uploads(&self.keys).await;
+    }
 }
 
 /// `--index-only` on objects: a HEAD for each planned shard.
@@ -148,7 +143,7 @@ async fn check_shard_objects(plan: &Plan, objects: &[Location]) -> Result<()> {
         let found = match object.store.head(&object.path).await {
             Ok(meta) => Some(meta.size),
             Err(object_store::Error::NotFound { .. }) => None,
-            Err(e) => return Err(store_error(e, &object.url)),
+            Err(e) => return Err(store_output_error(e, &object.url)),
         };
         check_shard_len(&object.url, found, shard.file_len())?;
     }

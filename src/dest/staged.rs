@@ -1,0 +1,88 @@
+//! The one protocol every destination follows: checked and resolved first
+//! ([`super::check`]), then each output staged and written, then all
+//! committed together, or all abandoned. Files are staged under temp names
+//! and renamed into place; a stream is written as it goes (nothing to
+//! commit, nothing to take back); objects are multipart uploads completed
+//! at the end, the index last.
+
+use super::files::FileSet;
+use super::stream::StreamOut;
+use super::writer::{DestOptions, OutWriter, Staged};
+use super::{Resolved, WrittenFile};
+use crate::plan::{Plan, ShardPlan};
+use crate::Result;
+
+/// A set of outputs being written.
+pub(crate) enum Destination {
+    Files(FileSet),
+    Stream(StreamOut),
+    #[cfg(feature = "object-store")]
+    Objects(crate::store::write::ObjectSet),
+}
+
+impl Destination {
+    /// Readies the destination `resolved` names for `plan`: with
+    /// `--index-only`, checks every shard is in place first.
+    pub(crate) async fn open(
+        resolved: Resolved,
+        plan: &Plan,
+        options: DestOptions,
+    ) -> Result<Destination> {
+        Ok(match resolved {
+            Resolved::Stdout => Destination::Stream(StreamOut::stdout()),
+            Resolved::Stream(path, shown) => Destination::Stream(StreamOut::path(path, shown)),
+            Resolved::Files { shards, index } => {
+                Destination::Files(FileSet::open(shards, index, plan, options)?)
+            }
+            #[cfg(feature = "object-store")]
+            Resolved::Objects(url) => {
+                let set = crate::store::write::ObjectSet::open(&url, plan, options).await?;
+                Destination::Objects(set)
+            }
+        })
+    }
+
+    /// Starts writing shard `index` of the plan.
+    #[cfg_attr(not(feature = "object-store"), allow(unused_variables))]
+    pub(crate) async fn stage(&mut self, index: usize, shard: &ShardPlan) -> Result<Staged> {
+        match self {
+            Destination::Files(f) => f.stage(index),
+            Destination::Stream(s) => s.stage().await,
+            #[cfg(feature = "object-store")]
+            Destination::Objects(o) => o.stage(index, shard).await,
+        }
+    }
+
+    /// Takes back a staged output's writer once its bytes are all written
+    /// (and flushed), with what the report says of it.
+    pub(crate) async fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+        match self {
+            Destination::Files(f) => f.finish(writer, written).await,
+            Destination::Stream(s) => s.finish(written),
+            #[cfg(feature = "object-store")]
+            Destination::Objects(o) => o.finish(writer, written),
+        }
+    }
+
+    /// Makes every output appear together (the index last, where there is
+    /// one); returns the report's files, shards first.
+    pub(crate) async fn commit(self, plan: &Plan) -> Result<Vec<WrittenFile>> {
+        match self {
+            Destination::Files(f) => f.commit(plan).await,
+            Destination::Stream(s) => Ok(s.commit()),
+            #[cfg(feature = "object-store")]
+            Destination::Objects(o) => o.commit(plan).await,
+        }
+    }
+
+    /// Abandons every output: nothing staged appears (what a stream has
+    /// sent stays sent).
+    pub(crate) async fn abort(self) {
+        match self {
+            Destination::Files(f) => drop(f),
+            Destination::Stream(_) => {}
+            #[cfg(feature = "object-store")]
+            Destination::Objects(o) => o.abort().await,
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! What every destination hands the copy: the writer of one staged
+//! output (a file, standard output, a buffer, an upload), and the file
+//! itself where there is one.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::AsyncWrite;
+
+use crate::plan::layout::Part;
+
+/// The writer of one staged output.
+pub(crate) enum OutWriter {
+    /// A staged file, or a device or FIFO written in place.
+    File(tokio::fs::File),
+    /// Standard output.
+    Stdout(tokio::io::Stdout),
+    /// One small object, sent whole at the commit.
+    #[cfg(feature = "object-store")]
+    Buffer(Vec<u8>),
+    /// A multipart upload, completed at the commit.
+    #[cfg(feature = "object-store")]
+    Upload(crate::store::upload::PartUpload),
+}
+
+/// One output being written.
+pub(crate) struct Staged {
+    pub(crate) writer: OutWriter,
+    /// The file itself, for copies made beside the writer (the kernel's,
+    /// positional writes); `None` for streams and objects.
+    pub(crate) file: Option<Arc<std::fs::File>>,
+    /// Its name in messages and the report.
+    pub(crate) name: String,
+}
+
+/// What a destination is told besides where it writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DestOptions {
+    pub(crate) part: Part,
+    /// Make files durable before reporting success.
+    pub(crate) sync: bool,
+    /// Report the index's SHA-256 too.
+    pub(crate) checksum: bool,
+}
+
+impl AsyncWrite for OutWriter {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            OutWriter::File(w) => Pin::new(w).poll_write(cx, buf),
+            OutWriter::Stdout(w) => Pin::new(w).poll_write(cx, buf),
+            #[cfg(feature = "object-store")]
+            OutWriter::Buffer(w) => Pin::new(w).poll_write(cx, buf),
+            #[cfg(feature = "object-store")]
+            OutWriter::Upload(w) => Pin::new(w).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            OutWriter::File(w) => Pin::new(w).poll_flush(cx),
+            OutWriter::Stdout(w) => Pin::new(w).poll_flush(cx),
+            #[cfg(feature = "object-store")]
+            OutWriter::Buffer(w) => Pin::new(w).poll_flush(cx),
+            #[cfg(feature = "object-store")]
+            OutWriter::Upload(w) => Pin::new(w).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            OutWriter::File(w) => Pin::new(w).poll_shutdown(cx),
+            OutWriter::Stdout(w) => Pin::new(w).poll_shutdown(cx),
+            #[cfg(feature = "object-store")]
+            OutWriter::Buffer(w) => Pin::new(w).poll_shutdown(cx),
+            #[cfg(feature = "object-store")]
+            OutWriter::Upload(w) => Pin::new(w).poll_shutdown(cx),
+        }
+    }
+}
