@@ -307,6 +307,24 @@ mod tests {
         assert!(index_shards(&index).is_empty());
     }
 
+    #[cfg(feature = "object-store")]
+    #[test]
+    fn an_object_set_naming_an_object_read_is_refused() {
+        let url = "s3://bucket/dir/model.safetensors";
+        let inputs = [PathBuf::from(url)];
+        let e = check_objects(&inputs, url, 1, false).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::OutputIsInput(i) if i == url),
+            "{e}"
+        );
+        assert_eq!(e.output(), Some(url));
+        assert!(check_objects(&inputs, url, 1, true).is_ok());
+        // A sharded set clashes through its shard names.
+        let shard = PathBuf::from("s3://bucket/dir/model-00002-of-00002.safetensors");
+        assert!(check_objects(&[shard.clone()], url, 2, false).is_err());
+        assert!(check_objects(&[shard], url, 1, false).is_ok());
+    }
+
     #[test]
     fn a_folder_input_clashes_as_the_file_it_stands_for() {
         let dir = tempfile::tempdir().unwrap();

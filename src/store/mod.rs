@@ -205,6 +205,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn writing_failures_name_the_output() {
+        let e = || object_store::Error::NotFound {
+            path: "k".into(),
+            source: "gone".into(),
+        };
+        let url = "s3://b/k";
+        let written = store_output_error(e(), url);
+        assert_eq!((written.output(), written.input()), (Some(url), None));
+        let read = store_error(e(), url);
+        assert_eq!((read.input(), read.output()), (Some(url), None));
+        let web = Location::parse("https://host.example/x.safetensors").unwrap();
+        let refused = web.writable().err().expect("read-only");
+        assert_eq!(refused.output(), Some(web.url.as_str()));
+    }
+
+    #[test]
     fn urls_name_stores_and_keys() {
         let loc = Location::parse("s3://bucket/dir/model.safetensors").unwrap();
         assert_eq!(loc.path.as_ref(), "dir/model.safetensors");
