@@ -321,7 +321,7 @@ mod tests {
         assert!(check_objects(&inputs, url, 1, true).is_ok());
         // A sharded set clashes through its shard names.
         let shard = PathBuf::from("s3://bucket/dir/model-00002-of-00002.safetensors");
-        assert!(check_objects(&[shard.clone()], url, 2, false).is_err());
+        assert!(check_objects(std::slice::from_ref(&shard), url, 2, false).is_err());
         assert!(check_objects(&[shard], url, 1, false).is_ok());
     }
 
