@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use tokio::io::AsyncWrite;
 
+pub use crate::copy::write_shard;
+use crate::copy::{copy_shard, Direct};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
@@ -16,12 +18,10 @@ use crate::header::HUB_HEADER_LIMIT;
 use crate::observe::{ObservedWriter, Progress};
 use crate::plan::layout::part_len;
 pub use crate::plan::layout::{shard_paths, Part};
-use crate::plan::{plan, Plan, PlanOptions, ShardPlan, TensorRef};
-use crate::sink::fast::{copy_spans, SpanJob};
-use crate::sink::parallel::{write_parallel, ReaderJob};
-use crate::sink::{Sink, SinkOptions};
+use crate::plan::{plan, Plan, PlanOptions, ShardPlan};
+use crate::sink::SinkOptions;
 use crate::source::input::open_input;
-use crate::source::{Access, Source, SourceOptions, TensorData};
+use crate::source::{Access, Source, SourceOptions};
 use crate::{Error, ErrorKind, Result};
 
 /// A callback for things worth telling that are not errors ("spooling ...").
@@ -569,27 +569,6 @@ fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
     Ok(())
 }
 
-/// Writes one planned file to any `AsyncWrite`, pulling each tensor from its source.
-pub async fn write_shard<W: AsyncWrite + Unpin>(
-    writer: W,
-    shard: &ShardPlan,
-    sources: &mut [Box<dyn Source + '_>],
-    sink_options: SinkOptions,
-    output_name: &str,
-) -> Result<W> {
-    write_tensors(
-        writer,
-        shard,
-        sources,
-        sink_options,
-        output_name,
-        |_| {},
-        None,
-        None,
-    )
-    .await
-}
-
 /// Which shard is being written, for progress; where casts' overflows go.
 struct ShardCtx<'a> {
     index: usize,
@@ -613,16 +592,16 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         }
     };
     let fast = direct.map(|out| Direct {
-        writeback: ctx
-            .options
-            .sync
-            .then(|| Arc::new(Writeback::new(out.clone()))),
+        writeback: ctx.options.sync.then(|| {
+            let w = Writeback::new(out.clone());
+            Arc::new(move |n| w.landed(n)) as Arc<dyn Fn(u64) + Send + Sync>
+        }),
         out,
         name: output_name.to_string(),
         progress: ctx.options.progress.clone(),
         shard: (ctx.index, ctx.count),
     });
-    write_tensors(
+    copy_shard(
         writer,
         shard,
         sources,
@@ -633,257 +612,6 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         Some(ctx.overflows),
     )
     .await
-}
-
-/// The output file itself, for tensors copied without the async writer.
-struct Direct {
-    out: Arc<std::fs::File>,
-    name: String,
-    progress: Option<Arc<dyn Progress>>,
-    /// This shard's index and the count of shards, for progress.
-    shard: (usize, usize),
-    /// Writeback started as bytes land, when the file is to be fsync'd.
-    writeback: Option<Arc<Writeback>>,
-}
-
-impl Direct {
-    /// What to call as bytes land in the file: progress, and writeback.
-    fn on_landed(&self) -> impl Fn(u64) + Send + Sync + 'static {
-        let (progress, writeback) = (self.progress.clone(), self.writeback.clone());
-        move |n| {
-            if let Some(p) = &progress {
-                p.bytes(n);
-            }
-            if let Some(w) = &writeback {
-                w.landed(n);
-            }
-        }
-    }
-}
-
-/// Tensors copied per trip to the blocking pool.
-const BATCH: usize = 16384;
-
-#[allow(clippy::too_many_arguments)]
-async fn write_tensors<W: AsyncWrite + Unpin>(
-    writer: W,
-    shard: &ShardPlan,
-    sources: &mut [Box<dyn Source + '_>],
-    sink_options: SinkOptions,
-    output_name: &str,
-    on_tensor: impl Fn(&str),
-    direct: Option<Direct>,
-    overflows: Option<&Mutex<Vec<String>>>,
-) -> Result<W> {
-    let overflowed = |k: usize, count: u64| {
-        if let (Some(list), Some(c)) = (overflows, shard.refs[k].cast()) {
-            let name = &shard.header.header().tensors[k].meta.name;
-            let msg = overflow_warning(name, c, count);
-            list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
-        }
-    };
-    let sink = Sink::start(writer, &shard.header, sink_options)
-        .await
-        .map_err(|e| e.with_output(output_name))?;
-    let mut sink = sink.with_output_name(output_name);
-    let tensors = &shard.header.header().tensors;
-    let mut ahead: Option<(usize, Result<TensorData<'static>>)> = None;
-    let mut k = 0;
-    while k < shard.refs.len() {
-        if let Some(d) = &direct {
-            // Tensors whose bytes lie in files, or else deflated members
-            // (read side by side): straight into the file.
-            let spans = span_jobs(&shard.refs[k..], sources);
-            let size = sink_options.buffer_size;
-            let copied = if !spans.is_empty() {
-                on_tensor(&tensors[k].meta.name);
-                let n = spans.len();
-                Some((n, copy_direct(&mut sink, d, spans, size).await))
-            } else {
-                let readers = reader_jobs(shard, k, sources);
-                match readers.len() {
-                    0 => None,
-                    n => Some((
-                        n,
-                        write_readers(&mut sink, d, shard, k, readers, size).await,
-                    )),
-                }
-            };
-            if let Some((n, copied)) = copied {
-                let over = copied.map_err(|(i, e)| {
-                    name_error(e, sources, &shard.refs[k + i], &tensors[k + i].meta.name)
-                })?;
-                over.into_iter().for_each(|(i, n)| overflowed(k + i, n));
-                k += n;
-                continue;
-            }
-        }
-        let (r, t) = (&shard.refs[k], &tensors[k]);
-        on_tensor(&t.meta.name);
-        // Start the next tensor now, if its source can: it then reads (an
-        // npz member inflates) on another core while this one is written.
-        // (Into a file, such tensors are read side by side instead, above.)
-        let prefetched = match ahead.take() {
-            Some((at, data)) if at == k => Some(data),
-            _ => None,
-        };
-        if let (Some(next), None) = (shard.refs.get(k + 1), &direct) {
-            if let Some(data) = sources[next.source()].open_ahead(next.index()) {
-                ahead = Some((k + 1, data));
-            }
-        }
-        let written: Result<u64> = {
-            let source = &mut sources[r.source()];
-            let opened = match prefetched {
-                Some(data) => data,
-                None => source.open(r.index()).await,
-            };
-            match opened {
-                Ok(data) => sink.write_tensor_data(data, r.cast()).await,
-                Err(e) => Err(e),
-            }
-        };
-        if let Err(e) = written {
-            return Err(name_error(e, sources, r, &t.meta.name));
-        }
-        match sink.take_overflowed() {
-            0 => {}
-            n => overflowed(k, n),
-        }
-        k += 1;
-    }
-    sink.finish().await
-}
-
-/// A cast's overflows to infinity, as a report's warning.
-fn overflow_warning(tensor: &str, cast: crate::cast::Cast, count: u64) -> String {
-    let values = if count == 1 { "value" } else { "values" };
-    format!(
-        "tensor {tensor:?}: {count} finite {values} overflowed to infinity casting {} to {}",
-        cast.from(),
-        cast.to()
-    )
-}
-
-/// Names the input, and the tensor as the input knows it (and as it is
-/// written, if renamed).
-fn name_error(e: Error, sources: &[Box<dyn Source + '_>], r: &TensorRef, out_name: &str) -> Error {
-    let Some(source) = sources.get(r.source()) else {
-        return e.set_tensor(out_name);
-    };
-    let in_name = &source.tensors()[r.index()].name;
-    let tensor = if in_name == out_name {
-        in_name.clone()
-    } else {
-        format!("{in_name} (written as {out_name})")
-    };
-    e.with_input(source.input_name()).set_tensor(tensor)
-}
-
-/// The run of tensors from the start of `refs` whose bytes lie in files.
-fn span_jobs(refs: &[TensorRef], sources: &[Box<dyn Source + '_>]) -> Vec<SpanJob> {
-    refs.iter()
-        .take(BATCH)
-        .map_while(|r| {
-            let span = sources[r.source()].file_span(r.index())?;
-            Some(SpanJob {
-                span,
-                cast: r.cast(),
-            })
-        })
-        .collect()
-}
-
-/// Copies a batch of file-backed tensors straight into the output file, on
-/// the blocking pool, after what the sink has written. Returns the casts'
-/// overflows to infinity as (index in the batch, elements).
-async fn copy_direct<W: AsyncWrite + Unpin>(
-    sink: &mut Sink<W>,
-    d: &Direct,
-    jobs: Vec<SpanJob>,
-    buffer_size: usize,
-) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
-    sink.flush().await.map_err(|e| (0, e))?;
-    let out = d.out.clone();
-    let out_name = d.name.clone();
-    let landed = d.on_landed();
-    let count = jobs.len();
-    let copied = tokio::task::spawn_blocking(move || {
-        copy_spans(&out, &out_name, &jobs, buffer_size, landed)
-    })
-    .await
-    .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
-    let (copied, overflows) = copied;
-    sink.record_external(count, copied).map_err(|e| (0, e))?;
-    Ok(overflows)
-}
-
-/// The run of tensors from `start` that only blocking readers produce
-/// (deflated npz members), to read side by side.
-fn reader_jobs(
-    shard: &ShardPlan,
-    start: usize,
-    sources: &[Box<dyn Source + '_>],
-) -> Vec<ReaderJob> {
-    let header = shard.header.header();
-    shard.refs[start..]
-        .iter()
-        .zip(&header.tensors[start..])
-        .take(BATCH)
-        .map_while(|(r, t)| {
-            let open = sources[r.source()].open_blocking(r.index())?;
-            Some(ReaderJob {
-                open,
-                out_len: t.len(),
-                at: header.data_start() + t.begin,
-                cast: r.cast(),
-            })
-        })
-        .collect()
-}
-
-/// Writes a run of tensors from blocking readers straight into the output
-/// file, several at once, each at its planned offset (on the blocking
-/// pool, after what the sink has written); then moves the file's offset
-/// past them, where the sink goes on. Returns the casts' overflows to
-/// infinity as (index in the run, elements).
-async fn write_readers<W: AsyncWrite + Unpin>(
-    sink: &mut Sink<W>,
-    d: &Direct,
-    shard: &ShardPlan,
-    start: usize,
-    jobs: Vec<ReaderJob>,
-    buffer_size: usize,
-) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
-    sink.flush().await.map_err(|e| (0, e))?;
-    let count = jobs.len();
-    let header = shard.header.header();
-    let entries = &header.tensors[start..start + count];
-    let bytes: u64 = entries.iter().map(|t| t.len()).sum();
-    let end = header.data_start() + entries.last().map_or(0, |t| t.end);
-    let names: Vec<String> = entries.iter().map(|t| t.meta.name.clone()).collect();
-    let out = d.out.clone();
-    let out_name = d.name.clone();
-    let progress = d.progress.clone();
-    let landed = d.on_landed();
-    let (shard_index, shards) = d.shard;
-    let written = tokio::task::spawn_blocking(move || {
-        let started = |i: usize| {
-            if let Some(p) = &progress {
-                p.tensor(shard_index, shards, &names[i]);
-            }
-        };
-        let over = write_parallel(&out, &out_name, jobs, buffer_size, &started, &landed)?;
-        // The sink writes at the file's offset: past these tensors.
-        std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end))
-            .map_err(|e| (count - 1, Error::io(e).with_output(&out_name)))?;
-        Ok(over)
-    })
-    .await
-    .map_err(|e| (0, Error::io(std::io::Error::other(e))))?;
-    let overflows = written?;
-    sink.record_external(count, bytes).map_err(|e| (0, e))?;
-    Ok(overflows)
 }
 
 /// Every range was checked against the inputs' lengths when opened: an

@@ -65,6 +65,7 @@ pub mod array;
 mod block_cache;
 pub(crate) mod cast;
 pub mod convert;
+pub(crate) mod copy;
 // Used by the GGUF and quantized-safetensors sources, which land next.
 #[allow(dead_code)]
 pub(crate) mod dequant;
