@@ -78,6 +78,7 @@ mod io_util;
 pub mod observe;
 pub(crate) mod output;
 pub mod plan;
+mod plan_id;
 pub mod rename;
 mod setters;
 pub mod sink;
