@@ -564,9 +564,25 @@ pub enum ErrorKind {
         now: u64,
     },
     /// An input was written to while being converted, at the same length
-    /// (its modification or status-change time moved).
-    #[error("input was modified while being read (same length, new modification time)")]
+    /// (a file's modification or status-change time moved; an object's
+    /// ETag no longer matches).
+    #[error(
+        "input was modified while being read (a file: same length, new modification time; \
+         an object: a new ETag)"
+    )]
     InputModified,
+    /// This run's plan is not the one expected (`--expect-plan`): an input
+    /// was replaced since the plan was made, or the options differ.
+    #[error(
+        "the plan changed: this run plans {found}, --expect-plan says {expected} \
+         (an input was replaced since the plan was made, or the options differ); nothing written"
+    )]
+    PlanMismatch {
+        /// The id expected.
+        expected: String,
+        /// This run's plan's id.
+        found: String,
+    },
     /// A stream being spooled holds more bytes than its headers plan: a
     /// compression bomb, or junk after the data. Reading stopped one byte
     /// past the plan.
@@ -751,6 +767,7 @@ impl ErrorKind {
             | K::CodecDisabled(_)
             | K::InputChanged { .. }
             | K::InputModified
+            | K::PlanMismatch { .. }
             | K::StreamTooLong { .. }
             | K::Pickle(_)
             | K::PickleGlobal { .. }

@@ -80,13 +80,14 @@ pub enum Part {
     /// Running it twice writes the same bytes.
     Shard(usize),
     /// No shard: check that every planned shard is there at its planned
-    /// length, then write the index.
+    /// length, then write the index. A plan of one file has no index: the
+    /// file is checked, and nothing is written, so a fan-out's last step is
+    /// the same command for any number of shards.
     IndexOnly,
 }
 
 impl Part {
-    /// Refuses a part the plan does not have: a shard number out of range,
-    /// or an index for a plan of one file (which has none).
+    /// Refuses a part the plan does not have: a shard number out of range.
     pub fn check(self, plan: &Plan) -> Result<()> {
         let count = plan.shards.len();
         let msg = match self {
@@ -96,11 +97,7 @@ impl Part {
                 "--shard {k}: the plan has {count} shard{} (numbered from 1)",
                 if count == 1 { "" } else { "s" }
             ),
-            Part::IndexOnly if count > 1 => return Ok(()),
-            Part::IndexOnly => {
-                "--index-only: the plan is one file, which has no index; use --max-shard-size"
-                    .into()
-            }
+            Part::IndexOnly => return Ok(()),
         };
         Err(ErrorKind::Usage(msg).into())
     }

@@ -12,6 +12,7 @@ pub use crate::cast::Cast;
 use crate::header::encode::{canonical_from_names, encode_entries, permute};
 use crate::header::names::{first_name_problem, name_order, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
+pub use crate::plan_id::plan_id;
 use crate::rename::Renamer;
 use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, Result};
@@ -52,6 +53,10 @@ pub struct PlanOptions {
     /// Cast every floating tensor (F64, F32, F16, BF16) to this dtype (`--cast-all`);
     /// `casts` take precedence.
     pub cast_all: Option<Dtype>,
+    /// Refuse to plan unless the plan's id is this one (`--expect-plan`):
+    /// the workers of a fan-out then all write one version of the inputs.
+    /// See [`plan_id`].
+    pub expect_plan: Option<String>,
 }
 
 crate::setters::setters!(PlanOptions {
@@ -67,6 +72,7 @@ crate::setters::setters!(PlanOptions {
     max_shard_size: Option<u64>,
     casts: Vec<(Dtype, Dtype)>,
     cast_all: Option<Dtype>,
+    expect_plan: Option<String>,
 });
 
 /// Which source tensor an output tensor comes from, and how it is cast.
@@ -184,7 +190,9 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
             Ok(ShardPlan { header, refs })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Plan { shards })
+    let plan = Plan { shards };
+    crate::plan_id::check_expected(listings, &plan, options.expect_plan.as_deref())?;
+    Ok(plan)
 }
 
 /// Output entries (offsets not yet placed) and, in parallel, their sources.

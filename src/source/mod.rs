@@ -119,6 +119,15 @@ pub trait Source: Send {
         None
     }
 
+    /// What the input is, as of its opening, for a plan's id
+    /// ([`crate::plan::plan_id`]): a file's length and modification time, an
+    /// object's ETag. Runs of one fan-out compare plan ids, so a worker that
+    /// sees another version of an input refuses instead of mixing versions.
+    /// `None` where the input has no identity to give (standard input).
+    fn identity(&self) -> Option<String> {
+        None
+    }
+
     /// Where tensor `k`'s bytes lie in a file, if they lie there as they
     /// are (up to a byte swap). File-to-file conversions then copy them with
     /// positional reads, or in the kernel, instead of through [`Source::open`].
@@ -207,6 +216,11 @@ pub trait Listed {
     fn tensors(&self) -> &[TensorMeta];
     /// Its metadata.
     fn metadata(&self) -> Option<&Metadata>;
+    /// Its identity as of its opening ([`Source::identity`]); a detached
+    /// listing has none.
+    fn identity(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Listed for Listing {
@@ -230,6 +244,9 @@ impl Listed for Box<dyn Source + '_> {
     }
     fn metadata(&self) -> Option<&Metadata> {
         Source::metadata(self.as_ref())
+    }
+    fn identity(&self) -> Option<String> {
+        Source::identity(self.as_ref())
     }
 }
 
@@ -294,6 +311,24 @@ impl Stamp {
 fn times(m: &std::fs::Metadata) -> [(i64, i64); 2] {
     use std::os::unix::fs::MetadataExt;
     [(m.mtime(), m.mtime_nsec()), (m.ctime(), m.ctime_nsec())]
+}
+
+impl Stamp {
+    /// The file's identity for a plan id: its length and modification
+    /// time, which a copy of the same version keeps on another machine
+    /// (`cp -p`, a shared filesystem), unlike the status-change time.
+    pub(crate) fn identity(&self) -> String {
+        match self.times {
+            Some([(s, ns), _]) => format!("len={};mtime={s}.{ns:09}", self.len),
+            None => format!("len={}", self.len),
+        }
+    }
+}
+
+/// The identity of a source of several files: theirs, in order.
+pub(crate) fn identities<'a>(stamps: impl IntoIterator<Item = &'a Stamp>) -> Option<String> {
+    let all: Vec<String> = stamps.into_iter().map(Stamp::identity).collect();
+    (!all.is_empty()).then(|| all.join(","))
 }
 
 /// The check behind [`Source::check_unchanged`] for one file.

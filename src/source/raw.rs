@@ -248,6 +248,13 @@ impl Source for RawSource {
         }
     }
 
+    fn identity(&self) -> Option<String> {
+        match &self.data {
+            Data::File(_, opened) => Some(opened.identity()),
+            Data::Stream { .. } => None,
+        }
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         match &self.data {
             Data::File(f, opened) => super::unchanged(f, opened, &self.input),

@@ -136,6 +136,10 @@ impl Source for SafetensorsSource {
         self.metadata.as_ref()
     }
 
+    fn identity(&self) -> Option<String> {
+        super::identities(&self.opened)
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         for (f, opened) in self.files.iter().zip(&self.opened) {
             super::unchanged(f, opened, &self.input)?;

@@ -31,23 +31,64 @@ use object_store::ObjectStore;
 
 use crate::{Error, ErrorKind, Result};
 
-/// Whether `path` names an object (`s3://`, `gs://`, `az://`, `http(s)://`)
-/// rather than a local file.
+/// Whether `path` is shaped like a URL (`SCHEME://...`, or a scheme and
+/// one slash, `s3:/bucket/key`) rather than a local path: such an argument
+/// is never written or read as a local file. Whether the URL is one we can
+/// reach is [`Location`]'s to say, as a usage error (an unknown scheme, a
+/// missing slash), instead of a file named `s4:/bucket/x` appearing.
 ///
 /// ```
 /// use std::path::Path;
 /// use safetensors_stream::store::is_url;
 /// assert!(is_url(Path::new("s3://bucket/model.safetensors")));
-/// assert!(!is_url(Path::new("s3:/local/file")));
+/// assert!(is_url(Path::new("s4://bucket/x"))); // refused when opened, by name
+/// assert!(is_url(Path::new("s3:/bucket/x")));  // likewise
 /// assert!(!is_url(Path::new("model.safetensors")));
+/// assert!(!is_url(Path::new("./s3:/x"))); // an explicit local path
 /// ```
 pub fn is_url(path: &Path) -> bool {
-    let Some(text) = path.to_str() else {
-        return false;
-    };
-    ["s3://", "gs://", "az://", "https://", "http://"]
-        .iter()
-        .any(|scheme| text.starts_with(scheme))
+    path.to_str().is_some_and(|text| scheme_of(text).is_some())
+}
+
+/// The scheme of a URL-shaped argument: RFC 3986's `ALPHA *( ALPHA / DIGIT
+/// / "+" / "-" / "." )` followed by `:/`.
+fn scheme_of(text: &str) -> Option<&str> {
+    let (scheme, rest) = text.split_once(':')?;
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    let shaped = first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+        && rest.starts_with('/');
+    shaped.then_some(scheme)
+}
+
+/// The schemes we read; all but http(s) are written too.
+const SCHEMES: [&str; 5] = ["s3", "gs", "az", "https", "http"];
+
+/// A URL-shaped argument we cannot use, as a usage error (exit 2) saying
+/// what would be: `None` when it is well formed with a known scheme.
+fn malformed(url: &str) -> Option<String> {
+    let scheme = scheme_of(url)?;
+    let lower = scheme.to_ascii_lowercase();
+    if !SCHEMES.contains(&lower.as_str()) {
+        return Some(format!(
+            "unsupported URL scheme {scheme:?}: object URLs are s3://, gs://, az://, \
+             https:// or http:// (write ./{url} for a local path)"
+        ));
+    }
+    if !url[scheme.len() + 1..].starts_with("//") {
+        return Some(format!(
+            "malformed URL: write {lower}://BUCKET/KEY (two slashes after the scheme)"
+        ));
+    }
+    if url.ends_with('/') {
+        return Some(
+            "the URL names a prefix, not an object: object storage takes a file or an index \
+             (*.index.json), not a folder (folders work for local paths only)"
+                .to_string(),
+        );
+    }
+    None
 }
 
 /// An object: the store it is in, its key there, and its URL for messages.
@@ -78,6 +119,9 @@ impl Location {
         use object_store::http::HttpBuilder;
 
         let bad = |msg: String| Error::new(ErrorKind::Usage(msg)).with_input(url);
+        if let Some(msg) = malformed(url) {
+            return Err(bad(msg));
+        }
         let parsed = url::Url::parse(url).map_err(|e| bad(format!("not a valid URL: {e}")))?;
         let key = parsed.path().trim_start_matches('/');
         let path = ObjectPath::from_url_path(key)
@@ -236,6 +280,24 @@ mod tests {
         assert!(web.writable().is_err());
         for bad in ["s3://bucket", "s3://bucket/", "ftp://host/x"] {
             assert!(Location::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn url_shaped_arguments_are_refused_by_name() {
+        let usage = |url: &str| {
+            let e = Location::parse(url).expect_err(url);
+            assert_eq!(e.category(), crate::Category::Usage, "{url}: {e}");
+            e.to_string()
+        };
+        assert!(usage("s4://bucket/x").contains("unsupported URL scheme \"s4\""));
+        assert!(usage("s3:/bucket/x").contains("two slashes"));
+        assert!(usage("s3://bucket/prefix/").contains("prefix, not an object"));
+        // Schemes are case-insensitive (RFC 3986): S3:// is s3://.
+        let upper = Location::parse("S3://bucket/x.safetensors").unwrap();
+        assert_eq!(upper.path.as_ref(), "x.safetensors");
+        for local in ["model.safetensors", "./s3:/x", "/tmp/a:b", "-", "c:x"] {
+            assert!(!is_url(Path::new(local)), "{local}");
         }
     }
 }

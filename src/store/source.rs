@@ -274,6 +274,14 @@ impl Source for ObjectSource {
         self.metadata.as_ref()
     }
 
+    fn identity(&self) -> Option<String> {
+        let each = self.objects.iter().map(|o| match &o.etag {
+            Some(etag) => format!("size={};etag={etag}", o.size),
+            None => format!("size={}", o.size),
+        });
+        Some(each.collect::<Vec<_>>().join(","))
+    }
+
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
         let (object, start, end) = self.ranges[k];
         let object = &self.objects[object];

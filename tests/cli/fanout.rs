@@ -132,12 +132,113 @@ fn shard_numbers_outside_the_plan_are_usage_errors() {
             .output()
             .unwrap()
     };
+    // Its --index-only checks the file (see the test below): not there yet.
     let o = run(&["--index-only"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let o = run(&["--shard", "1"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
         std::fs::read(&one).unwrap()
             == std::fs::read(fixture("example/model-input.safetensors")).unwrap()
     );
+}
+
+/// Runs `convert` on `input` into `out` with `extra`.
+fn convert_from(input: &Path, out: &Path, extra: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg(input)
+        .args(["--max-shard-size", "100", "--no-sync", "-o"])
+        .arg(out)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// The plan id `--dry-run --json` reports.
+fn plan_id(input: &Path, out: &Path) -> String {
+    let o = convert_from(input, out, &["--dry-run", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["plan_id"]
+        .as_str()
+        .expect("plan_id in --dry-run --json")
+        .to_string()
+}
+
+#[test]
+fn a_fan_out_cannot_commit_shards_of_two_input_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    let original = std::fs::read(fixture("reference/all_dtypes.safetensors")).unwrap();
+    std::fs::write(&input, &original).unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = out_dir.join("model.safetensors");
+
+    let id = plan_id(&input, &out);
+    assert_eq!(
+        id,
+        plan_id(&input, &out),
+        "the same inputs plan the same id"
+    );
+    let o = convert_from(&input, &out, &["--shard", "1", "--expect-plan", &id]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+
+    // The input is replaced by another version of the same length (a new
+    // modification time), between two workers' runs.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let replaced = dir.path().join("replaced");
+    std::fs::write(&replaced, &original).unwrap();
+    std::fs::rename(&replaced, &input).unwrap();
+    assert_ne!(
+        plan_id(&input, &out),
+        id,
+        "a replaced input changes the plan id"
+    );
+
+    let before = listing(&out_dir);
+    for extra in [&["--shard", "2"][..], &["--index-only"][..]] {
+        let mut args = extra.to_vec();
+        args.extend(["--expect-plan", &id]);
+        let o = convert_from(&input, &out, &args);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", stderr(&o));
+        let msg = stderr(&o);
+        assert!(
+            msg.contains("the plan changed") && msg.contains(&id),
+            "{msg}"
+        );
+        assert_eq!(listing(&out_dir), before, "{extra:?} wrote nothing");
+    }
+    assert!(
+        before.iter().all(|f| !f.ends_with(".index.json")),
+        "{before:?}"
+    );
+}
+
+#[test]
+fn index_only_on_a_one_file_plan_checks_the_file_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model.safetensors");
+    let one_file = |extra: &[&str]| {
+        Command::new(BIN)
+            .arg(fixture("reference/all_dtypes.safetensors"))
+            .args(["--no-sync", "-o"])
+            .arg(&out)
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // Before the file is there, the commit step says so.
+    let o = one_file(&["--index-only"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    let o = one_file(&["--shard", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let written = std::fs::read(&out).unwrap();
+    let o = one_file(&["--index-only"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(listing(dir.path()), ["model.safetensors"]);
+    assert_eq!(std::fs::read(&out).unwrap(), written);
 }

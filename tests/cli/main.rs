@@ -9,4 +9,5 @@ mod convert;
 mod fanout;
 mod friction;
 mod product;
+mod urls;
 mod validate;

@@ -117,6 +117,11 @@ pub struct ConvertArgs {
     /// planned length: the commit point of a fan-out.
     #[arg(long, conflicts_with = "shard", help_heading = "Many machines")]
     pub index_only: bool,
+    /// Refuse to run, writing nothing, unless this run's plan id (`plan_id` in
+    /// `--dry-run --json`) is ID: every worker of a fan-out then writes the same version of
+    /// the inputs, and the index is committed only over that version.
+    #[arg(long, value_name = "ID", help_heading = "Many machines")]
+    pub expect_plan: Option<String>,
     /// Allow the output to replace an input (the same file: links count); refused otherwise.
     #[arg(long)]
     pub overwrite_input: bool,

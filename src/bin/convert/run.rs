@@ -88,7 +88,8 @@ fn options(
                 })
                 .max_shard_size(args.max_shard_size)
                 .casts(args.cast.clone())
-                .cast_all(args.cast_all),
+                .cast_all(args.cast_all)
+                .expect_plan(args.expect_plan.clone()),
         )
         .sink(
             SinkOptions::default()
@@ -304,6 +305,7 @@ async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Resu
         let paths = output_names(output, &plan);
         if args.json || args.report == Some(ReportFormat::Json) {
             let mut v = inspect::plan_to_json(&plan, &paths, &listings);
+            v["plan_id"] = json!(safetensors_stream::plan::plan_id(&sources, &plan));
             v["casts"] = json!(cast_notes(&plan));
             v["renames"] = renames(&plan, &listings)
                 .iter()

@@ -230,6 +230,13 @@ impl Source for NpySource {
         }
     }
 
+    fn identity(&self) -> Option<String> {
+        match &self.data {
+            Data::File { opened, .. } => Some(opened.identity()),
+            Data::Stream(_) => None,
+        }
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         match &self.data {
             Data::File { file, opened, .. } => super::unchanged(file, opened, &self.input),

@@ -286,6 +286,10 @@ impl Source for NpzSource {
         &self.tensors
     }
 
+    fn identity(&self) -> Option<String> {
+        Some(self.opened.identity())
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         super::unchanged(&self.file, &self.opened, &self.input)
     }

@@ -319,6 +319,10 @@ impl Source for PyTorchSource {
         Some(&self.metadata)
     }
 
+    fn identity(&self) -> Option<String> {
+        super::identities(&self.stamps)
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         for (f, stamp) in self.files.iter().zip(&self.stamps) {
             super::unchanged(f, stamp, &self.input)?;
