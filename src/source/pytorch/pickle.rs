@@ -12,6 +12,14 @@
 //! each other by index, so memo references (`BINGET`) share instead of
 //! copy (a memo bomb stays linear) and dropping deep nests needs no
 //! recursion. Limits bound the arena, the memo, the stack and the bytes.
+//!
+//! Sharing keeps the arena linear, but a shared value can still be
+//! *expanded*: copied by a constructor (`set(x)`, `bytearray(x)`,
+//! `torch.Size(x)`, `_codecs.encode(x)`) or named once per path by the
+//! walk that names tensors. Every byte built that way is charged to one
+//! [`Budget`] per pickle, [`BUDGET_FACTOR`] times its size plus
+//! [`BUDGET_FLOOR`]; a value used again costs what building it again costs,
+//! so a DAG that expands to gigabytes is refused after a few MiB.
 
 use std::collections::HashMap;
 
@@ -31,6 +39,8 @@ pub struct Limits {
     pub marks: usize,
     /// Bytes of strings and bytes, summed.
     pub bytes: usize,
+    /// Bytes of values built in all ([`Budget`]).
+    pub budget: usize,
 }
 
 impl Default for Limits {
@@ -40,6 +50,81 @@ impl Default for Limits {
             memo: 4_000_000,
             marks: 10_000,
             bytes: 64 << 20,
+            budget: BUDGET_FLOOR,
+        }
+    }
+}
+
+impl Limits {
+    /// The default limits with the [`Budget`] of a pickle of `len` bytes.
+    pub fn for_input(len: usize) -> Limits {
+        Limits {
+            budget: Budget::for_input(len).limit(),
+            ..Limits::default()
+        }
+    }
+}
+
+/// A pickle may build this many times its own size in values...
+pub const BUDGET_FACTOR: usize = 16;
+/// ...plus this many bytes, so that a small checkpoint is never short.
+pub const BUDGET_FLOOR: usize = 16 << 20;
+
+/// Bytes a pickle may materialise: the arena's values, the items of its
+/// containers, its strings, the copies its allowed constructors make and
+/// the names the walk joins from nested keys. One budget per pickle, spent
+/// by the unpickler and then by the naming walk ([`Pickled::budget`]).
+///
+/// ```
+/// use safetensors_stream::test_support::pickle::Budget;
+///
+/// let mut b = Budget::for_input(1000);
+/// assert_eq!(b.limit(), 16 * 1000 + (16 << 20));
+/// assert!(b.charge(1 << 20, "a name").is_ok());
+/// assert!(b.charge(usize::MAX, "a name").is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    limit: usize,
+    used: usize,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes, none spent.
+    pub fn new(limit: usize) -> Budget {
+        Budget { limit, used: 0 }
+    }
+
+    /// The budget of a pickle of `len` bytes:
+    /// `BUDGET_FACTOR * len + BUDGET_FLOOR`.
+    pub fn for_input(len: usize) -> Budget {
+        Budget::new(
+            len.saturating_mul(BUDGET_FACTOR)
+                .saturating_add(BUDGET_FLOOR),
+        )
+    }
+
+    /// Bytes allowed in all.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes spent so far.
+    pub fn used(&self) -> usize {
+        self.used
+    }
+
+    /// Spends `n` bytes on `what`, or refuses with [`ErrorKind::PickleBudget`].
+    pub fn charge(&mut self, n: usize, what: &'static str) -> Result<()> {
+        match self.used.checked_add(n).filter(|&u| u <= self.limit) {
+            Some(u) => {
+                self.used = u;
+                Ok(())
+            }
+            None => Err(Error::new(ErrorKind::PickleBudget {
+                limit: self.limit as u64,
+                what,
+            })),
         }
     }
 }
@@ -272,6 +357,8 @@ pub struct Pickled {
     pub nodes: Vec<Node>,
     /// The result.
     pub root: Id,
+    /// What is left of the pickle's budget, for the walk that names its tensors.
+    pub budget: Budget,
 }
 
 impl Pickled {
@@ -284,6 +371,9 @@ impl Pickled {
 fn err(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Pickle(msg.into()))
 }
+
+/// Bytes one container item costs.
+const ID: usize = std::mem::size_of::<Id>();
 
 /// A stack entry: a value or a MARK.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -301,6 +391,7 @@ struct Machine<'a> {
     marks: usize,
     memo: HashMap<u32, Id>,
     bytes: usize,
+    budget: Budget,
 }
 
 /// Unpickles one pickle from the start of `data`. Returns it and the
@@ -329,6 +420,7 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         marks: 0,
         memo: HashMap::new(),
         bytes: 0,
+        budget: Budget::new(limits.budget),
     };
     loop {
         let at = m.pos;
@@ -336,7 +428,15 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         match m.step(op) {
             Ok(Some(root)) => {
                 let nodes = std::mem::take(&mut m.nodes);
-                return Ok((Pickled { nodes, root }, m.pos));
+                let budget = m.budget;
+                return Ok((
+                    Pickled {
+                        nodes,
+                        root,
+                        budget,
+                    },
+                    m.pos,
+                ));
             }
             Ok(None) => {}
             Err(e) => return Err(e.at_offset(at as u64)),
@@ -394,6 +494,7 @@ impl Machine<'_> {
                 self.limits.bytes
             )));
         }
+        self.budget.charge(n, "strings and bytes")?;
         self.take(n)
     }
 
@@ -410,6 +511,7 @@ impl Machine<'_> {
                 self.limits.nodes
             )));
         }
+        self.budget.charge(std::mem::size_of::<Node>(), "values")?;
         self.nodes.push(node);
         Ok((self.nodes.len() - 1) as Id)
     }
@@ -436,6 +538,9 @@ impl Machine<'_> {
             .iter()
             .rposition(|s| *s == Slot::Mark)
             .ok_or_else(|| err("no MARK on the stack"))?;
+        let n = self.stack.len() - at - 1;
+        self.budget
+            .charge(n.saturating_mul(ID), "container items")?;
         let items = self.stack[at + 1..]
             .iter()
             .map(|s| match s {
@@ -455,6 +560,10 @@ impl Machine<'_> {
                 "more than {} memo entries: refused",
                 self.limits.memo
             )));
+        }
+        if !self.memo.contains_key(&key) {
+            // A hash map entry and its share of the table.
+            self.budget.charge(32, "memo entries")?;
         }
         self.memo.insert(key, id);
         Ok(())
@@ -548,6 +657,21 @@ impl Machine<'_> {
             return Err(err("REDUCE arguments are not a tuple"));
         };
         let arg_ids = arg_ids.clone();
+        self.budget
+            .charge(arg_ids.len().saturating_mul(ID), "call arguments")?;
+        // Constructors that copy their argument: each copy is charged, so
+        // one shared list copied a thousand times costs a thousand lists.
+        if let Some(&a) = arg_ids.first() {
+            let copied = match (g, &self.nodes[a as usize]) {
+                (Global::Set | Global::Size, Node::List(v) | Node::Tuple(v) | Node::Set(v)) => {
+                    v.len().saturating_mul(ID)
+                }
+                (Global::ByteArray, Node::Bytes(b)) => b.len(),
+                (Global::CodecsEncode, Node::Str(t)) => t.len(),
+                _ => 0,
+            };
+            self.budget.charge(copied, "copies made by constructors")?;
+        }
         let node = match g {
             Global::OrderedDict if arg_ids.is_empty() => Node::Dict(Vec::new()),
             Global::Set => match arg_ids.first().map(|&a| &self.nodes[a as usize]) {
@@ -627,6 +751,7 @@ impl Machine<'_> {
     }
 
     fn tuple_of(&mut self, n: usize) -> Result<()> {
+        self.budget.charge(n * ID, "container items")?;
         let mut items = Vec::with_capacity(n);
         for _ in 0..n {
             items.push(self.pop()?);
@@ -760,6 +885,7 @@ impl Machine<'_> {
                 self.add_items(target, items)?
             }
             b'a' => {
+                self.budget.charge(ID, "container items")?;
                 let v = self.pop()?;
                 let target = self.top()?;
                 self.append(target, vec![v])?
@@ -770,6 +896,7 @@ impl Machine<'_> {
                 self.append(target, items)?
             }
             b's' => {
+                self.budget.charge(2 * ID, "container items")?;
                 let v = self.pop()?;
                 let k = self.pop()?;
                 let target = self.top()?;
@@ -791,6 +918,7 @@ impl Machine<'_> {
                 match (&self.nodes[module as usize], &self.nodes[name as usize]) {
                     (Node::Str(m), Node::Str(n)) => {
                         let (m, n) = (m.clone(), n.clone());
+                        self.budget.charge(m.len() + n.len(), "global names")?;
                         self.global(&m, &n)?
                     }
                     _ => return Err(err("STACK_GLOBAL needs two strs")),
