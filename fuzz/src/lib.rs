@@ -357,7 +357,10 @@ pub fn pickle(data: &[u8]) -> Outcomes {
             let tree = tensors(p, &naming);
             if let Ok(tree) = &tree {
                 let names: usize = tree.tensors.iter().map(|t| t.name.len()).sum();
-                assert!(names <= limits.budget, "{names} bytes of names past the budget");
+                assert!(
+                    names <= limits.budget,
+                    "{names} bytes of names past the budget"
+                );
                 for t in &tree.tensors {
                     let decl = tree.storages[&t.storage];
                     let need = t.view.needed_bytes().expect("a found view has a size");

@@ -37,6 +37,8 @@ pub struct StorageDecl {
     pub elem: u64,
     /// Elements it declares.
     pub numel: u64,
+    /// The element type of its storage class (`None` for untyped).
+    pub dtype: Option<Dtype>,
 }
 
 impl StorageDecl {
@@ -530,12 +532,22 @@ impl Walker<'_> {
         let decl = StorageDecl {
             elem: dtype.map_or(1, width),
             numel,
+            dtype,
         };
         match self.tree.storages.get(&key) {
-            Some(d) if d.bytes() != decl.bytes() => {
+            // torch keeps the first declaration, other readers the last:
+            // two different ones are two answers, refused (torch.save itself
+            // refuses to write one storage as two types).
+            Some(d) if *d != decl => {
+                let show = |d: &StorageDecl| match d.dtype {
+                    Some(t) => format!("{} elements of {t}", d.numel),
+                    None => format!("{} untyped bytes", d.numel),
+                };
                 return Err(bad(format!(
-                    "storage {key} is declared with two different sizes"
-                )))
+                    "storage {key} is declared twice, as {} and as {}",
+                    show(d),
+                    show(&decl)
+                )));
             }
             Some(_) => {}
             None => {
