@@ -625,3 +625,35 @@ fn names_from_a_file_are_escaped_and_lines_cut() {
     );
     assert!(stderr.contains("more characters cut"));
 }
+
+/// `torch.save(..., pickle_protocol=1)` and `=0` (fixtures/pytorch/protocols/
+/// generate.py): the tensors torch saved, named as in protocol 2.
+#[test]
+fn checkpoints_saved_with_pickle_protocols_0_and_1_convert() {
+    let dir = support::fixtures().join("pytorch/protocols");
+    let want: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    let want = want.as_object().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for proto in [0, 1] {
+        let input = dir.join(format!("protocol{proto}.pt"));
+        let r = convert(
+            tmp.path(),
+            &[input.to_str().unwrap(), "-o", "out.safetensors"],
+        );
+        assert!(
+            r.status.success(),
+            "protocol {proto}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let got = output_tensors(&tmp.path().join("out.safetensors"));
+        assert_eq!(got.len(), want.len(), "protocol {proto}");
+        for (name, shape, data) in got {
+            let w = &want[&name];
+            let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex, w["hex"].as_str().unwrap(), "protocol {proto}: {name}");
+            let ws: Vec<u64> = serde_json::from_value(w["shape"].clone()).unwrap();
+            assert_eq!(shape, ws, "protocol {proto}: {name}");
+        }
+    }
+}

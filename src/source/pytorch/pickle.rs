@@ -372,6 +372,18 @@ fn err(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Pickle(msg.into()))
 }
 
+/// A decimal integer (`-12`, `7L`); `None` if it overflows 64 bits (a big
+/// int, kept only as a leaf).
+fn parse_decimal(line: &[u8]) -> Result<Option<i64>> {
+    let t = std::str::from_utf8(line).map_err(|_| err("a number is not ASCII"))?;
+    let t = t.strip_suffix('L').unwrap_or(t);
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(err(format!("{t:?} is not a decimal number")));
+    }
+    Ok(t.parse().ok())
+}
+
 /// Bytes one container item costs.
 const ID: usize = std::mem::size_of::<Id>();
 
@@ -444,7 +456,7 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
     }
 }
 
-impl Machine<'_> {
+impl<'a> Machine<'a> {
     fn take(&mut self, n: usize) -> Result<&[u8]> {
         let end = self
             .pos
@@ -482,6 +494,90 @@ impl Machine<'_> {
         let s = String::from_utf8_lossy(&rest[..n]).into_owned();
         self.pos += n + 1;
         Ok(s)
+    }
+
+    /// A text opcode's argument (protocols 0 and 1): the bytes up to the
+    /// next newline, which is consumed; charged like any string.
+    fn text_line(&mut self) -> Result<&'a [u8]> {
+        let data: &'a [u8] = self.data;
+        let start = self.pos;
+        let n = data[start..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| err("pickle ends inside an opcode"))?;
+        self.sized(n as u64)?;
+        self.pos += 1;
+        Ok(&data[start..start + n])
+    }
+
+    /// A decimal number on a text line (`PUT`, `GET`, `INT`, `LONG`).
+    fn decimal(&mut self) -> Result<Option<i64>> {
+        let line = self.text_line()?;
+        parse_decimal(line)
+    }
+
+    fn memo_key(&mut self) -> Result<u32> {
+        self.decimal()?
+            .and_then(|k| u32::try_from(k).ok())
+            .ok_or_else(|| err("memo key out of range"))
+    }
+
+    /// `UNICODE` (protocol 0): raw-unicode-escape text, `\uXXXX` and
+    /// `\UXXXXXXXX` escapes, every other byte a latin-1 character.
+    fn unicode_line(&mut self) -> Result<String> {
+        let line = self.text_line()?;
+        let mut out = String::with_capacity(line.len());
+        let mut i = 0;
+        while i < line.len() {
+            let digits = match (line[i], line.get(i + 1)) {
+                (b'\\', Some(b'u')) => 4,
+                (b'\\', Some(b'U')) => 8,
+                (b, _) => {
+                    out.push(b as char);
+                    i += 1;
+                    continue;
+                }
+            };
+            let hex = line
+                .get(i + 2..i + 2 + digits)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32)
+                .ok_or_else(|| err("a bad \\u escape in a UNICODE string"))?;
+            out.push(hex);
+            i += 2 + digits;
+        }
+        Ok(out)
+    }
+
+    /// `PERSID` (protocol 0): the persistent id is the `str()` of torch's
+    /// storage tuple, `('storage', <class 'torch.FloatStorage'>, '0', 'cpu', 6)`.
+    /// Only that exact shape is read, into the tuple protocol 1+ would hold.
+    fn text_persistent_id(&mut self) -> Result<Id> {
+        let line = self.text_line()?;
+        let text = std::str::from_utf8(line).map_err(|_| err("PERSID is not text"))?;
+        let refuse = || err("a protocol-0 persistent id that is not a torch storage");
+        let inner = text
+            .strip_prefix("('storage', <class 'torch.")
+            .and_then(|t| t.strip_suffix(')'))
+            .ok_or_else(refuse)?;
+        let (class, rest) = inner.split_once("'>, '").ok_or_else(refuse)?;
+        let (key, rest) = rest.split_once("', '").ok_or_else(refuse)?;
+        let (location, numel) = rest.split_once("', ").ok_or_else(refuse)?;
+        let numel: i64 = numel.parse().map_err(|_| refuse())?;
+        let storage = match Global::lookup("torch", class) {
+            Some(g @ Global::Storage(_)) => g,
+            _ => return Err(refuse()),
+        };
+        let (key, location) = (key.to_string(), location.to_string());
+        let items = vec![
+            self.alloc(Node::Str("storage".into()))?,
+            self.alloc(Node::Global(storage))?,
+            self.alloc(Node::Str(key))?,
+            self.alloc(Node::Str(location))?,
+            self.alloc(Node::Int(numel))?,
+        ];
+        self.alloc(Node::Tuple(items))
     }
 
     /// A length from the pickle, checked against the bytes that remain.
@@ -795,6 +891,45 @@ impl Machine<'_> {
                 self.stack.push(Slot::Val(id));
             }
             b'N' => self.push_node(Node::None)?,
+            // Protocols 0 and 1 (`torch.save(..., pickle_protocol=1)`):
+            // numbers, strings, memo keys and persistent ids as text lines.
+            b'I' => {
+                let line = self.text_line()?;
+                let node = match line {
+                    b"00" => Node::Bool(false),
+                    b"01" => Node::Bool(true),
+                    _ => parse_decimal(line)?.map_or(Node::BigInt, Node::Int),
+                };
+                self.push_node(node)?
+            }
+            b'L' => {
+                let v = self.decimal()?;
+                self.push_node(v.map_or(Node::BigInt, Node::Int))?
+            }
+            b'F' => {
+                let line = self.text_line()?;
+                let v = std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| err("FLOAT is not a number"))?;
+                self.push_node(Node::Float(v))?
+            }
+            b'V' => {
+                let s = self.unicode_line()?;
+                self.push_node(Node::Str(s))?
+            }
+            b'P' => {
+                let pid = self.text_persistent_id()?;
+                self.push_node(Node::Persistent(pid))?
+            }
+            b'p' => {
+                let k = self.memo_key()?;
+                self.memo_put(k)?
+            }
+            b'g' => {
+                let k = self.memo_key()?;
+                self.memo_get(k)?
+            }
             0x88 => self.push_node(Node::Bool(true))?,
             0x89 => self.push_node(Node::Bool(false))?,
             b'J' => {
