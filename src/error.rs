@@ -678,6 +678,10 @@ pub enum ErrorKind {
     PyTorch(String),
 
     // ---- sharded checkpoints ------------------------------------------------
+    /// A file an input names (a shard) is a FIFO, a device, a socket or a
+    /// folder: refused before any read, which could block or never end.
+    #[error("is {0}, not a regular file: refused (reading it could block or never end)")]
+    NotRegularFile(&'static str),
     /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
     #[error("index JSON: {0}")]
     IndexJson(String),
@@ -832,6 +836,7 @@ impl ErrorKind {
             | K::ExpandedView { .. }
             | K::PyTorch(_)
             | K::IndexJson(_)
+            | K::NotRegularFile(_)
             | K::ShardName(_)
             | K::IndexTensorMissing { .. }
             | K::IndexTensorUnlisted { .. }

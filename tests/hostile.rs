@@ -657,3 +657,98 @@ fn checkpoints_saved_with_pickle_protocols_0_and_1_convert() {
         }
     }
 }
+
+// ---- other inputs ------------------------------------------------------------
+
+/// Runs `convert` with a guard: a run still going after a minute is killed
+/// and reported as hung (a guard against blocking, not a timing bound).
+fn convert_guarded(dir: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(support::BIN)
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..600 {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    panic!("convert {args:?} blocked");
+}
+
+#[test]
+fn a_fifo_or_device_named_as_a_shard_is_refused_without_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("model-00001.safetensors");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", tmp.path().join("model-00002.safetensors")).unwrap();
+    for (shard, what) in [
+        ("model-00001.safetensors", "FIFO"),
+        ("model-00002.safetensors", "character device"),
+    ] {
+        let index =
+            format!(r#"{{"metadata": {{"total_size": 8}}, "weight_map": {{"w": "{shard}"}}}}"#);
+        for (name, pt) in [
+            ("model.safetensors.index.json", false),
+            ("pytorch_model.bin.index.json", true),
+        ] {
+            if pt {
+                let link = tmp.path().join(shard.replace(".safetensors", ".bin"));
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(tmp.path().join(shard), &link).unwrap();
+            }
+            let index = if pt {
+                index.replace(".safetensors\"", ".bin\"")
+            } else {
+                index.clone()
+            };
+            std::fs::write(tmp.path().join(name), &index).unwrap();
+            let r = convert_guarded(
+                tmp.path(),
+                &[name, "-o", "out.safetensors", "--report", "json"],
+            );
+            assert_eq!(
+                r.status.code(),
+                Some(1),
+                "{name}: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            let (kind, msg) = report_error(&r);
+            assert_eq!(kind, "not_regular_file", "{name}: {msg}");
+            assert!(msg.contains(what), "{msg}");
+        }
+    }
+}
+
+/// `/dev/zero` as an index or a raw manifest: refused at its first byte,
+/// having read (and allocated) kilobytes, not the 100 MB cap.
+#[test]
+fn dev_zero_as_an_index_or_manifest_fails_at_its_first_byte() {
+    use safetensors_stream::index::ShardIndex;
+    use safetensors_stream::source::RawSpec;
+    let _g = support::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("model.safetensors.index.json");
+    std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+    let (r, peak) = support::alloc::peak_during(|| ShardIndex::from_json_file(&index));
+    let e = r.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::IndexJson(_)), "{e}");
+    assert_eq!(e.offset(), Some(0));
+    assert!(peak < 1 << 20, "peak {peak}");
+    let (r, peak) =
+        support::alloc::peak_during(|| RawSpec::from_manifest_file(Path::new("/dev/zero")));
+    assert!(r.is_err());
+    assert!(peak < 1 << 20, "peak {peak}");
+    // Through the binary, one line.
+    let r = convert_guarded(
+        tmp.path(),
+        &["model.safetensors.index.json", "-o", "out.safetensors"],
+    );
+    assert_eq!(r.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&r.stderr).lines().count(), 1);
+}

@@ -165,14 +165,13 @@ impl PyTorchSource {
     /// each tensor must be in the shard the `weight_map` says.
     pub(crate) fn open_index(path: &Path, options: &SourceOptions) -> Result<Self> {
         let input = path.display().to_string();
-        let text = std::fs::read(path).map_err(|e| Error::io(e).with_input(&input))?;
-        let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(&input))?;
+        let index = ShardIndex::from_json_file(path)?;
         let dir = path.parent().unwrap_or(Path::new(""));
         let mut parts = Vec::new();
         for name in index.shard_names().map_err(|e| e.with_input(&input))? {
             let shard = dir.join(name);
             let shown = shard.display().to_string();
-            let file = File::open(&shard).map_err(|e| Error::io(e).with_input(&shown))?;
+            let file = crate::index::open_regular(&shard)?;
             let len = file
                 .metadata()
                 .map_err(|e| Error::io(e).with_input(&shown))?
