@@ -202,12 +202,62 @@ impl Error {
     }
 }
 
+/// The most characters one rendered error line holds; the rest is cut.
+pub const MAX_MESSAGE_CHARS: usize = 2048;
+
+/// True for characters a terminal must not receive raw from a file: C0/C1
+/// controls (ESC sequences, BEL, CR, newlines that forge extra lines), line
+/// and paragraph separators, and invisible format characters (zero-width,
+/// bidirectional overrides that reorder what is shown, tag characters).
+fn unsafe_to_print(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}'
+            | '\u{17B5}' | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}'
+            | '\u{1BCA0}'..='\u{1BCA3}' | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}')
+}
+
+/// `text` made safe to print as one line: every control or invisible
+/// character written as `\u{..}`, and the line cut at
+/// [`MAX_MESSAGE_CHARS`] characters, saying how many were cut. Errors
+/// render through it; the JSON report keeps the raw names beside it.
+///
+/// ```
+/// use safetensors_stream::printable_line;
+///
+/// assert_eq!(printable_line("a\u{1b}[2Jb\nc"), "a\\u{1b}[2Jb\\u{a}c");
+/// assert_eq!(printable_line("rtl\u{202e}txt"), "rtl\\u{202e}txt");
+/// assert!(printable_line(&"x".repeat(10_000)).len() < 2100);
+/// ```
+pub fn printable_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_MESSAGE_CHARS + 64));
+    for (shown, (i, c)) in text.char_indices().enumerate() {
+        if shown >= MAX_MESSAGE_CHARS {
+            let rest = text[i..].chars().count();
+            out.push_str(&format!("... ({rest} more characters cut)"));
+            break;
+        }
+        if unsafe_to_print(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut line = String::new();
         if let Some(file) = self.path() {
-            write!(f, "{file}: ")?;
+            line.push_str(file);
+            line.push_str(": ");
         }
-        f.write_str(&self.message())
+        line.push_str(&self.message());
+        f.write_str(&printable_line(&line))
     }
 }
 
@@ -615,11 +665,39 @@ pub enum ErrorKind {
         /// The name in that module (`system`, `eval`, `Net`).
         name: String,
     },
+    /// A pickle would build more bytes of values (strings, containers,
+    /// names, copies; a shared value counted each time it is used) than its
+    /// budget (16 times its size plus 16 MiB): a memory bomb, refused before
+    /// it is built.
+    #[error(
+        "pickle would build more than its budget of {limit} bytes of values ({what}): refused"
+    )]
+    PickleBudget {
+        /// The budget, in bytes.
+        limit: u64,
+        /// What was being built when it ran out.
+        what: &'static str,
+    },
+    /// A tensor view reaches more bytes than its storage holds many times over
+    /// (a stride-0 expansion): refused unless expanded views are allowed.
+    #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage (pass --allow-expanded-views to write it)")]
+    ExpandedView {
+        /// Bytes the tensor would write.
+        tensor_bytes: u64,
+        /// Bytes of its storage.
+        storage_bytes: u64,
+        /// The factor allowed.
+        factor: u64,
+    },
     /// A PyTorch checkpoint that is valid but holds something we do not convert.
     #[error("PyTorch checkpoint: {0}")]
     PyTorch(String),
 
     // ---- sharded checkpoints ------------------------------------------------
+    /// A file an input names (a shard) is a FIFO, a device, a socket or a
+    /// folder: refused before any read, which could block or never end.
+    #[error("is {0}, not a regular file: refused (reading it could block or never end)")]
+    NotRegularFile(&'static str),
     /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
     #[error("index JSON: {0}")]
     IndexJson(String),
@@ -771,8 +849,11 @@ impl ErrorKind {
             | K::StreamTooLong { .. }
             | K::Pickle(_)
             | K::PickleGlobal { .. }
+            | K::PickleBudget { .. }
+            | K::ExpandedView { .. }
             | K::PyTorch(_)
             | K::IndexJson(_)
+            | K::NotRegularFile(_)
             | K::ShardName(_)
             | K::IndexTensorMissing { .. }
             | K::IndexTensorUnlisted { .. }

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::header::read::{read_capped, read_file_header};
-use crate::header::{Header, Rules};
+use crate::header::read::read_file_header;
+use crate::header::{Header, Rules, MAX_HEADER_LEN};
 use crate::{Error, ErrorKind, Result};
 
 /// The suffix that marks an index file.
@@ -76,6 +76,19 @@ impl ShardIndex {
     pub fn from_json(text: &[u8]) -> Result<ShardIndex> {
         let raw: IndexText = serde_json::from_slice(text)
             .map_err(|e| Error::new(ErrorKind::IndexJson(e.to_string())))?;
+        Self::from_text(raw)
+    }
+
+    /// Reads and parses the index file at `path` as a stream: a file that
+    /// is not JSON (`/dev/zero`, a binary) fails at its first bad byte, one
+    /// that never ends at [`MAX_HEADER_LEN`] bytes; errors name the path.
+    pub fn from_json_file(path: &Path) -> Result<ShardIndex> {
+        let raw: IndexText =
+            json_file(path, "index file", |e| ErrorKind::IndexJson(e.to_string()))?;
+        Self::from_text(raw).map_err(|e| e.with_input(path.display()))
+    }
+
+    fn from_text(raw: IndexText) -> Result<ShardIndex> {
         let mut weight_map = BTreeMap::new();
         for (tensor, shard) in raw.weight_map.0 {
             if let Some(first) = weight_map.get(&tensor) {
@@ -101,6 +114,78 @@ impl ShardIndex {
         }
         Ok(names)
     }
+}
+
+/// Parses the JSON file at `path` as it is read, through a 64 KiB buffer:
+/// the parse stops at the first byte that cannot continue a JSON document,
+/// and at [`MAX_HEADER_LEN`] bytes (refused as too large). The whole text is
+/// never held, only what it parses into. `kind` words a syntax error.
+pub(crate) fn json_file<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &'static str,
+    kind: impl FnOnce(serde_json::Error) -> ErrorKind,
+) -> Result<T> {
+    use std::io::Read;
+    let on_path = |e: Error| e.with_input(path.display());
+    let file = std::fs::File::open(path).map_err(|e| on_path(Error::io(e)))?;
+    let mut capped = std::io::BufReader::with_capacity(64 * 1024, file.take(MAX_HEADER_LEN + 1));
+    let parsed = serde_json::from_reader::<_, T>(&mut capped);
+    let read = MAX_HEADER_LEN + 1 - capped.get_ref().limit();
+    if read > MAX_HEADER_LEN {
+        return Err(on_path(Error::new(ErrorKind::FileTooLarge {
+            what,
+            limit: MAX_HEADER_LEN,
+        })));
+    }
+    parsed.map_err(|e| match e.io_error_kind() {
+        Some(_) => on_path(Error::io(e.into())),
+        None => {
+            let offset = (e.line() == 1).then_some(e.column().saturating_sub(1) as u64);
+            let err = on_path(Error::new(kind(e)));
+            match offset {
+                Some(o) => err.at_offset(o),
+                None => err,
+            }
+        }
+    })
+}
+
+/// Opens a file an input names (a shard of an index) for reading, refusing
+/// anything but a regular file without blocking: a FIFO would block the
+/// open (and every read) forever, a device never ends. The open is
+/// non-blocking and the type taken from the open handle (no race with a
+/// swap), then reads are made blocking again.
+pub(crate) fn open_regular(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let on_path = |e: Error| e.with_input(path.display());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| on_path(Error::io(e)))?;
+    let ty = file
+        .metadata()
+        .map_err(|e| on_path(Error::io(e)))?
+        .file_type();
+    let what = if ty.is_file() {
+        let flags = rustix::fs::fcntl_getfl(&file).map_err(|e| on_path(Error::io(e.into())))?;
+        rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)
+            .map_err(|e| on_path(Error::io(e.into())))?;
+        return Ok(file);
+    } else if ty.is_fifo() {
+        "a FIFO"
+    } else if ty.is_char_device() {
+        "a character device"
+    } else if ty.is_block_device() {
+        "a block device"
+    } else if ty.is_socket() {
+        "a socket"
+    } else if ty.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
+    };
+    Err(on_path(Error::new(ErrorKind::NotRegularFile(what))))
 }
 
 /// True if `path`'s file name ends in `.safetensors.index.json`.
@@ -146,8 +231,7 @@ impl Checkpoint {
                 files: vec![(path.to_path_buf(), header)],
             });
         }
-        let text = read_capped(path, "index file")?;
-        let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(path.display()))?;
+        let index = ShardIndex::from_json_file(path)?;
         let dir = path.parent().unwrap_or(Path::new(""));
         let mut files = Vec::new();
         for name in index
@@ -155,6 +239,8 @@ impl Checkpoint {
             .map_err(|e| e.with_input(path.display()))?
         {
             let shard = dir.join(name);
+            // Its type first, without blocking: reading the header opens it again.
+            drop(open_regular(&shard)?);
             let header = read_file_header(&shard, rules)?;
             files.push((shard, header));
         }

@@ -361,23 +361,23 @@ async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
         .await
         .unwrap();
     let find = |name: &str| src.tensors().iter().position(|t| t.name == name).unwrap();
-    for name in [
-        "tied.embed",
-        "disjoint.b",
-        "overlap.y",
-        "scalar",
-        "empty",
-        "param",
-    ] {
+    for name in ["tied.embed", "scalar", "empty", "param"] {
         assert!(src.file_span(find(name)).is_some(), "{name}");
     }
-    for name in ["transposed", "channels_last", "expanded", "step", "step2d"] {
+    // Strided views are gathered; contiguous parts of a storage with a
+    // CRC-32 are read through `open`, which checks the whole storage once
+    // (a part alone cannot be checked against the member's CRC).
+    for name in [
+        "transposed",
+        "channels_last",
+        "expanded",
+        "step",
+        "step2d",
+        "disjoint.a",
+        "disjoint.b",
+    ] {
         assert!(src.file_span(find(name)).is_none(), "{name}");
     }
-    // The second half of one storage starts 24 floats in.
-    let a = src.file_span(find("disjoint.a")).unwrap();
-    let b = src.file_span(find("disjoint.b")).unwrap();
-    assert_eq!((b.offset - a.offset, a.len, b.len), (96, 96, 96));
 
     let big = open_input(&dir().join("ok/dtypes-big.pt"), &options, &quiet)
         .await

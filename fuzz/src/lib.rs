@@ -329,18 +329,18 @@ fn check_reencodes(h: &Header) {
 
 /// `npy_header`: the prelude, the header text it announces, the text
 /// parser under every version's decoding, and the reader over all of it.
-/// The restricted unpickler on arbitrary bytes (with small limits, so a
-/// limit is reached quickly), then naming its value tree as tensors.
-/// Checks: the pickle used no more bytes than it had, every tensor found
-/// lies inside its storage, and every name is unique-or-refused later.
+/// The restricted unpickler on arbitrary bytes, with the limits and the
+/// byte budget a checkpoint of this size gets (run under libFuzzer's
+/// `-rss_limit_mb` with a large `-max_len`, so a memo DAG that expands
+/// past its budget shows as an out-of-memory), then naming its value tree
+/// as tensors. Checks: the pickle used no more bytes than it had, the
+/// names found fit the budget, every tensor found lies inside its storage.
 pub fn pickle(data: &[u8]) -> Outcomes {
     use safetensors_stream::test_support::pickle::{unpickle, Limits};
     use safetensors_stream::test_support::pytorch_model::{tensors, Naming};
     let limits = Limits {
-        nodes: 200_000,
-        memo: 50_000,
         marks: 1_000,
-        bytes: 1 << 20,
+        ..Limits::for_input(data.len())
     };
     let mut out: Outcomes = Vec::new();
     let parsed = unpickle(data, limits);
@@ -356,6 +356,11 @@ pub fn pickle(data: &[u8]) -> Outcomes {
         ] {
             let tree = tensors(p, &naming);
             if let Ok(tree) = &tree {
+                let names: usize = tree.tensors.iter().map(|t| t.name.len()).sum();
+                assert!(
+                    names <= limits.budget,
+                    "{names} bytes of names past the budget"
+                );
                 for t in &tree.tensors {
                     let decl = tree.storages[&t.storage];
                     let need = t.view.needed_bytes().expect("a found view has a size");

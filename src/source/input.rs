@@ -151,11 +151,20 @@ fn tar_refused() -> Error {
 /// Says how many non-tensor values a checkpoint held that were skipped.
 fn told_skipped(src: PyTorchSource, notice: Notice<'_>) -> Box<dyn Source> {
     if src.skipped() > 0 {
-        notice(&format!(
-            "warning: {}: skipped {} non-tensor values (numbers, strings, hyper-parameters)",
+        // The first few paths; the JSON report's notes carry the same line.
+        let paths = src.skipped_paths();
+        let shown: Vec<&str> = paths.iter().take(8).map(String::as_str).collect();
+        let more = if src.skipped() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        };
+        notice(&crate::printable_line(&format!(
+            "warning: {}: skipped {} non-tensor values (numbers, strings, hyper-parameters): {}{more}",
             src.input_name(),
-            src.skipped()
-        ));
+            src.skipped(),
+            shown.join(", ")
+        )));
     }
     Box::new(src)
 }

@@ -189,6 +189,11 @@ pub struct SourceOptions {
     /// PyTorch checkpoints: convert only the value under this key (dotted for
     /// nested dicts), named without it (`--pt-root`).
     pub pt_root: Option<String>,
+    /// PyTorch checkpoints: write tensors whose views reach more bytes than
+    /// their storage holds (stride-0 or overlapping expansions), and more than
+    /// 16x the checkpoint's storage bytes in all (`--allow-expanded-views`);
+    /// refused by default, as a few bytes can otherwise plan terabytes.
+    pub allow_expanded_views: bool,
     /// Quantized tensors (GGUF blocks; FP8, GPTQ, AWQ, bitsandbytes and NVFP4
     /// weights in safetensors) are dequantized to this dtype: F32, F16 or
     /// BF16 (`--dequantize`, `--dequantize-to`). GGUF inputs are always
@@ -204,6 +209,7 @@ crate::setters::setters!(SourceOptions {
     npy_void_as: Option<crate::Dtype>,
     dedupe_tied: bool,
     pt_root: Option<String>,
+    allow_expanded_views: bool,
     dequantize: Option<crate::Dtype>,
 });
 

@@ -61,11 +61,18 @@ impl RawSpec {
         })
     }
 
-    /// Reads and parses the manifest file at `path` (at most 100 MB, like a
-    /// header); errors name the path.
+    /// Reads and parses the manifest file at `path` as a stream (at most
+    /// 100 MB, like a header; a file that is not JSON fails at its first bad
+    /// byte); errors name the path.
     pub fn from_manifest_file(path: &std::path::Path) -> Result<RawSpec> {
-        let text = crate::header::read::read_capped(path, "raw manifest")?;
-        RawSpec::from_manifest(&text).map_err(|e| e.with_input(path.display()))
+        let tensors: Vec<RawTensor> = crate::index::json_file(path, "raw manifest", |e| {
+            ErrorKind::Usage(format!("raw manifest: {e}"))
+        })?;
+        Ok(RawSpec {
+            tensors,
+            big_endian: false,
+            allow_trailing: false,
+        })
     }
 
     /// The bytes the dump must hold: the end of its last tensor.

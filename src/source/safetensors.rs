@@ -12,7 +12,7 @@ use super::{file_range, FileSpan, Source, TensorData};
 use crate::header::read::read_header;
 use crate::header::{Header, Metadata, Rules, TensorMeta};
 use crate::index::Checkpoint;
-use crate::{Error, Result};
+use crate::Result;
 
 /// A safetensors file, or a sharded checkpoint opened by its index, as one source.
 ///
@@ -50,7 +50,7 @@ impl SafetensorsSource {
         let cp = Checkpoint::open(path, Rules::SOURCE)?;
         let mut parts = Vec::with_capacity(cp.files.len());
         for (shard, header) in cp.files {
-            let file = File::open(&shard).map_err(|e| Error::io(e).with_input(shard.display()))?;
+            let file = crate::index::open_regular(&shard)?;
             parts.push((file, header));
         }
         Ok(Self::from_parts(path.display().to_string(), parts))

@@ -173,6 +173,10 @@ pub struct InputArgs {
     /// named without it; by default a top-level `state_dict` is not part of the names.
     #[arg(long, value_name = "KEY", help_heading = "PyTorch checkpoints")]
     pub pt_root: Option<String>,
+    /// PyTorch checkpoints: write views that reach more bytes than their storage holds
+    /// (stride-0 expansions), refused by default, as is writing more than 16x the storage bytes.
+    #[arg(long, help_heading = "PyTorch checkpoints")]
+    pub allow_expanded_views: bool,
     /// Dequantize quantized weights (GGUF blocks, FP8, GPTQ, AWQ, bitsandbytes, NVFP4) to full
     /// precision, BF16 unless --dequantize-to says otherwise. GGUF inputs always are.
     #[arg(long, help_heading = "Quantized inputs")]

@@ -123,6 +123,7 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         .npy_void_as(args.npy_void_as)
         .dedupe_tied(args.dedupe_tied)
         .pt_root(args.pt_root.clone())
+        .allow_expanded_views(args.allow_expanded_views)
         .dequantize(dequantize_to(args)))
 }
 

@@ -26,7 +26,6 @@ use super::npy::header::{read_header_as, NpyHeader};
 use super::{
     BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData, TensorReader,
 };
-use crate::header::names::NameIndex;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
@@ -73,18 +72,7 @@ impl NpzSource {
         options: &SourceOptions,
     ) -> Result<Self> {
         let on_input = |e: Error| e.with_input(input);
-        // Names checked through indices: no copy of each member's name.
-        let mut seen = NameIndex::with_capacity(entries.len());
-        for (i, entry) in entries.iter().enumerate() {
-            if seen.insert(i, &entry.name, |k| &entries[k].name).is_some() {
-                let msg = format!(
-                    "member {:?} appears twice in the central directory",
-                    entry.name
-                );
-                return Err(on_input(Error::new(ErrorKind::Zip(msg))));
-            }
-        }
-        drop(seen);
+        // Member names are unique: `read_directory` refused any twice.
         let opened = super::Stamp::of(&file, len);
         let file = Arc::new(file);
         // The arrays, up to the first member that is not one (an error,

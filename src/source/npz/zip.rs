@@ -9,6 +9,7 @@ use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
 
 use crate::block_cache::BlockCache;
+use crate::header::names::NameIndex;
 use crate::{Error, ErrorKind, Result};
 
 const EOCD_SIG: u32 = 0x0605_4b50;
@@ -113,11 +114,25 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
     let mut r = BufReader::with_capacity(64 * 1024, range);
     // The claim is bounded by the directory's size, not yet by real entries:
     // reserve little up front, so a lying record costs nothing.
-    let mut entries = Vec::with_capacity(dir.entries.min(4096) as usize);
+    let mut entries: Vec<ZipEntry> = Vec::with_capacity(dir.entries.min(4096) as usize);
+    // Two members of one name are two answers to "what is NAME?" (Python's
+    // zipfile takes the last, others the first): refused in every reader.
+    // Checked through indices, no copy of each name.
+    let mut seen = NameIndex::with_capacity(dir.entries.min(4096) as usize);
     let mut at = dir.offset;
     for _ in 0..dir.entries {
         let (entry, used) = read_central_entry(&mut r, at)?;
         check_member_bounds(&entry, dir.offset)?;
+        if seen
+            .insert(entries.len(), &entry.name, |k| &entries[k].name)
+            .is_some()
+        {
+            let msg = format!(
+                "member {:?} appears twice in the central directory",
+                entry.name
+            );
+            return Err(zip_err(msg).at_offset(at));
+        }
         entries.push(entry);
         at += used;
     }

@@ -63,7 +63,9 @@ fn truncated(e: &Error) -> bool {
 }
 
 fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
-    let limits = Limits::default();
+    // One budget per pickle, from the bytes read so far (the pickles are
+    // all of them but the storages' data).
+    let limits = Limits::for_input(buf.len());
     let mut at = 0usize;
     let next = |at: &mut usize| -> Result<Pickled> {
         let (p, used) = unpickle(&buf[*at..], limits).map_err(|e| match e.offset() {

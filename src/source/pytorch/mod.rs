@@ -18,7 +18,7 @@ pub(crate) mod zipfmt;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -78,7 +78,22 @@ pub(crate) struct PyTorchSource {
     placed: Vec<Placed>,
     metadata: Metadata,
     skipped: usize,
+    skipped_paths: Vec<String>,
+    /// Storages (file, first byte) whose whole member passed its CRC-32:
+    /// views that split a storage are checked by one pass over all of it.
+    verified: Mutex<HashSet<(usize, u64)>>,
 }
+
+/// A view may be at most this many times its storage's bytes, unless
+/// [`SourceOptions::allow_expanded_views`]: a small broadcast that
+/// `torch.save` kept as a stride-0 view (`x.expand(3, n)`) converts, one
+/// float viewed as 2^40 does not.
+pub(crate) const MAX_VIEW_EXPANSION: u64 = 16;
+
+/// The tensors of a checkpoint may add up to at most this many times its
+/// storages' bytes (tied views each count), unless
+/// [`SourceOptions::allow_expanded_views`].
+pub(crate) const MAX_TOTAL_EXPANSION: u64 = 16;
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::PyTorch(msg.into()))
@@ -126,7 +141,7 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     }
     let (entries, dir_start) = read_directory(&file, len)?;
     let c = zipfmt::open(&file, &entries, dir_start)?;
-    let (p, _) = unpickle(&c.pickle, Limits::default())?;
+    let (p, _) = unpickle(&c.pickle, Limits::for_input(c.pickle.len()))?;
     let tree = model::tensors(&p, naming)?;
     Ok(Part {
         file,
@@ -150,14 +165,13 @@ impl PyTorchSource {
     /// each tensor must be in the shard the `weight_map` says.
     pub(crate) fn open_index(path: &Path, options: &SourceOptions) -> Result<Self> {
         let input = path.display().to_string();
-        let text = std::fs::read(path).map_err(|e| Error::io(e).with_input(&input))?;
-        let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(&input))?;
+        let index = ShardIndex::from_json_file(path)?;
         let dir = path.parent().unwrap_or(Path::new(""));
         let mut parts = Vec::new();
         for name in index.shard_names().map_err(|e| e.with_input(&input))? {
             let shard = dir.join(name);
             let shown = shard.display().to_string();
-            let file = File::open(&shard).map_err(|e| Error::io(e).with_input(&shown))?;
+            let file = crate::index::open_regular(&shard)?;
             let len = file
                 .metadata()
                 .map_err(|e| Error::io(e).with_input(&shown))?
@@ -203,13 +217,19 @@ impl PyTorchSource {
             placed: Vec::new(),
             metadata: Metadata::new(),
             skipped: 0,
+            skipped_paths: Vec::new(),
+            verified: Mutex::new(HashSet::new()),
         };
+        // Bytes the tensors would write, and their distinct storages' bytes.
+        let (mut planned, mut stored) = (0u64, 0u64);
+        let mut counted = HashSet::new();
         src.metadata.insert("format".into(), "pt".into());
         let mut seen = HashSet::new();
         // (file, storage, dtype, view) -> first name: identical views are tied.
         let mut groups: BTreeMap<(usize, String, Dtype, Vec<u64>), Vec<usize>> = BTreeMap::new();
         for (fi, part) in parts.into_iter().enumerate() {
             src.skipped += part.tree.skipped;
+            src.skipped_paths.extend(part.tree.skipped_paths);
             for t in part.tree.tensors {
                 let on = |e: Error| e.with_tensor(&t.name);
                 if !seen.insert(t.name.clone()) {
@@ -228,6 +248,24 @@ impl PyTorchSource {
                         "storage {} is {} bytes in the file but {} elements of {} bytes in the pickle",
                         t.storage, loc.len, decl.numel, decl.elem
                     ))));
+                }
+                let bytes = t
+                    .view
+                    .numel()
+                    .and_then(|n| n.checked_mul(t.view.width))
+                    .ok_or_else(|| on(bad("tensor size overflows 64 bits")))?;
+                if !options.allow_expanded_views
+                    && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION)
+                {
+                    return Err(on(Error::new(ErrorKind::ExpandedView {
+                        tensor_bytes: bytes,
+                        storage_bytes: loc.len,
+                        factor: MAX_VIEW_EXPANSION,
+                    })));
+                }
+                planned = planned.saturating_add(bytes);
+                if counted.insert((fi, t.storage.clone())) {
+                    stored = stored.saturating_add(loc.len);
                 }
                 let transform = match (part.big_endian, t.dtype) {
                     (true, Dtype::C64) => Transform::SwapBytes { width: 4 },
@@ -255,6 +293,11 @@ impl PyTorchSource {
             }
             src.stamps.push(super::Stamp::of(&part.file, part.len));
             src.files.push(Arc::new(part.file));
+        }
+        if !options.allow_expanded_views && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION) {
+            return Err(bad(format!(
+                "its tensors add up to {planned} bytes, more than {MAX_TOTAL_EXPANSION}x its {stored} bytes of storage (pass --allow-expanded-views to write them)"
+            )));
         }
         if options.dedupe_tied {
             src.dedupe(groups.into_values().filter(|g| g.len() > 1).collect());
@@ -298,6 +341,48 @@ impl PyTorchSource {
         self.skipped
     }
 
+    /// Where the skipped values were (dotted paths; the first
+    /// [`model::MAX_SKIPPED_PATHS`] of each file).
+    pub(crate) fn skipped_paths(&self) -> &[String] {
+        &self.skipped_paths
+    }
+
+    /// Checks the CRC-32 of the whole member holding tensor `k`'s storage,
+    /// once per storage: a view that is not all of it cannot be checked on
+    /// its own, so every byte any view reads has passed the check first.
+    async fn verify_storage(&self, k: usize) -> Result<()> {
+        let p = &self.placed[k];
+        let (Some(_), Some(entry)) = (p.storage.crc, &p.storage.entry) else {
+            return Ok(());
+        };
+        let key = (p.file, p.storage.start);
+        if self
+            .verified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&key)
+        {
+            return Ok(());
+        }
+        let (entry, start, check) = (
+            entry.clone(),
+            p.storage.start,
+            self.files[p.file].try_clone()?,
+        );
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            let mut r = MemberReader::new(check, &entry, start, 0)?;
+            std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        self.verified
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key);
+        Ok(())
+    }
+
     fn span(&self, k: usize) -> (u64, u64) {
         let p = &self.placed[k];
         let w = p.view.width;
@@ -336,8 +421,12 @@ impl Source for PyTorchSource {
             return None;
         }
         let (offset, len) = self.span(k);
-        // A storage's CRC can be checked only when the tensor is all of it.
+        // A storage's CRC can be checked only when the tensor is all of it;
+        // a part of one is read through `open`, which checks it all first.
         let whole = offset == p.storage.start && len == p.storage.len;
+        if p.storage.crc.is_some() && !whole {
+            return None;
+        }
         Some(FileSpan {
             file: self.files[p.file].clone(),
             offset,
@@ -355,26 +444,17 @@ impl Source for PyTorchSource {
             let p = &self.placed[k];
             let file = &self.files[p.file];
             let (offset, len) = self.span(k);
+            let whole = len == p.storage.len && offset == p.storage.start;
+            if !(whole && p.view.is_contiguous()) {
+                // A gather reads the storage out of order and a slice reads
+                // part of it, both past any CRC check: check the whole
+                // member first, in one forward pass, once per storage.
+                self.verify_storage(k).await?;
+            }
             let data = if !p.view.is_contiguous() {
-                // The gather reads the storage out of order, past any CRC
-                // check: check the whole member first, in one forward pass.
-                if let (Some(_), Some(entry)) = (p.storage.crc, &p.storage.entry) {
-                    let (entry, start, check) = (entry.clone(), p.storage.start, file.try_clone()?);
-                    tokio::task::spawn_blocking(move || -> Result<()> {
-                        let mut r = MemberReader::new(check, &entry, start, 0)?;
-                        std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
-                        Ok(())
-                    })
-                    .await
-                    .map_err(std::io::Error::other)??;
-                }
                 let r = StridedReader::new(file.try_clone()?, p.storage.start, &p.view);
                 TensorData::new(BlockingReader::new(r))
-            } else if let (Some(_), Some(entry), true) = (
-                p.storage.crc,
-                &p.storage.entry,
-                len == p.storage.len && offset == p.storage.start,
-            ) {
+            } else if let (Some(_), Some(entry), true) = (p.storage.crc, &p.storage.entry, whole) {
                 let r = MemberReader::new(file.try_clone()?, entry, p.storage.start, 0)?;
                 TensorData::new(BlockingReader::new(r))
             } else {

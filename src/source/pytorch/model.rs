@@ -1,10 +1,16 @@
 //! From an unpickled checkpoint to named tensors: which storage, which
 //! dtype, which view. Non-tensor leaves are counted and skipped; tensor
 //! kinds we cannot write are refused with the tensor named.
+//!
+//! Nothing is dropped silently: a tensor where no name can reach it (in a
+//! set, as a dict key, among a constructor's arguments) is an error naming
+//! where it was found. The names the walk joins are charged to the
+//! pickle's [`Budget`]: a key shared through the memo costs its length
+//! every time a path goes through it.
 
 use std::collections::HashMap;
 
-use super::pickle::{Global, Id, Node, Pickled};
+use super::pickle::{Budget, Global, Id, Node, Pickled};
 use super::strided::View;
 use crate::{Dtype, Error, ErrorKind, Result};
 
@@ -31,6 +37,8 @@ pub struct StorageDecl {
     pub elem: u64,
     /// Elements it declares.
     pub numel: u64,
+    /// The element type of its storage class (`None` for untyped).
+    pub dtype: Option<Dtype>,
 }
 
 impl StorageDecl {
@@ -62,7 +70,12 @@ pub struct Tree {
     pub storages: HashMap<String, StorageDecl>,
     /// Non-tensor leaves skipped (numbers, strings, None...).
     pub skipped: usize,
+    /// Where the first [`MAX_SKIPPED_PATHS`] skipped leaves were (dotted paths).
+    pub skipped_paths: Vec<String>,
 }
+
+/// Skipped leaves listed by path; past this only the count grows.
+pub const MAX_SKIPPED_PATHS: usize = 1000;
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::PyTorch(msg.into()))
@@ -128,6 +141,7 @@ struct Walker<'a> {
     p: &'a Pickled,
     tree: Tree,
     visits: usize,
+    budget: Budget,
 }
 
 /// Finds every tensor in `p`, named as [`Naming`] says.
@@ -136,6 +150,7 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
         p,
         tree: Tree::default(),
         visits: 0,
+        budget: p.budget,
     };
     let mut root = p.root;
     let mut prefix = String::new();
@@ -147,8 +162,13 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
         }
     } else if let Some(sd) = w.child(root, "state_dict") {
         // A training checkpoint: the model's weights without the prefix,
-        // everything else (optimizer state) under its own key.
+        // everything else (optimizer state) under its own key. A bare
+        // tensor there keeps the key as its name (never an empty one).
+        if w.tensor_call(sd).is_some() {
+            prefix.push_str("state_dict");
+        }
         w.walk(sd, &mut prefix, 1)?;
+        prefix.clear();
         if let Node::Dict(items) = p.get(root) {
             for &(k, v) in items {
                 if matches!(p.get(k), Node::Str(s) if s == "state_dict") {
@@ -175,6 +195,7 @@ pub fn all_storages(p: &Pickled) -> Result<HashMap<String, StorageDecl>> {
         p,
         tree: Tree::default(),
         visits: 0,
+        budget: p.budget,
     };
     for (id, node) in p.nodes.iter().enumerate() {
         if matches!(node, Node::Persistent(_)) {
@@ -214,29 +235,91 @@ impl Walker<'_> {
     }
 
     fn entry(&mut self, k: Id, v: Id, name: &mut String, depth: usize) -> Result<()> {
-        let key = match self.p.get(k) {
-            Node::Str(s) => s.clone(),
-            Node::Int(i) => i.to_string(),
-            Node::Bool(b) => b.to_string(),
-            Node::None => "None".to_string(),
+        self.no_tensor_in(k, "used as a dict key", name)?;
+        let p = self.p;
+        let number;
+        let key = match p.get(k) {
+            Node::Str(s) => s.as_str(),
+            Node::Int(i) => {
+                number = i.to_string();
+                number.as_str()
+            }
+            // Python's spelling, as `str(key)` gives it.
+            Node::Bool(true) => "True",
+            Node::Bool(false) => "False",
+            Node::None => "None",
             _ => {
                 // A tuple or float key names nothing we could write: skip
-                // what it holds unless it is a tensor.
-                if self.tensor_call(v).is_some() {
-                    return Err(bad(format!("a tensor under a non-string key in {name:?}")));
-                }
-                self.tree.skipped += 1;
+                // what it holds unless it holds a tensor.
+                self.no_tensor_in(v, "under a key that is not a string or a number", name)?;
+                self.skip(name);
                 return Ok(());
             }
         };
+        self.child_name(name, key, |w, name| w.walk(v, name, depth + 1))
+    }
+
+    /// Runs `f` with `part` appended to `name` (dotted), charging its bytes.
+    fn child_name(
+        &mut self,
+        name: &mut String,
+        part: &str,
+        f: impl FnOnce(&mut Self, &mut String) -> Result<()>,
+    ) -> Result<()> {
+        self.budget
+            .charge(part.len() + 1, "names joined from keys")?;
         let len = name.len();
         if !name.is_empty() {
             name.push('.');
         }
-        name.push_str(&key);
-        let r = self.walk(v, name, depth + 1);
+        name.push_str(part);
+        let r = f(self, name);
         name.truncate(len);
         r
+    }
+
+    /// Counts a skipped non-tensor value and keeps its path for the report.
+    fn skip(&mut self, name: &str) {
+        self.tree.skipped += 1;
+        if self.tree.skipped_paths.len() < MAX_SKIPPED_PATHS
+            && self.budget.charge(name.len(), "skipped paths").is_ok()
+        {
+            self.tree.skipped_paths.push(name.to_string());
+        }
+    }
+
+    /// Refuses a tensor anywhere inside `id`: a place no name reaches.
+    fn no_tensor_in(&mut self, id: Id, place: &str, name: &str) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        let mut todo = vec![id];
+        while let Some(id) = todo.pop() {
+            if !seen.insert(id) {
+                continue;
+            }
+            self.visits += 1;
+            if self.visits > MAX_VISITS {
+                return Err(Error::new(ErrorKind::Pickle(format!(
+                    "more than {MAX_VISITS} values reached through shared references: refused"
+                ))));
+            }
+            if self.tensor_call(id).is_some() {
+                let at = if name.is_empty() {
+                    "the top level"
+                } else {
+                    name
+                };
+                return Err(bad(format!(
+                    "a tensor {place} in {at:?}: no name reaches it, refused rather than dropped"
+                )));
+            }
+            match self.p.get(id) {
+                Node::Tuple(v) | Node::List(v) | Node::Set(v) => todo.extend(v),
+                Node::Dict(items) => todo.extend(items.iter().flat_map(|&(k, v)| [k, v])),
+                Node::Call { args, state, .. } => todo.extend(std::iter::once(*args).chain(*state)),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     fn walk(&mut self, id: Id, name: &mut String, depth: usize) -> Result<()> {
@@ -255,6 +338,12 @@ impl Walker<'_> {
             let t = self
                 .tensor(func, args, 0)
                 .map_err(|e| e.with_tensor(&*name))?;
+            if name.is_empty() {
+                return Err(bad(
+                    "a tensor under an empty key: its name would be empty (pass --pt-root or --name)",
+                ));
+            }
+            self.budget.charge(name.len(), "tensor names")?;
             self.tree.tensors.push(Found {
                 name: name.clone(),
                 ..t
@@ -269,17 +358,18 @@ impl Walker<'_> {
             }
             Node::List(items) | Node::Tuple(items) => {
                 for (i, &v) in items.iter().enumerate() {
-                    let len = name.len();
-                    if !name.is_empty() {
-                        name.push('.');
-                    }
-                    name.push_str(&i.to_string());
-                    let r = self.walk(v, name, depth + 1);
-                    name.truncate(len);
-                    r?;
+                    self.child_name(name, &i.to_string(), |w, name| w.walk(v, name, depth + 1))?;
                 }
             }
-            _ => self.tree.skipped += 1,
+            Node::Set(_) => {
+                self.no_tensor_in(id, "inside a set", name)?;
+                self.skip(name);
+            }
+            Node::Call { .. } => {
+                self.no_tensor_in(id, "among an object's constructor arguments", name)?;
+                self.skip(name);
+            }
+            _ => self.skip(name),
         }
         Ok(())
     }
@@ -442,12 +532,22 @@ impl Walker<'_> {
         let decl = StorageDecl {
             elem: dtype.map_or(1, width),
             numel,
+            dtype,
         };
         match self.tree.storages.get(&key) {
-            Some(d) if d.bytes() != decl.bytes() => {
+            // torch keeps the first declaration, other readers the last:
+            // two different ones are two answers, refused (torch.save itself
+            // refuses to write one storage as two types).
+            Some(d) if *d != decl => {
+                let show = |d: &StorageDecl| match d.dtype {
+                    Some(t) => format!("{} elements of {t}", d.numel),
+                    None => format!("{} untyped bytes", d.numel),
+                };
                 return Err(bad(format!(
-                    "storage {key} is declared with two different sizes"
-                )))
+                    "storage {key} is declared twice, as {} and as {}",
+                    show(d),
+                    show(&decl)
+                )));
             }
             Some(_) => {}
             None => {

@@ -12,6 +12,14 @@
 //! each other by index, so memo references (`BINGET`) share instead of
 //! copy (a memo bomb stays linear) and dropping deep nests needs no
 //! recursion. Limits bound the arena, the memo, the stack and the bytes.
+//!
+//! Sharing keeps the arena linear, but a shared value can still be
+//! *expanded*: copied by a constructor (`set(x)`, `bytearray(x)`,
+//! `torch.Size(x)`, `_codecs.encode(x)`) or named once per path by the
+//! walk that names tensors. Every byte built that way is charged to one
+//! [`Budget`] per pickle, [`BUDGET_FACTOR`] times its size plus
+//! [`BUDGET_FLOOR`]; a value used again costs what building it again costs,
+//! so a DAG that expands to gigabytes is refused after a few MiB.
 
 use std::collections::HashMap;
 
@@ -31,6 +39,8 @@ pub struct Limits {
     pub marks: usize,
     /// Bytes of strings and bytes, summed.
     pub bytes: usize,
+    /// Bytes of values built in all ([`Budget`]).
+    pub budget: usize,
 }
 
 impl Default for Limits {
@@ -40,6 +50,81 @@ impl Default for Limits {
             memo: 4_000_000,
             marks: 10_000,
             bytes: 64 << 20,
+            budget: BUDGET_FLOOR,
+        }
+    }
+}
+
+impl Limits {
+    /// The default limits with the [`Budget`] of a pickle of `len` bytes.
+    pub fn for_input(len: usize) -> Limits {
+        Limits {
+            budget: Budget::for_input(len).limit(),
+            ..Limits::default()
+        }
+    }
+}
+
+/// A pickle may build this many times its own size in values...
+pub const BUDGET_FACTOR: usize = 16;
+/// ...plus this many bytes, so that a small checkpoint is never short.
+pub const BUDGET_FLOOR: usize = 16 << 20;
+
+/// Bytes a pickle may materialise: the arena's values, the items of its
+/// containers, its strings, the copies its allowed constructors make and
+/// the names the walk joins from nested keys. One budget per pickle, spent
+/// by the unpickler and then by the naming walk ([`Pickled::budget`]).
+///
+/// ```
+/// use safetensors_stream::test_support::pickle::Budget;
+///
+/// let mut b = Budget::for_input(1000);
+/// assert_eq!(b.limit(), 16 * 1000 + (16 << 20));
+/// assert!(b.charge(1 << 20, "a name").is_ok());
+/// assert!(b.charge(usize::MAX, "a name").is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    limit: usize,
+    used: usize,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes, none spent.
+    pub fn new(limit: usize) -> Budget {
+        Budget { limit, used: 0 }
+    }
+
+    /// The budget of a pickle of `len` bytes:
+    /// `BUDGET_FACTOR * len + BUDGET_FLOOR`.
+    pub fn for_input(len: usize) -> Budget {
+        Budget::new(
+            len.saturating_mul(BUDGET_FACTOR)
+                .saturating_add(BUDGET_FLOOR),
+        )
+    }
+
+    /// Bytes allowed in all.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes spent so far.
+    pub fn used(&self) -> usize {
+        self.used
+    }
+
+    /// Spends `n` bytes on `what`, or refuses with [`ErrorKind::PickleBudget`].
+    pub fn charge(&mut self, n: usize, what: &'static str) -> Result<()> {
+        match self.used.checked_add(n).filter(|&u| u <= self.limit) {
+            Some(u) => {
+                self.used = u;
+                Ok(())
+            }
+            None => Err(Error::new(ErrorKind::PickleBudget {
+                limit: self.limit as u64,
+                what,
+            })),
         }
     }
 }
@@ -272,6 +357,8 @@ pub struct Pickled {
     pub nodes: Vec<Node>,
     /// The result.
     pub root: Id,
+    /// What is left of the pickle's budget, for the walk that names its tensors.
+    pub budget: Budget,
 }
 
 impl Pickled {
@@ -284,6 +371,21 @@ impl Pickled {
 fn err(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::Pickle(msg.into()))
 }
+
+/// A decimal integer (`-12`, `7L`); `None` if it overflows 64 bits (a big
+/// int, kept only as a leaf).
+fn parse_decimal(line: &[u8]) -> Result<Option<i64>> {
+    let t = std::str::from_utf8(line).map_err(|_| err("a number is not ASCII"))?;
+    let t = t.strip_suffix('L').unwrap_or(t);
+    let digits = t.strip_prefix('-').unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(err(format!("{t:?} is not a decimal number")));
+    }
+    Ok(t.parse().ok())
+}
+
+/// Bytes one container item costs.
+const ID: usize = std::mem::size_of::<Id>();
 
 /// A stack entry: a value or a MARK.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -301,6 +403,7 @@ struct Machine<'a> {
     marks: usize,
     memo: HashMap<u32, Id>,
     bytes: usize,
+    budget: Budget,
 }
 
 /// Unpickles one pickle from the start of `data`. Returns it and the
@@ -329,6 +432,7 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         marks: 0,
         memo: HashMap::new(),
         bytes: 0,
+        budget: Budget::new(limits.budget),
     };
     loop {
         let at = m.pos;
@@ -336,7 +440,15 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         match m.step(op) {
             Ok(Some(root)) => {
                 let nodes = std::mem::take(&mut m.nodes);
-                return Ok((Pickled { nodes, root }, m.pos));
+                let budget = m.budget;
+                return Ok((
+                    Pickled {
+                        nodes,
+                        root,
+                        budget,
+                    },
+                    m.pos,
+                ));
             }
             Ok(None) => {}
             Err(e) => return Err(e.at_offset(at as u64)),
@@ -344,7 +456,7 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
     }
 }
 
-impl Machine<'_> {
+impl<'a> Machine<'a> {
     fn take(&mut self, n: usize) -> Result<&[u8]> {
         let end = self
             .pos
@@ -384,6 +496,90 @@ impl Machine<'_> {
         Ok(s)
     }
 
+    /// A text opcode's argument (protocols 0 and 1): the bytes up to the
+    /// next newline, which is consumed; charged like any string.
+    fn text_line(&mut self) -> Result<&'a [u8]> {
+        let data: &'a [u8] = self.data;
+        let start = self.pos;
+        let n = data[start..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .ok_or_else(|| err("pickle ends inside an opcode"))?;
+        self.sized(n as u64)?;
+        self.pos += 1;
+        Ok(&data[start..start + n])
+    }
+
+    /// A decimal number on a text line (`PUT`, `GET`, `INT`, `LONG`).
+    fn decimal(&mut self) -> Result<Option<i64>> {
+        let line = self.text_line()?;
+        parse_decimal(line)
+    }
+
+    fn memo_key(&mut self) -> Result<u32> {
+        self.decimal()?
+            .and_then(|k| u32::try_from(k).ok())
+            .ok_or_else(|| err("memo key out of range"))
+    }
+
+    /// `UNICODE` (protocol 0): raw-unicode-escape text, `\uXXXX` and
+    /// `\UXXXXXXXX` escapes, every other byte a latin-1 character.
+    fn unicode_line(&mut self) -> Result<String> {
+        let line = self.text_line()?;
+        let mut out = String::with_capacity(line.len());
+        let mut i = 0;
+        while i < line.len() {
+            let digits = match (line[i], line.get(i + 1)) {
+                (b'\\', Some(b'u')) => 4,
+                (b'\\', Some(b'U')) => 8,
+                (b, _) => {
+                    out.push(b as char);
+                    i += 1;
+                    continue;
+                }
+            };
+            let hex = line
+                .get(i + 2..i + 2 + digits)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .and_then(char::from_u32)
+                .ok_or_else(|| err("a bad \\u escape in a UNICODE string"))?;
+            out.push(hex);
+            i += 2 + digits;
+        }
+        Ok(out)
+    }
+
+    /// `PERSID` (protocol 0): the persistent id is the `str()` of torch's
+    /// storage tuple, `('storage', <class 'torch.FloatStorage'>, '0', 'cpu', 6)`.
+    /// Only that exact shape is read, into the tuple protocol 1+ would hold.
+    fn text_persistent_id(&mut self) -> Result<Id> {
+        let line = self.text_line()?;
+        let text = std::str::from_utf8(line).map_err(|_| err("PERSID is not text"))?;
+        let refuse = || err("a protocol-0 persistent id that is not a torch storage");
+        let inner = text
+            .strip_prefix("('storage', <class 'torch.")
+            .and_then(|t| t.strip_suffix(')'))
+            .ok_or_else(refuse)?;
+        let (class, rest) = inner.split_once("'>, '").ok_or_else(refuse)?;
+        let (key, rest) = rest.split_once("', '").ok_or_else(refuse)?;
+        let (location, numel) = rest.split_once("', ").ok_or_else(refuse)?;
+        let numel: i64 = numel.parse().map_err(|_| refuse())?;
+        let storage = match Global::lookup("torch", class) {
+            Some(g @ Global::Storage(_)) => g,
+            _ => return Err(refuse()),
+        };
+        let (key, location) = (key.to_string(), location.to_string());
+        let items = vec![
+            self.alloc(Node::Str("storage".into()))?,
+            self.alloc(Node::Global(storage))?,
+            self.alloc(Node::Str(key))?,
+            self.alloc(Node::Str(location))?,
+            self.alloc(Node::Int(numel))?,
+        ];
+        self.alloc(Node::Tuple(items))
+    }
+
     /// A length from the pickle, checked against the bytes that remain.
     fn sized(&mut self, n: u64) -> Result<&[u8]> {
         let n = usize::try_from(n).map_err(|_| err("length does not fit memory"))?;
@@ -394,6 +590,7 @@ impl Machine<'_> {
                 self.limits.bytes
             )));
         }
+        self.budget.charge(n, "strings and bytes")?;
         self.take(n)
     }
 
@@ -410,6 +607,7 @@ impl Machine<'_> {
                 self.limits.nodes
             )));
         }
+        self.budget.charge(std::mem::size_of::<Node>(), "values")?;
         self.nodes.push(node);
         Ok((self.nodes.len() - 1) as Id)
     }
@@ -436,6 +634,9 @@ impl Machine<'_> {
             .iter()
             .rposition(|s| *s == Slot::Mark)
             .ok_or_else(|| err("no MARK on the stack"))?;
+        let n = self.stack.len() - at - 1;
+        self.budget
+            .charge(n.saturating_mul(ID), "container items")?;
         let items = self.stack[at + 1..]
             .iter()
             .map(|s| match s {
@@ -455,6 +656,10 @@ impl Machine<'_> {
                 "more than {} memo entries: refused",
                 self.limits.memo
             )));
+        }
+        if !self.memo.contains_key(&key) {
+            // A hash map entry and its share of the table.
+            self.budget.charge(32, "memo entries")?;
         }
         self.memo.insert(key, id);
         Ok(())
@@ -548,6 +753,21 @@ impl Machine<'_> {
             return Err(err("REDUCE arguments are not a tuple"));
         };
         let arg_ids = arg_ids.clone();
+        self.budget
+            .charge(arg_ids.len().saturating_mul(ID), "call arguments")?;
+        // Constructors that copy their argument: each copy is charged, so
+        // one shared list copied a thousand times costs a thousand lists.
+        if let Some(&a) = arg_ids.first() {
+            let copied = match (g, &self.nodes[a as usize]) {
+                (Global::Set | Global::Size, Node::List(v) | Node::Tuple(v) | Node::Set(v)) => {
+                    v.len().saturating_mul(ID)
+                }
+                (Global::ByteArray, Node::Bytes(b)) => b.len(),
+                (Global::CodecsEncode, Node::Str(t)) => t.len(),
+                _ => 0,
+            };
+            self.budget.charge(copied, "copies made by constructors")?;
+        }
         let node = match g {
             Global::OrderedDict if arg_ids.is_empty() => Node::Dict(Vec::new()),
             Global::Set => match arg_ids.first().map(|&a| &self.nodes[a as usize]) {
@@ -627,6 +847,7 @@ impl Machine<'_> {
     }
 
     fn tuple_of(&mut self, n: usize) -> Result<()> {
+        self.budget.charge(n * ID, "container items")?;
         let mut items = Vec::with_capacity(n);
         for _ in 0..n {
             items.push(self.pop()?);
@@ -670,6 +891,45 @@ impl Machine<'_> {
                 self.stack.push(Slot::Val(id));
             }
             b'N' => self.push_node(Node::None)?,
+            // Protocols 0 and 1 (`torch.save(..., pickle_protocol=1)`):
+            // numbers, strings, memo keys and persistent ids as text lines.
+            b'I' => {
+                let line = self.text_line()?;
+                let node = match line {
+                    b"00" => Node::Bool(false),
+                    b"01" => Node::Bool(true),
+                    _ => parse_decimal(line)?.map_or(Node::BigInt, Node::Int),
+                };
+                self.push_node(node)?
+            }
+            b'L' => {
+                let v = self.decimal()?;
+                self.push_node(v.map_or(Node::BigInt, Node::Int))?
+            }
+            b'F' => {
+                let line = self.text_line()?;
+                let v = std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .ok_or_else(|| err("FLOAT is not a number"))?;
+                self.push_node(Node::Float(v))?
+            }
+            b'V' => {
+                let s = self.unicode_line()?;
+                self.push_node(Node::Str(s))?
+            }
+            b'P' => {
+                let pid = self.text_persistent_id()?;
+                self.push_node(Node::Persistent(pid))?
+            }
+            b'p' => {
+                let k = self.memo_key()?;
+                self.memo_put(k)?
+            }
+            b'g' => {
+                let k = self.memo_key()?;
+                self.memo_get(k)?
+            }
             0x88 => self.push_node(Node::Bool(true))?,
             0x89 => self.push_node(Node::Bool(false))?,
             b'J' => {
@@ -760,6 +1020,7 @@ impl Machine<'_> {
                 self.add_items(target, items)?
             }
             b'a' => {
+                self.budget.charge(ID, "container items")?;
                 let v = self.pop()?;
                 let target = self.top()?;
                 self.append(target, vec![v])?
@@ -770,6 +1031,7 @@ impl Machine<'_> {
                 self.append(target, items)?
             }
             b's' => {
+                self.budget.charge(2 * ID, "container items")?;
                 let v = self.pop()?;
                 let k = self.pop()?;
                 let target = self.top()?;
@@ -791,6 +1053,7 @@ impl Machine<'_> {
                 match (&self.nodes[module as usize], &self.nodes[name as usize]) {
                     (Node::Str(m), Node::Str(n)) => {
                         let (m, n) = (m.clone(), n.clone());
+                        self.budget.charge(m.len() + n.len(), "global names")?;
                         self.global(&m, &n)?
                     }
                     _ => return Err(err("STACK_GLOBAL needs two strs")),

@@ -1,0 +1,754 @@
+//! Hostile inputs, round 2 (issue 25): each class of crafted checkpoint is
+//! refused (or read right) within a bound asserted in bytes: allocated
+//! (the counting allocator) or written, never wall time.
+//!
+//! The checkpoints are built here, opcode by opcode ([`Pickle`]) and zipped
+//! as `torch.save` lays them out ([`torch_zip`]), so each test shows the
+//! exact construct it attacks.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use safetensors_stream::test_support::pickle::{unpickle, Limits};
+use safetensors_stream::test_support::pytorch_model::{tensors, Naming};
+use safetensors_stream::ErrorKind;
+use serde_json::Value;
+use support::numpy::{build_zip, ZipMember};
+
+#[global_allocator]
+static ALLOC: support::alloc::Counting = support::alloc::Counting;
+
+/// A protocol-2 pickle written opcode by opcode.
+#[derive(Default)]
+struct Pickle(Vec<u8>);
+
+impl Pickle {
+    fn new() -> Pickle {
+        Pickle(b"\x80\x02".to_vec())
+    }
+    fn op(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(bytes);
+        self
+    }
+    fn str(&mut self, s: &[u8]) -> &mut Self {
+        self.0.push(b'X');
+        self.0.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.op(s)
+    }
+    fn bytes(&mut self, s: &[u8]) -> &mut Self {
+        self.0.push(b'B');
+        self.0.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        self.op(s)
+    }
+    fn int(&mut self, v: i32) -> &mut Self {
+        self.0.push(b'J');
+        self.op(&v.to_le_bytes())
+    }
+    fn long(&mut self, v: i64) -> &mut Self {
+        self.0.extend_from_slice(&[0x8a, 8]);
+        self.op(&v.to_le_bytes())
+    }
+    fn global(&mut self, module: &str, name: &str) -> &mut Self {
+        self.0.push(b'c');
+        self.op(format!("{module}\n{name}\n").as_bytes())
+    }
+    fn put(&mut self, k: u32) -> &mut Self {
+        self.0.push(b'r');
+        self.op(&k.to_le_bytes())
+    }
+    fn get(&mut self, k: u32) -> &mut Self {
+        self.0.push(b'j');
+        self.op(&k.to_le_bytes())
+    }
+    fn ints(&mut self, v: &[i64]) -> &mut Self {
+        self.op(b"(");
+        for &x in v {
+            self.long(x);
+        }
+        self.op(b"t")
+    }
+    /// `_rebuild_tensor_v2(storage KEY of `numel` floats, offset, size, stride, False, OrderedDict())`.
+    fn tensor(
+        &mut self,
+        key: &str,
+        numel: i64,
+        offset: i64,
+        size: &[i64],
+        stride: &[i64],
+    ) -> &mut Self {
+        self.tensor_of("FloatStorage", key, numel, offset, size, stride)
+    }
+    fn tensor_of(
+        &mut self,
+        class: &str,
+        key: &str,
+        numel: i64,
+        offset: i64,
+        size: &[i64],
+        stride: &[i64],
+    ) -> &mut Self {
+        self.global("torch._utils", "_rebuild_tensor_v2").op(b"(");
+        self.op(b"(").str(b"storage").global("torch", class);
+        self.str(key.as_bytes()).str(b"cpu").long(numel).op(b"tQ");
+        self.long(offset).ints(size).ints(stride).op(&[0x89]);
+        self.global("collections", "OrderedDict").op(b")R");
+        self.op(b"tR")
+    }
+    fn stop(&mut self) -> Vec<u8> {
+        self.0.push(b'.');
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// A `torch.save` zip: `archive/data.pkl`, `archive/byteorder` and each
+/// storage as `archive/data/KEY`, stored, with CRCs.
+fn torch_zip(pickle: &[u8], storages: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    let mut members = vec![
+        ZipMember::stored("archive/data.pkl", pickle.to_vec()),
+        ZipMember::stored("archive/byteorder", b"little".to_vec()),
+    ];
+    for (key, data) in storages {
+        members.push(ZipMember::stored(
+            &format!("archive/data/{key}"),
+            data.clone(),
+        ));
+    }
+    build_zip(&members).0
+}
+
+fn floats(n: usize) -> Vec<u8> {
+    (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect()
+}
+
+fn convert(dir: &Path, args: &[&str]) -> Output {
+    Command::new(support::BIN)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run convert")
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
+    std::fs::write(dir.join(name), bytes).unwrap();
+    name.to_string()
+}
+
+/// The error of a `--report json` run: its kind and message.
+fn report_error(r: &Output) -> (String, String) {
+    let text = String::from_utf8_lossy(&r.stderr);
+    let line = text.lines().last().unwrap_or_default();
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    let e = &v["error"];
+    (
+        e["kind"].as_str().unwrap().to_string(),
+        e["message"].as_str().unwrap().to_string(),
+    )
+}
+
+/// Converts `input` expecting a refusal of `kind`: exit 1, nothing written.
+fn refused(dir: &Path, input: &str, extra: &[&str], kind: &str) -> String {
+    let mut args = vec![input, "-o", "out.safetensors", "--report", "json"];
+    args.extend_from_slice(extra);
+    let r = convert(dir, &args);
+    assert_eq!(
+        r.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let (got, message) = report_error(&r);
+    assert_eq!(got, kind, "{message}");
+    assert!(!dir.join("out.safetensors").exists());
+    message
+}
+
+/// The tensors a converted file holds, by name: (shape, data bytes).
+fn output_tensors(path: &Path) -> Vec<(String, Vec<u64>, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| {
+            let shape = v.shape().iter().map(|&d| d as u64).collect();
+            (n, shape, v.data().to_vec())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+// ---- bytes, not visits ------------------------------------------------------
+
+/// A DAG: each level a dict of two long keys that both lead to the level
+/// below, a tensor at the bottom. 2^8 paths, each named by 8 keys of 256
+/// KiB: 512 MiB of names from a 0.5 MB pickle, 60 GB with 120 levels.
+fn name_dag(levels: u32, key_len: usize) -> Vec<u8> {
+    let mut p = Pickle::new();
+    p.str(&vec![b'a'; key_len]).put(0).op(b"0");
+    p.str(&vec![b'b'; key_len]).put(1).op(b"0");
+    p.tensor("0", 1, 0, &[], &[]).put(2).op(b"0");
+    for level in 0..levels {
+        p.op(b"}(")
+            .get(0)
+            .get(2 + level)
+            .get(1)
+            .get(2 + level)
+            .op(b"u");
+        p.put(3 + level).op(b"0");
+    }
+    p.get(2 + levels);
+    p.stop()
+}
+
+#[test]
+fn a_shared_key_named_along_every_path_is_charged_each_time() {
+    let _g = support::alloc::serial();
+    let pickle = name_dag(8, 256 << 10);
+    let (result, peak) = support::alloc::peak_during(|| {
+        let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
+        tensors(&p, &Naming::default())
+    });
+    let e = result.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{e}");
+    let budget = 16 * pickle.len() + (16 << 20);
+    assert!(e.to_string().contains(&budget.to_string()), "{e}");
+    eprintln!("pickle {} bytes, peak {peak} bytes", pickle.len());
+    // Before: 512 MiB of names.
+    assert!(peak < 2 * budget, "peak {peak} for a budget of {budget}");
+}
+
+/// `bytearray(b)` 300 times over one shared 1 MiB bytes: 300 MiB of
+/// copies from a 1 MB pickle.
+#[test]
+fn copies_made_by_constructors_are_charged() {
+    let _g = support::alloc::serial();
+    for (module, name, arg) in [
+        ("builtins", "bytearray", true),
+        ("_codecs", "encode", false),
+    ] {
+        let mut p = Pickle::new();
+        if arg {
+            p.bytes(&vec![7u8; 1 << 20]).put(0).op(b"0");
+        } else {
+            p.str(&vec![b'x'; 1 << 20]).put(0).op(b"0");
+        }
+        p.op(b"]("); // a list of 300 copies
+        for _ in 0..300 {
+            p.global(module, name).op(b"(").get(0);
+            if !arg {
+                p.str(b"latin1");
+            }
+            p.op(b"tR");
+        }
+        p.op(b"e");
+        let pickle = p.stop();
+        let (result, peak) =
+            support::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
+        let e = result.unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::PickleBudget { .. }),
+            "{name}: {e}"
+        );
+        let budget = 16 * pickle.len() + (16 << 20);
+        eprintln!("{name}: pickle {} bytes, peak {peak}", pickle.len());
+        assert!(peak < 2 * budget, "{name}: peak {peak}, budget {budget}");
+    }
+}
+
+/// `set(l)` of one shared list of 200,000 items, 400 times: 320 MB of
+/// copied item lists.
+#[test]
+fn set_copies_of_a_shared_list_are_charged() {
+    let _g = support::alloc::serial();
+    let mut p = Pickle::new();
+    p.op(b"](");
+    for _ in 0..200_000 {
+        p.op(b"N");
+    }
+    p.op(b"e").put(0).op(b"0]");
+    p.op(b"(");
+    for _ in 0..400 {
+        p.global("builtins", "frozenset").op(b"(").get(0).op(b"tR");
+    }
+    p.op(b"e");
+    let pickle = p.stop();
+    let (result, peak) =
+        support::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
+    let e = result.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{e}");
+    let budget = 16 * pickle.len() + (16 << 20);
+    assert!(peak < 2 * budget, "peak {peak}, budget {budget}");
+}
+
+#[test]
+fn a_pickle_bomb_through_the_binary_is_one_line_naming_the_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pt = torch_zip(&name_dag(8, 256 << 10), &[("0", floats(1))]);
+    let input = write(tmp.path(), "dag.pt", &pt);
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let msg = refused(tmp.path(), &input, extra, "pickle_budget");
+        assert!(msg.contains("budget of"), "{msg}");
+    }
+    let r = convert(tmp.path(), &[&input, "-o", "out.safetensors"]);
+    assert_eq!(r.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+// ---- expanded views ---------------------------------------------------------
+
+#[test]
+fn one_float_viewed_as_a_terabyte_is_refused_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}")
+        .str(b"huge")
+        .tensor("0", 1, 0, &[1 << 40], &[0])
+        .op(b"s");
+    let input = write(
+        tmp.path(),
+        "huge.pt",
+        &torch_zip(&p.stop(), &[("0", floats(1))]),
+    );
+    for extra in [&[][..], &["--dry-run"][..]] {
+        let msg = refused(tmp.path(), &input, extra, "expanded_view");
+        assert!(
+            msg.contains("\"huge\"") && msg.contains("4398046511104"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn a_broadcast_past_16x_needs_the_flag_and_then_converts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}")
+        .str(b"row")
+        .tensor("0", 2, 0, &[40, 2], &[0, 1])
+        .op(b"s");
+    let input = write(
+        tmp.path(),
+        "bcast.pt",
+        &torch_zip(&p.stop(), &[("0", floats(2))]),
+    );
+    refused(tmp.path(), &input, &[], "expanded_view");
+    let r = convert(
+        tmp.path(),
+        &[&input, "--allow-expanded-views", "-o", "out.safetensors"],
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let t = output_tensors(&tmp.path().join("out.safetensors"));
+    assert_eq!(t[0].1, vec![40, 2]);
+    assert_eq!(t[0].2, floats(2).repeat(40));
+}
+
+#[test]
+fn tied_views_past_16x_their_storage_in_all_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}(");
+    for i in 0..17 {
+        p.str(format!("tied.{i}").as_bytes())
+            .tensor("0", 4, 0, &[4], &[1]);
+    }
+    p.op(b"u");
+    let input = write(
+        tmp.path(),
+        "tied.pt",
+        &torch_zip(&p.stop(), &[("0", floats(4))]),
+    );
+    let msg = refused(tmp.path(), &input, &[], "py_torch");
+    assert!(msg.contains("16x"), "{msg}");
+}
+
+// ---- integrity ---------------------------------------------------------------
+
+/// Two views split one storage; a flipped byte in the first half.
+#[test]
+fn a_corrupt_storage_split_by_two_views_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}(");
+    p.str(b"a").tensor("0", 8, 0, &[4], &[1]);
+    p.str(b"b").tensor("0", 8, 4, &[4], &[1]);
+    p.op(b"u");
+    let mut pt = torch_zip(&p.stop(), &[("0", floats(8))]);
+    let good = floats(8);
+    let at = pt.windows(good.len()).position(|w| w == good).unwrap();
+    // Both outputs from the good archive, first.
+    let input = write(tmp.path(), "good.pt", &pt);
+    let r = convert(tmp.path(), &[&input, "-o", "good.safetensors"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    pt[at + 5] ^= 0x40;
+    let input = write(tmp.path(), "split.pt", &pt);
+    refused(tmp.path(), &input, &[], "crc_mismatch");
+    refused(tmp.path(), &input, &["--include", "b"], "crc_mismatch");
+}
+
+#[test]
+fn two_members_of_one_name_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}").str(b"w").tensor("0", 2, 0, &[2], &[1]).op(b"s");
+    let pickle = p.stop();
+    let twice = |name: &str, a: Vec<u8>, b: Vec<u8>| {
+        let mut members = vec![ZipMember::stored("archive/data.pkl", pickle.clone())];
+        members.push(ZipMember::stored(name, a));
+        members.push(ZipMember::stored(name, b));
+        if name != "archive/data/0" {
+            members.push(ZipMember::stored("archive/data/0", floats(2)));
+        }
+        build_zip(&members).0
+    };
+    let cases = [
+        (
+            "byteorder",
+            twice("archive/byteorder", b"little".to_vec(), b"big".to_vec()),
+        ),
+        ("storage", twice("archive/data/0", floats(2), vec![0; 8])),
+    ];
+    for (what, pt) in cases {
+        let input = write(tmp.path(), &format!("{what}.pt"), &pt);
+        let msg = refused(tmp.path(), &input, &[], "zip");
+        assert!(msg.contains("appears twice"), "{what}: {msg}");
+    }
+    // An npz as well (the same directory reader).
+    let npz = build_zip(&[
+        ZipMember::stored("x.npy", support::numpy::npy("<f4", false, &[1], &floats(1))),
+        ZipMember::stored("x.npy", support::numpy::npy("<f4", false, &[1], &floats(1))),
+    ])
+    .0;
+    let input = write(tmp.path(), "twice.npz", &npz);
+    refused(tmp.path(), &input, &[], "zip");
+}
+
+#[test]
+fn a_byteorder_other_than_little_or_big_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}").str(b"w").tensor("0", 2, 0, &[2], &[1]).op(b"s");
+    let pt = build_zip(&[
+        ZipMember::stored("archive/data.pkl", p.stop()),
+        ZipMember::stored("archive/byteorder", b"middle".to_vec()),
+        ZipMember::stored("archive/data/0", floats(2)),
+    ])
+    .0;
+    let input = write(tmp.path(), "middle.pt", &pt);
+    refused(tmp.path(), &input, &[], "py_torch");
+}
+
+#[test]
+fn one_storage_declared_with_two_dtypes_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}(");
+    p.str(b"f").tensor_of("FloatStorage", "0", 2, 0, &[2], &[1]);
+    p.str(b"i").tensor_of("IntStorage", "0", 2, 0, &[2], &[1]);
+    p.op(b"u");
+    let input = write(
+        tmp.path(),
+        "twotypes.pt",
+        &torch_zip(&p.stop(), &[("0", floats(2))]),
+    );
+    let msg = refused(tmp.path(), &input, &[], "py_torch");
+    assert!(msg.contains("declared twice"), "{msg}");
+}
+
+// ---- nothing dropped silently ------------------------------------------------
+
+#[test]
+fn tensors_no_name_reaches_are_refused_not_dropped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = |p: &mut Pickle| {
+        p.tensor("0", 2, 0, &[2], &[1]);
+    };
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    // {"s": {tensor}}
+    let mut p = Pickle::new();
+    p.op(b"}").str(b"s").op(&[0x8f, b'(']);
+    t(&mut p);
+    p.op(&[0x90]).op(b"s");
+    cases.push(("inside a set", p.stop()));
+    // {"f": frozenset([tensor])}
+    let mut p = Pickle::new();
+    p.op(b"}")
+        .str(b"f")
+        .global("builtins", "frozenset")
+        .op(b"((");
+    t(&mut p);
+    p.op(b"ltRs");
+    cases.push(("inside a set", p.stop()));
+    // {tensor: 1}
+    let mut p = Pickle::new();
+    p.op(b"}");
+    t(&mut p);
+    p.int(1).op(b"s");
+    cases.push(("dict key", p.stop()));
+    // {"od": OrderedDict([("w", tensor)])}
+    let mut p = Pickle::new();
+    p.op(b"}")
+        .str(b"od")
+        .global("collections", "OrderedDict")
+        .op(b"(((");
+    p.str(b"w");
+    t(&mut p);
+    p.op(b"tltRs");
+    cases.push(("constructor arguments", p.stop()));
+    for (place, pickle) in cases {
+        let input = write(
+            tmp.path(),
+            "hidden.pt",
+            &torch_zip(&pickle, &[("0", floats(2))]),
+        );
+        let msg = refused(tmp.path(), &input, &[], "py_torch");
+        assert!(msg.contains(place), "{place}: {msg}");
+    }
+}
+
+#[test]
+fn the_skip_warning_counts_only_values_and_lists_their_paths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}(").str(b"epoch").int(3).str(b"w");
+    p.tensor("0", 2, 0, &[2], &[1]);
+    p.str(b"opt")
+        .op(b"}")
+        .str(b"lr")
+        .global("builtins", "complex")
+        .op(b"(")
+        .int(1)
+        .op(b"tRs");
+    p.op(b"u");
+    let input = write(
+        tmp.path(),
+        "skips.pt",
+        &torch_zip(&p.stop(), &[("0", floats(2))]),
+    );
+    let r = convert(tmp.path(), &[&input, "-o", "out.safetensors"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        stderr.contains("skipped 2 non-tensor values") && stderr.contains("epoch, opt.lr"),
+        "{stderr}"
+    );
+}
+
+// ---- compatibility -----------------------------------------------------------
+
+#[test]
+fn bool_keys_are_spelled_as_python_does_and_names_are_never_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}(").op(&[0x88]);
+    p.tensor("0", 2, 0, &[2], &[1]);
+    p.op(&[0x89]).tensor("0", 2, 0, &[2], &[1]).op(b"u");
+    let input = write(
+        tmp.path(),
+        "bools.pt",
+        &torch_zip(&p.stop(), &[("0", floats(2))]),
+    );
+    let r = convert(tmp.path(), &[&input, "-o", "bools.safetensors"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let names: Vec<String> = output_tensors(&tmp.path().join("bools.safetensors"))
+        .into_iter()
+        .map(|t| t.0)
+        .collect();
+    assert_eq!(names, ["False", "True"]);
+
+    let mut p = Pickle::new();
+    p.op(b"}")
+        .str(b"state_dict")
+        .tensor("0", 2, 0, &[2], &[1])
+        .op(b"s");
+    let input = write(
+        tmp.path(),
+        "sd.pt",
+        &torch_zip(&p.stop(), &[("0", floats(2))]),
+    );
+    let r = convert(tmp.path(), &[&input, "-o", "sd.safetensors"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let t = output_tensors(&tmp.path().join("sd.safetensors"));
+    assert_eq!(t[0].0, "state_dict");
+
+    let mut p = Pickle::new();
+    p.op(b"}").str(b"").tensor("0", 2, 0, &[2], &[1]).op(b"s");
+    let input = write(
+        tmp.path(),
+        "empty.pt",
+        &torch_zip(&p.stop(), &[("0", floats(2))]),
+    );
+    let msg = refused(tmp.path(), &input, &[], "py_torch");
+    assert!(msg.contains("empty"), "{msg}");
+}
+
+// ---- messages ----------------------------------------------------------------
+
+/// A storage key with terminal escapes, a newline that would forge a
+/// second line, and 10,000 characters: one escaped line, cut.
+#[test]
+fn names_from_a_file_are_escaped_and_lines_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = format!(
+        "k\u{1b}[2J\u{7}\r\nerror: forged\u{202e}{}",
+        "x".repeat(10_000)
+    );
+    let mut p = Pickle::new();
+    p.op(b"}(");
+    p.str(b"f")
+        .tensor_of("FloatStorage", &key, 2, 0, &[2], &[1]);
+    p.str(b"i").tensor_of("IntStorage", &key, 2, 0, &[2], &[1]);
+    p.op(b"u");
+    let input = write(
+        tmp.path(),
+        "escape.pt",
+        &torch_zip(&p.stop(), &[("0", floats(2))]),
+    );
+    let r = convert(tmp.path(), &[&input, "-o", "out.safetensors"]);
+    assert_eq!(r.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    for raw in ['\u{1b}', '\u{7}', '\r', '\u{202e}'] {
+        assert!(!stderr.contains(raw), "{raw:?} printed raw");
+    }
+    assert!(
+        stderr.contains("\\u{1b}[2J") && stderr.contains("\\u{202e}"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.chars().count() < 2200,
+        "{} chars",
+        stderr.chars().count()
+    );
+    assert!(stderr.contains("more characters cut"));
+}
+
+/// `torch.save(..., pickle_protocol=1)` and `=0` (fixtures/pytorch/protocols/
+/// generate.py): the tensors torch saved, named as in protocol 2.
+#[test]
+fn checkpoints_saved_with_pickle_protocols_0_and_1_convert() {
+    let dir = support::fixtures().join("pytorch/protocols");
+    let want: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    let want = want.as_object().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for proto in [0, 1] {
+        let input = dir.join(format!("protocol{proto}.pt"));
+        let r = convert(
+            tmp.path(),
+            &[input.to_str().unwrap(), "-o", "out.safetensors"],
+        );
+        assert!(
+            r.status.success(),
+            "protocol {proto}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let got = output_tensors(&tmp.path().join("out.safetensors"));
+        assert_eq!(got.len(), want.len(), "protocol {proto}");
+        for (name, shape, data) in got {
+            let w = &want[&name];
+            let hex: String = data.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(hex, w["hex"].as_str().unwrap(), "protocol {proto}: {name}");
+            let ws: Vec<u64> = serde_json::from_value(w["shape"].clone()).unwrap();
+            assert_eq!(shape, ws, "protocol {proto}: {name}");
+        }
+    }
+}
+
+// ---- other inputs ------------------------------------------------------------
+
+/// Runs `convert` with a guard: a run still going after a minute is killed
+/// and reported as hung (a guard against blocking, not a timing bound).
+fn convert_guarded(dir: &Path, args: &[&str]) -> Output {
+    let mut child = Command::new(support::BIN)
+        .args(args)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..600 {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    panic!("convert {args:?} blocked");
+}
+
+#[test]
+fn a_fifo_or_device_named_as_a_shard_is_refused_without_blocking() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("model-00001.safetensors");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", tmp.path().join("model-00002.safetensors")).unwrap();
+    for (shard, what) in [
+        ("model-00001.safetensors", "FIFO"),
+        ("model-00002.safetensors", "character device"),
+    ] {
+        let index =
+            format!(r#"{{"metadata": {{"total_size": 8}}, "weight_map": {{"w": "{shard}"}}}}"#);
+        for (name, pt) in [
+            ("model.safetensors.index.json", false),
+            ("pytorch_model.bin.index.json", true),
+        ] {
+            if pt {
+                let link = tmp.path().join(shard.replace(".safetensors", ".bin"));
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(tmp.path().join(shard), &link).unwrap();
+            }
+            let index = if pt {
+                index.replace(".safetensors\"", ".bin\"")
+            } else {
+                index.clone()
+            };
+            std::fs::write(tmp.path().join(name), &index).unwrap();
+            let r = convert_guarded(
+                tmp.path(),
+                &[name, "-o", "out.safetensors", "--report", "json"],
+            );
+            assert_eq!(
+                r.status.code(),
+                Some(1),
+                "{name}: {}",
+                String::from_utf8_lossy(&r.stderr)
+            );
+            let (kind, msg) = report_error(&r);
+            assert_eq!(kind, "not_regular_file", "{name}: {msg}");
+            assert!(msg.contains(what), "{msg}");
+        }
+    }
+}
+
+/// `/dev/zero` as an index or a raw manifest: refused at its first byte,
+/// having read (and allocated) kilobytes, not the 100 MB cap.
+#[test]
+fn dev_zero_as_an_index_or_manifest_fails_at_its_first_byte() {
+    use safetensors_stream::index::ShardIndex;
+    use safetensors_stream::source::RawSpec;
+    let _g = support::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("model.safetensors.index.json");
+    std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
+    let (r, peak) = support::alloc::peak_during(|| ShardIndex::from_json_file(&index));
+    let e = r.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::IndexJson(_)), "{e}");
+    assert_eq!(e.offset(), Some(0));
+    assert!(peak < 1 << 20, "peak {peak}");
+    let (r, peak) =
+        support::alloc::peak_during(|| RawSpec::from_manifest_file(Path::new("/dev/zero")));
+    assert!(r.is_err());
+    assert!(peak < 1 << 20, "peak {peak}");
+    // Through the binary, one line.
+    let r = convert_guarded(
+        tmp.path(),
+        &["model.safetensors.index.json", "-o", "out.safetensors"],
+    );
+    assert_eq!(r.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&r.stderr).lines().count(), 1);
+}
