@@ -1,0 +1,82 @@
+//! A quantized tensor read as a stream of dequantized elements: a bounded
+//! run of blocks at a time, positional reads, no state shared with others.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use crate::dequant::ggml::GgmlType;
+use crate::dequant::store_f32;
+use crate::Dtype;
+
+/// Input bytes read per run (at most; at least one block).
+const RUN_BYTES: u64 = 1 << 20;
+
+/// Reads `blocks` blocks of `ty` at `offset` of `file` and yields them
+/// dequantized, as `to` (F32, F16 or BF16), little-endian. Its memory: one
+/// run of blocks, its `f32`s and its output bytes.
+pub(crate) struct DequantReader {
+    file: Arc<File>,
+    ty: GgmlType,
+    to: Dtype,
+    /// Where the next run starts.
+    offset: u64,
+    /// Blocks not yet read.
+    blocks: u64,
+    raw: Vec<u8>,
+    values: Vec<f32>,
+    out: Vec<u8>,
+    pos: usize,
+}
+
+impl DequantReader {
+    pub(crate) fn new(file: Arc<File>, ty: GgmlType, to: Dtype, offset: u64, blocks: u64) -> Self {
+        DequantReader {
+            file,
+            ty,
+            to,
+            offset,
+            blocks,
+            raw: Vec::new(),
+            values: Vec::new(),
+            out: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Reads and dequantizes the next run into `out`.
+    fn refill(&mut self) -> io::Result<()> {
+        let per_run = (RUN_BYTES / self.ty.block_bytes).max(1);
+        let n = self.blocks.min(per_run);
+        // Bounded by RUN_BYTES (or one block): these fit in usize.
+        let raw_len = (n * self.ty.block_bytes) as usize;
+        let elems = (n * self.ty.block_elems) as usize;
+        let width = self.to.byte_width().unwrap_or(4) as usize;
+        self.raw.resize(raw_len, 0);
+        self.file.read_exact_at(&mut self.raw, self.offset)?;
+        self.values.resize(elems, 0.0);
+        self.ty.dequantize(&self.raw, &mut self.values);
+        self.out.resize(elems * width, 0);
+        store_f32(&self.values, self.to, &mut self.out);
+        self.offset += raw_len as u64;
+        self.blocks -= n;
+        self.pos = 0;
+        Ok(())
+    }
+}
+
+impl Read for DequantReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.out.len() {
+            if self.blocks == 0 {
+                return Ok(0);
+            }
+            self.refill()?;
+        }
+        let n = (self.out.len() - self.pos).min(buf.len());
+        buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
