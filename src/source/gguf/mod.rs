@@ -21,6 +21,7 @@ use futures::FutureExt;
 use self::dequant_reader::DequantReader;
 use self::header::{read_header, GgufHeader, TensorInfo};
 use super::blocking::BlockingReader;
+use super::npz::zip::PositionalReader;
 use super::{BlockingRead, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
 use crate::dequant::ggml::Kind;
 use crate::header::{Metadata, TensorMeta};
@@ -43,8 +44,11 @@ impl GgufSource {
     /// Reads the header of `file` (`len` bytes) and lists its tensors.
     pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
         let on_input = |e: crate::Error| e.with_input(input);
+        // Positional reads from byte 0, whatever the handle's position (a
+        // spooled stream's is at its end).
+        let from_start = PositionalReader::new(&file, 0, len);
         let header =
-            read_header(BufReader::with_capacity(64 * 1024, &file), len).map_err(on_input)?;
+            read_header(BufReader::with_capacity(64 * 1024, from_start), len).map_err(on_input)?;
         let to = options.dequantize.unwrap_or(Dtype::BF16);
         let tensors = header
             .tensors
