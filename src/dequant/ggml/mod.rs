@@ -182,3 +182,6 @@ fn nibble_split(qs: &[u8], e: usize) -> u8 {
     let half = qs.len();
     (qs[e % half] >> (4 * (e / half))) & 0x0f
 }
+
+#[cfg(test)]
+mod tests;

@@ -80,3 +80,56 @@ impl Read for DequantReader {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A tensor of several runs reads as one dequantization of all its
+    /// blocks: the run boundaries change nothing, read sizes neither.
+    #[test]
+    fn runs_join_seamlessly() {
+        let ty = GgmlType::from_id(12).unwrap(); // Q4_K
+        let blocks = RUN_BYTES / ty.block_bytes * 2 + 3;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut raw: Vec<u8> = (0..blocks * ty.block_bytes)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        // Finite scales: d = dmin = 1/64.
+        for b in raw.chunks_exact_mut(ty.block_bytes as usize) {
+            b[..4].copy_from_slice(&[0x00, 0x24, 0x00, 0x24]);
+        }
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&[7u8; 5]).unwrap();
+        file.write_all(&raw).unwrap();
+        let mut values = vec![0f32; (blocks * ty.block_elems) as usize];
+        ty.dequantize(&raw, &mut values);
+        let mut want = vec![0u8; values.len() * 2];
+        store_f32(&values, Dtype::BF16, &mut want);
+        let file = Arc::new(file);
+        for read_size in [1usize, 4093, 1 << 20] {
+            let mut r = DequantReader::new(file.clone(), ty, Dtype::BF16, 5, blocks);
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; read_size];
+            loop {
+                let n = r.read(&mut buf).unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+                if read_size == 1 && got.len() > 100_000 {
+                    // Byte by byte for a while, then the rest at once.
+                    r.read_to_end(&mut got).unwrap();
+                    break;
+                }
+            }
+            assert!(got == want, "read size {read_size}");
+        }
+    }
+}
