@@ -2,7 +2,7 @@
 //! NVFP4 (64 codes in four runs of 16, each with an unsigned E4M3 scale).
 //! Both read the E2M1 code book doubled, and halve the scale to match.
 
-use super::nibble_split;
+use super::nibbles;
 
 /// E2M1 values, doubled so that they are integers (ggml's `kvalues_mxfp4`).
 const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
@@ -21,9 +21,7 @@ fn e8m0_half(e: u8) -> f32 {
 pub(super) fn mxfp4(block: &[u8], out: &mut [f32]) {
     let d = e8m0_half(block[0]);
     let qs = &block[1..17];
-    for (e, o) in out.iter_mut().enumerate() {
-        *o = d * KVALUES[nibble_split(qs, e) as usize] as f32;
-    }
+    nibbles(qs, out, |q| d * KVALUES[q as usize] as f32);
 }
 
 /// Half an unsigned E4M3 (bias 7) scale, as gguf-py decodes it: the top
@@ -50,8 +48,6 @@ pub(super) fn nvfp4(block: &[u8], out: &mut [f32]) {
     for (s, sub) in out.chunks_exact_mut(16).enumerate().take(4) {
         let d = ue4m3_half(block[s]);
         let codes = &qs[s * 8..s * 8 + 8];
-        for (e, o) in sub.iter_mut().enumerate() {
-            *o = d * KVALUES[nibble_split(codes, e) as usize] as f32;
-        }
+        nibbles(codes, sub, |q| d * KVALUES[q as usize] as f32);
     }
 }

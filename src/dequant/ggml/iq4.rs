@@ -1,6 +1,6 @@
 //! IQ4_NL and IQ4_XS: 4-bit codes into a fixed non-linear table of 16 values.
 
-use super::{f16_at, nibble_split, QK_K};
+use super::{f16_at, nibbles, QK_K};
 
 /// The non-linear code book both types share (ggml's `kvalues_iq4nl`).
 const KVALUES: [i8; 16] = [
@@ -11,9 +11,7 @@ const KVALUES: [i8; 16] = [
 pub(super) fn iq4_nl(block: &[u8], out: &mut [f32]) {
     let d = f16_at(block, 0);
     let qs = &block[2..18];
-    for (e, o) in out.iter_mut().enumerate() {
-        *o = d * KVALUES[nibble_split(qs, e) as usize] as f32;
-    }
+    nibbles(qs, out, |q| d * KVALUES[q as usize] as f32);
 }
 
 /// `d: f16, scales_h: u16, scales_l: [u8; 4], qs: [u8; 128]`: eight
@@ -27,8 +25,6 @@ pub(super) fn iq4_xs(block: &[u8], out: &mut [f32]) {
         let h = ((high >> (2 * j)) & 3) as u8;
         let dl = d * ((l | (h << 4)) as i32 - 32) as f32;
         let codes = &qs[j * 16..j * 16 + 16];
-        for (e, o) in sub.iter_mut().enumerate() {
-            *o = dl * KVALUES[nibble_split(codes, e) as usize] as f32;
-        }
+        nibbles(codes, sub, |q| dl * KVALUES[q as usize] as f32);
     }
 }

@@ -74,8 +74,18 @@ fn nibble_k(qs: &[u8], e: usize) -> u8 {
 pub(super) fn q4_k(block: &[u8], out: &mut [f32]) {
     let (dl, ml) = scales_4_5(block);
     let qs = &block[16..144];
-    for (e, o) in out.iter_mut().enumerate().take(QK_K) {
-        *o = dl[e / 32] * nibble_k(qs, e) as f32 - ml[e / 32];
+    // Four runs of 64: the low then the high nibbles of 32 bytes.
+    for (c, (run, q)) in out
+        .chunks_exact_mut(64)
+        .zip(qs.chunks_exact(32))
+        .enumerate()
+    {
+        let (lo, hi) = (2 * c, 2 * c + 1);
+        let (low, high) = run.split_at_mut(32);
+        for ((q, a), b) in q.iter().zip(low).zip(high) {
+            *a = dl[lo] * (q & 0x0f) as f32 - ml[lo];
+            *b = dl[hi] * (q >> 4) as f32 - ml[hi];
+        }
     }
 }
 
@@ -95,11 +105,25 @@ pub(super) fn q6_k(block: &[u8], out: &mut [f32]) {
     let (ql, qh, scales) = (&block[..128], &block[128..192], &block[192..208]);
     let d = f16_at(block, 208);
     let dl: [f32; 16] = std::array::from_fn(|i| d * (scales[i] as i8) as f32);
-    for (e, o) in out.iter_mut().enumerate().take(QK_K) {
-        let (half, rest) = (e / 128, e % 128);
-        let low = (ql[half * 64 + rest % 64] >> (4 * (rest / 64))) & 0x0f;
-        let high = (qh[half * 32 + rest % 32] >> (2 * (rest / 32))) & 3;
-        let q = (low | (high << 4)) as i32 - 32;
-        *o = dl[e / 16] * q as f32;
+    // Two halves of 128: 64 bytes of low nibbles and 32 of high bit pairs
+    // give four runs of 32.
+    for (h, half) in out.chunks_exact_mut(128).enumerate() {
+        let (ql, qh, dl) = (
+            &ql[64 * h..64 * h + 64],
+            &qh[32 * h..32 * h + 32],
+            &dl[8 * h..],
+        );
+        for l in 0..32 {
+            let codes = [
+                (ql[l] & 0x0f) | ((qh[l] & 3) << 4),
+                (ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4),
+                (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4),
+                (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4),
+            ];
+            for (r, code) in codes.into_iter().enumerate() {
+                let e = 32 * r + l;
+                half[e] = dl[e / 16] * (code as i32 - 32) as f32;
+            }
+        }
     }
 }

@@ -176,11 +176,15 @@ fn f16_at(block: &[u8], at: usize) -> f32 {
     f32::from_bits(crate::cast::f16_to_f32(h))
 }
 
-/// Nibble `e` of a 32-element run packed as ggml packs Q4_0: the low
-/// nibbles of `qs[0..16]` are elements 0..16, the high ones 16..32.
-fn nibble_split(qs: &[u8], e: usize) -> u8 {
-    let half = qs.len();
-    (qs[e % half] >> (4 * (e / half))) & 0x0f
+/// Writes `f` of each nibble of `qs` as ggml packs Q4_0: the low nibbles
+/// of `qs` are the first `qs.len()` elements, the high ones the next.
+#[inline(always)]
+fn nibbles(qs: &[u8], out: &mut [f32], f: impl Fn(u8) -> f32) {
+    let (low, high) = out.split_at_mut(qs.len());
+    for ((q, lo), hi) in qs.iter().zip(low).zip(high) {
+        *lo = f(q & 0x0f);
+        *hi = f(q >> 4);
+    }
 }
 
 #[cfg(test)]
