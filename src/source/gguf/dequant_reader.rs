@@ -10,8 +10,10 @@ use crate::dequant::ggml::GgmlType;
 use crate::dequant::store_f32;
 use crate::Dtype;
 
-/// Input bytes read per run (at most; at least one block).
-const RUN_BYTES: u64 = 1 << 20;
+/// Elements dequantized per run (at most; at least one block): 1 MiB of
+/// `f32`s, from at most 1 MiB of blocks (every quantized type is under 4
+/// bytes an element), to at most 1 MiB of output.
+const RUN_ELEMS: u64 = 1 << 18;
 
 /// Reads `blocks` blocks of `ty` at `offset` of `file` and yields them
 /// dequantized, as `to` (F32, F16 or BF16), little-endian. Its memory: one
@@ -47,9 +49,9 @@ impl DequantReader {
 
     /// Reads and dequantizes the next run into `out`.
     fn refill(&mut self) -> io::Result<()> {
-        let per_run = (RUN_BYTES / self.ty.block_bytes).max(1);
+        let per_run = (RUN_ELEMS / self.ty.block_elems).max(1);
         let n = self.blocks.min(per_run);
-        // Bounded by RUN_BYTES (or one block): these fit in usize.
+        // Bounded by RUN_ELEMS (or one block): these fit in usize.
         let raw_len = (n * self.ty.block_bytes) as usize;
         let elems = (n * self.ty.block_elems) as usize;
         let width = self.to.byte_width().unwrap_or(4) as usize;
@@ -91,7 +93,7 @@ mod tests {
     #[test]
     fn runs_join_seamlessly() {
         let ty = GgmlType::from_id(12).unwrap(); // Q4_K
-        let blocks = RUN_BYTES / ty.block_bytes * 2 + 3;
+        let blocks = RUN_ELEMS / ty.block_elems * 2 + 3;
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut raw: Vec<u8> = (0..blocks * ty.block_bytes)
             .map(|_| {
