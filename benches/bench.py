@@ -50,7 +50,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 CHUNK = 8 * MIB
 
-WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "reshard", "npz-small", "plan-1m", "pytorch"]
+WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "reshard", "npz-small", "plan-1m", "pytorch", "gguf"]
 
 # Targets of issues 7 and 15 (ratios of medians measured side by side in one run).
 T_COPY = 1.10  # convert / cp (stored npz, npy, safetensors, resharding)
@@ -64,6 +64,74 @@ T_PLAN_GROWTH = 1.25  # t(n_max)/t(n_min) at most this times what n log n predic
 T_RSS_MIB = 32.0  # peak RSS of convert, every data workload
 T_HEADER_RSS = 3.0  # plan-1m: peak RSS of convert at most this many times the header's bytes (issue 15)
 T_PYTORCH = 1.20  # PyTorch checkpoint: convert --no-sync / cp (issue 12)
+T_GGUF_AMN = 0.5  # GGUF to BF16: convert --no-sync / amn (issue 28)
+GGUF_AMN_TOOL = "amn convert --to safetensors"
+GGUF_PY_TOOL = "gguf-py dequantize + save_file"
+
+# GGUF workload (issue 28): a llama.cpp-like file, written by gguf-py's GGUFWriter from random
+# blocks with sane f16 scales, and the reference that dequantizes it with gguf-py and saves BF16
+# (as the u16 bit patterns: numpy has no bfloat16) with safetensors.numpy.
+GGUF_GEN_PY = r'''
+import sys
+import numpy as np
+from gguf import GGUFWriter, GGMLQuantizationType as T
+from gguf.constants import GGML_QUANT_SIZES
+path, total = sys.argv[1], int(sys.argv[2])
+# f16 scale fields per block (d, dmin): everything else is random code bits.
+F16 = {T.Q4_K: [0, 2], T.Q6_K: [208], T.Q8_0: [0]}
+rng = np.random.default_rng(28)
+def blocks(qtype, rows, cols):
+    bs, ts = GGML_QUANT_SIZES[qtype]
+    n = rows * cols // bs
+    b = rng.integers(0, 256, size=(n, ts), dtype=np.uint8)
+    for at in F16[qtype]:
+        d = (rng.uniform(-1, 1, n) * 2.0**-6).astype(np.float16)
+        b[:, at:at + 2] = d.view(np.uint8).reshape(n, 2)
+    return b.reshape(rows, cols // bs * ts)
+hidden, ffn, vocab = 2048, 5632, 32000
+w = GGUFWriter(path, arch="llama")
+w.add_name("bench")
+w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(vocab)])
+w.add_tensor("token_embd.weight", blocks(T.Q8_0, vocab, hidden), raw_dtype=T.Q8_0)
+size, i = vocab * hidden * 34 // 32, 0
+while size < total:
+    p = f"blk.{i}."
+    w.add_tensor(p + "attn_norm.weight", rng.standard_normal(hidden).astype(np.float32))
+    for n in ["attn_q", "attn_k", "attn_output"]:
+        w.add_tensor(p + n + ".weight", blocks(T.Q4_K, hidden, hidden), raw_dtype=T.Q4_K)
+    w.add_tensor(p + "attn_v.weight", blocks(T.Q6_K, hidden, hidden), raw_dtype=T.Q6_K)
+    w.add_tensor(p + "ffn_norm.weight", rng.standard_normal(hidden).astype(np.float32))
+    w.add_tensor(p + "ffn_gate.weight", blocks(T.Q4_K, ffn, hidden), raw_dtype=T.Q4_K)
+    w.add_tensor(p + "ffn_up.weight", blocks(T.Q4_K, ffn, hidden), raw_dtype=T.Q4_K)
+    w.add_tensor(p + "ffn_down.weight", blocks(T.Q6_K, hidden, ffn), raw_dtype=T.Q6_K)
+    size += hidden * hidden * (3 * 144 + 210) // 256 + hidden * ffn * (2 * 144 + 210) // 256 + 8 * hidden
+    i += 1
+w.add_tensor("output_norm.weight", rng.standard_normal(hidden).astype(np.float32))
+w.add_tensor("output.weight", blocks(T.Q6_K, vocab, hidden), raw_dtype=T.Q6_K)
+w.write_header_to_file()
+w.write_kv_data_to_file()
+w.write_tensors_to_file()
+w.close()
+'''
+
+GGUF_REF_PY = r'''
+import sys
+import numpy as np
+from gguf import GGUFReader, GGMLQuantizationType as T
+from gguf.quants import dequantize
+from safetensors.numpy import save_file
+src, out = sys.argv[1], sys.argv[2]
+r = GGUFReader(src)
+tensors = {}
+for t in r.tensors:
+    if t.tensor_type in (T.F32, T.F16, T.BF16):
+        tensors[t.name] = np.asarray(t.data).copy()
+        continue
+    x = dequantize(t.data, t.tensor_type)
+    n = x.view(np.uint32).astype(np.uint64)
+    tensors[t.name] = ((n + 0x7FFF + ((n >> 16) & 1)) >> 16).astype(np.uint16)
+save_file(tensors, out)
+'''
 
 # The Python reference, run as a subprocess: `python3 ref.py MODE IN OUT [ARG]`.
 REF_PY = r'''
@@ -179,6 +247,35 @@ def paired_ratio(row: Row, ref: Row):
     mine, theirs = row.by_round(), ref.by_round()
     q = [mine[k].wall / theirs[k].wall for k in mine if k in theirs and theirs[k].wall > 0]
     return statistics.median(q) if q else None
+
+
+# Checks a converted GGUF: the first tensor of each ggml type, bit for bit against gguf-py.
+GGUF_CHECK_PY = r'''
+import sys
+import numpy as np
+from gguf import GGUFReader, GGMLQuantizationType as T
+from gguf.quants import dequantize
+import json, struct
+src, out = sys.argv[1], sys.argv[2]
+# The output's raw bytes (numpy reads no BF16 without ml_dtypes).
+data = np.memmap(out, dtype=np.uint8, mode="r")
+n = struct.unpack("<Q", bytes(data[:8]))[0]
+header = json.loads(bytes(data[8:8 + n]))
+def raw(name):
+    b, e = header[name]["data_offsets"]
+    return bytes(data[8 + n + b:8 + n + e])
+seen = set()
+for t in GGUFReader(src).tensors:
+    if t.tensor_type in seen:
+        continue
+    seen.add(t.tensor_type)
+    if t.tensor_type == T.F32:
+        assert raw(t.name) == np.asarray(t.data).tobytes(), t.name
+        continue
+    x = dequantize(t.data, t.tensor_type).view(np.uint32).astype(np.uint64)
+    want = ((x + 0x7FFF + ((x >> 16) & 1)) >> 16).astype(np.uint16)
+    assert raw(t.name) == want.tobytes(), t.name
+'''
 
 
 def timed(cmd, workdir: Path, timefile: Path, timeout=None):
@@ -848,6 +945,54 @@ class Bench:
         self.ratio_target("pytorch", f"convert (fsync) / cp+sync <= {T_PYTORCH}", rows["convert (fsync)"], rows["cp+sync"], T_PYTORCH)
         self.rss_target("pytorch", rows)
 
+    def w_gguf(self):
+        """GGUF (llama.cpp) to BF16 safetensors: mixed Q4_K/Q6_K/Q8_0/F32, self.size bytes."""
+        py = self.args.gguf_python
+        probe = subprocess.run([py, "-c", "import gguf, safetensors"], capture_output=True)
+        if probe.returncode != 0:
+            self.skipped["gguf"] = f"{py} cannot import gguf and safetensors (pass --gguf-python)"
+            return
+        gen = self.tmp / "gguf_gen.py"
+        gen.write_text(GGUF_GEN_PY)
+        ref = self.tmp / "gguf_ref.py"
+        ref.write_text(GGUF_REF_PY)
+
+        def make(path, total):
+            subprocess.run([py, gen, path, str(int(total))], check=True)
+
+        src = self.input("model.gguf", make, self.size)
+        dest = "model.safetensors"
+        tools = self.cp_tools(src, dest)[:1] + self.convert_tools(src, dest)
+        if self.amn:
+            tools.append((GGUF_AMN_TOOL, lambda o: [self.amn, "convert", src, "--to", "safetensors"], "other"))
+        if not self.args.no_python:
+            tools.append((GGUF_PY_TOOL, lambda o: [py, ref, src, o / dest], "py"))
+
+        def verify(o):
+            # Every tensor's bytes against gguf-py's, for the first tensors of each type.
+            check = subprocess.run([py, "-c", GGUF_CHECK_PY, src, o / dest], capture_output=True, text=True)
+            return "ok" if check.returncode == 0 else f"WRONG: {check.stderr.strip()[-300:]}"
+
+        rows = self.run_workload(
+            "gguf",
+            [src],
+            tools,
+            src.stat().st_size,
+            verify,
+            lambda o: [self.binary, src, "-q", "--no-sync", "-o", o / dest],
+            self.args.runs,
+        )
+        if not rows:
+            return
+        conv = rows["convert --no-sync"]
+        if GGUF_AMN_TOOL in rows:
+            self.ratio_target("gguf", f"convert --no-sync / amn <= {T_GGUF_AMN}", conv, rows[GGUF_AMN_TOOL], T_GGUF_AMN)
+        else:
+            self.notes.append("gguf: amn (cargo install anamnesis --features cli,gguf) not found: no peer column; pass --amn PATH.")
+        if GGUF_PY_TOOL in rows:
+            self.ratio_target("gguf", "convert --no-sync / gguf-py (reported)", conv, rows[GGUF_PY_TOOL], float("inf"))
+        self.rss_target("gguf", rows)
+
     def w_plan(self):
         sizes = self.args.plan_sizes
         for n in sizes:
@@ -1021,6 +1166,7 @@ class Bench:
             "npz-small": self.w_npz_small,
             "plan-1m": self.w_plan,
             "pytorch": self.w_pytorch,
+            "gguf": self.w_gguf,
         }
         try:
             self.build()
@@ -1060,6 +1206,7 @@ def main():
     ap.add_argument("--no-build", action="store_true", help="skip cargo build --release; time target/release/convert as it is")
     ap.add_argument("--baseline", default=None, help="another convert binary (e.g. the last release) timed in the same rounds, each mode beside this build's and cp: before/after figures from one run")
     ap.add_argument("--amn", default=shutil.which("amn"), help="the anamnesis CLI (`amn`, crate anamnesis 0.7.10 with features cli,npz), timed on npz-small as the fastest peer. Default: amn on PATH")
+    ap.add_argument("--gguf-python", default=sys.executable, help="a Python with gguf (0.19) and safetensors, for the gguf workload's input and reference. Default: this Python")
     ap.add_argument("--no-python", action="store_true", help="skip the Python reference (saves most of the run's time; the x Python targets then read 'no data')")
     a = ap.parse_args()
     if a.quick:

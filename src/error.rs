@@ -754,6 +754,10 @@ pub enum ErrorKind {
     #[error("object store: {0}")]
     ObjectStore(String),
 
+    /// A malformed or unsupported GGUF file.
+    #[error("gguf: {0}")]
+    Gguf(#[from] crate::source::gguf::error::GgufError),
+
     // ---- the environment --------------------------------------------------
     /// An I/O error.
     #[error("{0}")]
@@ -834,6 +838,7 @@ impl ErrorKind {
             | K::Unfinished { .. }
             | K::PastPlan
             | K::NpyHeader(_)
+            | K::Gguf(_)
             | K::UnsupportedDtype { .. }
             | K::DataLength { .. }
             | K::Zip(_)

@@ -106,6 +106,7 @@ pub use writer::{AsyncWriter, Writer, WriterOptions};
 #[doc(hidden)]
 pub mod test_support {
     pub use crate::source::detect::{detect, hex_preview, SNIFF_LEN};
+    pub use crate::source::gguf;
     pub use crate::source::npy::fortran::FortranReader;
     pub use crate::source::npy::{header as npy_header, NpySource};
     pub use crate::source::npz::{zip, NpzSource};

@@ -10,6 +10,8 @@
 //! bounded run of blocks, call a kernel, and hand the result through
 //! [`store_f32`] to the element pipeline.
 
+pub(crate) mod ggml;
+
 use crate::Dtype;
 
 /// Writes `values` as `to` (F32, F16 or BF16), little-endian, into `out`,

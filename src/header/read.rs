@@ -57,9 +57,13 @@ fn say_what_it_is(e: Error, path: &Path) -> Error {
     let what = match detect_file(path) {
         // A zip is an .npz unless its members are a PyTorch checkpoint's.
         Ok(Some(Format::Zip)) if is_torch_zip(path) => "a PyTorch checkpoint (zip)".to_string(),
-        Ok(Some(f @ (Format::Npy | Format::Zip | Format::Compressed(_) | Format::TorchLegacy))) => {
-            f.describe()
-        }
+        Ok(Some(
+            f @ (Format::Npy
+            | Format::Zip
+            | Format::Gguf
+            | Format::Compressed(_)
+            | Format::TorchLegacy),
+        )) => f.describe(),
         _ => return e,
     };
     Error::new(ErrorKind::NotSafetensors { what }).at_offset(0)

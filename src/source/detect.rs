@@ -13,6 +13,8 @@ pub enum Format {
     TorchLegacy,
     /// A tar archive (`ustar` at byte 257): PyTorch's oldest format, refused.
     Tar,
+    /// `GGUF`: a llama.cpp model.
+    Gguf,
     /// A compressed wrapper around another input.
     Compressed(Codec),
     /// None of the above.
@@ -27,6 +29,7 @@ impl Format {
             Format::Npy => "an .npy array".to_string(),
             Format::Zip => "an .npz (zip) archive".to_string(),
             Format::Safetensors => "a safetensors file".to_string(),
+            Format::Gguf => "a GGUF file".to_string(),
             Format::Compressed(c) => format!("a {}-compressed file", c.name()),
             Format::TorchLegacy => "a PyTorch checkpoint (legacy format)".to_string(),
             Format::Tar => "a tar archive (an old PyTorch format)".to_string(),
@@ -98,6 +101,7 @@ pub(crate) const FILE_SNIFF_LEN: usize = 264;
 ///
 /// assert_eq!(detect(b"\x93NUMPY\x01\x00"), Format::Npy);
 /// assert_eq!(detect(b"PK\x03\x04"), Format::Zip);
+/// assert_eq!(detect(b"GGUF\x03\0\0\0"), Format::Gguf);
 /// assert_eq!(detect(b"\x1f\x8b\x08"), Format::Compressed(Codec::Gzip));
 /// assert_eq!(detect(b"\x08\0\0\0\0\0\0\0{}      "), Format::Safetensors);
 /// assert_eq!(detect(b"\0\x01\x02\x03"), Format::Unknown);
@@ -108,6 +112,8 @@ pub fn detect(first: &[u8]) -> Format {
         Format::Npy
     } else if starts(b"PK\x03\x04") || starts(b"PK\x05\x06") {
         Format::Zip
+    } else if starts(b"GGUF") {
+        Format::Gguf
     } else if starts(&[0x1f, 0x8b]) {
         Format::Compressed(Codec::Gzip)
     } else if starts(&[0x28, 0xb5, 0x2f, 0xfd]) {

@@ -9,6 +9,7 @@ use std::path::Path;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
+use super::gguf::GgufSource;
 use super::npy::NpySource;
 use super::npz::{zip::read_directory, NpzSource};
 use super::pytorch::{self, PyTorchSource};
@@ -103,6 +104,7 @@ pub async fn open_input(
             open_archive(file, len, &input, options, notice)
         }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
+        Format::Gguf => open_gguf(file, len, &input, options, notice),
         Format::Compressed(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
             let decoded = decoder(codec, raw).map_err(|e| e.with_input(&input))?;
@@ -140,6 +142,24 @@ fn open_archive(
     }
     let src = PyTorchSource::open(file, len, input, options)?;
     Ok(told_skipped(src, notice))
+}
+
+/// A GGUF file; says how many array-valued metadata keys `--gguf-metadata` left out.
+fn open_gguf(
+    file: File,
+    len: u64,
+    input: &str,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let src = GgufSource::open(file, len, input, options)?;
+    if options.gguf_metadata && src.skipped_arrays() > 0 {
+        notice(&format!(
+            "{input}: --gguf-metadata skipped {} array-valued keys (vocabularies, merges, ...)",
+            src.skipped_arrays()
+        ));
+    }
+    Ok(Box::new(src))
 }
 
 fn tar_refused() -> Error {
@@ -444,6 +464,13 @@ fn open_stream<'a>(
                 open_archive(file, len, input, options, notice)
             }
             Format::Tar => Err(on_input(tar_refused())),
+            Format::Gguf => {
+                notice(&format!(
+                    "{input}: a GGUF file needs random access; spooling it to a temporary file"
+                ));
+                let (file, len) = spool(reader, None).await.map_err(on_input)?;
+                open_gguf(file, len, input, options, notice)
+            }
             Format::Safetensors => {
                 notice(&format!(
                     "{input}: not seekable; spooling it to a temporary file"

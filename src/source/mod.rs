@@ -7,6 +7,7 @@
 
 pub(crate) mod blocking;
 pub(crate) mod detect;
+pub mod gguf;
 pub(crate) mod input;
 pub(crate) mod memory;
 pub(crate) mod npy;
@@ -200,6 +201,9 @@ pub struct SourceOptions {
     /// dequantized, to BF16 when this is `None`; quantized safetensors are
     /// copied as they are when it is `None`.
     pub dequantize: Option<crate::Dtype>,
+    /// GGUF: copy the scalar metadata keys into `__metadata__` as strings
+    /// (`--gguf-metadata`); array values are left out and counted.
+    pub gguf_metadata: bool,
 }
 
 crate::setters::setters!(SourceOptions {
@@ -211,6 +215,7 @@ crate::setters::setters!(SourceOptions {
     pt_root: Option<String>,
     allow_expanded_views: bool,
     dequantize: Option<crate::Dtype>,
+    gguf_metadata: bool,
 });
 
 /// What the planner reads of an input: its name, tensors and metadata.

@@ -185,6 +185,10 @@ pub struct InputArgs {
     /// --dequantize.
     #[arg(long, value_name = "DTYPE", value_parser = parse_dequantize_to, help_heading = "Quantized inputs")]
     pub dequantize_to: Option<Dtype>,
+    /// GGUF inputs: copy the scalar metadata keys (general.name, llama.context_length, ...)
+    /// into __metadata__ as strings; arrays (the tokenizer's vocabulary) are skipped and counted.
+    #[arg(long, help_heading = "Quantized inputs")]
+    pub gguf_metadata: bool,
     /// Read the inputs as raw dumps of this dtype (F32, BF16, I64, F4, ...).
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype, requires = "raw_shape", help_heading = "Raw dumps")]
     pub raw_dtype: Option<Dtype>,

@@ -191,7 +191,8 @@ fn worse(a: Category, b: Category) -> Category {
 }
 
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
-    let options = run::source_options(&args.input)?;
+    // A GGUF's metadata is listed whether or not --gguf-metadata is given.
+    let options = run::source_options(&args.input)?.gguf_metadata(true);
     // A checkpoint folder stands for its index or its one model file, as for convert.
     let file = resolve_input(&args.file)?;
     let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {

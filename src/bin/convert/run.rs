@@ -124,7 +124,8 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         .dedupe_tied(args.dedupe_tied)
         .pt_root(args.pt_root.clone())
         .allow_expanded_views(args.allow_expanded_views)
-        .dequantize(dequantize_to(args)))
+        .dequantize(dequantize_to(args))
+        .gguf_metadata(args.gguf_metadata))
 }
 
 /// Notices go to stderr as lines, or into the JSON report when there is one.

@@ -1,0 +1,309 @@
+//! Property tests: each kernel against a second, independent reading of its
+//! block layout, written after ggml's C reference (`dequantize_row_*` in
+//! ggml-quants.c: per-block loops over byte indices and shifts, not the
+//! element-indexed lookups of the kernels), over random blocks with any
+//! bits in every field, f16 scales included (NaN payloads compared as bits).
+
+// Index loops on purpose: the C reference's shape, not the kernels'.
+#![allow(clippy::needless_range_loop)]
+
+use proptest::prelude::*;
+
+use super::GgmlType;
+
+fn h(b: &[u8], at: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+fn ref_q4_0(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    for j in 0..16 {
+        y[j] = ((b[2 + j] & 0x0f) as i32 - 8) as f32 * d;
+        y[j + 16] = ((b[2 + j] >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+fn ref_q4_1(b: &[u8], y: &mut [f32]) {
+    let (d, m) = (h(b, 0), h(b, 2));
+    for j in 0..16 {
+        y[j] = (b[4 + j] & 0x0f) as f32 * d + m;
+        y[j + 16] = (b[4 + j] >> 4) as f32 * d + m;
+    }
+}
+
+fn ref_q5(b: &[u8], y: &mut [f32], with_min: bool) {
+    let d = h(b, 0);
+    let m = if with_min { h(b, 2) } else { 0.0 };
+    let at = if with_min { 4 } else { 2 };
+    let qh = u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let qs = &b[at + 4..at + 20];
+    for j in 0..16 {
+        let xh0 = (((qh >> j) << 4) & 0x10) as u8;
+        let xh1 = ((qh >> (j + 12)) & 0x10) as u8;
+        let (x0, x1) = ((qs[j] & 0x0f) | xh0, (qs[j] >> 4) | xh1);
+        if with_min {
+            y[j] = x0 as f32 * d + m;
+            y[j + 16] = x1 as f32 * d + m;
+        } else {
+            y[j] = (x0 as i32 - 16) as f32 * d;
+            y[j + 16] = (x1 as i32 - 16) as f32 * d;
+        }
+    }
+}
+
+fn ref_q8_0(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    for j in 0..32 {
+        y[j] = (b[2 + j] as i8) as f32 * d;
+    }
+}
+
+fn ref_q2_k(b: &[u8], y: &mut [f32]) {
+    let (sc, qs) = (&b[..16], &b[16..80]);
+    let (d, min) = (h(b, 80), h(b, 82));
+    let (mut is, mut o) = (0, 0);
+    for n in [0, 32] {
+        let q = &qs[n..n + 32];
+        for shift in [0, 2, 4, 6] {
+            for half in [0, 16] {
+                let s = sc[is];
+                is += 1;
+                let (dl, ml) = (d * (s & 0x0f) as f32, min * (s >> 4) as f32);
+                for l in 0..16 {
+                    y[o] = dl * ((q[half + l] >> shift) & 3) as f32 - ml;
+                    o += 1;
+                }
+            }
+        }
+    }
+}
+
+fn ref_q3_k(b: &[u8], y: &mut [f32]) {
+    let (hm, qs, sc) = (&b[..32], &b[32..96], &b[96..108]);
+    let d = h(b, 108);
+    // ggml unpacks the 16 six-bit scales through two 32-bit words.
+    let mut aux = [0u32; 4];
+    for (i, a) in aux.iter_mut().take(3).enumerate() {
+        *a = u32::from_le_bytes(sc[4 * i..4 * i + 4].try_into().unwrap());
+    }
+    let (kmask1, kmask2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+    let tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+    aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+    aux[0] = (aux[0] & kmask2) | ((tmp & kmask1) << 4);
+    aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+    let scales: Vec<i8> = aux
+        .iter()
+        .flat_map(|a| a.to_le_bytes())
+        .map(|x| x as i8)
+        .collect();
+    let (mut is, mut o, mut m) = (0, 0, 1u8);
+    for n in [0, 32] {
+        let q = &qs[n..n + 32];
+        for shift in [0, 2, 4, 6] {
+            for half in [0, 16] {
+                let dl = d * (scales[is] as i32 - 32) as f32;
+                is += 1;
+                for l in 0..16 {
+                    let low = ((q[half + l] >> shift) & 3) as i32;
+                    let off = if hm[half + l] & m != 0 { 0 } else { 4 };
+                    y[o] = dl * (low - off) as f32;
+                    o += 1;
+                }
+            }
+            m <<= 1;
+        }
+    }
+}
+
+fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+fn ref_q45_k(b: &[u8], y: &mut [f32], five: bool) {
+    let (d, min) = (h(b, 0), h(b, 2));
+    let sc = &b[4..16];
+    let (qh, ql) = if five {
+        (&b[16..48], &b[48..176])
+    } else {
+        (&b[..0], &b[16..144])
+    };
+    let (mut is, mut o) = (0, 0);
+    let (mut u1, mut u2) = (1u8, 2u8);
+    for j in (0..256).step_by(64) {
+        let q = &ql[j / 2..j / 2 + 32];
+        let (s1, m1) = get_scale_min_k4(is, sc);
+        let (s2, m2) = get_scale_min_k4(is + 1, sc);
+        let (d1, m1) = (d * s1 as f32, min * m1 as f32);
+        let (d2, m2) = (d * s2 as f32, min * m2 as f32);
+        for l in 0..32 {
+            let hi = if five && qh[l] & u1 != 0 { 16 } else { 0 };
+            y[o] = d1 * ((q[l] & 0x0f) + hi) as f32 - m1;
+            o += 1;
+        }
+        for l in 0..32 {
+            let hi = if five && qh[l] & u2 != 0 { 16 } else { 0 };
+            y[o] = d2 * ((q[l] >> 4) + hi) as f32 - m2;
+            o += 1;
+        }
+        is += 2;
+        u1 <<= 2;
+        u2 <<= 2;
+    }
+}
+
+fn ref_q6_k(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 208);
+    for n in [0usize, 128] {
+        let (ql, qh) = (&b[n / 2..n / 2 + 64], &b[128 + n / 4..128 + n / 4 + 32]);
+        let sc = &b[192 + n / 16..192 + n / 16 + 8];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0x0f) | ((qh[l] & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0x0f) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+            let s = |k: usize| d * (sc[k] as i8) as f32;
+            y[n + l] = s(is) * q1 as f32;
+            y[n + l + 32] = s(is + 2) * q2 as f32;
+            y[n + l + 64] = s(is + 4) * q3 as f32;
+            y[n + l + 96] = s(is + 6) * q4 as f32;
+        }
+    }
+}
+
+const IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+fn ref_iq4_nl(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    for j in 0..16 {
+        y[j] = d * IQ4NL[(b[2 + j] & 0x0f) as usize] as f32;
+        y[j + 16] = d * IQ4NL[(b[2 + j] >> 4) as usize] as f32;
+    }
+}
+
+fn ref_iq4_xs(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let sh = u16::from_le_bytes([b[2], b[3]]);
+    for ib in 0..8 {
+        let ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) | ((((sh >> (2 * ib)) & 3) as u8) << 4);
+        let dl = d * (ls as i32 - 32) as f32;
+        let qs = &b[8 + 16 * ib..24 + 16 * ib];
+        for j in 0..16 {
+            y[32 * ib + j] = dl * IQ4NL[(qs[j] & 0x0f) as usize] as f32;
+            y[32 * ib + j + 16] = dl * IQ4NL[(qs[j] >> 4) as usize] as f32;
+        }
+    }
+}
+
+fn ref_tq1_0(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 52);
+    let pow3 = [1u8, 3, 9, 27, 81, 243];
+    let mut o = 0;
+    // 32 bytes of five trits, then 16, then the 4 bytes of qh with four each.
+    for (start, len, trits) in [(0usize, 32usize, 5usize), (32, 16, 5), (48, 4, 4)] {
+        for n in 0..trits {
+            for m in 0..len {
+                let q = b[start + m].wrapping_mul(pow3[n]);
+                let xi = ((q as u16 * 3) >> 8) as i16;
+                y[o] = (xi - 1) as f32 * d;
+                o += 1;
+            }
+        }
+    }
+}
+
+fn ref_tq2_0(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 64);
+    let mut o = 0;
+    for j in [0usize, 32] {
+        for l in 0..4 {
+            for m in 0..32 {
+                let q = ((b[j + m] >> (l * 2)) & 3) as i8;
+                y[o] = (q - 1) as f32 * d;
+                o += 1;
+            }
+        }
+    }
+}
+
+const E2M1: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+fn ref_mxfp4(b: &[u8], y: &mut [f32]) {
+    // 2^(e - 127) / 2, computed in f64 (exact) and narrowed.
+    let d = (2f64.powi(b[0] as i32 - 127) / 2.0) as f32;
+    for j in 0..16 {
+        y[j] = d * E2M1[(b[1 + j] & 0x0f) as usize] as f32;
+        y[j + 16] = d * E2M1[(b[1 + j] >> 4) as usize] as f32;
+    }
+}
+
+/// Bits of each value; NaNs are equal when their payloads are.
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn check(name: &str, blocks: &[u8], reference: fn(&[u8], &mut [f32])) {
+    let ty = GgmlType::all().iter().find(|t| t.name == name).unwrap();
+    let (bb, be) = (ty.block_bytes as usize, ty.block_elems as usize);
+    let n = blocks.len() / bb;
+    let mut got = vec![0f32; n * be];
+    ty.dequantize(&blocks[..n * bb], &mut got);
+    let mut want = vec![0f32; n * be];
+    for (b, y) in blocks.chunks_exact(bb).zip(want.chunks_exact_mut(be)) {
+        reference(b, y);
+    }
+    assert_eq!(bits(&got), bits(&want), "{name}");
+}
+
+fn blocks(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..max)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn legacy_kernels_match_the_c_reference(b in blocks(34 * 6)) {
+        check("Q4_0", &b, ref_q4_0);
+        check("Q4_1", &b, ref_q4_1);
+        check("Q5_0", &b, |b, y| ref_q5(b, y, false));
+        check("Q5_1", &b, |b, y| ref_q5(b, y, true));
+        check("Q8_0", &b, ref_q8_0);
+    }
+
+    #[test]
+    fn k_quant_kernels_match_the_c_reference(b in blocks(210 * 3)) {
+        check("Q2_K", &b, ref_q2_k);
+        check("Q3_K", &b, ref_q3_k);
+        check("Q4_K", &b, |b, y| ref_q45_k(b, y, false));
+        check("Q5_K", &b, |b, y| ref_q45_k(b, y, true));
+        check("Q6_K", &b, ref_q6_k);
+    }
+
+    #[test]
+    fn iq4_kernels_match_the_c_reference(b in blocks(136 * 3)) {
+        check("IQ4_NL", &b, ref_iq4_nl);
+        check("IQ4_XS", &b, ref_iq4_xs);
+    }
+
+    #[test]
+    fn ternary_kernels_match_the_c_reference(b in blocks(66 * 4)) {
+        check("TQ1_0", &b, ref_tq1_0);
+        check("TQ2_0", &b, ref_tq2_0);
+    }
+
+    #[test]
+    fn mxfp4_matches_the_c_reference(b in blocks(17 * 8)) {
+        check("MXFP4", &b, ref_mxfp4);
+    }
+}

@@ -1,0 +1,171 @@
+//! GGUF files (llama.cpp's format) as a source.
+//!
+//! The header lists every tensor with the dtype and row-major shape it is
+//! written as: plain types (F32, F16, BF16, F64, I8..I64) as they are,
+//! quantized blocks dequantized to `SourceOptions::dequantize` (BF16 when
+//! unset). Plain tensors are copied from their file span (swapped when the
+//! file is big-endian); quantized ones are read a bounded run of blocks at
+//! a time by a blocking reader any worker thread may run.
+
+mod dequant_reader;
+pub mod error;
+pub mod header;
+
+use std::fs::File;
+use std::io::BufReader;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use self::dequant_reader::DequantReader;
+use self::header::{read_header, GgufHeader, TensorInfo};
+use super::blocking::BlockingReader;
+use super::npz::zip::PositionalReader;
+use super::{BlockingRead, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
+use crate::dequant::ggml::Kind;
+use crate::header::{Metadata, TensorMeta};
+use crate::transform::Transform;
+use crate::{Dtype, Result};
+
+/// A GGUF file as a source.
+#[derive(Debug)]
+pub struct GgufSource {
+    input: String,
+    file: Arc<File>,
+    opened: super::Stamp,
+    header: GgufHeader,
+    tensors: Vec<TensorMeta>,
+    metadata: Option<Metadata>,
+    skipped_arrays: usize,
+}
+
+impl GgufSource {
+    /// Reads the header of `file` (`len` bytes) and lists its tensors.
+    pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
+        let on_input = |e: crate::Error| e.with_input(input);
+        // Positional reads from byte 0, whatever the handle's position (a
+        // spooled stream's is at its end).
+        let from_start = PositionalReader::new(&file, 0, len);
+        let header =
+            read_header(BufReader::with_capacity(64 * 1024, from_start), len).map_err(on_input)?;
+        let to = options.dequantize.unwrap_or(Dtype::BF16);
+        let tensors = header
+            .tensors
+            .iter()
+            .map(|t| {
+                let dtype = match t.ty.kind {
+                    Kind::Plain(d) => d,
+                    _ => to,
+                };
+                TensorMeta::new(t.name.clone(), dtype, t.shape())
+            })
+            .collect();
+        let skipped_arrays = header
+            .metadata
+            .iter()
+            .filter(|(_, v)| v.to_metadata().is_none())
+            .count();
+        let metadata = options.gguf_metadata.then(|| {
+            header
+                .metadata
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.to_metadata()?)))
+                .collect()
+        });
+        Ok(GgufSource {
+            input: input.to_string(),
+            opened: super::Stamp::of(&file, len),
+            file: Arc::new(file),
+            header,
+            tensors,
+            metadata,
+            skipped_arrays,
+        })
+    }
+
+    /// The parsed header: version, byte order, every metadata key-value.
+    pub fn header(&self) -> &GgufHeader {
+        &self.header
+    }
+
+    /// Array-valued metadata keys, left out of `__metadata__`.
+    pub fn skipped_arrays(&self) -> usize {
+        self.skipped_arrays
+    }
+
+    fn info(&self, k: usize) -> &TensorInfo {
+        &self.header.tensors[k]
+    }
+
+    /// What makes a plain tensor's bytes little-endian.
+    fn transform(&self, dtype: Dtype) -> Transform {
+        match dtype.byte_width() {
+            Some(width @ 2..) if self.header.big_endian => Transform::SwapBytes {
+                width: width as usize,
+            },
+            _ => Transform::Identity,
+        }
+    }
+}
+
+impl Source for GgufSource {
+    fn input_name(&self) -> &str {
+        &self.input
+    }
+
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.tensors
+    }
+
+    fn metadata(&self) -> Option<&Metadata> {
+        self.metadata.as_ref()
+    }
+
+    fn check_unchanged(&self) -> Result<()> {
+        super::unchanged(&self.file, &self.opened, &self.input)
+    }
+
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+        async move {
+            if let Some(open) = self.open_blocking(k) {
+                let (reader, transform) = open()?;
+                let reader = BlockingReader::new(reader);
+                return Ok(TensorData::new(reader).with_transform(transform));
+            }
+            let t = self.info(k);
+            let transform = self.transform(self.tensors[k].dtype);
+            let reader = super::file_range(&self.file, t.offset, t.len).await?;
+            Ok(TensorData::new(reader).with_transform(transform))
+        }
+        .boxed()
+    }
+
+    fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
+        let t = self.info(k);
+        if t.ty.kind != Kind::Quantized {
+            return None;
+        }
+        let (file, ty, offset) = (self.file.clone(), t.ty, t.offset);
+        let blocks = t.elements() / ty.block_elems;
+        let to = self.tensors[k].dtype;
+        Some(Box::new(move || {
+            let r = DequantReader::new(file, ty, to, offset, blocks);
+            Ok((Box::new(r) as BlockingRead, Transform::Identity))
+        }))
+    }
+
+    fn file_span(&self, k: usize) -> Option<FileSpan> {
+        let t = self.info(k);
+        let Kind::Plain(dtype) = t.ty.kind else {
+            return None;
+        };
+        Some(FileSpan {
+            file: self.file.clone(),
+            offset: t.offset,
+            len: t.len,
+            transform: self.transform(dtype),
+            crc: None,
+        })
+    }
+}
