@@ -660,6 +660,11 @@ pub enum ErrorKind {
     #[error("object store: {0}")]
     ObjectStore(String),
 
+    /// A quantized weight (FP8, GPTQ, AWQ, bitsandbytes) whose scales,
+    /// zeros or records do not describe it.
+    #[error("{0}")]
+    Quantized(crate::source::QuantError),
+
     // ---- the environment --------------------------------------------------
     /// An I/O error.
     #[error("{0}")]
@@ -754,6 +759,7 @@ impl ErrorKind {
             | K::StreamTooLong { .. }
             | K::Pickle(_)
             | K::PickleGlobal { .. }
+            | K::Quantized(_)
             | K::PyTorch(_)
             | K::IndexJson(_)
             | K::ShardName(_)

@@ -10,6 +10,12 @@
 //! bounded run of blocks, call a kernel, and hand the result through
 //! [`store_f32`] to the element pipeline.
 
+pub(crate) mod arith;
+pub(crate) mod awq;
+pub(crate) mod bnb;
+pub(crate) mod fp8;
+pub(crate) mod gptq;
+
 use crate::Dtype;
 
 /// Writes `values` as `to` (F32, F16 or BF16), little-endian, into `out`,
