@@ -269,3 +269,50 @@ fn a_config_that_does_not_parse_is_refused() {
     .unwrap();
     refused(&tmp, "config.json", "quantization_config");
 }
+
+#[test]
+fn inspect_names_the_scheme_and_the_size_after_dequantization() {
+    let run = convert(&[
+        "inspect".as_ref(),
+        "--json".as_ref(),
+        input("gptq").as_os_str(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let want = tensors(&dir().join("gptq/expected-BF16.safetensors"));
+    let bytes: usize = want.values().map(|t| t.2.len()).sum();
+    assert_eq!(v["quantized"]["schemes"], serde_json::json!(["gptq"]));
+    assert_eq!(v["quantized"]["weights"], 1);
+    assert_eq!(v["quantized"]["dequantized_bytes"], bytes);
+    let run = convert(&["inspect".as_ref(), input("fp8-sharded").as_os_str()]);
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(text.contains("quantized: fp8 (1 weights)"), "{text}");
+}
+
+#[test]
+fn standard_output_gets_the_same_bytes_as_a_file() {
+    // Standard output is written through the sources' async `open`; a
+    // file through their blocking readers.
+    let tmp = tempfile::tempdir().unwrap();
+    for case in ["gptq", "fp8-sharded", "awq"] {
+        let out = tmp.path().join("out.safetensors");
+        let run = dequantize(case, "BF16", &out);
+        assert!(run.status.success());
+        let piped = convert(&[
+            input(case).as_os_str(),
+            "-o".as_ref(),
+            "-".as_ref(),
+            "--dequantize".as_ref(),
+        ]);
+        assert!(
+            piped.status.success(),
+            "{}",
+            String::from_utf8_lossy(&piped.stderr)
+        );
+        assert_eq!(piped.stdout, std::fs::read(&out).unwrap(), "{case}");
+    }
+}

@@ -264,3 +264,59 @@ pub(crate) fn refuse(e: QuantError, input: &str, tensor: &str) -> Error {
         .with_input(input)
         .with_tensor(tensor)
 }
+
+/// What `inspect` says of a quantized checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Summary {
+    /// The schemes found (`fp8`, `gptq`, ...).
+    pub schemes: Vec<&'static str>,
+    /// Quantized weights.
+    pub weights: usize,
+    /// Tensor bytes after `--dequantize` (to BF16): dequantized weights,
+    /// and the tensors passed through; auxiliary tensors dropped.
+    pub dequantized_bytes: u64,
+}
+
+/// The quantized weights of a checkpoint's files, if it has any; an error
+/// says what `--dequantize` would refuse. Files that cannot be opened
+/// (objects in a store) are not looked at.
+pub(crate) fn summarize(cp: &crate::index::Checkpoint) -> Option<Result<Summary>> {
+    let mut sources: Vec<Box<dyn Source>> = Vec::with_capacity(cp.files.len());
+    for (path, header) in &cp.files {
+        let file = std::fs::File::open(path).ok()?;
+        let input = path.display().to_string();
+        let src = super::safetensors::SafetensorsSource::from_data(file, header.clone(), &input);
+        sources.push(Box::new(src));
+    }
+    let found = match recognize(&sources) {
+        Ok(f) => f,
+        Err(e) => return Some(Err(e)),
+    };
+    if found.weights.is_empty() {
+        return None;
+    }
+    let mut schemes: Vec<&'static str> = found
+        .weights
+        .iter()
+        .map(|(_, _, w)| w.kind.scheme())
+        .collect();
+    schemes.sort_unstable();
+    schemes.dedup();
+    let mut bytes = 0u64;
+    for (s, source) in sources.iter().enumerate() {
+        for (k, t) in source.tensors().iter().enumerate() {
+            if !found.is_consumed(s, k) {
+                bytes = bytes.saturating_add(t.byte_len().unwrap_or(0));
+            }
+        }
+    }
+    for (_, _, w) in &found.weights {
+        let elements = w.shape[0].saturating_mul(w.shape[1]);
+        bytes = bytes.saturating_add(elements.saturating_mul(2));
+    }
+    Some(Ok(Summary {
+        schemes,
+        weights: found.weights.len(),
+        dequantized_bytes: bytes,
+    }))
+}

@@ -270,3 +270,48 @@ fn gptq_groups(g_idx: Option<&Part>, groups: u64, k: u64, group_size: u64) -> Re
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::safetensors::SafetensorsSource;
+    use crate::source::Source;
+
+    fn read_all(mut r: DequantReader) -> Vec<u8> {
+        let mut out = Vec::new();
+        r.read_to_end(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn pieces_of_any_size_give_the_same_bytes() {
+        for case in [
+            "fp8-block",
+            "gptq",
+            "gptq-8bit-v2",
+            "awq",
+            "bnb-int8",
+            "fp8-compressed-tensors",
+        ] {
+            let path = format!("fixtures/quantized/{case}/model.safetensors");
+            let src = SafetensorsSource::open(std::path::Path::new(&path)).unwrap();
+            let sources: Vec<Box<dyn Source>> = vec![Box::new(src)];
+            let found = super::super::recognize(&sources).unwrap();
+            assert!(!found.weights.is_empty(), "{case}");
+            for (_, _, w) in &found.weights {
+                let whole = read_all(DequantReader::new(w.clone(), Dtype::F32));
+                assert_eq!(whole.len() as u64, w.shape[0] * w.shape[1] * 4);
+                for step in [1, 3, 7] {
+                    let mut r = DequantReader::new(w.clone(), Dtype::F32);
+                    r.step = step;
+                    assert_eq!(
+                        read_all(r),
+                        whole,
+                        "{case} {} in pieces of {step} rows",
+                        w.name
+                    );
+                }
+            }
+        }
+    }
+}
