@@ -70,6 +70,7 @@ const CASES: &[&str] = &[
     "gptq-8bit-v2",
     "awq",
     "bnb-int8",
+    "bnb-4bit",
 ];
 
 #[test]
@@ -315,4 +316,43 @@ fn standard_output_gets_the_same_bytes_as_a_file() {
         );
         assert_eq!(piped.stdout, std::fs::read(&out).unwrap(), "{case}");
     }
+}
+
+#[test]
+fn a_quant_state_record_that_does_not_parse_is_refused() {
+    let record = "model.layers.1.mlp.up_proj.weight.quant_state.bitsandbytes__nf4";
+    let tmp = hostile("bnb-4bit", |t| {
+        let r = t.get_mut(record).unwrap();
+        r.2 = br#"{"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [24, 6"#
+            .to_vec();
+        r.1 = vec![r.2.len()];
+    });
+    refused(
+        &tmp,
+        record,
+        "bitsandbytes quant_state record: EOF while parsing",
+    );
+    // A block size the library refuses.
+    let tmp = hostile("bnb-4bit", |t| {
+        let r = t.get_mut(record).unwrap();
+        let text = String::from_utf8(r.2.clone())
+            .unwrap()
+            .replace("\"blocksize\": 64", "\"blocksize\": 48");
+        r.2 = text.into_bytes();
+        r.1 = vec![r.2.len()];
+    });
+    refused(&tmp, record, "blocksize 48");
+    // An absmax that does not cover the weight.
+    let tmp = hostile("bnb-4bit", |t| {
+        let a = t
+            .get_mut("model.layers.1.mlp.up_proj.weight.absmax")
+            .unwrap();
+        a.1 = vec![a.1[0] - 1];
+        a.2.truncate(a.2.len() - 4);
+    });
+    refused(
+        &tmp,
+        "up_proj.weight.absmax",
+        "expected [24] (one per 64 elements)",
+    );
 }

@@ -55,6 +55,10 @@ pub enum QuantError {
     /// A variant of a scheme this build does not dequantize.
     #[error("{0}")]
     Unsupported(String),
+    /// A bitsandbytes `quant_state` record that does not parse, or says
+    /// what the library would refuse.
+    #[error("bitsandbytes quant_state record: {0}")]
+    Record(String),
     /// A `config.json` `quantization_config` that does not parse.
     #[error("config.json quantization_config: {0}")]
     Config(String),

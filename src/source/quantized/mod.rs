@@ -22,6 +22,7 @@ mod config;
 mod error;
 mod read;
 mod recognize;
+pub(crate) mod record;
 
 pub use error::QuantError;
 
@@ -81,6 +82,15 @@ pub(crate) enum Kind {
     },
     /// bitsandbytes LLM.int8: int8 codes and a row absmax.
     Int8 { weight: Part, scb: Part },
+    /// bitsandbytes NF4/FP4: packed codes, a block absmax (itself
+    /// quantized, with nested statistics, when `nested` is there).
+    FourBit {
+        weight: Part,
+        absmax: Part,
+        /// `nested_absmax` and `nested_quant_map`.
+        nested: Option<(Part, Part)>,
+        record: record::Record,
+    },
 }
 
 impl Kind {
@@ -91,6 +101,10 @@ impl Kind {
             Kind::Gptq { .. } => "gptq",
             Kind::Awq { .. } => "awq",
             Kind::Int8 { .. } => "bitsandbytes-int8",
+            Kind::FourBit { record, .. } => match record.kind {
+                crate::dequant::bnb::FourBitType::Nf4 => "bitsandbytes-nf4",
+                crate::dequant::bnb::FourBitType::Fp4 => "bitsandbytes-fp4",
+            },
         }
     }
 }

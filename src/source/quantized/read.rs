@@ -142,6 +142,42 @@ impl DequantReader {
                 arith::scale_values(Dtype::F32, &raw, &mut absmax);
                 dequant::bnb::int8_rows(&codes, to_usize(cols)?, &absmax, &mut self.values);
             }
+            Kind::FourBit {
+                weight,
+                absmax,
+                nested,
+                record,
+            } => {
+                let (e0, e1) = (r0 * cols, r1 * cols);
+                let packed = read_elems(weight, e0 / 2, to_usize(e1.div_ceil(2) - e0 / 2)?)?;
+                let (b0, b1) = (e0 / record.blocksize, (e1 - 1) / record.blocksize + 1);
+                let raw = read_elems(absmax, b0, to_usize(b1 - b0)?)?;
+                let scales = match (nested, record.nested) {
+                    (Some((nabs, nmap)), Some((nbs, offset))) => {
+                        let (g0, g1) = (b0 / nbs, (b1 - 1) / nbs + 1);
+                        let mut groups = Vec::new();
+                        let graw = read_elems(nabs, g0, to_usize(g1 - g0)?)?;
+                        arith::scale_values(Dtype::F32, &graw, &mut groups);
+                        let mut code = Vec::new();
+                        arith::scale_values(Dtype::F32, &read_elems(nmap, 0, 256)?, &mut code);
+                        dequant::bnb::nested_absmax(&raw, b0, &code, &groups, nbs, offset)
+                    }
+                    _ => {
+                        let mut v = Vec::new();
+                        arith::scale_values(Dtype::F32, &raw, &mut v);
+                        v
+                    }
+                };
+                let piece = dequant::bnb::FourBit {
+                    kind: record.kind,
+                    packed: &packed,
+                    first: e0,
+                    absmax: &scales,
+                    blocksize: record.blocksize,
+                    dtype: record.dtype,
+                };
+                dequant::bnb::four_bit(&piece, &mut self.values);
+            }
         }
         let width = (self.to.bits() / 8) as usize;
         self.bytes.clear();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::config::{self, QuantConfig};
 use super::{refuse, Kind, Part, QuantError, Weight};
+use crate::dequant::bnb::FourBitType;
 use crate::dequant::fp8::Tiling;
 use crate::dequant::gptq::Packing;
 use crate::source::Source;
@@ -152,11 +153,10 @@ pub(crate) fn recognize<'s>(sources: &'s [Box<dyn Source + 's>]) -> Result<Found
                 packed(&mut names, prefix)?
             } else if let Some(prefix) = n.strip_suffix(".SCB") {
                 int8(&mut names, prefix)?
-            } else if n.contains(".weight.quant_state.bitsandbytes__") {
-                let e = QuantError::Unsupported(
-                    "bitsandbytes 4-bit (NF4/FP4) weights are not dequantized yet".into(),
-                );
-                return Err(refuse(e, source.input_name(), n));
+            } else if let Some(prefix) = n.strip_suffix(".weight.quant_state.bitsandbytes__nf4") {
+                four_bit(&mut names, prefix, n, FourBitType::Nf4)?
+            } else if let Some(prefix) = n.strip_suffix(".weight.quant_state.bitsandbytes__fp4") {
+                four_bit(&mut names, prefix, n, FourBitType::Fp4)?
             } else {
                 None
             };
@@ -496,6 +496,101 @@ fn int8(names: &mut Names, prefix: &str) -> Result<Recognised> {
         name: weight.name.clone(),
         shape: [m, n],
         kind: Arc::new(Kind::Int8 { weight, scb }),
+    };
+    Ok(Some((wat, used, w)))
+}
+
+/// bitsandbytes NF4/FP4: `prefix.weight` (packed U8), `.weight.absmax`,
+/// `.weight.quant_map`, the record `record_name`, and with nested
+/// statistics `.weight.nested_absmax` and `.weight.nested_quant_map`.
+fn four_bit(
+    names: &mut Names,
+    prefix: &str,
+    record_name: &str,
+    kind: FourBitType,
+) -> Result<Recognised> {
+    const S: &str = "bitsandbytes-4bit";
+    let (rat, rec) = names.part(record_name)?.expect("listed");
+    let input = names.input(rat.0).to_string();
+    check_dtype(&rec, &[Dtype::U8], "U8", S, &input)?;
+    if rec.span.len > super::record::MAX_RECORD {
+        let e = QuantError::Record(format!("{} bytes, more than a record holds", rec.span.len));
+        return Err(refuse(e, &input, record_name));
+    }
+    let mut bytes = vec![0u8; rec.span.len as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&*rec.span.file, &mut bytes, rec.span.offset)
+        .map_err(|e| {
+            crate::Error::io(e)
+                .with_input(&input)
+                .with_tensor(record_name)
+        })?;
+    let record = super::record::parse(&bytes, kind).map_err(|e| refuse(e, &input, record_name))?;
+    let [rows, cols] = record.shape;
+    let n = rows * cols; // checked by parse
+    let wname = format!("{prefix}.weight");
+    let (wat, weight) = required(names, wname.clone(), S, &input, record_name)?;
+    check_dtype(&weight, &[Dtype::U8], "U8", S, &input)?;
+    if weight.span.len != n.div_ceil(2) {
+        let expected = format!(
+            "{} bytes (two codes a byte for {rows} x {cols})",
+            n.div_ceil(2)
+        );
+        return Err(bad_shape(&weight, S, expected, &input));
+    }
+    let blocks = n.div_ceil(record.blocksize);
+    let (aat, absmax) = required(names, format!("{wname}.absmax"), S, &input, record_name)?;
+    let mut used = vec![rat, wat, aat];
+    let nested = match record.nested {
+        None => {
+            check_dtype(&absmax, &[Dtype::F32], "F32", S, &input)?;
+            None
+        }
+        Some((nested_blocksize, _)) => {
+            check_dtype(&absmax, &[Dtype::U8], "U8 (nested statistics)", S, &input)?;
+            let (nat, nabs) = required(
+                names,
+                format!("{wname}.nested_absmax"),
+                S,
+                &input,
+                record_name,
+            )?;
+            let (mat, nmap) = required(
+                names,
+                format!("{wname}.nested_quant_map"),
+                S,
+                &input,
+                record_name,
+            )?;
+            check_dtype(&nabs, &[Dtype::F32], "F32", S, &input)?;
+            check_dtype(&nmap, &[Dtype::F32], "F32", S, &input)?;
+            let groups = blocks.div_ceil(nested_blocksize);
+            if nabs.shape != [groups] {
+                return Err(bad_shape(&nabs, S, format!("[{groups}]"), &input));
+            }
+            if nmap.shape != [256] {
+                return Err(bad_shape(&nmap, S, "[256]".into(), &input));
+            }
+            used.extend([nat, mat]);
+            Some((nabs, nmap))
+        }
+    };
+    if absmax.shape != [blocks] {
+        let expected = format!("[{blocks}] (one per {} elements)", record.blocksize);
+        return Err(bad_shape(&absmax, S, expected, &input));
+    }
+    // The stored code book: the library reads its own instead.
+    if let Some((mat, _)) = names.part(&format!("{wname}.quant_map"))? {
+        used.push(mat);
+    }
+    let w = Weight {
+        name: wname,
+        shape: [rows, cols],
+        kind: Arc::new(Kind::FourBit {
+            weight,
+            absmax,
+            nested,
+            record,
+        }),
     };
     Ok(Some((wat, used, w)))
 }
