@@ -151,6 +151,13 @@ pub(crate) fn recognize<'s>(sources: &'s [Box<dyn Source + 's>]) -> Result<Found
                 fp8(&mut names, prefix, n)?
             } else if let Some(prefix) = n.strip_suffix(".qweight") {
                 packed(&mut names, prefix)?
+            } else if n.ends_with(".weight_packed") {
+                // compressed-tensors' packed int4/NVFP4 formats.
+                let e = QuantError::Unsupported(
+                    "compressed-tensors packed weights (weight_packed) are not dequantized yet"
+                        .into(),
+                );
+                return Err(refuse(e, source.input_name(), n));
             } else if let Some(prefix) = n.strip_suffix(".SCB") {
                 int8(&mut names, prefix)?
             } else if let Some(prefix) = n.strip_suffix(".weight.quant_state.bitsandbytes__nf4") {
