@@ -113,6 +113,22 @@ pub(crate) fn parse(bytes: &[u8], expected: FourBitType) -> Result<Record, Quant
     })
 }
 
+/// Parses `bytes` as a record of either type, as the fuzz target does:
+/// the shape an accepted record declares. Checks what every accepted record
+/// promises: a known block size, a shape whose product fits in u64.
+pub fn parse_any(bytes: &[u8]) -> Option<[u64; 2]> {
+    let mut shape = None;
+    for kind in [FourBitType::Nf4, FourBitType::Fp4] {
+        if let Ok(r) = parse(bytes, kind) {
+            assert!(BLOCK_SIZES.contains(&r.blocksize));
+            assert!(r.shape[0].checked_mul(r.shape[1]).is_some());
+            assert!(r.nested.is_none_or(|(b, _)| b > 0));
+            shape = Some(r.shape);
+        }
+    }
+    shape
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
