@@ -1189,6 +1189,122 @@ class Bench:
         return 1 if bad else 0
 
 
+# ---- quantized safetensors (issue 29): --quantized -------------------------------------
+
+QUANT_REFERENCE = r"""
+import sys, torch
+from safetensors.torch import load_file, save_file
+kind, src, dst = sys.argv[1:4]
+t = load_file(src)
+if kind == "fp8":
+    w, s = t["w.weight"], t["w.weight_scale_inv"]
+    full = s.repeat_interleave(128, 0)[: w.shape[0]].repeat_interleave(128, 1)[:, : w.shape[1]]
+    out = (w.to(torch.float32) * full).to(torch.bfloat16)
+else:  # gptq v1, 4-bit, groups of 128 (AutoGPTQ's general_qlinear_converter)
+    qw, qz, sc = t["w.qweight"], t["w.qzeros"], t["w.scales"]
+    wf = torch.arange(0, 32, 4, dtype=torch.int32).unsqueeze(0)
+    z = torch.bitwise_right_shift(qz.unsqueeze(2).expand(-1, -1, 8), wf.unsqueeze(0)).to(torch.int8)
+    z = (torch.bitwise_and(z, 15) + 1).reshape(sc.shape)
+    w = torch.bitwise_right_shift(qw.unsqueeze(1).expand(-1, 8, -1), wf.unsqueeze(-1)).to(torch.int8)
+    w = torch.bitwise_and(w, 15).reshape(-1, qw.shape[1])
+    g = torch.arange(w.shape[0]) // 128
+    out = (sc[g] * (w - z[g])).t().contiguous().to(torch.bfloat16)
+save_file({"w.weight": out}, dst)
+"""
+
+
+def gen_quantized(kind: str, path: Path, size: int):
+    """FP8: `size` bytes of E4M3 codes (no NaN) with 128x128 block scales. GPTQ 4-bit: a weight
+    whose BF16 output is `size` bytes, groups of 128, F16 scales."""
+    rng = np.random.default_rng(29)
+    tensors = {}
+    if kind == "fp8":
+        n = 8192
+        m = max(128, size // n // 128 * 128)
+        codes = rng.integers(0, 256, (m, n), dtype=np.uint8)
+        codes[(codes & 0x7F) == 0x7F] &= 0xFE
+        scales = (rng.random((m // 128, n // 128)) * 0.01 + 1e-4).astype(np.float32)
+        tensors["w.weight"] = ("F8_E4M3", codes)
+        tensors["w.weight_scale_inv"] = ("F32", scales)
+    else:
+        k = 8192
+        n = max(64, size // 2 // k // 64 * 64)
+        tensors["w.qweight"] = ("I32", rng.integers(0, 2**32, (k // 8, n), dtype=np.uint32).view(np.int32))
+        tensors["w.qzeros"] = ("I32", rng.integers(0, 2**32, (k // 128, n // 8), dtype=np.uint32).view(np.int32))
+        tensors["w.scales"] = ("F16", (rng.random((k // 128, n)) * 0.01 + 1e-4).astype(np.float16))
+    header, offset = {}, 0
+    for name, (dt, a) in tensors.items():
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for _, a in tensors.values():
+            f.write(a.tobytes())
+
+
+def tensor_data_digest(path: Path):
+    """sha256 of a one-tensor safetensors file's data (headers may be laid out differently)."""
+    h = hashlib.sha256()
+    buf = bytearray(CHUNK)
+    with open(path, "rb", buffering=0) as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        f.seek(8 + n)
+        while k := f.readinto(buf):
+            h.update(memoryview(buf)[:k])
+    return h.hexdigest()
+
+
+def quantized_bench(a) -> int:
+    """`--quantized`: 1 GiB (x --size-gib) FP8 and GPTQ inputs dequantized to BF16 by
+    `convert --dequantize --no-sync`, by `amn remember` when amn is on PATH, and by torch in
+    memory (the libraries' own arithmetic) otherwise; interleaved rounds, medians, peak RSS.
+    Every convert output is compared with torch's when torch is importable."""
+    binary = REPO / "target" / "release" / "convert"
+    if not a.no_build:
+        subprocess.run(["cargo", "build", "--release", "--bin", "convert"], cwd=REPO, check=True)
+    size = int(a.size_gib * GIB)
+    try:
+        import torch  # noqa: F401
+        have_torch = True
+    except ImportError:
+        have_torch = False
+    lines = []
+    with tempfile.TemporaryDirectory(dir=a.tmpdir) as tmp:
+        tmp = Path(tmp)
+        for kind in ("fp8", "gptq"):
+            src = tmp / f"{kind}.safetensors"
+            gen_quantized(kind, src, size)
+            tools = [("convert", [binary, src, "-o", tmp / "out-convert.safetensors", "--dequantize", "--no-sync"])]
+            if a.amn:
+                tools.append(("amn remember", [a.amn, "remember", src, "-o", tmp / "out-amn.safetensors"]))
+            if have_torch:
+                script = tmp / "reference.py"
+                script.write_text(QUANT_REFERENCE)
+                tools.append(("torch", [sys.executable, script, kind, src, tmp / "out-torch.safetensors"]))
+            warm([src])
+            results = {name: [] for name, _ in tools}
+            for r in range(a.runs):
+                for name, cmd in tools[r % len(tools):] + tools[: r % len(tools)]:
+                    wall, (rss, _, _), rc, _, err = timed(cmd, tmp, tmp / "time.txt", timeout=a.timeout)
+                    if rc != 0:
+                        print(f"{kind}: {name} failed: {err.strip()[-300:]}")
+                        continue
+                    results[name].append((wall, rss))
+            if have_torch:
+                same = tensor_data_digest(tmp / "out-convert.safetensors") == tensor_data_digest(tmp / "out-torch.safetensors")
+                print(f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} torch's")
+            for name, runs in results.items():
+                if runs:
+                    wall = statistics.median(w for w, _ in runs)
+                    rss = max(r for _, r in runs) / 1024
+                    line = f"{kind} {src.stat().st_size / MIB:.0f} MiB in: {name}: median {wall:.2f} s, peak RSS {rss:.1f} MiB ({len(runs)} runs)"
+                    print(line)
+                    lines.append(line)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-gib", type=float, default=None, help="scale of the big inputs (npz-stored and safetensors are this size; npy half; deflated a quarter). Default 1")
@@ -1208,7 +1324,12 @@ def main():
     ap.add_argument("--amn", default=shutil.which("amn"), help="the anamnesis CLI (`amn`, crate anamnesis 0.7.10 with features cli,npz), timed on npz-small as the fastest peer. Default: amn on PATH")
     ap.add_argument("--gguf-python", default=sys.executable, help="a Python with gguf (0.19) and safetensors, for the gguf workload's input and reference. Default: this Python")
     ap.add_argument("--no-python", action="store_true", help="skip the Python reference (saves most of the run's time; the x Python targets then read 'no data')")
+    ap.add_argument("--quantized", action="store_true", help="time only the FP8 and GPTQ dequantization workloads (issue 29)")
     a = ap.parse_args()
+    if a.quantized:
+        a.size_gib = a.size_gib or (1 / 64 if a.quick else 1.0)
+        a.runs = a.runs or (1 if a.quick else 3)
+        sys.exit(quantized_bench(a))
     if a.quick:
         a.size_gib = a.size_gib or 1 / 64
         a.runs = a.runs or 1

@@ -22,7 +22,7 @@ set -uo pipefail
 
 secs=${1:-600}
 shift || true
-all_targets=(safetensors_header npy_header zip_directory detect convert_bytes pickle)
+all_targets=(safetensors_header npy_header zip_directory detect convert_bytes pickle bnb_record)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
@@ -90,6 +90,7 @@ seed_all() {
     npy_header) seed "$1" "$fx" -name '*.npy' ;;
     zip_directory) seed "$1" "$fx" -name '*.npz' ;;
     pickle) seed_pickles "$1" ;;
+    bnb_record) ;; # its seeds are its regressions (fixtures/fuzz-regressions/bnb_record)
     detect | convert_bytes) seed "$1" "$fx" \( "${ex[@]}" \) ;;
     esac
     # Past regressions are seeds too.

@@ -281,7 +281,7 @@ pub async fn open_inputs(
         }
         sources.push(open_input(&resolved, &options.source, notice).await?);
     }
-    Ok(sources)
+    crate::source::quantized::wrap(sources, &options.source, notice)
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,

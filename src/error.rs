@@ -757,6 +757,10 @@ pub enum ErrorKind {
     /// A malformed or unsupported GGUF file.
     #[error("gguf: {0}")]
     Gguf(#[from] crate::source::gguf::error::GgufError),
+    /// A quantized weight (FP8, GPTQ, AWQ, bitsandbytes) whose scales,
+    /// zeros or records do not describe it.
+    #[error("{0}")]
+    Quantized(crate::source::QuantError),
 
     // ---- the environment --------------------------------------------------
     /// An I/O error.
@@ -856,6 +860,7 @@ impl ErrorKind {
             | K::PickleGlobal { .. }
             | K::PickleBudget { .. }
             | K::ExpandedView { .. }
+            | K::Quantized(_)
             | K::PyTorch(_)
             | K::IndexJson(_)
             | K::NotRegularFile(_)

@@ -18,6 +18,7 @@ pub fn render_table(cp: &Checkpoint) -> String {
         render_file(&mut out, header);
         out.push('\n');
     }
+    write_quantized(&mut out, cp);
     if let Some(index) = &cp.index {
         let _ = writeln!(
             out,
@@ -29,6 +30,39 @@ pub fn render_table(cp: &Checkpoint) -> String {
         );
     }
     out
+}
+
+/// A line on a quantized checkpoint: its schemes, how many weights, and
+/// its size once `--dequantize`d (or why that would be refused).
+fn write_quantized(out: &mut String, cp: &Checkpoint) {
+    match crate::source::quantized::summarize(cp) {
+        None => {}
+        Some(Ok(q)) => {
+            let _ = writeln!(
+                out,
+                "quantized: {} ({} weights); {} tensor bytes ({}) after --dequantize (BF16)",
+                q.schemes.join(", "),
+                q.weights,
+                q.dequantized_bytes,
+                HumanBytes(q.dequantized_bytes)
+            );
+        }
+        Some(Err(e)) => {
+            let _ = writeln!(out, "quantized, but --dequantize would refuse it: {e}");
+        }
+    }
+}
+
+/// [`write_quantized`] as JSON, for a quantized checkpoint.
+fn quantized_json(cp: &Checkpoint) -> Option<Value> {
+    Some(match crate::source::quantized::summarize(cp)? {
+        Ok(q) => json!({
+            "schemes": q.schemes,
+            "weights": q.weights,
+            "dequantized_bytes": q.dequantized_bytes,
+        }),
+        Err(e) => json!({"error": e.to_string()}),
+    })
 }
 
 fn render_file(out: &mut String, h: &Header) {
@@ -181,12 +215,16 @@ pub fn to_json(cp: &Checkpoint) -> Value {
             file_json(&path.display().to_string(), h, tensors)
         })
         .collect();
-    json!({
+    let mut v = json!({
         "files": files,
         "tensors": cp.tensor_count(),
         "data_bytes": cp.data_len(),
         "index": cp.index,
-    })
+    });
+    if let Some(q) = quantized_json(cp) {
+        v["quantized"] = q;
+    }
+    v
 }
 
 /// A plan as JSON, for `--dry-run --json`: every output file with its

@@ -111,6 +111,7 @@ pub mod test_support {
     pub use crate::source::npy::{header as npy_header, NpySource};
     pub use crate::source::npz::{zip, NpzSource};
     pub use crate::source::pytorch::{model as pytorch_model, pickle};
+    pub use crate::source::quantized::record::parse_any as bnb_record;
     pub use crate::source::raw::RawSource;
     pub use crate::source::safetensors::SafetensorsSource;
 }

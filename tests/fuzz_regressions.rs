@@ -25,13 +25,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use harness::{Harness, Outcomes};
 use safetensors_stream::ErrorKind;
 
-const TARGETS: [&str; 6] = [
+const TARGETS: [&str; 7] = [
     "safetensors_header",
     "npy_header",
     "zip_directory",
     "detect",
     "convert_bytes",
     "pickle",
+    "bnb_record",
 ];
 
 /// Panics seen on any thread: tokio turns a panic in a blocking read into
@@ -75,6 +76,7 @@ fn run(harness: &Harness, target: &str, data: &[u8]) -> String {
         "detect" => format!("detect: {:?}\n", harness::detect_bytes(data)),
         "convert_bytes" => describe(&harness.convert_bytes(data)),
         "pickle" => describe(&harness::pickle(data)),
+        "bnb_record" => format!("bnb_record: {:?}\n", harness::bnb_record(data)),
         other => panic!("unknown fuzz target folder {other:?}"),
     }
 }

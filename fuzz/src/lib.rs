@@ -275,6 +275,13 @@ async fn read_all(src: &mut dyn Source) -> Result<()> {
     Ok(())
 }
 
+/// `bnb_record`: the bytes as a bitsandbytes `quant_state` record, of
+/// either type. Invariants (asserted inside): an accepted record has a
+/// block size the library reads and a shape whose element count fits.
+pub fn bnb_record(data: &[u8]) -> Option<[u64; 2]> {
+    safetensors_stream::test_support::bnb_record(data)
+}
+
 /// `safetensors_header`: the bytes as a whole file, in every mode.
 ///
 /// Invariants: strict acceptance implies reference acceptance of the same

@@ -11,6 +11,11 @@
 //! [`store_f32`] to the element pipeline.
 
 pub(crate) mod ggml;
+pub(crate) mod arith;
+pub(crate) mod awq;
+pub(crate) mod bnb;
+pub(crate) mod fp8;
+pub(crate) mod gptq;
 
 use crate::Dtype;
 

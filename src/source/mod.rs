@@ -13,6 +13,7 @@ pub(crate) mod memory;
 pub(crate) mod npy;
 pub(crate) mod npz;
 pub(crate) mod pytorch;
+pub(crate) mod quantized;
 pub(crate) mod raw;
 pub(crate) mod safetensors;
 
@@ -20,6 +21,7 @@ pub use crate::transform::Transform;
 pub use detect::{detect_file, Codec, Format};
 pub use input::open_input;
 pub use memory::MemorySource;
+pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
 
 use std::pin::Pin;

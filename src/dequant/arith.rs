@@ -1,0 +1,56 @@
+//! What a library's tensor arithmetic yields: the values its scales hold,
+//! and a product as its dtype stores it.
+
+use crate::Dtype;
+
+/// The value of one scale element of `dtype` (F32, F16, BF16 or F8_E4M3)
+/// from its little-endian bytes. Callers checked the dtype.
+pub(crate) fn scale_value(dtype: Dtype, b: &[u8]) -> f32 {
+    match dtype {
+        Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        Dtype::F16 => f32::from_bits(crate::cast::f16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
+        Dtype::BF16 => f32::from_bits(crate::cast::bf16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
+        Dtype::F8_E4M3 => super::fp8::e4m3_to_f32(b[0]),
+        other => unreachable!("scales are checked to be floats, not {other}"),
+    }
+}
+
+/// Decodes `bytes` of `dtype` scales into `out` (cleared first).
+pub(crate) fn scale_values(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
+    out.clear();
+    let width = (dtype.bits() / 8) as usize;
+    out.extend(bytes.chunks_exact(width).map(|b| scale_value(dtype, b)));
+}
+
+/// `v` (an exact product, or f32 arithmetic's result) as a tensor of
+/// `dtype` stores it: torch multiplies F16 and BF16 tensors in f32 and rounds
+/// the result to nearest even. F32 is returned as it is.
+pub(crate) fn stored_as(dtype: Dtype, v: f32) -> f32 {
+    match dtype {
+        Dtype::BF16 => f32::from_bits(crate::cast::bf16_to_f32(crate::cast::f32_to_bf16(
+            v.to_bits(),
+        ))),
+        Dtype::F16 => f32::from_bits(crate::cast::f16_to_f32(crate::cast::f32_to_f16(
+            v.to_bits(),
+        ))),
+        _ => v,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn products_round_to_the_scales_dtype() {
+        // 1 + 2^-9 is an F16 but not a BF16: it rounds to 1.0 there; 1 + 2^-12
+        // is neither; F32 keeps both.
+        let v = 1.0 + f32::powi(2.0, -9);
+        assert_eq!(stored_as(Dtype::BF16, v), 1.0);
+        assert_eq!(stored_as(Dtype::F16, v), v);
+        assert_eq!(stored_as(Dtype::F16, 1.0 + f32::powi(2.0, -12)), 1.0);
+        assert_eq!(stored_as(Dtype::F32, v), v);
+        assert_eq!(scale_value(Dtype::BF16, &[0x80, 0x3f]), 1.0);
+        assert_eq!(scale_value(Dtype::F16, &[0x00, 0x3c]), 1.0);
+    }
+}

@@ -1,0 +1,122 @@
+//! bitsandbytes LLM.int8 weights: `weight` int8 `[out, in]` and `SCB`, one
+//! f32 absmax per row. The library (`int8_vectorwise_dequant`) computes
+//! `A * SCB[row] * 7.874015718698502e-3` in f32, left to right, each product
+//! rounded to f32: so do we (the first product is not exact in f32 in
+//! general, so the order matters).
+
+/// The reciprocal of 127 as the library multiplies by it: its Python float,
+/// cast to f32 (an f32 tensor times a Python float multiplies in f32).
+const INV_127: f32 = 7.874_015_718_698_502e-3_f64 as f32;
+
+/// Dequantizes rows of `cols` int8 codes, `scb[i]` the absmax of row `i`.
+pub(crate) fn int8_rows(codes: &[u8], cols: usize, scb: &[f32], out: &mut [f32]) {
+    for ((row, o), &s) in codes
+        .chunks_exact(cols)
+        .zip(out.chunks_exact_mut(cols))
+        .zip(scb)
+    {
+        for (&c, v) in row.iter().zip(o) {
+            *v = f32::from(c as i8) * s * INV_127;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scales_each_row_by_its_absmax_over_127() {
+        let mut out = [0f32; 4];
+        int8_rows(&[127, 0x81, 127, 1], 2, &[1.0, 127.0], &mut out);
+        assert_eq!(out[0], 127.0 * INV_127);
+        assert_eq!(out[1], -127.0 * INV_127);
+        assert_eq!(out[2], 127.0 * 127.0 * INV_127);
+        assert_eq!(out[3], 127.0 * INV_127);
+    }
+}
+
+/// bitsandbytes' NF4 code book (`get_4bit_type("nf4")`), as f32 bits: the
+/// library dequantizes with its own table, not the `quant_map` stored in
+/// the file.
+const NF4: [u32; 16] = [
+    0xbf800000, 0xbf3239b1, 0xbf066b30, 0xbeca32a0, 0xbe91a24d, 0xbe3d353f, 0xbdba7871, 0x00000000,
+    0x3da2faff, 0x3e24cae3, 0x3e7c04dd, 0x3ead033a, 0x3ee1a4b8, 0x3f1007ab, 0x3f3913b3, 0x3f800000,
+];
+
+/// bitsandbytes' FP4 code book (`get_4bit_type("fp4")`), as f32 bits.
+const FP4: [u32; 16] = [
+    0x00000000, 0x3baaaaab, 0x3f2aaaab, 0x3f800000, 0x3eaaaaab, 0x3f000000, 0x3e2aaaab, 0x3e800000,
+    0x00000000, 0xbbaaaaab, 0xbf2aaaab, 0xbf800000, 0xbeaaaaab, 0xbf000000, 0xbe2aaaab, 0xbe800000,
+];
+
+/// Which 4-bit code book.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FourBitType {
+    /// NormalFloat 4.
+    Nf4,
+    /// bitsandbytes' FP4.
+    Fp4,
+}
+
+impl FourBitType {
+    fn code(self, nibble: u8) -> f32 {
+        let table = match self {
+            FourBitType::Nf4 => &NF4,
+            FourBitType::Fp4 => &FP4,
+        };
+        f32::from_bits(table[usize::from(nibble & 0xf)])
+    }
+}
+
+/// A run of a 4-bit weight's elements and the absmax values that cover them.
+pub(crate) struct FourBit<'a> {
+    /// The code book.
+    pub kind: FourBitType,
+    /// The packed bytes from byte `first / 2` on (two codes a byte, high nibble first).
+    pub packed: &'a [u8],
+    /// The flat index of the first element.
+    pub first: u64,
+    /// Absmax values from block `first / blocksize` on.
+    pub absmax: &'a [f32],
+    /// Elements per absmax.
+    pub blocksize: u64,
+    /// The dtype the library returns (`quant_state.dtype`): each product is rounded to it.
+    pub dtype: crate::Dtype,
+}
+
+/// Dequantizes `out.len()` elements from `p.first`: the library's
+/// `code[q] * absmax[block]` in f32, returned as `p.dtype`.
+pub(crate) fn four_bit(p: &FourBit, out: &mut [f32]) {
+    let byte0 = p.first / 2;
+    let block0 = p.first / p.blocksize;
+    for (i, o) in out.iter_mut().enumerate() {
+        let e = p.first + i as u64;
+        let byte = p.packed[(e / 2 - byte0) as usize];
+        let nibble = if e % 2 == 0 { byte >> 4 } else { byte & 0xf };
+        let absmax = p.absmax[(e / p.blocksize - block0) as usize];
+        *o = super::arith::stored_as(p.dtype, p.kind.code(nibble) * absmax);
+    }
+}
+
+/// Nested statistics: absmax block `first + i` is
+/// `nested_code[codes[i]] * nested_absmax[(first + i) / nested_blocksize] + offset`,
+/// in f32, as the library's `dequantize_blockwise` then `absmax += offset`.
+pub(crate) fn nested_absmax(
+    codes: &[u8],
+    first: u64,
+    nested_code: &[f32],
+    nested_absmax: &[f32],
+    nested_blocksize: u64,
+    offset: f32,
+) -> Vec<f32> {
+    let group0 = first / nested_blocksize;
+    codes
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let g = (first + i as u64) / nested_blocksize - group0;
+            nested_code[usize::from(c)] * nested_absmax[g as usize] + offset
+        })
+        .collect()
+}

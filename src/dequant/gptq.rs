@@ -1,0 +1,119 @@
+//! GPTQ (AutoGPTQ, GPTQModel): `qweight` packs `32 / bits` input rows per
+//! int32 along the input dimension, low bits first; `qzeros` packs the
+//! zero points the same way along the output dimension; `scales` is F16
+//! (or F32/BF16), one row per group; `g_idx` names each input column's
+//! group (act-order), else column `k` is in group `k / group_size`.
+//!
+//! The library computes `scales[g] * (q - zeros[g])` in the scales' dtype,
+//! with `zeros` the stored value plus one in the v1 checkpoint format
+//! (masked to `bits` first, then incremented: a stored 15 is 16, as
+//! AutoGPTQ's and GPTQModel's dequantizing forward and
+//! `general_qlinear_converter` compute; only their exllama repacking masks
+//! after the increment), as stored in `gptq_v2`. `q - z` and its product by an
+//! F16/BF16 scale are exact in f32, so one rounding to the scales' dtype is
+//! what torch's half-precision multiply yields.
+//!
+//! The library's weight is `[in, out]`; the model's is `[out, in]`: rows
+//! here are output features, as the unquantized model names and lays out
+//! `...proj.weight`.
+
+use crate::Dtype;
+
+/// One GPTQ weight's packing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Packing {
+    /// Bits per code: 2, 4 or 8.
+    pub bits: u32,
+    /// Added to each stored zero point (1 in the v1 format, 0 in v2).
+    pub zero_offset: u32,
+}
+
+impl Packing {
+    /// Codes per int32.
+    pub(crate) fn per_word(self) -> usize {
+        (32 / self.bits) as usize
+    }
+
+    fn code(self, word: u32, slot: usize) -> u32 {
+        (word >> (self.bits as usize * slot)) & ((1u32 << self.bits) - 1)
+    }
+}
+
+/// The words and scales one piece of output rows `[n0, n0 + nb)` needs.
+pub(crate) struct Piece<'a> {
+    /// The first output row.
+    pub n0: usize,
+    /// `[K / per_word][nb]`: from each packed row, the words of columns `n0..n0 + nb`.
+    pub qweight: &'a [u32],
+    /// `[groups][zero_words]`: from each group, the zero words from `n0 / per_word` on.
+    pub zeros: &'a [u32],
+    /// Zero words per group in `zeros`.
+    pub zero_words: usize,
+    /// `[groups][nb]`: the scales of columns `n0..n0 + nb`.
+    pub scales: &'a [f32],
+    /// The group of each input column (`K` entries, each below the groups).
+    pub groups: &'a [u32],
+}
+
+/// Dequantizes output rows `[n0, n0 + nb)` into `out` (`nb * K` values,
+/// row-major), rounding each product as `scale_dtype` stores it.
+pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f32]) {
+    let k_len = p.groups.len();
+    let nb = out.len() / k_len.max(1);
+    let per = packing.per_word();
+    let first_word = p.n0 / per;
+    for (i, out_row) in out.chunks_exact_mut(k_len).enumerate() {
+        let n = p.n0 + i;
+        let zero_word = n / per - first_word;
+        let zero_slot = n % per;
+        for (k, o) in out_row.iter_mut().enumerate() {
+            let g = p.groups[k] as usize;
+            let q = packing.code(p.qweight[(k / per) * nb + i], k % per);
+            let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
+            let z = stored + packing.zero_offset;
+            let v = (q as f32 - z as f32) * p.scales[g * nb + i];
+            *o = super::arith::stored_as(scale_dtype, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpacks_along_the_input_dimension_with_the_v1_offset() {
+        // K = 8 input columns, N = 2 outputs, one group. Column 0's codes are
+        // 0..8 (low nibble first); column 1's are all 15.
+        let col0 = (0..8u32).fold(0, |w, k| w | (k << (4 * k)));
+        let qweight = [col0, u32::MAX];
+        // Stored zeros 7 (column 0) and 15 (column 1): v1 reads 8 and 16.
+        let zeros = [7 | (15 << 4)];
+        let scales = [0.5f32, 2.0];
+        let groups = [0u32; 8];
+        let p = Piece {
+            n0: 0,
+            qweight: &qweight,
+            zeros: &zeros,
+            zero_words: 1,
+            scales: &scales,
+            groups: &groups,
+        };
+        let mut out = [0f32; 16];
+        let v1 = Packing {
+            bits: 4,
+            zero_offset: 1,
+        };
+        rows(&p, v1, Dtype::F16, &mut out);
+        assert_eq!(&out[..8], &[-4.0, -3.5, -3.0, -2.5, -2.0, -1.5, -1.0, -0.5]);
+        assert_eq!(&out[8..], &[-2.0; 8]);
+        let v2 = Packing {
+            bits: 4,
+            zero_offset: 0,
+        };
+        rows(&p, v2, Dtype::F16, &mut out);
+        assert_eq!(out[0], -3.5);
+        assert_eq!(out[8], 0.0);
+        assert_eq!(out[9], 0.0);
+    }
+}

@@ -1,0 +1,82 @@
+//! The model folder's `config.json` `quantization_config`: what the tensors
+//! alone do not say (GPTQ's bit width and checkpoint format, a block size).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::QuantError;
+
+/// The keys of `quantization_config` that change how tensors are read.
+/// Unknown keys are ignored; a missing file or key leaves the defaults the
+/// tensors' shapes imply.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub(crate) struct QuantConfig {
+    /// `gptq`, `awq`, `fp8`, `compressed-tensors`, `bitsandbytes`, ...
+    #[serde(default)]
+    pub quant_method: Option<String>,
+    /// GPTQ/AWQ bits per weight.
+    #[serde(default)]
+    pub bits: Option<u32>,
+    /// GPTQ/AWQ input columns per group (-1: one group).
+    #[serde(default)]
+    pub group_size: Option<i64>,
+    /// GPTQModel: `gptq` (v1, zeros stored minus one) or `gptq_v2`.
+    #[serde(default)]
+    pub checkpoint_format: Option<String>,
+    /// FP8 (DeepSeek-V3, transformers' fine-grained FP8): rows and columns per scale.
+    #[serde(default)]
+    pub weight_block_size: Option<[u64; 2]>,
+}
+
+/// The config of the model whose file or index is `input`: the
+/// `quantization_config` of the `config.json` beside it, if any.
+pub(crate) fn beside(input: &str) -> Result<QuantConfig, QuantError> {
+    let Some(dir) = Path::new(input).parent() else {
+        return Ok(QuantConfig::default());
+    };
+    let path = dir.join("config.json");
+    // A config is small; a huge one is not a model config.
+    let text = match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() && m.len() <= 16 << 20 => match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(_) => return Ok(QuantConfig::default()),
+        },
+        _ => return Ok(QuantConfig::default()),
+    };
+    parse(&text)
+}
+
+/// Parses a `config.json`'s text.
+pub(crate) fn parse(text: &[u8]) -> Result<QuantConfig, QuantError> {
+    #[derive(Deserialize)]
+    struct Model {
+        #[serde(default)]
+        quantization_config: Option<QuantConfig>,
+    }
+    let model: Model =
+        serde_json::from_slice(text).map_err(|e| QuantError::Config(e.to_string()))?;
+    Ok(model.quantization_config.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_keys_that_matter() {
+        let c = parse(
+            br#"{"hidden_size": 8, "quantization_config": {"quant_method": "gptq",
+            "bits": 8, "group_size": -1, "checkpoint_format": "gptq_v2", "desc_act": true}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.bits, Some(8));
+        assert_eq!(c.group_size, Some(-1));
+        assert_eq!(c.checkpoint_format.as_deref(), Some("gptq_v2"));
+        assert_eq!(parse(b"{}").unwrap(), QuantConfig::default());
+        assert!(matches!(
+            parse(br#"{"quantization_config": {"bits": "four"}}"#),
+            Err(QuantError::Config(_))
+        ));
+    }
+}

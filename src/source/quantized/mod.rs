@@ -1,0 +1,336 @@
+//! Quantized safetensors (FP8, GPTQ, AWQ, bitsandbytes int8) read as the
+//! full-precision model they stand for.
+//!
+//! [`wrap`] recognises each quantized weight from the inputs' tensors (its
+//! scales, zeros and `g_idx` may lie in any shard of any input) and the
+//! `config.json` beside them. With [`SourceOptions::dequantize`] set, each
+//! input is wrapped in a [`QuantizedSource`] that lists one plain tensor per
+//! quantized weight, named as the unquantized model names it
+//! (`...q_proj.weight`) at its dequantized dtype and shape, drops the
+//! auxiliary tensors (scales, zeros, `g_idx`, `SCB`, `weight_format`, and
+//! the activation scales `input_scale`, `k_scale`, `v_scale`, which a
+//! full-precision model has no use for, as transformers' dequantizing
+//! loaders drop them), and passes everything else through as it is.
+//! Without it, the inputs are returned as they are, and a notice says they
+//! are quantized.
+//!
+//! A dequantized weight is produced by a blocking reader in row pieces of
+//! at most [`PIECE_ELEMENTS`] values: each piece reads the codes of its
+//! rows and the scales and zeros that cover them, with positional reads.
+
+mod config;
+mod error;
+mod read;
+mod recognize;
+pub(crate) mod record;
+
+pub use error::QuantError;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use super::{FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
+use crate::header::{Metadata, TensorMeta};
+use crate::transform::Transform;
+use crate::{Dtype, Error, ErrorKind, Result};
+
+pub(crate) use recognize::{recognize, Found};
+
+/// Values dequantized per piece: 1 Mi (4 MiB of f32, before storing).
+pub(crate) const PIECE_ELEMENTS: u64 = 1 << 20;
+
+/// One tensor of an input, where its bytes are.
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    /// Its name in the input.
+    pub name: String,
+    /// Its dtype.
+    pub dtype: Dtype,
+    /// Its shape.
+    pub shape: Vec<u64>,
+    /// Its bytes.
+    pub span: FileSpan,
+}
+
+/// How one quantized weight is stored.
+#[derive(Debug, Clone)]
+pub(crate) enum Kind {
+    /// FP8 E4M3 codes times a float scale per tile.
+    Fp8 {
+        weight: Part,
+        scale: Part,
+        tiling: crate::dequant::fp8::Tiling,
+    },
+    /// GPTQ packed codes, zeros and scales, with an optional `g_idx`.
+    Gptq {
+        qweight: Part,
+        qzeros: Part,
+        scales: Part,
+        g_idx: Option<Part>,
+        packing: crate::dequant::gptq::Packing,
+        /// Input columns per group, when there is no `g_idx`.
+        group_size: u64,
+    },
+    /// AutoAWQ GEMM packed codes, zeros and scales.
+    Awq {
+        qweight: Part,
+        qzeros: Part,
+        scales: Part,
+        group_size: u64,
+    },
+    /// bitsandbytes LLM.int8: int8 codes and a row absmax.
+    Int8 { weight: Part, scb: Part },
+    /// bitsandbytes NF4/FP4: packed codes, a block absmax (itself
+    /// quantized, with nested statistics, when `nested` is there).
+    FourBit {
+        weight: Part,
+        absmax: Part,
+        /// `nested_absmax` and `nested_quant_map`.
+        nested: Option<(Part, Part)>,
+        record: record::Record,
+    },
+}
+
+impl Kind {
+    /// The scheme's name, for `inspect` and notices.
+    pub(crate) fn scheme(&self) -> &'static str {
+        match self {
+            Kind::Fp8 { .. } => "fp8",
+            Kind::Gptq { .. } => "gptq",
+            Kind::Awq { .. } => "awq",
+            Kind::Int8 { .. } => "bitsandbytes-int8",
+            Kind::FourBit { record, .. } => match record.kind {
+                crate::dequant::bnb::FourBitType::Nf4 => "bitsandbytes-nf4",
+                crate::dequant::bnb::FourBitType::Fp4 => "bitsandbytes-fp4",
+            },
+        }
+    }
+}
+
+/// A quantized weight: the plain tensor it becomes, and how it is stored.
+#[derive(Debug, Clone)]
+pub(crate) struct Weight {
+    /// The output name (`...proj.weight`).
+    pub name: String,
+    /// Rows and columns of the full-precision weight.
+    pub shape: [u64; 2],
+    /// Its storage.
+    pub kind: Arc<Kind>,
+}
+
+/// Wraps the opened `sources` so that quantized weights come out
+/// dequantized to `options.dequantize`; without it, returns them as they
+/// are, after a notice for each quantized input.
+pub(crate) fn wrap<'a>(
+    sources: Vec<Box<dyn Source + 'a>>,
+    options: &SourceOptions,
+    notice: &(dyn Fn(&str) + Send + Sync),
+) -> Result<Vec<Box<dyn Source + 'a>>> {
+    let found = recognize(&sources)?;
+    if found.weights.is_empty() {
+        return Ok(sources);
+    }
+    let Some(to) = options.dequantize else {
+        for (s, count) in found.per_source() {
+            notice(&format!(
+                "{}: {count} quantized weights ({}) copied as they are; --dequantize writes them in full precision",
+                sources[s].input_name(),
+                found.schemes(s).join(", ")
+            ));
+        }
+        return Ok(sources);
+    };
+    let mut found = found;
+    let mut out: Vec<Box<dyn Source + 'a>> = Vec::with_capacity(sources.len());
+    for (s, source) in sources.into_iter().enumerate() {
+        let homed = found.take_source(s);
+        if homed.is_empty() && !found.consumes_any(s) {
+            out.push(source);
+            continue;
+        }
+        out.push(Box::new(QuantizedSource::new(source, s, homed, &found, to)));
+    }
+    Ok(out)
+}
+
+/// What a listed tensor is.
+#[derive(Debug, Clone)]
+enum Entry {
+    /// The inner source's tensor `k`, as it is.
+    Pass(usize),
+    /// A dequantized weight.
+    Dequant(Weight),
+}
+
+/// An input whose quantized weights are listed and read dequantized.
+pub struct QuantizedSource<'a> {
+    inner: Box<dyn Source + 'a>,
+    tensors: Vec<TensorMeta>,
+    entries: Vec<Entry>,
+    to: Dtype,
+}
+
+impl<'a> QuantizedSource<'a> {
+    fn new(
+        inner: Box<dyn Source + 'a>,
+        s: usize,
+        homed: Vec<(usize, Weight)>,
+        found: &Found,
+        to: Dtype,
+    ) -> Self {
+        let mut homed = homed.into_iter().peekable();
+        let mut tensors = Vec::new();
+        let mut entries = Vec::new();
+        for (k, t) in inner.tensors().iter().enumerate() {
+            if homed.peek().is_some_and(|(at, _)| *at == k) {
+                let (_, w) = homed.next().expect("peeked");
+                tensors.push(TensorMeta::new(w.name.clone(), to, w.shape.to_vec()));
+                entries.push(Entry::Dequant(w));
+            } else if !found.is_consumed(s, k) {
+                tensors.push(t.clone());
+                entries.push(Entry::Pass(k));
+            }
+        }
+        QuantizedSource {
+            inner,
+            tensors,
+            entries,
+            to,
+        }
+    }
+
+    fn reader(&self, w: &Weight) -> read::DequantReader {
+        read::DequantReader::new(w.clone(), self.to)
+    }
+}
+
+impl Source for QuantizedSource<'_> {
+    fn input_name(&self) -> &str {
+        self.inner.input_name()
+    }
+
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.tensors
+    }
+
+    fn metadata(&self) -> Option<&Metadata> {
+        self.inner.metadata()
+    }
+
+    fn access(&self) -> super::Access {
+        self.inner.access()
+    }
+
+    fn check_unchanged(&self) -> Result<()> {
+        self.inner.check_unchanged()
+    }
+
+    fn open_ahead(&self, k: usize) -> Option<Result<TensorData<'static>>> {
+        match &self.entries[k] {
+            Entry::Pass(inner) => self.inner.open_ahead(*inner),
+            Entry::Dequant(_) => None,
+        }
+    }
+
+    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+        match &self.entries[k] {
+            Entry::Pass(inner) => {
+                let inner = *inner;
+                self.inner.open(inner)
+            }
+            Entry::Dequant(w) => {
+                let reader = self.reader(w);
+                async move {
+                    let bridge = super::blocking::BlockingReader::new(reader);
+                    Ok(TensorData::new(bridge))
+                }
+                .boxed()
+            }
+        }
+    }
+
+    fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
+        match &self.entries[k] {
+            Entry::Pass(inner) => self.inner.open_blocking(*inner),
+            Entry::Dequant(w) => {
+                let reader = self.reader(w);
+                Some(Box::new(move || {
+                    let r: super::BlockingRead = Box::new(reader);
+                    Ok((r, Transform::Identity))
+                }))
+            }
+        }
+    }
+
+    fn file_span(&self, k: usize) -> Option<FileSpan> {
+        match &self.entries[k] {
+            Entry::Pass(inner) => self.inner.file_span(*inner),
+            Entry::Dequant(_) => None,
+        }
+    }
+}
+
+/// A [`QuantError`] about tensor `tensor` of `input`.
+pub(crate) fn refuse(e: QuantError, input: &str, tensor: &str) -> Error {
+    Error::new(ErrorKind::Quantized(e))
+        .with_input(input)
+        .with_tensor(tensor)
+}
+
+/// What `inspect` says of a quantized checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Summary {
+    /// The schemes found (`fp8`, `gptq`, ...).
+    pub schemes: Vec<&'static str>,
+    /// Quantized weights.
+    pub weights: usize,
+    /// Tensor bytes after `--dequantize` (to BF16): dequantized weights,
+    /// and the tensors passed through; auxiliary tensors dropped.
+    pub dequantized_bytes: u64,
+}
+
+/// The quantized weights of a checkpoint's files, if it has any; an error
+/// says what `--dequantize` would refuse. Files that cannot be opened
+/// (objects in a store) are not looked at.
+pub(crate) fn summarize(cp: &crate::index::Checkpoint) -> Option<Result<Summary>> {
+    let mut sources: Vec<Box<dyn Source>> = Vec::with_capacity(cp.files.len());
+    for (path, header) in &cp.files {
+        let file = std::fs::File::open(path).ok()?;
+        let input = path.display().to_string();
+        let src = super::safetensors::SafetensorsSource::from_data(file, header.clone(), &input);
+        sources.push(Box::new(src));
+    }
+    let found = match recognize(&sources) {
+        Ok(f) => f,
+        Err(e) => return Some(Err(e)),
+    };
+    if found.weights.is_empty() {
+        return None;
+    }
+    let mut schemes: Vec<&'static str> = found
+        .weights
+        .iter()
+        .map(|(_, _, w)| w.kind.scheme())
+        .collect();
+    schemes.sort_unstable();
+    schemes.dedup();
+    let mut bytes = 0u64;
+    for (s, source) in sources.iter().enumerate() {
+        for (k, t) in source.tensors().iter().enumerate() {
+            if !found.is_consumed(s, k) {
+                bytes = bytes.saturating_add(t.byte_len().unwrap_or(0));
+            }
+        }
+    }
+    for (_, _, w) in &found.weights {
+        let elements = w.shape[0].saturating_mul(w.shape[1]);
+        bytes = bytes.saturating_add(elements.saturating_mul(2));
+    }
+    Some(Ok(Summary {
+        schemes,
+        weights: found.weights.len(),
+        dequantized_bytes: bytes,
+    }))
+}

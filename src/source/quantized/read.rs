@@ -1,0 +1,353 @@
+//! Reading a quantized weight dequantized, piece by piece: a blocking
+//! reader that any thread may drive.
+
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+
+use super::{Kind, Part, QuantError, Weight, PIECE_ELEMENTS};
+use crate::dequant::{self, arith};
+use crate::{Dtype, Error, ErrorKind, Result};
+
+/// Yields one weight's dequantized bytes, `to` elements, row-major.
+pub(crate) struct DequantReader {
+    w: Weight,
+    to: Dtype,
+    /// The next output row to dequantize.
+    row: u64,
+    /// Rows per piece.
+    step: u64,
+    /// Each input column's group (GPTQ), read on the first piece.
+    groups: Option<Vec<u32>>,
+    /// The current piece's bytes, and how many were handed out.
+    bytes: Vec<u8>,
+    pos: usize,
+    values: Vec<f32>,
+}
+
+impl DequantReader {
+    pub(crate) fn new(w: Weight, to: Dtype) -> Self {
+        let cols = w.shape[1].max(1);
+        let step = (PIECE_ELEMENTS / cols).max(1);
+        DequantReader {
+            w,
+            to,
+            row: 0,
+            step,
+            groups: None,
+            bytes: Vec::new(),
+            pos: 0,
+            values: Vec::new(),
+        }
+    }
+
+    /// Dequantizes the next piece into `bytes`.
+    fn next_piece(&mut self) -> Result<()> {
+        let [rows, cols] = self.w.shape;
+        let r0 = self.row;
+        let r1 = (r0 + self.step).min(rows);
+        let count = usize::try_from((r1 - r0) * cols).map_err(|_| too_large())?;
+        self.values.clear();
+        self.values.resize(count, 0.0);
+        let kind = self.w.kind.clone();
+        match &*kind {
+            Kind::Fp8 {
+                weight,
+                scale,
+                tiling,
+            } => {
+                let codes = read_elems(weight, r0 * cols, count)?;
+                let scale_cols = cols.div_ceil(tiling.cols).max(1);
+                let (s0, s1) = (r0 / tiling.rows, (r1 - 1) / tiling.rows + 1);
+                let scale_count = scale_elems(scale).min(s1 * scale_cols) - s0 * scale_cols;
+                let raw = read_elems(scale, s0 * scale_cols, to_usize(scale_count)?)?;
+                let mut scales = Vec::new();
+                arith::scale_values(scale.dtype, &raw, &mut scales);
+                // A per-tensor scale ([] or [1]) covers every row: one value.
+                let scale_cols = if scales.len() == 1 {
+                    1
+                } else {
+                    to_usize(scale_cols)?
+                };
+                let scales = dequant::fp8::Scales {
+                    values: &scales,
+                    cols: scale_cols,
+                    tiling: *tiling,
+                    dtype: scale.dtype,
+                };
+                dequant::fp8::rows(&codes, to_usize(cols)?, r0, &scales, &mut self.values);
+            }
+            Kind::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                g_idx,
+                packing,
+                group_size,
+            } => {
+                if self.groups.is_none() {
+                    self.groups = Some(gptq_groups(
+                        g_idx.as_ref(),
+                        scales.shape[0],
+                        cols,
+                        *group_size,
+                    )?);
+                }
+                let groups = self.groups.as_deref().expect("set above");
+                let nb = r1 - r0;
+                let per = packing.per_word() as u64;
+                let qw = read_columns(qweight, r0, nb)?;
+                let (z0, z1) = (r0 / per, (r1 - 1) / per + 1);
+                let zeros = read_columns(qzeros, z0, z1 - z0)?;
+                let raw = read_column_bytes(scales, r0, nb)?;
+                let mut sv = Vec::new();
+                arith::scale_values(scales.dtype, &raw, &mut sv);
+                let piece = dequant::gptq::Piece {
+                    n0: to_usize(r0)?,
+                    qweight: &qw,
+                    zeros: &zeros,
+                    zero_words: to_usize(z1 - z0)?,
+                    scales: &sv,
+                    groups,
+                };
+                dequant::gptq::rows(&piece, *packing, scales.dtype, &mut self.values);
+            }
+            Kind::Awq {
+                qweight,
+                qzeros,
+                scales,
+                group_size,
+            } => {
+                let nb = r1 - r0;
+                let (w0, w1) = (r0 / 8, (r1 - 1) / 8 + 1);
+                let qw = read_columns(qweight, w0, w1 - w0)?;
+                let zeros = read_columns(qzeros, w0, w1 - w0)?;
+                let raw = read_column_bytes(scales, r0, nb)?;
+                let mut sv = Vec::new();
+                arith::scale_values(scales.dtype, &raw, &mut sv);
+                let piece = dequant::awq::Piece {
+                    n0: to_usize(r0)?,
+                    words: to_usize(w1 - w0)?,
+                    qweight: &qw,
+                    zeros: &zeros,
+                    scales: &sv,
+                    group_size: to_usize(*group_size)?,
+                    k_len: to_usize(cols)?,
+                };
+                dequant::awq::rows(&piece, scales.dtype, &mut self.values);
+            }
+            Kind::Int8 { weight, scb } => {
+                let codes = read_elems(weight, r0 * cols, count)?;
+                let raw = read_elems(scb, r0, to_usize(r1 - r0)?)?;
+                let mut absmax = Vec::new();
+                arith::scale_values(Dtype::F32, &raw, &mut absmax);
+                dequant::bnb::int8_rows(&codes, to_usize(cols)?, &absmax, &mut self.values);
+            }
+            Kind::FourBit {
+                weight,
+                absmax,
+                nested,
+                record,
+            } => {
+                let (e0, e1) = (r0 * cols, r1 * cols);
+                let packed = read_elems(weight, e0 / 2, to_usize(e1.div_ceil(2) - e0 / 2)?)?;
+                let (b0, b1) = (e0 / record.blocksize, (e1 - 1) / record.blocksize + 1);
+                let raw = read_elems(absmax, b0, to_usize(b1 - b0)?)?;
+                let scales = match (nested, record.nested) {
+                    (Some((nabs, nmap)), Some((nbs, offset))) => {
+                        let (g0, g1) = (b0 / nbs, (b1 - 1) / nbs + 1);
+                        let mut groups = Vec::new();
+                        let graw = read_elems(nabs, g0, to_usize(g1 - g0)?)?;
+                        arith::scale_values(Dtype::F32, &graw, &mut groups);
+                        let mut code = Vec::new();
+                        arith::scale_values(Dtype::F32, &read_elems(nmap, 0, 256)?, &mut code);
+                        dequant::bnb::nested_absmax(&raw, b0, &code, &groups, nbs, offset)
+                    }
+                    _ => {
+                        let mut v = Vec::new();
+                        arith::scale_values(Dtype::F32, &raw, &mut v);
+                        v
+                    }
+                };
+                let piece = dequant::bnb::FourBit {
+                    kind: record.kind,
+                    packed: &packed,
+                    first: e0,
+                    absmax: &scales,
+                    blocksize: record.blocksize,
+                    dtype: record.dtype,
+                };
+                dequant::bnb::four_bit(&piece, &mut self.values);
+            }
+        }
+        let width = (self.to.bits() / 8) as usize;
+        self.bytes.clear();
+        self.bytes.resize(count * width, 0);
+        dequant::store_f32(&self.values, self.to, &mut self.bytes);
+        self.pos = 0;
+        self.row = r1;
+        Ok(())
+    }
+}
+
+impl Read for DequantReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.bytes.len() {
+            if self.row >= self.w.shape[0] {
+                return Ok(0);
+            }
+            self.next_piece().map_err(Error::into_io)?;
+        }
+        let n = (self.bytes.len() - self.pos).min(buf.len());
+        buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+fn too_large() -> Error {
+    let e = QuantError::Unsupported("a piece too large for this machine's addresses".into());
+    Error::new(ErrorKind::Quantized(e))
+}
+
+fn to_usize(v: u64) -> Result<usize> {
+    usize::try_from(v).map_err(|_| too_large())
+}
+
+fn width(p: &Part) -> u64 {
+    p.dtype.bits() / 8
+}
+
+fn scale_elems(p: &Part) -> u64 {
+    p.shape.iter().product()
+}
+
+/// `count` elements of `p` from element `first`, as bytes (checked to lie in its span).
+fn read_elems(p: &Part, first: u64, count: usize) -> Result<Vec<u8>> {
+    let w = width(p);
+    let len = count as u64 * w;
+    if (first * w)
+        .checked_add(len)
+        .is_none_or(|end| end > p.span.len)
+    {
+        return Err(short(p));
+    }
+    let mut buf = vec![0u8; count * w as usize];
+    p.span
+        .file
+        .read_exact_at(&mut buf, p.span.offset + first * w)
+        .map_err(|e| Error::io(e).with_tensor(&p.name))?;
+    Ok(buf)
+}
+
+fn short(p: &Part) -> Error {
+    let e = QuantError::Shape {
+        scheme: "read",
+        actual: p.shape.clone(),
+        expected: "a tensor as long as its shape".into(),
+    };
+    Error::new(ErrorKind::Quantized(e)).with_tensor(&p.name)
+}
+
+/// From every row of the matrix `p`, the bytes of columns `[c0, c0 + n)`, row after row.
+fn read_column_bytes(p: &Part, c0: u64, n: u64) -> Result<Vec<u8>> {
+    let [rows, cols] = [p.shape[0], p.shape[1]];
+    let n = n.min(cols.saturating_sub(c0));
+    let w = width(p);
+    let row_len = to_usize(n * w)?;
+    let mut buf = vec![0u8; to_usize(rows)? * row_len];
+    for (r, chunk) in buf.chunks_exact_mut(row_len.max(1)).enumerate() {
+        let at = (r as u64 * cols + c0) * w;
+        if at + n * w > p.span.len {
+            return Err(short(p));
+        }
+        p.span
+            .file
+            .read_exact_at(chunk, p.span.offset + at)
+            .map_err(|e| Error::io(e).with_tensor(&p.name))?;
+    }
+    Ok(buf)
+}
+
+/// [`read_column_bytes`] of an I32 matrix, as words.
+fn read_columns(p: &Part, c0: u64, n: u64) -> Result<Vec<u32>> {
+    let bytes = read_column_bytes(p, c0, n)?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
+/// Each input column's group: `g_idx` (every entry checked against the
+/// scales' `groups`), else column / `group_size`.
+fn gptq_groups(g_idx: Option<&Part>, groups: u64, k: u64, group_size: u64) -> Result<Vec<u32>> {
+    let Some(g) = g_idx else {
+        return (0..k)
+            .map(|c| u32::try_from(c / group_size.max(1)).map_err(|_| too_large()))
+            .collect();
+    };
+    let raw = read_elems(g, 0, to_usize(k)?)?;
+    raw.chunks_exact(4)
+        .enumerate()
+        .map(|(column, b)| {
+            let value = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            match u32::try_from(value) {
+                Ok(v) if u64::from(v) < groups => Ok(v),
+                _ => {
+                    let e = QuantError::GroupIndex {
+                        column: column as u64,
+                        value: i64::from(value),
+                        groups,
+                    };
+                    Err(Error::new(ErrorKind::Quantized(e))
+                        .with_tensor(&g.name)
+                        .at_offset(g.span.offset + column as u64 * 4))
+                }
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::safetensors::SafetensorsSource;
+    use crate::source::Source;
+
+    fn read_all(mut r: DequantReader) -> Vec<u8> {
+        let mut out = Vec::new();
+        r.read_to_end(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn pieces_of_any_size_give_the_same_bytes() {
+        for case in [
+            "fp8-block",
+            "gptq",
+            "gptq-8bit-v2",
+            "awq",
+            "bnb-int8",
+            "fp8-compressed-tensors",
+        ] {
+            let path = format!("fixtures/quantized/{case}/model.safetensors");
+            let src = SafetensorsSource::open(std::path::Path::new(&path)).unwrap();
+            let sources: Vec<Box<dyn Source>> = vec![Box::new(src)];
+            let found = super::super::recognize(&sources).unwrap();
+            assert!(!found.weights.is_empty(), "{case}");
+            for (_, _, w) in &found.weights {
+                let whole = read_all(DequantReader::new(w.clone(), Dtype::F32));
+                assert_eq!(whole.len() as u64, w.shape[0] * w.shape[1] * 4);
+                for step in [1, 3, 7] {
+                    let mut r = DequantReader::new(w.clone(), Dtype::F32);
+                    r.step = step;
+                    assert_eq!(
+                        read_all(r),
+                        whole,
+                        "{case} {} in pieces of {step} rows",
+                        w.name
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,603 @@
+//! Finding the quantized weights among the inputs' tensors, and checking
+//! that their scales, zeros and `g_idx` describe them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::config::{self, QuantConfig};
+use super::{refuse, Kind, Part, QuantError, Weight};
+use crate::dequant::bnb::FourBitType;
+use crate::dequant::fp8::Tiling;
+use crate::dequant::gptq::Packing;
+use crate::source::Source;
+use crate::{Dtype, Result};
+
+/// Tensors of activation quantization: a full-precision model has no use
+/// for them once its weights are dequantized.
+const ACTIVATION_SCALES: &[&str] = &[".input_scale", ".k_scale", ".v_scale"];
+
+/// Float dtypes a scale may have.
+const SCALE_DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::BF16];
+
+/// The quantized weights of a set of inputs.
+#[derive(Debug, Default)]
+pub(crate) struct Found {
+    /// Each weight with its home: the input and index of its codes.
+    pub weights: Vec<(usize, usize, Weight)>,
+    /// Tensors a weight stands for (its codes and auxiliaries), by input and index.
+    consumed: HashSet<(usize, usize)>,
+}
+
+impl Found {
+    /// Inputs with weights at home, and how many.
+    pub(crate) fn per_source(&self) -> Vec<(usize, usize)> {
+        let mut counts: Vec<(usize, usize)> = Vec::new();
+        for (s, _, _) in &self.weights {
+            match counts.iter_mut().find(|(c, _)| c == s) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((*s, 1)),
+            }
+        }
+        counts
+    }
+
+    /// The schemes of input `s`'s weights.
+    pub(crate) fn schemes(&self, s: usize) -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = self
+            .weights
+            .iter()
+            .filter(|(at, _, _)| *at == s)
+            .map(|(_, _, w)| w.kind.scheme())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Removes and returns input `s`'s weights, by index, in order.
+    pub(crate) fn take_source(&mut self, s: usize) -> Vec<(usize, Weight)> {
+        let (mine, rest) = std::mem::take(&mut self.weights)
+            .into_iter()
+            .partition(|(at, _, _)| *at == s);
+        self.weights = rest;
+        let mut mine: Vec<(usize, Weight)> = mine.into_iter().map(|(_, k, w)| (k, w)).collect();
+        mine.sort_by_key(|(k, _)| *k);
+        mine
+    }
+
+    /// Whether any tensor of input `s` is consumed.
+    pub(crate) fn consumes_any(&self, s: usize) -> bool {
+        self.consumed.iter().any(|(at, _)| *at == s)
+    }
+
+    /// Whether tensor `k` of input `s` is consumed by a weight.
+    pub(crate) fn is_consumed(&self, s: usize, k: usize) -> bool {
+        self.consumed.contains(&(s, k))
+    }
+}
+
+/// The tensors of all inputs, by name.
+struct Names<'s> {
+    sources: &'s [Box<dyn Source + 's>],
+    at: HashMap<&'s str, (usize, usize)>,
+    configs: Vec<Option<QuantConfig>>,
+}
+
+impl<'s> Names<'s> {
+    fn part(&self, name: &str) -> Result<Option<((usize, usize), Part)>> {
+        let Some(&(s, k)) = self.at.get(name) else {
+            return Ok(None);
+        };
+        let source = &self.sources[s];
+        let t = &source.tensors()[k];
+        let Some(span) = source
+            .file_span(k)
+            .filter(|sp| sp.transform == crate::transform::Transform::Identity)
+        else {
+            let e = QuantError::Unsupported(
+                "quantized weights are dequantized from safetensors files only".into(),
+            );
+            return Err(refuse(e, source.input_name(), name));
+        };
+        let part = Part {
+            name: name.to_string(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            span,
+        };
+        Ok(Some(((s, k), part)))
+    }
+
+    /// The dtype of tensor `name`, if an input has it.
+    fn dtype(&self, name: &str) -> Option<Dtype> {
+        let &(s, k) = self.at.get(name)?;
+        Some(self.sources[s].tensors()[k].dtype)
+    }
+
+    fn input(&self, s: usize) -> &str {
+        self.sources[s].input_name()
+    }
+
+    fn config(&mut self, s: usize) -> Result<&QuantConfig> {
+        if self.configs[s].is_none() {
+            let input = self.sources[s].input_name();
+            let c = config::beside(input).map_err(|e| refuse(e, input, "config.json"))?;
+            self.configs[s] = Some(c);
+        }
+        Ok(self.configs[s].as_ref().expect("set above"))
+    }
+}
+
+/// Finds the quantized weights of `sources`, checking each one's tensors.
+pub(crate) fn recognize<'s>(sources: &'s [Box<dyn Source + 's>]) -> Result<Found> {
+    let mut at = HashMap::new();
+    for (s, source) in sources.iter().enumerate() {
+        for (k, t) in source.tensors().iter().enumerate() {
+            at.entry(t.name.as_str()).or_insert((s, k));
+        }
+    }
+    let mut names = Names {
+        sources,
+        at,
+        configs: vec![None; sources.len()],
+    };
+    let mut found = Found::default();
+    for (s, source) in sources.iter().enumerate() {
+        for t in source.tensors() {
+            let n = t.name.as_str();
+            let weight = if let Some(prefix) = n.strip_suffix(".weight_scale_inv") {
+                fp8(&mut names, prefix, n)?
+            } else if let Some(prefix) = n.strip_suffix(".weight_scale") {
+                fp8(&mut names, prefix, n)?
+            } else if let Some(prefix) = n.strip_suffix(".qweight") {
+                packed(&mut names, prefix)?
+            } else if n.ends_with(".weight_packed") {
+                // compressed-tensors' packed int4/NVFP4 formats.
+                let e = QuantError::Unsupported(
+                    "compressed-tensors packed weights (weight_packed) are not dequantized yet"
+                        .into(),
+                );
+                return Err(refuse(e, source.input_name(), n));
+            } else if let Some(prefix) = n.strip_suffix(".SCB") {
+                int8(&mut names, prefix)?
+            } else if let Some(prefix) = n.strip_suffix(".weight.quant_state.bitsandbytes__nf4") {
+                four_bit(&mut names, prefix, n, FourBitType::Nf4)?
+            } else if let Some(prefix) = n.strip_suffix(".weight.quant_state.bitsandbytes__fp4") {
+                four_bit(&mut names, prefix, n, FourBitType::Fp4)?
+            } else {
+                None
+            };
+            if let Some((home, used, w)) = weight {
+                found.consumed.extend(used);
+                found.weights.push((home.0, home.1, w));
+            }
+        }
+        let _ = s;
+    }
+    if !found.weights.is_empty() {
+        for (s, source) in sources.iter().enumerate() {
+            for (k, t) in source.tensors().iter().enumerate() {
+                if ACTIVATION_SCALES.iter().any(|e| t.name.ends_with(e)) {
+                    found.consumed.insert((s, k));
+                }
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// A recognised weight: its home (input, index), the tensors it consumes, and it.
+type Recognised = Option<((usize, usize), Vec<(usize, usize)>, Weight)>;
+
+fn check_dtype(
+    p: &Part,
+    allowed: &[Dtype],
+    expected: &'static str,
+    scheme: &'static str,
+    input: &str,
+) -> Result<()> {
+    if allowed.contains(&p.dtype) {
+        return Ok(());
+    }
+    let e = QuantError::Dtype {
+        scheme,
+        actual: p.dtype,
+        expected,
+    };
+    Err(refuse(e, input, &p.name))
+}
+
+fn bad_shape(p: &Part, scheme: &'static str, expected: String, input: &str) -> crate::Error {
+    let e = QuantError::Shape {
+        scheme,
+        actual: p.shape.clone(),
+        expected,
+    };
+    refuse(e, input, &p.name)
+}
+
+fn groups_error(p: &Part, scheme: &'static str, detail: String, input: &str) -> crate::Error {
+    refuse(QuantError::Groups { scheme, detail }, input, &p.name)
+}
+
+fn matrix(p: &Part, scheme: &'static str, input: &str) -> Result<[u64; 2]> {
+    match p.shape[..] {
+        [r, c] => Ok([r, c]),
+        _ => Err(bad_shape(
+            p,
+            scheme,
+            "a matrix (2 dimensions)".into(),
+            input,
+        )),
+    }
+}
+
+fn required(
+    names: &Names,
+    name: String,
+    scheme: &'static str,
+    input: &str,
+    of: &str,
+) -> Result<((usize, usize), Part)> {
+    match names.part(&name)? {
+        Some(found) => Ok(found),
+        None => Err(refuse(
+            QuantError::Missing {
+                scheme,
+                missing: name,
+            },
+            input,
+            of,
+        )),
+    }
+}
+
+/// FP8: `prefix.weight` (E4M3) and its scale `scale_name`.
+fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> {
+    const S: &str = "fp8";
+    let wname = format!("{prefix}.weight");
+    if !matches!(names.dtype(&wname), Some(Dtype::F8_E4M3 | Dtype::U8)) {
+        return Ok(None); // a scale of something else
+    }
+    let Some((wat, weight)) = names.part(&wname)? else {
+        return Ok(None); // a scale of something else (an activation scale's kin)
+    };
+    if weight.dtype != Dtype::F8_E4M3 {
+        // NVFP4 (`weight` U8 and `weight_scale` E4M3) and others are not FP8.
+        if weight.dtype == Dtype::U8 {
+            let e = QuantError::Unsupported("NVFP4 weights are not dequantized yet".into());
+            return Err(refuse(e, names.input(wat.0), &weight.name));
+        }
+        return Ok(None);
+    }
+    let input = names.input(wat.0).to_string();
+    let (sat, scale) = names.part(scale_name)?.expect("listed");
+    check_dtype(&scale, SCALE_DTYPES, "F32, F16 or BF16", S, &input)?;
+    let [m, n] = matrix(&weight, S, &input)?;
+    let whole = Tiling {
+        rows: m.max(1),
+        cols: n.max(1),
+    };
+    let tiling = match scale.shape[..] {
+        [] | [1] | [1, 1] => whole,
+        [r] | [r, 1] if r == m => Tiling {
+            rows: 1,
+            cols: n.max(1),
+        },
+        [r, c] if r == m && c > 0 => {
+            if n % c != 0 {
+                let detail = format!("{c} scale columns do not divide the weight's {n} columns");
+                return Err(groups_error(&scale, S, detail, &input));
+            }
+            Tiling {
+                rows: 1,
+                cols: (n / c).max(1),
+            }
+        }
+        [r, c] => {
+            let [br, bc] = names.config(wat.0)?.weight_block_size.unwrap_or([128, 128]);
+            if br == 0 || bc == 0 || r != m.div_ceil(br) || c != n.div_ceil(bc) {
+                let expected = format!(
+                    "[{}, {}] (blocks of {br}x{bc} over [{m}, {n}])",
+                    m.div_ceil(br.max(1)),
+                    n.div_ceil(bc.max(1))
+                );
+                return Err(bad_shape(&scale, S, expected, &input));
+            }
+            Tiling { rows: br, cols: bc }
+        }
+        _ => {
+            let expected = format!("[], [{m}], [{m}, groups] or [row blocks, column blocks]");
+            return Err(bad_shape(&scale, S, expected, &input));
+        }
+    };
+    let w = Weight {
+        name: weight.name.clone(),
+        shape: [m, n],
+        kind: Arc::new(Kind::Fp8 {
+            weight,
+            scale,
+            tiling,
+        }),
+    };
+    Ok(Some((wat, vec![wat, sat], w)))
+}
+
+/// GPTQ or AWQ: `prefix.qweight`, `.qzeros`, `.scales`, and GPTQ's `.g_idx`.
+fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
+    let qname = format!("{prefix}.qweight");
+    let (qat, qweight) = names.part(&qname)?.expect("listed");
+    let input = names.input(qat.0).to_string();
+    let (zat, qzeros) = required(names, format!("{prefix}.qzeros"), "gptq", &input, &qname)?;
+    let (sat, scales) = required(names, format!("{prefix}.scales"), "gptq", &input, &qname)?;
+    let g_idx = names.part(&format!("{prefix}.g_idx"))?;
+    let config = names.config(qat.0)?.clone();
+    let [qrows, qcols] = matrix(&qweight, "gptq", &input)?;
+    let [groups, n] = matrix(&scales, "gptq", &input)?;
+    let awq = match config.quant_method.as_deref() {
+        Some("awq") => true,
+        Some("gptq") => false,
+        _ => g_idx.is_none() && qcols != n && qcols.checked_mul(8) == Some(n),
+    };
+    let scheme = if awq { "awq" } else { "gptq" };
+    check_dtype(&qweight, &[Dtype::I32], "I32", scheme, &input)?;
+    check_dtype(&qzeros, &[Dtype::I32], "I32", scheme, &input)?;
+    check_dtype(&scales, SCALE_DTYPES, "F16, F32 or BF16", scheme, &input)?;
+    let mut used = vec![qat, zat, sat];
+    let name = format!("{prefix}.weight");
+    let bits = config.bits.unwrap_or(4);
+    if awq {
+        if bits != 4 {
+            let e = QuantError::Unsupported(format!("awq: {bits}-bit weights (only 4-bit)"));
+            return Err(refuse(e, &input, &qname));
+        }
+        let k = qrows;
+        if qcols.checked_mul(8) != Some(n) {
+            return Err(bad_shape(
+                &qweight,
+                scheme,
+                format!("[in, {}] (scales' columns / 8)", n / 8),
+                &input,
+            ));
+        }
+        if qzeros.shape != [groups, qcols] {
+            return Err(bad_shape(
+                &qzeros,
+                scheme,
+                format!("[{groups}, {qcols}]"),
+                &input,
+            ));
+        }
+        let group_size = group_size(&scales, groups, k, &config, scheme, &input)?;
+        let w = Weight {
+            name,
+            shape: [n, k],
+            kind: Arc::new(Kind::Awq {
+                qweight,
+                qzeros,
+                scales,
+                group_size,
+            }),
+        };
+        return Ok(Some((qat, used, w)));
+    }
+    let g_idx = match g_idx {
+        Some((gat, g)) => {
+            check_dtype(&g, &[Dtype::I32], "I32", scheme, &input)?;
+            used.push(gat);
+            Some(g)
+        }
+        None => None,
+    };
+    // Bits from the config, else from g_idx's length (an input column each), else 4.
+    let bits = match (config.bits, &g_idx) {
+        (Some(b), _) => b,
+        (None, Some(g))
+            if g.shape.len() == 1 && g.shape[0] > 0 && (qrows * 32) % g.shape[0] == 0 =>
+        {
+            u32::try_from(qrows * 32 / g.shape[0]).unwrap_or(0)
+        }
+        _ => 4,
+    };
+    if ![2, 4, 8].contains(&bits) {
+        let e = QuantError::Unsupported(format!("gptq: {bits}-bit weights (2, 4 and 8 are)"));
+        return Err(refuse(e, &input, &qname));
+    }
+    let per = u64::from(32 / bits);
+    let k = qrows * per;
+    if qcols != n {
+        return Err(bad_shape(
+            &qweight,
+            scheme,
+            format!("[in * {bits} / 32, {n}] (the scales' columns)"),
+            &input,
+        ));
+    }
+    if qzeros.shape != [groups, n.div_ceil(per)] {
+        let expected = format!("[{groups}, {}]", n.div_ceil(per));
+        return Err(bad_shape(&qzeros, scheme, expected, &input));
+    }
+    if let Some(g) = &g_idx {
+        if g.shape != [k] {
+            return Err(bad_shape(
+                g,
+                scheme,
+                format!("[{k}] (one group per input column)"),
+                &input,
+            ));
+        }
+    }
+    let group_size = match g_idx {
+        Some(_) => k.max(1), // g_idx decides; checked as it is read
+        None => group_size(&scales, groups, k, &config, scheme, &input)?,
+    };
+    let zero_offset = match config.checkpoint_format.as_deref() {
+        Some("gptq_v2") => 0,
+        _ => 1,
+    };
+    let w = Weight {
+        name,
+        shape: [n, k],
+        kind: Arc::new(Kind::Gptq {
+            qweight,
+            qzeros,
+            scales,
+            g_idx,
+            packing: Packing { bits, zero_offset },
+            group_size,
+        }),
+    };
+    Ok(Some((qat, used, w)))
+}
+
+/// Input columns per group: `k / groups`, which must divide, and agree with
+/// the config's `group_size` when it gives one.
+fn group_size(
+    scales: &Part,
+    groups: u64,
+    k: u64,
+    config: &QuantConfig,
+    scheme: &'static str,
+    input: &str,
+) -> Result<u64> {
+    if groups == 0 || k % groups != 0 {
+        let detail = format!("{groups} groups do not divide the {k} input columns");
+        return Err(groups_error(scales, scheme, detail, input));
+    }
+    let size = k / groups;
+    if let Some(declared) = config.group_size {
+        let declared = if declared <= 0 { k } else { declared as u64 };
+        if declared != size {
+            let detail = format!(
+                "{groups} groups of {size} columns, but config.json's group_size is {declared}"
+            );
+            return Err(groups_error(scales, scheme, detail, input));
+        }
+    }
+    Ok(size.max(1))
+}
+
+/// bitsandbytes LLM.int8: `prefix.weight` (I8) and `prefix.SCB`.
+fn int8(names: &mut Names, prefix: &str) -> Result<Recognised> {
+    const S: &str = "bitsandbytes-int8";
+    let wname = format!("{prefix}.weight");
+    if names.dtype(&wname).is_none() {
+        return Ok(None);
+    }
+    let Some((wat, weight)) = names.part(&wname)? else {
+        return Ok(None);
+    };
+    let input = names.input(wat.0).to_string();
+    let (sat, scb) = names.part(&format!("{prefix}.SCB"))?.expect("listed");
+    check_dtype(&weight, &[Dtype::I8], "I8", S, &input)?;
+    check_dtype(&scb, &[Dtype::F32], "F32", S, &input)?;
+    let [m, n] = matrix(&weight, S, &input)?;
+    if scb.shape != [m] {
+        return Err(bad_shape(&scb, S, format!("[{m}] (one per row)"), &input));
+    }
+    let mut used = vec![wat, sat];
+    if let Some((fat, _)) = names.part(&format!("{prefix}.weight_format"))? {
+        used.push(fat);
+    }
+    let w = Weight {
+        name: weight.name.clone(),
+        shape: [m, n],
+        kind: Arc::new(Kind::Int8 { weight, scb }),
+    };
+    Ok(Some((wat, used, w)))
+}
+
+/// bitsandbytes NF4/FP4: `prefix.weight` (packed U8), `.weight.absmax`,
+/// `.weight.quant_map`, the record `record_name`, and with nested
+/// statistics `.weight.nested_absmax` and `.weight.nested_quant_map`.
+fn four_bit(
+    names: &mut Names,
+    prefix: &str,
+    record_name: &str,
+    kind: FourBitType,
+) -> Result<Recognised> {
+    const S: &str = "bitsandbytes-4bit";
+    let (rat, rec) = names.part(record_name)?.expect("listed");
+    let input = names.input(rat.0).to_string();
+    check_dtype(&rec, &[Dtype::U8], "U8", S, &input)?;
+    if rec.span.len > super::record::MAX_RECORD {
+        let e = QuantError::Record(format!("{} bytes, more than a record holds", rec.span.len));
+        return Err(refuse(e, &input, record_name));
+    }
+    let mut bytes = vec![0u8; rec.span.len as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&*rec.span.file, &mut bytes, rec.span.offset)
+        .map_err(|e| {
+            crate::Error::io(e)
+                .with_input(&input)
+                .with_tensor(record_name)
+        })?;
+    let record = super::record::parse(&bytes, kind).map_err(|e| refuse(e, &input, record_name))?;
+    let [rows, cols] = record.shape;
+    let n = rows * cols; // checked by parse
+    let wname = format!("{prefix}.weight");
+    let (wat, weight) = required(names, wname.clone(), S, &input, record_name)?;
+    check_dtype(&weight, &[Dtype::U8], "U8", S, &input)?;
+    if weight.span.len != n.div_ceil(2) {
+        let expected = format!(
+            "{} bytes (two codes a byte for {rows} x {cols})",
+            n.div_ceil(2)
+        );
+        return Err(bad_shape(&weight, S, expected, &input));
+    }
+    let blocks = n.div_ceil(record.blocksize);
+    let (aat, absmax) = required(names, format!("{wname}.absmax"), S, &input, record_name)?;
+    let mut used = vec![rat, wat, aat];
+    let nested = match record.nested {
+        None => {
+            check_dtype(&absmax, &[Dtype::F32], "F32", S, &input)?;
+            None
+        }
+        Some((nested_blocksize, _)) => {
+            check_dtype(&absmax, &[Dtype::U8], "U8 (nested statistics)", S, &input)?;
+            let (nat, nabs) = required(
+                names,
+                format!("{wname}.nested_absmax"),
+                S,
+                &input,
+                record_name,
+            )?;
+            let (mat, nmap) = required(
+                names,
+                format!("{wname}.nested_quant_map"),
+                S,
+                &input,
+                record_name,
+            )?;
+            check_dtype(&nabs, &[Dtype::F32], "F32", S, &input)?;
+            check_dtype(&nmap, &[Dtype::F32], "F32", S, &input)?;
+            let groups = blocks.div_ceil(nested_blocksize);
+            if nabs.shape != [groups] {
+                return Err(bad_shape(&nabs, S, format!("[{groups}]"), &input));
+            }
+            if nmap.shape != [256] {
+                return Err(bad_shape(&nmap, S, "[256]".into(), &input));
+            }
+            used.extend([nat, mat]);
+            Some((nabs, nmap))
+        }
+    };
+    if absmax.shape != [blocks] {
+        let expected = format!("[{blocks}] (one per {} elements)", record.blocksize);
+        return Err(bad_shape(&absmax, S, expected, &input));
+    }
+    // The stored code book: the library reads its own instead.
+    if let Some((mat, _)) = names.part(&format!("{wname}.quant_map"))? {
+        used.push(mat);
+    }
+    let w = Weight {
+        name: wname,
+        shape: [rows, cols],
+        kind: Arc::new(Kind::FourBit {
+            weight,
+            absmax,
+            nested,
+            record,
+        }),
+    };
+    Ok(Some((wat, used, w)))
+}

@@ -1,0 +1,358 @@
+//! Quantized safetensors (FP8, GPTQ, AWQ, bitsandbytes int8) through the
+//! binary: with `--dequantize-to X` every fixture converts to exactly what
+//! its scheme's library computes (fixtures/quantized/generate.py wrote the
+//! expectations with torch, compressed-tensors and bitsandbytes), without
+//! it the file is copied as it is; hostile scales, zeros and `g_idx` are
+//! refused naming the tensor.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use safetensors::SafeTensors;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/quantized")
+}
+
+fn convert(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_convert"))
+        .args(args)
+        .output()
+        .expect("run convert")
+}
+
+/// Name -> (dtype, shape, bytes) of a safetensors file.
+fn tensors(path: &Path) -> BTreeMap<String, (String, Vec<usize>, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(n, v)| {
+            (
+                n,
+                (
+                    format!("{:?}", v.dtype()),
+                    v.shape().to_vec(),
+                    v.data().to_vec(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The input of a case: its index if it has one, else its file.
+fn input(case: &str) -> PathBuf {
+    let d = dir().join(case);
+    let index = d.join("model.safetensors.index.json");
+    if index.exists() {
+        index
+    } else {
+        d.join("model.safetensors")
+    }
+}
+
+fn dequantize(case: &str, to: &str, out: &Path) -> Output {
+    convert(&[
+        input(case).as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--dequantize-to".as_ref(),
+        to.as_ref(),
+    ])
+}
+
+const CASES: &[&str] = &[
+    "fp8-block",
+    "fp8-sharded",
+    "fp8-compressed-tensors",
+    "gptq",
+    "gptq-8bit-v2",
+    "awq",
+    "bnb-int8",
+    "bnb-4bit",
+];
+
+#[test]
+fn every_scheme_dequantizes_bit_identically_to_its_library() {
+    let tmp = tempfile::tempdir().unwrap();
+    for case in CASES {
+        for to in ["BF16", "F16", "F32"] {
+            let out = tmp.path().join(format!("{case}-{to}.safetensors"));
+            let run = dequantize(case, to, &out);
+            assert!(
+                run.status.success(),
+                "{case} {to}: {}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            let got = tensors(&out);
+            let want = tensors(&dir().join(case).join(format!("expected-{to}.safetensors")));
+            assert_eq!(
+                got.keys().collect::<Vec<_>>(),
+                want.keys().collect::<Vec<_>>(),
+                "{case} {to}: the tensors written"
+            );
+            for (name, w) in &want {
+                let g = &got[name];
+                assert_eq!(
+                    (&g.0, &g.1),
+                    (&w.0, &w.1),
+                    "{case} {to}: {name}'s dtype and shape"
+                );
+                let differ = g.2.iter().zip(&w.2).filter(|(a, b)| a != b).count();
+                assert!(g.2 == w.2, "{case} {to}: {name}: {differ} bytes differ");
+            }
+        }
+    }
+}
+
+#[test]
+fn without_dequantize_the_file_is_copied_as_it_is_with_a_notice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.safetensors");
+    let src = input("gptq");
+    let run = convert(&[src.as_os_str(), "-o".as_ref(), out.as_os_str()]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(tensors(&out), tensors(&src));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("quantized") && stderr.contains("--dequantize"),
+        "{stderr}"
+    );
+}
+
+/// A copy of a case's tensors with `edit` applied, written with the
+/// reference writer, next to the case's config.json.
+fn hostile(
+    case: &str,
+    edit: impl FnOnce(&mut BTreeMap<String, (String, Vec<usize>, Vec<u8>)>),
+) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut t = tensors(&input(case));
+    edit(&mut t);
+    let views: Vec<(String, safetensors::tensor::TensorView)> = t
+        .iter()
+        .map(|(n, (dt, shape, data))| {
+            let dtype = match dt.as_str() {
+                "I32" => safetensors::Dtype::I32,
+                "F16" => safetensors::Dtype::F16,
+                "BF16" => safetensors::Dtype::BF16,
+                "F32" => safetensors::Dtype::F32,
+                "F8_E4M3" => safetensors::Dtype::F8_E4M3,
+                "I8" => safetensors::Dtype::I8,
+                "U8" => safetensors::Dtype::U8,
+                "I64" => safetensors::Dtype::I64,
+                other => panic!("{other}"),
+            };
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(dtype, shape.clone(), data).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, &tmp.path().join("model.safetensors")).unwrap();
+    let config = dir().join(case).join("config.json");
+    if config.exists() {
+        std::fs::copy(config, tmp.path().join("config.json")).unwrap();
+    }
+    tmp
+}
+
+/// Runs `--dequantize` on the hostile copy: exit 1, one line naming `tensor`
+/// and saying `what`, nothing written.
+fn refused(tmp: &tempfile::TempDir, tensor: &str, what: &str) {
+    let out = tmp.path().join("out.safetensors");
+    let run = convert(&[
+        tmp.path().join("model.safetensors").as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--dequantize".as_ref(),
+    ]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(tensor) && stderr.contains(what), "{stderr}");
+    assert!(!out.exists());
+}
+
+const Q: &str = "model.layers.0.self_attn.q_proj";
+
+#[test]
+fn scales_of_the_wrong_shape_are_refused_naming_them() {
+    let tmp = hostile("fp8-block", |t| {
+        let s = t
+            .get_mut("model.layers.0.mlp.down_proj.weight_scale_inv")
+            .unwrap();
+        s.1 = vec![3, 2];
+    });
+    refused(&tmp, "down_proj.weight_scale_inv", "shape [3, 2]");
+    let tmp = hostile("gptq", |t| {
+        let z = t.get_mut(&format!("{Q}.qzeros")).unwrap();
+        z.1 = vec![2, 24];
+    });
+    refused(&tmp, "q_proj.qzeros", "shape [2, 24]");
+}
+
+#[test]
+fn scales_of_the_wrong_dtype_are_refused_naming_them() {
+    let tmp = hostile("gptq", |t| {
+        let s = t.get_mut(&format!("{Q}.scales")).unwrap();
+        s.0 = "I32".into();
+        s.1[1] /= 2;
+    });
+    refused(&tmp, "q_proj.scales", "dtype I32");
+}
+
+#[test]
+fn group_counts_that_do_not_divide_are_refused() {
+    // AWQ: 128 input columns in 3 groups.
+    let tmp = hostile("awq", |t| {
+        for n in ["scales", "qzeros"] {
+            let e = t
+                .get_mut(&format!("model.layers.0.mlp.up_proj.{n}"))
+                .unwrap();
+            let row = e.2.len() / e.1[0];
+            e.1[0] = 3;
+            e.2.truncate(3 * row);
+        }
+    });
+    refused(
+        &tmp,
+        "up_proj.scales",
+        "3 groups do not divide the 128 input columns",
+    );
+    // compressed-tensors FP8: 96 columns in 5 groups.
+    let tmp = hostile("fp8-compressed-tensors", |t| {
+        let e = t
+            .get_mut("model.layers.2.self_attn.group_proj.weight_scale")
+            .unwrap();
+        e.1 = vec![48, 5];
+        e.2.resize(48 * 5 * 2, 0x3f);
+    });
+    refused(
+        &tmp,
+        "group_proj.weight_scale",
+        "5 scale columns do not divide",
+    );
+}
+
+#[test]
+fn a_g_idx_naming_a_missing_group_is_refused() {
+    let tmp = hostile("gptq", |t| {
+        let g = t.get_mut(&format!("{Q}.g_idx")).unwrap();
+        g.2[40..44].copy_from_slice(&9i32.to_le_bytes());
+    });
+    refused(
+        &tmp,
+        "q_proj",
+        "g_idx[10] is 9, but the scales have 4 groups",
+    );
+}
+
+#[test]
+fn a_weight_without_its_scales_is_refused() {
+    let tmp = hostile("gptq", |t| {
+        t.remove(&format!("{Q}.scales"));
+    });
+    refused(&tmp, "q_proj.qweight", "q_proj.scales is missing");
+}
+
+#[test]
+fn a_config_that_does_not_parse_is_refused() {
+    let tmp = hostile("gptq", |_| {});
+    std::fs::write(
+        tmp.path().join("config.json"),
+        br#"{"quantization_config": {"bits": "four"}}"#,
+    )
+    .unwrap();
+    refused(&tmp, "config.json", "quantization_config");
+}
+
+#[test]
+fn inspect_names_the_scheme_and_the_size_after_dequantization() {
+    let run = convert(&[
+        "inspect".as_ref(),
+        "--json".as_ref(),
+        input("gptq").as_os_str(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let want = tensors(&dir().join("gptq/expected-BF16.safetensors"));
+    let bytes: usize = want.values().map(|t| t.2.len()).sum();
+    assert_eq!(v["quantized"]["schemes"], serde_json::json!(["gptq"]));
+    assert_eq!(v["quantized"]["weights"], 1);
+    assert_eq!(v["quantized"]["dequantized_bytes"], bytes);
+    let run = convert(&["inspect".as_ref(), input("fp8-sharded").as_os_str()]);
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(text.contains("quantized: fp8 (1 weights)"), "{text}");
+}
+
+#[test]
+fn standard_output_gets_the_same_bytes_as_a_file() {
+    // Standard output is written through the sources' async `open`; a
+    // file through their blocking readers.
+    let tmp = tempfile::tempdir().unwrap();
+    for case in ["gptq", "fp8-sharded", "awq"] {
+        let out = tmp.path().join("out.safetensors");
+        let run = dequantize(case, "BF16", &out);
+        assert!(run.status.success());
+        let piped = convert(&[
+            input(case).as_os_str(),
+            "-o".as_ref(),
+            "-".as_ref(),
+            "--dequantize".as_ref(),
+        ]);
+        assert!(
+            piped.status.success(),
+            "{}",
+            String::from_utf8_lossy(&piped.stderr)
+        );
+        assert_eq!(piped.stdout, std::fs::read(&out).unwrap(), "{case}");
+    }
+}
+
+#[test]
+fn a_quant_state_record_that_does_not_parse_is_refused() {
+    let record = "model.layers.1.mlp.up_proj.weight.quant_state.bitsandbytes__nf4";
+    let tmp = hostile("bnb-4bit", |t| {
+        let r = t.get_mut(record).unwrap();
+        r.2 = br#"{"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [24, 6"#
+            .to_vec();
+        r.1 = vec![r.2.len()];
+    });
+    refused(
+        &tmp,
+        record,
+        "bitsandbytes quant_state record: EOF while parsing",
+    );
+    // A block size the library refuses.
+    let tmp = hostile("bnb-4bit", |t| {
+        let r = t.get_mut(record).unwrap();
+        let text = String::from_utf8(r.2.clone())
+            .unwrap()
+            .replace("\"blocksize\": 64", "\"blocksize\": 48");
+        r.2 = text.into_bytes();
+        r.1 = vec![r.2.len()];
+    });
+    refused(&tmp, record, "blocksize 48");
+    // An absmax that does not cover the weight.
+    let tmp = hostile("bnb-4bit", |t| {
+        let a = t
+            .get_mut("model.layers.1.mlp.up_proj.weight.absmax")
+            .unwrap();
+        a.1 = vec![a.1[0] - 1];
+        a.2.truncate(a.2.len() - 4);
+    });
+    refused(
+        &tmp,
+        "up_proj.weight.absmax",
+        "expected [24] (one per 64 elements)",
+    );
+}
