@@ -186,6 +186,10 @@ pub struct SourceOptions {
     /// dequantized, to BF16 when this is `None`; quantized safetensors are
     /// copied as they are when it is `None`.
     pub dequantize: Option<crate::Dtype>,
+    /// Only the listing (names, dtypes, shapes, metadata) is wanted, as by
+    /// `inspect`: a safetensors stream (`-`) is read up to the end of its
+    /// header instead of spooled whole, and its data cannot be read.
+    pub listing_only: bool,
 }
 
 crate::setters::setters!(SourceOptions {
@@ -196,6 +200,7 @@ crate::setters::setters!(SourceOptions {
     dedupe_tied: bool,
     pt_root: Option<String>,
     dequantize: Option<crate::Dtype>,
+    listing_only: bool,
 });
 
 /// What the planner reads of an input: its name, tensors and metadata.

@@ -8,5 +8,6 @@ mod support;
 mod convert;
 mod fanout;
 mod friction;
+mod newcomer;
 mod product;
 mod validate;
