@@ -225,7 +225,7 @@ fn byte_counts_are_said_once() {
     let wrote = stderr(&o);
     let line = wrote.lines().find(|l| l.starts_with("wrote ")).unwrap();
     let len = std::fs::metadata(&out).unwrap().len();
-    assert!(line.ends_with(&format!("({len} bytes)")), "{line}");
+    assert!(line.ends_with(&format!(": {len} bytes")), "{line}");
 }
 
 // ---- 5: library messages name the option, not only a flag ------------------------------------

@@ -434,7 +434,7 @@ fn summarize(report: &Report) {
                 .map(|h| format!(", sha256 {h}"))
                 .unwrap_or_default();
             eprintln!(
-                "wrote {} ({}{sum})",
+                "wrote {}: {}{sum}",
                 f.path,
                 safetensors_stream::units::ByteCount(f.bytes)
             );
