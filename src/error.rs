@@ -419,16 +419,17 @@ pub enum ErrorKind {
         /// Bytes given.
         actual: u64,
     },
-    /// A source delivered fewer bytes for a tensor than planned.
-    #[error("input ended after {actual} of the tensor's {expected} bytes")]
+    /// A source (or a Writer's caller) delivered fewer bytes for a tensor
+    /// than planned. Said of "the data": an input's, or the caller's own.
+    #[error("the data ended after {actual} of the tensor's {expected} bytes")]
     TensorTooShort {
         /// Bytes planned.
         expected: u64,
         /// Bytes delivered.
         actual: u64,
     },
-    /// A source delivered more bytes for a tensor than planned.
-    #[error("input holds more than the tensor's {expected} bytes")]
+    /// A source (or a Writer's caller) delivered more bytes for a tensor than planned.
+    #[error("the data holds more than the tensor's {expected} bytes")]
     TensorTooLong {
         /// Bytes planned.
         expected: u64,

@@ -177,3 +177,12 @@ def _header(path):
     data = path.read_bytes()
     n = int.from_bytes(data[:8], "little")
     return json.loads(data[8 : 8 + n])
+
+
+def test_writer_errors_speak_of_the_data_not_an_input(tmp_path):
+    with pytest.raises(sts.Error) as long:
+        with sts.Writer(tmp_path / "w.safetensors", [("a", "F32", (2,))]) as w:
+            w.write("a", bytes(12))
+    message = str(long.value)
+    assert "input" not in message, message
+    assert 'tensor "a"' in message and "8 bytes" in message, message
