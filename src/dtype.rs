@@ -288,6 +288,15 @@ impl FromStr for Dtype {
     }
 }
 
+/// Deserializes a dtype written by a person (a raw manifest), in any of the
+/// spellings [`FromStr`] takes; headers use the exact names instead.
+pub(crate) fn deserialize_spelled<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Dtype, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,6 +76,28 @@ fn numpy_torch_and_short_dtype_spellings_are_accepted_by_every_flag() {
         assert!(o.status.success(), "--raw-dtype {spelling}: {}", stderr(&o));
         assert_eq!(header(&out)["w"]["dtype"], "F32");
     }
+
+    let manifest = dir.path().join("m.json");
+    std::fs::write(
+        &manifest,
+        r#"[{"name": "a", "dtype": "bfloat16", "shape": [4]}, {"name": "b", "dtype": "torch.int32", "shape": [2], "offset": 8}]"#,
+    )
+    .unwrap();
+    let out = dir.path().join("m.safetensors");
+    let o = run(&[
+        s(&dump),
+        "--raw-manifest",
+        s(&manifest),
+        "-o",
+        s(&out),
+        "-q",
+    ]);
+    assert!(o.status.success(), "manifest: {}", stderr(&o));
+    let h = header(&out);
+    assert_eq!(
+        (&h["a"]["dtype"], &h["b"]["dtype"]),
+        (&"BF16".into(), &"I32".into())
+    );
 }
 
 #[test]
