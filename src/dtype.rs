@@ -197,21 +197,104 @@ impl fmt::Display for Dtype {
     }
 }
 
-/// The error of parsing an unknown dtype spelling.
+impl Dtype {
+    /// The dtype whose format spelling is exactly `s` (`"BF16"`), as a
+    /// header must write it; `None` for anything else, `"bf16"` included.
+    /// [`FromStr`] is the lenient parse for people.
+    pub fn from_format_name(s: &str) -> Option<Dtype> {
+        Dtype::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+}
+
+/// Other names people give the dtypes (lower case): numpy's and ml_dtypes'
+/// (`float32`, `bfloat16`, `float8_e4m3fn`), the usual short ones (`fp16`,
+/// `fp32`) and torch's own words for them (`torch.half`; any name may carry
+/// the `torch.` prefix). Bare `float` and `int` are left out: numpy reads
+/// them as 64 bits, torch as 32.
+const ALIASES: [(&str, Dtype); 32] = [
+    ("bool", Dtype::BOOL),
+    ("uint8", Dtype::U8),
+    ("int8", Dtype::I8),
+    ("int16", Dtype::I16),
+    ("uint16", Dtype::U16),
+    ("int32", Dtype::I32),
+    ("uint32", Dtype::U32),
+    ("int64", Dtype::I64),
+    ("uint64", Dtype::U64),
+    ("float16", Dtype::F16),
+    ("half", Dtype::F16),
+    ("fp16", Dtype::F16),
+    ("bfloat16", Dtype::BF16),
+    ("float32", Dtype::F32),
+    ("fp32", Dtype::F32),
+    ("float64", Dtype::F64),
+    ("double", Dtype::F64),
+    ("fp64", Dtype::F64),
+    ("complex64", Dtype::C64),
+    ("cfloat", Dtype::C64),
+    ("float8_e4m3fn", Dtype::F8_E4M3),
+    ("float8_e5m2", Dtype::F8_E5M2),
+    ("float8_e8m0fnu", Dtype::F8_E8M0),
+    ("float8_e4m3fnuz", Dtype::F8_E4M3FNUZ),
+    ("float8_e5m2fnuz", Dtype::F8_E5M2FNUZ),
+    ("float4_e2m1fn", Dtype::F4),
+    ("float6_e2m3fn", Dtype::F6_E2M3),
+    ("float6_e3m2fn", Dtype::F6_E3M2),
+    ("short", Dtype::I16),
+    ("long", Dtype::I64),
+    ("torch.float", Dtype::F32),
+    ("torch.int", Dtype::I32),
+];
+
+/// The error of parsing an unknown dtype spelling; its message lists every
+/// accepted spelling and keeps the input as it was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown dtype {0:?} (expected one of BOOL, U8, I8, ..., F32, F64, BF16, F8_E4M3, F4)")]
+#[error("unknown dtype {0:?}: expected one of {list} (any case; numpy and torch names such as float32, bfloat16, fp16, torch.float16 too)", list = all_names())]
 pub struct UnknownDtype(pub String);
+
+fn all_names() -> String {
+    Dtype::ALL.map(Dtype::as_str).join(", ")
+}
 
 impl FromStr for Dtype {
     type Err = UnknownDtype;
 
-    /// Parses the exact, case-sensitive spelling of the format.
+    /// Parses a dtype as people write it, in any case: the format's
+    /// spelling (`BF16`, `bf16`), numpy's (`bfloat16`, `float32`), the short
+    /// ones (`fp16`) and torch's (`torch.float16`, `torch.half`). Headers
+    /// are read with the exact [`Dtype::from_format_name`] instead.
+    ///
+    /// ```
+    /// use safetensors_stream::Dtype;
+    ///
+    /// for s in ["BF16", "bf16", "bfloat16", "torch.bfloat16"] {
+    ///     assert_eq!(s.parse::<Dtype>(), Ok(Dtype::BF16));
+    /// }
+    /// assert_eq!("Float32".parse::<Dtype>(), Ok(Dtype::F32));
+    /// let err = "float".parse::<Dtype>().unwrap_err().to_string();
+    /// assert!(err.starts_with("unknown dtype \"float\"") && err.contains("F16"), "{err}");
+    /// ```
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Dtype::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
+        let lower = s.trim().to_ascii_lowercase();
+        let exact = |name: &str| {
+            Dtype::ALL
+                .into_iter()
+                .find(|d| d.as_str().eq_ignore_ascii_case(name))
+                .or_else(|| ALIASES.iter().find(|(a, _)| *a == name).map(|&(_, d)| d))
+        };
+        exact(&lower)
+            .or_else(|| lower.strip_prefix("torch.").and_then(exact))
             .ok_or_else(|| UnknownDtype(s.to_owned()))
     }
+}
+
+/// Deserializes a dtype written by a person (a raw manifest), in any of the
+/// spellings [`FromStr`] takes; headers use the exact names instead.
+pub(crate) fn deserialize_spelled<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Dtype, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
 }
 
 #[cfg(test)]
@@ -227,9 +310,48 @@ mod tests {
     }
 
     #[test]
-    fn spelling_is_case_sensitive() {
-        assert!("f32".parse::<Dtype>().is_err());
-        assert!("".parse::<Dtype>().is_err());
+    fn format_names_are_exact() {
+        assert_eq!(Dtype::from_format_name("F32"), Some(Dtype::F32));
+        assert_eq!(Dtype::from_format_name("f32"), None);
+        assert_eq!(Dtype::from_format_name("float32"), None);
+        assert_eq!(Dtype::from_format_name(""), None);
+    }
+
+    #[test]
+    fn people_spellings() {
+        let cases = [
+            ("f32", Dtype::F32),
+            ("fp32", Dtype::F32),
+            ("float32", Dtype::F32),
+            ("torch.float32", Dtype::F32),
+            ("torch.float", Dtype::F32),
+            ("FP16", Dtype::F16),
+            ("torch.half", Dtype::F16),
+            ("int64", Dtype::I64),
+            ("torch.long", Dtype::I64),
+            ("torch.int", Dtype::I32),
+            ("uint8", Dtype::U8),
+            ("bool", Dtype::BOOL),
+            ("f8_e4m3", Dtype::F8_E4M3),
+            ("float8_e4m3fn", Dtype::F8_E4M3),
+            ("torch.float8_e5m2", Dtype::F8_E5M2),
+            ("float64", Dtype::F64),
+        ];
+        for (s, d) in cases {
+            assert_eq!(s.parse::<Dtype>(), Ok(d), "{s}");
+        }
+        for bad in ["", "float", "int", "torch.", "fp8", "torch.torch.half"] {
+            assert!(bad.parse::<Dtype>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_lists_every_name_and_keeps_the_input() {
+        let msg = "Fp12".parse::<Dtype>().unwrap_err().to_string();
+        assert!(msg.starts_with("unknown dtype \"Fp12\""), "{msg}");
+        for d in Dtype::ALL {
+            assert!(msg.contains(d.as_str()), "{msg} lacks {d}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::header::Header;
 use crate::index::Checkpoint;
 use crate::source::Listing;
-use crate::units::HumanBytes;
+use crate::units::{ByteCount, HumanBytes};
 use crate::Result;
 
 /// Renders a checkpoint as a readable table with totals and metadata.
@@ -22,11 +22,10 @@ pub fn render_table(cp: &Checkpoint) -> String {
     if let Some(index) = &cp.index {
         let _ = writeln!(
             out,
-            "index: {} shards, {} tensors, total_size {} ({})",
+            "index: {} shards, {} tensors, total_size {}",
             cp.files.len(),
             index.weight_map.len(),
-            index.metadata.total_size,
-            HumanBytes(index.metadata.total_size)
+            ByteCount(index.metadata.total_size)
         );
     }
     out
@@ -82,12 +81,11 @@ fn render_file(out: &mut String, h: &Header) {
     write_table(out, ["name", "dtype", "shape", "bytes", "offset"], &rows, 3);
     let _ = writeln!(
         out,
-        "  {} tensors, {} data bytes ({}), header {} bytes, file {} bytes",
+        "  {} tensors, data {}, header {}, file {}",
         h.tensors.len(),
-        h.data_len(),
-        HumanBytes(h.data_len()),
-        h.header_len,
-        h.file_len()
+        ByteCount(h.data_len()),
+        ByteCount(h.header_len),
+        ByteCount(h.file_len())
     );
     write_metadata(out, h.metadata.as_ref());
 }
@@ -148,10 +146,9 @@ pub fn render_listing(listing: &Listing) -> Result<String> {
     write_table(&mut out, ["name", "dtype", "shape", "bytes"], &rows, 3);
     let _ = writeln!(
         out,
-        "  {} tensors, {} data bytes ({})",
+        "  {} tensors, data {}",
         listing.tensors.len(),
-        total,
-        HumanBytes(total)
+        ByteCount(total)
     );
     write_metadata(&mut out, listing.metadata.as_ref());
     Ok(out)
@@ -278,11 +275,10 @@ pub fn render_plan(
         let h = shard.header.header();
         let _ = writeln!(
             out,
-            "{path}: {} tensors, header {} bytes, file {} bytes ({})",
+            "{path}: {} tensors, header {}, file {}",
             h.tensors.len(),
-            h.header_len,
-            h.file_len(),
-            HumanBytes(h.file_len())
+            ByteCount(h.header_len),
+            ByteCount(h.file_len())
         );
         for (t, r) in h.tensors.iter().zip(&shard.refs) {
             let src = &sources[r.source()];

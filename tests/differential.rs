@@ -385,7 +385,7 @@ impl Model {
             let dtype = match &fields[d].1 {
                 J::Raw(t) => serde_json::from_str::<String>(t)
                     .ok()
-                    .and_then(|s| s.parse::<Dtype>().ok()),
+                    .and_then(|s| Dtype::from_format_name(&s)),
                 _ => None,
             };
             let shape: Option<Vec<u64>> = match &fields[s].1 {

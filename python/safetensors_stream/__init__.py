@@ -13,7 +13,9 @@ Three calls (see the README's Python section):
   ``--report json`` object as a dict.
 
 Errors are ``Error`` subclasses (``BadInputError``, ``UsageError``,
-``IOError``) carrying ``kind``, ``input`` or ``output``, ``tensor`` and ``offset``.
+``EnvironmentIOError``, also an ``OSError``; ``IOError`` is its older name)
+carrying ``kind``, ``input`` or ``output``, ``tensor`` and ``offset``.
+Arrays need numpy (a dependency of the package).
 """
 
 from __future__ import annotations
@@ -27,17 +29,30 @@ from typing import Any
 
 from . import _native
 from ._dtypes import safetensors_name
-from ._errors import BadInputError, Error, IOError, UsageError
+from ._errors import BadInputError, EnvironmentIOError, Error, UsageError
+from ._errors import IOError as IOError  # noqa: A004 - the 0.1 name; not in __all__
 
 __all__ = [
     "BadInputError",
+    "EnvironmentIOError",
     "Error",
-    "IOError",
     "UsageError",
     "Writer",
     "convert",
     "save_file",
 ]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("safetensors-stream")
+    except PackageNotFoundError:  # imported from a source tree, not installed
+        return "0+unknown"
+
+
+__version__: str = _version()
 
 # Bytes per piece when save_file streams an array that needs reordering or
 # byte swapping: one piece is copied at a time, never the whole array.
@@ -82,6 +97,50 @@ def _shape(name: str, shape: Iterable[int]) -> list[int]:
     return dims
 
 
+def _metadata(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
+    """``metadata`` as a dict of strings: safetensors metadata holds strings
+    only, so any other key or value is a TypeError naming it."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping of str to str, not {type(metadata).__name__}")
+    for key, value in metadata.items():
+        if not isinstance(key, str):
+            raise TypeError(f"metadata key {key!r} is a {type(key).__name__}: keys and values must be str")
+        if not isinstance(value, str):
+            raise TypeError(
+                f"metadata[{key!r}] is a {type(value).__name__} ({value!r}): values must be str"
+                " (json.dumps() it, or str())"
+            )
+    return dict(metadata)
+
+
+def _names(option: str, value: str | Iterable[str] | None) -> list[str]:
+    """A list of name patterns: one string is one pattern, not its characters."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (bytes, bytearray)):
+        raise TypeError(f"{option} takes str patterns, not bytes")
+    names = list(value)
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"{option}: every pattern must be a str, not {type(n).__name__} ({n!r})")
+    return names
+
+
+def _pairs(option: str, value: Mapping[str, str] | Iterable[tuple[str, str]] | None) -> list[tuple[str, str]]:
+    """(from, to) pairs from a mapping (or pairs, where the order matters)."""
+    if value is None:
+        return []
+    items = list(value.items()) if isinstance(value, Mapping) else [tuple(p) for p in value]
+    for pair in items:
+        if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise TypeError(f"{option}: expected str to str, got {pair!r}")
+    return items  # type: ignore[return-value]
+
+
 def _as_bytes(chunk: Any) -> Any:
     """A numpy array as a flat uint8 view (no copy; ml_dtypes arrays cannot
     export their own format), little-endian; anything else as it is."""
@@ -118,7 +177,7 @@ class Writer:
         sync: bool = True,
     ) -> None:
         specs = [(name, safetensors_name(dtype), _shape(name, shape)) for name, dtype, shape in tensors]
-        meta = None if metadata is None else dict(metadata)
+        meta = _metadata(metadata)
         self._native = _native.NativeWriter(_target(path_or_fileobj), specs, meta, order, sync)
 
     @property
@@ -219,9 +278,11 @@ def convert(
     max_shard_size: int | str | None = None,
     cast_all: str | None = None,
     cast: Mapping[str, str] | None = None,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] | None = None,
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
     rename: Mapping[str, str] | None = None,
+    strip_prefix: str | None = None,
+    rename_regex: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     prefix: str | None = None,
     metadata: Mapping[str, str] | None = None,
     order: str = "canonical",
@@ -229,30 +290,50 @@ def convert(
     sync: bool = True,
     skip_non_npy: bool = False,
     name: str | None = None,
+    allow_empty: bool = False,
+    overwrite_input: bool = False,
+    npy_void_as: str | None = None,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
-    """Converts ``inputs`` (.npy, .npz, safetensors, sharded index, compressed
-    or not) into ``output`` (``"-"``: standard output), as the ``convert`` CLI
-    does, and returns the dict its ``--report json`` prints."""
+    """Converts ``inputs`` (.npy, .npz, safetensors, sharded index, PyTorch
+    checkpoints, compressed or not; local paths: URLs are for the CLI) into
+    ``output`` (``"-"``: standard output), as the ``convert`` CLI does, and
+    returns the dict its ``--report json`` prints.
+
+    Each keyword is the CLI flag of the same name. ``include``/``exclude``:
+    one glob or a list of them. Dtypes (``cast_all="bf16"``,
+    ``cast={"F32": "bfloat16"}``, ``npy_void_as``) take the safetensors,
+    numpy or torch spellings. ``dry_run=True`` writes nothing and returns
+    the plan, as ``convert --dry-run --json`` prints it."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    if os.fspath(output) == "-":
+    if os.fspath(output) == "-" and not dry_run:
         sys.stdout.flush()  # what Python buffered goes before the file
+    if isinstance(max_shard_size, bool):
+        raise TypeError("max_shard_size is a size (5_000_000_000 or \"5GB\"), not a bool")
+    meta = _metadata(metadata)
     text = _native.convert(
         [os.fspath(i) for i in inputs],
         os.fspath(output),
         max_shard_size=None if max_shard_size is None else str(max_shard_size),
         cast_all=cast_all,
-        casts=list((cast or {}).items()),
-        include=list(include or []),
-        exclude=list(exclude or []),
-        renames=list((rename or {}).items()),
+        casts=_pairs("cast", cast),
+        include=_names("include", include),
+        exclude=_names("exclude", exclude),
+        renames=_pairs("rename", rename),
+        strip_prefix=strip_prefix,
+        rename_regex=_pairs("rename_regex", rename_regex),
         prefix=prefix,
-        metadata=list((metadata or {}).items()),
+        metadata=list((meta or {}).items()),
         order=order,
         checksum=checksum,
         sync=sync,
         skip_non_npy=skip_non_npy,
         name=name,
+        allow_empty=allow_empty,
+        overwrite_input=overwrite_input,
+        npy_void_as=npy_void_as,
+        dry_run=dry_run,
     )
     report: dict[str, Any] = json.loads(text)
     return report

@@ -4,11 +4,22 @@ from types import TracebackType
 from typing import Any
 
 from ._errors import BadInputError as BadInputError
+from ._errors import EnvironmentIOError as EnvironmentIOError
 from ._errors import Error as Error
-from ._errors import IOError as IOError
+from ._errors import IOError as IOError  # noqa: A004 - the 0.1 name of EnvironmentIOError
 from ._errors import UsageError as UsageError
 
-__all__ = ["BadInputError", "Error", "IOError", "UsageError", "Writer", "convert", "save_file"]
+__all__ = [
+    "BadInputError",
+    "EnvironmentIOError",
+    "Error",
+    "UsageError",
+    "Writer",
+    "convert",
+    "save_file",
+]
+
+__version__: str
 
 # A safetensors name ("BF16", "F32", ...) or anything numpy.dtype() accepts.
 DTypeLike = Any
@@ -53,9 +64,11 @@ def convert(
     max_shard_size: int | str | None = None,
     cast_all: str | None = None,
     cast: Mapping[str, str] | None = None,
-    include: Sequence[str] | None = None,
-    exclude: Sequence[str] | None = None,
+    include: str | Sequence[str] | None = None,
+    exclude: str | Sequence[str] | None = None,
     rename: Mapping[str, str] | None = None,
+    strip_prefix: str | None = None,
+    rename_regex: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
     prefix: str | None = None,
     metadata: Mapping[str, str] | None = None,
     order: str = "canonical",
@@ -63,4 +76,8 @@ def convert(
     sync: bool = True,
     skip_non_npy: bool = False,
     name: str | None = None,
+    allow_empty: bool = False,
+    overwrite_input: bool = False,
+    npy_void_as: str | None = None,
+    dry_run: bool = False,
 ) -> dict[str, Any]: ...

@@ -7,7 +7,7 @@ from typing import Any
 from . import _native
 from ._errors import UsageError
 
-SAFETENSORS_NAMES: frozenset[str] = frozenset(_native.dtype_names())
+SAFETENSORS_NAMES: tuple[str, ...] = tuple(_native.dtype_names())
 
 # numpy's dtype names (ml_dtypes' included) for each safetensors dtype that
 # numpy can hold one element per item of.
@@ -40,13 +40,22 @@ def safetensors_name(dtype: Any) -> str:
     ml_dtypes type such as ml_dtypes.bfloat16)."""
     if isinstance(dtype, str) and dtype in SAFETENSORS_NAMES:
         return dtype
+    unknown: UsageError | None = None
+    if isinstance(dtype, str):
+        # The library's spellings, shared with the CLI and Rust: "bf16",
+        # "float32", "torch.float16"; its error lists every one.
+        try:
+            return str(_native.dtype_name(dtype))
+        except UsageError as e:
+            unknown = e  # numpy may still know it ("<f4")
     try:
         import numpy as np
 
         name = np.dtype(dtype).name
     except Exception:  # numpy missing, or not a dtype numpy knows
-        raise UsageError(
-            f"unknown dtype {dtype!r}: use a safetensors name ({', '.join(sorted(SAFETENSORS_NAMES))}) or a numpy dtype",
+        raise unknown or UsageError(
+            f"unknown dtype {dtype!r}: use a safetensors name ({', '.join(SAFETENSORS_NAMES)}),"
+            " a numpy dtype or a torch dtype name",
             "usage",
         ) from None
     try:

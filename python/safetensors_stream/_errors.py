@@ -39,5 +39,28 @@ class UsageError(Error):
     """The request itself is wrong: a bad argument, conflicting names (exit code 2)."""
 
 
-class IOError(Error):  # noqa: A001 - the name the API promises: sts.IOError
-    """The environment failed: I/O, permissions, disk full (exit code 3)."""
+class EnvironmentIOError(Error, OSError):
+    """The environment failed: I/O, permissions, disk full (exit code 3).
+
+    An ``OSError`` too, so ``except OSError`` catches it; ``sts.IOError`` is
+    the same class under its first name (not exported by ``import *``, where
+    it would shadow the built-in)."""
+
+    def __init__(
+        self,
+        message: str,
+        kind: str = "",
+        input: str | None = None,
+        tensor: str | None = None,
+        offset: int | None = None,
+        output: str | None = None,
+    ) -> None:
+        # OSError's own constructor would read (errno, strerror) from the
+        # arguments: set the message alone, then the fields.
+        Error.__init__(self, message, kind, input, tensor, offset, output)
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+IOError = EnvironmentIOError  # noqa: A001 - the 0.1 name, kept for compatibility

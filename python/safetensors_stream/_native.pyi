@@ -31,6 +31,8 @@ def convert(
     include: list[str] = ...,
     exclude: list[str] = ...,
     renames: list[tuple[str, str]] = ...,
+    strip_prefix: str | None = None,
+    rename_regex: list[tuple[str, str]] = ...,
     prefix: str | None = None,
     metadata: list[tuple[str, str]] = ...,
     order: str = "canonical",
@@ -38,5 +40,10 @@ def convert(
     sync: bool = True,
     skip_non_npy: bool = False,
     name: str | None = None,
+    allow_empty: bool = False,
+    overwrite_input: bool = False,
+    npy_void_as: str | None = None,
+    dry_run: bool = False,
 ) -> str: ...
 def dtype_names() -> list[str]: ...
+def dtype_name(spelling: str) -> str: ...

@@ -4,9 +4,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
-use safetensors_stream::convert::{ConvertOptions, Output};
+use safetensors_stream::convert::{
+    cast_notes, check_output, convert as run, open_inputs, plan_sources, plan_warnings,
+    shard_paths, ConvertOptions, Output,
+};
+use safetensors_stream::inspect::plan_to_json;
+use safetensors_stream::source::Listing;
 use safetensors_stream::units::parse_size;
-use safetensors_stream::{convert_blocking, Error, ErrorKind};
+use safetensors_stream::{Error, ErrorKind};
 
 use crate::errors::to_py;
 use crate::{parse_dtype, parse_order};
@@ -17,11 +22,14 @@ fn usage_error(message: String) -> Error {
 
 /// Converts `inputs` into `output` (a path, or `-` for standard output) on a
 /// current-thread runtime that lives for this call only, the GIL released.
-/// Returns the report as the CLI's `--report json` prints it.
+/// Returns the report as the CLI's `--report json` prints it; with
+/// `dry_run`, the plan as `--dry-run --json` prints it, nothing written.
 #[pyfunction]
 #[pyo3(signature = (inputs, output, *, max_shard_size=None, cast_all=None, casts=Vec::new(),
-    include=Vec::new(), exclude=Vec::new(), renames=Vec::new(), prefix=None, metadata=Vec::new(),
-    order="canonical", checksum=false, sync=true, skip_non_npy=false, name=None))]
+    include=Vec::new(), exclude=Vec::new(), renames=Vec::new(), strip_prefix=None,
+    rename_regex=Vec::new(), prefix=None, metadata=Vec::new(), order="canonical",
+    checksum=false, sync=true, skip_non_npy=false, name=None, allow_empty=false,
+    overwrite_input=false, npy_void_as=None, dry_run=false))]
 #[allow(clippy::too_many_arguments)] // one keyword per CLI flag
 pub(crate) fn convert(
     py: Python<'_>,
@@ -33,6 +41,8 @@ pub(crate) fn convert(
     include: Vec<String>,
     exclude: Vec<String>,
     renames: Vec<(String, String)>,
+    strip_prefix: Option<String>,
+    rename_regex: Vec<(String, String)>,
     prefix: Option<String>,
     metadata: Vec<(String, String)>,
     order: &str,
@@ -40,19 +50,20 @@ pub(crate) fn convert(
     sync: bool,
     skip_non_npy: bool,
     name: Option<String>,
+    allow_empty: bool,
+    overwrite_input: bool,
+    npy_void_as: Option<String>,
+    dry_run: bool,
 ) -> PyResult<String> {
     let err = |e: Error| to_py(py, e);
     let notices = Arc::new(Mutex::new(Vec::<String>::new()));
     let mut options = ConvertOptions::default();
     options.plan.max_shard_size = max_shard_size
-        .map(|s| parse_size(&s).map_err(|e| usage_error(format!("max_shard_size: {}", e.0))))
+        .map(|s| parse_size(&s).map_err(|e| usage_error(format!("max_shard_size: {e}"))))
         .transpose()
         .map_err(err)?;
-    options.plan.cast_all = cast_all
-        .as_deref()
-        .map(parse_dtype)
-        .transpose()
-        .map_err(err)?;
+    let dtype = |s: &str| parse_dtype(s);
+    options.plan.cast_all = cast_all.as_deref().map(dtype).transpose().map_err(err)?;
     options.plan.casts = casts
         .iter()
         .map(|(from, to)| Ok((parse_dtype(from)?, parse_dtype(to)?)))
@@ -61,13 +72,18 @@ pub(crate) fn convert(
     options.plan.include = include;
     options.plan.exclude = exclude;
     options.plan.renames = renames;
+    options.plan.strip_prefix = strip_prefix;
+    options.plan.rename_regex = rename_regex;
     options.plan.prefix = prefix;
     options.plan.metadata = metadata;
+    options.plan.allow_empty = allow_empty;
     options.plan.order = parse_order(order).map_err(err)?;
     options.checksum = checksum;
     options.sync = sync;
+    options.overwrite_input = overwrite_input;
     options.source.skip_non_npy = skip_non_npy;
     options.source.name = name;
+    options.source.npy_void_as = npy_void_as.as_deref().map(dtype).transpose().map_err(err)?;
     let collected = Arc::clone(&notices);
     options.notice = Some(Arc::new(move |msg: &str| {
         collected
@@ -79,9 +95,49 @@ pub(crate) fn convert(
         true => Output::Stdout,
         false => Output::File(output),
     };
-    let report = py
-        .detach(|| convert_blocking(&inputs, &output, &options))
+    let text = py
+        .detach(|| {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(Error::io)?
+                .block_on(async {
+                    if dry_run {
+                        dry_run_json(&inputs, &output, &options).await
+                    } else {
+                        let report = run(&inputs, &output, &options).await?;
+                        let notices = notices.lock().expect("notices lock").clone();
+                        Ok(report.to_json(&notices))
+                    }
+                })
+        })
         .map_err(err)?;
-    let notices = notices.lock().expect("notices lock").clone();
-    Ok(report.to_json(&notices))
+    Ok(text)
+}
+
+/// What `convert --dry-run --json` prints: the plan, after every check the
+/// real run makes before writing, as one JSON line with `"ok": true`.
+async fn dry_run_json(
+    inputs: &[PathBuf],
+    output: &Output,
+    options: &ConvertOptions,
+) -> Result<String, Error> {
+    let sources = open_inputs(inputs, options).await?;
+    let plan = plan_sources(&sources, options)?;
+    let mut warnings = plan_warnings(&plan);
+    warnings.extend(check_output(inputs, output, &plan, options)?);
+    let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
+    let paths: Vec<String> = match output {
+        Output::Stdout => vec!["-".into()],
+        Output::File(p) => shard_paths(p, plan.shards.len())
+            .0
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+    };
+    let mut v = plan_to_json(&plan, &paths, &listings);
+    v["casts"] = serde_json::json!(cast_notes(&plan));
+    v["warnings"] = serde_json::json!(warnings);
+    v["ok"] = serde_json::json!(true);
+    Ok(v.to_string())
 }

@@ -22,6 +22,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<writer::NativeWriter>()?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_name, m)?)?;
     Ok(())
 }
 
@@ -32,6 +33,15 @@ fn dtype_names() -> Vec<&'static str> {
         .iter()
         .map(|d| d.as_str())
         .collect()
+}
+
+/// The safetensors name of a dtype as people spell it (`"bf16"`,
+/// `"float32"`, `"torch.half"`): the library's parse, shared with the CLI.
+#[pyfunction]
+fn dtype_name(py: Python<'_>, spelling: &str) -> PyResult<&'static str> {
+    parse_dtype(spelling)
+        .map(|d| d.as_str())
+        .map_err(|e| errors::to_py(py, e))
 }
 
 /// `"canonical"` or `"input"`, as the CLI's `--order`.

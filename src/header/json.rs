@@ -495,7 +495,8 @@ impl<'de> Visitor<'de> for DtypeSeed {
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Dtype, E> {
-        v.parse().map_err(E::custom)
+        // The format's exact spelling: the people's spellings of FromStr are not for headers.
+        Dtype::from_format_name(v).ok_or_else(|| E::custom(crate::UnknownDtype(v.to_owned())))
     }
 }
 

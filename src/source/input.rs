@@ -471,6 +471,13 @@ fn open_stream<'a>(
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 open_gguf(file, len, input, options, notice)
             }
+            Format::Safetensors if options.listing_only => {
+                let (_, json, _) = stream_header(reader).await.map_err(on_input)?;
+                let header = parse_header_json(&json, Rules::SOURCE).map_err(on_input)?;
+                // No data is read: an empty file stands for it.
+                let src = SafetensorsSource::from_data(tempfile::tempfile()?, header, input);
+                Ok(Box::new(src) as Box<dyn Source>)
+            }
             Format::Safetensors => {
                 notice(&format!(
                     "{input}: not seekable; spooling it to a temporary file"
@@ -505,7 +512,23 @@ pub(crate) async fn spool(
 
 /// Spools a safetensors stream: its header first, which plans the file's
 /// length; then at most that many bytes (plus one, to see there are more).
-async fn spool_safetensors(mut reader: TensorReader<'_>, input: &str) -> Result<SafetensorsSource> {
+async fn spool_safetensors(reader: TensorReader<'_>, input: &str) -> Result<SafetensorsSource> {
+    let (prefix, json, reader) = stream_header(reader).await?;
+    let header = parse_header_json(&json, Rules::SOURCE)?;
+    let planned = header.file_len();
+    let whole = std::io::Cursor::new(&prefix[..])
+        .chain(std::io::Cursor::new(&json[..]))
+        .chain(reader);
+    let (data, len) = spool(Box::pin(whole), Some(planned)).await?;
+    check_file_len(&header, len)?;
+    drop(json);
+    Ok(SafetensorsSource::from_data(data, header, input))
+}
+
+/// Reads a safetensors stream's length prefix and header JSON, no further.
+async fn stream_header(
+    mut reader: TensorReader<'_>,
+) -> Result<([u8; 8], Vec<u8>, TensorReader<'_>)> {
     let eof_at = |at: u64| {
         move |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -525,15 +548,7 @@ async fn spool_safetensors(mut reader: TensorReader<'_>, input: &str) -> Result<
         let available = json.len() as u64;
         return Err(Error::new(ErrorKind::HeaderPastEnd { len: n, available }).at_offset(0));
     }
-    let header = parse_header_json(&json, Rules::SOURCE)?;
-    let planned = header.file_len();
-    let whole = std::io::Cursor::new(&prefix[..])
-        .chain(std::io::Cursor::new(&json[..]))
-        .chain(reader);
-    let (data, len) = spool(Box::pin(whole), Some(planned)).await?;
-    check_file_len(&header, len)?;
-    drop(json);
-    Ok(SafetensorsSource::from_data(data, header, input))
+    Ok((prefix, json, reader))
 }
 
 #[cfg(test)]

@@ -206,6 +206,10 @@ pub struct SourceOptions {
     /// GGUF: copy the scalar metadata keys into `__metadata__` as strings
     /// (`--gguf-metadata`); array values are left out and counted.
     pub gguf_metadata: bool,
+    /// Only the listing (names, dtypes, shapes, metadata) is wanted, as by
+    /// `inspect`: a safetensors stream (`-`) is read up to the end of its
+    /// header instead of spooled whole, and its data cannot be read.
+    pub listing_only: bool,
 }
 
 crate::setters::setters!(SourceOptions {
@@ -218,6 +222,7 @@ crate::setters::setters!(SourceOptions {
     allow_expanded_views: bool,
     dequantize: Option<crate::Dtype>,
     gguf_metadata: bool,
+    listing_only: bool,
 });
 
 /// What the planner reads of an input: its name, tensors and metadata.

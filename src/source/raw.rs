@@ -21,7 +21,8 @@ use crate::{Dtype, Error, ErrorKind, Result};
 pub struct RawTensor {
     /// Tensor name.
     pub name: String,
-    /// Element type.
+    /// Element type (`"F32"`, or as numpy or torch spell it: `"float32"`).
+    #[serde(deserialize_with = "crate::dtype::deserialize_spelled")]
     pub dtype: Dtype,
     /// Shape; `[]` for a scalar.
     pub shape: Vec<u64>,

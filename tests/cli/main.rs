@@ -8,6 +8,7 @@ mod support;
 mod convert;
 mod fanout;
 mod friction;
+mod newcomer;
 mod product;
 mod urls;
 mod validate;

@@ -251,8 +251,10 @@ fn inspect_prints_a_table() {
             ["m", "U8", "[3]", "3", "16"],
         ]
     );
-    assert!(text.contains("4 tensors, 19 data bytes"), "{text}");
-    assert!(text.contains("header 248 bytes, file 275 bytes"), "{text}");
+    assert!(
+        text.contains("4 tensors, data 19 bytes, header 248 bytes, file 275 bytes"),
+        "{text}"
+    );
     assert!(text.contains(r#""format": "np""#), "{text}");
 }
 

@@ -31,10 +31,9 @@ fn dump(dir: &Path, len: usize) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
 fn s3_output_and_input_are_byte_identical_to_local_runs() {
-    let Some(ep) = moto::server_or_skip("s3_output_and_input") else {
-        return;
-    };
+    let ep = moto::server("s3_output_and_input");
     let b = moto::bucket(ep, "io");
     let dir = tempfile::tempdir().unwrap();
     // 12 MiB: a multipart upload of 5 MiB parts; the npz: a single PUT.
@@ -107,10 +106,9 @@ fn s3_output_and_input_are_byte_identical_to_local_runs() {
 }
 
 #[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
 fn parallel_shard_workers_and_the_index_equal_one_local_run() {
-    let Some(ep) = moto::server_or_skip("parallel_shard_workers") else {
-        return;
-    };
+    let ep = moto::server("parallel_shard_workers");
     let b = moto::bucket(ep, "fan");
     let dir = tempfile::tempdir().unwrap();
     let input = fixture("reference/all_dtypes.safetensors");
@@ -174,10 +172,9 @@ fn parallel_shard_workers_and_the_index_equal_one_local_run() {
 }
 
 #[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
 fn sigterm_mid_upload_leaves_no_object_and_no_open_upload() {
-    let Some(ep) = moto::server_or_skip("sigterm_mid_upload") else {
-        return;
-    };
+    let ep = moto::server("sigterm_mid_upload");
     let b = moto::bucket(ep, "term");
     let url = format!("s3://{b}/x.safetensors");
     let total = 40usize << 20;
@@ -244,21 +241,16 @@ fn refused_in_one_line(ep: &str, bucket: &str) {
 }
 
 #[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
 fn a_missing_bucket_is_one_line_and_exit_3() {
-    let Some(ep) = moto::server_or_skip("a_missing_bucket") else {
-        return;
-    };
+    let ep = moto::server("a_missing_bucket");
     refused_in_one_line(ep, "no-such-bucket-here");
 }
 
 #[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
 fn refused_credentials_are_one_line_and_exit_3() {
-    let ep = match moto::checking_credentials() {
-        Ok(ep) => ep,
-        Err(why) => {
-            eprintln!("SKIPPED refused_credentials: no S3 test server: {why}");
-            return;
-        }
-    };
+    let ep = moto::checking_credentials()
+        .unwrap_or_else(|why| panic!("refused_credentials: no S3 test server: {why}"));
     refused_in_one_line(ep, "bucket");
 }

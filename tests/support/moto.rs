@@ -1,8 +1,12 @@
 //! A local S3 server for tests: moto's `moto_server`, found through
 //! `SAFETENSORS_STREAM_S3_ENDPOINT` (set by `.ci/run`, which starts it), or
 //! started here from `$MOTO_SERVER` or `moto_server` on the PATH on a free
-//! port (stopped when the test process ends). When none can start, tests
-//! skip with a message saying so.
+//! port (stopped when the test process ends).
+//!
+//! The tests that need it are `#[ignore = "needs a local S3 server ..."]`: a plain `cargo test`
+//! lists them as ignored rather than passed; `cargo test --test object_store
+//! --test object_store_etag -- --ignored` runs them, and there a server that
+//! cannot be had is a failure, said at once when `moto_server` is not found.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -19,15 +23,9 @@ pub fn endpoint() -> Result<&'static str, &'static str> {
     }
 }
 
-/// The endpoint, or `None` after printing why the test is skipped.
-pub fn server_or_skip(test: &str) -> Option<&'static str> {
-    match endpoint() {
-        Ok(e) => Some(e),
-        Err(why) => {
-            eprintln!("SKIPPED {test}: no S3 test server: {why}");
-            None
-        }
-    }
+/// The endpoint; a test run without one fails, saying why.
+pub fn server(test: &str) -> &'static str {
+    endpoint().unwrap_or_else(|why| panic!("{test}: no S3 test server: {why}"))
 }
 
 fn start() -> Result<String, String> {
@@ -50,6 +48,11 @@ pub fn checking_credentials() -> Result<&'static str, &'static str> {
 /// Starts `moto_server` (with `env`, `NAME=VALUE` or empty) on a free port.
 fn spawn(env: &str) -> Result<String, String> {
     let server = std::env::var("MOTO_SERVER").unwrap_or_else(|_| "moto_server".into());
+    if !runnable(&server) {
+        return Err(format!(
+            "{server} not found (install moto[server], or set SAFETENSORS_STREAM_S3_ENDPOINT)"
+        ));
+    }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
@@ -74,6 +77,17 @@ fn spawn(env: &str) -> Result<String, String> {
     Err(format!(
         "{server} did not start (install moto[server], or set SAFETENSORS_STREAM_S3_ENDPOINT)"
     ))
+}
+
+/// Whether `program` is a file, or found on the PATH: looked up before
+/// waiting for a server that could never start.
+fn runnable(program: &str) -> bool {
+    let path = std::path::Path::new(program);
+    if path.components().count() > 1 {
+        return path.is_file();
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
 /// The secret key the binary is given: it must appear in no message.

@@ -43,7 +43,10 @@ Examples:
     about,
     after_help = AFTER_HELP,
     args_conflicts_with_subcommands = true,
-    subcommand_negates_reqs = true
+    subcommand_negates_reqs = true,
+    // `-o` is required but for --dry-run, which clap's generated usage cannot say.
+    override_usage = "convert [OPTIONS] <INPUT>... -o <OUT>\n       convert [OPTIONS] <INPUT>... --dry-run\n       convert <COMMAND>",
+    arg_required_else_help = true
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -70,6 +73,8 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "FROM=TO", value_parser = parse_cast, help_heading = "Casting")]
     pub cast: Vec<(Dtype, Dtype)>,
     /// Cast every floating tensor (F64, F32, F16, BF16) to TO; --cast takes precedence.
+    /// Dtypes are spelled as in safetensors (BF16, any case), numpy (bfloat16, float32)
+    /// or torch (torch.float16, fp16).
     #[arg(long, value_name = "TO", value_parser = parse_dtype, help_heading = "Casting")]
     pub cast_all: Option<Dtype>,
     /// Output file, `-` for standard output, or an s3://, gs:// or az:// URL (a multipart
@@ -244,10 +249,10 @@ pub enum ByteOrder {
     Big,
 }
 
+/// The library's spellings (`BF16`, `bf16`, `bfloat16`, `torch.bfloat16`, ...),
+/// shared with Rust callers and the Python package.
 fn parse_dtype(s: &str) -> Result<Dtype, String> {
-    s.to_ascii_uppercase()
-        .parse::<Dtype>()
-        .map_err(|e| e.to_string())
+    s.parse::<Dtype>().map_err(|e| e.to_string())
 }
 
 fn parse_dequantize_to(s: &str) -> Result<Dtype, String> {
@@ -308,7 +313,9 @@ pub struct ValidateArgs {
     pub quiet: bool,
 }
 
+// Inspect shows what an input holds: dropping tied names is a conversion's choice.
 #[derive(Debug, Args)]
+#[command(mut_arg("dedupe_tied", |a| a.hide(true)))]
 pub struct InspectArgs {
     /// Any input convert reads: *.safetensors, *.safetensors.index.json, .npy, .npz, PyTorch, a raw dump
     /// (with --raw-dtype/--raw-shape or --raw-manifest), compressed; `-` for standard input.

@@ -191,8 +191,11 @@ fn worse(a: Category, b: Category) -> Category {
 }
 
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
-    // A GGUF's metadata is listed whether or not --gguf-metadata is given.
-    let options = run::source_options(&args.input)?.gguf_metadata(true);
+    // A GGUF's metadata is listed whether or not --gguf-metadata is given;
+    // headers only: `cat x.safetensors | convert inspect -` is not spooled.
+    let options = run::source_options(&args.input)?
+        .gguf_metadata(true)
+        .listing_only(true);
     // A checkpoint folder stands for its index or its one model file, as for convert.
     let file = resolve_input(&args.file)?;
     let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {
@@ -218,10 +221,14 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
         return Ok(path.to_string_lossy().ends_with(".safetensors"));
     }
     let format = detect_file(path).map_err(|e| Error::io(e).with_input(path.display()))?;
-    Ok(matches!(
-        format,
-        Some(Format::Safetensors | Format::Unknown)
-    ))
+    // An unknown file is shown with the header rules' precise error only when
+    // named .safetensors; any other is "unknown input format", as converting says.
+    let named_safetensors = path.extension().is_some_and(|e| e == "safetensors");
+    Ok(match format {
+        Some(Format::Safetensors) => true,
+        Some(Format::Unknown) => named_safetensors,
+        _ => false,
+    })
 }
 
 fn inspect_checkpoint(file: &Path, args: &InspectArgs) -> Result<String, Error> {

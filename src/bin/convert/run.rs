@@ -244,7 +244,9 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
                 .chain(fresh_notices(&notices, &warnings))
                 .collect();
             plan["warnings"] = json!(all);
-            let mut text = serde_json::to_string_pretty(&plan).expect("JSON of a Value");
+            // One line with "ok", as the run's report: one parser reads both.
+            plan["ok"] = json!(true);
+            let mut text = serde_json::to_string(&plan).expect("JSON of a Value");
             text.push('\n');
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             Ok(ExitCode::SUCCESS)
@@ -436,10 +438,9 @@ fn summarize(report: &Report) {
                 .map(|h| format!(", sha256 {h}"))
                 .unwrap_or_default();
             eprintln!(
-                "wrote {} ({} bytes, {}{sum})",
+                "wrote {}: {}{sum}",
                 f.path,
-                f.bytes,
-                HumanBytes(f.bytes)
+                safetensors_stream::units::ByteCount(f.bytes)
             );
         } else if let Some(h) = &f.sha256 {
             eprintln!("stdout sha256 {h}");

@@ -86,7 +86,7 @@ impl NpzSource {
             }
             if !array {
                 let msg = format!(
-                    "member {:?} is not an .npy array (pass --skip-non-npy to ignore it)",
+                    "member {:?} is not an .npy array (set skip_non_npy (--skip-non-npy) to skip it)",
                     entry.name
                 );
                 not_an_array = Some(on_input(Error::new(ErrorKind::Zip(msg))));

@@ -170,7 +170,13 @@ fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
             u32_at(&tail, i) == EOCD_SIG
                 && i + EOCD_LEN as usize + u16_at(&tail, i + 20) as usize == tail.len()
         })
-        .ok_or_else(|| zip_err("no end-of-central-directory record"))?;
+        .ok_or_else(|| {
+            // A zip's directory is at its end: a cut download is the usual cause.
+            zip_err(format!(
+                "no end-of-central-directory record in the last {tail_len} bytes; \
+                 the file looks truncated (an interrupted download or copy?)"
+            ))
+        })?;
     let e = &tail[pos..];
     let eocd_at = len - tail_len + pos as u64;
     if u16_at(e, 4) != 0 || u16_at(e, 6) != 0 {
