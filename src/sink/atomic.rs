@@ -35,10 +35,16 @@ impl StagedFile {
         let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
         // Refuse `out/` now: it would stage its temp file in the current folder.
         if target.as_os_str().as_encoded_bytes().ends_with(b"/") {
-            return Err(on_target(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "is a directory; the output must be a file name",
-            )));
+            // Say what is there: `-o odir/` for a folder not made yet is not "a directory".
+            let (kind, msg) = if target.is_dir() {
+                let msg = "is a directory; the output must be a file name";
+                (std::io::ErrorKind::IsADirectory, msg)
+            } else {
+                let msg = "names a folder (it ends in '/') that does not exist; \
+                           the output must be a file name";
+                (std::io::ErrorKind::NotFound, msg)
+            };
+            return Err(on_target(std::io::Error::new(kind, msg)));
         }
         let dest = match resolve(target)? {
             Target::Replace(dest) => dest,

@@ -78,6 +78,8 @@ pub(crate) struct PyTorchSource {
     placed: Vec<Placed>,
     metadata: Metadata,
     skipped: usize,
+    /// Groups of identical views, for `--dedupe-tied` (the planner decides).
+    tied: Vec<Vec<usize>>,
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -203,6 +205,7 @@ impl PyTorchSource {
             placed: Vec::new(),
             metadata: Metadata::new(),
             skipped: 0,
+            tied: Vec::new(),
         };
         src.metadata.insert("format".into(), "pt".into());
         let mut seen = HashSet::new();
@@ -257,40 +260,10 @@ impl PyTorchSource {
             src.files.push(Arc::new(part.file));
         }
         if options.dedupe_tied {
-            src.dedupe(groups.into_values().filter(|g| g.len() > 1).collect());
+            // Each group in checkpoint order: its indices were pushed in turn.
+            src.tied = groups.into_values().filter(|g| g.len() > 1).collect();
         }
         Ok(src)
-    }
-
-    /// Keeps the first name (sorted) of each group of identical views and
-    /// records each dropped name in the metadata, pointing at the kept one,
-    /// as the Hugging Face conversion script does.
-    fn dedupe(&mut self, groups: Vec<Vec<usize>>) {
-        let mut drop = vec![false; self.tensors.len()];
-        for g in groups {
-            let mut names: Vec<(&str, usize)> = g
-                .iter()
-                .map(|&k| (self.tensors[k].name.as_str(), k))
-                .collect();
-            names.sort_unstable();
-            let kept = names[0].0.to_string();
-            for &(name, k) in &names[1..] {
-                self.metadata
-                    .entry(name.to_string())
-                    .or_insert_with(|| kept.clone());
-                drop[k] = true;
-            }
-        }
-        let mut k = 0;
-        self.tensors.retain(|_| {
-            k += 1;
-            !drop[k - 1]
-        });
-        let mut k = 0;
-        self.placed.retain(|_| {
-            k += 1;
-            !drop[k - 1]
-        });
     }
 
     /// Non-tensor values (numbers, strings, hyper-parameters) that were skipped.
@@ -317,6 +290,10 @@ impl Source for PyTorchSource {
 
     fn metadata(&self) -> Option<&Metadata> {
         Some(&self.metadata)
+    }
+
+    fn tied_groups(&self) -> Vec<Vec<usize>> {
+        self.tied.clone()
     }
 
     fn check_unchanged(&self) -> Result<()> {
