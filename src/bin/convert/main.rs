@@ -176,10 +176,13 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
 }
 
 /// Tensors and data bytes of one input: a safetensors file or index under
-/// the chosen rules, any other input (a PyTorch index and its shards, a
-/// `.bin`, an npz) opened by the code a conversion opens it with.
+/// the chosen rules; a PyTorch index and its shards opened by the code a
+/// conversion opens them with (every shard parsed, every tensor in the
+/// shard the `weight_map` says, every view within its storage).
 fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
-    if is_url(path) || reads_as_checkpoint(path)? {
+    // Validate checks safetensors files; a PyTorch index (what a folder of
+    // `pytorch_model-*.bin` shards resolves to) is checked as convert reads it.
+    if !inspect::is_pytorch_index(path) {
         let cp = open_checkpoint(path, rules(reference))?;
         warn_hub_limit(&cp);
         return Ok((cp.tensor_count(), cp.data_len()));
