@@ -121,7 +121,7 @@ class Writer:
     place on success; ``"-"`` is standard output), or a binary file object
     (one with ``fileno()`` is written through its descriptor, GIL released;
     others through their ``write()``). ``tensors``: ``(name, dtype, shape)``
-    for every tensor, dtype a safetensors name ("BF16") or a numpy dtype.
+    for every tensor, dtype a safetensors name ("BF16"), a numpy dtype or a torch dtype.
     ``order``: ``"canonical"`` (the reference writer's bytes) or ``"input"``.
     """
 

@@ -10,9 +10,10 @@ from ._errors import UsageError as UsageError
 
 __all__ = ["BadInputError", "Error", "IOError", "UsageError", "Writer", "convert", "save_file"]
 
-# A safetensors name ("BF16", "F32", ...) or anything numpy.dtype() accepts.
+# A safetensors name ("BF16", "F32", ...), a torch dtype, or anything numpy.dtype() accepts.
 DTypeLike = Any
-# Any C-contiguous buffer: bytes, bytearray, memoryview, numpy array, ...
+# Any C-contiguous buffer: bytes, bytearray, memoryview, numpy array, ...; or a torch
+# tensor of any device and strides (written in C order; see safetensors_stream.torch).
 Buffer = Any
 PathLike = str | os.PathLike[str]
 
