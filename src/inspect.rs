@@ -6,6 +6,13 @@ use serde_json::{json, Value};
 
 use crate::header::Header;
 use crate::index::Checkpoint;
+
+/// True if `path` names a PyTorch shard index (`pytorch_model.bin.index.json`):
+/// `inspect` and `validate` read it (and its shards) through the PyTorch
+/// source, not as a safetensors index, whose JSON it is not.
+pub fn is_pytorch_index(path: &std::path::Path) -> bool {
+    crate::source::pytorch::is_index_path(path)
+}
 use crate::source::Listing;
 use crate::units::{ByteCount, HumanBytes};
 use crate::Result;

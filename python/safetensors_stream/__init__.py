@@ -156,6 +156,23 @@ def _as_bytes(chunk: Any) -> Any:
     return chunk.reshape(-1).view(np.uint8)
 
 
+def _is_torch_tensor(obj: Any) -> bool:
+    """Whether ``obj`` is a torch tensor (torch is never imported for this:
+    a tensor can only exist once it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _dtype_name(dtype: Any) -> str:
+    """A safetensors name for ``dtype``: a torch dtype, or what safetensors_name takes."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(dtype, torch.dtype):
+        from .torch import dtype_name
+
+        return dtype_name(dtype)
+    return safetensors_name(dtype)
+
+
 class Writer:
     """Streams declared tensors into a safetensors file, piece by piece.
 
@@ -163,7 +180,7 @@ class Writer:
     place on success; ``"-"`` is standard output), or a binary file object
     (one with ``fileno()`` is written through its descriptor, GIL released;
     others through their ``write()``). ``tensors``: ``(name, dtype, shape)``
-    for every tensor, dtype a safetensors name ("BF16") or a numpy dtype.
+    for every tensor, dtype a safetensors name ("BF16"), a numpy dtype or a torch dtype.
     ``order``: ``"canonical"`` (the reference writer's bytes) or ``"input"``.
     """
 
@@ -176,7 +193,7 @@ class Writer:
         *,
         sync: bool = True,
     ) -> None:
-        specs = [(name, safetensors_name(dtype), _shape(name, shape)) for name, dtype, shape in tensors]
+        specs = [(name, _dtype_name(dtype), _shape(name, shape)) for name, dtype, shape in tensors]
         meta = _metadata(metadata)
         self._native = _native.NativeWriter(_target(path_or_fileobj), specs, meta, order, sync)
 
@@ -197,7 +214,13 @@ class Writer:
 
     def write(self, name: str, chunk: Any) -> None:
         """Appends ``chunk`` (bytes, memoryview, numpy array: any C-contiguous
-        buffer) to tensor ``name``. Checks the name, the order and the count."""
+        buffer; a torch tensor of any device and strides, in C order) to
+        tensor ``name``. Checks the name, the order and the count."""
+        if _is_torch_tensor(chunk):
+            from .torch import write_tensor
+
+            write_tensor(self._native, name, chunk)
+            return
         self._native.write(name, _as_bytes(chunk))
 
     def finish(self) -> None:

@@ -21,9 +21,10 @@ __all__ = [
 
 __version__: str
 
-# A safetensors name ("BF16", "F32", ...) or anything numpy.dtype() accepts.
+# A safetensors name ("BF16", "F32", ...), a torch dtype, or anything numpy.dtype() accepts.
 DTypeLike = Any
-# Any C-contiguous buffer: bytes, bytearray, memoryview, numpy array, ...
+# Any C-contiguous buffer: bytes, bytearray, memoryview, numpy array, ...; or a torch
+# tensor of any device and strides (written in C order; see safetensors_stream.torch).
 Buffer = Any
 PathLike = str | os.PathLike[str]
 

@@ -99,14 +99,20 @@ impl StagedFile {
 
 /// Refuses `out/` (it would stage its temp file in the current folder).
 fn refuse_folder_name(target: &Path) -> Result<()> {
-    if target.as_os_str().as_encoded_bytes().ends_with(b"/") {
-        let e = std::io::Error::new(
-            std::io::ErrorKind::IsADirectory,
-            "is a directory; the output must be a file name",
-        );
-        return Err(Error::io(e).with_output(target.display()));
+    // Refuse `out/` now: it would stage its temp file in the current folder.
+    if !target.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        return Ok(());
     }
-    Ok(())
+    // Say what is there: `-o odir/` for a folder not made yet is not "a directory".
+    let (kind, msg) = if target.is_dir() {
+        let msg = "is a directory; the output must be a file name";
+        (std::io::ErrorKind::IsADirectory, msg)
+    } else {
+        let msg = "names a folder (it ends in '/') that does not exist; \
+                   the output must be a file name";
+        (std::io::ErrorKind::NotFound, msg)
+    };
+    Err(Error::io(std::io::Error::new(kind, msg)).with_output(target.display()))
 }
 
 /// The OS's words for an error, without tempfile's path decoration.

@@ -17,6 +17,8 @@ use crate::rename::Renamer;
 use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, Result};
 
+mod ties;
+
 /// What to take from the inputs and how to lay it out.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
@@ -169,6 +171,8 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     // sorted and split together: each entry is built once, in the place the
     // output header keeps it (a million-tensor plan held three copies).
     let (mut entries, mut refs) = select(listings, options)?;
+    let mut metadata = merge_metadata(listings, &options.metadata);
+    ties::dedupe(listings, &mut entries, &mut refs, &mut metadata);
     if entries.is_empty() && !options.allow_empty {
         return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
     }
@@ -181,7 +185,6 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
             refs.swap(i, j);
         });
     }
-    let metadata = merge_metadata(listings, &options.metadata);
     let groups = split_shards(entries, refs, options.max_shard_size)?;
     let shards = groups
         .into_iter()

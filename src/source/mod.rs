@@ -89,6 +89,12 @@ pub trait Source: Send {
         None
     }
 
+    /// Groups of tensors that are the same bytes, for `--dedupe-tied`
+    /// (see [`Listed::tied_groups`]); none by default.
+    fn tied_groups(&self) -> Vec<Vec<usize>> {
+        Vec::new()
+    }
+
     /// Whether tensors can be opened in any order.
     fn access(&self) -> Access {
         Access::Random
@@ -187,7 +193,9 @@ pub struct SourceOptions {
     /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
     pub npy_void_as: Option<crate::Dtype>,
     /// PyTorch checkpoints: write one tensor of each group of identical views
-    /// and record the dropped names in the metadata (`--dedupe-tied`).
+    /// and record the dropped names in the metadata (`--dedupe-tied`): the
+    /// first selected name of each group in the checkpoint's order is kept,
+    /// after filters and renames (see `plan::ties` for the rule's source).
     pub dedupe_tied: bool,
     /// PyTorch checkpoints: convert only the value under this key (dotted for
     /// nested dicts), named without it (`--pt-root`).
@@ -239,6 +247,14 @@ pub trait Listed {
     fn identity(&self) -> Option<String> {
         None
     }
+
+    /// Groups of its tensors (indices into [`Listed::tensors`], each group
+    /// in the input's order) that are the same bytes, reported when
+    /// `--dedupe-tied` asks: the planner writes the first selected member
+    /// of each and records the others in the metadata.
+    fn tied_groups(&self) -> Vec<Vec<usize>> {
+        Vec::new()
+    }
 }
 
 impl Listed for Listing {
@@ -265,6 +281,10 @@ impl Listed for Box<dyn Source + '_> {
     }
     fn identity(&self) -> Option<String> {
         Source::identity(self.as_ref())
+    }
+
+    fn tied_groups(&self) -> Vec<Vec<usize>> {
+        Source::tied_groups(self.as_ref())
     }
 }
 

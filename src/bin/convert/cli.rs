@@ -171,7 +171,9 @@ pub struct InputArgs {
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
     pub npy_void_as: Option<Dtype>,
     /// PyTorch checkpoints: write one tensor of each group of identical (tied) views and
-    /// record the dropped names in __metadata__, as the Hugging Face script does.
+    /// record the dropped names in __metadata__, as the Hugging Face script does. The first
+    /// selected name in the checkpoint's order is kept (the input embedding, as transformers
+    /// keeps it); groups are formed after --include/--exclude and renames.
     #[arg(long, help_heading = "PyTorch checkpoints")]
     pub dedupe_tied: bool,
     /// PyTorch checkpoints: convert only the value under KEY (dotted for nested dicts),

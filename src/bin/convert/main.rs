@@ -148,21 +148,20 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
         // A checkpoint folder stands for its index or its one model file, as for convert.
         let (path, opened) = match resolve_input(given) {
             Ok(path) => {
-                let opened = open_checkpoint(&path, rules(args.reference));
+                let opened = validate_one(&path, args.reference);
                 (path, opened)
             }
             Err(e) => (given.clone(), Err(e)),
         };
         match opened {
-            Ok(cp) => {
-                warn_hub_limit(&cp);
+            Ok((tensors, bytes)) => {
                 if !args.quiet {
                     println!(
                         "{}: valid ({} tensors, {} data bytes, {})",
                         path.display(),
-                        cp.tensor_count(),
-                        cp.data_len(),
-                        HumanBytes(cp.data_len())
+                        tensors,
+                        bytes,
+                        HumanBytes(bytes)
                     );
                 }
             }
@@ -174,6 +173,33 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
         }
     }
     Ok(worst.map_or(ExitCode::SUCCESS, exit_code))
+}
+
+/// Tensors and data bytes of one input: a safetensors file or index under
+/// the chosen rules; a PyTorch index and its shards opened by the code a
+/// conversion opens them with (every shard parsed, every tensor in the
+/// shard the `weight_map` says, every view within its storage).
+fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
+    // Validate checks safetensors files; a PyTorch index (what a folder of
+    // `pytorch_model-*.bin` shards resolves to) is checked as convert reads it.
+    if !inspect::is_pytorch_index(path) {
+        let cp = open_checkpoint(path, rules(reference))?;
+        warn_hub_limit(&cp);
+        return Ok((cp.tensor_count(), cp.data_len()));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let notice = |msg: &str| eprintln!("convert: {msg}");
+    let source = rt.block_on(open_input(path, &SourceOptions::default(), &notice))?;
+    let mut bytes = 0u64;
+    for t in source.tensors() {
+        let n = t.byte_len().map_err(|e| e.with_tensor(t.name.clone()))?;
+        bytes = bytes.checked_add(n).ok_or_else(|| {
+            Error::new(ErrorKind::Usage("the tensors' bytes overflow u64".into()))
+        })?;
+    }
+    Ok((source.tensors().len(), bytes))
 }
 
 /// Environment failures outrank bad input, which outranks usage.
@@ -213,6 +239,9 @@ fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
 fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     if is_index_path(path) {
         return Ok(true);
+    }
+    if inspect::is_pytorch_index(path) {
+        return Ok(false);
     }
     if path.as_os_str() == "-" {
         return Ok(false);

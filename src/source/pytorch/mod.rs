@@ -82,6 +82,8 @@ pub(crate) struct PyTorchSource {
     /// Storages (file, first byte) whose whole member passed its CRC-32:
     /// views that split a storage are checked by one pass over all of it.
     verified: Mutex<HashSet<(usize, u64)>>,
+    /// Groups of identical views, for `--dedupe-tied` (the planner decides).
+    tied: Vec<Vec<usize>>,
 }
 
 /// A view may be at most this many times its storage's bytes, unless
@@ -219,6 +221,7 @@ impl PyTorchSource {
             skipped: 0,
             skipped_paths: Vec::new(),
             verified: Mutex::new(HashSet::new()),
+            tied: Vec::new(),
         };
         // Bytes the tensors would write, and their distinct storages' bytes.
         let (mut planned, mut stored) = (0u64, 0u64);
@@ -300,40 +303,10 @@ impl PyTorchSource {
             )));
         }
         if options.dedupe_tied {
-            src.dedupe(groups.into_values().filter(|g| g.len() > 1).collect());
+            // Each group in checkpoint order: its indices were pushed in turn.
+            src.tied = groups.into_values().filter(|g| g.len() > 1).collect();
         }
         Ok(src)
-    }
-
-    /// Keeps the first name (sorted) of each group of identical views and
-    /// records each dropped name in the metadata, pointing at the kept one,
-    /// as the Hugging Face conversion script does.
-    fn dedupe(&mut self, groups: Vec<Vec<usize>>) {
-        let mut drop = vec![false; self.tensors.len()];
-        for g in groups {
-            let mut names: Vec<(&str, usize)> = g
-                .iter()
-                .map(|&k| (self.tensors[k].name.as_str(), k))
-                .collect();
-            names.sort_unstable();
-            let kept = names[0].0.to_string();
-            for &(name, k) in &names[1..] {
-                self.metadata
-                    .entry(name.to_string())
-                    .or_insert_with(|| kept.clone());
-                drop[k] = true;
-            }
-        }
-        let mut k = 0;
-        self.tensors.retain(|_| {
-            k += 1;
-            !drop[k - 1]
-        });
-        let mut k = 0;
-        self.placed.retain(|_| {
-            k += 1;
-            !drop[k - 1]
-        });
     }
 
     /// Non-tensor values (numbers, strings, hyper-parameters) that were skipped.
@@ -406,6 +379,10 @@ impl Source for PyTorchSource {
 
     fn identity(&self) -> Option<String> {
         super::identities(&self.stamps)
+    }
+
+    fn tied_groups(&self) -> Vec<Vec<usize>> {
+        self.tied.clone()
     }
 
     fn check_unchanged(&self) -> Result<()> {

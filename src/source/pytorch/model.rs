@@ -160,6 +160,9 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
                 .child(root, part)
                 .ok_or_else(|| bad(format!("--pt-root {key:?}: no key {part:?} there")))?;
         }
+        if let Some(what) = leaf(p.get(root)) {
+            return Err(bad(format!("--pt-root {key:?} holds {what}, not tensors")));
+        }
     } else if let Some(sd) = w.child(root, "state_dict") {
         // A training checkpoint: the model's weights without the prefix,
         // everything else (optimizer state) under its own key. A bare
@@ -186,6 +189,25 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
     }
     w.walk(root, &mut prefix, 0)?;
     Ok(w.tree)
+}
+
+/// What a plain value is, for a `--pt-root` that names one (`epoch`):
+/// `None` for containers and calls, which may hold tensors.
+fn leaf(node: &Node) -> Option<String> {
+    const SHOWN: usize = 40;
+    Some(match node {
+        Node::None => "None".into(),
+        Node::Bool(b) => format!("a bool ({})", if *b { "True" } else { "False" }),
+        Node::Int(i) => format!("an int ({i})"),
+        Node::BigInt => "an int".into(),
+        Node::Float(f) => format!("a float ({f})"),
+        Node::Str(s) if s.chars().count() > SHOWN => {
+            format!("a str of {} characters", s.chars().count())
+        }
+        Node::Str(s) => format!("a str ({s:?})"),
+        Node::Bytes(b) => format!("{} bytes", b.len()),
+        _ => return None,
+    })
 }
 
 /// Every storage any persistent id in `p` declares, reached by a tensor or
