@@ -10,11 +10,11 @@
 //! bounded run of blocks, call a kernel, and hand the result through
 //! [`store_f32`] to the element pipeline.
 
-pub(crate) mod ggml;
 pub(crate) mod arith;
 pub(crate) mod awq;
 pub(crate) mod bnb;
 pub(crate) mod fp8;
+pub(crate) mod ggml;
 pub(crate) mod gptq;
 
 use crate::Dtype;
