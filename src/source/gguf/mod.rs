@@ -122,6 +122,10 @@ impl Source for GgufSource {
         self.metadata.as_ref()
     }
 
+    fn identity(&self) -> Option<String> {
+        Some(self.opened.identity())
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         super::unchanged(&self.file, &self.opened, &self.input)
     }

@@ -223,6 +223,10 @@ impl Source for QuantizedSource<'_> {
         self.inner.access()
     }
 
+    fn identity(&self) -> Option<String> {
+        self.inner.identity()
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         self.inner.check_unchanged()
     }
