@@ -770,3 +770,36 @@ fn the_densest_plain_pickle_fits_its_budget() {
     eprintln!("pickle {} bytes, peak {peak}", pickle.len());
     assert!(peak < 256 << 20, "peak {peak}");
 }
+
+/// A header whose one metadata value is a 90 MB string (plain, and with an
+/// escape every 8 bytes): read within 3x the header + 64 MiB.
+#[test]
+fn a_90_mb_metadata_string_is_read_within_the_header_bound() {
+    use safetensors_stream::header::{read_file_header, Rules};
+    let _g = support::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    for (what, unit) in [("plain", "abcdefgh"), ("escaped", "abcdef\\n")] {
+        let value = unit.repeat(90_000_000 / 8);
+        let json = format!(
+            r#"{{"__metadata__":{{"big":"{value}"}},"t":{{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}}}"#
+        );
+        drop(value);
+        let mut file = (json.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(json.as_bytes());
+        file.push(0);
+        let n = json.len();
+        drop(json);
+        let path = tmp.path().join("meta.safetensors");
+        std::fs::write(&path, &file).unwrap();
+        drop(file);
+        let (h, peak) = support::alloc::peak_during(|| read_file_header(&path, Rules::STRICT));
+        let h = h.unwrap();
+        assert_eq!(h.tensors.len(), 1);
+        drop(h);
+        eprintln!(
+            "{what}: header {n} bytes, peak {peak} ({:.2}x)",
+            peak as f64 / n as f64
+        );
+        assert!(peak <= 3 * n + (64 << 20), "{what}: peak {peak} for {n}");
+    }
+}
