@@ -15,6 +15,7 @@ pub(crate) mod awq;
 pub(crate) mod bnb;
 pub(crate) mod fp8;
 pub(crate) mod gptq;
+pub(crate) mod nvfp4;
 
 use crate::Dtype;
 
