@@ -2,7 +2,10 @@
 """Peak RSS growth of save_file on a 1 GiB state_dict of CPU tensors: ours
 (safetensors_stream.torch) against safetensors.torch 0.8. Not CI (needs torch).
 
-    python scripts/rss_torch_save.py ours|reference OUT.safetensors [GIB]
+    python scripts/rss_torch_save.py ours|reference OUT.safetensors [GIB] [transposed]
+
+`transposed`: every matrix is passed as a transposed view (ours writes it in C order in
+4 MiB pieces; the reference refuses non-contiguous tensors).
 
 Prints the state_dict's bytes, the peak RSS before the call (tensors made)
 and the growth of the peak during the call, from getrusage's ru_maxrss.
@@ -20,6 +23,7 @@ def peak_kib() -> int:
 def main() -> None:
     which, out = sys.argv[1], sys.argv[2]
     gib = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
+    transposed = "transposed" in sys.argv[4:]
     import torch
 
     if which == "ours":
@@ -38,6 +42,8 @@ def main() -> None:
         sd[f"layer.{k}.bias"] = torch.zeros(1024, dtype=dtype)
         made += sd[f"layer.{k}.weight"].numel() * sd[f"layer.{k}.weight"].element_size() + 1024 * dtype.itemsize
         k += 1
+    if transposed:
+        sd = {k: v.t() for k, v in sd.items()}
     before = peak_kib()
     t = time.perf_counter()
     save_file(sd, out)

@@ -71,6 +71,8 @@ const CASES: &[&str] = &[
     "awq",
     "bnb-int8",
     "bnb-4bit",
+    "nvfp4-compressed-tensors",
+    "nvfp4-modelopt",
 ];
 
 #[test]
@@ -194,6 +196,17 @@ fn scales_of_the_wrong_shape_are_refused_naming_them() {
         z.1 = vec![2, 24];
     });
     refused(&tmp, "q_proj.qzeros", "shape [2, 24]");
+    let tmp = hostile("nvfp4-modelopt", |t| {
+        let s = t
+            .get_mut("model.layers.0.self_attn.o_proj.weight_scale")
+            .unwrap();
+        s.1 = vec![6, 32];
+    });
+    refused(
+        &tmp,
+        "o_proj.weight_scale",
+        "expected [32, 6] (one per 16 columns)",
+    );
 }
 
 #[test]

@@ -87,11 +87,18 @@ def _bytes_of(t: torch.Tensor) -> Any:
     return memoryview((ctypes.c_ubyte * n).from_address(t.data_ptr()))
 
 
-def tensor_pieces(t: Any, piece: int = PIECE_BYTES) -> Iterator[Any]:
+def tensor_pieces(t: Any, piece: int = PIECE_BYTES, reuse: bool = False) -> Iterator[Any]:
     """``t``'s elements in C order as contiguous CPU tensors: ``t`` itself
     when it is contiguous and on the CPU, otherwise copies of at most
     ``piece`` bytes (or one innermost row, if a row is longer), made one at
-    a time: a CUDA tensor is never copied to host memory whole."""
+    a time: a CUDA tensor is never copied to host memory whole. With
+    ``reuse``, the copies of a CPU tensor are made into one buffer, reused
+    for the next piece (consume each before asking for the next): no
+    allocation per piece, which the C allocator would otherwise keep around."""
+    yield from _pieces(t, piece, [None] if reuse else None)
+
+
+def _pieces(t: Any, piece: int, scratch: list[Any] | None) -> Iterator[Any]:
     if t.numel() == 0:
         return
     if t.dim() == 0:
@@ -109,12 +116,29 @@ def tensor_pieces(t: Any, piece: int = PIECE_BYTES) -> Iterator[Any]:
     row_bytes = (t.numel() // t.shape[0]) * t.element_size()
     if t.dim() > 1 and row_bytes > piece:
         for i in range(t.shape[0]):
-            yield from tensor_pieces(t[i], piece)
+            yield from _pieces(t[i], piece, scratch)
         return
     rows = max(1, piece // max(1, row_bytes))
     for i in range(0, t.shape[0], rows):
-        block = t[i : i + rows].contiguous()
-        yield block if on_host else block.to("cpu")
+        block = t[i : i + rows]
+        if not on_host:
+            yield block.contiguous().to("cpu")
+        elif scratch is None:
+            yield block.contiguous()
+        else:
+            yield _copy_into(scratch, block, piece)
+
+
+def _copy_into(scratch: list[Any], block: torch.Tensor, piece: int) -> torch.Tensor:
+    """``block`` copied in C order into the reused buffer ``scratch[0]``
+    (made, or made larger, as needed)."""
+    n = block.numel()
+    buf = scratch[0]
+    if buf is None or buf.dtype != block.dtype or buf.numel() < n:
+        buf = scratch[0] = torch.empty(max(n, piece // block.element_size()), dtype=block.dtype)
+    dst = buf[:n].view(block.shape)
+    dst.copy_(block)
+    return dst
 
 
 def _plain(name: str, t: Any) -> torch.Tensor:
@@ -134,7 +158,7 @@ def write_tensor(native: Any, name: str, t: torch.Tensor) -> None:
     """Appends every byte of ``t`` (any device, any layout of strides) to
     tensor ``name`` of a native writer, in C order, piece by piece."""
     t = _plain(name, t)
-    for piece in tensor_pieces(t):
+    for piece in tensor_pieces(t, reuse=True):
         native.write(name, _bytes_of(piece))
 
 
@@ -191,7 +215,7 @@ def _write_all(tensors: Mapping[str, torch.Tensor], filename: Any, metadata: Map
     specs = [(k, dtype_name(t.dtype), list(t.shape)) for k, t in tensors.items()]
     with Writer(filename, specs, metadata=metadata) as w:
         for name in w.order:
-            for piece in tensor_pieces(tensors[name]):
+            for piece in tensor_pieces(tensors[name], reuse=True):
                 w._native.write(name, _bytes_of(piece))
 
 

@@ -269,3 +269,9 @@ def test_importing_the_package_does_not_import_torch():
 
     code = "import sys, safetensors_stream; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_reused_pieces_give_the_same_bytes_one_at_a_time():
+    t = tensor_of(torch.bfloat16, (64, 40), 10).t()
+    got = [p.reshape(-1).view(torch.uint8).clone() for p in stt.tensor_pieces(t, piece=1000, reuse=True)]
+    assert len(got) > 1 and torch.equal(torch.cat(got), flat([t]))

@@ -16,6 +16,7 @@ pub(crate) mod bnb;
 pub(crate) mod fp8;
 pub(crate) mod ggml;
 pub(crate) mod gptq;
+pub(crate) mod nvfp4;
 
 use crate::Dtype;
 

@@ -131,11 +131,16 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawHeader, A::Error> {
         let mut out = RawHeader {
             metadata: None,
-            tensors: Vec::with_capacity(self.capacity),
+            tensors: Vec::new(),
         };
         let mut seen_metadata = false;
         // Indices into out.tensors, hashed by name: no second copy of a name.
-        let mut index = NameIndex::with_capacity(self.capacity);
+        let mut index = NameIndex::with_capacity(0);
+        // Room for the tensors is reserved at the first one, less what the
+        // metadata before it took: a header that is one 90 MB metadata
+        // string reserves nothing for tensors it cannot hold.
+        let mut reserved = false;
+        let mut metadata_bytes = 0usize;
         while let Some(key) = map.next_key::<String>()? {
             if key == "__metadata__" {
                 if seen_metadata {
@@ -147,7 +152,17 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
                     rules: self.rules,
                     stash: self.stash,
                 })?;
+                metadata_bytes = out
+                    .metadata
+                    .as_ref()
+                    .map_or(0, |md| md.iter().map(|(k, v)| k.len() + v.len()).sum());
                 continue;
+            }
+            if !reserved {
+                reserved = true;
+                let capacity = self.capacity.saturating_sub(metadata_bytes / 48);
+                out.tensors.reserve_exact(capacity);
+                index = NameIndex::with_capacity(capacity);
             }
             let tensor = map.next_value_seed(TensorSeed {
                 name: key,

@@ -66,7 +66,7 @@ impl Limits {
 }
 
 /// A pickle may build this many times its own size in values...
-pub const BUDGET_FACTOR: usize = 16;
+pub const BUDGET_FACTOR: usize = 32;
 /// ...plus this many bytes, so that a small checkpoint is never short.
 pub const BUDGET_FLOOR: usize = 16 << 20;
 
@@ -79,7 +79,7 @@ pub const BUDGET_FLOOR: usize = 16 << 20;
 /// use safetensors_stream::test_support::pickle::Budget;
 ///
 /// let mut b = Budget::for_input(1000);
-/// assert_eq!(b.limit(), 16 * 1000 + (16 << 20));
+/// assert_eq!(b.limit(), 32 * 1000 + (16 << 20));
 /// assert!(b.charge(1 << 20, "a name").is_ok());
 /// assert!(b.charge(usize::MAX, "a name").is_err());
 /// ```

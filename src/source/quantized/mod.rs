@@ -82,6 +82,14 @@ pub(crate) enum Kind {
     },
     /// bitsandbytes LLM.int8: int8 codes and a row absmax.
     Int8 { weight: Part, scb: Part },
+    /// NVFP4 (ModelOpt or compressed-tensors): packed E2M1 codes, an E4M3
+    /// scale per 16, and a per-tensor scale.
+    Nvfp4 {
+        weight: Part,
+        scale: Part,
+        global: Part,
+        variant: crate::dequant::nvfp4::Variant,
+    },
     /// bitsandbytes NF4/FP4: packed codes, a block absmax (itself
     /// quantized, with nested statistics, when `nested` is there).
     FourBit {
@@ -101,6 +109,7 @@ impl Kind {
             Kind::Gptq { .. } => "gptq",
             Kind::Awq { .. } => "awq",
             Kind::Int8 { .. } => "bitsandbytes-int8",
+            Kind::Nvfp4 { .. } => "nvfp4",
             Kind::FourBit { record, .. } => match record.kind {
                 crate::dequant::bnb::FourBitType::Nf4 => "bitsandbytes-nf4",
                 crate::dequant::bnb::FourBitType::Fp4 => "bitsandbytes-fp4",

@@ -142,6 +142,28 @@ impl DequantReader {
                 arith::scale_values(Dtype::F32, &raw, &mut absmax);
                 dequant::bnb::int8_rows(&codes, to_usize(cols)?, &absmax, &mut self.values);
             }
+            Kind::Nvfp4 {
+                weight,
+                scale,
+                global,
+                variant,
+            } => {
+                let packed = read_elems(weight, r0 * cols / 2, count / 2)?;
+                let per_row = cols / 16;
+                let raw = read_elems(scale, r0 * per_row, to_usize((r1 - r0) * per_row)?)?;
+                let mut scales = Vec::new();
+                arith::scale_values(Dtype::F8_E4M3, &raw, &mut scales);
+                let g =
+                    f32::from_le_bytes(read_elems(global, 0, 1)?[..4].try_into().expect("4 bytes"));
+                dequant::nvfp4::rows(
+                    &packed,
+                    to_usize(cols)?,
+                    &scales,
+                    g,
+                    *variant,
+                    &mut self.values,
+                );
+            }
             Kind::FourBit {
                 weight,
                 absmax,

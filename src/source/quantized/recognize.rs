@@ -14,7 +14,12 @@ use crate::{Dtype, Result};
 
 /// Tensors of activation quantization: a full-precision model has no use
 /// for them once its weights are dequantized.
-const ACTIVATION_SCALES: &[&str] = &[".input_scale", ".k_scale", ".v_scale"];
+const ACTIVATION_SCALES: &[&str] = &[
+    ".input_scale",
+    ".input_global_scale",
+    ".k_scale",
+    ".v_scale",
+];
 
 /// Float dtypes a scale may have.
 const SCALE_DTYPES: &[Dtype] = &[Dtype::F32, Dtype::F16, Dtype::BF16];
@@ -151,13 +156,19 @@ pub(crate) fn recognize<'s>(sources: &'s [Box<dyn Source + 's>]) -> Result<Found
                 fp8(&mut names, prefix, n)?
             } else if let Some(prefix) = n.strip_suffix(".qweight") {
                 packed(&mut names, prefix)?
-            } else if n.ends_with(".weight_packed") {
-                // compressed-tensors' packed int4/NVFP4 formats.
-                let e = QuantError::Unsupported(
-                    "compressed-tensors packed weights (weight_packed) are not dequantized yet"
-                        .into(),
-                );
-                return Err(refuse(e, source.input_name(), n));
+            } else if let Some(prefix) = n.strip_suffix(".weight_packed") {
+                if names
+                    .dtype(&format!("{prefix}.weight_global_scale"))
+                    .is_none()
+                {
+                    // compressed-tensors' int4/int8 pack-quantized format.
+                    let e = QuantError::Unsupported(
+                        "compressed-tensors pack-quantized integer weights are not dequantized yet"
+                            .into(),
+                    );
+                    return Err(refuse(e, source.input_name(), n));
+                }
+                nvfp4(&mut names, prefix, n, ".weight_global_scale")?
             } else if let Some(prefix) = n.strip_suffix(".SCB") {
                 int8(&mut names, prefix)?
             } else if let Some(prefix) = n.strip_suffix(".weight.quant_state.bitsandbytes__nf4") {
@@ -262,12 +273,11 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
     let Some((wat, weight)) = names.part(&wname)? else {
         return Ok(None); // a scale of something else (an activation scale's kin)
     };
+    if weight.dtype == Dtype::U8 && scale_name.ends_with(".weight_scale") {
+        // ModelOpt NVFP4: `weight` U8 and `weight_scale` E4M3.
+        return nvfp4(names, prefix, &wname, ".weight_scale_2");
+    }
     if weight.dtype != Dtype::F8_E4M3 {
-        // NVFP4 (`weight` U8 and `weight_scale` E4M3) and others are not FP8.
-        if weight.dtype == Dtype::U8 {
-            let e = QuantError::Unsupported("NVFP4 weights are not dequantized yet".into());
-            return Err(refuse(e, names.input(wat.0), &weight.name));
-        }
         return Ok(None);
     }
     let input = names.input(wat.0).to_string();
@@ -600,4 +610,69 @@ fn four_bit(
         }),
     };
     Ok(Some((wat, used, w)))
+}
+
+/// NVFP4: the packed codes `packed_name` (`prefix.weight` for ModelOpt,
+/// `prefix.weight_packed` for compressed-tensors), `prefix.weight_scale`,
+/// and the per-tensor scale `prefix` + `global_suffix`.
+fn nvfp4(
+    names: &mut Names,
+    prefix: &str,
+    packed_name: &str,
+    global_suffix: &str,
+) -> Result<Recognised> {
+    const S: &str = "nvfp4";
+    let (wat, weight) = names.part(packed_name)?.expect("listed");
+    let input = names.input(wat.0).to_string();
+    let (sat, scale) = required(
+        names,
+        format!("{prefix}.weight_scale"),
+        S,
+        &input,
+        packed_name,
+    )?;
+    let (gat, global) = required(
+        names,
+        format!("{prefix}{global_suffix}"),
+        S,
+        &input,
+        packed_name,
+    )?;
+    check_dtype(&weight, &[Dtype::U8], "U8", S, &input)?;
+    check_dtype(&scale, &[Dtype::F8_E4M3], "F8_E4M3", S, &input)?;
+    check_dtype(&global, &[Dtype::F32], "F32", S, &input)?;
+    let [m, half] = matrix(&weight, S, &input)?;
+    let n = half * 2;
+    if n % 16 != 0 {
+        let detail = format!("{n} columns are not whole blocks of 16");
+        return Err(groups_error(&weight, S, detail, &input));
+    }
+    if scale.shape != [m, n / 16] {
+        return Err(bad_shape(
+            &scale,
+            S,
+            format!("[{m}, {}] (one per 16 columns)", n / 16),
+            &input,
+        ));
+    }
+    let quotient = match global.shape[..] {
+        [] => Dtype::BF16,
+        [1] => Dtype::F32,
+        _ => return Err(bad_shape(&global, S, "[] or [1]".into(), &input)),
+    };
+    let variant = match global_suffix {
+        ".weight_scale_2" => crate::dequant::nvfp4::Variant::ModelOpt,
+        _ => crate::dequant::nvfp4::Variant::CompressedTensors { quotient },
+    };
+    let w = Weight {
+        name: format!("{prefix}.weight"),
+        shape: [m, n],
+        kind: Arc::new(Kind::Nvfp4 {
+            weight,
+            scale,
+            global,
+            variant,
+        }),
+    };
+    Ok(Some((wat, vec![wat, sat, gat], w)))
 }
