@@ -4,7 +4,10 @@
 //! Every kernel computes what gguf-py 0.19's `gguf.quants.dequantize` does,
 //! operation for operation in float32 (a product, then a sum, each rounded
 //! once, never fused), so the results are bit-identical; the caller rounds
-//! them once more, to the output dtype, with [`super::store_f32`].
+//! them once more, to the output dtype, with [`super::store_f32`]. For the
+//! two types gguf-py cannot dequantize, Q8_K and Q1_0, the kernels compute
+//! what ggml's C reference (`dequantize_row_q8_K`, `dequantize_row_q1_0`)
+//! does. Q8_1, which neither dequantizes, is refused by name.
 //!
 //! Block fields are little-endian whatever the file's byte order: gguf-py
 //! writes and reads quantized tensors as plain bytes.
@@ -48,8 +51,8 @@ pub(crate) struct GgmlType {
     pub(crate) kind: Kind,
 }
 
-const NO_GGUF_PY: &str =
-    "gguf-py 0.19 cannot dequantize it, so there is no reference to check a kernel against";
+const NO_REFERENCE: &str = "neither gguf-py 0.19 nor ggml dequantizes it (ggml uses it only \
+     inside dot products), so there is no reference to check a kernel against";
 
 /// Every type ggml and gguf-py 0.19 define, with gguf-py's block sizes.
 const TYPES: &[GgmlType] = &[
@@ -60,13 +63,13 @@ const TYPES: &[GgmlType] = &[
     quant(6, "Q5_0", 32, 22),
     quant(7, "Q5_1", 32, 24),
     quant(8, "Q8_0", 32, 34),
-    refused(9, "Q8_1", 32, 40, NO_GGUF_PY),
+    refused(9, "Q8_1", 32, 40, NO_REFERENCE),
     quant(10, "Q2_K", 256, 84),
     quant(11, "Q3_K", 256, 110),
     quant(12, "Q4_K", 256, 144),
     quant(13, "Q5_K", 256, 176),
     quant(14, "Q6_K", 256, 210),
-    refused(15, "Q8_K", 256, 292, NO_GGUF_PY),
+    quant(15, "Q8_K", 256, 292),
     quant(16, "IQ2_XXS", 256, 66),
     quant(17, "IQ2_XS", 256, 74),
     quant(18, "IQ3_XXS", 256, 98),
@@ -86,7 +89,7 @@ const TYPES: &[GgmlType] = &[
     quant(35, "TQ2_0", 256, 66),
     quant(39, "MXFP4", 32, 17),
     quant(40, "NVFP4", 64, 36),
-    refused(41, "Q1_0", 128, 18, NO_GGUF_PY),
+    quant(41, "Q1_0", 128, 18),
 ];
 
 const fn plain(id: u32, name: &'static str, dtype: Dtype) -> GgmlType {
@@ -150,6 +153,8 @@ impl GgmlType {
             "Q5_0" => legacy::q5_0,
             "Q5_1" => legacy::q5_1,
             "Q8_0" => legacy::q8_0,
+            "Q8_K" => legacy::q8_k,
+            "Q1_0" => legacy::q1_0,
             "Q2_K" => kquants::q2_k,
             "Q3_K" => kquants::q3_k,
             "Q4_K" => kquants::q4_k,

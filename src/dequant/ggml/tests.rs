@@ -58,6 +58,22 @@ fn ref_q8_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
+fn ref_q8_k(b: &[u8], y: &mut [f32]) {
+    let d = f32::from_le_bytes(b[..4].try_into().unwrap());
+    for j in 0..256 {
+        y[j] = d * (b[4 + j] as i8) as f32;
+    }
+}
+
+fn ref_q1_0(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let neg_d = -d;
+    for j in 0..128 {
+        let bit = (b[2 + j / 8] >> (j % 8)) & 1;
+        y[j] = if bit != 0 { d } else { neg_d };
+    }
+}
+
 fn ref_q2_k(b: &[u8], y: &mut [f32]) {
     let (sc, qs) = (&b[..16], &b[16..80]);
     let (d, min) = (h(b, 80), h(b, 82));
@@ -564,6 +580,12 @@ proptest! {
         check("IQ3_S", &b, ref_iq3_s);
         check("IQ1_S", &b, ref_iq1_s);
         check("IQ1_M", &b, ref_iq1_m);
+    }
+
+    #[test]
+    fn q8_k_and_q1_0_match_the_c_reference(b in blocks(292 * 2)) {
+        check("Q8_K", &b, ref_q8_k);
+        check("Q1_0", &b, ref_q1_0);
     }
 
     #[test]
