@@ -9,12 +9,23 @@
 use super::grids::{IQ1S, IQ2S, IQ2XS, IQ2XXS, IQ3S, IQ3XXS, KSIGNS};
 use super::{f16_at, f16_from_bits};
 
+/// `x * -1` if `negative`, as the FPU multiplies (and numpy with it): a
+/// NaN comes out as it went in. Written out because the compiler may fold
+/// a product by -1 into a negation, which flips a NaN's sign bit.
+#[inline(always)]
+pub(super) fn times_sign(x: f32, negative: bool) -> f32 {
+    if negative && !x.is_nan() {
+        -x
+    } else {
+        x
+    }
+}
+
 /// `scale * grid[j] * (-1 if bit j of signs is set, else 1)` into `out`.
 #[inline(always)]
 fn signed(out: &mut [f32], scale: f32, grid: &[u8], signs: u8) {
     for (j, (o, &g)) in out.iter_mut().zip(grid).enumerate() {
-        let sign = if (signs >> j) & 1 == 0 { 1.0 } else { -1.0 };
-        *o = scale * g as f32 * sign;
+        *o = times_sign(scale * g as f32, (signs >> j) & 1 == 1);
     }
 }
 

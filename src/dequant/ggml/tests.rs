@@ -271,12 +271,24 @@ use super::grids::{IQ1S, IQ2S, IQ2XS, IQ2XXS, IQ3S, IQ3XXS, KSIGNS};
 
 const KMASK_IQ2XS: [u8; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
-fn sign(signs: u8, j: usize) -> f32 {
-    if signs & KMASK_IQ2XS[j] != 0 {
-        -1.0
-    } else {
-        1.0
-    }
+/// ggml's `x * (signs & kmask_iq2xs[j] ? -1.f : 1.f)`, the product as the
+/// FPU computes it (a NaN keeps its sign), which a compiler may not keep.
+fn signed(x: f32, signs: u8, j: usize) -> f32 {
+    super::codebook::times_sign(x, signs & KMASK_IQ2XS[j] != 0)
+}
+
+#[test]
+fn a_product_by_minus_one_keeps_a_nans_sign() {
+    let nan = f32::from_bits(0x7fc0_8000);
+    let black_box = std::hint::black_box;
+    // What the FPU does with a product it is made to compute.
+    let fpu = black_box(nan) * black_box(-1.0f32);
+    assert_eq!(fpu.to_bits(), 0x7fc0_8000);
+    assert_eq!(signed(nan, 1, 0).to_bits(), fpu.to_bits());
+    assert_eq!(signed(-nan, 1, 0).to_bits(), 0xffc0_8000);
+    assert_eq!(signed(2.5, 1, 0), -2.5);
+    assert_eq!(signed(0.0, 1, 0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(signed(f32::INFINITY, 0, 0), f32::INFINITY);
 }
 
 fn le32(b: &[u8], at: usize) -> u32 {
@@ -298,7 +310,7 @@ fn ref_iq2_xxs(b: &[u8], y: &mut [f32]) {
             let grid = &IQ2XXS[aux8[l] as usize];
             let signs = KSIGNS[((aux32[1] >> (7 * l)) & 127) as usize];
             for j in 0..8 {
-                y[o + j] = db * grid[j] as f32 * sign(signs, j);
+                y[o + j] = signed(db * grid[j] as f32, signs, j);
             }
             o += 8;
         }
@@ -324,7 +336,7 @@ fn ref_iq2_xs(b: &[u8], y: &mut [f32]) {
             let grid = &IQ2XS[(q & 511) as usize];
             let signs = KSIGNS[(q >> 9) as usize];
             for j in 0..8 {
-                y[o + j] = db[l / 2] * grid[j] as f32 * sign(signs, j);
+                y[o + j] = signed(db[l / 2] * grid[j] as f32, signs, j);
             }
             o += 8;
         }
@@ -341,7 +353,7 @@ fn ref_iq2_s(b: &[u8], y: &mut [f32]) {
             let idx = qs[4 * ib32 + l] as usize | ((qh[ib32] as usize) << (8 - 2 * l) & 0x300);
             let grid = &IQ2S[idx];
             for j in 0..8 {
-                y[o + j] = db[l / 2] * grid[j] as f32 * sign(signs[4 * ib32 + l], j);
+                y[o + j] = signed(db[l / 2] * grid[j] as f32, signs[4 * ib32 + l], j);
             }
             o += 8;
         }
@@ -360,8 +372,8 @@ fn ref_iq3_xxs(b: &[u8], y: &mut [f32]) {
             let grid1 = &IQ3XXS[qs[8 * ib32 + 2 * l] as usize];
             let grid2 = &IQ3XXS[qs[8 * ib32 + 2 * l + 1] as usize];
             for j in 0..4 {
-                y[o + j] = db * grid1[j] as f32 * sign(signs, j);
-                y[o + j + 4] = db * grid2[j] as f32 * sign(signs, j + 4);
+                y[o + j] = signed(db * grid1[j] as f32, signs, j);
+                y[o + j + 4] = signed(db * grid2[j] as f32, signs, j + 4);
             }
             o += 8;
         }
@@ -385,8 +397,8 @@ fn ref_iq3_s(b: &[u8], y: &mut [f32]) {
                 let grid1 = &IQ3S[qs[2 * l] as usize | ((qh << (8 - 2 * l)) & 256)];
                 let grid2 = &IQ3S[qs[2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256)];
                 for j in 0..4 {
-                    y[o + j] = db * grid1[j] as f32 * sign(signs[l], j);
-                    y[o + j + 4] = db * grid2[j] as f32 * sign(signs[l], j + 4);
+                    y[o + j] = signed(db * grid1[j] as f32, signs[l], j);
+                    y[o + j + 4] = signed(db * grid2[j] as f32, signs[l], j + 4);
                 }
                 o += 8;
             }
