@@ -6,12 +6,16 @@ Generates, with the standard library only:
     shuffled and whose data lies in another shuffled order than the canonical
     one (so a conversion must parse, sort, and read n scattered tensors);
   - an npz of n tiny members (one F32 each, stored);
+  - a torch.save zip of n one-float tensors "layer.{i}.w", each on its own
+    storage (or --pt-shared: all on one), whose data.pkl is byte for byte
+    what torch writes (Python's pickler with torch's persistent ids, the
+    torch globals stood in for by stub modules);
 then runs `convert IN -o OUT --no-sync -q` under /usr/bin/time -v and prints
 peak RSS, wall, user and system time for each n, with the header's bytes
 and RSS / header bytes.
 
     python3 benches/header_scale.py --binary target/debug/convert \
-        --sizes 10000 100000 1000000 --npz 20000 200000
+        --sizes 10000 100000 1000000 --npz 20000 200000 --pt 1000000
 
 Inputs are written under --dir (default: a temp folder) and removed after.
 """
@@ -67,6 +71,69 @@ def gen_npz(path, n):
             z.writestr(f"arr_{i}.npy", npy_bytes(float(i)))
 
 
+def gen_pt(path, n, shared=False):
+    """A torch.save zip of n one-float tensors; returns data.pkl's length."""
+    import collections
+    import pickle
+    import types
+    torch = types.ModuleType("torch")
+    utils = types.ModuleType("torch._utils")
+    saved = {k: sys.modules.get(k) for k in ("torch", "torch._utils")}
+    sys.modules.update({"torch": torch, "torch._utils": utils})
+    try:
+        storage_class = type("FloatStorage", (), {"__module__": "torch"})
+        torch.FloatStorage = storage_class
+
+        def _rebuild_tensor_v2(*args):
+            raise AssertionError("never called")
+
+        _rebuild_tensor_v2.__module__ = "torch._utils"
+        _rebuild_tensor_v2.__qualname__ = "_rebuild_tensor_v2"
+        utils._rebuild_tensor_v2 = _rebuild_tensor_v2
+
+        class Storage:
+            def __init__(self, key, numel):
+                self.key, self.numel = key, numel
+
+        class Tensor:
+            def __init__(self, storage, offset):
+                self.storage, self.offset = storage, offset
+
+            def __reduce_ex__(self, proto):
+                args = (self.storage, self.offset, tuple([1]), tuple([1]), False, collections.OrderedDict())
+                return (_rebuild_tensor_v2, args)
+
+        class Pickler(pickle.Pickler):
+            def persistent_id(self, obj):
+                if isinstance(obj, Storage):
+                    return ("storage", storage_class, obj.key, "cpu", obj.numel)
+                return None
+
+        sd = collections.OrderedDict()
+        one = Storage("0", n)
+        for i in range(n):
+            sd[f"layer.{i}.w"] = Tensor(one, i) if shared else Tensor(Storage(str(i), 1), 0)
+        buf = io.BytesIO()
+        Pickler(buf, protocol=2).dump(sd)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    pkl = buf.getvalue()
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", b"little")
+        if shared:
+            z.writestr("archive/data/0", b"".join(struct.pack("<f", float(i)) for i in range(n)))
+        else:
+            for i in range(n):
+                z.writestr(f"archive/data/{i}", struct.pack("<f", float(i)))
+        z.writestr("archive/version", b"3\n")
+    return len(pkl)
+
+
 def measure(cmd):
     """(peak RSS MiB, wall s, user s, system s) of one run."""
     r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
@@ -87,6 +154,8 @@ def main():
     ap.add_argument("--binary", default="target/debug/convert")
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--npz", type=int, nargs="*", default=[20_000, 200_000])
+    ap.add_argument("--pt", type=int, nargs="*", default=[])
+    ap.add_argument("--pt-shared", action="store_true", help="--pt tensors all on one storage")
     ap.add_argument("--dir")
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="header-scale-")
@@ -108,6 +177,15 @@ def main():
             rss, wall, user, sys_ = measure([args.binary, src, "-o", out, "--no-sync", "-q"])
             hdr = struct.unpack("<Q", open(out, "rb").read(8))[0]
             print(f"{'npz (stored, tiny)':<24} {n:>9} {hdr:>11} {rss:>8.1f} {rss * 2**20 / hdr:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
+            os.remove(src)
+            os.remove(out)
+        for n in args.pt:
+            src = os.path.join(work, f"many-{n}.pt")
+            pkl = gen_pt(src, n, args.pt_shared)
+            out = os.path.join(work, "out.safetensors")
+            rss, wall, user, sys_ = measure([args.binary, src, "-o", out, "--no-sync", "-q"])
+            kind = "pt (one storage)" if args.pt_shared else "pt (a storage each)"
+            print(f"{kind:<24} {n:>9} {pkl:>11} {rss:>8.1f} {rss * 2**20 / pkl:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
             os.remove(src)
             os.remove(out)
     finally:

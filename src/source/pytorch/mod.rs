@@ -31,6 +31,7 @@ use super::blocking::BlockingReader;
 use super::npz::zip::{read_directory, ZipEntry};
 use super::npz::MemberReader;
 use super::{file_range, CrcCheck, FileSpan, Source, SourceOptions, TensorData};
+use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
 use crate::transform::Transform;
@@ -45,8 +46,8 @@ pub(crate) struct Located {
     pub len: u64,
     /// The zip member's CRC-32, when the archive recorded one.
     pub crc: Option<u32>,
-    /// The zip member, for checked reads.
-    pub entry: Option<ZipEntry>,
+    /// The zip member, for checked reads: shared by every view of it.
+    pub entry: Option<Arc<ZipEntry>>,
 }
 
 /// One tensor's place: file, storage, view and byte order.
@@ -143,8 +144,13 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     }
     let (entries, dir_start) = read_directory(&file, len)?;
     let c = zipfmt::open(&file, &entries, dir_start)?;
+    // The directory and then the pickle's bytes are freed as soon as they
+    // are read: a million storages' entries, a 100 MB pickle.
+    drop(entries);
     let (p, _) = unpickle(&c.pickle, Limits::for_input(c.pickle.len()))?;
+    drop(c.pickle);
     let tree = model::tensors(&p, naming)?;
+    drop(p);
     Ok(Part {
         file,
         len,
@@ -153,6 +159,64 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
         big_endian: c.big_endian,
         name: name.to_string(),
     })
+}
+
+/// What makes two views identical: file, storage, dtype, and shape,
+/// stride and offset (a `u64::MAX` between shape and stride).
+type TieKey = (usize, String, Dtype, Vec<u64>);
+
+fn tie_key(file: usize, t: &model::Found) -> TieKey {
+    let v = &t.view;
+    let mut key = v.shape.clone();
+    key.push(u64::MAX);
+    key.extend_from_slice(&v.stride);
+    key.push(v.offset);
+    (file, t.storage.clone(), t.dtype, key)
+}
+
+/// How a dtype's bytes are turned from the file's byte order.
+fn transform(big_endian: bool, dtype: Dtype) -> Transform {
+    match (big_endian, dtype) {
+        (true, Dtype::C64) => Transform::SwapBytes { width: 4 },
+        (true, d) if model::width(d) > 1 => Transform::SwapBytes {
+            width: model::width(d) as usize,
+        },
+        _ => Transform::Identity,
+    }
+}
+
+/// Tensor `t`'s storage in `part`, checked: in the file, of the size the
+/// pickle declares, and not viewed past [`MAX_VIEW_EXPANSION`] times its
+/// bytes unless allowed.
+fn checked_storage<'p>(
+    part: &'p Part,
+    t: &model::Found,
+    options: &SourceOptions,
+) -> Result<&'p Located> {
+    let loc = part
+        .storages
+        .get(&t.storage)
+        .ok_or_else(|| bad(format!("storage {} is not in the file", t.storage)))?;
+    let decl = part.tree.storages[&t.storage];
+    if decl.bytes() != Some(loc.len) {
+        return Err(bad(format!(
+            "storage {} is {} bytes in the file but {} elements of {} bytes in the pickle",
+            t.storage, loc.len, decl.numel, decl.elem
+        )));
+    }
+    let bytes = t
+        .view
+        .numel()
+        .and_then(|n| n.checked_mul(t.view.width))
+        .ok_or_else(|| bad("tensor size overflows 64 bits"))?;
+    if !options.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
+        return Err(Error::new(ErrorKind::ExpandedView {
+            tensor_bytes: bytes,
+            storage_bytes: loc.len,
+            factor: MAX_VIEW_EXPANSION,
+        }));
+    }
+    Ok(loc)
 }
 
 impl PyTorchSource {
@@ -225,73 +289,44 @@ impl PyTorchSource {
         };
         // Bytes the tensors would write, and their distinct storages' bytes.
         let (mut planned, mut stored) = (0u64, 0u64);
+        // Storages counted, by (file, first byte): no copy of their keys.
         let mut counted = HashSet::new();
         src.metadata.insert("format".into(), "pt".into());
-        let mut seen = HashSet::new();
-        // (file, storage, dtype, view) -> first name: identical views are tied.
-        let mut groups: BTreeMap<(usize, String, Dtype, Vec<u64>), Vec<usize>> = BTreeMap::new();
-        for (fi, part) in parts.into_iter().enumerate() {
+        // Names seen, as indices into the list (4 bytes each, no copies).
+        let mut seen = NameIndex::with_capacity(0);
+        // Identical views are tied; grouped only when asked for.
+        let mut groups: BTreeMap<TieKey, Vec<usize>> = BTreeMap::new();
+        for (fi, mut part) in parts.into_iter().enumerate() {
             src.skipped += part.tree.skipped;
-            src.skipped_paths.extend(part.tree.skipped_paths);
-            for t in part.tree.tensors {
-                let on = |e: Error| e.with_tensor(&t.name);
-                if !seen.insert(t.name.clone()) {
+            src.skipped_paths
+                .extend(std::mem::take(&mut part.tree.skipped_paths));
+            for t in std::mem::take(&mut part.tree.tensors) {
+                let k = src.tensors.len();
+                if seen
+                    .insert(k, &t.name, |i| src.tensors[i].name.as_str())
+                    .is_some()
+                {
                     return Err(Error::new(ErrorKind::DuplicateTensor {
-                        name: t.name.clone(),
+                        name: t.name,
                         inputs: None,
                     }));
                 }
-                let loc = part
-                    .storages
-                    .get(&t.storage)
-                    .ok_or_else(|| on(bad(format!("storage {} is not in the file", t.storage))))?;
-                let decl = part.tree.storages[&t.storage];
-                if decl.bytes() != Some(loc.len) {
-                    return Err(on(bad(format!(
-                        "storage {} is {} bytes in the file but {} elements of {} bytes in the pickle",
-                        t.storage, loc.len, decl.numel, decl.elem
-                    ))));
-                }
-                let bytes = t
-                    .view
-                    .numel()
-                    .and_then(|n| n.checked_mul(t.view.width))
-                    .ok_or_else(|| on(bad("tensor size overflows 64 bits")))?;
-                if !options.allow_expanded_views
-                    && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION)
-                {
-                    return Err(on(Error::new(ErrorKind::ExpandedView {
-                        tensor_bytes: bytes,
-                        storage_bytes: loc.len,
-                        factor: MAX_VIEW_EXPANSION,
-                    })));
-                }
-                planned = planned.saturating_add(bytes);
-                if counted.insert((fi, t.storage.clone())) {
+                let loc =
+                    checked_storage(&part, &t, options).map_err(|e| e.with_tensor(&t.name))?;
+                planned = planned.saturating_add(t.view.numel().unwrap_or(0) * t.view.width);
+                if counted.insert((fi, loc.start)) {
                     stored = stored.saturating_add(loc.len);
                 }
-                let transform = match (part.big_endian, t.dtype) {
-                    (true, Dtype::C64) => Transform::SwapBytes { width: 4 },
-                    (true, d) if model::width(d) > 1 => Transform::SwapBytes {
-                        width: model::width(d) as usize,
-                    },
-                    _ => Transform::Identity,
-                };
-                let mut key = t.view.shape.clone();
-                key.push(u64::MAX);
-                key.extend_from_slice(&t.view.stride);
-                key.push(t.view.offset);
-                groups
-                    .entry((fi, t.storage.clone(), t.dtype, key))
-                    .or_default()
-                    .push(src.tensors.len());
+                if options.dedupe_tied {
+                    groups.entry(tie_key(fi, &t)).or_default().push(k);
+                }
                 src.tensors
                     .push(TensorMeta::new(t.name, t.dtype, t.view.shape.clone()));
                 src.placed.push(Placed {
                     file: fi,
                     storage: loc.clone(),
+                    transform: transform(part.big_endian, t.dtype),
                     view: t.view,
-                    transform,
                 });
             }
             src.stamps.push(super::Stamp::of(&part.file, part.len));
@@ -302,10 +337,8 @@ impl PyTorchSource {
                 "its tensors add up to {planned} bytes, more than {MAX_TOTAL_EXPANSION}x its {stored} bytes of storage (pass --allow-expanded-views to write them)"
             )));
         }
-        if options.dedupe_tied {
-            // Each group in checkpoint order: its indices were pushed in turn.
-            src.tied = groups.into_values().filter(|g| g.len() > 1).collect();
-        }
+        // Each group in checkpoint order: its indices were pushed in turn.
+        src.tied = groups.into_values().filter(|g| g.len() > 1).collect();
         Ok(src)
     }
 
@@ -343,7 +376,7 @@ impl PyTorchSource {
             self.files[p.file].try_clone()?,
         );
         tokio::task::spawn_blocking(move || -> Result<()> {
-            let mut r = MemberReader::new(check, &entry, start, 0)?;
+            let mut r = MemberReader::new(check, entry.as_ref(), start, 0)?;
             std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
             Ok(())
         })

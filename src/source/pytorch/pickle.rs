@@ -56,11 +56,17 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The default limits with the [`Budget`] of a pickle of `len` bytes.
+    /// The default limits with the [`Budget`] of a pickle of `len` bytes;
+    /// a pickle past 8 MB may also build a value per byte and memoize one
+    /// per two (an opcode builds at most one, a `BINPUT` takes two bytes:
+    /// a million tensors take 9 million values and 8 million entries).
     pub fn for_input(len: usize) -> Limits {
+        let d = Limits::default();
         Limits {
+            nodes: d.nodes.max(len),
+            memo: d.memo.max(len / 2),
             budget: Budget::for_input(len).limit(),
-            ..Limits::default()
+            ..d
         }
     }
 }
@@ -394,6 +400,57 @@ enum Slot {
     Val(Id),
 }
 
+/// The memo. Python's pickler numbers its entries 0, 1, 2...: those keys
+/// index a list (4 bytes an entry, where a hash map took 16 and more for a
+/// million-tensor checkpoint's 8 million); a key far past the list's end
+/// goes to a map, so a crafted key cannot grow the list.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Id>,
+    sparse: HashMap<u32, Id>,
+    len: usize,
+}
+
+/// A key this far past the list's end still extends it.
+const MEMO_GAP: usize = 64;
+
+impl Memo {
+    const EMPTY: Id = Id::MAX;
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, key: u32) -> Option<Id> {
+        match self.dense.get(key as usize) {
+            Some(&id) if id != Self::EMPTY => Some(id),
+            _ => self.sparse.get(&key).copied(),
+        }
+    }
+
+    fn insert(&mut self, key: u32, id: Id) {
+        let k = key as usize;
+        if k >= self.dense.len() && k - self.dense.len() < MEMO_GAP {
+            self.dense.resize(k + 1, Self::EMPTY);
+        }
+        let new = match self.dense.get_mut(k) {
+            // A key the map took before the list reached it moves over.
+            Some(slot) => {
+                std::mem::replace(slot, id) == Self::EMPTY && self.sparse.remove(&key).is_none()
+            }
+            None => self.sparse.insert(key, id).is_none(),
+        };
+        if new {
+            self.len += 1;
+        }
+    }
+}
+
+/// Shared values: the ints 0-255 (`BININT1`), then `False` and `True`.
+const CONSTANTS: usize = 258;
+const FALSE: usize = 256;
+const TRUE: usize = 257;
+
 struct Machine<'a> {
     data: &'a [u8],
     pos: usize,
@@ -401,7 +458,9 @@ struct Machine<'a> {
     nodes: Vec<Node>,
     stack: Vec<Slot>,
     marks: usize,
-    memo: HashMap<u32, Id>,
+    memo: Memo,
+    /// [`Machine::push_constant`]'s values, once built.
+    constants: [Id; CONSTANTS],
     bytes: usize,
     budget: Budget,
 }
@@ -430,7 +489,8 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         nodes: Vec::new(),
         stack: Vec::new(),
         marks: 0,
-        memo: HashMap::new(),
+        memo: Memo::default(),
+        constants: [Memo::EMPTY; CONSTANTS],
         bytes: 0,
         budget: Budget::new(limits.budget),
     };
@@ -600,6 +660,22 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
+    /// Pushes the small int or bool in `slot`, built the first time and
+    /// shared after: they never change, and a million tensors' offsets,
+    /// sizes and strides are mostly 0s and 1s (4 values a tensor).
+    fn push_constant(&mut self, slot: usize, node: Node) -> Result<()> {
+        let id = match self.constants[slot] {
+            Memo::EMPTY => {
+                let id = self.alloc(node)?;
+                self.constants[slot] = id;
+                id
+            }
+            id => id,
+        };
+        self.stack.push(Slot::Val(id));
+        Ok(())
+    }
+
     fn alloc(&mut self, node: Node) -> Result<Id> {
         if self.nodes.len() >= self.limits.nodes {
             return Err(err(format!(
@@ -651,14 +727,15 @@ impl<'a> Machine<'a> {
 
     fn memo_put(&mut self, key: u32) -> Result<()> {
         let id = self.top()?;
-        if self.memo.len() >= self.limits.memo && !self.memo.contains_key(&key) {
+        let known = self.memo.get(key).is_some();
+        if !known && self.memo.len() >= self.limits.memo {
             return Err(err(format!(
                 "more than {} memo entries: refused",
                 self.limits.memo
             )));
         }
-        if !self.memo.contains_key(&key) {
-            // A hash map entry and its share of the table.
+        if !known {
+            // A hash map entry and its share of the table, at most.
             self.budget.charge(32, "memo entries")?;
         }
         self.memo.insert(key, id);
@@ -666,9 +743,9 @@ impl<'a> Machine<'a> {
     }
 
     fn memo_get(&mut self, key: u32) -> Result<()> {
-        let id = *self
+        let id = self
             .memo
-            .get(&key)
+            .get(key)
             .ok_or_else(|| err(format!("memo key {key} was never stored")))?;
         self.stack.push(Slot::Val(id));
         Ok(())
@@ -930,15 +1007,15 @@ impl<'a> Machine<'a> {
                 let k = self.memo_key()?;
                 self.memo_get(k)?
             }
-            0x88 => self.push_node(Node::Bool(true))?,
-            0x89 => self.push_node(Node::Bool(false))?,
+            0x88 => self.push_constant(TRUE, Node::Bool(true))?,
+            0x89 => self.push_constant(FALSE, Node::Bool(false))?,
             b'J' => {
                 let v = self.u32()? as i32;
                 self.push_node(Node::Int(v.into()))?
             }
             b'K' => {
                 let v = self.byte()?;
-                self.push_node(Node::Int(v.into()))?
+                self.push_constant(v.into(), Node::Int(v.into()))?
             }
             b'M' => {
                 let v = self.u16()?;

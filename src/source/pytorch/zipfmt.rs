@@ -13,9 +13,11 @@ use crate::source::npz::zip::{data_start_via, Method, PositionalReader, ZipEntry
 use crate::source::npz::MemberReader;
 use crate::{Error, ErrorKind, Result};
 
-/// The most bytes a `data.pkl` may have: the pickle is a small index of
-/// the tensors, never their data.
-pub(crate) const MAX_PICKLE: u64 = 64 << 20;
+/// The most bytes a `data.pkl` may have: the pickle is an index of the
+/// tensors, never their data, but torch spends ~100 bytes a tensor on it
+/// (99 MB for a million `layer.N.w`), so room for a million tensors with
+/// names of ~40 bytes.
+pub(crate) const MAX_PICKLE: u64 = 128 << 20;
 
 /// What the archive's layout tells before any storage is read.
 #[derive(Debug)]
@@ -115,7 +117,7 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
                 len: e.uncompressed,
                 // torch writes CRC 0 when it was told not to compute them.
                 crc: (e.crc32 != 0).then_some(e.crc32),
-                entry: Some(e.clone()),
+                entry: Some(std::sync::Arc::new(e.clone())),
             };
             storages.insert(key.to_string(), located);
         }
