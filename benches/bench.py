@@ -1315,7 +1315,7 @@ def quantized_bench(a) -> int:
             gen_quantized(kind, src, size)
             tools = [("convert", [binary, src, "-o", tmp / "out-convert.safetensors", "--dequantize", "--no-sync"])]
             if a.amn:
-                tools.append(("amn remember", [a.amn, "remember", src, "-o", tmp / "out-amn.safetensors"]))
+                tools.append(("amn remember", [a.amn, "remember", src, "-o", tmp / "out-amn.safetensors", "--force"]))
             if have_torch:
                 script = tmp / "reference.py"
                 script.write_text(QUANT_REFERENCE)
