@@ -1329,6 +1329,13 @@ def quantized_bench(a) -> int:
                         print(f"{kind}: {name} failed: {err.strip()[-300:]}")
                         continue
                     results[name].append((wall, rss))
+            ours, theirs = tmp / "out-convert.safetensors", tmp / "out-amn.safetensors"
+            if ours.exists() and theirs.exists():
+                a, b = safetensors_tensors(ours), safetensors_tensors(theirs)
+                same = a == b
+                line = f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} amn's ({sorted(a)} / {sorted(b)})"
+                print(line)
+                lines.append(line)
             if have_torch:
                 same = tensor_data_digest(tmp / "out-convert.safetensors") == tensor_data_digest(tmp / "out-torch.safetensors")
                 print(f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} torch's")
