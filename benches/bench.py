@@ -1331,9 +1331,9 @@ def quantized_bench(a) -> int:
                     results[name].append((wall, rss))
             ours, theirs = tmp / "out-convert.safetensors", tmp / "out-amn.safetensors"
             if ours.exists() and theirs.exists():
-                a, b = safetensors_tensors(ours), safetensors_tensors(theirs)
-                same = a == b
-                line = f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} amn's ({sorted(a)} / {sorted(b)})"
+                mine, peer = safetensors_tensors(ours), safetensors_tensors(theirs)
+                same = mine == peer
+                line = f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} amn's ({sorted(mine)} / {sorted(peer)})"
                 print(line)
                 lines.append(line)
             if have_torch:
