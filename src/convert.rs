@@ -8,7 +8,7 @@ use serde::Serialize;
 use tokio::io::AsyncWrite;
 
 pub use crate::copy::write_shard;
-use crate::copy::{copy_shard, Direct};
+use crate::copy::{copy_shard, Direct, Watch};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
@@ -585,11 +585,9 @@ async fn write_observed<W: AsyncWrite + Unpin>(
     ctx: &ShardCtx<'_>,
     direct: Option<Arc<std::fs::File>>,
 ) -> Result<ObservedWriter<W>> {
-    let progress = ctx.options.progress.clone();
-    let on_tensor = |name: &str| {
-        if let Some(p) = &progress {
-            p.tensor(ctx.index, ctx.count, name);
-        }
+    let watch = Watch {
+        progress: ctx.options.progress.clone(),
+        shard: (ctx.index, ctx.count),
     };
     let fast = direct.map(|out| Direct {
         writeback: ctx.options.sync.then(|| {
@@ -598,8 +596,6 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         }),
         out,
         name: output_name.to_string(),
-        progress: ctx.options.progress.clone(),
-        shard: (ctx.index, ctx.count),
     });
     copy_shard(
         writer,
@@ -607,7 +603,7 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         sources,
         ctx.options.sink,
         output_name,
-        on_tensor,
+        &watch,
         fast,
         Some(ctx.overflows),
     )

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncWrite;
 
+use crate::header::TensorEntry;
 use crate::observe::Progress;
 use crate::plan::{ShardPlan, TensorRef};
 use crate::sink::fast::{copy_spans, SpanJob};
@@ -34,28 +35,84 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         sources,
         sink_options,
         output_name,
-        |_| {},
+        &Watch::default(),
         None,
         None,
     )
     .await
 }
 
+/// Who is told of the copy's progress, and which shard this is.
+#[derive(Clone, Default)]
+pub(crate) struct Watch {
+    pub(crate) progress: Option<Arc<dyn Progress>>,
+    /// This shard's index and the count of shards.
+    pub(crate) shard: (usize, usize),
+}
+
+impl Watch {
+    /// Tells progress that tensor `name` begins.
+    fn tensor(&self, name: &str) {
+        if let Some(p) = &self.progress {
+            p.tensor(self.shard.0, self.shard.1, name);
+        }
+    }
+
+    /// Watches a run of tensors copied in one go (merged kernel copies,
+    /// gathered batches): `entries`, in the order they lie in the file.
+    fn run(&self, entries: &[TensorEntry]) -> RunWatch {
+        let first = entries.first().map_or(0, |t| t.begin);
+        let mut run = RunWatch {
+            watch: self.clone(),
+            names: entries.iter().map(|t| t.meta.name.clone()).collect(),
+            starts: entries.iter().map(|t| t.begin - first).collect(),
+            next: 0,
+            landed: 0,
+        };
+        run.announce();
+        run
+    }
+}
+
+/// A run's tensors, each named once the bytes before it have landed: the
+/// route copies the run as it sees fit, yet every tensor is named, in order.
+struct RunWatch {
+    watch: Watch,
+    names: Vec<String>,
+    /// Where each tensor starts, from the run's start.
+    starts: Vec<u64>,
+    /// The next tensor to name.
+    next: usize,
+    landed: u64,
+}
+
+impl RunWatch {
+    /// `n` more bytes of the run landed, in order.
+    fn landed(&mut self, n: u64) {
+        self.landed += n;
+        self.announce();
+    }
+
+    fn announce(&mut self) {
+        while self.next < self.names.len() && self.starts[self.next] <= self.landed {
+            self.watch.tensor(&self.names[self.next]);
+            self.next += 1;
+        }
+    }
+}
+
 /// The output file itself, for tensors copied without the async writer.
 pub(crate) struct Direct {
     pub(crate) out: Arc<std::fs::File>,
     pub(crate) name: String,
-    pub(crate) progress: Option<Arc<dyn Progress>>,
-    /// This shard's index and the count of shards, for progress.
-    pub(crate) shard: (usize, usize),
     /// Writeback started as bytes land, when the file is to be fsync'd.
     pub(crate) writeback: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
 
 impl Direct {
     /// What to call as bytes land in the file: progress, and writeback.
-    fn on_landed(&self) -> impl Fn(u64) + Send + Sync + 'static {
-        let (progress, writeback) = (self.progress.clone(), self.writeback.clone());
+    fn on_landed(&self, watch: &Watch) -> impl Fn(u64) + Send + Sync + 'static {
+        let (progress, writeback) = (watch.progress.clone(), self.writeback.clone());
         move |n| {
             if let Some(p) = &progress {
                 p.bytes(n);
@@ -74,7 +131,7 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
     sources: &mut [Box<dyn Source + '_>],
     sink_options: SinkOptions,
     output_name: &str,
-    on_tensor: impl Fn(&str),
+    watch: &Watch,
     direct: Option<Direct>,
     overflows: Option<&Mutex<Vec<String>>>,
 ) -> Result<W> {
@@ -99,13 +156,13 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
             let size = sink_options.buffer_size;
             let copied = match next_jobs(shard, k, sources, true) {
                 Next::Spans(spans) => {
-                    on_tensor(&tensors[k].meta.name);
+                    let run = watch.run(&tensors[k..k + spans.len()]);
                     let n = spans.len();
-                    Some((n, copy_direct(&mut sink, d, spans, size).await))
+                    Some((n, copy_direct(&mut sink, d, watch, run, spans, size).await))
                 }
                 Next::Readers(readers) => {
                     let n = readers.len();
-                    let written = write_readers(&mut sink, d, shard, k, readers, size);
+                    let written = write_readers(&mut sink, d, watch, shard, k, readers, size);
                     Some((n, written.await))
                 }
                 Next::Stream => None,
@@ -120,7 +177,7 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
             }
         }
         let (r, t) = (&shard.refs[k], &tensors[k]);
-        on_tensor(&t.meta.name);
+        watch.tensor(&t.meta.name);
         // Start the next tensor now, if its source can: it then reads (an
         // npz member inflates) on another core while this one is written.
         // (Into a file, such tensors are read side by side instead, above.)
@@ -187,16 +244,21 @@ fn name_error(e: Error, sources: &[Box<dyn Source + '_>], r: &TensorRef, out_nam
 async fn copy_direct<W: AsyncWrite + Unpin>(
     sink: &mut Sink<W>,
     d: &Direct,
+    watch: &Watch,
+    mut run: RunWatch,
     jobs: Vec<SpanJob>,
     buffer_size: usize,
 ) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
     sink.flush().await.map_err(|e| (0, e))?;
     let out = d.out.clone();
     let out_name = d.name.clone();
-    let landed = d.on_landed();
+    let landed = d.on_landed(watch);
     let count = jobs.len();
     let copied = tokio::task::spawn_blocking(move || {
-        copy_spans(&out, &out_name, &jobs, buffer_size, landed)
+        copy_spans(&out, &out_name, &jobs, buffer_size, |n| {
+            landed(n);
+            run.landed(n);
+        })
     })
     .await
     .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
@@ -213,6 +275,7 @@ async fn copy_direct<W: AsyncWrite + Unpin>(
 async fn write_readers<W: AsyncWrite + Unpin>(
     sink: &mut Sink<W>,
     d: &Direct,
+    watch: &Watch,
     shard: &ShardPlan,
     start: usize,
     jobs: Vec<ReaderJob>,
@@ -227,15 +290,10 @@ async fn write_readers<W: AsyncWrite + Unpin>(
     let names: Vec<String> = entries.iter().map(|t| t.meta.name.clone()).collect();
     let out = d.out.clone();
     let out_name = d.name.clone();
-    let progress = d.progress.clone();
-    let landed = d.on_landed();
-    let (shard_index, shards) = d.shard;
+    let landed = d.on_landed(watch);
+    let watch = watch.clone();
     let written = tokio::task::spawn_blocking(move || {
-        let started = |i: usize| {
-            if let Some(p) = &progress {
-                p.tensor(shard_index, shards, &names[i]);
-            }
-        };
+        let started = |i: usize| watch.tensor(&names[i]);
         let over = write_parallel(&out, &out_name, jobs, buffer_size, &started, &landed)?;
         // The sink writes at the file's offset: past these tensors.
         std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end))
