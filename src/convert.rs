@@ -8,7 +8,7 @@ use serde::Serialize;
 use tokio::io::AsyncWrite;
 
 pub use crate::copy::write_shard;
-use crate::copy::{copy_shard, Direct, Watch};
+use crate::copy::{copy_shard, Direct, Shard, Watch};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
@@ -595,19 +595,15 @@ async fn write_observed<W: AsyncWrite + Unpin>(
             Arc::new(move |n| w.landed(n)) as Arc<dyn Fn(u64) + Send + Sync>
         }),
         out,
-        name: output_name.to_string(),
     });
-    copy_shard(
-        writer,
-        shard,
-        sources,
-        ctx.options.sink,
-        output_name,
-        &watch,
-        fast,
-        Some(ctx.overflows),
-    )
-    .await
+    let to = Shard {
+        name: output_name,
+        sink_options: ctx.options.sink,
+        watch: &watch,
+        direct: fast,
+        overflows: Some(ctx.overflows),
+    };
+    copy_shard(writer, shard, sources, to).await
 }
 
 /// Every range was checked against the inputs' lengths when opened: an
