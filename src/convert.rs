@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use tokio::io::AsyncWrite;
 
+pub use crate::copy::route::Routes;
 pub use crate::copy::write_shard;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
 use crate::dest::staged::Destination;
@@ -59,6 +60,8 @@ pub struct ConvertOptions {
     /// by the kernel where they pass unchanged (default on). Off, every
     /// byte goes through the async sink; the output is the same either way.
     pub fast_path: bool,
+    /// Which of the fast path's routes may be taken (all, by default).
+    pub routes: Routes,
     /// Allow the output to replace one of the inputs (refused by default:
     /// see [`check_output`]). The input is still read from
     /// its old bytes, and replaced atomically at the end.
@@ -79,6 +82,7 @@ impl Default for ConvertOptions {
             progress: None,
             checksum: false,
             fast_path: true,
+            routes: Routes::default(),
             overwrite_input: false,
             part: Part::All,
         }
@@ -94,6 +98,7 @@ crate::setters::setters!(ConvertOptions {
     progress: Option<Arc<dyn Progress>>,
     checksum: bool,
     fast_path: bool,
+    routes: Routes,
     overwrite_input: bool,
     part: Part,
 });
@@ -109,6 +114,7 @@ impl std::fmt::Debug for ConvertOptions {
             .field("progress", &self.progress.is_some())
             .field("checksum", &self.checksum)
             .field("fast_path", &self.fast_path)
+            .field("routes", &self.routes)
             .field("overwrite_input", &self.overwrite_input)
             .field("part", &self.part)
             .finish()
@@ -601,6 +607,7 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         sink_options: ctx.options.sink,
         watch: &watch,
         direct: fast,
+        routes: ctx.options.routes,
         overflows: Some(ctx.overflows),
     };
     copy_shard(writer, shard, sources, to).await

@@ -28,7 +28,7 @@ use crate::source::{Source, TensorData};
 use crate::{Error, Result};
 use job::{jobs, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
 use pool::write_parallel;
-use route::{routes, Out, Route};
+use route::{routes, Out, Route, Routes};
 use spans::copy_spans;
 
 /// Writes one planned file to any `AsyncWrite`, pulling each tensor from its source.
@@ -44,6 +44,7 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         sink_options,
         watch: &Watch::default(),
         direct: None,
+        routes: Routes::default(),
         overflows: None,
     };
     copy_shard(writer, shard, sources, to).await
@@ -138,6 +139,8 @@ pub(crate) struct Shard<'a> {
     pub(crate) watch: &'a Watch,
     /// The output file, when tensors may be copied straight into it.
     pub(crate) direct: Option<Direct>,
+    /// The routes it may take into the file.
+    pub(crate) routes: Routes,
     /// Where casts' overflows to infinity are told, as warnings.
     pub(crate) overflows: Option<&'a Mutex<Vec<String>>>,
 }
@@ -167,7 +170,7 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
     let mut k = 0;
     while k < shard.refs.len() {
         let window = jobs(shard, k, sources);
-        let routes = routes(&window, out);
+        let routes = routes(&window, out, to.routes);
         let n = window.len();
         copy.window(k, window, &routes, sources).await?;
         k += n;

@@ -22,6 +22,47 @@ pub(crate) enum Out {
     Stream,
 }
 
+/// Which routes a conversion may take into a file: all, by default. With
+/// one off, its tensors take the next route down (a kernel copy, a checked
+/// copy or a gathered batch: one tensor through the buffer; the buffer or
+/// blocking readers: the async sink), so the output is the same bytes
+/// whichever are on, as the conformance suite checks. All off is
+/// [`ConvertOptions::fast_path`](crate::ConvertOptions::fast_path) off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Routes {
+    /// Verbatim runs copied by the kernel from a mapping of the source.
+    pub kernel: bool,
+    /// Checksummed members copied by the kernel, the CRC computed beside.
+    pub checked: bool,
+    /// Small tensors gathered into batches, several batches side by side.
+    pub gather: bool,
+    /// One tensor read at offsets through one buffer.
+    pub buffered: bool,
+    /// Tensors only blocking readers produce, read side by side.
+    pub blocking: bool,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Routes {
+            kernel: true,
+            checked: true,
+            gather: true,
+            buffered: true,
+            blocking: true,
+        }
+    }
+}
+
+crate::setters::setters!(Routes {
+    kernel: bool,
+    checked: bool,
+    gather: bool,
+    buffered: bool,
+    blocking: bool,
+});
+
 /// How a job, or a run of jobs, is copied. Indices are the jobs'.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Route {
@@ -84,8 +125,9 @@ const BATCH_BYTES: u64 = 1 << 20;
 /// A tensor of at most this many bytes may join a batch.
 const SMALL_TENSOR: u64 = 64 * 1024;
 
-/// The routes of `jobs`, in order, covering each job once.
-pub(crate) fn routes(jobs: &[Job], out: Out) -> Vec<Route> {
+/// The routes of `jobs`, in order, covering each job once, taking only
+/// the routes `allowed`.
+pub(crate) fn routes(jobs: &[Job], out: Out, allowed: Routes) -> Vec<Route> {
     if out == Out::Stream {
         return (0..jobs.len()).map(Route::Stream).collect();
     }
@@ -94,9 +136,9 @@ pub(crate) fn routes(jobs: &[Job], out: Out) -> Vec<Route> {
     while i < jobs.len() {
         let end = run_of(jobs, i);
         match &jobs[i] {
-            Job::Span(_) => span_routes(jobs, i..end, &mut routes),
-            Job::Reader(_) => routes.push(Route::Blocking(i..end)),
-            Job::Stream => routes.push(Route::Stream(i)),
+            Job::Span(_) => span_routes(jobs, i..end, allowed, &mut routes),
+            Job::Reader(_) if allowed.blocking => routes.push(Route::Blocking(i..end)),
+            Job::Reader(_) | Job::Stream => routes.extend((i..end).map(Route::Stream)),
         }
         i = end;
     }
@@ -117,22 +159,31 @@ fn run_of(jobs: &[Job], start: usize) -> usize {
 }
 
 /// The routes of a run of span jobs.
-fn span_routes(jobs: &[Job], run: Range<usize>, routes: &mut Vec<Route>) {
+fn span_routes(jobs: &[Job], run: Range<usize>, allowed: Routes, routes: &mut Vec<Route>) {
     let span = |k: usize| jobs[k].span().expect("a run of spans");
-    let kernel = kernel_runs(jobs, run.clone());
+    let kernel = match allowed.kernel {
+        true => kernel_runs(jobs, run.clone()),
+        false => Vec::new(),
+    };
     let mut kernel = kernel.into_iter().peekable();
+    let checked = |k: usize| allowed.checked && checked_copy(span(k));
     let mut i = run.start;
     while i < run.end {
         let next_kernel = kernel.peek().map_or(run.end, |r| r.start);
-        let stretch = batches(jobs, i..next_kernel);
+        let stretch = match allowed.gather {
+            true => batches(jobs, i..next_kernel, checked),
+            false => Vec::new(),
+        };
         let route = if next_kernel == i {
             Route::Kernel(kernel.next().expect("peeked"))
-        } else if checked_copy(span(i)) {
+        } else if checked(i) {
             Route::Checked(i)
         } else if !stretch.is_empty() {
             Route::Gather(stretch)
-        } else {
+        } else if allowed.buffered {
             Route::Buffered(i)
+        } else {
+            Route::Stream(i)
         };
         i = route.jobs().end;
         routes.push(route);
@@ -185,13 +236,16 @@ fn verbatim_run(jobs: &[Job], start: usize, stop: usize) -> usize {
 }
 
 /// The batches that follow one another in `within`, each of two jobs or
-/// more, as [`batch_len`] cuts them. A checksummed member the kernel
-/// copies never joins one.
-fn batches(jobs: &[Job], within: Range<usize>) -> Vec<Range<usize>> {
+/// more, as [`batch_len`] cuts them. A member copied `checked` never joins one.
+fn batches(
+    jobs: &[Job],
+    within: Range<usize>,
+    checked: impl Fn(usize) -> bool,
+) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut i = within.start;
     while i < within.end {
-        match batch_len(jobs, i..within.end) {
+        match batch_len(jobs, i..within.end, &checked) {
             n @ 2.. => out.push(i..i + n),
             _ => break,
         }
@@ -202,11 +256,11 @@ fn batches(jobs: &[Job], within: Range<usize>) -> Vec<Range<usize>> {
 
 /// How many jobs from the start of `within` form a batch: small ones, back
 /// to back in plan order, up to [`BATCH_BYTES`] of output.
-fn batch_len(jobs: &[Job], within: Range<usize>) -> usize {
+fn batch_len(jobs: &[Job], within: Range<usize>, checked: impl Fn(usize) -> bool) -> usize {
     let mut total = 0;
     let mut n = 0;
-    for job in &jobs[within] {
-        let Some(job) = job.span().filter(|j| !checked_copy(j)) else {
+    for k in within {
+        let Some(job) = jobs[k].span().filter(|_| !checked(k)) else {
             break;
         };
         let len = job.out_len();
@@ -277,6 +331,39 @@ mod tests {
 
     use Route::*;
 
+    fn routed(jobs: &[Job], out: Out) -> Vec<Route> {
+        routes(jobs, out, super::Routes::default())
+    }
+
+    #[test]
+    fn a_route_turned_off_leaves_its_tensors_to_the_next_one_down() {
+        let all = super::Routes::default();
+        let js = jobs("kkcxxrr");
+        let off = |r: super::Routes| routes(&js, Out::File, r);
+        assert_eq!(
+            off(all),
+            [Kernel(0..2), Checked(2), one_batch(3..5), Blocking(5..7)]
+        );
+        assert_eq!(
+            off(all.kernel(false).gather(false)),
+            [
+                Buffered(0),
+                Buffered(1),
+                Checked(2),
+                Buffered(3),
+                Buffered(4),
+                Blocking(5..7)
+            ]
+        );
+        assert_eq!(
+            off(all.checked(false).blocking(false))[1..],
+            [Buffered(2), one_batch(3..5), Stream(5), Stream(6)]
+        );
+        let none = all.kernel(false).checked(false).gather(false);
+        let none = none.buffered(false).blocking(false);
+        assert_eq!(off(none), (0..7).map(Stream).collect::<Vec<_>>());
+    }
+
     /// A stretch of one batch.
     fn one_batch(jobs: Range<usize>) -> Route {
         Gather(vec![jobs])
@@ -284,7 +371,7 @@ mod tests {
 
     #[test]
     fn each_run_of_one_kind_takes_its_route_into_a_file() {
-        let routes = routes(&jobs("kkrrasa"), Out::File);
+        let routes = routed(&jobs("kkrrasa"), Out::File);
         assert_eq!(
             routes,
             [
@@ -299,7 +386,7 @@ mod tests {
 
     #[test]
     fn everything_goes_through_the_sink_into_a_stream() {
-        let routes = routes(&jobs("kcrsa"), Out::Stream);
+        let routes = routed(&jobs("kcrsa"), Out::Stream);
         assert_eq!(routes, (0..5).map(Stream).collect::<Vec<_>>());
     }
 
@@ -308,26 +395,26 @@ mod tests {
         // Small ones merge into a kernel run when back to back and long enough
         // together; scattered (another file between), they are gathered.
         assert_eq!(
-            routes(&jobs("sss|k"), Out::File),
+            routed(&jobs("sss|k"), Out::File),
             [one_batch(0..3), Kernel(3..4)]
         );
-        assert_eq!(routes(&jobs("sk"), Out::File), [Kernel(0..2)]);
+        assert_eq!(routed(&jobs("sk"), Out::File), [Kernel(0..2)]);
         assert_eq!(
-            routes(&jobs("xxcxx"), Out::File),
+            routed(&jobs("xxcxx"), Out::File),
             [one_batch(0..2), Checked(2), one_batch(3..5)]
         );
         // One small tensor alone is no batch.
-        assert_eq!(routes(&jobs("x|k"), Out::File), [Buffered(0), Kernel(1..2)]);
+        assert_eq!(routed(&jobs("x|k"), Out::File), [Buffered(0), Kernel(1..2)]);
     }
 
     #[test]
     fn a_kernel_run_stops_at_a_file_change_and_at_a_cast() {
         assert_eq!(
-            routes(&jobs("kk|kk"), Out::File),
+            routed(&jobs("kk|kk"), Out::File),
             [Kernel(0..2), Kernel(2..4)]
         );
         assert_eq!(
-            routes(&jobs("kxk"), Out::File),
+            routed(&jobs("kxk"), Out::File),
             [Kernel(0..1), Buffered(1), Kernel(2..3)]
         );
     }
@@ -335,7 +422,7 @@ mod tests {
     #[test]
     fn batches_are_cut_at_their_byte_budget() {
         let many = "x".repeat((BATCH_BYTES / 50) as usize + 3);
-        let routes = routes(&jobs(&many), Out::File);
+        let routes = routed(&jobs(&many), Out::File);
         let [Gather(batches)] = &routes[..] else {
             panic!("{routes:?}");
         };
@@ -348,7 +435,7 @@ mod tests {
     fn every_job_is_routed_once_in_order() {
         for spec in ["", "a", "kxsrcak|ssr", "ccc", "rrr|xx|kk"] {
             let js = jobs(spec);
-            let routes = routes(&js, Out::File);
+            let routes = routed(&js, Out::File);
             let covered: Vec<usize> = routes.iter().flat_map(Route::jobs).collect();
             assert_eq!(covered, (0..js.len()).collect::<Vec<_>>(), "{spec}");
         }

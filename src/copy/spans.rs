@@ -318,7 +318,7 @@ mod tests {
     /// The routes of `jobs` into a file.
     fn routed(jobs: &[SpanJob]) -> Vec<Route> {
         let jobs: Vec<Job> = jobs.iter().cloned().map(Job::Span).collect();
-        routes(&jobs, Out::File)
+        routes(&jobs, Out::File, crate::copy::route::Routes::default())
     }
 
     fn copy(jobs: &[SpanJob]) -> (std::result::Result<u64, JobError>, Vec<u8>) {
