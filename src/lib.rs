@@ -45,7 +45,7 @@
 //! ```
 #![warn(missing_docs, unreachable_pub)]
 // Two modules may use `unsafe`, for system calls with no safe wrapper: the
-// mapped copy (src/sink/mapped.rs), whose mapping only the kernel reads,
+// mapped copy (src/copy/mapped.rs), whose mapping only the kernel reads,
 // and starting writeback (src/dest/writeback.rs). Nothing that parses
 // input does.
 #![deny(unsafe_code)]

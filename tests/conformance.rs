@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 
-use safetensors_stream::convert::{convert_sources, ConvertOptions, Output};
+use safetensors_stream::convert::{convert_sources, ConvertOptions, Output, Routes};
 use safetensors_stream::header::{parse_file_bytes, Metadata, Rules};
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{Access, Listing, Source, SourceOptions, TensorReader};
@@ -181,14 +181,41 @@ fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     v
 }
 
-/// Converts an opened source into a temp file, with the file-to-file fast
-/// path on or off; returns the bytes or the error.
-async fn convert_one(source: Box<dyn Source>, fast_path: bool) -> Result<Vec<u8>, Error> {
+/// Every way of copying a conversion can be forced into: each copy route
+/// turned off in turn (its tensors then take the next route down), and
+/// the fast path off (every byte through the async sink).
+fn route_matrix() -> Vec<(&'static str, ConvertOptions)> {
+    let on = ConvertOptions::default().sync(false);
+    let all = Routes::default();
+    vec![
+        (
+            "without kernel copies",
+            on.clone().routes(all.kernel(false)),
+        ),
+        (
+            "without checked copies",
+            on.clone().routes(all.checked(false)),
+        ),
+        ("without gathering", on.clone().routes(all.gather(false))),
+        (
+            "without the buffered copy",
+            on.clone().routes(all.buffered(false)),
+        ),
+        (
+            "without blocking readers",
+            on.clone().routes(all.blocking(false)),
+        ),
+        ("without the fast path", on.fast_path(false)),
+    ]
+}
+
+/// Converts an opened source into a temp file under `options`; returns the
+/// bytes or the error.
+async fn convert_one(source: Box<dyn Source>, options: &ConvertOptions) -> Result<Vec<u8>, Error> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.safetensors");
-    let options = ConvertOptions::default().sync(false).fast_path(fast_path);
     let mut sources = vec![source];
-    convert_sources(&mut sources, &Output::File(out.clone()), &options).await?;
+    convert_sources(&mut sources, &Output::File(out.clone()), options).await?;
     Ok(std::fs::read(out).unwrap())
 }
 
@@ -284,19 +311,20 @@ async fn conformance(s: &Subject) -> Result<(), String> {
     // The whole conversion, from a fresh source.
     let (_, opened) = open(&s.path, s.transport).await;
     let opened = opened.map_err(|e| fail(format!("reopen: {e}")))?;
-    let out = convert_one(opened.source, true)
+    let all = ConvertOptions::default().sync(false);
+    let out = convert_one(opened.source, &all)
         .await
         .map_err(|e| fail(format!("convert: {e}")))?;
-    // The one copy core: the fast path and the async sink agree to the byte.
-    let (_, opened) = open(&s.path, s.transport).await;
-    let opened = opened.map_err(|e| fail(format!("reopen: {e}")))?;
-    let slow = convert_one(opened.source, false)
-        .await
-        .map_err(|e| fail(format!("convert without the fast path: {e}")))?;
-    if slow != out {
-        return Err(fail(
-            "the fast path and the async sink wrote different bytes".into(),
-        ));
+    // One copy core: every route forced off in turn writes the same bytes.
+    for (forced, options) in route_matrix() {
+        let (_, opened) = open(&s.path, s.transport).await;
+        let opened = opened.map_err(|e| fail(format!("reopen: {e}")))?;
+        let other = convert_one(opened.source, &options)
+            .await
+            .map_err(|e| fail(format!("convert {forced}: {e}")))?;
+        if other != out {
+            return Err(fail(format!("{forced}, the bytes differ")));
+        }
     }
     match &s.exact {
         Some(exact) if &out != exact => Err(fail("output differs from the expected file".into())),
@@ -555,15 +583,13 @@ struct Broken {
     after_open: Option<fn(&Path)>,
 }
 
-/// Runs a broken input with the fast path on, then off: both must fail
-/// the same way (kind, input, tensor, offset).
+/// Runs a broken input with every route, then with each forced off in
+/// turn: all must fail the same way (kind, input, tensor, offset).
 async fn broken(b: &Broken) -> Result<(), String> {
     let original = std::fs::read(&b.path).unwrap();
-    let fast = broken_once(b, true).await?;
-    std::fs::write(&b.path, &original).unwrap();
-    let slow = broken_once(b, false).await?;
+    let fast = broken_once(b, &ConvertOptions::default().sync(false)).await?;
     // Each names its own input (checked in `broken_once`): a pipe's
-    // /proc/self/fd/N differs between the two runs.
+    // /proc/self/fd/N differs between the runs.
     let facts = |e: &Error| {
         (
             std::mem::discriminant(e.kind()),
@@ -571,16 +597,20 @@ async fn broken(b: &Broken) -> Result<(), String> {
             e.offset(),
         )
     };
-    if facts(&fast) != facts(&slow) {
-        let fail = format!("{} [{:?}]", b.label, b.transport);
-        return Err(format!(
-            "{fail}: fast path says {fast:?}, the sink {slow:?}"
-        ));
+    for (forced, options) in route_matrix() {
+        std::fs::write(&b.path, &original).unwrap();
+        let other = broken_once(b, &options).await?;
+        if facts(&fast) != facts(&other) {
+            let fail = format!("{} [{:?}]", b.label, b.transport);
+            return Err(format!(
+                "{fail}: every route says {fast:?}, {forced} {other:?}"
+            ));
+        }
     }
     Ok(())
 }
 
-async fn broken_once(b: &Broken, fast_path: bool) -> Result<Error, String> {
+async fn broken_once(b: &Broken, options: &ConvertOptions) -> Result<Error, String> {
     let fail = |what: String| format!("{} [{:?}]: {what}", b.label, b.transport);
     let (input, opened) = open(&b.path, b.transport).await;
     let e = match (opened, b.stage) {
@@ -592,7 +622,7 @@ async fn broken_once(b: &Broken, fast_path: bool) -> Result<Error, String> {
                 f(&b.path);
             }
             let tensors: Vec<String> = o.source.tensors().iter().map(|t| t.name.clone()).collect();
-            let e = match convert_one(o.source, fast_path).await {
+            let e = match convert_one(o.source, options).await {
                 Ok(_) => return Err(fail("converted".into())),
                 Err(e) => e,
             };

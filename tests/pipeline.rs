@@ -927,3 +927,70 @@ fn resharding_a_checkpoint_in_place_works() {
         .collect();
     assert!(std::fs::read(&back).unwrap() == ref_serialize(&renamed, None));
 }
+
+// ---- progress ---------------------------------------------------------------
+
+/// What progress is told, in order: each tensor as (shard, shards, name).
+#[derive(Default)]
+struct Recording(std::sync::Mutex<Vec<(usize, usize, String)>>);
+
+impl safetensors_stream::observe::Progress for Recording {
+    fn tensor(&self, shard: usize, shards: usize, name: &str) {
+        let told = (shard, shards, name.to_string());
+        self.0.lock().unwrap().push(told);
+    }
+}
+
+/// Tensors that take every file-to-file route: big ones back to back (one
+/// merged kernel copy), small ones (gathered into batches), an F32 one
+/// cast on the way (positional reads through the buffer).
+fn progress_input() -> Vec<T> {
+    let mut ts = vec![
+        T::new("big.0", Dtype::U8, &[256 << 10]),
+        T::new("big.1", Dtype::U8, &[256 << 10]),
+        T::new("cast", Dtype::F32, &[4096]),
+    ];
+    ts.extend((0..6).map(|i| T::new(&format!("small.{i}"), Dtype::I16, &[50])));
+    ts
+}
+
+/// What progress should be told of the files written at `outs`, shard by
+/// shard: every tensor once, in the order it lies in its file.
+fn told_of(outs: &[PathBuf]) -> Vec<(usize, usize, String)> {
+    outs.iter()
+        .enumerate()
+        .flat_map(|(k, out)| {
+            let names = names_in_offset_order(&std::fs::read(out).unwrap());
+            names.into_iter().map(move |n| (k, outs.len(), n))
+        })
+        .collect()
+}
+
+#[test]
+fn progress_names_every_tensor_as_it_is_copied_on_every_route() {
+    let src = tempfile::tempdir().unwrap();
+    let input = ref_file(src.path(), "in.safetensors", &progress_input(), None);
+    let casts = PlanOptions::default().casts(vec![(Dtype::F32, Dtype::F16)]);
+    let sharded = casts.clone().max_shard_size(Some(300 << 10));
+    let routes = [
+        ("file", opts(casts.clone())),
+        ("sharded", opts(sharded.clone())),
+        ("through the sink", opts(casts.clone()).fast_path(false)),
+        ("checksummed", opts(sharded).checksum(true)),
+    ];
+    for (route, options) in routes {
+        let dir = tempfile::tempdir().unwrap();
+        let recording = std::sync::Arc::new(Recording::default());
+        let options = options.progress(Some(recording.clone() as _));
+        let out = dir.path().join("m.safetensors");
+        let report = run(std::slice::from_ref(&input), &out, &options).unwrap();
+        let shards: Vec<PathBuf> = report
+            .outputs
+            .iter()
+            .filter(|o| o.tensors > 0)
+            .map(|o| PathBuf::from(&o.path))
+            .collect();
+        let told = recording.0.lock().unwrap().clone();
+        assert_eq!(told, told_of(&shards), "{route}");
+    }
+}

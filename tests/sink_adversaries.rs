@@ -865,32 +865,36 @@ impl Source for Counted {
 }
 
 #[test]
-fn an_output_that_is_a_folder_fails_before_any_tensor_is_read() {
+fn an_output_that_is_a_folder_fails_before_any_tensor_is_read_unless_named_with_a_slash() {
     let dir = tempfile::tempdir().unwrap();
     let folder = dir.path().join("folder");
     std::fs::create_dir(&folder).unwrap();
     let mut with_slash = dir.path().join("not-yet").into_os_string();
     with_slash.push("/");
-    for target in [folder.clone(), PathBuf::from(with_slash)] {
+    let convert_into = |target: &PathBuf| {
         let opened = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut mem = MemorySource::new("mem");
         mem.push("x", Dtype::U8, [4], vec![1, 2, 3, 4]).unwrap();
         let mut sources: Vec<Box<dyn Source>> = vec![Box::new(Counted(mem, opened.clone()))];
-        let e = block_on(convert_sources(
+        let done = block_on(convert_sources(
             &mut sources,
             &Output::File(target.clone()),
             &quick(PlanOptions::default()),
-        ))
-        .unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::Io(_)), "{e:?}");
-        assert_eq!(e.output(), Some(target.display().to_string().as_str()));
-        assert_eq!(
-            opened.load(std::sync::atomic::Ordering::SeqCst),
-            0,
-            "{}: a tensor was read",
-            target.display()
-        );
-        assert_eq!(listing(dir.path()), ["folder"]);
-        assert!(listing(&folder).is_empty());
-    }
+        ));
+        (done, opened.load(std::sync::atomic::Ordering::SeqCst))
+    };
+    // A folder named as a file is a mistake of usage, found before a read.
+    let (done, opened) = convert_into(&folder);
+    let e = done.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::OutputName(_)), "{e:?}");
+    assert_eq!(e.category(), Category::Usage);
+    assert_eq!(e.output(), Some(folder.display().to_string().as_str()));
+    assert_eq!(opened, 0, "a tensor was read");
+    assert_eq!(listing(dir.path()), ["folder"]);
+    assert!(listing(&folder).is_empty());
+    // Named with a slash, it is made and written into.
+    let (done, _) = convert_into(&PathBuf::from(with_slash));
+    done.unwrap();
+    let made = dir.path().join("not-yet");
+    assert_eq!(listing(&made), ["model.safetensors"]);
 }

@@ -1,24 +1,35 @@
 //! The copy engine: a planned shard's tensors from their sources into one
-//! writer. The route of each run of tensors is chosen in one place
-//! ([`job::next_jobs`]): kernel copies and positional reads for bytes that
-//! lie in files ([`crate::sink::fast`]), blocking readers side by side
-//! ([`crate::sink::parallel`]), else the async [`Sink`], one tensor at a
-//! time. Every route ends in the one element pipeline.
+//! writer. What each tensor's source offers is asked in one place
+//! ([`job::jobs`]); how each is copied is chosen in one place, without I/O
+//! ([`route::routes`]); the runners below only carry routes out: kernel
+//! copies and positional reads of bytes that lie in files ([`spans`],
+//! [`gather`]), blocking readers side by side ([`pool`]), and the async
+//! [`Sink`], one tensor at a time. Every route ends in the one element
+//! pipeline.
 
+mod gather;
 pub(crate) mod job;
+#[allow(unsafe_code)]
+mod mapped;
+mod pool;
+mod positional;
+pub(crate) mod route;
+mod spans;
 
 use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncWrite;
 
+use crate::header::TensorEntry;
 use crate::observe::Progress;
 use crate::plan::{ShardPlan, TensorRef};
-use crate::sink::fast::{copy_spans, SpanJob};
-use crate::sink::parallel::{write_parallel, ReaderJob};
 use crate::sink::{Sink, SinkOptions};
 use crate::source::{Source, TensorData};
 use crate::{Error, Result};
-use job::{next_jobs, Next};
+use job::{jobs, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
+use pool::write_parallel;
+use route::{routes, Out, Route, Routes};
+use spans::copy_spans;
 
 /// Writes one planned file to any `AsyncWrite`, pulling each tensor from its source.
 pub async fn write_shard<W: AsyncWrite + Unpin>(
@@ -28,34 +39,87 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
     sink_options: SinkOptions,
     output_name: &str,
 ) -> Result<W> {
-    copy_shard(
-        writer,
-        shard,
-        sources,
+    let to = Shard {
+        name: output_name,
         sink_options,
-        output_name,
-        |_| {},
-        None,
-        None,
-    )
-    .await
+        watch: &Watch::default(),
+        direct: None,
+        routes: Routes::default(),
+        overflows: None,
+    };
+    copy_shard(writer, shard, sources, to).await
+}
+
+/// Who is told of the copy's progress, and which shard this is.
+#[derive(Clone, Default)]
+pub(crate) struct Watch {
+    pub(crate) progress: Option<Arc<dyn Progress>>,
+    /// This shard's index and the count of shards.
+    pub(crate) shard: (usize, usize),
+}
+
+impl Watch {
+    /// Tells progress that tensor `name` begins.
+    fn tensor(&self, name: &str) {
+        if let Some(p) = &self.progress {
+            p.tensor(self.shard.0, self.shard.1, name);
+        }
+    }
+
+    /// Watches a run of tensors copied in one go (merged kernel copies,
+    /// gathered batches): `entries`, in the order they lie in the file.
+    fn run(&self, entries: &[TensorEntry]) -> RunWatch {
+        let first = entries.first().map_or(0, |t| t.begin);
+        let mut run = RunWatch {
+            watch: self.clone(),
+            names: entries.iter().map(|t| t.meta.name.clone()).collect(),
+            starts: entries.iter().map(|t| t.begin - first).collect(),
+            next: 0,
+            landed: 0,
+        };
+        run.announce();
+        run
+    }
+}
+
+/// A run's tensors, each named once the bytes before it have landed: the
+/// route copies the run as it sees fit, yet every tensor is named, in order.
+struct RunWatch {
+    watch: Watch,
+    names: Vec<String>,
+    /// Where each tensor starts, from the run's start.
+    starts: Vec<u64>,
+    /// The next tensor to name.
+    next: usize,
+    landed: u64,
+}
+
+impl RunWatch {
+    /// `n` more bytes of the run landed, in order.
+    fn landed(&mut self, n: u64) {
+        self.landed += n;
+        self.announce();
+    }
+
+    fn announce(&mut self) {
+        while self.next < self.names.len() && self.starts[self.next] <= self.landed {
+            self.watch.tensor(&self.names[self.next]);
+            self.next += 1;
+        }
+    }
 }
 
 /// The output file itself, for tensors copied without the async writer.
 pub(crate) struct Direct {
     pub(crate) out: Arc<std::fs::File>,
-    pub(crate) name: String,
-    pub(crate) progress: Option<Arc<dyn Progress>>,
-    /// This shard's index and the count of shards, for progress.
-    pub(crate) shard: (usize, usize),
     /// Writeback started as bytes land, when the file is to be fsync'd.
     pub(crate) writeback: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
 
 impl Direct {
     /// What to call as bytes land in the file: progress, and writeback.
-    fn on_landed(&self) -> impl Fn(u64) + Send + Sync + 'static {
-        let (progress, writeback) = (self.progress.clone(), self.writeback.clone());
+    fn on_landed(&self, watch: &Watch) -> impl Fn(u64) + Send + Sync + 'static {
+        let (progress, writeback) = (watch.progress.clone(), self.writeback.clone());
         move |n| {
             if let Some(p) = &progress {
                 p.bytes(n);
@@ -67,93 +131,268 @@ impl Direct {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Where one shard goes, and who hears of it.
+pub(crate) struct Shard<'a> {
+    /// The output's name, in errors.
+    pub(crate) name: &'a str,
+    pub(crate) sink_options: SinkOptions,
+    pub(crate) watch: &'a Watch,
+    /// The output file, when tensors may be copied straight into it.
+    pub(crate) direct: Option<Direct>,
+    /// The routes it may take into the file.
+    pub(crate) routes: Routes,
+    /// Where casts' overflows to infinity are told, as warnings.
+    pub(crate) overflows: Option<&'a Mutex<Vec<String>>>,
+}
+
+/// Copies a shard's tensors into `writer` (and, where `to.direct` allows,
+/// straight into its file), window by window of jobs, each window's routes
+/// chosen by [`routes`].
 pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
     writer: W,
     shard: &ShardPlan,
     sources: &mut [Box<dyn Source + '_>],
-    sink_options: SinkOptions,
-    output_name: &str,
-    on_tensor: impl Fn(&str),
-    direct: Option<Direct>,
-    overflows: Option<&Mutex<Vec<String>>>,
+    to: Shard<'_>,
 ) -> Result<W> {
-    let overflowed = |k: usize, count: u64| {
-        if let (Some(list), Some(c)) = (overflows, shard.refs[k].cast()) {
-            let name = &shard.header.header().tensors[k].meta.name;
-            let msg = overflow_warning(name, c, count);
-            list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
-        }
-    };
-    let sink = Sink::start(writer, &shard.header, sink_options)
+    let sink = Sink::start(writer, &shard.header, to.sink_options)
         .await
-        .map_err(|e| e.with_output(output_name))?;
-    let mut sink = sink.with_output_name(output_name);
-    let tensors = &shard.header.header().tensors;
-    let mut ahead: Option<(usize, Result<TensorData<'static>>)> = None;
+        .map_err(|e| e.with_output(to.name))?;
+    let mut copy = Copy {
+        sink: sink.with_output_name(to.name),
+        shard,
+        to: &to,
+        ahead: None,
+    };
+    let out = match to.direct {
+        Some(_) => Out::File,
+        None => Out::Stream,
+    };
     let mut k = 0;
     while k < shard.refs.len() {
-        if let Some(d) = &direct {
-            // Tensors whose bytes lie in files, or else deflated members
-            // (read side by side): straight into the file.
-            let size = sink_options.buffer_size;
-            let copied = match next_jobs(shard, k, sources, true) {
-                Next::Spans(spans) => {
-                    on_tensor(&tensors[k].meta.name);
-                    let n = spans.len();
-                    Some((n, copy_direct(&mut sink, d, spans, size).await))
+        let window = jobs(shard, k, sources);
+        let routes = routes(&window, out, to.routes);
+        let n = window.len();
+        copy.window(k, window, &routes, sources).await?;
+        k += n;
+    }
+    copy.sink.finish().await
+}
+
+/// A shard being copied.
+struct Copy<'a, W> {
+    sink: Sink<W>,
+    shard: &'a ShardPlan,
+    to: &'a Shard<'a>,
+    /// The next tensor, opened ahead (see [`Copy::stream`]).
+    ahead: Option<(usize, Result<TensorData<'static>>)>,
+}
+
+impl<W: AsyncWrite + Unpin> Copy<'_, W> {
+    /// Carries out the routes of a window of jobs starting at tensor `start`.
+    async fn window(
+        &mut self,
+        start: usize,
+        jobs: Vec<Job>,
+        routes: &[Route],
+        sources: &mut [Box<dyn Source + '_>],
+    ) -> Result<()> {
+        let mut jobs: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
+        let mut r = 0;
+        while r < routes.len() {
+            // Routes of bytes in files go in one trip to the blocking pool.
+            let group = routes[r..]
+                .iter()
+                .take_while(|x| x.in_files())
+                .count()
+                .max(1);
+            let group = &routes[r..r + group];
+            r += group.len();
+            let first = group[0].jobs().start;
+            let done = match &group[0] {
+                Route::Stream(k) => self.stream(start + k, sources).await,
+                Route::Blocking(run) => {
+                    let readers = run.clone().map(|i| take(&mut jobs[i], reader)).collect();
+                    self.readers(start + run.start, readers).await
                 }
-                Next::Readers(readers) => {
-                    let n = readers.len();
-                    let written = write_readers(&mut sink, d, shard, k, readers, size);
-                    Some((n, written.await))
+                _ => {
+                    let end = group[group.len() - 1].jobs().end;
+                    let spans = (first..end).map(|i| take(&mut jobs[i], span)).collect();
+                    let routes = group.iter().map(|x| x.counted_from(first)).collect();
+                    self.spans(start + first, spans, routes).await
                 }
-                Next::Stream => None,
             };
-            if let Some((n, copied)) = copied {
-                let over = copied.map_err(|(i, e)| {
-                    name_error(e, sources, &shard.refs[k + i], &tensors[k + i].meta.name)
-                })?;
-                over.into_iter().for_each(|(i, n)| overflowed(k + i, n));
-                k += n;
-                continue;
-            }
+            let at = start + first;
+            let over = done.map_err(|f| self.name_error(f.after(at), sources))?;
+            over.into_iter()
+                .for_each(|o| self.overflowed(at + o.job, o.count));
         }
-        let (r, t) = (&shard.refs[k], &tensors[k]);
-        on_tensor(&t.meta.name);
-        // Start the next tensor now, if its source can: it then reads (an
-        // npz member inflates) on another core while this one is written.
-        // (Into a file, such tensors are read side by side instead, above.)
-        let prefetched = match ahead.take() {
+        Ok(())
+    }
+
+    /// One tensor through the sink. Into anything but a file, the next
+    /// tensor is opened now if its source can: it then reads (an npz member
+    /// inflates) on another core while this one is written. (Into a file,
+    /// such tensors are read side by side instead.)
+    async fn stream(
+        &mut self,
+        k: usize,
+        sources: &mut [Box<dyn Source + '_>],
+    ) -> std::result::Result<Vec<Overflow>, JobError> {
+        let (shard, r) = (self.shard, &self.shard.refs[k]);
+        self.to
+            .watch
+            .tensor(&shard.header.header().tensors[k].meta.name);
+        let prefetched = match self.ahead.take() {
             Some((at, data)) if at == k => Some(data),
             _ => None,
         };
-        if let (Some(next), None) = (shard.refs.get(k + 1), &direct) {
+        if let (Some(next), None) = (shard.refs.get(k + 1), &self.to.direct) {
             if let Some(data) = sources[next.source()].open_ahead(next.index()) {
-                ahead = Some((k + 1, data));
+                self.ahead = Some((k + 1, data));
             }
         }
-        let written: Result<u64> = {
-            let source = &mut sources[r.source()];
-            let opened = match prefetched {
-                Some(data) => data,
-                None => source.open(r.index()).await,
-            };
-            match opened {
-                Ok(data) => sink.write_tensor_data(data, r.cast()).await,
-                Err(e) => Err(e),
-            }
+        let opened = match prefetched {
+            Some(data) => data,
+            None => sources[r.source()].open(r.index()).await,
         };
-        if let Err(e) = written {
-            return Err(name_error(e, sources, r, &t.meta.name));
-        }
-        match sink.take_overflowed() {
-            0 => {}
-            n => overflowed(k, n),
-        }
-        k += 1;
+        let written = match opened {
+            Ok(data) => self.sink.write_tensor_data(data, r.cast()).await,
+            Err(e) => Err(e),
+        };
+        written.map_err(|e| JobError::new(0, e))?;
+        let count = self.sink.take_overflowed();
+        Ok([Overflow { job: 0, count }]
+            .into_iter()
+            .filter(|o| o.count > 0)
+            .collect())
     }
-    sink.finish().await
+
+    /// A run of tensors whose bytes lie in files, straight into the output
+    /// file by their routes.
+    async fn spans(
+        &mut self,
+        start: usize,
+        jobs: Vec<SpanJob>,
+        routes: Vec<Route>,
+    ) -> std::result::Result<Vec<Overflow>, JobError> {
+        let d = self.direct();
+        let tensors = &self.shard.header.header().tensors[start..start + jobs.len()];
+        let mut run = self.to.watch.run(tensors);
+        let (out, name) = (d.out.clone(), self.to.name.to_string());
+        let landed = d.on_landed(self.to.watch);
+        let size = self.to.sink_options.buffer_size;
+        let count = jobs.len();
+        self.beside_the_sink(count, move || {
+            copy_spans(&out, &name, &jobs, &routes, size, |n| {
+                landed(n);
+                run.landed(n);
+            })
+        })
+        .await
+    }
+
+    /// A run of tensors from blocking readers straight into the output
+    /// file, several at once, each at its planned offset; then the file's
+    /// offset moves past them, where the sink goes on.
+    async fn readers(
+        &mut self,
+        start: usize,
+        jobs: Vec<ReaderJob>,
+    ) -> std::result::Result<Vec<Overflow>, JobError> {
+        let d = self.direct();
+        let count = jobs.len();
+        let header = self.shard.header.header();
+        let entries = &header.tensors[start..start + count];
+        let bytes: u64 = entries.iter().map(|t| t.len()).sum();
+        let end = header.data_start() + entries.last().map_or(0, |t| t.end);
+        let names: Vec<String> = entries.iter().map(|t| t.meta.name.clone()).collect();
+        let (out, name) = (d.out.clone(), self.to.name.to_string());
+        let landed = d.on_landed(self.to.watch);
+        let watch = self.to.watch.clone();
+        let size = self.to.sink_options.buffer_size;
+        self.beside_the_sink(count, move || {
+            let started = |i: usize| watch.tensor(&names[i]);
+            let overflows = write_parallel(&out, &name, jobs, size, &started, &landed)?;
+            // The sink writes at the file's offset: past these tensors.
+            std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end))
+                .map_err(|e| JobError::new(count - 1, Error::io(e).with_output(&name)))?;
+            Ok(Copied { bytes, overflows })
+        })
+        .await
+    }
+
+    /// The output file: routes other than the stream's are chosen only
+    /// when there is one.
+    fn direct(&self) -> &Direct {
+        let direct = self.to.direct.as_ref();
+        direct.expect("routes beside the sink only into a file")
+    }
+
+    /// Runs `work` on the blocking pool, where it writes the next `count`
+    /// tensors straight into the output file, after what the sink has
+    /// written (flushed first); then tells the sink they are there.
+    async fn beside_the_sink(
+        &mut self,
+        count: usize,
+        work: impl FnOnce() -> std::result::Result<Copied, JobError> + Send + 'static,
+    ) -> std::result::Result<Vec<Overflow>, JobError> {
+        let at_start = |e: Error| JobError::new(0, e);
+        self.sink.flush().await.map_err(at_start)?;
+        let copied = tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| at_start(Error::io(std::io::Error::other(e))))??;
+        self.sink
+            .record_external(count, copied.bytes)
+            .map_err(at_start)?;
+        Ok(copied.overflows)
+    }
+
+    /// Tells of tensor `k`'s cast overflowing `count` values to infinity.
+    fn overflowed(&self, k: usize, count: u64) {
+        if let (Some(list), Some(c)) = (self.to.overflows, self.shard.refs[k].cast()) {
+            let name = &self.shard.header.header().tensors[k].meta.name;
+            let msg = overflow_warning(name, c, count);
+            list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+        }
+    }
+
+    /// The error of tensor `f.job` of the shard, naming its input and the
+    /// tensor as the input knows it (and as it is written, if renamed).
+    fn name_error(&self, f: JobError, sources: &[Box<dyn Source + '_>]) -> Error {
+        let r: &TensorRef = &self.shard.refs[f.job];
+        let out_name = &self.shard.header.header().tensors[f.job].meta.name;
+        let Some(source) = sources.get(r.source()) else {
+            return f.error.set_tensor(out_name);
+        };
+        let in_name = &source.tensors()[r.index()].name;
+        let tensor = if in_name == out_name {
+            in_name.clone()
+        } else {
+            format!("{in_name} (written as {out_name})")
+        };
+        f.error.with_input(source.input_name()).set_tensor(tensor)
+    }
+}
+
+/// Takes a job out of its window, of the kind its route was chosen for.
+fn take<T>(job: &mut Option<Job>, kind: fn(Job) -> Option<T>) -> T {
+    job.take()
+        .and_then(kind)
+        .expect("each job is routed once, by its kind")
+}
+
+fn span(job: Job) -> Option<SpanJob> {
+    match job {
+        Job::Span(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn reader(job: Job) -> Option<ReaderJob> {
+    match job {
+        Job::Reader(r) => Some(r),
+        _ => None,
+    }
 }
 
 /// A cast's overflows to infinity, as a report's warning.
@@ -164,87 +403,4 @@ fn overflow_warning(tensor: &str, cast: crate::cast::Cast, count: u64) -> String
         cast.from(),
         cast.to()
     )
-}
-
-/// Names the input, and the tensor as the input knows it (and as it is
-/// written, if renamed).
-fn name_error(e: Error, sources: &[Box<dyn Source + '_>], r: &TensorRef, out_name: &str) -> Error {
-    let Some(source) = sources.get(r.source()) else {
-        return e.set_tensor(out_name);
-    };
-    let in_name = &source.tensors()[r.index()].name;
-    let tensor = if in_name == out_name {
-        in_name.clone()
-    } else {
-        format!("{in_name} (written as {out_name})")
-    };
-    e.with_input(source.input_name()).set_tensor(tensor)
-}
-
-/// Copies a batch of file-backed tensors straight into the output file, on
-/// the blocking pool, after what the sink has written. Returns the casts'
-/// overflows to infinity as (index in the batch, elements).
-async fn copy_direct<W: AsyncWrite + Unpin>(
-    sink: &mut Sink<W>,
-    d: &Direct,
-    jobs: Vec<SpanJob>,
-    buffer_size: usize,
-) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
-    sink.flush().await.map_err(|e| (0, e))?;
-    let out = d.out.clone();
-    let out_name = d.name.clone();
-    let landed = d.on_landed();
-    let count = jobs.len();
-    let copied = tokio::task::spawn_blocking(move || {
-        copy_spans(&out, &out_name, &jobs, buffer_size, landed)
-    })
-    .await
-    .map_err(|e| (0, Error::io(std::io::Error::other(e))))??;
-    let (copied, overflows) = copied;
-    sink.record_external(count, copied).map_err(|e| (0, e))?;
-    Ok(overflows)
-}
-
-/// Writes a run of tensors from blocking readers straight into the output
-/// file, several at once, each at its planned offset (on the blocking
-/// pool, after what the sink has written); then moves the file's offset
-/// past them, where the sink goes on. Returns the casts' overflows to
-/// infinity as (index in the run, elements).
-async fn write_readers<W: AsyncWrite + Unpin>(
-    sink: &mut Sink<W>,
-    d: &Direct,
-    shard: &ShardPlan,
-    start: usize,
-    jobs: Vec<ReaderJob>,
-    buffer_size: usize,
-) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
-    sink.flush().await.map_err(|e| (0, e))?;
-    let count = jobs.len();
-    let header = shard.header.header();
-    let entries = &header.tensors[start..start + count];
-    let bytes: u64 = entries.iter().map(|t| t.len()).sum();
-    let end = header.data_start() + entries.last().map_or(0, |t| t.end);
-    let names: Vec<String> = entries.iter().map(|t| t.meta.name.clone()).collect();
-    let out = d.out.clone();
-    let out_name = d.name.clone();
-    let progress = d.progress.clone();
-    let landed = d.on_landed();
-    let (shard_index, shards) = d.shard;
-    let written = tokio::task::spawn_blocking(move || {
-        let started = |i: usize| {
-            if let Some(p) = &progress {
-                p.tensor(shard_index, shards, &names[i]);
-            }
-        };
-        let over = write_parallel(&out, &out_name, jobs, buffer_size, &started, &landed)?;
-        // The sink writes at the file's offset: past these tensors.
-        std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end))
-            .map_err(|e| (count - 1, Error::io(e).with_output(&out_name)))?;
-        Ok(over)
-    })
-    .await
-    .map_err(|e| (0, Error::io(std::io::Error::other(e))))?;
-    let overflows = written?;
-    sink.record_external(count, bytes).map_err(|e| (0, e))?;
-    Ok(overflows)
 }

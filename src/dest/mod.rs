@@ -17,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::index::{is_index_path, ShardIndex};
-use crate::plan::layout::{check_shard_len, shard_paths, Part};
+use crate::plan::layout::{check_shard_len, names_folder, shard_paths, Part};
 use crate::plan::Plan;
 use crate::{Error, ErrorKind, Result};
 use target::{resolve, Target};
@@ -112,7 +112,12 @@ pub(crate) fn check(
         return Ok((Resolved::Objects(url.to_string()), Vec::new()));
     }
     let shown = path.display().to_string();
-    match resolve(path)? {
+    // A folder named as one (`out/`) is written into, and made if missing.
+    let target = match names_folder(path) {
+        true => Target::Replace(path.clone()),
+        false => resolve(path)?,
+    };
+    match target {
         Target::Stdout => {
             check_stream_output(&shown, shards, std::io::stdout().is_terminal())?;
             return Ok((Resolved::Stdout, Vec::new()));
@@ -124,15 +129,9 @@ pub(crate) fn check(
         }
         Target::Replace(_) => {}
     }
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    if shards <= 1 && name.ends_with(".index.json") {
-        let msg =
-            "is named like an index, but the output is one safetensors file; name it *.safetensors";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
-    }
     let (files, index) = shard_paths(path, shards);
+    let mut warnings = check_file_names(&files, index.is_some())?;
     let read = input_files(inputs);
-    let mut warnings = Vec::new();
     let mut check_one = |file: PathBuf| -> Result<(PathBuf, PathBuf)> {
         let (dest, warned) = check_file(&file, &read, overwrite_input)?;
         warnings.extend(warned);
@@ -144,6 +143,27 @@ pub(crate) fn check(
         .collect::<Result<_>>()?;
     let index = index.map(&mut check_one).transpose()?;
     Ok((Resolved::Files { shards, index }, warnings))
+}
+
+/// The names of the files written: one file is not named like an index;
+/// one named like another format gets a warning (its bytes are safetensors).
+fn check_file_names(files: &[PathBuf], sharded: bool) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    for file in files {
+        let shown = file.display();
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        if !sharded && name.ends_with(".index.json") {
+            let msg = "is named like an index, but the output is one safetensors file; name it *.safetensors";
+            return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
+        }
+        match file.extension().map(|e| e.to_string_lossy()) {
+            Some(ext) if ext != "safetensors" => warnings.push(format!(
+                "{shown}: the output is a safetensors file, though its name ends in .{ext}"
+            )),
+            _ => {}
+        }
+    }
+    Ok(warnings)
 }
 
 /// An object set whose name is one of the object URLs read: refused unless

@@ -12,7 +12,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use crate::{Error, Result};
+use crate::{Error, ErrorKind, Result};
 
 /// Where an output path's bytes go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +34,8 @@ const MAX_LINKS: usize = 40;
 /// Decides where the bytes for the output `path` go, following symbolic
 /// links one at a time so that a link into `/dev` or `/proc` is seen.
 ///
-/// A folder is refused (the output must be a file name).
+/// A folder is refused as a usage error (the output must be a file name,
+/// or end in `/` to be written into: see [`crate::plan::layout::names_folder`]).
 pub(crate) fn resolve(path: &Path) -> Result<Target> {
     let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
     let mut at = path.to_path_buf();
@@ -61,10 +62,9 @@ pub(crate) fn resolve(path: &Path) -> Result<Target> {
         } else if kind.is_file() {
             return Ok(Target::Replace(at));
         } else if kind.is_dir() {
-            return Err(on_path(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "is a directory; the output must be a file name",
-            )));
+            // A mistake of usage, not of I/O: say how to write into it.
+            let msg = "is a folder; name a file, or end the name with / to write model.safetensors (or the shards) into it";
+            return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(path.display()));
         } else {
             return Ok(Target::Stream(at));
         }

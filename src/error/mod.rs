@@ -58,6 +58,16 @@ pub enum Category {
     Io,
 }
 
+/// The one error for a tensor of `expected` bytes that had only `actual`.
+pub(crate) fn too_short(expected: u64, actual: u64) -> Error {
+    Error::new(ErrorKind::TensorTooShort { expected, actual })
+}
+
+/// The one error for bytes whose CRC-32 is not the archive's.
+pub(crate) fn crc_mismatch(actual: u32, expected: u32) -> Error {
+    Error::new(ErrorKind::CrcMismatch { actual, expected })
+}
+
 impl Error {
     /// An error of `kind`, with no context yet.
     pub fn new(kind: ErrorKind) -> Self {

@@ -13,9 +13,35 @@ use crate::index::{IndexMetadata, ShardIndex, INDEX_SUFFIX};
 use crate::plan::Plan;
 use crate::{Error, ErrorKind, Result};
 
+/// The file written into a folder named as the output (`-o out/`), and
+/// the base of its shards' names: the name Hugging Face's tools use.
+pub(crate) const IN_FOLDER: &str = "model.safetensors";
+
+/// Whether the output names a folder to write into: its name ends in `/`.
+pub(crate) fn names_folder(output: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    output.as_os_str().as_bytes().ends_with(b"/")
+}
+
 /// The paths of a sharded set: `BASE-00001-of-0000N.safetensors` beside
 /// `output`, and `BASE.safetensors.index.json`. One shard is just `output`.
+/// An output named as a folder (`out/`) holds `model.safetensors`, or its shards
+/// and index, as a checkpoint folder does.
+///
+/// ```
+/// use safetensors_stream::convert::shard_paths;
+/// use std::path::Path;
+///
+/// let (shards, index) = shard_paths(Path::new("out/"), 2);
+/// assert_eq!(shards[1], Path::new("out/model-00002-of-00002.safetensors"));
+/// assert_eq!(index.unwrap(), Path::new("out/model.safetensors.index.json"));
+/// assert_eq!(shard_paths(Path::new("out/"), 1).0, [Path::new("out/model.safetensors")]);
+/// assert_eq!(shard_paths(Path::new("m.safetensors"), 1).0, [Path::new("m.safetensors")]);
+/// ```
 pub fn shard_paths(output: &Path, shards: usize) -> (Vec<PathBuf>, Option<PathBuf>) {
+    if names_folder(output) {
+        return shard_paths(&output.join(IN_FOLDER), shards);
+    }
     if shards <= 1 {
         return (vec![output.to_path_buf()], None);
     }

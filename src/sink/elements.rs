@@ -58,15 +58,9 @@ impl Crc {
     }
 }
 
-/// The one error for a tensor of `expected` bytes that had only `actual`.
-pub(crate) fn too_short(expected: u64, actual: u64) -> Error {
-    Error::new(ErrorKind::TensorTooShort { expected, actual })
-}
-
-/// The one error for bytes whose CRC-32 is not the archive's.
-pub(crate) fn crc_mismatch(actual: u32, expected: u32) -> Error {
-    Error::new(ErrorKind::CrcMismatch { actual, expected })
-}
+// The errors every reader and driver of tensor bytes shares live with the
+// errors, so that sources (below this layer) raise them too.
+pub(crate) use crate::error::{crc_mismatch, too_short};
 
 impl Elements {
     /// The pipeline for a tensor planned at `out_len` output bytes.
@@ -241,6 +235,79 @@ impl ChunkBuffer {
             self.buf.resize(n, 0);
         }
         &mut self.buf[..n]
+    }
+}
+
+/// One tensor's chunk loop, without I/O: the async sink and the blocking
+/// readers drive it alike, and so agree on chunk sizes, on when a tensor is
+/// too short or too long, and on the final checks:
+///
+/// ```text
+/// while let Some(input) = pump.input() {     // the next chunk's room
+///     let got = read(input)?;                // fill it (fewer at the end)
+///     let bytes = pump.process(got)?;        // through the pipeline
+///     write(bytes)?;
+///     pump.check_full()?;                    // a short chunk ends it
+/// }
+/// let overflowed = pump.finish(more_bytes)?; // past its end? checks
+/// ```
+pub(crate) struct Pump<'b> {
+    elements: Elements,
+    input: &'b mut [u8],
+    output: &'b mut [u8],
+    in_cap: usize,
+    /// The chunk asked for, and what came.
+    want: usize,
+    got: usize,
+}
+
+impl<'b> Pump<'b> {
+    /// The loop of `elements`, in `buf`, within a budget of `buffer_size` bytes.
+    pub(crate) fn new(elements: Elements, buf: &'b mut ChunkBuffer, buffer_size: usize) -> Self {
+        let (in_cap, out_cap) = elements.chunk_sizes(buffer_size);
+        let (_, input, output) = buf.split(0, in_cap, out_cap);
+        Pump {
+            elements,
+            input,
+            output,
+            in_cap,
+            want: 0,
+            got: 0,
+        }
+    }
+
+    /// Room for the next chunk, to fill; `None` once every byte came.
+    pub(crate) fn input(&mut self) -> Option<&mut [u8]> {
+        if self.elements.left() == 0 {
+            return None;
+        }
+        self.want = self.elements.next_chunk(self.in_cap);
+        Some(&mut self.input[..self.want])
+    }
+
+    /// The `got` bytes read into the chunk, through the pipeline: the bytes to write.
+    pub(crate) fn process(&mut self, got: usize) -> Result<&[u8]> {
+        self.got = got;
+        self.elements
+            .process(&mut self.input[..got], &mut *self.output)
+    }
+
+    /// After the chunk's bytes are written: a chunk that came short means
+    /// the tensor's bytes ended early.
+    pub(crate) fn check_full(&self) -> Result<()> {
+        match self.got < self.want {
+            true => Err(self.elements.too_short()),
+            false => Ok(()),
+        }
+    }
+
+    /// Ends the tensor: `more` says whether its reader had bytes past the
+    /// end. Returns the cast's overflows to infinity.
+    pub(crate) fn finish(self, more: bool) -> Result<u64> {
+        if more {
+            return Err(self.elements.too_long());
+        }
+        self.elements.finish()
     }
 }
 

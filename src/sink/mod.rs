@@ -8,11 +8,6 @@
 //! tensor). Nothing grows with the tensors' bytes.
 
 pub(crate) mod elements;
-pub(crate) mod fast;
-mod gather;
-#[allow(unsafe_code)]
-mod mapped;
-pub(crate) mod parallel;
 mod planned;
 
 use std::pin::Pin;
@@ -25,7 +20,7 @@ use crate::io_util::fill_async;
 use crate::source::TensorData;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
-use elements::{ChunkBuffer, Elements};
+use elements::{ChunkBuffer, Elements, Pump};
 use planned::Planned;
 
 /// The default buffer: large enough that per-call costs vanish, small
@@ -195,27 +190,20 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         transform: Transform,
         cast: Option<Cast>,
     ) -> Result<()> {
-        let mut elements = Elements::new(out_len, transform, cast);
-        let (in_cap, out_cap) = elements.chunk_sizes(self.buffer_size);
-        // Grows to at most buffer_size over the sink's life.
-        let (_, input, output) = self.buf.split(0, in_cap, out_cap);
-        while elements.left() > 0 {
-            let want = elements.next_chunk(in_cap);
-            let got = fill_async(&mut reader, &mut input[..want]).await?;
-            let bytes = elements.process(&mut input[..got], output)?;
+        let elements = Elements::new(out_len, transform, cast);
+        // The buffer grows to at most buffer_size over the sink's life.
+        let mut pump = Pump::new(elements, &mut self.buf, self.buffer_size);
+        while let Some(input) = pump.input() {
+            let got = fill_async(&mut reader, input).await?;
+            let bytes = pump.process(got)?;
             if let Err(e) = self.writer.write_all(bytes).await {
                 return Err(write_error(&self.output, e));
             }
             self.written += bytes.len() as u64;
-            if got < want {
-                return Err(elements.too_short());
-            }
+            pump.check_full()?;
         }
-        let mut probe = [0u8; 1];
-        if reader.read(&mut probe).await? != 0 {
-            return Err(elements.too_long());
-        }
-        self.overflowed += elements.finish()?;
+        let more = reader.read(&mut [0u8; 1]).await? != 0;
+        self.overflowed += pump.finish(more)?;
         Ok(())
     }
 
@@ -227,7 +215,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
 
     /// Flushes the writer, so that bytes then written to the same file by
     /// other means (see [`Sink::record_external`]) land after the sink's.
-    pub async fn flush(&mut self) -> Result<()> {
+    pub(crate) async fn flush(&mut self) -> Result<()> {
         match self.writer.flush().await {
             Ok(()) => Ok(()),
             Err(e) => Err(self.write_error(e)),
@@ -237,7 +225,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     /// Records that the next `count` planned tensors were written to the
     /// sink's destination by other means (a kernel copy into the same file),
     /// `bytes` in all; those must be exactly their planned lengths.
-    pub fn record_external(&mut self, count: usize, bytes: u64) -> Result<()> {
+    pub(crate) fn record_external(&mut self, count: usize, bytes: u64) -> Result<()> {
         let Some(expected) = self
             .planned
             .total(self.next..self.next.saturating_add(count))

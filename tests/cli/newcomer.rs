@@ -119,6 +119,111 @@ fn an_unknown_dtype_is_quoted_as_given_with_every_choice() {
     }
 }
 
+// ---- 3: what -o names ------------------------------------------------------------------------
+
+/// The files under `dir`, as paths from it, sorted.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.strip_prefix(dir).unwrap().display().to_string();
+        if path.is_dir() {
+            found.extend(
+                files_under(&path)
+                    .into_iter()
+                    .map(|f| format!("{name}/{f}")),
+            );
+        } else {
+            found.push(name);
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn a_trailing_slash_writes_into_the_folder_and_makes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sharded = format!("{}/", dir.path().join("shards").display());
+    let o = run(&[
+        &fixture(NPZ),
+        "--max-shard-size",
+        "100",
+        "-o",
+        &sharded,
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let files = files_under(dir.path());
+    assert!(files.len() > 2, "{files:?}");
+    let n = files.len() - 1;
+    let index = "shards/model.safetensors.index.json".to_string();
+    let mut expected: Vec<String> = (1..=n)
+        .map(|k| format!("shards/model-{k:05}-of-{n:05}.safetensors"))
+        .collect();
+    expected.insert(n, index.clone());
+    expected.sort();
+    assert_eq!(files, expected);
+
+    // One file: model.safetensors in the folder, which reads back as the
+    // folder's checkpoint (a folder input stands for its one model file).
+    let one = format!("{}/", dir.path().join("one").display());
+    let o = run(&[&fixture(NPZ), "-o", &one, "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(files_under(&dir.path().join("one")), ["model.safetensors"]);
+    let back = dir.path().join("back.safetensors");
+    let o = run(&[&one, "-o", s(&back), "-q"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let written = std::fs::read(dir.path().join("one/model.safetensors")).unwrap();
+    assert_eq!(std::fs::read(&back).unwrap(), written);
+}
+
+#[test]
+fn an_existing_folder_without_a_slash_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("d");
+    std::fs::create_dir(&folder).unwrap();
+    for shard_args in [&[][..], &["--max-shard-size", "100"][..]] {
+        let mut args = vec![fixture(NPZ), "-o".into(), s(&folder).into()];
+        args.extend(shard_args.iter().map(|a| a.to_string()));
+        let o = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(support::code(&o), 2, "{shard_args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("is a folder") && err.contains("end the name with /"),
+            "{err}"
+        );
+        assert_eq!(
+            files_under(dir.path()),
+            Vec::<String>::new(),
+            "nothing written"
+        );
+    }
+}
+
+#[test]
+fn an_output_named_like_another_format_is_warned_of_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.npz");
+    let o = run(&[&fixture(NPZ), "-o", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(
+        warned[0].contains(".npz") && warned[0].contains("safetensors"),
+        "{err}"
+    );
+    assert_eq!(header(&out)["layer.0.weight"]["dtype"], "F32");
+
+    // A .safetensors name, or none at all, is not warned of.
+    for name in ["out.safetensors", "out"] {
+        let o = run(&[&fixture(NPZ), "-o", s(&dir.path().join(name))]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("warning"), "{name}: {}", stderr(&o));
+    }
+}
+
 // ---- 10: what the newcomer reads first -------------------------------------------------------
 
 #[test]

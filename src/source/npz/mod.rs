@@ -483,7 +483,7 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
             }
             let crc = self.crc.clone().finalize();
             if crc != self.want_crc {
-                return Err(crate::sink::elements::crc_mismatch(crc, self.want_crc).into_io());
+                return Err(crate::error::crc_mismatch(crc, self.want_crc).into_io());
             }
             self.verified = true;
         }

@@ -16,10 +16,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::elements::{ChunkBuffer, Elements};
-use crate::cast::Cast;
+use super::job::{Failed, JobError, Overflow, ReaderJob};
 use crate::io_util::fill;
-use crate::source::OpenBlocking;
+use crate::sink::elements::{ChunkBuffer, Elements, Pump};
 use crate::{Error, Result};
 
 /// Tensors read at once: one a core on the machines this is tuned for.
@@ -28,15 +27,6 @@ pub(crate) const READERS: usize = 2;
 /// The most each reader holds of a tensor at a time: small enough to stay
 /// in the core's cache between the inflation and the write.
 const CHUNK: usize = 1 << 20;
-
-/// One tensor to write: how to open its bytes, its planned output length
-/// and offset in the output file, and the cast to apply.
-pub(crate) struct ReaderJob {
-    pub(crate) open: OpenBlocking,
-    pub(crate) out_len: u64,
-    pub(crate) at: u64,
-    pub(crate) cast: Option<Cast>,
-}
 
 /// What every tensor's copy needs besides its job.
 struct Target<'a> {
@@ -48,8 +38,8 @@ struct Target<'a> {
 
 /// Writes every job at its offset in `out`, [`READERS`] at once. Calls
 /// `started(i)` as job `i` begins and `progress(n)` as bytes land. Returns
-/// the casts' overflows to infinity as (job index, elements), or the error
-/// of the first job in order that failed, with its index.
+/// the casts' overflows to infinity, or the error of the first job in
+/// order that failed.
 pub(crate) fn write_parallel(
     out: &File,
     out_name: &str,
@@ -57,7 +47,7 @@ pub(crate) fn write_parallel(
     buffer_size: usize,
     started: &(dyn Fn(usize) + Sync),
     progress: &(dyn Fn(u64) + Sync),
-) -> std::result::Result<Vec<(usize, u64)>, (usize, Error)> {
+) -> std::result::Result<Vec<Overflow>, JobError> {
     let target = Target {
         out,
         out_name,
@@ -77,7 +67,7 @@ pub(crate) fn write_parallel(
     )?;
     Ok(done
         .into_iter()
-        .filter_map(|(i, over)| over.filter(|&n| n > 0).map(|n| (i, n)))
+        .filter_map(|(job, over)| over.filter(|&n| n > 0).map(|count| Overflow { job, count }))
         .collect())
 }
 
@@ -92,7 +82,7 @@ pub(crate) fn in_order<S, T: Send, E: Send>(
     name: &str,
     state: impl Fn() -> S + Sync,
     task: impl Fn(&mut S, usize, &dyn Fn() -> bool) -> std::result::Result<T, E> + Sync,
-) -> std::result::Result<Vec<(usize, T)>, (usize, E)> {
+) -> std::result::Result<Vec<(usize, T)>, Failed<E>> {
     let next = AtomicUsize::new(0);
     // The first task known to have failed (`usize::MAX`: none).
     let failed = AtomicUsize::new(usize::MAX);
@@ -135,7 +125,7 @@ pub(crate) fn in_order<S, T: Send, E: Send>(
     outcomes.sort_unstable_by_key(|(i, _)| *i);
     outcomes
         .into_iter()
-        .map(|(i, outcome)| outcome.map(|t| (i, t)).map_err(|e| (i, e)))
+        .map(|(i, outcome)| outcome.map(|t| (i, t)).map_err(|e| Failed::new(i, e)))
         .collect()
 }
 
@@ -143,9 +133,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One tensor, the way [`Sink`](super::Sink) copies one from a reader:
-/// whole-element chunks through the pipeline, each written where it
-/// belongs, then a probe for bytes past the end, then the final checks.
+/// One tensor, on the chunk loop the [`Sink`](crate::sink::Sink) drives
+/// too ([`Pump`]), each chunk written where it belongs.
 /// Returns the cast's overflows, or `None` if it stopped because an
 /// earlier tensor failed.
 fn write_one(
@@ -155,31 +144,24 @@ fn write_one(
     earlier_failed: &dyn Fn() -> bool,
 ) -> Result<Option<u64>> {
     let (mut reader, transform) = (job.open)()?;
-    let mut elements = Elements::new(job.out_len, transform, job.cast);
-    let (in_cap, out_cap) = elements.chunk_sizes(sh.budget);
-    let (_, input, output) = buf.split(0, in_cap, out_cap);
+    let elements = Elements::new(job.out_len, transform, job.cast);
+    let mut pump = Pump::new(elements, buf, sh.budget);
     let mut at = job.at;
-    while elements.left() > 0 {
+    while let Some(input) = pump.input() {
         if earlier_failed() {
             return Ok(None);
         }
-        let want = elements.next_chunk(in_cap);
-        let got = fill(&mut reader, &mut input[..want])?;
-        let bytes = elements.process(&mut input[..got], output)?;
+        let got = fill(&mut reader, input)?;
+        let bytes = pump.process(got)?;
         sh.out
             .write_all_at(bytes, at)
             .map_err(|e| Error::io(e).with_output(sh.out_name))?;
         at += bytes.len() as u64;
         (sh.progress)(bytes.len() as u64);
-        if got < want {
-            return Err(elements.too_short());
-        }
+        pump.check_full()?;
     }
-    let mut probe = [0u8; 1];
-    if reader.read(&mut probe)? != 0 {
-        return Err(elements.too_long());
-    }
-    Ok(Some(elements.finish()?))
+    let more = reader.read(&mut [0u8; 1])? != 0;
+    Ok(Some(pump.finish(more)?))
 }
 
 #[cfg(test)]
@@ -321,7 +303,8 @@ mod tests {
             job(1500, scripted(vec![3; 500], None)),
         ];
         let out = tempfile::tempfile().unwrap();
-        let (i, e) = write_parallel(&out, "out", jobs, 1 << 20, &|_| {}, &|_| {}).unwrap_err();
+        let JobError { job: i, error: e } =
+            write_parallel(&out, "out", jobs, 1 << 20, &|_| {}, &|_| {}).unwrap_err();
         assert_eq!(i, 1, "{e}");
         assert!(e.to_string().contains("one"), "{e}");
     }
@@ -331,7 +314,8 @@ mod tests {
         let mut short = job(0, scripted(vec![0; 10], None));
         short.out_len = 12;
         let out = tempfile::tempfile().unwrap();
-        let (_, e) = write_parallel(&out, "out", vec![short], 4, &|_| {}, &|_| {}).unwrap_err();
+        let JobError { error: e, .. } =
+            write_parallel(&out, "out", vec![short], 4, &|_| {}, &|_| {}).unwrap_err();
         assert!(
             matches!(
                 e.kind(),
@@ -344,7 +328,8 @@ mod tests {
         );
         let mut long = job(0, scripted(vec![0; 10], None));
         long.out_len = 8;
-        let (_, e) = write_parallel(&out, "out", vec![long], 4, &|_| {}, &|_| {}).unwrap_err();
+        let JobError { error: e, .. } =
+            write_parallel(&out, "out", vec![long], 4, &|_| {}, &|_| {}).unwrap_err();
         assert!(
             matches!(e.kind(), ErrorKind::TensorTooLong { expected: 8 }),
             "{e}"

@@ -1,199 +1,34 @@
 //! The whole job as one library call: inputs and options in, files and a
-//! [`Report`] out. The `convert` binary is a thin layer over this.
+//! [`Report`] out. The `convert` binary is a thin layer over this. This
+//! module only orchestrates: open -> plan -> check -> per shard {stage,
+//! copy} -> inputs unchanged? -> commit; the options are [`ConvertOptions`]
+//! and what a run tells is a [`Report`].
+
+mod options;
+mod report;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
 use tokio::io::AsyncWrite;
 
+pub use crate::copy::route::Routes;
 pub use crate::copy::write_shard;
-use crate::copy::{copy_shard, Direct};
+use crate::copy::{copy_shard, Direct, Shard, Watch};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
 use crate::dest::Resolved;
 pub use crate::dest::{Output, WrittenFile};
-use crate::header::HUB_HEADER_LIMIT;
-use crate::observe::{ObservedWriter, Progress};
+use crate::observe::ObservedWriter;
 use crate::plan::layout::part_len;
 pub use crate::plan::layout::{shard_paths, Part};
-use crate::plan::{plan, Plan, PlanOptions, ShardPlan};
-use crate::sink::SinkOptions;
+use crate::plan::{plan, Plan, ShardPlan};
 use crate::source::input::open_input;
-use crate::source::{Access, Source, SourceOptions};
+use crate::source::{Access, Source};
 use crate::{Error, ErrorKind, Result};
-
-/// A callback for things worth telling that are not errors ("spooling ...").
-pub type NoticeFn = Arc<dyn Fn(&str) + Send + Sync>;
-
-/// Everything a conversion can be told. Start from the default and set what
-/// differs:
-///
-/// ```
-/// use safetensors_stream::{ConvertOptions, Dtype, PlanOptions};
-///
-/// let options = ConvertOptions::default()
-///     .plan(PlanOptions::default().cast_all(Some(Dtype::BF16)))
-///     .sync(false);
-/// assert!(!options.sync);
-/// ```
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct ConvertOptions {
-    /// How inputs are read.
-    pub source: SourceOptions,
-    /// What to take and how to lay it out.
-    pub plan: PlanOptions,
-    /// The sink's buffer.
-    pub sink: SinkOptions,
-    /// fsync files and their folder before reporting success (default on).
-    pub sync: bool,
-    /// Told of notable events; `None` keeps quiet.
-    pub notice: Option<NoticeFn>,
-    /// Told how the writing advances.
-    pub progress: Option<Arc<dyn Progress>>,
-    /// Compute each output file's SHA-256 while streaming.
-    pub checksum: bool,
-    /// Copy tensors whose bytes lie in files straight into an output file,
-    /// by the kernel where they pass unchanged (default on). Off, every
-    /// byte goes through the async sink; the output is the same either way.
-    pub fast_path: bool,
-    /// Allow the output to replace one of the inputs (refused by default:
-    /// see [`check_output`]). The input is still read from
-    /// its old bytes, and replaced atomically at the end.
-    pub overwrite_input: bool,
-    /// Which files of a sharded plan to write: all (the default), one
-    /// shard (`--shard K`), or the index alone (`--index-only`).
-    pub part: Part,
-}
-
-impl Default for ConvertOptions {
-    fn default() -> Self {
-        ConvertOptions {
-            source: SourceOptions::default(),
-            plan: PlanOptions::default(),
-            sink: SinkOptions::default(),
-            sync: true,
-            notice: None,
-            progress: None,
-            checksum: false,
-            fast_path: true,
-            overwrite_input: false,
-            part: Part::All,
-        }
-    }
-}
-
-crate::setters::setters!(ConvertOptions {
-    source: SourceOptions,
-    plan: PlanOptions,
-    sink: SinkOptions,
-    sync: bool,
-    notice: Option<NoticeFn>,
-    progress: Option<Arc<dyn Progress>>,
-    checksum: bool,
-    fast_path: bool,
-    overwrite_input: bool,
-    part: Part,
-});
-
-impl std::fmt::Debug for ConvertOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConvertOptions")
-            .field("source", &self.source)
-            .field("plan", &self.plan)
-            .field("sink", &self.sink)
-            .field("sync", &self.sync)
-            .field("notice", &self.notice.is_some())
-            .field("progress", &self.progress.is_some())
-            .field("checksum", &self.checksum)
-            .field("fast_path", &self.fast_path)
-            .field("overwrite_input", &self.overwrite_input)
-            .field("part", &self.part)
-            .finish()
-    }
-}
-
-/// A cast that a conversion applies.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CastNote {
-    /// The output tensor.
-    pub tensor: String,
-    /// Its dtype in the input.
-    pub from: String,
-    /// Its dtype in the output.
-    pub to: String,
-}
-
-/// What a conversion did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
-    /// The inputs, as named in messages.
-    pub inputs: Vec<String>,
-    /// Files written, shards first, then the index if any.
-    pub outputs: Vec<WrittenFile>,
-    /// Tensors written.
-    pub tensors: usize,
-    /// Tensor bytes written (headers excluded).
-    pub data_bytes: u64,
-    /// Wall time of the whole job.
-    pub seconds: f64,
-    /// The casts applied.
-    pub casts: Vec<CastNote>,
-    /// Things worth knowing that did not stop the job.
-    pub warnings: Vec<String>,
-}
-
-impl Report {
-    /// The report as the CLI's `--report json` prints it (and the Python
-    /// package returns it): this report's fields, `"ok": true`, and the
-    /// notices collected during the run appended to `warnings`, except a
-    /// `warning: ...` notice of a warning the report holds already. One
-    /// function for both, so the two agree by construction.
-    ///
-    /// ```
-    /// use safetensors_stream::{convert_blocking, ConvertOptions, Output};
-    ///
-    /// let dir = tempfile::tempdir()?;
-    /// let out = Output::File(dir.path().join("m.safetensors"));
-    /// let report = convert_blocking(&["fixtures/example/model.npz".into()], &out, &ConvertOptions::default())?;
-    /// let json: serde_json::Value = serde_json::from_str(&report.to_json(&["a notice".into()]))?;
-    /// assert_eq!(json["ok"], true);
-    /// assert_eq!(json["tensors"], report.tensors);
-    /// assert_eq!(json["warnings"].as_array().unwrap().last().unwrap(), "a notice");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn to_json(&self, notices: &[String]) -> String {
-        let mut v = serde_json::to_value(self).expect("JSON of a report");
-        v["ok"] = serde_json::Value::Bool(true);
-        if let Some(w) = v["warnings"].as_array_mut() {
-            let fresh = fresh_notices(notices, &self.warnings);
-            w.extend(fresh.cloned().map(serde_json::Value::String));
-        }
-        v.to_string()
-    }
-}
-
-/// The notices that say something `warnings` does not: a warning the
-/// library also told as a `warning: ...` notice is listed once.
-///
-/// ```
-/// use safetensors_stream::convert::fresh_notices;
-///
-/// let warnings = ["big header".to_string()];
-/// let notices = ["warning: big header".to_string(), "spooling".to_string()];
-/// assert_eq!(fresh_notices(&notices, &warnings).collect::<Vec<_>>(), ["spooling"]);
-/// ```
-pub fn fresh_notices<'a>(
-    notices: &'a [String],
-    warnings: &'a [String],
-) -> impl Iterator<Item = &'a String> + 'a {
-    notices.iter().filter(|n| {
-        !n.strip_prefix("warning: ")
-            .is_some_and(|bare| warnings.iter().any(|w| w == bare))
-    })
-}
+pub use options::{ConvertOptions, NoticeFn};
+pub use report::{cast_notes, fresh_notices, plan_warnings, CastNote, Report};
 
 /// Converts the inputs at `inputs` (files of any supported kind, or `-`
 /// for standard input) into `output`.
@@ -290,36 +125,6 @@ pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) 
     let plan = plan(sources, &options.plan)?;
     check_access(&plan, sources)?;
     Ok(plan)
-}
-
-/// The casts a plan applies, for reports.
-pub fn cast_notes(plan: &Plan) -> Vec<CastNote> {
-    plan.shards
-        .iter()
-        .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
-        .filter_map(|(r, t)| {
-            r.cast().map(|c| CastNote {
-                tensor: t.meta.name.clone(),
-                from: c.from().to_string(),
-                to: c.to().to_string(),
-            })
-        })
-        .collect()
-}
-
-/// Warnings about a plan: headers the Hugging Face Hub would refuse.
-pub fn plan_warnings(plan: &Plan) -> Vec<String> {
-    plan.shards
-        .iter()
-        .filter(|s| s.header.header().header_len > HUB_HEADER_LIMIT)
-        .map(|s| {
-            format!(
-                "a header of {} bytes exceeds the {} bytes the Hugging Face Hub accepts",
-                s.header.header().header_len,
-                HUB_HEADER_LIMIT
-            )
-        })
-        .collect()
 }
 
 /// Checks that `output` can take `plan` without harm, before anything is
@@ -585,11 +390,9 @@ async fn write_observed<W: AsyncWrite + Unpin>(
     ctx: &ShardCtx<'_>,
     direct: Option<Arc<std::fs::File>>,
 ) -> Result<ObservedWriter<W>> {
-    let progress = ctx.options.progress.clone();
-    let on_tensor = |name: &str| {
-        if let Some(p) = &progress {
-            p.tensor(ctx.index, ctx.count, name);
-        }
+    let watch = Watch {
+        progress: ctx.options.progress.clone(),
+        shard: (ctx.index, ctx.count),
     };
     let fast = direct.map(|out| Direct {
         writeback: ctx.options.sync.then(|| {
@@ -597,21 +400,16 @@ async fn write_observed<W: AsyncWrite + Unpin>(
             Arc::new(move |n| w.landed(n)) as Arc<dyn Fn(u64) + Send + Sync>
         }),
         out,
-        name: output_name.to_string(),
-        progress: ctx.options.progress.clone(),
-        shard: (ctx.index, ctx.count),
     });
-    copy_shard(
-        writer,
-        shard,
-        sources,
-        ctx.options.sink,
-        output_name,
-        on_tensor,
-        fast,
-        Some(ctx.overflows),
-    )
-    .await
+    let to = Shard {
+        name: output_name,
+        sink_options: ctx.options.sink,
+        watch: &watch,
+        direct: fast,
+        routes: ctx.options.routes,
+        overflows: Some(ctx.overflows),
+    };
+    copy_shard(writer, shard, sources, to).await
 }
 
 /// Every range was checked against the inputs' lengths when opened: an

@@ -21,7 +21,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
-use super::elements::too_short;
+use crate::sink::elements::too_short;
 use crate::Error;
 
 /// Bytes mapped at a time: large enough that mapping costs vanish, small

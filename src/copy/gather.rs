@@ -24,66 +24,19 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use super::elements::ChunkBuffer;
-use super::fast::{copy_buffered, SpanJob};
-use super::parallel::in_order;
+use super::job::{Copied, JobError, Overflow, SpanJob};
+use super::pool::in_order;
+use super::positional::copy_buffered;
 use crate::block_cache::{BlockCache, BLOCK};
+use crate::sink::elements::ChunkBuffer;
 use crate::Error;
-
-/// Output bytes gathered at most in one batch: the buffer's size. Each
-/// batch passes once over the stretch of the archive its members lie in,
-/// and two batches are copied side by side: 1 MiB batches, two at a time,
-/// copied 20,000 members in 29.3 ms, one 4 MiB batch at a time in 31.2
-/// (and 1 MiB one at a time, 31.5), at the same peak RSS.
-const BATCH_BYTES: u64 = 1 << 20;
-
-/// A tensor of at most this many bytes may join a batch.
-const SMALL_TENSOR: u64 = 64 * 1024;
 
 /// Members this close are read together: copying a gap of a few KiB costs
 /// less than one more `pread`.
 const RUN_GAP: u64 = crate::block_cache::SMALL as u64;
 
-/// How many jobs from `start` (and before `stop`) form a batch: small ones,
-/// back to back in plan order, up to [`BATCH_BYTES`] of output.
-pub(super) fn batch_len(jobs: &[SpanJob], start: usize, stop: usize) -> usize {
-    let mut total = 0;
-    let mut n = 0;
-    for job in &jobs[start..stop] {
-        let len = job.out_len();
-        if job.span.len > SMALL_TENSOR || len > SMALL_TENSOR || total + len > BATCH_BYTES {
-            break;
-        }
-        total += len;
-        n += 1;
-    }
-    n
-}
-
-/// What a batch wrote (its bytes, the casts' overflows to infinity as (job
-/// index, elements)), or the first failure in plan order as (job index, error).
-pub(super) type Gathered = std::result::Result<(u64, Vec<(usize, u64)>), (usize, Error)>;
-
-/// The batches that follow one another from `start` (before `stop`), each
-/// of two jobs or more, as [`batch_len`] cuts them; `joins` says whether a
-/// job may join a batch at all.
-pub(super) fn batches(
-    jobs: &[SpanJob],
-    start: usize,
-    stop: usize,
-    joins: impl Fn(&SpanJob) -> bool,
-) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let (mut i, stop) = (start, stop.min(jobs.len()));
-    while i < stop && joins(&jobs[i]) {
-        match batch_len(jobs, i, stop) {
-            n @ 2.. => out.push(i..i + n),
-            _ => break,
-        }
-        i = out[out.len() - 1].end;
-    }
-    out
-}
+/// A batch's outcome: what it wrote, or the first failure in plan order.
+type Gathered = std::result::Result<Copied, JobError>;
 
 /// Copies `batches` (back to back in plan order) into `out` from offset
 /// `at`, as many at once as [`in_order`] runs, each worker with
@@ -114,13 +67,12 @@ pub(super) fn copy_batches_parallel(
         copy_gathered(jobs, range, &mut to, batch, buf, cache, buffer_size)
     });
     // A failing batch names the job that failed, first in plan order.
-    let done = copied.map_err(|(_, failure)| failure)?;
-    let (mut bytes, mut overflows) = (0, Vec::new());
-    for (_, (n, over)) in done {
-        bytes += n;
-        overflows.extend(over);
+    let mut all = Copied::default();
+    for (_, batch) in copied.map_err(|failed| failed.error)? {
+        all.bytes += batch.bytes;
+        all.overflows.extend(batch.overflows);
     }
-    Ok((bytes, overflows))
+    Ok(all)
 }
 
 /// A writer at a moving offset of a file, by `pwrite`: batches written side
@@ -162,12 +114,12 @@ pub(super) fn copy_gathered(
     batch.resize(total, 0);
     let mut order: Vec<usize> = range.collect();
     order.sort_unstable_by_key(|&k| file_position(&jobs[k]));
-    let mut failed: Option<(usize, Error)> = None;
+    let mut failed: Option<JobError> = None;
     let mut overflows = Vec::new();
     let mut run_ends_at = 0;
     for (i, &k) in order.iter().enumerate() {
         // A failure earlier in plan order is the answer: skip the rest.
-        if failed.as_ref().is_some_and(|(first, _)| *first < k) {
+        if failed.as_ref().is_some_and(|first| first.job < k) {
             continue;
         }
         if i >= run_ends_at {
@@ -179,16 +131,20 @@ pub(super) fn copy_gathered(
         let mut slot = &mut batch[slots[k - start]..slots[k - start + 1]];
         match copy_buffered(&jobs[k], &mut slot, buf, cache, buffer_size, &mut |_| {}) {
             Ok((_, 0)) => {}
-            Ok((_, overflowed)) => overflows.push((k, overflowed)),
-            Err(e) => failed = Some((k, e)),
+            Ok((_, count)) => overflows.push(Overflow { job: k, count }),
+            Err(e) => failed = Some(JobError::new(k, e)),
         }
     }
     if let Some(failure) = failed {
         return Err(failure);
     }
     overflows.sort_unstable();
-    out.write_all(batch).map_err(|e| (start, Error::io(e)))?;
-    Ok((total as u64, overflows))
+    out.write_all(batch)
+        .map_err(|e| JobError::new(start, Error::io(e)))?;
+    Ok(Copied {
+        bytes: total as u64,
+        overflows,
+    })
 }
 
 /// The run of members that starts with `sorted[0]`, as (how many, where
@@ -265,8 +221,7 @@ mod tests {
     fn gather(jobs: &[SpanJob]) -> (Gathered, Vec<u8>) {
         let (mut out, mut batch) = (Vec::new(), Vec::new());
         let (mut buf, mut cache) = (ChunkBuffer::default(), BlockCache::default());
-        let n = batch_len(jobs, 0, jobs.len());
-        assert_eq!(n, jobs.len());
+        let n = jobs.len();
         let result = copy_gathered(
             jobs,
             0..n,
@@ -284,7 +239,7 @@ mod tests {
         let plan = [5, 0, 3, 1, 4, 2];
         let (jobs, data) = archive(6, &[], &plan);
         let (result, out) = gather(&jobs);
-        assert_eq!(result.unwrap().0, out.len() as u64);
+        assert_eq!(result.unwrap().bytes, out.len() as u64);
         assert_eq!(out, data.concat());
     }
 
@@ -294,20 +249,10 @@ mod tests {
         let plan = [2, 4, 1, 0, 3];
         let (jobs, _) = archive(5, &[0, 4], &plan);
         let (result, out) = gather(&jobs);
-        let (k, e) = result.unwrap_err();
+        let JobError { job: k, error: e } = result.unwrap_err();
         assert_eq!(k, 1, "member 4, second in the plan");
         assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
         assert!(out.is_empty(), "nothing of a failed batch is written");
-    }
-
-    #[test]
-    fn a_batch_stops_at_a_large_tensor_and_where_it_is_told() {
-        let (jobs, _) = archive(3, &[], &[0, 1, 2]);
-        assert_eq!(batch_len(&jobs, 0, 3), 3);
-        assert_eq!(batch_len(&jobs, 1, 2), 1);
-        let mut big = jobs.clone();
-        big[1].span.len = SMALL_TENSOR + 1;
-        assert_eq!(batch_len(&big, 0, 3), 1);
     }
 
     /// Six batches of five, side by side, into a file after `at` bytes.
@@ -327,9 +272,9 @@ mod tests {
         let plan: Vec<usize> = (0..30).map(|i| (i * 7) % 30).collect();
         let (jobs, data) = archive(30, &[], &plan);
         let (result, bytes) = in_parallel(&jobs, 100);
-        let (n, overflows) = result.unwrap();
-        assert_eq!(n, data.concat().len() as u64);
-        assert!(overflows.is_empty());
+        let copied = result.unwrap();
+        assert_eq!(copied.bytes, data.concat().len() as u64);
+        assert!(copied.overflows.is_empty());
         assert_eq!(&bytes[..100], &[7u8; 100][..], "what was before is kept");
         assert_eq!(&bytes[100..], &data.concat()[..]);
     }
@@ -342,21 +287,9 @@ mod tests {
         assert_eq!((plan[9], plan[21]), (3, 27));
         for _ in 0..20 {
             let (jobs, _) = archive(30, &[3, 27], &plan);
-            let (k, e) = in_parallel(&jobs, 0).0.unwrap_err();
+            let JobError { job: k, error: e } = in_parallel(&jobs, 0).0.unwrap_err();
             assert_eq!(k, 9);
             assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
         }
-    }
-
-    #[test]
-    fn stretches_are_cut_into_batches_where_jobs_may_join() {
-        let (jobs, _) = archive(6, &[], &[0, 1, 2, 3, 4, 5]);
-        assert_eq!(batches(&jobs, 0, usize::MAX, |_| true), vec![0..6]);
-        assert_eq!(batches(&jobs, 2, 4, |_| true), vec![2..4]);
-        assert!(batches(&jobs, 0, 6, |_| false).is_empty());
-        assert!(
-            batches(&jobs, 5, 6, |_| true).is_empty(),
-            "one job is no batch"
-        );
     }
 }

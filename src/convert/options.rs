@@ -1,0 +1,106 @@
+//! Everything a conversion can be told.
+
+use std::sync::Arc;
+
+use crate::copy::route::Routes;
+use crate::observe::Progress;
+use crate::plan::layout::Part;
+use crate::plan::PlanOptions;
+use crate::sink::SinkOptions;
+use crate::source::SourceOptions;
+
+/// A callback for things worth telling that are not errors ("spooling ...").
+pub type NoticeFn = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Everything a conversion can be told. Start from the default and set what
+/// differs:
+///
+/// ```
+/// use safetensors_stream::{ConvertOptions, Dtype, PlanOptions};
+///
+/// let options = ConvertOptions::default()
+///     .plan(PlanOptions::default().cast_all(Some(Dtype::BF16)))
+///     .sync(false);
+/// assert!(!options.sync);
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ConvertOptions {
+    /// How inputs are read.
+    pub source: SourceOptions,
+    /// What to take and how to lay it out.
+    pub plan: PlanOptions,
+    /// The sink's buffer.
+    pub sink: SinkOptions,
+    /// fsync files and their folder before reporting success (default on).
+    pub sync: bool,
+    /// Told of notable events; `None` keeps quiet.
+    pub notice: Option<NoticeFn>,
+    /// Told how the writing advances.
+    pub progress: Option<Arc<dyn Progress>>,
+    /// Compute each output file's SHA-256 while streaming.
+    pub checksum: bool,
+    /// Copy tensors whose bytes lie in files straight into an output file,
+    /// by the kernel where they pass unchanged (default on). Off, every
+    /// byte goes through the async sink; the output is the same either way.
+    pub fast_path: bool,
+    /// Which of the fast path's routes may be taken (all, by default).
+    pub routes: Routes,
+    /// Allow the output to replace one of the inputs (refused by default:
+    /// see [`check_output`](super::check_output)). The input is still read from
+    /// its old bytes, and replaced atomically at the end.
+    pub overwrite_input: bool,
+    /// Which files of a sharded plan to write: all (the default), one
+    /// shard (`--shard K`), or the index alone (`--index-only`).
+    pub part: Part,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions {
+            source: SourceOptions::default(),
+            plan: PlanOptions::default(),
+            sink: SinkOptions::default(),
+            sync: true,
+            notice: None,
+            progress: None,
+            checksum: false,
+            fast_path: true,
+            routes: Routes::default(),
+            overwrite_input: false,
+            part: Part::All,
+        }
+    }
+}
+
+crate::setters::setters!(ConvertOptions {
+    source: SourceOptions,
+    plan: PlanOptions,
+    sink: SinkOptions,
+    sync: bool,
+    notice: Option<NoticeFn>,
+    progress: Option<Arc<dyn Progress>>,
+    checksum: bool,
+    fast_path: bool,
+    routes: Routes,
+    overwrite_input: bool,
+    part: Part,
+});
+
+impl std::fmt::Debug for ConvertOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConvertOptions")
+            .field("source", &self.source)
+            .field("plan", &self.plan)
+            .field("sink", &self.sink)
+            .field("sync", &self.sync)
+            .field("notice", &self.notice.is_some())
+            .field("progress", &self.progress.is_some())
+            .field("checksum", &self.checksum)
+            .field("fast_path", &self.fast_path)
+            .field("routes", &self.routes)
+            .field("overwrite_input", &self.overwrite_input)
+            .field("part", &self.part)
+            .finish()
+    }
+}

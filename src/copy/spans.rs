@@ -1,0 +1,388 @@
+//! Tensors whose bytes lie in files, copied straight into the output
+//! file by the routes [`super::route`] chose for them: verbatim runs with
+//! one memory copy (a mapped window of the source handed to `write`, see
+//! [`super::mapped`]), checksummed members with their CRC computed beside
+//! the copy, small tensors gathered ([`super::gather`]), the rest through
+//! one bounded buffer with positional reads ([`super::positional`]).
+//! Synchronous: the caller runs a window of tensors on the blocking pool in
+//! one trip, so a model of a million small tensors costs a million
+//! syscalls at most, not a million task hand-offs.
+
+use std::fs::File;
+use std::io::{self, Seek, Write};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::gather::{copy_batches_parallel, copy_gathered};
+use super::job::{Copied, JobError, Overflow, SpanJob};
+use super::mapped::copy_mapped;
+use super::positional::{copy_buffered, crc_until, read_exact_at, CHECKED_CHUNK};
+use super::route::Route;
+use crate::block_cache::BlockCache;
+use crate::sink::elements::{too_short, ChunkBuffer, Crc};
+use crate::source::FileSpan;
+use crate::{Error, ErrorKind, Result};
+
+/// A checksummed tensor smaller than this is copied the way `cp` copies: a
+/// read of [`CHECKED_CHUNK`] bytes, the CRC over them while they are in the
+/// core's cache, a write of the same buffer. A larger one is copied like a
+/// verbatim one while a second thread reads the same bytes for the CRC: two
+/// cores, and the copy itself as fast as an unchecked one.
+const CHECK_BESIDE_MIN: u64 = 1 << 20;
+
+/// Copies `jobs` to `out` at its current offset, by `routes` (which
+/// cover them in order). On error, says which job failed.
+pub(crate) fn copy_spans(
+    out: &File,
+    out_name: &str,
+    jobs: &[SpanJob],
+    routes: &[Route],
+    buffer_size: usize,
+    mut progress: impl FnMut(u64),
+) -> std::result::Result<Copied, JobError> {
+    let on_out = |e: Error| match e.kind() {
+        ErrorKind::Io(io) if output_side(io) => e.with_output(out_name),
+        _ => e,
+    };
+    let mut buf = ChunkBuffer::default();
+    // Small tensors are read a block at a time, gathered in file order into
+    // `batch`, laid out in plan order.
+    let mut cache = BlockCache::default();
+    let mut batch = Vec::new();
+    // Small tensors' bytes gather here into large writes.
+    let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
+    let mut written = 0u64;
+    let mut overflows = Vec::new();
+    for route in routes {
+        let i = route.jobs().start;
+        let flushed = |w: &mut io::BufWriter<&File>| {
+            w.flush()
+                .map_err(|e| JobError::new(i, on_out(Error::io(e))))
+        };
+        match route {
+            Route::Kernel(run) => {
+                // The kernel writes at the file's offset: our buffered bytes go first.
+                flushed(&mut w)?;
+                let len: u64 = jobs[run.clone()].iter().map(|j| j.span.len).sum();
+                let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
+                copy_verbatim(file, offset, len, out, &mut progress).map_err(|(e, done)| {
+                    let (k, before) = locate(jobs, i, done);
+                    JobError::new(k, on_out(per_tensor(e, jobs[k].span.len, done - before)))
+                })?;
+                written += len;
+            }
+            Route::Checked(k) => {
+                // Straight to the file, not through `w`.
+                flushed(&mut w)?;
+                written += copy_checked(&jobs[*k], out, &mut buf, &mut cache, &mut progress)
+                    .map_err(|e| JobError::new(*k, on_out(e)))?;
+            }
+            Route::Gather(stretch) => {
+                let mut to = Buffers {
+                    w: &mut w,
+                    batch: &mut batch,
+                    buf: &mut buf,
+                    cache: &mut cache,
+                };
+                let gathered = copy_stretch(jobs, stretch, out, &mut to, buffer_size);
+                let copied = gathered.map_err(|f| f.map(on_out))?;
+                overflows.extend(copied.overflows);
+                written += copied.bytes;
+                progress(copied.bytes);
+            }
+            Route::Buffered(k) => {
+                let (n, count) = copy_buffered(
+                    &jobs[*k],
+                    &mut w,
+                    &mut buf,
+                    &mut cache,
+                    buffer_size,
+                    &mut progress,
+                )
+                .map_err(|e| JobError::new(*k, on_out(e)))?;
+                if count > 0 {
+                    overflows.push(Overflow { job: *k, count });
+                }
+                written += n;
+            }
+            Route::Blocking(_) | Route::Stream(_) => {
+                unreachable!("only routes of bytes in files come here")
+            }
+        }
+    }
+    w.flush()
+        .map_err(|e| JobError::new(jobs.len() - 1, on_out(Error::io(e))))?;
+    Ok(Copied {
+        bytes: written,
+        overflows,
+    })
+}
+
+/// The buffers a stretch of batches is copied through.
+struct Buffers<'a, 'f> {
+    w: &'a mut io::BufWriter<&'f File>,
+    batch: &'a mut Vec<u8>,
+    buf: &'a mut ChunkBuffer,
+    cache: &'a mut BlockCache,
+}
+
+/// Copies a stretch of batches of small tensors: one through `w`, several
+/// side by side at their offsets in `out` (after what `w` holds, and
+/// leaving `out`'s offset past them, as writing through `w` would).
+fn copy_stretch(
+    jobs: &[SpanJob],
+    stretch: &[Range<usize>],
+    mut out: &File,
+    to: &mut Buffers<'_, '_>,
+    buffer_size: usize,
+) -> std::result::Result<Copied, JobError> {
+    let (first, last) = (stretch[0].start, stretch[stretch.len() - 1].end);
+    if let [only] = stretch {
+        let range = only.clone();
+        return copy_gathered(jobs, range, to.w, to.batch, to.buf, to.cache, buffer_size);
+    }
+    let io_at = |e: io::Error| JobError::new(first, Error::io(e));
+    to.w.flush().map_err(io_at)?;
+    let at = out.stream_position().map_err(io_at)?;
+    let copied = copy_batches_parallel(jobs, stretch, out, at, buffer_size)?;
+    out.seek(io::SeekFrom::Start(at + copied.bytes))
+        .map_err(|e| JobError::new(last - 1, Error::io(e)))?;
+    Ok(copied)
+}
+
+/// Which job of the run starting at `start` holds byte `done` of the run,
+/// and how many bytes of the run come before that job.
+fn locate(jobs: &[SpanJob], start: usize, done: u64) -> (usize, u64) {
+    let mut before = 0;
+    for (k, j) in jobs[start..].iter().enumerate() {
+        if done < before + j.span.len {
+            return (start + k, before);
+        }
+        before += j.span.len;
+    }
+    let last = jobs.len() - 1;
+    (last, before - jobs[last].span.len)
+}
+
+/// A merged run's shortfall, restated for the one tensor it fell in.
+fn per_tensor(e: Error, len: u64, done_in_tensor: u64) -> Error {
+    match e.kind() {
+        ErrorKind::TensorTooShort { .. } => too_short(len, done_in_tensor),
+        _ => e,
+    }
+}
+
+/// Errors that a write causes, not a read: they belong to the output.
+fn output_side(e: &io::Error) -> bool {
+    use rustix::io::Errno;
+    let raw = e.raw_os_error();
+    [Errno::FBIG, Errno::NOSPC, Errno::DQUOT, Errno::ROFS]
+        .iter()
+        .any(|n| raw == Some(n.raw_os_error()))
+}
+
+/// A checksummed member copied unchanged. Returns the bytes written.
+fn copy_checked(
+    job: &SpanJob,
+    out: &File,
+    buf: &mut ChunkBuffer,
+    cache: &mut BlockCache,
+    progress: &mut impl FnMut(u64),
+) -> Result<u64> {
+    if job.span.len >= CHECK_BESIDE_MIN {
+        if let Some(result) = copy_with_crc_beside(&job.span, out, progress) {
+            return result;
+        }
+    }
+    let mut direct = out;
+    // Verbatim: no cast, so nothing can overflow.
+    copy_buffered(job, &mut direct, buf, cache, CHECKED_CHUNK, progress).map(|(n, _)| n)
+}
+
+/// The mapped copy of a member while a second thread computes its CRC;
+/// `None` when no thread can be had.
+fn copy_with_crc_beside(
+    span: &FileSpan,
+    out: &File,
+    progress: &mut impl FnMut(u64),
+) -> Option<Result<u64>> {
+    let crc = span.crc?;
+    let end = span.offset + span.len;
+    // Set when the copy fails: its error is the answer, so the check stops
+    // instead of reading the rest of a member of gigabytes.
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let checker = std::thread::Builder::new()
+            .name("crc".into())
+            .spawn_scoped(s, || crc_until(&span.file, crc.from, end, &stop))
+            .ok()?;
+        let copied = copy_verbatim(&span.file, span.offset, span.len, out, progress);
+        if copied.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        // Joined here, not left to the scope: the thread is gone when we return.
+        let hasher = checker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        // The copy's error comes first: it says where the bytes ran out.
+        let checked = copied
+            .map_err(|(e, _)| e)
+            .and_then(|()| Crc::new(hasher?, crc.expected).verify());
+        Some(checked.map(|()| span.len))
+    })
+}
+
+/// A mapped copy; a file that cannot be mapped is read and written.
+/// On error also returns how many bytes were done, to find the tensor.
+fn copy_verbatim(
+    src: &File,
+    offset: u64,
+    len: u64,
+    out: &File,
+    progress: &mut impl FnMut(u64),
+) -> std::result::Result<(), (Error, u64)> {
+    match copy_mapped(src, offset, len, out, progress)? {
+        true => Ok(()),
+        false => copy_by_hand(src, offset, len, out, progress),
+    }
+}
+
+fn copy_by_hand(
+    src: &File,
+    offset: u64,
+    len: u64,
+    mut out: &File,
+    progress: &mut impl FnMut(u64),
+) -> std::result::Result<(), (Error, u64)> {
+    let mut buf = vec![0u8; (len.min(4 << 20)) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let n = ((len - done) as usize).min(buf.len());
+        read_exact_at(None, src, &mut buf[..n], offset + done, len, done).map_err(|e| (e, done))?;
+        out.write_all(&buf[..n]).map_err(|e| (Error::io(e), done))?;
+        done += n as u64;
+        progress(n as u64);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copy::job::Job;
+    use crate::copy::route::{routes, Out};
+    use crate::source::CrcCheck;
+    use crate::transform::Transform;
+    use std::sync::Arc;
+
+    /// Member sizes: one copied in one pass, one copied beside its CRC thread.
+    const SIZES: [usize; 2] = [2 * CHECKED_CHUNK + 4096, CHECK_BESIDE_MIN as usize + 4096];
+
+    /// Three checksummed members of `size` bytes, a gap between each (so
+    /// each is a kernel run of its own); `bad` ones get a wrong CRC; the
+    /// file is cut to `cut` bytes.
+    fn archive(size: usize, bad: &[usize], cut: Option<u64>) -> (Vec<SpanJob>, Vec<u8>) {
+        let mut file = tempfile::tempfile().unwrap();
+        let (mut bytes, mut jobs, mut data) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..3 {
+            bytes.extend_from_slice(b"local header");
+            let member: Vec<u8> = (0..size).map(|i| (i * 7 + k * 13) as u8).collect();
+            let offset = bytes.len() as u64;
+            let crc = crc32fast::hash(&member) ^ if bad.contains(&k) { 1 } else { 0 };
+            bytes.extend_from_slice(&member);
+            data.extend_from_slice(&member);
+            jobs.push((offset, crc));
+        }
+        bytes.truncate(cut.unwrap_or(bytes.len() as u64) as usize);
+        file.write_all(&bytes).unwrap();
+        let file = Arc::new(file);
+        let jobs = jobs
+            .into_iter()
+            .map(|(offset, expected)| SpanJob {
+                span: FileSpan {
+                    file: file.clone(),
+                    offset,
+                    len: size as u64,
+                    transform: Transform::Identity,
+                    crc: Some(CrcCheck {
+                        expected,
+                        from: offset,
+                    }),
+                },
+                cast: None,
+            })
+            .collect();
+        (jobs, data)
+    }
+
+    /// The routes of `jobs` into a file.
+    fn routed(jobs: &[SpanJob]) -> Vec<Route> {
+        let jobs: Vec<Job> = jobs.iter().cloned().map(Job::Span).collect();
+        routes(&jobs, Out::File, crate::copy::route::Routes::default())
+    }
+
+    fn copy(jobs: &[SpanJob]) -> (std::result::Result<u64, JobError>, Vec<u8>) {
+        use std::io::{Read, Seek};
+        let mut out = tempfile::tempfile().unwrap();
+        let routes = routed(jobs);
+        let result = copy_spans(&out, "out", jobs, &routes, 1 << 20, |_| {}).map(|c| c.bytes);
+        let mut bytes = Vec::new();
+        out.rewind().unwrap();
+        out.read_to_end(&mut bytes).unwrap();
+        (result, bytes)
+    }
+
+    #[test]
+    fn checked_members_are_copied_whole_and_not_merged() {
+        for size in SIZES {
+            let (jobs, data) = archive(size, &[], None);
+            let each = [Route::Checked(0), Route::Checked(1), Route::Checked(2)];
+            assert_eq!(routed(&jobs), each);
+            let (result, bytes) = copy(&jobs);
+            assert_eq!(result.unwrap(), data.len() as u64);
+            assert_eq!(bytes, data);
+        }
+    }
+
+    #[test]
+    fn the_first_bad_checksum_is_the_error() {
+        for size in SIZES {
+            for bad in [vec![0], vec![1], vec![2], vec![1, 2]] {
+                let (jobs, _) = archive(size, &bad, None);
+                let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
+                assert_eq!(i, bad[0], "{bad:?}");
+                assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_copy_before_a_bad_checksum_is_the_error() {
+        // Member 0 is cut short in the file; member 1's CRC is wrong too.
+        for size in SIZES {
+            let (jobs, _) = archive(size, &[], None);
+            let cut = jobs[0].span.offset + 10;
+            let (jobs, _) = archive(size, &[1], Some(cut));
+            let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
+            assert_eq!(i, 0);
+            let expected = size as u64;
+            assert!(
+                matches!(e.kind(), ErrorKind::TensorTooShort { expected: x, actual: 10 } if *x == expected),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_checksum_before_a_short_copy_is_the_error() {
+        // Member 0's CRC is wrong; member 2 is cut short.
+        for size in SIZES {
+            let (jobs, _) = archive(size, &[], None);
+            let cut = jobs[2].span.offset + 10;
+            let (jobs, _) = archive(size, &[0], Some(cut));
+            let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
+            assert_eq!(i, 0);
+            assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        }
+    }
+}
