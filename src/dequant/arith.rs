@@ -23,19 +23,44 @@ pub(crate) fn scale_values(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
 }
 
 /// The value of an E4M3 (`float8_e4m3fn`) code: bias 7, no infinities,
-/// `S.1111.111` is NaN.
+/// `S.1111.111` is NaN. A table lookup: every code's value is exact in f32.
 pub(crate) fn e4m3_to_f32(b: u8) -> f32 {
-    let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
-    let exp = i32::from((b >> 3) & 0x0f);
-    let man = f32::from(b & 0x07);
+    E4M3[usize::from(b)]
+}
+
+/// Every E4M3 code's value, computed at compile time.
+static E4M3: [f32; 256] = e4m3_table();
+
+const fn e4m3_table() -> [f32; 256] {
+    let mut table = [0f32; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = e4m3_value(b as u8);
+        b += 1;
+    }
+    table
+}
+
+const fn e4m3_value(b: u8) -> f32 {
+    let exp = ((b >> 3) & 0x0f) as i32;
+    let man = (b & 0x07) as f32;
     if exp == 0x0f && b & 0x07 == 0x07 {
         return f32::NAN;
     }
     let magnitude = match exp {
-        0 => man / 8.0 * f32::powi(2.0, -6),
-        _ => (1.0 + man / 8.0) * f32::powi(2.0, exp - 7),
+        0 => man / 8.0 * pow2(-6),
+        _ => (1.0 + man / 8.0) * pow2(exp - 7),
     };
-    sign * magnitude
+    if b & 0x80 != 0 {
+        -magnitude
+    } else {
+        magnitude
+    }
+}
+
+/// 2^k for a normal f32 exponent k.
+const fn pow2(k: i32) -> f32 {
+    f32::from_bits(((k + 127) as u32) << 23)
 }
 
 /// `v` (an exact product, or f32 arithmetic's result) as a tensor of
@@ -65,6 +90,19 @@ mod tests {
         assert_eq!(e4m3_to_f32(0xc0), -2.0);
         assert!(e4m3_to_f32(0x7f).is_nan());
         assert!(e4m3_to_f32(0xff).is_nan());
+        // Every code against the format's definition, computed at run time.
+        for b in 0..=255u8 {
+            let (sign, exp, man) = (b >> 7, i32::from((b >> 3) & 0x0f), f32::from(b & 7));
+            let magnitude = match exp {
+                0 => man * 2f32.powi(-9),
+                _ => (1.0 + man / 8.0) * 2f32.powi(exp - 7),
+            };
+            let want = if sign == 1 { -magnitude } else { magnitude };
+            match b & 0x7f {
+                0x7f => assert!(e4m3_to_f32(b).is_nan()),
+                _ => assert_eq!(e4m3_to_f32(b).to_bits(), want.to_bits(), "{b:#04x}"),
+            }
+        }
     }
 
     #[test]

@@ -66,13 +66,18 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
         let n = p.n0 + i;
         let zero_word = n / per - first_word;
         let zero_slot = n % per;
-        for (k, o) in out_row.iter_mut().enumerate() {
-            let g = p.groups[k] as usize;
-            let q = packing.code(p.qweight[(k / per) * nb + i], k % per);
-            let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
-            let z = stored + packing.zero_offset;
-            let v = (q as f32 - z as f32) * p.scales[g * nb + i];
-            *o = super::arith::stored_as(scale_dtype, v);
+        // A packed word at a time: no division per code.
+        let words = out_row.chunks_mut(per).zip(p.groups.chunks(per));
+        for (w, (outs, groups)) in words.enumerate() {
+            let word = p.qweight[w * nb + i];
+            for (slot, (o, &g)) in outs.iter_mut().zip(groups).enumerate() {
+                let g = g as usize;
+                let q = packing.code(word, slot);
+                let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
+                let z = stored + packing.zero_offset;
+                let v = (q as f32 - z as f32) * p.scales[g * nb + i];
+                *o = super::arith::stored_as(scale_dtype, v);
+            }
         }
     }
 }
