@@ -15,7 +15,7 @@ use std::task::{ready, Context, Poll};
 use bytes::BytesMut;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjectPath;
-use object_store::{MultipartId, PutPayload};
+use object_store::{Attributes, MultipartId, PutPayload};
 use tokio::io::AsyncWrite;
 use tokio::task::JoinSet;
 
@@ -110,15 +110,17 @@ pub(crate) struct PartUpload {
 }
 
 impl PartUpload {
-    /// Starts the multipart upload of an object planned to be `len` bytes.
+    /// Starts the multipart upload of an object planned to be `len` bytes,
+    /// with these attributes (a plan id: [`crate::dest::record`]).
     pub(crate) async fn start(
         store: Arc<dyn MultipartStore>,
         path: ObjectPath,
         url: &str,
         len: u64,
+        attributes: Attributes,
     ) -> Result<PartUpload> {
         let id = store
-            .create_multipart(&path)
+            .create_multipart_opts(&path, attributes.into())
             .await
             .map_err(|e| store_output_error(e, url))?;
         let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -386,7 +388,8 @@ mod tests {
     async fn upload(store: Arc<FailingPart>, len: usize) -> Result<()> {
         use tokio::io::AsyncWriteExt;
         let path = ObjectPath::from("x.safetensors");
-        let mut up = PartUpload::start(store, path, "memory:///x", len as u64).await?;
+        let mut up =
+            PartUpload::start(store, path, "memory:///x", len as u64, Attributes::new()).await?;
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         // Odd-sized writes: parts must still be exactly part_size.
         for chunk in data.chunks(1_000_003) {
@@ -445,7 +448,8 @@ mod tests {
         let s = store(usize::MAX);
         let e = run(async {
             let path = ObjectPath::from("x.safetensors");
-            let mut up = PartUpload::start(s.clone(), path, "memory:///x", 10).await?;
+            let mut up =
+                PartUpload::start(s.clone(), path, "memory:///x", 10, Attributes::new()).await?;
             up.write_all(b"123456789").await.unwrap();
             up.complete(10).await
         })
@@ -460,7 +464,8 @@ mod tests {
         let s = store(usize::MAX);
         run(async {
             let path = ObjectPath::from("x.safetensors");
-            let up = PartUpload::start(s.clone(), path, "memory:///x", 10).await?;
+            let up =
+                PartUpload::start(s.clone(), path, "memory:///x", 10, Attributes::new()).await?;
             let key = up.key();
             drop(up);
             // (abort_pending would also abort the other tests' uploads.)

@@ -254,3 +254,77 @@ fn refused_credentials_are_one_line_and_exit_3() {
         .unwrap_or_else(|why| panic!("refused_credentials: no S3 test server: {why}"));
     refused_in_one_line(ep, "bucket");
 }
+
+/// `convert --dry-run --json`'s plan id for these arguments.
+fn plan_id(ep: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
+    let mut args = args.to_vec();
+    args.extend([&"--dry-run" as &dyn AsRef<_>, &"--json"]);
+    let o = convert(ep, &args);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["plan_id"].as_str().expect("plan_id").to_string()
+}
+
+#[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
+fn the_index_refuses_shard_objects_recording_another_plan() {
+    let ep = moto::server("shard_objects_recording_another_plan");
+    let b = moto::bucket(ep, "plan");
+    let mut bytes = std::fs::read(fixture("reference/all_dtypes.safetensors")).unwrap();
+    moto::put(ep, &b, "in.safetensors", &bytes);
+    let input = format!("s3://{b}/in.safetensors");
+    let url = format!("s3://{b}/out/model.safetensors");
+    let base: [&dyn AsRef<std::ffi::OsStr>; 5] = [&input, &"--max-shard-size", &"100", &"-o", &url];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra.iter().map(|a| a as &dyn AsRef<std::ffi::OsStr>));
+        convert(ep, &args)
+    };
+
+    // Shard 1 under plan A.
+    let a = plan_id(ep, &base);
+    ok(&run(&["--shard", "1", "--expect-plan", &a]));
+    let shards = moto::keys(ep, &b);
+    let first = shards
+        .iter()
+        .find(|k| k.starts_with("out/"))
+        .expect("shard 1")
+        .clone();
+    let n: usize = first
+        .trim_end_matches(".safetensors")
+        .rsplit("-of-")
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n >= 3, "{first}");
+
+    // The input object replaced (same length, one byte changed: a new ETag),
+    // then shards 2..N under plan B.
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    moto::put(ep, &b, "in.safetensors", &bytes);
+    let bid = plan_id(ep, &base);
+    assert_ne!(a, bid, "a new ETag, a new plan");
+    for k in 2..=n {
+        ok(&run(&["--shard", &k.to_string(), "--expect-plan", &bid]));
+    }
+    let o = run(&["--index-only", "--expect-plan", &bid]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let msg = stderr(&o);
+    assert!(msg.contains(&first) && msg.contains(&a), "{msg}");
+    assert!(
+        !moto::keys(ep, &b)
+            .iter()
+            .any(|k| k.ends_with(".index.json")),
+        "no index"
+    );
+
+    // Shard 1 again under B: the set commits.
+    ok(&run(&["--shard", "1", "--expect-plan", &bid]));
+    ok(&run(&["--index-only", "--expect-plan", &bid]));
+    assert!(moto::keys(ep, &b)
+        .iter()
+        .any(|k| k.ends_with(".index.json")));
+    assert!(moto::open_uploads(ep, &b).is_empty());
+}
