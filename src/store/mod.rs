@@ -15,10 +15,12 @@
 //!   matched the plan, aborted exactly once otherwise.
 //! - `write`: a plan written to objects, shards first and the index last.
 
+pub(crate) mod open_uploads;
 pub(crate) mod source;
 pub(crate) mod upload;
 pub(crate) mod write;
 
+pub use open_uploads::{open_uploads, OpenUpload};
 pub use source::{open_checkpoint, FIRST_RANGE};
 pub use upload::{abort_pending, part_size, IN_FLIGHT, MAX_PARTS, MIN_PART};
 
@@ -102,6 +104,8 @@ pub(crate) struct Location {
     pub(crate) multipart: Option<Arc<dyn MultipartStore>>,
     /// The object's key in the store.
     pub(crate) path: ObjectPath,
+    /// How to list and abort the uploads left open in its bucket (S3 only).
+    pub(crate) uploads: Option<Arc<open_uploads::S3Uploads>>,
 }
 
 impl std::fmt::Debug for Location {
@@ -132,15 +136,14 @@ impl Location {
             ));
         }
         let on_build = |e: object_store::Error| store_error(e, url);
+        let mut uploads = None;
         let (store, multipart): (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>) =
             match parsed.scheme() {
                 "s3" => {
-                    let s = Arc::new(
-                        AmazonS3Builder::from_env()
-                            .with_url(url)
-                            .build()
-                            .map_err(on_build)?,
-                    );
+                    let builder = AmazonS3Builder::from_env().with_url(url);
+                    let s = Arc::new(builder.clone().build().map_err(on_build)?);
+                    let listing = open_uploads::S3Uploads::new(builder, s.clone(), &parsed);
+                    uploads = Some(Arc::new(listing));
                     (s.clone(), Some(s))
                 }
                 "gs" => {
@@ -181,6 +184,7 @@ impl Location {
             store,
             multipart,
             path,
+            uploads,
         })
     }
 

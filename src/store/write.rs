@@ -83,6 +83,13 @@ impl ObjectSet {
             OutWriter::Buffer(Vec::with_capacity(usize::try_from(len).unwrap_or(0)))
         } else {
             let store = object.writable()?;
+            // An earlier attempt at this shard (killed, its node lost)
+            // left its upload open: a shard key belongs to one task, so it
+            // is a dead one. Best effort: a store that refuses the listing
+            // leaves it to the bucket's lifecycle rule.
+            if let Some(uploads) = &object.uploads {
+                let _ = uploads.abort_key(&object.path).await;
+            }
             let (path, url) = (object.path.clone(), &object.url);
             let upload = PartUpload::start(store, path, url, len, self.attributes()).await?;
             self.keys.push(upload.key());

@@ -328,3 +328,85 @@ fn the_index_refuses_shard_objects_recording_another_plan() {
         .any(|k| k.ends_with(".index.json")));
     assert!(moto::open_uploads(ep, &b).is_empty());
 }
+
+#[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
+fn a_retried_shard_aborts_the_upload_its_killed_attempt_left_open() {
+    let ep = moto::server("retried_shard_aborts");
+    let b = moto::bucket(ep, "retry");
+    let input = fixture("reference/all_dtypes.safetensors");
+    let url = format!("s3://{b}/m/model.safetensors");
+    let shard = |k: &str| {
+        let args: [&dyn AsRef<std::ffi::OsStr>; 7] = [
+            &input,
+            &"--max-shard-size",
+            &"100",
+            &"--shard",
+            &k,
+            &"-o",
+            &url,
+        ];
+        convert(ep, &args)
+    };
+    // Two attempts at shard 1 killed mid-upload, one at shard 2, and an
+    // unrelated upload whose key shard 1's is a prefix of.
+    let first = "m/model-00001-of-00004.safetensors";
+    moto::start_upload(ep, &b, first);
+    moto::start_upload(ep, &b, first);
+    moto::start_upload(ep, &b, "m/model-00002-of-00004.safetensors");
+    moto::start_upload(ep, &b, &format!("{first}.other"));
+    assert_eq!(moto::open_uploads(ep, &b).len(), 4);
+
+    ok(&shard("1"));
+    let mut open = moto::open_uploads(ep, &b);
+    open.sort();
+    assert_eq!(
+        open,
+        [
+            "m/model-00001-of-00004.safetensors.other",
+            "m/model-00002-of-00004.safetensors"
+        ],
+        "shard 1's dead uploads aborted, no other"
+    );
+
+    // `convert uploads` lists what is left under a prefix, `--abort` aborts it.
+    let o = convert(ep, &[&"uploads", &"--json", &format!("s3://{b}/m/")]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut listed: Vec<&str> = v["uploads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["key"].as_str().unwrap())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, open);
+    let o = convert(ep, &[&"uploads", &format!("s3://{b}/m/model-00002")]);
+    ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("m/model-00002-of-00004.safetensors\t") && text.contains("1 uploads open"),
+        "{text}"
+    );
+    assert_eq!(
+        moto::open_uploads(ep, &b).len(),
+        2,
+        "listing aborts nothing"
+    );
+    let o = convert(ep, &[&"uploads", &"--abort", &format!("s3://{b}/")]);
+    ok(&o);
+    assert!(
+        stdout_of(&o).contains("2 uploads aborted"),
+        "{}",
+        stdout_of(&o)
+    );
+    assert!(moto::open_uploads(ep, &b).is_empty());
+
+    // Only s3:// lists uploads; anything else is a usage error.
+    let o = convert(ep, &[&"uploads", &"gs://bucket/x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
