@@ -57,6 +57,11 @@ impl S3Uploads {
         }
     }
 
+    /// The configuration the store was built from.
+    pub(crate) fn builder(&self) -> &AmazonS3Builder {
+        &self.builder
+    }
+
     /// The bucket's URL, as `object_store` computes it (path style unless
     /// virtual-hosted requests are asked for).
     fn bucket_endpoint(&self) -> String {
@@ -182,6 +187,9 @@ pub async fn open_uploads(url: &str, abort: bool) -> Result<Vec<OpenUpload>> {
     }
     let on_store = |e: object_store::Error| super::store_output_error(e, url);
     let builder = AmazonS3Builder::from_env().with_url(url);
+    if let Some(msg) = super::s3_unusable(&builder).await {
+        return Err(Error::new(ErrorKind::ObjectStore(msg)).with_output(url));
+    }
     let store = Arc::new(builder.clone().build().map_err(on_store)?);
     let s3 = S3Uploads::new(builder, store, &parsed);
     let open = s3.list(&prefix).await.map_err(on_store)?;

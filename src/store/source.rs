@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
 
-use super::{store_error, Location};
+use super::{store_error, Location, Side};
 use crate::header::read::read_header;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +30,7 @@ pub(crate) async fn open_object(
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
-    let pinned = Pinned::head(Location::parse(url)?).await?;
+    let pinned = Pinned::head(Location::open(url, Side::Input).await?).await?;
     if is_index_path(Path::new(url)) {
         return Ok(Box::new(ObjectSource::open_index(pinned).await?));
     }
@@ -54,7 +54,7 @@ pub(crate) async fn open_object(
 /// `inspect`: each shard's header under `rules`, and an index checked
 /// against its shards as [`Checkpoint::open`] checks local ones.
 pub async fn open_checkpoint(url: &str, rules: Rules) -> Result<Checkpoint> {
-    let loc = Location::parse(url)?;
+    let loc = Location::open(url, Side::Input).await?;
     if !is_index_path(Path::new(url)) {
         let header = Pinned::read_header(loc, rules).await?;
         return Ok(Checkpoint {

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::upload::{abort_uploads, PartUpload, MIN_PART};
-use super::{store_output_error, Location};
+use super::{store_output_error, Location, Side};
 use crate::dest::record;
 use crate::dest::writer::{DestOptions, OutWriter, Staged};
 use crate::dest::WrittenFile;
@@ -43,7 +43,7 @@ impl ObjectSet {
     /// Names the set's objects from `url` (the set's base name, as for
     /// files); with `--index-only`, checks every shard is there first.
     pub(crate) async fn open(url: &str, plan: &Plan, options: DestOptions) -> Result<ObjectSet> {
-        let base = Location::parse(url)?;
+        let base = Location::open(url, Side::Output).await?;
         let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
         let name = |p: &Path| {
             p.file_name()

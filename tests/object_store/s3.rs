@@ -410,3 +410,109 @@ fn a_retried_shard_aborts_the_upload_its_killed_attempt_left_open() {
 fn stdout_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
+
+/// `convert` with only `env` (and PATH) in its environment.
+fn convert_with(env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn no_credentials_at_all_is_one_line_at_once() {
+    let input = fixture("example/model.npz");
+    let input = input.to_str().unwrap();
+    // Nothing answers at this metadata endpoint: there are no credentials.
+    let env = [
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1"),
+    ];
+    for (args, side) in [
+        (vec![input, "-o", "s3://b/out.safetensors"], "output"),
+        (vec!["s3://b/in.safetensors", "-o", "/dev/null"], "input"),
+    ] {
+        let started = std::time::Instant::now();
+        let mut with_report = args.clone();
+        with_report.extend(["--report", "json"]);
+        let o = convert_with(&env, &with_report);
+        assert!(started.elapsed() < std::time::Duration::from_secs(3));
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("no credentials: set AWS_ACCESS_KEY_ID"),
+            "{msg}"
+        );
+        assert!(
+            v["error"][side].as_str().unwrap().starts_with("s3://b/"),
+            "{v}"
+        );
+        let other = if side == "input" { "output" } else { "input" };
+        assert!(v["error"][other].is_null(), "{v}");
+        let o = convert_with(&env, &args);
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_plain_http_endpoint_without_allow_http_says_what_to_set() {
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "a"),
+        ("AWS_SECRET_ACCESS_KEY", "b"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+    ];
+    let o = convert_with(&env, &["inspect", "s3://b/x.safetensors"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("set AWS_ALLOW_HTTP=true"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stderr(&o).lines().count(), 1);
+}
+
+#[test]
+fn url_errors_at_the_output_are_reported_as_the_output() {
+    let input = fixture("example/model.npz");
+    for (url, kind) in [
+        ("s4://bucket/x.safetensors", "usage"),
+        ("s3://bucket/folder/", "usage"),
+    ] {
+        let o = convert_with(
+            &[],
+            &[input.to_str().unwrap(), "-o", url, "--report", "json"],
+        );
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+        assert_eq!(v["error"]["kind"], kind, "{v}");
+        assert_eq!(v["error"]["output"], url, "{v}");
+        assert!(v["error"]["input"].is_null(), "{v}");
+    }
+    // A prefix as an input says folders are local only.
+    let o = convert_with(&[], &["s3://bucket/folder/", "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("folders work for local paths only"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
+fn a_missing_output_bucket_is_reported_as_the_output() {
+    let ep = moto::server("missing_output_bucket");
+    let input = fixture("example/model.npz");
+    let url = "s3://no-such-bucket-out/x.safetensors";
+    let o = convert(ep, &[&input, &"-o", &url, &"--report", &"json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+    assert_eq!(v["error"]["output"], url, "{v}");
+    assert!(v["error"]["input"].is_null(), "{v}");
+}
