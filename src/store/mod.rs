@@ -22,7 +22,7 @@ pub(crate) mod upload;
 pub(crate) mod write;
 
 pub use open_uploads::{open_uploads, OpenUpload};
-pub use source::{open_checkpoint, FIRST_RANGE};
+pub use source::{open_checkpoint, FIRST_RANGE, WHOLE_OBJECT_LIMIT};
 pub use upload::{abort_pending, part_size, IN_FLIGHT, MAX_PARTS, MIN_PART};
 
 use std::path::Path;
