@@ -23,7 +23,9 @@ pub(crate) mod write;
 
 pub use open_uploads::{open_uploads, OpenUpload};
 pub use source::{open_checkpoint, FIRST_RANGE, WHOLE_OBJECT_LIMIT};
-pub use upload::{abort_pending, part_size, IN_FLIGHT, MAX_PARTS, MIN_PART};
+pub use upload::{
+    abort_pending, part_size, UploadConfig, IN_FLIGHT, MAX_PART, MAX_PARTS, MIN_PART, PART_SIZE,
+};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::upload::{abort_uploads, PartUpload, MIN_PART};
+use super::upload::{abort_uploads, PartUpload, UploadConfig, MIN_PART};
 use super::{store_output_error, Location, Side};
 use crate::dest::record;
 use crate::dest::writer::{DestOptions, OutWriter, Staged};
@@ -28,6 +28,8 @@ pub(crate) struct ObjectSet {
     /// The shards' names, for the index.
     names: Vec<std::path::PathBuf>,
     options: DestOptions,
+    /// Part size and parts in flight.
+    upload: UploadConfig,
     /// Every upload started, to abort on failure.
     keys: Vec<u64>,
     /// Uploads ready to complete, with their planned lengths.
@@ -43,6 +45,7 @@ impl ObjectSet {
     /// Names the set's objects from `url` (the set's base name, as for
     /// files); with `--index-only`, checks every shard is there first.
     pub(crate) async fn open(url: &str, plan: &Plan, options: DestOptions) -> Result<ObjectSet> {
+        let upload = UploadConfig::from_env().map_err(|e| e.with_output(url))?;
         let base = Location::open(url, Side::Output).await?;
         let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
         let name = |p: &Path| {
@@ -65,6 +68,7 @@ impl ObjectSet {
             index,
             names: paths,
             options,
+            upload,
             keys: Vec::new(),
             ready: Vec::new(),
             whole: None,
@@ -91,7 +95,9 @@ impl ObjectSet {
                 let _ = uploads.abort_key(&object.path).await;
             }
             let (path, url) = (object.path.clone(), &object.url);
-            let upload = PartUpload::start(store, path, url, len, self.attributes()).await?;
+            let config = self.upload;
+            let upload =
+                PartUpload::start(store, path, url, len, self.attributes(), config).await?;
             self.keys.push(upload.key());
             OutWriter::Upload(upload)
         };

@@ -36,7 +36,7 @@ fn s3_output_and_input_are_byte_identical_to_local_runs() {
     let ep = moto::server("s3_output_and_input");
     let b = moto::bucket(ep, "io");
     let dir = tempfile::tempdir().unwrap();
-    // 12 MiB: a multipart upload of 5 MiB parts; the npz: a single PUT.
+    // 12 MiB: a multipart upload of 8 MiB parts; the npz: a single PUT.
     let big = dump(dir.path(), 12 << 20);
     let raw = [
         "--raw-dtype",
@@ -187,7 +187,7 @@ fn sigterm_mid_upload_leaves_no_object_and_no_open_upload() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    // Three parts' worth: some parts are sent, the upload is open.
+    // Two parts' worth: a part is sent, the upload is open.
     stdin.write_all(&vec![7u8; 16 << 20]).unwrap();
     stdin.flush().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
