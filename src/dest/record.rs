@@ -29,6 +29,7 @@ pub(crate) const XATTR: &str = "user.safetensors_stream.plan_id";
 
 /// The user metadata key an object records its plan id under (S3 sends it
 /// as `x-amz-meta-plan-id`).
+#[cfg(feature = "object-store")]
 pub(crate) const METADATA_KEY: &str = "plan-id";
 
 /// What `found` says of a shard that records no plan id.
