@@ -278,6 +278,26 @@ for t in GGUFReader(src).tensors:
 '''
 
 
+def safetensors_tensors(path: Path):
+    """{name: (dtype, shape, sha256 of its bytes)} of a safetensors file, read a tensor at a time."""
+    out = {}
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        for name, t in header.items():
+            b, e = t["data_offsets"]
+            f.seek(8 + n + b)
+            h = hashlib.sha256()
+            left = e - b
+            while left:
+                chunk = f.read(min(left, CHUNK))
+                h.update(chunk)
+                left -= len(chunk)
+            out[name] = (t["dtype"], tuple(t["shape"]), h.hexdigest())
+    return out
+
+
 def timed(cmd, workdir: Path, timefile: Path, timeout=None):
     """Run cmd under /usr/bin/time -v. Returns (wall s, (peak RSS KiB, user s, sys s), returncode,
     stdout, stderr).
@@ -964,7 +984,8 @@ class Bench:
         dest = "model.safetensors"
         tools = self.cp_tools(src, dest)[:1] + self.convert_tools(src, dest)
         if self.amn:
-            tools.append((GGUF_AMN_TOOL, lambda o: [self.amn, "convert", src, "--to", "safetensors"], "other"))
+            # -o and --force: amn refuses to replace its output of the last round.
+            tools.append((GGUF_AMN_TOOL, lambda o: [self.amn, "convert", src, "--to", "safetensors", "-o", o / "amn.safetensors", "--force"], "other"))
         if not self.args.no_python:
             tools.append((GGUF_PY_TOOL, lambda o: [py, ref, src, o / dest], "py"))
 
@@ -985,6 +1006,8 @@ class Bench:
         if not rows:
             return
         conv = rows["convert --no-sync"]
+        if self.amn:
+            self.notes.append(f"gguf: {self.compare_with_amn(src, tools)}")
         if GGUF_AMN_TOOL in rows:
             self.ratio_target("gguf", f"convert --no-sync / amn <= {T_GGUF_AMN}", conv, rows[GGUF_AMN_TOOL], T_GGUF_AMN)
         else:
@@ -992,6 +1015,20 @@ class Bench:
         if GGUF_PY_TOOL in rows:
             self.ratio_target("gguf", "convert --no-sync / gguf-py (reported)", conv, rows[GGUF_PY_TOOL], float("inf"))
         self.rss_target("gguf", rows)
+
+    def compare_with_amn(self, src, tools):
+        """Both BF16: every tensor's bytes in convert's output against amn's, by name."""
+        clear_dir(self.out)
+        for tname, argv, _ in tools:
+            if tname in ("convert --no-sync", GGUF_AMN_TOOL):
+                subprocess.run(argv(self.out), check=True, capture_output=True)
+        ours, theirs = self.out / "model.safetensors", self.out / "amn.safetensors"
+        a, b = safetensors_tensors(ours), safetensors_tensors(theirs)
+        differ = [k for k in a if k not in b or a[k] != b[k]]
+        clear_dir(self.out)
+        if differ or len(a) != len(b):
+            return f"convert's output DIFFERS from amn's: {len(differ)} of {len(a)} tensors ({differ[:3]}), {len(b)} in amn's"
+        return f"convert's output equals amn's, tensor by tensor ({len(a)} tensors: names, dtypes, shapes, bytes)"
 
     def w_plan(self):
         sizes = self.args.plan_sizes
@@ -1278,7 +1315,7 @@ def quantized_bench(a) -> int:
             gen_quantized(kind, src, size)
             tools = [("convert", [binary, src, "-o", tmp / "out-convert.safetensors", "--dequantize", "--no-sync"])]
             if a.amn:
-                tools.append(("amn remember", [a.amn, "remember", src, "-o", tmp / "out-amn.safetensors"]))
+                tools.append(("amn remember", [a.amn, "remember", src, "-o", tmp / "out-amn.safetensors", "--force"]))
             if have_torch:
                 script = tmp / "reference.py"
                 script.write_text(QUANT_REFERENCE)
@@ -1292,6 +1329,13 @@ def quantized_bench(a) -> int:
                         print(f"{kind}: {name} failed: {err.strip()[-300:]}")
                         continue
                     results[name].append((wall, rss))
+            ours, theirs = tmp / "out-convert.safetensors", tmp / "out-amn.safetensors"
+            if ours.exists() and theirs.exists():
+                mine, peer = safetensors_tensors(ours), safetensors_tensors(theirs)
+                same = mine == peer
+                line = f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} amn's ({sorted(mine)} / {sorted(peer)})"
+                print(line)
+                lines.append(line)
             if have_torch:
                 same = tensor_data_digest(tmp / "out-convert.safetensors") == tensor_data_digest(tmp / "out-torch.safetensors")
                 print(f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} torch's")

@@ -22,7 +22,7 @@ set -uo pipefail
 
 secs=${1:-600}
 shift || true
-all_targets=(safetensors_header npy_header zip_directory detect convert_bytes pickle bnb_record)
+all_targets=(safetensors_header npy_header zip_directory detect convert_bytes pickle bnb_record gguf_header)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)

@@ -79,7 +79,6 @@ pub mod inspect;
 mod io_util;
 pub mod observe;
 pub mod plan;
-mod plan_id;
 pub mod rename;
 mod setters;
 pub mod sink;

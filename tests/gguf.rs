@@ -1,5 +1,6 @@
 //! GGUF inputs: every block type bit-identical to gguf-py 0.19's
-//! `dequantize` (then rounded to nearest even), in both byte orders and
+//! `dequantize` (Q8_K and Q1_0, which it cannot dequantize: to ggml's C
+//! reference), then rounded to nearest even, in both byte orders and
 //! through both the file and the async paths; plain types copied; the
 //! metadata; hostile headers refused by name, without a panic and without
 //! allocating on a claimed count; the binary's subcommands.
@@ -112,7 +113,16 @@ per_type! {
     q4_k_matches_gguf_py: "q4_k",
     q5_k_matches_gguf_py: "q5_k",
     q6_k_matches_gguf_py: "q6_k",
+    iq2_xxs_matches_gguf_py: "iq2_xxs",
+    iq2_xs_matches_gguf_py: "iq2_xs",
+    iq2_s_matches_gguf_py: "iq2_s",
+    iq3_xxs_matches_gguf_py: "iq3_xxs",
+    iq3_s_matches_gguf_py: "iq3_s",
+    iq1_s_matches_gguf_py: "iq1_s",
+    iq1_m_matches_gguf_py: "iq1_m",
     iq4_nl_matches_gguf_py: "iq4_nl",
+    q8_k_matches_ggmls_c_reference: "q8_k",
+    q1_0_matches_ggmls_c_reference: "q1_0",
     iq4_xs_matches_gguf_py: "iq4_xs",
     tq1_0_matches_gguf_py: "tq1_0",
     tq2_0_matches_gguf_py: "tq2_0",
@@ -149,7 +159,8 @@ fn the_listing_has_output_dtypes_and_row_major_shapes() {
     assert_eq!(find("f16").shape, vec![2, 3, 4]);
     assert_eq!(find("i64").shape, vec![1, 1, 1, 2]);
     assert_eq!(find("f64").dtype, Dtype::F64);
-    assert_eq!(src.tensors().len(), 24);
+    assert_eq!(find("iq1_m").shape, vec![3, 512]);
+    assert_eq!(src.tensors().len(), 33);
     // Without --gguf-metadata, no __metadata__.
     assert!(src.metadata().is_none());
 }
@@ -321,11 +332,23 @@ fn tensor_rules_are_enforced_by_name() {
     let err = |r: Result<(), String>| r.expect_err("refused");
     // Five dimensions.
     assert!(err(one(&[1, 1, 1, 1, 1], 0, 0, 4)).contains("5 dimensions"));
-    // An IQ grid type: refused by name.
-    let e = err(one(&[256], 16, 0, 66));
-    assert!(e.contains("IQ2_XXS is not supported"), "{e}");
-    // Q8_1 and Q8_K: gguf-py has no reference for them.
-    assert!(err(one(&[32], 9, 0, 40)).contains("Q8_1 is not supported"));
+    // Q8_1: neither gguf-py nor ggml dequantizes it, so it is refused by name.
+    let e = err(one(&[32], 9, 0, 40));
+    assert!(e.contains("Q8_1 is not supported: neither gguf-py"), "{e}");
+    // The codebook-grid IQ types, Q8_K and Q1_0 are read.
+    for (ty, bytes) in [
+        (16, 66),
+        (17, 74),
+        (18, 98),
+        (19, 50),
+        (21, 110),
+        (22, 82),
+        (29, 56),
+    ] {
+        one(&[256], ty, 0, bytes).unwrap();
+    }
+    one(&[256], 15, 0, 292).unwrap();
+    one(&[128], 41, 0, 18).unwrap();
     // An unknown type id.
     assert!(err(one(&[4], 99, 0, 16)).contains("unknown ggml tensor type 99"));
     // A row that is not whole blocks.
@@ -489,8 +512,8 @@ fn the_binary_converts_inspects_and_validates_a_gguf() {
 fn the_binary_refuses_a_bad_gguf_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let mut b = Builder::new(3, 1, 0, false);
-    b.tensor("w", &[256], 19, 0);
-    let path = support::write(dir.path(), "iq1.gguf", &b.data(&[0u8; 64]));
+    b.tensor("w", &[32], 9, 0);
+    let path = support::write(dir.path(), "q8_1.gguf", &b.data(&[0u8; 40]));
     let o = bin()
         .arg(&path)
         .args(["-o"])
@@ -501,7 +524,7 @@ fn the_binary_refuses_a_bad_gguf_in_one_line() {
     let err = support::stderr(&o);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(
-        err.contains("IQ1_S is not supported") && err.contains("\"w\""),
+        err.contains("Q8_1 is not supported") && err.contains("\"w\""),
         "{err}"
     );
 }

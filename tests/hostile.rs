@@ -803,3 +803,37 @@ fn a_90_mb_metadata_string_is_read_within_the_header_bound() {
         assert!(peak <= 3 * n + (64 << 20), "{what}: peak {peak} for {n}");
     }
 }
+
+/// Issue 25: a sharded output holds every shard's temp file open until the
+/// set commits, so 1,200 shards failed at ~507 under `ulimit -n 1024`. The
+/// binary raises its soft limit to the hard one: 300 shards under a soft
+/// limit of 64 (when the hard limit allows more) commit whole.
+#[test]
+fn more_shards_than_the_soft_open_file_limit() {
+    let (_, hard) = open_file_limits();
+    if hard < 400 {
+        eprintln!("skipped: the hard limit on open files is {hard}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..300).map(|i| format!("t{i:03}")).collect();
+    let tensors: Vec<(&str, Vec<u8>)> = names.iter().map(|n| (n.as_str(), floats(64))).collect();
+    let input = dir.path().join("many.safetensors");
+    std::fs::write(&input, support::faults::safetensors_bytes(&tensors)).unwrap();
+    let script = format!(
+        "ulimit -Sn 64 && exec {} {} --max-shard-size 300B -o {}",
+        env!("CARGO_BIN_EXE_convert"),
+        input.display(),
+        dir.path().join("out/model.safetensors").display()
+    );
+    let o = Command::new("sh").arg("-c").arg(&script).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let shards = std::fs::read_dir(dir.path().join("out")).unwrap().count();
+    assert_eq!(shards, 301, "300 shards and the index");
+}
+
+/// (soft, hard) limits on open files of this process.
+fn open_file_limits() -> (u64, u64) {
+    let l = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    (l.current.unwrap_or(u64::MAX), l.maximum.unwrap_or(u64::MAX))
+}

@@ -160,22 +160,31 @@ fn index_or_manifest_that_never_ends_fails_fast() {
     let index = dir.path().join("zero.safetensors.index.json");
     std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
     let start = Instant::now();
-    refused(&index, &[], "file_too_large");
+    // Read as a stream, it fails at its first byte, which is not JSON.
+    refused(&index, &[], "index_json");
     let o = convert(&[os("validate"), index.as_os_str()]);
     assert_eq!(o.status.code(), Some(1));
     let dump = write_file(dir.path(), "dump.bin", &[0; 16]);
-    refused(&dump, &["--raw-manifest", "/dev/zero"], "file_too_large");
+    // A manifest is the caller's argument: a bad one is a usage error.
+    let out = dir.path().join("dump.out.safetensors");
+    let (code, kind) = convert_kind(&dump, &out, &["--raw-manifest", "/dev/zero"]);
+    assert_eq!((code, kind.as_deref()), (2, Some("usage")));
+    assert!(!out.exists());
     assert!(
         start.elapsed() < Duration::from_secs(60),
         "{:?}",
         start.elapsed()
     );
-    // A regular file over the cap is refused by its length, unread.
+    // JSON that goes on past the cap (white space, never a bad byte) is
+    // refused one byte past it.
     let big = dir.path().join("big.safetensors.index.json");
-    std::fs::File::create(&big)
-        .unwrap()
-        .set_len(100_000_001)
-        .unwrap();
+    let mut file = std::fs::File::create(&big).unwrap();
+    let spaces = vec![b' '; 1 << 20];
+    for _ in 0..96 {
+        file.write_all(&spaces).unwrap();
+    }
+    file.write_all(b"{}").unwrap();
+    drop(file);
     refused(&big, &[], "file_too_large");
 }
 

@@ -195,6 +195,7 @@ class Writer:
     ) -> None:
         specs = [(name, _dtype_name(dtype), _shape(name, shape)) for name, dtype, shape in tensors]
         meta = _metadata(metadata)
+        self._dtypes = {name: dtype for name, dtype, _ in specs}
         self._native = _native.NativeWriter(_target(path_or_fileobj), specs, meta, order, sync)
 
     @property
@@ -215,13 +216,41 @@ class Writer:
     def write(self, name: str, chunk: Any) -> None:
         """Appends ``chunk`` (bytes, memoryview, numpy array: any C-contiguous
         buffer; a torch tensor of any device and strides, in C order) to
-        tensor ``name``. Checks the name, the order and the count."""
+        tensor ``name``. Checks the name, the order and the count, and that a
+        typed chunk (an array or tensor of another dtype than ``uint8``) has the
+        tensor's dtype: its bytes would otherwise be taken as another type's.
+        Raw bytes (``bytes``, ``memoryview``, ``uint8`` arrays) are taken as they are."""
+        self._check_dtype(name, chunk)
         if _is_torch_tensor(chunk):
             from .torch import write_tensor
 
             write_tensor(self._native, name, chunk)
             return
         self._native.write(name, _as_bytes(chunk))
+
+    def _check_dtype(self, name: str, chunk: Any) -> None:
+        """Refuses a typed chunk whose values are of another type than tensor
+        ``name``'s (a float64 array for an F32 tensor). Accepted: the tensor's
+        own dtype, ``uint8`` (raw bytes), and an integer view of the same width
+        (bfloat16 bits as ``int16``: numpy has no bfloat16)."""
+        want = self._dtypes.get(name)
+        if want is None:
+            return  # an unknown name: the native writer says so
+        np = _numpy()
+        if _is_torch_tensor(chunk):
+            got = _dtype_name(chunk.dtype)
+        elif np is not None and isinstance(chunk, np.ndarray):
+            got = safetensors_name(chunk.dtype)
+        else:
+            return
+        if got == want or got == "U8" or _bit_view(got, want):
+            return
+        raise UsageError(
+            f"{name}: a {got} chunk for a {want} tensor: cast it first (numpy: .astype(...),"
+            " torch: .to(...)), or pass its raw bytes (.view(numpy.uint8))",
+            "usage",
+            tensor=name,
+        )
 
     def finish(self) -> None:
         """Checks every tensor got all its bytes and commits the file."""
@@ -246,6 +275,16 @@ class Writer:
         if not self._native.closed:
             self._native.finish()
         return False
+
+
+_INT_WIDTHS = {"I8": 1, "U8": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4, "I64": 8, "U64": 8}
+
+
+def _bit_view(got: str, want: str) -> bool:
+    """Whether a ``got`` chunk is the bit pattern of ``want`` values: an integer dtype
+    of the same width (``int16`` for BF16 or F16)."""
+    width = _INT_WIDTHS.get(got)
+    return width is not None and width * 8 == _native.dtype_bits(want)
 
 
 def _little(a: Any) -> Any:

@@ -23,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_name, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_bits, m)?)?;
     Ok(())
 }
 
@@ -41,6 +42,15 @@ fn dtype_names() -> Vec<&'static str> {
 fn dtype_name(py: Python<'_>, spelling: &str) -> PyResult<&'static str> {
     parse_dtype(spelling)
         .map(|d| d.as_str())
+        .map_err(|e| errors::to_py(py, e))
+}
+
+/// The bits one element of a dtype takes (4 for F4): what a chunk's
+/// items must add up to.
+#[pyfunction]
+fn dtype_bits(py: Python<'_>, spelling: &str) -> PyResult<u64> {
+    parse_dtype(spelling)
+        .map(|d| d.bits())
         .map_err(|e| errors::to_py(py, e))
 }
 

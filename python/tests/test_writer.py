@@ -228,3 +228,20 @@ def test_the_gil_is_released_while_bytes_move():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60)
     assert int(out.stdout) > 8 << 20
+
+
+def test_a_chunk_of_another_dtype_is_refused_not_reinterpreted(tmp_path):
+    # issue 30, item 9: float64 values written to an F32 tensor were taken as
+    # twice as many float32 bit patterns.
+    path = tmp_path / "x.safetensors"
+    a = np.arange(4, dtype=np.float32)
+    with sts.Writer(path, [("a", "F32", a.shape)]) as w:
+        with pytest.raises(sts.UsageError, match=r"a: a F64 chunk for a F32 tensor"):
+            w.write("a", a.astype(np.float64)[:2])
+        with pytest.raises(sts.UsageError, match="F16 chunk"):
+            w.write("a", a.astype(np.float16))
+        # Refused chunks wrote nothing: the tensor is still whole to write.
+        w.write("a", a[:1])
+        w.write("a", a[1:3].view(np.uint8))  # raw bytes
+        w.write("a", a[3:].view(np.int32))  # the bit pattern, same width
+    assert np.array_equal(ref.load_file(path)["a"], a)

@@ -10,7 +10,7 @@ pub(crate) fn scale_value(dtype: Dtype, b: &[u8]) -> f32 {
         Dtype::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
         Dtype::F16 => f32::from_bits(crate::cast::f16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
         Dtype::BF16 => f32::from_bits(crate::cast::bf16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
-        Dtype::F8_E4M3 => super::fp8::e4m3_to_f32(b[0]),
+        Dtype::F8_E4M3 => e4m3_to_f32(b[0]),
         other => unreachable!("scales are checked to be floats, not {other}"),
     }
 }
@@ -20,6 +20,22 @@ pub(crate) fn scale_values(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
     out.clear();
     let width = (dtype.bits() / 8) as usize;
     out.extend(bytes.chunks_exact(width).map(|b| scale_value(dtype, b)));
+}
+
+/// The value of an E4M3 (`float8_e4m3fn`) code: bias 7, no infinities,
+/// `S.1111.111` is NaN.
+pub(crate) fn e4m3_to_f32(b: u8) -> f32 {
+    let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
+    let exp = i32::from((b >> 3) & 0x0f);
+    let man = f32::from(b & 0x07);
+    if exp == 0x0f && b & 0x07 == 0x07 {
+        return f32::NAN;
+    }
+    let magnitude = match exp {
+        0 => man / 8.0 * f32::powi(2.0, -6),
+        _ => (1.0 + man / 8.0) * f32::powi(2.0, exp - 7),
+    };
+    sign * magnitude
 }
 
 /// `v` (an exact product, or f32 arithmetic's result) as a tensor of
@@ -40,6 +56,16 @@ pub(crate) fn stored_as(dtype: Dtype, v: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decodes_e4m3() {
+        assert_eq!(e4m3_to_f32(0x38), 1.0);
+        assert_eq!(e4m3_to_f32(0x7e), 448.0);
+        assert_eq!(e4m3_to_f32(0x01), f32::powi(2.0, -9));
+        assert_eq!(e4m3_to_f32(0xc0), -2.0);
+        assert!(e4m3_to_f32(0x7f).is_nan());
+        assert!(e4m3_to_f32(0xff).is_nan());
+    }
 
     #[test]
     fn products_round_to_the_scales_dtype() {

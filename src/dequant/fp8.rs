@@ -6,22 +6,6 @@
 
 use crate::Dtype;
 
-/// The value of an E4M3 (`float8_e4m3fn`) code: bias 7, no infinities,
-/// `S.1111.111` is NaN.
-pub(crate) fn e4m3_to_f32(b: u8) -> f32 {
-    let sign = if b & 0x80 != 0 { -1.0f32 } else { 1.0 };
-    let exp = i32::from((b >> 3) & 0x0f);
-    let man = f32::from(b & 0x07);
-    if exp == 0x0f && b & 0x07 == 0x07 {
-        return f32::NAN;
-    }
-    let magnitude = match exp {
-        0 => man / 8.0 * f32::powi(2.0, -6),
-        _ => (1.0 + man / 8.0) * f32::powi(2.0, exp - 7),
-    };
-    sign * magnitude
-}
-
 /// How the scales tile the weight: each scale covers `rows` x `cols` codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Tiling {
@@ -57,7 +41,7 @@ pub(crate) fn rows(codes: &[u8], cols: usize, r0: u64, s: &Scales, out: &mut [f3
         let sr = ((r0 + i as u64) / tiling.rows - first_scale_row) as usize;
         let srow = &scales[sr * scale_cols..(sr + 1) * scale_cols];
         for (c, (&code, o)) in row.iter().zip(out_row.iter_mut()).enumerate() {
-            let v = e4m3_to_f32(code) * srow[c / cb];
+            let v = super::arith::e4m3_to_f32(code) * srow[c / cb];
             *o = super::arith::stored_as(s.dtype, v);
         }
     }
@@ -66,16 +50,6 @@ pub(crate) fn rows(codes: &[u8], cols: usize, r0: u64, s: &Scales, out: &mut [f3
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn decodes_e4m3() {
-        assert_eq!(e4m3_to_f32(0x38), 1.0);
-        assert_eq!(e4m3_to_f32(0x7e), 448.0);
-        assert_eq!(e4m3_to_f32(0x01), f32::powi(2.0, -9));
-        assert_eq!(e4m3_to_f32(0xc0), -2.0);
-        assert!(e4m3_to_f32(0x7f).is_nan());
-        assert!(e4m3_to_f32(0xff).is_nan());
-    }
 
     #[test]
     fn each_code_takes_its_blocks_scale() {

@@ -12,11 +12,12 @@ pub use crate::cast::Cast;
 use crate::header::encode::{canonical_from_names, encode_entries, permute};
 use crate::header::names::{first_name_problem, name_order, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
-pub use crate::plan_id::plan_id;
 use crate::rename::Renamer;
 use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, Result};
+pub use id::plan_id;
 
+mod id;
 mod ties;
 
 /// What to take from the inputs and how to lay it out.
@@ -194,7 +195,7 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
         })
         .collect::<Result<Vec<_>>>()?;
     let plan = Plan { shards };
-    crate::plan_id::check_expected(listings, &plan, options.expect_plan.as_deref())?;
+    id::check_expected(listings, &plan, options.expect_plan.as_deref())?;
     Ok(plan)
 }
 

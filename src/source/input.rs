@@ -153,7 +153,8 @@ fn open_gguf(
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
     let src = GgufSource::open(file, len, input, options)?;
-    if options.gguf_metadata && src.skipped_arrays() > 0 {
+    // A listing (inspect, validate) shows the metadata; only a conversion leaves keys out.
+    if options.gguf_metadata && !options.listing_only && src.skipped_arrays() > 0 {
         notice(&format!(
             "{input}: --gguf-metadata skipped {} array-valued keys (vocabularies, merges, ...)",
             src.skipped_arrays()

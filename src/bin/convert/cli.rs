@@ -180,8 +180,8 @@ pub struct InputArgs {
     /// named without it; by default a top-level `state_dict` is not part of the names.
     #[arg(long, value_name = "KEY", help_heading = "PyTorch checkpoints")]
     pub pt_root: Option<String>,
-    /// PyTorch checkpoints: write views that reach more bytes than their storage holds
-    /// (stride-0 expansions), refused by default, as is writing more than 16x the storage bytes.
+    /// PyTorch checkpoints: write stride-0 expansions past the default bounds (a view of more
+    /// than 16x its storage's bytes, or tensors adding up to more than 16x all storages).
     #[arg(long, help_heading = "PyTorch checkpoints")]
     pub allow_expanded_views: bool,
     /// Dequantize quantized weights (GGUF blocks, FP8, GPTQ, AWQ, bitsandbytes, NVFP4) to full

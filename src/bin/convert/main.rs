@@ -49,6 +49,7 @@ pub(crate) fn return_freed_memory(tensors: usize) {
 }
 
 fn main() -> ExitCode {
+    raise_open_file_limit();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_failure(e),
@@ -95,6 +96,25 @@ fn uploads(args: &UploadsArgs) -> Result<ExitCode, Error> {
     };
     written.map_err(Error::io)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime
+/// does: a sharded output keeps every shard's temp file open until the set
+/// commits at once, so 1,200 shards would fail at the usual soft limit of
+/// 1,024. Best effort: where the limit cannot be raised, a run with more
+/// shards than descriptors fails with "Too many open files", writing nothing.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        );
+    }
 }
 
 /// A command line clap refused. With `--report json` the failure is one

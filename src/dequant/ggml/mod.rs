@@ -4,12 +4,17 @@
 //! Every kernel computes what gguf-py 0.19's `gguf.quants.dequantize` does,
 //! operation for operation in float32 (a product, then a sum, each rounded
 //! once, never fused), so the results are bit-identical; the caller rounds
-//! them once more, to the output dtype, with [`super::store_f32`].
+//! them once more, to the output dtype, with [`super::store_f32`]. For the
+//! two types gguf-py cannot dequantize, Q8_K and Q1_0, the kernels compute
+//! what ggml's C reference (`dequantize_row_q8_K`, `dequantize_row_q1_0`)
+//! does. Q8_1, which neither dequantizes, is refused by name.
 //!
 //! Block fields are little-endian whatever the file's byte order: gguf-py
 //! writes and reads quantized tensors as plain bytes.
 
+mod codebook;
 mod fp4;
+mod grids;
 mod iq4;
 mod kquants;
 mod legacy;
@@ -46,9 +51,8 @@ pub(crate) struct GgmlType {
     pub(crate) kind: Kind,
 }
 
-const NO_GGUF_PY: &str =
-    "gguf-py 0.19 cannot dequantize it, so there is no reference to check a kernel against";
-const GRID: &str = "its codebook-grid kernel is not implemented yet";
+const NO_REFERENCE: &str = "neither gguf-py 0.19 nor ggml dequantizes it (ggml uses it only \
+     inside dot products), so there is no reference to check a kernel against";
 
 /// Every type ggml and gguf-py 0.19 define, with gguf-py's block sizes.
 const TYPES: &[GgmlType] = &[
@@ -59,33 +63,33 @@ const TYPES: &[GgmlType] = &[
     quant(6, "Q5_0", 32, 22),
     quant(7, "Q5_1", 32, 24),
     quant(8, "Q8_0", 32, 34),
-    refused(9, "Q8_1", 32, 40, NO_GGUF_PY),
+    refused(9, "Q8_1", 32, 40, NO_REFERENCE),
     quant(10, "Q2_K", 256, 84),
     quant(11, "Q3_K", 256, 110),
     quant(12, "Q4_K", 256, 144),
     quant(13, "Q5_K", 256, 176),
     quant(14, "Q6_K", 256, 210),
-    refused(15, "Q8_K", 256, 292, NO_GGUF_PY),
-    refused(16, "IQ2_XXS", 256, 66, GRID),
-    refused(17, "IQ2_XS", 256, 74, GRID),
-    refused(18, "IQ3_XXS", 256, 98, GRID),
-    refused(19, "IQ1_S", 256, 50, GRID),
+    quant(15, "Q8_K", 256, 292),
+    quant(16, "IQ2_XXS", 256, 66),
+    quant(17, "IQ2_XS", 256, 74),
+    quant(18, "IQ3_XXS", 256, 98),
+    quant(19, "IQ1_S", 256, 50),
     quant(20, "IQ4_NL", 32, 18),
-    refused(21, "IQ3_S", 256, 110, GRID),
-    refused(22, "IQ2_S", 256, 82, GRID),
+    quant(21, "IQ3_S", 256, 110),
+    quant(22, "IQ2_S", 256, 82),
     quant(23, "IQ4_XS", 256, 136),
     plain(24, "I8", Dtype::I8),
     plain(25, "I16", Dtype::I16),
     plain(26, "I32", Dtype::I32),
     plain(27, "I64", Dtype::I64),
     plain(28, "F64", Dtype::F64),
-    refused(29, "IQ1_M", 256, 56, GRID),
+    quant(29, "IQ1_M", 256, 56),
     plain(30, "BF16", Dtype::BF16),
     quant(34, "TQ1_0", 256, 54),
     quant(35, "TQ2_0", 256, 66),
     quant(39, "MXFP4", 32, 17),
     quant(40, "NVFP4", 64, 36),
-    refused(41, "Q1_0", 128, 18, NO_GGUF_PY),
+    quant(41, "Q1_0", 128, 18),
 ];
 
 const fn plain(id: u32, name: &'static str, dtype: Dtype) -> GgmlType {
@@ -149,11 +153,20 @@ impl GgmlType {
             "Q5_0" => legacy::q5_0,
             "Q5_1" => legacy::q5_1,
             "Q8_0" => legacy::q8_0,
+            "Q8_K" => legacy::q8_k,
+            "Q1_0" => legacy::q1_0,
             "Q2_K" => kquants::q2_k,
             "Q3_K" => kquants::q3_k,
             "Q4_K" => kquants::q4_k,
             "Q5_K" => kquants::q5_k,
             "Q6_K" => kquants::q6_k,
+            "IQ2_XXS" => codebook::iq2_xxs,
+            "IQ2_XS" => codebook::iq2_xs,
+            "IQ2_S" => codebook::iq2_s,
+            "IQ3_XXS" => codebook::iq3_xxs,
+            "IQ3_S" => codebook::iq3_s,
+            "IQ1_S" => codebook::iq1_s,
+            "IQ1_M" => codebook::iq1_m,
             "IQ4_NL" => iq4::iq4_nl,
             "IQ4_XS" => iq4::iq4_xs,
             "TQ1_0" => ternary::tq1_0,
@@ -172,7 +185,11 @@ impl GgmlType {
 
 /// The f16 at `at` (little-endian), exactly as f32.
 fn f16_at(block: &[u8], at: usize) -> f32 {
-    let h = u16::from_le_bytes([block[at], block[at + 1]]);
+    f16_from_bits(u16::from_le_bytes([block[at], block[at + 1]]))
+}
+
+/// The f16 of bits `h`, exactly as f32.
+fn f16_from_bits(h: u16) -> f32 {
     f32::from_bits(crate::cast::f16_to_f32(h))
 }
 

@@ -58,6 +58,22 @@ fn ref_q8_0(b: &[u8], y: &mut [f32]) {
     }
 }
 
+fn ref_q8_k(b: &[u8], y: &mut [f32]) {
+    let d = f32::from_le_bytes(b[..4].try_into().unwrap());
+    for j in 0..256 {
+        y[j] = d * (b[4 + j] as i8) as f32;
+    }
+}
+
+fn ref_q1_0(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let neg_d = -d;
+    for j in 0..128 {
+        let bit = (b[2 + j / 8] >> (j % 8)) & 1;
+        y[j] = if bit != 0 { d } else { neg_d };
+    }
+}
+
 fn ref_q2_k(b: &[u8], y: &mut [f32]) {
     let (sc, qs) = (&b[..16], &b[16..80]);
     let (d, min) = (h(b, 80), h(b, 82));
@@ -247,6 +263,277 @@ fn ref_mxfp4(b: &[u8], y: &mut [f32]) {
     }
 }
 
+// ---- the codebook-grid IQ types -------------------------------------------------
+// The grids are ggml's tables (generated into `grids.rs`; spot-checked against
+// ggml-common.h's own literals below); what these readings check is the layout.
+
+use super::grids::{IQ1S, IQ2S, IQ2XS, IQ2XXS, IQ3S, IQ3XXS, KSIGNS};
+
+const KMASK_IQ2XS: [u8; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+/// ggml's `x * (signs & kmask_iq2xs[j] ? -1.f : 1.f)`, the product as the
+/// FPU computes it (a NaN keeps its sign), which a compiler may not keep.
+fn signed(x: f32, signs: u8, j: usize) -> f32 {
+    super::codebook::times_sign(x, signs & KMASK_IQ2XS[j] != 0)
+}
+
+#[test]
+fn a_product_by_minus_one_keeps_a_nans_sign() {
+    let nan = f32::from_bits(0x7fc0_8000);
+    let black_box = std::hint::black_box;
+    // What the FPU does with a product it is made to compute.
+    let fpu = black_box(nan) * black_box(-1.0f32);
+    assert_eq!(fpu.to_bits(), 0x7fc0_8000);
+    assert_eq!(signed(nan, 1, 0).to_bits(), fpu.to_bits());
+    assert_eq!(signed(-nan, 1, 0).to_bits(), 0xffc0_8000);
+    assert_eq!(signed(2.5, 1, 0), -2.5);
+    assert_eq!(signed(0.0, 1, 0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(signed(f32::INFINITY, 0, 0), f32::INFINITY);
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn ref_iq2_xxs(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let mut o = 0;
+    for ib32 in 0..8 {
+        let aux32 = [le32(b, 2 + 8 * ib32), le32(b, 6 + 8 * ib32)];
+        let aux8 = aux32[0].to_le_bytes();
+        let db = d * (0.5 + (aux32[1] >> 28) as f32) * 0.25;
+        for l in 0..4 {
+            let grid = &IQ2XXS[aux8[l] as usize];
+            let signs = KSIGNS[((aux32[1] >> (7 * l)) & 127) as usize];
+            for j in 0..8 {
+                y[o + j] = signed(db * grid[j] as f32, signs, j);
+            }
+            o += 8;
+        }
+    }
+}
+
+/// IQ2_XS and IQ2_S: a sub-block's two scales, from the nibbles of `sc`.
+fn iq2_db(d: f32, sc: u8) -> [f32; 2] {
+    [
+        d * (0.5 + (sc & 0xf) as f32) * 0.25,
+        d * (0.5 + (sc >> 4) as f32) * 0.25,
+    ]
+}
+
+fn ref_iq2_xs(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let scales = &b[66..74];
+    let mut o = 0;
+    for ib32 in 0..8 {
+        let db = iq2_db(d, scales[ib32]);
+        for l in 0..4 {
+            let q = le16(b, 2 + 2 * (4 * ib32 + l));
+            let grid = &IQ2XS[(q & 511) as usize];
+            let signs = KSIGNS[(q >> 9) as usize];
+            for j in 0..8 {
+                y[o + j] = signed(db[l / 2] * grid[j] as f32, signs, j);
+            }
+            o += 8;
+        }
+    }
+}
+
+fn ref_iq2_s(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let (qs, signs, qh, scales) = (&b[2..34], &b[34..66], &b[66..74], &b[74..82]);
+    let mut o = 0;
+    for ib32 in 0..8 {
+        let db = iq2_db(d, scales[ib32]);
+        for l in 0..4 {
+            let idx = qs[4 * ib32 + l] as usize | ((qh[ib32] as usize) << (8 - 2 * l) & 0x300);
+            let grid = &IQ2S[idx];
+            for j in 0..8 {
+                y[o + j] = signed(db[l / 2] * grid[j] as f32, signs[4 * ib32 + l], j);
+            }
+            o += 8;
+        }
+    }
+}
+
+fn ref_iq3_xxs(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let qs = &b[2..66];
+    let mut o = 0;
+    for ib32 in 0..8 {
+        let aux32 = le32(b, 66 + 4 * ib32);
+        let db = d * (0.5 + (aux32 >> 28) as f32) * 0.5;
+        for l in 0..4 {
+            let signs = KSIGNS[((aux32 >> (7 * l)) & 127) as usize];
+            let grid1 = &IQ3XXS[qs[8 * ib32 + 2 * l] as usize];
+            let grid2 = &IQ3XXS[qs[8 * ib32 + 2 * l + 1] as usize];
+            for j in 0..4 {
+                y[o + j] = signed(db * grid1[j] as f32, signs, j);
+                y[o + j + 4] = signed(db * grid2[j] as f32, signs, j + 4);
+            }
+            o += 8;
+        }
+    }
+}
+
+fn ref_iq3_s(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let (qs, qh, signs, scales) = (&b[2..66], &b[66..74], &b[74..106], &b[106..110]);
+    let mut o = 0;
+    for ib32 in (0..8).step_by(2) {
+        let db1 = d * (1 + 2 * (scales[ib32 / 2] & 0xf) as i32) as f32;
+        let db2 = d * (1 + 2 * (scales[ib32 / 2] >> 4) as i32) as f32;
+        for (half, db) in [db1, db2].into_iter().enumerate() {
+            let (qs, qh, signs) = (
+                &qs[8 * (ib32 + half)..],
+                qh[ib32 + half] as usize,
+                &signs[4 * (ib32 + half)..],
+            );
+            for l in 0..4 {
+                let grid1 = &IQ3S[qs[2 * l] as usize | ((qh << (8 - 2 * l)) & 256)];
+                let grid2 = &IQ3S[qs[2 * l + 1] as usize | ((qh << (7 - 2 * l)) & 256)];
+                for j in 0..4 {
+                    y[o + j] = signed(db * grid1[j] as f32, signs[l], j);
+                    y[o + j + 4] = signed(db * grid2[j] as f32, signs[l], j + 4);
+                }
+                o += 8;
+            }
+        }
+    }
+}
+
+const IQ1S_DELTA: f32 = 0.125;
+
+fn ref_iq1_s(b: &[u8], y: &mut [f32]) {
+    let d = h(b, 0);
+    let qs = &b[2..34];
+    let mut o = 0;
+    for ib in 0..8 {
+        let qh = le16(b, 34 + 2 * ib);
+        let dl = d * (2 * ((qh >> 12) & 7) + 1) as f32;
+        let delta = if qh & 0x8000 != 0 {
+            -IQ1S_DELTA
+        } else {
+            IQ1S_DELTA
+        };
+        for l in 0..4 {
+            let grid = &IQ1S[qs[4 * ib + l] as usize | (((qh >> (3 * l)) & 7) as usize) << 8];
+            for j in 0..8 {
+                y[o + j] = dl * (grid[j] as f32 + delta);
+            }
+            o += 8;
+        }
+    }
+}
+
+fn ref_iq1_m(b: &[u8], y: &mut [f32]) {
+    let (qs, qh) = (&b[..32], &b[32..48]);
+    let sc = [le16(b, 48), le16(b, 50), le16(b, 52), le16(b, 54)];
+    let scale =
+        (sc[0] >> 12) | ((sc[1] >> 8) & 0x00f0) | ((sc[2] >> 4) & 0x0f00) | (sc[3] & 0xf000);
+    let d = half::f16::from_bits(scale).to_f32();
+    let mut o = 0;
+    for ib in 0..8 {
+        let dl1 = d * (2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 0x7) + 1) as f32;
+        let dl2 = d * (2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 0x7) + 1) as f32;
+        let (q, h) = (&qs[4 * ib..], &qh[2 * ib..]);
+        let idx = [
+            q[0] as usize | ((h[0] as usize) << 8 & 0x700),
+            q[1] as usize | ((h[0] as usize) << 4 & 0x700),
+            q[2] as usize | ((h[1] as usize) << 8 & 0x700),
+            q[3] as usize | ((h[1] as usize) << 4 & 0x700),
+        ];
+        let delta = |x: u8| if x != 0 { -IQ1S_DELTA } else { IQ1S_DELTA };
+        let delta = [
+            delta(h[0] & 0x08),
+            delta(h[0] & 0x80),
+            delta(h[1] & 0x08),
+            delta(h[1] & 0x80),
+        ];
+        for l in 0..4 {
+            let dl = if l < 2 { dl1 } else { dl2 };
+            for j in 0..8 {
+                y[o + j] = dl * (IQ1S[idx[l]][j] as f32 + delta[l]);
+            }
+            o += 8;
+        }
+    }
+}
+
+/// An entry as ggml-common.h writes it: its values as little-endian bytes.
+fn packed<T: Copy + Into<i16>>(entry: &[T]) -> u64 {
+    entry
+        .iter()
+        .enumerate()
+        .map(|(j, &v)| ((v.into() as u8) as u64) << (8 * j))
+        .sum()
+}
+
+#[test]
+fn the_grids_hold_ggmls_entries() {
+    // The first two and the last two entries of each table in ggml-common.h.
+    let ends = |t: &[u64]| [t[0], t[1], t[t.len() - 2], t[t.len() - 1]];
+    let iq2xxs: Vec<u64> = IQ2XXS.iter().map(|e| packed(e)).collect();
+    assert_eq!(
+        ends(&iq2xxs),
+        [
+            0x0808080808080808,
+            0x080808080808082b,
+            0x2b2b2b0819190808,
+            0x2b2b2b1908081908
+        ]
+    );
+    let iq2xs: Vec<u64> = IQ2XS.iter().map(|e| packed(e)).collect();
+    assert_eq!(
+        ends(&iq2xs),
+        [
+            0x0808080808080808,
+            0x080808080808082b,
+            0x2b2b2b2b2b190819,
+            0x2b2b2b2b2b2b2b2b
+        ]
+    );
+    let iq2s: Vec<u64> = IQ2S.iter().map(|e| packed(e)).collect();
+    assert_eq!(
+        ends(&iq2s),
+        [
+            0x0808080808080808,
+            0x080808080808082b,
+            0x2b2b2b2b2b082b08,
+            0x2b2b2b2b2b2b2b2b
+        ]
+    );
+    let iq3xxs: Vec<u64> = IQ3XXS.iter().map(|e| packed(e)).collect();
+    assert_eq!(
+        ends(&iq3xxs),
+        [0x04040404, 0x04040414, 0x3e2c1424, 0x3e341c04]
+    );
+    let iq3s: Vec<u64> = IQ3S.iter().map(|e| packed(e)).collect();
+    assert_eq!(
+        ends(&iq3s),
+        [0x01010101, 0x01010103, 0x0f0d0703, 0x0f0f0101]
+    );
+    let iq1s: Vec<u64> = IQ1S.iter().map(|e| packed(e)).collect();
+    assert_eq!(
+        ends(&iq1s),
+        [
+            0xffffffffffffffff,
+            0xffffffffffffff01,
+            0x01010101010101ff,
+            0x0101010101010101
+        ]
+    );
+    // ksigns_iq2xs: seven bits and their parity.
+    for (i, &k) in KSIGNS.iter().enumerate() {
+        let parity = (i as u8).count_ones() as u8 & 1;
+        assert_eq!(k, i as u8 | parity << 7, "ksigns[{i}]");
+    }
+}
+
 /// Bits of each value; NaNs are equal when their payloads are.
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
@@ -294,6 +581,23 @@ proptest! {
     fn iq4_kernels_match_the_c_reference(b in blocks(136 * 3)) {
         check("IQ4_NL", &b, ref_iq4_nl);
         check("IQ4_XS", &b, ref_iq4_xs);
+    }
+
+    #[test]
+    fn codebook_grid_kernels_match_the_c_reference(b in blocks(110 * 3)) {
+        check("IQ2_XXS", &b, ref_iq2_xxs);
+        check("IQ2_XS", &b, ref_iq2_xs);
+        check("IQ2_S", &b, ref_iq2_s);
+        check("IQ3_XXS", &b, ref_iq3_xxs);
+        check("IQ3_S", &b, ref_iq3_s);
+        check("IQ1_S", &b, ref_iq1_s);
+        check("IQ1_M", &b, ref_iq1_m);
+    }
+
+    #[test]
+    fn q8_k_and_q1_0_match_the_c_reference(b in blocks(292 * 2)) {
+        check("Q8_K", &b, ref_q8_k);
+        check("Q1_0", &b, ref_q1_0);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! a time by a blocking reader any worker thread may run.
 
 mod dequant_reader;
-pub mod error;
+/// The GGUF reader's errors (they live in the error layer).
+pub use crate::error::gguf as error;
 pub mod header;
 
 use std::fs::File;

@@ -19,12 +19,11 @@
 //! rows and the scales and zeros that cover them, with positional reads.
 
 mod config;
-mod error;
 mod read;
 mod recognize;
 pub(crate) mod record;
 
-pub use error::QuantError;
+pub use crate::error::quantized::QuantError;
 
 use std::sync::Arc;
 

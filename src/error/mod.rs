@@ -1,6 +1,9 @@
 //! One error type for the whole crate: a kind naming the rule broken, plus
 //! where it happened (input, tensor, byte offset).
 
+pub mod gguf;
+pub(crate) mod quantized;
+
 use std::fmt;
 use std::io;
 
@@ -763,11 +766,11 @@ pub enum ErrorKind {
 
     /// A malformed or unsupported GGUF file.
     #[error("gguf: {0}")]
-    Gguf(#[from] crate::source::gguf::error::GgufError),
+    Gguf(#[from] gguf::GgufError),
     /// A quantized weight (FP8, GPTQ, AWQ, bitsandbytes) whose scales,
     /// zeros or records do not describe it.
     #[error("{0}")]
-    Quantized(crate::source::QuantError),
+    Quantized(quantized::QuantError),
 
     // ---- the environment --------------------------------------------------
     /// An I/O error.
