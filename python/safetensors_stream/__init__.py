@@ -358,9 +358,11 @@ def convert(
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Converts ``inputs`` (.npy, .npz, safetensors, sharded index, PyTorch
-    checkpoints, compressed or not; local paths: URLs are for the CLI) into
-    ``output`` (``"-"``: standard output), as the ``convert`` CLI does, and
-    returns the dict its ``--report json`` prints.
+    checkpoints, compressed or not; local paths or object URLs: ``s3://``,
+    ``gs://``, ``az://``, ``https://`` as inputs) into ``output`` (a path, an
+    object URL, or ``"-"``: standard output), as the ``convert`` CLI does,
+    with credentials from the environment as for the CLI, and returns the
+    dict its ``--report json`` prints.
 
     Each keyword is the CLI flag of the same name. ``include``/``exclude``:
     one glob or a list of them. Dtypes (``cast_all="bf16"``,

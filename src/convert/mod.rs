@@ -304,6 +304,7 @@ async fn write_outputs(
         part: options.part,
         sync: options.sync,
         checksum: options.checksum,
+        plan_id: options.plan.expect_plan.clone(),
     };
     let mut dest = Destination::open(resolved, plan, dest_options).await?;
     match write_shards(&mut dest, plan, sources, options, overflows).await {

@@ -10,6 +10,7 @@ use tempfile::{NamedTempFile, TempPath};
 use tokio::io::AsyncWriteExt;
 
 use super::folders::CreatedFolders;
+use super::record;
 use super::target::{resolve, Target};
 use super::writer::{DestOptions, OutWriter, Staged};
 use super::WrittenFile;
@@ -327,6 +328,13 @@ impl FileSet {
         if options.part == Part::IndexOnly {
             let given: Vec<PathBuf> = shards.iter().map(|(p, _)| p.clone()).collect();
             super::check_shard_files(plan, &given)?;
+            if let Some(expected) = &options.plan_id {
+                let records = given
+                    .iter()
+                    .map(|p| Ok((p.display().to_string(), record::read_file(p)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                record::check_records(expected, &records)?;
+            }
         }
         let written_shards = shards
             .iter()
@@ -355,6 +363,9 @@ impl FileSet {
         let handle = stage
             .handle()
             .map_err(|e| Error::io(e).with_output(&name))?;
+        if let Some(id) = &self.options.plan_id {
+            record::record_file(&handle, id, &name)?;
+        }
         self.staged.push(stage);
         Ok(Staged {
             writer: OutWriter::File(file),

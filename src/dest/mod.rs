@@ -5,6 +5,7 @@
 
 pub(crate) mod files;
 pub(crate) mod folders;
+pub(crate) mod record;
 pub(crate) mod staged;
 pub(crate) mod stream;
 pub(crate) mod target;

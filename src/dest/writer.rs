@@ -35,13 +35,17 @@ pub(crate) struct Staged {
 }
 
 /// What a destination is told besides where it writes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct DestOptions {
     pub(crate) part: Part,
     /// Make files durable before reporting success.
     pub(crate) sync: bool,
     /// Report the index's SHA-256 too.
     pub(crate) checksum: bool,
+    /// The plan id expected (`--expect-plan`): recorded with each shard
+    /// written, and checked on every shard by `--index-only` (see
+    /// [`super::record`]).
+    pub(crate) plan_id: Option<String>,
 }
 
 impl AsyncWrite for OutWriter {

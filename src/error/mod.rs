@@ -639,16 +639,18 @@ pub enum ErrorKind {
          an object: a new ETag)"
     )]
     InputModified,
-    /// This run's plan is not the one expected (`--expect-plan`): an input
-    /// was replaced since the plan was made, or the options differ.
+    /// This run's plan is not the one expected (`--expect-plan`), or, with
+    /// `--index-only`, a shard (named as the output) records another plan
+    /// or none: an input was replaced since the plan was made, or the
+    /// options differ.
     #[error(
-        "the plan changed: this run plans {found}, --expect-plan says {expected} \
+        "the plan changed: {found}, --expect-plan says {expected} \
          (an input was replaced since the plan was made, or the options differ); nothing written"
     )]
     PlanMismatch {
         /// The id expected.
         expected: String,
-        /// This run's plan's id.
+        /// What was found: `this run plans ID`, or what a shard records.
         found: String,
     },
     /// A stream being spooled holds more bytes than its headers plan: a

@@ -75,7 +75,7 @@ pub(crate) fn check_expected<L: Listed>(
     }
     Err(ErrorKind::PlanMismatch {
         expected: expected.to_string(),
-        found,
+        found: format!("this run plans {found}"),
     }
     .into())
 }

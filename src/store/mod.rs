@@ -15,12 +15,17 @@
 //!   matched the plan, aborted exactly once otherwise.
 //! - `write`: a plan written to objects, shards first and the index last.
 
+mod credentials;
+pub(crate) mod open_uploads;
 pub(crate) mod source;
 pub(crate) mod upload;
 pub(crate) mod write;
 
-pub use source::{open_checkpoint, FIRST_RANGE};
-pub use upload::{abort_pending, part_size, IN_FLIGHT, MAX_PARTS, MIN_PART};
+pub use open_uploads::{open_uploads, OpenUpload};
+pub use source::{open_checkpoint, FIRST_RANGE, WHOLE_OBJECT_LIMIT};
+pub use upload::{
+    abort_pending, part_size, UploadConfig, IN_FLIGHT, MAX_PART, MAX_PARTS, MIN_PART, PART_SIZE,
+};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,6 +35,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
 use crate::{Error, ErrorKind, Result};
+use object_store::aws::AmazonS3ConfigKey as K;
 
 /// Whether `path` is shaped like a URL (`SCHEME://...`, or a scheme and
 /// one slash, `s3:/bucket/key`) rather than a local path: such an argument
@@ -91,6 +97,25 @@ fn malformed(url: &str) -> Option<String> {
     None
 }
 
+/// Why an S3 store built from `builder` cannot work, said before any
+/// request: an `http://` endpoint without `AWS_ALLOW_HTTP=true`, or no
+/// credentials at all.
+pub(crate) async fn s3_unusable(builder: &object_store::aws::AmazonS3Builder) -> Option<String> {
+    let plain = [K::S3Endpoint, K::Endpoint]
+        .iter()
+        .find_map(|k| builder.get_config_value(k))
+        .filter(|e| e.to_ascii_lowercase().starts_with("http://"));
+    let allowed = builder
+        .get_config_value(&K::Client(object_store::ClientConfigKey::AllowHttp))
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if let Some(endpoint) = plain.filter(|_| !allowed) {
+        return Some(format!(
+            "the endpoint {endpoint} is plain http: set AWS_ALLOW_HTTP=true to use it"
+        ));
+    }
+    credentials::missing(builder).await.map(str::to_string)
+}
+
 /// An object: the store it is in, its key there, and its URL for messages.
 #[derive(Clone)]
 pub(crate) struct Location {
@@ -102,6 +127,8 @@ pub(crate) struct Location {
     pub(crate) multipart: Option<Arc<dyn MultipartStore>>,
     /// The object's key in the store.
     pub(crate) path: ObjectPath,
+    /// How to list and abort the uploads left open in its bucket (S3 only).
+    pub(crate) uploads: Option<Arc<open_uploads::S3Uploads>>,
 }
 
 impl std::fmt::Debug for Location {
@@ -110,15 +137,57 @@ impl std::fmt::Debug for Location {
     }
 }
 
+/// Which side of a conversion an object is on: what its errors name it as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Input,
+    Output,
+}
+
+impl Side {
+    fn name(self, e: Error, url: &str) -> Error {
+        match self {
+            Side::Input => e.with_input(url),
+            Side::Output => e.with_output(url),
+        }
+    }
+
+    fn store_error(self, e: object_store::Error, url: &str) -> Error {
+        self.name(Error::new(ErrorKind::ObjectStore(store_message(&e))), url)
+    }
+}
+
 impl Location {
-    /// The object `url` names, in a store configured from the environment.
+    /// The object `url` names, in a store configured from the environment,
+    /// once the environment is known to hold what the store needs: S3
+    /// credentials, or the instance-metadata service to ask for them
+    /// ([`credentials`]), and `AWS_ALLOW_HTTP=true` for an `http://`
+    /// endpoint. Errors name `url` as on `side`.
+    pub(crate) async fn open(url: &str, side: Side) -> Result<Location> {
+        let loc = Location::parse_as(url, side)?;
+        if let Some(uploads) = &loc.uploads {
+            if let Some(msg) = s3_unusable(uploads.builder()).await {
+                return Err(side.name(Error::new(ErrorKind::ObjectStore(msg)), url));
+            }
+        }
+        Ok(loc)
+    }
+
+    /// [`Location::parse_as`] an input (errors name it as one).
+    #[cfg(test)]
     pub(crate) fn parse(url: &str) -> Result<Location> {
+        Location::parse_as(url, Side::Input)
+    }
+
+    /// The object `url` names, in a store configured from the environment
+    /// (nothing asked of the store yet).
+    pub(crate) fn parse_as(url: &str, side: Side) -> Result<Location> {
         use object_store::aws::AmazonS3Builder;
         use object_store::azure::MicrosoftAzureBuilder;
         use object_store::gcp::GoogleCloudStorageBuilder;
         use object_store::http::HttpBuilder;
 
-        let bad = |msg: String| Error::new(ErrorKind::Usage(msg)).with_input(url);
+        let bad = |msg: String| side.name(Error::new(ErrorKind::Usage(msg)), url);
         if let Some(msg) = malformed(url) {
             return Err(bad(msg));
         }
@@ -131,16 +200,15 @@ impl Location {
                 "the URL names no object (a key after the bucket)".into()
             ));
         }
-        let on_build = |e: object_store::Error| store_error(e, url);
+        let on_build = |e: object_store::Error| side.store_error(e, url);
+        let mut uploads = None;
         let (store, multipart): (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>) =
             match parsed.scheme() {
                 "s3" => {
-                    let s = Arc::new(
-                        AmazonS3Builder::from_env()
-                            .with_url(url)
-                            .build()
-                            .map_err(on_build)?,
-                    );
+                    let builder = AmazonS3Builder::from_env().with_url(url);
+                    let s = Arc::new(builder.clone().build().map_err(on_build)?);
+                    let listing = open_uploads::S3Uploads::new(builder, s.clone(), &parsed);
+                    uploads = Some(Arc::new(listing));
                     (s.clone(), Some(s))
                 }
                 "gs" => {
@@ -181,6 +249,7 @@ impl Location {
             store,
             multipart,
             path,
+            uploads,
         })
     }
 
@@ -214,18 +283,27 @@ impl Location {
 /// An object store error as ours: the URL named (an input), the store's
 /// own words (which name the request, never a secret), exit code 3.
 pub(crate) fn store_error(e: object_store::Error, url: &str) -> Error {
-    Error::new(ErrorKind::ObjectStore(store_message(&e))).with_input(url)
+    Side::Input.store_error(e, url)
 }
 
 /// [`store_error`] for an object being written: the URL named as the output.
 pub(crate) fn store_output_error(e: object_store::Error, url: &str) -> Error {
-    Error::new(ErrorKind::ObjectStore(store_message(&e))).with_output(url)
+    Side::Output.store_error(e, url)
 }
 
 fn store_message(e: &object_store::Error) -> String {
     match e {
         object_store::Error::NotFound { .. } => "no such object (or bucket)".to_string(),
-        _ => one_line(e),
+        _ => {
+            let mut msg = one_line(e);
+            if msg.contains("URL scheme is not allowed") {
+                msg.push_str(
+                    " (a plain http endpoint: set AWS_ALLOW_HTTP=true, or GOOGLE_ALLOW_HTTP / \
+                     AZURE_ALLOW_HTTP for gs:// and az://)",
+                );
+            }
+            msg
+        }
     }
 }
 

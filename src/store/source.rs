@@ -6,11 +6,12 @@
 //! Any other format is streamed whole through the detection standard
 //! input gets (decompressed, spooled when its format needs seeking).
 
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
 
-use super::{store_error, Location};
+use super::{store_error, Location, Side};
 use crate::header::read::read_header;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +31,7 @@ pub(crate) async fn open_object(
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
-    let pinned = Pinned::head(Location::parse(url)?).await?;
+    let pinned = Pinned::head(Location::open(url, Side::Input).await?).await?;
     if is_index_path(Path::new(url)) {
         return Ok(Box::new(ObjectSource::open_index(pinned).await?));
     }
@@ -54,7 +55,7 @@ pub(crate) async fn open_object(
 /// `inspect`: each shard's header under `rules`, and an index checked
 /// against its shards as [`Checkpoint::open`] checks local ones.
 pub async fn open_checkpoint(url: &str, rules: Rules) -> Result<Checkpoint> {
-    let loc = Location::parse(url)?;
+    let loc = Location::open(url, Side::Input).await?;
     if !is_index_path(Path::new(url)) {
         let header = Pinned::read_header(loc, rules).await?;
         return Ok(Checkpoint {
@@ -72,26 +73,99 @@ pub async fn open_checkpoint(url: &str, rules: Rules) -> Result<Checkpoint> {
 /// The largest index read from object storage.
 const MAX_INDEX_LEN: u64 = 100_000_000;
 
+/// The largest object read whole, and held in memory, from a server that
+/// ignores `Range` (answers a ranged GET with 200 and the whole object).
+pub const WHOLE_OBJECT_LIMIT: u64 = 64 << 20;
+
+/// Whether `e` says the server answered a ranged GET with the whole object
+/// (the HTTP store's words, then the clouds' shared client's).
+fn ignores_range(e: &object_store::Error) -> bool {
+    let text = super::one_line(e);
+    text.contains("Range request not supported")
+        || text.contains("non-partial response when range requested")
+}
+
 /// An object as seen when planned: every read must find it unchanged.
 struct Pinned {
     loc: Location,
     etag: Option<String>,
     size: u64,
+    /// The whole object, once a server that ignores `Range` sent it (at
+    /// most [`WHOLE_OBJECT_LIMIT`] bytes): every range is a slice of it.
+    whole: tokio::sync::OnceCell<Bytes>,
+}
+
+/// Bytes of an object: a response to stream, or a slice of the object held.
+enum Got {
+    Response(GetResult),
+    Held(Bytes),
 }
 
 impl Pinned {
-    /// A GET of bytes `start..end` (not empty), pinned to the ETag.
-    async fn get(&self, start: u64, end: u64) -> Result<GetResult> {
+    /// The object at `loc`, of this length and ETag.
+    fn new(loc: Location, etag: Option<String>, size: u64) -> Pinned {
+        Pinned {
+            loc,
+            etag,
+            size,
+            whole: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// Bytes `start..end` (not empty), pinned to the ETag: a ranged GET, or
+    /// where the server ignores ranges, a slice of the whole object.
+    async fn get(&self, start: u64, end: u64) -> Result<Got> {
+        let slice = |whole: &Bytes| whole.slice(start as usize..end as usize);
+        if let Some(whole) = self.whole.get() {
+            return Ok(Got::Held(slice(whole)));
+        }
         let options = GetOptions {
             if_match: self.etag.clone(),
             range: Some(GetRange::Bounded(start..end)),
             ..Default::default()
         };
-        self.loc
-            .store
-            .get_opts(&self.loc.path, options)
+        match self.loc.store.get_opts(&self.loc.path, options).await {
+            Ok(got) => Ok(Got::Response(got)),
+            Err(e) if ignores_range(&e) => Ok(Got::Held(slice(self.whole_object().await?))),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+
+    /// The whole object, by one GET (once), from a server that ignores
+    /// `Range`: refused past [`WHOLE_OBJECT_LIMIT`] bytes.
+    async fn whole_object(&self) -> Result<&Bytes> {
+        if self.size > WHOLE_OBJECT_LIMIT {
+            let msg = format!(
+                "the server ignores Range requests (it answered a ranged GET with the whole \
+                 object), and an object of {} bytes is only read by ranges (the limit for one \
+                 whole GET is {WHOLE_OBJECT_LIMIT}): download it first, or use a server that \
+                 supports ranges",
+                self.size
+            );
+            return Err(Error::new(ErrorKind::ObjectStore(msg)).with_input(&self.loc.url));
+        }
+        self.whole
+            .get_or_try_init(|| async {
+                let options = GetOptions {
+                    if_match: self.etag.clone(),
+                    ..Default::default()
+                };
+                let got = self.loc.store.get_opts(&self.loc.path, options).await;
+                let bytes = got
+                    .map_err(|e| self.error(e))?
+                    .bytes()
+                    .await
+                    .map_err(|e| self.error(e))?;
+                if bytes.len() as u64 != self.size {
+                    let changed = ErrorKind::InputChanged {
+                        opened: self.size,
+                        now: bytes.len() as u64,
+                    };
+                    return Err(Error::new(changed).with_input(&self.loc.url));
+                }
+                Ok(bytes)
+            })
             .await
-            .map_err(|e| self.error(e))
     }
 
     fn error(&self, e: object_store::Error) -> Error {
@@ -108,9 +182,13 @@ impl Pinned {
         if start >= end {
             return Ok(Vec::new());
         }
-        let got = self.get(start, end).await?;
-        let bytes = got.bytes().await.map_err(|e| self.error(e))?;
-        Ok(bytes.to_vec())
+        match self.get(start, end).await? {
+            Got::Response(got) => {
+                let bytes = got.bytes().await.map_err(|e| self.error(e))?;
+                Ok(bytes.to_vec())
+            }
+            Got::Held(bytes) => Ok(bytes.to_vec()),
+        }
     }
 
     /// The object's header under `rules`: `first` holds its first bytes; a
@@ -138,11 +216,7 @@ impl Pinned {
             .head(&loc.path)
             .await
             .map_err(|e| store_error(e, &loc.url))?;
-        Ok(Pinned {
-            loc,
-            etag: meta.e_tag,
-            size: meta.size,
-        })
+        Ok(Pinned::new(loc, meta.e_tag, meta.size))
     }
 
     /// The whole header of the safetensors object at `loc`.
@@ -197,7 +271,10 @@ impl Pinned {
         if start >= end {
             return Ok(Box::pin(tokio::io::empty()));
         }
-        let got = self.get(start, end).await?;
+        let got = match self.get(start, end).await? {
+            Got::Response(got) => got,
+            Got::Held(bytes) => return Ok(Box::pin(std::io::Cursor::new(bytes))),
+        };
         let url = self.loc.url.clone();
         let stream = got.into_stream().map_err(move |e| match e {
             object_store::Error::Precondition { .. } => {

@@ -4,9 +4,11 @@
 //! dropped (a signal ended the run) stays registered until
 //! [`abort_pending`] aborts it.
 //!
-//! Memory: one part being filled plus at most [`IN_FLIGHT`] parts being
-//! sent, each [`part_size`] bytes: `part_size x (IN_FLIGHT + 1)`, 25 MiB for
-//! any file up to 50 GB (5 MiB parts).
+//! Memory: one part being filled plus at most `in flight` parts being
+//! sent, each [`part_size`] bytes: `part_size x (in flight + 1)`, with the
+//! defaults ([`PART_SIZE`], [`IN_FLIGHT`]) 72 MiB for any file up to 83 GB
+//! (8 MiB x 10,000 parts; a larger file has larger parts). Both are set by `SAFETENSORS_STREAM_PART_SIZE` and
+//! `SAFETENSORS_STREAM_PARTS_IN_FLIGHT` ([`UploadConfig::from_env`]).
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,7 +17,7 @@ use std::task::{ready, Context, Poll};
 use bytes::BytesMut;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path as ObjectPath;
-use object_store::{MultipartId, PutPayload};
+use object_store::{Attributes, MultipartId, PutPayload};
 use tokio::io::AsyncWrite;
 use tokio::task::JoinSet;
 
@@ -24,14 +26,99 @@ use crate::{ErrorKind, Result};
 
 /// The smallest part S3 accepts (but for the last).
 pub const MIN_PART: u64 = 5 << 20;
+/// The largest part S3 accepts.
+pub const MAX_PART: u64 = 5 << 30;
 /// The most parts one upload may have.
 pub const MAX_PARTS: u64 = 10_000;
-/// Parts being sent at once.
-pub const IN_FLIGHT: usize = 4;
+/// The part size unless an object needs larger ones: chosen by measurement
+/// against boto3 (`benches/object_store.sh`, figures in `benches/results.md`;
+/// boto3's own default too).
+pub const PART_SIZE: u64 = 8 << 20;
+/// Parts being sent at once, by default (likewise measured).
+pub const IN_FLIGHT: usize = 8;
 
-/// The part size for an object of `len` bytes: at least [`MIN_PART`], and
-/// large enough that [`MAX_PARTS`] parts hold it, rounded up to a MiB. All
-/// parts are this size but the last.
+/// How objects are uploaded: the part size (the smallest used: a larger
+/// object gets larger parts, see [`UploadConfig::part_size`]) and how many
+/// parts are sent at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadConfig {
+    /// At least [`MIN_PART`], at most [`MAX_PART`].
+    pub part_size: u64,
+    /// At least 1.
+    pub in_flight: usize,
+}
+
+impl Default for UploadConfig {
+    fn default() -> Self {
+        UploadConfig {
+            part_size: PART_SIZE,
+            in_flight: IN_FLIGHT,
+        }
+    }
+}
+
+impl UploadConfig {
+    /// The defaults, or `SAFETENSORS_STREAM_PART_SIZE` (bytes, or a size
+    /// like `32MiB`) and `SAFETENSORS_STREAM_PARTS_IN_FLIGHT` (1 to 64); a
+    /// value out of range is a usage error naming the variable.
+    pub fn from_env() -> Result<UploadConfig> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`UploadConfig::from_env`] with the variables `get` gives.
+    fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<UploadConfig> {
+        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let bad = |name: &str, value: &str, want: &str| {
+            let msg = format!("{name}={value:?}: want {want}");
+            crate::Error::new(ErrorKind::Usage(msg))
+        };
+        let mut config = UploadConfig::default();
+        const SIZE: &str = "SAFETENSORS_STREAM_PART_SIZE";
+        if let Some(v) = var(SIZE) {
+            let want = "a size from 5MiB to 5GiB";
+            let size = crate::units::parse_size(&v).map_err(|_| bad(SIZE, &v, want))?;
+            if !(MIN_PART..=MAX_PART).contains(&size) {
+                return Err(bad(SIZE, &v, want));
+            }
+            config.part_size = size;
+        }
+        const PARTS: &str = "SAFETENSORS_STREAM_PARTS_IN_FLIGHT";
+        if let Some(v) = var(PARTS) {
+            let want = "a number of parts from 1 to 64";
+            let n: usize = v.trim().parse().map_err(|_| bad(PARTS, &v, want))?;
+            if !(1..=64).contains(&n) {
+                return Err(bad(PARTS, &v, want));
+            }
+            config.in_flight = n;
+        }
+        Ok(config)
+    }
+
+    /// The part size for an object of `len` bytes: at least
+    /// [`UploadConfig::part_size`], and large enough that [`MAX_PARTS`]
+    /// parts hold it, rounded up to a MiB. All parts are this size but the
+    /// last.
+    ///
+    /// ```
+    /// use safetensors_stream::store::{UploadConfig, PART_SIZE};
+    /// let config = UploadConfig::default();
+    /// assert_eq!(config.part_size(1 << 30), PART_SIZE);
+    /// assert_eq!(config.part_size(400_000_000_000), 39 << 20); // 38.1 MiB, rounded up
+    /// ```
+    pub fn part_size(&self, len: u64) -> u64 {
+        part_size(len).max(self.part_size)
+    }
+
+    /// The most bytes an upload holds: one part filling, the rest in flight.
+    pub fn memory(&self, len: u64) -> u64 {
+        self.part_size(len)
+            .saturating_mul(self.in_flight as u64 + 1)
+    }
+}
+
+/// The smallest part size S3 allows for an object of `len` bytes: at
+/// least [`MIN_PART`], and large enough that [`MAX_PARTS`] parts hold it,
+/// rounded up to a MiB.
 ///
 /// ```
 /// use safetensors_stream::store::{part_size, MIN_PART};
@@ -101,6 +188,7 @@ pub(crate) struct PartUpload {
     id: MultipartId,
     url: String,
     part_size: usize,
+    in_flight: usize,
     filling: BytesMut,
     next_part: usize,
     sending: JoinSet<(usize, object_store::Result<PartId>)>,
@@ -110,15 +198,19 @@ pub(crate) struct PartUpload {
 }
 
 impl PartUpload {
-    /// Starts the multipart upload of an object planned to be `len` bytes.
+    /// Starts the multipart upload of an object planned to be `len` bytes,
+    /// with these attributes (a plan id: [`crate::dest::record`]), parts
+    /// and parts in flight as `config` says.
     pub(crate) async fn start(
         store: Arc<dyn MultipartStore>,
         path: ObjectPath,
         url: &str,
         len: u64,
+        attributes: Attributes,
+        config: UploadConfig,
     ) -> Result<PartUpload> {
         let id = store
-            .create_multipart(&path)
+            .create_multipart_opts(&path, attributes.into())
             .await
             .map_err(|e| store_output_error(e, url))?;
         let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -132,7 +224,7 @@ impl PartUpload {
                 id: id.clone(),
                 url: url.to_string(),
             });
-        let part_size = usize::try_from(part_size(len)).unwrap_or(usize::MAX);
+        let part_size = usize::try_from(config.part_size(len)).unwrap_or(usize::MAX);
         Ok(PartUpload {
             key,
             store,
@@ -140,6 +232,7 @@ impl PartUpload {
             id,
             url: url.to_string(),
             part_size,
+            in_flight: config.in_flight,
             filling: BytesMut::new(),
             next_part: 0,
             sending: JoinSet::new(),
@@ -285,7 +378,7 @@ impl AsyncWrite for PartUpload {
             return Poll::Ready(Err(std::io::Error::other("an earlier part failed")));
         }
         if this.filling.len() >= this.part_size {
-            ready!(this.poll_in_flight(cx, IN_FLIGHT))?;
+            ready!(this.poll_in_flight(cx, this.in_flight))?;
             this.send_filled();
         }
         if this.filling.capacity() == 0 {
@@ -373,6 +466,44 @@ mod tests {
         }
     }
 
+    /// The smallest parts, two in flight: several parts from a few MiB.
+    const SMALL: UploadConfig = UploadConfig {
+        part_size: MIN_PART,
+        in_flight: 2,
+    };
+
+    #[test]
+    fn the_environment_sets_parts_and_bad_values_are_named() {
+        let with = |pairs: &[(&str, &str)]| {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            UploadConfig::from_vars(move |name| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        let got = with(&[
+            ("SAFETENSORS_STREAM_PART_SIZE", "32MiB"),
+            ("SAFETENSORS_STREAM_PARTS_IN_FLIGHT", "3"),
+        ])
+        .unwrap();
+        assert_eq!((got.part_size, got.in_flight), (32 << 20, 3));
+        assert_eq!(got.memory(1 << 30), 128 << 20);
+        for (name, value) in [
+            ("SAFETENSORS_STREAM_PART_SIZE", "1MiB"),
+            ("SAFETENSORS_STREAM_PART_SIZE", "lots"),
+            ("SAFETENSORS_STREAM_PARTS_IN_FLIGHT", "0"),
+        ] {
+            let e = with(&[(name, value)]).unwrap_err();
+            assert!(e.to_string().contains(name), "{e}");
+        }
+        assert_eq!(with(&[]).unwrap(), UploadConfig::default());
+    }
+
     fn store(fail_part: usize) -> Arc<FailingPart> {
         Arc::new(FailingPart {
             inner: InMemory::new(),
@@ -386,7 +517,15 @@ mod tests {
     async fn upload(store: Arc<FailingPart>, len: usize) -> Result<()> {
         use tokio::io::AsyncWriteExt;
         let path = ObjectPath::from("x.safetensors");
-        let mut up = PartUpload::start(store, path, "memory:///x", len as u64).await?;
+        let mut up = PartUpload::start(
+            store,
+            path,
+            "memory:///x",
+            len as u64,
+            Attributes::new(),
+            SMALL,
+        )
+        .await?;
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         // Odd-sized writes: parts must still be exactly part_size.
         for chunk in data.chunks(1_000_003) {
@@ -445,7 +584,9 @@ mod tests {
         let s = store(usize::MAX);
         let e = run(async {
             let path = ObjectPath::from("x.safetensors");
-            let mut up = PartUpload::start(s.clone(), path, "memory:///x", 10).await?;
+            let mut up =
+                PartUpload::start(s.clone(), path, "memory:///x", 10, Attributes::new(), SMALL)
+                    .await?;
             up.write_all(b"123456789").await.unwrap();
             up.complete(10).await
         })
@@ -460,7 +601,9 @@ mod tests {
         let s = store(usize::MAX);
         run(async {
             let path = ObjectPath::from("x.safetensors");
-            let up = PartUpload::start(s.clone(), path, "memory:///x", 10).await?;
+            let up =
+                PartUpload::start(s.clone(), path, "memory:///x", 10, Attributes::new(), SMALL)
+                    .await?;
             let key = up.key();
             drop(up);
             // (abort_pending would also abort the other tests' uploads.)

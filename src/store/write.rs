@@ -6,15 +6,18 @@
 
 use std::path::Path;
 
-use super::upload::{abort_uploads, PartUpload, MIN_PART};
-use super::{store_output_error, Location};
+use super::upload::{abort_uploads, PartUpload, UploadConfig, MIN_PART};
+use super::{store_output_error, Location, Side};
+use crate::dest::record;
 use crate::dest::writer::{DestOptions, OutWriter, Staged};
 use crate::dest::WrittenFile;
 use crate::observe::sha256_hex;
 use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
 use crate::plan::{Plan, ShardPlan};
 use crate::Result;
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::{
+    Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
+};
 
 /// The objects of a plan being written.
 pub(crate) struct ObjectSet {
@@ -25,6 +28,8 @@ pub(crate) struct ObjectSet {
     /// The shards' names, for the index.
     names: Vec<std::path::PathBuf>,
     options: DestOptions,
+    /// Part size and parts in flight.
+    upload: UploadConfig,
     /// Every upload started, to abort on failure.
     keys: Vec<u64>,
     /// Uploads ready to complete, with their planned lengths.
@@ -40,7 +45,8 @@ impl ObjectSet {
     /// Names the set's objects from `url` (the set's base name, as for
     /// files); with `--index-only`, checks every shard is there first.
     pub(crate) async fn open(url: &str, plan: &Plan, options: DestOptions) -> Result<ObjectSet> {
-        let base = Location::parse(url)?;
+        let upload = UploadConfig::from_env().map_err(|e| e.with_output(url))?;
+        let base = Location::open(url, Side::Output).await?;
         let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
         let name = |p: &Path| {
             p.file_name()
@@ -52,7 +58,7 @@ impl ObjectSet {
             Some(_) => paths.iter().map(|p| base.sibling(&name(p))).collect(),
         };
         if options.part == Part::IndexOnly {
-            check_shard_objects(plan, &objects).await?;
+            check_shard_objects(plan, &objects, options.plan_id.as_deref()).await?;
         }
         let index = index_path
             .filter(|_| options.part.writes_index())
@@ -62,6 +68,7 @@ impl ObjectSet {
             index,
             names: paths,
             options,
+            upload,
             keys: Vec::new(),
             ready: Vec::new(),
             whole: None,
@@ -80,7 +87,17 @@ impl ObjectSet {
             OutWriter::Buffer(Vec::with_capacity(usize::try_from(len).unwrap_or(0)))
         } else {
             let store = object.writable()?;
-            let upload = PartUpload::start(store, object.path.clone(), &object.url, len).await?;
+            // An earlier attempt at this shard (killed, its node lost)
+            // left its upload open: a shard key belongs to one task, so it
+            // is a dead one. Best effort: a store that refuses the listing
+            // leaves it to the bucket's lifecycle rule.
+            if let Some(uploads) = &object.uploads {
+                let _ = uploads.abort_key(&object.path).await;
+            }
+            let (path, url) = (object.path.clone(), &object.url);
+            let config = self.upload;
+            let upload =
+                PartUpload::start(store, path, url, len, self.attributes(), config).await?;
             self.keys.push(upload.key());
             OutWriter::Upload(upload)
         };
@@ -89,6 +106,17 @@ impl ObjectSet {
             file: None,
             name: object.url.clone(),
         })
+    }
+
+    /// What each shard records besides its bytes: the plan id, when the
+    /// run has one (see [`crate::dest::record`]).
+    fn attributes(&self) -> Attributes {
+        let mut attributes = Attributes::new();
+        if let Some(id) = &self.options.plan_id {
+            let key = Attribute::Metadata(record::METADATA_KEY.into());
+            attributes.insert(key, id.clone().into());
+        }
+        attributes
     }
 
     pub(crate) fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
@@ -105,7 +133,10 @@ impl ObjectSet {
     /// writes the index; on a failure, aborts every upload not completed.
     pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Vec<WrittenFile>> {
         if let Some((bytes, object)) = self.whole.take() {
-            let put = object.store.put(&object.path, PutPayload::from(bytes));
+            let options = PutOptions::from(self.attributes());
+            let put = object
+                .store
+                .put_opts(&object.path, PutPayload::from(bytes), options);
             put.await.map_err(|e| store_output_error(e, &object.url))?;
         }
         for (upload, planned) in std::mem::take(&mut self.ready) {
@@ -137,15 +168,33 @@ impl ObjectSet {
     }
 }
 
-/// `--index-only` on objects: a HEAD for each planned shard.
-async fn check_shard_objects(plan: &Plan, objects: &[Location]) -> Result<()> {
+/// `--index-only` on objects: a HEAD for each planned shard, its length
+/// checked; with an expected plan id, the ids the shards record too.
+async fn check_shard_objects(
+    plan: &Plan,
+    objects: &[Location],
+    expected: Option<&str>,
+) -> Result<()> {
+    let mut records = Vec::with_capacity(objects.len());
     for (shard, object) in plan.shards.iter().zip(objects) {
-        let found = match object.store.head(&object.path).await {
-            Ok(meta) => Some(meta.size),
+        let head = GetOptions {
+            head: true,
+            ..GetOptions::default()
+        };
+        let found = match object.store.get_opts(&object.path, head).await {
+            Ok(got) => {
+                let key = Attribute::Metadata(record::METADATA_KEY.into());
+                let id = got.attributes.get(&key).map(|v| v.to_string());
+                records.push((object.url.clone(), id));
+                Some(got.meta.size)
+            }
             Err(object_store::Error::NotFound { .. }) => None,
             Err(e) => return Err(store_output_error(e, &object.url)),
         };
         check_shard_len(&object.url, found, shard.file_len())?;
     }
-    Ok(())
+    match expected {
+        Some(expected) => record::check_records(expected, &records),
+        None => Ok(()),
+    }
 }

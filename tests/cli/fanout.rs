@@ -217,6 +217,101 @@ fn a_fan_out_cannot_commit_shards_of_two_input_versions() {
 }
 
 #[test]
+fn the_index_refuses_shards_recording_another_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.safetensors");
+    let mut bytes = std::fs::read(fixture("reference/all_dtypes.safetensors")).unwrap();
+    std::fs::write(&input, &bytes).unwrap();
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = out_dir.join("model.safetensors");
+    let run = |extra: &[&str]| {
+        let o = convert_from(&input, &out, extra);
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", stderr(&o));
+    };
+
+    // Shard 1 under plan A.
+    let a = plan_id(&input, &out);
+    run(&["--shard", "1", "--expect-plan", &a]);
+    let first = listing(&out_dir);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let recorded = xattr(&out_dir.join(&first[0]));
+    assert_eq!(
+        recorded.as_deref(),
+        Some(a.as_str()),
+        "the shard records plan A"
+    );
+
+    // The input replaced (its last byte changed: same length, same layout),
+    // then shards 2..N under plan B: each worker's own check passes.
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&input, &bytes).unwrap();
+    let b = plan_id(&input, &out);
+    assert_ne!(a, b);
+    let n = {
+        let o = convert_from(&input, &out, &["--dry-run", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let outputs = v["outputs"].as_array().unwrap();
+        let shards = outputs
+            .iter()
+            .filter(|f| !f.to_string().contains(".index.json"));
+        shards.count()
+    };
+    assert!(n >= 3, "several shards: {n}");
+    for k in 2..=n {
+        run(&["--shard", &k.to_string(), "--expect-plan", &b]);
+    }
+
+    // The commit under B is refused, naming shard 1; nothing is written.
+    let before = listing(&out_dir);
+    let o = convert_from(&input, &out, &["--index-only", "--expect-plan", &b]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let msg = stderr(&o);
+    assert!(
+        msg.contains(&first[0]) && msg.contains(&a) && msg.contains("the plan changed"),
+        "{msg}"
+    );
+    assert_eq!(listing(&out_dir), before, "no index");
+
+    // Shard 1 rewritten under B: the set commits, byte-identical to one run.
+    run(&["--shard", "1", "--expect-plan", &b]);
+    run(&["--index-only", "--expect-plan", &b]);
+    let whole = tempfile::tempdir().unwrap();
+    let one = whole.path().join("model.safetensors");
+    let o = convert_from(&input, &one, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let files = listing(&out_dir);
+    assert_eq!(files, listing(whole.path()));
+    for f in &files {
+        assert!(
+            std::fs::read(out_dir.join(f)).unwrap() == std::fs::read(whole.path().join(f)).unwrap(),
+            "{f} differs"
+        );
+    }
+
+    // A shard with no record beside shards with one: refused, by name.
+    let second = out_dir.join(&files[1]);
+    let copy = std::fs::read(&second).unwrap();
+    std::fs::remove_file(&second).unwrap();
+    std::fs::write(&second, copy).unwrap();
+    let o = convert_from(&input, &out, &["--index-only", "--expect-plan", &b]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&files[1]) && stderr(&o).contains("no plan id recorded"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The plan id a file records (`user.safetensors_stream.plan_id`).
+fn xattr(path: &Path) -> Option<String> {
+    let mut buf = [0u8; 256];
+    let n = rustix::fs::getxattr(path, "user.safetensors_stream.plan_id", &mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+#[test]
 fn index_only_on_a_one_file_plan_checks_the_file_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("model.safetensors");

@@ -15,6 +15,22 @@ use crate::support::{fixtures, stderr, BIN};
 struct Served {
     object: Mutex<(String, Vec<u8>)>,
     ranges: Mutex<Vec<String>>,
+    /// Answer every GET with 200 and the whole object, as a server without
+    /// Range support does.
+    ignore_range: bool,
+    /// GETs answered.
+    gets: std::sync::atomic::AtomicUsize,
+}
+
+impl Served {
+    fn new(etag: &str, bytes: Vec<u8>, ignore_range: bool) -> Arc<Served> {
+        Arc::new(Served {
+            object: Mutex::new((etag.into(), bytes)),
+            ranges: Mutex::new(Vec::new()),
+            ignore_range,
+            gets: Default::default(),
+        })
+    }
 }
 
 fn serve(served: Arc<Served>) -> String {
@@ -68,6 +84,12 @@ fn answer(conn: TcpStream, served: &Served) {
         );
         return;
     }
+    served
+        .gets
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if served.ignore_range {
+        range = None;
+    }
     let (start, end) = match &range {
         Some(r) => {
             served.ranges.lock().unwrap().push(r.clone());
@@ -105,10 +127,7 @@ fn convert(args: &[&str]) -> Output {
 fn an_http_input_is_read_by_ranges_and_pinned_to_its_etag() {
     let fixture = fixtures().join("example/model-input.safetensors");
     let bytes = std::fs::read(&fixture).unwrap();
-    let served = Arc::new(Served {
-        object: Mutex::new(("\"v1\"".into(), bytes.clone())),
-        ranges: Mutex::new(Vec::new()),
-    });
+    let served = Served::new("\"v1\"", bytes.clone(), false);
     let base = serve(served.clone());
     let url = format!("{base}/org/model/resolve/main/model.safetensors");
     let dir = tempfile::tempdir().unwrap();
@@ -123,4 +142,36 @@ fn an_http_input_is_read_by_ranges_and_pinned_to_its_etag() {
 
     let o = convert(&["inspect", "--json", &url]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn a_server_ignoring_range_gets_one_whole_get_for_a_small_object() {
+    let fixture = fixtures().join("example/model-input.safetensors");
+    let bytes = std::fs::read(&fixture).unwrap();
+    let served = Served::new("\"v1\"", bytes.clone(), true);
+    let url = format!("{}/m/model.safetensors", serve(served.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    let o = convert(&[&url, "-o", out.to_str().unwrap(), "--no-sync"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(std::fs::read(&out).unwrap() == bytes);
+    // The ranged GET answered whole, then one GET of the whole object:
+    // every tensor is a slice of it.
+    let gets = served.gets.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(gets, 2, "one refused range, one whole GET");
+}
+
+#[test]
+fn a_server_ignoring_range_is_named_for_a_big_object() {
+    let limit = safetensors_stream::store::WHOLE_OBJECT_LIMIT as usize;
+    let served = Served::new("\"v1\"", vec![0u8; limit + 1], true);
+    let url = format!("{}/m/big.safetensors", serve(served.clone()));
+    let o = convert(&["inspect", &url]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let msg = stderr(&o);
+    assert!(
+        msg.starts_with(&format!("convert: {url}: ")) && msg.contains("ignores Range"),
+        "{msg}"
+    );
+    assert_eq!(msg.lines().count(), 1, "{msg}");
 }

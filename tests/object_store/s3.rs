@@ -36,7 +36,7 @@ fn s3_output_and_input_are_byte_identical_to_local_runs() {
     let ep = moto::server("s3_output_and_input");
     let b = moto::bucket(ep, "io");
     let dir = tempfile::tempdir().unwrap();
-    // 12 MiB: a multipart upload of 5 MiB parts; the npz: a single PUT.
+    // 12 MiB: a multipart upload of 8 MiB parts; the npz: a single PUT.
     let big = dump(dir.path(), 12 << 20);
     let raw = [
         "--raw-dtype",
@@ -187,7 +187,7 @@ fn sigterm_mid_upload_leaves_no_object_and_no_open_upload() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    // Three parts' worth: some parts are sent, the upload is open.
+    // Two parts' worth: a part is sent, the upload is open.
     stdin.write_all(&vec![7u8; 16 << 20]).unwrap();
     stdin.flush().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -253,4 +253,266 @@ fn refused_credentials_are_one_line_and_exit_3() {
     let ep = moto::checking_credentials()
         .unwrap_or_else(|why| panic!("refused_credentials: no S3 test server: {why}"));
     refused_in_one_line(ep, "bucket");
+}
+
+/// `convert --dry-run --json`'s plan id for these arguments.
+fn plan_id(ep: &str, args: &[&dyn AsRef<std::ffi::OsStr>]) -> String {
+    let mut args = args.to_vec();
+    args.extend([&"--dry-run" as &dyn AsRef<_>, &"--json"]);
+    let o = convert(ep, &args);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    v["plan_id"].as_str().expect("plan_id").to_string()
+}
+
+#[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
+fn the_index_refuses_shard_objects_recording_another_plan() {
+    let ep = moto::server("shard_objects_recording_another_plan");
+    let b = moto::bucket(ep, "plan");
+    let mut bytes = std::fs::read(fixture("reference/all_dtypes.safetensors")).unwrap();
+    moto::put(ep, &b, "in.safetensors", &bytes);
+    let input = format!("s3://{b}/in.safetensors");
+    let url = format!("s3://{b}/out/model.safetensors");
+    let base: [&dyn AsRef<std::ffi::OsStr>; 5] = [&input, &"--max-shard-size", &"100", &"-o", &url];
+    let run = |extra: &[&str]| {
+        let mut args = base.to_vec();
+        args.extend(extra.iter().map(|a| a as &dyn AsRef<std::ffi::OsStr>));
+        convert(ep, &args)
+    };
+
+    // Shard 1 under plan A.
+    let a = plan_id(ep, &base);
+    ok(&run(&["--shard", "1", "--expect-plan", &a]));
+    let shards = moto::keys(ep, &b);
+    let first = shards
+        .iter()
+        .find(|k| k.starts_with("out/"))
+        .expect("shard 1")
+        .clone();
+    let n: usize = first
+        .trim_end_matches(".safetensors")
+        .rsplit("-of-")
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n >= 3, "{first}");
+
+    // The input object replaced (same length, one byte changed: a new ETag),
+    // then shards 2..N under plan B.
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    moto::put(ep, &b, "in.safetensors", &bytes);
+    let bid = plan_id(ep, &base);
+    assert_ne!(a, bid, "a new ETag, a new plan");
+    for k in 2..=n {
+        ok(&run(&["--shard", &k.to_string(), "--expect-plan", &bid]));
+    }
+    let o = run(&["--index-only", "--expect-plan", &bid]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let msg = stderr(&o);
+    assert!(msg.contains(&first) && msg.contains(&a), "{msg}");
+    assert!(
+        !moto::keys(ep, &b)
+            .iter()
+            .any(|k| k.ends_with(".index.json")),
+        "no index"
+    );
+
+    // Shard 1 again under B: the set commits.
+    ok(&run(&["--shard", "1", "--expect-plan", &bid]));
+    ok(&run(&["--index-only", "--expect-plan", &bid]));
+    assert!(moto::keys(ep, &b)
+        .iter()
+        .any(|k| k.ends_with(".index.json")));
+    assert!(moto::open_uploads(ep, &b).is_empty());
+}
+
+#[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
+fn a_retried_shard_aborts_the_upload_its_killed_attempt_left_open() {
+    let ep = moto::server("retried_shard_aborts");
+    let b = moto::bucket(ep, "retry");
+    let input = fixture("reference/all_dtypes.safetensors");
+    let url = format!("s3://{b}/m/model.safetensors");
+    let shard = |k: &str| {
+        let args: [&dyn AsRef<std::ffi::OsStr>; 7] = [
+            &input,
+            &"--max-shard-size",
+            &"100",
+            &"--shard",
+            &k,
+            &"-o",
+            &url,
+        ];
+        convert(ep, &args)
+    };
+    // Two attempts at shard 1 killed mid-upload, one at shard 2, and an
+    // unrelated upload whose key shard 1's is a prefix of.
+    let first = "m/model-00001-of-00004.safetensors";
+    moto::start_upload(ep, &b, first);
+    moto::start_upload(ep, &b, first);
+    moto::start_upload(ep, &b, "m/model-00002-of-00004.safetensors");
+    moto::start_upload(ep, &b, &format!("{first}.other"));
+    assert_eq!(moto::open_uploads(ep, &b).len(), 4);
+
+    ok(&shard("1"));
+    let mut open = moto::open_uploads(ep, &b);
+    open.sort();
+    assert_eq!(
+        open,
+        [
+            "m/model-00001-of-00004.safetensors.other",
+            "m/model-00002-of-00004.safetensors"
+        ],
+        "shard 1's dead uploads aborted, no other"
+    );
+
+    // `convert uploads` lists what is left under a prefix, `--abort` aborts it.
+    let o = convert(ep, &[&"uploads", &"--json", &format!("s3://{b}/m/")]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut listed: Vec<&str> = v["uploads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["key"].as_str().unwrap())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, open);
+    let o = convert(ep, &[&"uploads", &format!("s3://{b}/m/model-00002")]);
+    ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("m/model-00002-of-00004.safetensors\t") && text.contains("1 uploads open"),
+        "{text}"
+    );
+    assert_eq!(
+        moto::open_uploads(ep, &b).len(),
+        2,
+        "listing aborts nothing"
+    );
+    let o = convert(ep, &[&"uploads", &"--abort", &format!("s3://{b}/")]);
+    ok(&o);
+    assert!(
+        stdout_of(&o).contains("2 uploads aborted"),
+        "{}",
+        stdout_of(&o)
+    );
+    assert!(moto::open_uploads(ep, &b).is_empty());
+
+    // Only s3:// lists uploads; anything else is a usage error.
+    let o = convert(ep, &[&"uploads", &"gs://bucket/x"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+fn stdout_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// `convert` with only `env` (and PATH) in its environment.
+fn convert_with(env: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(BIN)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn no_credentials_at_all_is_one_line_at_once() {
+    let input = fixture("example/model.npz");
+    let input = input.to_str().unwrap();
+    // Nothing answers at this metadata endpoint: there are no credentials.
+    let env = [
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_METADATA_ENDPOINT", "http://127.0.0.1:1"),
+    ];
+    for (args, side) in [
+        (vec![input, "-o", "s3://b/out.safetensors"], "output"),
+        (vec!["s3://b/in.safetensors", "-o", "/dev/null"], "input"),
+    ] {
+        let started = std::time::Instant::now();
+        let mut with_report = args.clone();
+        with_report.extend(["--report", "json"]);
+        let o = convert_with(&env, &with_report);
+        assert!(started.elapsed() < std::time::Duration::from_secs(3));
+        assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("no credentials: set AWS_ACCESS_KEY_ID"),
+            "{msg}"
+        );
+        assert!(
+            v["error"][side].as_str().unwrap().starts_with("s3://b/"),
+            "{v}"
+        );
+        let other = if side == "input" { "output" } else { "input" };
+        assert!(v["error"][other].is_null(), "{v}");
+        let o = convert_with(&env, &args);
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_plain_http_endpoint_without_allow_http_says_what_to_set() {
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "a"),
+        ("AWS_SECRET_ACCESS_KEY", "b"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:1"),
+    ];
+    let o = convert_with(&env, &["inspect", "s3://b/x.safetensors"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("set AWS_ALLOW_HTTP=true"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stderr(&o).lines().count(), 1);
+}
+
+#[test]
+fn url_errors_at_the_output_are_reported_as_the_output() {
+    let input = fixture("example/model.npz");
+    for (url, kind) in [
+        ("s4://bucket/x.safetensors", "usage"),
+        ("s3://bucket/folder/", "usage"),
+    ] {
+        let o = convert_with(
+            &[],
+            &[input.to_str().unwrap(), "-o", url, "--report", "json"],
+        );
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+        assert_eq!(v["error"]["kind"], kind, "{v}");
+        assert_eq!(v["error"]["output"], url, "{v}");
+        assert!(v["error"]["input"].is_null(), "{v}");
+    }
+    // A prefix as an input says folders are local only.
+    let o = convert_with(&[], &["s3://bucket/folder/", "-o", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("folders work for local paths only"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
+fn a_missing_output_bucket_is_reported_as_the_output() {
+    let ep = moto::server("missing_output_bucket");
+    let input = fixture("example/model.npz");
+    let url = "s3://no-such-bucket-out/x.safetensors";
+    let o = convert(ep, &[&input, &"-o", &url, &"--report", &"json"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+    assert_eq!(v["error"]["output"], url, "{v}");
+    assert!(v["error"]["input"].is_null(), "{v}");
 }

@@ -174,6 +174,16 @@ pub fn open_uploads(endpoint: &str, bucket: &str) -> Vec<String> {
     tags(&String::from_utf8_lossy(&body), "Key")
 }
 
+/// Starts a multipart upload of `key` and leaves it open, as a killed run
+/// does; its upload id.
+pub fn start_upload(endpoint: &str, bucket: &str, key: &str) -> String {
+    let (status, body) = request(endpoint, "POST", &format!("/{bucket}/{key}?uploads"));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    tags(&String::from_utf8_lossy(&body), "UploadId")
+        .pop()
+        .expect("an upload id")
+}
+
 fn tags(xml: &str, tag: &str) -> Vec<String> {
     let open = format!("<{tag}>");
     let close = format!("</{tag}>");

@@ -295,11 +295,27 @@ pub enum Command {
     /// Show the tensors, sizes and metadata of any input convert reads (safetensors, an index,
     /// .npy, .npz, PyTorch checkpoints, raw dumps with the --raw flags, compressed), from headers only.
     Inspect(InspectArgs),
+    /// List the multipart uploads left open under an s3:// prefix (by killed runs), and with
+    /// --abort abort them: `convert uploads --abort s3://bucket/models/`.
+    Uploads(UploadsArgs),
     /// Print a shell completion script: `convert completions bash > /etc/bash_completion.d/convert`.
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct UploadsArgs {
+    /// s3://BUCKET/PREFIX: a key, a folder ending in `/`, or s3://BUCKET/ for the whole bucket.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// Abort every upload listed (an upload still being written by a live run fails it).
+    #[arg(long)]
+    pub abort: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

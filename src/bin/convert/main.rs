@@ -19,7 +19,7 @@ use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{inspect, Category, Error, ErrorKind};
 
-use cli::{Cli, Command, InspectArgs, ValidateArgs};
+use cli::{Cli, Command, InspectArgs, UploadsArgs, ValidateArgs};
 
 // A header of a million tensors is millions of small allocations (names,
 // shapes): mimalloc's size classes hold them without glibc's 16-byte chunk
@@ -57,6 +57,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Validate(args)) => validate(&args),
         Some(Command::Inspect(args)) => run_inspect(&args),
+        Some(Command::Uploads(args)) => uploads(&args),
         Some(Command::Completions { shell }) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "convert", &mut std::io::stdout());
@@ -71,6 +72,30 @@ fn main() -> ExitCode {
             exit_code(e.category())
         }
     }
+}
+
+/// `convert uploads [--abort] URL`: the open uploads under a prefix, one a
+/// line (key, upload id, when started), or as JSON.
+fn uploads(args: &UploadsArgs) -> Result<ExitCode, Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::io)?;
+    let open = rt.block_on(safetensors_stream::store::open_uploads(
+        &args.url, args.abort,
+    ))?;
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        let v = serde_json::json!({"url": args.url, "aborted": args.abort, "uploads": open});
+        writeln!(out, "{v}")
+    } else {
+        let verb = if args.abort { "aborted" } else { "open" };
+        open.iter()
+            .try_for_each(|u| writeln!(out, "{}\t{}\t{}", u.key, u.upload_id, u.initiated))
+            .and_then(|()| writeln!(out, "{} uploads {verb} under {}", open.len(), args.url))
+    };
+    written.map_err(Error::io)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Raises the soft limit on open files to the hard one, as Go's runtime
