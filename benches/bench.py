@@ -1313,6 +1313,9 @@ def quantized_bench(a) -> int:
         for kind in ("fp8", "gptq"):
             src = tmp / f"{kind}.safetensors"
             gen_quantized(kind, src, size)
+            if kind == "gptq":  # amn recognises GPTQ by the model's config, as transformers does
+                (tmp / "config.json").write_text(json.dumps({"quantization_config": {
+                    "quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False}}))
             tools = [("convert", [binary, src, "-o", tmp / "out-convert.safetensors", "--dequantize", "--no-sync"])]
             if a.amn:
                 tools.append(("amn remember", [a.amn, "remember", src, "-o", tmp / "out-amn.safetensors", "--force"]))

@@ -90,7 +90,8 @@ seed_all() {
     npy_header) seed "$1" "$fx" -name '*.npy' ;;
     zip_directory) seed "$1" "$fx" -name '*.npz' ;;
     pickle) seed_pickles "$1" ;;
-    bnb_record) ;; # its seeds are its regressions (fixtures/fuzz-regressions/bnb_record)
+    gguf_header) seed "$1" "$fx" -name '*.gguf' ;;
+    bnb_record) mkdir -p "$fuzz_dir/corpus/$1" ;; # seeds: its regressions (fixtures/fuzz-regressions/bnb_record)
     detect | convert_bytes) seed "$1" "$fx" \( "${ex[@]}" \) ;;
     esac
     # Past regressions are seeds too.

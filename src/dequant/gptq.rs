@@ -62,20 +62,24 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
     let nb = out.len() / k_len.max(1);
     let per = packing.per_word();
     let first_word = p.n0 / per;
+    // Each group's zero point and scale for the current row, found once a
+    // row instead of once a code.
+    let mut per_group = vec![(0f32, 0f32); p.scales.len() / nb.max(1)];
     for (i, out_row) in out.chunks_exact_mut(k_len).enumerate() {
         let n = p.n0 + i;
         let zero_word = n / per - first_word;
         let zero_slot = n % per;
+        for (g, zs) in per_group.iter_mut().enumerate() {
+            let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
+            *zs = ((stored + packing.zero_offset) as f32, p.scales[g * nb + i]);
+        }
         // A packed word at a time: no division per code.
         let words = out_row.chunks_mut(per).zip(p.groups.chunks(per));
         for (w, (outs, groups)) in words.enumerate() {
             let word = p.qweight[w * nb + i];
             for (slot, (o, &g)) in outs.iter_mut().zip(groups).enumerate() {
-                let g = g as usize;
-                let q = packing.code(word, slot);
-                let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
-                let z = stored + packing.zero_offset;
-                let v = (q as f32 - z as f32) * p.scales[g * nb + i];
+                let (z, scale) = per_group[g as usize];
+                let v = (packing.code(word, slot) as f32 - z) * scale;
                 *o = super::arith::stored_as(scale_dtype, v);
             }
         }

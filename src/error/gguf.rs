@@ -82,7 +82,7 @@ pub enum GgufError {
     PartialBlock {
         /// The type's name.
         name: &'static str,
-        /// The row length (ggml's ne[0]).
+        /// The row length (ggml's `ne[0]`).
         row: u64,
         /// Elements per block.
         block: u64,
