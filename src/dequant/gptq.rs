@@ -62,25 +62,40 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
     let nb = out.len() / k_len.max(1);
     let per = packing.per_word();
     let first_word = p.n0 / per;
-    // Each group's zero point and scale for the current row, found once a
-    // row instead of once a code.
-    let mut per_group = vec![(0f32, 0f32); p.scales.len() / nb.max(1)];
+    let groups = p.scales.len() / nb.max(1);
+    // Each group of a row has 2^bits possible values: when they are fewer
+    // than the row's codes, each is computed and rounded once, then looked up.
+    let levels = 1usize << packing.bits;
+    let tabled = groups * levels <= k_len;
+    let mut per_group = vec![(0f32, 0f32); groups];
+    let mut table = vec![0f32; if tabled { groups * levels } else { 0 }];
     for (i, out_row) in out.chunks_exact_mut(k_len).enumerate() {
         let n = p.n0 + i;
-        let zero_word = n / per - first_word;
-        let zero_slot = n % per;
+        let (zero_word, zero_slot) = (n / per - first_word, n % per);
         for (g, zs) in per_group.iter_mut().enumerate() {
             let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
             *zs = ((stored + packing.zero_offset) as f32, p.scales[g * nb + i]);
         }
+        let value = |q: u32, (z, scale): (f32, f32)| {
+            super::arith::stored_as(scale_dtype, (q as f32 - z) * scale)
+        };
+        if tabled {
+            for (slots, &zs) in table.chunks_exact_mut(levels).zip(&per_group) {
+                for (q, t) in slots.iter_mut().enumerate() {
+                    *t = value(q as u32, zs);
+                }
+            }
+        }
         // A packed word at a time: no division per code.
         let words = out_row.chunks_mut(per).zip(p.groups.chunks(per));
-        for (w, (outs, groups)) in words.enumerate() {
+        for (w, (outs, gs)) in words.enumerate() {
             let word = p.qweight[w * nb + i];
-            for (slot, (o, &g)) in outs.iter_mut().zip(groups).enumerate() {
-                let (z, scale) = per_group[g as usize];
-                let v = (packing.code(word, slot) as f32 - z) * scale;
-                *o = super::arith::stored_as(scale_dtype, v);
+            for (slot, (o, &g)) in outs.iter_mut().zip(gs).enumerate() {
+                let q = packing.code(word, slot);
+                *o = match tabled {
+                    true => table[g as usize * levels + q as usize],
+                    false => value(q, per_group[g as usize]),
+                };
             }
         }
     }
