@@ -20,6 +20,30 @@ pub enum Transform {
 }
 
 impl Transform {
+    /// What makes `dtype`'s bytes little-endian when they are stored in the
+    /// other order: a swap of each element (of each F32 half of a C64), or
+    /// nothing for one-byte and sub-byte dtypes and for little-endian data.
+    ///
+    /// ```
+    /// use safetensors_stream::{source::Transform, Dtype};
+    ///
+    /// assert_eq!(Transform::to_little_endian(Dtype::C64, true), Transform::SwapBytes { width: 4 });
+    /// assert_eq!(Transform::to_little_endian(Dtype::U8, true), Transform::Identity);
+    /// assert_eq!(Transform::to_little_endian(Dtype::F32, false), Transform::Identity);
+    /// ```
+    pub fn to_little_endian(dtype: crate::Dtype, big_endian: bool) -> Transform {
+        match dtype.byte_width() {
+            Some(w) if big_endian && w > 1 => Transform::SwapBytes {
+                width: if dtype == crate::Dtype::C64 {
+                    4
+                } else {
+                    w as usize
+                },
+            },
+            _ => Transform::Identity,
+        }
+    }
+
     /// Applies the transform to `buf`, whose length is a multiple of the word width.
     ///
     /// ```

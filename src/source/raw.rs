@@ -187,7 +187,7 @@ impl RawSource {
         let (placed, end) = place(spec).map_err(|e| e.with_input(input))?;
         let transform = placed
             .iter()
-            .map(|p| swap_for(p.meta.dtype, spec.big_endian))
+            .map(|p| Transform::to_little_endian(p.meta.dtype, spec.big_endian))
             .collect();
         let src = RawSource {
             input: input.to_string(),
@@ -228,15 +228,6 @@ impl RawSource {
             pos: 0,
         };
         Ok(Self::new(spec, input, data)?.0)
-    }
-}
-
-fn swap_for(dtype: Dtype, big_endian: bool) -> Transform {
-    match dtype.byte_width() {
-        Some(w) if big_endian && w > 1 => Transform::SwapBytes {
-            width: if dtype == Dtype::C64 { 4 } else { w as usize },
-        },
-        _ => Transform::Identity,
     }
 }
 

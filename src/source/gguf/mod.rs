@@ -101,12 +101,7 @@ impl GgufSource {
 
     /// What makes a plain tensor's bytes little-endian.
     fn transform(&self, dtype: Dtype) -> Transform {
-        match dtype.byte_width() {
-            Some(width @ 2..) if self.header.big_endian => Transform::SwapBytes {
-                width: width as usize,
-            },
-            _ => Transform::Identity,
-        }
+        Transform::to_little_endian(dtype, self.header.big_endian)
     }
 }
 

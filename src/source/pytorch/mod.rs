@@ -174,17 +174,6 @@ fn tie_key(file: usize, t: &model::Found) -> TieKey {
     (file, t.storage.clone(), t.dtype, key)
 }
 
-/// How a dtype's bytes are turned from the file's byte order.
-fn transform(big_endian: bool, dtype: Dtype) -> Transform {
-    match (big_endian, dtype) {
-        (true, Dtype::C64) => Transform::SwapBytes { width: 4 },
-        (true, d) if model::width(d) > 1 => Transform::SwapBytes {
-            width: model::width(d) as usize,
-        },
-        _ => Transform::Identity,
-    }
-}
-
 /// Tensor `t`'s storage in `part`, checked: in the file, of the size the
 /// pickle declares, and not viewed past [`MAX_VIEW_EXPANSION`] times its
 /// bytes unless allowed.
@@ -325,7 +314,7 @@ impl PyTorchSource {
                 src.placed.push(Placed {
                     file: fi,
                     storage: loc.clone(),
-                    transform: transform(part.big_endian, t.dtype),
+                    transform: Transform::to_little_endian(t.dtype, part.big_endian),
                     view: t.view,
                 });
             }
