@@ -13,11 +13,11 @@ use std::io::{Read, Write};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 use safetensors_stream::header::{encode, Order, TensorMeta};
+use safetensors_stream::internals::FortranReader;
 use safetensors_stream::plan::Cast;
 use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::source::Listing;
 use safetensors_stream::source::Transform;
-use safetensors_stream::test_support::FortranReader;
 use safetensors_stream::Dtype;
 
 fn main() {

@@ -14,7 +14,7 @@ const COMPRESSED: &[&str] = &["gz", "zst", "zstd", "xz", "bz2"];
 /// `path` itself when it is not a folder; else the one checkpoint in it.
 ///
 /// ```
-/// use safetensors_stream::folder::resolve_input;
+/// use safetensors_stream::source::resolve_input;
 ///
 /// let dir = tempfile::tempdir().unwrap();
 /// std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();

@@ -13,7 +13,7 @@ use crate::index::Checkpoint;
 pub fn is_pytorch_index(path: &std::path::Path) -> bool {
     crate::source::pytorch::is_index_path(path)
 }
-use crate::source::Listing;
+use crate::source::{Listed, Listing};
 use crate::units::{ByteCount, HumanBytes};
 use crate::Result;
 
@@ -233,11 +233,7 @@ pub fn to_json(cp: &Checkpoint) -> Value {
 
 /// A plan as JSON, for `--dry-run --json`: every output file with its
 /// tensors in order, offsets, sources and casts.
-pub fn plan_to_json(
-    plan: &crate::plan::Plan,
-    paths: &[String],
-    sources: &[crate::source::Listing],
-) -> Value {
+pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sources: &[L]) -> Value {
     let files: Vec<Value> = plan
         .shards
         .iter()
@@ -255,7 +251,7 @@ pub fn plan_to_json(
                         "dtype": t.meta.dtype.as_str(),
                         "shape": t.meta.shape,
                         "data_offsets": [t.begin, t.end],
-                        "source": {"input": src.input, "name": src.tensors[r.index()].name},
+                        "source": {"input": src.input(), "name": src.tensors()[r.index()].name},
                         "cast": r.cast().map(|c| json!({"from": c.from().as_str(), "to": c.to().as_str()})),
                     })
                 })
@@ -272,11 +268,7 @@ pub fn plan_to_json(
 }
 
 /// A plan for people: per output file, its tensors in order.
-pub fn render_plan(
-    plan: &crate::plan::Plan,
-    paths: &[String],
-    sources: &[crate::source::Listing],
-) -> String {
+pub fn render_plan<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sources: &[L]) -> String {
     let mut out = String::new();
     for (shard, path) in plan.shards.iter().zip(paths) {
         let h = shard.header.header();
@@ -301,8 +293,8 @@ pub fn render_plan(
                 t.meta.shape,
                 t.begin,
                 t.end,
-                src.input,
-                src.tensors[r.index()].name
+                src.input(),
+                src.tensors()[r.index()].name
             );
         }
     }

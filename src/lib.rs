@@ -18,7 +18,8 @@
 //! - [`plan`]: the pure planner: filters, renames, casts, order, offsets, shards;
 //! - [`sink`]: the async writer of one planned file, one bounded buffer;
 //! - [`convert`](mod@convert): the whole job, and its pieces for callers
-//!   with their own sources ([`convert::convert_sources`], [`convert::write_shard`]);
+//!   with their own sources ([`convert::convert_sources`]), and the plan
+//!   checked and shown without writing ([`convert::dry_run`]);
 //! - [`index`], [`inspect`]: sharded checkpoints and listings;
 //! - [`observe`], [`units`]: progress callbacks, byte sizes.
 //! - `store` (the `object-store` feature, on with `cli`): which paths are
@@ -65,6 +66,8 @@ pub mod array;
 mod block_cache;
 pub(crate) mod cast;
 pub mod convert;
+// `copy::write_shard` is `pub` for the `internals` feature.
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod copy;
 // Used by the GGUF and quantized-safetensors sources, which land next.
 #[allow(dead_code)]
@@ -72,14 +75,14 @@ pub(crate) mod dequant;
 pub(crate) mod dest;
 pub(crate) mod dtype;
 pub(crate) mod error;
-pub mod folder;
+pub(crate) mod folder;
 pub mod header;
 pub mod index;
 pub mod inspect;
 mod io_util;
 pub mod observe;
 pub mod plan;
-pub mod rename;
+pub(crate) mod rename;
 mod setters;
 pub mod sink;
 pub mod source;
@@ -100,10 +103,11 @@ pub use source::SourceOptions;
 pub use writer::{AsyncWriter, Writer, WriterOptions};
 
 /// Internals for this crate's own tests, benchmarks and fuzz targets, which
-/// must reach below the API. Not part of the API: anything here may change
-/// in any release.
-#[doc(hidden)]
-pub mod test_support {
+/// must reach below the API: only with the `internals` feature, which is
+/// not part of the API (anything here may change in any release).
+#[cfg(feature = "internals")]
+pub mod internals {
+    pub use crate::copy::write_shard;
     pub use crate::source::detect::{detect, hex_preview, SNIFF_LEN};
     pub use crate::source::gguf;
     pub use crate::source::npy::fortran::FortranReader;

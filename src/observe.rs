@@ -23,7 +23,7 @@ pub trait Progress: Send + Sync {
 }
 
 /// An `AsyncWrite` that reports what passes through it and can hash it.
-pub struct ObservedWriter<W> {
+pub(crate) struct ObservedWriter<W> {
     inner: W,
     hasher: Option<Sha256>,
     progress: Option<Arc<dyn Progress>>,
@@ -31,7 +31,7 @@ pub struct ObservedWriter<W> {
 
 impl<W> ObservedWriter<W> {
     /// Wraps `inner`; `sha256` turns hashing on.
-    pub fn new(inner: W, sha256: bool, progress: Option<Arc<dyn Progress>>) -> Self {
+    pub(crate) fn new(inner: W, sha256: bool, progress: Option<Arc<dyn Progress>>) -> Self {
         ObservedWriter {
             inner,
             hasher: sha256.then(Sha256::new),
@@ -40,7 +40,7 @@ impl<W> ObservedWriter<W> {
     }
 
     /// The hex SHA-256 of everything written, if hashing, and the writer.
-    pub fn into_parts(self) -> (W, Option<String>) {
+    pub(crate) fn into_parts(self) -> (W, Option<String>) {
         let digest = self.hasher.map(|h| hex(&h.finalize()));
         (self.inner, digest)
     }

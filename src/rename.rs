@@ -6,17 +6,6 @@
 //! name; every other name loses the `--strip-prefix` if it starts with it,
 //! then goes through each `--rename-regex` in the order given (every match
 //! replaced); last, `--prefix` is prepended to every name.
-//!
-//! ```
-//! use safetensors_stream::rename::Renamer;
-//!
-//! let rules = vec![(r"^layers\.(\d+)\.".to_string(), "h.$1.".to_string())];
-//! let mut r = Renamer::new(Some("model."), &rules)?;
-//! assert_eq!(r.apply("model.layers.3.attn").as_deref(), Some("h.3.attn"));
-//! assert_eq!(r.apply("lm_head").as_deref(), None); // untouched
-//! r.check_all_used()?;
-//! # Ok::<(), safetensors_stream::Error>(())
-//! ```
 
 use regex::Regex;
 
@@ -31,7 +20,7 @@ use crate::{Error, ErrorKind, Result};
 /// cannot ask for 2^30 times a name. Past it every name is left as it is
 /// and [`Renamer::check_all_used`] reports the rule that grew too far.
 #[derive(Debug)]
-pub struct Renamer {
+pub(crate) struct Renamer {
     strip: Option<(String, bool)>,
     regexes: Vec<(Regex, String, bool)>,
     /// Bytes of renamed names so far.
@@ -42,7 +31,7 @@ pub struct Renamer {
 
 impl Renamer {
     /// Compiles the rules; a bad pattern is a usage error naming it.
-    pub fn new(strip_prefix: Option<&str>, regexes: &[(String, String)]) -> Result<Renamer> {
+    pub(crate) fn new(strip_prefix: Option<&str>, regexes: &[(String, String)]) -> Result<Renamer> {
         let regexes = regexes
             .iter()
             .map(|(pattern, replacement)| {
@@ -64,7 +53,7 @@ impl Renamer {
 
     /// The renamed name, or `None` when no rule touches `name` (or the
     /// renamed names outgrew the header limit: see [`Renamer::check_all_used`]).
-    pub fn apply(&mut self, name: &str) -> Option<String> {
+    pub(crate) fn apply(&mut self, name: &str) -> Option<String> {
         if self.overflow.is_some() {
             return None;
         }
@@ -99,7 +88,7 @@ impl Renamer {
     }
 
     /// A rule that matched no name is a usage error (most likely a typo).
-    pub fn check_all_used(&self) -> Result<()> {
+    pub(crate) fn check_all_used(&self) -> Result<()> {
         if let Some(msg) = &self.overflow {
             return Err(usage(msg.clone()));
         }
@@ -155,6 +144,15 @@ fn usage(msg: String) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strips_the_prefix_then_applies_each_regex() {
+        let rules = vec![(r"^layers\.(\d+)\.".to_string(), "h.$1.".to_string())];
+        let mut r = Renamer::new(Some("model."), &rules).unwrap();
+        assert_eq!(r.apply("model.layers.3.attn").as_deref(), Some("h.3.attn"));
+        assert_eq!(r.apply("lm_head").as_deref(), None); // untouched
+        r.check_all_used().unwrap();
+    }
 
     #[test]
     fn rules_apply_in_order_and_unused_ones_are_refused() {

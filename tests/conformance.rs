@@ -22,10 +22,10 @@ use std::sync::Mutex;
 
 use safetensors_stream::convert::{convert_sources, ConvertOptions, Output, Routes};
 use safetensors_stream::header::{parse_file_bytes, Metadata, Rules};
+use safetensors_stream::internals::zip::{data_start, read_directory};
+use safetensors_stream::internals::NpySource;
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{Access, Listing, Source, SourceOptions, TensorReader};
-use safetensors_stream::test_support::zip::{data_start, read_directory};
-use safetensors_stream::test_support::NpySource;
 use safetensors_stream::{Error, ErrorKind};
 use support::numpy::{block_on, build_zip, cases, fixtures, npy, tensors_of, Expected, ZipMember};
 use tokio::io::AsyncReadExt;

@@ -132,7 +132,7 @@ fn starting_a_sink_holds_no_copy_of_the_header_or_each_name() {
 
 #[test]
 fn listing_an_npz_of_many_members_costs_a_bounded_multiple_of_its_directory() {
-    use safetensors_stream::test_support::NpzSource;
+    use safetensors_stream::internals::NpzSource;
     use safetensors_stream::SourceOptions;
     use support::numpy::{build_zip, npy, ZipMember};
     let _g = support::alloc::serial();

@@ -11,8 +11,8 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use safetensors_stream::test_support::pickle::{unpickle, Limits};
-use safetensors_stream::test_support::pytorch_model::{tensors, Naming};
+use safetensors_stream::internals::pickle::{unpickle, Limits};
+use safetensors_stream::internals::pytorch_model::{tensors, Naming};
 use safetensors_stream::ErrorKind;
 use serde_json::Value;
 use support::numpy::{build_zip, ZipMember};

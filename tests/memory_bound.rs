@@ -12,12 +12,12 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use safetensors_stream::convert::write_shard;
 use safetensors_stream::header::{encode, Order, TensorMeta};
+use safetensors_stream::internals::write_shard;
+use safetensors_stream::internals::SafetensorsSource;
 use safetensors_stream::plan::{plan, Plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::{Listing, Source, TensorData};
-use safetensors_stream::test_support::SafetensorsSource;
 use safetensors_stream::Dtype;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 

@@ -14,12 +14,12 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
-use safetensors_stream::convert::write_shard;
+use safetensors_stream::internals::write_shard;
+use safetensors_stream::internals::zip::{data_start, read_directory, Method};
 use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{Listing, Source, SourceOptions};
-use safetensors_stream::test_support::zip::{data_start, read_directory, Method};
 use safetensors_stream::Dtype;
 use support::numpy::{eocd, le16, le32, le64, npy_header, zip64_eocd};
 use tokio::io::AsyncReadExt;

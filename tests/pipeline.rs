@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use safetensors_stream::convert::{convert, convert_sources, write_shard, ConvertOptions, Output};
+use safetensors_stream::convert::{convert, convert_sources, ConvertOptions, Output};
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::index::Checkpoint;
+use safetensors_stream::internals::write_shard;
 use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::MemorySource;

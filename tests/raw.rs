@@ -16,8 +16,8 @@ use std::process::{Command, Output, Stdio};
 use safetensors_stream::convert::{convert_sources, ConvertOptions, Output as Out};
 use safetensors_stream::source::Source;
 use safetensors_stream::{
+    internals::RawSource,
     source::{RawSpec, RawTensor},
-    test_support::RawSource,
 };
 use safetensors_stream::{Dtype, ErrorKind};
 

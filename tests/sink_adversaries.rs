@@ -10,13 +10,14 @@ use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use safetensors_stream::convert::{convert, convert_sources, write_shard, ConvertOptions, Output};
+use safetensors_stream::convert::{convert, convert_sources, ConvertOptions, Output};
 use safetensors_stream::header::{encode, Metadata, Order, TensorMeta};
+use safetensors_stream::internals::write_shard;
+use safetensors_stream::internals::SafetensorsSource;
 use safetensors_stream::plan::{plan, PlanOptions, ShardPlan};
 use safetensors_stream::sink::{Sink, SinkOptions};
 use safetensors_stream::source::MemorySource;
 use safetensors_stream::source::{Listing, Source, TensorData};
-use safetensors_stream::test_support::SafetensorsSource;
 use safetensors_stream::{Category, Dtype, Error, ErrorKind};
 use support::pipeline::*;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};

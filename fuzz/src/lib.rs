@@ -17,23 +17,22 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use safetensors_stream::convert::{
-    convert_sources, plan_sources, write_shard, ConvertOptions, Output,
-};
+use safetensors_stream::convert::{convert_sources, plan_sources, ConvertOptions, Output};
 use safetensors_stream::header::{encode, parse_file_bytes, Header, Order, Rules, TensorMeta};
+use safetensors_stream::internals::npy_header::{
+    parse_header_text, parse_prelude, read_header, Prelude,
+};
+use safetensors_stream::internals::write_shard;
+use safetensors_stream::internals::zip::read_directory;
+use safetensors_stream::internals::NpzSource;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{RawSpec, RawTensor};
 use safetensors_stream::source::{Source, SourceOptions};
-use safetensors_stream::test_support::npy_header::{
-    parse_header_text, parse_prelude, read_header, Prelude,
-};
-use safetensors_stream::test_support::zip::read_directory;
-use safetensors_stream::test_support::NpzSource;
 use safetensors_stream::{
+    internals::{detect, hex_preview, SNIFF_LEN},
     source::Format,
-    test_support::{detect, hex_preview, SNIFF_LEN},
 };
 use safetensors_stream::{Dtype, Error, Result};
 
@@ -279,7 +278,7 @@ async fn read_all(src: &mut dyn Source) -> Result<()> {
 /// either type. Invariants (asserted inside): an accepted record has a
 /// block size the library reads and a shape whose element count fits.
 pub fn bnb_record(data: &[u8]) -> Option<[u64; 2]> {
-    safetensors_stream::test_support::bnb_record(data)
+    safetensors_stream::internals::bnb_record(data)
 }
 
 /// `safetensors_header`: the bytes as a whole file, in every mode.
@@ -343,8 +342,8 @@ fn check_reencodes(h: &Header) {
 /// as tensors. Checks: the pickle used no more bytes than it had, the
 /// names found fit the budget, every tensor found lies inside its storage.
 pub fn pickle(data: &[u8]) -> Outcomes {
-    use safetensors_stream::test_support::pickle::{unpickle, Limits};
-    use safetensors_stream::test_support::pytorch_model::{tensors, Naming};
+    use safetensors_stream::internals::pickle::{unpickle, Limits};
+    use safetensors_stream::internals::pytorch_model::{tensors, Naming};
     let limits = Limits {
         marks: 1_000,
         ..Limits::for_input(data.len())

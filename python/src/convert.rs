@@ -4,12 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
-use safetensors_stream::convert::{
-    cast_notes, check_output, convert as run, open_inputs, plan_sources, plan_warnings,
-    shard_paths, ConvertOptions, Output,
-};
-use safetensors_stream::inspect::plan_to_json;
-use safetensors_stream::source::Listing;
+use safetensors_stream::convert::{convert as run, dry_run as plan, open_inputs, ConvertOptions, Output};
 use safetensors_stream::units::parse_size;
 use safetensors_stream::{Error, ErrorKind};
 
@@ -102,42 +97,17 @@ pub(crate) fn convert(
                 .build()
                 .map_err(Error::io)?
                 .block_on(async {
+                    let notices = || notices.lock().expect("notices lock").clone();
                     if dry_run {
-                        dry_run_json(&inputs, &output, &options).await
+                        let sources = open_inputs(&inputs, &options).await?;
+                        let planned = plan(&inputs, &sources, &output, &options)?;
+                        Ok(planned.to_json(&notices()))
                     } else {
                         let report = run(&inputs, &output, &options).await?;
-                        let notices = notices.lock().expect("notices lock").clone();
-                        Ok(report.to_json(&notices))
+                        Ok(report.to_json(&notices()))
                     }
                 })
         })
         .map_err(err)?;
     Ok(text)
-}
-
-/// What `convert --dry-run --json` prints: the plan, after every check the
-/// real run makes before writing, as one JSON line with `"ok": true`.
-async fn dry_run_json(
-    inputs: &[PathBuf],
-    output: &Output,
-    options: &ConvertOptions,
-) -> Result<String, Error> {
-    let sources = open_inputs(inputs, options).await?;
-    let plan = plan_sources(&sources, options)?;
-    let mut warnings = plan_warnings(&plan);
-    warnings.extend(check_output(inputs, output, &plan, options)?);
-    let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
-    let paths: Vec<String> = match output {
-        Output::Stdout => vec!["-".into()],
-        Output::File(p) => shard_paths(p, plan.shards.len())
-            .0
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect(),
-    };
-    let mut v = plan_to_json(&plan, &paths, &listings);
-    v["casts"] = serde_json::json!(cast_notes(&plan));
-    v["warnings"] = serde_json::json!(warnings);
-    v["ok"] = serde_json::json!(true);
-    Ok(v.to_string())
 }

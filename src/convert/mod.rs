@@ -4,6 +4,7 @@
 //! copy} -> inputs unchanged? -> commit; the options are [`ConvertOptions`]
 //! and what a run tells is a [`Report`].
 
+mod dry_run;
 mod options;
 mod report;
 
@@ -13,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use tokio::io::AsyncWrite;
 
 pub use crate::copy::route::Routes;
-pub use crate::copy::write_shard;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
@@ -27,8 +27,10 @@ use crate::plan::{plan, Plan, ShardPlan};
 use crate::source::input::open_input;
 use crate::source::{Access, Source};
 use crate::{Error, ErrorKind, Result};
+pub use dry_run::{dry_run, DryRun};
 pub use options::{ConvertOptions, NoticeFn};
-pub use report::{cast_notes, fresh_notices, plan_warnings, CastNote, Report};
+use report::{cast_notes, plan_warnings};
+pub use report::{CastNote, Report};
 
 /// Converts the inputs at `inputs` (files of any supported kind, or `-`
 /// for standard input) into `output`.
@@ -139,7 +141,7 @@ pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) 
 /// - a folder that cannot be written (the nearest existing one, when the
 ///   output's folders are still to be made);
 /// - a [`Part`] the plan does not have.
-pub fn check_output(
+pub(crate) fn check_output(
     inputs: &[PathBuf],
     output: &Output,
     plan: &Plan,

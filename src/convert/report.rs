@@ -69,15 +69,7 @@ impl Report {
 
 /// The notices that say something `warnings` does not: a warning the
 /// library also told as a `warning: ...` notice is listed once.
-///
-/// ```
-/// use safetensors_stream::convert::fresh_notices;
-///
-/// let warnings = ["big header".to_string()];
-/// let notices = ["warning: big header".to_string(), "spooling".to_string()];
-/// assert_eq!(fresh_notices(&notices, &warnings).collect::<Vec<_>>(), ["spooling"]);
-/// ```
-pub fn fresh_notices<'a>(
+pub(crate) fn fresh_notices<'a>(
     notices: &'a [String],
     warnings: &'a [String],
 ) -> impl Iterator<Item = &'a String> + 'a {
@@ -88,7 +80,7 @@ pub fn fresh_notices<'a>(
 }
 
 /// The casts a plan applies, for reports.
-pub fn cast_notes(plan: &Plan) -> Vec<CastNote> {
+pub(crate) fn cast_notes(plan: &Plan) -> Vec<CastNote> {
     plan.shards
         .iter()
         .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
@@ -103,7 +95,7 @@ pub fn cast_notes(plan: &Plan) -> Vec<CastNote> {
 }
 
 /// Warnings about a plan: headers the Hugging Face Hub would refuse.
-pub fn plan_warnings(plan: &Plan) -> Vec<String> {
+pub(crate) fn plan_warnings(plan: &Plan) -> Vec<String> {
     plan.shards
         .iter()
         .filter(|s| s.header.header().header_len > HUB_HEADER_LIMIT)
@@ -115,4 +107,17 @@ pub fn plan_warnings(plan: &Plan) -> Vec<String> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notice_repeating_a_warning_is_not_fresh() {
+        let warnings = ["big header".to_string()];
+        let notices = ["warning: big header".to_string(), "spooling".to_string()];
+        let fresh: Vec<_> = fresh_notices(&notices, &warnings).collect();
+        assert_eq!(fresh, ["spooling"]);
+    }
 }

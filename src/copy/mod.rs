@@ -32,6 +32,7 @@ use route::{routes, Out, Route, Routes};
 use spans::copy_spans;
 
 /// Writes one planned file to any `AsyncWrite`, pulling each tensor from its source.
+#[cfg(any(test, feature = "internals"))]
 pub async fn write_shard<W: AsyncWrite + Unpin>(
     writer: W,
     shard: &ShardPlan,

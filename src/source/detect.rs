@@ -97,7 +97,7 @@ pub(crate) const FILE_SNIFF_LEN: usize = 264;
 /// Recognises an input from its first bytes.
 ///
 /// ```
-/// use safetensors_stream::{source::{Codec, Format}, test_support::detect};
+/// use safetensors_stream::{source::{Codec, Format}, internals::detect};
 ///
 /// assert_eq!(detect(b"\x93NUMPY\x01\x00"), Format::Npy);
 /// assert_eq!(detect(b"PK\x03\x04"), Format::Zip);

@@ -5,18 +5,28 @@
 //! reader. The planner needs only the listing; the sink pulls the bytes in
 //! plan order, which is generally not the input's order.
 
+// The parsers below keep `pub` items the `internals` feature re-exports for
+// the tests, benchmarks and fuzz targets; without it they are crate-only.
 pub(crate) mod blocking;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
 pub mod gguf;
 pub(crate) mod input;
 pub(crate) mod memory;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npy;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npz;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod quantized;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod raw;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod safetensors;
 
+pub use crate::folder::resolve_input;
 pub use crate::transform::Transform;
 pub use detect::{detect_file, Codec, Format};
 pub use input::open_input;

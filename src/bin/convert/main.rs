@@ -9,12 +9,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
-use safetensors_stream::folder::resolve_input;
 use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{detect_file, Format};
-use safetensors_stream::source::{Listing, SourceOptions};
+use safetensors_stream::source::{resolve_input, Listing, SourceOptions};
 use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{inspect, Category, Error, ErrorKind};

@@ -6,15 +6,12 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    cast_notes, check_output, convert_planned, fresh_notices, open_inputs, plan_sources,
-    plan_warnings, shard_paths, ConvertOptions, Output, Part, Report,
+    convert_planned, dry_run, open_inputs, plan_sources, ConvertOptions, Output, Part, Report,
 };
 use safetensors_stream::header::Order;
-use safetensors_stream::inspect;
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::Listing;
 use safetensors_stream::source::SourceOptions;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{Dtype, Error, ErrorKind};
@@ -143,6 +140,14 @@ impl Notes {
             None => {}
         }
     }
+
+    /// The notices collected for the JSON report (none without one).
+    fn collected(&self) -> Vec<String> {
+        self.collected
+            .as_ref()
+            .map(|c| c.lock().expect("notes lock").clone())
+            .unwrap_or_default()
+    }
 }
 
 /// Runs the conversion; on SIGHUP, SIGINT, SIGPIPE or SIGTERM the
@@ -158,10 +163,7 @@ pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
     if !json {
         return result;
     }
-    let collected = notes
-        .collected
-        .map(|c| c.lock().expect("notes lock").clone())
-        .unwrap_or_default();
+    let collected = notes.collected();
     Ok(match result {
         Ok(code) => code,
         Err(e) => {
@@ -201,7 +203,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         let mut pipe = signal(SignalKind::pipe())?;
         let mut term = signal(SignalKind::terminate())?;
         let outcome = tokio::select! {
-            r = job(args, &output, &opts) => r.map_err(broken_pipe),
+            r = job(args, &output, &opts, &notes) => r.map_err(broken_pipe),
             _ = hup.recv() => Err(Interrupt::Signal("SIGHUP", 129)),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
             _ = pipe.recv() => Err(Interrupt::Signal("SIGPIPE", 141)),
@@ -223,37 +225,15 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
     if matches!(outcome, Err(Interrupt::Signal(..))) {
         rt.shutdown_background();
     }
-    let collected = || {
-        notes
-            .collected
-            .as_ref()
-            .map(|c| c.lock().expect("notes lock").clone())
-            .unwrap_or_default()
-    };
     match outcome {
-        Ok(Outcome::Planned(PlanShown::Text(text))) => {
+        Ok(Outcome::Planned(text)) => {
             // A closed pipe (`| head`) is not an error worth a message.
-            let _ = std::io::stdout().lock().write_all(text.as_bytes());
-            Ok(ExitCode::SUCCESS)
-        }
-        Ok(Outcome::Planned(PlanShown::Json { mut plan, warnings })) => {
-            // With --report json, the notices belong in the one object too.
-            let notices = collected();
-            let all: Vec<&String> = warnings
-                .iter()
-                .chain(fresh_notices(&notices, &warnings))
-                .collect();
-            plan["warnings"] = json!(all);
-            // One line with "ok", as the run's report: one parser reads both.
-            plan["ok"] = json!(true);
-            let mut text = serde_json::to_string(&plan).expect("JSON of a Value");
-            text.push('\n');
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
             Ok(ExitCode::SUCCESS)
         }
         Ok(Outcome::Done(report)) => {
             if args.report == Some(ReportFormat::Json) {
-                eprintln!("{}", report.to_json(&collected()));
+                eprintln!("{}", report.to_json(&notes.collected()));
             } else if !args.quiet {
                 summarize(&report);
             }
@@ -270,7 +250,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
                 None => {}
             }
             if json {
-                eprintln!("{}", error_json(&e, code, &collected()));
+                eprintln!("{}", error_json(&e, code, &notes.collected()));
             } else {
                 crate::report(&e);
             }
@@ -280,53 +260,34 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
 }
 
 enum Outcome {
-    Planned(PlanShown),
+    /// A dry run's plan as text, or as its one JSON line (`--json`, or
+    /// `--report json`, which also puts the notices in it).
+    Planned(String),
     Done(Report),
 }
 
-/// What a dry run prints on stdout.
-enum PlanShown {
-    Text(String),
-    /// The plan as JSON (`--json`, or `--report json`), and the run's
-    /// warnings, which go in its `warnings` with the notices, not on stderr.
-    Json {
-        plan: serde_json::Value,
-        warnings: Vec<String>,
-    },
-}
-
 /// Opens, plans, and either shows the plan or writes it.
-async fn job(args: &ConvertArgs, output: &Output, opts: &ConvertOptions) -> Result<Outcome, Error> {
+async fn job(
+    args: &ConvertArgs,
+    output: &Output,
+    opts: &ConvertOptions,
+    notes: &Notes,
+) -> Result<Outcome, Error> {
     let mut sources = open_inputs(&args.inputs, opts).await?;
     let tensors = sources.iter().map(|s| s.tensors().len()).sum();
     crate::return_freed_memory(tensors);
     if args.dry_run {
-        let plan = plan_sources(&sources, opts)?;
-        // Everything the real run checks before writing.
-        let mut warnings = plan_warnings(&plan);
-        warnings.extend(check_output(&args.inputs, output, &plan, opts)?);
-        let listings: Vec<Listing> = sources.iter().map(|s| Listing::of(s.as_ref())).collect();
-        let paths = output_names(output, &plan);
+        let planned = dry_run(&args.inputs, &sources, output, opts)?;
+        crate::return_freed_memory(tensors);
         if args.json || args.report == Some(ReportFormat::Json) {
-            let mut v = inspect::plan_to_json(&plan, &paths, &listings);
-            v["plan_id"] = json!(safetensors_stream::plan::plan_id(&sources, &plan));
-            v["casts"] = json!(cast_notes(&plan));
-            v["renames"] = renames(&plan, &listings)
-                .iter()
-                .map(|(input, from, to)| json!({"input": input, "from": from, "to": to}))
-                .collect();
-            return Ok(Outcome::Planned(PlanShown::Json { plan: v, warnings }));
+            let mut line = planned.to_json(&notes.collected());
+            line.push('\n');
+            return Ok(Outcome::Planned(line));
         }
-        for w in &warnings {
-            if let Some(notice) = &opts.notice {
-                notice(&format!("warning: {w}"));
-            }
+        for w in planned.warnings() {
+            notes.say(&format!("warning: {w}"));
         }
-        let mut text = inspect::render_plan(&plan, &paths, &listings);
-        for (input, from, to) in renames(&plan, &listings) {
-            text.push_str(&format!("rename {input}: {from:?} -> {to:?}\n"));
-        }
-        return Ok(Outcome::Planned(PlanShown::Text(text)));
+        return Ok(Outcome::Planned(planned.render()));
     }
     let started = std::time::Instant::now();
     let plan = plan_sources(&sources, opts)?;
@@ -355,34 +316,6 @@ fn default_output(args: &ConvertArgs) -> std::path::PathBuf {
     match plain.exists() {
         false => plain,
         true => format!("{stem}.converted.safetensors").into(),
-    }
-}
-
-/// Every tensor whose output name differs from its input name, as
-/// `(input, from, to)` in output order: the exact renames of a plan.
-fn renames(
-    plan: &safetensors_stream::plan::Plan,
-    listings: &[Listing],
-) -> Vec<(String, String, String)> {
-    plan.shards
-        .iter()
-        .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
-        .filter_map(|(r, t)| {
-            let listing = &listings[r.source()];
-            let from = &listing.tensors[r.index()].name;
-            (*from != t.meta.name)
-                .then(|| (listing.input.clone(), from.clone(), t.meta.name.clone()))
-        })
-        .collect()
-}
-
-fn output_names(output: &Output, plan: &safetensors_stream::plan::Plan) -> Vec<String> {
-    match output {
-        Output::Stdout => vec!["-".to_string()],
-        Output::File(p) => {
-            let (paths, _) = shard_paths(p, plan.shards.len());
-            paths.iter().map(|p| p.display().to_string()).collect()
-        }
     }
 }
 

@@ -64,6 +64,7 @@ pub fn parse_prelude(first: &[u8]) -> Result<Prelude> {
 }
 
 /// Reads and parses a whole .npy header from `r`, leaving `r` at the data.
+#[cfg(any(test, feature = "internals"))]
 pub fn read_header<R: std::io::Read>(r: &mut R) -> Result<(Prelude, NpyHeader)> {
     read_header_as(r, None)
 }
@@ -113,6 +114,7 @@ pub struct NpyHeader {
 }
 
 /// Parses the header text. Versions 1 and 2 are latin-1, version 3 UTF-8.
+#[cfg(any(test, feature = "internals"))]
 pub fn parse_header_text(text: &[u8], prelude: &Prelude) -> Result<NpyHeader> {
     parse_header_text_as(text, prelude, None)
 }
@@ -273,12 +275,13 @@ fn dims_of(dims: Vec<Literal>) -> Result<Vec<u64>> {
 /// makes its bytes little-endian.
 ///
 /// ```
-/// use safetensors_stream::{Dtype, source::Transform, test_support::npy_header::map_descr};
+/// use safetensors_stream::{Dtype, source::Transform, internals::npy_header::map_descr};
 ///
 /// assert_eq!(map_descr("<f4").unwrap(), (Dtype::F32, Transform::Identity));
 /// assert_eq!(map_descr(">c8").unwrap(), (Dtype::C64, Transform::SwapBytes { width: 4 }));
 /// assert!(map_descr("|O").is_err());
 /// ```
+#[cfg(any(test, feature = "internals"))]
 pub fn map_descr(descr: &str) -> Result<(Dtype, Transform)> {
     map_descr_as(descr, None)
 }
@@ -289,7 +292,7 @@ pub fn map_descr(descr: &str) -> Result<(Dtype, Transform)> {
 /// `void_as` a void type is refused.
 ///
 /// ```
-/// use safetensors_stream::{Dtype, source::Transform, test_support::npy_header::map_descr_as};
+/// use safetensors_stream::{Dtype, source::Transform, internals::npy_header::map_descr_as};
 ///
 /// assert_eq!(map_descr_as("<V2", Some(Dtype::BF16)).unwrap(), (Dtype::BF16, Transform::Identity));
 /// assert_eq!(map_descr_as("|V1", Some(Dtype::F8_E4M3)).unwrap().0, Dtype::F8_E4M3);

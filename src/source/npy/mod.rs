@@ -102,6 +102,7 @@ impl NpySource {
     /// Reads the header from a forward-only stream and keeps the stream for
     /// the data. A Fortran-order array cannot be reordered from a stream:
     /// [`NpySource::needs_random_access`] says so, and the caller spools.
+    #[cfg(any(test, feature = "internals"))]
     pub async fn from_stream(
         reader: TensorReader<'static>,
         input: &str,
@@ -162,6 +163,7 @@ impl NpySource {
     }
 
     /// The parsed header.
+    #[cfg(any(test, feature = "internals"))]
     pub fn header(&self) -> &NpyHeader {
         &self.header
     }
@@ -198,6 +200,7 @@ impl NpySource {
     }
 
     /// Takes the stream of a stream-backed source, positioned at the data.
+    #[cfg(any(test, feature = "internals"))]
     pub fn into_stream(self) -> Option<TensorReader<'static>> {
         match self.data {
             Data::Stream(s) => s,

@@ -14,7 +14,7 @@ use flate2::read::DeflateDecoder;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use self::zip::{data_start_via, read_directory, Method, PositionalReader, ZipEntry};
+use self::zip::{data_start_via, Method, PositionalReader, ZipEntry};
 use super::blocking::{BlockingReader, ReadAhead};
 use crate::block_cache::BlockCache;
 
@@ -56,8 +56,9 @@ pub struct NpzSource {
 
 impl NpzSource {
     /// Reads the directory and every member's npy header from `file` (`len` bytes).
+    #[cfg(any(test, feature = "internals"))]
     pub fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
-        let directory = read_directory(&file, len).map_err(|e| e.with_input(input))?;
+        let directory = zip::read_directory(&file, len).map_err(|e| e.with_input(input))?;
         Self::open_listed(file, len, directory, input, options)
     }
 

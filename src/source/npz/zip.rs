@@ -374,6 +374,7 @@ fn check_member_bounds(e: &ZipEntry, dir_offset: u64) -> Result<()> {
 /// must otherwise describe the same member as the directory: same name,
 /// method, CRC and sizes (a reader that walks local headers would see
 /// another file, or another length, than one that reads the directory).
+#[cfg(any(test, feature = "internals"))]
 pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u64> {
     data_start_via(&mut BlockCache::default(), file, e, dir_offset_limit)
 }

@@ -82,7 +82,7 @@ pub const BUDGET_FLOOR: usize = 16 << 20;
 /// by the unpickler and then by the naming walk ([`Pickled::budget`]).
 ///
 /// ```
-/// use safetensors_stream::test_support::pickle::Budget;
+/// use safetensors_stream::internals::pickle::Budget;
 ///
 /// let mut b = Budget::for_input(1000);
 /// assert_eq!(b.limit(), 32 * 1000 + (16 << 20));
@@ -116,6 +116,7 @@ impl Budget {
     }
 
     /// Bytes spent so far.
+    #[cfg(any(test, feature = "internals"))]
     pub fn used(&self) -> usize {
         self.used
     }
@@ -469,7 +470,7 @@ struct Machine<'a> {
 /// number of bytes it took (the `STOP` opcode included).
 ///
 /// ```
-/// use safetensors_stream::test_support::pickle::{unpickle, Limits, Node};
+/// use safetensors_stream::internals::pickle::{unpickle, Limits, Node};
 ///
 /// // pickle.dumps({"a": 1}, protocol=2)
 /// let p = b"\x80\x02}q\x00X\x01\x00\x00\x00aq\x01K\x01s.";

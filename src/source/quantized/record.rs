@@ -116,6 +116,7 @@ pub(crate) fn parse(bytes: &[u8], expected: FourBitType) -> Result<Record, Quant
 /// Parses `bytes` as a record of either type, as the fuzz target does:
 /// the shape an accepted record declares. Checks what every accepted record
 /// promises: a known block size, a shape whose product fits in u64.
+#[cfg(any(test, feature = "internals"))]
 pub fn parse_any(bytes: &[u8]) -> Option<[u64; 2]> {
     let mut shape = None;
     for kind in [FourBitType::Nf4, FourBitType::Fp4] {

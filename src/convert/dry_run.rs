@@ -1,0 +1,147 @@
+//! A conversion planned and checked, nothing written: what `--dry-run`
+//! shows. One function for every shell (the binary, the Python package),
+//! so a dry run makes exactly the checks the real run makes before its
+//! first write, and its JSON is the same whoever asks.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::report::{cast_notes, fresh_notices, plan_warnings};
+use super::{check_output, plan_sources, ConvertOptions, Output};
+use crate::inspect::{plan_to_json, render_plan};
+use crate::plan::layout::shard_paths;
+use crate::plan::{plan_id, Plan};
+use crate::source::{Listed, Source};
+use crate::Result;
+
+/// A plan made from opened sources and checked against its output, as a
+/// real run would before writing: what `convert --dry-run` prints.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// use safetensors_stream::convert::{dry_run, open_inputs, ConvertOptions, Output};
+///
+/// let inputs = ["fixtures/example/model.npz".into()];
+/// let options = ConvertOptions::default();
+/// let sources = open_inputs(&inputs, &options).await?;
+/// let out = Output::File("model.safetensors".into());
+/// let planned = dry_run(&inputs, &sources, &out, &options)?;
+/// assert_eq!(planned.outputs(), ["model.safetensors"]);
+/// let json: serde_json::Value = serde_json::from_str(&planned.to_json(&[])).unwrap();
+/// assert_eq!(json["ok"], true);
+/// assert_eq!(json["plan_id"].as_str().unwrap().len(), 64);
+/// assert!(planned.render().contains("model.safetensors: "));
+/// # Ok::<(), safetensors_stream::Error>(())
+/// # }).unwrap();
+/// ```
+pub struct DryRun<'a> {
+    sources: &'a [Box<dyn Source + 'a>],
+    plan: Plan,
+    outputs: Vec<String>,
+    warnings: Vec<String>,
+}
+
+/// Plans `sources` (opened from `inputs` by [`open_inputs`](super::open_inputs))
+/// for `output` and makes every check the real run makes before writing;
+/// nothing is written. An error is the error the real run would stop with.
+pub fn dry_run<'a>(
+    inputs: &[PathBuf],
+    sources: &'a [Box<dyn Source + 'a>],
+    output: &Output,
+    options: &ConvertOptions,
+) -> Result<DryRun<'a>> {
+    let plan = plan_sources(sources, options)?;
+    let mut warnings = plan_warnings(&plan);
+    warnings.extend(check_output(inputs, output, &plan, options)?);
+    let outputs = match output {
+        Output::Stdout => vec!["-".to_string()],
+        Output::File(p) => shard_paths(p, plan.shards.len())
+            .0
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
+    };
+    Ok(DryRun {
+        sources,
+        plan,
+        outputs,
+        warnings,
+    })
+}
+
+/// A tensor whose output name is not its input name.
+#[derive(Serialize)]
+struct Rename<'a> {
+    input: &'a str,
+    from: &'a str,
+    to: &'a str,
+}
+
+impl DryRun<'_> {
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The files the run would write, shards in order then the index.
+    pub fn outputs(&self) -> &[String] {
+        &self.outputs
+    }
+
+    /// Things worth knowing that would not stop the run.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The plan's id, for `--expect-plan` ([`plan_id`]).
+    pub fn plan_id(&self) -> String {
+        plan_id(self.sources, &self.plan)
+    }
+
+    /// What `--dry-run --json` prints, as one line without its newline:
+    /// the plan with `plan_id`, `casts`, `renames`, `"ok": true`, and in
+    /// `warnings` the warnings followed by the `notices` that say
+    /// something the warnings do not.
+    pub fn to_json(&self, notices: &[String]) -> String {
+        let mut v = plan_to_json(&self.plan, &self.outputs, self.sources);
+        v["plan_id"] = json!(self.plan_id());
+        v["casts"] = json!(cast_notes(&self.plan));
+        v["renames"] = json!(self.renames());
+        let fresh = fresh_notices(notices, &self.warnings);
+        v["warnings"] = json!(self.warnings.iter().chain(fresh).collect::<Vec<_>>());
+        v["ok"] = json!(true);
+        v.to_string()
+    }
+
+    /// The plan for people: every output file with its tensors, then one
+    /// line per rename. The warnings are not in it: a shell tells them its
+    /// own way.
+    pub fn render(&self) -> String {
+        let mut text = render_plan(&self.plan, &self.outputs, self.sources);
+        for r in self.renames() {
+            text.push_str(&format!("rename {}: {:?} -> {:?}\n", r.input, r.from, r.to));
+        }
+        text
+    }
+
+    /// Every tensor whose output name differs from its input name, in
+    /// output order.
+    fn renames(&self) -> Vec<Rename<'_>> {
+        self.plan
+            .shards
+            .iter()
+            .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
+            .filter_map(|(r, t)| {
+                let source = &self.sources[r.source()];
+                let from = &source.tensors()[r.index()].name;
+                (*from != t.meta.name).then(|| Rename {
+                    input: source.input(),
+                    from,
+                    to: &t.meta.name,
+                })
+            })
+            .collect()
+    }
+}
