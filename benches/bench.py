@@ -50,7 +50,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 CHUNK = 8 * MIB
 
-WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "reshard", "npz-small", "plan-1m", "pytorch", "gguf"]
+WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "safetensors-many", "reshard", "npz-small", "plan-1m", "pytorch", "gguf"]
 
 # Targets of issues 7 and 15 (ratios of medians measured side by side in one run).
 T_COPY = 1.10  # convert / cp (stored npz, npy, safetensors, resharding)
@@ -457,12 +457,12 @@ def gen_npy(path, total):
 ST_DTYPES = [np.float32, np.float16, np.int64, np.float32]
 
 
-def gen_safetensors(path, total):
+def gen_safetensors(path, total, members=16):
     from safetensors.numpy import save_file
 
-    per = member_bytes(total)
+    per = member_bytes(total, members)
     tensors = {}
-    for i, name in enumerate(layer_names(16)):
+    for i, name in enumerate(layer_names(members)):
         dt = np.dtype(ST_DTYPES[i % len(ST_DTYPES)])
         g = np.random.default_rng(4000 + i)
         n = per // dt.itemsize
@@ -472,6 +472,15 @@ def gen_safetensors(path, total):
             a = g.integers(-(1 << 40), 1 << 40, size=n, dtype=dt)
         tensors[name] = a.reshape(-1, 1024)
     save_file(tensors, str(path))  # the reference writer: canonical bytes
+
+
+# The many-tensor layout (issue 24): the same bytes cut into this many tensors,
+# so that a cost paid per tensor, not per byte, shows against cp.
+MANY_TENSORS = 4096
+
+
+def gen_safetensors_many(path, total):
+    gen_safetensors(path, total, members=MANY_TENSORS)
 
 
 def _pt_str(s):
@@ -916,6 +925,12 @@ class Bench:
         rows = self.copy_like("safetensors", src, "safetensors", "safetensors")
         self.copy_targets("safetensors", rows)
 
+    def w_safetensors_many(self):
+        src = self.input("many.safetensors", gen_safetensors_many, self.size)
+        rows = self.copy_like("safetensors-many", src, "safetensors", "safetensors")
+        self.notes.append(f"safetensors-many: the safetensors workload's bytes as {MANY_TENSORS} tensors.")
+        self.copy_targets("safetensors-many", rows)
+
     def w_reshard(self):
         src = self.input("model.safetensors", gen_safetensors, self.size)
         total = member_bytes(self.size) * 16
@@ -1199,6 +1214,7 @@ class Bench:
             "npz-deflated": self.w_npz_deflated,
             "npy": self.w_npy,
             "safetensors": self.w_safetensors,
+            "safetensors-many": self.w_safetensors_many,
             "reshard": self.w_reshard,
             "npz-small": self.w_npz_small,
             "plan-1m": self.w_plan,
