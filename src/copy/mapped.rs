@@ -6,10 +6,9 @@
 //! splices through a pipe, page by page, and pays more when the source and
 //! output offsets differ modulo the page size, which they nearly always do
 //! here (an npy header is 128 bytes, a safetensors header whatever its JSON
-//! needs). Measured on 512 MiB (benches/README.md, "Copy path"): splice
-//! 0.18 s aligned and 0.23 s unaligned, `cp`'s 128 KiB reads and writes
-//! 0.21 s, a mapped window written in 1 MiB pieces 0.15 s either way (the
-//! 128 KiB pieces used, see [`WRITE_PIECE`], cost a few percent more).
+//! needs). A mapped window handed to `write` beat both splicing and `cp`'s
+//! reads and writes, aligned or not: the figures are in benches/README.md,
+//! "Copy path".
 //!
 //! Safety of the mapping: our code never reads it. Only the kernel does,
 //! inside `write`, so a source truncated under us makes `write` fail with
@@ -29,10 +28,10 @@ use crate::Error;
 const WINDOW: u64 = 8 << 20;
 
 /// Bytes handed to one `write`: cp's size. The kernel gives the output
-/// page-cache folios as large as the write, and on this VM large free
-/// blocks are handed back to the host (free page reporting), so the first
-/// touch of a large folio can fault on the host: 1 MiB writes ran 0.35 s or
-/// 2.8 s for 1 GiB, by turns; 128 and 256 KiB writes 0.30 to 0.40 s.
+/// page-cache folios as large as the write, and on a VM whose large free
+/// blocks are handed back to the host (free page reporting) the first
+/// touch of a large folio can fault on the host: larger writes were now and
+/// then several times slower (benches/README.md, "Copy path").
 const WRITE_PIECE: usize = 128 * 1024;
 
 /// Why a mapped copy stopped: the error, and how many bytes were done.
@@ -93,8 +92,8 @@ fn page_size() -> u64 {
 /// The window's pages are mapped up front. `write` copies from its source
 /// with page faults disabled and, at a page not yet mapped, gives up part
 /// way, zeroes what it had prepared of the output's (large) folio, faults
-/// the page in and starts again: `perf` showed 30% of the time in that
-/// `memset`, and runs of 0.8 s where 0.35 s was the norm.
+/// the page in and starts again: `perf` found much of the time in that
+/// `memset` (benches/README.md, "Copy path").
 #[cfg(any(target_os = "linux", target_os = "android"))]
 const POPULATE: libc::c_int = libc::MAP_POPULATE;
 #[cfg(not(any(target_os = "linux", target_os = "android")))]

@@ -31,9 +31,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Called between phases: opening a header of a million tensors frees its
 /// 72 MB text, and planning allocates as much again, often on another
 /// thread whose heap would not reuse those pages in time (the peak then
-/// varied from 262 to 311 MB between runs). For a small header the purge
-/// only costs: the pages it hands back are soon faulted in again (1.4 ms
-/// of a 30 ms run over 20,000 npz members).
+/// varied from run to run). For a small header the purge only costs: the
+/// pages it hands back are soon faulted in again (benches/README.md, "Copy
+/// path", the small-members paragraph).
 pub(crate) fn return_freed_memory(tensors: usize) {
     const WORTH_IT_FROM: usize = 100_000;
     if tensors < WORTH_IT_FROM {
