@@ -398,10 +398,10 @@ async fn write_observed<W: AsyncWrite + Unpin>(
         shard: (ctx.index, ctx.count),
     };
     let fast = direct.map(|out| Direct {
-        writeback: ctx.options.sync.then(|| {
-            let w = Writeback::new(out.clone());
-            Arc::new(move |n| w.landed(n)) as Arc<dyn Fn(u64) + Send + Sync>
-        }),
+        writeback: ctx
+            .options
+            .sync
+            .then(|| Writeback::new(out.clone()).on_landed()),
         out,
     });
     let to = Shard {

@@ -30,6 +30,11 @@ impl Writeback {
         }
     }
 
+    /// The copy's "bytes landed" callback: [`Writeback::landed`].
+    pub(crate) fn on_landed(self) -> Arc<dyn Fn(u64) + Send + Sync> {
+        Arc::new(move |n| self.landed(n))
+    }
+
     /// `n` more bytes are in the file (from any thread).
     pub(crate) fn landed(&self, n: u64) {
         let since = self.since.fetch_add(n, Ordering::Relaxed) + n;

@@ -97,7 +97,12 @@ impl Elements {
 
     /// Whether bytes pass unchanged (the kernel may copy them).
     pub(crate) fn verbatim(&self) -> bool {
-        self.cast.is_none() && self.transform.unit() == 1
+        Self::unchanged(self.transform, self.cast)
+    }
+
+    /// Whether bytes under `transform` and `cast` pass unchanged.
+    pub(crate) fn unchanged(transform: Transform, cast: Option<Cast>) -> bool {
+        cast.is_none() && transform.unit() == 1
     }
 
     /// How a budget of `buffer_size` bytes splits into an input chunk and
