@@ -4,14 +4,19 @@
 //! The index is a convention, not part of the format:
 //! `{"metadata": {"total_size": N, ...}, "weight_map": {tensor: shard file}}`,
 //! with `total_size` the sum of tensor bytes (headers excluded).
+//!
+//! Layer: header. Owns the index's model, its parsing and its check against
+//! the shards' headers, the capped reads of small JSON files, and opening a
+//! file an index names (regular files only). May import
+//! the header and error layers; opening a checkpoint's files and reading
+//! their headers is the source layer's (`source::safetensors`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::header::read::read_file_header;
-use crate::header::{Header, Rules, MAX_HEADER_LEN};
+use crate::header::{Header, MAX_HEADER_LEN};
 use crate::{Error, ErrorKind, Result};
 
 /// The suffix that marks an index file.
@@ -211,6 +216,8 @@ fn check_plain_name(name: &str) -> Result<()> {
 }
 
 /// A checkpoint opened for reading: one file, or an index and its shards.
+/// Opened from a path by [`Checkpoint::open`] (in the source layer, which
+/// says what a file that is not safetensors is) or from object storage.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     /// The index, when the checkpoint was opened through one.
@@ -220,37 +227,6 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Opens `path`: a `.safetensors` file, or an index whose shards are all
-    /// validated and checked against its `weight_map` and `total_size`.
-    /// Reads headers only.
-    pub fn open(path: &Path, rules: Rules) -> Result<Checkpoint> {
-        if !is_index_path(path) {
-            let header = read_file_header(path, rules)?;
-            return Ok(Checkpoint {
-                index: None,
-                files: vec![(path.to_path_buf(), header)],
-            });
-        }
-        let index = ShardIndex::from_json_file(path)?;
-        let dir = path.parent().unwrap_or(Path::new(""));
-        let mut files = Vec::new();
-        for name in index
-            .shard_names()
-            .map_err(|e| e.with_input(path.display()))?
-        {
-            let shard = dir.join(name);
-            // Its type first, without blocking: reading the header opens it again.
-            drop(open_regular(&shard)?);
-            let header = read_file_header(&shard, rules)?;
-            files.push((shard, header));
-        }
-        check_against_shards(&index, &files).map_err(|e| e.with_input(path.display()))?;
-        Ok(Checkpoint {
-            index: Some(index),
-            files,
-        })
-    }
-
     /// Every tensor's byte length, summed over all files.
     pub fn data_len(&self) -> u64 {
         self.files.iter().map(|(_, h)| h.data_len()).sum()

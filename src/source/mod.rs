@@ -16,6 +16,7 @@ pub(crate) mod pytorch;
 pub(crate) mod quantized;
 pub(crate) mod raw;
 pub(crate) mod safetensors;
+mod spool;
 
 pub use crate::transform::Transform;
 pub use detect::{detect_file, Codec, Format};
@@ -23,6 +24,7 @@ pub use input::open_input;
 pub use memory::MemorySource;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
+pub use safetensors::read_file_header;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -8,9 +8,10 @@ use crate::support;
 use std::fs::File;
 use std::io::{BufReader, Write};
 
+use safetensors_stream::header::read_header;
 use safetensors_stream::header::{encode, parse_file_bytes, Order, Rules, TensorMeta};
-use safetensors_stream::header::{read_file_header, read_header};
 use safetensors_stream::index::Checkpoint;
+use safetensors_stream::source::read_file_header;
 use safetensors_stream::Span;
 use safetensors_stream::{Dtype, Error, ErrorKind};
 use support::reference::{raw_file, raw_file_bytes, reference_read, CountingReader};
