@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::header::{Header, MAX_HEADER_LEN};
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, JsonError, Result};
 
 /// The suffix that marks an index file.
 pub const INDEX_SUFFIX: &str = ".safetensors.index.json";
@@ -80,7 +80,7 @@ impl ShardIndex {
     /// weight_map is refused, naming it.
     pub fn from_json(text: &[u8]) -> Result<ShardIndex> {
         let raw: IndexText = serde_json::from_slice(text)
-            .map_err(|e| Error::new(ErrorKind::IndexJson(e.to_string())))?;
+            .map_err(|e| Error::new(ErrorKind::IndexJson(JsonError::new(e))))?;
         Self::from_text(raw)
     }
 
@@ -88,8 +88,9 @@ impl ShardIndex {
     /// is not JSON (`/dev/zero`, a binary) fails at its first bad byte, one
     /// that never ends at [`MAX_HEADER_LEN`] bytes; errors name the path.
     pub fn from_json_file(path: &Path) -> Result<ShardIndex> {
-        let raw: IndexText =
-            json_file(path, "index file", |e| ErrorKind::IndexJson(e.to_string()))?;
+        let raw: IndexText = json_file(path, "index file", |e| {
+            ErrorKind::IndexJson(JsonError::new(e))
+        })?;
         Self::from_text(raw).map_err(|e| e.with_input(path.display()))
     }
 

@@ -20,6 +20,7 @@ use super::{store_error, Location, Side};
 use crate::header::read::read_header;
 use std::path::{Path, PathBuf};
 
+use crate::error::store::StoreError;
 use crate::header::{check_prefix, Header, Metadata, Rules, TensorMeta, PREFIX_LEN};
 use crate::index::{check_against_shards, is_index_path, Checkpoint, ShardIndex};
 use crate::source::detect::{detect, Format};
@@ -152,14 +153,11 @@ impl Pinned {
     /// `Range`: refused past [`WHOLE_OBJECT_LIMIT`] bytes.
     async fn whole_object(&self) -> Result<&Bytes> {
         if self.size > WHOLE_OBJECT_LIMIT {
-            let msg = format!(
-                "the server ignores Range requests (it answered a ranged GET with the whole \
-                 object), and an object of {} bytes is only read by ranges (the limit for one \
-                 whole GET is {WHOLE_OBJECT_LIMIT}): download it first, or use a server that \
-                 supports ranges",
-                self.size
-            );
-            return Err(Error::new(ErrorKind::ObjectStore(msg)).with_input(&self.loc.url));
+            let kind = ErrorKind::ObjectStore(StoreError::RangesIgnored {
+                size: self.size,
+                limit: WHOLE_OBJECT_LIMIT,
+            });
+            return Err(Error::new(kind).with_input(&self.loc.url));
         }
         self.whole
             .get_or_try_init(|| async {
@@ -274,11 +272,11 @@ impl Pinned {
     /// The whole object, an index: refused past [`MAX_INDEX_LEN`] bytes.
     async fn whole_index(&self) -> Result<Vec<u8>> {
         if self.size > MAX_INDEX_LEN {
-            let msg = format!(
-                "the index is {} bytes; the limit is {MAX_INDEX_LEN}",
-                self.size
-            );
-            return Err(Error::new(ErrorKind::IndexJson(msg)).with_input(&self.loc.url));
+            let kind = ErrorKind::FileTooLarge {
+                what: "index file",
+                limit: MAX_INDEX_LEN,
+            };
+            return Err(Error::new(kind).with_input(&self.loc.url));
         }
         self.range(0, self.size).await
     }

@@ -49,8 +49,12 @@ fn assert_json_error(file: &[u8], needle: &str) {
     for rules in BOTH {
         let e = err(file, rules);
         match e.kind() {
-            ErrorKind::HeaderJson(msg) => {
-                assert!(msg.contains(needle), "{rules:?}: {msg:?} lacks {needle:?}")
+            ErrorKind::HeaderJson(json) => {
+                let msg = json.to_string();
+                assert!(msg.contains(needle), "{rules:?}: {msg:?} lacks {needle:?}");
+                // serde_json's own error is under it, reached from ours.
+                let under = std::error::Error::source(&e).and_then(|s| s.source());
+                assert!(under.is_some_and(|s| s.is::<serde_json::Error>()), "{e:?}");
             }
             other => panic!("{rules:?}: expected HeaderJson, got {other:?}"),
         }
@@ -547,7 +551,7 @@ fn nul_padding() {
     assert_eq!(e.offset(), Some(8 + 2));
     let e = err(&file, Rules::REFERENCE);
     assert!(
-        matches!(e.kind(), ErrorKind::HeaderJson(m) if m.contains("trailing characters")),
+        matches!(e.kind(), ErrorKind::HeaderJson(m) if m.to_string().contains("trailing characters")),
         "{e:?}"
     );
     // After some legal spaces, and after a tab.
