@@ -10,8 +10,8 @@ use futures::FutureExt;
 use ndarray::{ArrayD, ArrayView, Dimension, IxDyn};
 use tokio::io::{AsyncRead, ReadBuf};
 
-use crate::header::read::read_file_header;
 use crate::header::{Rules, TensorMeta};
+use crate::source::read_file_header;
 use crate::source::{Source, TensorData};
 use crate::{Dtype, Error, ErrorKind, Result};
 

@@ -4,15 +4,20 @@
 //! The index is a convention, not part of the format:
 //! `{"metadata": {"total_size": N, ...}, "weight_map": {tensor: shard file}}`,
 //! with `total_size` the sum of tensor bytes (headers excluded).
+//!
+//! Layer: header. Owns the index's model, its parsing and its check against
+//! the shards' headers, the capped reads of small JSON files, and opening a
+//! file an index names (regular files only). May import
+//! the header and error layers; opening a checkpoint's files and reading
+//! their headers is the source layer's (`source::safetensors`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::header::read::read_file_header;
-use crate::header::{Header, Rules, MAX_HEADER_LEN};
-use crate::{Error, ErrorKind, Result};
+use crate::header::{Header, MAX_HEADER_LEN};
+use crate::{Error, ErrorKind, JsonError, Result};
 
 /// The suffix that marks an index file.
 pub const INDEX_SUFFIX: &str = ".safetensors.index.json";
@@ -75,7 +80,7 @@ impl ShardIndex {
     /// weight_map is refused, naming it.
     pub fn from_json(text: &[u8]) -> Result<ShardIndex> {
         let raw: IndexText = serde_json::from_slice(text)
-            .map_err(|e| Error::new(ErrorKind::IndexJson(e.to_string())))?;
+            .map_err(|e| Error::new(ErrorKind::IndexJson(JsonError::new(e))))?;
         Self::from_text(raw)
     }
 
@@ -83,8 +88,9 @@ impl ShardIndex {
     /// is not JSON (`/dev/zero`, a binary) fails at its first bad byte, one
     /// that never ends at [`MAX_HEADER_LEN`] bytes; errors name the path.
     pub fn from_json_file(path: &Path) -> Result<ShardIndex> {
-        let raw: IndexText =
-            json_file(path, "index file", |e| ErrorKind::IndexJson(e.to_string()))?;
+        let raw: IndexText = json_file(path, "index file", |e| {
+            ErrorKind::IndexJson(JsonError::new(e))
+        })?;
         Self::from_text(raw).map_err(|e| e.with_input(path.display()))
     }
 
@@ -211,6 +217,8 @@ fn check_plain_name(name: &str) -> Result<()> {
 }
 
 /// A checkpoint opened for reading: one file, or an index and its shards.
+/// Opened from a path by [`Checkpoint::open`] (in the source layer, which
+/// says what a file that is not safetensors is) or from object storage.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     /// The index, when the checkpoint was opened through one.
@@ -220,37 +228,6 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// Opens `path`: a `.safetensors` file, or an index whose shards are all
-    /// validated and checked against its `weight_map` and `total_size`.
-    /// Reads headers only.
-    pub fn open(path: &Path, rules: Rules) -> Result<Checkpoint> {
-        if !is_index_path(path) {
-            let header = read_file_header(path, rules)?;
-            return Ok(Checkpoint {
-                index: None,
-                files: vec![(path.to_path_buf(), header)],
-            });
-        }
-        let index = ShardIndex::from_json_file(path)?;
-        let dir = path.parent().unwrap_or(Path::new(""));
-        let mut files = Vec::new();
-        for name in index
-            .shard_names()
-            .map_err(|e| e.with_input(path.display()))?
-        {
-            let shard = dir.join(name);
-            // Its type first, without blocking: reading the header opens it again.
-            drop(open_regular(&shard)?);
-            let header = read_file_header(&shard, rules)?;
-            files.push((shard, header));
-        }
-        check_against_shards(&index, &files).map_err(|e| e.with_input(path.display()))?;
-        Ok(Checkpoint {
-            index: Some(index),
-            files,
-        })
-    }
-
     /// Every tensor's byte length, summed over all files.
     pub fn data_len(&self) -> u64 {
         self.files.iter().map(|(_, h)| h.data_len()).sum()

@@ -94,7 +94,10 @@ pub mod writer;
 
 pub use convert::{convert, convert_blocking, ConvertOptions, Output, Report};
 pub use dtype::{ByteLenError, Dtype, UnknownDtype};
-pub use error::{printable_line, Category, Error, ErrorKind, Result, Span, MAX_MESSAGE_CHARS};
+pub use error::{
+    printable_line, Category, Error, ErrorKind, JsonError, Result, Span, StoreError, ZipError,
+    ZipFeature, MAX_MESSAGE_CHARS,
+};
 pub use header::Order;
 pub use header::TensorMeta;
 pub use plan::PlanOptions;

@@ -19,10 +19,10 @@ use std::task::{Context, Poll};
 use safetensors_stream::convert::{
     convert, convert_sources, open_inputs, plan_sources, ConvertOptions, Output,
 };
-use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::internals::write_shard;
 use safetensors_stream::sink::{Sink, SinkOptions};
+use safetensors_stream::source::read_file_header;
 use safetensors_stream::{Category, Dtype, ErrorKind};
 use support::faults::*;
 use tokio::io::AsyncWrite;

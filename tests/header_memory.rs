@@ -5,8 +5,8 @@
 
 mod support;
 
-use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
+use safetensors_stream::source::read_file_header;
 use safetensors_stream::Dtype;
 
 #[global_allocator]

@@ -789,7 +789,8 @@ fn the_densest_plain_pickle_fits_its_budget() {
 /// escape every 8 bytes): read within 3x the header + 64 MiB.
 #[test]
 fn a_90_mb_metadata_string_is_read_within_the_header_bound() {
-    use safetensors_stream::header::{read_file_header, Rules};
+    use safetensors_stream::header::Rules;
+    use safetensors_stream::source::read_file_header;
     let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     for (what, unit) in [("plain", "abcdefgh"), ("escaped", "abcdef\\n")] {

@@ -446,7 +446,7 @@ fn validate_says_what_a_file_that_is_not_safetensors_is() {
             stderr.contains("not a safetensors file") && stderr.contains(what),
             "{name}: {stderr}"
         );
-        let e = safetensors_stream::header::read_file_header(
+        let e = safetensors_stream::source::read_file_header(
             &path,
             safetensors_stream::header::Rules::STRICT,
         )

@@ -9,8 +9,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::Rules;
+use safetensors_stream::source::read_file_header;
 use support::faults::*;
 use support::{code, stderr};
 

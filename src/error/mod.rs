@@ -1,8 +1,22 @@
 //! One error type for the whole crate: a kind naming the rule broken, plus
 //! where it happened (input, tensor, byte offset).
+//!
+//! Layer: error, below everything but `dtype`. A format or service whose
+//! errors a caller may tell apart owns an enum here (GGUF, quantized
+//! weights, zip, JSON, object store), nested in [`ErrorKind`] under one
+//! variant whose name stays stable, and keeps the error beneath it (serde's,
+//! the inflater's, the store's) as its source. May import `dtype` and
+//! those foreign error types only.
 
 pub mod gguf;
+pub(crate) mod json;
 pub(crate) mod quantized;
+pub(crate) mod store;
+pub(crate) mod zip;
+
+pub use json::JsonError;
+pub use store::StoreError;
+pub use zip::{ZipError, ZipFeature};
 
 use std::fmt;
 use std::io;
@@ -287,11 +301,10 @@ impl fmt::Debug for Error {
 }
 
 impl std::error::Error for Error {
+    /// The kind's own source: the I/O error, the JSON or object store
+    /// error under a header, index or object store kind.
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.inner.kind {
-            ErrorKind::Io(e) => Some(e),
-            _ => None,
-        }
+        std::error::Error::source(&self.inner.kind)
     }
 }
 
@@ -358,7 +371,7 @@ pub enum ErrorKind {
     HeaderNotUtf8,
     /// The header is not JSON, or not of the expected schema.
     #[error("header JSON: {0}")]
-    HeaderJson(String),
+    HeaderJson(#[source] JsonError),
     /// Strict: the header's first byte is not `{`.
     #[error("header starts with byte 0x{0:02x}, not '{{' (strict mode)")]
     HeaderNotBrace(u8),
@@ -582,12 +595,12 @@ pub enum ErrorKind {
     },
     /// A malformed zip (npz) archive, or one whose records disagree.
     #[error("zip: {0}")]
-    Zip(String),
+    Zip(#[source] ZipError),
     /// A well-formed zip archive that uses a feature this reader does not
     /// implement (encryption, several disks, a compression method other
     /// than stored and deflated).
     #[error("zip: {0} is not supported")]
-    ZipUnsupported(String),
+    ZipUnsupported(#[source] ZipFeature),
     /// Bytes whose CRC-32 is not the one their archive records.
     #[error("CRC-32 is {actual:08x}, the archive says {expected:08x}")]
     CrcMismatch {
@@ -720,7 +733,7 @@ pub enum ErrorKind {
     NotRegularFile(&'static str),
     /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
     #[error("index JSON: {0}")]
-    IndexJson(String),
+    IndexJson(#[source] JsonError),
     /// An index names a shard by a path, not a plain file name beside it.
     #[error("index names shard {0:?}, which is not a plain file name in the index's folder")]
     ShardName(String),
@@ -772,7 +785,7 @@ pub enum ErrorKind {
     /// Object storage refused or failed a request (credentials, a missing
     /// bucket, the network). The message never holds a credential.
     #[error("object store: {0}")]
-    ObjectStore(String),
+    ObjectStore(#[source] StoreError),
 
     /// A malformed or unsupported GGUF file.
     #[error("gguf: {0}")]
@@ -925,7 +938,7 @@ mod tests {
 
     #[test]
     fn survives_a_trip_through_io_error() {
-        let e = Error::new(ErrorKind::Zip("bad".into())).with_tensor("t");
+        let e = Error::new(ErrorKind::Zip(ZipError::TooShort)).with_tensor("t");
         let back = Error::io(e.into_io());
         assert!(matches!(back.kind(), ErrorKind::Zip(_)));
         assert_eq!(back.tensor(), Some("t"));
@@ -942,7 +955,7 @@ mod tests {
         assert_eq!(crc.name(), "crc_mismatch");
         assert_eq!(ErrorKind::NameNeeded("x").name(), "name_needed");
         assert_eq!(
-            ErrorKind::ZipUnsupported("x".into()).name(),
+            ErrorKind::ZipUnsupported(ZipFeature::MultiDisk).name(),
             "zip_unsupported"
         );
     }

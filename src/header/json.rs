@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::names::NameIndex;
 use super::{Metadata, Mode, Rules, TensorMeta};
-use crate::{Dtype, ErrorKind};
+use crate::{Dtype, ErrorKind, JsonError};
 
 /// A tensor as written in the JSON: meta and raw offsets, not yet checked.
 #[derive(Debug)]
@@ -48,7 +48,7 @@ pub(super) fn parse_json(text: &str, rules: Rules) -> Result<RawHeader, (ErrorKi
         Some(kind) => (kind, None),
         None => {
             let pos = byte_position(text, e.line(), e.column());
-            (ErrorKind::HeaderJson(strip_position(&e)), pos)
+            (ErrorKind::HeaderJson(JsonError::without_position(e)), pos)
         }
     };
     let header = seed
@@ -89,15 +89,6 @@ fn byte_position(text: &str, line: usize, column: usize) -> Option<u64> {
         .map(str::len)
         .sum();
     Some((line_start + column.saturating_sub(1)) as u64)
-}
-
-/// serde_json appends " at line L column C"; we report a byte offset instead.
-fn strip_position(e: &serde_json::Error) -> String {
-    let s = e.to_string();
-    match s.rfind(" at line ") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
 }
 
 type Stash<'a> = &'a RefCell<Option<ErrorKind>>;

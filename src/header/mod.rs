@@ -3,6 +3,9 @@
 //!
 //! Everything here is pure: no I/O. `read` holds thin drivers that fetch
 //! the header bytes of a file (never its data) and hand them to the pure code.
+//!
+//! Layer: header, below every source. May import the error layer and
+//! `dtype`; never a source, a plan or anything that writes.
 
 pub(crate) mod encode;
 mod json;
@@ -13,7 +16,7 @@ mod validate;
 use std::collections::BTreeMap;
 
 pub use encode::{encode, EncodedHeader, Order};
-pub use read::{read_file_header, read_header};
+pub use read::read_header;
 pub use validate::{
     check_file_len, check_prefix, parse_file_bytes, parse_header, parse_header_json, Mode, Rules,
 };

@@ -1,5 +1,10 @@
 //! I/O drivers: fetch a file's prefix and header bytes (never its data) and
 //! hand them to the pure parser.
+//!
+//! Owns reading a header from a reader, a path or a stream, and reading a
+//! small file whole under the header's cap. May import the header's pure
+//! code and the error layer; never a source (what a file that is not
+//! safetensors is, is the source layer's question).
 
 use std::io::Read;
 use std::path::Path;
@@ -19,16 +24,11 @@ pub fn read_header<R: Read>(r: &mut R, file_len: u64, rules: Rules) -> Result<He
     parse_header(&json, file_len, rules)
 }
 
-/// Opens `path` and validates its header; the error names the path.
-///
-/// ```no_run
-/// use safetensors_stream::header::{read_file_header, Rules};
-///
-/// let header = read_file_header("model.safetensors".as_ref(), Rules::STRICT)?;
-/// println!("{} tensors, {} data bytes", header.tensors.len(), header.data_len());
-/// # Ok::<(), safetensors_stream::Error>(())
-/// ```
-pub fn read_file_header(path: &Path, rules: Rules) -> Result<Header> {
+/// Opens `path` (`-` for standard input; a pipe or device is read as a
+/// stream) and validates its header; the error names the path. It does not
+/// say what a file that is not safetensors is instead: that takes format
+/// detection, a source-level job (`source::read_file_header` does both).
+pub(crate) fn read_path_header(path: &Path, rules: Rules) -> Result<Header> {
     let inner = || -> Result<Header> {
         if path.as_os_str() == "-" {
             return read_stream_header(&mut std::io::stdin().lock(), rules);
@@ -42,39 +42,7 @@ pub fn read_file_header(path: &Path, rules: Rules) -> Result<Header> {
         }
         read_header(&mut r, meta.len(), rules)
     };
-    inner()
-        .map_err(|e| say_what_it_is(e, path))
-        .map_err(|e| e.with_input(path.display()))
-}
-
-/// An input that is not safetensors but another format convert reads (an
-/// .npz's `PK` reads as a huge header length) is named for what it is.
-fn say_what_it_is(e: Error, path: &Path) -> Error {
-    use crate::source::detect::{detect_file, Format};
-    if matches!(e.kind(), ErrorKind::Io(_)) {
-        return e;
-    }
-    let what = match detect_file(path) {
-        // A zip is an .npz unless its members are a PyTorch checkpoint's.
-        Ok(Some(Format::Zip)) if is_torch_zip(path) => "a PyTorch checkpoint (zip)".to_string(),
-        Ok(Some(
-            f @ (Format::Npy
-            | Format::Zip
-            | Format::Gguf
-            | Format::Compressed(_)
-            | Format::TorchLegacy),
-        )) => f.describe(),
-        _ => return e,
-    };
-    Error::new(ErrorKind::NotSafetensors { what }).at_offset(0)
-}
-
-fn is_torch_zip(path: &Path) -> bool {
-    let Ok(file) = std::fs::File::open(path) else {
-        return false;
-    };
-    let len = file.metadata().map_or(0, |m| m.len());
-    crate::source::pytorch::is_torch_zip(&file, len)
+    inner().map_err(|e| e.with_input(path.display()))
 }
 
 /// Reads and validates a safetensors file from a stream (a pipe): the header,

@@ -1,4 +1,12 @@
-//! Recognising an input by its first bytes, never by its name.
+//! Recognising an input by its first bytes, never by its name, and saying
+//! what a file that is not the format asked for is instead.
+//!
+//! Layer: source. May import the PyTorch source's recognisers, the header
+//! layer and below.
+
+use std::path::Path;
+
+use crate::{Error, ErrorKind};
 
 /// What an input's first bytes say it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +48,7 @@ impl Format {
 
 /// The format of the regular file at `path`, by its first bytes; `None`
 /// for what is not a regular file (a pipe cannot be read twice).
-pub fn detect_file(path: &std::path::Path) -> std::io::Result<Option<Format>> {
+pub fn detect_file(path: &Path) -> std::io::Result<Option<Format>> {
     use std::io::Read;
     let f = std::fs::File::open(path)?;
     if !f.metadata()?.is_file() {
@@ -49,6 +57,37 @@ pub fn detect_file(path: &std::path::Path) -> std::io::Result<Option<Format>> {
     let mut first = Vec::with_capacity(SNIFF_LEN);
     f.take(SNIFF_LEN as u64).read_to_end(&mut first)?;
     Ok(Some(detect(&first)))
+}
+
+/// `e`, a failure to read `path` as safetensors, as "`path` is an .npz, not
+/// a safetensors file" when its first bytes say it is another format
+/// convert reads (an .npz's `PK` reads as a huge header length). I/O
+/// errors, and files of no format we know, are left as they are.
+pub(crate) fn say_what_it_is(e: Error, path: &Path) -> Error {
+    if matches!(e.kind(), ErrorKind::Io(_)) {
+        return e;
+    }
+    let what = match detect_file(path) {
+        // A zip is an .npz unless its members are a PyTorch checkpoint's.
+        Ok(Some(Format::Zip)) if is_torch_zip(path) => "a PyTorch checkpoint (zip)".to_string(),
+        Ok(Some(
+            f @ (Format::Npy
+            | Format::Zip
+            | Format::Gguf
+            | Format::Compressed(_)
+            | Format::TorchLegacy),
+        )) => f.describe(),
+        _ => return e,
+    };
+    Error::new(ErrorKind::NotSafetensors { what }).at_offset(0)
+}
+
+fn is_torch_zip(path: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    crate::source::pytorch::is_torch_zip(&file, len)
 }
 
 /// The compressions we unwrap.

@@ -1,12 +1,16 @@
-//! Opening an input: a path or standard input, recognised by its first
-//! bytes, unwrapped if compressed, spooled to a temp file when its format
-//! needs random access that the input cannot give.
+//! Opening an input: a path, standard input or an object URL, recognised by
+//! its first bytes, unwrapped if compressed, spooled to a temp file when its
+//! format needs random access that the input cannot give.
+//!
+//! Layer: source, the top of it: may import every source, detection, the
+//! spool, the object input (`store::source`), the header and index layers
+//! and below. No source imports this.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 
 use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::gguf::GgufSource;
@@ -15,6 +19,7 @@ use super::npz::{zip::read_directory, NpzSource};
 use super::pytorch::{self, PyTorchSource};
 use super::raw::{RawSource, RawSpec};
 use super::safetensors::SafetensorsSource;
+use super::spool::spool;
 use super::{Source, SourceOptions, TensorReader};
 use crate::header::{check_file_len, check_prefix, parse_header_json, Rules};
 use crate::index::is_index_path;
@@ -31,7 +36,13 @@ pub async fn open_input(
 ) -> Result<Box<dyn Source>> {
     #[cfg(feature = "object-store")]
     if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
-        return crate::store::source::open_object(url, options, notice).await;
+        use crate::store::source::{open_object, ObjectInput};
+        return match open_object(url, options).await? {
+            ObjectInput::Ranged(src) => Ok(src),
+            ObjectInput::Whole { reader, stem } => {
+                open_reader(reader, url, stem, options, notice).await
+            }
+        };
     }
     let input = path.display().to_string();
     if path.as_os_str() == "-" {
@@ -399,7 +410,7 @@ async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'s
 /// whole) exactly as standard input is opened: detected, decompressed,
 /// spooled when its format needs seeking. `stem` names a lone .npy array.
 #[cfg(feature = "object-store")]
-pub(crate) async fn open_reader(
+async fn open_reader(
     reader: TensorReader<'static>,
     input: &str,
     stem: Option<String>,
@@ -489,26 +500,6 @@ fn open_stream<'a>(
             Format::Compressed(_) | Format::Unknown => Err(on_input(unknown(&first))),
         }
     })
-}
-
-/// Copies a stream to an anonymous temp file (disk, never memory). With a
-/// `planned` length, reading stops one byte past it: a stream that holds
-/// more (a compression bomb) is refused without spooling the rest.
-pub(crate) async fn spool(
-    mut reader: TensorReader<'_>,
-    planned: Option<u64>,
-) -> Result<(File, u64)> {
-    let tmp = tempfile::tempfile()?;
-    let mut out = tokio::fs::File::from_std(tmp.try_clone()?);
-    let len = match planned {
-        None => tokio::io::copy(&mut reader, &mut out).await?,
-        Some(p) => tokio::io::copy(&mut (&mut reader).take(p.saturating_add(1)), &mut out).await?,
-    };
-    if let Some(expected) = planned.filter(|&p| len > p) {
-        return Err(Error::new(ErrorKind::StreamTooLong { expected }));
-    }
-    out.flush().await?;
-    Ok((tmp, len))
 }
 
 /// Spools a safetensors stream: its header first, which plans the file's

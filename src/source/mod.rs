@@ -25,6 +25,7 @@ pub(crate) mod quantized;
 pub(crate) mod raw;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod safetensors;
+mod spool;
 
 pub use crate::folder::resolve_input;
 pub use crate::transform::Transform;
@@ -33,6 +34,7 @@ pub use input::open_input;
 pub use memory::MemorySource;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
+pub use safetensors::read_file_header;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -1,4 +1,9 @@
-//! Existing safetensors files, alone or as a sharded checkpoint.
+//! Existing safetensors files, alone or as a sharded checkpoint: reading
+//! their headers from a path ([`read_file_header`], [`Checkpoint::open`])
+//! and reading their tensors ([`SafetensorsSource`]).
+//!
+//! Layer: source. May import format detection, the header and index
+//! layers and below.
 
 use std::fs::File;
 use std::path::Path;
@@ -7,12 +12,63 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use super::detect::say_what_it_is;
 use super::npz::zip::PositionalReader;
 use super::{file_range, FileSpan, Source, TensorData};
-use crate::header::read::read_header;
+use crate::header::read::{read_header, read_path_header};
 use crate::header::{Header, Metadata, Rules, TensorMeta};
-use crate::index::Checkpoint;
+use crate::index::{check_against_shards, is_index_path, open_regular, Checkpoint, ShardIndex};
 use crate::Result;
+
+/// Opens `path` (`-` for standard input) and validates its header; the
+/// error names the path, and says what the file is when it is another
+/// format convert reads (an .npz, a PyTorch checkpoint).
+///
+/// ```no_run
+/// use safetensors_stream::{header::Rules, source::read_file_header};
+///
+/// let header = read_file_header("model.safetensors".as_ref(), Rules::STRICT)?;
+/// println!("{} tensors, {} data bytes", header.tensors.len(), header.data_len());
+/// # Ok::<(), safetensors_stream::Error>(())
+/// ```
+pub fn read_file_header(path: &Path, rules: Rules) -> Result<Header> {
+    read_path_header(path, rules)
+        .map_err(|e| say_what_it_is(e, path))
+        .map_err(|e| e.with_input(path.display()))
+}
+
+impl Checkpoint {
+    /// Opens `path`: a `.safetensors` file, or an index whose shards are all
+    /// validated and checked against its `weight_map` and `total_size`.
+    /// Reads headers only.
+    pub fn open(path: &Path, rules: Rules) -> Result<Checkpoint> {
+        if !is_index_path(path) {
+            let header = read_file_header(path, rules)?;
+            return Ok(Checkpoint {
+                index: None,
+                files: vec![(path.to_path_buf(), header)],
+            });
+        }
+        let index = ShardIndex::from_json_file(path)?;
+        let dir = path.parent().unwrap_or(Path::new(""));
+        let mut files = Vec::new();
+        for name in index
+            .shard_names()
+            .map_err(|e| e.with_input(path.display()))?
+        {
+            let shard = dir.join(name);
+            // Its type first, without blocking: reading the header opens it again.
+            drop(open_regular(&shard)?);
+            let header = read_file_header(&shard, rules)?;
+            files.push((shard, header));
+        }
+        check_against_shards(&index, &files).map_err(|e| e.with_input(path.display()))?;
+        Ok(Checkpoint {
+            index: Some(index),
+            files,
+        })
+    }
+}
 
 /// A safetensors file, or a sharded checkpoint opened by its index, as one source.
 ///
@@ -50,7 +106,7 @@ impl SafetensorsSource {
         let cp = Checkpoint::open(path, Rules::SOURCE)?;
         let mut parts = Vec::with_capacity(cp.files.len());
         for (shard, header) in cp.files {
-            let file = crate::index::open_regular(&shard)?;
+            let file = open_regular(&shard)?;
             parts.push((file, header));
         }
         Ok(Self::from_parts(path.display().to_string(), parts))

@@ -34,6 +34,7 @@ use object_store::multipart::MultipartStore;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
+use crate::error::store::{one_line, StoreError};
 use crate::{Error, ErrorKind, Result};
 use object_store::aws::AmazonS3ConfigKey as K;
 
@@ -153,7 +154,8 @@ impl Side {
     }
 
     fn store_error(self, e: object_store::Error, url: &str) -> Error {
-        self.name(Error::new(ErrorKind::ObjectStore(store_message(&e))), url)
+        let kind = ErrorKind::ObjectStore(StoreError::from_store(e));
+        self.name(Error::new(kind), url)
     }
 }
 
@@ -167,7 +169,8 @@ impl Location {
         let loc = Location::parse_as(url, side)?;
         if let Some(uploads) = &loc.uploads {
             if let Some(msg) = s3_unusable(uploads.builder()).await {
-                return Err(side.name(Error::new(ErrorKind::ObjectStore(msg)), url));
+                let kind = ErrorKind::ObjectStore(StoreError::Unusable(msg));
+                return Err(side.name(Error::new(kind), url));
             }
         }
         Ok(loc)
@@ -291,37 +294,6 @@ pub(crate) fn store_output_error(e: object_store::Error, url: &str) -> Error {
     Side::Output.store_error(e, url)
 }
 
-fn store_message(e: &object_store::Error) -> String {
-    match e {
-        object_store::Error::NotFound { .. } => "no such object (or bucket)".to_string(),
-        _ => {
-            let mut msg = one_line(e);
-            if msg.contains("URL scheme is not allowed") {
-                msg.push_str(
-                    " (a plain http endpoint: set AWS_ALLOW_HTTP=true, or GOOGLE_ALLOW_HTTP / \
-                     AZURE_ALLOW_HTTP for gs:// and az://)",
-                );
-            }
-            msg
-        }
-    }
-}
-
-/// An error and its causes on one line: the binary prints exactly one.
-fn one_line(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !msg.contains(&text) {
-            msg.push_str(": ");
-            msg.push_str(&text);
-        }
-        cause = c.source();
-    }
-    msg.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +309,20 @@ mod tests {
         assert_eq!((written.output(), written.input()), (Some(url), None));
         let read = store_error(e(), url);
         assert_eq!((read.input(), read.output()), (Some(url), None));
+        assert_eq!(
+            read.to_string(),
+            "s3://b/k: object store: no such object (or bucket)"
+        );
+        // The store's own error is kept, under ours and the store kind.
+        let kind = std::error::Error::source(&read).expect("the store kind");
+        assert!(matches!(
+            kind.downcast_ref::<StoreError>(),
+            Some(StoreError::NotFound(_))
+        ));
+        let store = kind
+            .source()
+            .and_then(|s| s.downcast_ref::<object_store::Error>());
+        assert!(matches!(store, Some(object_store::Error::NotFound { .. })));
         let web = Location::parse("https://host.example/x.safetensors").unwrap();
         let refused = web.writable().err().expect("read-only");
         assert_eq!(refused.output(), Some(web.url.as_str()));

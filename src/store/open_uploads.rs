@@ -20,6 +20,7 @@ use object_store::multipart::MultipartStore;
 use object_store::path::Path as ObjectPath;
 use object_store::{ClientConfigKey, ClientOptions};
 
+use crate::error::store::StoreError;
 use crate::{Error, ErrorKind, Result};
 
 /// One multipart upload still open.
@@ -188,7 +189,8 @@ pub async fn open_uploads(url: &str, abort: bool) -> Result<Vec<OpenUpload>> {
     let on_store = |e: object_store::Error| super::store_output_error(e, url);
     let builder = AmazonS3Builder::from_env().with_url(url);
     if let Some(msg) = super::s3_unusable(&builder).await {
-        return Err(Error::new(ErrorKind::ObjectStore(msg)).with_output(url));
+        let kind = ErrorKind::ObjectStore(StoreError::Unusable(msg));
+        return Err(Error::new(kind).with_output(url));
     }
     let store = Arc::new(builder.clone().build().map_err(on_store)?);
     let s3 = S3Uploads::new(builder, store, &parsed);

@@ -3,8 +3,13 @@
 //! for a larger header), each tensor by its own streaming GET. Every GET
 //! is pinned to the ETag seen when the object was planned, so that an
 //! object replaced mid-run is refused, as a local file that changes is.
-//! Any other format is streamed whole through the detection standard
-//! input gets (decompressed, spooled when its format needs seeking).
+//! Any other format is handed back as one pinned stream, which the
+//! source layer's input opening reads as it reads standard input
+//! (decompressed, spooled when its format needs seeking).
+//!
+//! Layer: source. May import the source facade and detection, the header
+//! and index layers and below; never the opening of inputs (which imports
+//! this).
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -15,29 +20,42 @@ use super::{store_error, Location, Side};
 use crate::header::read::read_header;
 use std::path::{Path, PathBuf};
 
+use crate::error::store::StoreError;
 use crate::header::{check_prefix, Header, Metadata, Rules, TensorMeta, PREFIX_LEN};
 use crate::index::{check_against_shards, is_index_path, Checkpoint, ShardIndex};
 use crate::source::detect::{detect, Format};
-use crate::source::input::{open_reader, Notice};
 use crate::source::{Source, SourceOptions, TensorData, TensorReader};
 use crate::{Error, ErrorKind, Result};
 
 /// The first range read of a safetensors object: most headers fit.
 pub const FIRST_RANGE: u64 = 100_000;
 
-/// Opens the object at `url` as a source of tensors.
-pub(crate) async fn open_object(
-    url: &str,
-    options: &SourceOptions,
-    notice: Notice<'_>,
-) -> Result<Box<dyn Source>> {
+/// An object opened as an input: read by ranges, or to be streamed whole.
+pub(crate) enum ObjectInput {
+    /// A safetensors object or an index of them, read by pinned ranges.
+    Ranged(Box<dyn Source>),
+    /// Any other format: the whole object as one pinned stream, to open as
+    /// standard input is opened (detected, decompressed, spooled when its
+    /// format needs seeking). `stem` names a lone .npy array.
+    Whole {
+        /// The object's bytes.
+        reader: TensorReader<'static>,
+        /// The name a lone array takes.
+        stem: Option<String>,
+    },
+}
+
+/// Opens the object at `url` as an input.
+pub(crate) async fn open_object(url: &str, options: &SourceOptions) -> Result<ObjectInput> {
     let pinned = Pinned::head(Location::open(url, Side::Input).await?).await?;
     if is_index_path(Path::new(url)) {
-        return Ok(Box::new(ObjectSource::open_index(pinned).await?));
+        let src = ObjectSource::open_index(pinned).await?;
+        return Ok(ObjectInput::Ranged(Box::new(src)));
     }
     let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
     if options.raw.is_none() && detect(&first) == Format::Safetensors {
-        return Ok(Box::new(ObjectSource::open(pinned, first).await?));
+        let src = ObjectSource::open(pinned, first).await?;
+        return Ok(ObjectInput::Ranged(Box::new(src)));
     }
     let stem = url
         .rsplit('/')
@@ -47,7 +65,7 @@ pub(crate) async fn open_object(
         .map(str::to_string);
     let stem = options.name.clone().or(stem);
     let reader = pinned.reader(0, pinned.size).await?;
-    open_reader(reader, url, stem, options, notice).await
+    Ok(ObjectInput::Whole { reader, stem })
 }
 
 /// Opens the safetensors object, or the sharded checkpoint whose index is
@@ -135,14 +153,11 @@ impl Pinned {
     /// `Range`: refused past [`WHOLE_OBJECT_LIMIT`] bytes.
     async fn whole_object(&self) -> Result<&Bytes> {
         if self.size > WHOLE_OBJECT_LIMIT {
-            let msg = format!(
-                "the server ignores Range requests (it answered a ranged GET with the whole \
-                 object), and an object of {} bytes is only read by ranges (the limit for one \
-                 whole GET is {WHOLE_OBJECT_LIMIT}): download it first, or use a server that \
-                 supports ranges",
-                self.size
-            );
-            return Err(Error::new(ErrorKind::ObjectStore(msg)).with_input(&self.loc.url));
+            let kind = ErrorKind::ObjectStore(StoreError::RangesIgnored {
+                size: self.size,
+                limit: WHOLE_OBJECT_LIMIT,
+            });
+            return Err(Error::new(kind).with_input(&self.loc.url));
         }
         self.whole
             .get_or_try_init(|| async {
@@ -257,11 +272,11 @@ impl Pinned {
     /// The whole object, an index: refused past [`MAX_INDEX_LEN`] bytes.
     async fn whole_index(&self) -> Result<Vec<u8>> {
         if self.size > MAX_INDEX_LEN {
-            let msg = format!(
-                "the index is {} bytes; the limit is {MAX_INDEX_LEN}",
-                self.size
-            );
-            return Err(Error::new(ErrorKind::IndexJson(msg)).with_input(&self.loc.url));
+            let kind = ErrorKind::FileTooLarge {
+                what: "index file",
+                limit: MAX_INDEX_LEN,
+            };
+            return Err(Error::new(kind).with_input(&self.loc.url));
         }
         self.range(0, self.size).await
     }

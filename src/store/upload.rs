@@ -22,6 +22,7 @@ use tokio::io::AsyncWrite;
 use tokio::task::JoinSet;
 
 use super::store_output_error;
+use crate::error::store::StoreError;
 use crate::{ErrorKind, Result};
 
 /// The smallest part S3 accepts (but for the last).
@@ -322,8 +323,11 @@ impl PartUpload {
     async fn finish_parts(&mut self, planned: u64) -> Result<Vec<PartId>> {
         self.send_all().await?;
         if self.written != planned {
-            let msg = format!("{} bytes written, {planned} planned", self.written);
-            return Err(crate::Error::new(ErrorKind::ObjectStore(msg)).with_output(&self.url));
+            let kind = ErrorKind::ObjectStore(StoreError::UploadLength {
+                written: self.written,
+                planned,
+            });
+            return Err(crate::Error::new(kind).with_output(&self.url));
         }
         self.sent
             .iter_mut()
@@ -346,7 +350,7 @@ impl PartUpload {
     fn failure(&mut self) -> crate::Error {
         match self.failed.take() {
             Some(e) => store_output_error(e, &self.url),
-            None => crate::Error::new(ErrorKind::ObjectStore("upload failed".into()))
+            None => crate::Error::new(ErrorKind::ObjectStore(StoreError::UploadFailed))
                 .with_output(&self.url),
         }
     }

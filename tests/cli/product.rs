@@ -173,7 +173,7 @@ fn dry_run_json_matches_what_a_real_run_writes() {
     let plan: Value = serde_json::from_slice(&o.stdout).unwrap();
     let real = run(&[os(&input), os("-o"), os(&out), os("-q")]);
     assert_eq!(real.status.code(), Some(0));
-    let header = safetensors_stream::header::read_file_header(
+    let header = safetensors_stream::source::read_file_header(
         &out,
         safetensors_stream::header::Rules::STRICT,
     )

@@ -6,9 +6,9 @@ use crate::support;
 
 use std::collections::BTreeMap;
 
-use safetensors_stream::header::read_file_header;
 use safetensors_stream::header::{encode, parse_file_bytes, Header, Metadata, Order, Rules};
 use safetensors_stream::index::Checkpoint;
+use safetensors_stream::source::read_file_header;
 use safetensors_stream::Dtype;
 use support::reference::{
     as_ref_header, build_file, manifest, reference_dir, reference_read, ManifestEntry, RefVerdict,

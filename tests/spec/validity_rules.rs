@@ -8,9 +8,10 @@ use crate::support;
 use std::fs::File;
 use std::io::{BufReader, Write};
 
+use safetensors_stream::header::read_header;
 use safetensors_stream::header::{encode, parse_file_bytes, Order, Rules, TensorMeta};
-use safetensors_stream::header::{read_file_header, read_header};
 use safetensors_stream::index::Checkpoint;
+use safetensors_stream::source::read_file_header;
 use safetensors_stream::Span;
 use safetensors_stream::{Dtype, Error, ErrorKind};
 use support::reference::{raw_file, raw_file_bytes, reference_read, CountingReader};
@@ -48,8 +49,12 @@ fn assert_json_error(file: &[u8], needle: &str) {
     for rules in BOTH {
         let e = err(file, rules);
         match e.kind() {
-            ErrorKind::HeaderJson(msg) => {
-                assert!(msg.contains(needle), "{rules:?}: {msg:?} lacks {needle:?}")
+            ErrorKind::HeaderJson(json) => {
+                let msg = json.to_string();
+                assert!(msg.contains(needle), "{rules:?}: {msg:?} lacks {needle:?}");
+                // serde_json's own error is under it, reached from ours.
+                let under = std::error::Error::source(&e).and_then(|s| s.source());
+                assert!(under.is_some_and(|s| s.is::<serde_json::Error>()), "{e:?}");
             }
             other => panic!("{rules:?}: expected HeaderJson, got {other:?}"),
         }
@@ -546,7 +551,7 @@ fn nul_padding() {
     assert_eq!(e.offset(), Some(8 + 2));
     let e = err(&file, Rules::REFERENCE);
     assert!(
-        matches!(e.kind(), ErrorKind::HeaderJson(m) if m.contains("trailing characters")),
+        matches!(e.kind(), ErrorKind::HeaderJson(m) if m.to_string().contains("trailing characters")),
         "{e:?}"
     );
     // After some legal spaces, and after a tab.

@@ -181,7 +181,7 @@ impl NpySource {
             return Ok(self);
         };
         let expected = self.tensors[0].byte_len()?;
-        let (file, len) = super::input::spool(reader, Some(expected))
+        let (file, len) = super::spool::spool(reader, Some(expected))
             .await
             .map_err(|e| e.with_input(&self.input))?;
         if len != expected {

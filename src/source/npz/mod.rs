@@ -26,6 +26,7 @@ use super::npy::header::{read_header_as, NpyHeader};
 use super::{
     BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData, TensorReader,
 };
+use crate::error::zip::ZipError;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
@@ -86,11 +87,8 @@ impl NpzSource {
                 return false;
             }
             if !array {
-                let msg = format!(
-                    "member {:?} is not an .npy array (set skip_non_npy (--skip-non-npy) to skip it)",
-                    entry.name
-                );
-                not_an_array = Some(on_input(Error::new(ErrorKind::Zip(msg))));
+                let e = ZipError::NotAnArray(entry.name.clone());
+                not_an_array = Some(on_input(Error::new(ErrorKind::Zip(e))));
             }
             array
         });
@@ -125,8 +123,8 @@ impl NpzSource {
         for w in spans.windows(2) {
             let ((_, end, a), (next, _, b)) = (w[0], w[1]);
             if next < end {
-                let msg = format!("members {a:?} and {b:?} overlap");
-                return Err(Error::new(ErrorKind::Zip(msg)).at_offset(next));
+                let e = ZipError::Overlap(a.to_string(), b.to_string());
+                return Err(Error::new(ErrorKind::Zip(e)).at_offset(next));
             }
         }
         Ok(())
@@ -385,11 +383,11 @@ fn check_stored_sizes(e: &ZipEntry) -> Result<()> {
     if e.compressed == e.uncompressed {
         return Ok(());
     }
-    let msg = format!(
-        "stored member {:?} has sizes {} and {}",
-        e.name, e.compressed, e.uncompressed
-    );
-    Err(Error::new(ErrorKind::Zip(msg)))
+    Err(Error::new(ErrorKind::Zip(ZipError::StoredSizes {
+        member: e.name.clone(),
+        compressed: e.compressed,
+        uncompressed: e.uncompressed,
+    })))
 }
 
 /// A member's uncompressed bytes: inflated if need be, never more than the
@@ -444,21 +442,21 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
             // flate2 reports bad data as InvalidInput and data that stops
             // before the end marker as UnexpectedEof: the archive is bad,
             // not the environment.
-            Inner::Deflated(r) => r.read(buf).map_err(|e| match e.kind() {
-                io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
-                    self.invalid(format!("corrupt deflate data ({e})"))
-                }
-                io::ErrorKind::UnexpectedEof => self.invalid(format!(
-                    "deflate data ends within its {} compressed bytes ({e})",
-                    self.compressed
-                )),
-                _ => e,
+            Inner::Deflated(r) => r.read(buf).map_err(|source| {
+                let member = self.name.clone();
+                invalid(match source.kind() {
+                    io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
+                        ZipError::CorruptDeflate { member, source }
+                    }
+                    io::ErrorKind::UnexpectedEof => ZipError::DeflateTruncated {
+                        member,
+                        compressed: self.compressed,
+                        source,
+                    },
+                    _ => return source,
+                })
             }),
         }
-    }
-
-    fn invalid(&self, what: String) -> io::Error {
-        Error::new(ErrorKind::Zip(format!("member {:?}: {what}", self.name))).into_io()
     }
 
     /// One read of at most `buf.len()` bytes, with the bounds and the final checks.
@@ -470,17 +468,18 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
             .min(usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX));
         let n = self.read_inner(&mut buf[..cap])?;
         if n as u64 > left {
-            return Err(self.invalid(format!(
-                "inflates past its declared {} bytes",
-                self.declared
-            )));
+            return Err(invalid(ZipError::InflatesPast {
+                member: self.name.clone(),
+                declared: self.declared,
+            }));
         }
         if n == 0 && !self.verified {
             if self.produced != self.declared {
-                return Err(self.invalid(format!(
-                    "ends after {} of its declared {} bytes",
-                    self.produced, self.declared
-                )));
+                return Err(invalid(ZipError::EndsEarly {
+                    member: self.name.clone(),
+                    produced: self.produced,
+                    declared: self.declared,
+                }));
             }
             let crc = self.crc.clone().finalize();
             if crc != self.want_crc {
@@ -495,6 +494,12 @@ impl<F: std::borrow::Borrow<File>> MemberReader<F> {
         self.produced += n as u64;
         Ok(n)
     }
+}
+
+/// A member's bad bytes as the I/O error a reader returns ([`Error::io`]
+/// gives the zip error back).
+fn invalid(e: ZipError) -> io::Error {
+    Error::new(ErrorKind::Zip(e)).into_io()
 }
 
 impl<F: std::borrow::Borrow<File>> Read for MemberReader<F> {

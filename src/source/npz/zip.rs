@@ -9,6 +9,7 @@ use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
 
 use crate::block_cache::BlockCache;
+use crate::error::zip::{Directory, ZipError, ZipFeature};
 use crate::header::names::NameIndex;
 use crate::{Error, ErrorKind, Result};
 
@@ -56,12 +57,12 @@ impl ZipEntry {
     }
 }
 
-fn zip_err(msg: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Zip(msg.into()))
+fn zip_err(e: ZipError) -> Error {
+    Error::new(ErrorKind::Zip(e))
 }
 
-fn unsupported(feature: impl Into<String>) -> Error {
-    Error::new(ErrorKind::ZipUnsupported(feature.into()))
+fn unsupported(feature: ZipFeature) -> Error {
+    Error::new(ErrorKind::ZipUnsupported(feature))
 }
 
 fn u16_at(b: &[u8], i: usize) -> u16 {
@@ -81,14 +82,6 @@ fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> Result<()> {
         .map_err(|e| Error::io(e).at_offset(at))
 }
 
-/// Where the central directory is and how many entries it claims.
-#[derive(Debug, Clone, Copy)]
-struct Directory {
-    entries: u64,
-    offset: u64,
-    size: u64,
-}
-
 /// Reads the central directory of the archive `file` of `len` bytes.
 /// Returns the entries and the directory's offset, which every member's
 /// bytes must end before.
@@ -97,18 +90,14 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
     // The directory ends where the (zip64) end record begins: bytes between
     // them would be entries that one reader sees and another does not.
     if dir.offset.checked_add(dir.size) != Some(dir_end) {
-        return Err(zip_err(format!(
-            "central directory [{}, +{}) does not end where its end record begins ({dir_end})",
-            dir.offset, dir.size
-        ))
-        .at_offset(dir_end));
+        let e = ZipError::DirectoryMisplaced {
+            directory: dir,
+            end: dir_end,
+        };
+        return Err(zip_err(e).at_offset(dir_end));
     }
     if dir.entries > dir.size / CENTRAL_LEN {
-        let msg = format!(
-            "central directory claims {} entries in {} bytes",
-            dir.entries, dir.size
-        );
-        return Err(zip_err(msg).at_offset(dir_end));
+        return Err(zip_err(ZipError::TooManyEntries(dir)).at_offset(dir_end));
     }
     let range = PositionalReader::new(file, dir.offset, dir.size);
     let mut r = BufReader::with_capacity(64 * 1024, range);
@@ -127,11 +116,7 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
             .insert(entries.len(), &entry.name, |k| &entries[k].name)
             .is_some()
         {
-            let msg = format!(
-                "member {:?} appears twice in the central directory",
-                entry.name
-            );
-            return Err(zip_err(msg).at_offset(at));
+            return Err(zip_err(ZipError::DuplicateMember(entry.name)).at_offset(at));
         }
         entries.push(entry);
         at += used;
@@ -140,11 +125,12 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
     // zipfile (numpy) reads entries until the size is used up, so a count
     // that stops early would drop tensors numpy sees.
     if at != dir_end {
-        return Err(zip_err(format!(
-            "the end record counts {} entries, which end at byte {at}, but the directory runs to {dir_end}",
-            dir.entries
-        ))
-        .at_offset(at));
+        let e = ZipError::EntryCount {
+            entries: dir.entries,
+            end: at,
+            directory_end: dir_end,
+        };
+        return Err(zip_err(e).at_offset(at));
     }
     // Growth left up to half the room unused; the entries live on as the
     // listing is built, so they are kept at their size.
@@ -158,7 +144,7 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
 /// (per disk and in all, in the classic and in the zip64 record) must agree.
 fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
     if len < EOCD_LEN {
-        return Err(zip_err("file too short for a zip archive").at_offset(0));
+        return Err(zip_err(ZipError::TooShort).at_offset(0));
     }
     let tail_len = len.min(EOCD_LEN + u16::MAX as u64);
     let mut tail = vec![0u8; tail_len as usize];
@@ -172,22 +158,21 @@ fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
         })
         .ok_or_else(|| {
             // A zip's directory is at its end: a cut download is the usual cause.
-            zip_err(format!(
-                "no end-of-central-directory record in the last {tail_len} bytes; \
-                 the file looks truncated (an interrupted download or copy?)"
-            ))
+            zip_err(ZipError::NoEndRecord { searched: tail_len })
         })?;
     let e = &tail[pos..];
     let eocd_at = len - tail_len + pos as u64;
     if u16_at(e, 4) != 0 || u16_at(e, 6) != 0 {
-        return Err(unsupported("a multi-disk archive").at_offset(eocd_at));
+        return Err(unsupported(ZipFeature::MultiDisk).at_offset(eocd_at));
     }
     let (on_disk, total) = (u16_at(e, 8), u16_at(e, 10));
     if on_disk != total {
-        return Err(zip_err(format!(
-            "end record counts {on_disk} entries on its disk but {total} in all"
-        ))
-        .at_offset(eocd_at));
+        let e = ZipError::DiskCounts {
+            zip64: false,
+            on_disk: on_disk as u64,
+            total: total as u64,
+        };
+        return Err(zip_err(e).at_offset(eocd_at));
     }
     let classic = Directory {
         entries: total as u64,
@@ -207,11 +192,11 @@ fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
         || !agree(classic.size, 0xFFFF_FFFF, dir.size)
         || !agree(classic.offset, 0xFFFF_FFFF, dir.offset)
     {
-        return Err(zip_err(format!(
-            "end record ({} entries, {} bytes at {}) and zip64 end record ({} entries, {} bytes at {}) disagree",
-            classic.entries, classic.size, classic.offset, dir.entries, dir.size, dir.offset
-        ))
-        .at_offset(eocd_at));
+        let e = ZipError::EndRecordsDisagree {
+            classic,
+            zip64: dir,
+        };
+        return Err(zip_err(e).at_offset(eocd_at));
     }
     Ok((at, dir))
 }
@@ -227,28 +212,25 @@ fn has_zip64_locator(file: &File, eocd_at: u64) -> Result<bool> {
 
 fn read_zip64_eocd(file: &File, eocd_at: u64) -> Result<(u64, Directory)> {
     if eocd_at < 20 {
-        return Err(zip_err("zip64 fields without a zip64 locator").at_offset(eocd_at));
+        return Err(zip_err(ZipError::Zip64WithoutLocator).at_offset(eocd_at));
     }
     let locator_at = eocd_at - 20;
     let mut loc = [0u8; 20];
     read_exact_at(file, &mut loc, locator_at)?;
     if u32_at(&loc, 0) != ZIP64_LOCATOR_SIG {
-        return Err(zip_err("zip64 fields without a zip64 locator").at_offset(locator_at));
+        return Err(zip_err(ZipError::Zip64WithoutLocator).at_offset(locator_at));
     }
     if u32_at(&loc, 4) != 0 || u32_at(&loc, 16) > 1 {
-        return Err(unsupported("a multi-disk archive").at_offset(locator_at));
+        return Err(unsupported(ZipFeature::MultiDisk).at_offset(locator_at));
     }
     let at = u64_at(&loc, 8);
     if at.checked_add(56).is_none_or(|end| end > locator_at) {
-        return Err(zip_err(format!(
-            "zip64 end record offset {at} is outside the archive"
-        ))
-        .at_offset(locator_at));
+        return Err(zip_err(ZipError::Zip64Outside(at)).at_offset(locator_at));
     }
     let mut rec = [0u8; 56];
     read_exact_at(file, &mut rec, at)?;
     if u32_at(&rec, 0) != ZIP64_EOCD_SIG {
-        return Err(zip_err("bad zip64 end-of-central-directory signature").at_offset(at));
+        return Err(zip_err(ZipError::Zip64Signature).at_offset(at));
     }
     // The record (12 bytes plus its own size field) ends at the locator.
     if u64_at(&rec, 4)
@@ -256,20 +238,23 @@ fn read_zip64_eocd(file: &File, eocd_at: u64) -> Result<(u64, Directory)> {
         .and_then(|n| n.checked_add(at))
         != Some(locator_at)
     {
-        return Err(zip_err(format!(
-            "zip64 end record at {at} does not end at its locator ({locator_at})"
-        ))
-        .at_offset(at));
+        let e = ZipError::Zip64Misplaced {
+            at,
+            locator: locator_at,
+        };
+        return Err(zip_err(e).at_offset(at));
     }
     if u32_at(&rec, 16) != 0 || u32_at(&rec, 20) != 0 {
-        return Err(unsupported("a multi-disk archive").at_offset(at));
+        return Err(unsupported(ZipFeature::MultiDisk).at_offset(at));
     }
     let (on_disk, total) = (u64_at(&rec, 24), u64_at(&rec, 32));
     if on_disk != total {
-        return Err(zip_err(format!(
-            "zip64 end record counts {on_disk} entries on its disk but {total} in all"
-        ))
-        .at_offset(at));
+        let e = ZipError::DiskCounts {
+            zip64: true,
+            on_disk,
+            total,
+        };
+        return Err(zip_err(e).at_offset(at));
     }
     let dir = Directory {
         entries: total,
@@ -283,16 +268,13 @@ fn read_central_entry(r: &mut impl Read, at: u64) -> Result<(ZipEntry, u64)> {
     let mut h = [0u8; CENTRAL_LEN as usize];
     r.read_exact(&mut h).map_err(|e| short_dir(e, at))?;
     if u32_at(&h, 0) != CENTRAL_SIG {
-        return Err(zip_err("bad central directory entry signature").at_offset(at));
+        return Err(zip_err(ZipError::EntrySignature).at_offset(at));
     }
     let flags = u16_at(&h, 8);
     let method = match u16_at(&h, 10) {
         0 => Method::Stored,
         8 => Method::Deflated,
-        m => {
-            let what = format!("compression method {m} (only stored and deflated are read)");
-            return Err(unsupported(what).at_offset(at));
-        }
+        m => return Err(unsupported(ZipFeature::Method(m)).at_offset(at)),
     };
     let (name_len, extra_len, comment_len) = (
         u16_at(&h, 28) as usize,
@@ -303,7 +285,7 @@ fn read_central_entry(r: &mut impl Read, at: u64) -> Result<(ZipEntry, u64)> {
     r.read_exact(&mut var).map_err(|e| short_dir(e, at))?;
     let name = decode_name(&var[..name_len], flags & (1 << 11) != 0);
     if flags & 1 != 0 {
-        return Err(unsupported(format!("encryption (member {name:?})")).at_offset(at));
+        return Err(unsupported(ZipFeature::Encryption(name)).at_offset(at));
     }
     let mut entry = ZipEntry {
         name,
@@ -321,7 +303,7 @@ fn read_central_entry(r: &mut impl Read, at: u64) -> Result<(ZipEntry, u64)> {
 
 fn short_dir(e: io::Error, at: u64) -> Error {
     if e.kind() == io::ErrorKind::UnexpectedEof {
-        zip_err("central directory ends inside an entry").at_offset(at)
+        zip_err(ZipError::DirectoryTruncated).at_offset(at)
     } else {
         Error::io(e)
     }
@@ -332,10 +314,7 @@ fn apply_zip64_extra(e: &mut ZipEntry, mut extra: &[u8]) -> Result<()> {
     while extra.len() >= 4 {
         let (id, size) = (u16_at(extra, 0), u16_at(extra, 2) as usize);
         let Some(body) = extra.get(4..4 + size) else {
-            return Err(zip_err(format!(
-                "extra field of member {:?} overruns its entry",
-                e.name
-            )));
+            return Err(zip_err(ZipError::ExtraOverrun(e.name.clone())));
         };
         if id == 0x0001 {
             let mut fields = body
@@ -343,9 +322,9 @@ fn apply_zip64_extra(e: &mut ZipEntry, mut extra: &[u8]) -> Result<()> {
                 .map(|c| u64::from_le_bytes(c.try_into().expect("8")));
             for slot in [&mut e.uncompressed, &mut e.compressed, &mut e.local_offset] {
                 if *slot == 0xFFFF_FFFF {
-                    *slot = fields.next().ok_or_else(|| {
-                        zip_err(format!("zip64 extra of member {:?} is too short", e.name))
-                    })?;
+                    *slot = fields
+                        .next()
+                        .ok_or_else(|| zip_err(ZipError::Zip64ExtraShort(e.name.clone())))?;
                 }
             }
         }
@@ -360,11 +339,12 @@ fn check_member_bounds(e: &ZipEntry, dir_offset: u64) -> Result<()> {
         .checked_add(LOCAL_LEN)
         .and_then(|x| x.checked_add(e.compressed));
     if end.is_none_or(|end| end > dir_offset) {
-        return Err(zip_err(format!(
-            "member {:?} at offset {} with {} bytes runs past the central directory",
-            e.name, e.local_offset, e.compressed
-        ))
-        .at_offset(e.local_offset));
+        let past = ZipError::PastDirectory {
+            member: e.name.clone(),
+            offset: e.local_offset,
+            len: e.compressed,
+        };
+        return Err(zip_err(past).at_offset(e.local_offset));
     }
     Ok(())
 }
@@ -395,11 +375,8 @@ pub(crate) fn data_start_via(
     };
     read_exact_at(&mut h, e.local_offset)?;
     if u32_at(&h, 0) != LOCAL_SIG {
-        return Err(zip_err(format!(
-            "bad local header signature for member {:?}",
-            e.name
-        ))
-        .at_offset(e.local_offset));
+        let bad = ZipError::LocalSignature(e.name.clone());
+        return Err(zip_err(bad).at_offset(e.local_offset));
     }
     let (name_len, extra_len) = (u16_at(&h, 26) as u64, u16_at(&h, 28) as u64);
     let start = e.local_offset + LOCAL_LEN + name_len + extra_len;
@@ -407,11 +384,8 @@ pub(crate) fn data_start_via(
         .checked_add(e.compressed)
         .is_none_or(|end| end > dir_offset_limit)
     {
-        return Err(zip_err(format!(
-            "member {:?} runs past the end of its archive",
-            e.name
-        ))
-        .at_offset(e.local_offset));
+        let past = ZipError::PastEnd(e.name.clone());
+        return Err(zip_err(past).at_offset(e.local_offset));
     }
     // Both lengths are u16 and lie before the member's bytes, inside the file.
     let mut var = vec![0u8; (name_len + extra_len) as usize];
@@ -427,10 +401,10 @@ fn check_local_header(e: &ZipEntry, h: &[u8], var: &[u8]) -> Result<()> {
     let name_len = u16_at(h, 26) as usize;
     let local_name = decode_name(&var[..name_len], flags & (1 << 11) != 0);
     if local_name != e.name {
-        return Err(zip_err(format!(
-            "member {:?} has local header name {local_name:?}",
-            e.name
-        )));
+        return Err(zip_err(ZipError::LocalName {
+            member: e.name.clone(),
+            local: local_name,
+        }));
     }
     let method = u16_at(h, 8);
     let dir_method = match e.method {
@@ -438,10 +412,11 @@ fn check_local_header(e: &ZipEntry, h: &[u8], var: &[u8]) -> Result<()> {
         Method::Deflated => 8,
     };
     if method != dir_method {
-        return Err(zip_err(format!(
-            "member {:?} is method {dir_method} in the directory but {method} in its local header",
-            e.name
-        )));
+        return Err(zip_err(ZipError::LocalMethod {
+            member: e.name.clone(),
+            directory: dir_method,
+            local: method,
+        }));
     }
     let mut local = ZipEntry {
         name: local_name,
@@ -458,16 +433,18 @@ fn check_local_header(e: &ZipEntry, h: &[u8], var: &[u8]) -> Result<()> {
     let deferred = flags & (1 << 3) != 0;
     let differs = |local: u64, dir: u64| local != dir && !(deferred && local == 0);
     if differs(local.compressed, e.compressed) || differs(local.uncompressed, e.uncompressed) {
-        return Err(zip_err(format!(
-            "member {:?} is {} bytes ({} inflated) in the directory but {} ({}) in its local header",
-            e.name, e.compressed, e.uncompressed, local.compressed, local.uncompressed
-        )));
+        return Err(zip_err(ZipError::LocalSizes {
+            member: e.name.clone(),
+            directory: (e.compressed, e.uncompressed),
+            local: (local.compressed, local.uncompressed),
+        }));
     }
     if differs(local.crc32 as u64, e.crc32 as u64) {
-        return Err(zip_err(format!(
-            "member {:?} has CRC-32 {:08x} in the directory but {:08x} in its local header",
-            e.name, e.crc32, local.crc32
-        )));
+        return Err(zip_err(ZipError::LocalCrc {
+            member: e.name.clone(),
+            directory: e.crc32,
+            local: local.crc32,
+        }));
     }
     Ok(())
 }

@@ -1,0 +1,386 @@
+//! What can be wrong with a zip archive (an .npz, the container of a
+//! PyTorch checkpoint): a broken or self-contradicting record, or a
+//! feature this reader does not implement. Member names are quoted with
+//! escapes (`{:?}`).
+
+use std::io;
+
+/// A zip archive that breaks the format, or whose records disagree.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ZipError {
+    // ---- the end records ------------------------------------------------------
+    /// Shorter than an end-of-central-directory record.
+    #[error("file too short for a zip archive")]
+    TooShort,
+    /// No end-of-central-directory record where it must be.
+    #[error(
+        "no end-of-central-directory record in the last {searched} bytes; \
+         the file looks truncated (an interrupted download or copy?)"
+    )]
+    NoEndRecord {
+        /// The bytes at the end searched.
+        searched: u64,
+    },
+    /// An end record's entries on its disk and in all differ.
+    #[error("{}end record counts {on_disk} entries on its disk but {total} in all", if *.zip64 { "zip64 " } else { "" })]
+    DiskCounts {
+        /// The zip64 end record, not the classic one.
+        zip64: bool,
+        /// Entries on this disk.
+        on_disk: u64,
+        /// Entries in all.
+        total: u64,
+    },
+    /// The classic and the zip64 end records place the directory apart.
+    #[error(
+        "end record ({} entries, {} bytes at {}) and zip64 end record ({} entries, {} bytes at {}) disagree",
+        .classic.entries, .classic.size, .classic.offset, .zip64.entries, .zip64.size, .zip64.offset
+    )]
+    EndRecordsDisagree {
+        /// What the classic record says.
+        classic: Directory,
+        /// What the zip64 record says.
+        zip64: Directory,
+    },
+    /// Zip64 markers, and no zip64 locator before the end record.
+    #[error("zip64 fields without a zip64 locator")]
+    Zip64WithoutLocator,
+    /// The zip64 locator points outside the archive.
+    #[error("zip64 end record offset {0} is outside the archive")]
+    Zip64Outside(u64),
+    /// No zip64 end record where the locator points.
+    #[error("bad zip64 end-of-central-directory signature")]
+    Zip64Signature,
+    /// The zip64 end record does not end at its locator.
+    #[error("zip64 end record at {at} does not end at its locator ({locator})")]
+    Zip64Misplaced {
+        /// Where the record starts.
+        at: u64,
+        /// Where the locator starts.
+        locator: u64,
+    },
+
+    // ---- the central directory --------------------------------------------------
+    /// The directory does not end where the end record begins.
+    #[error("central directory [{}, +{}) does not end where its end record begins ({end})", .directory.offset, .directory.size)]
+    DirectoryMisplaced {
+        /// The directory as the end record places it.
+        directory: Directory,
+        /// Where the end record begins.
+        end: u64,
+    },
+    /// More entries than the directory's bytes can hold.
+    #[error("central directory claims {} entries in {} bytes", .0.entries, .0.size)]
+    TooManyEntries(Directory),
+    /// The entries counted end elsewhere than the directory.
+    #[error("the end record counts {entries} entries, which end at byte {end}, but the directory runs to {directory_end}")]
+    EntryCount {
+        /// Entries counted.
+        entries: u64,
+        /// Where they end.
+        end: u64,
+        /// Where the directory ends.
+        directory_end: u64,
+    },
+    /// No central directory entry where one must begin.
+    #[error("bad central directory entry signature")]
+    EntrySignature,
+    /// The directory ends inside an entry.
+    #[error("central directory ends inside an entry")]
+    DirectoryTruncated,
+    /// Two entries of one name.
+    #[error("member {0:?} appears twice in the central directory")]
+    DuplicateMember(String),
+    /// An extra field longer than its entry's room for it.
+    #[error("extra field of member {0:?} overruns its entry")]
+    ExtraOverrun(String),
+    /// A zip64 extra without a field the entry marks as in it.
+    #[error("zip64 extra of member {0:?} is too short")]
+    Zip64ExtraShort(String),
+    /// A member whose bytes run into the central directory.
+    #[error(
+        "member {member:?} at offset {offset} with {len} bytes runs past the central directory"
+    )]
+    PastDirectory {
+        /// The member.
+        member: String,
+        /// Its local header's offset.
+        offset: u64,
+        /// Its compressed bytes.
+        len: u64,
+    },
+
+    // ---- a member's local header --------------------------------------------------
+    /// No local header where the directory places one.
+    #[error("bad local header signature for member {0:?}")]
+    LocalSignature(String),
+    /// A member whose local header and bytes run past the archive's end.
+    #[error("member {0:?} runs past the end of its archive")]
+    PastEnd(String),
+    /// The local header names the member otherwise.
+    #[error("member {member:?} has local header name {local:?}")]
+    LocalName {
+        /// The directory's name.
+        member: String,
+        /// The local header's.
+        local: String,
+    },
+    /// The local header's compression method is not the directory's.
+    #[error(
+        "member {member:?} is method {directory} in the directory but {local} in its local header"
+    )]
+    LocalMethod {
+        /// The member.
+        member: String,
+        /// The directory's method.
+        directory: u16,
+        /// The local header's.
+        local: u16,
+    },
+    /// The local header's sizes are not the directory's.
+    #[error("member {member:?} is {} bytes ({} inflated) in the directory but {} ({}) in its local header", .directory.0, .directory.1, .local.0, .local.1)]
+    LocalSizes {
+        /// The member.
+        member: String,
+        /// Compressed and uncompressed bytes, as the directory says.
+        directory: (u64, u64),
+        /// The same, as the local header says.
+        local: (u64, u64),
+    },
+    /// The local header's CRC-32 is not the directory's.
+    #[error("member {member:?} has CRC-32 {directory:08x} in the directory but {local:08x} in its local header")]
+    LocalCrc {
+        /// The member.
+        member: String,
+        /// The directory's CRC-32.
+        directory: u32,
+        /// The local header's.
+        local: u32,
+    },
+
+    // ---- a member's bytes ---------------------------------------------------------
+    /// A stored member's two sizes differ.
+    #[error("stored member {member:?} has sizes {compressed} and {uncompressed}")]
+    StoredSizes {
+        /// The member.
+        member: String,
+        /// Its compressed size.
+        compressed: u64,
+        /// Its uncompressed size.
+        uncompressed: u64,
+    },
+    /// Two members sharing bytes (a zip bomb's trick).
+    #[error("members {0:?} and {1:?} overlap")]
+    Overlap(String, String),
+    /// Deflated bytes that do not inflate.
+    #[error("member {member:?}: corrupt deflate data ({source})")]
+    CorruptDeflate {
+        /// The member.
+        member: String,
+        /// The inflater's error.
+        source: io::Error,
+    },
+    /// Deflated bytes that stop before their end marker.
+    #[error(
+        "member {member:?}: deflate data ends within its {compressed} compressed bytes ({source})"
+    )]
+    DeflateTruncated {
+        /// The member.
+        member: String,
+        /// Its compressed bytes.
+        compressed: u64,
+        /// The inflater's error.
+        source: io::Error,
+    },
+    /// A member that inflates to more than its declared size.
+    #[error("member {member:?}: inflates past its declared {declared} bytes")]
+    InflatesPast {
+        /// The member.
+        member: String,
+        /// Its declared uncompressed size.
+        declared: u64,
+    },
+    /// A member that inflates to less than its declared size.
+    #[error("member {member:?}: ends after {produced} of its declared {declared} bytes")]
+    EndsEarly {
+        /// The member.
+        member: String,
+        /// Bytes it inflated to.
+        produced: u64,
+        /// Its declared uncompressed size.
+        declared: u64,
+    },
+
+    // ---- an .npz's members ----------------------------------------------------------
+    /// A member of an .npz that is not an .npy array.
+    #[error("member {0:?} is not an .npy array (set skip_non_npy (--skip-non-npy) to skip it)")]
+    NotAnArray(String),
+}
+
+/// A well-formed zip archive that uses a feature this reader does not
+/// implement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ZipFeature {
+    /// An archive split over several disks.
+    #[error("a multi-disk archive")]
+    MultiDisk,
+    /// A compression method other than stored (0) and deflated (8).
+    #[error("compression method {0} (only stored and deflated are read)")]
+    Method(u16),
+    /// An encrypted member.
+    #[error("encryption (member {0:?})")]
+    Encryption(String),
+}
+
+/// Where an end record places the central directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Directory {
+    /// Entries it holds.
+    pub entries: u64,
+    /// Its bytes.
+    pub size: u64,
+    /// Where it starts.
+    pub offset: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words are the ones the parser wrote before its errors had kinds.
+    #[test]
+    fn messages_say_what_they_said_as_text() {
+        let dir = |entries, size, offset| Directory {
+            entries,
+            size,
+            offset,
+        };
+        let m = || "w.npy".to_string();
+        let cases: Vec<(ZipError, &str)> = vec![
+            (
+                ZipError::NoEndRecord { searched: 22 },
+                "no end-of-central-directory record in the last 22 bytes; the file looks \
+                 truncated (an interrupted download or copy?)",
+            ),
+            (
+                ZipError::DiskCounts {
+                    zip64: true,
+                    on_disk: 1,
+                    total: 2,
+                },
+                "zip64 end record counts 1 entries on its disk but 2 in all",
+            ),
+            (
+                ZipError::DiskCounts {
+                    zip64: false,
+                    on_disk: 1,
+                    total: 2,
+                },
+                "end record counts 1 entries on its disk but 2 in all",
+            ),
+            (
+                ZipError::EndRecordsDisagree {
+                    classic: dir(1, 46, 0),
+                    zip64: dir(2, 92, 10),
+                },
+                "end record (1 entries, 46 bytes at 0) and zip64 end record (2 entries, 92 \
+                 bytes at 10) disagree",
+            ),
+            (
+                ZipError::DirectoryMisplaced {
+                    directory: dir(1, 46, 100),
+                    end: 150,
+                },
+                "central directory [100, +46) does not end where its end record begins (150)",
+            ),
+            (
+                ZipError::TooManyEntries(dir(9, 46, 0)),
+                "central directory claims 9 entries in 46 bytes",
+            ),
+            (
+                ZipError::EntryCount {
+                    entries: 1,
+                    end: 146,
+                    directory_end: 192,
+                },
+                "the end record counts 1 entries, which end at byte 146, but the directory \
+                 runs to 192",
+            ),
+            (
+                ZipError::PastDirectory {
+                    member: m(),
+                    offset: 7,
+                    len: 9,
+                },
+                "member \"w.npy\" at offset 7 with 9 bytes runs past the central directory",
+            ),
+            (
+                ZipError::LocalSizes {
+                    member: m(),
+                    directory: (1, 2),
+                    local: (3, 4),
+                },
+                "member \"w.npy\" is 1 bytes (2 inflated) in the directory but 3 (4) in its \
+                 local header",
+            ),
+            (
+                ZipError::LocalCrc {
+                    member: m(),
+                    directory: 0xab,
+                    local: 0xcd,
+                },
+                "member \"w.npy\" has CRC-32 000000ab in the directory but 000000cd in its \
+                 local header",
+            ),
+            (
+                ZipError::DeflateTruncated {
+                    member: m(),
+                    compressed: 5,
+                    source: io::Error::new(io::ErrorKind::UnexpectedEof, "eof"),
+                },
+                "member \"w.npy\": deflate data ends within its 5 compressed bytes (eof)",
+            ),
+            (
+                ZipError::EndsEarly {
+                    member: m(),
+                    produced: 3,
+                    declared: 8,
+                },
+                "member \"w.npy\": ends after 3 of its declared 8 bytes",
+            ),
+            (
+                ZipError::NotAnArray("a.txt".into()),
+                "member \"a.txt\" is not an .npy array (set skip_non_npy (--skip-non-npy) to \
+                 skip it)",
+            ),
+        ];
+        for (e, words) in cases {
+            assert_eq!(e.to_string(), words);
+        }
+        assert_eq!(
+            ZipFeature::Method(14).to_string(),
+            "compression method 14 (only stored and deflated are read)"
+        );
+        assert_eq!(
+            ZipFeature::Encryption("k".into()).to_string(),
+            "encryption (member \"k\")"
+        );
+    }
+
+    #[test]
+    fn the_inflaters_error_is_the_source() {
+        let e = crate::Error::new(crate::ErrorKind::Zip(ZipError::CorruptDeflate {
+            member: "w.npy".into(),
+            source: io::Error::new(io::ErrorKind::InvalidData, "invalid block type"),
+        }));
+        assert_eq!(e.kind().name(), "zip");
+        let zip = std::error::Error::source(&e).expect("the zip error");
+        let inflater = zip.source().and_then(|s| s.downcast_ref::<io::Error>());
+        assert_eq!(
+            inflater.map(io::Error::kind),
+            Some(io::ErrorKind::InvalidData)
+        );
+    }
+}
