@@ -238,6 +238,30 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Appends `len` bytes to tensor `name` that `put` writes straight to
+    /// the output, after the buffered bytes: for bytes the caller cannot
+    /// lend as a `&[u8]` (memory another thread may write, which `put`
+    /// hands to the kernel by pointer). `put` must write exactly `len`
+    /// bytes or fail. The counts are checked as for [`Writer::write`].
+    pub fn write_with(
+        &mut self,
+        name: &str,
+        len: usize,
+        put: impl FnOnce(&mut W) -> std::io::Result<()>,
+    ) -> Result<()> {
+        self.state.accept(name, len)?;
+        if !self.out.buffer().is_empty() {
+            self.out
+                .flush()
+                .map_err(|e| self.state.write_error(e).with_tensor(name))?;
+        }
+        put(self.out.get_mut()).map_err(|e| self.state.write_error(e).with_tensor(name))?;
+        if let Some(writeback) = &self.writeback {
+            writeback.landed(len as u64);
+        }
+        Ok(())
+    }
+
     /// Checks that every tensor got all its bytes, flushes, and (for
     /// [`Writer::create`]) syncs and renames the file into place. Returns
     /// the output.
