@@ -17,16 +17,20 @@
 //! from it. The memory stays behind the raw pointer of the export, handed
 //! to code that reads user memory as a copy by design:
 //!
-//! - **the kernel**: a piece of [`DIRECT_MIN`] bytes or more goes to the
-//!   output's descriptor by `write(2)` from the pointer, after the bytes the
-//!   writer buffered ([`safetensors_stream::Writer::write_with`]), with the
-//!   GIL released. No copy: these are the bytes a `&[u8]` handed to
-//!   `write(2)` cost before.
-//! - **CPython**: a smaller piece, and every piece bound for a Python file
-//!   object, is copied by `PyBytes_FromStringAndSize` (the copy
-//!   `bytes(memoryview(x))` makes) while attached; Rust then reads only
-//!   that immutable bytes object. A large piece is copied this way in
-//!   pieces of [`PY_PIECE`] bytes at most, so memory stays bounded.
+//! - **the kernel**: a piece at least as long as the writer's buffer goes to
+//!   the output's descriptor by `write(2)` from the pointer, after the bytes
+//!   the writer buffered ([`safetensors_stream::Writer::write_with`]), with
+//!   the GIL released. No copy, and the same `write(2)` calls as before:
+//!   `BufWriter` sends such a piece straight through too.
+//! - **CPython**: a shorter piece is copied while attached by
+//!   `PyBuffer_ToContiguous` (pyo3's `copy_to_slice`; a buffer whose format
+//!   is not bytes: `PyBytes_FromStringAndSize`) into memory Rust owns, then
+//!   gathered in the writer's buffer as before. Every piece bound for a
+//!   Python file object becomes bytes objects of at most [`PY_PIECE`] bytes
+//!   the same way (memory stays bounded however large the chunk).
+//!
+//! The cost against a `&[u8]`: one more copy of the short pieces, in cache
+//! (`benches/python_results.md`, "Buffers without a `&[u8]`").
 //!
 //! # What a concurrent write can and cannot do
 //!
@@ -48,11 +52,6 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::errors::usage;
-
-/// Pieces this long or longer go to a descriptor by `write(2)` from the
-/// buffer's pointer, unbuffered; shorter ones are copied (by CPython) into
-/// the writer's buffer, which gathers them into large writes.
-pub(crate) const DIRECT_MIN: usize = 64 << 10;
 
 /// The largest bytes object made at once from a buffer (for Python file
 /// objects): what one write holds beyond the caller's memory.
@@ -101,6 +100,26 @@ impl HeldBytes {
             .cast::<u8>()
             .cast_const()
             .wrapping_add(at)
+    }
+
+    /// Every byte, copied by CPython into `scratch` (grown to fit), whose
+    /// first `len` bytes are returned.
+    pub(crate) fn copy_all<'a>(
+        &self,
+        py: Python<'_>,
+        scratch: &'a mut Vec<u8>,
+    ) -> PyResult<&'a [u8]> {
+        let len = self.len();
+        if scratch.len() < len {
+            scratch.resize(len, 0);
+        }
+        let dst = &mut scratch[..len];
+        match self.buffer.as_typed::<u8>() {
+            // PyBuffer_ToContiguous: CPython's memcpy from the export.
+            Ok(bytes) => bytes.copy_to_slice(py, dst)?,
+            Err(_) => dst.copy_from_slice(self.copy(py, 0, len).as_bytes()),
+        }
+        Ok(dst)
     }
 
     /// Bytes `at..at + n`, copied by CPython into a new bytes object.

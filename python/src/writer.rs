@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use safetensors_stream::{Error, TensorMeta, Writer, WriterOptions};
 
-use crate::bytes::{HeldBytes, DIRECT_MIN, PY_PIECE};
+use crate::bytes::{HeldBytes, PY_PIECE};
 use crate::errors::{to_py, usage};
 use crate::{parse_dtype, parse_order};
 
@@ -30,6 +30,12 @@ enum Out {
 pub(crate) struct NativeWriter {
     /// `None` once finished or aborted.
     out: Option<Out>,
+    /// Pieces this long or longer skip the write buffer (its size, as
+    /// `BufWriter` does): they go to a file by `write(2)` from their pointer.
+    direct_min: usize,
+    /// Where CPython copies a shorter piece (see `bytes.rs`); at most
+    /// `direct_min` bytes.
+    scratch: Vec<u8>,
 }
 
 /// A Python object with `write` (and maybe `flush`), called with the GIL.
@@ -154,6 +160,7 @@ impl NativeWriter {
             .order(parse_order(order).map_err(err)?)
             .sync(sync);
         options.metadata = metadata;
+        let direct_min = options.buffer_size.max(1);
         let tensors = metas(tensors).map_err(err)?;
         let out = match target {
             Target::Path(path) => {
@@ -163,7 +170,11 @@ impl NativeWriter {
             Target::Fd(file) => Out::File(Writer::new(file, tensors, options).map_err(err)?),
             Target::Py(sink) => Out::Py(Writer::new(sink, tensors, options).map_err(err)?),
         };
-        Ok(NativeWriter { out: Some(out) })
+        Ok(NativeWriter {
+            out: Some(out),
+            direct_min,
+            scratch: Vec::new(),
+        })
     }
 
     /// The tensors' names in the file's order.
@@ -202,21 +213,20 @@ impl NativeWriter {
     fn write(&mut self, py: Python<'_>, name: &str, chunk: &Bound<'_, PyAny>) -> PyResult<()> {
         let held = HeldBytes::get(chunk)?;
         let len = held.len();
-        let out = self.live_mut(py)?;
+        let direct = len >= self.direct_min;
+        let NativeWriter { out, scratch, .. } = self;
+        let out = out.as_mut().ok_or_else(|| closed(py))?;
         let done = match out {
-            Out::File(w) if len >= DIRECT_MIN => {
+            Out::File(w) if direct => {
                 let held = &held;
                 py.detach(|| w.write_with(name, len, |file| held.write_fd(file.as_raw_fd())))
             }
             Out::File(w) => {
-                let copy = held.copy(py, 0, len);
-                let bytes = copy.as_bytes();
+                let bytes = held.copy_all(py, scratch)?;
                 py.detach(|| w.write(name, bytes))
             }
-            Out::Py(w) if len >= DIRECT_MIN => {
-                w.write_with(name, len, |file| file.write_held(py, &held))
-            }
-            Out::Py(w) => w.write(name, held.copy(py, 0, len).as_bytes()),
+            Out::Py(w) if direct => w.write_with(name, len, |file| file.write_held(py, &held)),
+            Out::Py(w) => w.write(name, held.copy_all(py, scratch)?),
         };
         done.map_err(|e| to_py(py, e))
     }
@@ -247,10 +257,6 @@ impl NativeWriter {
 impl NativeWriter {
     fn live(&self, py: Python<'_>) -> PyResult<&Out> {
         self.out.as_ref().ok_or_else(|| closed(py))
-    }
-
-    fn live_mut(&mut self, py: Python<'_>) -> PyResult<&mut Out> {
-        self.out.as_mut().ok_or_else(|| closed(py))
     }
 }
 

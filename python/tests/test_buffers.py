@@ -1,5 +1,5 @@
 """Chunks reach the file without Rust reading their memory (python/src/bytes.rs):
-large pieces by write(2) from the buffer's pointer, small ones (and any bound
+pieces of 1 MiB or more by write(2) from the buffer's pointer, shorter ones (and any bound
 for a Python file object) copied by CPython. Same bytes either way; a buffer
 mutated while it is written gives torn values, never a malformed file or a crash."""
 
@@ -12,8 +12,9 @@ import safetensors.numpy as ref
 
 import safetensors_stream as sts
 
-# Either side of bytes.rs's DIRECT_MIN (64 KiB) and PY_PIECE (1 MiB).
-SIZES = [37, 64 << 10, 5, (64 << 10) - 1, 3 << 20, 1, 200_000]
+# Either side of the writer's buffer (1 MiB: longer pieces go by write(2) from
+# their pointer) and of bytes.rs's PY_PIECE (1 MiB).
+SIZES = [37, 1 << 20, 5, (1 << 20) - 1, 3 << 20, 1, 200_000]
 
 
 class ShortWriter:
