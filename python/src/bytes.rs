@@ -29,8 +29,15 @@
 //!   Python file object becomes bytes objects of at most [`PY_PIECE`] bytes
 //!   the same way (memory stays bounded however large the chunk).
 //!
-//! The cost against a `&[u8]`: one more copy of the short pieces, in cache
-//! (`benches/python_results.md`, "Buffers without a `&[u8]`").
+//! Neither copy is Rust's: the kernel and CPython's `memcpy` are opaque to
+//! it, no Rust reference or load of those bytes exists, so nothing the
+//! compiler assumes can be contradicted by a concurrent writer. What such
+//! a copy sees under a racing writer is what any consumer of the buffer
+//! sees (`bytes(memoryview(a))`, `file.write(a)`).
+//!
+//! The cost against a `&[u8]`: one more copy of the short pieces, in cache;
+//! none for long ones (`benches/python_results.md`, "Buffers without a
+//! `&[u8]`").
 //!
 //! # What a concurrent write can and cannot do
 //!
@@ -40,9 +47,12 @@
 //! It cannot make anything else go wrong: the piece's length was fixed when
 //! it was exported, so the header, every tensor's offset and the file's
 //! length are exact, every count check holds, and no byte outside the
-//! export is read. Memory that vanishes under the pointer (a torch
-//! storage resized by another thread while its ctypes view is written) makes
-//! `write(2)` fail with `EFAULT`, an error, not a crash.
+//! export is read. On the `write(2)` path, memory that vanishes under the
+//! pointer (a torch storage freed by another thread while its ctypes view
+//! is written: a misuse) makes `write(2)` fail with `EFAULT`, an error.
+//!
+//! With the descriptor adopted in `writer.rs`, these are the crate's only
+//! `unsafe` blocks (the core library forbids them).
 
 use std::io;
 use std::os::fd::RawFd;
