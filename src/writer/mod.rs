@@ -243,6 +243,18 @@ impl<W: Write> Writer<W> {
     /// lend as a `&[u8]` (memory another thread may write, which `put`
     /// hands to the kernel by pointer). `put` must write exactly `len`
     /// bytes or fail. The counts are checked as for [`Writer::write`].
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// use safetensors_stream::{Dtype, TensorMeta, Writer, WriterOptions};
+    ///
+    /// let mut w = Writer::new(Vec::new(), [TensorMeta::new("x", Dtype::U8, [3])], WriterOptions::default())?;
+    /// w.write("x", &[1])?; // buffered, so it lands before what `put` writes
+    /// w.write_with("x", 2, |out| out.write_all(&[2, 3]))?;
+    /// let bytes = w.finish()?;
+    /// assert_eq!(&bytes[bytes.len() - 3..], &[1, 2, 3]);
+    /// # Ok::<(), safetensors_stream::Error>(())
+    /// ```
     pub fn write_with(
         &mut self,
         name: &str,
