@@ -4,23 +4,25 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use safetensors_stream::{Error, TensorMeta, Writer, WriterOptions};
 
-use crate::bytes::HeldBytes;
+use crate::bytes::{HeldBytes, PY_PIECE};
 use crate::errors::{to_py, usage};
 use crate::{parse_dtype, parse_order};
 
 /// Where the bytes go.
 enum Out {
-    /// A path: a temp file renamed into place by `finish`.
-    Path(Writer<File>),
-    /// A file descriptor or a Python file object: bytes stream as written.
-    Stream(Writer<Box<dyn Write + Send + Sync>>),
+    /// A path (a temp file renamed into place by `finish`) or a file
+    /// descriptor (bytes stream as written): large pieces go to it by
+    /// `write(2)` from the buffer's pointer.
+    File(Writer<File>),
+    /// A Python file object: bytes go to its `write` as bytes objects.
+    Py(Writer<PyFileWrite>),
 }
 
 /// The native writer; see the Python `Writer` for the contract.
@@ -28,10 +30,45 @@ enum Out {
 pub(crate) struct NativeWriter {
     /// `None` once finished or aborted.
     out: Option<Out>,
+    /// Pieces this long or longer skip the write buffer (its size, as
+    /// `BufWriter` does): they go to a file by `write(2)` from their pointer.
+    direct_min: usize,
+    /// Where CPython copies a shorter piece (see `bytes.rs`); at most
+    /// `direct_min` bytes.
+    scratch: Vec<u8>,
 }
 
 /// A Python object with `write` (and maybe `flush`), called with the GIL.
 struct PyFileWrite(Py<PyAny>);
+
+impl PyFileWrite {
+    /// Writes every byte of `bytes`, however many calls `write` takes.
+    fn write_all_py(&mut self, bytes: &Bound<'_, PyBytes>) -> io::Result<()> {
+        let py = bytes.py();
+        let mut left = bytes.clone();
+        while !left.as_bytes().is_empty() {
+            let n = self.write(left.as_bytes())?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            left = PyBytes::new(py, &left.as_bytes()[n..]);
+        }
+        Ok(())
+    }
+
+    /// Writes the held buffer's bytes, copied by CPython a bounded piece
+    /// at a time (see `bytes.rs`: Rust never reads the buffer itself).
+    fn write_held(&mut self, py: Python<'_>, held: &HeldBytes) -> io::Result<()> {
+        let len = held.len();
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(PY_PIECE);
+            self.write_all_py(&held.copy(py, at, n))?;
+            at += n;
+        }
+        Ok(())
+    }
+}
 
 impl Write for PyFileWrite {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -61,7 +98,8 @@ impl Write for PyFileWrite {
 /// What the Python layer passed as the target.
 enum Target {
     Path(PathBuf),
-    Stream(Box<dyn Write + Send + Sync>),
+    Fd(File),
+    Py(PyFileWrite),
 }
 
 impl Target {
@@ -79,12 +117,10 @@ impl Target {
             // duplicated (os.dup) for this writer alone, so this File is
             // its only owner and closes it exactly once.
             let file = unsafe { File::from_raw_fd(fd) };
-            return Ok(Target::Stream(Box::new(file)));
+            return Ok(Target::Fd(file));
         }
         if target.hasattr("write")? {
-            return Ok(Target::Stream(Box::new(PyFileWrite(
-                target.clone().unbind(),
-            ))));
+            return Ok(Target::Py(PyFileWrite(target.clone().unbind())));
         }
         Err(usage(
             target.py(),
@@ -124,23 +160,29 @@ impl NativeWriter {
             .order(parse_order(order).map_err(err)?)
             .sync(sync);
         options.metadata = metadata;
+        let direct_min = options.buffer_size.max(1);
         let tensors = metas(tensors).map_err(err)?;
         let out = match target {
             Target::Path(path) => {
                 let w = py.detach(|| Writer::create(&path, tensors, options));
-                Out::Path(w.map_err(err)?)
+                Out::File(w.map_err(err)?)
             }
-            Target::Stream(sink) => Out::Stream(Writer::new(sink, tensors, options).map_err(err)?),
+            Target::Fd(file) => Out::File(Writer::new(file, tensors, options).map_err(err)?),
+            Target::Py(sink) => Out::Py(Writer::new(sink, tensors, options).map_err(err)?),
         };
-        Ok(NativeWriter { out: Some(out) })
+        Ok(NativeWriter {
+            out: Some(out),
+            direct_min,
+            scratch: Vec::new(),
+        })
     }
 
     /// The tensors' names in the file's order.
     #[getter]
     fn order(&self, py: Python<'_>) -> PyResult<Vec<String>> {
         let names = match self.live(py)? {
-            Out::Path(w) => w.order().map(str::to_string).collect(),
-            Out::Stream(w) => w.order().map(str::to_string).collect(),
+            Out::File(w) => w.order().map(str::to_string).collect(),
+            Out::Py(w) => w.order().map(str::to_string).collect(),
         };
         Ok(names)
     }
@@ -149,8 +191,8 @@ impl NativeWriter {
     #[getter]
     fn bytes_written(&self, py: Python<'_>) -> PyResult<u64> {
         Ok(match self.live(py)? {
-            Out::Path(w) => w.bytes_written(),
-            Out::Stream(w) => w.bytes_written(),
+            Out::File(w) => w.bytes_written(),
+            Out::Py(w) => w.bytes_written(),
         })
     }
 
@@ -158,21 +200,34 @@ impl NativeWriter {
     #[getter]
     fn file_len(&self, py: Python<'_>) -> PyResult<u64> {
         Ok(match self.live(py)? {
-            Out::Path(w) => w.header().file_len(),
-            Out::Stream(w) => w.header().file_len(),
+            Out::File(w) => w.header().file_len(),
+            Out::Py(w) => w.header().file_len(),
         })
     }
 
     /// Appends the bytes of `chunk` (any C-contiguous buffer) to tensor
-    /// `name`, with the GIL released while they are written.
+    /// `name`. Rust never reads the chunk's memory (see `bytes.rs`): a
+    /// large chunk goes to a file by `write(2)` from its pointer with the
+    /// GIL released; a small one, or any to a Python file object, is copied
+    /// by CPython first.
     fn write(&mut self, py: Python<'_>, name: &str, chunk: &Bound<'_, PyAny>) -> PyResult<()> {
         let held = HeldBytes::get(chunk)?;
-        let bytes = held.as_slice();
-        let out = self.live_mut(py)?;
-        let done = py.detach(|| match out {
-            Out::Path(w) => w.write(name, bytes),
-            Out::Stream(w) => w.write(name, bytes),
-        });
+        let len = held.len();
+        let direct = len >= self.direct_min;
+        let NativeWriter { out, scratch, .. } = self;
+        let out = out.as_mut().ok_or_else(|| closed(py))?;
+        let done = match out {
+            Out::File(w) if direct => {
+                let held = &held;
+                py.detach(|| w.write_with(name, len, |file| held.write_fd(file.as_raw_fd())))
+            }
+            Out::File(w) => {
+                let bytes = held.copy_all(py, scratch)?;
+                py.detach(|| w.write(name, bytes))
+            }
+            Out::Py(w) if direct => w.write_with(name, len, |file| file.write_held(py, &held)),
+            Out::Py(w) => w.write(name, held.copy_all(py, scratch)?),
+        };
         done.map_err(|e| to_py(py, e))
     }
 
@@ -181,8 +236,8 @@ impl NativeWriter {
     fn finish(&mut self, py: Python<'_>) -> PyResult<()> {
         let out = self.out.take().ok_or_else(|| closed(py))?;
         let done = py.detach(|| match out {
-            Out::Path(w) => w.finish().map(drop),
-            Out::Stream(w) => w.finish().map(drop),
+            Out::File(w) => w.finish().map(drop),
+            Out::Py(w) => w.finish().map(drop),
         });
         done.map_err(|e| to_py(py, e))
     }
@@ -202,10 +257,6 @@ impl NativeWriter {
 impl NativeWriter {
     fn live(&self, py: Python<'_>) -> PyResult<&Out> {
         self.out.as_ref().ok_or_else(|| closed(py))
-    }
-
-    fn live_mut(&mut self, py: Python<'_>) -> PyResult<&mut Out> {
-        self.out.as_mut().ok_or_else(|| closed(py))
     }
 }
 

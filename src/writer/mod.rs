@@ -238,6 +238,42 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Appends `len` bytes to tensor `name` that `put` writes straight to
+    /// the output, after the buffered bytes: for bytes the caller cannot
+    /// lend as a `&[u8]` (memory another thread may write, which `put`
+    /// hands to the kernel by pointer). `put` must write exactly `len`
+    /// bytes or fail. The counts are checked as for [`Writer::write`].
+    ///
+    /// ```
+    /// use std::io::Write;
+    /// use safetensors_stream::{Dtype, TensorMeta, Writer, WriterOptions};
+    ///
+    /// let mut w = Writer::new(Vec::new(), [TensorMeta::new("x", Dtype::U8, [3])], WriterOptions::default())?;
+    /// w.write("x", &[1])?; // buffered, so it lands before what `put` writes
+    /// w.write_with("x", 2, |out| out.write_all(&[2, 3]))?;
+    /// let bytes = w.finish()?;
+    /// assert_eq!(&bytes[bytes.len() - 3..], &[1, 2, 3]);
+    /// # Ok::<(), safetensors_stream::Error>(())
+    /// ```
+    pub fn write_with(
+        &mut self,
+        name: &str,
+        len: usize,
+        put: impl FnOnce(&mut W) -> std::io::Result<()>,
+    ) -> Result<()> {
+        self.state.accept(name, len)?;
+        if !self.out.buffer().is_empty() {
+            self.out
+                .flush()
+                .map_err(|e| self.state.write_error(e).with_tensor(name))?;
+        }
+        put(self.out.get_mut()).map_err(|e| self.state.write_error(e).with_tensor(name))?;
+        if let Some(writeback) = &self.writeback {
+            writeback.landed(len as u64);
+        }
+        Ok(())
+    }
+
     /// Checks that every tensor got all its bytes, flushes, and (for
     /// [`Writer::create`]) syncs and renames the file into place. Returns
     /// the output.
