@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
-use safetensors_stream::convert::{convert as run, dry_run as plan, open_inputs, ConvertOptions, Output};
+use safetensors_stream::convert::{
+    convert as run, dry_run as plan, open_inputs, ConvertOptions, Output,
+};
 use safetensors_stream::units::parse_size;
 use safetensors_stream::{Error, ErrorKind};
 
