@@ -353,7 +353,7 @@ pub fn pickle(data: &[u8]) -> Outcomes {
     let parsed = unpickle(data, limits);
     if let Ok((p, used)) = &parsed {
         assert!(*used <= data.len(), "used {used} of {} bytes", data.len());
-        assert!((p.root as usize) < p.nodes.len(), "root outside the arena");
+        assert!((p.root as usize) < p.len(), "root outside the arena");
         for naming in [
             Naming::default(),
             Naming {

@@ -81,7 +81,7 @@ fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
         return Err(bad("legacy magic number missing"));
     }
     let version = next(&mut at)?;
-    if version.get(version.root) != &Node::Int(1001) {
+    if version.get(version.root) != Node::Int(1001) {
         return Err(bad("legacy protocol version is not 1001"));
     }
     let info = next(&mut at)?;
@@ -92,7 +92,7 @@ fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
         Node::List(ids) => ids
             .iter()
             .map(|&i| match keys_p.get(i) {
-                Node::Str(s) => Ok(s.clone()),
+                Node::Str(s) => Ok(s.to_string()),
                 _ => Err(bad("a storage key is not a string")),
             })
             .collect::<Result<Vec<_>>>()?,
@@ -113,7 +113,7 @@ fn little_endian(info: &Pickled) -> Option<bool> {
     items
         .iter()
         .find_map(|&(k, v)| match (info.get(k), info.get(v)) {
-            (Node::Str(s), Node::Bool(b)) if s == "little_endian" => Some(*b),
+            (Node::Str("little_endian"), Node::Bool(b)) => Some(b),
             _ => None,
         })
 }

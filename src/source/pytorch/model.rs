@@ -193,11 +193,11 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
 
 /// What a plain value is, for a `--pt-root` that names one (`epoch`):
 /// `None` for containers and calls, which may hold tensors.
-fn leaf(node: &Node) -> Option<String> {
+fn leaf(node: Node) -> Option<String> {
     const SHOWN: usize = 40;
     Some(match node {
         Node::None => "None".into(),
-        Node::Bool(b) => format!("a bool ({})", if *b { "True" } else { "False" }),
+        Node::Bool(b) => format!("a bool ({})", if b { "True" } else { "False" }),
         Node::Int(i) => format!("an int ({i})"),
         Node::BigInt => "an int".into(),
         Node::Float(f) => format!("a float ({f})"),
@@ -219,9 +219,9 @@ pub fn all_storages(p: &Pickled) -> Result<HashMap<String, StorageDecl>> {
         visits: 0,
         budget: p.budget,
     };
-    for (id, node) in p.nodes.iter().enumerate() {
-        if matches!(node, Node::Persistent(_)) {
-            w.storage(Some(&(id as Id)))?;
+    for id in 0..p.len() as Id {
+        if matches!(p.get(id), Node::Persistent(_)) {
+            w.storage(Some(&id))?;
         }
     }
     Ok(w.tree.storages)
@@ -249,7 +249,7 @@ impl Walker<'_> {
                 | Global::RebuildParameter
                 | Global::RebuildParameterWithState
                 | Global::RebuildFromType
-                | Global::RefusedTensor(_) => Some((*func, *args, *state)),
+                | Global::RefusedTensor(_) => Some((func, args, state)),
                 _ => None,
             },
             _ => None,
@@ -261,7 +261,7 @@ impl Walker<'_> {
         let p = self.p;
         let number;
         let key = match p.get(k) {
-            Node::Str(s) => s.as_str(),
+            Node::Str(s) => s,
             Node::Int(i) => {
                 number = i.to_string();
                 number.as_str()
@@ -337,7 +337,7 @@ impl Walker<'_> {
             match self.p.get(id) {
                 Node::Tuple(v) | Node::List(v) | Node::Set(v) => todo.extend(v),
                 Node::Dict(items) => todo.extend(items.iter().flat_map(|&(k, v)| [k, v])),
-                Node::Call { args, state, .. } => todo.extend(std::iter::once(*args).chain(*state)),
+                Node::Call { args, state, .. } => todo.extend(std::iter::once(args).chain(state)),
                 _ => {}
             }
         }
@@ -406,7 +406,7 @@ impl Walker<'_> {
     fn int(&self, id: Option<&Id>, what: &str) -> Result<u64> {
         match id.map(|&i| self.p.get(i)) {
             Some(Node::Int(v)) => {
-                u64::try_from(*v).map_err(|_| bad(format!("{what} is negative ({v})")))
+                u64::try_from(v).map_err(|_| bad(format!("{what} is negative ({v})")))
             }
             _ => Err(bad(format!("{what} is not an integer"))),
         }
@@ -442,11 +442,11 @@ impl Walker<'_> {
                     (Some(&f), Some(&t), Some(&i)) => (f, t, i),
                     _ => return Err(bad("_rebuild_from_type_v2 needs 4 arguments")),
                 };
-                if self.p.get(ty) != &Node::Global(Global::TensorType) {
+                if self.p.get(ty) != Node::Global(Global::TensorType) {
                     return Err(bad("a tensor subclass is not supported"));
                 }
                 match self.p.get(f) {
-                    Node::Global(g) => self.tensor(*g, inner, depth + 1),
+                    Node::Global(g) => self.tensor(g, inner, depth + 1),
                     _ => Err(bad("_rebuild_from_type_v2 of something not a function")),
                 }
             }
@@ -520,7 +520,7 @@ impl Walker<'_> {
     /// `('storage', class, key, location, numel[, view_metadata])`.
     fn storage(&mut self, id: Option<&Id>) -> Result<(String, StorageDecl, Option<Dtype>)> {
         let pid = match id.map(|&i| self.p.get(i)) {
-            Some(Node::Persistent(pid)) => *pid,
+            Some(Node::Persistent(pid)) => pid,
             _ => return Err(bad("tensor storage is not a persistent id")),
         };
         let Node::Tuple(f) = self.p.get(pid) else {
@@ -534,7 +534,7 @@ impl Walker<'_> {
             _ => return Err(bad("storage type is not a storage class")),
         };
         let key = match f.get(2).map(|&i| self.p.get(i)) {
-            Some(Node::Str(s)) => s.clone(),
+            Some(Node::Str(s)) => s.to_string(),
             Some(Node::Int(i)) => i.to_string(),
             _ => return Err(bad("storage key is not a string")),
         };
@@ -547,7 +547,7 @@ impl Walker<'_> {
         }
         let numel = self.int(f.get(4), "storage size")?;
         if let Some(&vm) = f.get(5) {
-            if self.p.get(vm) != &Node::None {
+            if self.p.get(vm) != Node::None {
                 return Err(bad("a legacy storage view is not supported"));
             }
         }
