@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 
 use super::model::StorageDecl;
 use super::pickle::{unpickle, Limits, Node, Pickled};
-use super::Located;
+use super::{Located, Storages};
 use crate::{Error, ErrorKind, Result};
 
 /// The magic number the first pickle holds, as `LONG1` bytes after `PROTO n`.
@@ -125,9 +125,9 @@ pub(crate) fn locate(
     len: u64,
     c: &LegacyCheckpoint,
     decls: &HashMap<String, StorageDecl>,
-) -> Result<HashMap<String, Located>> {
+) -> Result<Storages> {
     let mut at = c.data_start;
-    let mut out = HashMap::with_capacity(c.keys.len());
+    let mut out = Vec::with_capacity(c.keys.len());
     for key in &c.keys {
         let decl = decls.get(key).ok_or_else(|| {
             bad(format!(
@@ -161,16 +161,15 @@ pub(crate) fn locate(
             .ok_or_else(|| {
                 bad(format!("storage {key} runs past the end of the file")).at_offset(at)
             })?;
-        out.insert(
-            key.clone(),
+        out.push((
+            key.as_str().into(),
             Located {
                 start,
                 len: bytes,
                 crc: None,
-                entry: None,
             },
-        );
+        ));
         at = end;
     }
-    Ok(out)
+    Storages::new(out)
 }

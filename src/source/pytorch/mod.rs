@@ -15,7 +15,7 @@ pub mod pickle;
 pub(crate) mod strided;
 pub(crate) mod zipfmt;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,7 @@ use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
 pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
 use super::blocking::BlockingReader;
-use super::npz::zip::{read_directory, ZipEntry};
+use super::npz::zip::{read_directory, Method, ZipEntry};
 use super::npz::MemberReader;
 use super::{file_range, CrcCheck, FileSpan, Source, SourceOptions, TensorData};
 use crate::header::names::NameIndex;
@@ -38,7 +38,7 @@ use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, Result};
 
 /// Where one storage's bytes lie in its file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Located {
     /// Its first byte.
     pub start: u64,
@@ -46,15 +46,47 @@ pub(crate) struct Located {
     pub len: u64,
     /// The zip member's CRC-32, when the archive recorded one.
     pub crc: Option<u32>,
-    /// The zip member, for checked reads: shared by every view of it.
-    pub entry: Option<Arc<ZipEntry>>,
 }
 
-/// One tensor's place: file, storage, view and byte order.
+/// A file's storages by key, sorted: 48 bytes a storage where a hash map
+/// of keys with a zip entry each took 250 (a million storages).
+#[derive(Debug, Default)]
+pub(crate) struct Storages {
+    by_key: Vec<(Box<str>, Located)>,
+}
+
+impl Storages {
+    /// The table of `list`; a key listed twice is refused.
+    pub(crate) fn new(mut list: Vec<(Box<str>, Located)>) -> Result<Storages> {
+        list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(bad(format!("storage {} is listed twice", w[0].0)));
+        }
+        Ok(Storages { by_key: list })
+    }
+
+    /// Storage `key`'s index and place.
+    fn find(&self, key: &str) -> Option<(u32, Located)> {
+        let i = self
+            .by_key
+            .binary_search_by(|(k, _)| (**k).cmp(key))
+            .ok()?;
+        Some((i as u32, self.by_key[i].1))
+    }
+
+    fn get(&self, i: u32) -> (&str, Located) {
+        let (k, l) = &self.by_key[i as usize];
+        (k, *l)
+    }
+}
+
+/// One tensor's place: file, storage (its index in the file's
+/// [`Storages`]), view and byte order.
 #[derive(Debug, Clone)]
 struct Placed {
     file: usize,
     storage: Located,
+    index: u32,
     view: View,
     transform: Transform,
 }
@@ -64,7 +96,9 @@ struct Part {
     file: File,
     len: u64,
     tree: Tree,
-    storages: HashMap<String, Located>,
+    storages: Storages,
+    /// What a storage's key completes into its zip member's name.
+    data_prefix: String,
     big_endian: bool,
     name: String,
 }
@@ -85,6 +119,9 @@ pub(crate) struct PyTorchSource {
     verified: Mutex<HashSet<(usize, u64)>>,
     /// Groups of identical views, for `--dedupe-tied` (the planner decides).
     tied: Vec<Vec<usize>>,
+    /// Each file's storages and the prefix of their members' names, for
+    /// the zip entry a checked read needs.
+    storages: Vec<(Storages, String)>,
 }
 
 /// A view may be at most this many times its storage's bytes, unless
@@ -138,17 +175,20 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
             len,
             tree,
             storages,
+            data_prefix: String::new(),
             big_endian: c.big_endian,
             name: name.to_string(),
         });
     }
     let (entries, dir_start) = read_directory(&file, len)?;
     let c = zipfmt::open(&file, &entries, dir_start)?;
-    // The directory and then the pickle's bytes are freed as soon as they
-    // are read: a million storages' entries, a 100 MB pickle.
+    // Each phase frees what the next does not need before it allocates:
+    // the directory (a million storages' entries) before the pickle is
+    // read, the pickle's bytes (100 MB) before its tensors are named.
     drop(entries);
-    let (p, _) = unpickle(&c.pickle, Limits::for_input(c.pickle.len()))?;
-    drop(c.pickle);
+    let pickle = zipfmt::read_pickle(&file, &c)?;
+    let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
+    drop(pickle);
     let tree = model::tensors(&p, naming)?;
     drop(p);
     Ok(Part {
@@ -156,6 +196,7 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
         len,
         tree,
         storages: c.storages,
+        data_prefix: c.data_prefix,
         big_endian: c.big_endian,
         name: name.to_string(),
     })
@@ -177,14 +218,14 @@ fn tie_key(file: usize, t: &model::Found) -> TieKey {
 /// Tensor `t`'s storage in `part`, checked: in the file, of the size the
 /// pickle declares, and not viewed past [`MAX_VIEW_EXPANSION`] times its
 /// bytes unless allowed.
-fn checked_storage<'p>(
-    part: &'p Part,
+fn checked_storage(
+    part: &Part,
     t: &model::Found,
     options: &SourceOptions,
-) -> Result<&'p Located> {
-    let loc = part
+) -> Result<(u32, Located)> {
+    let (index, loc) = part
         .storages
-        .get(&t.storage)
+        .find(&t.storage)
         .ok_or_else(|| bad(format!("storage {} is not in the file", t.storage)))?;
     let decl = part.tree.storages[&t.storage];
     if decl.bytes() != Some(loc.len) {
@@ -205,7 +246,7 @@ fn checked_storage<'p>(
             factor: MAX_VIEW_EXPANSION,
         }));
     }
-    Ok(loc)
+    Ok((index, loc))
 }
 
 impl PyTorchSource {
@@ -275,6 +316,7 @@ impl PyTorchSource {
             skipped_paths: Vec::new(),
             verified: Mutex::new(HashSet::new()),
             tied: Vec::new(),
+            storages: Vec::with_capacity(parts.len()),
         };
         // Bytes the tensors would write, and their distinct storages' bytes.
         let (mut planned, mut stored) = (0u64, 0u64);
@@ -300,7 +342,7 @@ impl PyTorchSource {
                         inputs: None,
                     }));
                 }
-                let loc =
+                let (index, loc) =
                     checked_storage(&part, &t, options).map_err(|e| e.with_tensor(&t.name))?;
                 planned = planned.saturating_add(t.view.numel().unwrap_or(0) * t.view.width);
                 if counted.insert((fi, loc.start)) {
@@ -313,13 +355,15 @@ impl PyTorchSource {
                     .push(TensorMeta::new(t.name, t.dtype, t.view.shape.clone()));
                 src.placed.push(Placed {
                     file: fi,
-                    storage: loc.clone(),
+                    storage: loc,
+                    index,
                     transform: Transform::to_little_endian(t.dtype, part.big_endian),
                     view: t.view,
                 });
             }
             src.stamps.push(super::Stamp::of(&part.file, part.len));
             src.files.push(Arc::new(part.file));
+            src.storages.push((part.storages, part.data_prefix));
         }
         if !options.allow_expanded_views && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION) {
             return Err(bad(format!(
@@ -347,7 +391,7 @@ impl PyTorchSource {
     /// its own, so every byte any view reads has passed the check first.
     async fn verify_storage(&self, k: usize) -> Result<()> {
         let p = &self.placed[k];
-        let (Some(_), Some(entry)) = (p.storage.crc, &p.storage.entry) else {
+        let Some(entry) = self.member(k) else {
             return Ok(());
         };
         let key = (p.file, p.storage.start);
@@ -359,13 +403,9 @@ impl PyTorchSource {
         {
             return Ok(());
         }
-        let (entry, start, check) = (
-            entry.clone(),
-            p.storage.start,
-            self.files[p.file].try_clone()?,
-        );
+        let (start, check) = (p.storage.start, self.files[p.file].try_clone()?);
         tokio::task::spawn_blocking(move || -> Result<()> {
-            let mut r = MemberReader::new(check, entry.as_ref(), start, 0)?;
+            let mut r = MemberReader::new(check, &entry, start, 0)?;
             std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
             Ok(())
         })
@@ -376,6 +416,24 @@ impl PyTorchSource {
             .unwrap_or_else(|e| e.into_inner())
             .insert(key);
         Ok(())
+    }
+
+    /// The zip member holding tensor `k`'s storage, when it has a CRC-32
+    /// to check (a stored member: torch never compresses storages).
+    fn member(&self, k: usize) -> Option<ZipEntry> {
+        let p = &self.placed[k];
+        let crc32 = p.storage.crc?;
+        let (storages, prefix) = &self.storages[p.file];
+        let (key, loc) = storages.get(p.index);
+        Some(ZipEntry {
+            name: format!("{prefix}{key}"),
+            method: Method::Stored,
+            flags: 0,
+            crc32,
+            compressed: loc.len,
+            uncompressed: loc.len,
+            local_offset: 0,
+        })
     }
 
     fn span(&self, k: usize) -> (u64, u64) {
@@ -453,8 +511,8 @@ impl Source for PyTorchSource {
             let data = if !p.view.is_contiguous() {
                 let r = StridedReader::new(file.try_clone()?, p.storage.start, &p.view);
                 TensorData::new(BlockingReader::new(r))
-            } else if let (Some(_), Some(entry), true) = (p.storage.crc, &p.storage.entry, whole) {
-                let r = MemberReader::new(file.try_clone()?, entry, p.storage.start, 0)?;
+            } else if let (Some(entry), true) = (self.member(k), whole) {
+                let r = MemberReader::new(file.try_clone()?, &entry, p.storage.start, 0)?;
                 TensorData::new(BlockingReader::new(r))
             } else {
                 TensorData::new(file_range(file, offset, len).await?)
