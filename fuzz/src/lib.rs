@@ -369,8 +369,8 @@ pub fn pickle(data: &[u8]) -> Outcomes {
                     "{names} bytes of names past the budget"
                 );
                 for t in &tree.tensors {
-                    let decl = tree.storages[&t.storage];
-                    let need = t.view.needed_bytes().expect("a found view has a size");
+                    let decl = tree.storages[t.storage as usize].1;
+                    let need = t.view().needed_bytes().expect("a found view has a size");
                     assert!(
                         need <= decl.bytes().expect("a declared storage has a size"),
                         "tensor {:?} reaches past its storage",

@@ -124,12 +124,13 @@ pub(crate) fn locate(
     file: &File,
     len: u64,
     c: &LegacyCheckpoint,
-    decls: &HashMap<String, StorageDecl>,
+    decls: &[(Box<str>, StorageDecl)],
 ) -> Result<Storages> {
+    let decls: HashMap<&str, StorageDecl> = decls.iter().map(|(k, d)| (&**k, *d)).collect();
     let mut at = c.data_start;
     let mut out = Vec::with_capacity(c.keys.len());
     for key in &c.keys {
-        let decl = decls.get(key).ok_or_else(|| {
+        let decl = decls.get(key.as_str()).ok_or_else(|| {
             bad(format!(
                 "storage {key} is listed but the pickle never declares it"
             ))
