@@ -430,15 +430,15 @@ const NO_SIDE: Side = u32::MAX;
 /// `Cell::Call`'s `state` before a `BUILD`.
 const NO_STATE: Id = Id::MAX;
 
-/// How a value is stored: 16 bytes, its strings and items in pools (a
-/// million-tensor checkpoint builds 9 million values).
+/// How a value is stored: 12 bytes, its strings and items in pools (a
+/// million-tensor checkpoint builds 7 million values).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Cell {
     None,
     Bool(bool),
-    Int(i64),
+    Int(Bits),
     BigInt,
-    Float(f64),
+    Float(Bits),
     Str(Span),
     Bytes(Span),
     Tuple(Span),
@@ -450,7 +450,32 @@ enum Cell {
     Persistent(Id),
 }
 
-const _: () = assert!(std::mem::size_of::<Cell>() == 16);
+const _: () = assert!(std::mem::size_of::<Cell>() == 12);
+
+/// A number's 64 bits as two `u32`s, so that a [`Cell`] is aligned to 4
+/// bytes and takes 12, not 16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bits([u32; 2]);
+
+impl Bits {
+    fn of(v: u64) -> Bits {
+        Bits([v as u32, (v >> 32) as u32])
+    }
+
+    fn get(self) -> u64 {
+        u64::from(self.0[0]) | u64::from(self.0[1]) << 32
+    }
+}
+
+impl Cell {
+    fn int(v: i64) -> Cell {
+        Cell::Int(Bits::of(v as u64))
+    }
+
+    fn float(v: f64) -> Cell {
+        Cell::Float(Bits::of(v.to_bits()))
+    }
+}
 
 /// Positions in a [`Pool`]'s chunk; a longer slice gets a chunk of its own.
 const CHUNK: usize = 1 << 16;
@@ -555,9 +580,9 @@ impl Pickled {
         match cell {
             Cell::None => Node::None,
             Cell::Bool(b) => Node::Bool(b),
-            Cell::Int(i) => Node::Int(i),
+            Cell::Int(i) => Node::Int(i.get() as i64),
             Cell::BigInt => Node::BigInt,
-            Cell::Float(f) => Node::Float(f),
+            Cell::Float(f) => Node::Float(f64::from_bits(f.get())),
             Cell::Str(s) => Node::Str(std::str::from_utf8(self.raw.slice(s)).unwrap_or_default()),
             Cell::Bytes(s) => Node::Bytes(self.raw.slice(s)),
             Cell::Tuple(s) => Node::Tuple(self.items.slice(s)),
@@ -709,6 +734,8 @@ struct Machine<'a> {
     memo: Memo,
     /// [`Machine::push_constant`]'s values, once built.
     constants: [Id; CONSTANTS],
+    /// Tuples of one to three constants, shared ([`Machine::tuple_of`]).
+    small_tuples: HashMap<[Id; 3], Id>,
     bytes: usize,
     budget: Budget,
 }
@@ -748,6 +775,7 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         marks: 0,
         memo: Memo::default(),
         constants: [Memo::EMPTY; CONSTANTS],
+        small_tuples: HashMap::new(),
         bytes: 0,
         budget: Budget::new(limits.budget),
     };
@@ -887,7 +915,7 @@ impl<'a> Machine<'a> {
             Cell::Global(storage.code()),
             self.str_cell(key)?,
             self.str_cell(location)?,
-            Cell::Int(numel),
+            Cell::int(numel),
         ];
         let mut ids = [0; 5];
         for (id, cell) in ids.iter_mut().zip(items) {
@@ -1216,12 +1244,12 @@ impl<'a> Machine<'a> {
     fn long(&mut self, n: u64) -> Result<()> {
         let raw = self.sized(n)?;
         let node = match raw.len() {
-            0 => Cell::Int(0),
+            0 => Cell::int(0),
             1..=8 => {
                 let neg = raw[raw.len() - 1] & 0x80 != 0;
                 let mut b = [if neg { 0xff } else { 0 }; 8];
                 b[..raw.len()].copy_from_slice(raw);
-                Cell::Int(i64::from_le_bytes(b))
+                Cell::int(i64::from_le_bytes(b))
             }
             _ => Cell::BigInt,
         };
@@ -1234,8 +1262,39 @@ impl<'a> Machine<'a> {
         for slot in items[..n].iter_mut().rev() {
             *slot = self.pop()?;
         }
-        let tuple = self.tuple_cell(&items[..n])?;
-        self.push_node(tuple)
+        if !items[..n].iter().all(|&id| self.is_constant(id)) {
+            let tuple = self.tuple_cell(&items[..n])?;
+            return self.push_node(tuple);
+        }
+        // A short tuple of shared constants is shared too: a tuple never
+        // changes, and every 1-D tensor's stride is `(1,)`.
+        items[n..].fill(Memo::EMPTY);
+        let id = match self.small_tuples.get(&items) {
+            Some(&id) => id,
+            None => {
+                let tuple = self.tuple_cell(&items[..n])?;
+                let id = self.alloc(tuple)?;
+                self.small_tuples.insert(items, id);
+                id
+            }
+        };
+        self.stack.push(Slot::Val(id));
+        Ok(())
+    }
+
+    /// True if `id` is one of [`Machine::push_constant`]'s shared values.
+    fn is_constant(&self, id: Id) -> bool {
+        let slot = match self.cell(id) {
+            Cell::Int(v) => match v.get() {
+                v @ 0..=255 => v as usize,
+                _ => return false,
+            },
+            Cell::Bool(false) => FALSE,
+            Cell::Bool(true) => TRUE,
+            Cell::Tuple(EMPTY) => EMPTY_TUPLE,
+            _ => return false,
+        };
+        self.constants[slot] == id
     }
 
     /// Runs one opcode; returns the root at `STOP`.
@@ -1280,13 +1339,13 @@ impl<'a> Machine<'a> {
                 let node = match line {
                     b"00" => Cell::Bool(false),
                     b"01" => Cell::Bool(true),
-                    _ => parse_decimal(line)?.map_or(Cell::BigInt, Cell::Int),
+                    _ => parse_decimal(line)?.map_or(Cell::BigInt, Cell::int),
                 };
                 self.push_node(node)?
             }
             b'L' => {
                 let v = self.decimal()?;
-                self.push_node(v.map_or(Cell::BigInt, Cell::Int))?
+                self.push_node(v.map_or(Cell::BigInt, Cell::int))?
             }
             b'F' => {
                 let line = self.text_line()?;
@@ -1294,7 +1353,7 @@ impl<'a> Machine<'a> {
                     .ok()
                     .and_then(|t| t.parse().ok())
                     .ok_or_else(|| err("FLOAT is not a number"))?;
-                self.push_node(Cell::Float(v))?
+                self.push_node(Cell::float(v))?
             }
             b'V' => {
                 let s = self.unicode_line()?;
@@ -1317,15 +1376,15 @@ impl<'a> Machine<'a> {
             0x89 => self.push_constant(FALSE, Cell::Bool(false))?,
             b'J' => {
                 let v = self.u32()? as i32;
-                self.push_node(Cell::Int(v.into()))?
+                self.push_node(Cell::int(v.into()))?
             }
             b'K' => {
                 let v = self.byte()?;
-                self.push_constant(v.into(), Cell::Int(v.into()))?
+                self.push_constant(v.into(), Cell::int(v.into()))?
             }
             b'M' => {
                 let v = self.u16()?;
-                self.push_node(Cell::Int(v.into()))?
+                self.push_node(Cell::int(v.into()))?
             }
             0x8a => {
                 let n = self.byte()?;
@@ -1338,7 +1397,7 @@ impl<'a> Machine<'a> {
             }
             b'G' => {
                 let v = f64::from_be_bytes(self.take(8)?.try_into().expect("8"));
-                self.push_node(Cell::Float(v))?
+                self.push_node(Cell::float(v))?
             }
             b'X' | 0x8c | 0x8d => {
                 let n = match op {
