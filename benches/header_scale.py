@@ -10,7 +10,8 @@ Generates, with the standard library only:
     storage (or --pt-shared: all on one), whose data.pkl is byte for byte
     what torch writes (Python's pickler with torch's persistent ids, the
     torch globals stood in for by stub modules);
-then runs `convert IN -o OUT --no-sync -q` under /usr/bin/time -v and prints
+then runs `convert IN -o OUT --no-sync -q` (with --dry-run: `convert IN
+--dry-run -q`, which plans and lists without writing) under /usr/bin/time -v and prints
 peak RSS, wall, user and system time for each n, with the header's bytes
 and RSS / header bytes.
 
@@ -149,6 +150,13 @@ def measure(cmd):
     return rss, secs, float(field("User time (seconds)")), float(field("System time (seconds)"))
 
 
+def command(args, src, out):
+    """The run measured: a conversion to `out`, or with --dry-run its plan."""
+    if args.dry_run:
+        return [args.binary, src, "--dry-run", "-q"]
+    return [args.binary, src, "-o", out, "--no-sync", "-q"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default="target/debug/convert")
@@ -156,6 +164,7 @@ def main():
     ap.add_argument("--npz", type=int, nargs="*", default=[20_000, 200_000])
     ap.add_argument("--pt", type=int, nargs="*", default=[])
     ap.add_argument("--pt-shared", action="store_true", help="--pt tensors all on one storage")
+    ap.add_argument("--dry-run", action="store_true", help="measure `convert --dry-run` instead")
     ap.add_argument("--dir")
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="header-scale-")
@@ -166,28 +175,34 @@ def main():
             src = os.path.join(work, f"many-{n}.safetensors")
             hdr = gen_safetensors(src, n)
             out = os.path.join(work, "out.safetensors")
-            rss, wall, user, sys_ = measure([args.binary, src, "-o", out, "--no-sync", "-q"])
+            rss, wall, user, sys_ = measure(command(args, src, out))
             print(f"{'safetensors (shuffled)':<24} {n:>9} {hdr:>11} {rss:>8.1f} {rss * 2**20 / hdr:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
             os.remove(src)
-            os.remove(out)
+            if os.path.exists(out):
+                os.remove(out)
         for n in args.npz:
             src = os.path.join(work, f"many-{n}.npz")
             gen_npz(src, n)
             out = os.path.join(work, "out.safetensors")
-            rss, wall, user, sys_ = measure([args.binary, src, "-o", out, "--no-sync", "-q"])
+            if args.dry_run:
+                # The header's size from a real run, not measured.
+                subprocess.run([args.binary, src, "-o", out, "--no-sync", "-q"], check=True)
+            rss, wall, user, sys_ = measure(command(args, src, out))
             hdr = struct.unpack("<Q", open(out, "rb").read(8))[0]
             print(f"{'npz (stored, tiny)':<24} {n:>9} {hdr:>11} {rss:>8.1f} {rss * 2**20 / hdr:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
             os.remove(src)
-            os.remove(out)
+            if os.path.exists(out):
+                os.remove(out)
         for n in args.pt:
             src = os.path.join(work, f"many-{n}.pt")
             pkl = gen_pt(src, n, args.pt_shared)
             out = os.path.join(work, "out.safetensors")
-            rss, wall, user, sys_ = measure([args.binary, src, "-o", out, "--no-sync", "-q"])
+            rss, wall, user, sys_ = measure(command(args, src, out))
             kind = "pt (one storage)" if args.pt_shared else "pt (a storage each)"
             print(f"{kind:<24} {n:>9} {pkl:>11} {rss:>8.1f} {rss * 2**20 / pkl:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
             os.remove(src)
-            os.remove(out)
+            if os.path.exists(out):
+                os.remove(out)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)

@@ -352,7 +352,7 @@ pub fn pickle(data: &[u8]) -> Outcomes {
     let parsed = unpickle(data, limits);
     if let Ok((p, used)) = &parsed {
         assert!(*used <= data.len(), "used {used} of {} bytes", data.len());
-        assert!((p.root as usize) < p.nodes.len(), "root outside the arena");
+        assert!((p.root as usize) < p.len(), "root outside the arena");
         for naming in [
             Naming::default(),
             Naming {
@@ -368,8 +368,8 @@ pub fn pickle(data: &[u8]) -> Outcomes {
                     "{names} bytes of names past the budget"
                 );
                 for t in &tree.tensors {
-                    let decl = tree.storages[&t.storage];
-                    let need = t.view.needed_bytes().expect("a found view has a size");
+                    let decl = tree.storages[t.storage as usize].1;
+                    let need = t.view().needed_bytes().expect("a found view has a size");
                     assert!(
                         need <= decl.bytes().expect("a declared storage has a size"),
                         "tensor {:?} reaches past its storage",

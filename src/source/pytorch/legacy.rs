@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 
 use super::model::StorageDecl;
 use super::pickle::{unpickle, Limits, Node, Pickled};
-use super::Located;
+use super::{Located, Storages};
 use crate::{Error, ErrorKind, Result};
 
 /// The magic number the first pickle holds, as `LONG1` bytes after `PROTO n`.
@@ -81,7 +81,7 @@ fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
         return Err(bad("legacy magic number missing"));
     }
     let version = next(&mut at)?;
-    if version.get(version.root) != &Node::Int(1001) {
+    if version.get(version.root) != Node::Int(1001) {
         return Err(bad("legacy protocol version is not 1001"));
     }
     let info = next(&mut at)?;
@@ -92,7 +92,7 @@ fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
         Node::List(ids) => ids
             .iter()
             .map(|&i| match keys_p.get(i) {
-                Node::Str(s) => Ok(s.clone()),
+                Node::Str(s) => Ok(s.to_string()),
                 _ => Err(bad("a storage key is not a string")),
             })
             .collect::<Result<Vec<_>>>()?,
@@ -113,7 +113,7 @@ fn little_endian(info: &Pickled) -> Option<bool> {
     items
         .iter()
         .find_map(|&(k, v)| match (info.get(k), info.get(v)) {
-            (Node::Str(s), Node::Bool(b)) if s == "little_endian" => Some(*b),
+            (Node::Str("little_endian"), Node::Bool(b)) => Some(b),
             _ => None,
         })
 }
@@ -124,12 +124,13 @@ pub(crate) fn locate(
     file: &File,
     len: u64,
     c: &LegacyCheckpoint,
-    decls: &HashMap<String, StorageDecl>,
-) -> Result<HashMap<String, Located>> {
+    decls: &[(Box<str>, StorageDecl)],
+) -> Result<Storages> {
+    let decls: HashMap<&str, StorageDecl> = decls.iter().map(|(k, d)| (&**k, *d)).collect();
     let mut at = c.data_start;
-    let mut out = HashMap::with_capacity(c.keys.len());
+    let mut out = Vec::with_capacity(c.keys.len());
     for key in &c.keys {
-        let decl = decls.get(key).ok_or_else(|| {
+        let decl = decls.get(key.as_str()).ok_or_else(|| {
             bad(format!(
                 "storage {key} is listed but the pickle never declares it"
             ))
@@ -161,16 +162,15 @@ pub(crate) fn locate(
             .ok_or_else(|| {
                 bad(format!("storage {key} runs past the end of the file")).at_offset(at)
             })?;
-        out.insert(
-            key.clone(),
+        out.push((
+            key.as_str().into(),
             Located {
                 start,
                 len: bytes,
                 crc: None,
-                entry: None,
             },
-        );
+        ));
         at = end;
     }
-    Ok(out)
+    Storages::new(out)
 }

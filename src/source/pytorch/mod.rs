@@ -15,7 +15,7 @@ pub mod pickle;
 pub(crate) mod strided;
 pub(crate) mod zipfmt;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -28,7 +28,7 @@ use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
 pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
 use super::blocking::BlockingReader;
-use super::npz::zip::{read_directory, ZipEntry};
+use super::npz::zip::{read_directory, Method, ZipEntry};
 use super::npz::MemberReader;
 use super::{file_range, CrcCheck, FileSpan, Source, SourceOptions, TensorData};
 use crate::header::names::NameIndex;
@@ -38,7 +38,7 @@ use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, Result};
 
 /// Where one storage's bytes lie in its file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Located {
     /// Its first byte.
     pub start: u64,
@@ -46,17 +46,47 @@ pub(crate) struct Located {
     pub len: u64,
     /// The zip member's CRC-32, when the archive recorded one.
     pub crc: Option<u32>,
-    /// The zip member, for checked reads: shared by every view of it.
-    pub entry: Option<Arc<ZipEntry>>,
 }
 
-/// One tensor's place: file, storage, view and byte order.
+/// A file's storages by key, sorted: 48 bytes a storage where a hash map
+/// of keys with a zip entry each took 250 (a million storages).
+#[derive(Debug, Default)]
+pub(crate) struct Storages {
+    by_key: Vec<(Box<str>, Located)>,
+}
+
+impl Storages {
+    /// The table of `list`; a key listed twice is refused.
+    pub(crate) fn new(mut list: Vec<(Box<str>, Located)>) -> Result<Storages> {
+        list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(bad(format!("storage {} is listed twice", w[0].0)));
+        }
+        Ok(Storages { by_key: list })
+    }
+
+    /// Storage `key`'s index and place.
+    fn find(&self, key: &str) -> Option<(u32, Located)> {
+        let i = self.by_key.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        Some((i as u32, self.by_key[i].1))
+    }
+
+    fn get(&self, i: u32) -> (&str, Located) {
+        let (k, l) = &self.by_key[i as usize];
+        (k, *l)
+    }
+}
+
+/// One tensor's place: its file, its storage (an index in the file's
+/// [`Storages`]), its first element and, unless it is contiguous, its
+/// strides. 32 bytes: the shape is its [`TensorMeta`]'s, the width and
+/// byte order follow from the dtype and the file.
 #[derive(Debug, Clone)]
 struct Placed {
-    file: usize,
-    storage: Located,
-    view: View,
-    transform: Transform,
+    file: u32,
+    index: u32,
+    offset: u64,
+    stride: Option<Box<[u64]>>,
 }
 
 /// One checkpoint file, parsed and located.
@@ -64,7 +94,9 @@ struct Part {
     file: File,
     len: u64,
     tree: Tree,
-    storages: HashMap<String, Located>,
+    storages: Storages,
+    /// What a storage's key completes into its zip member's name.
+    data_prefix: String,
     big_endian: bool,
     name: String,
 }
@@ -85,6 +117,11 @@ pub(crate) struct PyTorchSource {
     verified: Mutex<HashSet<(usize, u64)>>,
     /// Groups of identical views, for `--dedupe-tied` (the planner decides).
     tied: Vec<Vec<usize>>,
+    /// Each file's storages and the prefix of their members' names, for
+    /// the zip entry a checked read needs.
+    storages: Vec<(Storages, String)>,
+    /// Each file's byte order (`true`: big-endian).
+    big_endian: Vec<bool>,
 }
 
 /// A view may be at most this many times its storage's bytes, unless
@@ -97,6 +134,11 @@ pub(crate) const MAX_VIEW_EXPANSION: u64 = 16;
 /// storages' bytes (tied views each count), unless
 /// [`SourceOptions::allow_expanded_views`].
 pub(crate) const MAX_TOTAL_EXPANSION: u64 = 16;
+
+/// Elements in a tensor of `shape`, if it fits 64 bits.
+fn numel(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
+}
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::new(ErrorKind::PyTorch(msg.into()))
@@ -138,17 +180,20 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
             len,
             tree,
             storages,
+            data_prefix: String::new(),
             big_endian: c.big_endian,
             name: name.to_string(),
         });
     }
     let (entries, dir_start) = read_directory(&file, len)?;
     let c = zipfmt::open(&file, &entries, dir_start)?;
-    // The directory and then the pickle's bytes are freed as soon as they
-    // are read: a million storages' entries, a 100 MB pickle.
+    // Each phase frees what the next does not need before it allocates:
+    // the directory (a million storages' entries) before the pickle is
+    // read, the pickle's bytes (100 MB) before its tensors are named.
     drop(entries);
-    let (p, _) = unpickle(&c.pickle, Limits::for_input(c.pickle.len()))?;
-    drop(c.pickle);
+    let pickle = zipfmt::read_pickle(&file, &c)?;
+    let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
+    drop(pickle);
     let tree = model::tensors(&p, naming)?;
     drop(p);
     Ok(Part {
@@ -156,6 +201,7 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
         len,
         tree,
         storages: c.storages,
+        data_prefix: c.data_prefix,
         big_endian: c.big_endian,
         name: name.to_string(),
     })
@@ -163,40 +209,38 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
 
 /// What makes two views identical: file, storage, dtype, and shape,
 /// stride and offset (a `u64::MAX` between shape and stride).
-type TieKey = (usize, String, Dtype, Vec<u64>);
+type TieKey = (usize, u32, Dtype, Vec<u64>);
 
 fn tie_key(file: usize, t: &model::Found) -> TieKey {
-    let v = &t.view;
+    let v = t.view();
     let mut key = v.shape.clone();
     key.push(u64::MAX);
     key.extend_from_slice(&v.stride);
     key.push(v.offset);
-    (file, t.storage.clone(), t.dtype, key)
+    (file, t.storage, t.dtype, key)
 }
 
 /// Tensor `t`'s storage in `part`, checked: in the file, of the size the
 /// pickle declares, and not viewed past [`MAX_VIEW_EXPANSION`] times its
 /// bytes unless allowed.
-fn checked_storage<'p>(
-    part: &'p Part,
+fn checked_storage(
+    part: &Part,
     t: &model::Found,
     options: &SourceOptions,
-) -> Result<&'p Located> {
-    let loc = part
+) -> Result<(u32, Located)> {
+    let (key, decl) = &part.tree.storages[t.storage as usize];
+    let (index, loc) = part
         .storages
-        .get(&t.storage)
-        .ok_or_else(|| bad(format!("storage {} is not in the file", t.storage)))?;
-    let decl = part.tree.storages[&t.storage];
+        .find(key)
+        .ok_or_else(|| bad(format!("storage {key} is not in the file")))?;
     if decl.bytes() != Some(loc.len) {
         return Err(bad(format!(
-            "storage {} is {} bytes in the file but {} elements of {} bytes in the pickle",
-            t.storage, loc.len, decl.numel, decl.elem
+            "storage {key} is {} bytes in the file but {} elements of {} bytes in the pickle",
+            loc.len, decl.numel, decl.elem
         )));
     }
-    let bytes = t
-        .view
-        .numel()
-        .and_then(|n| n.checked_mul(t.view.width))
+    let bytes = numel(&t.shape)
+        .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad("tensor size overflows 64 bits"))?;
     if !options.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
         return Err(Error::new(ErrorKind::ExpandedView {
@@ -205,7 +249,7 @@ fn checked_storage<'p>(
             factor: MAX_VIEW_EXPANSION,
         }));
     }
-    Ok(loc)
+    Ok((index, loc))
 }
 
 impl PyTorchSource {
@@ -275,7 +319,13 @@ impl PyTorchSource {
             skipped_paths: Vec::new(),
             verified: Mutex::new(HashSet::new()),
             tied: Vec::new(),
+            storages: Vec::with_capacity(parts.len()),
+            big_endian: Vec::with_capacity(parts.len()),
         };
+        // Both lists built once at their size.
+        let count = parts.iter().map(|p| p.tree.tensors.len()).sum();
+        src.tensors.reserve_exact(count);
+        src.placed.reserve_exact(count);
         // Bytes the tensors would write, and their distinct storages' bytes.
         let (mut planned, mut stored) = (0u64, 0u64);
         // Storages counted, by (file, first byte): no copy of their keys.
@@ -300,26 +350,31 @@ impl PyTorchSource {
                         inputs: None,
                     }));
                 }
-                let loc =
+                let (index, loc) =
                     checked_storage(&part, &t, options).map_err(|e| e.with_tensor(&t.name))?;
-                planned = planned.saturating_add(t.view.numel().unwrap_or(0) * t.view.width);
+                let width = model::width(t.dtype);
+                planned = planned.saturating_add(numel(&t.shape).unwrap_or(0) * width);
                 if counted.insert((fi, loc.start)) {
                     stored = stored.saturating_add(loc.len);
                 }
                 if options.dedupe_tied {
                     groups.entry(tie_key(fi, &t)).or_default().push(k);
                 }
-                src.tensors
-                    .push(TensorMeta::new(t.name, t.dtype, t.view.shape.clone()));
+                // Contiguous views are read as bytes: their strides are moot.
+                let contiguous = t.stride.is_none() || t.view().is_contiguous();
+                let stride = t.stride.filter(|_| !contiguous);
                 src.placed.push(Placed {
-                    file: fi,
-                    storage: loc.clone(),
-                    transform: Transform::to_little_endian(t.dtype, part.big_endian),
-                    view: t.view,
+                    file: fi as u32,
+                    index,
+                    offset: t.offset,
+                    stride,
                 });
+                src.tensors.push(TensorMeta::new(t.name, t.dtype, t.shape));
             }
             src.stamps.push(super::Stamp::of(&part.file, part.len));
             src.files.push(Arc::new(part.file));
+            src.storages.push((part.storages, part.data_prefix));
+            src.big_endian.push(part.big_endian);
         }
         if !options.allow_expanded_views && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION) {
             return Err(bad(format!(
@@ -346,11 +401,11 @@ impl PyTorchSource {
     /// once per storage: a view that is not all of it cannot be checked on
     /// its own, so every byte any view reads has passed the check first.
     async fn verify_storage(&self, k: usize) -> Result<()> {
-        let p = &self.placed[k];
-        let (Some(_), Some(entry)) = (p.storage.crc, &p.storage.entry) else {
+        let Some(entry) = self.member(k) else {
             return Ok(());
         };
-        let key = (p.file, p.storage.start);
+        let (file, start) = (self.placed[k].file as usize, self.storage(k).start);
+        let key = (file, start);
         if self
             .verified
             .lock()
@@ -359,13 +414,9 @@ impl PyTorchSource {
         {
             return Ok(());
         }
-        let (entry, start, check) = (
-            entry.clone(),
-            p.storage.start,
-            self.files[p.file].try_clone()?,
-        );
+        let check = self.files[file].try_clone()?;
         tokio::task::spawn_blocking(move || -> Result<()> {
-            let mut r = MemberReader::new(check, entry.as_ref(), start, 0)?;
+            let mut r = MemberReader::new(check, &entry, start, 0)?;
             std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
             Ok(())
         })
@@ -378,11 +429,55 @@ impl PyTorchSource {
         Ok(())
     }
 
-    fn span(&self, k: usize) -> (u64, u64) {
+    /// Where tensor `k`'s storage lies.
+    fn storage(&self, k: usize) -> Located {
         let p = &self.placed[k];
-        let w = p.view.width;
-        let len = p.view.numel().unwrap_or(0) * w;
-        (p.storage.start + p.view.offset * w, len)
+        self.storages[p.file as usize].0.get(p.index).1
+    }
+
+    /// The zip member holding tensor `k`'s storage, when it has a CRC-32
+    /// to check (a stored member: torch never compresses storages).
+    fn member(&self, k: usize) -> Option<ZipEntry> {
+        let p = &self.placed[k];
+        let (storages, prefix) = &self.storages[p.file as usize];
+        let (key, loc) = storages.get(p.index);
+        Some(ZipEntry {
+            name: format!("{prefix}{key}"),
+            method: Method::Stored,
+            flags: 0,
+            crc32: loc.crc?,
+            compressed: loc.len,
+            uncompressed: loc.len,
+            local_offset: 0,
+        })
+    }
+
+    /// Tensor `k`'s view of its storage; a contiguous one gets C strides.
+    fn view(&self, k: usize) -> View {
+        let (p, t) = (&self.placed[k], &self.tensors[k]);
+        let stride = match &p.stride {
+            Some(s) => s.to_vec(),
+            None => strided::c_strides(&t.shape),
+        };
+        View {
+            offset: p.offset,
+            shape: t.shape.clone(),
+            stride,
+            width: model::width(t.dtype),
+        }
+    }
+
+    fn transform(&self, k: usize) -> Transform {
+        let big = self.big_endian[self.placed[k].file as usize];
+        Transform::to_little_endian(self.tensors[k].dtype, big)
+    }
+
+    /// Tensor `k`'s first byte in its file and its length.
+    fn span(&self, k: usize) -> (u64, u64) {
+        let t = &self.tensors[k];
+        let w = model::width(t.dtype);
+        let len = numel(&t.shape).unwrap_or(0) * w;
+        (self.storage(k).start + self.placed[k].offset * w, len)
     }
 }
 
@@ -415,51 +510,52 @@ impl Source for PyTorchSource {
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
-        let p = &self.placed[k];
-        if !p.view.is_contiguous() {
+        if self.placed[k].stride.is_some() {
             return None;
         }
         let (offset, len) = self.span(k);
+        let storage = self.storage(k);
         // A storage's CRC can be checked only when the tensor is all of it;
         // a part of one is read through `open`, which checks it all first.
-        let whole = offset == p.storage.start && len == p.storage.len;
-        if p.storage.crc.is_some() && !whole {
+        let whole = offset == storage.start && len == storage.len;
+        if storage.crc.is_some() && !whole {
             return None;
         }
         Some(FileSpan {
-            file: self.files[p.file].clone(),
+            file: self.files[self.placed[k].file as usize].clone(),
             offset,
             len,
-            transform: p.transform,
-            crc: p.storage.crc.filter(|_| whole).map(|expected| CrcCheck {
+            transform: self.transform(k),
+            crc: storage.crc.filter(|_| whole).map(|expected| CrcCheck {
                 expected,
-                from: p.storage.start,
+                from: storage.start,
             }),
         })
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
         async move {
-            let p = &self.placed[k];
-            let file = &self.files[p.file];
+            let file = &self.files[self.placed[k].file as usize];
+            let storage = self.storage(k);
+            let contiguous = self.placed[k].stride.is_none();
             let (offset, len) = self.span(k);
-            let whole = len == p.storage.len && offset == p.storage.start;
-            if !(whole && p.view.is_contiguous()) {
+            let whole = len == storage.len && offset == storage.start;
+            if !(whole && contiguous) {
                 // A gather reads the storage out of order and a slice reads
                 // part of it, both past any CRC check: check the whole
                 // member first, in one forward pass, once per storage.
                 self.verify_storage(k).await?;
             }
-            let data = if !p.view.is_contiguous() {
-                let r = StridedReader::new(file.try_clone()?, p.storage.start, &p.view);
+            let data = if !contiguous {
+                let r = StridedReader::new(file.try_clone()?, storage.start, &self.view(k));
                 TensorData::new(BlockingReader::new(r))
-            } else if let (Some(_), Some(entry), true) = (p.storage.crc, &p.storage.entry, whole) {
-                let r = MemberReader::new(file.try_clone()?, entry, p.storage.start, 0)?;
+            } else if let (Some(entry), true) = (self.member(k), whole) {
+                let r = MemberReader::new(file.try_clone()?, &entry, storage.start, 0)?;
                 TensorData::new(BlockingReader::new(r))
             } else {
                 TensorData::new(file_range(file, offset, len).await?)
             };
-            Ok(data.with_transform(p.transform))
+            Ok(data.with_transform(self.transform(k)))
         }
         .boxed()
     }

@@ -8,10 +8,9 @@
 //! pickle's [`Budget`]: a key shared through the memo costs its length
 //! every time a path goes through it.
 
-use std::collections::HashMap;
-
 use super::pickle::{Budget, Global, Id, Node, Pickled};
-use super::strided::View;
+use super::strided::{c_strides, View};
+use crate::header::names::NameIndex;
 use crate::{Dtype, Error, ErrorKind, Result};
 
 /// Deeper nesting than this is refused (a checkpoint is a few levels deep).
@@ -53,12 +52,32 @@ impl StorageDecl {
 pub struct Found {
     /// Its dotted name.
     pub name: String,
-    /// The storage it views.
-    pub storage: String,
+    /// The storage it views: its index in [`Tree::storages`].
+    pub storage: u32,
     /// Its element type.
     pub dtype: Dtype,
-    /// Offset, shape and stride in elements.
-    pub view: View,
+    /// Its first element's index in the storage.
+    pub offset: u64,
+    /// Its shape.
+    pub shape: Vec<u64>,
+    /// Its strides in elements; `None` for C order's, as most tensors
+    /// have (16 bytes a tensor, not a list).
+    pub stride: Option<Box<[u64]>>,
+}
+
+impl Found {
+    /// Its view of its storage.
+    pub fn view(&self) -> View {
+        View {
+            offset: self.offset,
+            shape: self.shape.clone(),
+            stride: self
+                .stride
+                .as_deref()
+                .map_or_else(|| c_strides(&self.shape), <[u64]>::to_vec),
+            width: width(self.dtype),
+        }
+    }
 }
 
 /// Every tensor, the storages they use and how many leaves were skipped.
@@ -66,8 +85,9 @@ pub struct Found {
 pub struct Tree {
     /// Tensors in the checkpoint's order.
     pub tensors: Vec<Found>,
-    /// Storages by key.
-    pub storages: HashMap<String, StorageDecl>,
+    /// Storages by key, in the order tensors first use them (each key
+    /// once, not once a tensor: a million keys are 40 bytes each).
+    pub storages: Vec<(Box<str>, StorageDecl)>,
     /// Non-tensor leaves skipped (numbers, strings, None...).
     pub skipped: usize,
     /// Where the first [`MAX_SKIPPED_PATHS`] skipped leaves were (dotted paths).
@@ -140,18 +160,38 @@ pub fn width(d: Dtype) -> u64 {
 struct Walker<'a> {
     p: &'a Pickled,
     tree: Tree,
+    /// `tree.storages` by key.
+    keys: NameIndex,
     visits: usize,
     budget: Budget,
 }
 
+impl<'a> Walker<'a> {
+    fn new(p: &'a Pickled) -> Self {
+        Walker {
+            p,
+            tree: Tree::default(),
+            keys: NameIndex::with_capacity(0),
+            visits: 0,
+            budget: p.budget,
+        }
+    }
+}
+
 /// Finds every tensor in `p`, named as [`Naming`] says.
 pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
-    let mut w = Walker {
-        p,
-        tree: Tree::default(),
-        visits: 0,
-        budget: p.budget,
-    };
+    let mut w = Walker::new(p);
+    // Room for every tensor call and storage the arena holds: the lists
+    // are built once at their size (a Vec doubling holds up to 3x while
+    // it moves).
+    let (mut calls, mut storages) = (0, 0);
+    for id in 0..p.len() as Id {
+        calls += usize::from(w.tensor_call(id).is_some());
+        storages += usize::from(matches!(p.get(id), Node::Persistent(_)));
+    }
+    w.tree.tensors.reserve_exact(calls);
+    w.tree.storages.reserve_exact(storages);
+    w.keys = NameIndex::with_capacity(storages);
     let mut root = p.root;
     let mut prefix = String::new();
     if let Some(key) = &naming.root {
@@ -193,11 +233,11 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
 
 /// What a plain value is, for a `--pt-root` that names one (`epoch`):
 /// `None` for containers and calls, which may hold tensors.
-fn leaf(node: &Node) -> Option<String> {
+fn leaf(node: Node) -> Option<String> {
     const SHOWN: usize = 40;
     Some(match node {
         Node::None => "None".into(),
-        Node::Bool(b) => format!("a bool ({})", if *b { "True" } else { "False" }),
+        Node::Bool(b) => format!("a bool ({})", if b { "True" } else { "False" }),
         Node::Int(i) => format!("an int ({i})"),
         Node::BigInt => "an int".into(),
         Node::Float(f) => format!("a float ({f})"),
@@ -212,16 +252,11 @@ fn leaf(node: &Node) -> Option<String> {
 
 /// Every storage any persistent id in `p` declares, reached by a tensor or
 /// not: the legacy format needs each one's size to find the next.
-pub fn all_storages(p: &Pickled) -> Result<HashMap<String, StorageDecl>> {
-    let mut w = Walker {
-        p,
-        tree: Tree::default(),
-        visits: 0,
-        budget: p.budget,
-    };
-    for (id, node) in p.nodes.iter().enumerate() {
-        if matches!(node, Node::Persistent(_)) {
-            w.storage(Some(&(id as Id)))?;
+pub fn all_storages(p: &Pickled) -> Result<Vec<(Box<str>, StorageDecl)>> {
+    let mut w = Walker::new(p);
+    for id in 0..p.len() as Id {
+        if matches!(p.get(id), Node::Persistent(_)) {
+            w.storage(Some(&id))?;
         }
     }
     Ok(w.tree.storages)
@@ -249,7 +284,7 @@ impl Walker<'_> {
                 | Global::RebuildParameter
                 | Global::RebuildParameterWithState
                 | Global::RebuildFromType
-                | Global::RefusedTensor(_) => Some((*func, *args, *state)),
+                | Global::RefusedTensor(_) => Some((func, args, state)),
                 _ => None,
             },
             _ => None,
@@ -261,7 +296,7 @@ impl Walker<'_> {
         let p = self.p;
         let number;
         let key = match p.get(k) {
-            Node::Str(s) => s.as_str(),
+            Node::Str(s) => s,
             Node::Int(i) => {
                 number = i.to_string();
                 number.as_str()
@@ -337,7 +372,7 @@ impl Walker<'_> {
             match self.p.get(id) {
                 Node::Tuple(v) | Node::List(v) | Node::Set(v) => todo.extend(v),
                 Node::Dict(items) => todo.extend(items.iter().flat_map(|&(k, v)| [k, v])),
-                Node::Call { args, state, .. } => todo.extend(std::iter::once(*args).chain(*state)),
+                Node::Call { args, state, .. } => todo.extend(std::iter::once(args).chain(state)),
                 _ => {}
             }
         }
@@ -406,7 +441,7 @@ impl Walker<'_> {
     fn int(&self, id: Option<&Id>, what: &str) -> Result<u64> {
         match id.map(|&i| self.p.get(i)) {
             Some(Node::Int(v)) => {
-                u64::try_from(*v).map_err(|_| bad(format!("{what} is negative ({v})")))
+                u64::try_from(v).map_err(|_| bad(format!("{what} is negative ({v})")))
             }
             _ => Err(bad(format!("{what} is not an integer"))),
         }
@@ -442,11 +477,11 @@ impl Walker<'_> {
                     (Some(&f), Some(&t), Some(&i)) => (f, t, i),
                     _ => return Err(bad("_rebuild_from_type_v2 needs 4 arguments")),
                 };
-                if self.p.get(ty) != &Node::Global(Global::TensorType) {
+                if self.p.get(ty) != Node::Global(Global::TensorType) {
                     return Err(bad("a tensor subclass is not supported"));
                 }
                 match self.p.get(f) {
-                    Node::Global(g) => self.tensor(*g, inner, depth + 1),
+                    Node::Global(g) => self.tensor(g, inner, depth + 1),
                     _ => Err(bad("_rebuild_from_type_v2 of something not a function")),
                 }
             }
@@ -458,7 +493,8 @@ impl Walker<'_> {
     }
 
     fn rebuild(&mut self, func: Global, a: &[Id]) -> Result<Found> {
-        let (key, decl, storage_dtype) = self.storage(a.first())?;
+        let (index, decl, storage_dtype) = self.storage(a.first())?;
+        let key = &*self.tree.storages[index as usize].0;
         let offset = self.int(a.get(1), "storage_offset")?;
         let shape = self.ints(a.get(2), "size")?;
         let stride = self.ints(a.get(3), "stride")?;
@@ -509,18 +545,22 @@ impl Walker<'_> {
                 "view reaches byte {needed} of storage {key}, which has {storage_len}"
             )));
         }
+        let stride = (view.stride != c_strides(&view.shape)).then(|| view.stride.into());
         Ok(Found {
             name: String::new(),
-            storage: key,
+            storage: index,
             dtype,
-            view,
+            offset: view.offset,
+            shape: view.shape,
+            stride,
         })
     }
 
     /// `('storage', class, key, location, numel[, view_metadata])`.
-    fn storage(&mut self, id: Option<&Id>) -> Result<(String, StorageDecl, Option<Dtype>)> {
+    /// The storage's index in `tree.storages`, its declaration and dtype.
+    fn storage(&mut self, id: Option<&Id>) -> Result<(u32, StorageDecl, Option<Dtype>)> {
         let pid = match id.map(|&i| self.p.get(i)) {
-            Some(Node::Persistent(pid)) => *pid,
+            Some(Node::Persistent(pid)) => pid,
             _ => return Err(bad("tensor storage is not a persistent id")),
         };
         let Node::Tuple(f) = self.p.get(pid) else {
@@ -533,9 +573,13 @@ impl Walker<'_> {
             Some(Node::Global(Global::Storage(c))) => storage_dtype(c).map_err(bad)?,
             _ => return Err(bad("storage type is not a storage class")),
         };
+        let number;
         let key = match f.get(2).map(|&i| self.p.get(i)) {
-            Some(Node::Str(s)) => s.clone(),
-            Some(Node::Int(i)) => i.to_string(),
+            Some(Node::Str(s)) => s,
+            Some(Node::Int(i)) => {
+                number = i.to_string();
+                number.as_str()
+            }
             _ => return Err(bad("storage key is not a string")),
         };
         match f.get(3).map(|&i| self.p.get(i)) {
@@ -547,7 +591,7 @@ impl Walker<'_> {
         }
         let numel = self.int(f.get(4), "storage size")?;
         if let Some(&vm) = f.get(5) {
-            if self.p.get(vm) != &Node::None {
+            if self.p.get(vm) != Node::None {
                 return Err(bad("a legacy storage view is not supported"));
             }
         }
@@ -556,27 +600,30 @@ impl Walker<'_> {
             numel,
             dtype,
         };
-        match self.tree.storages.get(&key) {
+        let storages = &mut self.tree.storages;
+        let next = storages.len();
+        let seen = self.keys.insert(next, key, |i| &storages[i].0);
+        match seen.map(|i| (i, storages[i].1)) {
             // torch keeps the first declaration, other readers the last:
             // two different ones are two answers, refused (torch.save itself
             // refuses to write one storage as two types).
-            Some(d) if *d != decl => {
+            Some((_, d)) if d != decl => {
                 let show = |d: &StorageDecl| match d.dtype {
                     Some(t) => format!("{} elements of {t}", d.numel),
                     None => format!("{} untyped bytes", d.numel),
                 };
-                return Err(bad(format!(
+                Err(bad(format!(
                     "storage {key} is declared twice, as {} and as {}",
-                    show(d),
+                    show(&d),
                     show(&decl)
-                )));
+                )))
             }
-            Some(_) => {}
+            Some((i, _)) => Ok((i as u32, decl, dtype)),
             None => {
-                self.tree.storages.insert(key.clone(), decl);
+                storages.push((key.into(), decl));
+                Ok((next as u32, decl, dtype))
             }
         }
-        Ok((key, decl, dtype))
     }
 }
 

@@ -317,9 +317,10 @@ impl Global {
     }
 }
 
-/// A value the pickle built.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Node {
+/// A value the pickle built, as [`Pickled::get`] shows it: its strings
+/// and items borrowed from the arena's pools.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Node<'a> {
     /// `None`.
     None,
     /// `True` / `False`.
@@ -331,17 +332,17 @@ pub enum Node {
     /// A float.
     Float(f64),
     /// A `str`.
-    Str(String),
+    Str(&'a str),
     /// `bytes` or `bytearray`.
-    Bytes(Vec<u8>),
+    Bytes(&'a [u8]),
     /// A tuple.
-    Tuple(Vec<Id>),
+    Tuple(&'a [Id]),
     /// A list.
-    List(Vec<Id>),
+    List(&'a [Id]),
     /// A dict or `OrderedDict`, in insertion order.
-    Dict(Vec<(Id, Id)>),
+    Dict(&'a [(Id, Id)]),
     /// A set or frozenset.
-    Set(Vec<Id>),
+    Set(&'a [Id]),
     /// An allowed global itself (a dtype, a storage class, a function).
     Global(Global),
     /// `func(*args)` recorded, not performed; `state` is what `BUILD` gave it.
@@ -357,11 +358,209 @@ pub enum Node {
     Persistent(Id),
 }
 
+/// A [`Global`] in two bytes: its kind and, for the named ones, its place
+/// in the list it came from ([`STORAGES`], [`DTYPES`]...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Code(u8, u8);
+
+/// The lists the named globals come from, by [`Code`] kind.
+const NAMED: [&[&str]; 3] = [STORAGES, DTYPES, LAYOUTS];
+
+impl Global {
+    fn code(self) -> Code {
+        let at = |list: &[&str], s: &str| list.iter().position(|x| *x == s).unwrap_or(0) as u8;
+        match self {
+            Global::Storage(s) => Code(0, at(STORAGES, s)),
+            Global::Dtype(s) => Code(1, at(DTYPES, s)),
+            Global::Layout(s) => Code(2, at(LAYOUTS, s)),
+            Global::RefusedTensor(what) => Code(
+                3,
+                REFUSED_TENSORS
+                    .iter()
+                    .position(|(_, w)| *w == what)
+                    .unwrap_or(0) as u8,
+            ),
+            plain => Code(4, PLAIN.iter().position(|g| *g == plain).unwrap_or(0) as u8),
+        }
+    }
+
+    fn from_code(Code(kind, i): Code) -> Global {
+        let i = usize::from(i);
+        match kind {
+            0..=2 => {
+                let s = NAMED[usize::from(kind)][i];
+                [Global::Storage, Global::Dtype, Global::Layout][usize::from(kind)](s)
+            }
+            3 => Global::RefusedTensor(REFUSED_TENSORS[i].1),
+            _ => PLAIN[i],
+        }
+    }
+}
+
+/// The globals without a name of their own, in [`Code`] order.
+const PLAIN: &[Global] = &[
+    Global::OrderedDict,
+    Global::RebuildTensor,
+    Global::RebuildTensorV2,
+    Global::RebuildTensorV3,
+    Global::RebuildParameter,
+    Global::RebuildParameterWithState,
+    Global::RebuildFromType,
+    Global::TensorType,
+    Global::Size,
+    Global::Device,
+    Global::CodecsEncode,
+    Global::Set,
+    Global::Complex,
+    Global::ByteArray,
+    Global::GetLayout,
+];
+
+/// Where a string, bytes or a tuple's items lie in their [`Pool`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    at: u32,
+    len: u32,
+}
+
+/// A mutable container's items in [`Pickled`]'s side lists; `NO_SIDE`
+/// while it is empty, so the empty `OrderedDict()` a torch tensor carries
+/// for its hooks costs its cell alone.
+type Side = u32;
+const NO_SIDE: Side = u32::MAX;
+/// `Cell::Call`'s `state` before a `BUILD`.
+const NO_STATE: Id = Id::MAX;
+
+/// How a value is stored: 12 bytes, its strings and items in pools (a
+/// million-tensor checkpoint builds 7 million values).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Cell {
+    None,
+    Bool(bool),
+    Int(Bits),
+    BigInt,
+    Float(Bits),
+    Str(Span),
+    Bytes(Span),
+    Tuple(Span),
+    List(Side),
+    Dict(Side),
+    Set(Side),
+    Global(Code),
+    Call { func: Code, args: Id, state: Id },
+    Persistent(Id),
+}
+
+const _: () = assert!(std::mem::size_of::<Cell>() == 12);
+
+/// A number's 64 bits as two `u32`s, so that a [`Cell`] is aligned to 4
+/// bytes and takes 12, not 16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bits([u32; 2]);
+
+impl Bits {
+    fn of(v: u64) -> Bits {
+        Bits([v as u32, (v >> 32) as u32])
+    }
+
+    fn get(self) -> u64 {
+        u64::from(self.0[0]) | u64::from(self.0[1]) << 32
+    }
+}
+
+impl Cell {
+    fn int(v: i64) -> Cell {
+        Cell::Int(Bits::of(v as u64))
+    }
+
+    fn float(v: f64) -> Cell {
+        Cell::Float(Bits::of(v.to_bits()))
+    }
+}
+
+/// Positions in a [`Pool`]'s chunk; a longer slice gets a chunk of its own.
+const CHUNK: usize = 1 << 16;
+
+/// Values kept in chunks of [`CHUNK`]: growing never copies what is held
+/// (a `Vec` doubling holds up to three times its contents while it moves).
+/// A slice lies in one chunk, so its first position addresses it; one
+/// longer than a chunk takes a chunk of its size and the positions of as
+/// many chunks.
+#[derive(Debug, Clone)]
+struct Pool<T> {
+    chunks: Vec<Vec<T>>,
+}
+
+impl<T> Default for Pool<T> {
+    fn default() -> Self {
+        Pool { chunks: Vec::new() }
+    }
+}
+
+impl<T: Copy> Pool<T> {
+    /// Stores `items`; their first position.
+    fn push(&mut self, items: &[T]) -> Result<u32> {
+        if items.is_empty() {
+            return Ok(0);
+        }
+        let room = self.chunks.last().map_or(0, |c| c.capacity() - c.len());
+        if room < items.len() {
+            let slots = items.len().div_ceil(CHUNK);
+            self.chunks.push(Vec::with_capacity(items.len().max(CHUNK)));
+            // Placeholders keep the positions of the chunks it spans.
+            self.chunks.extend((1..slots).map(|_| Vec::new()));
+            if slots > 1 {
+                let start = self.chunks.len() - slots;
+                self.chunks[start].extend_from_slice(items);
+                return position(start, 0);
+            }
+        }
+        let c = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[c];
+        let at = chunk.len();
+        chunk.extend_from_slice(items);
+        position(c, at)
+    }
+
+    fn slice(&self, s: Span) -> &[T] {
+        if s.len == 0 {
+            return &[];
+        }
+        let (c, o) = (s.at as usize / CHUNK, s.at as usize % CHUNK);
+        &self.chunks[c][o..o + s.len as usize]
+    }
+
+    fn get(&self, at: u32) -> Option<&T> {
+        let (c, o) = (at as usize / CHUNK, at as usize % CHUNK);
+        self.chunks.get(c)?.get(o)
+    }
+
+    fn get_mut(&mut self, at: u32) -> Option<&mut T> {
+        let (c, o) = (at as usize / CHUNK, at as usize % CHUNK);
+        self.chunks.get_mut(c)?.get_mut(o)
+    }
+}
+
+fn position(chunk: usize, at: usize) -> Result<u32> {
+    chunk
+        .checked_mul(CHUNK)
+        .and_then(|p| u32::try_from(p + at).ok())
+        .ok_or_else(|| err("more values than 32-bit positions address: refused"))
+}
+
 /// A parsed pickle: the arena and the value `STOP` returned.
 #[derive(Debug, Clone)]
 pub struct Pickled {
-    /// Every value built.
-    pub nodes: Vec<Node>,
+    cells: Pool<Cell>,
+    count: usize,
+    /// Tuples' items.
+    items: Pool<Id>,
+    /// Strings' and bytes' bytes (strings are checked UTF-8 when stored).
+    raw: Pool<u8>,
+    /// Lists' and sets' items, by [`Side`].
+    seqs: Vec<Vec<Id>>,
+    /// Dicts' items, by [`Side`].
+    dicts: Vec<Vec<(Id, Id)>>,
     /// The result.
     pub root: Id,
     /// What is left of the pickle's budget, for the walk that names its tensors.
@@ -369,9 +568,50 @@ pub struct Pickled {
 }
 
 impl Pickled {
-    /// The node `id` refers to.
-    pub fn get(&self, id: Id) -> &Node {
-        &self.nodes[id as usize]
+    /// The value `id` refers to.
+    pub fn get(&self, id: Id) -> Node<'_> {
+        let Some(&cell) = self.cells.get(id) else {
+            return Node::None;
+        };
+        let seq = |slot: Side| {
+            self.seqs
+                .get(slot as usize)
+                .map_or(&[][..], |v| v.as_slice())
+        };
+        match cell {
+            Cell::None => Node::None,
+            Cell::Bool(b) => Node::Bool(b),
+            Cell::Int(i) => Node::Int(i.get() as i64),
+            Cell::BigInt => Node::BigInt,
+            Cell::Float(f) => Node::Float(f64::from_bits(f.get())),
+            Cell::Str(s) => Node::Str(std::str::from_utf8(self.raw.slice(s)).unwrap_or_default()),
+            Cell::Bytes(s) => Node::Bytes(self.raw.slice(s)),
+            Cell::Tuple(s) => Node::Tuple(self.items.slice(s)),
+            Cell::List(slot) => Node::List(seq(slot)),
+            Cell::Set(slot) => Node::Set(seq(slot)),
+            Cell::Dict(slot) => Node::Dict(
+                self.dicts
+                    .get(slot as usize)
+                    .map_or(&[][..], |v| v.as_slice()),
+            ),
+            Cell::Global(c) => Node::Global(Global::from_code(c)),
+            Cell::Call { func, args, state } => Node::Call {
+                func: Global::from_code(func),
+                args,
+                state: (state != NO_STATE).then_some(state),
+            },
+            Cell::Persistent(p) => Node::Persistent(p),
+        }
+    }
+
+    /// How many values were built.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// True if none was (never, for a pickle that parsed).
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
     }
 }
 
@@ -391,6 +631,22 @@ fn parse_decimal(line: &[u8]) -> Result<Option<i64>> {
     Ok(t.parse().ok())
 }
 
+/// `_codecs.encode(text, "latin1")`: protocol 2's spelling of bytes.
+fn codecs_encode(text: Option<Node>, enc: Option<Node>) -> Result<Vec<u8>> {
+    let (Some(Node::Str(text)), Some(Node::Str(enc))) = (text, enc) else {
+        return Err(err("_codecs.encode needs a str and an encoding"));
+    };
+    if enc != "latin1" && enc != "latin-1" {
+        return Err(err(format!("_codecs.encode with encoding {enc:?}")));
+    }
+    text.chars()
+        .map(|c| u8::try_from(u32::from(c)).map_err(|_| err("latin1 text above U+00FF")))
+        .collect()
+}
+
+/// The span of nothing: empty strings, bytes and tuples.
+const EMPTY: Span = Span { at: 0, len: 0 };
+
 /// Bytes one container item costs.
 const ID: usize = std::mem::size_of::<Id>();
 
@@ -407,7 +663,8 @@ enum Slot {
 /// goes to a map, so a crafted key cannot grow the list.
 #[derive(Default)]
 struct Memo {
-    dense: Vec<Id>,
+    dense: Pool<Id>,
+    dense_len: usize,
     sparse: HashMap<u32, Id>,
     len: usize,
 }
@@ -423,18 +680,30 @@ impl Memo {
     }
 
     fn get(&self, key: u32) -> Option<Id> {
-        match self.dense.get(key as usize) {
+        match self.dense_get(key) {
             Some(&id) if id != Self::EMPTY => Some(id),
             _ => self.sparse.get(&key).copied(),
         }
     }
 
-    fn insert(&mut self, key: u32, id: Id) {
+    fn dense_get(&self, key: u32) -> Option<&Id> {
+        ((key as usize) < self.dense_len).then(|| self.dense.get(key))?
+    }
+
+    fn insert(&mut self, key: u32, id: Id) -> Result<()> {
         let k = key as usize;
-        if k >= self.dense.len() && k - self.dense.len() < MEMO_GAP {
-            self.dense.resize(k + 1, Self::EMPTY);
+        if k >= self.dense_len && k - self.dense_len < MEMO_GAP {
+            while self.dense_len <= k {
+                self.dense.push(&[Self::EMPTY])?;
+                self.dense_len += 1;
+            }
         }
-        let new = match self.dense.get_mut(k) {
+        let slot = if k < self.dense_len {
+            self.dense.get_mut(key)
+        } else {
+            None
+        };
+        let new = match slot {
             // A key the map took before the list reached it moves over.
             Some(slot) => {
                 std::mem::replace(slot, id) == Self::EMPTY && self.sparse.remove(&key).is_none()
@@ -444,24 +713,30 @@ impl Memo {
         if new {
             self.len += 1;
         }
+        Ok(())
     }
 }
 
-/// Shared values: the ints 0-255 (`BININT1`), then `False` and `True`.
-const CONSTANTS: usize = 258;
+/// Shared values: the ints 0-255 (`BININT1`), then `False`, `True` and
+/// the empty tuple.
+const CONSTANTS: usize = 259;
 const FALSE: usize = 256;
 const TRUE: usize = 257;
+const EMPTY_TUPLE: usize = 258;
 
 struct Machine<'a> {
     data: &'a [u8],
     pos: usize,
     limits: Limits,
-    nodes: Vec<Node>,
+    /// The arena being built; its root and budget are set at `STOP`.
+    out: Pickled,
     stack: Vec<Slot>,
     marks: usize,
     memo: Memo,
     /// [`Machine::push_constant`]'s values, once built.
     constants: [Id; CONSTANTS],
+    /// Tuples of one to three constants, shared ([`Machine::tuple_of`]).
+    small_tuples: HashMap<[Id; 3], Id>,
     bytes: usize,
     budget: Budget,
 }
@@ -487,11 +762,21 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         data,
         pos: 0,
         limits,
-        nodes: Vec::new(),
+        out: Pickled {
+            cells: Pool::default(),
+            count: 0,
+            items: Pool::default(),
+            raw: Pool::default(),
+            seqs: Vec::new(),
+            dicts: Vec::new(),
+            root: 0,
+            budget: Budget::new(0),
+        },
         stack: Vec::new(),
         marks: 0,
         memo: Memo::default(),
         constants: [Memo::EMPTY; CONSTANTS],
+        small_tuples: HashMap::new(),
         bytes: 0,
         budget: Budget::new(limits.budget),
     };
@@ -500,16 +785,11 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         let op = m.byte().map_err(|e| e.at_offset(at as u64))?;
         match m.step(op) {
             Ok(Some(root)) => {
-                let nodes = std::mem::take(&mut m.nodes);
-                let budget = m.budget;
-                return Ok((
-                    Pickled {
-                        nodes,
-                        root,
-                        budget,
-                    },
-                    m.pos,
-                ));
+                let pos = m.pos;
+                let mut out = m.out;
+                out.root = root;
+                out.budget = m.budget;
+                return Ok((out, pos));
             }
             Ok(None) => {}
             Err(e) => return Err(e.at_offset(at as u64)),
@@ -518,13 +798,14 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
 }
 
 impl<'a> Machine<'a> {
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let data: &'a [u8] = self.data;
         let end = self
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.data.len())
             .ok_or_else(|| err("pickle ends inside an opcode"))?;
-        let s = &self.data[self.pos..end];
+        let s = &data[self.pos..end];
         self.pos = end;
         Ok(s)
     }
@@ -630,19 +911,57 @@ impl<'a> Machine<'a> {
             Some(g @ Global::Storage(_)) => g,
             _ => return Err(refuse()),
         };
-        let (key, location) = (key.to_string(), location.to_string());
-        let items = vec![
-            self.alloc(Node::Str("storage".into()))?,
-            self.alloc(Node::Global(storage))?,
-            self.alloc(Node::Str(key))?,
-            self.alloc(Node::Str(location))?,
-            self.alloc(Node::Int(numel))?,
+        let items = [
+            self.str_cell("storage")?,
+            Cell::Global(storage.code()),
+            self.str_cell(key)?,
+            self.str_cell(location)?,
+            Cell::int(numel),
         ];
-        self.alloc(Node::Tuple(items))
+        let mut ids = [0; 5];
+        for (id, cell) in ids.iter_mut().zip(items) {
+            *id = self.alloc(cell)?;
+        }
+        let tuple = self.tuple_cell(&ids)?;
+        self.alloc(tuple)
+    }
+
+    /// A `str` stored in the pool (its bytes were charged when read).
+    fn str_cell(&mut self, s: &str) -> Result<Cell> {
+        let at = self.out.raw.push(s.as_bytes())?;
+        Ok(Cell::Str(Span {
+            at,
+            len: s.len() as u32,
+        }))
+    }
+
+    fn bytes_cell(&mut self, b: &[u8]) -> Result<Cell> {
+        let at = self.out.raw.push(b)?;
+        Ok(Cell::Bytes(Span {
+            at,
+            len: b.len() as u32,
+        }))
+    }
+
+    fn tuple_cell(&mut self, items: &[Id]) -> Result<Cell> {
+        let at = self.out.items.push(items)?;
+        Ok(Cell::Tuple(Span {
+            at,
+            len: items.len() as u32,
+        }))
+    }
+
+    /// A list's or set's items in the side list (none while it is empty).
+    fn seq(&mut self, items: Vec<Id>) -> Side {
+        if items.is_empty() {
+            return NO_SIDE;
+        }
+        self.out.seqs.push(items);
+        (self.out.seqs.len() - 1) as Side
     }
 
     /// A length from the pickle, checked against the bytes that remain.
-    fn sized(&mut self, n: u64) -> Result<&[u8]> {
+    fn sized(&mut self, n: u64) -> Result<&'a [u8]> {
         let n = usize::try_from(n).map_err(|_| err("length does not fit memory"))?;
         self.bytes = self.bytes.saturating_add(n);
         if self.bytes > self.limits.bytes {
@@ -655,7 +974,7 @@ impl<'a> Machine<'a> {
         self.take(n)
     }
 
-    fn push_node(&mut self, node: Node) -> Result<()> {
+    fn push_node(&mut self, node: Cell) -> Result<()> {
         let id = self.alloc(node)?;
         self.stack.push(Slot::Val(id));
         Ok(())
@@ -664,7 +983,7 @@ impl<'a> Machine<'a> {
     /// Pushes the small int or bool in `slot`, built the first time and
     /// shared after: they never change, and a million tensors' offsets,
     /// sizes and strides are mostly 0s and 1s (4 values a tensor).
-    fn push_constant(&mut self, slot: usize, node: Node) -> Result<()> {
+    fn push_constant(&mut self, slot: usize, node: Cell) -> Result<()> {
         let id = match self.constants[slot] {
             Memo::EMPTY => {
                 let id = self.alloc(node)?;
@@ -677,16 +996,21 @@ impl<'a> Machine<'a> {
         Ok(())
     }
 
-    fn alloc(&mut self, node: Node) -> Result<Id> {
-        if self.nodes.len() >= self.limits.nodes {
+    fn alloc(&mut self, node: Cell) -> Result<Id> {
+        if self.out.count >= self.limits.nodes {
             return Err(err(format!(
                 "more than {} values: refused",
                 self.limits.nodes
             )));
         }
-        self.budget.charge(std::mem::size_of::<Node>(), "values")?;
-        self.nodes.push(node);
-        Ok((self.nodes.len() - 1) as Id)
+        self.budget.charge(std::mem::size_of::<Cell>(), "values")?;
+        let id = self.out.cells.push(&[node])?;
+        self.out.count += 1;
+        Ok(id)
+    }
+
+    fn cell(&self, id: Id) -> Cell {
+        self.out.cells.get(id).copied().unwrap_or(Cell::None)
     }
 
     fn pop(&mut self) -> Result<Id> {
@@ -739,8 +1063,7 @@ impl<'a> Machine<'a> {
             // A hash map entry and its share of the table, at most.
             self.budget.charge(32, "memo entries")?;
         }
-        self.memo.insert(key, id);
-        Ok(())
+        self.memo.insert(key, id)
     }
 
     fn memo_get(&mut self, key: u32) -> Result<()> {
@@ -753,21 +1076,41 @@ impl<'a> Machine<'a> {
     }
 
     fn kind_of(&self, id: Id) -> &'static str {
-        match &self.nodes[id as usize] {
-            Node::None => "None",
-            Node::Bool(_) => "a bool",
-            Node::Int(_) | Node::BigInt => "an int",
-            Node::Float(_) => "a float",
-            Node::Str(_) => "a str",
-            Node::Bytes(_) => "bytes",
-            Node::Tuple(_) => "a tuple",
-            Node::List(_) => "a list",
-            Node::Dict(_) => "a dict",
-            Node::Set(_) => "a set",
-            Node::Global(_) => "a global",
-            Node::Call { .. } => "an object",
-            Node::Persistent(_) => "a persistent id",
+        match self.cell(id) {
+            Cell::None => "None",
+            Cell::Bool(_) => "a bool",
+            Cell::Int(_) | Cell::BigInt => "an int",
+            Cell::Float(_) => "a float",
+            Cell::Str(_) => "a str",
+            Cell::Bytes(_) => "bytes",
+            Cell::Tuple(_) => "a tuple",
+            Cell::List(_) => "a list",
+            Cell::Dict(_) => "a dict",
+            Cell::Set(_) => "a set",
+            Cell::Global(_) => "a global",
+            Cell::Call { .. } => "an object",
+            Cell::Persistent(_) => "a persistent id",
         }
+    }
+
+    /// The side list `target`'s items are in, given one first if it had
+    /// none; `None` if `target` is not the container `want` makes.
+    fn side(&mut self, target: Id, want: fn(Side) -> Cell) -> Option<usize> {
+        let cell = self.out.cells.get_mut(target)?;
+        let (slot, fresh) = match *cell {
+            Cell::List(s) | Cell::Set(s) if want(s) == *cell => (s, self.out.seqs.len()),
+            Cell::Dict(s) if want(s) == *cell => (s, self.out.dicts.len()),
+            _ => return None,
+        };
+        if slot != NO_SIDE {
+            return Some(slot as usize);
+        }
+        *cell = want(fresh as Side);
+        match cell {
+            Cell::Dict(_) => self.out.dicts.push(Vec::new()),
+            _ => self.out.seqs.push(Vec::new()),
+        }
+        Some(fresh)
     }
 
     fn set_items(&mut self, target: Id, pairs: Vec<Id>) -> Result<()> {
@@ -775,42 +1118,41 @@ impl<'a> Machine<'a> {
             return Err(err("SETITEMS with an odd number of values"));
         }
         let kind = self.kind_of(target);
-        match &mut self.nodes[target as usize] {
-            Node::Dict(items) => {
-                for kv in pairs.chunks_exact(2) {
-                    items.push((kv[0], kv[1]));
-                }
-                Ok(())
-            }
-            _ => Err(err(format!("SETITEM on {kind}, which is not a dict"))),
-        }
+        let Some(slot) = self.side(target, Cell::Dict) else {
+            return Err(err(format!("SETITEM on {kind}, which is not a dict")));
+        };
+        let items = &mut self.out.dicts[slot];
+        items.extend(pairs.chunks_exact(2).map(|kv| (kv[0], kv[1])));
+        Ok(())
     }
 
     fn append(&mut self, target: Id, values: Vec<Id>) -> Result<()> {
-        let kind = self.kind_of(target);
-        match &mut self.nodes[target as usize] {
-            Node::List(items) => {
-                items.extend(values);
-                Ok(())
-            }
-            _ => Err(err(format!("APPEND on {kind}, which is not a list"))),
-        }
+        self.extend_seq(target, values, Cell::List, "APPEND", "a list")
     }
 
     fn add_items(&mut self, target: Id, values: Vec<Id>) -> Result<()> {
+        self.extend_seq(target, values, Cell::Set, "ADDITEMS", "a set")
+    }
+
+    fn extend_seq(
+        &mut self,
+        target: Id,
+        values: Vec<Id>,
+        want: fn(Side) -> Cell,
+        op: &str,
+        what: &str,
+    ) -> Result<()> {
         let kind = self.kind_of(target);
-        match &mut self.nodes[target as usize] {
-            Node::Set(items) => {
-                items.extend(values);
-                Ok(())
-            }
-            _ => Err(err(format!("ADDITEMS on {kind}, which is not a set"))),
-        }
+        let Some(slot) = self.side(target, want) else {
+            return Err(err(format!("{op} on {kind}, which is not {what}")));
+        };
+        self.out.seqs[slot].extend(values);
+        Ok(())
     }
 
     fn global(&mut self, module: &str, name: &str) -> Result<()> {
         match Global::lookup(module, name) {
-            Some(g) => self.push_node(Node::Global(g)),
+            Some(g) => self.push_node(Cell::Global(g.code())),
             None => Err(Error::new(ErrorKind::PickleGlobal {
                 module: module.chars().take(200).collect(),
                 name: name.chars().take(200).collect(),
@@ -823,86 +1165,77 @@ impl<'a> Machine<'a> {
     fn reduce(&mut self) -> Result<()> {
         let args = self.pop()?;
         let func = self.pop()?;
-        let Node::Global(g) = self.nodes[func as usize] else {
+        let Node::Global(g) = self.out.get(func) else {
             let kind = self.kind_of(func);
             return Err(err(format!("REDUCE calls {kind}, not an allowed global")));
         };
-        let Node::Tuple(arg_ids) = &self.nodes[args as usize] else {
+        let Node::Tuple(arg_ids) = self.out.get(args) else {
             return Err(err("REDUCE arguments are not a tuple"));
         };
-        let arg_ids = arg_ids.clone();
+        let first = arg_ids.first().map(|&a| self.out.get(a));
         self.budget
             .charge(arg_ids.len().saturating_mul(ID), "call arguments")?;
         // Constructors that copy their argument: each copy is charged, so
         // one shared list copied a thousand times costs a thousand lists.
-        if let Some(&a) = arg_ids.first() {
-            let copied = match (g, &self.nodes[a as usize]) {
-                (Global::Set | Global::Size, Node::List(v) | Node::Tuple(v) | Node::Set(v)) => {
-                    v.len().saturating_mul(ID)
-                }
-                (Global::ByteArray, Node::Bytes(b)) => b.len(),
-                (Global::CodecsEncode, Node::Str(t)) => t.len(),
-                _ => 0,
-            };
-            self.budget.charge(copied, "copies made by constructors")?;
-        }
-        let node = match g {
-            Global::OrderedDict if arg_ids.is_empty() => Node::Dict(Vec::new()),
-            Global::Set => match arg_ids.first().map(|&a| &self.nodes[a as usize]) {
-                None => Node::Set(Vec::new()),
-                Some(Node::List(v) | Node::Tuple(v) | Node::Set(v)) => Node::Set(v.clone()),
-                _ => return Err(err("set() of something that is not a list")),
-            },
-            Global::Size => match arg_ids.first().map(|&a| &self.nodes[a as usize]) {
-                None => Node::Tuple(Vec::new()),
-                Some(Node::Tuple(v) | Node::List(v)) => Node::Tuple(v.clone()),
-                _ => return Err(err("torch.Size of something that is not a tuple")),
-            },
-            Global::CodecsEncode => self.codecs_encode(&arg_ids)?,
-            Global::ByteArray => match arg_ids.first().map(|&a| &self.nodes[a as usize]) {
-                None => Node::Bytes(Vec::new()),
-                Some(Node::Bytes(b)) => Node::Bytes(b.clone()),
-                _ => return Err(err("bytearray of something that is not bytes")),
-            },
-            Global::Dtype(_) | Global::Layout(_) | Global::Storage(_) => {
+        let copied = match (g, first) {
+            (Global::Set | Global::Size, Some(Node::List(v) | Node::Tuple(v) | Node::Set(v))) => {
+                v.len().saturating_mul(ID)
+            }
+            (Global::ByteArray, Some(Node::Bytes(b))) => b.len(),
+            (Global::CodecsEncode, Some(Node::Str(t))) => t.len(),
+            _ => 0,
+        };
+        self.budget.charge(copied, "copies made by constructors")?;
+        let node = match (g, first) {
+            (Global::OrderedDict, None) => Cell::Dict(NO_SIDE),
+            (Global::Set, None) => Cell::Set(NO_SIDE),
+            (Global::Set, Some(Node::List(v) | Node::Tuple(v) | Node::Set(v))) => {
+                Cell::Set(self.seq(v.to_vec()))
+            }
+            (Global::Set, Some(_)) => return Err(err("set() of something that is not a list")),
+            (Global::Size, None) => return self.push_constant(EMPTY_TUPLE, Cell::Tuple(EMPTY)),
+            (Global::Size, Some(Node::Tuple(v) | Node::List(v))) => {
+                // Copied out first: the pool it is read from is the one written.
+                let items = v.to_vec();
+                self.tuple_cell(&items)?
+            }
+            (Global::Size, Some(_)) => {
+                return Err(err("torch.Size of something that is not a tuple"))
+            }
+            (Global::CodecsEncode, _) => {
+                let second = arg_ids.get(1).map(|&a| self.out.get(a));
+                let b = codecs_encode(first, second)?;
+                self.bytes_cell(&b)?
+            }
+            (Global::ByteArray, None) => Cell::Bytes(EMPTY),
+            (Global::ByteArray, Some(Node::Bytes(b))) => {
+                let copy = b.to_vec();
+                self.bytes_cell(&copy)?
+            }
+            (Global::ByteArray, Some(_)) => {
+                return Err(err("bytearray of something that is not bytes"))
+            }
+            (Global::Dtype(_) | Global::Layout(_) | Global::Storage(_), _) => {
                 return Err(err(format!("{g:?} is not callable here")))
             }
-            _ => Node::Call {
-                func: g,
+            _ => Cell::Call {
+                func: g.code(),
                 args,
-                state: None,
+                state: NO_STATE,
             },
         };
         self.push_node(node)
-    }
-
-    /// `_codecs.encode(text, "latin1")`: protocol 2's spelling of bytes.
-    fn codecs_encode(&self, args: &[Id]) -> Result<Node> {
-        let (Some(Node::Str(text)), Some(Node::Str(enc))) = (
-            args.first().map(|&a| &self.nodes[a as usize]),
-            args.get(1).map(|&a| &self.nodes[a as usize]),
-        ) else {
-            return Err(err("_codecs.encode needs a str and an encoding"));
-        };
-        if enc != "latin1" && enc != "latin-1" {
-            return Err(err(format!("_codecs.encode with encoding {enc:?}")));
-        }
-        let mut out = Vec::with_capacity(text.len());
-        for c in text.chars() {
-            out.push(u8::try_from(u32::from(c)).map_err(|_| err("latin1 text above U+00FF"))?);
-        }
-        Ok(Node::Bytes(out))
     }
 
     fn build(&mut self) -> Result<()> {
         let state = self.pop()?;
         let target = self.top()?;
         let kind = self.kind_of(target);
-        match &mut self.nodes[target as usize] {
+        match self.out.cells.get_mut(target) {
             // An OrderedDict's instance attributes (`_metadata`): not items.
-            Node::Dict(_) => Ok(()),
-            Node::Call { state: s, .. } => {
-                *s = Some(state);
+            Some(Cell::Dict(_)) => Ok(()),
+            Some(Cell::Call { state: s, .. }) => {
+                *s = state;
                 Ok(())
             }
             _ => Err(err(format!("BUILD on {kind}"))),
@@ -912,26 +1245,57 @@ impl<'a> Machine<'a> {
     fn long(&mut self, n: u64) -> Result<()> {
         let raw = self.sized(n)?;
         let node = match raw.len() {
-            0 => Node::Int(0),
+            0 => Cell::int(0),
             1..=8 => {
                 let neg = raw[raw.len() - 1] & 0x80 != 0;
                 let mut b = [if neg { 0xff } else { 0 }; 8];
                 b[..raw.len()].copy_from_slice(raw);
-                Node::Int(i64::from_le_bytes(b))
+                Cell::int(i64::from_le_bytes(b))
             }
-            _ => Node::BigInt,
+            _ => Cell::BigInt,
         };
         self.push_node(node)
     }
 
     fn tuple_of(&mut self, n: usize) -> Result<()> {
         self.budget.charge(n * ID, "container items")?;
-        let mut items = Vec::with_capacity(n);
-        for _ in 0..n {
-            items.push(self.pop()?);
+        let mut items = [0; 3];
+        for slot in items[..n].iter_mut().rev() {
+            *slot = self.pop()?;
         }
-        items.reverse();
-        self.push_node(Node::Tuple(items))
+        if !items[..n].iter().all(|&id| self.is_constant(id)) {
+            let tuple = self.tuple_cell(&items[..n])?;
+            return self.push_node(tuple);
+        }
+        // A short tuple of shared constants is shared too: a tuple never
+        // changes, and every 1-D tensor's stride is `(1,)`.
+        items[n..].fill(Memo::EMPTY);
+        let id = match self.small_tuples.get(&items) {
+            Some(&id) => id,
+            None => {
+                let tuple = self.tuple_cell(&items[..n])?;
+                let id = self.alloc(tuple)?;
+                self.small_tuples.insert(items, id);
+                id
+            }
+        };
+        self.stack.push(Slot::Val(id));
+        Ok(())
+    }
+
+    /// True if `id` is one of [`Machine::push_constant`]'s shared values.
+    fn is_constant(&self, id: Id) -> bool {
+        let slot = match self.cell(id) {
+            Cell::Int(v) => match v.get() {
+                v @ 0..=255 => v as usize,
+                _ => return false,
+            },
+            Cell::Bool(false) => FALSE,
+            Cell::Bool(true) => TRUE,
+            Cell::Tuple(EMPTY) => EMPTY_TUPLE,
+            _ => return false,
+        };
+        self.constants[slot] == id
     }
 
     /// Runs one opcode; returns the root at `STOP`.
@@ -968,21 +1332,21 @@ impl<'a> Machine<'a> {
                 let id = self.top()?;
                 self.stack.push(Slot::Val(id));
             }
-            b'N' => self.push_node(Node::None)?,
+            b'N' => self.push_node(Cell::None)?,
             // Protocols 0 and 1 (`torch.save(..., pickle_protocol=1)`):
             // numbers, strings, memo keys and persistent ids as text lines.
             b'I' => {
                 let line = self.text_line()?;
                 let node = match line {
-                    b"00" => Node::Bool(false),
-                    b"01" => Node::Bool(true),
-                    _ => parse_decimal(line)?.map_or(Node::BigInt, Node::Int),
+                    b"00" => Cell::Bool(false),
+                    b"01" => Cell::Bool(true),
+                    _ => parse_decimal(line)?.map_or(Cell::BigInt, Cell::int),
                 };
                 self.push_node(node)?
             }
             b'L' => {
                 let v = self.decimal()?;
-                self.push_node(v.map_or(Node::BigInt, Node::Int))?
+                self.push_node(v.map_or(Cell::BigInt, Cell::int))?
             }
             b'F' => {
                 let line = self.text_line()?;
@@ -990,15 +1354,16 @@ impl<'a> Machine<'a> {
                     .ok()
                     .and_then(|t| t.parse().ok())
                     .ok_or_else(|| err("FLOAT is not a number"))?;
-                self.push_node(Node::Float(v))?
+                self.push_node(Cell::float(v))?
             }
             b'V' => {
                 let s = self.unicode_line()?;
-                self.push_node(Node::Str(s))?
+                let cell = self.str_cell(&s)?;
+                self.push_node(cell)?
             }
             b'P' => {
                 let pid = self.text_persistent_id()?;
-                self.push_node(Node::Persistent(pid))?
+                self.push_node(Cell::Persistent(pid))?
             }
             b'p' => {
                 let k = self.memo_key()?;
@@ -1008,19 +1373,19 @@ impl<'a> Machine<'a> {
                 let k = self.memo_key()?;
                 self.memo_get(k)?
             }
-            0x88 => self.push_constant(TRUE, Node::Bool(true))?,
-            0x89 => self.push_constant(FALSE, Node::Bool(false))?,
+            0x88 => self.push_constant(TRUE, Cell::Bool(true))?,
+            0x89 => self.push_constant(FALSE, Cell::Bool(false))?,
             b'J' => {
                 let v = self.u32()? as i32;
-                self.push_node(Node::Int(v.into()))?
+                self.push_node(Cell::int(v.into()))?
             }
             b'K' => {
                 let v = self.byte()?;
-                self.push_constant(v.into(), Node::Int(v.into()))?
+                self.push_constant(v.into(), Cell::int(v.into()))?
             }
             b'M' => {
                 let v = self.u16()?;
-                self.push_node(Node::Int(v.into()))?
+                self.push_node(Cell::int(v.into()))?
             }
             0x8a => {
                 let n = self.byte()?;
@@ -1033,7 +1398,7 @@ impl<'a> Machine<'a> {
             }
             b'G' => {
                 let v = f64::from_be_bytes(self.take(8)?.try_into().expect("8"));
-                self.push_node(Node::Float(v))?
+                self.push_node(Cell::float(v))?
             }
             b'X' | 0x8c | 0x8d => {
                 let n = match op {
@@ -1042,10 +1407,9 @@ impl<'a> Machine<'a> {
                     _ => self.u64()?,
                 };
                 let raw = self.sized(n)?;
-                let s = std::str::from_utf8(raw)
-                    .map_err(|_| err("a str is not valid UTF-8"))?
-                    .to_string();
-                self.push_node(Node::Str(s))?
+                let s = std::str::from_utf8(raw).map_err(|_| err("a str is not valid UTF-8"))?;
+                let cell = self.str_cell(s)?;
+                self.push_node(cell)?
             }
             // Protocol 2's byte strings (STRING family) decode as latin1
             // text here, as torch loads them with `encoding="latin1"`.
@@ -1055,8 +1419,9 @@ impl<'a> Machine<'a> {
                 } else {
                     self.byte()?.into()
                 };
-                let s = self.sized(n)?.iter().map(|&b| b as char).collect();
-                self.push_node(Node::Str(s))?
+                let s: String = self.sized(n)?.iter().map(|&b| b as char).collect();
+                let cell = self.str_cell(&s)?;
+                self.push_node(cell)?
             }
             b'B' | b'C' | 0x8e | 0x96 => {
                 let n = match op {
@@ -1064,33 +1429,38 @@ impl<'a> Machine<'a> {
                     b'C' => self.byte()?.into(),
                     _ => self.u64()?,
                 };
-                let b = self.sized(n)?.to_vec();
-                self.push_node(Node::Bytes(b))?
+                let b = self.sized(n)?;
+                let cell = self.bytes_cell(b)?;
+                self.push_node(cell)?
             }
-            b']' => self.push_node(Node::List(Vec::new()))?,
+            b']' => self.push_node(Cell::List(NO_SIDE))?,
             b'l' => {
                 let items = self.pop_mark()?;
-                self.push_node(Node::List(items))?
+                let list = Cell::List(self.seq(items));
+                self.push_node(list)?
             }
-            b')' => self.push_node(Node::Tuple(Vec::new()))?,
+            // Tuples never change: one empty tuple serves them all.
+            b')' => self.push_constant(EMPTY_TUPLE, Cell::Tuple(EMPTY))?,
             b't' => {
                 let items = self.pop_mark()?;
-                self.push_node(Node::Tuple(items))?
+                let tuple = self.tuple_cell(&items)?;
+                self.push_node(tuple)?
             }
             0x85 => self.tuple_of(1)?,
             0x86 => self.tuple_of(2)?,
             0x87 => self.tuple_of(3)?,
-            b'}' => self.push_node(Node::Dict(Vec::new()))?,
+            b'}' => self.push_node(Cell::Dict(NO_SIDE))?,
             b'd' => {
                 let items = self.pop_mark()?;
-                let dict = self.alloc(Node::Dict(Vec::new()))?;
+                let dict = self.alloc(Cell::Dict(NO_SIDE))?;
                 self.set_items(dict, items)?;
                 self.stack.push(Slot::Val(dict));
             }
-            0x8f => self.push_node(Node::Set(Vec::new()))?,
+            0x8f => self.push_node(Cell::Set(NO_SIDE))?,
             0x91 => {
                 let items = self.pop_mark()?;
-                self.push_node(Node::Set(items))?
+                let set = Cell::Set(self.seq(items));
+                self.push_node(set)?
             }
             0x90 => {
                 let items = self.pop_mark()?;
@@ -1128,9 +1498,9 @@ impl<'a> Machine<'a> {
             0x93 => {
                 let name = self.pop()?;
                 let module = self.pop()?;
-                match (&self.nodes[module as usize], &self.nodes[name as usize]) {
+                match (self.out.get(module), self.out.get(name)) {
                     (Node::Str(m), Node::Str(n)) => {
-                        let (m, n) = (m.clone(), n.clone());
+                        let (m, n) = (m.to_string(), n.to_string());
                         self.budget.charge(m.len() + n.len(), "global names")?;
                         self.global(&m, &n)?
                     }
@@ -1141,7 +1511,7 @@ impl<'a> Machine<'a> {
             b'b' => self.build()?,
             b'Q' => {
                 let pid = self.pop()?;
-                self.push_node(Node::Persistent(pid))?
+                self.push_node(Cell::Persistent(pid))?
             }
             b'h' => {
                 let k = self.byte()?;
@@ -1228,10 +1598,64 @@ mod tests {
     }
 
     #[test]
+    fn every_global_keeps_its_name_in_two_bytes() {
+        let named = STORAGES
+            .iter()
+            .map(|s| Global::Storage(s))
+            .chain(DTYPES.iter().map(|s| Global::Dtype(s)))
+            .chain(LAYOUTS.iter().map(|s| Global::Layout(s)))
+            .chain(
+                REFUSED_TENSORS
+                    .iter()
+                    .map(|(_, w)| Global::RefusedTensor(w)),
+            );
+        for g in named.chain(PLAIN.iter().copied()) {
+            assert_eq!(Global::from_code(g.code()), g);
+        }
+    }
+
+    #[test]
+    fn pools_keep_slices_whole_across_chunks() {
+        let mut pool = Pool::default();
+        let small: Vec<u32> = (0..1000).collect();
+        let big: Vec<u32> = (0..(CHUNK as u32 * 2 + 5)).collect();
+        let mut spans = Vec::new();
+        for items in [&small, &big, &small, &big, &small] {
+            let at = pool.push(items).unwrap();
+            spans.push((
+                Span {
+                    at,
+                    len: items.len() as u32,
+                },
+                items,
+            ));
+        }
+        for _ in 0..CHUNK {
+            pool.push(&[7]).unwrap();
+        }
+        for (span, items) in spans {
+            assert_eq!(pool.slice(span), &items[..]);
+        }
+        assert_eq!(pool.slice(EMPTY), &[] as &[u32]);
+    }
+
+    #[test]
+    fn mutable_containers_fill_after_they_are_built() {
+        // d = {}; l = []; s = set(); d[1] = l; l.append(2); s.add(3) ; (d, l, s)
+        let v = run(b"\x80\x04}q\x00]q\x01\x8fq\x02h\x00K\x01h\x01sh\x01K\x02ah\x02(K\x03\x90h\x00h\x01h\x02\x87.").unwrap();
+        let Node::Tuple(&[d, l, s]) = v.get(v.root) else {
+            panic!("{:?}", v.get(v.root))
+        };
+        assert!(matches!(v.get(d), Node::Dict(&[(k, x)]) if v.get(k) == Node::Int(1) && x == l));
+        assert!(matches!(v.get(l), Node::List(&[x]) if v.get(x) == Node::Int(2)));
+        assert!(matches!(v.get(s), Node::Set(&[x]) if v.get(x) == Node::Int(3)));
+    }
+
+    #[test]
     fn longs_sign_extend() {
         let v = run(b"\x8a\x02\xff\xff.").unwrap();
-        assert_eq!(v.get(v.root), &Node::Int(-1));
+        assert_eq!(v.get(v.root), Node::Int(-1));
         let v = run(b"\x8a\x02\xff\x00.").unwrap();
-        assert_eq!(v.get(v.root), &Node::Int(255));
+        assert_eq!(v.get(v.root), Node::Int(255));
     }
 }

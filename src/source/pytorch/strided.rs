@@ -259,10 +259,11 @@ fn drop_axis(v: &[u64], k: usize) -> Vec<u64> {
         .collect()
 }
 
-fn c_strides(shape: &[u64]) -> Vec<u64> {
+/// The strides of a C-order (row-major) tensor of `shape`, in elements.
+pub(crate) fn c_strides(shape: &[u64]) -> Vec<u64> {
     let mut s = vec![1u64; shape.len()];
     for k in (0..shape.len().saturating_sub(1)).rev() {
-        s[k] = s[k + 1] * shape[k + 1];
+        s[k] = s[k + 1].saturating_mul(shape[k + 1]);
     }
     s
 }
