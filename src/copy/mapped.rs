@@ -17,7 +17,7 @@
 //! count in the resident set) to one window.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Seek};
 use std::os::fd::AsRawFd;
 
 use crate::sink::elements::too_short;
@@ -40,7 +40,11 @@ const ALIGN: u64 = 2 << 20;
 /// page-cache folios as large as the write, and on a VM whose large free
 /// blocks are handed back to the host (free page reporting) the first
 /// touch of a large folio can fault on the host: larger writes were now and
-/// then several times slower (benches/README.md, "Copy path").
+/// then several times slower (benches/README.md, "Copy path"). Pieces end
+/// on multiples of it in the output, whatever the source's offset: the
+/// output's folios are then whole pieces, and an npy's GiB (data from byte
+/// 128 in, from byte 88 out) costs what `cp` does (benches/README.md,
+/// "Copy path").
 const WRITE_PIECE: usize = 128 * 1024;
 
 /// Why a mapped copy stopped: the error, and how many bytes were done.
@@ -59,6 +63,9 @@ pub(crate) fn copy_mapped(
     let size = src.metadata().map_err(|e| (Error::io(e), 0))?.len();
     let there = size.saturating_sub(offset).min(len);
     let mut done = 0u64;
+    // Where the kernel writes: pieces are cut to end on multiples of
+    // WRITE_PIECE there (any error only costs that alignment).
+    let mut written_to = (&*out).stream_position().unwrap_or(0);
     while done < there {
         let at = offset + done;
         let (base, map_len) = window(at, offset + there, page_size());
@@ -69,9 +76,12 @@ pub(crate) fn copy_mapped(
         };
         let mut from = (at - base) as usize;
         while from < map_len {
+            let piece = WRITE_PIECE - (written_to % WRITE_PIECE as u64) as usize;
+            // The first piece short, and the one before each new window.
             let n = window
-                .write_to(out, from, (map_len - from).min(WRITE_PIECE))
+                .write_to(out, from, (map_len - from).min(piece))
                 .map_err(|e| (stopped(e, len, done), done))?;
+            written_to += n as u64;
             from += n;
             done += n as u64;
             progress(n as u64);
