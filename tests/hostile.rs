@@ -11,7 +11,8 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use safetensors_stream::internals::pickle::{unpickle, Limits};
+use proptest::prelude::*;
+use safetensors_stream::internals::pickle::{unpickle, Budget, Limits};
 use safetensors_stream::internals::pytorch_model::{tensors, Naming};
 use safetensors_stream::ErrorKind;
 use serde_json::Value;
@@ -215,6 +216,59 @@ fn name_dag(levels: u32, key_len: usize) -> Vec<u8> {
     }
     p.get(2 + levels);
     p.stop()
+}
+
+/// A DAG of dicts: `levels` levels, each a dict whose keys (one per
+/// length in `key_lens`, memoized once) all lead to the one level below,
+/// an empty dict at the bottom. Returns the pickle and what naming its
+/// expansion costs: each edge of the expanded tree, its key and a dot.
+fn dict_dag(levels: u32, key_lens: &[usize]) -> (Vec<u8>, usize) {
+    let keys: Vec<Vec<u8>> = (0..key_lens.len())
+        .map(|j| {
+            let mut k = format!("k{j}").into_bytes();
+            k.resize(k.len().max(key_lens[j]), b'x');
+            k
+        })
+        .collect();
+    let mut p = Pickle::new();
+    for (j, k) in keys.iter().enumerate() {
+        p.str(k).put(j as u32).op(b"0");
+    }
+    let first = keys.len() as u32;
+    p.op(b"}").put(first).op(b"0");
+    let edges: usize = keys.iter().map(|k| k.len() + 1).sum();
+    let mut cost = 0;
+    for level in 1..=levels {
+        p.op(b"}(");
+        for j in 0..keys.len() {
+            p.get(j as u32).get(first + level - 1);
+        }
+        p.op(b"u").put(first + level).op(b"0");
+        cost = keys.len() * cost + edges;
+    }
+    p.get(first + levels);
+    (p.stop(), cost)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A value shared through the memo costs, each time a path reaches
+    /// it, what it cost the first time: naming a DAG is charged exactly
+    /// its expansion, however small the pickle that shares it.
+    #[test]
+    fn naming_a_dag_is_charged_exactly_its_expansion(
+        levels in 1u32..6,
+        key_lens in proptest::collection::vec(1usize..48, 1..4),
+    ) {
+        let (pickle, cost) = dict_dag(levels, &key_lens);
+        let (mut p, _) = unpickle(&pickle, Limits::default()).unwrap();
+        p.budget = Budget::new(cost);
+        prop_assert!(tensors(&p, &Naming::default()).is_ok());
+        p.budget = Budget::new(cost - 1);
+        let e = tensors(&p, &Naming::default()).unwrap_err();
+        prop_assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{}", e);
+    }
 }
 
 #[test]
