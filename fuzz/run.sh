@@ -152,8 +152,8 @@ for t in "${targets[@]}"; do
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
-    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-    corp=$(grep -o 'corp: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    cov=$(grep -a -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+    corp=$(grep -a -o 'corp: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
     status=ok
     if [ "$rc" -ne 0 ] || [ "$crashes" -gt 0 ]; then
         status="FAILED (exit $rc; log fuzz/artifacts/logs/$t.log)"
