@@ -3,18 +3,20 @@
 //!
 //! Layer: error, below everything but `dtype`. A format or service whose
 //! errors a caller may tell apart owns an enum here (GGUF, quantized
-//! weights, zip, JSON, object store), nested in [`ErrorKind`] under one
+//! weights, zip, JSON, pickle and PyTorch checkpoints, object store), nested in [`ErrorKind`] under one
 //! variant whose name stays stable, and keeps the error beneath it (serde's,
 //! the inflater's, the store's) as its source. May import `dtype` and
 //! those foreign error types only.
 
 pub mod gguf;
 pub(crate) mod json;
+pub(crate) mod pickle;
 pub(crate) mod quantized;
 pub(crate) mod store;
 pub(crate) mod zip;
 
 pub use json::JsonError;
+pub use pickle::{PickleError, PyTorchError, StorageShape};
 pub use store::StoreError;
 pub use zip::{ZipError, ZipFeature};
 
@@ -689,7 +691,7 @@ pub enum ErrorKind {
     // ---- PyTorch checkpoints --------------------------------------------------
     /// A pickle is malformed, breaks a limit, or uses an opcode on the wrong type.
     #[error("pickle: {0}")]
-    Pickle(String),
+    Pickle(#[source] PickleError),
     /// A pickle names a global that is not on the allow-list; nothing was imported or run.
     #[error("pickle imports {module}.{name}, which is not allowed in a checkpoint (nothing was run){}", module_hint(.module))]
     PickleGlobal {
@@ -724,7 +726,7 @@ pub enum ErrorKind {
     },
     /// A PyTorch checkpoint that is valid but holds something we do not convert.
     #[error("PyTorch checkpoint: {0}")]
-    PyTorch(String),
+    PyTorch(#[source] PyTorchError),
 
     // ---- sharded checkpoints ------------------------------------------------
     /// A file an input names (a shard) is a FIFO, a device, a socket or a

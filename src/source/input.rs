@@ -23,7 +23,7 @@ use super::spool::spool;
 use super::{Source, SourceOptions, TensorReader};
 use crate::header::{check_file_len, check_prefix, parse_header_json, Rules};
 use crate::index::is_index_path;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, PyTorchError, Result};
 
 /// How a run tells the user things that are not errors ("spooling ...").
 pub(crate) type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -175,9 +175,7 @@ fn open_gguf(
 }
 
 fn tar_refused() -> Error {
-    Error::new(ErrorKind::PyTorch(
-        "a tar archive (the format of torch before 0.4) is not supported: load it and save it again with a recent torch".into(),
-    ))
+    Error::new(ErrorKind::PyTorch(PyTorchError::TarArchive))
 }
 
 /// Says how many non-tensor values a checkpoint held that were skipped.

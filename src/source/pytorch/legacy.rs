@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 use super::model::StorageDecl;
 use super::pickle::{unpickle, Limits, Node, Pickled};
 use super::{Located, Storages};
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, PickleError, PyTorchError, Result};
 
 /// The magic number the first pickle holds, as `LONG1` bytes after `PROTO n`.
 pub(crate) const MAGIC: [u8; 12] = [
@@ -37,8 +37,8 @@ pub(crate) struct LegacyCheckpoint {
     pub data_start: u64,
 }
 
-fn bad(msg: impl Into<String>) -> Error {
-    Error::new(ErrorKind::PyTorch(msg.into()))
+fn bad(e: PyTorchError) -> Error {
+    Error::new(ErrorKind::PyTorch(e))
 }
 
 /// Reads the five pickles from the start of `file` (`len` bytes).
@@ -59,7 +59,7 @@ pub(crate) fn open(file: &File, len: u64) -> Result<LegacyCheckpoint> {
 }
 
 fn truncated(e: &Error) -> bool {
-    matches!(e.kind(), ErrorKind::Pickle(m) if m.contains("ends inside"))
+    matches!(e.kind(), ErrorKind::Pickle(PickleError::Truncated))
 }
 
 fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
@@ -78,11 +78,11 @@ fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
     };
     let magic = next(&mut at)?;
     if !matches!(magic.get(magic.root), Node::BigInt) {
-        return Err(bad("legacy magic number missing"));
+        return Err(bad(PyTorchError::LegacyMagic));
     }
     let version = next(&mut at)?;
     if version.get(version.root) != Node::Int(1001) {
-        return Err(bad("legacy protocol version is not 1001"));
+        return Err(bad(PyTorchError::LegacyVersion));
     }
     let info = next(&mut at)?;
     let big_endian = little_endian(&info) == Some(false);
@@ -93,10 +93,10 @@ fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
             .iter()
             .map(|&i| match keys_p.get(i) {
                 Node::Str(s) => Ok(s.to_string()),
-                _ => Err(bad("a storage key is not a string")),
+                _ => Err(bad(PyTorchError::KeyListItemNotString)),
             })
             .collect::<Result<Vec<_>>>()?,
-        _ => return Err(bad("storage key list is not a list")),
+        _ => return Err(bad(PyTorchError::KeyListNotList)),
     };
     Ok(LegacyCheckpoint {
         main,
@@ -130,13 +130,11 @@ pub(crate) fn locate(
     let mut at = c.data_start;
     let mut out = Vec::with_capacity(c.keys.len());
     for key in &c.keys {
-        let decl = decls.get(key.as_str()).ok_or_else(|| {
-            bad(format!(
-                "storage {key} is listed but the pickle never declares it"
-            ))
-        })?;
+        let decl = decls
+            .get(key.as_str())
+            .ok_or_else(|| bad(PyTorchError::NeverDeclared(key.clone())))?;
         if at.checked_add(8).is_none_or(|e| e > len) {
-            return Err(bad(format!("file ends before storage {key}")).at_offset(at));
+            return Err(bad(PyTorchError::EndsBeforeStorage(key.clone())).at_offset(at));
         }
         let mut n = [0u8; 8];
         file.read_exact_at(&mut n, at).map_err(Error::io)?;
@@ -146,22 +144,21 @@ pub(crate) fn locate(
             u64::from_le_bytes(n)
         };
         if count != decl.numel {
-            return Err(bad(format!(
-                "storage {key} holds {count} elements but its tensors declare {}",
-                decl.numel
-            ))
+            return Err(bad(PyTorchError::StorageCount {
+                key: key.clone(),
+                count,
+                declared: decl.numel,
+            })
             .at_offset(at));
         }
         let bytes = decl
             .bytes()
-            .ok_or_else(|| bad(format!("storage {key} size overflows")))?;
+            .ok_or_else(|| bad(PyTorchError::StorageOverflow(key.clone())))?;
         let start = at + 8;
         let end = start
             .checked_add(bytes)
             .filter(|&e| e <= len)
-            .ok_or_else(|| {
-                bad(format!("storage {key} runs past the end of the file")).at_offset(at)
-            })?;
+            .ok_or_else(|| bad(PyTorchError::StoragePastEnd(key.clone())).at_offset(at))?;
         out.push((
             key.as_str().into(),
             Located {

@@ -35,7 +35,7 @@ use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
 use crate::transform::Transform;
-use crate::{Dtype, Error, ErrorKind, Result};
+use crate::{Dtype, Error, ErrorKind, PyTorchError, Result};
 
 /// Where one storage's bytes lie in its file.
 #[derive(Debug, Clone, Copy)]
@@ -60,7 +60,7 @@ impl Storages {
     pub(crate) fn new(mut list: Vec<(Box<str>, Located)>) -> Result<Storages> {
         list.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(bad(format!("storage {} is listed twice", w[0].0)));
+            return Err(bad(PyTorchError::ListedTwice(w[0].0.to_string())));
         }
         Ok(Storages { by_key: list })
     }
@@ -140,8 +140,8 @@ fn numel(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
 }
 
-fn bad(msg: impl Into<String>) -> Error {
-    Error::new(ErrorKind::PyTorch(msg.into()))
+fn bad(e: PyTorchError) -> Error {
+    Error::new(ErrorKind::PyTorch(e))
 }
 
 fn naming(options: &SourceOptions) -> Naming {
@@ -232,16 +232,18 @@ fn checked_storage(
     let (index, loc) = part
         .storages
         .find(key)
-        .ok_or_else(|| bad(format!("storage {key} is not in the file")))?;
+        .ok_or_else(|| bad(PyTorchError::NotInFile(key.to_string())))?;
     if decl.bytes() != Some(loc.len) {
-        return Err(bad(format!(
-            "storage {key} is {} bytes in the file but {} elements of {} bytes in the pickle",
-            loc.len, decl.numel, decl.elem
-        )));
+        return Err(bad(PyTorchError::StorageSize {
+            key: key.to_string(),
+            bytes: loc.len,
+            numel: decl.numel,
+            elem: decl.elem,
+        }));
     }
     let bytes = numel(&t.shape)
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
-        .ok_or_else(|| bad("tensor size overflows 64 bits"))?;
+        .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
     if !options.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
         return Err(Error::new(ErrorKind::ExpandedView {
             tensor_bytes: bytes,
@@ -377,9 +379,11 @@ impl PyTorchSource {
             src.big_endian.push(part.big_endian);
         }
         if !options.allow_expanded_views && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION) {
-            return Err(bad(format!(
-                "its tensors add up to {planned} bytes, more than {MAX_TOTAL_EXPANSION}x its {stored} bytes of storage (pass --allow-expanded-views to write them)"
-            )));
+            return Err(bad(PyTorchError::Expanded {
+                planned,
+                factor: MAX_TOTAL_EXPANSION,
+                stored,
+            }));
         }
         // Each group in checkpoint order: its indices were pushed in turn.
         src.tied = groups.into_values().filter(|g| g.len() > 1).collect();

@@ -11,7 +11,7 @@
 use super::pickle::{Budget, Global, Id, Node, Pickled};
 use super::strided::{c_strides, View};
 use crate::header::names::NameIndex;
-use crate::{Dtype, Error, ErrorKind, Result};
+use crate::{Dtype, Error, ErrorKind, PickleError, PyTorchError, Result, StorageShape};
 
 /// Deeper nesting than this is refused (a checkpoint is a few levels deep).
 pub const MAX_DEPTH: usize = 256;
@@ -97,12 +97,12 @@ pub struct Tree {
 /// Skipped leaves listed by path; past this only the count grows.
 pub const MAX_SKIPPED_PATHS: usize = 1000;
 
-fn bad(msg: impl Into<String>) -> Error {
-    Error::new(ErrorKind::PyTorch(msg.into()))
+fn bad(e: PyTorchError) -> Error {
+    Error::new(ErrorKind::PyTorch(e))
 }
 
 /// The safetensors twin of a `torch` dtype, or why there is none.
-pub fn torch_dtype(name: &str) -> std::result::Result<Dtype, String> {
+pub fn torch_dtype(name: &str) -> std::result::Result<Dtype, PyTorchError> {
     Ok(match name {
         "float32" | "float" => Dtype::F32,
         "float64" | "double" => Dtype::F64,
@@ -124,15 +124,15 @@ pub fn torch_dtype(name: &str) -> std::result::Result<Dtype, String> {
         "float8_e5m2fnuz" => Dtype::F8_E5M2FNUZ,
         "float8_e8m0fnu" => Dtype::F8_E8M0,
         "complex128" | "cdouble" | "complex32" | "chalf" => {
-            return Err(format!("torch.{name} has no safetensors dtype"))
+            return Err(PyTorchError::NoSafetensorsDtype(name.into()))
         }
-        n if n.starts_with('q') => return Err(format!("quantized dtype torch.{name}")),
-        n => return Err(format!("torch.{n} has no safetensors dtype")),
+        n if n.starts_with('q') => return Err(PyTorchError::QuantizedDtype(name.into())),
+        n => return Err(PyTorchError::NoSafetensorsDtype(n.into())),
     })
 }
 
 /// The element type of a typed storage class, `None` for `UntypedStorage`.
-fn storage_dtype(class: &str) -> std::result::Result<Option<Dtype>, String> {
+fn storage_dtype(class: &str) -> std::result::Result<Option<Dtype>, PyTorchError> {
     let torch = match class {
         "UntypedStorage" => return Ok(None),
         "FloatStorage" => "float32",
@@ -147,7 +147,7 @@ fn storage_dtype(class: &str) -> std::result::Result<Option<Dtype>, String> {
         "BoolStorage" => "bool",
         "ComplexFloatStorage" => "complex64",
         "ComplexDoubleStorage" => "complex128",
-        q => return Err(format!("quantized storage torch.{q}")),
+        q => return Err(PyTorchError::QuantizedStorage(q.into())),
     };
     torch_dtype(torch).map(Some)
 }
@@ -196,12 +196,18 @@ pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
     let mut prefix = String::new();
     if let Some(key) = &naming.root {
         for part in key.split('.') {
-            root = w
-                .child(root, part)
-                .ok_or_else(|| bad(format!("--pt-root {key:?}: no key {part:?} there")))?;
+            root = w.child(root, part).ok_or_else(|| {
+                bad(PyTorchError::RootMissing {
+                    root: key.to_string(),
+                    part: part.to_string(),
+                })
+            })?;
         }
         if let Some(what) = leaf(p.get(root)) {
-            return Err(bad(format!("--pt-root {key:?} holds {what}, not tensors")));
+            return Err(bad(PyTorchError::RootLeaf {
+                root: key.to_string(),
+                what,
+            }));
         }
     } else if let Some(sd) = w.child(root, "state_dict") {
         // A training checkpoint: the model's weights without the prefix,
@@ -346,7 +352,7 @@ impl Walker<'_> {
     }
 
     /// Refuses a tensor anywhere inside `id`: a place no name reaches.
-    fn no_tensor_in(&mut self, id: Id, place: &str, name: &str) -> Result<()> {
+    fn no_tensor_in(&mut self, id: Id, place: &'static str, name: &str) -> Result<()> {
         let mut seen = std::collections::HashSet::new();
         let mut todo = vec![id];
         while let Some(id) = todo.pop() {
@@ -355,8 +361,8 @@ impl Walker<'_> {
             }
             self.visits += 1;
             if self.visits > MAX_VISITS {
-                return Err(Error::new(ErrorKind::Pickle(format!(
-                    "more than {MAX_VISITS} values reached through shared references: refused"
+                return Err(Error::new(ErrorKind::Pickle(PickleError::VisitsLimit(
+                    MAX_VISITS as u64,
                 ))));
             }
             if self.tensor_call(id).is_some() {
@@ -365,9 +371,10 @@ impl Walker<'_> {
                 } else {
                     name
                 };
-                return Err(bad(format!(
-                    "a tensor {place} in {at:?}: no name reaches it, refused rather than dropped"
-                )));
+                return Err(bad(PyTorchError::Unnamed {
+                    place,
+                    at: at.to_string(),
+                }));
             }
             match self.p.get(id) {
                 Node::Tuple(v) | Node::List(v) | Node::Set(v) => todo.extend(v),
@@ -382,13 +389,13 @@ impl Walker<'_> {
     fn walk(&mut self, id: Id, name: &mut String, depth: usize) -> Result<()> {
         self.visits += 1;
         if self.visits > MAX_VISITS {
-            return Err(Error::new(ErrorKind::Pickle(format!(
-                "more than {MAX_VISITS} values reached through shared references: refused"
+            return Err(Error::new(ErrorKind::Pickle(PickleError::VisitsLimit(
+                MAX_VISITS as u64,
             ))));
         }
         if depth > MAX_DEPTH {
-            return Err(Error::new(ErrorKind::Pickle(format!(
-                "values nested deeper than {MAX_DEPTH}: refused"
+            return Err(Error::new(ErrorKind::Pickle(PickleError::DepthLimit(
+                MAX_DEPTH as u64,
             ))));
         }
         if let Some((func, args, _)) = self.tensor_call(id) {
@@ -396,9 +403,7 @@ impl Walker<'_> {
                 .tensor(func, args, 0)
                 .map_err(|e| e.with_tensor(&*name))?;
             if name.is_empty() {
-                return Err(bad(
-                    "a tensor under an empty key: its name would be empty (pass --pt-root or --name)",
-                ));
+                return Err(bad(PyTorchError::EmptyName));
             }
             self.budget.charge(name.len(), "tensor names")?;
             self.tree.tensors.push(Found {
@@ -434,61 +439,63 @@ impl Walker<'_> {
     fn args(&self, args: Id) -> Result<&[Id]> {
         match self.p.get(args) {
             Node::Tuple(v) => Ok(v),
-            _ => Err(bad("tensor arguments are not a tuple")),
+            _ => Err(bad(PyTorchError::ArgsNotTuple)),
         }
     }
 
-    fn int(&self, id: Option<&Id>, what: &str) -> Result<u64> {
+    fn int(&self, id: Option<&Id>, what: &'static str) -> Result<u64> {
         match id.map(|&i| self.p.get(i)) {
             Some(Node::Int(v)) => {
-                u64::try_from(v).map_err(|_| bad(format!("{what} is negative ({v})")))
+                u64::try_from(v).map_err(|_| bad(PyTorchError::Negative { what, value: v }))
             }
-            _ => Err(bad(format!("{what} is not an integer"))),
+            _ => Err(bad(PyTorchError::NotInteger(what))),
         }
     }
 
-    fn ints(&self, id: Option<&Id>, what: &str) -> Result<Vec<u64>> {
+    fn ints(&self, id: Option<&Id>, what: &'static str) -> Result<Vec<u64>> {
         match id.map(|&i| self.p.get(i)) {
             Some(Node::Tuple(v) | Node::List(v)) => {
                 v.iter().map(|i| self.int(Some(i), what)).collect()
             }
-            _ => Err(bad(format!("{what} is not a tuple"))),
+            _ => Err(bad(PyTorchError::NotTuple(what))),
         }
     }
 
     /// A tensor from its rebuild call (parameters unwrap to their data).
     fn tensor(&mut self, func: Global, args: Id, depth: usize) -> Result<Found> {
         if depth > 4 {
-            return Err(bad("parameters wrapped too deeply"));
+            return Err(bad(PyTorchError::WrappedTooDeeply));
         }
         let a = self.args(args)?.to_vec();
         match func {
-            Global::RefusedTensor(what) => Err(bad(format!("{what} is not supported"))),
+            Global::RefusedTensor(what) => Err(bad(PyTorchError::Unsupported(what))),
             Global::RebuildParameter | Global::RebuildParameterWithState => {
-                let data = *a.first().ok_or_else(|| bad("a parameter without data"))?;
+                let data = *a
+                    .first()
+                    .ok_or_else(|| bad(PyTorchError::ParameterWithoutData))?;
                 let (f, args, _) = self
                     .tensor_call(data)
-                    .ok_or_else(|| bad("a parameter whose data is not a tensor"))?;
+                    .ok_or_else(|| bad(PyTorchError::ParameterDataNotTensor))?;
                 self.tensor(f, args, depth + 1)
             }
             Global::RebuildFromType => {
                 // (func, type, args, state): func(*args), typed as a Tensor or Parameter.
                 let (f, ty, inner) = match (a.first(), a.get(1), a.get(2)) {
                     (Some(&f), Some(&t), Some(&i)) => (f, t, i),
-                    _ => return Err(bad("_rebuild_from_type_v2 needs 4 arguments")),
+                    _ => return Err(bad(PyTorchError::FromTypeArgs)),
                 };
                 if self.p.get(ty) != Node::Global(Global::TensorType) {
-                    return Err(bad("a tensor subclass is not supported"));
+                    return Err(bad(PyTorchError::Subclass));
                 }
                 match self.p.get(f) {
                     Node::Global(g) => self.tensor(g, inner, depth + 1),
-                    _ => Err(bad("_rebuild_from_type_v2 of something not a function")),
+                    _ => Err(bad(PyTorchError::FromTypeNotFunction)),
                 }
             }
             Global::RebuildTensor | Global::RebuildTensorV2 | Global::RebuildTensorV3 => {
                 self.rebuild(func, &a)
             }
-            _ => Err(bad("not a tensor")),
+            _ => Err(bad(PyTorchError::NotATensor)),
         }
     }
 
@@ -502,30 +509,27 @@ impl Walker<'_> {
             Global::RebuildTensorV3 => {
                 let d = match a.get(6).map(|&i| self.p.get(i)) {
                     Some(Node::Global(Global::Dtype(n))) => torch_dtype(n).map_err(bad)?,
-                    _ => return Err(bad("_rebuild_tensor_v3 without a dtype")),
+                    _ => return Err(bad(PyTorchError::V3WithoutDtype)),
                 };
                 (d, a.get(7))
             }
             _ => {
-                let d = storage_dtype.ok_or_else(|| bad("an untyped storage without a dtype"))?;
+                let d = storage_dtype.ok_or_else(|| bad(PyTorchError::UntypedWithoutDtype))?;
                 (d, a.get(6))
             }
         };
         if let Some(Node::Dict(items)) = meta.map(|&m| self.p.get(m)) {
             for &(k, v) in items {
                 if let (Node::Str(bit), Node::Bool(true)) = (self.p.get(k), self.p.get(v)) {
-                    return Err(bad(format!(
-                        "the {bit} bit is set (call .resolve_{bit}() before saving)"
-                    )));
+                    return Err(bad(PyTorchError::BitSet(bit.to_string())));
                 }
             }
         }
         if shape.len() != stride.len() {
-            return Err(bad(format!(
-                "size has {} dims but stride has {}",
-                shape.len(),
-                stride.len()
-            )));
+            return Err(bad(PyTorchError::StrideDims {
+                size: shape.len(),
+                stride: stride.len(),
+            }));
         }
         let view = View {
             offset,
@@ -536,14 +540,16 @@ impl Walker<'_> {
         // Bounds: every element the view reaches lies inside the storage.
         let storage_len = decl
             .bytes()
-            .ok_or_else(|| bad(format!("storage {key} size overflows")))?;
+            .ok_or_else(|| bad(PyTorchError::StorageOverflow(key.to_string())))?;
         let needed = view
             .needed_bytes()
-            .ok_or_else(|| bad("view size overflows 64 bits"))?;
+            .ok_or_else(|| bad(PyTorchError::ViewOverflow))?;
         if needed > storage_len {
-            return Err(bad(format!(
-                "view reaches byte {needed} of storage {key}, which has {storage_len}"
-            )));
+            return Err(bad(PyTorchError::ViewPastStorage {
+                needed,
+                key: key.to_string(),
+                len: storage_len,
+            }));
         }
         let stride = (view.stride != c_strides(&view.shape)).then(|| view.stride.into());
         Ok(Found {
@@ -561,17 +567,17 @@ impl Walker<'_> {
     fn storage(&mut self, id: Option<&Id>) -> Result<(u32, StorageDecl, Option<Dtype>)> {
         let pid = match id.map(|&i| self.p.get(i)) {
             Some(Node::Persistent(pid)) => pid,
-            _ => return Err(bad("tensor storage is not a persistent id")),
+            _ => return Err(bad(PyTorchError::StorageNotPersistent)),
         };
         let Node::Tuple(f) = self.p.get(pid) else {
-            return Err(bad("storage persistent id is not a tuple"));
+            return Err(bad(PyTorchError::PersistentIdNotTuple));
         };
         if !matches!(f.first().map(|&i| self.p.get(i)), Some(Node::Str(s)) if s == "storage") {
-            return Err(bad("persistent id is not a storage"));
+            return Err(bad(PyTorchError::PersistentIdNotStorage));
         }
         let dtype = match f.get(1).map(|&i| self.p.get(i)) {
             Some(Node::Global(Global::Storage(c))) => storage_dtype(c).map_err(bad)?,
-            _ => return Err(bad("storage type is not a storage class")),
+            _ => return Err(bad(PyTorchError::StorageTypeNotClass)),
         };
         let number;
         let key = match f.get(2).map(|&i| self.p.get(i)) {
@@ -580,19 +586,17 @@ impl Walker<'_> {
                 number = i.to_string();
                 number.as_str()
             }
-            _ => return Err(bad("storage key is not a string")),
+            _ => return Err(bad(PyTorchError::StorageKeyNotString)),
         };
         match f.get(3).map(|&i| self.p.get(i)) {
             Some(Node::Str(loc)) if loc == "cpu" || loc.starts_with("cuda") || loc == "mps" => {}
-            Some(Node::Str(loc)) => {
-                return Err(bad(format!("storage on device {loc:?} is not supported")))
-            }
-            _ => return Err(bad("storage location is not a string")),
+            Some(Node::Str(loc)) => return Err(bad(PyTorchError::Device(loc.to_string()))),
+            _ => return Err(bad(PyTorchError::LocationNotString)),
         }
         let numel = self.int(f.get(4), "storage size")?;
         if let Some(&vm) = f.get(5) {
             if self.p.get(vm) != Node::None {
-                return Err(bad("a legacy storage view is not supported"));
+                return Err(bad(PyTorchError::LegacyView));
             }
         }
         let decl = StorageDecl {
@@ -608,15 +612,15 @@ impl Walker<'_> {
             // two different ones are two answers, refused (torch.save itself
             // refuses to write one storage as two types).
             Some((_, d)) if d != decl => {
-                let show = |d: &StorageDecl| match d.dtype {
-                    Some(t) => format!("{} elements of {t}", d.numel),
-                    None => format!("{} untyped bytes", d.numel),
+                let shape = |d: StorageDecl| StorageShape {
+                    numel: d.numel,
+                    dtype: d.dtype,
                 };
-                Err(bad(format!(
-                    "storage {key} is declared twice, as {} and as {}",
-                    show(&d),
-                    show(&decl)
-                )))
+                Err(bad(PyTorchError::DeclaredTwice {
+                    key: key.into(),
+                    first: shape(d),
+                    second: shape(decl),
+                }))
             }
             Some((i, _)) => Ok((i as u32, decl, dtype)),
             None => {

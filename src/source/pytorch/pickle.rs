@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, PickleError, Result};
 
 /// An index into [`Pickled::nodes`].
 pub type Id = u32;
@@ -545,7 +545,7 @@ fn position(chunk: usize, at: usize) -> Result<u32> {
     chunk
         .checked_mul(CHUNK)
         .and_then(|p| u32::try_from(p + at).ok())
-        .ok_or_else(|| err("more values than 32-bit positions address: refused"))
+        .ok_or_else(|| err(PickleError::Positions))
 }
 
 /// A parsed pickle: the arena and the value `STOP` returned.
@@ -615,18 +615,18 @@ impl Pickled {
     }
 }
 
-fn err(msg: impl Into<String>) -> Error {
-    Error::new(ErrorKind::Pickle(msg.into()))
+fn err(e: PickleError) -> Error {
+    Error::new(ErrorKind::Pickle(e))
 }
 
 /// A decimal integer (`-12`, `7L`); `None` if it overflows 64 bits (a big
 /// int, kept only as a leaf).
 fn parse_decimal(line: &[u8]) -> Result<Option<i64>> {
-    let t = std::str::from_utf8(line).map_err(|_| err("a number is not ASCII"))?;
+    let t = std::str::from_utf8(line).map_err(|_| err(PickleError::NumberNotAscii))?;
     let t = t.strip_suffix('L').unwrap_or(t);
     let digits = t.strip_prefix('-').unwrap_or(t);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(err(format!("{t:?} is not a decimal number")));
+        return Err(err(PickleError::NotDecimal(t.into())));
     }
     Ok(t.parse().ok())
 }
@@ -634,13 +634,13 @@ fn parse_decimal(line: &[u8]) -> Result<Option<i64>> {
 /// `_codecs.encode(text, "latin1")`: protocol 2's spelling of bytes.
 fn codecs_encode(text: Option<Node>, enc: Option<Node>) -> Result<Vec<u8>> {
     let (Some(Node::Str(text)), Some(Node::Str(enc))) = (text, enc) else {
-        return Err(err("_codecs.encode needs a str and an encoding"));
+        return Err(err(PickleError::CodecsArgs));
     };
     if enc != "latin1" && enc != "latin-1" {
-        return Err(err(format!("_codecs.encode with encoding {enc:?}")));
+        return Err(err(PickleError::CodecsEncoding(enc.into())));
     }
     text.chars()
-        .map(|c| u8::try_from(u32::from(c)).map_err(|_| err("latin1 text above U+00FF")))
+        .map(|c| u8::try_from(u32::from(c)).map_err(|_| err(PickleError::NotLatin1)))
         .collect()
 }
 
@@ -804,7 +804,7 @@ impl<'a> Machine<'a> {
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.data.len())
-            .ok_or_else(|| err("pickle ends inside an opcode"))?;
+            .ok_or_else(|| err(PickleError::Truncated))?;
         let s = &data[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -832,7 +832,7 @@ impl<'a> Machine<'a> {
             .iter()
             .take(256)
             .position(|&b| b == b'\n')
-            .ok_or_else(|| err("GLOBAL name is not a short line"))?;
+            .ok_or_else(|| err(PickleError::GlobalLine))?;
         let s = String::from_utf8_lossy(&rest[..n]).into_owned();
         self.pos += n + 1;
         Ok(s)
@@ -846,7 +846,7 @@ impl<'a> Machine<'a> {
         let n = data[start..]
             .iter()
             .position(|&b| b == b'\n')
-            .ok_or_else(|| err("pickle ends inside an opcode"))?;
+            .ok_or_else(|| err(PickleError::Truncated))?;
         self.sized(n as u64)?;
         self.pos += 1;
         Ok(&data[start..start + n])
@@ -861,7 +861,7 @@ impl<'a> Machine<'a> {
     fn memo_key(&mut self) -> Result<u32> {
         self.decimal()?
             .and_then(|k| u32::try_from(k).ok())
-            .ok_or_else(|| err("memo key out of range"))
+            .ok_or_else(|| err(PickleError::MemoKeyRange))
     }
 
     /// `UNICODE` (protocol 0): raw-unicode-escape text, `\uXXXX` and
@@ -885,7 +885,7 @@ impl<'a> Machine<'a> {
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u32::from_str_radix(h, 16).ok())
                 .and_then(char::from_u32)
-                .ok_or_else(|| err("a bad \\u escape in a UNICODE string"))?;
+                .ok_or_else(|| err(PickleError::UnicodeEscape))?;
             out.push(hex);
             i += 2 + digits;
         }
@@ -897,8 +897,8 @@ impl<'a> Machine<'a> {
     /// Only that exact shape is read, into the tuple protocol 1+ would hold.
     fn text_persistent_id(&mut self) -> Result<Id> {
         let line = self.text_line()?;
-        let text = std::str::from_utf8(line).map_err(|_| err("PERSID is not text"))?;
-        let refuse = || err("a protocol-0 persistent id that is not a torch storage");
+        let text = std::str::from_utf8(line).map_err(|_| err(PickleError::PersidNotText))?;
+        let refuse = || err(PickleError::PersidNotStorage);
         let inner = text
             .strip_prefix("('storage', <class 'torch.")
             .and_then(|t| t.strip_suffix(')'))
@@ -962,13 +962,10 @@ impl<'a> Machine<'a> {
 
     /// A length from the pickle, checked against the bytes that remain.
     fn sized(&mut self, n: u64) -> Result<&'a [u8]> {
-        let n = usize::try_from(n).map_err(|_| err("length does not fit memory"))?;
+        let n = usize::try_from(n).map_err(|_| err(PickleError::LengthTooLarge))?;
         self.bytes = self.bytes.saturating_add(n);
         if self.bytes > self.limits.bytes {
-            return Err(err(format!(
-                "strings and bytes exceed the limit of {} bytes",
-                self.limits.bytes
-            )));
+            return Err(err(PickleError::BytesLimit(self.limits.bytes as u64)));
         }
         self.budget.charge(n, "strings and bytes")?;
         self.take(n)
@@ -998,10 +995,7 @@ impl<'a> Machine<'a> {
 
     fn alloc(&mut self, node: Cell) -> Result<Id> {
         if self.out.count >= self.limits.nodes {
-            return Err(err(format!(
-                "more than {} values: refused",
-                self.limits.nodes
-            )));
+            return Err(err(PickleError::ValuesLimit(self.limits.nodes as u64)));
         }
         self.budget.charge(std::mem::size_of::<Cell>(), "values")?;
         let id = self.out.cells.push(&[node])?;
@@ -1016,15 +1010,15 @@ impl<'a> Machine<'a> {
     fn pop(&mut self) -> Result<Id> {
         match self.stack.pop() {
             Some(Slot::Val(id)) => Ok(id),
-            Some(Slot::Mark) => Err(err("a value was expected but the stack holds a MARK")),
-            None => Err(err("stack underflow")),
+            Some(Slot::Mark) => Err(err(PickleError::MarkNotValue)),
+            None => Err(err(PickleError::StackUnderflow)),
         }
     }
 
     fn top(&self) -> Result<Id> {
         match self.stack.last() {
             Some(Slot::Val(id)) => Ok(*id),
-            _ => Err(err("stack underflow")),
+            _ => Err(err(PickleError::StackUnderflow)),
         }
     }
 
@@ -1034,7 +1028,7 @@ impl<'a> Machine<'a> {
             .stack
             .iter()
             .rposition(|s| *s == Slot::Mark)
-            .ok_or_else(|| err("no MARK on the stack"))?;
+            .ok_or_else(|| err(PickleError::NoMark))?;
         let n = self.stack.len() - at - 1;
         self.budget
             .charge(n.saturating_mul(ID), "container items")?;
@@ -1054,10 +1048,7 @@ impl<'a> Machine<'a> {
         let id = self.top()?;
         let known = self.memo.get(key).is_some();
         if !known && self.memo.len() >= self.limits.memo {
-            return Err(err(format!(
-                "more than {} memo entries: refused",
-                self.limits.memo
-            )));
+            return Err(err(PickleError::MemoLimit(self.limits.memo as u64)));
         }
         if !known {
             // A hash map entry and its share of the table, at most.
@@ -1070,7 +1061,7 @@ impl<'a> Machine<'a> {
         let id = self
             .memo
             .get(key)
-            .ok_or_else(|| err(format!("memo key {key} was never stored")))?;
+            .ok_or_else(|| err(PickleError::MemoKeyNeverStored(u64::from(key))))?;
         self.stack.push(Slot::Val(id));
         Ok(())
     }
@@ -1115,11 +1106,11 @@ impl<'a> Machine<'a> {
 
     fn set_items(&mut self, target: Id, pairs: Vec<Id>) -> Result<()> {
         if pairs.len() % 2 != 0 {
-            return Err(err("SETITEMS with an odd number of values"));
+            return Err(err(PickleError::SetItemsOdd));
         }
         let kind = self.kind_of(target);
         let Some(slot) = self.side(target, Cell::Dict) else {
-            return Err(err(format!("SETITEM on {kind}, which is not a dict")));
+            return Err(err(PickleError::SetItemNotDict(kind)));
         };
         let items = &mut self.out.dicts[slot];
         items.extend(pairs.chunks_exact(2).map(|kv| (kv[0], kv[1])));
@@ -1139,12 +1130,16 @@ impl<'a> Machine<'a> {
         target: Id,
         values: Vec<Id>,
         want: fn(Side) -> Cell,
-        op: &str,
-        what: &str,
+        op: &'static str,
+        what: &'static str,
     ) -> Result<()> {
         let kind = self.kind_of(target);
         let Some(slot) = self.side(target, want) else {
-            return Err(err(format!("{op} on {kind}, which is not {what}")));
+            return Err(err(PickleError::NotContainer {
+                op,
+                kind,
+                expected: what,
+            }));
         };
         self.out.seqs[slot].extend(values);
         Ok(())
@@ -1167,10 +1162,10 @@ impl<'a> Machine<'a> {
         let func = self.pop()?;
         let Node::Global(g) = self.out.get(func) else {
             let kind = self.kind_of(func);
-            return Err(err(format!("REDUCE calls {kind}, not an allowed global")));
+            return Err(err(PickleError::ReduceNotGlobal(kind)));
         };
         let Node::Tuple(arg_ids) = self.out.get(args) else {
-            return Err(err("REDUCE arguments are not a tuple"));
+            return Err(err(PickleError::ReduceArgs));
         };
         let first = arg_ids.first().map(|&a| self.out.get(a));
         self.budget
@@ -1192,16 +1187,14 @@ impl<'a> Machine<'a> {
             (Global::Set, Some(Node::List(v) | Node::Tuple(v) | Node::Set(v))) => {
                 Cell::Set(self.seq(v.to_vec()))
             }
-            (Global::Set, Some(_)) => return Err(err("set() of something that is not a list")),
+            (Global::Set, Some(_)) => return Err(err(PickleError::SetArg)),
             (Global::Size, None) => return self.push_constant(EMPTY_TUPLE, Cell::Tuple(EMPTY)),
             (Global::Size, Some(Node::Tuple(v) | Node::List(v))) => {
                 // Copied out first: the pool it is read from is the one written.
                 let items = v.to_vec();
                 self.tuple_cell(&items)?
             }
-            (Global::Size, Some(_)) => {
-                return Err(err("torch.Size of something that is not a tuple"))
-            }
+            (Global::Size, Some(_)) => return Err(err(PickleError::SizeArg)),
             (Global::CodecsEncode, _) => {
                 let second = arg_ids.get(1).map(|&a| self.out.get(a));
                 let b = codecs_encode(first, second)?;
@@ -1212,11 +1205,9 @@ impl<'a> Machine<'a> {
                 let copy = b.to_vec();
                 self.bytes_cell(&copy)?
             }
-            (Global::ByteArray, Some(_)) => {
-                return Err(err("bytearray of something that is not bytes"))
-            }
+            (Global::ByteArray, Some(_)) => return Err(err(PickleError::ByteArrayArg)),
             (Global::Dtype(_) | Global::Layout(_) | Global::Storage(_), _) => {
-                return Err(err(format!("{g:?} is not callable here")))
+                return Err(err(PickleError::NotCallable(format!("{g:?}"))))
             }
             _ => Cell::Call {
                 func: g.code(),
@@ -1238,7 +1229,7 @@ impl<'a> Machine<'a> {
                 *s = state;
                 Ok(())
             }
-            _ => Err(err(format!("BUILD on {kind}"))),
+            _ => Err(err(PickleError::BuildOn(kind))),
         }
     }
 
@@ -1304,7 +1295,7 @@ impl<'a> Machine<'a> {
             0x80 => {
                 let proto = self.byte()?;
                 if proto > 5 {
-                    return Err(err(format!("pickle protocol {proto} is not supported")));
+                    return Err(err(PickleError::Protocol(proto)));
                 }
             }
             // FRAME: a length hint; frames are read as one stream.
@@ -1314,10 +1305,7 @@ impl<'a> Machine<'a> {
             b'.' => return self.pop().map(Some),
             b'(' => {
                 if self.marks >= self.limits.marks {
-                    return Err(err(format!(
-                        "more than {} nested MARKs: refused",
-                        self.limits.marks
-                    )));
+                    return Err(err(PickleError::MarksLimit(self.limits.marks as u64)));
                 }
                 self.marks += 1;
                 self.stack.push(Slot::Mark);
@@ -1353,7 +1341,7 @@ impl<'a> Machine<'a> {
                 let v = std::str::from_utf8(line)
                     .ok()
                     .and_then(|t| t.parse().ok())
-                    .ok_or_else(|| err("FLOAT is not a number"))?;
+                    .ok_or_else(|| err(PickleError::FloatNotNumber))?;
                 self.push_node(Cell::float(v))?
             }
             b'V' => {
@@ -1393,7 +1381,7 @@ impl<'a> Machine<'a> {
             }
             0x8b => {
                 let n = self.u32()? as i32;
-                let n = u64::try_from(n).map_err(|_| err("LONG4 with a negative length"))?;
+                let n = u64::try_from(n).map_err(|_| err(PickleError::NegativeLong4))?;
                 self.long(n)?
             }
             b'G' => {
@@ -1407,7 +1395,7 @@ impl<'a> Machine<'a> {
                     _ => self.u64()?,
                 };
                 let raw = self.sized(n)?;
-                let s = std::str::from_utf8(raw).map_err(|_| err("a str is not valid UTF-8"))?;
+                let s = std::str::from_utf8(raw).map_err(|_| err(PickleError::StrNotUtf8))?;
                 let cell = self.str_cell(s)?;
                 self.push_node(cell)?
             }
@@ -1504,7 +1492,7 @@ impl<'a> Machine<'a> {
                         self.budget.charge(m.len() + n.len(), "global names")?;
                         self.global(&m, &n)?
                     }
-                    _ => return Err(err("STACK_GLOBAL needs two strs")),
+                    _ => return Err(err(PickleError::StackGlobalArgs)),
                 }
             }
             b'R' | 0x81 => self.reduce()?,
@@ -1530,14 +1518,11 @@ impl<'a> Machine<'a> {
                 self.memo_put(k)?
             }
             0x94 => {
-                let k = u32::try_from(self.memo.len()).map_err(|_| err("memo overflow"))?;
+                let k =
+                    u32::try_from(self.memo.len()).map_err(|_| err(PickleError::MemoOverflow))?;
                 self.memo_put(k)?
             }
-            other => {
-                return Err(err(format!(
-                    "opcode 0x{other:02x} is not one a checkpoint uses: refused"
-                )))
-            }
+            other => return Err(err(PickleError::UnknownOpcode(other))),
         }
         Ok(None)
     }
@@ -1565,7 +1550,13 @@ mod tests {
     #[test]
     fn setitem_on_a_list_is_refused() {
         let e = run(b"\x80\x02]K\x01K\x02s.").unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::Pickle(_)), "{e}");
+        assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::Pickle(PickleError::SetItemNotDict("a list"))
+            ),
+            "{e}"
+        );
     }
 
     #[test]

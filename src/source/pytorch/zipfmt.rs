@@ -10,7 +10,7 @@ use super::{Located, Storages};
 use crate::block_cache::BlockCache;
 use crate::source::npz::zip::{data_start_via, Method, PositionalReader, ZipEntry};
 use crate::source::npz::MemberReader;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, PyTorchError, Result};
 
 /// The most bytes a `data.pkl` may have: the pickle is an index of the
 /// tensors, never their data, but torch spends ~100 bytes a tensor on it
@@ -32,8 +32,8 @@ pub(crate) struct ZipCheckpoint {
     pub data_prefix: String,
 }
 
-fn bad(msg: impl Into<String>) -> Error {
-    Error::new(ErrorKind::PyTorch(msg.into()))
+fn bad(e: PyTorchError) -> Error {
+    Error::new(ErrorKind::PyTorch(e))
 }
 
 /// True if a zip's members say it is a PyTorch checkpoint (or TorchScript
@@ -47,10 +47,11 @@ pub(crate) fn is_torch_zip(entries: &[ZipEntry]) -> bool {
 
 fn check_size(e: &ZipEntry, limit: u64) -> Result<()> {
     if e.uncompressed > limit {
-        return Err(bad(format!(
-            "member {:?} is {} bytes; more than the {limit} we read",
-            e.name, e.uncompressed
-        )));
+        return Err(bad(PyTorchError::MemberTooLarge {
+            member: e.name.clone(),
+            size: e.uncompressed,
+            limit,
+        }));
     }
     Ok(())
 }
@@ -85,15 +86,10 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
         .iter()
         .any(|e| e.name.ends_with("constants.pkl") || e.name.contains("/code/"));
     if torchscript {
-        return Err(bad(
-            "a TorchScript archive (constants.pkl, code/): load it with torch.jit.load and save its state_dict()",
-        ));
+        return Err(bad(PyTorchError::TorchScript));
     }
     let [pkl] = pickles.as_slice() else {
-        return Err(bad(format!(
-            "{} data.pkl members; a checkpoint has one",
-            pickles.len()
-        )));
+        return Err(bad(PyTorchError::DataPklCount(pickles.len())));
     };
     let root = pkl.name.strip_suffix("data.pkl").unwrap_or("");
     // Local headers, member after member, read a block at a time.
@@ -115,18 +111,14 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
                 b"little" => false,
                 b"big" => true,
                 other => {
-                    return Err(bad(format!(
-                        "byteorder is {:?}, not little or big",
-                        String::from_utf8_lossy(other)
+                    return Err(bad(PyTorchError::Byteorder(
+                        String::from_utf8_lossy(other).into_owned(),
                     )))
                 }
             };
         } else if let Some(key) = e.name.strip_prefix(&data_prefix) {
             if e.method != Method::Stored {
-                return Err(bad(format!(
-                    "storage member {:?} is compressed; torch.save stores them (unzip and re-zip with -0)",
-                    e.name
-                )));
+                return Err(bad(PyTorchError::CompressedStorage(e.name.clone())));
             }
             let start = data_start_via(&mut cache, file, e, dir_start)?;
             let located = Located {
