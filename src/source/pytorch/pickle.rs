@@ -610,6 +610,7 @@ impl Pickled {
     }
 
     /// True if none was (never, for a pickle that parsed).
+    #[cfg(any(test, feature = "internals"))]
     pub fn is_empty(&self) -> bool {
         self.count == 0
     }
