@@ -46,6 +46,17 @@ pub struct DryRun<'a> {
 /// Plans `sources` (opened from `inputs` by [`open_inputs`](super::open_inputs))
 /// for `output` and makes every check the real run makes before writing;
 /// nothing is written. An error is the error the real run would stop with.
+/// Refused:
+/// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
+/// - a sharded set to standard output, a device, a FIFO or a socket;
+/// - one file named like an index (`*.index.json`), a name over
+///   `NAME_MAX` bytes, a file of the set that is not a regular file;
+/// - an output file that is one of the files read for `inputs` (an
+///   index's shards, `-` when it is a file, links followed; same device
+///   and inode), unless [`ConvertOptions::overwrite_input`];
+/// - a folder that cannot be written (the nearest existing one, when the
+///   output's folders are still to be made);
+/// - a [`Part`](super::Part) the plan does not have.
 pub fn dry_run<'a>(
     inputs: &[PathBuf],
     sources: &'a [Box<dyn Source + 'a>],

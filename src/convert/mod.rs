@@ -130,17 +130,7 @@ pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) 
 }
 
 /// Checks that `output` can take `plan` without harm, before anything is
-/// written; returns warnings worth telling. Refused:
-/// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
-/// - a sharded set to standard output, a device, a FIFO or a socket;
-/// - one file named like an index (`*.index.json`), a name over
-///   `NAME_MAX` bytes, a file of the set that is not a regular file;
-/// - an output file that is one of the files read for `inputs` (an
-///   index's shards, `-` when it is a file, links followed; same device
-///   and inode), unless [`ConvertOptions::overwrite_input`];
-/// - a folder that cannot be written (the nearest existing one, when the
-///   output's folders are still to be made);
-/// - a [`Part`] the plan does not have.
+/// written (the refusals [`dry_run`] lists); returns warnings worth telling.
 pub(crate) fn check_output(
     inputs: &[PathBuf],
     output: &Output,
@@ -152,7 +142,7 @@ pub(crate) fn check_output(
 }
 
 /// Converts already-opened sources into `output`. The output is checked
-/// as [`check_output`] does, except against the input files, which only
+/// as [`dry_run`] lists, except against the input files, which only
 /// [`convert_opened`] knows.
 pub async fn convert_sources(
     sources: &mut [Box<dyn Source + '_>],
@@ -163,7 +153,7 @@ pub async fn convert_sources(
 }
 
 /// Converts sources opened from the files `inputs` (by [`open_inputs`])
-/// into `output`, after [`check_output`]: an output that is one of those
+/// into `output`, after the checks [`dry_run`] lists: an output that is one of those
 /// files is refused unless [`ConvertOptions::overwrite_input`].
 pub async fn convert_opened(
     inputs: &[PathBuf],

@@ -47,7 +47,7 @@ pub struct ConvertOptions {
     /// Which of the fast path's routes may be taken (all, by default).
     pub routes: Routes,
     /// Allow the output to replace one of the inputs (refused by default:
-    /// see [`check_output`](super::check_output)). The input is still read from
+    /// see [`dry_run`](super::dry_run)). The input is still read from
     /// its old bytes, and replaced atomically at the end.
     pub overwrite_input: bool,
     /// Which files of a sharded plan to write: all (the default), one

@@ -38,7 +38,9 @@ pub struct PlanOptions {
     /// Regex renames `(pattern, replacement)` (`--rename-regex`), after the
     /// prefix stripping, each in turn over the name the previous one left;
     /// every match is replaced (`$1`, `${name}` refer to groups); each must
-    /// match a tensor. See [`crate::rename`].
+    /// match a tensor. All renames, in order: an exact `renames` entry
+    /// gives the final name; other names lose `strip_prefix`, then pass
+    /// through each regex; `prefix` comes last.
     pub rename_regex: Vec<(String, String)>,
     /// Prepended to every output name, after renames.
     pub prefix: Option<String>,

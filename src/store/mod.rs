@@ -41,7 +41,7 @@ use object_store::aws::AmazonS3ConfigKey as K;
 /// Whether `path` is shaped like a URL (`SCHEME://...`, or a scheme and
 /// one slash, `s3:/bucket/key`) rather than a local path: such an argument
 /// is never written or read as a local file. Whether the URL is one we can
-/// reach is [`Location`]'s to say, as a usage error (an unknown scheme, a
+/// reach is said when it is opened, as a usage error (an unknown scheme, a
 /// missing slash), instead of a file named `s4:/bucket/x` appearing.
 ///
 /// ```
