@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from python_writer import rss_kib  # this folder is on sys.path when run as a script
+
 MIB = 1 << 20
 GIB = 1 << 30
 
@@ -34,14 +36,6 @@ WORKLOADS = {
     "65536 x 16 KiB arrays, one write each, no fsync": (65536, 16 << 10, 16 << 10, False),
     "sts.save_file, 4 x 256 MiB arrays (fsync)": (4, 256 * MIB, 0, True),
 }
-
-
-def rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
 
 
 def run(path: str, workload: str, expect: str) -> None:
