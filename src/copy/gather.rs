@@ -204,17 +204,15 @@ mod tests {
         }
         file.write_all(&bytes).unwrap();
         let file = Arc::new(file);
-        let job = |&(from, offset, len, expected): &(u64, u64, u64, u32)| {
-            SpanJob::new(
-                FileSpan {
-                    file: file.clone(),
-                    offset,
-                    len,
-                    transform: Transform::Identity,
-                    crc: Some(CrcCheck { expected, from }),
-                },
-                None,
-            )
+        let job = |&(from, offset, len, expected): &(u64, u64, u64, u32)| SpanJob {
+            span: FileSpan {
+                file: file.clone(),
+                offset,
+                len,
+                transform: Transform::Identity,
+                crc: Some(CrcCheck { expected, from }),
+            },
+            cast: None,
         };
         let jobs = plan.iter().map(|&k| job(&spans[k])).collect();
         (jobs, plan.iter().map(|&k| data[k].clone()).collect())

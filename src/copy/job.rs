@@ -35,30 +35,18 @@ impl Job {
 pub(crate) struct SpanJob {
     pub(crate) span: FileSpan,
     pub(crate) cast: Option<Cast>,
-    /// The element pipeline leaves the bytes as they are: decided once
-    /// here, read by every route probe.
-    unchanged: bool,
 }
 
 impl SpanJob {
-    pub(crate) fn new(span: FileSpan, cast: Option<Cast>) -> Self {
-        let unchanged = Elements::unchanged(span.transform, cast);
-        SpanJob {
-            span,
-            cast,
-            unchanged,
-        }
-    }
-
     /// Nothing changes on the way and nothing must be checked: the kernel
     /// may copy it from a mapping.
     pub(crate) fn verbatim(&self) -> bool {
-        self.span.crc.is_none() && self.unchanged
+        self.span.crc.is_none() && Elements::unchanged(self.span.transform, self.cast)
     }
 
     /// Checksummed, and otherwise unchanged.
     pub(crate) fn checked_verbatim(&self) -> bool {
-        self.span.crc.is_some() && self.unchanged
+        self.span.crc.is_some() && Elements::unchanged(self.span.transform, self.cast)
     }
 
     pub(crate) fn out_len(&self) -> u64 {
@@ -137,7 +125,7 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
             let source = &sources[r.source()];
             let cast = r.cast();
             if let Some(span) = source.file_span(r.index()) {
-                return Job::Span(SpanJob::new(span, cast));
+                return Job::Span(SpanJob { span, cast });
             }
             match source.open_blocking(r.index()) {
                 Some(open) => Job::Reader(ReaderJob {

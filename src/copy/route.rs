@@ -323,7 +323,7 @@ mod tests {
                     cast: None,
                 }),
                 'a' => Job::Stream,
-                _ => Job::Span(SpanJob::new(span, cast)),
+                _ => Job::Span(SpanJob { span, cast }),
             });
         }
         out

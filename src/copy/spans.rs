@@ -298,20 +298,18 @@ mod tests {
         let file = Arc::new(file);
         let jobs = jobs
             .into_iter()
-            .map(|(offset, expected)| {
-                SpanJob::new(
-                    FileSpan {
-                        file: file.clone(),
-                        offset,
-                        len: size as u64,
-                        transform: Transform::Identity,
-                        crc: Some(CrcCheck {
-                            expected,
-                            from: offset,
-                        }),
-                    },
-                    None,
-                )
+            .map(|(offset, expected)| SpanJob {
+                span: FileSpan {
+                    file: file.clone(),
+                    offset,
+                    len: size as u64,
+                    transform: Transform::Identity,
+                    crc: Some(CrcCheck {
+                        expected,
+                        from: offset,
+                    }),
+                },
+                cast: None,
             })
             .collect();
         (jobs, data)
