@@ -65,7 +65,7 @@ pub(crate) fn copy_mapped(
     let mut done = 0u64;
     // Where the kernel writes: pieces are cut to end on multiples of
     // WRITE_PIECE there (any error only costs that alignment).
-    let mut written_to = (&*out).stream_position().unwrap_or(0);
+    let out_start = (&*out).stream_position().unwrap_or(0);
     while done < there {
         let at = offset + done;
         let (base, map_len) = window(at, offset + there, page_size());
@@ -76,12 +76,11 @@ pub(crate) fn copy_mapped(
         };
         let mut from = (at - base) as usize;
         while from < map_len {
-            let piece = WRITE_PIECE - (written_to % WRITE_PIECE as u64) as usize;
+            let piece = WRITE_PIECE - ((out_start + done) % WRITE_PIECE as u64) as usize;
             // The first piece short, and the one before each new window.
             let n = window
                 .write_to(out, from, (map_len - from).min(piece))
                 .map_err(|e| (stopped(e, len, done), done))?;
-            written_to += n as u64;
             from += n;
             done += n as u64;
             progress(n as u64);
