@@ -38,6 +38,15 @@ const RUN_GAP: u64 = crate::block_cache::SMALL as u64;
 /// A batch's outcome: what it wrote, or the first failure in plan order.
 type Gathered = std::result::Result<Copied, JobError>;
 
+/// What a batch is gathered through, kept from batch to batch: the batch
+/// itself, the chunk buffer, and the cache its members are read through.
+#[derive(Default)]
+pub(super) struct Scratch {
+    pub(super) batch: Vec<u8>,
+    pub(super) buf: ChunkBuffer,
+    pub(super) cache: BlockCache,
+}
+
 /// Copies `batches` (back to back in plan order) into `out` from offset
 /// `at`, as many at once as [`in_order`] runs, each worker with
 /// buffers of its own, each batch written where it belongs with `pwrite`:
@@ -56,15 +65,12 @@ pub(super) fn copy_batches_parallel(
         offsets.push(end);
         end += jobs[b.clone()].iter().map(SpanJob::out_len).sum::<u64>();
     }
-    let buffers = || (Vec::new(), ChunkBuffer::default(), BlockCache::default());
-    let copied = in_order(batches.len(), "gather", buffers, |own, b, _| {
-        let (batch, buf, cache) = own;
+    let copied = in_order(batches.len(), "gather", Scratch::default, |own, b, _| {
         let mut to = WriteAt {
             file: out,
             at: offsets[b],
         };
-        let range = batches[b].clone();
-        copy_gathered(jobs, range, &mut to, batch, buf, cache, buffer_size)
+        copy_gathered(jobs, batches[b].clone(), &mut to, own, buffer_size)
     });
     // A failing batch names the job that failed, first in plan order.
     let mut all = Copied::default();
@@ -94,16 +100,15 @@ impl Write for WriteAt<'_> {
     }
 }
 
-/// Copies `jobs[range]` through `batch` into `out`.
+/// Copies `jobs[range]` through `scratch` into `out`.
 pub(super) fn copy_gathered(
     jobs: &[SpanJob],
     range: Range<usize>,
     out: &mut impl Write,
-    batch: &mut Vec<u8>,
-    buf: &mut ChunkBuffer,
-    cache: &mut BlockCache,
+    scratch: &mut Scratch,
     buffer_size: usize,
 ) -> Gathered {
+    let Scratch { batch, buf, cache } = scratch;
     let start = range.start;
     let mut slots = Vec::with_capacity(range.len() + 1);
     slots.push(0usize);
@@ -219,16 +224,12 @@ mod tests {
     }
 
     fn gather(jobs: &[SpanJob]) -> (Gathered, Vec<u8>) {
-        let (mut out, mut batch) = (Vec::new(), Vec::new());
-        let (mut buf, mut cache) = (ChunkBuffer::default(), BlockCache::default());
-        let n = jobs.len();
+        let mut out = Vec::new();
         let result = copy_gathered(
             jobs,
-            0..n,
+            0..jobs.len(),
             &mut out,
-            &mut batch,
-            &mut buf,
-            &mut cache,
+            &mut Scratch::default(),
             1 << 20,
         );
         (result, out)

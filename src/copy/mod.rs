@@ -212,12 +212,19 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             let done = match &group[0] {
                 Route::Stream(k) => self.stream(start + k, sources).await,
                 Route::Blocking(run) => {
-                    let readers = run.clone().map(|i| take(&mut jobs[i], reader)).collect();
-                    self.readers(start + run.start, readers).await
+                    let readers = run.clone().map(|i| match jobs[i].take() {
+                        Some(Job::Reader(r)) => r,
+                        _ => unreachable!("each job is routed once, by its kind"),
+                    });
+                    self.readers(start + run.start, readers.collect()).await
                 }
                 _ => {
                     let end = group[group.len() - 1].jobs().end;
-                    let spans = (first..end).map(|i| take(&mut jobs[i], span)).collect();
+                    let spans = (first..end).map(|i| match jobs[i].take() {
+                        Some(Job::Span(s)) => s,
+                        _ => unreachable!("each job is routed once, by its kind"),
+                    });
+                    let spans = spans.collect();
                     let routes = group.iter().map(|x| x.counted_from(first)).collect();
                     self.spans(start + first, spans, routes).await
                 }
@@ -372,27 +379,6 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             format!("{in_name} (written as {out_name})")
         };
         f.error.with_input(source.input_name()).set_tensor(tensor)
-    }
-}
-
-/// Takes a job out of its window, of the kind its route was chosen for.
-fn take<T>(job: &mut Option<Job>, kind: fn(Job) -> Option<T>) -> T {
-    job.take()
-        .and_then(kind)
-        .expect("each job is routed once, by its kind")
-}
-
-fn span(job: Job) -> Option<SpanJob> {
-    match job {
-        Job::Span(s) => Some(s),
-        _ => None,
-    }
-}
-
-fn reader(job: Job) -> Option<ReaderJob> {
-    match job {
-        Job::Reader(r) => Some(r),
-        _ => None,
     }
 }
 

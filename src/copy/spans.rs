@@ -1,10 +1,5 @@
 //! Tensors whose bytes lie in files, copied straight into the output
-//! file by the routes [`super::route`] chose for them: verbatim runs with
-//! one memory copy (a mapped window of the source handed to `write`, see
-//! [`super::mapped`]), checksummed members with their CRC computed beside
-//! the copy, small tensors gathered ([`super::gather`]), the rest through
-//! one bounded buffer with positional reads ([`super::positional`]).
-//! Synchronous: the caller runs a window of tensors on the blocking pool in
+//! file by the routes [`super::route`] chose for them. Synchronous: the caller runs a window of tensors on the blocking pool in
 //! one trip, so a model of a million small tensors costs a million
 //! syscalls at most, not a million task hand-offs.
 
@@ -13,7 +8,7 @@ use std::io::{self, Seek, Write};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::gather::{copy_batches_parallel, copy_gathered};
+use super::gather::{copy_batches_parallel, copy_gathered, Scratch};
 use super::job::{Copied, JobError, Overflow, SpanJob};
 use super::mapped::copy_mapped;
 use super::positional::{copy_buffered, crc_until, read_exact_at, CHECKED_CHUNK};
@@ -44,11 +39,9 @@ pub(crate) fn copy_spans(
         ErrorKind::Io(io) if output_side(io) => e.with_output(out_name),
         _ => e,
     };
-    let mut buf = ChunkBuffer::default();
-    // Small tensors are read a block at a time, gathered in file order into
-    // `batch`, laid out in plan order.
-    let mut cache = BlockCache::default();
-    let mut batch = Vec::new();
+    // Small tensors are read a block at a time through `s.cache`, gathered
+    // in file order into `s.batch`, laid out in plan order.
+    let mut s = Scratch::default();
     // Small tensors' bytes gather here into large writes.
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
@@ -74,17 +67,11 @@ pub(crate) fn copy_spans(
             Route::Checked(k) => {
                 // Straight to the file, not through `w`.
                 flushed(&mut w)?;
-                written += copy_checked(&jobs[*k], out, &mut buf, &mut cache, &mut progress)
+                written += copy_checked(&jobs[*k], out, &mut s.buf, &mut s.cache, &mut progress)
                     .map_err(|e| JobError::new(*k, on_out(e)))?;
             }
             Route::Gather(stretch) => {
-                let mut to = Buffers {
-                    w: &mut w,
-                    batch: &mut batch,
-                    buf: &mut buf,
-                    cache: &mut cache,
-                };
-                let gathered = copy_stretch(jobs, stretch, out, &mut to, buffer_size);
+                let gathered = copy_stretch(jobs, stretch, out, &mut w, &mut s, buffer_size);
                 let copied = gathered.map_err(|f| f.map(on_out))?;
                 overflows.extend(copied.overflows);
                 written += copied.bytes;
@@ -94,8 +81,8 @@ pub(crate) fn copy_spans(
                 let (n, count) = copy_buffered(
                     &jobs[*k],
                     &mut w,
-                    &mut buf,
-                    &mut cache,
+                    &mut s.buf,
+                    &mut s.cache,
                     buffer_size,
                     &mut progress,
                 )
@@ -118,14 +105,6 @@ pub(crate) fn copy_spans(
     })
 }
 
-/// The buffers a stretch of batches is copied through.
-struct Buffers<'a, 'f> {
-    w: &'a mut io::BufWriter<&'f File>,
-    batch: &'a mut Vec<u8>,
-    buf: &'a mut ChunkBuffer,
-    cache: &'a mut BlockCache,
-}
-
 /// Copies a stretch of batches of small tensors: one through `w`, several
 /// side by side at their offsets in `out` (after what `w` holds, and
 /// leaving `out`'s offset past them, as writing through `w` would).
@@ -133,16 +112,16 @@ fn copy_stretch(
     jobs: &[SpanJob],
     stretch: &[Range<usize>],
     mut out: &File,
-    to: &mut Buffers<'_, '_>,
+    w: &mut io::BufWriter<&File>,
+    scratch: &mut Scratch,
     buffer_size: usize,
 ) -> std::result::Result<Copied, JobError> {
     let (first, last) = (stretch[0].start, stretch[stretch.len() - 1].end);
     if let [only] = stretch {
-        let range = only.clone();
-        return copy_gathered(jobs, range, to.w, to.batch, to.buf, to.cache, buffer_size);
+        return copy_gathered(jobs, only.clone(), w, scratch, buffer_size);
     }
     let io_at = |e: io::Error| JobError::new(first, Error::io(e));
-    to.w.flush().map_err(io_at)?;
+    w.flush().map_err(io_at)?;
     let at = out.stream_position().map_err(io_at)?;
     let copied = copy_batches_parallel(jobs, stretch, out, at, buffer_size)?;
     out.seek(io::SeekFrom::Start(at + copied.bytes))

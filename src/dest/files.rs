@@ -11,13 +11,13 @@ use tokio::io::AsyncWriteExt;
 
 use super::folders::CreatedFolders;
 use super::record;
-use super::target::{resolve, Target};
+use super::target::replaced;
 use super::writer::{DestOptions, OutWriter, Staged};
 use super::WrittenFile;
 use crate::observe::sha256_hex;
-use crate::plan::layout::{index_json, Part};
+use crate::plan::layout::{index_json, names_folder, Part};
 use crate::plan::Plan;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, Result};
 
 /// Temp files are named `.TARGET.XXXXXX.convert-tmp` (TARGET cut to fit
 /// NAME_MAX): recognisable if a `kill -9` leaves one behind.
@@ -40,15 +40,7 @@ impl StagedFile {
     /// leave them (the owner only where the system lets us give it away).
     pub(crate) fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
         refuse_folder_name(target)?;
-        let dest = match resolve(target)? {
-            Target::Replace(dest) => dest,
-            _ => {
-                let msg = "is not a regular file, and only a regular file is ever replaced";
-                let e = Error::new(ErrorKind::OutputName(msg.into()));
-                return Err(e.with_output(target.display()));
-            }
-        };
-        Self::create_resolved(target, dest)
+        Self::create_resolved(target, replaced(target)?)
     }
 
     /// [`StagedFile::create`] for `target` resolved already (by
@@ -58,7 +50,6 @@ impl StagedFile {
         dest: PathBuf,
     ) -> Result<(StagedFile, tokio::fs::File)> {
         let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
-        refuse_folder_name(target)?;
         let dir = parent_dir(&dest);
         let existing = std::fs::metadata(&dest).ok().filter(|m| m.is_file());
         let temp = tempfile::Builder::new()
@@ -100,8 +91,7 @@ impl StagedFile {
 
 /// Refuses `out/` (it would stage its temp file in the current folder).
 fn refuse_folder_name(target: &Path) -> Result<()> {
-    // Refuse `out/` now: it would stage its temp file in the current folder.
-    if !target.as_os_str().as_encoded_bytes().ends_with(b"/") {
+    if !names_folder(target) {
         return Ok(());
     }
     // Say what is there: `-o odir/` for a folder not made yet is not "a directory".
@@ -378,10 +368,8 @@ impl FileSet {
         let OutWriter::File(file) = writer else {
             unreachable!("a file set stages files");
         };
-        let path = PathBuf::from(&written.path);
-        close(file, false, &path).await?;
-        let stage = self.staged.last().expect("staged before finished");
-        self.unsynced.push((file_for_sync(stage, &path)?, path));
+        // Flushed by the copy; synced with the rest at the commit.
+        self.unsynced.push((file, PathBuf::from(&written.path)));
         self.written.push(written);
         Ok(())
     }
@@ -391,12 +379,10 @@ impl FileSet {
             let paths: Vec<PathBuf> = self.shards.iter().map(|(p, _)| p.clone()).collect();
             let bytes = index_json(plan, &paths);
             let (stage, mut file) = StagedFile::create_resolved(&index_path, dest)?;
-            file.write_all(&bytes)
-                .await
-                .map_err(|e| Error::io(e).with_output(index_path.display()))?;
-            close(file, false, &index_path).await?;
-            let sync = file_for_sync(&stage, &index_path)?;
-            self.unsynced.push((sync, index_path.clone()));
+            let on_index = |e| Error::io(e).with_output(index_path.display());
+            file.write_all(&bytes).await.map_err(on_index)?;
+            file.flush().await.map_err(on_index)?;
+            self.unsynced.push((file, index_path.clone()));
             self.staged.push(stage);
             let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
             self.written.push(WrittenFile {
@@ -415,14 +401,6 @@ impl FileSet {
             .for_each(CreatedFolders::keep);
         Ok(self.written)
     }
-}
-
-/// A handle on a staged file, to sync it later.
-fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
-    let f = stage
-        .handle()
-        .map_err(|e| Error::io(e).with_output(path.display()))?;
-    Ok(tokio::fs::File::from_std(f))
 }
 
 #[cfg(test)]

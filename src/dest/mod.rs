@@ -1,7 +1,7 @@
 //! Where a conversion writes: what the output path names ([`target`]), the
 //! folders made for it ([`folders`]), files staged and committed together
 //! ([`files`]), and the checks made before a data byte is read, by the real
-//! run and by `--dry-run` alike ([`check_output`]).
+//! run and by `--dry-run` alike ([`check`]).
 
 pub(crate) mod files;
 pub(crate) mod folders;
@@ -49,27 +49,6 @@ pub struct WrittenFile {
 /// The longest file name Linux filesystems take (NAME_MAX).
 pub(crate) const NAME_MAX: usize = 255;
 
-/// Checks that `output` can take `plan` without harm, before anything is
-/// written; returns warnings worth telling. Refused:
-/// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
-/// - a sharded set to standard output, a device, a FIFO or a socket;
-/// - one file named like an index (`*.index.json`), a name over
-///   `NAME_MAX` bytes, a file of the set that is not a regular file;
-/// - an output file (or object) that is one of the files (or object URLs)
-///   read for `inputs` (an index's shards, `-` when it is a file, links
-///   followed; same device and inode), unless `overwrite_input`;
-/// - a folder that cannot be written (the nearest existing one, when the
-///   output's folders are still to be made).
-pub(crate) fn check_output(
-    inputs: &[PathBuf],
-    output: &Output,
-    plan: &Plan,
-    part: Part,
-    overwrite_input: bool,
-) -> Result<Vec<String>> {
-    check(inputs, output, plan, part, overwrite_input).map(|(_, warnings)| warnings)
-}
-
 /// What an output resolves to, once, after [`check`]: the only place the
 /// output path is looked at.
 #[derive(Debug)]
@@ -89,7 +68,10 @@ pub(crate) enum Resolved {
     Objects(String),
 }
 
-/// [`check_output`], keeping what the output resolved to.
+/// Checks that `output` can take `plan` without harm, before anything is
+/// written (the refusals [`dry_run`](crate::convert::dry_run) lists; an
+/// object set that is one of the object URLs read is refused as a file
+/// is); returns what the output resolved to, and warnings worth telling.
 pub(crate) fn check(
     inputs: &[PathBuf],
     output: &Output,
@@ -201,7 +183,7 @@ pub(crate) fn check_shard_files(plan: &Plan, paths: &[PathBuf]) -> Result<()> {
 }
 
 /// Standard output and other streams: one file, never a terminal.
-fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec<String>> {
+fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<()> {
     if shards > 1 {
         let msg = "a sharded set needs regular files, not a stream or device";
         return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
@@ -209,7 +191,7 @@ fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec
     if terminal {
         return Err(Error::new(ErrorKind::TerminalOutput).with_output(shown));
     }
-    Ok(Vec::new())
+    Ok(())
 }
 
 /// One file of the output: its name, what is there now, its folder.
@@ -225,10 +207,7 @@ fn check_file(
         let msg = format!("the file name is {name_len} bytes; the limit is {NAME_MAX}");
         return Err(Error::new(ErrorKind::OutputName(msg)).with_output(shown));
     }
-    let Target::Replace(dest) = resolve(file)? else {
-        let msg = "is not a regular file, and only a regular file is ever replaced";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
-    };
+    let dest = target::replaced(file)?;
     let mut warnings = Vec::new();
     if let Ok(now) = std::fs::metadata(&dest) {
         let same = read

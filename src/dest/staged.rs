@@ -29,8 +29,8 @@ impl Destination {
         options: DestOptions,
     ) -> Result<Destination> {
         Ok(match resolved {
-            Resolved::Stdout => Destination::Stream(StreamOut::stdout()),
-            Resolved::Stream(path, shown) => Destination::Stream(StreamOut::path(path, shown)),
+            Resolved::Stdout => Destination::Stream(StreamOut::new(None, "-".into())),
+            Resolved::Stream(path, shown) => Destination::Stream(StreamOut::new(Some(path), shown)),
             Resolved::Files { shards, index } => {
                 Destination::Files(FileSet::open(shards, index, plan, options)?)
             }
@@ -58,7 +58,10 @@ impl Destination {
     pub(crate) async fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
         match self {
             Destination::Files(f) => f.finish(writer, written).await,
-            Destination::Stream(s) => s.finish(written),
+            Destination::Stream(s) => {
+                s.written.push(written);
+                Ok(())
+            }
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.finish(writer, written),
         }
@@ -69,7 +72,7 @@ impl Destination {
     pub(crate) async fn commit(self, plan: &Plan) -> Result<Vec<WrittenFile>> {
         match self {
             Destination::Files(f) => f.commit(plan).await,
-            Destination::Stream(s) => Ok(s.commit()),
+            Destination::Stream(s) => Ok(s.written),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.commit(plan).await,
         }

@@ -14,23 +14,16 @@ use crate::{Error, ErrorKind, Result};
 pub(crate) struct StreamOut {
     /// `None`: standard output.
     path: Option<PathBuf>,
+    /// Its name as given (`-` for standard output).
     shown: String,
-    written: Vec<WrittenFile>,
+    /// What was sent: nothing to commit.
+    pub(crate) written: Vec<WrittenFile>,
 }
 
 impl StreamOut {
-    pub(crate) fn stdout() -> StreamOut {
+    pub(crate) fn new(path: Option<PathBuf>, shown: String) -> StreamOut {
         StreamOut {
-            path: None,
-            shown: "-".into(),
-            written: Vec::new(),
-        }
-    }
-
-    /// The stream at `path`, named `shown` (the path as given).
-    pub(crate) fn path(path: PathBuf, shown: String) -> StreamOut {
-        StreamOut {
-            path: Some(path),
+            path,
             shown,
             written: Vec::new(),
         }
@@ -46,16 +39,6 @@ impl StreamOut {
             file: None,
             name: self.shown.clone(),
         })
-    }
-
-    pub(crate) fn finish(&mut self, written: WrittenFile) -> Result<()> {
-        self.written.push(written);
-        Ok(())
-    }
-
-    /// Sent already: nothing to commit.
-    pub(crate) fn commit(self) -> Vec<WrittenFile> {
-        self.written
     }
 }
 

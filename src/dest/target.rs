@@ -74,6 +74,19 @@ pub(crate) fn resolve(path: &Path) -> Result<Target> {
     )))
 }
 
+/// The file [`resolve`] finds at `path` to replace; refused unless a
+/// regular file (or nothing) is there.
+pub(crate) fn replaced(path: &Path) -> Result<PathBuf> {
+    match resolve(path)? {
+        Target::Replace(dest) => Ok(dest),
+        _ => {
+            let msg = "is not a regular file, and only a regular file is ever replaced";
+            let e = Error::new(ErrorKind::OutputName(msg.into()));
+            Err(e.with_output(path.display()))
+        }
+    }
+}
+
 /// The descriptor a path names when it is `/dev/stdout`, `/dev/stderr`,
 /// `/dev/fd/N` or `/proc/{self,thread-self,PID}/fd/N`.
 fn descriptor_alias(path: &Path) -> Option<u32> {

@@ -77,20 +77,15 @@ impl UploadConfig {
         const SIZE: &str = "SAFETENSORS_STREAM_PART_SIZE";
         if let Some(v) = var(SIZE) {
             let want = "a size from 5MiB to 5GiB";
-            let size = crate::units::parse_size(&v).map_err(|_| bad(SIZE, &v, want))?;
-            if !(MIN_PART..=MAX_PART).contains(&size) {
-                return Err(bad(SIZE, &v, want));
-            }
-            config.part_size = size;
+            let size = crate::units::parse_size(&v).ok();
+            let size = size.filter(|s| (MIN_PART..=MAX_PART).contains(s));
+            config.part_size = size.ok_or_else(|| bad(SIZE, &v, want))?;
         }
         const PARTS: &str = "SAFETENSORS_STREAM_PARTS_IN_FLIGHT";
         if let Some(v) = var(PARTS) {
             let want = "a number of parts from 1 to 64";
-            let n: usize = v.trim().parse().map_err(|_| bad(PARTS, &v, want))?;
-            if !(1..=64).contains(&n) {
-                return Err(bad(PARTS, &v, want));
-            }
-            config.in_flight = n;
+            let n = v.trim().parse().ok().filter(|n| (1..=64).contains(n));
+            config.in_flight = n.ok_or_else(|| bad(PARTS, &v, want))?;
         }
         Ok(config)
     }
@@ -134,6 +129,7 @@ pub fn part_size(len: u64) -> u64 {
 
 /// An upload still open: aborted by [`abort_pending`] unless completed or
 /// aborted first.
+#[derive(Clone)]
 struct Pending {
     key: u64,
     store: Arc<dyn MultipartStore>,
@@ -151,43 +147,46 @@ fn take_pending(key: u64) -> Option<Pending> {
     Some(pending.swap_remove(at))
 }
 
+impl Pending {
+    async fn abort(self) -> Result<()> {
+        let aborted = self.store.abort_multipart(&self.path, &self.id).await;
+        aborted.map_err(|e| store_output_error(e, &self.url))
+    }
+}
+
+/// Aborts each of `uploads` (taken off the pending list); the first error
+/// is returned after trying them all.
+async fn abort_each(uploads: Vec<Pending>) -> Result<()> {
+    let mut first = None;
+    for p in uploads {
+        if let Err(e) = p.abort().await {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
 /// Aborts every upload this process started and has neither completed nor
 /// aborted: the binary calls it after a signal ended the run (the run's
 /// futures were dropped mid-upload). Each upload is aborted once; errors
 /// are returned, first one first, after trying them all.
 pub async fn abort_pending() -> Result<()> {
     let all = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
-    let mut first = None;
-    for p in all {
-        if let Err(e) = p.store.abort_multipart(&p.path, &p.id).await {
-            first.get_or_insert(store_output_error(e, &p.url));
-        }
-    }
-    first.map_or(Ok(()), Err)
+    abort_each(all).await
 }
 
 /// Aborts the uploads started with these keys that are still open (each
 /// once); the first error is returned after trying them all.
 pub(crate) async fn abort_uploads(keys: &[u64]) -> Result<()> {
-    let mut first = None;
-    for key in keys {
-        if let Some(p) = take_pending(*key) {
-            if let Err(e) = p.store.abort_multipart(&p.path, &p.id).await {
-                first.get_or_insert(store_output_error(e, &p.url));
-            }
-        }
-    }
-    first.map_or(Ok(()), Err)
+    let open: Vec<Pending> = keys.iter().filter_map(|&key| take_pending(key)).collect();
+    abort_each(open).await
 }
 
 /// An object being written: an [`AsyncWrite`] that sends each full part
 /// while the next one fills.
 pub(crate) struct PartUpload {
-    key: u64,
-    store: Arc<dyn MultipartStore>,
-    path: ObjectPath,
-    id: MultipartId,
-    url: String,
+    /// Where it goes, as the pending list holds it.
+    up: Pending,
     part_size: usize,
     in_flight: usize,
     filling: BytesMut,
@@ -214,24 +213,20 @@ impl PartUpload {
             .create_multipart_opts(&path, attributes.into())
             .await
             .map_err(|e| store_output_error(e, url))?;
-        let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        PENDING
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Pending {
-                key,
-                store: store.clone(),
-                path: path.clone(),
-                id: id.clone(),
-                url: url.to_string(),
-            });
-        let part_size = usize::try_from(config.part_size(len)).unwrap_or(usize::MAX);
-        Ok(PartUpload {
-            key,
+        let up = Pending {
+            key: NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             store,
             path,
             id,
             url: url.to_string(),
+        };
+        PENDING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(up.clone());
+        let part_size = usize::try_from(config.part_size(len)).unwrap_or(usize::MAX);
+        Ok(PartUpload {
+            up,
             part_size,
             in_flight: config.in_flight,
             filling: BytesMut::new(),
@@ -245,7 +240,7 @@ impl PartUpload {
 
     /// This upload's key, for [`abort_uploads`].
     pub(crate) fn key(&self) -> u64 {
-        self.key
+        self.up.key
     }
 
     /// Sends the part being filled (a last part may be short).
@@ -254,7 +249,8 @@ impl PartUpload {
         let idx = self.next_part;
         self.next_part += 1;
         self.sent.push(None);
-        let (store, path, id) = (self.store.clone(), self.path.clone(), self.id.clone());
+        let up = &self.up;
+        let (store, path, id) = (up.store.clone(), up.path.clone(), up.id.clone());
         self.sending.spawn(async move {
             let r = store
                 .put_part(&path, &id, idx, PutPayload::from_bytes(data))
@@ -296,19 +292,16 @@ impl PartUpload {
             Ok(parts) => {
                 // Off the pending list first: once complete is sent, a late
                 // abort must not race it.
-                let pending = take_pending(self.key);
-                match self
-                    .store
-                    .complete_multipart(&self.path, &self.id, parts)
-                    .await
-                {
+                let pending = take_pending(self.up.key);
+                let up = &self.up;
+                match up.store.complete_multipart(&up.path, &up.id, parts).await {
                     Ok(_) => return Ok(()),
                     Err(e) => {
                         // Not completed: back on the list, to be aborted once.
                         if let Some(p) = pending {
                             PENDING.lock().unwrap_or_else(|p| p.into_inner()).push(p);
                         }
-                        store_output_error(e, &self.url)
+                        store_output_error(e, &self.up.url)
                     }
                 }
             }
@@ -327,7 +320,7 @@ impl PartUpload {
                 written: self.written,
                 planned,
             });
-            return Err(crate::Error::new(kind).with_output(&self.url));
+            return Err(crate::Error::new(kind).with_output(&self.up.url));
         }
         self.sent
             .iter_mut()
@@ -349,9 +342,9 @@ impl PartUpload {
 
     fn failure(&mut self) -> crate::Error {
         match self.failed.take() {
-            Some(e) => store_output_error(e, &self.url),
+            Some(e) => store_output_error(e, &self.up.url),
             None => crate::Error::new(ErrorKind::ObjectStore(StoreError::UploadFailed))
-                .with_output(&self.url),
+                .with_output(&self.up.url),
         }
     }
 
@@ -360,12 +353,8 @@ impl PartUpload {
     pub(crate) async fn abort(mut self) -> Result<()> {
         self.sending.abort_all();
         while self.sending.join_next().await.is_some() {}
-        match take_pending(self.key) {
-            Some(p) => p
-                .store
-                .abort_multipart(&p.path, &p.id)
-                .await
-                .map_err(|e| store_output_error(e, &p.url)),
+        match take_pending(self.up.key) {
+            Some(p) => p.abort().await,
             None => Ok(()),
         }
     }
