@@ -213,11 +213,14 @@ async fn write_planned(
     let (resolved, checked) = crate::dest::check(inputs, output, plan, part, overwrite)?;
     warnings.extend(checked);
     let overflows = Mutex::new(Vec::new());
-    if let Some(notice) = &options.notice {
-        warnings
-            .iter()
-            .for_each(|w| notice(&format!("warning: {w}")));
-    }
+    let tell = |warnings: &[String]| {
+        if let Some(notice) = &options.notice {
+            warnings
+                .iter()
+                .for_each(|w| notice(&format!("warning: {w}")));
+        }
+    };
+    tell(&warnings);
     if let Some(p) = &options.progress {
         p.start(plan, part_len(plan, options.part));
     }
@@ -226,11 +229,7 @@ async fn write_planned(
         p.finish();
     }
     let overflows = overflows.into_inner().unwrap_or_else(|e| e.into_inner());
-    if let Some(notice) = &options.notice {
-        overflows
-            .iter()
-            .for_each(|w| notice(&format!("warning: {w}")));
-    }
+    tell(&overflows);
     warnings.extend(overflows);
     Ok(Report {
         inputs: sources.iter().map(|s| s.input_name().to_string()).collect(),

@@ -38,15 +38,10 @@ pub(crate) struct SpanJob {
 }
 
 impl SpanJob {
-    /// Nothing changes on the way and nothing must be checked: the kernel
-    /// may copy it from a mapping.
-    pub(crate) fn verbatim(&self) -> bool {
-        self.span.crc.is_none() && Elements::unchanged(self.span.transform, self.cast)
-    }
-
-    /// Checksummed, and otherwise unchanged.
-    pub(crate) fn checked_verbatim(&self) -> bool {
-        self.span.crc.is_some() && Elements::unchanged(self.span.transform, self.cast)
+    /// Nothing changes on the way (a checksummed member may still be
+    /// copied by the kernel, its CRC computed beside).
+    pub(crate) fn unchanged(&self) -> bool {
+        Elements::unchanged(self.span.transform, self.cast)
     }
 
     pub(crate) fn out_len(&self) -> u64 {
@@ -85,13 +80,6 @@ impl<E> Failed<E> {
     /// The same failure, counted from a run that starts `start` jobs earlier.
     pub(crate) fn after(self, start: usize) -> Self {
         Failed::new(start + self.job, self.error)
-    }
-}
-
-impl JobError {
-    /// The same failure with its error changed.
-    pub(crate) fn map(self, f: impl FnOnce(Error) -> Error) -> Self {
-        Failed::new(self.job, f(self.error))
     }
 }
 

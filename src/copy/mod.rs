@@ -28,7 +28,7 @@ use crate::source::{Source, TensorData};
 use crate::{Error, Result};
 use job::{jobs, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
 use pool::write_parallel;
-use route::{routes, Out, Route, Routes};
+use route::{routes, Route, Routes};
 use spans::copy_spans;
 
 /// Writes one planned file to any `AsyncWrite`, pulling each tensor from its source.
@@ -164,14 +164,15 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
         to: &to,
         ahead: None,
     };
-    let out = match to.direct {
-        Some(_) => Out::File,
-        None => Out::Stream,
+    // Without the file itself, every tensor goes through the sink.
+    let allowed = match to.direct {
+        Some(_) => to.routes,
+        None => Routes::NONE,
     };
     let mut k = 0;
     while k < shard.refs.len() {
         let window = jobs(shard, k, sources);
-        let routes = routes(&window, out, to.routes);
+        let routes = routes(&window, allowed);
         let n = window.len();
         copy.window(k, window, &routes, sources).await?;
         k += n;
@@ -359,7 +360,11 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
     fn overflowed(&self, k: usize, count: u64) {
         if let (Some(list), Some(c)) = (self.to.overflows, self.shard.refs[k].cast()) {
             let name = &self.shard.header.header().tensors[k].meta.name;
-            let msg = overflow_warning(name, c, count);
+            let values = if count == 1 { "value" } else { "values" };
+            let (from, to) = (c.from(), c.to());
+            let msg = format!(
+                "tensor {name:?}: {count} finite {values} overflowed to infinity casting {from} to {to}"
+            );
             list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
         }
     }
@@ -380,14 +385,4 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         };
         f.error.with_input(source.input_name()).set_tensor(tensor)
     }
-}
-
-/// A cast's overflows to infinity, as a report's warning.
-fn overflow_warning(tensor: &str, cast: crate::cast::Cast, count: u64) -> String {
-    let values = if count == 1 { "value" } else { "values" };
-    format!(
-        "tensor {tensor:?}: {count} finite {values} overflowed to infinity casting {} to {}",
-        cast.from(),
-        cast.to()
-    )
 }

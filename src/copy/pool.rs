@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use super::job::{Failed, JobError, Overflow, ReaderJob};
 use crate::io_util::fill;
 use crate::sink::elements::{ChunkBuffer, Elements, Pump};
-use crate::{Error, Result};
+use crate::Error;
 
 /// Tensors read at once: one a core on the machines this is tuned for.
 pub(crate) const READERS: usize = 2;
@@ -27,14 +27,6 @@ pub(crate) const READERS: usize = 2;
 /// The most each reader holds of a tensor at a time: small enough to stay
 /// in the core's cache between the inflation and the write.
 const CHUNK: usize = 1 << 20;
-
-/// What every tensor's copy needs besides its job.
-struct Target<'a> {
-    out: &'a File,
-    out_name: &'a str,
-    budget: usize,
-    progress: &'a (dyn Fn(u64) + Sync),
-}
 
 /// Writes every job at its offset in `out`, [`READERS`] at once. Calls
 /// `started(i)` as job `i` begins and `progress(n)` as bytes land. Returns
@@ -48,13 +40,11 @@ pub(crate) fn write_parallel(
     started: &(dyn Fn(usize) + Sync),
     progress: &(dyn Fn(u64) + Sync),
 ) -> std::result::Result<Vec<Overflow>, JobError> {
-    let target = Target {
-        out,
-        out_name,
-        budget: buffer_size.clamp(1, CHUNK),
-        progress,
-    };
+    let budget = buffer_size.clamp(1, CHUNK);
     let jobs: Vec<_> = jobs.into_iter().map(|j| Mutex::new(Some(j))).collect();
+    // Each tensor on the chunk loop the sink drives too (`Pump`), each chunk
+    // written where it belongs. A tensor that stops because an earlier one
+    // failed has no overflows (`None`).
     let done = in_order(
         jobs.len(),
         "inflate",
@@ -62,7 +52,24 @@ pub(crate) fn write_parallel(
         |buf, i, earlier_failed| {
             let job = lock(&jobs[i]).take().expect("each job is taken once");
             started(i);
-            write_one(job, &target, buf, earlier_failed)
+            let (mut reader, transform) = (job.open)()?;
+            let elements = Elements::new(job.out_len, transform, job.cast);
+            let mut pump = Pump::new(elements, buf, budget);
+            let mut at = job.at;
+            while let Some(input) = pump.input() {
+                if earlier_failed() {
+                    return Ok(None);
+                }
+                let got = fill(&mut reader, input)?;
+                let bytes = pump.process(got)?;
+                out.write_all_at(bytes, at)
+                    .map_err(|e| Error::io(e).with_output(out_name))?;
+                at += bytes.len() as u64;
+                progress(bytes.len() as u64);
+                pump.check_full()?;
+            }
+            let more = reader.read(&mut [0u8; 1])? != 0;
+            Ok(Some(pump.finish(more)?))
         },
     )?;
     Ok(done
@@ -131,37 +138,6 @@ pub(crate) fn in_order<S, T: Send, E: Send>(
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// One tensor, on the chunk loop the [`Sink`](crate::sink::Sink) drives
-/// too ([`Pump`]), each chunk written where it belongs.
-/// Returns the cast's overflows, or `None` if it stopped because an
-/// earlier tensor failed.
-fn write_one(
-    job: ReaderJob,
-    sh: &Target<'_>,
-    buf: &mut ChunkBuffer,
-    earlier_failed: &dyn Fn() -> bool,
-) -> Result<Option<u64>> {
-    let (mut reader, transform) = (job.open)()?;
-    let elements = Elements::new(job.out_len, transform, job.cast);
-    let mut pump = Pump::new(elements, buf, sh.budget);
-    let mut at = job.at;
-    while let Some(input) = pump.input() {
-        if earlier_failed() {
-            return Ok(None);
-        }
-        let got = fill(&mut reader, input)?;
-        let bytes = pump.process(got)?;
-        sh.out
-            .write_all_at(bytes, at)
-            .map_err(|e| Error::io(e).with_output(sh.out_name))?;
-        at += bytes.len() as u64;
-        (sh.progress)(bytes.len() as u64);
-        pump.check_full()?;
-    }
-    let more = reader.read(&mut [0u8; 1])? != 0;
-    Ok(Some(pump.finish(more)?))
 }
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ pub(crate) fn copy_spans(
             }
             Route::Gather(stretch) => {
                 let gathered = copy_stretch(jobs, stretch, out, &mut w, &mut s, buffer_size);
-                let copied = gathered.map_err(|f| f.map(on_out))?;
+                let copied = gathered.map_err(|f| JobError::new(f.job, on_out(f.error)))?;
                 overflows.extend(copied.overflows);
                 written += copied.bytes;
                 progress(copied.bytes);
@@ -118,7 +118,7 @@ fn copy_stretch(
 ) -> std::result::Result<Copied, JobError> {
     let (first, last) = (stretch[0].start, stretch[stretch.len() - 1].end);
     if let [only] = stretch {
-        return copy_gathered(jobs, only.clone(), w, scratch, buffer_size);
+        return copy_gathered(jobs, only.clone(), |b| w.write_all(b), scratch, buffer_size);
     }
     let io_at = |e: io::Error| JobError::new(first, Error::io(e));
     w.flush().map_err(io_at)?;
@@ -249,7 +249,7 @@ fn copy_by_hand(
 mod tests {
     use super::*;
     use crate::copy::job::Job;
-    use crate::copy::route::{routes, Out};
+    use crate::copy::route::{routes, Routes};
     use crate::source::CrcCheck;
     use crate::transform::Transform;
     use std::sync::Arc;
@@ -297,7 +297,7 @@ mod tests {
     /// The routes of `jobs` into a file.
     fn routed(jobs: &[SpanJob]) -> Vec<Route> {
         let jobs: Vec<Job> = jobs.iter().cloned().map(Job::Span).collect();
-        routes(&jobs, Out::File, crate::copy::route::Routes::default())
+        routes(&jobs, Routes::default())
     }
 
     fn copy(jobs: &[SpanJob]) -> (std::result::Result<u64, JobError>, Vec<u8>) {

@@ -255,7 +255,8 @@ pub(crate) fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
         let mut dirs: Vec<&Path> = done.iter().map(|p| parent_dir(p)).collect();
         dirs.dedup();
         for dir in dirs {
-            sync_dir(dir).map_err(|e| Error::io(e).with_output(dir.display()))?;
+            let synced = std::fs::File::open(dir).and_then(|d| d.sync_all());
+            synced.map_err(|e| Error::io(e).with_output(dir.display()))?;
         }
     }
     Ok(())
@@ -284,10 +285,6 @@ fn lock_folder(dir: &Path) -> Result<std::fs::File> {
     rustix::fs::flock(&folder, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| on_dir(e.into()))?;
     Ok(folder)
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
 }
 
 /// A set of files (the shards, then the index) staged beside their

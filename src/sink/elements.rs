@@ -7,8 +7,9 @@
 //! [`Elements::process`] (CRC update, byte swap, cast, length accounting),
 //! writes what it returns, and ends with [`Elements::finish`], which checks
 //! the count and the checksum and returns how many cast elements overflowed
-//! to infinity, so every driver reports overflows the same way. The drivers differ only in how bytes arrive
-//! (an `AsyncRead`, positional reads, a caller's slices) and leave.
+//! to infinity, so every driver reports overflows the same way. The
+//! drivers differ only in how bytes arrive (an `AsyncRead`, positional
+//! reads, a caller's slices) and leave.
 
 use crate::cast::Cast;
 use crate::transform::Transform;
@@ -41,11 +42,6 @@ impl Crc {
     /// before the tensor, like an npz member's npy header).
     pub(crate) fn new(hasher: crc32fast::Hasher, expected: u32) -> Self {
         Crc { hasher, expected }
-    }
-
-    /// Adds bytes to the checksum.
-    pub(crate) fn update(&mut self, bytes: &[u8]) {
-        self.hasher.update(bytes);
     }
 
     /// The bytes hashed must have the expected CRC-32.
@@ -95,11 +91,6 @@ impl Elements {
         self.in_len - self.done
     }
 
-    /// Whether bytes pass unchanged (the kernel may copy them).
-    pub(crate) fn verbatim(&self) -> bool {
-        Self::unchanged(self.transform, self.cast)
-    }
-
     /// Whether bytes under `transform` and `cast` pass unchanged.
     pub(crate) fn unchanged(transform: Transform, cast: Option<Cast>) -> bool {
         cast.is_none() && transform.unit() == 1
@@ -140,7 +131,7 @@ impl Elements {
     ) -> Result<&'a [u8]> {
         self.count(input.len())?;
         if let Some(crc) = &mut self.crc {
-            crc.update(input);
+            crc.hasher.update(input);
         }
         let unit = self.transform.unit();
         let whole = input.len() / unit * unit;
@@ -160,7 +151,7 @@ impl Elements {
     /// copy, or a caller's slice written as it is). Only for a verbatim
     /// pipeline without a CRC.
     pub(crate) fn pass(&mut self, n: usize) -> Result<()> {
-        debug_assert!(self.verbatim() && self.crc.is_none());
+        debug_assert!(Self::unchanged(self.transform, self.cast) && self.crc.is_none());
         self.count(n)
     }
 

@@ -7,7 +7,8 @@
 //! Memory: one part being filled plus at most `in flight` parts being
 //! sent, each [`part_size`] bytes: `part_size x (in flight + 1)`, with the
 //! defaults ([`PART_SIZE`], [`IN_FLIGHT`]) 72 MiB for any file up to 83 GB
-//! (8 MiB x 10,000 parts; a larger file has larger parts). Both are set by `SAFETENSORS_STREAM_PART_SIZE` and
+//! (8 MiB x 10,000 parts; a larger file has larger parts). Both are set
+//! by `SAFETENSORS_STREAM_PART_SIZE` and
 //! `SAFETENSORS_STREAM_PARTS_IN_FLIGHT` ([`UploadConfig::from_env`]).
 
 use std::pin::Pin;
@@ -314,7 +315,13 @@ impl PartUpload {
 
     /// Every part sent and acknowledged, and the length as planned.
     async fn finish_parts(&mut self, planned: u64) -> Result<Vec<PartId>> {
-        self.send_all().await?;
+        // The last part, then every part in flight.
+        if !self.filling.is_empty() || self.next_part == 0 {
+            self.send_filled();
+        }
+        std::future::poll_fn(|cx| self.poll_in_flight(cx, 1))
+            .await
+            .map_err(|_| self.failure())?;
         if self.written != planned {
             let kind = ErrorKind::ObjectStore(StoreError::UploadLength {
                 written: self.written,
@@ -327,17 +334,6 @@ impl PartUpload {
             .map(|p| p.take())
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| self.failure())
-    }
-
-    /// Waits for every part in flight after sending the last.
-    pub(crate) async fn send_all(&mut self) -> Result<()> {
-        if !self.filling.is_empty() || self.next_part == 0 {
-            self.send_filled();
-        }
-        std::future::poll_fn(|cx| self.poll_in_flight(cx, 1))
-            .await
-            .map_err(|_| self.failure())?;
-        Ok(())
     }
 
     fn failure(&mut self) -> crate::Error {
