@@ -162,41 +162,18 @@ fn file_position(job: &SpanJob) -> (usize, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{CrcCheck, FileSpan};
-    use crate::transform::Transform;
+    use crate::copy::job::testing;
     use crate::ErrorKind;
     use std::io::Write;
 
-    /// Members `0..n` written in file order, each a 7-byte header then its
-    /// bytes; `bad` ones get a wrong CRC. Returns the jobs in `plan` order
-    /// and each member's bytes.
+    /// Members `0..n` of a checksummed archive; `bad` ones get a wrong
+    /// CRC. Returns the jobs in `plan` order and each member's bytes.
     fn archive(n: usize, bad: &[usize], plan: &[usize]) -> (Vec<SpanJob>, Vec<Vec<u8>>) {
-        let mut file = tempfile::tempfile().unwrap();
-        let (mut bytes, mut spans, mut data) = (Vec::new(), Vec::new(), Vec::new());
-        for k in 0..n {
-            let from = bytes.len() as u64;
-            bytes.extend_from_slice(b"header:");
-            let member: Vec<u8> = (0..100 + k * 37).map(|i| (i * 3 + k) as u8).collect();
-            let offset = bytes.len() as u64;
-            bytes.extend_from_slice(&member);
-            let crc = crc32fast::hash(&bytes[from as usize..]) ^ u32::from(bad.contains(&k));
-            spans.push((from, offset, member.len() as u64, crc));
-            data.push(member);
-        }
-        file.write_all(&bytes).unwrap();
-        let file = Arc::new(file);
-        let job = |&(from, offset, len, expected): &(u64, u64, u64, u32)| SpanJob {
-            span: FileSpan {
-                file: file.clone(),
-                offset,
-                len,
-                transform: Transform::Identity,
-                crc: Some(CrcCheck { expected, from }),
-            },
-            cast: None,
-        };
-        let jobs = plan.iter().map(|&k| job(&spans[k])).collect();
-        (jobs, plan.iter().map(|&k| data[k].clone()).collect())
+        let sizes: Vec<usize> = (0..n).map(|k| 100 + k * 37).collect();
+        let (jobs, data) = testing::archive(&sizes, bad, None);
+        plan.iter()
+            .map(|&k| (jobs[k].clone(), data[k].clone()))
+            .unzip()
     }
 
     fn gather(jobs: &[SpanJob]) -> (Gathered, Vec<u8>) {
@@ -233,10 +210,7 @@ mod tests {
         let mut out = tempfile::tempfile().unwrap();
         out.write_all(&vec![7u8; at as usize]).unwrap();
         let result = copy_batches_parallel(jobs, &stretch, &out, at, 1 << 20);
-        let mut bytes = Vec::new();
-        std::io::Seek::rewind(&mut out).unwrap();
-        std::io::Read::read_to_end(&mut out, &mut bytes).unwrap();
-        (result, bytes)
+        (result, testing::contents(&out))
     }
 
     #[test]

@@ -127,3 +127,59 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
         })
         .collect()
 }
+
+/// Files for the copy routes' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::SpanJob;
+    use crate::source::{CrcCheck, FileSpan};
+    use crate::transform::Transform;
+    use std::fs::File;
+    use std::io::{Read, Seek, Write};
+    use std::sync::Arc;
+
+    /// An archive of checksummed members of `sizes` bytes, each after a
+    /// 7-byte header its CRC covers; `bad` ones get a wrong CRC; the file
+    /// is cut to `cut` bytes. Returns the jobs and each member's bytes, in
+    /// file order.
+    pub(crate) fn archive(
+        sizes: &[usize],
+        bad: &[usize],
+        cut: Option<u64>,
+    ) -> (Vec<SpanJob>, Vec<Vec<u8>>) {
+        let (mut bytes, mut spans, mut data) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, &size) in sizes.iter().enumerate() {
+            let from = bytes.len() as u64;
+            bytes.extend_from_slice(b"header:");
+            let member: Vec<u8> = (0..size).map(|i| (i * 7 + k * 13) as u8).collect();
+            let offset = bytes.len() as u64;
+            bytes.extend_from_slice(&member);
+            let crc = crc32fast::hash(&bytes[from as usize..]) ^ u32::from(bad.contains(&k));
+            spans.push((from, offset, crc));
+            data.push(member);
+        }
+        bytes.truncate(cut.map_or(bytes.len(), |c| c as usize));
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&bytes).unwrap();
+        let file = Arc::new(file);
+        let job = |(&(from, offset, expected), member): (_, &Vec<u8>)| SpanJob {
+            span: FileSpan {
+                file: file.clone(),
+                offset,
+                len: member.len() as u64,
+                transform: Transform::Identity,
+                crc: Some(CrcCheck { expected, from }),
+            },
+            cast: None,
+        };
+        (spans.iter().zip(&data).map(job).collect(), data)
+    }
+
+    /// Everything `file` holds.
+    pub(crate) fn contents(mut file: &File) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        file.rewind().unwrap();
+        file.read_to_end(&mut bytes).unwrap();
+        bytes
+    }
+}

@@ -181,21 +181,15 @@ impl Drop for Window {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::copy::job::testing::contents;
     use crate::ErrorKind;
-    use std::io::{Read, Seek, Write};
+    use std::io::Write;
 
     fn source(len: usize) -> (File, Vec<u8>) {
         let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(&bytes).unwrap();
         (f, bytes)
-    }
-
-    fn written(mut out: File) -> Vec<u8> {
-        let mut v = Vec::new();
-        out.rewind().unwrap();
-        out.read_to_end(&mut v).unwrap();
-        v
     }
 
     #[test]
@@ -224,7 +218,7 @@ mod tests {
         let copied = copy_mapped(&src, 777, len as u64, &out, &mut |n| seen += n).unwrap();
         assert!(copied);
         assert_eq!(seen, len as u64);
-        let got = written(out);
+        let got = contents(&out);
         assert_eq!(&got[..4], b"head");
         assert_eq!(&got[4..], &bytes[777..]);
     }
@@ -245,7 +239,7 @@ mod tests {
             ),
             "{e}"
         );
-        assert_eq!(written(out), &bytes[1000..]);
+        assert_eq!(contents(&out), &bytes[1000..]);
     }
 
     #[test]
@@ -257,6 +251,6 @@ mod tests {
         let src = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         let out = tempfile::tempfile().unwrap();
         assert!(!copy_mapped(&src, 0, 4096, &out, &mut |_| {}).unwrap());
-        assert!(written(out).is_empty());
+        assert!(contents(&out).is_empty());
     }
 }

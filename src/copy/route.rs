@@ -1,13 +1,7 @@
 //! How each tensor is copied, chosen in one place and without I/O: from
 //! what each job offers ([`Job`]) and the routes allowed ([`Routes`]: none
-//! into a stream or an object, which are written forward only).
-//!
-//! Into a file, tensors whose bytes lie in files are copied straight into
-//! it: verbatim runs by the kernel, checksummed members with their CRC
-//! computed beside the copy, small tensors gathered into batches, the rest
-//! through one buffer with positional reads. Runs of tensors that only a
-//! blocking reader produces are read side by side. Everything else, and
-//! everything into a stream or an object, goes through the async sink.
+//! into a stream or an object, which are written forward only). The
+//! routes, best first, are [`Route`]'s variants.
 
 use std::ops::Range;
 use std::sync::Arc;

@@ -248,50 +248,17 @@ fn copy_by_hand(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::copy::job::Job;
+    use crate::copy::job::{testing, Job};
     use crate::copy::route::{routes, Routes};
-    use crate::source::CrcCheck;
-    use crate::transform::Transform;
-    use std::sync::Arc;
 
     /// Member sizes: one copied in one pass, one copied beside its CRC thread.
     const SIZES: [usize; 2] = [2 * CHECKED_CHUNK + 4096, CHECK_BESIDE_MIN as usize + 4096];
 
-    /// Three checksummed members of `size` bytes, a gap between each (so
-    /// each is a kernel run of its own); `bad` ones get a wrong CRC; the
-    /// file is cut to `cut` bytes.
+    /// Three checksummed members of `size` bytes; `bad` ones get a wrong
+    /// CRC; the file is cut to `cut` bytes.
     fn archive(size: usize, bad: &[usize], cut: Option<u64>) -> (Vec<SpanJob>, Vec<u8>) {
-        let mut file = tempfile::tempfile().unwrap();
-        let (mut bytes, mut jobs, mut data) = (Vec::new(), Vec::new(), Vec::new());
-        for k in 0..3 {
-            bytes.extend_from_slice(b"local header");
-            let member: Vec<u8> = (0..size).map(|i| (i * 7 + k * 13) as u8).collect();
-            let offset = bytes.len() as u64;
-            let crc = crc32fast::hash(&member) ^ if bad.contains(&k) { 1 } else { 0 };
-            bytes.extend_from_slice(&member);
-            data.extend_from_slice(&member);
-            jobs.push((offset, crc));
-        }
-        bytes.truncate(cut.unwrap_or(bytes.len() as u64) as usize);
-        file.write_all(&bytes).unwrap();
-        let file = Arc::new(file);
-        let jobs = jobs
-            .into_iter()
-            .map(|(offset, expected)| SpanJob {
-                span: FileSpan {
-                    file: file.clone(),
-                    offset,
-                    len: size as u64,
-                    transform: Transform::Identity,
-                    crc: Some(CrcCheck {
-                        expected,
-                        from: offset,
-                    }),
-                },
-                cast: None,
-            })
-            .collect();
-        (jobs, data)
+        let (jobs, data) = testing::archive(&[size; 3], bad, cut);
+        (jobs, data.concat())
     }
 
     /// The routes of `jobs` into a file.
@@ -301,14 +268,10 @@ mod tests {
     }
 
     fn copy(jobs: &[SpanJob]) -> (std::result::Result<u64, JobError>, Vec<u8>) {
-        use std::io::{Read, Seek};
-        let mut out = tempfile::tempfile().unwrap();
+        let out = tempfile::tempfile().unwrap();
         let routes = routed(jobs);
         let result = copy_spans(&out, "out", jobs, &routes, 1 << 20, |_| {}).map(|c| c.bytes);
-        let mut bytes = Vec::new();
-        out.rewind().unwrap();
-        out.read_to_end(&mut bytes).unwrap();
-        (result, bytes)
+        (result, testing::contents(&out))
     }
 
     #[test]

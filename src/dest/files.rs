@@ -15,7 +15,7 @@ use super::target::replaced;
 use super::writer::{DestOptions, OutWriter, Staged};
 use super::WrittenFile;
 use crate::observe::sha256_hex;
-use crate::plan::layout::{index_json, names_folder, Part};
+use crate::plan::layout::{check_shard_len, index_json, names_folder, Part};
 use crate::plan::Plan;
 use crate::{Error, Result};
 
@@ -31,13 +31,9 @@ pub(crate) struct StagedFile {
 }
 
 impl StagedFile {
-    /// Creates the temp file beside `target` and opens it for async writing.
-    ///
-    /// A symbolic link at `target` is followed: the file it leads to is the
-    /// one replaced, and the link stays. Anything but a regular file (or
-    /// nothing) there is refused: see [`super::target`]. The new
-    /// file gets an existing file's mode and owner, as `cp` onto it would
-    /// leave them (the owner only where the system lets us give it away).
+    /// Creates the temp file beside the file `target` leads to (links
+    /// followed: see [`super::target`]) and opens it for async writing; it
+    /// gets that file's mode and owner ([`keep_owner_and_mode`]).
     pub(crate) fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
         refuse_folder_name(target)?;
         Self::create_resolved(target, replaced(target)?)
@@ -313,15 +309,7 @@ impl FileSet {
     ) -> Result<FileSet> {
         let index = index.filter(|_| options.part.writes_index());
         if options.part == Part::IndexOnly {
-            let given: Vec<PathBuf> = shards.iter().map(|(p, _)| p.clone()).collect();
-            super::check_shard_files(plan, &given)?;
-            if let Some(expected) = &options.plan_id {
-                let records = given
-                    .iter()
-                    .map(|p| Ok((p.display().to_string(), record::read_file(p)?)))
-                    .collect::<Result<Vec<_>>>()?;
-                record::check_records(expected, &records)?;
-            }
+            check_shard_files(plan, &shards, options.plan_id.as_deref())?;
         }
         let written_shards = shards
             .iter()
@@ -398,6 +386,33 @@ impl FileSet {
             .for_each(CreatedFolders::keep);
         Ok(self.written)
     }
+}
+
+/// `--index-only` on files: every shard exists as a regular file of its
+/// planned length (a stat each), or the first that does not is named;
+/// then, with an `expected` plan id, the ids they record are checked.
+fn check_shard_files(
+    plan: &Plan,
+    shards: &[(PathBuf, PathBuf)],
+    expected: Option<&str>,
+) -> Result<()> {
+    for (shard, (path, _)) in plan.shards.iter().zip(shards) {
+        let found = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => Some(m.len()),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(e).with_output(path.display())),
+        };
+        check_shard_len(&path.display().to_string(), found, shard.file_len())?;
+    }
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let records = shards
+        .iter()
+        .map(|(p, _)| Ok((p.display().to_string(), record::read_file(p)?)))
+        .collect::<Result<Vec<_>>>()?;
+    record::check_records(expected, &records)
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@ pub(crate) mod files;
 pub(crate) mod folders;
 pub(crate) mod record;
 pub(crate) mod staged;
-pub(crate) mod stream;
 pub(crate) mod target;
 #[allow(unsafe_code)]
 pub(crate) mod writeback;
@@ -18,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::index::{is_index_path, ShardIndex};
-use crate::plan::layout::{check_shard_len, names_folder, shard_paths, Part};
+use crate::plan::layout::{names_folder, shard_paths, Part};
 use crate::plan::Plan;
 use crate::{Error, ErrorKind, Result};
 use target::{resolve, Target};
@@ -53,10 +52,9 @@ pub(crate) const NAME_MAX: usize = 255;
 /// output path is looked at.
 #[derive(Debug)]
 pub(crate) enum Resolved {
-    /// Standard output, by `-` or another name.
-    Stdout,
-    /// A device, FIFO or socket, and its name as given.
-    Stream(PathBuf, String),
+    /// Standard output (`None`: by `-` or another name, named `-`), or a
+    /// device, FIFO or socket, and its name as given.
+    Stream(Option<PathBuf>, String),
     /// Regular files: each shard as (name given, file replaced; links
     /// followed), then the index if any.
     Files {
@@ -81,12 +79,12 @@ pub(crate) fn check(
 ) -> Result<(Resolved, Vec<String>)> {
     part.check(plan)?;
     let shards = plan.shards.len();
-    let path = match output {
-        Output::Stdout => {
-            check_stream_output("-", shards, std::io::stdout().is_terminal())?;
-            return Ok((Resolved::Stdout, Vec::new()));
-        }
-        Output::File(path) => path,
+    let stdout = |shown: &str| -> Result<(Resolved, Vec<String>)> {
+        check_stream_output(shown, shards, std::io::stdout().is_terminal())?;
+        Ok((Resolved::Stream(None, "-".into()), Vec::new()))
+    };
+    let Output::File(path) = output else {
+        return stdout("-");
     };
     // Objects: written as a whole or not at all by the store itself.
     #[cfg(feature = "object-store")]
@@ -101,14 +99,11 @@ pub(crate) fn check(
         false => resolve(path)?,
     };
     match target {
-        Target::Stdout => {
-            check_stream_output(&shown, shards, std::io::stdout().is_terminal())?;
-            return Ok((Resolved::Stdout, Vec::new()));
-        }
+        Target::Stdout => return stdout(&shown),
         // Whether a device is a terminal is known once it is open.
         Target::Stream(at) => {
             check_stream_output(&shown, shards, false)?;
-            return Ok((Resolved::Stream(at, shown), Vec::new()));
+            return Ok((Resolved::Stream(Some(at), shown), Vec::new()));
         }
         Target::Replace(_) => {}
     }
@@ -163,21 +158,6 @@ fn check_objects(inputs: &[PathBuf], url: &str, shards: usize, overwrite: bool) 
             let e = Error::new(ErrorKind::OutputIsInput(input.display().to_string()));
             return Err(e.with_output(out));
         }
-    }
-    Ok(())
-}
-
-/// `--index-only` on files: every shard exists as a regular file of its
-/// planned length (a stat each), or the first that does not is named.
-pub(crate) fn check_shard_files(plan: &Plan, paths: &[PathBuf]) -> Result<()> {
-    for (shard, path) in plan.shards.iter().zip(paths) {
-        let found = match std::fs::metadata(path) {
-            Ok(m) if m.is_file() => Some(m.len()),
-            Ok(_) => None,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(e).with_output(path.display())),
-        };
-        check_shard_len(&path.display().to_string(), found, shard.file_len())?;
     }
     Ok(())
 }

@@ -1,12 +1,11 @@
 //! The one protocol every destination follows: checked and resolved first
 //! ([`super::check`]), then each output staged and written, then all
-//! committed together, or all abandoned. Files are staged under temp names
-//! and renamed into place; a stream is written as it goes (nothing to
-//! commit, nothing to take back); objects are multipart uploads completed
-//! at the end, the index last.
+//! committed together, or all abandoned.
+
+use std::path::PathBuf;
 
 use super::files::FileSet;
-use super::stream::StreamOut;
+use super::target::open_stream;
 use super::writer::{DestOptions, OutWriter, Staged};
 use super::{Resolved, WrittenFile};
 use crate::plan::{Plan, ShardPlan};
@@ -15,7 +14,15 @@ use crate::Result;
 /// A set of outputs being written.
 pub(crate) enum Destination {
     Files(FileSet),
-    Stream(StreamOut),
+    /// Standard output (no path), or a device, FIFO or socket, by its name
+    /// as given: bytes go out as they come, so a failure part-way leaves
+    /// what was sent (only the exit code tells), and there is nothing to
+    /// commit. One file: the check refused sharded plans.
+    Stream {
+        path: Option<PathBuf>,
+        shown: String,
+        written: Vec<WrittenFile>,
+    },
     #[cfg(feature = "object-store")]
     Objects(crate::store::write::ObjectSet),
 }
@@ -29,8 +36,11 @@ impl Destination {
         options: DestOptions,
     ) -> Result<Destination> {
         Ok(match resolved {
-            Resolved::Stdout => Destination::Stream(StreamOut::new(None, "-".into())),
-            Resolved::Stream(path, shown) => Destination::Stream(StreamOut::new(Some(path), shown)),
+            Resolved::Stream(path, shown) => Destination::Stream {
+                path,
+                shown,
+                written: Vec::new(),
+            },
             Resolved::Files { shards, index } => {
                 Destination::Files(FileSet::open(shards, index, plan, options)?)
             }
@@ -47,7 +57,14 @@ impl Destination {
     pub(crate) async fn stage(&mut self, index: usize, shard: &ShardPlan) -> Result<Staged> {
         match self {
             Destination::Files(f) => f.stage(index),
-            Destination::Stream(s) => s.stage().await,
+            Destination::Stream { path, shown, .. } => Ok(Staged {
+                writer: match path {
+                    None => OutWriter::Stdout(tokio::io::stdout()),
+                    Some(path) => OutWriter::File(open_stream(path).await?),
+                },
+                file: None,
+                name: shown.clone(),
+            }),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.stage(index, shard).await,
         }
@@ -58,8 +75,8 @@ impl Destination {
     pub(crate) async fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
         match self {
             Destination::Files(f) => f.finish(writer, written).await,
-            Destination::Stream(s) => {
-                s.written.push(written);
+            Destination::Stream { written: all, .. } => {
+                all.push(written);
                 Ok(())
             }
             #[cfg(feature = "object-store")]
@@ -72,7 +89,7 @@ impl Destination {
     pub(crate) async fn commit(self, plan: &Plan) -> Result<Vec<WrittenFile>> {
         match self {
             Destination::Files(f) => f.commit(plan).await,
-            Destination::Stream(s) => Ok(s.written),
+            Destination::Stream { written, .. } => Ok(written),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.commit(plan).await,
         }
@@ -83,7 +100,7 @@ impl Destination {
     pub(crate) async fn abort(self) {
         match self {
             Destination::Files(f) => drop(f),
-            Destination::Stream(_) => {}
+            Destination::Stream { .. } => {}
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.abort().await,
         }

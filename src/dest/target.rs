@@ -108,21 +108,32 @@ fn descriptor_alias(path: &Path) -> Option<u32> {
     }
 }
 
-/// Opens a [`Target::Stream`] for writing: a device or FIFO as it is (a
-/// FIFO waits here for its reader), a socket by connecting to it, another
-/// descriptor's name in append mode (its file keeps what it holds).
-pub(crate) fn open_stream(path: &Path) -> std::io::Result<std::fs::File> {
+/// Opens a [`Target::Stream`] for writing, off the runtime's threads (a
+/// FIFO waits for its reader, and a signal must still end the run
+/// meanwhile): a device or FIFO as it is, a socket by connecting to it,
+/// another descriptor's name in append mode (its file keeps what it
+/// holds). A terminal is refused.
+pub(crate) async fn open_stream(path: &Path) -> Result<tokio::fs::File> {
+    use std::io::IsTerminal;
     use std::os::unix::fs::FileTypeExt;
-    if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-        let sock = std::os::unix::net::UnixStream::connect(path)?;
-        return Ok(std::fs::File::from(std::os::fd::OwnedFd::from(sock)));
+    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
+    let owned = path.to_path_buf();
+    let file = tokio::task::spawn_blocking(move || {
+        if std::fs::metadata(&owned).is_ok_and(|m| m.file_type().is_socket()) {
+            let sock = std::os::unix::net::UnixStream::connect(&owned)?;
+            return Ok(std::fs::File::from(std::os::fd::OwnedFd::from(sock)));
+        }
+        let mut options = std::fs::OpenOptions::new();
+        let append = descriptor_alias(&owned).is_some();
+        options.write(true).append(append).open(&owned)
+    })
+    .await
+    .map_err(|e| on_path(std::io::Error::other(e)))?
+    .map_err(on_path)?;
+    if file.is_terminal() {
+        return Err(Error::new(ErrorKind::TerminalOutput).with_output(path.display()));
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true);
-    if descriptor_alias(path).is_some() {
-        options.append(true);
-    }
-    options.open(path)
+    Ok(tokio::fs::File::from_std(file))
 }
 
 #[cfg(test)]

@@ -503,18 +503,16 @@ mod tests {
         })
     }
 
+    /// An upload of `x.safetensors`, planned at `len` bytes.
+    async fn start(store: Arc<FailingPart>, len: usize) -> Result<PartUpload> {
+        let path = ObjectPath::from("x.safetensors");
+        let (url, attributes) = ("memory:///x", Attributes::new());
+        PartUpload::start(store, path, url, len as u64, attributes, SMALL).await
+    }
+
     async fn upload(store: Arc<FailingPart>, len: usize) -> Result<()> {
         use tokio::io::AsyncWriteExt;
-        let path = ObjectPath::from("x.safetensors");
-        let mut up = PartUpload::start(
-            store,
-            path,
-            "memory:///x",
-            len as u64,
-            Attributes::new(),
-            SMALL,
-        )
-        .await?;
+        let mut up = start(store, len).await?;
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         // Odd-sized writes: parts must still be exactly part_size.
         for chunk in data.chunks(1_000_003) {
@@ -572,10 +570,7 @@ mod tests {
         use tokio::io::AsyncWriteExt;
         let s = store(usize::MAX);
         let e = run(async {
-            let path = ObjectPath::from("x.safetensors");
-            let mut up =
-                PartUpload::start(s.clone(), path, "memory:///x", 10, Attributes::new(), SMALL)
-                    .await?;
+            let mut up = start(s.clone(), 10).await?;
             up.write_all(b"123456789").await.unwrap();
             up.complete(10).await
         })
@@ -589,10 +584,7 @@ mod tests {
     fn a_dropped_upload_is_aborted_by_abort_pending() {
         let s = store(usize::MAX);
         run(async {
-            let path = ObjectPath::from("x.safetensors");
-            let up =
-                PartUpload::start(s.clone(), path, "memory:///x", 10, Attributes::new(), SMALL)
-                    .await?;
+            let up = start(s.clone(), 10).await?;
             let key = up.key();
             drop(up);
             // (abort_pending would also abort the other tests' uploads.)

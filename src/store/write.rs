@@ -34,10 +34,8 @@ pub(crate) struct ObjectSet {
     keys: Vec<u64>,
     /// Uploads ready to complete, with their planned lengths.
     ready: Vec<(PartUpload, u64)>,
-    /// One small object's bytes, and where they go.
-    whole: Option<(Vec<u8>, Location)>,
-    /// The object being staged.
-    at: usize,
+    /// The bytes of the one object, when small.
+    whole: Option<Vec<u8>>,
     written: Vec<WrittenFile>,
 }
 
@@ -72,7 +70,6 @@ impl ObjectSet {
             keys: Vec::new(),
             ready: Vec::new(),
             whole: None,
-            at: 0,
             written: Vec::new(),
         })
     }
@@ -82,7 +79,6 @@ impl ObjectSet {
     pub(crate) async fn stage(&mut self, index: usize, shard: &ShardPlan) -> Result<Staged> {
         let object = &self.objects[index];
         let len = shard.file_len();
-        self.at = index;
         let writer = if self.objects.len() == 1 && len < MIN_PART {
             OutWriter::Buffer(Vec::with_capacity(usize::try_from(len).unwrap_or(0)))
         } else {
@@ -121,7 +117,7 @@ impl ObjectSet {
 
     pub(crate) fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
         match writer {
-            OutWriter::Buffer(bytes) => self.whole = Some((bytes, self.objects[self.at].clone())),
+            OutWriter::Buffer(bytes) => self.whole = Some(bytes),
             OutWriter::Upload(upload) => self.ready.push((upload, written.bytes)),
             _ => unreachable!("an object set stages buffers and uploads"),
         }
@@ -132,7 +128,8 @@ impl ObjectSet {
     /// Sends the small object, completes every upload in order, then
     /// writes the index; on a failure, aborts every upload not completed.
     pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Vec<WrittenFile>> {
-        if let Some((bytes, object)) = self.whole.take() {
+        if let Some(bytes) = self.whole.take() {
+            let object = &self.objects[0];
             let options = PutOptions::from(self.attributes());
             let put = object
                 .store
