@@ -21,11 +21,11 @@ pub(crate) enum Job {
 }
 
 impl Job {
-    /// The tensor's bytes in a file, if they lie in one.
-    pub(crate) fn span(&self) -> Option<&SpanJob> {
+    /// The tensor's bytes in a file, which a run of spans has.
+    pub(crate) fn span(&self) -> &SpanJob {
         match self {
-            Job::Span(s) => Some(s),
-            _ => None,
+            Job::Span(s) => s,
+            _ => unreachable!("a run of spans"),
         }
     }
 }
@@ -75,11 +75,6 @@ pub(crate) type JobError = Failed<Error>;
 impl<E> Failed<E> {
     pub(crate) fn new(job: usize, error: E) -> Self {
         Failed { job, error }
-    }
-
-    /// The same failure, counted from a run that starts `start` jobs earlier.
-    pub(crate) fn after(self, start: usize) -> Self {
-        Failed::new(start + self.job, self.error)
     }
 }
 

@@ -180,6 +180,9 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
     copy.sink.finish().await
 }
 
+/// Routes other than the stream's are chosen only with the output file.
+const BESIDE_ONLY_INTO_A_FILE: &str = "routes beside the sink only into a file";
+
 /// A shard being copied.
 struct Copy<'a, W> {
     sink: Sink<W>,
@@ -231,7 +234,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
                 }
             };
             let at = start + first;
-            let over = done.map_err(|f| self.name_error(f.after(at), sources))?;
+            let over = done.map_err(|f| self.name_error(at + f.job, f.error, sources))?;
             over.into_iter()
                 .for_each(|o| self.overflowed(at + o.job, o.count));
         }
@@ -284,7 +287,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         jobs: Vec<SpanJob>,
         routes: Vec<Route>,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
-        let d = self.direct();
+        let d = self.to.direct.as_ref().expect(BESIDE_ONLY_INTO_A_FILE);
         let tensors = &self.shard.header.header().tensors[start..start + jobs.len()];
         let mut run = self.to.watch.run(tensors);
         let (out, name) = (d.out.clone(), self.to.name.to_string());
@@ -308,7 +311,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         start: usize,
         jobs: Vec<ReaderJob>,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
-        let d = self.direct();
+        let d = self.to.direct.as_ref().expect(BESIDE_ONLY_INTO_A_FILE);
         let count = jobs.len();
         let header = self.shard.header.header();
         let entries = &header.tensors[start..start + count];
@@ -328,13 +331,6 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             Ok(Copied { bytes, overflows })
         })
         .await
-    }
-
-    /// The output file: routes other than the stream's are chosen only
-    /// when there is one.
-    fn direct(&self) -> &Direct {
-        let direct = self.to.direct.as_ref();
-        direct.expect("routes beside the sink only into a file")
     }
 
     /// Runs `work` on the blocking pool, where it writes the next `count`
@@ -369,13 +365,13 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         }
     }
 
-    /// The error of tensor `f.job` of the shard, naming its input and the
+    /// The `error` of tensor `k` of the shard, naming its input and the
     /// tensor as the input knows it (and as it is written, if renamed).
-    fn name_error(&self, f: JobError, sources: &[Box<dyn Source + '_>]) -> Error {
-        let r: &TensorRef = &self.shard.refs[f.job];
-        let out_name = &self.shard.header.header().tensors[f.job].meta.name;
+    fn name_error(&self, k: usize, error: Error, sources: &[Box<dyn Source + '_>]) -> Error {
+        let r: &TensorRef = &self.shard.refs[k];
+        let out_name = &self.shard.header.header().tensors[k].meta.name;
         let Some(source) = sources.get(r.source()) else {
-            return f.error.set_tensor(out_name);
+            return error.set_tensor(out_name);
         };
         let in_name = &source.tensors()[r.index()].name;
         let tensor = if in_name == out_name {
@@ -383,6 +379,6 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         } else {
             format!("{in_name} (written as {out_name})")
         };
-        f.error.with_input(source.input_name()).set_tensor(tensor)
+        error.with_input(source.input_name()).set_tensor(tensor)
     }
 }

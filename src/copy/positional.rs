@@ -43,8 +43,7 @@ pub(super) fn read_exact_at(
     })
 }
 
-/// Positional reads into one buffer, then the element pipeline (checksum,
-/// byte swap, cast), then a write. Returns the bytes written and the cast's
+/// Copies `job` into `out`. Returns the bytes written and the cast's
 /// overflows to infinity.
 pub(super) fn copy_buffered(
     job: &SpanJob,

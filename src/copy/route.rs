@@ -156,7 +156,7 @@ fn run_of(jobs: &[Job], start: usize) -> usize {
 
 /// The routes of a run of span jobs.
 fn span_routes(jobs: &[Job], run: Range<usize>, allowed: Routes, routes: &mut Vec<Route>) {
-    let span = |k: usize| jobs[k].span().expect("a run of spans");
+    let span = |k: usize| jobs[k].span();
     let kernel = match allowed.kernel {
         true => kernel_runs(jobs, run.clone()),
         false => Vec::new(),
@@ -197,7 +197,7 @@ fn checked_copy(job: &SpanJob) -> bool {
 /// (tensors scattered in canonical order) costs more in syscalls than in
 /// bytes: it goes through the buffer.
 fn kernel_runs(jobs: &[Job], run: Range<usize>) -> Vec<Range<usize>> {
-    let span = |k: usize| jobs[k].span().expect("a run of spans");
+    let span = |k: usize| jobs[k].span();
     let mut runs = Vec::new();
     let mut i = run.start;
     while i < run.end {
@@ -214,7 +214,7 @@ fn kernel_runs(jobs: &[Job], run: Range<usize>) -> Vec<Range<usize>> {
 /// The end of the run of verbatim jobs from `start` (before `stop`) that
 /// lie back to back in one file.
 fn verbatim_run(jobs: &[Job], start: usize, stop: usize) -> usize {
-    let span = |k: usize| jobs[k].span().expect("a run of spans");
+    let span = |k: usize| jobs[k].span();
     // Nothing changes on the way and nothing must be checked: the kernel
     // may copy it from a mapping.
     let verbatim = |job: &SpanJob| job.span.crc.is_none() && job.unchanged();
@@ -259,11 +259,13 @@ fn batch_len(jobs: &[Job], within: Range<usize>, checked: impl Fn(usize) -> bool
     let mut total = 0;
     let mut n = 0;
     for k in within {
-        let Some(job) = jobs[k].span().filter(|_| !checked(k)) else {
-            break;
-        };
+        let job = jobs[k].span();
         let len = job.out_len();
-        if job.span.len > SMALL_TENSOR || len > SMALL_TENSOR || total + len > BATCH_BYTES {
+        if checked(k)
+            || job.span.len > SMALL_TENSOR
+            || len > SMALL_TENSOR
+            || total + len > BATCH_BYTES
+        {
             break;
         }
         total += len;

@@ -111,9 +111,8 @@ fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-/// Temp names are `.NAME.XXXXXX.convert-tmp`, NAME cut (at a character
-/// boundary) so that the whole stays within NAME_MAX: a legal output name
-/// of 250 bytes must not fail for its temp name's sake.
+/// The temp name's prefix, `.NAME.`, NAME cut at a character boundary: a
+/// legal output name of 250 bytes must not fail for its temp name's sake.
 fn temp_prefix(target: &Path) -> OsString {
     use std::os::unix::ffi::OsStrExt;
     let name = target.file_name().unwrap_or_default().as_bytes();

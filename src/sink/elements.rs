@@ -100,7 +100,7 @@ impl Elements {
     /// a cast's output chunk: the input chunk is whole elements (a multiple
     /// of the transform's and the cast's unit), no larger than the tensor.
     pub(crate) fn chunk_sizes(&self, buffer_size: usize) -> (usize, usize) {
-        let (iw, ow) = self.widths();
+        let (iw, ow) = self.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
         let unit = self.transform.unit().max(iw);
         // Input and cast output share the budget.
         let share = match self.cast {
@@ -192,10 +192,6 @@ impl Elements {
             crc.verify()?;
         }
         Ok(self.overflowed)
-    }
-
-    fn widths(&self) -> (usize, usize) {
-        self.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()))
     }
 }
 

@@ -91,12 +91,11 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             output: None,
             overflowed: 0,
         };
-        // The header's bytes in pieces of about 64 KiB, written from its
-        // entries as they go: never a second whole copy of a large header.
+        // (No output name yet: the caller names it.) The header's bytes in
+        // pieces of about 64 KiB, written from its entries as they go: never
+        // a second whole copy of a large header.
         if let Some(bytes) = header.written() {
-            if let Err(e) = sink.writer.write_all(bytes).await {
-                return Err(write_error(&sink.output, e));
-            }
+            sink.writer.write_all(bytes).await.map_err(Error::io)?;
             return Ok(sink);
         }
         let mut piece = Vec::with_capacity(HEADER_PIECE + 4096);
@@ -104,9 +103,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         loop {
             piece.clear();
             let more = pieces.next_piece(&mut piece, HEADER_PIECE);
-            if let Err(e) = sink.writer.write_all(&piece).await {
-                return Err(write_error(&sink.output, e));
-            }
+            sink.writer.write_all(&piece).await.map_err(Error::io)?;
             if !more {
                 break;
             }
@@ -150,15 +147,11 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     /// plan's length is then the cast's output length).
     pub async fn write_tensor_data(
         &mut self,
-        data: TensorData<'_>,
+        mut data: TensorData<'_>,
         cast: Option<Cast>,
     ) -> Result<u64> {
-        let TensorData {
-            mut reader,
-            transform,
-        } = data;
-        self.write_transformed(reader.as_mut(), transform, cast)
-            .await
+        let reader = data.reader.as_mut();
+        self.write_transformed(reader, data.transform, cast).await
     }
 
     async fn write_transformed<R: AsyncRead + ?Sized>(
