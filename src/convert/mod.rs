@@ -19,7 +19,6 @@ use crate::dest::writer::DestOptions;
 use crate::dest::Resolved;
 pub use crate::dest::{Output, WrittenFile};
 use crate::observe::ObservedWriter;
-use crate::plan::layout::part_len;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan};
 use crate::source::input::open_input;
@@ -222,7 +221,10 @@ async fn write_planned(
     };
     tell(&warnings);
     if let Some(p) = &options.progress {
-        p.start(plan, part_len(plan, options.part));
+        // Progress counts only the shards this run writes.
+        let shards = plan.shards.iter().enumerate();
+        let part = shards.filter(|(i, _)| options.part.writes_shard(*i));
+        p.start(plan, part.map(|(_, s)| s.file_len()).sum());
     }
     let outputs = write_outputs(resolved, plan, sources, options, &overflows).await?;
     if let Some(p) = &options.progress {
@@ -285,7 +287,10 @@ async fn write_outputs(
     };
     let mut dest = Destination::open(resolved, plan, dest_options).await?;
     match write_shards(&mut dest, plan, sources, options, overflows).await {
-        Ok(()) => dest.commit(plan).await,
+        Ok(mut written) => {
+            written.extend(dest.commit(plan).await?);
+            Ok(written)
+        }
         Err(e) => {
             dest.abort().await;
             Err(e)
@@ -302,7 +307,8 @@ async fn write_shards(
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
     overflows: &Mutex<Vec<String>>,
-) -> Result<()> {
+) -> Result<Vec<WrittenFile>> {
+    let mut all = Vec::new();
     for (index, shard) in plan.shards.iter().enumerate() {
         if !options.part.writes_shard(index) {
             continue;
@@ -337,11 +343,13 @@ async fn write_shards(
             tensors: shard.refs.len(),
             sha256,
         };
-        dest.finish(writer, written).await?;
+        dest.finish(writer, &written)?;
+        all.push(written);
     }
     // Every range was checked against the inputs' lengths when opened: an
     // input that changed since is being rewritten under us. Refuse the copy.
-    sources.iter().try_for_each(|s| s.check_unchanged())
+    sources.iter().try_for_each(|s| s.check_unchanged())?;
+    Ok(all)
 }
 
 /// A source that reads only forward must be asked for its tensors in its

@@ -4,11 +4,7 @@
 //! that every core inflates. Each tensor goes through the one element
 //! pipeline ([`Elements`]) exactly as the async sink drives it, in a
 //! bounded buffer of its own: memory is [`READERS`] x (buffer + reader).
-//!
-//! Errors are those of the sequential path: when several tensors fail, the
-//! one first in plan order is reported, as if the tensors had been written
-//! one after another. Every tensor before a failing one is read to its end
-//! (it may fail too, and then it is the one); tensors after it stop.
+//! Errors are those of the sequential path ([`in_order`]).
 
 use std::fs::File;
 use std::io::Read;

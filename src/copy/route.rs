@@ -156,13 +156,12 @@ fn run_of(jobs: &[Job], start: usize) -> usize {
 
 /// The routes of a run of span jobs.
 fn span_routes(jobs: &[Job], run: Range<usize>, allowed: Routes, routes: &mut Vec<Route>) {
-    let span = |k: usize| jobs[k].span();
     let kernel = match allowed.kernel {
         true => kernel_runs(jobs, run.clone()),
         false => Vec::new(),
     };
     let mut kernel = kernel.into_iter().peekable();
-    let checked = |k: usize| allowed.checked && checked_copy(span(k));
+    let checked = |k: usize| allowed.checked && checked_copy(jobs[k].span());
     let mut i = run.start;
     while i < run.end {
         let next_kernel = kernel.peek().map_or(run.end, |r| r.start);
@@ -197,12 +196,11 @@ fn checked_copy(job: &SpanJob) -> bool {
 /// (tensors scattered in canonical order) costs more in syscalls than in
 /// bytes: it goes through the buffer.
 fn kernel_runs(jobs: &[Job], run: Range<usize>) -> Vec<Range<usize>> {
-    let span = |k: usize| jobs[k].span();
     let mut runs = Vec::new();
     let mut i = run.start;
     while i < run.end {
         let end = verbatim_run(jobs, i, run.end);
-        let len: u64 = (i..end).map(|k| span(k).span.len).sum();
+        let len: u64 = (i..end).map(|k| jobs[k].span().span.len).sum();
         if end > i && len >= KERNEL_COPY_MIN {
             runs.push(i..end);
         }
@@ -214,16 +212,15 @@ fn kernel_runs(jobs: &[Job], run: Range<usize>) -> Vec<Range<usize>> {
 /// The end of the run of verbatim jobs from `start` (before `stop`) that
 /// lie back to back in one file.
 fn verbatim_run(jobs: &[Job], start: usize, stop: usize) -> usize {
-    let span = |k: usize| jobs[k].span();
     // Nothing changes on the way and nothing must be checked: the kernel
     // may copy it from a mapping.
     let verbatim = |job: &SpanJob| job.span.crc.is_none() && job.unchanged();
-    if !verbatim(span(start)) {
+    if !verbatim(jobs[start].span()) {
         return start;
     }
     let mut end = start + 1;
     while end < stop {
-        let (prev, next) = (&span(end - 1).span, span(end));
+        let (prev, next) = (&jobs[end - 1].span().span, jobs[end].span());
         let adjacent =
             Arc::ptr_eq(&prev.file, &next.span.file) && prev.offset + prev.len == next.span.offset;
         if !(adjacent && verbatim(next)) {

@@ -1,7 +1,9 @@
 //! Atomic file output: a temp file in the target's folder, written, synced,
 //! then renamed into place; the folder is synced after. Until the rename,
 //! the target path holds its old bytes (or nothing); a failed or dropped
-//! output deletes its temp file.
+//! output deletes its temp file, and the output's missing parent folders,
+//! made before writing, go again ([`CreatedFolders`]): a failed run leaves
+//! the tree as it found it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -9,7 +11,6 @@ use std::path::{Path, PathBuf};
 use tempfile::{NamedTempFile, TempPath};
 use tokio::io::AsyncWriteExt;
 
-use super::folders::CreatedFolders;
 use super::record;
 use super::target::replaced;
 use super::writer::{DestOptions, OutWriter, Staged};
@@ -76,12 +77,6 @@ impl StagedFile {
     /// The path the file will have once committed (symbolic links followed).
     pub(crate) fn target(&self) -> &Path {
         &self.target
-    }
-
-    /// The temporary path it has now.
-    #[cfg(test)]
-    pub(crate) fn temp_path(&self) -> &Path {
-        self.temp.path()
     }
 }
 
@@ -295,7 +290,6 @@ pub(crate) struct FileSet {
     /// Synced together at the end, as one `sync` would.
     unsynced: Vec<(tokio::fs::File, PathBuf)>,
     folders: Vec<CreatedFolders>,
-    written: Vec<WrittenFile>,
 }
 
 impl FileSet {
@@ -322,7 +316,6 @@ impl FileSet {
         Ok(FileSet {
             staged: Vec::with_capacity(shards.len() + 1),
             unsynced: Vec::with_capacity(shards.len() + 1),
-            written: Vec::with_capacity(shards.len() + 1),
             shards,
             index,
             options,
@@ -348,17 +341,16 @@ impl FileSet {
         })
     }
 
-    pub(crate) async fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
         let OutWriter::File(file) = writer else {
             unreachable!("a file set stages files");
         };
         // Flushed by the copy; synced with the rest at the commit.
         self.unsynced.push((file, PathBuf::from(&written.path)));
-        self.written.push(written);
-        Ok(())
     }
 
-    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Vec<WrittenFile>> {
+    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Option<WrittenFile>> {
+        let mut written = None;
         if let Some((index_path, dest)) = self.index.take() {
             let paths: Vec<PathBuf> = self.shards.iter().map(|(p, _)| p.clone()).collect();
             let bytes = index_json(plan, &paths);
@@ -369,7 +361,7 @@ impl FileSet {
             self.unsynced.push((file, index_path.clone()));
             self.staged.push(stage);
             let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
-            self.written.push(WrittenFile {
+            written = Some(WrittenFile {
                 path: index_path.display().to_string(),
                 bytes: bytes.len() as u64,
                 tensors: 0,
@@ -383,7 +375,7 @@ impl FileSet {
         std::mem::take(&mut self.folders)
             .into_iter()
             .for_each(CreatedFolders::keep);
-        Ok(self.written)
+        Ok(written)
     }
 }
 
@@ -414,36 +406,98 @@ fn check_shard_files(
     record::check_records(expected, &records)
 }
 
+/// Folders this run created for its output, innermost last. Dropping it
+/// without [`CreatedFolders::keep`] removes them (each only if still empty:
+/// another run may have put something there meanwhile).
+#[derive(Debug, Default)]
+#[must_use = "dropping it removes the folders it created"]
+pub(crate) struct CreatedFolders {
+    created: Vec<PathBuf>,
+}
+
+impl CreatedFolders {
+    /// Creates the missing folders above `file`, one level at a time, and
+    /// remembers those this call made (a folder that another run makes at
+    /// the same moment is theirs).
+    pub(crate) fn create_for(file: &Path) -> Result<CreatedFolders> {
+        let mut made = CreatedFolders::default();
+        let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) else {
+            return Ok(made);
+        };
+        let missing = missing_ancestors(dir);
+        for folder in missing.into_iter().rev() {
+            match std::fs::create_dir(&folder) {
+                Ok(()) => made.created.push(folder),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && folder.is_dir() => {}
+                Err(e) => {
+                    let msg = format!("cannot create the folder {}: {e}", folder.display());
+                    let e = std::io::Error::new(e.kind(), msg);
+                    return Err(Error::io(e).with_output(file.display()));
+                }
+            }
+        }
+        Ok(made)
+    }
+
+    /// The run succeeded: the folders stay.
+    pub(crate) fn keep(mut self) {
+        self.created.clear();
+    }
+}
+
+impl Drop for CreatedFolders {
+    fn drop(&mut self) {
+        for folder in self.created.iter().rev() {
+            // Fails, and so keeps the folder, if anything is in it now.
+            let _ = std::fs::remove_dir(folder);
+        }
+    }
+}
+
+/// `dir` and its ancestors that do not exist, innermost first.
+pub(crate) fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty()) {
+        if std::fs::symlink_metadata(d).is_ok() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        at = d.parent();
+    }
+    missing
+}
+
+/// The nearest folder above `file` that exists (`.` for a bare name).
+pub(crate) fn nearest_existing(file: &Path) -> PathBuf {
+    let dir = file.parent().unwrap_or(Path::new(""));
+    let missing = missing_ancestors(dir);
+    let top = missing
+        .last()
+        .map_or(dir, |m| m.parent().unwrap_or(Path::new("")));
+    if top.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        top.to_path_buf()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn dropped_stage_leaves_nothing() {
+    #[test]
+    fn created_folders_go_unless_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("out.safetensors");
-        let (staged, mut f) = StagedFile::create(&target).unwrap();
-        f.write_all(b"partial").await.unwrap();
-        let temp = staged.temp_path().to_path_buf();
-        let name = temp.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(name.starts_with(".out.safetensors.") && name.ends_with(TEMP_SUFFIX));
-        drop(f);
-        drop(staged);
-        assert!(!temp.exists());
-        assert!(!target.exists());
-    }
-
-    #[tokio::test]
-    async fn commit_replaces_target() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("out.safetensors");
-        std::fs::write(&target, b"old").unwrap();
-        let (staged, mut f) = StagedFile::create(&target).unwrap();
-        f.write_all(b"new").await.unwrap();
-        close(f, true, &target).await.unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"old");
-        commit_all(vec![staged], true).unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"new");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let file = dir.path().join("a/b/c/out.safetensors");
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        assert_eq!(nearest_existing(&file), dir.path().join("a"));
+        let made = CreatedFolders::create_for(&file).unwrap();
+        assert!(dir.path().join("a/b/c").is_dir());
+        drop(made);
+        assert!(dir.path().join("a").is_dir(), "not ours: stays");
+        assert!(!dir.path().join("a/b").exists());
+        CreatedFolders::create_for(&file).unwrap().keep();
+        assert!(dir.path().join("a/b/c").is_dir());
     }
 }

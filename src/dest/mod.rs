@@ -1,10 +1,9 @@
-//! Where a conversion writes: what the output path names ([`target`]), the
-//! folders made for it ([`folders`]), files staged and committed together
+//! Where a conversion writes: what the output path names ([`target`]),
+//! files staged and committed together, and the folders made for them
 //! ([`files`]), and the checks made before a data byte is read, by the real
 //! run and by `--dry-run` alike ([`check`]).
 
 pub(crate) mod files;
-pub(crate) mod folders;
 pub(crate) mod record;
 pub(crate) mod staged;
 pub(crate) mod target;
@@ -214,7 +213,7 @@ fn check_file(
 /// The folder `dest` goes into, or the nearest existing one above it, is a
 /// folder this process may create files in.
 fn check_writable(dest: &Path) -> Result<()> {
-    let dir = folders::nearest_existing(dest);
+    let dir = files::nearest_existing(dest);
     let on_dir = |e: std::io::Error| {
         let msg = format!("cannot write in {}: {e}", dir.display());
         Error::io(std::io::Error::new(e.kind(), msg))
@@ -303,18 +302,5 @@ mod tests {
         let shard = PathBuf::from("s3://bucket/dir/model-00002-of-00002.safetensors");
         assert!(check_objects(std::slice::from_ref(&shard), url, 2, false).is_err());
         assert!(check_objects(&[shard], url, 1, false).is_ok());
-    }
-
-    #[test]
-    fn a_folder_input_clashes_as_the_file_it_stands_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("model.safetensors");
-        std::fs::write(&model, b"x").unwrap();
-        let files = input_files(&[dir.path().to_path_buf()]);
-        let meta = std::fs::metadata(&model).unwrap();
-        assert_eq!(
-            files,
-            [(model.display().to_string(), meta.dev(), meta.ino())]
-        );
     }
 }

@@ -18,11 +18,7 @@ pub(crate) enum Destination {
     /// as given: bytes go out as they come, so a failure part-way leaves
     /// what was sent (only the exit code tells), and there is nothing to
     /// commit. One file: the check refused sharded plans.
-    Stream {
-        path: Option<PathBuf>,
-        shown: String,
-        written: Vec<WrittenFile>,
-    },
+    Stream(Option<PathBuf>, String),
     #[cfg(feature = "object-store")]
     Objects(crate::store::write::ObjectSet),
 }
@@ -36,11 +32,7 @@ impl Destination {
         options: DestOptions,
     ) -> Result<Destination> {
         Ok(match resolved {
-            Resolved::Stream(path, shown) => Destination::Stream {
-                path,
-                shown,
-                written: Vec::new(),
-            },
+            Resolved::Stream(path, shown) => Destination::Stream(path, shown),
             Resolved::Files { shards, index } => {
                 Destination::Files(FileSet::open(shards, index, plan, options)?)
             }
@@ -57,7 +49,7 @@ impl Destination {
     pub(crate) async fn stage(&mut self, index: usize, shard: &ShardPlan) -> Result<Staged> {
         match self {
             Destination::Files(f) => f.stage(index),
-            Destination::Stream { path, shown, .. } => Ok(Staged {
+            Destination::Stream(path, shown) => Ok(Staged {
                 writer: match path {
                     None => OutWriter::Stdout(tokio::io::stdout()),
                     Some(path) => OutWriter::File(open_stream(path).await?),
@@ -72,24 +64,24 @@ impl Destination {
 
     /// Takes back a staged output's writer once its bytes are all written
     /// (and flushed), with what the report says of it.
-    pub(crate) async fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
         match self {
-            Destination::Files(f) => f.finish(writer, written).await,
-            Destination::Stream { written: all, .. } => {
-                all.push(written);
+            Destination::Files(f) => {
+                f.finish(writer, written);
                 Ok(())
             }
+            Destination::Stream(..) => Ok(()),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.finish(writer, written),
         }
     }
 
     /// Makes every output appear together (the index last, where there is
-    /// one); returns the report's files, shards first.
-    pub(crate) async fn commit(self, plan: &Plan) -> Result<Vec<WrittenFile>> {
+    /// one); returns the index's line of the report, if it wrote one.
+    pub(crate) async fn commit(self, plan: &Plan) -> Result<Option<WrittenFile>> {
         match self {
             Destination::Files(f) => f.commit(plan).await,
-            Destination::Stream { written, .. } => Ok(written),
+            Destination::Stream(..) => Ok(None),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.commit(plan).await,
         }
@@ -100,7 +92,7 @@ impl Destination {
     pub(crate) async fn abort(self) {
         match self {
             Destination::Files(f) => drop(f),
-            Destination::Stream { .. } => {}
+            Destination::Stream(..) => {}
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.abort().await,
         }

@@ -149,20 +149,4 @@ mod tests {
         assert_eq!(descriptor_alias(Path::new("dev/stdout")), None);
         assert_eq!(descriptor_alias(Path::new("/dev/shm/x")), None);
     }
-
-    #[test]
-    fn links_are_followed_and_files_replaced() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = dir.path().join("real.safetensors");
-        std::fs::write(&real, b"x").unwrap();
-        let link = dir.path().join("link.safetensors");
-        std::os::unix::fs::symlink("real.safetensors", &link).unwrap();
-        assert_eq!(resolve(&link).unwrap(), Target::Replace(real));
-        let new = dir.path().join("new.safetensors");
-        assert_eq!(resolve(&new).unwrap(), Target::Replace(new.clone()));
-        assert!(resolve(dir.path()).is_err());
-        let to_stdout = dir.path().join("out");
-        std::os::unix::fs::symlink("/dev/stdout", &to_stdout).unwrap();
-        assert_eq!(resolve(&to_stdout).unwrap(), Target::Stdout);
-    }
 }

@@ -83,16 +83,6 @@ pub(crate) fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
     bytes
 }
 
-/// The bytes of the shards a run writes (progress counts only those).
-pub(crate) fn part_len(plan: &Plan, part: Part) -> u64 {
-    plan.shards
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| part.writes_shard(*i))
-        .map(|(_, s)| s.file_len())
-        .sum()
-}
-
 /// Which files of the plan a run writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Part {
@@ -161,14 +151,5 @@ mod tests {
         assert!(Part::Shard(2).writes_shard(1));
         assert!(!Part::Shard(2).writes_shard(0) && !Part::Shard(2).writes_index());
         assert!(!Part::IndexOnly.writes_shard(0) && Part::IndexOnly.writes_index());
-    }
-
-    #[test]
-    fn shard_lengths_are_checked() {
-        assert!(check_shard_len("a", Some(8), 8).is_ok());
-        for found in [None, Some(7)] {
-            let e = check_shard_len("a", found, 8).unwrap_err();
-            assert!(matches!(e.kind(), ErrorKind::ShardNotWritten { shard, .. } if shard == "a"));
-        }
     }
 }

@@ -191,7 +191,6 @@ pub(crate) struct PartUpload {
     part_size: usize,
     in_flight: usize,
     filling: BytesMut,
-    next_part: usize,
     sending: JoinSet<(usize, object_store::Result<PartId>)>,
     sent: Vec<Option<PartId>>,
     written: u64,
@@ -231,7 +230,6 @@ impl PartUpload {
             part_size,
             in_flight: config.in_flight,
             filling: BytesMut::new(),
-            next_part: 0,
             sending: JoinSet::new(),
             sent: Vec::new(),
             written: 0,
@@ -247,8 +245,8 @@ impl PartUpload {
     /// Sends the part being filled (a last part may be short).
     fn send_filled(&mut self) {
         let data = std::mem::take(&mut self.filling).freeze();
-        let idx = self.next_part;
-        self.next_part += 1;
+        // Each part sent has its place, filled when it is acknowledged.
+        let idx = self.sent.len();
         self.sent.push(None);
         let up = &self.up;
         let (store, path, id) = (up.store.clone(), up.path.clone(), up.id.clone());
@@ -316,7 +314,7 @@ impl PartUpload {
     /// Every part sent and acknowledged, and the length as planned.
     async fn finish_parts(&mut self, planned: u64) -> Result<Vec<PartId>> {
         // The last part, then every part in flight.
-        if !self.filling.is_empty() || self.next_part == 0 {
+        if !self.filling.is_empty() || self.sent.is_empty() {
             self.send_filled();
         }
         std::future::poll_fn(|cx| self.poll_in_flight(cx, 1))
@@ -399,6 +397,7 @@ mod tests {
 
     /// A multipart store over [`InMemory`] that fails part `fail_part` and
     /// counts aborts and completions.
+    #[derive(Debug, Default)]
     struct FailingPart {
         inner: InMemory,
         fail_part: usize,
@@ -406,12 +405,6 @@ mod tests {
         completes: AtomicUsize,
         /// (part index, its length) of every part received.
         parts: std::sync::Mutex<Vec<(usize, usize)>>,
-    }
-
-    impl std::fmt::Debug for FailingPart {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("FailingPart")
-        }
     }
 
     #[async_trait::async_trait]
@@ -464,16 +457,8 @@ mod tests {
     #[test]
     fn the_environment_sets_parts_and_bad_values_are_named() {
         let with = |pairs: &[(&str, &str)]| {
-            let pairs: Vec<(String, String)> = pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            UploadConfig::from_vars(move |name| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-            })
+            let get = |name: &str| pairs.iter().find(|(k, _)| *k == name);
+            UploadConfig::from_vars(|name| get(name).map(|(_, v)| v.to_string()))
         };
         let got = with(&[
             ("SAFETENSORS_STREAM_PART_SIZE", "32MiB"),
@@ -494,13 +479,11 @@ mod tests {
     }
 
     fn store(fail_part: usize) -> Arc<FailingPart> {
-        Arc::new(FailingPart {
-            inner: InMemory::new(),
+        let store = FailingPart {
             fail_part,
-            aborts: AtomicUsize::new(0),
-            completes: AtomicUsize::new(0),
-            parts: Default::default(),
-        })
+            ..Default::default()
+        };
+        Arc::new(store)
     }
 
     /// An upload of `x.safetensors`, planned at `len` bytes.
@@ -524,22 +507,13 @@ mod tests {
         up.complete(len as u64).await
     }
 
-    fn run<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
-
-    #[test]
-    fn parts_are_equal_but_the_last_and_the_object_appears_on_complete() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parts_are_equal_but_the_last_and_the_object_appears_on_complete() {
         let s = store(usize::MAX);
         let len = 3 * MIN_PART as usize + 12345;
-        run(upload(s.clone(), len)).unwrap();
-        let got = run(s.inner.get(&ObjectPath::from("x.safetensors"))).unwrap();
-        let bytes = run(got.bytes()).unwrap();
+        upload(s.clone(), len).await.unwrap();
+        let got = s.inner.get(&ObjectPath::from("x.safetensors")).await;
+        let bytes = got.unwrap().bytes().await.unwrap();
         assert_eq!(bytes.len(), len);
         assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
         assert_eq!(s.aborts.load(Ordering::SeqCst), 0);
@@ -550,48 +524,45 @@ mod tests {
         assert_eq!(parts, [(0, p), (1, p), (2, p), (3, 12345)]);
     }
 
-    #[test]
-    fn a_failing_part_aborts_once_and_nothing_appears() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_part_aborts_once_and_nothing_appears() {
         for fail in [0, 2, 3] {
             let s = store(fail);
-            let e = run(upload(s.clone(), 3 * MIN_PART as usize + 1)).unwrap_err();
+            let e = upload(s.clone(), 3 * MIN_PART as usize + 1)
+                .await
+                .unwrap_err();
             assert!(
                 matches!(e.kind(), ErrorKind::ObjectStore(_) | ErrorKind::Io(_)),
                 "{e:?}"
             );
             assert_eq!(s.aborts.load(Ordering::SeqCst), 1, "part {fail}");
             assert_eq!(s.completes.load(Ordering::SeqCst), 0);
-            assert!(run(s.inner.head(&ObjectPath::from("x.safetensors"))).is_err());
+            let head = s.inner.head(&ObjectPath::from("x.safetensors")).await;
+            assert!(head.is_err());
         }
     }
 
-    #[test]
-    fn a_short_object_is_not_completed() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_short_object_is_not_completed() {
         use tokio::io::AsyncWriteExt;
         let s = store(usize::MAX);
-        let e = run(async {
-            let mut up = start(s.clone(), 10).await?;
-            up.write_all(b"123456789").await.unwrap();
-            up.complete(10).await
-        })
-        .unwrap_err();
+        let mut up = start(s.clone(), 10).await.unwrap();
+        up.write_all(b"123456789").await.unwrap();
+        let e = up.complete(10).await.unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::ObjectStore(_)), "{e:?}");
         assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
         assert_eq!(s.completes.load(Ordering::SeqCst), 0);
     }
 
-    #[test]
-    fn a_dropped_upload_is_aborted_by_abort_pending() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_upload_is_aborted_by_abort_pending() {
         let s = store(usize::MAX);
-        run(async {
-            let up = start(s.clone(), 10).await?;
-            let key = up.key();
-            drop(up);
-            // (abort_pending would also abort the other tests' uploads.)
-            abort_uploads(&[key]).await?;
-            abort_uploads(&[key]).await
-        })
-        .unwrap();
+        let up = start(s.clone(), 10).await.unwrap();
+        let key = up.key();
+        drop(up);
+        // (abort_pending would also abort the other tests' uploads.)
+        abort_uploads(&[key]).await.unwrap();
+        abort_uploads(&[key]).await.unwrap();
         assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
     }
 

@@ -36,7 +36,6 @@ pub(crate) struct ObjectSet {
     ready: Vec<(PartUpload, u64)>,
     /// The bytes of the one object, when small.
     whole: Option<Vec<u8>>,
-    written: Vec<WrittenFile>,
 }
 
 impl ObjectSet {
@@ -70,7 +69,6 @@ impl ObjectSet {
             keys: Vec::new(),
             ready: Vec::new(),
             whole: None,
-            written: Vec::new(),
         })
     }
 
@@ -115,19 +113,18 @@ impl ObjectSet {
         attributes
     }
 
-    pub(crate) fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
         match writer {
             OutWriter::Buffer(bytes) => self.whole = Some(bytes),
             OutWriter::Upload(upload) => self.ready.push((upload, written.bytes)),
             _ => unreachable!("an object set stages buffers and uploads"),
         }
-        self.written.push(written);
         Ok(())
     }
 
     /// Sends the small object, completes every upload in order, then
     /// writes the index; on a failure, aborts every upload not completed.
-    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Vec<WrittenFile>> {
+    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Option<WrittenFile>> {
         if let Some(bytes) = self.whole.take() {
             let object = &self.objects[0];
             let options = PutOptions::from(self.attributes());
@@ -143,20 +140,20 @@ impl ObjectSet {
                 return Err(e);
             }
         }
-        if let Some(index) = self.index.take() {
-            let bytes = index_json(plan, &self.names);
-            let len = bytes.len() as u64;
-            let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
-            let put = index.store.put(&index.path, PutPayload::from(bytes));
-            put.await.map_err(|e| store_output_error(e, &index.url))?;
-            self.written.push(WrittenFile {
-                path: index.url,
-                bytes: len,
-                tensors: 0,
-                sha256,
-            });
-        }
-        Ok(self.written)
+        let Some(index) = self.index.take() else {
+            return Ok(None);
+        };
+        let bytes = index_json(plan, &self.names);
+        let len = bytes.len() as u64;
+        let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
+        let put = index.store.put(&index.path, PutPayload::from(bytes));
+        put.await.map_err(|e| store_output_error(e, &index.url))?;
+        Ok(Some(WrittenFile {
+            path: index.url,
+            bytes: len,
+            tensors: 0,
+            sha256,
+        }))
     }
 
     /// Aborts every upload started; nothing of the set appears.
