@@ -267,11 +267,11 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             Some(data) => data,
             None => sources[r.source()].open(r.index()).await,
         };
-        let written = match opened {
-            Ok(data) => self.sink.write_tensor_data(data, r.cast()).await,
-            Err(e) => Err(e),
-        };
-        written.map_err(|e| JobError::new(0, e))?;
+        let at_job = |e| JobError::new(0, e);
+        let written = self
+            .sink
+            .write_tensor_data(opened.map_err(at_job)?, r.cast());
+        written.await.map_err(at_job)?;
         let count = self.sink.take_overflowed();
         Ok([Overflow { job: 0, count }]
             .into_iter()

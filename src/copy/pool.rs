@@ -209,56 +209,6 @@ mod tests {
     }
 
     #[test]
-    fn writes_each_tensor_at_its_offset_and_counts_every_byte() {
-        let parts: Vec<Vec<u8>> = (0..5u8)
-            .map(|k| {
-                (0..100_000 + k as usize * 777)
-                    .map(|i| (i as u8) ^ k)
-                    .collect()
-            })
-            .collect();
-        let mut jobs = Vec::new();
-        let mut at = 10;
-        for p in &parts {
-            jobs.push(job(at, scripted(p.clone(), None)));
-            at += p.len() as u64;
-        }
-        let out = tempfile::tempfile().unwrap();
-        let total = AtomicUsize::new(0);
-        let starts = AtomicUsize::new(0);
-        let progress = |n: u64| {
-            total.fetch_add(n as usize, Ordering::SeqCst);
-        };
-        let started = |_: usize| {
-            starts.fetch_add(1, Ordering::SeqCst);
-        };
-        write_parallel(&out, "out", jobs, 4096, &started, &progress).unwrap();
-        let mut bytes = vec![0u8; at as usize];
-        out.read_exact_at(&mut bytes, 0).unwrap();
-        assert_eq!(&bytes[10..], parts.concat());
-        assert_eq!(total.into_inner() as u64, at - 10);
-        assert_eq!(starts.into_inner(), parts.len());
-    }
-
-    #[test]
-    fn two_tensors_are_read_at_once() {
-        // Tensor 0 cannot end before tensor 1 has begun: one reader at a
-        // time would wait out the timeout and fail.
-        let signal = Arc::new(Signal::default());
-        let (s0, s1) = (signal.clone(), signal.clone());
-        let mut first = scripted(vec![1; 1000], None);
-        first.before = Some(Box::new(move || assert!(s0.wait(), "tensor 1 never began")));
-        let mut second = scripted(vec![2; 1000], None);
-        second.before = Some(Box::new(move || s1.raise()));
-        let jobs = vec![job(0, first), job(1000, second)];
-        let out = tempfile::tempfile().unwrap();
-        write_parallel(&out, "out", jobs, 1 << 20, &|_| {}, &|_| {}).unwrap();
-        let mut bytes = vec![0u8; 2000];
-        out.read_exact_at(&mut bytes, 0).unwrap();
-        assert_eq!(bytes, [vec![1; 1000], vec![2; 1000]].concat());
-    }
-
-    #[test]
     fn the_first_failure_in_order_is_the_error_whichever_fails_first() {
         // Tensor 1 fails only after tensor 2 has failed; tensor 3 is fine.
         // The error is tensor 1's, as it would be one tensor at a time.

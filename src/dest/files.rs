@@ -341,12 +341,13 @@ impl FileSet {
         })
     }
 
-    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
         let OutWriter::File(file) = writer else {
             unreachable!("a file set stages files");
         };
         // Flushed by the copy; synced with the rest at the commit.
         self.unsynced.push((file, PathBuf::from(&written.path)));
+        Ok(())
     }
 
     pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Option<WrittenFile>> {

@@ -66,10 +66,7 @@ impl Destination {
     /// (and flushed), with what the report says of it.
     pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
         match self {
-            Destination::Files(f) => {
-                f.finish(writer, written);
-                Ok(())
-            }
+            Destination::Files(f) => f.finish(writer, written),
             Destination::Stream(..) => Ok(()),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.finish(writer, written),

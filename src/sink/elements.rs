@@ -365,16 +365,4 @@ mod tests {
             assert_eq!(e.finish().is_ok(), good);
         }
     }
-
-    #[test]
-    fn counts_finite_values_a_cast_overflows_to_infinity() {
-        let cast = Cast::new(Dtype::F32, Dtype::F16).unwrap();
-        let values = [1.0f32, 1e6, -1e9, f32::INFINITY, 65504.0];
-        let mut input: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let mut e = Elements::new(10, Transform::Identity, Some(cast));
-        let mut output = [0u8; 10];
-        e.process(&mut input, &mut output).unwrap();
-        // 1e6 and -1e9 overflow; an infinity that was already one does not count.
-        assert_eq!(e.finish().unwrap(), 2);
-    }
 }
