@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::report::{cast_notes, fresh_notices, plan_warnings};
-use super::{check_output, plan_sources, ConvertOptions, Output};
+use super::{plan_sources, ConvertOptions, Output};
 use crate::inspect::{plan_to_json, render_plan};
 use crate::plan::layout::shard_paths;
 use crate::plan::{plan_id, Plan};
@@ -65,7 +65,8 @@ pub fn dry_run<'a>(
 ) -> Result<DryRun<'a>> {
     let plan = plan_sources(sources, options)?;
     let mut warnings = plan_warnings(&plan);
-    warnings.extend(check_output(inputs, output, &plan, options)?);
+    let (part, overwrite) = (options.part, options.overwrite_input);
+    warnings.extend(crate::dest::check(inputs, output, &plan, part, overwrite)?.1);
     let outputs = match output {
         Output::Stdout => vec!["-".to_string()],
         Output::File(p) => shard_paths(p, plan.shards.len())

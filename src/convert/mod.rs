@@ -9,9 +9,7 @@ mod options;
 mod report;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-
-use tokio::io::AsyncWrite;
+use std::sync::Mutex;
 
 pub use crate::copy::route::Routes;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
@@ -21,9 +19,8 @@ use crate::dest::writer::DestOptions;
 use crate::dest::Resolved;
 pub use crate::dest::{Output, WrittenFile};
 use crate::observe::ObservedWriter;
-use crate::plan::layout::part_len;
 pub use crate::plan::layout::{shard_paths, Part};
-use crate::plan::{plan, Plan, ShardPlan};
+use crate::plan::{plan, Plan};
 use crate::source::input::open_input;
 use crate::source::{Access, Source};
 use crate::{Error, ErrorKind, Result};
@@ -129,18 +126,6 @@ pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) 
     Ok(plan)
 }
 
-/// Checks that `output` can take `plan` without harm, before anything is
-/// written (the refusals [`dry_run`] lists); returns warnings worth telling.
-pub(crate) fn check_output(
-    inputs: &[PathBuf],
-    output: &Output,
-    plan: &Plan,
-    options: &ConvertOptions,
-) -> Result<Vec<String>> {
-    let (part, overwrite) = (options.part, options.overwrite_input);
-    crate::dest::check_output(inputs, output, plan, part, overwrite)
-}
-
 /// Converts already-opened sources into `output`. The output is checked
 /// as [`dry_run`] lists, except against the input files, which only
 /// [`convert_opened`] knows.
@@ -227,24 +212,26 @@ async fn write_planned(
     let (resolved, checked) = crate::dest::check(inputs, output, plan, part, overwrite)?;
     warnings.extend(checked);
     let overflows = Mutex::new(Vec::new());
-    if let Some(notice) = &options.notice {
-        warnings
-            .iter()
-            .for_each(|w| notice(&format!("warning: {w}")));
-    }
+    let tell = |warnings: &[String]| {
+        if let Some(notice) = &options.notice {
+            warnings
+                .iter()
+                .for_each(|w| notice(&format!("warning: {w}")));
+        }
+    };
+    tell(&warnings);
     if let Some(p) = &options.progress {
-        p.start(plan, part_len(plan, options.part));
+        // Progress counts only the shards this run writes.
+        let shards = plan.shards.iter().enumerate();
+        let part = shards.filter(|(i, _)| options.part.writes_shard(*i));
+        p.start(plan, part.map(|(_, s)| s.file_len()).sum());
     }
     let outputs = write_outputs(resolved, plan, sources, options, &overflows).await?;
     if let Some(p) = &options.progress {
         p.finish();
     }
     let overflows = overflows.into_inner().unwrap_or_else(|e| e.into_inner());
-    if let Some(notice) = &options.notice {
-        overflows
-            .iter()
-            .for_each(|w| notice(&format!("warning: {w}")));
-    }
+    tell(&overflows);
     warnings.extend(overflows);
     Ok(Report {
         inputs: sources.iter().map(|s| s.input_name().to_string()).collect(),
@@ -300,7 +287,10 @@ async fn write_outputs(
     };
     let mut dest = Destination::open(resolved, plan, dest_options).await?;
     match write_shards(&mut dest, plan, sources, options, overflows).await {
-        Ok(()) => dest.commit(plan).await,
+        Ok(mut written) => {
+            written.extend(dest.commit(plan).await?);
+            Ok(written)
+        }
         Err(e) => {
             dest.abort().await;
             Err(e)
@@ -317,36 +307,49 @@ async fn write_shards(
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
     overflows: &Mutex<Vec<String>>,
-) -> Result<()> {
-    let count = plan.shards.len();
+) -> Result<Vec<WrittenFile>> {
+    let mut all = Vec::new();
     for (index, shard) in plan.shards.iter().enumerate() {
         if !options.part.writes_shard(index) {
             continue;
         }
         let staged = dest.stage(index, shard).await?;
         let w = ObservedWriter::new(staged.writer, options.checksum, options.progress.clone());
-        let ctx = ShardCtx {
-            index,
-            count,
-            options,
-            overflows,
+        let watch = Watch {
+            progress: options.progress.clone(),
+            shard: (index, plan.shards.len()),
         };
         // A checksum must see every byte: no kernel copies then.
         let direct = staged
             .file
             .filter(|_| options.fast_path && !options.checksum);
-        let (writer, sha256) = write_observed(w, shard, sources, &staged.name, &ctx, direct)
-            .await?
-            .into_parts();
+        let to = Shard {
+            name: &staged.name,
+            sink_options: options.sink,
+            watch: &watch,
+            direct: direct.map(|out| Direct {
+                writeback: options
+                    .sync
+                    .then(|| Writeback::new(out.clone()).on_landed()),
+                out,
+            }),
+            routes: options.routes,
+            overflows: Some(overflows),
+        };
+        let (writer, sha256) = copy_shard(w, shard, sources, to).await?.into_parts();
         let written = WrittenFile {
             path: staged.name,
             bytes: shard.file_len(),
             tensors: shard.refs.len(),
             sha256,
         };
-        dest.finish(writer, written).await?;
+        dest.finish(writer, &written)?;
+        all.push(written);
     }
-    check_unchanged(sources)
+    // Every range was checked against the inputs' lengths when opened: an
+    // input that changed since is being rewritten under us. Refuse the copy.
+    sources.iter().try_for_each(|s| s.check_unchanged())?;
+    Ok(all)
 }
 
 /// A source that reads only forward must be asked for its tensors in its
@@ -365,48 +368,4 @@ fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Which shard is being written, for progress; where casts' overflows go.
-struct ShardCtx<'a> {
-    index: usize,
-    count: usize,
-    options: &'a ConvertOptions,
-    overflows: &'a Mutex<Vec<String>>,
-}
-
-async fn write_observed<W: AsyncWrite + Unpin>(
-    writer: ObservedWriter<W>,
-    shard: &ShardPlan,
-    sources: &mut [Box<dyn Source + '_>],
-    output_name: &str,
-    ctx: &ShardCtx<'_>,
-    direct: Option<Arc<std::fs::File>>,
-) -> Result<ObservedWriter<W>> {
-    let watch = Watch {
-        progress: ctx.options.progress.clone(),
-        shard: (ctx.index, ctx.count),
-    };
-    let fast = direct.map(|out| Direct {
-        writeback: ctx
-            .options
-            .sync
-            .then(|| Writeback::new(out.clone()).on_landed()),
-        out,
-    });
-    let to = Shard {
-        name: output_name,
-        sink_options: ctx.options.sink,
-        watch: &watch,
-        direct: fast,
-        routes: ctx.options.routes,
-        overflows: Some(ctx.overflows),
-    };
-    copy_shard(writer, shard, sources, to).await
-}
-
-/// Every range was checked against the inputs' lengths when opened: an
-/// input that changed since is being rewritten under us. Refuse the copy.
-fn check_unchanged(sources: &[Box<dyn Source + '_>]) -> Result<()> {
-    sources.iter().try_for_each(|s| s.check_unchanged())
 }

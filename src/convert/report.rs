@@ -108,16 +108,3 @@ pub(crate) fn plan_warnings(plan: &Plan) -> Vec<String> {
         })
         .collect()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_notice_repeating_a_warning_is_not_fresh() {
-        let warnings = ["big header".to_string()];
-        let notices = ["warning: big header".to_string(), "spooling".to_string()];
-        let fresh: Vec<_> = fresh_notices(&notices, &warnings).collect();
-        assert_eq!(fresh, ["spooling"]);
-    }
-}

@@ -6,10 +6,9 @@
 //! members that lie close together, going forward through the file.
 //!
 //! The runs are read exactly ([`BlockCache::prefetch`]), not guessed by
-//! read-ahead: a batch's members are scattered over the whole archive (a
-//! 1 MiB batch of 20,000 members of 9.3 MB holds one in nine), and
-//! read-ahead, growing while the reader goes forward, read 38.7 MB of the
-//! file to copy its 9.3 MB.
+//! read-ahead: a batch's members are scattered over the whole archive, and
+//! read-ahead, growing while the reader goes forward, read four times the
+//! bytes it copied (benches/README.md, "Copy path").
 //!
 //! Batches that follow one another are copied side by side, each written
 //! at its offset ([`copy_batches_parallel`]): reading, checking and
@@ -19,7 +18,6 @@
 //! the one reported, whichever failed first in file order.
 
 use std::fs::File;
-use std::io::Write;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
@@ -37,6 +35,15 @@ const RUN_GAP: u64 = crate::block_cache::SMALL as u64;
 
 /// A batch's outcome: what it wrote, or the first failure in plan order.
 type Gathered = std::result::Result<Copied, JobError>;
+
+/// What a batch is gathered through, kept from batch to batch: the batch
+/// itself, the chunk buffer, and the cache its members are read through.
+#[derive(Default)]
+pub(super) struct Scratch {
+    pub(super) batch: Vec<u8>,
+    pub(super) buf: ChunkBuffer,
+    pub(super) cache: BlockCache,
+}
 
 /// Copies `batches` (back to back in plan order) into `out` from offset
 /// `at`, as many at once as [`in_order`] runs, each worker with
@@ -56,15 +63,9 @@ pub(super) fn copy_batches_parallel(
         offsets.push(end);
         end += jobs[b.clone()].iter().map(SpanJob::out_len).sum::<u64>();
     }
-    let buffers = || (Vec::new(), ChunkBuffer::default(), BlockCache::default());
-    let copied = in_order(batches.len(), "gather", buffers, |own, b, _| {
-        let (batch, buf, cache) = own;
-        let mut to = WriteAt {
-            file: out,
-            at: offsets[b],
-        };
-        let range = batches[b].clone();
-        copy_gathered(jobs, range, &mut to, batch, buf, cache, buffer_size)
+    let copied = in_order(batches.len(), "gather", Scratch::default, |own, b, _| {
+        let to = |batch: &[u8]| out.write_all_at(batch, offsets[b]);
+        copy_gathered(jobs, batches[b].clone(), to, own, buffer_size)
     });
     // A failing batch names the job that failed, first in plan order.
     let mut all = Copied::default();
@@ -75,35 +76,16 @@ pub(super) fn copy_batches_parallel(
     Ok(all)
 }
 
-/// A writer at a moving offset of a file, by `pwrite`: batches written side
-/// by side, each where it belongs.
-struct WriteAt<'a> {
-    file: &'a File,
-    at: u64,
-}
-
-impl Write for WriteAt<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.file.write_at(buf, self.at)?;
-        self.at += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// Copies `jobs[range]` through `batch` into `out`.
+/// Copies `jobs[range]` through `scratch`, then hands the batch to `out`
+/// to write.
 pub(super) fn copy_gathered(
     jobs: &[SpanJob],
     range: Range<usize>,
-    out: &mut impl Write,
-    batch: &mut Vec<u8>,
-    buf: &mut ChunkBuffer,
-    cache: &mut BlockCache,
+    out: impl FnOnce(&[u8]) -> std::io::Result<()>,
+    scratch: &mut Scratch,
     buffer_size: usize,
 ) -> Gathered {
+    let Scratch { batch, buf, cache } = scratch;
     let start = range.start;
     let mut slots = Vec::with_capacity(range.len() + 1);
     slots.push(0usize);
@@ -139,8 +121,7 @@ pub(super) fn copy_gathered(
         return Err(failure);
     }
     overflows.sort_unstable();
-    out.write_all(batch)
-        .map_err(|e| JobError::new(start, Error::io(e)))?;
+    out(batch).map_err(|e| JobError::new(start, Error::io(e)))?;
     Ok(Copied {
         bytes: total as u64,
         overflows,
@@ -181,56 +162,24 @@ fn file_position(job: &SpanJob) -> (usize, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::{CrcCheck, FileSpan};
-    use crate::transform::Transform;
+    use crate::copy::job::testing;
     use crate::ErrorKind;
     use std::io::Write;
 
-    /// Members `0..n` written in file order, each a 7-byte header then its
-    /// bytes; `bad` ones get a wrong CRC. Returns the jobs in `plan` order
-    /// and each member's bytes.
+    /// Members `0..n` of a checksummed archive; `bad` ones get a wrong
+    /// CRC. Returns the jobs in `plan` order and each member's bytes.
     fn archive(n: usize, bad: &[usize], plan: &[usize]) -> (Vec<SpanJob>, Vec<Vec<u8>>) {
-        let mut file = tempfile::tempfile().unwrap();
-        let (mut bytes, mut spans, mut data) = (Vec::new(), Vec::new(), Vec::new());
-        for k in 0..n {
-            let from = bytes.len() as u64;
-            bytes.extend_from_slice(b"header:");
-            let member: Vec<u8> = (0..100 + k * 37).map(|i| (i * 3 + k) as u8).collect();
-            let offset = bytes.len() as u64;
-            bytes.extend_from_slice(&member);
-            let crc = crc32fast::hash(&bytes[from as usize..]) ^ u32::from(bad.contains(&k));
-            spans.push((from, offset, member.len() as u64, crc));
-            data.push(member);
-        }
-        file.write_all(&bytes).unwrap();
-        let file = Arc::new(file);
-        let job = |&(from, offset, len, expected): &(u64, u64, u64, u32)| SpanJob {
-            span: FileSpan {
-                file: file.clone(),
-                offset,
-                len,
-                transform: Transform::Identity,
-                crc: Some(CrcCheck { expected, from }),
-            },
-            cast: None,
-        };
-        let jobs = plan.iter().map(|&k| job(&spans[k])).collect();
-        (jobs, plan.iter().map(|&k| data[k].clone()).collect())
+        let sizes: Vec<usize> = (0..n).map(|k| 100 + k * 37).collect();
+        let (jobs, data) = testing::archive(&sizes, bad, None);
+        plan.iter()
+            .map(|&k| (jobs[k].clone(), data[k].clone()))
+            .unzip()
     }
 
     fn gather(jobs: &[SpanJob]) -> (Gathered, Vec<u8>) {
-        let (mut out, mut batch) = (Vec::new(), Vec::new());
-        let (mut buf, mut cache) = (ChunkBuffer::default(), BlockCache::default());
-        let n = jobs.len();
-        let result = copy_gathered(
-            jobs,
-            0..n,
-            &mut out,
-            &mut batch,
-            &mut buf,
-            &mut cache,
-            1 << 20,
-        );
+        let mut out = Vec::new();
+        let to = |batch: &[u8]| out.write_all(batch);
+        let result = copy_gathered(jobs, 0..jobs.len(), to, &mut Scratch::default(), 1 << 20);
         (result, out)
     }
 
@@ -261,10 +210,7 @@ mod tests {
         let mut out = tempfile::tempfile().unwrap();
         out.write_all(&vec![7u8; at as usize]).unwrap();
         let result = copy_batches_parallel(jobs, &stretch, &out, at, 1 << 20);
-        let mut bytes = Vec::new();
-        std::io::Seek::rewind(&mut out).unwrap();
-        std::io::Read::read_to_end(&mut out, &mut bytes).unwrap();
-        (result, bytes)
+        (result, testing::contents(&out))
     }
 
     #[test]

@@ -21,11 +21,11 @@ pub(crate) enum Job {
 }
 
 impl Job {
-    /// The tensor's bytes in a file, if they lie in one.
-    pub(crate) fn span(&self) -> Option<&SpanJob> {
+    /// The tensor's bytes in a file, which a run of spans has.
+    pub(crate) fn span(&self) -> &SpanJob {
         match self {
-            Job::Span(s) => Some(s),
-            _ => None,
+            Job::Span(s) => s,
+            _ => unreachable!("a run of spans"),
         }
     }
 }
@@ -38,15 +38,10 @@ pub(crate) struct SpanJob {
 }
 
 impl SpanJob {
-    /// Nothing changes on the way and nothing must be checked: the kernel
-    /// may copy it from a mapping.
-    pub(crate) fn verbatim(&self) -> bool {
-        self.span.crc.is_none() && Elements::unchanged(self.span.transform, self.cast)
-    }
-
-    /// Checksummed, and otherwise unchanged.
-    pub(crate) fn checked_verbatim(&self) -> bool {
-        self.span.crc.is_some() && Elements::unchanged(self.span.transform, self.cast)
+    /// Nothing changes on the way (a checksummed member may still be
+    /// copied by the kernel, its CRC computed beside).
+    pub(crate) fn unchanged(&self) -> bool {
+        Elements::unchanged(self.span.transform, self.cast)
     }
 
     pub(crate) fn out_len(&self) -> u64 {
@@ -80,18 +75,6 @@ pub(crate) type JobError = Failed<Error>;
 impl<E> Failed<E> {
     pub(crate) fn new(job: usize, error: E) -> Self {
         Failed { job, error }
-    }
-
-    /// The same failure, counted from a run that starts `start` jobs earlier.
-    pub(crate) fn after(self, start: usize) -> Self {
-        Failed::new(start + self.job, self.error)
-    }
-}
-
-impl JobError {
-    /// The same failure with its error changed.
-    pub(crate) fn map(self, f: impl FnOnce(Error) -> Error) -> Self {
-        Failed::new(self.job, f(self.error))
     }
 }
 
@@ -138,4 +121,60 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
             }
         })
         .collect()
+}
+
+/// Files for the copy routes' tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::SpanJob;
+    use crate::source::{CrcCheck, FileSpan};
+    use crate::transform::Transform;
+    use std::fs::File;
+    use std::io::{Read, Seek, Write};
+    use std::sync::Arc;
+
+    /// An archive of checksummed members of `sizes` bytes, each after a
+    /// 7-byte header its CRC covers; `bad` ones get a wrong CRC; the file
+    /// is cut to `cut` bytes. Returns the jobs and each member's bytes, in
+    /// file order.
+    pub(crate) fn archive(
+        sizes: &[usize],
+        bad: &[usize],
+        cut: Option<u64>,
+    ) -> (Vec<SpanJob>, Vec<Vec<u8>>) {
+        let (mut bytes, mut spans, mut data) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, &size) in sizes.iter().enumerate() {
+            let from = bytes.len() as u64;
+            bytes.extend_from_slice(b"header:");
+            let member: Vec<u8> = (0..size).map(|i| (i * 7 + k * 13) as u8).collect();
+            let offset = bytes.len() as u64;
+            bytes.extend_from_slice(&member);
+            let crc = crc32fast::hash(&bytes[from as usize..]) ^ u32::from(bad.contains(&k));
+            spans.push((from, offset, crc));
+            data.push(member);
+        }
+        bytes.truncate(cut.map_or(bytes.len(), |c| c as usize));
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&bytes).unwrap();
+        let file = Arc::new(file);
+        let job = |(&(from, offset, expected), member): (_, &Vec<u8>)| SpanJob {
+            span: FileSpan {
+                file: file.clone(),
+                offset,
+                len: member.len() as u64,
+                transform: Transform::Identity,
+                crc: Some(CrcCheck { expected, from }),
+            },
+            cast: None,
+        };
+        (spans.iter().zip(&data).map(job).collect(), data)
+    }
+
+    /// Everything `file` holds.
+    pub(crate) fn contents(mut file: &File) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        file.rewind().unwrap();
+        file.read_to_end(&mut bytes).unwrap();
+        bytes
+    }
 }

@@ -47,28 +47,27 @@ const ALIGN: u64 = 2 << 20;
 /// "Copy path").
 const WRITE_PIECE: usize = 128 * 1024;
 
-/// Why a mapped copy stopped: the error, and how many bytes were done.
-pub(crate) type Stopped = (Error, u64);
-
 /// Copies `len` bytes of `src` from `offset` to `out` at its offset.
 /// Returns `Ok(false)` without writing anything when the source cannot be
-/// mapped (a special file), so the caller copies another way.
+/// mapped (a special file), so the caller copies another way. Why a copy
+/// stopped is the error and how many bytes were done.
 pub(crate) fn copy_mapped(
     src: &File,
     offset: u64,
     len: u64,
     out: &File,
     progress: &mut impl FnMut(u64),
-) -> Result<bool, Stopped> {
+) -> Result<bool, (Error, u64)> {
     let size = src.metadata().map_err(|e| (Error::io(e), 0))?.len();
     let there = size.saturating_sub(offset).min(len);
     let mut done = 0u64;
     // Where the kernel writes: pieces are cut to end on multiples of
     // WRITE_PIECE there (any error only costs that alignment).
     let out_start = (&*out).stream_position().unwrap_or(0);
+    let page = rustix::param::page_size() as u64;
     while done < there {
         let at = offset + done;
-        let (base, map_len) = window(at, offset + there, page_size());
+        let (base, map_len) = window(at, offset + there, page);
         let window = match Window::map(src, base, map_len) {
             Ok(w) => w,
             Err(_) if done == 0 => return Ok(false),
@@ -108,12 +107,6 @@ fn stopped(e: io::Error, len: u64, done: u64) -> Error {
         true => too_short(len, done),
         false => Error::io(e),
     }
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(size).unwrap_or(4096).max(1)
 }
 
 /// The window's pages are mapped up front. `write` copies from its source
@@ -188,21 +181,15 @@ impl Drop for Window {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::copy::job::testing::contents;
     use crate::ErrorKind;
-    use std::io::{Read, Seek, Write};
+    use std::io::Write;
 
     fn source(len: usize) -> (File, Vec<u8>) {
         let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(&bytes).unwrap();
         (f, bytes)
-    }
-
-    fn written(mut out: File) -> Vec<u8> {
-        let mut v = Vec::new();
-        out.rewind().unwrap();
-        out.read_to_end(&mut v).unwrap();
-        v
     }
 
     #[test]
@@ -231,7 +218,7 @@ mod tests {
         let copied = copy_mapped(&src, 777, len as u64, &out, &mut |n| seen += n).unwrap();
         assert!(copied);
         assert_eq!(seen, len as u64);
-        let got = written(out);
+        let got = contents(&out);
         assert_eq!(&got[..4], b"head");
         assert_eq!(&got[4..], &bytes[777..]);
     }
@@ -252,7 +239,7 @@ mod tests {
             ),
             "{e}"
         );
-        assert_eq!(written(out), &bytes[1000..]);
+        assert_eq!(contents(&out), &bytes[1000..]);
     }
 
     #[test]
@@ -264,6 +251,6 @@ mod tests {
         let src = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         let out = tempfile::tempfile().unwrap();
         assert!(!copy_mapped(&src, 0, 4096, &out, &mut |_| {}).unwrap());
-        assert!(written(out).is_empty());
+        assert!(contents(&out).is_empty());
     }
 }

@@ -28,7 +28,7 @@ use crate::source::{Source, TensorData};
 use crate::{Error, Result};
 use job::{jobs, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
 use pool::write_parallel;
-use route::{routes, Out, Route, Routes};
+use route::{routes, Route, Routes};
 use spans::copy_spans;
 
 /// Writes one planned file to any `AsyncWrite`, pulling each tensor from its source.
@@ -164,20 +164,24 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
         to: &to,
         ahead: None,
     };
-    let out = match to.direct {
-        Some(_) => Out::File,
-        None => Out::Stream,
+    // Without the file itself, every tensor goes through the sink.
+    let allowed = match to.direct {
+        Some(_) => to.routes,
+        None => Routes::NONE,
     };
     let mut k = 0;
     while k < shard.refs.len() {
         let window = jobs(shard, k, sources);
-        let routes = routes(&window, out, to.routes);
+        let routes = routes(&window, allowed);
         let n = window.len();
         copy.window(k, window, &routes, sources).await?;
         k += n;
     }
     copy.sink.finish().await
 }
+
+/// Routes other than the stream's are chosen only with the output file.
+const BESIDE_ONLY_INTO_A_FILE: &str = "routes beside the sink only into a file";
 
 /// A shard being copied.
 struct Copy<'a, W> {
@@ -212,18 +216,25 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             let done = match &group[0] {
                 Route::Stream(k) => self.stream(start + k, sources).await,
                 Route::Blocking(run) => {
-                    let readers = run.clone().map(|i| take(&mut jobs[i], reader)).collect();
-                    self.readers(start + run.start, readers).await
+                    let readers = run.clone().map(|i| match jobs[i].take() {
+                        Some(Job::Reader(r)) => r,
+                        _ => unreachable!("each job is routed once, by its kind"),
+                    });
+                    self.readers(start + run.start, readers.collect()).await
                 }
                 _ => {
                     let end = group[group.len() - 1].jobs().end;
-                    let spans = (first..end).map(|i| take(&mut jobs[i], span)).collect();
+                    let spans = (first..end).map(|i| match jobs[i].take() {
+                        Some(Job::Span(s)) => s,
+                        _ => unreachable!("each job is routed once, by its kind"),
+                    });
+                    let spans = spans.collect();
                     let routes = group.iter().map(|x| x.counted_from(first)).collect();
                     self.spans(start + first, spans, routes).await
                 }
             };
             let at = start + first;
-            let over = done.map_err(|f| self.name_error(f.after(at), sources))?;
+            let over = done.map_err(|f| self.name_error(at + f.job, f.error, sources))?;
             over.into_iter()
                 .for_each(|o| self.overflowed(at + o.job, o.count));
         }
@@ -256,11 +267,11 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             Some(data) => data,
             None => sources[r.source()].open(r.index()).await,
         };
-        let written = match opened {
-            Ok(data) => self.sink.write_tensor_data(data, r.cast()).await,
-            Err(e) => Err(e),
-        };
-        written.map_err(|e| JobError::new(0, e))?;
+        let at_job = |e| JobError::new(0, e);
+        let written = self
+            .sink
+            .write_tensor_data(opened.map_err(at_job)?, r.cast());
+        written.await.map_err(at_job)?;
         let count = self.sink.take_overflowed();
         Ok([Overflow { job: 0, count }]
             .into_iter()
@@ -276,7 +287,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         jobs: Vec<SpanJob>,
         routes: Vec<Route>,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
-        let d = self.direct();
+        let d = self.to.direct.as_ref().expect(BESIDE_ONLY_INTO_A_FILE);
         let tensors = &self.shard.header.header().tensors[start..start + jobs.len()];
         let mut run = self.to.watch.run(tensors);
         let (out, name) = (d.out.clone(), self.to.name.to_string());
@@ -300,7 +311,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         start: usize,
         jobs: Vec<ReaderJob>,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
-        let d = self.direct();
+        let d = self.to.direct.as_ref().expect(BESIDE_ONLY_INTO_A_FILE);
         let count = jobs.len();
         let header = self.shard.header.header();
         let entries = &header.tensors[start..start + count];
@@ -320,13 +331,6 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             Ok(Copied { bytes, overflows })
         })
         .await
-    }
-
-    /// The output file: routes other than the stream's are chosen only
-    /// when there is one.
-    fn direct(&self) -> &Direct {
-        let direct = self.to.direct.as_ref();
-        direct.expect("routes beside the sink only into a file")
     }
 
     /// Runs `work` on the blocking pool, where it writes the next `count`
@@ -352,18 +356,22 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
     fn overflowed(&self, k: usize, count: u64) {
         if let (Some(list), Some(c)) = (self.to.overflows, self.shard.refs[k].cast()) {
             let name = &self.shard.header.header().tensors[k].meta.name;
-            let msg = overflow_warning(name, c, count);
+            let values = if count == 1 { "value" } else { "values" };
+            let (from, to) = (c.from(), c.to());
+            let msg = format!(
+                "tensor {name:?}: {count} finite {values} overflowed to infinity casting {from} to {to}"
+            );
             list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
         }
     }
 
-    /// The error of tensor `f.job` of the shard, naming its input and the
+    /// The `error` of tensor `k` of the shard, naming its input and the
     /// tensor as the input knows it (and as it is written, if renamed).
-    fn name_error(&self, f: JobError, sources: &[Box<dyn Source + '_>]) -> Error {
-        let r: &TensorRef = &self.shard.refs[f.job];
-        let out_name = &self.shard.header.header().tensors[f.job].meta.name;
+    fn name_error(&self, k: usize, error: Error, sources: &[Box<dyn Source + '_>]) -> Error {
+        let r: &TensorRef = &self.shard.refs[k];
+        let out_name = &self.shard.header.header().tensors[k].meta.name;
         let Some(source) = sources.get(r.source()) else {
-            return f.error.set_tensor(out_name);
+            return error.set_tensor(out_name);
         };
         let in_name = &source.tensors()[r.index()].name;
         let tensor = if in_name == out_name {
@@ -371,37 +379,6 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         } else {
             format!("{in_name} (written as {out_name})")
         };
-        f.error.with_input(source.input_name()).set_tensor(tensor)
+        error.with_input(source.input_name()).set_tensor(tensor)
     }
-}
-
-/// Takes a job out of its window, of the kind its route was chosen for.
-fn take<T>(job: &mut Option<Job>, kind: fn(Job) -> Option<T>) -> T {
-    job.take()
-        .and_then(kind)
-        .expect("each job is routed once, by its kind")
-}
-
-fn span(job: Job) -> Option<SpanJob> {
-    match job {
-        Job::Span(s) => Some(s),
-        _ => None,
-    }
-}
-
-fn reader(job: Job) -> Option<ReaderJob> {
-    match job {
-        Job::Reader(r) => Some(r),
-        _ => None,
-    }
-}
-
-/// A cast's overflows to infinity, as a report's warning.
-fn overflow_warning(tensor: &str, cast: crate::cast::Cast, count: u64) -> String {
-    let values = if count == 1 { "value" } else { "values" };
-    format!(
-        "tensor {tensor:?}: {count} finite {values} overflowed to infinity casting {} to {}",
-        cast.from(),
-        cast.to()
-    )
 }

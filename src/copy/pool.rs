@@ -4,11 +4,7 @@
 //! that every core inflates. Each tensor goes through the one element
 //! pipeline ([`Elements`]) exactly as the async sink drives it, in a
 //! bounded buffer of its own: memory is [`READERS`] x (buffer + reader).
-//!
-//! Errors are those of the sequential path: when several tensors fail, the
-//! one first in plan order is reported, as if the tensors had been written
-//! one after another. Every tensor before a failing one is read to its end
-//! (it may fail too, and then it is the one); tensors after it stop.
+//! Errors are those of the sequential path ([`in_order`]).
 
 use std::fs::File;
 use std::io::Read;
@@ -19,7 +15,7 @@ use std::sync::Mutex;
 use super::job::{Failed, JobError, Overflow, ReaderJob};
 use crate::io_util::fill;
 use crate::sink::elements::{ChunkBuffer, Elements, Pump};
-use crate::{Error, Result};
+use crate::Error;
 
 /// Tensors read at once: one a core on the machines this is tuned for.
 pub(crate) const READERS: usize = 2;
@@ -27,14 +23,6 @@ pub(crate) const READERS: usize = 2;
 /// The most each reader holds of a tensor at a time: small enough to stay
 /// in the core's cache between the inflation and the write.
 const CHUNK: usize = 1 << 20;
-
-/// What every tensor's copy needs besides its job.
-struct Target<'a> {
-    out: &'a File,
-    out_name: &'a str,
-    budget: usize,
-    progress: &'a (dyn Fn(u64) + Sync),
-}
 
 /// Writes every job at its offset in `out`, [`READERS`] at once. Calls
 /// `started(i)` as job `i` begins and `progress(n)` as bytes land. Returns
@@ -48,13 +36,11 @@ pub(crate) fn write_parallel(
     started: &(dyn Fn(usize) + Sync),
     progress: &(dyn Fn(u64) + Sync),
 ) -> std::result::Result<Vec<Overflow>, JobError> {
-    let target = Target {
-        out,
-        out_name,
-        budget: buffer_size.clamp(1, CHUNK),
-        progress,
-    };
+    let budget = buffer_size.clamp(1, CHUNK);
     let jobs: Vec<_> = jobs.into_iter().map(|j| Mutex::new(Some(j))).collect();
+    // Each tensor on the chunk loop the sink drives too (`Pump`), each chunk
+    // written where it belongs. A tensor that stops because an earlier one
+    // failed has no overflows (`None`).
     let done = in_order(
         jobs.len(),
         "inflate",
@@ -62,7 +48,24 @@ pub(crate) fn write_parallel(
         |buf, i, earlier_failed| {
             let job = lock(&jobs[i]).take().expect("each job is taken once");
             started(i);
-            write_one(job, &target, buf, earlier_failed)
+            let (mut reader, transform) = (job.open)()?;
+            let elements = Elements::new(job.out_len, transform, job.cast);
+            let mut pump = Pump::new(elements, buf, budget);
+            let mut at = job.at;
+            while let Some(input) = pump.input() {
+                if earlier_failed() {
+                    return Ok(None);
+                }
+                let got = fill(&mut reader, input)?;
+                let bytes = pump.process(got)?;
+                out.write_all_at(bytes, at)
+                    .map_err(|e| Error::io(e).with_output(out_name))?;
+                at += bytes.len() as u64;
+                progress(bytes.len() as u64);
+                pump.check_full()?;
+            }
+            let more = reader.read(&mut [0u8; 1])? != 0;
+            Ok(Some(pump.finish(more)?))
         },
     )?;
     Ok(done
@@ -131,37 +134,6 @@ pub(crate) fn in_order<S, T: Send, E: Send>(
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// One tensor, on the chunk loop the [`Sink`](crate::sink::Sink) drives
-/// too ([`Pump`]), each chunk written where it belongs.
-/// Returns the cast's overflows, or `None` if it stopped because an
-/// earlier tensor failed.
-fn write_one(
-    job: ReaderJob,
-    sh: &Target<'_>,
-    buf: &mut ChunkBuffer,
-    earlier_failed: &dyn Fn() -> bool,
-) -> Result<Option<u64>> {
-    let (mut reader, transform) = (job.open)()?;
-    let elements = Elements::new(job.out_len, transform, job.cast);
-    let mut pump = Pump::new(elements, buf, sh.budget);
-    let mut at = job.at;
-    while let Some(input) = pump.input() {
-        if earlier_failed() {
-            return Ok(None);
-        }
-        let got = fill(&mut reader, input)?;
-        let bytes = pump.process(got)?;
-        sh.out
-            .write_all_at(bytes, at)
-            .map_err(|e| Error::io(e).with_output(sh.out_name))?;
-        at += bytes.len() as u64;
-        (sh.progress)(bytes.len() as u64);
-        pump.check_full()?;
-    }
-    let more = reader.read(&mut [0u8; 1])? != 0;
-    Ok(Some(pump.finish(more)?))
 }
 
 #[cfg(test)]
@@ -234,56 +206,6 @@ mod tests {
             fail,
             before: None,
         }
-    }
-
-    #[test]
-    fn writes_each_tensor_at_its_offset_and_counts_every_byte() {
-        let parts: Vec<Vec<u8>> = (0..5u8)
-            .map(|k| {
-                (0..100_000 + k as usize * 777)
-                    .map(|i| (i as u8) ^ k)
-                    .collect()
-            })
-            .collect();
-        let mut jobs = Vec::new();
-        let mut at = 10;
-        for p in &parts {
-            jobs.push(job(at, scripted(p.clone(), None)));
-            at += p.len() as u64;
-        }
-        let out = tempfile::tempfile().unwrap();
-        let total = AtomicUsize::new(0);
-        let starts = AtomicUsize::new(0);
-        let progress = |n: u64| {
-            total.fetch_add(n as usize, Ordering::SeqCst);
-        };
-        let started = |_: usize| {
-            starts.fetch_add(1, Ordering::SeqCst);
-        };
-        write_parallel(&out, "out", jobs, 4096, &started, &progress).unwrap();
-        let mut bytes = vec![0u8; at as usize];
-        out.read_exact_at(&mut bytes, 0).unwrap();
-        assert_eq!(&bytes[10..], parts.concat());
-        assert_eq!(total.into_inner() as u64, at - 10);
-        assert_eq!(starts.into_inner(), parts.len());
-    }
-
-    #[test]
-    fn two_tensors_are_read_at_once() {
-        // Tensor 0 cannot end before tensor 1 has begun: one reader at a
-        // time would wait out the timeout and fail.
-        let signal = Arc::new(Signal::default());
-        let (s0, s1) = (signal.clone(), signal.clone());
-        let mut first = scripted(vec![1; 1000], None);
-        first.before = Some(Box::new(move || assert!(s0.wait(), "tensor 1 never began")));
-        let mut second = scripted(vec![2; 1000], None);
-        second.before = Some(Box::new(move || s1.raise()));
-        let jobs = vec![job(0, first), job(1000, second)];
-        let out = tempfile::tempfile().unwrap();
-        write_parallel(&out, "out", jobs, 1 << 20, &|_| {}, &|_| {}).unwrap();
-        let mut bytes = vec![0u8; 2000];
-        out.read_exact_at(&mut bytes, 0).unwrap();
-        assert_eq!(bytes, [vec![1; 1000], vec![2; 1000]].concat());
     }
 
     #[test]

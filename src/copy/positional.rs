@@ -43,8 +43,7 @@ pub(super) fn read_exact_at(
     })
 }
 
-/// Positional reads into one buffer, then the element pipeline (checksum,
-/// byte swap, cast), then a write. Returns the bytes written and the cast's
+/// Copies `job` into `out`. Returns the bytes written and the cast's
 /// overflows to infinity.
 pub(super) fn copy_buffered(
     job: &SpanJob,
@@ -73,7 +72,7 @@ pub(super) fn copy_buffered(
                 h.update(head);
                 h
             }
-            false => crc_of(&span.file, c.from, span.offset)?,
+            false => crc_until(&span.file, c.from, span.offset, &AtomicBool::new(false))?,
         };
         elements = elements.with_crc(Crc::new(hasher, c.expected));
     }
@@ -104,12 +103,8 @@ pub(super) fn copy_buffered(
 
 /// The checksum of the bytes from `from` to `to`: a member's whole range
 /// beside its copy, or the part before the tensor (an npz member's npy
-/// header) ahead of a one-pass copy.
-fn crc_of(file: &File, from: u64, to: u64) -> Result<crc32fast::Hasher> {
-    crc_until(file, from, to, &AtomicBool::new(false))
-}
-
-/// [`crc_of`], giving up (with what it has) once `stop` is set.
+/// header) ahead of a one-pass copy; given up (with what it has) once
+/// `stop` is set.
 pub(super) fn crc_until(
     file: &File,
     from: u64,
@@ -140,7 +135,7 @@ mod tests {
         let path = dir.path().join("member");
         std::fs::write(&path, [1u8; 4096]).unwrap();
         let unreadable = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        assert!(crc_of(&unreadable, 0, 4096).is_err());
+        assert!(crc_until(&unreadable, 0, 4096, &AtomicBool::new(false)).is_err());
         let stopped = crc_until(&unreadable, 0, 4096, &AtomicBool::new(true));
         assert_eq!(stopped.unwrap().finalize(), crc32fast::hash(&[]));
     }

@@ -1,26 +1,12 @@
 //! How each tensor is copied, chosen in one place and without I/O: from
-//! what each job offers ([`Job`]) and what the output is ([`Out`]).
-//!
-//! Into a file, tensors whose bytes lie in files are copied straight into
-//! it: verbatim runs by the kernel, checksummed members with their CRC
-//! computed beside the copy, small tensors gathered into batches, the rest
-//! through one buffer with positional reads. Runs of tensors that only a
-//! blocking reader produces are read side by side. Everything else, and
-//! everything into a stream or an object, goes through the async sink.
+//! what each job offers ([`Job`]) and the routes allowed ([`Routes`]: none
+//! into a stream or an object, which are written forward only). The
+//! routes, best first, are [`Route`]'s variants.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use super::job::{Job, SpanJob};
-
-/// What the output is, as far as routes care.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Out {
-    /// A file of our own, written at offsets.
-    File,
-    /// Anything written forward only: a stream, an object, a checksummed file.
-    Stream,
-}
 
 /// Which routes a conversion may take into a file: all, by default. With
 /// one off, its tensors take the next route down (a kernel copy, a checked
@@ -53,6 +39,19 @@ impl Default for Routes {
             blocking: true,
         }
     }
+}
+
+impl Routes {
+    /// Every route off: everything through the async sink, as into
+    /// anything written forward only (a stream, an object, a checksummed
+    /// file).
+    pub(crate) const NONE: Routes = Routes {
+        kernel: false,
+        checked: false,
+        gather: false,
+        buffered: false,
+        blocking: false,
+    };
 }
 
 crate::setters::setters!(Routes {
@@ -127,10 +126,7 @@ const SMALL_TENSOR: u64 = 64 * 1024;
 
 /// The routes of `jobs`, in order, covering each job once, taking only
 /// the routes `allowed`.
-pub(crate) fn routes(jobs: &[Job], out: Out, allowed: Routes) -> Vec<Route> {
-    if out == Out::Stream {
-        return (0..jobs.len()).map(Route::Stream).collect();
-    }
+pub(crate) fn routes(jobs: &[Job], allowed: Routes) -> Vec<Route> {
     let mut routes = Vec::new();
     let mut i = 0;
     while i < jobs.len() {
@@ -160,13 +156,12 @@ fn run_of(jobs: &[Job], start: usize) -> usize {
 
 /// The routes of a run of span jobs.
 fn span_routes(jobs: &[Job], run: Range<usize>, allowed: Routes, routes: &mut Vec<Route>) {
-    let span = |k: usize| jobs[k].span().expect("a run of spans");
     let kernel = match allowed.kernel {
         true => kernel_runs(jobs, run.clone()),
         false => Vec::new(),
     };
     let mut kernel = kernel.into_iter().peekable();
-    let checked = |k: usize| allowed.checked && checked_copy(span(k));
+    let checked = |k: usize| allowed.checked && checked_copy(jobs[k].span());
     let mut i = run.start;
     while i < run.end {
         let next_kernel = kernel.peek().map_or(run.end, |r| r.start);
@@ -193,7 +188,7 @@ fn span_routes(jobs: &[Job], run: Range<usize>, allowed: Routes, routes: &mut Ve
 /// Checksummed, otherwise unchanged, and long enough to be worth a
 /// kernel copy with the CRC computed beside it.
 fn checked_copy(job: &SpanJob) -> bool {
-    job.checked_verbatim() && job.span.len >= KERNEL_COPY_MIN
+    job.span.crc.is_some() && job.unchanged() && job.span.len >= KERNEL_COPY_MIN
 }
 
 /// The runs of jobs the kernel copies: verbatim tensors back to back in one
@@ -201,12 +196,11 @@ fn checked_copy(job: &SpanJob) -> bool {
 /// (tensors scattered in canonical order) costs more in syscalls than in
 /// bytes: it goes through the buffer.
 fn kernel_runs(jobs: &[Job], run: Range<usize>) -> Vec<Range<usize>> {
-    let span = |k: usize| jobs[k].span().expect("a run of spans");
     let mut runs = Vec::new();
     let mut i = run.start;
     while i < run.end {
         let end = verbatim_run(jobs, i, run.end);
-        let len: u64 = (i..end).map(|k| span(k).span.len).sum();
+        let len: u64 = (i..end).map(|k| jobs[k].span().span.len).sum();
         if end > i && len >= KERNEL_COPY_MIN {
             runs.push(i..end);
         }
@@ -218,16 +212,18 @@ fn kernel_runs(jobs: &[Job], run: Range<usize>) -> Vec<Range<usize>> {
 /// The end of the run of verbatim jobs from `start` (before `stop`) that
 /// lie back to back in one file.
 fn verbatim_run(jobs: &[Job], start: usize, stop: usize) -> usize {
-    let span = |k: usize| jobs[k].span().expect("a run of spans");
-    if !span(start).verbatim() {
+    // Nothing changes on the way and nothing must be checked: the kernel
+    // may copy it from a mapping.
+    let verbatim = |job: &SpanJob| job.span.crc.is_none() && job.unchanged();
+    if !verbatim(jobs[start].span()) {
         return start;
     }
     let mut end = start + 1;
     while end < stop {
-        let (prev, next) = (&span(end - 1).span, span(end));
+        let (prev, next) = (&jobs[end - 1].span().span, jobs[end].span());
         let adjacent =
             Arc::ptr_eq(&prev.file, &next.span.file) && prev.offset + prev.len == next.span.offset;
-        if !(adjacent && next.verbatim()) {
+        if !(adjacent && verbatim(next)) {
             break;
         }
         end += 1;
@@ -260,11 +256,13 @@ fn batch_len(jobs: &[Job], within: Range<usize>, checked: impl Fn(usize) -> bool
     let mut total = 0;
     let mut n = 0;
     for k in within {
-        let Some(job) = jobs[k].span().filter(|_| !checked(k)) else {
-            break;
-        };
+        let job = jobs[k].span();
         let len = job.out_len();
-        if job.span.len > SMALL_TENSOR || len > SMALL_TENSOR || total + len > BATCH_BYTES {
+        if checked(k)
+            || job.span.len > SMALL_TENSOR
+            || len > SMALL_TENSOR
+            || total + len > BATCH_BYTES
+        {
             break;
         }
         total += len;
@@ -331,15 +329,15 @@ mod tests {
 
     use Route::*;
 
-    fn routed(jobs: &[Job], out: Out) -> Vec<Route> {
-        routes(jobs, out, super::Routes::default())
+    fn routed(jobs: &[Job]) -> Vec<Route> {
+        routes(jobs, super::Routes::default())
     }
 
     #[test]
     fn a_route_turned_off_leaves_its_tensors_to_the_next_one_down() {
         let all = super::Routes::default();
         let js = jobs("kkcxxrr");
-        let off = |r: super::Routes| routes(&js, Out::File, r);
+        let off = |r: super::Routes| routes(&js, r);
         assert_eq!(
             off(all),
             [Kernel(0..2), Checked(2), one_batch(3..5), Blocking(5..7)]
@@ -359,9 +357,7 @@ mod tests {
             off(all.checked(false).blocking(false))[1..],
             [Buffered(2), one_batch(3..5), Stream(5), Stream(6)]
         );
-        let none = all.kernel(false).checked(false).gather(false);
-        let none = none.buffered(false).blocking(false);
-        assert_eq!(off(none), (0..7).map(Stream).collect::<Vec<_>>());
+        assert_eq!(off(Routes::NONE), (0..7).map(Stream).collect::<Vec<_>>());
     }
 
     /// A stretch of one batch.
@@ -371,7 +367,7 @@ mod tests {
 
     #[test]
     fn each_run_of_one_kind_takes_its_route_into_a_file() {
-        let routes = routed(&jobs("kkrrasa"), Out::File);
+        let routes = routed(&jobs("kkrrasa"));
         assert_eq!(
             routes,
             [
@@ -385,36 +381,24 @@ mod tests {
     }
 
     #[test]
-    fn everything_goes_through_the_sink_into_a_stream() {
-        let routes = routed(&jobs("kcrsa"), Out::Stream);
-        assert_eq!(routes, (0..5).map(Stream).collect::<Vec<_>>());
-    }
-
-    #[test]
     fn small_tensors_gather_and_a_kernel_run_or_a_member_cuts_the_batch() {
         // Small ones merge into a kernel run when back to back and long enough
         // together; scattered (another file between), they are gathered.
+        assert_eq!(routed(&jobs("sss|k")), [one_batch(0..3), Kernel(3..4)]);
+        assert_eq!(routed(&jobs("sk")), [Kernel(0..2)]);
         assert_eq!(
-            routed(&jobs("sss|k"), Out::File),
-            [one_batch(0..3), Kernel(3..4)]
-        );
-        assert_eq!(routed(&jobs("sk"), Out::File), [Kernel(0..2)]);
-        assert_eq!(
-            routed(&jobs("xxcxx"), Out::File),
+            routed(&jobs("xxcxx")),
             [one_batch(0..2), Checked(2), one_batch(3..5)]
         );
         // One small tensor alone is no batch.
-        assert_eq!(routed(&jobs("x|k"), Out::File), [Buffered(0), Kernel(1..2)]);
+        assert_eq!(routed(&jobs("x|k")), [Buffered(0), Kernel(1..2)]);
     }
 
     #[test]
     fn a_kernel_run_stops_at_a_file_change_and_at_a_cast() {
+        assert_eq!(routed(&jobs("kk|kk")), [Kernel(0..2), Kernel(2..4)]);
         assert_eq!(
-            routed(&jobs("kk|kk"), Out::File),
-            [Kernel(0..2), Kernel(2..4)]
-        );
-        assert_eq!(
-            routed(&jobs("kxk"), Out::File),
+            routed(&jobs("kxk")),
             [Kernel(0..1), Buffered(1), Kernel(2..3)]
         );
     }
@@ -422,7 +406,7 @@ mod tests {
     #[test]
     fn batches_are_cut_at_their_byte_budget() {
         let many = "x".repeat((BATCH_BYTES / 50) as usize + 3);
-        let routes = routed(&jobs(&many), Out::File);
+        let routes = routed(&jobs(&many));
         let [Gather(batches)] = &routes[..] else {
             panic!("{routes:?}");
         };
@@ -435,7 +419,7 @@ mod tests {
     fn every_job_is_routed_once_in_order() {
         for spec in ["", "a", "kxsrcak|ssr", "ccc", "rrr|xx|kk"] {
             let js = jobs(spec);
-            let routes = routed(&js, Out::File);
+            let routes = routed(&js);
             let covered: Vec<usize> = routes.iter().flat_map(Route::jobs).collect();
             assert_eq!(covered, (0..js.len()).collect::<Vec<_>>(), "{spec}");
         }

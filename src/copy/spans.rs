@@ -1,10 +1,5 @@
 //! Tensors whose bytes lie in files, copied straight into the output
-//! file by the routes [`super::route`] chose for them: verbatim runs with
-//! one memory copy (a mapped window of the source handed to `write`, see
-//! [`super::mapped`]), checksummed members with their CRC computed beside
-//! the copy, small tensors gathered ([`super::gather`]), the rest through
-//! one bounded buffer with positional reads ([`super::positional`]).
-//! Synchronous: the caller runs a window of tensors on the blocking pool in
+//! file by the routes [`super::route`] chose for them. Synchronous: the caller runs a window of tensors on the blocking pool in
 //! one trip, so a model of a million small tensors costs a million
 //! syscalls at most, not a million task hand-offs.
 
@@ -13,7 +8,7 @@ use std::io::{self, Seek, Write};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::gather::{copy_batches_parallel, copy_gathered};
+use super::gather::{copy_batches_parallel, copy_gathered, Scratch};
 use super::job::{Copied, JobError, Overflow, SpanJob};
 use super::mapped::copy_mapped;
 use super::positional::{copy_buffered, crc_until, read_exact_at, CHECKED_CHUNK};
@@ -44,11 +39,9 @@ pub(crate) fn copy_spans(
         ErrorKind::Io(io) if output_side(io) => e.with_output(out_name),
         _ => e,
     };
-    let mut buf = ChunkBuffer::default();
-    // Small tensors are read a block at a time, gathered in file order into
-    // `batch`, laid out in plan order.
-    let mut cache = BlockCache::default();
-    let mut batch = Vec::new();
+    // Small tensors are read a block at a time through `s.cache`, gathered
+    // in file order into `s.batch`, laid out in plan order.
+    let mut s = Scratch::default();
     // Small tensors' bytes gather here into large writes.
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
@@ -74,18 +67,12 @@ pub(crate) fn copy_spans(
             Route::Checked(k) => {
                 // Straight to the file, not through `w`.
                 flushed(&mut w)?;
-                written += copy_checked(&jobs[*k], out, &mut buf, &mut cache, &mut progress)
+                written += copy_checked(&jobs[*k], out, &mut s.buf, &mut s.cache, &mut progress)
                     .map_err(|e| JobError::new(*k, on_out(e)))?;
             }
             Route::Gather(stretch) => {
-                let mut to = Buffers {
-                    w: &mut w,
-                    batch: &mut batch,
-                    buf: &mut buf,
-                    cache: &mut cache,
-                };
-                let gathered = copy_stretch(jobs, stretch, out, &mut to, buffer_size);
-                let copied = gathered.map_err(|f| f.map(on_out))?;
+                let gathered = copy_stretch(jobs, stretch, out, &mut w, &mut s, buffer_size);
+                let copied = gathered.map_err(|f| JobError::new(f.job, on_out(f.error)))?;
                 overflows.extend(copied.overflows);
                 written += copied.bytes;
                 progress(copied.bytes);
@@ -94,8 +81,8 @@ pub(crate) fn copy_spans(
                 let (n, count) = copy_buffered(
                     &jobs[*k],
                     &mut w,
-                    &mut buf,
-                    &mut cache,
+                    &mut s.buf,
+                    &mut s.cache,
                     buffer_size,
                     &mut progress,
                 )
@@ -118,14 +105,6 @@ pub(crate) fn copy_spans(
     })
 }
 
-/// The buffers a stretch of batches is copied through.
-struct Buffers<'a, 'f> {
-    w: &'a mut io::BufWriter<&'f File>,
-    batch: &'a mut Vec<u8>,
-    buf: &'a mut ChunkBuffer,
-    cache: &'a mut BlockCache,
-}
-
 /// Copies a stretch of batches of small tensors: one through `w`, several
 /// side by side at their offsets in `out` (after what `w` holds, and
 /// leaving `out`'s offset past them, as writing through `w` would).
@@ -133,16 +112,16 @@ fn copy_stretch(
     jobs: &[SpanJob],
     stretch: &[Range<usize>],
     mut out: &File,
-    to: &mut Buffers<'_, '_>,
+    w: &mut io::BufWriter<&File>,
+    scratch: &mut Scratch,
     buffer_size: usize,
 ) -> std::result::Result<Copied, JobError> {
     let (first, last) = (stretch[0].start, stretch[stretch.len() - 1].end);
     if let [only] = stretch {
-        let range = only.clone();
-        return copy_gathered(jobs, range, to.w, to.batch, to.buf, to.cache, buffer_size);
+        return copy_gathered(jobs, only.clone(), |b| w.write_all(b), scratch, buffer_size);
     }
     let io_at = |e: io::Error| JobError::new(first, Error::io(e));
-    to.w.flush().map_err(io_at)?;
+    w.flush().map_err(io_at)?;
     let at = out.stream_position().map_err(io_at)?;
     let copied = copy_batches_parallel(jobs, stretch, out, at, buffer_size)?;
     out.seek(io::SeekFrom::Start(at + copied.bytes))
@@ -269,67 +248,30 @@ fn copy_by_hand(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::copy::job::Job;
-    use crate::copy::route::{routes, Out};
-    use crate::source::CrcCheck;
-    use crate::transform::Transform;
-    use std::sync::Arc;
+    use crate::copy::job::{testing, Job};
+    use crate::copy::route::{routes, Routes};
 
     /// Member sizes: one copied in one pass, one copied beside its CRC thread.
     const SIZES: [usize; 2] = [2 * CHECKED_CHUNK + 4096, CHECK_BESIDE_MIN as usize + 4096];
 
-    /// Three checksummed members of `size` bytes, a gap between each (so
-    /// each is a kernel run of its own); `bad` ones get a wrong CRC; the
-    /// file is cut to `cut` bytes.
+    /// Three checksummed members of `size` bytes; `bad` ones get a wrong
+    /// CRC; the file is cut to `cut` bytes.
     fn archive(size: usize, bad: &[usize], cut: Option<u64>) -> (Vec<SpanJob>, Vec<u8>) {
-        let mut file = tempfile::tempfile().unwrap();
-        let (mut bytes, mut jobs, mut data) = (Vec::new(), Vec::new(), Vec::new());
-        for k in 0..3 {
-            bytes.extend_from_slice(b"local header");
-            let member: Vec<u8> = (0..size).map(|i| (i * 7 + k * 13) as u8).collect();
-            let offset = bytes.len() as u64;
-            let crc = crc32fast::hash(&member) ^ if bad.contains(&k) { 1 } else { 0 };
-            bytes.extend_from_slice(&member);
-            data.extend_from_slice(&member);
-            jobs.push((offset, crc));
-        }
-        bytes.truncate(cut.unwrap_or(bytes.len() as u64) as usize);
-        file.write_all(&bytes).unwrap();
-        let file = Arc::new(file);
-        let jobs = jobs
-            .into_iter()
-            .map(|(offset, expected)| SpanJob {
-                span: FileSpan {
-                    file: file.clone(),
-                    offset,
-                    len: size as u64,
-                    transform: Transform::Identity,
-                    crc: Some(CrcCheck {
-                        expected,
-                        from: offset,
-                    }),
-                },
-                cast: None,
-            })
-            .collect();
-        (jobs, data)
+        let (jobs, data) = testing::archive(&[size; 3], bad, cut);
+        (jobs, data.concat())
     }
 
     /// The routes of `jobs` into a file.
     fn routed(jobs: &[SpanJob]) -> Vec<Route> {
         let jobs: Vec<Job> = jobs.iter().cloned().map(Job::Span).collect();
-        routes(&jobs, Out::File, crate::copy::route::Routes::default())
+        routes(&jobs, Routes::default())
     }
 
     fn copy(jobs: &[SpanJob]) -> (std::result::Result<u64, JobError>, Vec<u8>) {
-        use std::io::{Read, Seek};
-        let mut out = tempfile::tempfile().unwrap();
+        let out = tempfile::tempfile().unwrap();
         let routes = routed(jobs);
         let result = copy_spans(&out, "out", jobs, &routes, 1 << 20, |_| {}).map(|c| c.bytes);
-        let mut bytes = Vec::new();
-        out.rewind().unwrap();
-        out.read_to_end(&mut bytes).unwrap();
-        (result, bytes)
+        (result, testing::contents(&out))
     }
 
     #[test]

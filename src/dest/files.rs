@@ -1,7 +1,9 @@
 //! Atomic file output: a temp file in the target's folder, written, synced,
 //! then renamed into place; the folder is synced after. Until the rename,
 //! the target path holds its old bytes (or nothing); a failed or dropped
-//! output deletes its temp file.
+//! output deletes its temp file, and the output's missing parent folders,
+//! made before writing, go again ([`CreatedFolders`]): a failed run leaves
+//! the tree as it found it.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -9,15 +11,14 @@ use std::path::{Path, PathBuf};
 use tempfile::{NamedTempFile, TempPath};
 use tokio::io::AsyncWriteExt;
 
-use super::folders::CreatedFolders;
 use super::record;
-use super::target::{resolve, Target};
+use super::target::replaced;
 use super::writer::{DestOptions, OutWriter, Staged};
 use super::WrittenFile;
 use crate::observe::sha256_hex;
-use crate::plan::layout::{index_json, Part};
+use crate::plan::layout::{check_shard_len, index_json, names_folder, Part};
 use crate::plan::Plan;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, Result};
 
 /// Temp files are named `.TARGET.XXXXXX.convert-tmp` (TARGET cut to fit
 /// NAME_MAX): recognisable if a `kill -9` leaves one behind.
@@ -31,24 +32,12 @@ pub(crate) struct StagedFile {
 }
 
 impl StagedFile {
-    /// Creates the temp file beside `target` and opens it for async writing.
-    ///
-    /// A symbolic link at `target` is followed: the file it leads to is the
-    /// one replaced, and the link stays. Anything but a regular file (or
-    /// nothing) there is refused: see [`super::target`]. The new
-    /// file gets an existing file's mode and owner, as `cp` onto it would
-    /// leave them (the owner only where the system lets us give it away).
+    /// Creates the temp file beside the file `target` leads to (links
+    /// followed: see [`super::target`]) and opens it for async writing; it
+    /// gets that file's mode and owner ([`keep_owner_and_mode`]).
     pub(crate) fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
         refuse_folder_name(target)?;
-        let dest = match resolve(target)? {
-            Target::Replace(dest) => dest,
-            _ => {
-                let msg = "is not a regular file, and only a regular file is ever replaced";
-                let e = Error::new(ErrorKind::OutputName(msg.into()));
-                return Err(e.with_output(target.display()));
-            }
-        };
-        Self::create_resolved(target, dest)
+        Self::create_resolved(target, replaced(target)?)
     }
 
     /// [`StagedFile::create`] for `target` resolved already (by
@@ -58,7 +47,6 @@ impl StagedFile {
         dest: PathBuf,
     ) -> Result<(StagedFile, tokio::fs::File)> {
         let on_target = |e: std::io::Error| Error::io(e).with_output(target.display());
-        refuse_folder_name(target)?;
         let dir = parent_dir(&dest);
         let existing = std::fs::metadata(&dest).ok().filter(|m| m.is_file());
         let temp = tempfile::Builder::new()
@@ -90,18 +78,11 @@ impl StagedFile {
     pub(crate) fn target(&self) -> &Path {
         &self.target
     }
-
-    /// The temporary path it has now.
-    #[cfg(test)]
-    pub(crate) fn temp_path(&self) -> &Path {
-        self.temp.path()
-    }
 }
 
 /// Refuses `out/` (it would stage its temp file in the current folder).
 fn refuse_folder_name(target: &Path) -> Result<()> {
-    // Refuse `out/` now: it would stage its temp file in the current folder.
-    if !target.as_os_str().as_encoded_bytes().ends_with(b"/") {
+    if !names_folder(target) {
         return Ok(());
     }
     // Say what is there: `-o odir/` for a folder not made yet is not "a directory".
@@ -125,9 +106,8 @@ fn io_reason(e: &std::io::Error) -> String {
     }
 }
 
-/// Temp names are `.NAME.XXXXXX.convert-tmp`, NAME cut (at a character
-/// boundary) so that the whole stays within NAME_MAX: a legal output name
-/// of 250 bytes must not fail for its temp name's sake.
+/// The temp name's prefix, `.NAME.`, NAME cut at a character boundary: a
+/// legal output name of 250 bytes must not fail for its temp name's sake.
 fn temp_prefix(target: &Path) -> OsString {
     use std::os::unix::ffi::OsStrExt;
     let name = target.file_name().unwrap_or_default().as_bytes();
@@ -265,7 +245,8 @@ pub(crate) fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
         let mut dirs: Vec<&Path> = done.iter().map(|p| parent_dir(p)).collect();
         dirs.dedup();
         for dir in dirs {
-            sync_dir(dir).map_err(|e| Error::io(e).with_output(dir.display()))?;
+            let synced = std::fs::File::open(dir).and_then(|d| d.sync_all());
+            synced.map_err(|e| Error::io(e).with_output(dir.display()))?;
         }
     }
     Ok(())
@@ -296,10 +277,6 @@ fn lock_folder(dir: &Path) -> Result<std::fs::File> {
     Ok(folder)
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
 /// A set of files (the shards, then the index) staged beside their
 /// targets and renamed into place together: see [`commit_all`].
 pub(crate) struct FileSet {
@@ -313,7 +290,6 @@ pub(crate) struct FileSet {
     /// Synced together at the end, as one `sync` would.
     unsynced: Vec<(tokio::fs::File, PathBuf)>,
     folders: Vec<CreatedFolders>,
-    written: Vec<WrittenFile>,
 }
 
 impl FileSet {
@@ -326,15 +302,7 @@ impl FileSet {
     ) -> Result<FileSet> {
         let index = index.filter(|_| options.part.writes_index());
         if options.part == Part::IndexOnly {
-            let given: Vec<PathBuf> = shards.iter().map(|(p, _)| p.clone()).collect();
-            super::check_shard_files(plan, &given)?;
-            if let Some(expected) = &options.plan_id {
-                let records = given
-                    .iter()
-                    .map(|p| Ok((p.display().to_string(), record::read_file(p)?)))
-                    .collect::<Result<Vec<_>>>()?;
-                record::check_records(expected, &records)?;
-            }
+            check_shard_files(plan, &shards, options.plan_id.as_deref())?;
         }
         let written_shards = shards
             .iter()
@@ -348,7 +316,6 @@ impl FileSet {
         Ok(FileSet {
             staged: Vec::with_capacity(shards.len() + 1),
             unsynced: Vec::with_capacity(shards.len() + 1),
-            written: Vec::with_capacity(shards.len() + 1),
             shards,
             index,
             options,
@@ -374,32 +341,28 @@ impl FileSet {
         })
     }
 
-    pub(crate) async fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
         let OutWriter::File(file) = writer else {
             unreachable!("a file set stages files");
         };
-        let path = PathBuf::from(&written.path);
-        close(file, false, &path).await?;
-        let stage = self.staged.last().expect("staged before finished");
-        self.unsynced.push((file_for_sync(stage, &path)?, path));
-        self.written.push(written);
+        // Flushed by the copy; synced with the rest at the commit.
+        self.unsynced.push((file, PathBuf::from(&written.path)));
         Ok(())
     }
 
-    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Vec<WrittenFile>> {
+    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Option<WrittenFile>> {
+        let mut written = None;
         if let Some((index_path, dest)) = self.index.take() {
             let paths: Vec<PathBuf> = self.shards.iter().map(|(p, _)| p.clone()).collect();
             let bytes = index_json(plan, &paths);
             let (stage, mut file) = StagedFile::create_resolved(&index_path, dest)?;
-            file.write_all(&bytes)
-                .await
-                .map_err(|e| Error::io(e).with_output(index_path.display()))?;
-            close(file, false, &index_path).await?;
-            let sync = file_for_sync(&stage, &index_path)?;
-            self.unsynced.push((sync, index_path.clone()));
+            let on_index = |e| Error::io(e).with_output(index_path.display());
+            file.write_all(&bytes).await.map_err(on_index)?;
+            file.flush().await.map_err(on_index)?;
+            self.unsynced.push((file, index_path.clone()));
             self.staged.push(stage);
             let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
-            self.written.push(WrittenFile {
+            written = Some(WrittenFile {
                 path: index_path.display().to_string(),
                 bytes: bytes.len() as u64,
                 tensors: 0,
@@ -413,48 +376,129 @@ impl FileSet {
         std::mem::take(&mut self.folders)
             .into_iter()
             .for_each(CreatedFolders::keep);
-        Ok(self.written)
+        Ok(written)
     }
 }
 
-/// A handle on a staged file, to sync it later.
-fn file_for_sync(stage: &StagedFile, path: &Path) -> Result<tokio::fs::File> {
-    let f = stage
-        .handle()
-        .map_err(|e| Error::io(e).with_output(path.display()))?;
-    Ok(tokio::fs::File::from_std(f))
+/// `--index-only` on files: every shard exists as a regular file of its
+/// planned length (a stat each), or the first that does not is named;
+/// then, with an `expected` plan id, the ids they record are checked.
+fn check_shard_files(
+    plan: &Plan,
+    shards: &[(PathBuf, PathBuf)],
+    expected: Option<&str>,
+) -> Result<()> {
+    for (shard, (path, _)) in plan.shards.iter().zip(shards) {
+        let found = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => Some(m.len()),
+            Ok(_) => None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(Error::io(e).with_output(path.display())),
+        };
+        check_shard_len(&path.display().to_string(), found, shard.file_len())?;
+    }
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let records = shards
+        .iter()
+        .map(|(p, _)| Ok((p.display().to_string(), record::read_file(p)?)))
+        .collect::<Result<Vec<_>>>()?;
+    record::check_records(expected, &records)
+}
+
+/// Folders this run created for its output, innermost last. Dropping it
+/// without [`CreatedFolders::keep`] removes them (each only if still empty:
+/// another run may have put something there meanwhile).
+#[derive(Debug, Default)]
+#[must_use = "dropping it removes the folders it created"]
+pub(crate) struct CreatedFolders {
+    created: Vec<PathBuf>,
+}
+
+impl CreatedFolders {
+    /// Creates the missing folders above `file`, one level at a time, and
+    /// remembers those this call made (a folder that another run makes at
+    /// the same moment is theirs).
+    pub(crate) fn create_for(file: &Path) -> Result<CreatedFolders> {
+        let mut made = CreatedFolders::default();
+        let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) else {
+            return Ok(made);
+        };
+        let missing = missing_ancestors(dir);
+        for folder in missing.into_iter().rev() {
+            match std::fs::create_dir(&folder) {
+                Ok(()) => made.created.push(folder),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && folder.is_dir() => {}
+                Err(e) => {
+                    let msg = format!("cannot create the folder {}: {e}", folder.display());
+                    let e = std::io::Error::new(e.kind(), msg);
+                    return Err(Error::io(e).with_output(file.display()));
+                }
+            }
+        }
+        Ok(made)
+    }
+
+    /// The run succeeded: the folders stay.
+    pub(crate) fn keep(mut self) {
+        self.created.clear();
+    }
+}
+
+impl Drop for CreatedFolders {
+    fn drop(&mut self) {
+        for folder in self.created.iter().rev() {
+            // Fails, and so keeps the folder, if anything is in it now.
+            let _ = std::fs::remove_dir(folder);
+        }
+    }
+}
+
+/// `dir` and its ancestors that do not exist, innermost first.
+pub(crate) fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty()) {
+        if std::fs::symlink_metadata(d).is_ok() {
+            break;
+        }
+        missing.push(d.to_path_buf());
+        at = d.parent();
+    }
+    missing
+}
+
+/// The nearest folder above `file` that exists (`.` for a bare name).
+pub(crate) fn nearest_existing(file: &Path) -> PathBuf {
+    let dir = file.parent().unwrap_or(Path::new(""));
+    let missing = missing_ancestors(dir);
+    let top = missing
+        .last()
+        .map_or(dir, |m| m.parent().unwrap_or(Path::new("")));
+    if top.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        top.to_path_buf()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn dropped_stage_leaves_nothing() {
+    #[test]
+    fn created_folders_go_unless_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("out.safetensors");
-        let (staged, mut f) = StagedFile::create(&target).unwrap();
-        f.write_all(b"partial").await.unwrap();
-        let temp = staged.temp_path().to_path_buf();
-        let name = temp.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(name.starts_with(".out.safetensors.") && name.ends_with(TEMP_SUFFIX));
-        drop(f);
-        drop(staged);
-        assert!(!temp.exists());
-        assert!(!target.exists());
-    }
-
-    #[tokio::test]
-    async fn commit_replaces_target() {
-        let dir = tempfile::tempdir().unwrap();
-        let target = dir.path().join("out.safetensors");
-        std::fs::write(&target, b"old").unwrap();
-        let (staged, mut f) = StagedFile::create(&target).unwrap();
-        f.write_all(b"new").await.unwrap();
-        close(f, true, &target).await.unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"old");
-        commit_all(vec![staged], true).unwrap();
-        assert_eq!(std::fs::read(&target).unwrap(), b"new");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let file = dir.path().join("a/b/c/out.safetensors");
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        assert_eq!(nearest_existing(&file), dir.path().join("a"));
+        let made = CreatedFolders::create_for(&file).unwrap();
+        assert!(dir.path().join("a/b/c").is_dir());
+        drop(made);
+        assert!(dir.path().join("a").is_dir(), "not ours: stays");
+        assert!(!dir.path().join("a/b").exists());
+        CreatedFolders::create_for(&file).unwrap().keep();
+        assert!(dir.path().join("a/b/c").is_dir());
     }
 }

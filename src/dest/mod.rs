@@ -1,13 +1,11 @@
-//! Where a conversion writes: what the output path names ([`target`]), the
-//! folders made for it ([`folders`]), files staged and committed together
+//! Where a conversion writes: what the output path names ([`target`]),
+//! files staged and committed together, and the folders made for them
 //! ([`files`]), and the checks made before a data byte is read, by the real
-//! run and by `--dry-run` alike ([`check_output`]).
+//! run and by `--dry-run` alike ([`check`]).
 
 pub(crate) mod files;
-pub(crate) mod folders;
 pub(crate) mod record;
 pub(crate) mod staged;
-pub(crate) mod stream;
 pub(crate) mod target;
 #[allow(unsafe_code)]
 pub(crate) mod writeback;
@@ -18,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::index::{is_index_path, ShardIndex};
-use crate::plan::layout::{check_shard_len, names_folder, shard_paths, Part};
+use crate::plan::layout::{names_folder, shard_paths, Part};
 use crate::plan::Plan;
 use crate::{Error, ErrorKind, Result};
 use target::{resolve, Target};
@@ -49,35 +47,13 @@ pub struct WrittenFile {
 /// The longest file name Linux filesystems take (NAME_MAX).
 pub(crate) const NAME_MAX: usize = 255;
 
-/// Checks that `output` can take `plan` without harm, before anything is
-/// written; returns warnings worth telling. Refused:
-/// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
-/// - a sharded set to standard output, a device, a FIFO or a socket;
-/// - one file named like an index (`*.index.json`), a name over
-///   `NAME_MAX` bytes, a file of the set that is not a regular file;
-/// - an output file (or object) that is one of the files (or object URLs)
-///   read for `inputs` (an index's shards, `-` when it is a file, links
-///   followed; same device and inode), unless `overwrite_input`;
-/// - a folder that cannot be written (the nearest existing one, when the
-///   output's folders are still to be made).
-pub(crate) fn check_output(
-    inputs: &[PathBuf],
-    output: &Output,
-    plan: &Plan,
-    part: Part,
-    overwrite_input: bool,
-) -> Result<Vec<String>> {
-    check(inputs, output, plan, part, overwrite_input).map(|(_, warnings)| warnings)
-}
-
 /// What an output resolves to, once, after [`check`]: the only place the
 /// output path is looked at.
 #[derive(Debug)]
 pub(crate) enum Resolved {
-    /// Standard output, by `-` or another name.
-    Stdout,
-    /// A device, FIFO or socket, and its name as given.
-    Stream(PathBuf, String),
+    /// Standard output (`None`: by `-` or another name, named `-`), or a
+    /// device, FIFO or socket, and its name as given.
+    Stream(Option<PathBuf>, String),
     /// Regular files: each shard as (name given, file replaced; links
     /// followed), then the index if any.
     Files {
@@ -89,7 +65,10 @@ pub(crate) enum Resolved {
     Objects(String),
 }
 
-/// [`check_output`], keeping what the output resolved to.
+/// Checks that `output` can take `plan` without harm, before anything is
+/// written (the refusals [`dry_run`](crate::convert::dry_run) lists; an
+/// object set that is one of the object URLs read is refused as a file
+/// is); returns what the output resolved to, and warnings worth telling.
 pub(crate) fn check(
     inputs: &[PathBuf],
     output: &Output,
@@ -99,12 +78,12 @@ pub(crate) fn check(
 ) -> Result<(Resolved, Vec<String>)> {
     part.check(plan)?;
     let shards = plan.shards.len();
-    let path = match output {
-        Output::Stdout => {
-            check_stream_output("-", shards, std::io::stdout().is_terminal())?;
-            return Ok((Resolved::Stdout, Vec::new()));
-        }
-        Output::File(path) => path,
+    let stdout = |shown: &str| -> Result<(Resolved, Vec<String>)> {
+        check_stream_output(shown, shards, std::io::stdout().is_terminal())?;
+        Ok((Resolved::Stream(None, "-".into()), Vec::new()))
+    };
+    let Output::File(path) = output else {
+        return stdout("-");
     };
     // Objects: written as a whole or not at all by the store itself.
     #[cfg(feature = "object-store")]
@@ -119,14 +98,11 @@ pub(crate) fn check(
         false => resolve(path)?,
     };
     match target {
-        Target::Stdout => {
-            check_stream_output(&shown, shards, std::io::stdout().is_terminal())?;
-            return Ok((Resolved::Stdout, Vec::new()));
-        }
+        Target::Stdout => return stdout(&shown),
         // Whether a device is a terminal is known once it is open.
         Target::Stream(at) => {
             check_stream_output(&shown, shards, false)?;
-            return Ok((Resolved::Stream(at, shown), Vec::new()));
+            return Ok((Resolved::Stream(Some(at), shown), Vec::new()));
         }
         Target::Replace(_) => {}
     }
@@ -185,23 +161,8 @@ fn check_objects(inputs: &[PathBuf], url: &str, shards: usize, overwrite: bool) 
     Ok(())
 }
 
-/// `--index-only` on files: every shard exists as a regular file of its
-/// planned length (a stat each), or the first that does not is named.
-pub(crate) fn check_shard_files(plan: &Plan, paths: &[PathBuf]) -> Result<()> {
-    for (shard, path) in plan.shards.iter().zip(paths) {
-        let found = match std::fs::metadata(path) {
-            Ok(m) if m.is_file() => Some(m.len()),
-            Ok(_) => None,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(Error::io(e).with_output(path.display())),
-        };
-        check_shard_len(&path.display().to_string(), found, shard.file_len())?;
-    }
-    Ok(())
-}
-
 /// Standard output and other streams: one file, never a terminal.
-fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec<String>> {
+fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<()> {
     if shards > 1 {
         let msg = "a sharded set needs regular files, not a stream or device";
         return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
@@ -209,7 +170,7 @@ fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<Vec
     if terminal {
         return Err(Error::new(ErrorKind::TerminalOutput).with_output(shown));
     }
-    Ok(Vec::new())
+    Ok(())
 }
 
 /// One file of the output: its name, what is there now, its folder.
@@ -225,10 +186,7 @@ fn check_file(
         let msg = format!("the file name is {name_len} bytes; the limit is {NAME_MAX}");
         return Err(Error::new(ErrorKind::OutputName(msg)).with_output(shown));
     }
-    let Target::Replace(dest) = resolve(file)? else {
-        let msg = "is not a regular file, and only a regular file is ever replaced";
-        return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
-    };
+    let dest = target::replaced(file)?;
     let mut warnings = Vec::new();
     if let Ok(now) = std::fs::metadata(&dest) {
         let same = read
@@ -255,7 +213,7 @@ fn check_file(
 /// The folder `dest` goes into, or the nearest existing one above it, is a
 /// folder this process may create files in.
 fn check_writable(dest: &Path) -> Result<()> {
-    let dir = folders::nearest_existing(dest);
+    let dir = files::nearest_existing(dest);
     let on_dir = |e: std::io::Error| {
         let msg = format!("cannot write in {}: {e}", dir.display());
         Error::io(std::io::Error::new(e.kind(), msg))
@@ -344,18 +302,5 @@ mod tests {
         let shard = PathBuf::from("s3://bucket/dir/model-00002-of-00002.safetensors");
         assert!(check_objects(std::slice::from_ref(&shard), url, 2, false).is_err());
         assert!(check_objects(&[shard], url, 1, false).is_ok());
-    }
-
-    #[test]
-    fn a_folder_input_clashes_as_the_file_it_stands_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let model = dir.path().join("model.safetensors");
-        std::fs::write(&model, b"x").unwrap();
-        let files = input_files(&[dir.path().to_path_buf()]);
-        let meta = std::fs::metadata(&model).unwrap();
-        assert_eq!(
-            files,
-            [(model.display().to_string(), meta.dev(), meta.ino())]
-        );
     }
 }

@@ -99,14 +99,6 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_of_another_plan_is_named() {
-        let e = check_records("aa", &shards(&[Some("aa"), Some("bb"), Some("aa")])).unwrap_err();
-        assert_eq!(e.output(), Some("s1"));
-        assert!(matches!(e.kind(), ErrorKind::PlanMismatch { found, .. } if found.contains("bb")));
-        assert_eq!(e.category(), crate::Category::BadInput, "exit 1");
-    }
-
-    #[test]
     fn a_shard_without_a_record_is_refused_only_beside_one_with() {
         let e = check_records("aa", &shards(&[Some("aa"), None])).unwrap_err();
         assert_eq!(e.output(), Some("s1"));

@@ -1,12 +1,11 @@
 //! The one protocol every destination follows: checked and resolved first
 //! ([`super::check`]), then each output staged and written, then all
-//! committed together, or all abandoned. Files are staged under temp names
-//! and renamed into place; a stream is written as it goes (nothing to
-//! commit, nothing to take back); objects are multipart uploads completed
-//! at the end, the index last.
+//! committed together, or all abandoned.
+
+use std::path::PathBuf;
 
 use super::files::FileSet;
-use super::stream::StreamOut;
+use super::target::open_stream;
 use super::writer::{DestOptions, OutWriter, Staged};
 use super::{Resolved, WrittenFile};
 use crate::plan::{Plan, ShardPlan};
@@ -15,7 +14,11 @@ use crate::Result;
 /// A set of outputs being written.
 pub(crate) enum Destination {
     Files(FileSet),
-    Stream(StreamOut),
+    /// Standard output (no path), or a device, FIFO or socket, by its name
+    /// as given: bytes go out as they come, so a failure part-way leaves
+    /// what was sent (only the exit code tells), and there is nothing to
+    /// commit. One file: the check refused sharded plans.
+    Stream(Option<PathBuf>, String),
     #[cfg(feature = "object-store")]
     Objects(crate::store::write::ObjectSet),
 }
@@ -29,8 +32,7 @@ impl Destination {
         options: DestOptions,
     ) -> Result<Destination> {
         Ok(match resolved {
-            Resolved::Stdout => Destination::Stream(StreamOut::stdout()),
-            Resolved::Stream(path, shown) => Destination::Stream(StreamOut::path(path, shown)),
+            Resolved::Stream(path, shown) => Destination::Stream(path, shown),
             Resolved::Files { shards, index } => {
                 Destination::Files(FileSet::open(shards, index, plan, options)?)
             }
@@ -47,7 +49,14 @@ impl Destination {
     pub(crate) async fn stage(&mut self, index: usize, shard: &ShardPlan) -> Result<Staged> {
         match self {
             Destination::Files(f) => f.stage(index),
-            Destination::Stream(s) => s.stage().await,
+            Destination::Stream(path, shown) => Ok(Staged {
+                writer: match path {
+                    None => OutWriter::Stdout(tokio::io::stdout()),
+                    Some(path) => OutWriter::File(open_stream(path).await?),
+                },
+                file: None,
+                name: shown.clone(),
+            }),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.stage(index, shard).await,
         }
@@ -55,21 +64,21 @@ impl Destination {
 
     /// Takes back a staged output's writer once its bytes are all written
     /// (and flushed), with what the report says of it.
-    pub(crate) async fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
         match self {
-            Destination::Files(f) => f.finish(writer, written).await,
-            Destination::Stream(s) => s.finish(written),
+            Destination::Files(f) => f.finish(writer, written),
+            Destination::Stream(..) => Ok(()),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.finish(writer, written),
         }
     }
 
     /// Makes every output appear together (the index last, where there is
-    /// one); returns the report's files, shards first.
-    pub(crate) async fn commit(self, plan: &Plan) -> Result<Vec<WrittenFile>> {
+    /// one); returns the index's line of the report, if it wrote one.
+    pub(crate) async fn commit(self, plan: &Plan) -> Result<Option<WrittenFile>> {
         match self {
             Destination::Files(f) => f.commit(plan).await,
-            Destination::Stream(s) => Ok(s.commit()),
+            Destination::Stream(..) => Ok(None),
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.commit(plan).await,
         }
@@ -80,7 +89,7 @@ impl Destination {
     pub(crate) async fn abort(self) {
         match self {
             Destination::Files(f) => drop(f),
-            Destination::Stream(_) => {}
+            Destination::Stream(..) => {}
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.abort().await,
         }

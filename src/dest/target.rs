@@ -74,6 +74,19 @@ pub(crate) fn resolve(path: &Path) -> Result<Target> {
     )))
 }
 
+/// The file [`resolve`] finds at `path` to replace; refused unless a
+/// regular file (or nothing) is there.
+pub(crate) fn replaced(path: &Path) -> Result<PathBuf> {
+    match resolve(path)? {
+        Target::Replace(dest) => Ok(dest),
+        _ => {
+            let msg = "is not a regular file, and only a regular file is ever replaced";
+            let e = Error::new(ErrorKind::OutputName(msg.into()));
+            Err(e.with_output(path.display()))
+        }
+    }
+}
+
 /// The descriptor a path names when it is `/dev/stdout`, `/dev/stderr`,
 /// `/dev/fd/N` or `/proc/{self,thread-self,PID}/fd/N`.
 fn descriptor_alias(path: &Path) -> Option<u32> {
@@ -95,21 +108,32 @@ fn descriptor_alias(path: &Path) -> Option<u32> {
     }
 }
 
-/// Opens a [`Target::Stream`] for writing: a device or FIFO as it is (a
-/// FIFO waits here for its reader), a socket by connecting to it, another
-/// descriptor's name in append mode (its file keeps what it holds).
-pub(crate) fn open_stream(path: &Path) -> std::io::Result<std::fs::File> {
+/// Opens a [`Target::Stream`] for writing, off the runtime's threads (a
+/// FIFO waits for its reader, and a signal must still end the run
+/// meanwhile): a device or FIFO as it is, a socket by connecting to it,
+/// another descriptor's name in append mode (its file keeps what it
+/// holds). A terminal is refused.
+pub(crate) async fn open_stream(path: &Path) -> Result<tokio::fs::File> {
+    use std::io::IsTerminal;
     use std::os::unix::fs::FileTypeExt;
-    if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-        let sock = std::os::unix::net::UnixStream::connect(path)?;
-        return Ok(std::fs::File::from(std::os::fd::OwnedFd::from(sock)));
+    let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
+    let owned = path.to_path_buf();
+    let file = tokio::task::spawn_blocking(move || {
+        if std::fs::metadata(&owned).is_ok_and(|m| m.file_type().is_socket()) {
+            let sock = std::os::unix::net::UnixStream::connect(&owned)?;
+            return Ok(std::fs::File::from(std::os::fd::OwnedFd::from(sock)));
+        }
+        let mut options = std::fs::OpenOptions::new();
+        let append = descriptor_alias(&owned).is_some();
+        options.write(true).append(append).open(&owned)
+    })
+    .await
+    .map_err(|e| on_path(std::io::Error::other(e)))?
+    .map_err(on_path)?;
+    if file.is_terminal() {
+        return Err(Error::new(ErrorKind::TerminalOutput).with_output(path.display()));
     }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true);
-    if descriptor_alias(path).is_some() {
-        options.append(true);
-    }
-    options.open(path)
+    Ok(tokio::fs::File::from_std(file))
 }
 
 #[cfg(test)]
@@ -124,21 +148,5 @@ mod tests {
         assert_eq!(descriptor_alias(Path::new("/dev/null")), None);
         assert_eq!(descriptor_alias(Path::new("dev/stdout")), None);
         assert_eq!(descriptor_alias(Path::new("/dev/shm/x")), None);
-    }
-
-    #[test]
-    fn links_are_followed_and_files_replaced() {
-        let dir = tempfile::tempdir().unwrap();
-        let real = dir.path().join("real.safetensors");
-        std::fs::write(&real, b"x").unwrap();
-        let link = dir.path().join("link.safetensors");
-        std::os::unix::fs::symlink("real.safetensors", &link).unwrap();
-        assert_eq!(resolve(&link).unwrap(), Target::Replace(real));
-        let new = dir.path().join("new.safetensors");
-        assert_eq!(resolve(&new).unwrap(), Target::Replace(new.clone()));
-        assert!(resolve(dir.path()).is_err());
-        let to_stdout = dir.path().join("out");
-        std::os::unix::fs::symlink("/dev/stdout", &to_stdout).unwrap();
-        assert_eq!(resolve(&to_stdout).unwrap(), Target::Stdout);
     }
 }

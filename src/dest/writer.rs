@@ -48,41 +48,35 @@ pub(crate) struct DestOptions {
     pub(crate) plan_id: Option<String>,
 }
 
+impl OutWriter {
+    /// The writer inside.
+    fn inner(&mut self) -> Pin<&mut (dyn AsyncWrite + Unpin)> {
+        let w: &mut (dyn AsyncWrite + Unpin) = match self {
+            OutWriter::File(w) => w,
+            OutWriter::Stdout(w) => w,
+            #[cfg(feature = "object-store")]
+            OutWriter::Buffer(w) => w,
+            #[cfg(feature = "object-store")]
+            OutWriter::Upload(w) => w,
+        };
+        Pin::new(w)
+    }
+}
+
 impl AsyncWrite for OutWriter {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            OutWriter::File(w) => Pin::new(w).poll_write(cx, buf),
-            OutWriter::Stdout(w) => Pin::new(w).poll_write(cx, buf),
-            #[cfg(feature = "object-store")]
-            OutWriter::Buffer(w) => Pin::new(w).poll_write(cx, buf),
-            #[cfg(feature = "object-store")]
-            OutWriter::Upload(w) => Pin::new(w).poll_write(cx, buf),
-        }
+        self.get_mut().inner().poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            OutWriter::File(w) => Pin::new(w).poll_flush(cx),
-            OutWriter::Stdout(w) => Pin::new(w).poll_flush(cx),
-            #[cfg(feature = "object-store")]
-            OutWriter::Buffer(w) => Pin::new(w).poll_flush(cx),
-            #[cfg(feature = "object-store")]
-            OutWriter::Upload(w) => Pin::new(w).poll_flush(cx),
-        }
+        self.get_mut().inner().poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            OutWriter::File(w) => Pin::new(w).poll_shutdown(cx),
-            OutWriter::Stdout(w) => Pin::new(w).poll_shutdown(cx),
-            #[cfg(feature = "object-store")]
-            OutWriter::Buffer(w) => Pin::new(w).poll_shutdown(cx),
-            #[cfg(feature = "object-store")]
-            OutWriter::Upload(w) => Pin::new(w).poll_shutdown(cx),
-        }
+        self.get_mut().inner().poll_shutdown(cx)
     }
 }

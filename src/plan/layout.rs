@@ -13,10 +13,6 @@ use crate::index::{IndexMetadata, ShardIndex, INDEX_SUFFIX};
 use crate::plan::Plan;
 use crate::{Error, ErrorKind, Result};
 
-/// The file written into a folder named as the output (`-o out/`), and
-/// the base of its shards' names: the name Hugging Face's tools use.
-pub(crate) const IN_FOLDER: &str = "model.safetensors";
-
 /// Whether the output names a folder to write into: its name ends in `/`.
 pub(crate) fn names_folder(output: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
@@ -40,7 +36,8 @@ pub(crate) fn names_folder(output: &Path) -> bool {
 /// ```
 pub fn shard_paths(output: &Path, shards: usize) -> (Vec<PathBuf>, Option<PathBuf>) {
     if names_folder(output) {
-        return shard_paths(&output.join(IN_FOLDER), shards);
+        // The name Hugging Face's tools use.
+        return shard_paths(&output.join("model.safetensors"), shards);
     }
     if shards <= 1 {
         return (vec![output.to_path_buf()], None);
@@ -86,16 +83,6 @@ pub(crate) fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
     bytes
 }
 
-/// The bytes of the shards a run writes (progress counts only those).
-pub(crate) fn part_len(plan: &Plan, part: Part) -> u64 {
-    plan.shards
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| part.writes_shard(*i))
-        .map(|(_, s)| s.file_len())
-        .sum()
-}
-
 /// Which files of the plan a run writes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Part {
@@ -116,16 +103,14 @@ impl Part {
     /// Refuses a part the plan does not have: a shard number out of range.
     pub fn check(self, plan: &Plan) -> Result<()> {
         let count = plan.shards.len();
-        let msg = match self {
-            Part::All => return Ok(()),
-            Part::Shard(k) if (1..=count).contains(&k) => return Ok(()),
-            Part::Shard(k) => format!(
-                "--shard {k}: the plan has {count} shard{} (numbered from 1)",
-                if count == 1 { "" } else { "s" }
-            ),
-            Part::IndexOnly => return Ok(()),
-        };
-        Err(ErrorKind::Usage(msg).into())
+        match self {
+            Part::Shard(k) if !(1..=count).contains(&k) => {
+                let s = if count == 1 { "" } else { "s" };
+                let msg = format!("--shard {k}: the plan has {count} shard{s} (numbered from 1)");
+                Err(ErrorKind::Usage(msg).into())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Whether the shard at `index` (0-based) is written by this run.
@@ -166,14 +151,5 @@ mod tests {
         assert!(Part::Shard(2).writes_shard(1));
         assert!(!Part::Shard(2).writes_shard(0) && !Part::Shard(2).writes_index());
         assert!(!Part::IndexOnly.writes_shard(0) && Part::IndexOnly.writes_index());
-    }
-
-    #[test]
-    fn shard_lengths_are_checked() {
-        assert!(check_shard_len("a", Some(8), 8).is_ok());
-        for found in [None, Some(7)] {
-            let e = check_shard_len("a", found, 8).unwrap_err();
-            assert!(matches!(e.kind(), ErrorKind::ShardNotWritten { shard, .. } if shard == "a"));
-        }
     }
 }

@@ -3,25 +3,24 @@
 //!
 //! Memory: one buffer of [`SinkOptions::buffer_size`] bytes (allocated on
 //! the first tensor that needs it, and no larger than the largest tensor),
-//! plus the header, written from the plan's entries in 64 KiB pieces, and
-//! the planned names and lengths (the names in one string, 16 bytes per
-//! tensor). Nothing grows with the tensors' bytes.
+//! plus the header, written from the plan's entries in 64 KiB pieces; the
+//! tensors are checked against the plan's own header, shared, not copied.
+//! Nothing grows with the tensors' bytes.
 
 pub(crate) mod elements;
-mod planned;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::cast::Cast;
-use crate::header::EncodedHeader;
+use crate::header::{EncodedHeader, Header, TensorEntry};
 use crate::io_util::fill_async;
 use crate::source::TensorData;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
 use elements::{ChunkBuffer, Elements, Pump};
-use planned::Planned;
 
 /// The default buffer: large enough that per-call costs vanish, small
 /// enough to keep memory flat.
@@ -66,8 +65,9 @@ crate::setters::setters!(SinkOptions { buffer_size: usize });
 #[derive(Debug)]
 pub struct Sink<W> {
     writer: W,
-    /// Planned name and length of each tensor in offset order.
-    planned: Planned,
+    /// The plan's header (shared, not copied): each tensor's name and
+    /// length, in offset order.
+    planned: Arc<Header>,
     next: usize,
     /// Input and cast output, sized by the element pipeline.
     buf: ChunkBuffer,
@@ -81,10 +81,9 @@ pub struct Sink<W> {
 impl<W: AsyncWrite + Unpin> Sink<W> {
     /// Writes `header`'s bytes to `writer` and readies the sink for its tensors.
     pub async fn start(writer: W, header: &EncodedHeader, options: SinkOptions) -> Result<Self> {
-        let planned = Planned::of(header.shared());
         let mut sink = Sink {
             writer,
-            planned,
+            planned: header.shared(),
             next: 0,
             buf: ChunkBuffer::default(),
             buffer_size: options.buffer_size.max(1),
@@ -92,12 +91,11 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             output: None,
             overflowed: 0,
         };
-        // The header's bytes in pieces of about 64 KiB, written from its
-        // entries as they go: never a second whole copy of a large header.
+        // (No output name yet: the caller names it.) The header's bytes in
+        // pieces of about 64 KiB, written from its entries as they go: never
+        // a second whole copy of a large header.
         if let Some(bytes) = header.written() {
-            if let Err(e) = sink.writer.write_all(bytes).await {
-                return Err(sink.write_error(e));
-            }
+            sink.writer.write_all(bytes).await.map_err(Error::io)?;
             return Ok(sink);
         }
         let mut piece = Vec::with_capacity(HEADER_PIECE + 4096);
@@ -105,9 +103,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         loop {
             piece.clear();
             let more = pieces.next_piece(&mut piece, HEADER_PIECE);
-            if let Err(e) = sink.writer.write_all(&piece).await {
-                return Err(sink.write_error(e));
-            }
+            sink.writer.write_all(&piece).await.map_err(Error::io)?;
             if !more {
                 break;
             }
@@ -121,10 +117,6 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         self
     }
 
-    fn write_error(&self, e: std::io::Error) -> Error {
-        write_error(&self.output, e)
-    }
-
     /// Bytes written so far, header included.
     pub fn bytes_written(&self) -> u64 {
         self.written
@@ -132,12 +124,12 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
 
     /// Tensors still to write.
     pub fn remaining(&self) -> usize {
-        self.planned.len() - self.next
+        self.planned.tensors.len() - self.next
     }
 
     /// The name of the next tensor the plan expects, if any.
     pub fn next_tensor(&self) -> Option<&str> {
-        self.planned.name(self.next)
+        Some(&self.planned.tensors.get(self.next)?.meta.name)
     }
 
     /// Copies the next planned tensor from `reader`, which must yield exactly
@@ -155,15 +147,11 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     /// plan's length is then the cast's output length).
     pub async fn write_tensor_data(
         &mut self,
-        data: TensorData<'_>,
+        mut data: TensorData<'_>,
         cast: Option<Cast>,
     ) -> Result<u64> {
-        let TensorData {
-            mut reader,
-            transform,
-        } = data;
-        self.write_transformed(reader.as_mut(), transform, cast)
-            .await
+        let reader = data.reader.as_mut();
+        self.write_transformed(reader, data.transform, cast).await
     }
 
     async fn write_transformed<R: AsyncRead + ?Sized>(
@@ -172,12 +160,11 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         transform: Transform,
         cast: Option<Cast>,
     ) -> Result<u64> {
-        let k = self.next;
-        let Some(len) = self.planned.byte_len(k) else {
+        let Some(len) = self.planned.tensors.get(self.next).map(TensorEntry::len) else {
             return Err(ErrorKind::PastPlan.into());
         };
         if let Err(e) = self.copy_exact(reader, len, transform, cast).await {
-            return Err(e.with_tensor(self.planned.name(k).unwrap_or_default()));
+            return Err(e.with_tensor(self.next_tensor().unwrap_or_default()));
         }
         self.next += 1;
         Ok(len)
@@ -218,7 +205,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     pub(crate) async fn flush(&mut self) -> Result<()> {
         match self.writer.flush().await {
             Ok(()) => Ok(()),
-            Err(e) => Err(self.write_error(e)),
+            Err(e) => Err(write_error(&self.output, e)),
         }
     }
 
@@ -226,15 +213,15 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     /// sink's destination by other means (a kernel copy into the same file),
     /// `bytes` in all; those must be exactly their planned lengths.
     pub(crate) fn record_external(&mut self, count: usize, bytes: u64) -> Result<()> {
-        let Some(expected) = self
-            .planned
-            .total(self.next..self.next.saturating_add(count))
-        else {
+        let range = self.next..self.next.saturating_add(count);
+        let Some(tensors) = self.planned.tensors.get(range) else {
             return Err(ErrorKind::PastPlan.into());
         };
+        // Laid out back to back: from the first's start to the last's end.
+        let expected = tensors.last().map_or(0, |l| l.end - tensors[0].begin);
         if bytes != expected {
             let e = elements::too_short(expected, bytes);
-            return Err(e.with_tensor(self.planned.name(self.next).unwrap_or_default()));
+            return Err(e.with_tensor(self.next_tensor().unwrap_or_default()));
         }
         self.next += count;
         self.written += bytes;
@@ -252,7 +239,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             });
         }
         if let Err(e) = self.writer.flush().await {
-            return Err(self.write_error(e));
+            return Err(write_error(&self.output, e));
         }
         Ok(self.writer)
     }

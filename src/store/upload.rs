@@ -7,7 +7,8 @@
 //! Memory: one part being filled plus at most `in flight` parts being
 //! sent, each [`part_size`] bytes: `part_size x (in flight + 1)`, with the
 //! defaults ([`PART_SIZE`], [`IN_FLIGHT`]) 72 MiB for any file up to 83 GB
-//! (8 MiB x 10,000 parts; a larger file has larger parts). Both are set by `SAFETENSORS_STREAM_PART_SIZE` and
+//! (8 MiB x 10,000 parts; a larger file has larger parts). Both are set
+//! by `SAFETENSORS_STREAM_PART_SIZE` and
 //! `SAFETENSORS_STREAM_PARTS_IN_FLIGHT` ([`UploadConfig::from_env`]).
 
 use std::pin::Pin;
@@ -77,20 +78,15 @@ impl UploadConfig {
         const SIZE: &str = "SAFETENSORS_STREAM_PART_SIZE";
         if let Some(v) = var(SIZE) {
             let want = "a size from 5MiB to 5GiB";
-            let size = crate::units::parse_size(&v).map_err(|_| bad(SIZE, &v, want))?;
-            if !(MIN_PART..=MAX_PART).contains(&size) {
-                return Err(bad(SIZE, &v, want));
-            }
-            config.part_size = size;
+            let size = crate::units::parse_size(&v).ok();
+            let size = size.filter(|s| (MIN_PART..=MAX_PART).contains(s));
+            config.part_size = size.ok_or_else(|| bad(SIZE, &v, want))?;
         }
         const PARTS: &str = "SAFETENSORS_STREAM_PARTS_IN_FLIGHT";
         if let Some(v) = var(PARTS) {
             let want = "a number of parts from 1 to 64";
-            let n: usize = v.trim().parse().map_err(|_| bad(PARTS, &v, want))?;
-            if !(1..=64).contains(&n) {
-                return Err(bad(PARTS, &v, want));
-            }
-            config.in_flight = n;
+            let n = v.trim().parse().ok().filter(|n| (1..=64).contains(n));
+            config.in_flight = n.ok_or_else(|| bad(PARTS, &v, want))?;
         }
         Ok(config)
     }
@@ -134,6 +130,7 @@ pub fn part_size(len: u64) -> u64 {
 
 /// An upload still open: aborted by [`abort_pending`] unless completed or
 /// aborted first.
+#[derive(Clone)]
 struct Pending {
     key: u64,
     store: Arc<dyn MultipartStore>,
@@ -151,47 +148,49 @@ fn take_pending(key: u64) -> Option<Pending> {
     Some(pending.swap_remove(at))
 }
 
+impl Pending {
+    async fn abort(self) -> Result<()> {
+        let aborted = self.store.abort_multipart(&self.path, &self.id).await;
+        aborted.map_err(|e| store_output_error(e, &self.url))
+    }
+}
+
+/// Aborts each of `uploads` (taken off the pending list); the first error
+/// is returned after trying them all.
+async fn abort_each(uploads: Vec<Pending>) -> Result<()> {
+    let mut first = None;
+    for p in uploads {
+        if let Err(e) = p.abort().await {
+            first.get_or_insert(e);
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
 /// Aborts every upload this process started and has neither completed nor
 /// aborted: the binary calls it after a signal ended the run (the run's
 /// futures were dropped mid-upload). Each upload is aborted once; errors
 /// are returned, first one first, after trying them all.
 pub async fn abort_pending() -> Result<()> {
     let all = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
-    let mut first = None;
-    for p in all {
-        if let Err(e) = p.store.abort_multipart(&p.path, &p.id).await {
-            first.get_or_insert(store_output_error(e, &p.url));
-        }
-    }
-    first.map_or(Ok(()), Err)
+    abort_each(all).await
 }
 
 /// Aborts the uploads started with these keys that are still open (each
 /// once); the first error is returned after trying them all.
 pub(crate) async fn abort_uploads(keys: &[u64]) -> Result<()> {
-    let mut first = None;
-    for key in keys {
-        if let Some(p) = take_pending(*key) {
-            if let Err(e) = p.store.abort_multipart(&p.path, &p.id).await {
-                first.get_or_insert(store_output_error(e, &p.url));
-            }
-        }
-    }
-    first.map_or(Ok(()), Err)
+    let open: Vec<Pending> = keys.iter().filter_map(|&key| take_pending(key)).collect();
+    abort_each(open).await
 }
 
 /// An object being written: an [`AsyncWrite`] that sends each full part
 /// while the next one fills.
 pub(crate) struct PartUpload {
-    key: u64,
-    store: Arc<dyn MultipartStore>,
-    path: ObjectPath,
-    id: MultipartId,
-    url: String,
+    /// Where it goes, as the pending list holds it.
+    up: Pending,
     part_size: usize,
     in_flight: usize,
     filling: BytesMut,
-    next_part: usize,
     sending: JoinSet<(usize, object_store::Result<PartId>)>,
     sent: Vec<Option<PartId>>,
     written: u64,
@@ -214,28 +213,23 @@ impl PartUpload {
             .create_multipart_opts(&path, attributes.into())
             .await
             .map_err(|e| store_output_error(e, url))?;
-        let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        PENDING
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Pending {
-                key,
-                store: store.clone(),
-                path: path.clone(),
-                id: id.clone(),
-                url: url.to_string(),
-            });
-        let part_size = usize::try_from(config.part_size(len)).unwrap_or(usize::MAX);
-        Ok(PartUpload {
-            key,
+        let up = Pending {
+            key: NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             store,
             path,
             id,
             url: url.to_string(),
+        };
+        PENDING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(up.clone());
+        let part_size = usize::try_from(config.part_size(len)).unwrap_or(usize::MAX);
+        Ok(PartUpload {
+            up,
             part_size,
             in_flight: config.in_flight,
             filling: BytesMut::new(),
-            next_part: 0,
             sending: JoinSet::new(),
             sent: Vec::new(),
             written: 0,
@@ -245,16 +239,17 @@ impl PartUpload {
 
     /// This upload's key, for [`abort_uploads`].
     pub(crate) fn key(&self) -> u64 {
-        self.key
+        self.up.key
     }
 
     /// Sends the part being filled (a last part may be short).
     fn send_filled(&mut self) {
         let data = std::mem::take(&mut self.filling).freeze();
-        let idx = self.next_part;
-        self.next_part += 1;
+        // Each part sent has its place, filled when it is acknowledged.
+        let idx = self.sent.len();
         self.sent.push(None);
-        let (store, path, id) = (self.store.clone(), self.path.clone(), self.id.clone());
+        let up = &self.up;
+        let (store, path, id) = (up.store.clone(), up.path.clone(), up.id.clone());
         self.sending.spawn(async move {
             let r = store
                 .put_part(&path, &id, idx, PutPayload::from_bytes(data))
@@ -296,19 +291,16 @@ impl PartUpload {
             Ok(parts) => {
                 // Off the pending list first: once complete is sent, a late
                 // abort must not race it.
-                let pending = take_pending(self.key);
-                match self
-                    .store
-                    .complete_multipart(&self.path, &self.id, parts)
-                    .await
-                {
+                let pending = take_pending(self.up.key);
+                let up = &self.up;
+                match up.store.complete_multipart(&up.path, &up.id, parts).await {
                     Ok(_) => return Ok(()),
                     Err(e) => {
                         // Not completed: back on the list, to be aborted once.
                         if let Some(p) = pending {
                             PENDING.lock().unwrap_or_else(|p| p.into_inner()).push(p);
                         }
-                        store_output_error(e, &self.url)
+                        store_output_error(e, &self.up.url)
                     }
                 }
             }
@@ -321,13 +313,19 @@ impl PartUpload {
 
     /// Every part sent and acknowledged, and the length as planned.
     async fn finish_parts(&mut self, planned: u64) -> Result<Vec<PartId>> {
-        self.send_all().await?;
+        // The last part, then every part in flight.
+        if !self.filling.is_empty() || self.sent.is_empty() {
+            self.send_filled();
+        }
+        std::future::poll_fn(|cx| self.poll_in_flight(cx, 1))
+            .await
+            .map_err(|_| self.failure())?;
         if self.written != planned {
             let kind = ErrorKind::ObjectStore(StoreError::UploadLength {
                 written: self.written,
                 planned,
             });
-            return Err(crate::Error::new(kind).with_output(&self.url));
+            return Err(crate::Error::new(kind).with_output(&self.up.url));
         }
         self.sent
             .iter_mut()
@@ -336,22 +334,11 @@ impl PartUpload {
             .ok_or_else(|| self.failure())
     }
 
-    /// Waits for every part in flight after sending the last.
-    pub(crate) async fn send_all(&mut self) -> Result<()> {
-        if !self.filling.is_empty() || self.next_part == 0 {
-            self.send_filled();
-        }
-        std::future::poll_fn(|cx| self.poll_in_flight(cx, 1))
-            .await
-            .map_err(|_| self.failure())?;
-        Ok(())
-    }
-
     fn failure(&mut self) -> crate::Error {
         match self.failed.take() {
-            Some(e) => store_output_error(e, &self.url),
+            Some(e) => store_output_error(e, &self.up.url),
             None => crate::Error::new(ErrorKind::ObjectStore(StoreError::UploadFailed))
-                .with_output(&self.url),
+                .with_output(&self.up.url),
         }
     }
 
@@ -360,12 +347,8 @@ impl PartUpload {
     pub(crate) async fn abort(mut self) -> Result<()> {
         self.sending.abort_all();
         while self.sending.join_next().await.is_some() {}
-        match take_pending(self.key) {
-            Some(p) => p
-                .store
-                .abort_multipart(&p.path, &p.id)
-                .await
-                .map_err(|e| store_output_error(e, &p.url)),
+        match take_pending(self.up.key) {
+            Some(p) => p.abort().await,
             None => Ok(()),
         }
     }
@@ -414,6 +397,7 @@ mod tests {
 
     /// A multipart store over [`InMemory`] that fails part `fail_part` and
     /// counts aborts and completions.
+    #[derive(Debug, Default)]
     struct FailingPart {
         inner: InMemory,
         fail_part: usize,
@@ -421,12 +405,6 @@ mod tests {
         completes: AtomicUsize,
         /// (part index, its length) of every part received.
         parts: std::sync::Mutex<Vec<(usize, usize)>>,
-    }
-
-    impl std::fmt::Debug for FailingPart {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("FailingPart")
-        }
     }
 
     #[async_trait::async_trait]
@@ -479,16 +457,8 @@ mod tests {
     #[test]
     fn the_environment_sets_parts_and_bad_values_are_named() {
         let with = |pairs: &[(&str, &str)]| {
-            let pairs: Vec<(String, String)> = pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            UploadConfig::from_vars(move |name| {
-                pairs
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
-            })
+            let get = |name: &str| pairs.iter().find(|(k, _)| *k == name);
+            UploadConfig::from_vars(|name| get(name).map(|(_, v)| v.to_string()))
         };
         let got = with(&[
             ("SAFETENSORS_STREAM_PART_SIZE", "32MiB"),
@@ -509,27 +479,23 @@ mod tests {
     }
 
     fn store(fail_part: usize) -> Arc<FailingPart> {
-        Arc::new(FailingPart {
-            inner: InMemory::new(),
+        let store = FailingPart {
             fail_part,
-            aborts: AtomicUsize::new(0),
-            completes: AtomicUsize::new(0),
-            parts: Default::default(),
-        })
+            ..Default::default()
+        };
+        Arc::new(store)
+    }
+
+    /// An upload of `x.safetensors`, planned at `len` bytes.
+    async fn start(store: Arc<FailingPart>, len: usize) -> Result<PartUpload> {
+        let path = ObjectPath::from("x.safetensors");
+        let (url, attributes) = ("memory:///x", Attributes::new());
+        PartUpload::start(store, path, url, len as u64, attributes, SMALL).await
     }
 
     async fn upload(store: Arc<FailingPart>, len: usize) -> Result<()> {
         use tokio::io::AsyncWriteExt;
-        let path = ObjectPath::from("x.safetensors");
-        let mut up = PartUpload::start(
-            store,
-            path,
-            "memory:///x",
-            len as u64,
-            Attributes::new(),
-            SMALL,
-        )
-        .await?;
+        let mut up = start(store, len).await?;
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         // Odd-sized writes: parts must still be exactly part_size.
         for chunk in data.chunks(1_000_003) {
@@ -541,22 +507,13 @@ mod tests {
         up.complete(len as u64).await
     }
 
-    fn run<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(f)
-    }
-
-    #[test]
-    fn parts_are_equal_but_the_last_and_the_object_appears_on_complete() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parts_are_equal_but_the_last_and_the_object_appears_on_complete() {
         let s = store(usize::MAX);
         let len = 3 * MIN_PART as usize + 12345;
-        run(upload(s.clone(), len)).unwrap();
-        let got = run(s.inner.get(&ObjectPath::from("x.safetensors"))).unwrap();
-        let bytes = run(got.bytes()).unwrap();
+        upload(s.clone(), len).await.unwrap();
+        let got = s.inner.get(&ObjectPath::from("x.safetensors")).await;
+        let bytes = got.unwrap().bytes().await.unwrap();
         assert_eq!(bytes.len(), len);
         assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
         assert_eq!(s.aborts.load(Ordering::SeqCst), 0);
@@ -567,54 +524,45 @@ mod tests {
         assert_eq!(parts, [(0, p), (1, p), (2, p), (3, 12345)]);
     }
 
-    #[test]
-    fn a_failing_part_aborts_once_and_nothing_appears() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_part_aborts_once_and_nothing_appears() {
         for fail in [0, 2, 3] {
             let s = store(fail);
-            let e = run(upload(s.clone(), 3 * MIN_PART as usize + 1)).unwrap_err();
+            let e = upload(s.clone(), 3 * MIN_PART as usize + 1)
+                .await
+                .unwrap_err();
             assert!(
                 matches!(e.kind(), ErrorKind::ObjectStore(_) | ErrorKind::Io(_)),
                 "{e:?}"
             );
             assert_eq!(s.aborts.load(Ordering::SeqCst), 1, "part {fail}");
             assert_eq!(s.completes.load(Ordering::SeqCst), 0);
-            assert!(run(s.inner.head(&ObjectPath::from("x.safetensors"))).is_err());
+            let head = s.inner.head(&ObjectPath::from("x.safetensors")).await;
+            assert!(head.is_err());
         }
     }
 
-    #[test]
-    fn a_short_object_is_not_completed() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_short_object_is_not_completed() {
         use tokio::io::AsyncWriteExt;
         let s = store(usize::MAX);
-        let e = run(async {
-            let path = ObjectPath::from("x.safetensors");
-            let mut up =
-                PartUpload::start(s.clone(), path, "memory:///x", 10, Attributes::new(), SMALL)
-                    .await?;
-            up.write_all(b"123456789").await.unwrap();
-            up.complete(10).await
-        })
-        .unwrap_err();
+        let mut up = start(s.clone(), 10).await.unwrap();
+        up.write_all(b"123456789").await.unwrap();
+        let e = up.complete(10).await.unwrap_err();
         assert!(matches!(e.kind(), ErrorKind::ObjectStore(_)), "{e:?}");
         assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
         assert_eq!(s.completes.load(Ordering::SeqCst), 0);
     }
 
-    #[test]
-    fn a_dropped_upload_is_aborted_by_abort_pending() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_upload_is_aborted_by_abort_pending() {
         let s = store(usize::MAX);
-        run(async {
-            let path = ObjectPath::from("x.safetensors");
-            let up =
-                PartUpload::start(s.clone(), path, "memory:///x", 10, Attributes::new(), SMALL)
-                    .await?;
-            let key = up.key();
-            drop(up);
-            // (abort_pending would also abort the other tests' uploads.)
-            abort_uploads(&[key]).await?;
-            abort_uploads(&[key]).await
-        })
-        .unwrap();
+        let up = start(s.clone(), 10).await.unwrap();
+        let key = up.key();
+        drop(up);
+        // (abort_pending would also abort the other tests' uploads.)
+        abort_uploads(&[key]).await.unwrap();
+        abort_uploads(&[key]).await.unwrap();
         assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
     }
 

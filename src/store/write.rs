@@ -34,11 +34,8 @@ pub(crate) struct ObjectSet {
     keys: Vec<u64>,
     /// Uploads ready to complete, with their planned lengths.
     ready: Vec<(PartUpload, u64)>,
-    /// One small object's bytes, and where they go.
-    whole: Option<(Vec<u8>, Location)>,
-    /// The object being staged.
-    at: usize,
-    written: Vec<WrittenFile>,
+    /// The bytes of the one object, when small.
+    whole: Option<Vec<u8>>,
 }
 
 impl ObjectSet {
@@ -72,8 +69,6 @@ impl ObjectSet {
             keys: Vec::new(),
             ready: Vec::new(),
             whole: None,
-            at: 0,
-            written: Vec::new(),
         })
     }
 
@@ -82,7 +77,6 @@ impl ObjectSet {
     pub(crate) async fn stage(&mut self, index: usize, shard: &ShardPlan) -> Result<Staged> {
         let object = &self.objects[index];
         let len = shard.file_len();
-        self.at = index;
         let writer = if self.objects.len() == 1 && len < MIN_PART {
             OutWriter::Buffer(Vec::with_capacity(usize::try_from(len).unwrap_or(0)))
         } else {
@@ -119,20 +113,20 @@ impl ObjectSet {
         attributes
     }
 
-    pub(crate) fn finish(&mut self, writer: OutWriter, written: WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
         match writer {
-            OutWriter::Buffer(bytes) => self.whole = Some((bytes, self.objects[self.at].clone())),
+            OutWriter::Buffer(bytes) => self.whole = Some(bytes),
             OutWriter::Upload(upload) => self.ready.push((upload, written.bytes)),
             _ => unreachable!("an object set stages buffers and uploads"),
         }
-        self.written.push(written);
         Ok(())
     }
 
     /// Sends the small object, completes every upload in order, then
     /// writes the index; on a failure, aborts every upload not completed.
-    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Vec<WrittenFile>> {
-        if let Some((bytes, object)) = self.whole.take() {
+    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Option<WrittenFile>> {
+        if let Some(bytes) = self.whole.take() {
+            let object = &self.objects[0];
             let options = PutOptions::from(self.attributes());
             let put = object
                 .store
@@ -146,20 +140,20 @@ impl ObjectSet {
                 return Err(e);
             }
         }
-        if let Some(index) = self.index.take() {
-            let bytes = index_json(plan, &self.names);
-            let len = bytes.len() as u64;
-            let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
-            let put = index.store.put(&index.path, PutPayload::from(bytes));
-            put.await.map_err(|e| store_output_error(e, &index.url))?;
-            self.written.push(WrittenFile {
-                path: index.url,
-                bytes: len,
-                tensors: 0,
-                sha256,
-            });
-        }
-        Ok(self.written)
+        let Some(index) = self.index.take() else {
+            return Ok(None);
+        };
+        let bytes = index_json(plan, &self.names);
+        let len = bytes.len() as u64;
+        let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
+        let put = index.store.put(&index.path, PutPayload::from(bytes));
+        put.await.map_err(|e| store_output_error(e, &index.url))?;
+        Ok(Some(WrittenFile {
+            path: index.url,
+            bytes: len,
+            tensors: 0,
+            sha256,
+        }))
     }
 
     /// Aborts every upload started; nothing of the set appears.
