@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use proptest::prelude::*;
 use safetensors_stream::internals::pickle::{unpickle, Budget, Limits};
 use safetensors_stream::internals::pytorch_model::{tensors, Naming};
+use safetensors_stream::internals::Storages;
 use safetensors_stream::ErrorKind;
 use serde_json::Value;
 use support::numpy::{build_zip, ZipMember};
@@ -263,10 +264,11 @@ proptest! {
     ) {
         let (pickle, cost) = dict_dag(levels, &key_lens);
         let (mut p, _) = unpickle(&pickle, Limits::default()).unwrap();
+        let storages = Storages::declared(&p).unwrap();
         p.budget = Budget::new(cost);
-        prop_assert!(tensors(&p, &Naming::default()).is_ok());
+        prop_assert!(tensors(&p, &Naming::default(), &storages).is_ok());
         p.budget = Budget::new(cost - 1);
-        let e = tensors(&p, &Naming::default()).unwrap_err();
+        let e = tensors(&p, &Naming::default(), &storages).unwrap_err();
         prop_assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{}", e);
     }
 }
@@ -277,7 +279,7 @@ fn a_shared_key_named_along_every_path_is_charged_each_time() {
     let pickle = name_dag(8, 256 << 10);
     let (result, peak) = support::alloc::peak_during(|| {
         let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
-        tensors(&p, &Naming::default())
+        tensors(&p, &Naming::default(), &Storages::declared(&p)?)
     });
     let e = result.unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{e}");

@@ -344,6 +344,7 @@ fn check_reencodes(h: &Header) {
 pub fn pickle(data: &[u8]) -> Outcomes {
     use safetensors_stream::internals::pickle::{unpickle, Limits};
     use safetensors_stream::internals::pytorch_model::{tensors, Naming};
+    use safetensors_stream::internals::Storages;
     let limits = Limits {
         marks: 1_000,
         ..Limits::for_input(data.len())
@@ -360,21 +361,22 @@ pub fn pickle(data: &[u8]) -> Outcomes {
                 bare: Some("t".into()),
             },
         ] {
-            let tree = tensors(p, &naming);
-            if let Ok(tree) = &tree {
+            // Each storage as long as the pickle declares it, as a file would be.
+            let storages = Storages::declared(p);
+            let tree = storages.and_then(|s| Ok((tensors(p, &naming, &s)?, s)));
+            if let Ok((tree, storages)) = &tree {
                 let names: usize = tree.tensors.iter().map(|t| t.name.len()).sum();
                 assert!(
                     names <= limits.budget,
                     "{names} bytes of names past the budget"
                 );
-                for t in &tree.tensors {
-                    let decl = tree.storages[t.storage as usize].1;
-                    let need = t.view().needed_bytes().expect("a found view has a size");
-                    assert!(
-                        need <= decl.bytes().expect("a declared storage has a size"),
-                        "tensor {:?} reaches past its storage",
-                        t.name
-                    );
+                for (t, place) in tree.tensors.iter().zip(&tree.places) {
+                    let len = storages.get(place.storage).1.len;
+                    let need = place
+                        .view(t)
+                        .needed_bytes()
+                        .expect("a found view has a size");
+                    assert!(need <= len, "tensor {:?} reaches past its storage", t.name);
                 }
             }
             out.push(("tensors", tree.map(drop)));
