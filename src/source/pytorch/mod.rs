@@ -48,13 +48,27 @@ pub struct Located {
     pub crc: Option<u32>,
 }
 
-/// A file's storages by key, sorted: 48 bytes a storage where a hash map
-/// of keys with a zip entry each took 250 (a million storages). The walk
-/// that names the tensors resolves their storages' keys here, so that no
-/// other copy of the keys is made.
+/// A file's storages by key, sorted: 30 bytes a storage (a million of
+/// them) where a boxed key beside each place took 48, and a hash map of
+/// keys with a zip entry each 250. The walk that names the tensors
+/// resolves their storages' keys here, so that no other copy of the keys
+/// is made.
 #[derive(Debug, Default)]
 pub struct Storages {
-    by_key: Vec<(Box<str>, Located)>,
+    /// Every key, one after another, in key order.
+    keys: String,
+    by_key: Vec<Stored>,
+}
+
+/// One storage in [`Storages`]: 24 bytes.
+#[derive(Debug, Clone, Copy)]
+struct Stored {
+    start: u64,
+    len: u64,
+    /// Where its key ends in [`Storages::keys`] (the last one's end starts it).
+    key_end: u32,
+    /// Its CRC-32, 0 for none: what torch writes when it computed none.
+    crc: u32,
 }
 
 impl Storages {
@@ -64,7 +78,24 @@ impl Storages {
         if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(bad(PyTorchError::ListedTwice(w[0].0.to_string())));
         }
-        Ok(Storages { by_key: list })
+        let bytes: usize = list.iter().map(|(k, _)| k.len()).sum();
+        if u32::try_from(bytes).is_err() {
+            return Err(bad(PyTorchError::StorageKeys(bytes as u64)));
+        }
+        let mut table = Storages {
+            keys: String::with_capacity(bytes),
+            by_key: Vec::with_capacity(list.len()),
+        };
+        for (key, at) in list {
+            table.keys.push_str(&key);
+            table.by_key.push(Stored {
+                start: at.start,
+                len: at.len,
+                key_end: table.keys.len() as u32,
+                crc: at.crc.unwrap_or(0),
+            });
+        }
+        Ok(table)
     }
 
     /// Every storage `p` declares, as if a file held each at its declared
@@ -89,14 +120,33 @@ impl Storages {
 
     /// Storage `key`'s index and place.
     pub(crate) fn find(&self, key: &str) -> Option<(u32, Located)> {
-        let i = self.by_key.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
-        Some((i as u32, self.by_key[i].1))
+        // A binary search by index: a key's start is its neighbour's end.
+        let (mut lo, mut hi) = (0, self.by_key.len() as u32);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (k, at) = self.get(mid);
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some((mid, at)),
+            }
+        }
+        None
     }
 
     /// Storage `i`'s key and place.
     pub fn get(&self, i: u32) -> (&str, Located) {
-        let (k, l) = &self.by_key[i as usize];
-        (k, *l)
+        let i = i as usize;
+        let s = self.by_key[i];
+        let from = i
+            .checked_sub(1)
+            .map_or(0, |p| self.by_key[p].key_end as usize);
+        let place = Located {
+            start: s.start,
+            len: s.len,
+            crc: (s.crc != 0).then_some(s.crc),
+        };
+        (&self.keys[from..s.key_end as usize], place)
     }
 
     /// How many storages there are.
@@ -206,7 +256,8 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     // Each phase frees what the next does not need before it allocates:
     // the directory (a million storages' entries) before the pickle is
     // read, the pickle's bytes (100 MB) and memo before its tensors are
-    // named, and hands it back to the system when it is that large.
+    // named, the pickle's values before the tensors are checked; and
+    // hands it back to the system when it is that large.
     let large = c.pickle.0.uncompressed >= LARGE_PICKLE;
     drop(entries);
     return_freed_memory(large);
@@ -216,6 +267,7 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     return_freed_memory(large);
     let tree = model::tensors(&p, naming, &c.storages)?;
     drop(p);
+    return_freed_memory(large);
     Ok(Part {
         file,
         len,
@@ -607,5 +659,48 @@ impl Source for PyTorchSource {
             Ok(data.with_transform(self.transform(k)))
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(start: u64, crc: Option<u32>) -> Located {
+        Located {
+            start,
+            len: start + 1,
+            crc,
+        }
+    }
+
+    #[test]
+    fn storages_find_every_key_and_its_place() {
+        let keys = ["10", "2", "", "1", "data/x", "ü"];
+        let list = keys
+            .iter()
+            .zip(0..)
+            .map(|(k, i)| ((*k).into(), at(i, (i % 2 == 1).then_some(i as u32))))
+            .collect();
+        let table = Storages::new(list).unwrap();
+        assert_eq!(table.len(), keys.len());
+        for (k, i) in keys.iter().zip(0..) {
+            let (index, place) = table.find(k).unwrap();
+            assert_eq!(table.get(index).0, *k);
+            assert_eq!((place.start, place.len), (i, i + 1));
+            assert_eq!(place.crc, (i % 2 == 1).then_some(i as u32));
+        }
+        for absent in ["0", "100", "data", "z"] {
+            assert!(table.find(absent).is_none(), "{absent}");
+        }
+        let sorted: Vec<&str> = (0..keys.len() as u32).map(|i| table.get(i).0).collect();
+        assert_eq!(sorted, ["", "1", "10", "2", "data/x", "ü"]);
+    }
+
+    #[test]
+    fn storages_refuse_a_key_listed_twice() {
+        let list = vec![("7".into(), at(0, None)), ("7".into(), at(1, None))];
+        let e = Storages::new(list).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::PyTorch(PyTorchError::ListedTwice(k)) if k == "7"));
     }
 }
