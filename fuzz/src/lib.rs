@@ -343,7 +343,7 @@ fn check_reencodes(h: &Header) {
 /// names found fit the budget, every tensor found lies inside its storage.
 pub fn pickle(data: &[u8]) -> Outcomes {
     use safetensors_stream::internals::pickle::{unpickle, Limits};
-    use safetensors_stream::internals::pytorch_model::{tensors, Naming};
+    use safetensors_stream::internals::pytorch_model::{stride_of, tensors, view, Naming};
     use safetensors_stream::internals::Storages;
     let limits = Limits {
         marks: 1_000,
@@ -370,10 +370,9 @@ pub fn pickle(data: &[u8]) -> Outcomes {
                     names <= limits.budget,
                     "{names} bytes of names past the budget"
                 );
-                for (t, place) in tree.tensors.iter().zip(&tree.places) {
+                for (k, (t, &place)) in tree.tensors.iter().zip(&tree.places).enumerate() {
                     let len = storages.get(place.storage).1.len;
-                    let need = place
-                        .view(t)
+                    let need = view(t, place, stride_of(&tree.strides, k))
                         .needed_bytes()
                         .expect("a found view has a size");
                     assert!(need <= len, "tensor {:?} reaches past its storage", t.name);

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use self::model::{Naming, Place, Tree};
+use self::model::{Naming, Place, Strides, Tree};
 use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
 pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
@@ -175,6 +175,8 @@ pub(crate) struct PyTorchSource {
     stamps: Vec<super::Stamp>,
     tensors: Vec<TensorMeta>,
     placed: Vec<Place>,
+    /// The strides of the views that are not contiguous.
+    strides: Strides,
     metadata: Metadata,
     skipped: usize,
     skipped_paths: Vec<String>,
@@ -309,8 +311,8 @@ fn return_freed_memory(worth_it: bool) {
 /// stride and offset (a `u64::MAX` between shape and stride).
 type TieKey = (u32, u32, Dtype, Vec<u64>);
 
-fn tie_key(t: &TensorMeta, p: &Place) -> TieKey {
-    let v = p.view(t);
+fn tie_key(t: &TensorMeta, p: Place, stride: Option<&[u64]>) -> TieKey {
+    let v = model::view(t, p, stride);
     let mut key = v.shape.clone();
     key.push(u64::MAX);
     key.extend_from_slice(&v.stride);
@@ -356,10 +358,11 @@ fn first_repeated(tensors: &[TensorMeta]) -> Option<String> {
 }
 
 /// Groups of identical views, each in checkpoint order.
-fn tied(tensors: &[TensorMeta], places: &[Place]) -> Vec<Vec<usize>> {
+fn tied(tensors: &[TensorMeta], places: &[Place], strides: &Strides) -> Vec<Vec<usize>> {
     let mut groups: BTreeMap<TieKey, Vec<usize>> = BTreeMap::new();
-    for (k, (t, p)) in tensors.iter().zip(places).enumerate() {
-        groups.entry(tie_key(t, p)).or_default().push(k);
+    for (k, (t, &p)) in tensors.iter().zip(places).enumerate() {
+        let key = tie_key(t, p, model::stride_of(strides, k));
+        groups.entry(key).or_default().push(k);
     }
     groups.into_values().filter(|g| g.len() > 1).collect()
 }
@@ -426,6 +429,7 @@ impl PyTorchSource {
             stamps: Vec::with_capacity(parts.len()),
             tensors: Vec::new(),
             placed: Vec::new(),
+            strides: Vec::new(),
             metadata: Metadata::new(),
             skipped: 0,
             skipped_paths: Vec::new(),
@@ -455,8 +459,11 @@ impl PyTorchSource {
                     stored = stored.saturating_add(loc.len);
                 }
             }
+            let base = src.tensors.len() as u32;
             join(&mut src.tensors, tree.tensors, count);
             join(&mut src.placed, tree.places, count);
+            let strides = tree.strides.into_iter();
+            src.strides.extend(strides.map(|(k, s)| (base + k, s)));
             src.stamps.push(super::Stamp::of(&part.file, part.len));
             src.files.push(Arc::new(part.file));
             src.storages.push((part.storages, part.data_prefix));
@@ -476,14 +483,14 @@ impl PyTorchSource {
             }));
         }
         if options.dedupe_tied {
-            src.tied = tied(&src.tensors, &src.placed);
+            src.tied = tied(&src.tensors, &src.placed, &src.strides);
         }
         // Contiguous views are read as bytes: their strides are moot.
-        for (t, p) in src.tensors.iter().zip(src.placed.iter_mut()) {
-            if p.stride.is_some() && p.view(t).is_contiguous() {
-                p.stride = None;
-            }
-        }
+        let (tensors, placed) = (&src.tensors, &src.placed);
+        src.strides.retain(|(k, s)| {
+            let k = *k as usize;
+            !model::view(&tensors[k], placed[k], Some(s)).is_contiguous()
+        });
         Ok(src)
     }
 
@@ -555,17 +562,12 @@ impl PyTorchSource {
 
     /// Tensor `k`'s view of its storage; a contiguous one gets C strides.
     fn view(&self, k: usize) -> View {
-        let (p, t) = (&self.placed[k], &self.tensors[k]);
-        let stride = match &p.stride {
-            Some(s) => s.to_vec(),
-            None => strided::c_strides(&t.shape),
-        };
-        View {
-            offset: p.offset,
-            shape: t.shape.clone(),
-            stride,
-            width: model::width(t.dtype),
-        }
+        model::view(&self.tensors[k], self.placed[k], self.stride(k))
+    }
+
+    /// Tensor `k`'s strides, unless it is contiguous.
+    fn stride(&self, k: usize) -> Option<&[u64]> {
+        model::stride_of(&self.strides, k)
     }
 
     fn transform(&self, k: usize) -> Transform {
@@ -611,7 +613,7 @@ impl Source for PyTorchSource {
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
-        if self.placed[k].stride.is_some() {
+        if self.stride(k).is_some() {
             return None;
         }
         let (offset, len) = self.span(k);
@@ -638,7 +640,7 @@ impl Source for PyTorchSource {
         async move {
             let file = &self.files[self.placed[k].file as usize];
             let storage = self.storage(k);
-            let contiguous = self.placed[k].stride.is_none();
+            let contiguous = self.stride(k).is_none();
             let (offset, len) = self.span(k);
             let whole = len == storage.len && offset == storage.start;
             if !(whole && contiguous) {

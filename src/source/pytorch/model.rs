@@ -53,9 +53,10 @@ impl StorageDecl {
 
 /// Where one tensor lies: its file (set by the source that holds several),
 /// its storage (an index in the [`Storages`] the walk resolved it
-/// against), its first element and, unless they are C order's, its
-/// strides. 32 bytes; its name, dtype and shape are its [`TensorMeta`]'s.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// against) and its first element. 16 bytes; its name, dtype and shape
+/// are its [`TensorMeta`]'s, and strides other than C order's are listed
+/// apart ([`Tree::strides`]): few tensors have them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Place {
     /// The file's index among a sharded checkpoint's (0 from the walk).
     pub file: u32,
@@ -63,23 +64,27 @@ pub struct Place {
     pub storage: u32,
     /// Its first element's index in the storage.
     pub offset: u64,
-    /// Its strides in elements; `None` for C order's, as most tensors
-    /// have (16 bytes a tensor, not a list).
-    pub stride: Option<Box<[u64]>>,
 }
 
-impl Place {
-    /// Its view of its storage, as tensor `t`.
-    pub fn view(&self, t: &TensorMeta) -> View {
-        View {
-            offset: self.offset,
-            shape: t.shape.clone(),
-            stride: self
-                .stride
-                .as_deref()
-                .map_or_else(|| c_strides(&t.shape), <[u64]>::to_vec),
-            width: width(t.dtype),
-        }
+/// Strides in elements other than C order's, by the index of their tensor,
+/// in order.
+pub type Strides = Vec<(u32, Box<[u64]>)>;
+
+/// The strides `strides` lists for tensor `k`; `None`: C order's.
+pub fn stride_of(strides: &[(u32, Box<[u64]>)], k: usize) -> Option<&[u64]> {
+    let i = strides
+        .binary_search_by_key(&k, |(i, _)| *i as usize)
+        .ok()?;
+    Some(&strides[i].1)
+}
+
+/// Tensor `t`'s view of its storage, at `p` with `stride` (`None`: C order).
+pub fn view(t: &TensorMeta, p: Place, stride: Option<&[u64]>) -> View {
+    View {
+        offset: p.offset,
+        shape: t.shape.clone(),
+        stride: stride.map_or_else(|| c_strides(&t.shape), <[u64]>::to_vec),
+        width: width(t.dtype),
     }
 }
 
@@ -93,14 +98,17 @@ pub struct Tree {
     pub tensors: Vec<TensorMeta>,
     /// Where each of them lies, in the same order.
     pub places: Vec<Place>,
+    /// The strides of those not in C order.
+    pub strides: Strides,
     /// Non-tensor leaves skipped (numbers, strings, None...).
     pub skipped: usize,
     /// Where the first [`MAX_SKIPPED_PATHS`] skipped leaves were (dotted paths).
     pub skipped_paths: Vec<String>,
 }
 
-/// A tensor as its rebuild call gives it: dtype, shape and place.
-type Built = (Dtype, Vec<u64>, Place);
+/// A tensor as its rebuild call gives it: dtype, shape, place and strides
+/// unless they are C order's.
+type Built = (Dtype, Vec<u64>, Place, Option<Box<[u64]>>);
 
 /// Skipped leaves listed by path; past this only the count grows.
 pub const MAX_SKIPPED_PATHS: usize = 1000;
@@ -441,7 +449,7 @@ impl<'a> Walker<'a> {
             ))));
         }
         if let Some((func, args, _)) = self.tensor_call(id) {
-            let (dtype, shape, place) = self
+            let (dtype, shape, place, stride) = self
                 .tensor(func, args, 0)
                 .map_err(|e| e.with_tensor(&*name))?;
             if name.is_empty() {
@@ -451,6 +459,10 @@ impl<'a> Walker<'a> {
             self.tree
                 .tensors
                 .push(TensorMeta::new(name.clone(), dtype, shape));
+            if let Some(stride) = stride {
+                let k = self.tree.places.len() as u32;
+                self.tree.strides.push((k, stride));
+            }
             self.tree.places.push(place);
             return Ok(());
         }
@@ -604,9 +616,8 @@ impl<'a> Walker<'a> {
             file: 0,
             storage: index,
             offset: view.offset,
-            stride,
         };
-        Ok((dtype, view.shape, place))
+        Ok((dtype, view.shape, place, stride))
     }
 
     /// `('storage', class, key, location, numel[, view_metadata])`: the
