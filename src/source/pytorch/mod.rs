@@ -98,12 +98,12 @@ impl Storages {
         Ok(table)
     }
 
-    /// Every storage `p` declares, as if a file held each at its declared
-    /// length: what a pickle's views are checked against with no file at
-    /// hand (tests, fuzzing).
+    /// Every storage `p` declares, as if a file held each at the length
+    /// its first declaration gives: what a pickle's views are checked
+    /// against with no file at hand (tests, fuzzing).
     #[cfg(any(test, feature = "internals"))]
     pub fn declared(p: &pickle::Pickled) -> Result<Storages> {
-        let list = model::all_storages(p)?
+        let list = model::first_declarations(p)
             .into_iter()
             .map(|(key, decl)| {
                 let len = decl.bytes().unwrap_or(u64::MAX);

@@ -283,18 +283,40 @@ fn leaf(node: Node) -> Option<String> {
 /// Every storage any persistent id in `p` declares, reached by a tensor or
 /// not: the legacy format needs each one's size to find the next.
 pub fn all_storages(p: &Pickled) -> Result<Vec<(Box<str>, StorageDecl)>> {
+    declarations(p, true)
+}
+
+/// Each storage as the first persistent id in `p` that declares it well
+/// does: a table like a file's (one length a key), for checking a pickle's
+/// views with no file at hand, where the walk still refuses what the
+/// tensors reach (a bad persistent id, a second declaration that differs).
+#[cfg(any(test, feature = "internals"))]
+pub(crate) fn first_declarations(p: &Pickled) -> Vec<(Box<str>, StorageDecl)> {
+    declarations(p, false).unwrap_or_default()
+}
+
+/// The storages `p`'s persistent ids declare, each key once; `strict`:
+/// a persistent id that is not a storage's, or a key declared twice
+/// differently, is refused, else skipped.
+fn declarations(p: &Pickled, strict: bool) -> Result<Vec<(Box<str>, StorageDecl)>> {
     let none = Storages::default();
     let w = Walker::new(p, &none);
     let mut list: Vec<(Box<str>, StorageDecl)> = Vec::new();
     let mut keys = NameIndex::with_capacity(0);
     for id in 0..p.len() as Id {
-        if matches!(p.get(id), Node::Persistent(_)) {
-            let (key, decl) = w.declaration(Some(&id))?;
-            let next = list.len();
-            match keys.insert(next, &key, |i| &list[i].0) {
-                Some(i) => same_declaration(&key, list[i].1, decl)?,
-                None => list.push((key.into(), decl)),
-            }
+        if !matches!(p.get(id), Node::Persistent(_)) {
+            continue;
+        }
+        let (key, decl) = match w.declaration(Some(&id)) {
+            Ok(d) => d,
+            Err(e) if strict => return Err(e),
+            Err(_) => continue,
+        };
+        let next = list.len();
+        match keys.insert(next, &key, |i| &list[i].0) {
+            Some(i) if strict => same_declaration(&key, list[i].1, decl)?,
+            Some(_) => {}
+            None => list.push((key.into(), decl)),
         }
     }
     Ok(list)
