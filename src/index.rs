@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::header::{Header, MAX_HEADER_LEN};
-use crate::{Error, ErrorKind, JsonError, Result};
+use crate::{Error, ErrorKind, IndexError, JsonError, Result};
 
 /// The suffix that marks an index file.
 pub const INDEX_SUFFIX: &str = ".safetensors.index.json";
@@ -80,7 +80,7 @@ impl ShardIndex {
     /// weight_map is refused, naming it.
     pub fn from_json(text: &[u8]) -> Result<ShardIndex> {
         let raw: IndexText = serde_json::from_slice(text)
-            .map_err(|e| Error::new(ErrorKind::IndexJson(JsonError::new(e))))?;
+            .map_err(|e| Error::new(IndexError::IndexJson(JsonError::new(e))))?;
         Self::from_text(raw)
     }
 
@@ -89,7 +89,7 @@ impl ShardIndex {
     /// that never ends at [`MAX_HEADER_LEN`] bytes; errors name the path.
     pub fn from_json_file(path: &Path) -> Result<ShardIndex> {
         let raw: IndexText = json_file(path, "index file", |e| {
-            ErrorKind::IndexJson(JsonError::new(e))
+            IndexError::IndexJson(JsonError::new(e)).into()
         })?;
         Self::from_text(raw).map_err(|e| e.with_input(path.display()))
     }
@@ -99,7 +99,7 @@ impl ShardIndex {
         for (tensor, shard) in raw.weight_map.0 {
             if let Some(first) = weight_map.get(&tensor) {
                 let place = format!("the weight_map lists it twice (in {first} and in {shard})");
-                return Err(Error::new(ErrorKind::IndexDuplicate { tensor, place }));
+                return Err(Error::new(IndexError::IndexDuplicate { tensor, place }));
             }
             weight_map.insert(tensor, shard);
         }
@@ -191,7 +191,7 @@ pub(crate) fn open_regular(path: &Path) -> Result<std::fs::File> {
     } else {
         "not a regular file"
     };
-    Err(on_path(Error::new(ErrorKind::NotRegularFile(what))))
+    Err(on_path(Error::new(IndexError::NotRegularFile(what))))
 }
 
 /// True if `path`'s file name ends in `.safetensors.index.json`.
@@ -212,7 +212,7 @@ fn check_plain_name(name: &str) -> Result<()> {
     if plain {
         Ok(())
     } else {
-        Err(ErrorKind::ShardName(name.to_string()).into())
+        Err(IndexError::ShardName(name.to_string()).into())
     }
 }
 
@@ -254,7 +254,7 @@ pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header
         for t in &header.tensors {
             let name = t.meta.name.as_str();
             if let Some(first) = holder.insert(name, shard.clone()) {
-                return Err(ErrorKind::IndexDuplicate {
+                return Err(IndexError::IndexDuplicate {
                     tensor: name.to_string(),
                     place: format!("shards {first} and {shard} both hold it"),
                 }
@@ -262,7 +262,7 @@ pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header
             }
             let listed = index.weight_map.get(name);
             if listed != Some(&shard) {
-                return Err(ErrorKind::IndexTensorUnlisted {
+                return Err(IndexError::IndexTensorUnlisted {
                     tensor: name.to_string(),
                     shard,
                     listed_in: listed.cloned(),
@@ -273,7 +273,7 @@ pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header
     }
     for (tensor, shard) in &index.weight_map {
         if holder.get(tensor.as_str()) != Some(shard) {
-            return Err(ErrorKind::IndexTensorMissing {
+            return Err(IndexError::IndexTensorMissing {
                 tensor: tensor.clone(),
                 shard: shard.clone(),
             }
@@ -282,7 +282,7 @@ pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header
     }
     let actual = files.iter().map(|(_, h)| h.data_len()).sum();
     if index.metadata.total_size != actual {
-        return Err(ErrorKind::IndexTotalSize {
+        return Err(IndexError::IndexTotalSize {
             declared: index.metadata.total_size,
             actual,
         }

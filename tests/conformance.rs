@@ -26,7 +26,7 @@ use safetensors_stream::internals::zip::{data_start, read_directory};
 use safetensors_stream::internals::NpySource;
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{Access, Listing, Source, SourceOptions, TensorReader};
-use safetensors_stream::{Error, ErrorKind};
+use safetensors_stream::{Error, ErrorKind, HeaderError};
 use support::numpy::{block_on, build_zip, cases, fixtures, npy, tensors_of, Expected, ZipMember};
 use tokio::io::AsyncReadExt;
 
@@ -889,7 +889,8 @@ fn broken_inputs_name_input_and_tensor() {
     let st_bytes = std::fs::read(&st).unwrap();
     let st_half = d.join("half.safetensors");
     std::fs::write(&st_half, &st_bytes[..st_bytes.len() - 9]).unwrap();
-    let file_len: fn(&ErrorKind) -> bool = |k| matches!(k, ErrorKind::FileLength { .. });
+    let file_len: fn(&ErrorKind) -> bool =
+        |k| matches!(k, ErrorKind::Header(HeaderError::FileLength { .. }));
     add(
         "safetensors truncated",
         st_half,

@@ -47,9 +47,14 @@ fn count_panics() {
     }));
 }
 
-/// `HeaderJson("...")` -> `HeaderJson`: the variant, not its message.
+/// `HeaderJson("...")` -> `HeaderJson`: the variant, not its message (a
+/// header's or an index's own, not the `Header`/`Index` that groups it).
 fn variant(kind: &ErrorKind) -> String {
-    let debug = format!("{kind:?}");
+    let debug = match kind {
+        ErrorKind::Header(e) => format!("{e:?}"),
+        ErrorKind::Index(e) => format!("{e:?}"),
+        kind => format!("{kind:?}"),
+    };
     let end = debug
         .find(|c: char| !(c.is_alphanumeric() || c == '_'))
         .unwrap_or(debug.len());

@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use safetensors_stream::internals::pickle::{unpickle, Budget, Limits};
 use safetensors_stream::internals::pytorch_model::{tensors, Naming};
 use safetensors_stream::internals::Storages;
-use safetensors_stream::ErrorKind;
+use safetensors_stream::{ErrorKind, IndexError};
 use serde_json::Value;
 use support::numpy::{build_zip, ZipMember};
 
@@ -807,7 +807,10 @@ fn dev_zero_as_an_index_or_manifest_fails_at_its_first_byte() {
     std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
     let (r, peak) = support::alloc::peak_during(|| ShardIndex::from_json_file(&index));
     let e = r.unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::IndexJson(_)), "{e}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Index(IndexError::IndexJson(_))),
+        "{e}"
+    );
     assert_eq!(e.offset(), Some(0));
     assert!(peak < 1 << 20, "peak {peak}");
     let (r, peak) =

@@ -16,7 +16,7 @@ use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::MemorySource;
 use safetensors_stream::source::{Listing, Source};
-use safetensors_stream::{Category, Dtype, ErrorKind};
+use safetensors_stream::{Category, Dtype, ErrorKind, HeaderError};
 use support::pipeline::*;
 
 fn opts(plan: PlanOptions) -> ConvertOptions {
@@ -451,7 +451,7 @@ fn a_name_given_twice_across_inputs_names_both_inputs() {
     let out = dir.path().join("out.safetensors");
     let e = run(&[a.clone(), b.clone()], &out, &opts(PlanOptions::default())).unwrap_err();
     match e.kind() {
-        ErrorKind::DuplicateTensor { name, inputs } => {
+        ErrorKind::Header(HeaderError::DuplicateTensor { name, inputs }) => {
             assert_eq!(name, "w");
             let (x, y) = inputs.clone().expect("both inputs are named");
             assert_eq!(
@@ -482,14 +482,17 @@ fn a_name_given_twice_across_inputs_names_both_inputs() {
     let o = opts(PlanOptions::default().prefix(Some("p.".into())));
     assert!(matches!(
         run(&[a.clone(), b.clone()], &out, &o).unwrap_err().kind(),
-        ErrorKind::DuplicateTensor { .. }
+        ErrorKind::Header(HeaderError::DuplicateTensor { .. })
     ));
     let o = opts(PlanOptions::default().exclude(vec!["w".into()]));
     run(&[a.clone(), b.clone()], &out, &o).unwrap();
     // The same file twice is a duplicate too.
     let e = run(&[a.clone(), a.clone()], &out, &opts(PlanOptions::default())).unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::DuplicateTensor { .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::DuplicateTensor { .. })
+        ),
         "{e:?}"
     );
 }
@@ -507,7 +510,7 @@ fn a_rename_onto_an_existing_name_is_a_duplicate() {
     let o = opts(PlanOptions::default().renames(vec![("x".into(), "y".into())]));
     let e = run(&[a], &out, &o).unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::DuplicateTensor { name, .. } if name == "y"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::DuplicateTensor { name, .. }) if name == "y"),
         "{e:?}"
     );
     assert!(!out.exists());
@@ -525,7 +528,10 @@ fn a_tensor_renamed_to_metadata_is_refused() {
     let out = dir.path().join("out.safetensors");
     let o = opts(PlanOptions::default().renames(vec![("x".into(), "__metadata__".into())]));
     let e = run(&[a], &out, &o).unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::ReservedName), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::ReservedName)),
+        "{e:?}"
+    );
     assert!(!out.exists());
 }
 

@@ -6,7 +6,9 @@ mod support;
 use support::listing;
 
 use safetensors_stream::header::{parse_file_bytes, Order, Rules};
-use safetensors_stream::{AsyncWriter, Dtype, ErrorKind, TensorMeta, Writer, WriterOptions};
+use safetensors_stream::{
+    AsyncWriter, Dtype, ErrorKind, HeaderError, TensorMeta, Writer, WriterOptions,
+};
 
 fn two() -> Vec<TensorMeta> {
     vec![
@@ -111,14 +113,20 @@ fn a_declaration_the_format_refuses_is_an_error_up_front() {
         TensorMeta::new("a", Dtype::U8, [1]),
     ];
     let e = Writer::create(&path, dup, quick()).unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::DuplicateTensor { .. }));
+    assert!(matches!(
+        e.kind(),
+        ErrorKind::Header(HeaderError::DuplicateTensor { .. })
+    ));
     let e = Writer::create(
         &path,
         [TensorMeta::new("__metadata__", Dtype::U8, [1])],
         quick(),
     )
     .unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::ReservedName));
+    assert!(matches!(
+        e.kind(),
+        ErrorKind::Header(HeaderError::ReservedName)
+    ));
     assert!(listing(dir.path()).is_empty());
 }
 

@@ -1,20 +1,27 @@
 //! One error type for the whole crate: a kind naming the rule broken, plus
 //! where it happened (input, tensor, byte offset).
 //!
-//! Layer: error, below everything but `dtype`. A format or service whose
-//! errors a caller may tell apart owns an enum here (GGUF, quantized
-//! weights, zip, JSON, pickle and PyTorch checkpoints, object store), nested in [`ErrorKind`] under one
-//! variant whose name stays stable, and keeps the error beneath it (serde's,
-//! the inflater's, the store's) as its source. May import `dtype` and
+//! Layer: error, below everything but `dtype`. A format, layer or service
+//! whose errors a caller may tell apart owns an enum here (safetensors
+//! headers, sharded checkpoints' indexes, GGUF, quantized weights, zip,
+//! JSON, pickle and PyTorch checkpoints, object store), nested in
+//! [`ErrorKind`] under one variant, and keeps the error beneath it
+//! (serde's, the inflater's, the store's) as its source. Kind names stay
+//! stable: the header's and the index's variants keep the names they had
+//! as variants of [`ErrorKind`]. May import `dtype` and
 //! those foreign error types only.
 
 pub mod gguf;
+pub(crate) mod header;
+pub(crate) mod index;
 pub(crate) mod json;
 pub(crate) mod pickle;
 pub(crate) mod quantized;
 pub(crate) mod store;
 pub(crate) mod zip;
 
+pub use header::HeaderError;
+pub use index::IndexError;
 pub use json::JsonError;
 pub use pickle::{PickleError, PyTorchError, StorageShape};
 pub use store::StoreError;
@@ -34,16 +41,16 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// `Display` gives the one-line message the binary prints:
 ///
 /// ```
-/// use safetensors_stream::{Error, ErrorKind};
+/// use safetensors_stream::{Error, ErrorKind, HeaderError};
 ///
-/// let e = Error::new(ErrorKind::HeaderTooLarge { len: 1 << 40, limit: 100_000_000 })
+/// let e = Error::new(HeaderError::HeaderTooLarge { len: 1 << 40, limit: 100_000_000 })
 ///     .with_input("model.safetensors")
 ///     .at_offset(0);
 /// assert_eq!(
 ///     e.to_string(),
 ///     "model.safetensors: header length 1099511627776 exceeds the limit of 100000000 bytes (at byte 0)"
 /// );
-/// assert!(matches!(e.kind(), ErrorKind::HeaderTooLarge { .. }));
+/// assert!(matches!(e.kind(), ErrorKind::Header(HeaderError::HeaderTooLarge { .. })));
 /// ```
 pub struct Error {
     inner: Box<Inner>,
@@ -85,11 +92,12 @@ pub(crate) fn crc_mismatch(actual: u32, expected: u32) -> Error {
 }
 
 impl Error {
-    /// An error of `kind`, with no context yet.
-    pub fn new(kind: ErrorKind) -> Self {
+    /// An error of `kind` (an [`ErrorKind`], or a [`HeaderError`] or
+    /// [`IndexError`] it nests), with no context yet.
+    pub fn new(kind: impl Into<ErrorKind>) -> Self {
         Error {
             inner: Box::new(Inner {
-                kind,
+                kind: kind.into(),
                 file: None,
                 tensor: None,
                 offset: None,
@@ -303,8 +311,9 @@ impl fmt::Debug for Error {
 }
 
 impl std::error::Error for Error {
-    /// The kind's own source: the I/O error, the JSON or object store
-    /// error under a header, index or object store kind.
+    /// The kind's own source: the I/O error, or the enum a grouped kind
+    /// nests ([`HeaderError`], [`IndexError`], [`ZipError`], ...), whose
+    /// own source is the error beneath it (serde's, the store's).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         std::error::Error::source(&self.inner.kind)
     }
@@ -313,6 +322,18 @@ impl std::error::Error for Error {
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Error::new(kind)
+    }
+}
+
+impl From<HeaderError> for Error {
+    fn from(e: HeaderError) -> Self {
+        Error::new(e)
+    }
+}
+
+impl From<IndexError> for Error {
+    fn from(e: IndexError) -> Self {
+        Error::new(e)
     }
 }
 
@@ -337,21 +358,10 @@ impl fmt::Display for Span {
 #[strum(serialize_all = "snake_case")]
 #[non_exhaustive]
 pub enum ErrorKind {
-    // ---- the file's frame -------------------------------------------------
-    /// The file is shorter than the 8-byte length prefix.
-    #[error("file is {len} bytes, shorter than the 8-byte header length")]
-    FileTooShort {
-        /// The file's length.
-        len: u64,
-    },
-    /// The header length exceeds the 100,000,000-byte limit.
-    #[error("header length {len} exceeds the limit of {limit} bytes")]
-    HeaderTooLarge {
-        /// The claimed or computed header length.
-        len: u64,
-        /// The limit.
-        limit: u64,
-    },
+    /// The file's frame, its header's JSON and tensor layout, or a header
+    /// being built breaks a rule: see [`HeaderError`].
+    #[error("{0}")]
+    Header(#[from] HeaderError),
     /// A file read whole (an index, a raw manifest) is over its size limit.
     #[error("{what} is over the limit of {limit} bytes")]
     FileTooLarge {
@@ -359,133 +369,6 @@ pub enum ErrorKind {
         what: &'static str,
         /// The limit.
         limit: u64,
-    },
-    /// The header runs past the end of the file.
-    #[error("header claims {len} bytes but the file has only {available} after the length prefix")]
-    HeaderPastEnd {
-        /// Claimed header length.
-        len: u64,
-        /// Bytes actually present after the prefix.
-        available: u64,
-    },
-    /// The header is not UTF-8.
-    #[error("header is not valid UTF-8")]
-    HeaderNotUtf8,
-    /// The header is not JSON, or not of the expected schema.
-    #[error("header JSON: {0}")]
-    HeaderJson(#[source] JsonError),
-    /// Strict: the header's first byte is not `{`.
-    #[error("header starts with byte 0x{0:02x}, not '{{' (strict mode)")]
-    HeaderNotBrace(u8),
-    /// Strict: something other than spaces follows the JSON object.
-    #[error("header padding holds byte 0x{0:02x}; only trailing spaces are allowed (strict mode)")]
-    BadPadding(u8),
-    /// Strict: a key appears twice in one JSON object.
-    #[error("duplicate key {key:?} in {within} (strict mode)")]
-    DuplicateKey {
-        /// The repeated key.
-        key: String,
-        /// Where: "the header", "__metadata__" or a tensor's entry.
-        within: String,
-    },
-    /// Strict: a tensor's entry has a field other than dtype, shape, data_offsets.
-    #[error("unknown field {field:?} in tensor {tensor:?} (strict mode)")]
-    UnknownField {
-        /// The tensor.
-        tensor: String,
-        /// The unexpected field.
-        field: String,
-    },
-
-    // ---- tensor layout ----------------------------------------------------
-    /// A tensor's `data_offsets` has its end before its begin.
-    #[error("tensor {tensor:?} has data_offsets {span} with end before begin")]
-    InvertedOffsets {
-        /// The tensor.
-        tensor: String,
-        /// Its offsets.
-        span: Span,
-    },
-    /// Two tensors' byte ranges overlap.
-    #[error("tensors {first:?} {first_span} and {second:?} {second_span} overlap")]
-    Overlap {
-        /// The tensor that starts first.
-        first: String,
-        /// Its range.
-        first_span: Span,
-        /// The tensor that starts inside it.
-        second: String,
-        /// Its range.
-        second_span: Span,
-    },
-    /// Bytes that belong to no tensor lie between two tensors (or before the first).
-    #[error("bytes [{begin},{end}) of the data buffer belong to no tensor (before {next:?})")]
-    Gap {
-        /// Start of the hole.
-        begin: u64,
-        /// End of the hole.
-        end: u64,
-        /// The tensor after the hole.
-        next: String,
-    },
-    /// A shape's element count, or its bit count, overflows 64 bits.
-    #[error("tensor {tensor:?}: shape {shape:?} overflows 64 bits for {dtype}")]
-    ShapeOverflow {
-        /// The tensor.
-        tensor: String,
-        /// Its dtype.
-        dtype: Dtype,
-        /// Its shape.
-        shape: Vec<u64>,
-    },
-    /// A sub-byte tensor whose bits do not fill whole bytes.
-    #[error(
-        "tensor {tensor:?}: {dtype} shape {shape:?} is {bits} bits, not a whole number of bytes"
-    )]
-    NotWholeBytes {
-        /// The tensor.
-        tensor: String,
-        /// Its dtype.
-        dtype: Dtype,
-        /// Its shape.
-        shape: Vec<u64>,
-        /// Its bits.
-        bits: u64,
-    },
-    /// A tensor's range length differs from its dtype and shape's byte length.
-    #[error("tensor {tensor:?}: data_offsets {span} hold {} bytes but {dtype} {shape:?} needs {expected}", span.1 - span.0)]
-    RangeLength {
-        /// The tensor.
-        tensor: String,
-        /// Its dtype.
-        dtype: Dtype,
-        /// Its shape.
-        shape: Vec<u64>,
-        /// Its offsets.
-        span: Span,
-        /// The byte length its dtype and shape need.
-        expected: u64,
-    },
-    /// The file is not exactly 8 + header + data bytes long.
-    #[error("file is {actual} bytes but its header describes {expected}")]
-    FileLength {
-        /// 8 + N + the data buffer's length.
-        expected: u64,
-        /// The real length.
-        actual: u64,
-    },
-
-    // ---- building a header --------------------------------------------------
-    /// A tensor may not be named `__metadata__`.
-    #[error("a tensor may not be named \"__metadata__\"")]
-    ReservedName,
-    /// Two tensors have the same name.
-    #[error("tensor name {name:?} is given twice{}", inputs_clause(.inputs))]
-    DuplicateTensor {
-        /// The name.
-        name: String,
-        /// The two inputs it came from, where known.
-        inputs: Option<(String, String)>,
     },
 
     // ---- streaming --------------------------------------------------------
@@ -729,50 +612,10 @@ pub enum ErrorKind {
     PyTorch(#[source] PyTorchError),
 
     // ---- sharded checkpoints ------------------------------------------------
-    /// A file an input names (a shard) is a FIFO, a device, a socket or a
-    /// folder: refused before any read, which could block or never end.
-    #[error("is {0}, not a regular file: refused (reading it could block or never end)")]
-    NotRegularFile(&'static str),
-    /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
-    #[error("index JSON: {0}")]
-    IndexJson(#[source] JsonError),
-    /// An index names a shard by a path, not a plain file name beside it.
-    #[error("index names shard {0:?}, which is not a plain file name in the index's folder")]
-    ShardName(String),
-    /// The index's weight_map names a tensor its shard does not hold.
-    #[error("weight_map puts tensor {tensor:?} in {shard}, which does not hold it")]
-    IndexTensorMissing {
-        /// The tensor.
-        tensor: String,
-        /// The shard file.
-        shard: String,
-    },
-    /// A shard holds a tensor the weight_map does not assign to it.
-    #[error("shard {shard} holds tensor {tensor:?}, which the weight_map {}", match .listed_in { Some(s) => format!("assigns to {s}"), None => "does not list".to_string() })]
-    IndexTensorUnlisted {
-        /// The tensor.
-        tensor: String,
-        /// The shard file holding it.
-        shard: String,
-        /// Where the weight_map says it is, if anywhere.
-        listed_in: Option<String>,
-    },
-    /// A sharded checkpoint names or holds one tensor twice: which copy is it?
-    #[error("tensor {tensor:?} appears twice: {place}")]
-    IndexDuplicate {
-        /// The tensor.
-        tensor: String,
-        /// Where: "the weight_map lists it twice" or the two shards holding it.
-        place: String,
-    },
-    /// `metadata.total_size` differs from the sum of the shards' tensor bytes.
-    #[error("index metadata.total_size is {declared} but the shards hold {actual} tensor bytes")]
-    IndexTotalSize {
-        /// What the index says.
-        declared: u64,
-        /// What the shards hold.
-        actual: u64,
-    },
+    /// A sharded checkpoint's index, or its shards, break a rule: see
+    /// [`IndexError`].
+    #[error("{0}")]
+    Index(#[from] IndexError),
 
     // ---- fan-out and object storage -----------------------------------------
     /// `--index-only`: a shard of the plan is not there, or not at its planned
@@ -811,36 +654,34 @@ fn module_hint(module: &str) -> &'static str {
     }
 }
 
-fn inputs_clause(inputs: &Option<(String, String)>) -> String {
-    match inputs {
-        Some((a, b)) => format!(" (in {a} and {b})"),
-        None => String::new(),
-    }
-}
-
 impl ErrorKind {
-    /// The variant's name in snake case (`overlap`, `header_too_large`), for
-    /// machine-readable reports. Stable: a report's `kind` field.
+    /// The variant's name in snake case (`zip`, `header_too_large`), for
+    /// machine-readable reports. Stable: a report's `kind` field. A
+    /// [`Header`](ErrorKind::Header) or [`Index`](ErrorKind::Index) error
+    /// is named by its inner variant, as before those were grouped.
     ///
     /// ```
-    /// use safetensors_stream::ErrorKind;
-    /// assert_eq!(ErrorKind::HeaderNotUtf8.name(), "header_not_utf8");
+    /// use safetensors_stream::{ErrorKind, HeaderError};
+    /// assert_eq!(ErrorKind::Header(HeaderError::HeaderNotUtf8).name(), "header_not_utf8");
     /// ```
     pub fn name(&self) -> &'static str {
         // strum derives one match arm per variant: no Debug-text parsing.
-        self.into()
+        match self {
+            ErrorKind::Header(e) => e.name(),
+            ErrorKind::Index(e) => e.name(),
+            kind => kind.into(),
+        }
     }
 
     /// The error's broad class. Every variant is listed: a new one must be
     /// placed on purpose.
     pub fn category(&self) -> Category {
-        use ErrorKind as K;
+        use {ErrorKind as K, HeaderError as H, IndexError as I};
         match self {
             K::Io(_) | K::Interrupted(_) | K::ShardNotWritten { .. } | K::ObjectStore(_) => {
                 Category::Io
             }
-            K::DuplicateTensor { .. }
-            | K::ReservedName
+            K::Header(H::DuplicateTensor { .. } | H::ReservedName)
             | K::Usage(_)
             | K::NameNeeded(_)
             | K::ReadOnce(_)
@@ -854,23 +695,25 @@ impl ErrorKind {
             | K::TensorNotFound(_)
             | K::WriteOrder { .. }
             | K::DtypeMismatch { .. } => Category::Usage,
-            K::FileTooShort { .. }
-            | K::HeaderTooLarge { .. }
+            K::Header(
+                H::FileTooShort { .. }
+                | H::HeaderTooLarge { .. }
+                | H::HeaderPastEnd { .. }
+                | H::HeaderNotUtf8
+                | H::HeaderJson(_)
+                | H::HeaderNotBrace(_)
+                | H::BadPadding(_)
+                | H::DuplicateKey { .. }
+                | H::UnknownField { .. }
+                | H::InvertedOffsets { .. }
+                | H::Overlap { .. }
+                | H::Gap { .. }
+                | H::ShapeOverflow { .. }
+                | H::NotWholeBytes { .. }
+                | H::RangeLength { .. }
+                | H::FileLength { .. },
+            )
             | K::FileTooLarge { .. }
-            | K::HeaderPastEnd { .. }
-            | K::HeaderNotUtf8
-            | K::HeaderJson(_)
-            | K::HeaderNotBrace(_)
-            | K::BadPadding(_)
-            | K::DuplicateKey { .. }
-            | K::UnknownField { .. }
-            | K::InvertedOffsets { .. }
-            | K::Overlap { .. }
-            | K::Gap { .. }
-            | K::ShapeOverflow { .. }
-            | K::NotWholeBytes { .. }
-            | K::RangeLength { .. }
-            | K::FileLength { .. }
             | K::TensorLength { .. }
             | K::TensorTooShort { .. }
             | K::TensorTooLong { .. }
@@ -897,24 +740,45 @@ impl ErrorKind {
             | K::ExpandedView { .. }
             | K::Quantized(_)
             | K::PyTorch(_)
-            | K::IndexJson(_)
-            | K::NotRegularFile(_)
-            | K::ShardName(_)
-            | K::IndexTensorMissing { .. }
-            | K::IndexTensorUnlisted { .. }
-            | K::IndexDuplicate { .. }
-            | K::IndexTotalSize { .. } => Category::BadInput,
+            | K::Index(
+                I::IndexJson(_)
+                | I::NotRegularFile(_)
+                | I::ShardName(_)
+                | I::IndexTensorMissing { .. }
+                | I::IndexTensorUnlisted { .. }
+                | I::IndexDuplicate { .. }
+                | I::IndexTotalSize { .. },
+            ) => Category::BadInput,
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// serde_json's error for `{"a":}`, as a [`JsonError`]: "expected
+    /// value at line 1 column 6".
+    pub(super) fn json() -> JsonError {
+        JsonError::new(serde_json::from_str::<serde_json::Value>("{\"a\":}").unwrap_err())
+    }
+
+    /// Each error says its words, and so does the kind it nests in, under
+    /// its kind name.
+    pub(super) fn assert_names_and_words<E>(cases: Vec<(E, &str, &str)>)
+    where
+        E: Into<ErrorKind> + fmt::Display,
+    {
+        for (e, name, words) in cases {
+            assert_eq!(e.to_string(), words);
+            let kind: ErrorKind = e.into();
+            assert_eq!((kind.name(), kind.to_string().as_str()), (name, words));
+        }
+    }
 
     #[test]
     fn context_is_set_once_innermost_wins() {
-        let e = Error::new(ErrorKind::HeaderNotUtf8)
+        let e = Error::new(HeaderError::HeaderNotUtf8)
             .with_input("inner")
             .with_input("outer")
             .at_offset(3)
@@ -924,18 +788,26 @@ mod tests {
     }
 
     #[test]
-    fn overlap_message_names_both() {
-        let e = Error::new(ErrorKind::Overlap {
-            first: "a".into(),
-            first_span: Span(0, 16),
-            second: "b".into(),
-            second_span: Span(8, 24),
-        })
-        .with_input("model.safetensors");
-        assert_eq!(
-            e.to_string(),
-            r#"model.safetensors: tensors "a" [0,16) and "b" [8,24) overlap"#
-        );
+    fn header_and_index_errors_nest_with_their_source() {
+        let header = Error::new(HeaderError::HeaderJson(json())).with_input("m");
+        let index = Error::new(IndexError::IndexJson(json())).with_input("i.json");
+        let words = "expected value at line 1 column 6";
+        assert_eq!(header.to_string(), format!("m: header JSON: {words}"));
+        assert_eq!(index.to_string(), format!("i.json: index JSON: {words}"));
+        type Is = fn(&(dyn std::error::Error + 'static)) -> bool;
+        let cases: [(Error, Is); 2] = [
+            (header, |s| s.is::<HeaderError>()),
+            (index, |s| s.is::<IndexError>()),
+        ];
+        for (e, is_inner) in cases {
+            assert_eq!(e.category(), Category::BadInput);
+            let inner = std::error::Error::source(&e).expect("the nested enum");
+            assert!(is_inner(inner), "{e:?}");
+            let under = inner.source().and_then(|j| j.source());
+            assert!(under.is_some_and(|s| s.is::<serde_json::Error>()), "{e:?}");
+        }
+        let usage = Error::new(HeaderError::ReservedName);
+        assert_eq!(usage.category(), Category::Usage);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::names::{first_name_problem, name_order, NameProblem};
 use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
-use crate::{Dtype, Error, ErrorKind, Result};
+use crate::{Dtype, Error, HeaderError, Result};
 
 /// Which order tensors take in the data buffer.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -202,7 +202,7 @@ pub(crate) fn encode_entries(
     }
     let header_len = (counter.0 + 1).next_multiple_of(8);
     if header_len > MAX_HEADER_LEN {
-        return Err(ErrorKind::HeaderTooLarge {
+        return Err(HeaderError::HeaderTooLarge {
             len: header_len,
             limit: MAX_HEADER_LEN,
         }
@@ -257,11 +257,11 @@ fn check_names(tensors: &[TensorMeta], order: &[u32]) -> Result<()> {
     let problem = first_name_problem(order, |i| &tensors[i].name);
     let (kind, at) = match problem {
         None => return Ok(()),
-        Some(NameProblem::Reserved(at)) => (ErrorKind::ReservedName, at),
+        Some(NameProblem::Reserved(at)) => (HeaderError::ReservedName, at),
         Some(NameProblem::Repeat(_, at)) => {
             let name = tensors[at].name.clone();
             let inputs = None;
-            (ErrorKind::DuplicateTensor { name, inputs }, at)
+            (HeaderError::DuplicateTensor { name, inputs }, at)
         }
     };
     Err(Error::new(kind).with_tensor(tensors[at].name.clone()))
@@ -273,7 +273,7 @@ fn place(entries: &mut [TensorEntry]) -> Result<()> {
     for e in entries {
         let len = e.meta.byte_len()?;
         let end = offset.checked_add(len).ok_or_else(|| {
-            Error::new(ErrorKind::ShapeOverflow {
+            Error::new(HeaderError::ShapeOverflow {
                 tensor: e.meta.name.clone(),
                 dtype: e.meta.dtype,
                 shape: e.meta.shape.clone(),
@@ -360,6 +360,7 @@ fn push_u64<W: Write>(out: &mut W, n: u64) {
 mod tests {
     use super::*;
     use crate::Dtype;
+    use crate::ErrorKind;
 
     fn json_of(enc: &EncodedHeader) -> &str {
         std::str::from_utf8(&enc.bytes()[8..]).unwrap()
@@ -443,21 +444,30 @@ mod tests {
             TensorMeta::new("a", Dtype::U8, [2]),
         ];
         let e = encode(dup, None, Order::Canonical).unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::DuplicateTensor { .. }));
+        assert!(matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::DuplicateTensor { .. })
+        ));
         let reserved = vec![TensorMeta::new("__metadata__", Dtype::U8, [1])];
         let e = encode(reserved, None, Order::Canonical).unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::ReservedName));
+        assert!(matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::ReservedName)
+        ));
         let huge = vec![
             TensorMeta::new("a", Dtype::U64, [1 << 60]),
             TensorMeta::new("b", Dtype::U64, [1 << 60]),
         ];
         let e = encode(huge, None, Order::Canonical).unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::ShapeOverflow { .. }));
+        assert!(matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::ShapeOverflow { .. })
+        ));
         let odd = vec![TensorMeta::new("f", Dtype::F4, [3])];
         let e = encode(odd, None, Order::Canonical).unwrap_err();
         assert!(matches!(
             e.kind(),
-            ErrorKind::NotWholeBytes { bits: 12, .. }
+            ErrorKind::Header(HeaderError::NotWholeBytes { bits: 12, .. })
         ));
     }
 
@@ -465,6 +475,9 @@ mod tests {
     fn header_over_limit_is_refused() {
         let md = Metadata::from([("k".to_string(), "x".repeat(100_000_001))]);
         let e = encode(vec![], Some(md), Order::Canonical).unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::HeaderTooLarge { .. }));
+        assert!(matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::HeaderTooLarge { .. })
+        ));
     }
 }

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::names::NameIndex;
 use super::{Metadata, Mode, Rules, TensorMeta};
-use crate::{Dtype, ErrorKind, JsonError};
+use crate::{Dtype, HeaderError, JsonError};
 
 /// A tensor as written in the JSON: meta and raw offsets, not yet checked.
 #[derive(Debug)]
@@ -34,7 +34,10 @@ pub(super) struct RawHeader {
 
 /// Parses the header text. On failure returns the structured kind, and the
 /// byte position in `text` when serde knows it.
-pub(super) fn parse_json(text: &str, rules: Rules) -> Result<RawHeader, (ErrorKind, Option<u64>)> {
+pub(super) fn parse_json(
+    text: &str,
+    rules: Rules,
+) -> Result<RawHeader, (HeaderError, Option<u64>)> {
     let stash = RefCell::new(None);
     let seed = HeaderSeed {
         rules,
@@ -44,11 +47,11 @@ pub(super) fn parse_json(text: &str, rules: Rules) -> Result<RawHeader, (ErrorKi
         capacity: text.len() / 48,
     };
     let mut de = serde_json::Deserializer::from_str(text);
-    let json_error = |e: serde_json::Error, stash: Option<ErrorKind>| match stash {
+    let json_error = |e: serde_json::Error, stash: Option<HeaderError>| match stash {
         Some(kind) => (kind, None),
         None => {
             let pos = byte_position(text, e.line(), e.column());
-            (ErrorKind::HeaderJson(JsonError::without_position(e)), pos)
+            (HeaderError::HeaderJson(JsonError::without_position(e)), pos)
         }
     };
     let header = seed
@@ -69,13 +72,13 @@ pub(super) fn parse_json(text: &str, rules: Rules) -> Result<RawHeader, (ErrorKi
 
 /// The first byte after the object that is not a space, given serde_json's
 /// error at the first byte that is not JSON whitespace.
-fn padding_error(text: &str, e: &serde_json::Error) -> Option<(ErrorKind, Option<u64>)> {
+fn padding_error(text: &str, e: &serde_json::Error) -> Option<(HeaderError, Option<u64>)> {
     let at = byte_position(text, e.line(), e.column())? as usize;
     let bytes = text.as_bytes().get(..=at)?;
     let is_ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
     let body_end = bytes[..at].iter().rposition(|b| !is_ws(b))? + 1;
     let first = body_end + bytes[body_end..].iter().position(|&b| b != b' ')?;
-    Some((ErrorKind::BadPadding(bytes[first]), Some(first as u64)))
+    Some((HeaderError::BadPadding(bytes[first]), Some(first as u64)))
 }
 
 /// serde_json reports 1-based line and byte column; turn them into an offset.
@@ -91,9 +94,9 @@ fn byte_position(text: &str, line: usize, column: usize) -> Option<u64> {
     Some((line_start + column.saturating_sub(1)) as u64)
 }
 
-type Stash<'a> = &'a RefCell<Option<ErrorKind>>;
+type Stash<'a> = &'a RefCell<Option<HeaderError>>;
 
-fn fail<E: de::Error>(stash: Stash<'_>, kind: ErrorKind) -> E {
+fn fail<E: de::Error>(stash: Stash<'_>, kind: HeaderError) -> E {
     let msg = kind.to_string();
     *stash.borrow_mut() = Some(kind);
     E::custom(msg)
@@ -177,8 +180,8 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
     }
 }
 
-fn duplicate(key: String, within: &str) -> ErrorKind {
-    ErrorKind::DuplicateKey {
+fn duplicate(key: String, within: &str) -> HeaderError {
+    HeaderError::DuplicateKey {
         key,
         within: within.to_string(),
     }
@@ -309,7 +312,7 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
             let field = match key {
                 FieldKey::Known(f) => f,
                 FieldKey::Other(key) if self.rules.mode == Mode::Strict => {
-                    let kind = ErrorKind::UnknownField {
+                    let kind = HeaderError::UnknownField {
                         tensor: self.name.to_string(),
                         field: key,
                     };
@@ -513,14 +516,17 @@ mod tests {
     const STRICT: Rules = Rules::STRICT;
     const REFERENCE: Rules = Rules::REFERENCE;
 
-    fn kind(text: &str, rules: Rules) -> ErrorKind {
+    fn kind(text: &str, rules: Rules) -> HeaderError {
         parse_json(text, rules).unwrap_err().0
     }
 
     #[test]
     fn duplicate_tensor_name() {
         let text = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#;
-        assert!(matches!(kind(text, STRICT), ErrorKind::DuplicateKey { .. }));
+        assert!(matches!(
+            kind(text, STRICT),
+            HeaderError::DuplicateKey { .. }
+        ));
         let h = parse_json(text, REFERENCE).unwrap();
         assert_eq!(h.tensors.len(), 1);
         assert_eq!(h.tensors[0].end, 2, "the reference keeps the last one");
@@ -529,7 +535,10 @@ mod tests {
     #[test]
     fn duplicate_metadata_key() {
         let text = r#"{"__metadata__":{"k":"1","k":"2"}}"#;
-        assert!(matches!(kind(text, STRICT), ErrorKind::DuplicateKey { .. }));
+        assert!(matches!(
+            kind(text, STRICT),
+            HeaderError::DuplicateKey { .. }
+        ));
         let h = parse_json(text, REFERENCE).unwrap();
         assert_eq!(h.metadata.unwrap()["k"], "2");
     }
@@ -537,17 +546,23 @@ mod tests {
     #[test]
     fn duplicate_field_refused_in_both_modes() {
         let text = r#"{"a":{"dtype":"U8","dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#;
-        assert!(matches!(kind(text, STRICT), ErrorKind::DuplicateKey { .. }));
+        assert!(matches!(
+            kind(text, STRICT),
+            HeaderError::DuplicateKey { .. }
+        ));
         assert!(matches!(
             kind(text, REFERENCE),
-            ErrorKind::DuplicateKey { .. }
+            HeaderError::DuplicateKey { .. }
         ));
     }
 
     #[test]
     fn extra_field_and_array_form() {
         let text = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":[{}]}}"#;
-        assert!(matches!(kind(text, STRICT), ErrorKind::UnknownField { .. }));
+        assert!(matches!(
+            kind(text, STRICT),
+            HeaderError::UnknownField { .. }
+        ));
         assert!(parse_json(text, REFERENCE).is_ok());
         let text = r#"{"a":["U8",[1],[0,1]]}"#;
         assert!(parse_json(text, STRICT).is_err());
@@ -564,7 +579,7 @@ mod tests {
     #[test]
     fn error_position_is_a_byte_offset() {
         let (k, pos) = parse_json("{\"a\":\n  1}", STRICT).unwrap_err();
-        assert!(matches!(k, ErrorKind::HeaderJson(_)));
+        assert!(matches!(k, HeaderError::HeaderJson(_)));
         assert_eq!(pos, Some(8)); // the `1`
     }
 }

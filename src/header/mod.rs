@@ -21,7 +21,7 @@ pub use validate::{
     check_file_len, check_prefix, parse_file_bytes, parse_header, parse_header_json, Mode, Rules,
 };
 
-use crate::{Dtype, Error, ErrorKind, Result};
+use crate::{Dtype, Error, HeaderError, Result};
 
 /// The format's hard limit on the header's length N, in bytes.
 pub const MAX_HEADER_LEN: u64 = 100_000_000;
@@ -87,12 +87,12 @@ impl TensorMeta {
             let tensor = self.name.clone();
             let (dtype, shape) = (self.dtype, self.shape.clone());
             Error::new(match e {
-                crate::dtype::ByteLenError::Overflow => ErrorKind::ShapeOverflow {
+                crate::dtype::ByteLenError::Overflow => HeaderError::ShapeOverflow {
                     tensor,
                     dtype,
                     shape,
                 },
-                crate::dtype::ByteLenError::NotWholeBytes { bits } => ErrorKind::NotWholeBytes {
+                crate::dtype::ByteLenError::NotWholeBytes { bits } => HeaderError::NotWholeBytes {
                     tensor,
                     dtype,
                     shape,

@@ -12,7 +12,7 @@ use std::path::Path;
 use super::{
     check_file_len, check_prefix, parse_header, parse_header_json, Header, Rules, MAX_HEADER_LEN,
 };
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, HeaderError, Result};
 
 /// Reads and validates the header of a file of `file_len` bytes from `r`,
 /// positioned at the file's start. Reads exactly `8 + N` bytes.
@@ -53,7 +53,7 @@ pub(crate) fn read_stream_header<R: Read>(r: &mut R, rules: Rules) -> Result<Hea
     let mut got = 0;
     while got < 8 {
         match r.read(&mut prefix[got..])? {
-            0 => return Err(Error::new(ErrorKind::FileTooShort { len: got as u64 }).at_offset(0)),
+            0 => return Err(Error::new(HeaderError::FileTooShort { len: got as u64 }).at_offset(0)),
             n => got += n,
         }
     }
@@ -63,7 +63,7 @@ pub(crate) fn read_stream_header<R: Read>(r: &mut R, rules: Rules) -> Result<Hea
     (&mut *r).take(n).read_to_end(&mut json)?;
     if (json.len() as u64) < n {
         let available = json.len() as u64;
-        return Err(Error::new(ErrorKind::HeaderPastEnd { len: n, available }).at_offset(0));
+        return Err(Error::new(HeaderError::HeaderPastEnd { len: n, available }).at_offset(0));
     }
     let header = parse_header_json(&json, rules)?;
     drop(json);
@@ -117,7 +117,7 @@ fn read_prefix(
     read_exact: impl FnOnce(&mut [u8]) -> std::io::Result<()>,
 ) -> Result<[u8; 8]> {
     if file_len < 8 {
-        return Err(Error::new(ErrorKind::FileTooShort { len: file_len }).at_offset(0));
+        return Err(Error::new(HeaderError::FileTooShort { len: file_len }).at_offset(0));
     }
     let mut prefix = [0u8; 8];
     read_exact(&mut prefix).map_err(|e| truncated(e, 0))?;

@@ -5,7 +5,7 @@ use super::encode::permute;
 use super::json::{parse_json, RawTensor};
 use super::{Header, TensorEntry, MAX_HEADER_LEN, PREFIX_LEN};
 use crate::error::Span;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, HeaderError, Result};
 
 /// How strictly to read a header.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,7 +78,7 @@ impl Default for Rules {
 pub fn check_prefix(prefix: [u8; 8], file_len: u64) -> Result<u64> {
     let n = u64::from_le_bytes(prefix);
     if n > MAX_HEADER_LEN {
-        let kind = ErrorKind::HeaderTooLarge {
+        let kind = HeaderError::HeaderTooLarge {
             len: n,
             limit: MAX_HEADER_LEN,
         };
@@ -86,7 +86,7 @@ pub fn check_prefix(prefix: [u8; 8], file_len: u64) -> Result<u64> {
     }
     let available = file_len.saturating_sub(PREFIX_LEN);
     if n > available {
-        return Err(Error::new(ErrorKind::HeaderPastEnd { len: n, available }).at_offset(0));
+        return Err(Error::new(HeaderError::HeaderPastEnd { len: n, available }).at_offset(0));
     }
     Ok(n)
 }
@@ -106,7 +106,7 @@ pub fn parse_header(json: &[u8], file_len: u64, rules: Rules) -> Result<Header> 
 pub fn parse_header_json(json: &[u8], rules: Rules) -> Result<Header> {
     let header_len = json.len() as u64;
     let text = std::str::from_utf8(json).map_err(|e| {
-        Error::new(ErrorKind::HeaderNotUtf8).at_offset(PREFIX_LEN + e.valid_up_to() as u64)
+        Error::new(HeaderError::HeaderNotUtf8).at_offset(PREFIX_LEN + e.valid_up_to() as u64)
     })?;
     if rules.mode == Mode::Strict {
         check_starts_with_brace(json)?;
@@ -146,7 +146,7 @@ pub fn parse_header_json(json: &[u8], rules: Rules) -> Result<Header> {
 pub fn parse_file_bytes(file: &[u8], rules: Rules) -> Result<Header> {
     let file_len = file.len() as u64;
     let Some(prefix) = file.get(..8) else {
-        return Err(Error::new(ErrorKind::FileTooShort { len: file_len }).at_offset(0));
+        return Err(Error::new(HeaderError::FileTooShort { len: file_len }).at_offset(0));
     };
     let n = check_prefix(prefix.try_into().expect("8 bytes"), file_len)?;
     // n <= file_len - 8 was checked, so the slice is in bounds.
@@ -156,7 +156,7 @@ pub fn parse_file_bytes(file: &[u8], rules: Rules) -> Result<Header> {
 fn check_starts_with_brace(json: &[u8]) -> Result<()> {
     match json.first() {
         Some(&b) if b != b'{' => {
-            Err(Error::new(ErrorKind::HeaderNotBrace(b)).at_offset(PREFIX_LEN))
+            Err(Error::new(HeaderError::HeaderNotBrace(b)).at_offset(PREFIX_LEN))
         }
         _ => Ok(()),
     }
@@ -169,7 +169,7 @@ fn check_padding(json: &[u8]) -> Result<()> {
     match json[close + 1..].iter().position(|&b| b != b' ') {
         Some(i) => {
             let at = close + 1 + i;
-            Err(Error::new(ErrorKind::BadPadding(json[at])).at_offset(PREFIX_LEN + at as u64))
+            Err(Error::new(HeaderError::BadPadding(json[at])).at_offset(PREFIX_LEN + at as u64))
         }
         None => Ok(()),
     }
@@ -194,7 +194,7 @@ fn check_layout(mut raw: Vec<RawTensor>) -> Result<Vec<TensorEntry>> {
         start = t.end;
         let expected = t.meta.byte_len()?;
         if t.end - t.begin != expected {
-            return Err(Error::new(ErrorKind::RangeLength {
+            return Err(Error::new(HeaderError::RangeLength {
                 tensor: t.meta.name.clone(),
                 dtype: t.meta.dtype,
                 shape: t.meta.shape.clone(),
@@ -217,13 +217,13 @@ fn check_tiling(prev: Option<&RawTensor>, t: &RawTensor, start: u64) -> Result<(
     let name = || t.meta.name.clone();
     if t.end < t.begin {
         let span = Span(t.begin, t.end);
-        return Err(Error::new(ErrorKind::InvertedOffsets {
+        return Err(Error::new(HeaderError::InvertedOffsets {
             tensor: name(),
             span,
         }));
     }
     if t.begin > start {
-        return Err(Error::new(ErrorKind::Gap {
+        return Err(Error::new(HeaderError::Gap {
             begin: start,
             end: t.begin,
             next: name(),
@@ -232,7 +232,7 @@ fn check_tiling(prev: Option<&RawTensor>, t: &RawTensor, start: u64) -> Result<(
     if t.begin < start {
         // `start` is the previous tensor's end, so there is one.
         let prev = prev.expect("a tensor ends at start > 0");
-        return Err(Error::new(ErrorKind::Overlap {
+        return Err(Error::new(HeaderError::Overlap {
             first: prev.meta.name.clone(),
             first_span: Span(prev.begin, prev.end),
             second: name(),
@@ -248,7 +248,7 @@ pub fn check_file_len(header: &Header, file_len: u64) -> Result<()> {
     // only if the data claims near 2^64 bytes: then it cannot match.
     let expected = header.data_start().checked_add(header.data_len());
     if expected != Some(file_len) {
-        return Err(Error::new(ErrorKind::FileLength {
+        return Err(Error::new(HeaderError::FileLength {
             expected: expected.unwrap_or(u64::MAX),
             actual: file_len,
         }));

@@ -14,7 +14,7 @@ use crate::header::names::{first_name_problem, name_order, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
 use crate::rename::Renamer;
 use crate::source::Listed;
-use crate::{Dtype, Error, ErrorKind, Result};
+use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
 pub use id::plan_id;
 
 mod id;
@@ -347,7 +347,7 @@ fn check_unique<L: Listed>(
 ) -> Result<()> {
     match first_name_problem(by_name, |i| &entries[i].meta.name) {
         None => Ok(()),
-        Some(NameProblem::Reserved(at)) => Err(Error::new(ErrorKind::ReservedName)
+        Some(NameProblem::Reserved(at)) => Err(Error::new(HeaderError::ReservedName)
             .with_input(listings[refs[at].source()].input())
             .with_tensor(entries[at].meta.name.clone())),
         Some(NameProblem::Repeat(first, again)) => {
@@ -355,7 +355,7 @@ fn check_unique<L: Listed>(
                 listings[refs[first].source()].input().to_string(),
                 listings[refs[again].source()].input().to_string(),
             );
-            Err(ErrorKind::DuplicateTensor {
+            Err(HeaderError::DuplicateTensor {
                 name: entries[again].meta.name.clone(),
                 inputs: Some(inputs),
             }

@@ -23,7 +23,7 @@ use super::spool::spool;
 use super::{Source, SourceOptions, TensorReader};
 use crate::header::{check_file_len, check_prefix, parse_header_json, Rules};
 use crate::index::is_index_path;
-use crate::{Error, ErrorKind, PyTorchError, Result};
+use crate::{Error, ErrorKind, HeaderError, PyTorchError, Result};
 
 /// How a run tells the user things that are not errors ("spooling ...").
 pub(crate) type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
@@ -522,7 +522,7 @@ async fn stream_header(
     let eof_at = |at: u64| {
         move |e: std::io::Error| {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                Error::new(ErrorKind::FileTooShort { len: at })
+                Error::new(HeaderError::FileTooShort { len: at })
             } else {
                 Error::io(e)
             }
@@ -536,7 +536,7 @@ async fn stream_header(
     (&mut reader).take(n).read_to_end(&mut json).await?;
     if (json.len() as u64) < n {
         let available = json.len() as u64;
-        return Err(Error::new(ErrorKind::HeaderPastEnd { len: n, available }).at_offset(0));
+        return Err(Error::new(HeaderError::HeaderPastEnd { len: n, available }).at_offset(0));
     }
     Ok((prefix, json, reader))
 }

@@ -13,7 +13,7 @@ use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
 use crate::error::Span;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
-use crate::{Dtype, Error, ErrorKind, Result};
+use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
 
 /// One tensor in a dump: what it is and where it starts.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -139,7 +139,7 @@ fn place(spec: &RawSpec) -> Result<(Vec<Placed>, u64)> {
     for p in &placed {
         if let Some(q) = prev {
             if p.offset < q.offset + q.len {
-                return Err(Error::new(ErrorKind::Overlap {
+                return Err(Error::new(HeaderError::Overlap {
                     first: q.meta.name.clone(),
                     first_span: Span(q.offset, q.offset + q.len),
                     second: p.meta.name.clone(),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use safetensors_stream::convert::{convert, ConvertOptions, Output};
 use safetensors_stream::source::SourceOptions;
-use safetensors_stream::{Category, Error, ErrorKind};
+use safetensors_stream::{Category, Error, ErrorKind, HeaderError};
 use support::numpy::{block_on, cases, dir_names, fixtures, tensors_of, Case};
 
 fn options(source: SourceOptions) -> ConvertOptions {
@@ -285,7 +285,10 @@ fn same_name_from_two_inputs_is_refused() {
     let (dir, _, r) = run(&[a, b], SourceOptions::default());
     let e = r.unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::DuplicateTensor { .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::DuplicateTensor { .. })
+        ),
         "{e:?}"
     );
     assert!(dir_names(dir.path()).is_empty());

@@ -13,7 +13,7 @@ use safetensors_stream::header::{encode, parse_file_bytes, Order, Rules, TensorM
 use safetensors_stream::index::Checkpoint;
 use safetensors_stream::source::read_file_header;
 use safetensors_stream::Span;
-use safetensors_stream::{Dtype, Error, ErrorKind};
+use safetensors_stream::{Dtype, Error, ErrorKind, HeaderError};
 use support::reference::{raw_file, raw_file_bytes, reference_read, CountingReader};
 
 const BOTH: [Rules; 2] = [Rules::STRICT, Rules::REFERENCE];
@@ -49,11 +49,14 @@ fn assert_json_error(file: &[u8], needle: &str) {
     for rules in BOTH {
         let e = err(file, rules);
         match e.kind() {
-            ErrorKind::HeaderJson(json) => {
+            ErrorKind::Header(HeaderError::HeaderJson(json)) => {
                 let msg = json.to_string();
                 assert!(msg.contains(needle), "{rules:?}: {msg:?} lacks {needle:?}");
-                // serde_json's own error is under it, reached from ours.
-                let under = std::error::Error::source(&e).and_then(|s| s.source());
+                // serde_json's own error is under it, reached from ours
+                // (ours -> HeaderError -> JsonError -> serde_json's).
+                let header = std::error::Error::source(&e).expect("the header error");
+                assert!(header.is::<HeaderError>(), "{e:?}");
+                let under = header.source().and_then(|s| s.source());
                 assert!(under.is_some_and(|s| s.is::<serde_json::Error>()), "{e:?}");
             }
             other => panic!("{rules:?}: expected HeaderJson, got {other:?}"),
@@ -91,7 +94,7 @@ fn file_shorter_than_8_bytes() {
         let file = vec![0u8; len];
         let e = refused_everywhere(&file);
         assert!(
-            matches!(e.kind(), ErrorKind::FileTooShort { len: l } if *l == len as u64),
+            matches!(e.kind(), ErrorKind::Header(HeaderError::FileTooShort { len: l }) if *l == len as u64),
             "{e:?}"
         );
         assert_eq!(e.offset(), Some(0));
@@ -105,7 +108,7 @@ fn header_length_over_100_000_000() {
         file.extend_from_slice(b"{}      ");
         let e = refused_everywhere(&file);
         assert!(
-            matches!(e.kind(), ErrorKind::HeaderTooLarge { len, limit: 100_000_000 } if *len == n),
+            matches!(e.kind(), ErrorKind::Header(HeaderError::HeaderTooLarge { len, limit: 100_000_000 }) if *len == n),
             "{e:?}"
         );
         assert_eq!(e.offset(), Some(0));
@@ -118,7 +121,13 @@ fn header_length_over_100_000_000() {
     let mut file = 100_000_000u64.to_le_bytes().to_vec();
     file.extend_from_slice(b"{}");
     let e = refused_everywhere(&file);
-    assert!(matches!(e.kind(), ErrorKind::HeaderPastEnd { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::HeaderPastEnd { .. })
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -129,10 +138,10 @@ fn header_past_end_of_file() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::HeaderPastEnd {
+            ErrorKind::Header(HeaderError::HeaderPastEnd {
                 len: 100,
                 available: 50
-            }
+            })
         ),
         "{e:?}"
     );
@@ -149,12 +158,18 @@ fn header_not_utf8() {
     json[3] = 0xff; // the `b` of the name
     let file = raw_file_bytes(&json, 1);
     let e = refused_everywhere(&file);
-    assert!(matches!(e.kind(), ErrorKind::HeaderNotUtf8), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::HeaderNotUtf8)),
+        "{e:?}"
+    );
     assert_eq!(e.offset(), Some(8 + 3));
     // A truncated multi-byte sequence at the end of the header.
     let file = raw_file_bytes(b"{}     \xc3", 0);
     let e = refused_everywhere(&file);
-    assert!(matches!(e.kind(), ErrorKind::HeaderNotUtf8), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::HeaderNotUtf8)),
+        "{e:?}"
+    );
     assert_eq!(e.offset(), Some(8 + 7));
 }
 
@@ -163,7 +178,10 @@ fn header_not_json() {
     let file = padded(r#"{"a" 1}"#, 0);
     for rules in BOTH {
         let e = err(&file, rules);
-        assert!(matches!(e.kind(), ErrorKind::HeaderJson(_)), "{e:?}");
+        assert!(
+            matches!(e.kind(), ErrorKind::Header(HeaderError::HeaderJson(_))),
+            "{e:?}"
+        );
         assert_eq!(e.offset(), Some(8 + 5), "{rules:?}: at the `1`");
     }
     assert!(!reference_read(&file).accepted());
@@ -173,11 +191,11 @@ fn header_not_json() {
     let file = padded("not json", 0);
     assert!(matches!(
         err(&file, Rules::STRICT).kind(),
-        ErrorKind::HeaderNotBrace(b'n')
+        ErrorKind::Header(HeaderError::HeaderNotBrace(b'n'))
     ));
     assert!(matches!(
         err(&file, Rules::REFERENCE).kind(),
-        ErrorKind::HeaderJson(_)
+        ErrorKind::Header(HeaderError::HeaderJson(_))
     ));
     assert!(!reference_read(&file).accepted());
 }
@@ -191,11 +209,11 @@ fn wrong_schema_variants() {
     let file = padded("[]", 0);
     assert!(matches!(
         err(&file, Rules::STRICT).kind(),
-        ErrorKind::HeaderNotBrace(b'[')
+        ErrorKind::Header(HeaderError::HeaderNotBrace(b'['))
     ));
     assert!(matches!(
         err(&file, Rules::REFERENCE).kind(),
-        ErrorKind::HeaderJson(_)
+        ErrorKind::Header(HeaderError::HeaderJson(_))
     ));
     assert!(!reference_read(&file).accepted());
     // A tensor's value is not an entry.
@@ -236,7 +254,7 @@ fn wrong_schema_variants() {
     assert!(!reference_read(&dup).accepted());
     for rules in BOTH {
         assert!(
-            matches!(err(&dup, rules).kind(), ErrorKind::DuplicateKey { key, .. } if key == "dtype")
+            matches!(err(&dup, rules).kind(), ErrorKind::Header(HeaderError::DuplicateKey { key, .. }) if key == "dtype")
         );
     }
 }
@@ -278,7 +296,7 @@ fn metadata_value_not_a_string() {
     for rules in BOTH {
         assert!(matches!(
             err(&file, rules).kind(),
-            ErrorKind::DuplicateKey { key, within } if key == "__metadata__" && within == "the header"
+            ErrorKind::Header(HeaderError::DuplicateKey { key, within }) if key == "__metadata__" && within == "the header"
         ));
     }
 }
@@ -292,7 +310,7 @@ fn metadata_null_is_reference_only() {
     assert_eq!(h.metadata, None);
     assert!(matches!(
         err(&file, Rules::STRICT).kind(),
-        ErrorKind::HeaderJson(_)
+        ErrorKind::Header(HeaderError::HeaderJson(_))
     ));
 }
 
@@ -303,7 +321,7 @@ fn offsets_inverted() {
     let file = file_of(&[("a", "U8", &[4], 4, 0)], 0);
     let e = refused_everywhere(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::InvertedOffsets { tensor, span: Span(4, 0) } if tensor == "a"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::InvertedOffsets { tensor, span: Span(4, 0) }) if tensor == "a"),
         "{e:?}"
     );
     assert_eq!(
@@ -317,14 +335,14 @@ fn gap_between_tensors() {
     let file = file_of(&[("a", "U8", &[4], 0, 4), ("b", "U8", &[4], 8, 12)], 12);
     let e = refused_everywhere(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::Gap { begin: 4, end: 8, next } if next == "b"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::Gap { begin: 4, end: 8, next }) if next == "b"),
         "{e:?}"
     );
     // A hole before the first tensor.
     let file = file_of(&[("a", "U8", &[4], 4, 8)], 8);
     let e = refused_everywhere(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::Gap { begin: 0, end: 4, next } if next == "a"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::Gap { begin: 0, end: 4, next }) if next == "a"),
         "{e:?}"
     );
 }
@@ -336,7 +354,7 @@ fn overlap_names_both_tensors() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::Overlap { first, first_span: Span(0, 16), second, second_span: Span(8, 24) }
+            ErrorKind::Header(HeaderError::Overlap { first, first_span: Span(0, 16), second, second_span: Span(8, 24) })
                 if first == "a" && second == "b"
         ),
         "{e:?}"
@@ -352,7 +370,10 @@ fn overlap_names_both_tensors() {
     // The same range twice overlaps too.
     let file = file_of(&[("a", "U8", &[4], 0, 4), ("b", "U8", &[4], 0, 4)], 4);
     let e = refused_everywhere(&file);
-    assert!(matches!(e.kind(), ErrorKind::Overlap { .. }), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::Overlap { .. })),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -361,17 +382,29 @@ fn shape_overflow() {
     let file = file_of(&[("a", "U8", &[1 << 63, 4], 0, 0)], 0);
     let e = refused_everywhere(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::ShapeOverflow { tensor, dtype: Dtype::U8, .. } if tensor == "a"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::ShapeOverflow { tensor, dtype: Dtype::U8, .. }) if tensor == "a"),
         "{e:?}"
     );
     // The count fits but the bits do not.
     let file = file_of(&[("a", "U64", &[1 << 58], 0, 0)], 0);
     let e = refused_everywhere(&file);
-    assert!(matches!(e.kind(), ErrorKind::ShapeOverflow { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::ShapeOverflow { .. })
+        ),
+        "{e:?}"
+    );
     // Left to right, as the reference: a later 0 does not save it.
     let file = file_of(&[("a", "U8", &[1 << 63, 4, 0], 0, 0)], 0);
     let e = refused_everywhere(&file);
-    assert!(matches!(e.kind(), ErrorKind::ShapeOverflow { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::ShapeOverflow { .. })
+        ),
+        "{e:?}"
+    );
     // While a 0 first does.
     let file = file_of(&[("a", "U8", &[0, 1 << 63, 4], 0, 0)], 0);
     assert!(parse_file_bytes(&file, Rules::STRICT).is_ok());
@@ -383,13 +416,16 @@ fn sub_byte_counts_must_fill_whole_bytes() {
     let file = file_of(&[("f", "F4", &[3], 0, 2)], 2);
     let e = refused_everywhere(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::NotWholeBytes { tensor, dtype: Dtype::F4, bits: 12, .. } if tensor == "f"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::NotWholeBytes { tensor, dtype: Dtype::F4, bits: 12, .. }) if tensor == "f"),
         "{e:?}"
     );
     let file = file_of(&[("f", "F6_E2M3", &[2], 0, 2)], 2);
     let e = refused_everywhere(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::NotWholeBytes { bits: 12, .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::NotWholeBytes { bits: 12, .. })
+        ),
         "{e:?}"
     );
     // Even counts are fine.
@@ -405,7 +441,7 @@ fn range_length_must_match_dtype_and_shape() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::RangeLength { tensor, dtype: Dtype::F32, span: Span(0, 8), expected: 12, .. }
+            ErrorKind::Header(HeaderError::RangeLength { tensor, dtype: Dtype::F32, span: Span(0, 8), expected: 12, .. })
                 if tensor == "a"
         ),
         "{e:?}"
@@ -414,7 +450,10 @@ fn range_length_must_match_dtype_and_shape() {
     let file = file_of(&[("s", "F64", &[], 0, 0)], 0);
     let e = refused_everywhere(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::RangeLength { expected: 8, .. }),
+        matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::RangeLength { expected: 8, .. })
+        ),
         "{e:?}"
     );
 }
@@ -429,7 +468,7 @@ fn file_too_long_or_too_short() {
         let file = file_of(entries, data_len);
         let e = refused_everywhere(&file);
         assert!(
-            matches!(e.kind(), ErrorKind::FileLength { expected: x, actual } if *x == expected && *actual == file.len() as u64),
+            matches!(e.kind(), ErrorKind::Header(HeaderError::FileLength { expected: x, actual }) if *x == expected && *actual == file.len() as u64),
             "{e:?}"
         );
     }
@@ -438,10 +477,10 @@ fn file_too_long_or_too_short() {
     assert!(
         matches!(
             e.kind(),
-            ErrorKind::FileLength {
+            ErrorKind::Header(HeaderError::FileLength {
                 expected: 16,
                 actual: 17
-            }
+            })
         ),
         "{e:?}"
     );
@@ -466,7 +505,7 @@ fn duplicate_tensor_key() {
     let file = padded(json, 2);
     let e = strict_only(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::DuplicateKey { key, within } if key == "a" && within == "the header"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::DuplicateKey { key, within }) if key == "a" && within == "the header"),
         "{e:?}"
     );
     // The reference keeps the last one, and so does reference mode.
@@ -476,7 +515,9 @@ fn duplicate_tensor_key() {
     // Also when spelled differently: `\u0061` is `a`.
     let json = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"\u0061":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}"#;
     let e = strict_only(&padded(json, 1));
-    assert!(matches!(e.kind(), ErrorKind::DuplicateKey { key, .. } if key == "a"));
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::DuplicateKey { key, .. }) if key == "a")
+    );
 }
 
 #[test]
@@ -484,7 +525,7 @@ fn duplicate_metadata_key() {
     let file = padded(r#"{"__metadata__":{"k":"1","k":"2"}}"#, 0);
     let e = strict_only(&file);
     assert!(
-        matches!(e.kind(), ErrorKind::DuplicateKey { key, within } if key == "k" && within == "__metadata__"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::DuplicateKey { key, within }) if key == "k" && within == "__metadata__"),
         "{e:?}"
     );
     let h = parse_file_bytes(&file, Rules::REFERENCE).unwrap();
@@ -497,7 +538,7 @@ fn leading_whitespace() {
         let file = padded(&format!("{lead}{{}}"), 0);
         let e = strict_only(&file);
         assert!(
-            matches!(e.kind(), ErrorKind::HeaderNotBrace(b) if *b == lead.as_bytes()[0]),
+            matches!(e.kind(), ErrorKind::Header(HeaderError::HeaderNotBrace(b)) if *b == lead.as_bytes()[0]),
             "{e:?}"
         );
         assert_eq!(e.offset(), Some(8));
@@ -509,7 +550,7 @@ fn extra_field_in_a_tensor_entry() {
     let json = r#"{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":[{"y":null}]}}"#;
     let e = strict_only(&padded(json, 1));
     assert!(
-        matches!(e.kind(), ErrorKind::UnknownField { tensor, field } if tensor == "a" && field == "x"),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::UnknownField { tensor, field }) if tensor == "a" && field == "x"),
         "{e:?}"
     );
 }
@@ -523,7 +564,10 @@ fn array_form_entry_and_enum_map_dtype() {
         r#"{"a":{"dtype":{"U8":null},"shape":[1],"data_offsets":[0,1]}}"#,
     ] {
         let e = strict_only(&padded(json, 1));
-        assert!(matches!(e.kind(), ErrorKind::HeaderJson(_)), "{e:?}");
+        assert!(
+            matches!(e.kind(), ErrorKind::Header(HeaderError::HeaderJson(_))),
+            "{e:?}"
+        );
     }
 }
 
@@ -533,7 +577,7 @@ fn padding_other_than_spaces() {
         let file = raw_file(&format!("{{}}  {pad}  "), 0);
         let e = strict_only(&file);
         assert!(
-            matches!(e.kind(), ErrorKind::BadPadding(b) if *b == byte),
+            matches!(e.kind(), ErrorKind::Header(HeaderError::BadPadding(b)) if *b == byte),
             "{e:?}"
         );
         assert_eq!(e.offset(), Some(8 + 4));
@@ -547,23 +591,35 @@ fn nul_padding() {
     let file = raw_file_bytes(b"{}\0\0\0\0\0\0", 0);
     assert!(!reference_read(&file).accepted());
     let e = err(&file, Rules::STRICT);
-    assert!(matches!(e.kind(), ErrorKind::BadPadding(0)), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::BadPadding(0))),
+        "{e:?}"
+    );
     assert_eq!(e.offset(), Some(8 + 2));
     let e = err(&file, Rules::REFERENCE);
     assert!(
-        matches!(e.kind(), ErrorKind::HeaderJson(m) if m.to_string().contains("trailing characters")),
+        matches!(e.kind(), ErrorKind::Header(HeaderError::HeaderJson(m)) if m.to_string().contains("trailing characters")),
         "{e:?}"
     );
     // After some legal spaces, and after a tab.
     let e = err(&raw_file_bytes(b"{}   \0  ", 0), Rules::STRICT);
-    assert!(matches!(e.kind(), ErrorKind::BadPadding(0)), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::BadPadding(0))),
+        "{e:?}"
+    );
     assert_eq!(e.offset(), Some(8 + 5));
     let e = err(&raw_file_bytes(b"{}\t\0    ", 0), Rules::STRICT);
-    assert!(matches!(e.kind(), ErrorKind::BadPadding(b'\t')), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::BadPadding(b'\t'))),
+        "{e:?}"
+    );
     assert_eq!(e.offset(), Some(8 + 2));
     // A second closing brace is padding too.
     let e = err(&raw_file_bytes(b"{}}     ", 0), Rules::STRICT);
-    assert!(matches!(e.kind(), ErrorKind::BadPadding(b'}')), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::BadPadding(b'}'))),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -622,6 +678,9 @@ fn sparse_10_gb_file_is_validated_from_its_header_alone() {
         .set_len(file_len - 1)
         .unwrap();
     let e = Checkpoint::open(&path, Rules::STRICT).unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::FileLength { .. }), "{e:?}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Header(HeaderError::FileLength { .. })),
+        "{e:?}"
+    );
     assert!(e.to_string().starts_with(&format!("{}: ", path.display())));
 }

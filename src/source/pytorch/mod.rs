@@ -35,7 +35,7 @@ use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
 use crate::transform::Transform;
-use crate::{Dtype, Error, ErrorKind, PyTorchError, Result};
+use crate::{Dtype, Error, ErrorKind, HeaderError, IndexError, PyTorchError, Result};
 
 /// Where one storage's bytes lie in its file.
 #[derive(Debug, Clone, Copy)]
@@ -398,7 +398,7 @@ impl PyTorchSource {
             for t in &part.tree.tensors {
                 let listed = index.weight_map.get(&t.name);
                 if listed != Some(&part.name) {
-                    return Err(Error::new(ErrorKind::IndexTensorUnlisted {
+                    return Err(Error::new(IndexError::IndexTensorUnlisted {
                         tensor: t.name.clone(),
                         shard: part.name.clone(),
                         listed_in: listed.cloned(),
@@ -412,7 +412,7 @@ impl PyTorchSource {
                 .iter()
                 .any(|p| &p.name == shard && p.tree.tensors.iter().any(|t| &t.name == tensor));
             if !held {
-                return Err(Error::new(ErrorKind::IndexTensorMissing {
+                return Err(Error::new(IndexError::IndexTensorMissing {
                     tensor: tensor.clone(),
                     shard: shard.clone(),
                 })
@@ -470,7 +470,7 @@ impl PyTorchSource {
             src.big_endian.push(part.big_endian);
         }
         if let Some(name) = first_repeated(&src.tensors) {
-            return Err(Error::new(ErrorKind::DuplicateTensor {
+            return Err(Error::new(HeaderError::DuplicateTensor {
                 name,
                 inputs: None,
             }));
