@@ -116,7 +116,7 @@ pub mod internals {
     pub use crate::source::npy::fortran::FortranReader;
     pub use crate::source::npy::{header as npy_header, NpySource};
     pub use crate::source::npz::{zip, NpzSource};
-    pub use crate::source::pytorch::{model as pytorch_model, pickle};
+    pub use crate::source::pytorch::{model as pytorch_model, pickle, Storages};
     pub use crate::source::quantized::record::parse_any as bnb_record;
     pub use crate::source::raw::RawSource;
     pub use crate::source::safetensors::SafetensorsSource;

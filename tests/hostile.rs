@@ -14,6 +14,7 @@ use std::process::{Command, Output};
 use proptest::prelude::*;
 use safetensors_stream::internals::pickle::{unpickle, Budget, Limits};
 use safetensors_stream::internals::pytorch_model::{tensors, Naming};
+use safetensors_stream::internals::Storages;
 use safetensors_stream::{ErrorKind, IndexError};
 use serde_json::Value;
 use support::numpy::{build_zip, ZipMember};
@@ -263,10 +264,11 @@ proptest! {
     ) {
         let (pickle, cost) = dict_dag(levels, &key_lens);
         let (mut p, _) = unpickle(&pickle, Limits::default()).unwrap();
+        let storages = Storages::declared(&p).unwrap();
         p.budget = Budget::new(cost);
-        prop_assert!(tensors(&p, &Naming::default()).is_ok());
+        prop_assert!(tensors(&p, &Naming::default(), &storages).is_ok());
         p.budget = Budget::new(cost - 1);
-        let e = tensors(&p, &Naming::default()).unwrap_err();
+        let e = tensors(&p, &Naming::default(), &storages).unwrap_err();
         prop_assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{}", e);
     }
 }
@@ -277,7 +279,7 @@ fn a_shared_key_named_along_every_path_is_charged_each_time() {
     let pickle = name_dag(8, 256 << 10);
     let (result, peak) = support::alloc::peak_during(|| {
         let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
-        tensors(&p, &Naming::default())
+        tensors(&p, &Naming::default(), &Storages::declared(&p)?)
     });
     let e = result.unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{e}");
@@ -1011,10 +1013,12 @@ fn the_state_dict_pickle_is_torchs() {
 
 /// A `torch.save` of 50,000 one-float tensors, each on its own storage:
 /// opening it (the zip's directory, the pickle, the names and views),
-/// counted by the allocator. Issue 25 asks for 3x the pickle; this holds
-/// the steps taken so far (16.13x, then 10.12x, now 4.05x).
+/// counted by the allocator, within 3 times its pickle and 3 MiB. Issue
+/// 25 asks for 3x + 64 MiB of a million tensors; a floor that large would
+/// let any code pass at 50,000, so this one is small: 4.05x (the code
+/// before) does not pass.
 #[test]
-fn a_50_000_tensor_checkpoint_opens_within_4_5x_its_pickle() {
+fn a_50_000_tensor_checkpoint_opens_within_3x_its_pickle_and_3_mib() {
     use safetensors_stream::source::open_input;
     use safetensors_stream::SourceOptions;
     let _g = support::alloc::serial();
@@ -1048,13 +1052,20 @@ fn a_50_000_tensor_checkpoint_opens_within_4_5x_its_pickle() {
         "pickle {len} bytes, open peak {peak} ({:.2}x)",
         peak as f64 / len as f64
     );
-    // 4.05x, at the walk that names the tensors: the arena (7 values of
-    // 12 bytes a tensor, their strings and tuple items in pools), the
-    // storages' table (48 bytes each), the tensors found (about 100 bytes
-    // each) and the storages they name. 10.12x when values were 40-byte
+    // 3.50x, at the end of the unpickling: the pickle's bytes, the arena
+    // (7 values of 12 bytes a tensor, their strings and tuple items in
+    // pools), the memo (4 bytes an entry, 1 MiB chunks) and the storages'
+    // table (30 bytes each). The walk that names the tensors comes after
+    // the bytes and the memo are freed and builds the records the source
+    // keeps (a TensorMeta and a 32-byte place each), nothing beside them.
+    // 4.05x when the walk built its own list beside interned storage keys
+    // and the storages took 48 bytes; 10.12x when values were 40-byte
     // enums in a doubling Vec, each storage had a hash map entry and a zip
     // entry, and each view a copy of its storage key, shape and strides;
     // 16.13x when the directory and the pickle's bytes lived until the
     // tree was built, the memo was a hash map and every 0 and 1 a value.
-    assert!(peak * 2 <= 9 * len, "peak {peak} for a pickle of {len}");
+    assert!(
+        peak <= 3 * len + (3 << 20),
+        "peak {peak} for a pickle of {len}"
+    );
 }

@@ -343,7 +343,8 @@ fn check_reencodes(h: &Header) {
 /// names found fit the budget, every tensor found lies inside its storage.
 pub fn pickle(data: &[u8]) -> Outcomes {
     use safetensors_stream::internals::pickle::{unpickle, Limits};
-    use safetensors_stream::internals::pytorch_model::{tensors, Naming};
+    use safetensors_stream::internals::pytorch_model::{stride_of, tensors, view, Naming};
+    use safetensors_stream::internals::Storages;
     let limits = Limits {
         marks: 1_000,
         ..Limits::for_input(data.len())
@@ -360,21 +361,21 @@ pub fn pickle(data: &[u8]) -> Outcomes {
                 bare: Some("t".into()),
             },
         ] {
-            let tree = tensors(p, &naming);
-            if let Ok(tree) = &tree {
+            // Each storage as long as the pickle declares it, as a file would be.
+            let storages = Storages::declared(p);
+            let tree = storages.and_then(|s| Ok((tensors(p, &naming, &s)?, s)));
+            if let Ok((tree, storages)) = &tree {
                 let names: usize = tree.tensors.iter().map(|t| t.name.len()).sum();
                 assert!(
                     names <= limits.budget,
                     "{names} bytes of names past the budget"
                 );
-                for t in &tree.tensors {
-                    let decl = tree.storages[t.storage as usize].1;
-                    let need = t.view().needed_bytes().expect("a found view has a size");
-                    assert!(
-                        need <= decl.bytes().expect("a declared storage has a size"),
-                        "tensor {:?} reaches past its storage",
-                        t.name
-                    );
+                for (k, (t, &place)) in tree.tensors.iter().zip(&tree.places).enumerate() {
+                    let len = storages.get(place.storage).1.len;
+                    let need = view(t, place, stride_of(&tree.strides, k))
+                        .needed_bytes()
+                        .expect("a found view has a size");
+                    assert!(need <= len, "tensor {:?} reaches past its storage", t.name);
                 }
             }
             out.push(("tensors", tree.map(drop)));

@@ -200,6 +200,10 @@ pub enum PyTorchError {
     /// A storage listed twice in the file.
     #[error("storage {0} is listed twice")]
     ListedTwice(String),
+    /// The storages' keys, together, past what the table of storages
+    /// addresses.
+    #[error("the storages' keys take {0} bytes, more than 4 GiB")]
+    StorageKeys(u64),
     /// A storage the pickle declares and the file lacks.
     #[error("storage {0} is not in the file")]
     NotInFile(String),
@@ -529,6 +533,10 @@ mod tests {
                  re-zip with -0)",
             ),
             (PyTorchError::ListedTwice(k()), "storage 0 is listed twice"),
+            (
+                PyTorchError::StorageKeys(1 << 32),
+                "the storages' keys take 4294967296 bytes, more than 4 GiB",
+            ),
             (PyTorchError::NotInFile(k()), "storage 0 is not in the file"),
             (
                 PyTorchError::NeverDeclared(k()),

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use self::model::{Naming, Tree};
+use self::model::{Naming, Place, Strides, Tree};
 use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
 pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
@@ -39,7 +39,7 @@ use crate::{Dtype, Error, ErrorKind, HeaderError, IndexError, PyTorchError, Resu
 
 /// Where one storage's bytes lie in its file.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Located {
+pub struct Located {
     /// Its first byte.
     pub start: u64,
     /// Its length in bytes.
@@ -48,11 +48,27 @@ pub(crate) struct Located {
     pub crc: Option<u32>,
 }
 
-/// A file's storages by key, sorted: 48 bytes a storage where a hash map
-/// of keys with a zip entry each took 250 (a million storages).
+/// A file's storages by key, sorted: 30 bytes a storage (a million of
+/// them) where a boxed key beside each place took 48, and a hash map of
+/// keys with a zip entry each 250. The walk that names the tensors
+/// resolves their storages' keys here, so that no other copy of the keys
+/// is made.
 #[derive(Debug, Default)]
-pub(crate) struct Storages {
-    by_key: Vec<(Box<str>, Located)>,
+pub struct Storages {
+    /// Every key, one after another, in key order.
+    keys: String,
+    by_key: Vec<Stored>,
+}
+
+/// One storage in [`Storages`]: 24 bytes.
+#[derive(Debug, Clone, Copy)]
+struct Stored {
+    start: u64,
+    len: u64,
+    /// Where its key ends in [`Storages::keys`] (the last one's end starts it).
+    key_end: u32,
+    /// Its CRC-32, 0 for none: what torch writes when it computed none.
+    crc: u32,
 }
 
 impl Storages {
@@ -62,31 +78,81 @@ impl Storages {
         if let Some(w) = list.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(bad(PyTorchError::ListedTwice(w[0].0.to_string())));
         }
-        Ok(Storages { by_key: list })
+        let bytes: usize = list.iter().map(|(k, _)| k.len()).sum();
+        if u32::try_from(bytes).is_err() {
+            return Err(bad(PyTorchError::StorageKeys(bytes as u64)));
+        }
+        let mut table = Storages {
+            keys: String::with_capacity(bytes),
+            by_key: Vec::with_capacity(list.len()),
+        };
+        for (key, at) in list {
+            table.keys.push_str(&key);
+            table.by_key.push(Stored {
+                start: at.start,
+                len: at.len,
+                key_end: table.keys.len() as u32,
+                crc: at.crc.unwrap_or(0),
+            });
+        }
+        Ok(table)
+    }
+
+    /// Every storage `p` declares, as if a file held each at the length
+    /// its first declaration gives: what a pickle's views are checked
+    /// against with no file at hand (tests, fuzzing).
+    #[cfg(any(test, feature = "internals"))]
+    pub fn declared(p: &pickle::Pickled) -> Result<Storages> {
+        let list = model::first_declarations(p)
+            .into_iter()
+            .map(|(key, decl)| {
+                let len = decl.bytes().unwrap_or(u64::MAX);
+                let place = Located {
+                    start: 0,
+                    len,
+                    crc: None,
+                };
+                (key, place)
+            })
+            .collect();
+        Storages::new(list)
     }
 
     /// Storage `key`'s index and place.
-    fn find(&self, key: &str) -> Option<(u32, Located)> {
-        let i = self.by_key.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
-        Some((i as u32, self.by_key[i].1))
+    pub(crate) fn find(&self, key: &str) -> Option<(u32, Located)> {
+        // A binary search by index: a key's start is its neighbour's end.
+        let (mut lo, mut hi) = (0, self.by_key.len() as u32);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (k, at) = self.get(mid);
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some((mid, at)),
+            }
+        }
+        None
     }
 
-    fn get(&self, i: u32) -> (&str, Located) {
-        let (k, l) = &self.by_key[i as usize];
-        (k, *l)
+    /// Storage `i`'s key and place.
+    pub fn get(&self, i: u32) -> (&str, Located) {
+        let i = i as usize;
+        let s = self.by_key[i];
+        let from = i
+            .checked_sub(1)
+            .map_or(0, |p| self.by_key[p].key_end as usize);
+        let place = Located {
+            start: s.start,
+            len: s.len,
+            crc: (s.crc != 0).then_some(s.crc),
+        };
+        (&self.keys[from..s.key_end as usize], place)
     }
-}
 
-/// One tensor's place: its file, its storage (an index in the file's
-/// [`Storages`]), its first element and, unless it is contiguous, its
-/// strides. 32 bytes: the shape is its [`TensorMeta`]'s, the width and
-/// byte order follow from the dtype and the file.
-#[derive(Debug, Clone)]
-struct Placed {
-    file: u32,
-    index: u32,
-    offset: u64,
-    stride: Option<Box<[u64]>>,
+    /// How many storages there are.
+    pub(crate) fn len(&self) -> usize {
+        self.by_key.len()
+    }
 }
 
 /// One checkpoint file, parsed and located.
@@ -108,7 +174,9 @@ pub(crate) struct PyTorchSource {
     files: Vec<Arc<File>>,
     stamps: Vec<super::Stamp>,
     tensors: Vec<TensorMeta>,
-    placed: Vec<Placed>,
+    placed: Vec<Place>,
+    /// The strides of the views that are not contiguous.
+    strides: Strides,
     metadata: Metadata,
     skipped: usize,
     skipped_paths: Vec<String>,
@@ -173,8 +241,8 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     };
     if legacy::is_legacy(&first[..got]) {
         let c = legacy::open(&file, len)?;
-        let tree = model::tensors(&c.main, naming)?;
         let storages = legacy::locate(&file, len, &c, &model::all_storages(&c.main)?)?;
+        let tree = model::tensors(&c.main, naming, &storages)?;
         return Ok(Part {
             file,
             len,
@@ -189,13 +257,19 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     let c = zipfmt::open(&file, &entries, dir_start)?;
     // Each phase frees what the next does not need before it allocates:
     // the directory (a million storages' entries) before the pickle is
-    // read, the pickle's bytes (100 MB) before its tensors are named.
+    // read, the pickle's bytes (100 MB) and memo before its tensors are
+    // named, the pickle's values before the tensors are checked; and
+    // hands it back to the system when it is that large.
+    let large = c.pickle.0.uncompressed >= LARGE_PICKLE;
     drop(entries);
+    return_freed_memory(large);
     let pickle = zipfmt::read_pickle(&file, &c)?;
     let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
     drop(pickle);
-    let tree = model::tensors(&p, naming)?;
+    return_freed_memory(large);
+    let tree = model::tensors(&p, naming, &c.storages)?;
     drop(p);
+    return_freed_memory(large);
     Ok(Part {
         file,
         len,
@@ -207,40 +281,48 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     })
 }
 
+/// A pickle from this many bytes (about 100,000 tensors) frees enough
+/// between the phases of its opening to hand back at once.
+const LARGE_PICKLE: u64 = 10 << 20;
+
+/// Hands memory freed so far back to the system now, when `worth_it`.
+/// The `convert` binary's allocator (mimalloc, with the `cli` feature)
+/// keeps freed pages for a while, and the next phase of opening a large
+/// checkpoint (the unpickler's values, then the tensors' records) comes
+/// from fresh pages meanwhile: each phase's peak would add the last's.
+/// Without the feature the allocator is the library user's, left alone.
+/// For a small checkpoint the purge only costs: its pages would soon be
+/// faulted in again (benches/README.md, "Copy path").
+fn return_freed_memory(worth_it: bool) {
+    if !worth_it {
+        return;
+    }
+    // SAFETY: mi_collect takes no pointers and may be called from any
+    // thread at any time; with another global allocator it only tidies
+    // mimalloc's own (unused) heap.
+    #[cfg(feature = "cli")]
+    #[allow(unsafe_code)]
+    unsafe {
+        libmimalloc_sys::mi_collect(true)
+    };
+}
+
 /// What makes two views identical: file, storage, dtype, and shape,
 /// stride and offset (a `u64::MAX` between shape and stride).
-type TieKey = (usize, u32, Dtype, Vec<u64>);
+type TieKey = (u32, u32, Dtype, Vec<u64>);
 
-fn tie_key(file: usize, t: &model::Found) -> TieKey {
-    let v = t.view();
+fn tie_key(t: &TensorMeta, p: Place, stride: Option<&[u64]>) -> TieKey {
+    let v = model::view(t, p, stride);
     let mut key = v.shape.clone();
     key.push(u64::MAX);
     key.extend_from_slice(&v.stride);
     key.push(v.offset);
-    (file, t.storage, t.dtype, key)
+    (p.file, p.storage, t.dtype, key)
 }
 
-/// Tensor `t`'s storage in `part`, checked: in the file, of the size the
-/// pickle declares, and not viewed past [`MAX_VIEW_EXPANSION`] times its
-/// bytes unless allowed.
-fn checked_storage(
-    part: &Part,
-    t: &model::Found,
-    options: &SourceOptions,
-) -> Result<(u32, Located)> {
-    let (key, decl) = &part.tree.storages[t.storage as usize];
-    let (index, loc) = part
-        .storages
-        .find(key)
-        .ok_or_else(|| bad(PyTorchError::NotInFile(key.to_string())))?;
-    if decl.bytes() != Some(loc.len) {
-        return Err(bad(PyTorchError::StorageSize {
-            key: key.to_string(),
-            bytes: loc.len,
-            numel: decl.numel,
-            elem: decl.elem,
-        }));
-    }
+/// Refuses tensor `t`, which views `loc`, past [`MAX_VIEW_EXPANSION`]
+/// times its storage's bytes unless allowed; its bytes.
+fn checked_expansion(t: &TensorMeta, loc: Located, options: &SourceOptions) -> Result<u64> {
     let bytes = numel(&t.shape)
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
@@ -251,7 +333,38 @@ fn checked_storage(
             factor: MAX_VIEW_EXPANSION,
         }));
     }
-    Ok((index, loc))
+    Ok(bytes)
+}
+
+/// Appends `more` to `all`, which ends up holding room for `total`: the
+/// first list is moved, not copied (one file: no copy at all).
+fn join<T>(all: &mut Vec<T>, mut more: Vec<T>, total: usize) {
+    if all.is_empty() {
+        *all = more;
+    } else {
+        all.append(&mut more);
+    }
+    all.reserve_exact(total.saturating_sub(all.len()));
+}
+
+/// The first name in `tensors` that an earlier one already has.
+fn first_repeated(tensors: &[TensorMeta]) -> Option<String> {
+    // Indices into the list (4 bytes each, no copies of the names).
+    let mut seen = NameIndex::with_capacity(tensors.len());
+    tensors.iter().enumerate().find_map(|(k, t)| {
+        seen.insert(k, &t.name, |i| tensors[i].name.as_str())
+            .map(|_| t.name.clone())
+    })
+}
+
+/// Groups of identical views, each in checkpoint order.
+fn tied(tensors: &[TensorMeta], places: &[Place], strides: &Strides) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<TieKey, Vec<usize>> = BTreeMap::new();
+    for (k, (t, &p)) in tensors.iter().zip(places).enumerate() {
+        let key = tie_key(t, p, model::stride_of(strides, k));
+        groups.entry(key).or_default().push(k);
+    }
+    groups.into_values().filter(|g| g.len() > 1).collect()
 }
 
 impl PyTorchSource {
@@ -316,6 +429,7 @@ impl PyTorchSource {
             stamps: Vec::with_capacity(parts.len()),
             tensors: Vec::new(),
             placed: Vec::new(),
+            strides: Vec::new(),
             metadata: Metadata::new(),
             skipped: 0,
             skipped_paths: Vec::new(),
@@ -324,59 +438,42 @@ impl PyTorchSource {
             storages: Vec::with_capacity(parts.len()),
             big_endian: Vec::with_capacity(parts.len()),
         };
-        // Both lists built once at their size.
+        // Both lists built once at their size: one file's are moved whole.
         let count = parts.iter().map(|p| p.tree.tensors.len()).sum();
-        src.tensors.reserve_exact(count);
-        src.placed.reserve_exact(count);
         // Bytes the tensors would write, and their distinct storages' bytes.
         let (mut planned, mut stored) = (0u64, 0u64);
-        // Storages counted, by (file, first byte): no copy of their keys.
-        let mut counted = HashSet::new();
         src.metadata.insert("format".into(), "pt".into());
-        // Names seen, as indices into the list (4 bytes each, no copies).
-        let mut seen = NameIndex::with_capacity(0);
-        // Identical views are tied; grouped only when asked for.
-        let mut groups: BTreeMap<TieKey, Vec<usize>> = BTreeMap::new();
         for (fi, mut part) in parts.into_iter().enumerate() {
-            src.skipped += part.tree.skipped;
-            src.skipped_paths
-                .extend(std::mem::take(&mut part.tree.skipped_paths));
-            for t in std::mem::take(&mut part.tree.tensors) {
-                let k = src.tensors.len();
-                if seen
-                    .insert(k, &t.name, |i| src.tensors[i].name.as_str())
-                    .is_some()
-                {
-                    return Err(Error::new(HeaderError::DuplicateTensor {
-                        name: t.name,
-                        inputs: None,
-                    }));
-                }
-                let (index, loc) =
-                    checked_storage(&part, &t, options).map_err(|e| e.with_tensor(&t.name))?;
-                let width = model::width(t.dtype);
-                planned = planned.saturating_add(numel(&t.shape).unwrap_or(0) * width);
-                if counted.insert((fi, loc.start)) {
+            let mut tree = std::mem::take(&mut part.tree);
+            src.skipped += tree.skipped;
+            src.skipped_paths.append(&mut tree.skipped_paths);
+            // Storages counted once each: a flag a storage, no key copied.
+            let mut counted = vec![false; part.storages.len()];
+            for (t, p) in tree.tensors.iter().zip(tree.places.iter_mut()) {
+                p.file = fi as u32;
+                let loc = part.storages.get(p.storage).1;
+                let bytes =
+                    checked_expansion(t, loc, options).map_err(|e| e.with_tensor(&t.name))?;
+                planned = planned.saturating_add(bytes);
+                if !std::mem::replace(&mut counted[p.storage as usize], true) {
                     stored = stored.saturating_add(loc.len);
                 }
-                if options.dedupe_tied {
-                    groups.entry(tie_key(fi, &t)).or_default().push(k);
-                }
-                // Contiguous views are read as bytes: their strides are moot.
-                let contiguous = t.stride.is_none() || t.view().is_contiguous();
-                let stride = t.stride.filter(|_| !contiguous);
-                src.placed.push(Placed {
-                    file: fi as u32,
-                    index,
-                    offset: t.offset,
-                    stride,
-                });
-                src.tensors.push(TensorMeta::new(t.name, t.dtype, t.shape));
             }
+            let base = src.tensors.len() as u32;
+            join(&mut src.tensors, tree.tensors, count);
+            join(&mut src.placed, tree.places, count);
+            let strides = tree.strides.into_iter();
+            src.strides.extend(strides.map(|(k, s)| (base + k, s)));
             src.stamps.push(super::Stamp::of(&part.file, part.len));
             src.files.push(Arc::new(part.file));
             src.storages.push((part.storages, part.data_prefix));
             src.big_endian.push(part.big_endian);
+        }
+        if let Some(name) = first_repeated(&src.tensors) {
+            return Err(Error::new(HeaderError::DuplicateTensor {
+                name,
+                inputs: None,
+            }));
         }
         if !options.allow_expanded_views && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION) {
             return Err(bad(PyTorchError::Expanded {
@@ -385,8 +482,15 @@ impl PyTorchSource {
                 stored,
             }));
         }
-        // Each group in checkpoint order: its indices were pushed in turn.
-        src.tied = groups.into_values().filter(|g| g.len() > 1).collect();
+        if options.dedupe_tied {
+            src.tied = tied(&src.tensors, &src.placed, &src.strides);
+        }
+        // Contiguous views are read as bytes: their strides are moot.
+        let (tensors, placed) = (&src.tensors, &src.placed);
+        src.strides.retain(|(k, s)| {
+            let k = *k as usize;
+            !model::view(&tensors[k], placed[k], Some(s)).is_contiguous()
+        });
         Ok(src)
     }
 
@@ -436,7 +540,7 @@ impl PyTorchSource {
     /// Where tensor `k`'s storage lies.
     fn storage(&self, k: usize) -> Located {
         let p = &self.placed[k];
-        self.storages[p.file as usize].0.get(p.index).1
+        self.storages[p.file as usize].0.get(p.storage).1
     }
 
     /// The zip member holding tensor `k`'s storage, when it has a CRC-32
@@ -444,7 +548,7 @@ impl PyTorchSource {
     fn member(&self, k: usize) -> Option<ZipEntry> {
         let p = &self.placed[k];
         let (storages, prefix) = &self.storages[p.file as usize];
-        let (key, loc) = storages.get(p.index);
+        let (key, loc) = storages.get(p.storage);
         Some(ZipEntry {
             name: format!("{prefix}{key}"),
             method: Method::Stored,
@@ -458,17 +562,12 @@ impl PyTorchSource {
 
     /// Tensor `k`'s view of its storage; a contiguous one gets C strides.
     fn view(&self, k: usize) -> View {
-        let (p, t) = (&self.placed[k], &self.tensors[k]);
-        let stride = match &p.stride {
-            Some(s) => s.to_vec(),
-            None => strided::c_strides(&t.shape),
-        };
-        View {
-            offset: p.offset,
-            shape: t.shape.clone(),
-            stride,
-            width: model::width(t.dtype),
-        }
+        model::view(&self.tensors[k], self.placed[k], self.stride(k))
+    }
+
+    /// Tensor `k`'s strides, unless it is contiguous.
+    fn stride(&self, k: usize) -> Option<&[u64]> {
+        model::stride_of(&self.strides, k)
     }
 
     fn transform(&self, k: usize) -> Transform {
@@ -514,7 +613,7 @@ impl Source for PyTorchSource {
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
-        if self.placed[k].stride.is_some() {
+        if self.stride(k).is_some() {
             return None;
         }
         let (offset, len) = self.span(k);
@@ -541,7 +640,7 @@ impl Source for PyTorchSource {
         async move {
             let file = &self.files[self.placed[k].file as usize];
             let storage = self.storage(k);
-            let contiguous = self.placed[k].stride.is_none();
+            let contiguous = self.stride(k).is_none();
             let (offset, len) = self.span(k);
             let whole = len == storage.len && offset == storage.start;
             if !(whole && contiguous) {
@@ -562,5 +661,48 @@ impl Source for PyTorchSource {
             Ok(data.with_transform(self.transform(k)))
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(start: u64, crc: Option<u32>) -> Located {
+        Located {
+            start,
+            len: start + 1,
+            crc,
+        }
+    }
+
+    #[test]
+    fn storages_find_every_key_and_its_place() {
+        let keys = ["10", "2", "", "1", "data/x", "ü"];
+        let list = keys
+            .iter()
+            .zip(0..)
+            .map(|(k, i)| ((*k).into(), at(i, (i % 2 == 1).then_some(i as u32))))
+            .collect();
+        let table = Storages::new(list).unwrap();
+        assert_eq!(table.len(), keys.len());
+        for (k, i) in keys.iter().zip(0..) {
+            let (index, place) = table.find(k).unwrap();
+            assert_eq!(table.get(index).0, *k);
+            assert_eq!((place.start, place.len), (i, i + 1));
+            assert_eq!(place.crc, (i % 2 == 1).then_some(i as u32));
+        }
+        for absent in ["0", "100", "data", "z"] {
+            assert!(table.find(absent).is_none(), "{absent}");
+        }
+        let sorted: Vec<&str> = (0..keys.len() as u32).map(|i| table.get(i).0).collect();
+        assert_eq!(sorted, ["", "1", "10", "2", "data/x", "ü"]);
+    }
+
+    #[test]
+    fn storages_refuse_a_key_listed_twice() {
+        let list = vec![("7".into(), at(0, None)), ("7".into(), at(1, None))];
+        let e = Storages::new(list).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::PyTorch(PyTorchError::ListedTwice(k)) if k == "7"));
     }
 }

@@ -8,9 +8,13 @@
 //! pickle's [`Budget`]: a key shared through the memo costs its length
 //! every time a path goes through it.
 
+use std::borrow::Cow;
+
 use super::pickle::{Budget, Global, Id, Node, Pickled};
 use super::strided::{c_strides, View};
+use super::Storages;
 use crate::header::names::NameIndex;
+use crate::header::TensorMeta;
 use crate::{Dtype, Error, ErrorKind, PickleError, PyTorchError, Result, StorageShape};
 
 /// Deeper nesting than this is refused (a checkpoint is a few levels deep).
@@ -47,52 +51,64 @@ impl StorageDecl {
     }
 }
 
-/// One tensor found in the tree.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
-    /// Its dotted name.
-    pub name: String,
-    /// The storage it views: its index in [`Tree::storages`].
+/// Where one tensor lies: its file (set by the source that holds several),
+/// its storage (an index in the [`Storages`] the walk resolved it
+/// against) and its first element. 16 bytes; its name, dtype and shape
+/// are its [`TensorMeta`]'s, and strides other than C order's are listed
+/// apart ([`Tree::strides`]): few tensors have them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// The file's index among a sharded checkpoint's (0 from the walk).
+    pub file: u32,
+    /// The storage it views: its index in the [`Storages`].
     pub storage: u32,
-    /// Its element type.
-    pub dtype: Dtype,
     /// Its first element's index in the storage.
     pub offset: u64,
-    /// Its shape.
-    pub shape: Vec<u64>,
-    /// Its strides in elements; `None` for C order's, as most tensors
-    /// have (16 bytes a tensor, not a list).
-    pub stride: Option<Box<[u64]>>,
 }
 
-impl Found {
-    /// Its view of its storage.
-    pub fn view(&self) -> View {
-        View {
-            offset: self.offset,
-            shape: self.shape.clone(),
-            stride: self
-                .stride
-                .as_deref()
-                .map_or_else(|| c_strides(&self.shape), <[u64]>::to_vec),
-            width: width(self.dtype),
-        }
+/// Strides in elements other than C order's, by the index of their tensor,
+/// in order.
+pub type Strides = Vec<(u32, Box<[u64]>)>;
+
+/// The strides `strides` lists for tensor `k`; `None`: C order's.
+pub fn stride_of(strides: &[(u32, Box<[u64]>)], k: usize) -> Option<&[u64]> {
+    let i = strides
+        .binary_search_by_key(&k, |(i, _)| *i as usize)
+        .ok()?;
+    Some(&strides[i].1)
+}
+
+/// Tensor `t`'s view of its storage, at `p` with `stride` (`None`: C order).
+pub fn view(t: &TensorMeta, p: Place, stride: Option<&[u64]>) -> View {
+    View {
+        offset: p.offset,
+        shape: t.shape.clone(),
+        stride: stride.map_or_else(|| c_strides(&t.shape), <[u64]>::to_vec),
+        width: width(t.dtype),
     }
 }
 
-/// Every tensor, the storages they use and how many leaves were skipped.
+/// Every tensor, where it lies, and how many leaves were skipped. The
+/// walk builds what the source keeps (a [`TensorMeta`] and a [`Place`]
+/// a tensor) and nothing beside it: a million tensors' records are built
+/// once, while the pickle's values are still held.
 #[derive(Debug, Clone, Default)]
 pub struct Tree {
     /// Tensors in the checkpoint's order.
-    pub tensors: Vec<Found>,
-    /// Storages by key, in the order tensors first use them (each key
-    /// once, not once a tensor: a million keys are 40 bytes each).
-    pub storages: Vec<(Box<str>, StorageDecl)>,
+    pub tensors: Vec<TensorMeta>,
+    /// Where each of them lies, in the same order.
+    pub places: Vec<Place>,
+    /// The strides of those not in C order.
+    pub strides: Strides,
     /// Non-tensor leaves skipped (numbers, strings, None...).
     pub skipped: usize,
     /// Where the first [`MAX_SKIPPED_PATHS`] skipped leaves were (dotted paths).
     pub skipped_paths: Vec<String>,
 }
+
+/// A tensor as its rebuild call gives it: dtype, shape, place and strides
+/// unless they are C order's.
+type Built = (Dtype, Vec<u64>, Place, Option<Box<[u64]>>);
 
 /// Skipped leaves listed by path; past this only the count grows.
 pub const MAX_SKIPPED_PATHS: usize = 1000;
@@ -157,41 +173,49 @@ pub fn width(d: Dtype) -> u64 {
     d.bits() / 8
 }
 
+/// A storage's first declaration, as [`Walker::declared`] keeps it: its
+/// dtype (`None`: untyped) once declared. The element count follows from
+/// the file's length, which the first declaration must match: one byte a
+/// storage, not a copy of its key and declaration.
+type FirstDecl = Option<Option<Dtype>>;
+
 struct Walker<'a> {
     p: &'a Pickled,
+    /// The storages the checkpoint's file holds, by key.
+    storages: &'a Storages,
+    /// Each storage's first declaration, by its index in `storages`.
+    declared: Vec<FirstDecl>,
     tree: Tree,
-    /// `tree.storages` by key.
-    keys: NameIndex,
     visits: usize,
     budget: Budget,
 }
 
 impl<'a> Walker<'a> {
-    fn new(p: &'a Pickled) -> Self {
+    fn new(p: &'a Pickled, storages: &'a Storages) -> Self {
         Walker {
             p,
+            storages,
+            declared: Vec::new(),
             tree: Tree::default(),
-            keys: NameIndex::with_capacity(0),
             visits: 0,
             budget: p.budget,
         }
     }
 }
 
-/// Finds every tensor in `p`, named as [`Naming`] says.
-pub fn tensors(p: &Pickled, naming: &Naming) -> Result<Tree> {
-    let mut w = Walker::new(p);
-    // Room for every tensor call and storage the arena holds: the lists
-    // are built once at their size (a Vec doubling holds up to 3x while
-    // it moves).
-    let (mut calls, mut storages) = (0, 0);
-    for id in 0..p.len() as Id {
-        calls += usize::from(w.tensor_call(id).is_some());
-        storages += usize::from(matches!(p.get(id), Node::Persistent(_)));
-    }
+/// Finds every tensor in `p`, named as [`Naming`] says, each resolved
+/// against `storages` (the file's): a storage the file lacks, or whose
+/// length is not what the pickle declares, is refused naming the tensor.
+pub fn tensors(p: &Pickled, naming: &Naming, storages: &Storages) -> Result<Tree> {
+    let mut w = Walker::new(p, storages);
+    // Room for every tensor call the arena holds: the lists are built
+    // once at their size (a Vec doubling holds up to 3x while it moves).
+    let calls = (0..p.len() as Id)
+        .filter(|&id| w.tensor_call(id).is_some())
+        .count();
     w.tree.tensors.reserve_exact(calls);
-    w.tree.storages.reserve_exact(storages);
-    w.keys = NameIndex::with_capacity(storages);
+    w.tree.places.reserve_exact(calls);
+    w.declared = vec![None; storages.len()];
     let mut root = p.root;
     let mut prefix = String::new();
     if let Some(key) = &naming.root {
@@ -259,16 +283,64 @@ fn leaf(node: Node) -> Option<String> {
 /// Every storage any persistent id in `p` declares, reached by a tensor or
 /// not: the legacy format needs each one's size to find the next.
 pub fn all_storages(p: &Pickled) -> Result<Vec<(Box<str>, StorageDecl)>> {
-    let mut w = Walker::new(p);
-    for id in 0..p.len() as Id {
-        if matches!(p.get(id), Node::Persistent(_)) {
-            w.storage(Some(&id))?;
-        }
-    }
-    Ok(w.tree.storages)
+    declarations(p, true)
 }
 
-impl Walker<'_> {
+/// Each storage as the first persistent id in `p` that declares it well
+/// does: a table like a file's (one length a key), for checking a pickle's
+/// views with no file at hand, where the walk still refuses what the
+/// tensors reach (a bad persistent id, a second declaration that differs).
+#[cfg(any(test, feature = "internals"))]
+pub(crate) fn first_declarations(p: &Pickled) -> Vec<(Box<str>, StorageDecl)> {
+    declarations(p, false).unwrap_or_default()
+}
+
+/// The storages `p`'s persistent ids declare, each key once; `strict`:
+/// a persistent id that is not a storage's, or a key declared twice
+/// differently, is refused, else skipped.
+fn declarations(p: &Pickled, strict: bool) -> Result<Vec<(Box<str>, StorageDecl)>> {
+    let none = Storages::default();
+    let w = Walker::new(p, &none);
+    let mut list: Vec<(Box<str>, StorageDecl)> = Vec::new();
+    let mut keys = NameIndex::with_capacity(0);
+    for id in 0..p.len() as Id {
+        if !matches!(p.get(id), Node::Persistent(_)) {
+            continue;
+        }
+        let (key, decl) = match w.declaration(Some(&id)) {
+            Ok(d) => d,
+            Err(e) if strict => return Err(e),
+            Err(_) => continue,
+        };
+        let next = list.len();
+        match keys.insert(next, &key, |i| &list[i].0) {
+            Some(i) if strict => same_declaration(&key, list[i].1, decl)?,
+            Some(_) => {}
+            None => list.push((key.into(), decl)),
+        }
+    }
+    Ok(list)
+}
+
+/// Refuses a storage declared twice, differently: torch keeps the first
+/// declaration, other readers the last, so two different ones are two
+/// answers (torch.save itself refuses to write one storage as two types).
+fn same_declaration(key: &str, first: StorageDecl, second: StorageDecl) -> Result<()> {
+    if first == second {
+        return Ok(());
+    }
+    let shape = |d: StorageDecl| StorageShape {
+        numel: d.numel,
+        dtype: d.dtype,
+    };
+    Err(bad(PyTorchError::DeclaredTwice {
+        key: key.into(),
+        first: shape(first),
+        second: shape(second),
+    }))
+}
+
+impl<'a> Walker<'a> {
     /// The value under string key `key` of dict `id`.
     fn child(&self, id: Id, key: &str) -> Option<Id> {
         let Node::Dict(items) = self.p.get(id) else {
@@ -399,17 +471,21 @@ impl Walker<'_> {
             ))));
         }
         if let Some((func, args, _)) = self.tensor_call(id) {
-            let t = self
+            let (dtype, shape, place, stride) = self
                 .tensor(func, args, 0)
                 .map_err(|e| e.with_tensor(&*name))?;
             if name.is_empty() {
                 return Err(bad(PyTorchError::EmptyName));
             }
             self.budget.charge(name.len(), "tensor names")?;
-            self.tree.tensors.push(Found {
-                name: name.clone(),
-                ..t
-            });
+            self.tree
+                .tensors
+                .push(TensorMeta::new(name.clone(), dtype, shape));
+            if let Some(stride) = stride {
+                let k = self.tree.places.len() as u32;
+                self.tree.strides.push((k, stride));
+            }
+            self.tree.places.push(place);
             return Ok(());
         }
         match self.p.get(id) {
@@ -452,17 +528,22 @@ impl Walker<'_> {
         }
     }
 
+    /// A tuple or list of ints, in a list of its exact length (collecting
+    /// through a `Result` would give a shape of one dimension room for
+    /// four, 24 bytes more a tensor).
     fn ints(&self, id: Option<&Id>, what: &'static str) -> Result<Vec<u64>> {
-        match id.map(|&i| self.p.get(i)) {
-            Some(Node::Tuple(v) | Node::List(v)) => {
-                v.iter().map(|i| self.int(Some(i), what)).collect()
-            }
-            _ => Err(bad(PyTorchError::NotTuple(what))),
+        let Some(Node::Tuple(v) | Node::List(v)) = id.map(|&i| self.p.get(i)) else {
+            return Err(bad(PyTorchError::NotTuple(what)));
+        };
+        let mut out = Vec::with_capacity(v.len());
+        for i in v {
+            out.push(self.int(Some(i), what)?);
         }
+        Ok(out)
     }
 
     /// A tensor from its rebuild call (parameters unwrap to their data).
-    fn tensor(&mut self, func: Global, args: Id, depth: usize) -> Result<Found> {
+    fn tensor(&mut self, func: Global, args: Id, depth: usize) -> Result<Built> {
         if depth > 4 {
             return Err(bad(PyTorchError::WrappedTooDeeply));
         }
@@ -499,9 +580,10 @@ impl Walker<'_> {
         }
     }
 
-    fn rebuild(&mut self, func: Global, a: &[Id]) -> Result<Found> {
-        let (index, decl, storage_dtype) = self.storage(a.first())?;
-        let key = &*self.tree.storages[index as usize].0;
+    fn rebuild(&mut self, func: Global, a: &[Id]) -> Result<Built> {
+        let (index, decl) = self.storage(a.first())?;
+        let storage_dtype = decl.dtype;
+        let key = self.storages.get(index).0;
         let offset = self.int(a.get(1), "storage_offset")?;
         let shape = self.ints(a.get(2), "size")?;
         let stride = self.ints(a.get(3), "stride")?;
@@ -552,50 +634,82 @@ impl Walker<'_> {
             }));
         }
         let stride = (view.stride != c_strides(&view.shape)).then(|| view.stride.into());
-        Ok(Found {
-            name: String::new(),
+        let place = Place {
+            file: 0,
             storage: index,
-            dtype,
             offset: view.offset,
-            shape: view.shape,
-            stride,
-        })
+        };
+        Ok((dtype, view.shape, place, stride))
     }
 
-    /// `('storage', class, key, location, numel[, view_metadata])`.
-    /// The storage's index in `tree.storages`, its declaration and dtype.
-    fn storage(&mut self, id: Option<&Id>) -> Result<(u32, StorageDecl, Option<Dtype>)> {
-        let pid = match id.map(|&i| self.p.get(i)) {
+    /// `('storage', class, key, location, numel[, view_metadata])`: the
+    /// storage's index in the file's [`Storages`] and its declaration,
+    /// which must give the file's length and agree with any declaration
+    /// of the same key before it.
+    fn storage(&mut self, id: Option<&Id>) -> Result<(u32, StorageDecl)> {
+        let (key, decl) = self.declaration(id)?;
+        let (index, loc) = self
+            .storages
+            .find(&key)
+            .ok_or_else(|| bad(PyTorchError::NotInFile(key.to_string())))?;
+        match self.declared[index as usize] {
+            Some(dtype) => {
+                let elem = dtype.map_or(1, width);
+                let first = StorageDecl {
+                    elem,
+                    numel: loc.len / elem,
+                    dtype,
+                };
+                same_declaration(&key, first, decl)?;
+            }
+            None => {
+                let bytes = decl
+                    .bytes()
+                    .ok_or_else(|| bad(PyTorchError::StorageOverflow(key.to_string())))?;
+                if bytes != loc.len {
+                    return Err(bad(PyTorchError::StorageSize {
+                        key: key.to_string(),
+                        bytes: loc.len,
+                        numel: decl.numel,
+                        elem: decl.elem,
+                    }));
+                }
+                self.declared[index as usize] = Some(decl.dtype);
+            }
+        }
+        Ok((index, decl))
+    }
+
+    /// The key and declaration of persistent id `id`.
+    fn declaration(&self, id: Option<&Id>) -> Result<(Cow<'a, str>, StorageDecl)> {
+        let p: &'a Pickled = self.p;
+        let pid = match id.map(|&i| p.get(i)) {
             Some(Node::Persistent(pid)) => pid,
             _ => return Err(bad(PyTorchError::StorageNotPersistent)),
         };
-        let Node::Tuple(f) = self.p.get(pid) else {
+        let Node::Tuple(f) = p.get(pid) else {
             return Err(bad(PyTorchError::PersistentIdNotTuple));
         };
-        if !matches!(f.first().map(|&i| self.p.get(i)), Some(Node::Str(s)) if s == "storage") {
+        if !matches!(f.first().map(|&i| p.get(i)), Some(Node::Str(s)) if s == "storage") {
             return Err(bad(PyTorchError::PersistentIdNotStorage));
         }
-        let dtype = match f.get(1).map(|&i| self.p.get(i)) {
+        let dtype = match f.get(1).map(|&i| p.get(i)) {
             Some(Node::Global(Global::Storage(c))) => storage_dtype(c).map_err(bad)?,
             _ => return Err(bad(PyTorchError::StorageTypeNotClass)),
         };
-        let number;
-        let key = match f.get(2).map(|&i| self.p.get(i)) {
-            Some(Node::Str(s)) => s,
-            Some(Node::Int(i)) => {
-                number = i.to_string();
-                number.as_str()
-            }
+        let key = match f.get(2).map(|&i| p.get(i)) {
+            Some(Node::Str(s)) => Cow::Borrowed(s),
+            Some(Node::Int(i)) => Cow::Owned(i.to_string()),
             _ => return Err(bad(PyTorchError::StorageKeyNotString)),
         };
-        match f.get(3).map(|&i| self.p.get(i)) {
+        match f.get(3).map(|&i| p.get(i)) {
             Some(Node::Str(loc)) if loc == "cpu" || loc.starts_with("cuda") || loc == "mps" => {}
             Some(Node::Str(loc)) => return Err(bad(PyTorchError::Device(loc.to_string()))),
             _ => return Err(bad(PyTorchError::LocationNotString)),
         }
         let numel = self.int(f.get(4), "storage size")?;
         if let Some(&vm) = f.get(5) {
-            if self.p.get(vm) != Node::None {
+            if p.get(vm) != Node::None {
                 return Err(bad(PyTorchError::LegacyView));
             }
         }
@@ -604,30 +718,7 @@ impl Walker<'_> {
             numel,
             dtype,
         };
-        let storages = &mut self.tree.storages;
-        let next = storages.len();
-        let seen = self.keys.insert(next, key, |i| &storages[i].0);
-        match seen.map(|i| (i, storages[i].1)) {
-            // torch keeps the first declaration, other readers the last:
-            // two different ones are two answers, refused (torch.save itself
-            // refuses to write one storage as two types).
-            Some((_, d)) if d != decl => {
-                let shape = |d: StorageDecl| StorageShape {
-                    numel: d.numel,
-                    dtype: d.dtype,
-                };
-                Err(bad(PyTorchError::DeclaredTwice {
-                    key: key.into(),
-                    first: shape(d),
-                    second: shape(decl),
-                }))
-            }
-            Some((i, _)) => Ok((i as u32, decl, dtype)),
-            None => {
-                storages.push((key.into(), decl));
-                Ok((next as u32, decl, dtype))
-            }
-        }
+        Ok((key, decl))
     }
 }
 

@@ -478,26 +478,27 @@ impl Cell {
     }
 }
 
-/// Positions in a [`Pool`]'s chunk; a longer slice gets a chunk of its own.
+/// Positions in a [`Pool`]'s chunk unless it says otherwise; a longer
+/// slice gets a chunk of its own.
 const CHUNK: usize = 1 << 16;
 
-/// Values kept in chunks of [`CHUNK`]: growing never copies what is held
-/// (a `Vec` doubling holds up to three times its contents while it moves).
-/// A slice lies in one chunk, so its first position addresses it; one
-/// longer than a chunk takes a chunk of its size and the positions of as
-/// many chunks.
+/// Values kept in chunks of `N` positions: growing never copies what is
+/// held (a `Vec` doubling holds up to three times its contents while it
+/// moves). A slice lies in one chunk, so its first position addresses it;
+/// one longer than a chunk takes a chunk of its size and the positions of
+/// as many chunks.
 #[derive(Debug, Clone)]
-struct Pool<T> {
+struct Pool<T, const N: usize = CHUNK> {
     chunks: Vec<Vec<T>>,
 }
 
-impl<T> Default for Pool<T> {
+impl<T, const N: usize> Default for Pool<T, N> {
     fn default() -> Self {
         Pool { chunks: Vec::new() }
     }
 }
 
-impl<T: Copy> Pool<T> {
+impl<T: Copy, const N: usize> Pool<T, N> {
     /// Stores `items`; their first position.
     fn push(&mut self, items: &[T]) -> Result<u32> {
         if items.is_empty() {
@@ -505,47 +506,47 @@ impl<T: Copy> Pool<T> {
         }
         let room = self.chunks.last().map_or(0, |c| c.capacity() - c.len());
         if room < items.len() {
-            let slots = items.len().div_ceil(CHUNK);
-            self.chunks.push(Vec::with_capacity(items.len().max(CHUNK)));
+            let slots = items.len().div_ceil(N);
+            self.chunks.push(Vec::with_capacity(items.len().max(N)));
             // Placeholders keep the positions of the chunks it spans.
             self.chunks.extend((1..slots).map(|_| Vec::new()));
             if slots > 1 {
                 let start = self.chunks.len() - slots;
                 self.chunks[start].extend_from_slice(items);
-                return position(start, 0);
+                return Self::position(start, 0);
             }
         }
         let c = self.chunks.len() - 1;
         let chunk = &mut self.chunks[c];
         let at = chunk.len();
         chunk.extend_from_slice(items);
-        position(c, at)
+        Self::position(c, at)
     }
 
     fn slice(&self, s: Span) -> &[T] {
         if s.len == 0 {
             return &[];
         }
-        let (c, o) = (s.at as usize / CHUNK, s.at as usize % CHUNK);
+        let (c, o) = (s.at as usize / N, s.at as usize % N);
         &self.chunks[c][o..o + s.len as usize]
     }
 
     fn get(&self, at: u32) -> Option<&T> {
-        let (c, o) = (at as usize / CHUNK, at as usize % CHUNK);
+        let (c, o) = (at as usize / N, at as usize % N);
         self.chunks.get(c)?.get(o)
     }
 
     fn get_mut(&mut self, at: u32) -> Option<&mut T> {
-        let (c, o) = (at as usize / CHUNK, at as usize % CHUNK);
+        let (c, o) = (at as usize / N, at as usize % N);
         self.chunks.get_mut(c)?.get_mut(o)
     }
-}
 
-fn position(chunk: usize, at: usize) -> Result<u32> {
-    chunk
-        .checked_mul(CHUNK)
-        .and_then(|p| u32::try_from(p + at).ok())
-        .ok_or_else(|| err(PickleError::Positions))
+    fn position(chunk: usize, at: usize) -> Result<u32> {
+        chunk
+            .checked_mul(N)
+            .and_then(|p| u32::try_from(p + at).ok())
+            .ok_or_else(|| err(PickleError::Positions))
+    }
 }
 
 /// A parsed pickle: the arena and the value `STOP` returned.
@@ -664,11 +665,17 @@ enum Slot {
 /// goes to a map, so a crafted key cannot grow the list.
 #[derive(Default)]
 struct Memo {
-    dense: Pool<Id>,
+    dense: Pool<Id, MEMO_CHUNK>,
     dense_len: usize,
     sparse: HashMap<u32, Id>,
     len: usize,
 }
+
+/// The memo's chunks: 1 MiB, past what mimalloc (the `convert` binary's
+/// allocator) packs several of into one page, where the tuple items'
+/// 256 KiB chunks would share pages with them and keep them from being
+/// handed back when the memo is dropped (a million tensors: 32 MB).
+const MEMO_CHUNK: usize = 1 << 18;
 
 /// A key this far past the list's end still extends it.
 const MEMO_GAP: usize = 64;
@@ -1608,7 +1615,7 @@ mod tests {
 
     #[test]
     fn pools_keep_slices_whole_across_chunks() {
-        let mut pool = Pool::default();
+        let mut pool: Pool<u32> = Pool::default();
         let small: Vec<u32> = (0..1000).collect();
         let big: Vec<u32> = (0..(CHUNK as u32 * 2 + 5)).collect();
         let mut spans = Vec::new();
