@@ -98,11 +98,7 @@ pub async fn open_inputs(
     inputs: &[PathBuf],
     options: &ConvertOptions,
 ) -> Result<Vec<Box<dyn Source>>> {
-    let quiet = |_: &str| {};
-    let notice: &(dyn Fn(&str) + Send + Sync) = match &options.notice {
-        Some(n) => n.as_ref(),
-        None => &quiet,
-    };
+    let notice: &(dyn Fn(&str) + Send + Sync) = options.notice.as_deref().unwrap_or(&|_| {});
     let mut sources = Vec::with_capacity(inputs.len());
     for path in inputs {
         let resolved = crate::folder::resolve_input(path)?;
@@ -343,7 +339,7 @@ async fn write_shards(
             tensors: shard.refs.len(),
             sha256,
         };
-        dest.finish(writer, &written)?;
+        dest.finish(writer, &written);
         all.push(written);
     }
     // Every range was checked against the inputs' lengths when opened: an

@@ -117,21 +117,6 @@ pub(crate) struct Direct {
     pub(crate) writeback: Option<Arc<dyn Fn(u64) + Send + Sync>>,
 }
 
-impl Direct {
-    /// What to call as bytes land in the file: progress, and writeback.
-    fn on_landed(&self, watch: &Watch) -> impl Fn(u64) + Send + Sync + 'static {
-        let (progress, writeback) = (watch.progress.clone(), self.writeback.clone());
-        move |n| {
-            if let Some(p) = &progress {
-                p.bytes(n);
-            }
-            if let Some(w) = &writeback {
-                w(n);
-            }
-        }
-    }
-}
-
 /// Where one shard goes, and who hears of it.
 pub(crate) struct Shard<'a> {
     /// The output's name, in errors.
@@ -180,10 +165,10 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
     copy.sink.finish().await
 }
 
-/// Routes other than the stream's are chosen only with the output file.
-const BESIDE_ONLY_INTO_A_FILE: &str = "routes beside the sink only into a file";
-
 /// A shard being copied.
+/// What work beside the sink gives: bytes copied, or the job that failed.
+type Beside = std::result::Result<Copied, JobError>;
+
 struct Copy<'a, W> {
     sink: Sink<W>,
     shard: &'a ShardPlan,
@@ -273,10 +258,9 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             .write_tensor_data(opened.map_err(at_job)?, r.cast());
         written.await.map_err(at_job)?;
         let count = self.sink.take_overflowed();
-        Ok([Overflow { job: 0, count }]
-            .into_iter()
-            .filter(|o| o.count > 0)
-            .collect())
+        Ok(Vec::from_iter(
+            (count > 0).then_some(Overflow { job: 0, count }),
+        ))
     }
 
     /// A run of tensors whose bytes lie in files, straight into the output
@@ -287,15 +271,10 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         jobs: Vec<SpanJob>,
         routes: Vec<Route>,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
-        let d = self.to.direct.as_ref().expect(BESIDE_ONLY_INTO_A_FILE);
         let tensors = &self.shard.header.header().tensors[start..start + jobs.len()];
         let mut run = self.to.watch.run(tensors);
-        let (out, name) = (d.out.clone(), self.to.name.to_string());
-        let landed = d.on_landed(self.to.watch);
-        let size = self.to.sink_options.buffer_size;
-        let count = jobs.len();
-        self.beside_the_sink(count, move || {
-            copy_spans(&out, &name, &jobs, &routes, size, |n| {
+        self.beside_the_sink(jobs.len(), move |out, name, landed, size| {
+            copy_spans(out, name, &jobs, &routes, size, |n| {
                 landed(n);
                 run.landed(n);
             })
@@ -311,39 +290,54 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         start: usize,
         jobs: Vec<ReaderJob>,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
-        let d = self.to.direct.as_ref().expect(BESIDE_ONLY_INTO_A_FILE);
         let count = jobs.len();
         let header = self.shard.header.header();
         let entries = &header.tensors[start..start + count];
         let bytes: u64 = entries.iter().map(|t| t.len()).sum();
         let end = header.data_start() + entries.last().map_or(0, |t| t.end);
         let names: Vec<String> = entries.iter().map(|t| t.meta.name.clone()).collect();
-        let (out, name) = (d.out.clone(), self.to.name.to_string());
-        let landed = d.on_landed(self.to.watch);
         let watch = self.to.watch.clone();
-        let size = self.to.sink_options.buffer_size;
-        self.beside_the_sink(count, move || {
+        self.beside_the_sink(count, move |out, name, landed, size| {
             let started = |i: usize| watch.tensor(&names[i]);
-            let overflows = write_parallel(&out, &name, jobs, size, &started, &landed)?;
+            let overflows = write_parallel(out, name, jobs, size, &started, landed)?;
             // The sink writes at the file's offset: past these tensors.
             std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end))
-                .map_err(|e| JobError::new(count - 1, Error::io(e).with_output(&name)))?;
+                .map_err(|e| JobError::new(count - 1, Error::io(e).with_output(name)))?;
             Ok(Copied { bytes, overflows })
         })
         .await
     }
 
     /// Runs `work` on the blocking pool, where it writes the next `count`
-    /// tensors straight into the output file, after what the sink has
-    /// written (flushed first); then tells the sink they are there.
+    /// tensors straight into the output file (with its name, what to call
+    /// as bytes land, and the buffer size), after what the sink has written
+    /// (flushed first); then tells the sink they are there.
     async fn beside_the_sink(
         &mut self,
         count: usize,
-        work: impl FnOnce() -> std::result::Result<Copied, JobError> + Send + 'static,
+        work: impl FnOnce(&std::fs::File, &str, &(dyn Fn(u64) + Sync), usize) -> Beside + Send + 'static,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
+        // Routes other than the stream's are chosen only with the output file.
+        let d = self
+            .to
+            .direct
+            .as_ref()
+            .expect("routes beside the sink only into a file");
+        let (out, name) = (d.out.clone(), self.to.name.to_string());
+        let size = self.to.sink_options.buffer_size;
+        // Bytes landing: progress, and writeback.
+        let (progress, writeback) = (self.to.watch.progress.clone(), d.writeback.clone());
+        let landed = move |n| {
+            if let Some(p) = &progress {
+                p.bytes(n);
+            }
+            if let Some(w) = &writeback {
+                w(n);
+            }
+        };
         let at_start = |e: Error| JobError::new(0, e);
         self.sink.flush().await.map_err(at_start)?;
-        let copied = tokio::task::spawn_blocking(work)
+        let copied = tokio::task::spawn_blocking(move || work(&out, &name, &landed, size))
             .await
             .map_err(|e| at_start(Error::io(std::io::Error::other(e))))??;
         self.sink

@@ -35,8 +35,21 @@ impl StagedFile {
     /// Creates the temp file beside the file `target` leads to (links
     /// followed: see [`super::target`]) and opens it for async writing; it
     /// gets that file's mode and owner ([`keep_owner_and_mode`]).
+    /// `out/` is refused: it would stage its temp file in the current folder.
     pub(crate) fn create(target: &Path) -> Result<(StagedFile, tokio::fs::File)> {
-        refuse_folder_name(target)?;
+        if names_folder(target) {
+            // Say what is there: `-o odir/` for a folder not made yet is not "a directory".
+            let (kind, msg) = if target.is_dir() {
+                let msg = "is a directory; the output must be a file name";
+                (std::io::ErrorKind::IsADirectory, msg)
+            } else {
+                let msg = "names a folder (it ends in '/') that does not exist; \
+                           the output must be a file name";
+                (std::io::ErrorKind::NotFound, msg)
+            };
+            let e = Error::io(std::io::Error::new(kind, msg));
+            return Err(e.with_output(target.display()));
+        }
         Self::create_resolved(target, replaced(target)?)
     }
 
@@ -56,11 +69,9 @@ impl StagedFile {
             .tempfile_in(dir)
             .map_err(|e| {
                 // tempfile's message names its random path; name the folder instead.
-                let msg = format!(
-                    "cannot create a file in {}: {}",
-                    dir.display(),
-                    io_reason(&e)
-                );
+                let said = e.to_string();
+                let reason = said.split(" at path ").next().unwrap_or_default();
+                let msg = format!("cannot create a file in {}: {reason}", dir.display());
                 on_target(std::io::Error::new(e.kind(), msg))
             })?;
         keep_owner_and_mode(temp.as_file(), existing.as_ref()).map_err(on_target)?;
@@ -77,32 +88,6 @@ impl StagedFile {
     /// The path the file will have once committed (symbolic links followed).
     pub(crate) fn target(&self) -> &Path {
         &self.target
-    }
-}
-
-/// Refuses `out/` (it would stage its temp file in the current folder).
-fn refuse_folder_name(target: &Path) -> Result<()> {
-    if !names_folder(target) {
-        return Ok(());
-    }
-    // Say what is there: `-o odir/` for a folder not made yet is not "a directory".
-    let (kind, msg) = if target.is_dir() {
-        let msg = "is a directory; the output must be a file name";
-        (std::io::ErrorKind::IsADirectory, msg)
-    } else {
-        let msg = "names a folder (it ends in '/') that does not exist; \
-                   the output must be a file name";
-        (std::io::ErrorKind::NotFound, msg)
-    };
-    Err(Error::io(std::io::Error::new(kind, msg)).with_output(target.display()))
-}
-
-/// The OS's words for an error, without tempfile's path decoration.
-fn io_reason(e: &std::io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" at path ") {
-        Some(i) => s[..i].to_string(),
-        None => s,
     }
 }
 
@@ -182,21 +167,6 @@ pub(crate) async fn close(mut file: tokio::fs::File, sync: bool, target: &Path) 
     Ok(())
 }
 
-/// Makes every file's bytes durable, many at once: the disk then writes
-/// them together, as one `sync` would, instead of one file after another.
-pub(crate) async fn sync_files(files: Vec<(tokio::fs::File, PathBuf)>) -> Result<()> {
-    use futures::{StreamExt, TryStreamExt};
-    futures::stream::iter(files)
-        .map(|(f, path)| async move {
-            f.sync_all()
-                .await
-                .map_err(|e| Error::io(e).with_output(path.display()))
-        })
-        .buffer_unordered(16)
-        .try_collect::<()>()
-        .await
-}
-
 /// Renames every staged file into place, then syncs their folders.
 ///
 /// The set appears together as far as the filesystem allows: nothing is
@@ -223,11 +193,9 @@ pub(crate) fn commit_all(staged: Vec<StagedFile>, sync: bool) -> Result<()> {
             drop(old); // the target was not replaced: the copy aside goes
             for (path, old) in done.into_iter().rev() {
                 match old {
+                    // If it cannot go back, its bytes stay under their temp name.
                     Some(old) => {
-                        if let Err(e) = old.persist(&path) {
-                            // Leave the old bytes under their temp name.
-                            let _ = e.path.keep();
-                        }
+                        let _ = old.persist(&path).map_err(|e| e.path.keep());
                     }
                     None => {
                         let _ = std::fs::remove_file(&path);
@@ -341,13 +309,12 @@ impl FileSet {
         })
     }
 
-    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
         let OutWriter::File(file) = writer else {
             unreachable!("a file set stages files");
         };
         // Flushed by the copy; synced with the rest at the commit.
         self.unsynced.push((file, PathBuf::from(&written.path)));
-        Ok(())
     }
 
     pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Option<WrittenFile>> {
@@ -370,7 +337,17 @@ impl FileSet {
             });
         }
         if self.options.sync {
-            sync_files(std::mem::take(&mut self.unsynced)).await?;
+            // Every file's bytes made durable at once: the disk then writes
+            // them together, as one `sync` would, not one file after another.
+            use futures::{StreamExt, TryStreamExt};
+            futures::stream::iter(std::mem::take(&mut self.unsynced))
+                .map(|(f, path)| async move {
+                    let synced = f.sync_all().await;
+                    synced.map_err(|e| Error::io(e).with_output(path.display()))
+                })
+                .buffer_unordered(16)
+                .try_collect::<()>()
+                .await?;
         }
         commit_all(std::mem::take(&mut self.staged), self.options.sync)?;
         std::mem::take(&mut self.folders)
@@ -422,10 +399,7 @@ impl CreatedFolders {
     /// the same moment is theirs).
     pub(crate) fn create_for(file: &Path) -> Result<CreatedFolders> {
         let mut made = CreatedFolders::default();
-        let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) else {
-            return Ok(made);
-        };
-        let missing = missing_ancestors(dir);
+        let missing = missing_ancestors(file.parent().unwrap_or(Path::new("")));
         for folder in missing.into_iter().rev() {
             match std::fs::create_dir(&folder) {
                 Ok(()) => made.created.push(folder),
@@ -456,7 +430,7 @@ impl Drop for CreatedFolders {
 }
 
 /// `dir` and its ancestors that do not exist, innermost first.
-pub(crate) fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
+fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
     let mut missing = Vec::new();
     let mut at = Some(dir);
     while let Some(d) = at.filter(|d| !d.as_os_str().is_empty()) {
@@ -471,16 +445,8 @@ pub(crate) fn missing_ancestors(dir: &Path) -> Vec<PathBuf> {
 
 /// The nearest folder above `file` that exists (`.` for a bare name).
 pub(crate) fn nearest_existing(file: &Path) -> PathBuf {
-    let dir = file.parent().unwrap_or(Path::new(""));
-    let missing = missing_ancestors(dir);
-    let top = missing
-        .last()
-        .map_or(dir, |m| m.parent().unwrap_or(Path::new("")));
-    if top.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        top.to_path_buf()
-    }
+    let missing = missing_ancestors(file.parent().unwrap_or(Path::new("")));
+    parent_dir(missing.last().map_or(file, PathBuf::as_path)).to_path_buf()
 }
 
 #[cfg(test)]

@@ -64,10 +64,10 @@ impl Destination {
 
     /// Takes back a staged output's writer once its bytes are all written
     /// (and flushed), with what the report says of it.
-    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
         match self {
             Destination::Files(f) => f.finish(writer, written),
-            Destination::Stream(..) => Ok(()),
+            Destination::Stream(..) => {}
             #[cfg(feature = "object-store")]
             Destination::Objects(o) => o.finish(writer, written),
         }

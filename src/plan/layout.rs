@@ -42,10 +42,7 @@ pub fn shard_paths(output: &Path, shards: usize) -> (Vec<PathBuf>, Option<PathBu
     if shards <= 1 {
         return (vec![output.to_path_buf()], None);
     }
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = output.file_name().unwrap_or_default().to_string_lossy();
     let base = name
         .strip_suffix(INDEX_SUFFIX)
         .or_else(|| name.strip_suffix(".safetensors"))
@@ -63,12 +60,9 @@ pub fn shard_paths(output: &Path, shards: usize) -> (Vec<PathBuf>, Option<PathBu
 pub(crate) fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
     let mut weight_map = std::collections::BTreeMap::new();
     for (shard, path) in plan.shards.iter().zip(paths) {
-        let file = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let file = path.file_name().unwrap_or_default().to_string_lossy();
         for t in &shard.header.header().tensors {
-            weight_map.insert(t.meta.name.clone(), file.clone());
+            weight_map.insert(t.meta.name.clone(), file.to_string());
         }
     }
     let index = ShardIndex {

@@ -156,17 +156,11 @@ impl Elements {
     }
 
     fn count(&mut self, n: usize) -> Result<()> {
-        let done = self
-            .done
-            .checked_add(n as u64)
-            .filter(|&d| d <= self.in_len);
-        match done {
-            Some(d) => {
-                self.done = d;
-                Ok(())
-            }
-            None => Err(self.too_long()),
-        }
+        let done = self.done.checked_add(n as u64);
+        self.done = done
+            .filter(|&d| d <= self.in_len)
+            .ok_or_else(|| self.too_long())?;
+        Ok(())
     }
 
     /// The error for a tensor whose bytes go on past its length.

@@ -183,9 +183,8 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         while let Some(input) = pump.input() {
             let got = fill_async(&mut reader, input).await?;
             let bytes = pump.process(got)?;
-            if let Err(e) = self.writer.write_all(bytes).await {
-                return Err(write_error(&self.output, e));
-            }
+            let wrote = self.writer.write_all(bytes).await;
+            wrote.map_err(|e| write_error(&self.output, e))?;
             self.written += bytes.len() as u64;
             pump.check_full()?;
         }
@@ -203,10 +202,8 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
     /// Flushes the writer, so that bytes then written to the same file by
     /// other means (see [`Sink::record_external`]) land after the sink's.
     pub(crate) async fn flush(&mut self) -> Result<()> {
-        match self.writer.flush().await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(write_error(&self.output, e)),
-        }
+        let flushed = self.writer.flush().await;
+        flushed.map_err(|e| write_error(&self.output, e))
     }
 
     /// Records that the next `count` planned tensors were written to the
@@ -238,9 +235,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
                 None => e,
             });
         }
-        if let Err(e) = self.writer.flush().await {
-            return Err(write_error(&self.output, e));
-        }
+        self.flush().await?;
         Ok(self.writer)
     }
 

@@ -142,8 +142,13 @@ struct Pending {
 static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
 static NEXT_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// The pending list (a panic while it was held leaves it usable).
+fn pending() -> std::sync::MutexGuard<'static, Vec<Pending>> {
+    PENDING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn take_pending(key: u64) -> Option<Pending> {
-    let mut pending = PENDING.lock().unwrap_or_else(|p| p.into_inner());
+    let mut pending = pending();
     let at = pending.iter().position(|p| p.key == key)?;
     Some(pending.swap_remove(at))
 }
@@ -172,7 +177,7 @@ async fn abort_each(uploads: Vec<Pending>) -> Result<()> {
 /// futures were dropped mid-upload). Each upload is aborted once; errors
 /// are returned, first one first, after trying them all.
 pub async fn abort_pending() -> Result<()> {
-    let all = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|p| p.into_inner()));
+    let all = std::mem::take(&mut *pending());
     abort_each(all).await
 }
 
@@ -220,10 +225,7 @@ impl PartUpload {
             id,
             url: url.to_string(),
         };
-        PENDING
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(up.clone());
+        pending().push(up.clone());
         let part_size = usize::try_from(config.part_size(len)).unwrap_or(usize::MAX);
         Ok(PartUpload {
             up,
@@ -291,15 +293,13 @@ impl PartUpload {
             Ok(parts) => {
                 // Off the pending list first: once complete is sent, a late
                 // abort must not race it.
-                let pending = take_pending(self.up.key);
+                let taken = take_pending(self.up.key);
                 let up = &self.up;
                 match up.store.complete_multipart(&up.path, &up.id, parts).await {
                     Ok(_) => return Ok(()),
                     Err(e) => {
                         // Not completed: back on the list, to be aborted once.
-                        if let Some(p) = pending {
-                            PENDING.lock().unwrap_or_else(|p| p.into_inner()).push(p);
-                        }
+                        pending().extend(taken);
                         store_output_error(e, &self.up.url)
                     }
                 }

@@ -45,21 +45,17 @@ impl ObjectSet {
         let upload = UploadConfig::from_env().map_err(|e| e.with_output(url))?;
         let base = Location::open(url, Side::Output).await?;
         let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
-        let name = |p: &Path| {
-            p.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        };
+        let sibling = |p: &Path| base.sibling(&p.file_name().unwrap_or_default().to_string_lossy());
         let objects: Vec<Location> = match index_path {
             None => vec![base.clone()],
-            Some(_) => paths.iter().map(|p| base.sibling(&name(p))).collect(),
+            Some(_) => paths.iter().map(|p| sibling(p)).collect(),
         };
         if options.part == Part::IndexOnly {
             check_shard_objects(plan, &objects, options.plan_id.as_deref()).await?;
         }
         let index = index_path
             .filter(|_| options.part.writes_index())
-            .map(|p| base.sibling(&name(&p)));
+            .map(|p| sibling(&p));
         Ok(ObjectSet {
             objects,
             index,
@@ -113,13 +109,12 @@ impl ObjectSet {
         attributes
     }
 
-    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) -> Result<()> {
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
         match writer {
             OutWriter::Buffer(bytes) => self.whole = Some(bytes),
             OutWriter::Upload(upload) => self.ready.push((upload, written.bytes)),
             _ => unreachable!("an object set stages buffers and uploads"),
         }
-        Ok(())
     }
 
     /// Sends the small object, completes every upload in order, then
