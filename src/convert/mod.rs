@@ -255,10 +255,10 @@ fn check_refs(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
                     && m.shape == t.meta.shape
             });
             if !fits {
-                return Err(Error::new(ErrorKind::Usage(
-                    "the plan was not made from these sources".to_string(),
-                ))
-                .with_tensor(t.meta.name.clone()));
+                let e = Error::new(ErrorKind::Usage(
+                    "the plan was not made from these sources".into(),
+                ));
+                return Err(e.with_tensor(t.meta.name.clone()));
             }
         }
     }
@@ -282,7 +282,53 @@ async fn write_outputs(
         plan_id: options.plan.expect_plan.clone(),
     };
     let mut dest = Destination::open(resolved, plan, dest_options).await?;
-    match write_shards(&mut dest, plan, sources, options, overflows).await {
+    let shards = async {
+        let mut all = Vec::new();
+        for (index, shard) in plan.shards.iter().enumerate() {
+            if !options.part.writes_shard(index) {
+                continue;
+            }
+            let staged = dest.stage(index, shard).await?;
+            let w = ObservedWriter::new(staged.writer, options.checksum, options.progress.clone());
+            let watch = Watch {
+                progress: options.progress.clone(),
+                shard: (index, plan.shards.len()),
+            };
+            // A checksum must see every byte: no kernel copies then.
+            let direct = staged
+                .file
+                .filter(|_| options.fast_path && !options.checksum);
+            let to = Shard {
+                name: &staged.name,
+                sink_options: options.sink,
+                watch: &watch,
+                direct: direct.map(|out| Direct {
+                    writeback: options
+                        .sync
+                        .then(|| Writeback::new(out.clone()).on_landed()),
+                    out,
+                    routes: options.routes,
+                }),
+                overflows: Some(overflows),
+            };
+            let (writer, sha256) = copy_shard(w, shard, sources, to).await?.into_parts();
+            let written = WrittenFile {
+                path: staged.name,
+                bytes: shard.file_len(),
+                tensors: shard.refs.len(),
+                sha256,
+            };
+            dest.finish(writer, &written);
+            all.push(written);
+        }
+        // Every range was checked against the inputs' lengths when opened:
+        // an input that changed since is being rewritten under us. Refuse
+        // the copy (a stream is sent already, but the exit code must not
+        // call it good).
+        sources.iter().try_for_each(|s| s.check_unchanged())?;
+        Ok::<_, Error>(all)
+    };
+    match shards.await {
         Ok(mut written) => {
             written.extend(dest.commit(plan).await?);
             Ok(written)
@@ -292,60 +338,6 @@ async fn write_outputs(
             Err(e)
         }
     }
-}
-
-/// Stages and writes every shard this run writes, then checks the inputs
-/// did not change meanwhile (a stream is sent already, but the exit code
-/// must not call it good).
-async fn write_shards(
-    dest: &mut Destination,
-    plan: &Plan,
-    sources: &mut [Box<dyn Source + '_>],
-    options: &ConvertOptions,
-    overflows: &Mutex<Vec<String>>,
-) -> Result<Vec<WrittenFile>> {
-    let mut all = Vec::new();
-    for (index, shard) in plan.shards.iter().enumerate() {
-        if !options.part.writes_shard(index) {
-            continue;
-        }
-        let staged = dest.stage(index, shard).await?;
-        let w = ObservedWriter::new(staged.writer, options.checksum, options.progress.clone());
-        let watch = Watch {
-            progress: options.progress.clone(),
-            shard: (index, plan.shards.len()),
-        };
-        // A checksum must see every byte: no kernel copies then.
-        let direct = staged
-            .file
-            .filter(|_| options.fast_path && !options.checksum);
-        let to = Shard {
-            name: &staged.name,
-            sink_options: options.sink,
-            watch: &watch,
-            direct: direct.map(|out| Direct {
-                writeback: options
-                    .sync
-                    .then(|| Writeback::new(out.clone()).on_landed()),
-                out,
-            }),
-            routes: options.routes,
-            overflows: Some(overflows),
-        };
-        let (writer, sha256) = copy_shard(w, shard, sources, to).await?.into_parts();
-        let written = WrittenFile {
-            path: staged.name,
-            bytes: shard.file_len(),
-            tensors: shard.refs.len(),
-            sha256,
-        };
-        dest.finish(writer, &written);
-        all.push(written);
-    }
-    // Every range was checked against the inputs' lengths when opened: an
-    // input that changed since is being rewritten under us. Refuse the copy.
-    sources.iter().try_for_each(|s| s.check_unchanged())?;
-    Ok(all)
 }
 
 /// A source that reads only forward must be asked for its tensors in its

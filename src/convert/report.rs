@@ -96,15 +96,11 @@ pub(crate) fn cast_notes(plan: &Plan) -> Vec<CastNote> {
 
 /// Warnings about a plan: headers the Hugging Face Hub would refuse.
 pub(crate) fn plan_warnings(plan: &Plan) -> Vec<String> {
-    plan.shards
-        .iter()
-        .filter(|s| s.header.header().header_len > HUB_HEADER_LIMIT)
-        .map(|s| {
-            format!(
-                "a header of {} bytes exceeds the {} bytes the Hugging Face Hub accepts",
-                s.header.header().header_len,
-                HUB_HEADER_LIMIT
-            )
+    let lens = plan.shards.iter().map(|s| s.header.header().header_len);
+    lens.filter(|&len| len > HUB_HEADER_LIMIT)
+        .map(|len| {
+            let hub = HUB_HEADER_LIMIT;
+            format!("a header of {len} bytes exceeds the {hub} bytes the Hugging Face Hub accepts")
         })
         .collect()
 }

@@ -45,7 +45,6 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         sink_options,
         watch: &Watch::default(),
         direct: None,
-        routes: Routes::default(),
         overflows: None,
     };
     copy_shard(writer, shard, sources, to).await
@@ -115,6 +114,8 @@ pub(crate) struct Direct {
     pub(crate) out: Arc<std::fs::File>,
     /// Writeback started as bytes land, when the file is to be fsync'd.
     pub(crate) writeback: Option<Arc<dyn Fn(u64) + Send + Sync>>,
+    /// The routes it may take into the file.
+    pub(crate) routes: Routes,
 }
 
 /// Where one shard goes, and who hears of it.
@@ -125,8 +126,6 @@ pub(crate) struct Shard<'a> {
     pub(crate) watch: &'a Watch,
     /// The output file, when tensors may be copied straight into it.
     pub(crate) direct: Option<Direct>,
-    /// The routes it may take into the file.
-    pub(crate) routes: Routes,
     /// Where casts' overflows to infinity are told, as warnings.
     pub(crate) overflows: Option<&'a Mutex<Vec<String>>>,
 }
@@ -150,10 +149,7 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
         ahead: None,
     };
     // Without the file itself, every tensor goes through the sink.
-    let allowed = match to.direct {
-        Some(_) => to.routes,
-        None => Routes::NONE,
-    };
+    let allowed = to.direct.as_ref().map_or(Routes::NONE, |d| d.routes);
     let mut k = 0;
     while k < shard.refs.len() {
         let window = jobs(shard, k, sources);
@@ -207,15 +203,26 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
                     });
                     self.readers(start + run.start, readers.collect()).await
                 }
+                // A run of tensors whose bytes lie in files, straight into
+                // the output file by their routes.
                 _ => {
                     let end = group[group.len() - 1].jobs().end;
-                    let spans = (first..end).map(|i| match jobs[i].take() {
-                        Some(Job::Span(s)) => s,
-                        _ => unreachable!("each job is routed once, by its kind"),
-                    });
-                    let spans = spans.collect();
-                    let routes = group.iter().map(|x| x.counted_from(first)).collect();
-                    self.spans(start + first, spans, routes).await
+                    let spans: Vec<SpanJob> = (first..end)
+                        .map(|i| match jobs[i].take() {
+                            Some(Job::Span(s)) => s,
+                            _ => unreachable!("each job is routed once, by its kind"),
+                        })
+                        .collect();
+                    let routes: Vec<Route> = group.iter().map(|x| x.counted_from(first)).collect();
+                    let tensors = &self.shard.header.header().tensors[start + first..start + end];
+                    let mut run = self.to.watch.run(tensors);
+                    self.beside_the_sink(spans.len(), move |out, name, landed, size| {
+                        copy_spans(out, name, &spans, &routes, size, |n| {
+                            landed(n);
+                            run.landed(n);
+                        })
+                    })
+                    .await
                 }
             };
             let at = start + first;
@@ -261,25 +268,6 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         Ok(Vec::from_iter(
             (count > 0).then_some(Overflow { job: 0, count }),
         ))
-    }
-
-    /// A run of tensors whose bytes lie in files, straight into the output
-    /// file by their routes.
-    async fn spans(
-        &mut self,
-        start: usize,
-        jobs: Vec<SpanJob>,
-        routes: Vec<Route>,
-    ) -> std::result::Result<Vec<Overflow>, JobError> {
-        let tensors = &self.shard.header.header().tensors[start..start + jobs.len()];
-        let mut run = self.to.watch.run(tensors);
-        self.beside_the_sink(jobs.len(), move |out, name, landed, size| {
-            copy_spans(out, name, &jobs, &routes, size, |n| {
-                landed(n);
-                run.landed(n);
-            })
-        })
-        .await
     }
 
     /// A run of tensors from blocking readers straight into the output

@@ -31,13 +31,7 @@ pub struct Routes {
 
 impl Default for Routes {
     fn default() -> Self {
-        Routes {
-            kernel: true,
-            checked: true,
-            gather: true,
-            buffered: true,
-            blocking: true,
-        }
+        Routes::all(true)
     }
 }
 
@@ -45,13 +39,18 @@ impl Routes {
     /// Every route off: everything through the async sink, as into
     /// anything written forward only (a stream, an object, a checksummed
     /// file).
-    pub(crate) const NONE: Routes = Routes {
-        kernel: false,
-        checked: false,
-        gather: false,
-        buffered: false,
-        blocking: false,
-    };
+    pub(crate) const NONE: Routes = Routes::all(false);
+
+    /// Every route on, or every route off.
+    const fn all(on: bool) -> Routes {
+        Routes {
+            kernel: on,
+            checked: on,
+            gather: on,
+            buffered: on,
+            blocking: on,
+        }
+    }
 }
 
 crate::setters::setters!(Routes {
@@ -156,11 +155,8 @@ fn run_of(jobs: &[Job], start: usize) -> usize {
 
 /// The routes of a run of span jobs.
 fn span_routes(jobs: &[Job], run: Range<usize>, allowed: Routes, routes: &mut Vec<Route>) {
-    let kernel = match allowed.kernel {
-        true => kernel_runs(jobs, run.clone()),
-        false => Vec::new(),
-    };
-    let mut kernel = kernel.into_iter().peekable();
+    let kernel = allowed.kernel.then(|| kernel_runs(jobs, run.clone()));
+    let mut kernel = kernel.unwrap_or_default().into_iter().peekable();
     let checked = |k: usize| allowed.checked && checked_copy(jobs[k].span());
     let mut i = run.start;
     while i < run.end {

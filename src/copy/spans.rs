@@ -78,15 +78,10 @@ pub(crate) fn copy_spans(
                 progress(copied.bytes);
             }
             Route::Buffered(k) => {
-                let (n, count) = copy_buffered(
-                    &jobs[*k],
-                    &mut w,
-                    &mut s.buf,
-                    &mut s.cache,
-                    buffer_size,
-                    &mut progress,
-                )
-                .map_err(|e| JobError::new(*k, on_out(e)))?;
+                let (buf, cache) = (&mut s.buf, &mut s.cache);
+                let copied =
+                    copy_buffered(&jobs[*k], &mut w, buf, cache, buffer_size, &mut progress);
+                let (n, count) = copied.map_err(|e| JobError::new(*k, on_out(e)))?;
                 if count > 0 {
                     overflows.push(Overflow { job: *k, count });
                 }
@@ -217,22 +212,12 @@ fn copy_verbatim(
     src: &File,
     offset: u64,
     len: u64,
-    out: &File,
-    progress: &mut impl FnMut(u64),
-) -> std::result::Result<(), (Error, u64)> {
-    match copy_mapped(src, offset, len, out, progress)? {
-        true => Ok(()),
-        false => copy_by_hand(src, offset, len, out, progress),
-    }
-}
-
-fn copy_by_hand(
-    src: &File,
-    offset: u64,
-    len: u64,
     mut out: &File,
     progress: &mut impl FnMut(u64),
 ) -> std::result::Result<(), (Error, u64)> {
+    if copy_mapped(src, offset, len, out, progress)? {
+        return Ok(());
+    }
     let mut buf = vec![0u8; (len.min(4 << 20)) as usize];
     let mut done = 0u64;
     while done < len {

@@ -136,18 +136,15 @@ fn keep_owner_and_mode(
 /// would give a new file: 0666 less the umask.
 fn new_file_permissions() -> std::fs::Permissions {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::Permissions::from_mode(0o666 & !process_umask())
-}
-
-/// The umask, read without changing it (Linux reports it in /proc since 4.7).
-fn process_umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
+    // The umask, read without changing it (Linux reports it in /proc since 4.7).
+    let umask = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             let line = s.lines().find(|l| l.starts_with("Umask:"))?;
             u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
         })
-        .unwrap_or(0o022)
+        .unwrap_or(0o022);
+    std::fs::Permissions::from_mode(0o666 & !umask)
 }
 
 fn parent_dir(target: &Path) -> &Path {
@@ -272,15 +269,12 @@ impl FileSet {
         if options.part == Part::IndexOnly {
             check_shard_files(plan, &shards, options.plan_id.as_deref())?;
         }
-        let written_shards = shards
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| options.part.writes_shard(*i))
-            .map(|(_, s)| s);
-        let mut folders = Vec::with_capacity(shards.len() + 1);
-        for (_, dest) in written_shards.chain(&index) {
-            folders.push(CreatedFolders::create_for(dest)?);
-        }
+        let written = shards.iter().enumerate();
+        let written = written.filter(|(i, _)| options.part.writes_shard(*i));
+        let dests = written.map(|(_, s)| s).chain(&index).map(|(_, dest)| dest);
+        let folders = dests
+            .map(|d| CreatedFolders::create_for(d))
+            .collect::<Result<_>>()?;
         Ok(FileSet {
             staged: Vec::with_capacity(shards.len() + 1),
             unsynced: Vec::with_capacity(shards.len() + 1),

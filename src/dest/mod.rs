@@ -189,15 +189,12 @@ fn check_file(
     let dest = target::replaced(file)?;
     let mut warnings = Vec::new();
     if let Ok(now) = std::fs::metadata(&dest) {
-        let same = read
+        let mut same = read
             .iter()
-            .find(|(_, dev, ino)| (*dev, *ino) == (now.dev(), now.ino()));
-        match same {
-            Some((input, ..)) if !overwrite_input => {
-                let e = Error::new(ErrorKind::OutputIsInput(input.clone()));
-                return Err(e.with_output(shown));
-            }
-            _ => {}
+            .filter(|(_, dev, ino)| (*dev, *ino) == (now.dev(), now.ino()));
+        if let Some((input, ..)) = same.next().filter(|_| !overwrite_input) {
+            let e = Error::new(ErrorKind::OutputIsInput(input.clone()));
+            return Err(e.with_output(shown));
         }
         if now.nlink() > 1 {
             warnings.push(format!(
@@ -260,17 +257,14 @@ fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
 /// the same cap as every index read: an index that is `/dev/zero` or a huge
 /// file must not fill memory here either.
 fn index_shards(index: &Path) -> Vec<PathBuf> {
-    let Ok(text) = crate::header::read::read_capped(index, "index file") else {
-        return Vec::new();
-    };
+    // An index that cannot be read is no index: its text is then empty.
+    let text = crate::header::read::read_capped(index, "index file").unwrap_or_default();
     let Ok(parsed) = ShardIndex::from_json(&text) else {
         return Vec::new();
     };
     let dir = index.parent().unwrap_or(Path::new(""));
-    parsed
-        .shard_names()
-        .map(|names| names.iter().map(|n| dir.join(n)).collect())
-        .unwrap_or_default()
+    let names = parsed.shard_names().unwrap_or_default();
+    names.iter().map(|n| dir.join(n)).collect()
 }
 
 #[cfg(test)]

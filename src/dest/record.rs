@@ -41,9 +41,8 @@ const NONE_RECORDED: &str =
 pub(crate) fn record_file(file: &std::fs::File, id: &str, shown: &str) -> Result<()> {
     use rustix::fs::{fsetxattr, XattrFlags};
     match fsetxattr(file, XATTR, id.as_bytes(), XattrFlags::empty()) {
-        Ok(()) => Ok(()),
-        Err(e) if unsupported(e) => Ok(()),
-        Err(e) => Err(Error::io(e.into()).with_output(shown)),
+        Err(e) if !unsupported(e) => Err(Error::io(e.into()).with_output(shown)),
+        _ => Ok(()),
     }
 }
 

@@ -40,12 +40,10 @@ pub(crate) fn resolve(path: &Path) -> Result<Target> {
     let on_path = |e: std::io::Error| Error::io(e).with_output(path.display());
     let mut at = path.to_path_buf();
     for _ in 0..MAX_LINKS {
-        if let Some(fd) = descriptor_alias(&at) {
-            return Ok(if fd == 1 {
-                Target::Stdout
-            } else {
-                Target::Stream(at)
-            });
+        match descriptor_alias(&at) {
+            Some(1) => return Ok(Target::Stdout),
+            Some(_) => return Ok(Target::Stream(at)),
+            None => {}
         }
         let meta = match std::fs::symlink_metadata(&at) {
             Ok(m) => m,

@@ -156,41 +156,34 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
 
     async fn write_transformed<R: AsyncRead + ?Sized>(
         &mut self,
-        reader: Pin<&mut R>,
+        mut reader: Pin<&mut R>,
         transform: Transform,
         cast: Option<Cast>,
     ) -> Result<u64> {
         let Some(len) = self.planned.tensors.get(self.next).map(TensorEntry::len) else {
             return Err(ErrorKind::PastPlan.into());
         };
-        if let Err(e) = self.copy_exact(reader, len, transform, cast).await {
+        let copied = async {
+            let elements = Elements::new(len, transform, cast);
+            // The buffer grows to at most buffer_size over the sink's life.
+            let mut pump = Pump::new(elements, &mut self.buf, self.buffer_size);
+            while let Some(input) = pump.input() {
+                let got = fill_async(&mut reader, input).await?;
+                let bytes = pump.process(got)?;
+                let wrote = self.writer.write_all(bytes).await;
+                wrote.map_err(|e| write_error(&self.output, e))?;
+                self.written += bytes.len() as u64;
+                pump.check_full()?;
+            }
+            let more = reader.read(&mut [0u8; 1]).await? != 0;
+            self.overflowed += pump.finish(more)?;
+            Ok::<_, Error>(())
+        };
+        if let Err(e) = copied.await {
             return Err(e.with_tensor(self.next_tensor().unwrap_or_default()));
         }
         self.next += 1;
         Ok(len)
-    }
-
-    async fn copy_exact<R: AsyncRead + ?Sized>(
-        &mut self,
-        mut reader: Pin<&mut R>,
-        out_len: u64,
-        transform: Transform,
-        cast: Option<Cast>,
-    ) -> Result<()> {
-        let elements = Elements::new(out_len, transform, cast);
-        // The buffer grows to at most buffer_size over the sink's life.
-        let mut pump = Pump::new(elements, &mut self.buf, self.buffer_size);
-        while let Some(input) = pump.input() {
-            let got = fill_async(&mut reader, input).await?;
-            let bytes = pump.process(got)?;
-            let wrote = self.writer.write_all(bytes).await;
-            wrote.map_err(|e| write_error(&self.output, e))?;
-            self.written += bytes.len() as u64;
-            pump.check_full()?;
-        }
-        let more = reader.read(&mut [0u8; 1]).await? != 0;
-        self.overflowed += pump.finish(more)?;
-        Ok(())
     }
 
     /// How many cast elements overflowed to infinity (finite in, infinite

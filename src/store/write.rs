@@ -166,10 +166,7 @@ async fn check_shard_objects(
 ) -> Result<()> {
     let mut records = Vec::with_capacity(objects.len());
     for (shard, object) in plan.shards.iter().zip(objects) {
-        let head = GetOptions {
-            head: true,
-            ..GetOptions::default()
-        };
+        let head = GetOptions::default().with_head(true);
         let found = match object.store.get_opts(&object.path, head).await {
             Ok(got) => {
                 let key = Attribute::Metadata(record::METADATA_KEY.into());
