@@ -16,6 +16,7 @@ mod positional;
 pub(crate) mod route;
 mod spans;
 
+use std::fs::File;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncWrite;
@@ -77,7 +78,7 @@ impl Watch {
             next: 0,
             landed: 0,
         };
-        run.announce();
+        run.landed(0); // the first tensor begins at once
         run
     }
 }
@@ -98,10 +99,6 @@ impl RunWatch {
     /// `n` more bytes of the run landed, in order.
     fn landed(&mut self, n: u64) {
         self.landed += n;
-        self.announce();
-    }
-
-    fn announce(&mut self) {
         while self.next < self.names.len() && self.starts[self.next] <= self.landed {
             self.watch.tensor(&self.names[self.next]);
             self.next += 1;
@@ -111,7 +108,7 @@ impl RunWatch {
 
 /// The output file itself, for tensors copied without the async writer.
 pub(crate) struct Direct {
-    pub(crate) out: Arc<std::fs::File>,
+    pub(crate) out: Arc<File>,
     /// Writeback started as bytes land, when the file is to be fsync'd.
     pub(crate) writeback: Option<Arc<dyn Fn(u64) + Send + Sync>>,
     /// The routes it may take into the file.
@@ -196,12 +193,33 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             let first = group[0].jobs().start;
             let done = match &group[0] {
                 Route::Stream(k) => self.stream(start + k, sources).await,
+                // A run of tensors from blocking readers straight into the
+                // output file, several at once, each at its planned offset;
+                // then the file's offset moves past them, where the sink goes on.
                 Route::Blocking(run) => {
-                    let readers = run.clone().map(|i| match jobs[i].take() {
-                        Some(Job::Reader(r)) => r,
-                        _ => unreachable!("each job is routed once, by its kind"),
-                    });
-                    self.readers(start + run.start, readers.collect()).await
+                    let readers: Vec<ReaderJob> = run
+                        .clone()
+                        .map(|i| match jobs[i].take() {
+                            Some(Job::Reader(r)) => r,
+                            _ => unreachable!("each job is routed once, by its kind"),
+                        })
+                        .collect();
+                    let (count, header) = (readers.len(), self.shard.header.header());
+                    let entries = &header.tensors[start + run.start..start + run.end];
+                    let bytes: u64 = entries.iter().map(|t| t.len()).sum();
+                    let end = header.data_start() + entries.last().map_or(0, |t| t.end);
+                    let names: Vec<String> = entries.iter().map(|t| t.meta.name.clone()).collect();
+                    let watch = self.to.watch.clone();
+                    self.beside_the_sink(count, move |out, name, landed, size| {
+                        let started = |i: usize| watch.tensor(&names[i]);
+                        let overflows = write_parallel(out, name, readers, size, &started, landed)?;
+                        // The sink writes at the file's offset: past these tensors.
+                        std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end)).map_err(
+                            |e| JobError::new(count - 1, Error::io(e).with_output(name)),
+                        )?;
+                        Ok(Copied { bytes, overflows })
+                    })
+                    .await
                 }
                 // A run of tensors whose bytes lie in files, straight into
                 // the output file by their routes.
@@ -246,17 +264,14 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         self.to
             .watch
             .tensor(&shard.header.header().tensors[k].meta.name);
-        let prefetched = match self.ahead.take() {
-            Some((at, data)) if at == k => Some(data),
-            _ => None,
-        };
+        let prefetched = self.ahead.take().filter(|(at, _)| *at == k);
         if let (Some(next), None) = (shard.refs.get(k + 1), &self.to.direct) {
             if let Some(data) = sources[next.source()].open_ahead(next.index()) {
                 self.ahead = Some((k + 1, data));
             }
         }
         let opened = match prefetched {
-            Some(data) => data,
+            Some((_, data)) => data,
             None => sources[r.source()].open(r.index()).await,
         };
         let at_job = |e| JobError::new(0, e);
@@ -270,32 +285,6 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         ))
     }
 
-    /// A run of tensors from blocking readers straight into the output
-    /// file, several at once, each at its planned offset; then the file's
-    /// offset moves past them, where the sink goes on.
-    async fn readers(
-        &mut self,
-        start: usize,
-        jobs: Vec<ReaderJob>,
-    ) -> std::result::Result<Vec<Overflow>, JobError> {
-        let count = jobs.len();
-        let header = self.shard.header.header();
-        let entries = &header.tensors[start..start + count];
-        let bytes: u64 = entries.iter().map(|t| t.len()).sum();
-        let end = header.data_start() + entries.last().map_or(0, |t| t.end);
-        let names: Vec<String> = entries.iter().map(|t| t.meta.name.clone()).collect();
-        let watch = self.to.watch.clone();
-        self.beside_the_sink(count, move |out, name, landed, size| {
-            let started = |i: usize| watch.tensor(&names[i]);
-            let overflows = write_parallel(out, name, jobs, size, &started, landed)?;
-            // The sink writes at the file's offset: past these tensors.
-            std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end))
-                .map_err(|e| JobError::new(count - 1, Error::io(e).with_output(name)))?;
-            Ok(Copied { bytes, overflows })
-        })
-        .await
-    }
-
     /// Runs `work` on the blocking pool, where it writes the next `count`
     /// tensors straight into the output file (with its name, what to call
     /// as bytes land, and the buffer size), after what the sink has written
@@ -303,7 +292,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
     async fn beside_the_sink(
         &mut self,
         count: usize,
-        work: impl FnOnce(&std::fs::File, &str, &(dyn Fn(u64) + Sync), usize) -> Beside + Send + 'static,
+        work: impl FnOnce(&File, &str, &(dyn Fn(u64) + Sync), usize) -> Beside + Send + 'static,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
         // Routes other than the stream's are chosen only with the output file.
         let d = self

@@ -163,10 +163,8 @@ fn copy_checked(
     cache: &mut BlockCache,
     progress: &mut impl FnMut(u64),
 ) -> Result<u64> {
-    if job.span.len >= CHECK_BESIDE_MIN {
-        if let Some(result) = copy_with_crc_beside(&job.span, out, progress) {
-            return result;
-        }
+    if let Some(result) = copy_with_crc_beside(&job.span, out, progress) {
+        return result;
     }
     let mut direct = out;
     // Verbatim: no cast, so nothing can overflow.
@@ -174,13 +172,14 @@ fn copy_checked(
 }
 
 /// The mapped copy of a member while a second thread computes its CRC;
-/// `None` when no thread can be had.
+/// `None` for a member under [`CHECK_BESIDE_MIN`], or when no thread can
+/// be had.
 fn copy_with_crc_beside(
     span: &FileSpan,
     out: &File,
     progress: &mut impl FnMut(u64),
 ) -> Option<Result<u64>> {
-    let crc = span.crc?;
+    let crc = span.crc.filter(|_| span.len >= CHECK_BESIDE_MIN)?;
     let end = span.offset + span.len;
     // Set when the copy fails: its error is the answer, so the check stops
     // instead of reading the rest of a member of gigabytes.

@@ -361,8 +361,7 @@ fn check_shard_files(
 ) -> Result<()> {
     for (shard, (path, _)) in plan.shards.iter().zip(shards) {
         let found = match std::fs::metadata(path) {
-            Ok(m) if m.is_file() => Some(m.len()),
-            Ok(_) => None,
+            Ok(m) => m.is_file().then_some(m.len()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(Error::io(e).with_output(path.display())),
         };

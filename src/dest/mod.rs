@@ -93,18 +93,16 @@ pub(crate) fn check(
     }
     let shown = path.display().to_string();
     // A folder named as one (`out/`) is written into, and made if missing.
-    let target = match names_folder(path) {
-        true => Target::Replace(path.clone()),
-        false => resolve(path)?,
-    };
-    match target {
-        Target::Stdout => return stdout(&shown),
-        // Whether a device is a terminal is known once it is open.
-        Target::Stream(at) => {
-            check_stream_output(&shown, shards, false)?;
-            return Ok((Resolved::Stream(Some(at), shown), Vec::new()));
+    if !names_folder(path) {
+        match resolve(path)? {
+            Target::Stdout => return stdout(&shown),
+            // Whether a device is a terminal is known once it is open.
+            Target::Stream(at) => {
+                check_stream_output(&shown, shards, false)?;
+                return Ok((Resolved::Stream(Some(at), shown), Vec::new()));
+            }
+            Target::Replace(_) => {}
         }
-        Target::Replace(_) => {}
     }
     let (files, index) = shard_paths(path, shards);
     let mut warnings = check_file_names(&files, index.is_some())?;
@@ -210,18 +208,16 @@ fn check_file(
 /// The folder `dest` goes into, or the nearest existing one above it, is a
 /// folder this process may create files in.
 fn check_writable(dest: &Path) -> Result<()> {
+    use rustix::fs::{access, Access};
     let dir = files::nearest_existing(dest);
-    let on_dir = |e: std::io::Error| {
+    let writable = match dir.is_dir() {
+        true => access(&dir, Access::WRITE_OK | Access::EXEC_OK).map_err(std::io::Error::from),
+        false => Err(std::io::ErrorKind::NotADirectory.into()),
+    };
+    writable.map_err(|e| {
         let msg = format!("cannot write in {}: {e}", dir.display());
         Error::io(std::io::Error::new(e.kind(), msg))
-    };
-    if !dir.is_dir() {
-        return Err(on_dir(std::io::Error::from(
-            std::io::ErrorKind::NotADirectory,
-        )));
-    }
-    use rustix::fs::Access;
-    rustix::fs::access(&dir, Access::WRITE_OK | Access::EXEC_OK).map_err(|e| on_dir(e.into()))
+    })
 }
 
 /// Every file read for `inputs`, as (name, device, inode): each input
