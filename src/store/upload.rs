@@ -295,14 +295,12 @@ impl PartUpload {
                 // abort must not race it.
                 let taken = take_pending(self.up.key);
                 let up = &self.up;
-                match up.store.complete_multipart(&up.path, &up.id, parts).await {
-                    Ok(_) => return Ok(()),
-                    Err(e) => {
-                        // Not completed: back on the list, to be aborted once.
-                        pending().extend(taken);
-                        store_output_error(e, &self.up.url)
-                    }
-                }
+                let Err(e) = up.store.complete_multipart(&up.path, &up.id, parts).await else {
+                    return Ok(());
+                };
+                // Not completed: back on the list, to be aborted once.
+                pending().extend(taken);
+                store_output_error(e, &self.up.url)
             }
             Err(e) => e,
         };
