@@ -5,7 +5,6 @@
 
 use crate::cast::Cast;
 use crate::plan::ShardPlan;
-use crate::sink::elements::Elements;
 use crate::source::{FileSpan, OpenBlocking, Source};
 use crate::Error;
 
@@ -38,12 +37,6 @@ pub(crate) struct SpanJob {
 }
 
 impl SpanJob {
-    /// Nothing changes on the way (a checksummed member may still be
-    /// copied by the kernel, its CRC computed beside).
-    pub(crate) fn unchanged(&self) -> bool {
-        Elements::unchanged(self.span.transform, self.cast)
-    }
-
     pub(crate) fn out_len(&self) -> u64 {
         match self.cast {
             Some(c) => self.span.len / c.in_width() as u64 * c.out_width() as u64,

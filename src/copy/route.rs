@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::job::{Job, SpanJob};
+use crate::sink::elements::Elements;
 
 /// Which routes a conversion may take into a file: all, by default. With
 /// one off, its tensors take the next route down (a kernel copy, a checked
@@ -181,10 +182,17 @@ fn span_routes(jobs: &[Job], run: Range<usize>, allowed: Routes, routes: &mut Ve
     }
 }
 
+/// Nothing changes on the way (a checksummed member may still be copied
+/// by the kernel, its CRC computed beside): the element pipeline's one
+/// rule, asked directly.
+fn unchanged(job: &SpanJob) -> bool {
+    Elements::unchanged(job.span.transform, job.cast)
+}
+
 /// Checksummed, otherwise unchanged, and long enough to be worth a
 /// kernel copy with the CRC computed beside it.
 fn checked_copy(job: &SpanJob) -> bool {
-    job.span.crc.is_some() && job.unchanged() && job.span.len >= KERNEL_COPY_MIN
+    job.span.crc.is_some() && unchanged(job) && job.span.len >= KERNEL_COPY_MIN
 }
 
 /// The runs of jobs the kernel copies: verbatim tensors back to back in one
@@ -210,7 +218,7 @@ fn kernel_runs(jobs: &[Job], run: Range<usize>) -> Vec<Range<usize>> {
 fn verbatim_run(jobs: &[Job], start: usize, stop: usize) -> usize {
     // Nothing changes on the way and nothing must be checked: the kernel
     // may copy it from a mapping.
-    let verbatim = |job: &SpanJob| job.span.crc.is_none() && job.unchanged();
+    let verbatim = |job: &SpanJob| job.span.crc.is_none() && unchanged(job);
     if !verbatim(jobs[start].span()) {
         return start;
     }
