@@ -378,6 +378,13 @@ async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
     ] {
         assert!(src.file_span(find(name)).is_none(), "{name}");
     }
+    // Once one part has been read through `open`, the storage has passed
+    // its check, and its other parts lie in the file like any tensor.
+    let (a, b) = (find("disjoint.a"), find("disjoint.b"));
+    let mut src = src;
+    src.open(a).await.unwrap();
+    let span = src.file_span(b).expect("a part of a checked storage");
+    assert!(span.crc.is_none(), "checked already, not again");
 
     let big = open_input(&dir().join("ok/dtypes-big.pt"), &options, &quiet)
         .await

@@ -512,16 +512,10 @@ impl PyTorchSource {
         let Some(entry) = self.member(k) else {
             return Ok(());
         };
-        let (file, start) = (self.placed[k].file as usize, self.storage(k).start);
-        let key = (file, start);
-        if self
-            .verified
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&key)
-        {
+        if self.storage_verified(k) {
             return Ok(());
         }
+        let (file, start) = (self.placed[k].file as usize, self.storage(k).start);
         let check = self.files[file].try_clone()?;
         tokio::task::spawn_blocking(move || -> Result<()> {
             let mut r = MemberReader::new(check, &entry, start, 0)?;
@@ -533,8 +527,15 @@ impl PyTorchSource {
         self.verified
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(key);
+            .insert((file, start));
         Ok(())
+    }
+
+    /// Whether tensor `k`'s storage has passed its CRC-32 check.
+    fn storage_verified(&self, k: usize) -> bool {
+        let key = (self.placed[k].file as usize, self.storage(k).start);
+        let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
+        verified.contains(&key)
     }
 
     /// Where tensor `k`'s storage lies.
@@ -619,9 +620,12 @@ impl Source for PyTorchSource {
         let (offset, len) = self.span(k);
         let storage = self.storage(k);
         // A storage's CRC can be checked only when the tensor is all of it;
-        // a part of one is read through `open`, which checks it all first.
+        // a part of one is read through `open`, which checks it all first,
+        // until the storage has passed: then its parts are plain spans (the
+        // copy engine takes them in windows, so a million views of one
+        // storage are not a million trips through the async reader).
         let whole = offset == storage.start && len == storage.len;
-        if storage.crc.is_some() && !whole {
+        if storage.crc.is_some() && !whole && !self.storage_verified(k) {
             return None;
         }
         Some(FileSpan {
