@@ -7,8 +7,9 @@
 //! output offsets differ modulo the page size, which they nearly always do
 //! here (an npy header is 128 bytes, a safetensors header whatever its JSON
 //! needs). A mapped window handed to `write` beat both splicing and `cp`'s
-//! reads and writes, aligned or not: the figures are in benches/README.md,
-//! "Copy path".
+//! reads and writes, aligned or not, on the host first measured; on
+//! another `cp`'s way was faster, so [`super::verbatim`] times both and
+//! keeps the faster (benches/README.md, "Copy path").
 //!
 //! Safety of the mapping: our code never reads it. Only the kernel does,
 //! inside `write`, so a source truncated under us makes `write` fail with
@@ -45,7 +46,7 @@ const ALIGN: u64 = 2 << 20;
 /// output's folios are then whole pieces, and an npy's GiB (data from byte
 /// 128 in, from byte 88 out) costs what `cp` does (benches/README.md,
 /// "Copy path").
-const WRITE_PIECE: usize = 128 * 1024;
+pub(super) const WRITE_PIECE: usize = 128 * 1024;
 
 /// Copies `len` bytes of `src` from `offset` to `out` at its offset.
 /// Returns `Ok(false)` without writing anything when the source cannot be

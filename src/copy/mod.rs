@@ -15,6 +15,7 @@ mod pool;
 mod positional;
 pub(crate) mod route;
 mod spans;
+mod verbatim;
 
 use std::fs::File;
 use std::sync::{Arc, Mutex};

@@ -18,7 +18,8 @@ use crate::sink::elements::Elements;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Routes {
-    /// Verbatim runs copied by the kernel from a mapping of the source.
+    /// Verbatim runs copied by the kernel, from a mapping of the source or
+    /// through one small buffer, whichever this machine copies faster.
     pub kernel: bool,
     /// Checksummed members copied by the kernel, the CRC computed beside.
     pub checked: bool,
@@ -65,7 +66,8 @@ crate::setters::setters!(Routes {
 /// How a job, or a run of jobs, is copied. Indices are the jobs'.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Route {
-    /// Verbatim tensors back to back in one file: one kernel copy from a mapping.
+    /// Verbatim tensors back to back in one file: one kernel copy
+    /// (`copy::verbatim`).
     Kernel(Range<usize>),
     /// A checksummed member copied unchanged, its CRC computed beside the copy.
     Checked(usize),

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::gather::{copy_batches_parallel, copy_gathered, Scratch};
 use super::job::{Copied, JobError, Overflow, SpanJob};
-use super::mapped::copy_mapped;
-use super::positional::{copy_buffered, crc_until, read_exact_at, CHECKED_CHUNK};
+use super::positional::{copy_buffered, crc_until, CHECKED_CHUNK};
 use super::route::Route;
+use super::verbatim::copy_verbatim;
 use crate::block_cache::BlockCache;
 use crate::sink::elements::{too_short, ChunkBuffer, Crc};
 use crate::source::FileSpan;
@@ -203,30 +203,6 @@ fn copy_with_crc_beside(
             .and_then(|()| Crc::new(hasher?, crc.expected).verify());
         Some(checked.map(|()| span.len))
     })
-}
-
-/// A mapped copy; a file that cannot be mapped is read and written.
-/// On error also returns how many bytes were done, to find the tensor.
-fn copy_verbatim(
-    src: &File,
-    offset: u64,
-    len: u64,
-    mut out: &File,
-    progress: &mut impl FnMut(u64),
-) -> std::result::Result<(), (Error, u64)> {
-    if copy_mapped(src, offset, len, out, progress)? {
-        return Ok(());
-    }
-    let mut buf = vec![0u8; (len.min(4 << 20)) as usize];
-    let mut done = 0u64;
-    while done < len {
-        let n = ((len - done) as usize).min(buf.len());
-        read_exact_at(None, src, &mut buf[..n], offset + done, len, done).map_err(|e| (e, done))?;
-        out.write_all(&buf[..n]).map_err(|e| (Error::io(e), done))?;
-        done += n as u64;
-        progress(n as u64);
-    }
-    Ok(())
 }
 
 #[cfg(test)]

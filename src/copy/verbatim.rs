@@ -1,0 +1,224 @@
+//! Verbatim bytes copied the way this machine copies fastest: from a
+//! mapping of the source ([`copy_mapped`], one memory copy) or the way `cp`
+//! does, a `pread` then a `write` through one small buffer (two copies, the
+//! second from a buffer that stays in cache).
+//!
+//! Neither wins everywhere (benches/README.md, "Copy path" and "On a host
+//! where cp is fast"): where copying memory is dear the mapping saves a
+//! copy (0.15 s against 0.24 s for 512 MiB on one host); where mapping
+//! pages is dear, above all a source whose page cache is in small folios,
+//! it costs up to a quarter more than `cp`. So the first copy of a process
+//! long enough to tell copies its first [`TRIAL`] bytes each way, timing
+//! each on the thread's CPU clock, and every later copy takes the faster.
+//! The bytes written are the same either way.
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use super::mapped::{copy_mapped, WRITE_PIECE};
+use super::positional::read_exact_at;
+use crate::sink::elements::too_short;
+use crate::{Error, ErrorKind};
+
+/// How verbatim bytes are copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Way {
+    /// From a mapping of the source, handed to `write`.
+    Mapped,
+    /// `pread` into one buffer of [`WRITE_PIECE`] bytes, then `write`.
+    Read,
+}
+
+/// Bytes each way copies while it is timed.
+const TRIAL: u64 = 8 << 20;
+
+/// The way this process chose: 0 until a copy has timed both.
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
+fn chosen() -> Option<Way> {
+    match CHOSEN.load(Ordering::Relaxed) {
+        1 => Some(Way::Mapped),
+        2 => Some(Way::Read),
+        _ => None,
+    }
+}
+
+/// Copies `len` bytes of `src` from `offset` to `out` at its offset. On
+/// error also returns how many bytes were done, to find the tensor.
+pub(crate) fn copy_verbatim(
+    src: &File,
+    offset: u64,
+    len: u64,
+    out: &File,
+    progress: &mut impl FnMut(u64),
+) -> Result<(), (Error, u64)> {
+    let run = Run { src, offset, len };
+    let way = match chosen() {
+        Some(way) => way,
+        // Long enough that the trial is a small part of it.
+        None if len >= 4 * TRIAL => {
+            let mapped = run.timed(Way::Mapped, 0..TRIAL, out, progress)?;
+            let read = run.timed(Way::Read, TRIAL..2 * TRIAL, out, progress)?;
+            let faster = if mapped <= read {
+                Way::Mapped
+            } else {
+                Way::Read
+            };
+            CHOSEN.store(faster as u8 + 1, Ordering::Relaxed);
+            return run.copy(faster, 2 * TRIAL..len, out, progress);
+        }
+        None => Way::Mapped,
+    };
+    run.copy(way, 0..len, out, progress)
+}
+
+/// One verbatim run: `len` bytes of `src` from `offset`.
+struct Run<'a> {
+    src: &'a File,
+    offset: u64,
+    len: u64,
+}
+
+impl Run<'_> {
+    /// Copies bytes `part` of the run `way`, on the thread's CPU clock
+    /// (system time included: most of a copy is in the kernel).
+    fn timed(
+        &self,
+        way: Way,
+        part: std::ops::Range<u64>,
+        out: &File,
+        progress: &mut impl FnMut(u64),
+    ) -> Result<std::time::Duration, (Error, u64)> {
+        let clock = || rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        let start = clock();
+        self.copy(way, part, out, progress)?;
+        let end = clock();
+        let nanos =
+            |t: rustix::time::Timespec| t.tv_sec as u128 * 1_000_000_000 + t.tv_nsec as u128;
+        Ok(std::time::Duration::from_nanos(
+            nanos(end).saturating_sub(nanos(start)) as u64,
+        ))
+    }
+
+    /// Copies bytes `part` of the run `way`; a source that cannot be
+    /// mapped is read. Errors count bytes from the run's start.
+    fn copy(
+        &self,
+        way: Way,
+        part: std::ops::Range<u64>,
+        out: &File,
+        progress: &mut impl FnMut(u64),
+    ) -> Result<(), (Error, u64)> {
+        let n = part.end - part.start;
+        if way == Way::Mapped {
+            match copy_mapped(self.src, self.offset + part.start, n, out, progress) {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err((e, done)) => {
+                    return Err((self.whole_run(e, part.start + done), part.start + done))
+                }
+            }
+        }
+        self.read(part, out, progress)
+    }
+
+    /// `cp`'s way: a `pread` of at most [`WRITE_PIECE`] bytes, then a
+    /// `write`, each piece ending on a multiple of it in the output.
+    fn read(
+        &self,
+        part: std::ops::Range<u64>,
+        mut out: &File,
+        progress: &mut impl FnMut(u64),
+    ) -> Result<(), (Error, u64)> {
+        use std::io::Seek;
+        let out_at = out
+            .stream_position()
+            .map_err(|e| (Error::io(e), part.start))?;
+        let mut buf = vec![0u8; WRITE_PIECE];
+        let mut done = part.start;
+        while done < part.end {
+            let piece = WRITE_PIECE - ((out_at + done - part.start) % WRITE_PIECE as u64) as usize;
+            let n = ((part.end - done) as usize).min(piece);
+            let at = self.offset + done;
+            read_exact_at(None, self.src, &mut buf[..n], at, self.len, done)
+                .map_err(|e| (e, done))?;
+            out.write_all(&buf[..n]).map_err(|e| (Error::io(e), done))?;
+            done += n as u64;
+            progress(n as u64);
+        }
+        Ok(())
+    }
+
+    /// A part's "too short" restated for the whole run: `done` of its
+    /// bytes were there.
+    fn whole_run(&self, e: Error, done: u64) -> Error {
+        match e.kind() {
+            ErrorKind::TensorTooShort { .. } => too_short(self.len, done),
+            _ => e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copy::job::testing::contents;
+
+    fn source(len: usize) -> (File, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bytes).unwrap();
+        (f, bytes)
+    }
+
+    /// Both ways, and the trial that times them, write the same bytes.
+    #[test]
+    fn every_way_copies_the_same_bytes() {
+        let len = 4 * TRIAL as usize + 12_345;
+        let (src, bytes) = source(len + 777);
+        for way in [Some(Way::Mapped), Some(Way::Read), None] {
+            let mut out = tempfile::tempfile().unwrap();
+            out.write_all(b"head").unwrap();
+            let run = Run {
+                src: &src,
+                offset: 777,
+                len: len as u64,
+            };
+            let mut seen = 0;
+            let mut count = |n| seen += n;
+            match way {
+                Some(way) => run.copy(way, 0..len as u64, &out, &mut count).unwrap(),
+                None => copy_verbatim(&src, 777, len as u64, &out, &mut count).unwrap(),
+            }
+            assert_eq!(seen, len as u64, "{way:?}");
+            let got = contents(&out);
+            assert_eq!(&got[..4], b"head");
+            assert!(got[4..] == bytes[777..], "{way:?}");
+        }
+        assert!(chosen().is_some(), "the long copy chose a way");
+    }
+
+    /// A source shorter than the run: each way says how many of the run's
+    /// bytes were there, counted from the run's start.
+    #[test]
+    fn a_short_source_is_too_short_for_the_whole_run() {
+        let (src, _) = source(3 * TRIAL as usize);
+        for way in [Way::Mapped, Way::Read] {
+            let out = tempfile::tempfile().unwrap();
+            let run = Run {
+                src: &src,
+                offset: 1000,
+                len: 4 * TRIAL,
+            };
+            let part = TRIAL..4 * TRIAL;
+            let (e, _) = run.copy(way, part, &out, &mut |_| {}).unwrap_err();
+            let there = 3 * TRIAL - 1000;
+            assert!(
+                matches!(e.kind(), ErrorKind::TensorTooShort { expected, actual }
+                    if *expected == 4 * TRIAL && *actual == there),
+                "{way:?}: {e}"
+            );
+        }
+    }
+}
