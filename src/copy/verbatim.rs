@@ -21,13 +21,13 @@ use super::positional::read_exact_at;
 use crate::sink::elements::too_short;
 use crate::{Error, ErrorKind};
 
-/// How verbatim bytes are copied.
+/// How verbatim bytes are copied (its number is what [`CHOSEN`] holds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Way {
     /// From a mapping of the source, handed to `write`.
-    Mapped,
+    Mapped = 1,
     /// `pread` into one buffer of [`WRITE_PIECE`] bytes, then `write`.
-    Read,
+    Read = 2,
 }
 
 /// Bytes each way copies while it is timed.
@@ -65,7 +65,7 @@ pub(crate) fn copy_verbatim(
             } else {
                 Way::Read
             };
-            CHOSEN.store(faster as u8 + 1, Ordering::Relaxed);
+            CHOSEN.store(faster as u8, Ordering::Relaxed);
             return run.copy(faster, 2 * TRIAL..len, out, progress);
         }
         None => Way::Mapped,
@@ -81,24 +81,24 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Copies bytes `part` of the run `way`, on the thread's CPU clock
-    /// (system time included: most of a copy is in the kernel).
+    /// Copies bytes `part` of the run `way`; returns the nanoseconds it
+    /// took on the thread's CPU clock (system time included: most of a
+    /// copy is in the kernel).
     fn timed(
         &self,
         way: Way,
         part: std::ops::Range<u64>,
         out: &File,
         progress: &mut impl FnMut(u64),
-    ) -> Result<std::time::Duration, (Error, u64)> {
-        let clock = || rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-        let start = clock();
+    ) -> Result<i128, (Error, u64)> {
+        use rustix::time::{clock_gettime, ClockId};
+        let nanos = || {
+            let t = clock_gettime(ClockId::ThreadCPUTime);
+            i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+        };
+        let start = nanos();
         self.copy(way, part, out, progress)?;
-        let end = clock();
-        let nanos =
-            |t: rustix::time::Timespec| t.tv_sec as u128 * 1_000_000_000 + t.tv_nsec as u128;
-        Ok(std::time::Duration::from_nanos(
-            nanos(end).saturating_sub(nanos(start)) as u64,
-        ))
+        Ok(nanos() - start)
     }
 
     /// Copies bytes `part` of the run `way`; a source that cannot be
