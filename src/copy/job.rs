@@ -163,6 +163,15 @@ pub(crate) mod testing {
         (spans.iter().zip(&data).map(job).collect(), data)
     }
 
+    /// A file of `len` bytes of a pattern that repeats only every 251
+    /// bytes, and those bytes.
+    pub(crate) fn source(len: usize) -> (File, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bytes).unwrap();
+        (f, bytes)
+    }
+
     /// Everything `file` holds.
     pub(crate) fn contents(mut file: &File) -> Vec<u8> {
         let mut bytes = Vec::new();

@@ -182,16 +182,9 @@ impl Drop for Window {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::copy::job::testing::contents;
+    use crate::copy::job::testing::{contents, source};
     use crate::ErrorKind;
     use std::io::Write;
-
-    fn source(len: usize) -> (File, Vec<u8>) {
-        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-        let mut f = tempfile::tempfile().unwrap();
-        f.write_all(&bytes).unwrap();
-        (f, bytes)
-    }
 
     #[test]
     fn windows_after_the_first_start_on_a_huge_page() {

@@ -163,14 +163,7 @@ impl Run<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::copy::job::testing::contents;
-
-    fn source(len: usize) -> (File, Vec<u8>) {
-        let bytes: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-        let mut f = tempfile::tempfile().unwrap();
-        f.write_all(&bytes).unwrap();
-        (f, bytes)
-    }
+    use crate::copy::job::testing::{contents, source};
 
     /// Both ways, and the trial that times them, write the same bytes.
     #[test]

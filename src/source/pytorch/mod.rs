@@ -515,7 +515,7 @@ impl PyTorchSource {
         if self.storage_verified(k) {
             return Ok(());
         }
-        let (file, start) = (self.placed[k].file as usize, self.storage(k).start);
+        let (file, start) = self.storage_key(k);
         let check = self.files[file].try_clone()?;
         tokio::task::spawn_blocking(move || -> Result<()> {
             let mut r = MemberReader::new(check, &entry, start, 0)?;
@@ -533,9 +533,13 @@ impl PyTorchSource {
 
     /// Whether tensor `k`'s storage has passed its CRC-32 check.
     fn storage_verified(&self, k: usize) -> bool {
-        let key = (self.placed[k].file as usize, self.storage(k).start);
         let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
-        verified.contains(&key)
+        verified.contains(&self.storage_key(k))
+    }
+
+    /// Tensor `k`'s storage as `verified` records it: its file and first byte.
+    fn storage_key(&self, k: usize) -> (usize, u64) {
+        (self.placed[k].file as usize, self.storage(k).start)
     }
 
     /// Where tensor `k`'s storage lies.
