@@ -260,6 +260,88 @@ fn compressed_fortran_npy_and_raw_dump_bombs_are_refused() {
     );
 }
 
+// ---- a decoder's window is bounded ------------------------------------------------
+
+/// `data` zstd- or xz-compressed by the library's encoders.
+fn encoded(codec: &str, data: &[u8]) -> Vec<u8> {
+    use async_compression::tokio::write::{XzEncoder, ZstdEncoder};
+    use tokio::io::{AsyncWrite, AsyncWriteExt};
+    async fn run<W: AsyncWrite + Unpin>(mut w: W, data: &[u8]) -> W {
+        w.write_all(data).await.unwrap();
+        w.shutdown().await.unwrap();
+        w
+    }
+    futures::executor::block_on(async {
+        match codec {
+            "zst" => run(ZstdEncoder::new(Vec::new()), data).await.into_inner(),
+            _ => run(XzEncoder::new(Vec::new()), data).await.into_inner(),
+        }
+    })
+}
+
+/// The stream with the window its header declares set to `2^log` bytes:
+/// zstd's window descriptor, or the LZMA2 dictionary size in xz's block
+/// header (whose CRC is then made right). The data decode the same.
+fn with_window(codec: &str, mut stream: Vec<u8>, log: u32) -> Vec<u8> {
+    if codec == "zst" {
+        // Frame header: magic, descriptor (no single segment: a window follows).
+        assert_eq!(stream[4] & 0x20, 0, "a window descriptor is there");
+        stream[5] = ((log - 10) << 3) as u8;
+    } else {
+        // Stream header (12 bytes), then a 12-byte block header: size,
+        // flags (one filter, no sizes), LZMA2's id, 1 byte of properties.
+        assert_eq!(stream[12..16], [0x02, 0x00, 0x21, 0x01], "one LZMA2 filter");
+        stream[16] = ((log - 12) * 2) as u8; // 2 << (n / 2 + 11) bytes
+        let crc = crc32fast::hash(&stream[12..20]);
+        stream[20..24].copy_from_slice(&crc.to_le_bytes());
+    }
+    stream
+}
+
+#[test]
+fn a_window_over_128_mib_is_refused_before_it_is_filled() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..4096u32).flat_map(|i| i.to_le_bytes()).collect();
+    let array = npy("<u4", false, &[4096], &data);
+    for codec in ["zst", "xz"] {
+        let plain = encoded(codec, &array);
+        // 128 MiB is what `zstd --long` and `zstd --ultra -22` use: read.
+        let at_limit = write_file(
+            dir.path(),
+            &format!("limit.npy.{codec}"),
+            &with_window(codec, plain.clone(), 27),
+        );
+        accepted(&at_limit, &[]);
+        let out = std::fs::read(at_limit.with_extension("out.safetensors")).unwrap();
+        assert!(out.ends_with(&data), "{codec}: the data decode the same");
+        // Twice that: refused, naming the limit, whatever the data.
+        let over = write_file(
+            dir.path(),
+            &format!("over.npy.{codec}"),
+            &with_window(codec, plain, 28),
+        );
+        let out = over.with_extension("out.safetensors");
+        let args = [
+            over.as_os_str(),
+            os("--report"),
+            os("json"),
+            os("-o"),
+            out.as_os_str(),
+        ];
+        let o = convert(&args);
+        assert_eq!(o.status.code(), Some(1), "{codec}");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let report: Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
+        assert_eq!(report["error"]["kind"], "decompress", "{codec}: {stderr}");
+        let message = report["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("window is over 128 MiB"),
+            "{codec}: the decoder's words are ours: {message}"
+        );
+        assert!(!out.exists());
+    }
+}
+
 // ---- 17.9: shapes numpy refuses ------------------------------------------------
 
 #[test]
