@@ -253,6 +253,59 @@ fn group_counts_that_do_not_divide_are_refused() {
 }
 
 #[test]
+fn scales_for_more_groups_than_input_columns_are_refused() {
+    // GPTQ with g_idx: every piece reads every group's scales, so a
+    // million groups for a few input columns would cost without a bound.
+    let tmp = hostile("gptq", |t| {
+        let k = t[&format!("{Q}.g_idx")].1[0];
+        for n in ["scales", "qzeros"] {
+            let e = t.get_mut(&format!("{Q}.{n}")).unwrap();
+            let row = e.2.len() / e.1[0];
+            e.1[0] = k + 1;
+            e.2.resize((k + 1) * row, 0x11);
+        }
+    });
+    refused(&tmp, "q_proj.scales", "groups of scales for");
+}
+
+#[test]
+fn a_row_longer_than_the_most_dequantized_is_refused() {
+    // One FP8 row of 2^21 + 16 values, a per-tensor scale: dequantizing
+    // holds a row at a time, so this one is refused; copied as it is, it
+    // is an ordinary tensor.
+    let tmp = tempfile::tempdir().unwrap();
+    let cols = (1usize << 21) + 16;
+    let codes = vec![0x38u8; cols];
+    let scale = 1.0f32.to_le_bytes();
+    let views = vec![
+        (
+            "w.weight".to_string(),
+            safetensors::tensor::TensorView::new(
+                safetensors::Dtype::F8_E4M3,
+                vec![1, cols],
+                &codes,
+            )
+            .unwrap(),
+        ),
+        (
+            "w.weight_scale".to_string(),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![], &scale).unwrap(),
+        ),
+    ];
+    let model = tmp.path().join("model.safetensors");
+    safetensors::serialize_to_file(views, None, &model).unwrap();
+    refused(&tmp, "w.weight", &format!("rows of {cols} values"));
+    let out = tmp.path().join("copied.safetensors");
+    let run = convert(&[model.as_os_str(), "-o".as_ref(), out.as_os_str()]);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+#[test]
 fn a_g_idx_naming_a_missing_group_is_refused() {
     let tmp = hostile("gptq", |t| {
         let g = t.get_mut(&format!("{Q}.g_idx")).unwrap();

@@ -40,6 +40,13 @@ pub(crate) use recognize::{recognize, Found};
 /// Values dequantized per piece: 1 Mi (4 MiB of f32, before storing).
 pub(crate) const PIECE_ELEMENTS: u64 = 1 << 20;
 
+/// The longest row dequantized. A piece is at least one row, and a row is
+/// held whole with its codes and scales: at 2 Mi values that is about 24
+/// MiB. A real weight's rows are its input features, tens of thousands;
+/// a longer row is refused rather than held (a 17 MB GPTQ file whose one
+/// row was 2^26 values held 796 MB).
+pub(crate) const ROW_MAX: u64 = 2 * PIECE_ELEMENTS;
+
 /// One tensor of an input, where its bytes are.
 #[derive(Debug, Clone)]
 pub(crate) struct Part {
@@ -150,6 +157,7 @@ pub(crate) fn wrap<'a>(
         }
         return Ok(sources);
     };
+    check_rows(&found, &sources)?;
     let mut found = found;
     let mut out: Vec<Box<dyn Source + 'a>> = Vec::with_capacity(sources.len());
     for (s, source) in sources.into_iter().enumerate() {
@@ -291,6 +299,21 @@ pub(crate) fn refuse(e: QuantError, input: &str, tensor: &str) -> Error {
         .with_tensor(tensor)
 }
 
+/// Refuses a weight whose rows are longer than [`ROW_MAX`].
+fn check_rows(found: &Found, sources: &[Box<dyn Source + '_>]) -> Result<()> {
+    for (s, _, w) in &found.weights {
+        let [_, cols] = w.shape;
+        if cols > ROW_MAX {
+            let e = QuantError::Unsupported(format!(
+                "{}: rows of {cols} values; dequantizing holds a row at a time, and the most is {ROW_MAX}",
+                w.kind.scheme()
+            ));
+            return Err(refuse(e, sources[*s].input_name(), &w.name));
+        }
+    }
+    Ok(())
+}
+
 /// What `inspect` says of a quantized checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Summary {
@@ -314,7 +337,7 @@ pub(crate) fn summarize(cp: &crate::index::Checkpoint) -> Option<Result<Summary>
         let src = super::safetensors::SafetensorsSource::from_data(file, header.clone(), &input);
         sources.push(Box::new(src));
     }
-    let found = match recognize(&sources) {
+    let found = match recognize(&sources).and_then(|f| check_rows(&f, &sources).map(|()| f)) {
         Ok(f) => f,
         Err(e) => return Some(Err(e)),
     };

@@ -403,7 +403,9 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
     let bits = match (config.bits, &g_idx) {
         (Some(b), _) => b,
         (None, Some(g))
-            if g.shape.len() == 1 && g.shape[0] > 0 && (qrows * 32) % g.shape[0] == 0 =>
+            if g.shape.len() == 1
+                && g.shape[0] > 0
+                && qrows.checked_mul(32).is_some_and(|b| b % g.shape[0] == 0) =>
         {
             u32::try_from(qrows * 32 / g.shape[0]).unwrap_or(0)
         }
@@ -414,7 +416,10 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
         return Err(refuse(e, &input, &qname));
     }
     let per = u64::from(32 / bits);
-    let k = qrows * per;
+    let Some(k) = qrows.checked_mul(per) else {
+        let expected = format!("[in * {bits} / 32, {n}] with in below 2^64");
+        return Err(bad_shape(&qweight, scheme, expected, &input));
+    };
     if qcols != n {
         return Err(bad_shape(
             &qweight,
@@ -435,6 +440,12 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
                 format!("[{k}] (one group per input column)"),
                 &input,
             ));
+        }
+        // A group covers at least one input column: every piece reads all
+        // groups' scales for its rows, so more would cost without a bound.
+        if groups > k.max(1) {
+            let detail = format!("{groups} groups of scales for {k} input columns");
+            return Err(groups_error(&scales, scheme, detail, &input));
         }
     }
     let group_size = match g_idx {
@@ -642,7 +653,9 @@ fn nvfp4(
     check_dtype(&scale, &[Dtype::F8_E4M3], "F8_E4M3", S, &input)?;
     check_dtype(&global, &[Dtype::F32], "F32", S, &input)?;
     let [m, half] = matrix(&weight, S, &input)?;
-    let n = half * 2;
+    let Some(n) = half.checked_mul(2) else {
+        return Err(bad_shape(&weight, S, "[rows, columns / 2]".into(), &input));
+    };
     if n % 16 != 0 {
         let detail = format!("{n} columns are not whole blocks of 16");
         return Err(groups_error(&weight, S, detail, &input));
