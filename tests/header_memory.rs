@@ -170,3 +170,57 @@ fn listing_an_npz_of_many_members_costs_a_bounded_multiple_of_its_directory() {
     // cloned and the npy header's descr kept.
     assert!(peak <= 6 * n, "peak {peak} for a directory of {n} bytes");
 }
+
+/// A safetensors file whose header is `json` and whose data is `data`.
+fn raw_file(dir: &std::path::Path, json: &str, data: &[u8]) -> std::path::PathBuf {
+    let path = dir.join("crafted.safetensors");
+    let mut file = (json.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(json.as_bytes());
+    file.extend_from_slice(data);
+    std::fs::write(&path, file).unwrap();
+    path
+}
+
+/// Reads `path`'s header expecting its budget to refuse it; returns the
+/// peak of bytes allocated meanwhile, which must be within the budget.
+fn refused_within_budget(path: &std::path::Path, header_len: usize) {
+    use safetensors_stream::{ErrorKind, HeaderError};
+    let (read, peak) = measure(|| read_file_header(path, Rules::STRICT));
+    let e = read.expect_err("the header is over its budget");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Header(HeaderError::HeaderBudget { .. })
+        ),
+        "{e}"
+    );
+    let budget = 3 * header_len + (64 << 20);
+    eprintln!("header {header_len} bytes, peak {peak} bytes, budget {budget}");
+    assert!(peak <= budget, "peak {peak} over the budget {budget}");
+}
+
+#[test]
+fn metadata_of_many_tiny_entries_is_refused_within_the_budget() {
+    let _g = support::alloc::serial();
+    // 700,000 entries of about 13 bytes: each costs over 20 times its
+    // text once held in a map (an 83 MB header of them held 1.59 GB).
+    let entries: Vec<String> = (0..700_000).map(|i| format!("\"k{i}\":\"\"")).collect();
+    let json = format!("{{\"__metadata__\":{{{}}}}}", entries.join(","));
+    drop(entries);
+    let dir = tempfile::tempdir().unwrap();
+    let path = raw_file(dir.path(), &json, &[]);
+    refused_within_budget(&path, json.len());
+}
+
+#[test]
+fn a_shape_of_millions_of_dimensions_is_refused_within_the_budget() {
+    let _g = support::alloc::serial();
+    // One byte, shaped [1, 1, ..., 1] with 12 million dimensions: 8 bytes
+    // each held for 2 of text (a 90 MB header of them held 976 MB).
+    let dims = vec!["1"; 12_000_000].join(",");
+    let json = format!("{{\"t\":{{\"dtype\":\"U8\",\"shape\":[{dims}],\"data_offsets\":[0,1]}}}}");
+    drop(dims);
+    let dir = tempfile::tempdir().unwrap();
+    let path = raw_file(dir.path(), &json, &[7]);
+    refused_within_budget(&path, json.len());
+}

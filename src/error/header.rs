@@ -35,6 +35,15 @@ pub enum HeaderError {
         /// The limit.
         limit: u64,
     },
+    /// Holding the header would take more memory than its budget: three
+    /// times its length plus 64 MiB (entries that cost far more than their
+    /// text, such as a million one-letter metadata keys or a shape of a
+    /// million dimensions).
+    #[error("header would take more than {limit} bytes of memory to hold (3 times its length + 64 MiB): refused")]
+    HeaderBudget {
+        /// The budget, in bytes.
+        limit: u64,
+    },
     /// The header runs past the end of the file.
     #[error("header claims {len} bytes but the file has only {available} after the length prefix")]
     HeaderPastEnd {
@@ -202,6 +211,11 @@ mod tests {
                 },
                 "header_too_large",
                 "header length 1099511627776 exceeds the limit of 100000000 bytes",
+            ),
+            (
+                HeaderError::HeaderBudget { limit: 67_108_928 },
+                "header_budget",
+                "header would take more than 67108928 bytes of memory to hold (3 times its length + 64 MiB): refused",
             ),
             (
                 HeaderError::HeaderPastEnd {

@@ -698,6 +698,7 @@ impl ErrorKind {
             K::Header(
                 H::FileTooShort { .. }
                 | H::HeaderTooLarge { .. }
+                | H::HeaderBudget { .. }
                 | H::HeaderPastEnd { .. }
                 | H::HeaderNotUtf8
                 | H::HeaderJson(_)

@@ -39,9 +39,11 @@ pub(super) fn parse_json(
     rules: Rules,
 ) -> Result<RawHeader, (HeaderError, Option<u64>)> {
     let stash = RefCell::new(None);
+    let budget = Budget::for_header(text.len());
     let seed = HeaderSeed {
         rules,
         stash: &stash,
+        budget: &budget,
         // The smallest entry, `"":{"dtype":"U8","shape":[],"data_offsets":[0,0]}`,
         // is 48 bytes: a capacity that the text itself bounds.
         capacity: text.len() / 48,
@@ -96,6 +98,49 @@ fn byte_position(text: &str, line: usize, column: usize) -> Option<u64> {
 
 type Stash<'a> = &'a RefCell<Option<HeaderError>>;
 
+/// What the parsed header may take beyond its text: twice the text plus
+/// 64 MiB, so that the two stay within the README's 3 times the header +
+/// 64 MiB. Entries are charged as they are read, before what they cost
+/// has grown past it.
+pub(crate) struct Budget {
+    left: std::cell::Cell<usize>,
+    limit: usize,
+}
+
+impl Budget {
+    /// The budget of a header of `text_len` bytes.
+    pub(crate) fn for_header(text_len: usize) -> Budget {
+        let limit = text_len.saturating_mul(3).saturating_add(64 << 20);
+        Budget {
+            left: std::cell::Cell::new(limit - text_len),
+            limit,
+        }
+    }
+
+    /// Takes `bytes` from what is left, or refuses the header.
+    pub(crate) fn charge(&self, bytes: usize) -> Result<(), HeaderError> {
+        match self.left.get().checked_sub(bytes) {
+            Some(left) => {
+                self.left.set(left);
+                Ok(())
+            }
+            None => Err(HeaderError::HeaderBudget {
+                limit: self.limit as u64,
+            }),
+        }
+    }
+
+    /// [`charge`](Self::charge) inside a serde visitor.
+    fn take<E: de::Error>(&self, stash: Stash<'_>, bytes: usize) -> Result<(), E> {
+        self.charge(bytes).map_err(|kind| fail(stash, kind))
+    }
+}
+
+/// What one metadata entry costs beyond its text: two `String`s and its
+/// share of the map's nodes and of the allocator's blocks (measured: a
+/// million one-letter keys took about 200 bytes each).
+const METADATA_ENTRY: usize = 224;
+
 fn fail<E: de::Error>(stash: Stash<'_>, kind: HeaderError) -> E {
     let msg = kind.to_string();
     *stash.borrow_mut() = Some(kind);
@@ -105,6 +150,7 @@ fn fail<E: de::Error>(stash: Stash<'_>, kind: HeaderError) -> E {
 struct HeaderSeed<'a> {
     rules: Rules,
     stash: Stash<'a>,
+    budget: &'a Budget,
     capacity: usize,
 }
 
@@ -145,6 +191,7 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
                 out.metadata = map.next_value_seed(MetadataSeed {
                     rules: self.rules,
                     stash: self.stash,
+                    budget: self.budget,
                 })?;
                 metadata_bytes = out
                     .metadata
@@ -155,6 +202,8 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
             if !reserved {
                 reserved = true;
                 let capacity = self.capacity.saturating_sub(metadata_bytes / 48);
+                let each = std::mem::size_of::<RawTensor>() + NameIndex::SLOT;
+                self.budget.take(self.stash, capacity * each)?;
                 out.tensors.reserve_exact(capacity);
                 index = NameIndex::with_capacity(capacity);
             }
@@ -162,7 +211,14 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
                 name: key,
                 rules: self.rules,
                 stash: self.stash,
+                budget: self.budget,
             })?;
+            // Past the room reserved, the lists grow: charge what they take.
+            let mut cost = tensor.meta.name.len();
+            if out.tensors.len() >= out.tensors.capacity() {
+                cost += 2 * (std::mem::size_of::<RawTensor>() + NameIndex::SLOT);
+            }
+            self.budget.take(self.stash, cost)?;
             let tensors = &out.tensors;
             let seen = index.insert(tensors.len(), &tensor.meta.name, |i| {
                 tensors[i].meta.name.as_str()
@@ -190,6 +246,7 @@ fn duplicate(key: String, within: &str) -> HeaderError {
 struct MetadataSeed<'a> {
     rules: Rules,
     stash: Stash<'a>,
+    budget: &'a Budget,
 }
 
 impl<'de> DeserializeSeed<'de> for MetadataSeed<'_> {
@@ -228,6 +285,8 @@ impl<'de> Visitor<'de> for MetadataSeed<'_> {
             if md.contains_key(&k) && self.rules.refuse_duplicate_keys {
                 return Err(fail(self.stash, duplicate(k, "__metadata__")));
             }
+            let cost = METADATA_ENTRY + k.len() + v.len();
+            self.budget.take(self.stash, cost)?;
             md.insert(k, v);
         }
         Ok(Some(md))
@@ -238,6 +297,7 @@ struct TensorSeed<'a> {
     name: String,
     rules: Rules,
     stash: Stash<'a>,
+    budget: &'a Budget,
 }
 
 impl<'de> DeserializeSeed<'de> for TensorSeed<'_> {
@@ -277,7 +337,14 @@ impl Field {
     }
 }
 
-impl TensorSeed<'_> {
+impl<'a> TensorSeed<'a> {
+    fn shape_seed(&self) -> ShapeSeed<'a> {
+        ShapeSeed {
+            stash: self.stash,
+            budget: self.budget,
+        }
+    }
+
     fn assemble<E: de::Error>(
         self,
         dtype: Option<Dtype>,
@@ -338,7 +405,7 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
             }
             match field {
                 Field::Dtype => dtype = Some(map.next_value_seed(DtypeSeed(self.rules.mode))?),
-                Field::Shape => shape = Some(map.next_value_seed(ShapeSeed)?),
+                Field::Shape => shape = Some(map.next_value_seed(self.shape_seed())?),
                 Field::Offsets => offsets = Some(map.next_value()?),
             }
         }
@@ -349,7 +416,7 @@ impl<'de> Visitor<'de> for TensorSeed<'_> {
         let len_err = |n| de::Error::invalid_length(n, &"a tensor of 3 elements");
         let dtype = seq.next_element_seed(DtypeSeed(self.rules.mode))?;
         let dtype = dtype.ok_or_else(|| len_err(0))?;
-        let shape = seq.next_element_seed(ShapeSeed)?;
+        let shape = seq.next_element_seed(self.shape_seed())?;
         let shape = shape.ok_or_else(|| len_err(1))?;
         let offsets = seq.next_element()?.ok_or_else(|| len_err(2))?;
         self.assemble(Some(dtype), Some(shape), Some(offsets))
@@ -362,16 +429,19 @@ const INLINE_DIMS: usize = 8;
 /// A shape read into a list of exactly its length: serde's `Vec<u64>`
 /// starts at room for 4 (32 bytes, a 48-byte heap block) where a 1-D shape
 /// needs 8, and a million-tensor header holds a million shapes.
-struct ShapeSeed;
+struct ShapeSeed<'a> {
+    stash: Stash<'a>,
+    budget: &'a Budget,
+}
 
-impl<'de> DeserializeSeed<'de> for ShapeSeed {
+impl<'de> DeserializeSeed<'de> for ShapeSeed<'_> {
     type Value = Vec<u64>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<u64>, D::Error> {
         d.deserialize_seq(self)
     }
 }
 
-impl<'de> Visitor<'de> for ShapeSeed {
+impl<'de> Visitor<'de> for ShapeSeed<'_> {
     type Value = Vec<u64>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -384,13 +454,19 @@ impl<'de> Visitor<'de> for ShapeSeed {
         while len < INLINE_DIMS {
             match seq.next_element::<u64>()? {
                 Some(d) => inline[len] = d,
-                None => return Ok(inline[..len].to_vec()),
+                None => {
+                    self.budget.take(self.stash, len * 8)?;
+                    return Ok(inline[..len].to_vec());
+                }
             }
             len += 1;
         }
-        // More dimensions than any real tensor has: grow as serde would.
+        // More dimensions than any real tensor has: grow as serde would,
+        // each charged twice (what the list may hold unused as it grows).
         let mut dims = inline.to_vec();
+        self.budget.take(self.stash, len * 16)?;
         while let Some(d) = seq.next_element::<u64>()? {
+            self.budget.take(self.stash, 16)?;
             dims.push(d);
         }
         Ok(dims)
