@@ -321,6 +321,40 @@ fn huge_counts_fail_before_allocating() {
     );
 }
 
+/// Parses `bytes` expecting the header budget to refuse them, with no
+/// more allocated meanwhile than the budget: 3 times the file + 64 MiB.
+fn over_budget(bytes: &[u8]) {
+    let (result, peak) = support::alloc::peak_during(|| parse(bytes));
+    let e = result.expect_err("over its budget");
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Header(safetensors_stream::HeaderError::HeaderBudget { .. })
+        ),
+        "{e}"
+    );
+    let budget = 3 * bytes.len() + (64 << 20);
+    assert!(peak <= budget, "peak {peak} over {budget}");
+}
+
+#[test]
+fn many_small_key_values_or_tensors_are_refused_within_the_budget() {
+    let _g = support::alloc::serial();
+    // A key-value of 21 bytes or a tensor of 37 costs ten times that held:
+    // 3 million of either in 56 MB held over 500 MB before this budget.
+    let n = 1_000_000u64;
+    let mut b = Builder::new(3, 0, n, false);
+    for i in 0..n {
+        b.str(&format!("k{i:07}")).u32(0).out.push(1);
+    }
+    over_budget(&b.data(&[]));
+    let mut b = Builder::new(3, n, 0, false);
+    for i in 0..n {
+        b.tensor(&format!("t{i:07}"), &[0], 0, 0);
+    }
+    over_budget(&b.data(&[]));
+}
+
 #[test]
 fn tensor_rules_are_enforced_by_name() {
     let one = |dims: &[u64], ty: u32, offset: u64, data: usize| {
