@@ -65,7 +65,11 @@ impl<'de> Deserialize<'de> for Entries {
                 mut map: A,
             ) -> std::result::Result<Entries, A::Error> {
                 let mut entries = Vec::new();
-                while let Some(entry) = map.next_entry()? {
+                while let Some(entry) = map.next_entry::<String, String>()? {
+                    // The entry in the list (room for two as it grows) and
+                    // in the map it becomes, and the two names.
+                    let cost = ENTRY_COST + entry.0.len() + entry.1.len();
+                    charge_json(cost as u64)?;
                     entries.push(entry);
                 }
                 Ok(Entries(entries))
@@ -75,10 +79,61 @@ impl<'de> Deserialize<'de> for Entries {
     }
 }
 
+/// What a weight_map entry costs held beyond its two names: in the list
+/// as read (48 bytes, room for twice that as it grows), then in the sorted
+/// map, and the allocator's share of four strings (6 million entries of 9
+/// bytes held 1.0 GB before they were charged).
+const ENTRY_COST: usize = 224;
+
+thread_local! {
+    /// Bytes of JSON read on this thread by the parse under way, and bytes
+    /// of memory charged to it ([`charge_json`]).
+    static JSON_PARSE: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Starts the count of a JSON parse on this thread: `read` bytes are
+/// there already (a text parsed from memory), more are added as they are
+/// read.
+pub(crate) fn start_json_parse(read: u64) {
+    JSON_PARSE.with(|c| c.set((read, 0)));
+}
+
+/// A reader that adds the bytes it reads to [`JSON_PARSE`].
+struct CountedJson<R>(R);
+
+impl<R: std::io::Read> std::io::Read for CountedJson<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        JSON_PARSE.with(|c| {
+            let (read, charged) = c.get();
+            c.set((read + n as u64, charged));
+        });
+        Ok(n)
+    }
+}
+
+/// Charges `bytes` of memory, held by what a visitor builds from an index
+/// or a raw manifest, to the README's bound for every header: 3 times the
+/// bytes read so far + 64 MiB. Over it, the parse fails with
+/// [`HeaderError::HeaderBudget`](crate::HeaderError::HeaderBudget)'s words.
+pub(crate) fn charge_json<E: serde::de::Error>(bytes: u64) -> std::result::Result<(), E> {
+    JSON_PARSE.with(|c| {
+        let (read, charged) = c.get();
+        let charged = charged.saturating_add(bytes);
+        c.set((read, charged));
+        let limit = read.saturating_mul(3).saturating_add(64 << 20);
+        match charged > limit {
+            true => Err(E::custom(crate::HeaderError::HeaderBudget { limit })),
+            false => Ok(()),
+        }
+    })
+}
+
 impl ShardIndex {
     /// Parses an index's JSON text; a tensor listed twice in the
     /// weight_map is refused, naming it.
     pub fn from_json(text: &[u8]) -> Result<ShardIndex> {
+        start_json_parse(text.len() as u64);
         let raw: IndexText = serde_json::from_slice(text)
             .map_err(|e| Error::new(IndexError::IndexJson(JsonError::new(e))))?;
         Self::from_text(raw)
@@ -134,9 +189,11 @@ pub(crate) fn json_file<T: serde::de::DeserializeOwned>(
     use std::io::Read;
     let on_path = |e: Error| e.with_input(path.display());
     let file = std::fs::File::open(path).map_err(|e| on_path(Error::io(e)))?;
-    let mut capped = std::io::BufReader::with_capacity(64 * 1024, file.take(MAX_HEADER_LEN + 1));
+    start_json_parse(0);
+    let counted = CountedJson(file.take(MAX_HEADER_LEN + 1));
+    let mut capped = std::io::BufReader::with_capacity(64 * 1024, counted);
     let parsed = serde_json::from_reader::<_, T>(&mut capped);
-    let read = MAX_HEADER_LEN + 1 - capped.get_ref().limit();
+    let read = MAX_HEADER_LEN + 1 - capped.get_ref().0.limit();
     if read > MAX_HEADER_LEN {
         return Err(on_path(Error::new(ErrorKind::FileTooLarge {
             what,

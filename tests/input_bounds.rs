@@ -342,6 +342,49 @@ fn a_window_over_128_mib_is_refused_before_it_is_filled() {
     }
 }
 
+// ---- an index or a manifest is held to the header budget ---------------------------
+
+/// Runs convert with a JSON report; returns the exit code, the error's
+/// kind and its message.
+fn report(args: &[&OsStr]) -> (i32, String, String) {
+    let mut all = args.to_vec();
+    all.extend([os("--report"), os("json")]);
+    let o = convert(&all);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let v: Value = serde_json::from_str(stderr.lines().last().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("no JSON report ({e}): {stderr}"));
+    let field = |k: &str| v["error"][k].as_str().unwrap_or_default().to_string();
+    (o.status.code().unwrap(), field("kind"), field("message"))
+}
+
+#[test]
+fn an_index_or_manifest_of_tiny_entries_is_refused_by_the_header_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let over = "header would take more than";
+    // 500,000 weight_map entries of 12 bytes: 17 times that held.
+    let entries: Vec<String> = (0..500_000).map(|i| format!("\"{i}\":\"s\"")).collect();
+    let index = format!(
+        "{{\"metadata\":{{\"total_size\":0}},\"weight_map\":{{{}}}}}",
+        entries.join(",")
+    );
+    let path = write_file(dir.path(), "model.safetensors.index.json", index.as_bytes());
+    let out = dir.path().join("out.safetensors");
+    let (code, kind, message) = report(&[path.as_os_str(), os("-o"), out.as_os_str()]);
+    assert_eq!((code, kind.as_str()), (1, "index_json"), "{message}");
+    assert!(message.contains(over), "{message}");
+    // One byte shaped [1, 1, ...] with 4 million dimensions: 16 times its
+    // text held.
+    let dims = vec!["1"; 4_000_000].join(",");
+    let manifest = format!("[{{\"name\":\"w\",\"dtype\":\"U8\",\"shape\":[{dims}]}}]");
+    let m = write_file(dir.path(), "m.json", manifest.as_bytes());
+    let dump = write_file(dir.path(), "d.bin", &[7]);
+    let args = [dump.as_os_str(), os("--raw-manifest"), m.as_os_str()];
+    let (code, kind, message) = report(&[&args[..], &[os("-o"), out.as_os_str()]].concat());
+    assert_eq!((code, kind.as_str()), (2, "usage"), "{message}");
+    assert!(message.contains(over), "{message}");
+    assert!(!out.exists());
+}
+
 // ---- 17.9: shapes numpy refuses ------------------------------------------------
 
 #[test]

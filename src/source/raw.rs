@@ -20,15 +20,53 @@ use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
 #[serde(deny_unknown_fields)]
 pub struct RawTensor {
     /// Tensor name.
+    #[serde(deserialize_with = "charged_name")]
     pub name: String,
     /// Element type (`"F32"`, or as numpy or torch spell it: `"float32"`).
     #[serde(deserialize_with = "crate::dtype::deserialize_spelled")]
     pub dtype: Dtype,
     /// Shape; `[]` for a scalar.
+    #[serde(deserialize_with = "charged_shape")]
     pub shape: Vec<u64>,
     /// Byte offset of its first byte in the dump.
     #[serde(default)]
     pub offset: u64,
+}
+
+/// A manifest entry's name, its entry charged to the parse's budget
+/// ([`charge_json`](crate::index::charge_json)): the entry in the list
+/// (room for two as it grows), its placed copy and the name twice.
+fn charged_name<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    let entry = std::mem::size_of::<RawTensor>() as u64;
+    crate::index::charge_json(3 * entry + 64 + 2 * name.len() as u64)?;
+    Ok(name)
+}
+
+/// A manifest entry's shape, each dimension charged as it is read (kept
+/// twice, and room for as many as the list grows).
+fn charged_shape<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<u64>, D::Error> {
+    struct Dims;
+    impl<'de> serde::de::Visitor<'de> for Dims {
+        type Value = Vec<u64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of dimensions")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> std::result::Result<Vec<u64>, A::Error> {
+            let mut dims = Vec::new();
+            while let Some(d) = seq.next_element()? {
+                crate::index::charge_json(32)?;
+                dims.push(d);
+            }
+            Ok(dims)
+        }
+    }
+    d.deserialize_seq(Dims)
 }
 
 /// How to read a dump.
@@ -53,6 +91,7 @@ impl RawSpec {
     /// # Ok::<(), safetensors_stream::Error>(())
     /// ```
     pub fn from_manifest(json: &[u8]) -> Result<RawSpec> {
+        crate::index::start_json_parse(json.len() as u64);
         let tensors: Vec<RawTensor> = serde_json::from_slice(json)
             .map_err(|e| Error::new(ErrorKind::Usage(format!("raw manifest: {e}"))))?;
         Ok(RawSpec {
