@@ -1,6 +1,7 @@
 //! Bounded memory for large NumPy inputs, measured with a counting global
 //! allocator: a 256 MiB deflated npz member and a 256 MiB Fortran-order
-//! .npy convert with a heap peak far below their size. And zip64: an npz
+//! .npy (and Fortran-order arrays whose rows are over the bound) convert
+//! with a heap peak far below their size. And zip64: an npz
 //! whose member is over 4 GiB (a sparse file), listed, planned and read.
 //!
 //! The inputs are generated in a temp dir; the tests in this binary run one
@@ -188,6 +189,32 @@ fn fortran_member_deflated_of_64_mib() {
     let header = npy_header("<f4", true, &[2048, mib * MIB / 4 / 2048]);
     write_deflated_npz(&path, "f.npy", &header, &period_block(), mib);
     measure("deflated Fortran 64 MiB member", &path, mib * MIB);
+}
+
+// ---- Fortran-order arrays with long rows -------------------------------------------
+//
+// One first-axis row (every other axis in full) here is 36 MB, over the bound:
+// the reader must not hold a row, only tiles of one.
+
+#[test]
+fn fortran_array_with_long_rows() {
+    let _serial = support::alloc::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.npy");
+    let len = write_fortran_npy(&path, &[3, 1001, 9001]);
+    measure("Fortran .npy, 36 MB rows", &path, len);
+}
+
+#[test]
+fn fortran_member_deflated_with_long_rows() {
+    // 2 x 9437184 f4: two rows of 36 MiB, inflated to a temp file first.
+    let _serial = support::alloc::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.npz");
+    let mib = 72;
+    let header = npy_header("<f4", true, &[2, mib * MIB / 4 / 2]);
+    write_deflated_npz(&path, "f.npy", &header, &period_block(), mib);
+    measure("deflated Fortran member, 36 MiB rows", &path, mib * MIB);
 }
 
 // ---- zip64: a member over 4 GiB -----------------------------------------------------

@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::io::AsyncReadExt;
 
-use self::fortran::{same_as_c_order, too_wide, FortranReader};
+use self::fortran::{same_as_c_order, FortranReader};
 use self::header::{parse_header_text_as, parse_prelude, read_header_as, NpyHeader, Prelude};
 use super::blocking::BlockingReader;
 use super::npz::zip::PositionalReader;
@@ -75,16 +75,6 @@ impl NpySource {
         if actual != expected {
             let e = Error::new(ErrorKind::DataLength { expected, actual });
             return Err(on_input(e.at_offset(end_of_header)));
-        }
-        if src.header.fortran_order {
-            if let Some(row) = too_wide(&src.header.shape, src.width()) {
-                let msg = format!(
-                    "Fortran-order array needs {row} bytes per block, over the {} limit; \
-                     save it in C order (np.ascontiguousarray) first",
-                    fortran::MAX_BLOCK
-                );
-                return Err(on_input(Error::new(ErrorKind::NpyHeader(msg))));
-            }
         }
         Ok(NpySource {
             data: Data::File {

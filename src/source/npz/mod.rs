@@ -21,7 +21,7 @@ use crate::block_cache::BlockCache;
 /// Inflated bytes a deflated member runs ahead of the writer: chunk x depth.
 const AHEAD_CHUNK: usize = 1 << 20;
 const AHEAD_DEPTH: usize = 2;
-use super::npy::fortran::{too_wide, FortranReader};
+use super::npy::fortran::FortranReader;
 use super::npy::header::{read_header_as, NpyHeader};
 use super::{
     BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData, TensorReader,
@@ -166,15 +166,6 @@ fn plan_member(
     let actual = entry.uncompressed.saturating_sub(data_offset);
     if actual != expected {
         return Err(Error::new(ErrorKind::DataLength { expected, actual }));
-    }
-    if fortran_order {
-        let width = dtype.byte_width().unwrap_or(1);
-        if let Some(row) = too_wide(&tensor.shape, width) {
-            let msg = format!(
-                "Fortran-order array needs {row} bytes per block; save it in C order first"
-            );
-            return Err(Error::new(ErrorKind::NpyHeader(msg)));
-        }
     }
     let reorder = fortran_order && !super::npy::fortran::same_as_c_order(&tensor.shape);
     let member = Member {
