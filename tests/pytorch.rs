@@ -472,3 +472,300 @@ fn a_strided_view_of_a_corrupt_storage_is_refused() {
     }
     assert!(!tmp.path().join("out.safetensors").exists());
 }
+
+/// A protocol-2 pickle of `{name: tensor}`, each tensor all of a
+/// `ByteStorage` (`name`, storage key, bytes), as `torch.save` writes one.
+fn byte_tensors(tensors: &[(&str, &str, u32)]) -> Vec<u8> {
+    fn text(p: &mut Vec<u8>, s: &str) {
+        p.push(b'X');
+        p.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        p.extend_from_slice(s.as_bytes());
+    }
+    fn int(p: &mut Vec<u8>, v: u32) {
+        p.push(b'J');
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut p = b"\x80\x02}(".to_vec();
+    for &(name, key, n) in tensors {
+        text(&mut p, name);
+        p.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n((");
+        text(&mut p, "storage");
+        p.extend_from_slice(b"ctorch\nByteStorage\n");
+        text(&mut p, key);
+        text(&mut p, "cpu");
+        int(&mut p, n);
+        p.extend_from_slice(b"tQK\x00(");
+        int(&mut p, n);
+        p.extend_from_slice(b"t(K\x01t\x89ccollections\nOrderedDict\n)RtR");
+    }
+    p.extend_from_slice(b"u.");
+    p
+}
+
+/// A stored member as a zip's records describe it: where its local header
+/// is and what the records claim, whatever bytes actually follow.
+struct Claim {
+    name: String,
+    at: u32,
+    crc: u32,
+    compressed: u32,
+    uncompressed: u32,
+}
+
+/// Appends the local header of `m` (sizes and CRC as claimed) to `out`,
+/// which must be `m.at` bytes long.
+fn local_header(out: &mut Vec<u8>, m: &Claim) {
+    assert_eq!(out.len(), m.at as usize);
+    out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+    for x in [20u16, 0, 0, 0, 0x21] {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    for x in [m.crc, m.compressed, m.uncompressed] {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.extend_from_slice(&(m.name.len() as u16).to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(m.name.as_bytes());
+}
+
+/// Appends the central directory of `members` and the end record to `out`.
+fn central_directory(out: &mut Vec<u8>, members: &[Claim]) {
+    let offset = out.len() as u32;
+    for m in members {
+        out.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        for x in [20u16, 20, 0, 0, 0, 0x21] {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        for x in [m.crc, m.compressed, m.uncompressed] {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        for x in [m.name.len() as u16, 0, 0, 0, 0] {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        out.extend_from_slice(&0u32.to_le_bytes());
+        out.extend_from_slice(&m.at.to_le_bytes());
+        out.extend_from_slice(m.name.as_bytes());
+    }
+    let size = out.len() as u32 - offset;
+    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    let n = members.len() as u16;
+    for x in [0u16, 0, n, n] {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.extend_from_slice(&size.to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+}
+
+/// A zip checkpoint of `(name, bytes)` members, each stored as it is
+/// (honest sizes and CRCs), one after the other.
+fn honest_zip(members: &[(&str, &[u8])]) -> Vec<u8> {
+    let (mut out, mut claims) = (Vec::new(), Vec::new());
+    for &(name, data) in members {
+        let len = data.len() as u32;
+        let claim = Claim {
+            name: name.into(),
+            at: out.len() as u32,
+            crc: crc32fast::hash(data),
+            compressed: len,
+            uncompressed: len,
+        };
+        local_header(&mut out, &claim);
+        out.extend_from_slice(data);
+        claims.push(claim);
+    }
+    central_directory(&mut out, &claims);
+    out
+}
+
+/// Converts `pt` (written as `name` in `tmp`, removed after) to
+/// `out.safetensors` over an old output, with a JSON report.
+fn convert_over_old(tmp: &Path, name: &str, pt: &[u8]) -> Output {
+    let input = tmp.join(name);
+    std::fs::write(&input, pt).unwrap();
+    std::fs::write(tmp.join("out.safetensors"), b"old bytes").unwrap();
+    let args = [
+        input.as_os_str(),
+        o("-o"),
+        o("out.safetensors"),
+        o("--report"),
+        o("json"),
+    ];
+    let r = convert(&args, tmp);
+    std::fs::remove_file(&input).unwrap();
+    r
+}
+
+/// `pt` is refused as a bad zip whose message names the input and says
+/// `words`, and the old output is left as it was, with no temp beside it.
+fn assert_refused_as_zip(tmp: &Path, name: &str, pt: &[u8], words: &[&str]) {
+    let r = convert_over_old(tmp, name, pt);
+    let text = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{name}: {text}");
+    assert_eq!(error_kind(&r), "zip", "{name}: {text}");
+    let report: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    let input = report["error"]["input"].as_str().unwrap_or_default();
+    assert!(input.ends_with(name), "{name}: input {input:?}");
+    let message = report["error"]["message"].as_str().unwrap_or_default();
+    for w in [name].iter().chain(words) {
+        assert!(message.contains(w), "{name}: no {w:?} in {message}");
+    }
+    let out = tmp.join("out.safetensors");
+    assert_eq!(std::fs::read(&out).unwrap(), b"old bytes", "{name}");
+    assert_eq!(
+        std::fs::read_dir(tmp).unwrap().count(),
+        1,
+        "{name}: temp left"
+    );
+}
+
+/// A stored member is its bytes: one whose directory claims more bytes
+/// inflated than it holds would be read past its end, into bytes of the
+/// archive no member owns. A storage of 0 bytes that claims 16 (the 16
+/// after it carrying their own CRC) and a `data.pkl` of 2 bytes that
+/// claims the real pickle lying after it are both refused, before any
+/// byte is written.
+#[test]
+fn a_stored_member_that_claims_more_than_it_holds_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hidden = [0x41u8; 16];
+    let pickle = byte_tensors(&[("hidden", "0", 16)]);
+    // Honest, the same members convert: the builder is sound.
+    let members: [(&str, &[u8]); 3] = [
+        ("archive/data.pkl", &pickle),
+        ("archive/byteorder", b"little"),
+        ("archive/data/0", &hidden),
+    ];
+    let r = convert_over_old(tmp.path(), "honest.pt", &honest_zip(&members));
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+
+    // The storage holds no bytes but claims 16: those after it.
+    let mut pt = Vec::new();
+    let mut claims = Vec::new();
+    for (name, data) in &members[..2] {
+        let len = data.len() as u32;
+        let (at, crc) = (pt.len() as u32, crc32fast::hash(data));
+        let claim = Claim {
+            name: (*name).into(),
+            at,
+            crc,
+            compressed: len,
+            uncompressed: len,
+        };
+        local_header(&mut pt, &claim);
+        pt.extend_from_slice(data);
+        claims.push(claim);
+    }
+    let storage = Claim {
+        name: "archive/data/0".into(),
+        at: pt.len() as u32,
+        crc: crc32fast::hash(&hidden),
+        compressed: 0,
+        uncompressed: 16,
+    };
+    local_header(&mut pt, &storage);
+    pt.extend_from_slice(&hidden);
+    claims.push(storage);
+    central_directory(&mut pt, &claims);
+    let words = ["stored member \"archive/data/0\" has sizes 0 and 16"];
+    assert_refused_as_zip(tmp.path(), "storage-past-end.pt", &pt, &words);
+
+    // `data.pkl` holds 2 bytes (no STOP) and claims the pickle after them.
+    let mut pt = Vec::new();
+    let pkl = Claim {
+        name: "archive/data.pkl".into(),
+        at: 0,
+        crc: 0,
+        compressed: 2,
+        uncompressed: pickle.len() as u32,
+    };
+    local_header(&mut pt, &pkl);
+    pt.extend_from_slice(&pickle);
+    let mut claims = vec![pkl];
+    for (name, data) in &members[1..] {
+        let len = data.len() as u32;
+        let (at, crc) = (pt.len() as u32, crc32fast::hash(data));
+        let claim = Claim {
+            name: (*name).into(),
+            at,
+            crc,
+            compressed: len,
+            uncompressed: len,
+        };
+        local_header(&mut pt, &claim);
+        pt.extend_from_slice(data);
+        claims.push(claim);
+    }
+    central_directory(&mut pt, &claims);
+    let words = [format!(
+        "stored member \"archive/data.pkl\" has sizes 2 and {}",
+        pickle.len()
+    )];
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    assert_refused_as_zip(tmp.path(), "pickle-past-end.pt", &pt, &words);
+}
+
+/// Storage members that share bytes (each local header inside the member
+/// before it, all running to one end, every CRC valid) would make one run
+/// of bytes many tensors, past the expansion cap: refused before any byte
+/// is written, naming both members.
+#[test]
+fn storage_members_that_overlap_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let names = ["archive/data/0", "archive/data/1"];
+    let header = 30 + names[0].len() as u32;
+    let data = 64u32;
+    // Member k's header at k * header; both end at `end`.
+    let end = 2 * header + data;
+    let sizes = [end - header, end - 2 * header];
+    let mut region = vec![7u8; end as usize];
+    let mut claims = Vec::new();
+    for k in (0..2).rev() {
+        let at = k as u32 * header;
+        let body = &region[(at + header) as usize..];
+        let claim = Claim {
+            name: names[k].into(),
+            at,
+            crc: crc32fast::hash(body),
+            compressed: sizes[k],
+            uncompressed: sizes[k],
+        };
+        let mut h = vec![0u8; at as usize];
+        local_header(&mut h, &claim);
+        region[at as usize..(at + header) as usize].copy_from_slice(&h[at as usize..]);
+        claims.push(claim);
+    }
+    claims.reverse();
+    let pickle = byte_tensors(&[("a", "0", sizes[0]), ("b", "1", sizes[1])]);
+    let mut pt = region;
+    for (name, data) in [
+        ("archive/data.pkl", &pickle[..]),
+        ("archive/byteorder", b"little"),
+    ] {
+        let len = data.len() as u32;
+        let claim = Claim {
+            name: name.into(),
+            at: pt.len() as u32,
+            crc: crc32fast::hash(data),
+            compressed: len,
+            uncompressed: len,
+        };
+        local_header(&mut pt, &claim);
+        pt.extend_from_slice(data);
+        claims.push(claim);
+    }
+    central_directory(&mut pt, &claims);
+    let words = ["members \"archive/data/0\" and \"archive/data/1\" overlap"];
+    assert_refused_as_zip(tmp.path(), "overlap.pt", &pt, &words);
+
+    // The same storages one after the other convert: the builder is sound.
+    let (a, b) = (vec![7u8; sizes[0] as usize], vec![7u8; sizes[1] as usize]);
+    let members: [(&str, &[u8]); 4] = [
+        ("archive/data.pkl", &pickle),
+        ("archive/byteorder", b"little"),
+        (names[0], &a),
+        (names[1], &b),
+    ];
+    let r = convert_over_old(tmp.path(), "apart.pt", &honest_zip(&members));
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}

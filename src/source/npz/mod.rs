@@ -14,7 +14,7 @@ use flate2::read::DeflateDecoder;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use self::zip::{data_start_via, Method, PositionalReader, ZipEntry};
+use self::zip::{check_stored_sizes, data_start_via, Method, PositionalReader, ZipEntry};
 use super::blocking::{BlockingReader, ReadAhead};
 use crate::block_cache::BlockCache;
 
@@ -104,30 +104,10 @@ impl NpzSource {
             tensors: listing.tensors,
             members: listing.members,
         };
-        src.check_overlaps().map_err(on_input)?;
+        // Two members sharing bytes: refused (see [`zip::check_overlaps`]).
+        let spans = src.members.iter().map(|m| zip::span(&m.entry, m.start));
+        zip::check_overlaps(spans.collect()).map_err(on_input)?;
         Ok(src)
-    }
-
-    /// Two members sharing bytes is the trick of non-recursive zip bombs
-    /// (one compressed run, many names, a huge output): refused.
-    fn check_overlaps(&self) -> Result<()> {
-        let mut spans: Vec<(u64, u64, &str)> = self
-            .members
-            .iter()
-            .map(|m| {
-                let end = m.start + m.entry.compressed;
-                (m.entry.local_offset, end, m.entry.name.as_str())
-            })
-            .collect();
-        spans.sort_unstable();
-        for w in spans.windows(2) {
-            let ((_, end, a), (next, _, b)) = (w[0], w[1]);
-            if next < end {
-                let e = ZipError::Overlap(a.to_string(), b.to_string());
-                return Err(Error::new(ErrorKind::Zip(e)).at_offset(next));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -141,11 +121,8 @@ fn plan_member(
     let start = data_start_via(cache, file, &entry, limit)?;
     let probed = match entry.method {
         // The npy header of a stored member is its first bytes, as they
-        // lie in the file.
-        Method::Stored => {
-            check_stored_sizes(&entry)?;
-            read_header_as(&mut cache.range(file, start, entry.compressed), void_as)
-        }
+        // lie in the file (`data_start_via` checked that its two sizes agree).
+        Method::Stored => read_header_as(&mut cache.range(file, start, entry.compressed), void_as),
         Method::Deflated => {
             let mut probe = MemberReader::new(file, &entry, start, 4096)?;
             read_header_as(&mut probe, void_as)
@@ -367,18 +344,6 @@ impl Source for NpzSource {
         }
         .boxed()
     }
-}
-
-/// A stored member is its bytes: both of its sizes must agree.
-fn check_stored_sizes(e: &ZipEntry) -> Result<()> {
-    if e.compressed == e.uncompressed {
-        return Ok(());
-    }
-    Err(Error::new(ErrorKind::Zip(ZipError::StoredSizes {
-        member: e.name.clone(),
-        compressed: e.compressed,
-        uncompressed: e.uncompressed,
-    })))
 }
 
 /// A member's uncompressed bytes: inflated if need be, never more than the

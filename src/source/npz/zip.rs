@@ -353,7 +353,8 @@ fn check_member_bounds(e: &ZipEntry, dir_offset: u64) -> Result<()> {
 /// extra lengths may differ from the central directory's. The local header
 /// must otherwise describe the same member as the directory: same name,
 /// method, CRC and sizes (a reader that walks local headers would see
-/// another file, or another length, than one that reads the directory).
+/// another file, or another length, than one that reads the directory);
+/// and a stored member's two sizes must agree ([`check_stored_sizes`]).
 #[cfg(any(test, feature = "internals"))]
 pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u64> {
     data_start_via(&mut BlockCache::default(), file, e, dir_offset_limit)
@@ -391,7 +392,47 @@ pub(crate) fn data_start_via(
     let mut var = vec![0u8; (name_len + extra_len) as usize];
     read_exact_at(&mut var, e.local_offset + LOCAL_LEN)?;
     check_local_header(e, &h, &var).map_err(|err| err.at_offset(e.local_offset))?;
+    check_stored_sizes(e).map_err(|err| err.at_offset(e.local_offset))?;
     Ok(start)
+}
+
+/// A stored member is its bytes: both of its sizes must agree. One whose
+/// uncompressed size is the larger would be read past its end, from bytes
+/// that belong to another member or to none. A deflated member's sizes
+/// differ, as they should.
+pub(crate) fn check_stored_sizes(e: &ZipEntry) -> Result<()> {
+    if e.method != Method::Stored || e.compressed == e.uncompressed {
+        return Ok(());
+    }
+    Err(zip_err(ZipError::StoredSizes {
+        member: e.name.clone(),
+        compressed: e.compressed,
+        uncompressed: e.uncompressed,
+    }))
+}
+
+/// Member `e`'s bytes in the archive, from its local header to the end of
+/// its data (which starts at `start`, as [`data_start_via`] found it), and
+/// its name: what [`check_overlaps`] compares. Even an empty member has
+/// its local header.
+pub(crate) fn span(e: &ZipEntry, start: u64) -> (u64, u64, &str) {
+    // `data_start_via` checked that the end is inside the archive.
+    (e.local_offset, start + e.compressed, e.name.as_str())
+}
+
+/// Two members sharing bytes is the trick of non-recursive zip bombs (one
+/// compressed run, many names, a huge output): refused, in every reader of
+/// an archive, over the [`span`]s of the members it reads.
+pub(crate) fn check_overlaps(mut spans: Vec<(u64, u64, &str)>) -> Result<()> {
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        let ((_, end, a), (next, _, b)) = (w[0], w[1]);
+        if next < end {
+            let e = ZipError::Overlap(a.to_string(), b.to_string());
+            return Err(zip_err(e).at_offset(next));
+        }
+    }
+    Ok(())
 }
 
 /// The local header `h` (its fixed part) and `var` (name, extra) against

@@ -8,7 +8,9 @@ use std::io::Read;
 
 use super::{Located, Storages};
 use crate::block_cache::BlockCache;
-use crate::source::npz::zip::{data_start_via, Method, PositionalReader, ZipEntry};
+use crate::source::npz::zip::{
+    check_overlaps, data_start_via, span, Method, PositionalReader, ZipEntry,
+};
 use crate::source::npz::MemberReader;
 use crate::{Error, ErrorKind, PyTorchError, Result};
 
@@ -92,7 +94,11 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
         return Err(bad(PyTorchError::DataPklCount(pickles.len())));
     };
     let root = pkl.name.strip_suffix("data.pkl").unwrap_or("");
-    // Local headers, member after member, read a block at a time.
+    // Local headers, member after member, read a block at a time. Each
+    // member read is located by `data_start_via`, which checks its local
+    // header against the directory and a stored member's two sizes (one
+    // that claimed more bytes than it holds would be read past its end);
+    // its span is kept for the overlap check.
     let mut cache = BlockCache::default();
     let start = data_start_via(&mut cache, file, pkl, dir_start)?;
     check_size(pkl, MAX_PICKLE)?;
@@ -104,9 +110,13 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
         .filter(|e| e.name.starts_with(&data_prefix))
         .count();
     let mut storages = Vec::with_capacity(count);
+    // The members read: `data.pkl`, `byteorder` and the storages.
+    let mut spans = Vec::with_capacity(count + 2);
+    spans.push(span(pkl, start));
     for e in entries {
         if e.name == format!("{root}byteorder") {
             let start = data_start_via(&mut cache, file, e, dir_start)?;
+            spans.push(span(e, start));
             big_endian = match read_member(file, e, start, 16)?.as_slice() {
                 b"little" => false,
                 b"big" => true,
@@ -121,8 +131,10 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
                 return Err(bad(PyTorchError::CompressedStorage(e.name.clone())));
             }
             let start = data_start_via(&mut cache, file, e, dir_start)?;
+            spans.push(span(e, start));
             let located = Located {
                 start,
+                // Its compressed size too: `data_start_via` checked.
                 len: e.uncompressed,
                 // torch writes CRC 0 when it was told not to compute them.
                 crc: (e.crc32 != 0).then_some(e.crc32),
@@ -130,6 +142,11 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
             storages.push((key.into(), located));
         }
     }
+    // Members that share bytes (a zip bomb's trick: a thousand storages
+    // over one run of bytes, each a valid member) are refused before any
+    // storage is read; the spans are freed before the storages' table is
+    // built.
+    check_overlaps(spans)?;
     Ok(ZipCheckpoint {
         pickle: ((*pkl).clone(), start),
         big_endian,
