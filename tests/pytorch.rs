@@ -557,23 +557,30 @@ fn central_directory(out: &mut Vec<u8>, members: &[Claim]) {
     out.extend_from_slice(&0u16.to_le_bytes());
 }
 
+/// Appends `data` to `out` as a member `name` stored as it is (honest
+/// sizes and CRC); returns what the directory should say of it.
+fn append_stored(out: &mut Vec<u8>, name: &str, data: &[u8]) -> Claim {
+    let len = data.len() as u32;
+    let claim = Claim {
+        name: name.into(),
+        at: out.len() as u32,
+        crc: crc32fast::hash(data),
+        compressed: len,
+        uncompressed: len,
+    };
+    local_header(out, &claim);
+    out.extend_from_slice(data);
+    claim
+}
+
 /// A zip checkpoint of `(name, bytes)` members, each stored as it is
 /// (honest sizes and CRCs), one after the other.
 fn honest_zip(members: &[(&str, &[u8])]) -> Vec<u8> {
-    let (mut out, mut claims) = (Vec::new(), Vec::new());
-    for &(name, data) in members {
-        let len = data.len() as u32;
-        let claim = Claim {
-            name: name.into(),
-            at: out.len() as u32,
-            crc: crc32fast::hash(data),
-            compressed: len,
-            uncompressed: len,
-        };
-        local_header(&mut out, &claim);
-        out.extend_from_slice(data);
-        claims.push(claim);
-    }
+    let mut out = Vec::new();
+    let claims: Vec<Claim> = members
+        .iter()
+        .map(|&(name, data)| append_stored(&mut out, name, data))
+        .collect();
     central_directory(&mut out, &claims);
     out
 }
@@ -641,21 +648,10 @@ fn a_stored_member_that_claims_more_than_it_holds_is_refused() {
 
     // The storage holds no bytes but claims 16: those after it.
     let mut pt = Vec::new();
-    let mut claims = Vec::new();
-    for (name, data) in &members[..2] {
-        let len = data.len() as u32;
-        let (at, crc) = (pt.len() as u32, crc32fast::hash(data));
-        let claim = Claim {
-            name: (*name).into(),
-            at,
-            crc,
-            compressed: len,
-            uncompressed: len,
-        };
-        local_header(&mut pt, &claim);
-        pt.extend_from_slice(data);
-        claims.push(claim);
-    }
+    let mut claims: Vec<Claim> = members[..2]
+        .iter()
+        .map(|&(name, data)| append_stored(&mut pt, name, data))
+        .collect();
     let storage = Claim {
         name: "archive/data/0".into(),
         at: pt.len() as u32,
@@ -682,19 +678,8 @@ fn a_stored_member_that_claims_more_than_it_holds_is_refused() {
     local_header(&mut pt, &pkl);
     pt.extend_from_slice(&pickle);
     let mut claims = vec![pkl];
-    for (name, data) in &members[1..] {
-        let len = data.len() as u32;
-        let (at, crc) = (pt.len() as u32, crc32fast::hash(data));
-        let claim = Claim {
-            name: (*name).into(),
-            at,
-            crc,
-            compressed: len,
-            uncompressed: len,
-        };
-        local_header(&mut pt, &claim);
-        pt.extend_from_slice(data);
-        claims.push(claim);
+    for &(name, data) in &members[1..] {
+        claims.push(append_stored(&mut pt, name, data));
     }
     central_directory(&mut pt, &claims);
     let words = [format!(
@@ -742,17 +727,7 @@ fn storage_members_that_overlap_are_refused() {
         ("archive/data.pkl", &pickle[..]),
         ("archive/byteorder", b"little"),
     ] {
-        let len = data.len() as u32;
-        let claim = Claim {
-            name: name.into(),
-            at: pt.len() as u32,
-            crc: crc32fast::hash(data),
-            compressed: len,
-            uncompressed: len,
-        };
-        local_header(&mut pt, &claim);
-        pt.extend_from_slice(data);
-        claims.push(claim);
+        claims.push(append_stored(&mut pt, name, data));
     }
     central_directory(&mut pt, &claims);
     let words = ["members \"archive/data/0\" and \"archive/data/1\" overlap"];
