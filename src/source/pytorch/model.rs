@@ -17,6 +17,12 @@ use crate::header::names::NameIndex;
 use crate::header::TensorMeta;
 use crate::{Dtype, Error, ErrorKind, PickleError, PyTorchError, Result, StorageShape};
 
+/// Bytes of a value's id.
+const ID: usize = std::mem::size_of::<Id>();
+
+/// Bytes of a dimension in a shape or stride.
+const U64: usize = std::mem::size_of::<u64>();
+
 /// Deeper nesting than this is refused (a checkpoint is a few levels deep).
 pub const MAX_DEPTH: usize = 256;
 
@@ -109,6 +115,15 @@ pub struct Tree {
 /// A tensor as its rebuild call gives it: dtype, shape, place and strides
 /// unless they are C order's.
 type Built = (Dtype, Vec<u64>, Place, Option<Box<[u64]>>);
+
+/// What the walk charges a tensor's records (its [`TensorMeta`] and
+/// [`Place`]) to: one for each call in the arena, and more when a shared
+/// call is named along several paths.
+const TENSOR_RECORDS: &str = "tensor records";
+
+/// What the walk charges shapes and strides to: each path to a tensor
+/// copies its own, however many paths share the tuples they come from.
+const SHAPES: &str = "shapes and strides";
 
 /// Skipped leaves listed by path; past this only the count grows.
 pub const MAX_SKIPPED_PATHS: usize = 1000;
@@ -213,6 +228,9 @@ pub fn tensors(p: &Pickled, naming: &Naming, storages: &Storages) -> Result<Tree
     let calls = (0..p.len() as Id)
         .filter(|&id| w.tensor_call(id).is_some())
         .count();
+    let record = std::mem::size_of::<TensorMeta>() + std::mem::size_of::<Place>();
+    w.budget
+        .charge(calls.saturating_mul(record), TENSOR_RECORDS)?;
     w.tree.tensors.reserve_exact(calls);
     w.tree.places.reserve_exact(calls);
     w.declared = vec![None; storages.len()];
@@ -424,7 +442,21 @@ impl<'a> Walker<'a> {
     }
 
     /// Refuses a tensor anywhere inside `id`: a place no name reaches.
+    /// What the search holds (the ids seen, those to see) is charged and
+    /// given back after.
     fn no_tensor_in(&mut self, id: Id, place: &'static str, name: &str) -> Result<()> {
+        let mut held = 0;
+        let r = self.search(id, place, name, &mut held);
+        self.budget.release(held);
+        r
+    }
+
+    fn search(&mut self, id: Id, place: &'static str, name: &str, held: &mut usize) -> Result<()> {
+        // Each id pushed: a list item (doubling, old and new live at once
+        // as it moves) and then a set entry (4 bytes and a control byte in
+        // a table at most 8/7 full, doubling likewise). A leaf (a key's
+        // string) holds one of each, and costs nothing more.
+        const TODO: usize = 3 * ID + 24;
         let mut seen = std::collections::HashSet::new();
         let mut todo = vec![id];
         while let Some(id) = todo.pop() {
@@ -448,6 +480,15 @@ impl<'a> Walker<'a> {
                     at: at.to_string(),
                 }));
             }
+            let more = match self.p.get(id) {
+                Node::Tuple(v) | Node::List(v) | Node::Set(v) => v.len(),
+                Node::Dict(items) => 2 * items.len(),
+                Node::Call { .. } => 2,
+                _ => 0,
+            };
+            let cost = more.saturating_mul(TODO);
+            self.budget.charge(cost, "a search for tensors")?;
+            *held += cost;
             match self.p.get(id) {
                 Node::Tuple(v) | Node::List(v) | Node::Set(v) => todo.extend(v),
                 Node::Dict(items) => todo.extend(items.iter().flat_map(|&(k, v)| [k, v])),
@@ -478,11 +519,18 @@ impl<'a> Walker<'a> {
                 return Err(bad(PyTorchError::EmptyName));
             }
             self.budget.charge(name.len(), "tensor names")?;
+            // Past the records reserved for the arena's calls (a call
+            // shared by several paths), the lists grow, charged.
+            self.budget
+                .reserve(&mut self.tree.tensors, 1, TENSOR_RECORDS)?;
+            self.budget
+                .reserve(&mut self.tree.places, 1, TENSOR_RECORDS)?;
             self.tree
                 .tensors
                 .push(TensorMeta::new(name.clone(), dtype, shape));
             if let Some(stride) = stride {
                 let k = self.tree.places.len() as u32;
+                self.budget.reserve(&mut self.tree.strides, 1, SHAPES)?;
                 self.tree.strides.push((k, stride));
             }
             self.tree.places.push(place);
@@ -530,11 +578,13 @@ impl<'a> Walker<'a> {
 
     /// A tuple or list of ints, in a list of its exact length (collecting
     /// through a `Result` would give a shape of one dimension room for
-    /// four, 24 bytes more a tensor).
-    fn ints(&self, id: Option<&Id>, what: &'static str) -> Result<Vec<u64>> {
+    /// four, 24 bytes more a tensor), charged: a tuple shared by many
+    /// tensors, or a tensor named along many paths, is copied each time.
+    fn ints(&mut self, id: Option<&Id>, what: &'static str) -> Result<Vec<u64>> {
         let Some(Node::Tuple(v) | Node::List(v)) = id.map(|&i| self.p.get(i)) else {
             return Err(bad(PyTorchError::NotTuple(what)));
         };
+        self.budget.charge(v.len().saturating_mul(U64), SHAPES)?;
         let mut out = Vec::with_capacity(v.len());
         for i in v {
             out.push(self.int(Some(i), what)?);
@@ -547,7 +597,16 @@ impl<'a> Walker<'a> {
         if depth > 4 {
             return Err(bad(PyTorchError::WrappedTooDeeply));
         }
+        // A copy for the time the call is read, given back after.
+        let copy = self.args(args)?.len().saturating_mul(ID);
+        self.budget.charge(copy, "call arguments")?;
         let a = self.args(args)?.to_vec();
+        let r = self.tensor_of(func, &a, depth);
+        self.budget.release(copy);
+        r
+    }
+
+    fn tensor_of(&mut self, func: Global, a: &[Id], depth: usize) -> Result<Built> {
         match func {
             Global::RefusedTensor(what) => Err(bad(PyTorchError::Unsupported(what))),
             Global::RebuildParameter | Global::RebuildParameterWithState => {
@@ -574,7 +633,7 @@ impl<'a> Walker<'a> {
                 }
             }
             Global::RebuildTensor | Global::RebuildTensorV2 | Global::RebuildTensorV3 => {
-                self.rebuild(func, &a)
+                self.rebuild(func, a)
             }
             _ => Err(bad(PyTorchError::NotATensor)),
         }
@@ -633,7 +692,13 @@ impl<'a> Walker<'a> {
                 len: storage_len,
             }));
         }
-        let stride = (view.stride != c_strides(&view.shape)).then(|| view.stride.into());
+        // C order's strides, for a moment; the view's are kept only if they
+        // differ (a shape's worth given back if not).
+        let dims = view.shape.len().saturating_mul(U64);
+        self.budget.charge(dims, SHAPES)?;
+        let c_order = view.stride == c_strides(&view.shape);
+        self.budget.release(if c_order { 2 * dims } else { dims });
+        let stride = (!c_order).then(|| view.stride.into());
         let place = Place {
             file: 0,
             storage: index,

@@ -71,10 +71,10 @@ impl Limits {
     }
 }
 
-/// A pickle may build this many times its own size in values...
-pub const BUDGET_FACTOR: usize = 32;
+/// A pickle may hold this many times its own size in values...
+pub const BUDGET_FACTOR: usize = 2;
 /// ...plus this many bytes, so that a small checkpoint is never short.
-pub const BUDGET_FLOOR: usize = 16 << 20;
+pub const BUDGET_FLOOR: usize = 48 << 20;
 
 /// Bytes a pickle may materialise: the arena's values, the items of its
 /// containers, its strings, the copies its allowed constructors make and
@@ -85,7 +85,7 @@ pub const BUDGET_FLOOR: usize = 16 << 20;
 /// use safetensors_stream::internals::pickle::Budget;
 ///
 /// let mut b = Budget::for_input(1000);
-/// assert_eq!(b.limit(), 32 * 1000 + (16 << 20));
+/// assert_eq!(b.limit(), 2 * 1000 + (48 << 20));
 /// assert!(b.charge(1 << 20, "a name").is_ok());
 /// assert!(b.charge(usize::MAX, "a name").is_err());
 /// ```
@@ -119,6 +119,39 @@ impl Budget {
     #[cfg(any(test, feature = "internals"))]
     pub fn used(&self) -> usize {
         self.used
+    }
+
+    /// Allows `n` bytes more: the pickle's own, which its caller frees
+    /// before the walk that names its tensors spends the rest.
+    pub fn widen(&mut self, n: usize) {
+        self.limit = self.limit.saturating_add(n);
+    }
+
+    /// Gives back `n` bytes spent on something freed since (a copy made
+    /// for a moment, the unpickler's stack and memo once it is done).
+    pub fn release(&mut self, n: usize) {
+        self.used = self.used.saturating_sub(n);
+    }
+
+    /// Makes room in `v` for `extra` more items, charging the new buffer in
+    /// full before it is allocated: while a `Vec` moves, its old buffer is
+    /// live too, so what its growth is charged (at most twice its final
+    /// size) covers what it holds at its peak. Returns the bytes charged.
+    pub fn reserve<T>(
+        &mut self,
+        v: &mut Vec<T>,
+        extra: usize,
+        what: &'static str,
+    ) -> Result<usize> {
+        let need = v.len().saturating_add(extra);
+        if need <= v.capacity() {
+            return Ok(0);
+        }
+        let cap = need.max(v.capacity().saturating_mul(2)).max(4);
+        let bytes = cap.saturating_mul(std::mem::size_of::<T>());
+        self.charge(bytes, what)?;
+        v.reserve_exact(cap - v.len());
+        Ok(bytes)
     }
 
     /// Spends `n` bytes on `what`, or refuses with [`ErrorKind::PickleBudget`].
@@ -499,6 +532,17 @@ impl<T, const N: usize> Default for Pool<T, N> {
 }
 
 impl<T: Copy, const N: usize> Pool<T, N> {
+    /// Bytes [`Pool::push`] of `n` items allocates: none while the last
+    /// chunk has room, else a chunk (of `n` if that is longer; the room
+    /// left in the last one is lost, and so charged).
+    fn growth(&self, n: usize) -> usize {
+        let room = self.chunks.last().map_or(0, |c| c.capacity() - c.len());
+        if n == 0 || n <= room {
+            return 0;
+        }
+        n.max(N).saturating_mul(std::mem::size_of::<T>())
+    }
+
     /// Stores `items`; their first position.
     fn push(&mut self, items: &[T]) -> Result<u32> {
         if items.is_empty() {
@@ -564,7 +608,11 @@ pub struct Pickled {
     dicts: Vec<Vec<(Id, Id)>>,
     /// The result.
     pub root: Id,
-    /// What is left of the pickle's budget, for the walk that names its tensors.
+    /// What is left of the pickle's budget, for the walk that names its
+    /// tensors: what the unpickler held and freed (its stack and memo)
+    /// given back, and the limit widened by the pickle's own bytes, which
+    /// the caller must drop before the walk (the budget bounds what is
+    /// live beside them: the README's 3 times the pickle + 64 MiB).
     pub budget: Budget,
 }
 
@@ -680,6 +728,10 @@ const MEMO_CHUNK: usize = 1 << 18;
 /// A key this far past the list's end still extends it.
 const MEMO_GAP: usize = 64;
 
+/// Bytes a memo key in the map is charged: its 8 bytes and control byte,
+/// in a table at most 8/7 full that doubles (old and new live at once).
+const SPARSE_ENTRY: usize = 32;
+
 impl Memo {
     const EMPTY: Id = Id::MAX;
 
@@ -698,9 +750,17 @@ impl Memo {
         ((key as usize) < self.dense_len).then(|| self.dense.get(key))?
     }
 
-    fn insert(&mut self, key: u32, id: Id) -> Result<()> {
+    /// Memoizes `id` under `key`, charging `budget` what the memo grows
+    /// by: the list's new chunk when the key extends it past its room (up
+    /// to [`MEMO_GAP`] entries for one key), or a map entry. Returns the
+    /// bytes charged.
+    fn insert(&mut self, key: u32, id: Id, budget: &mut Budget) -> Result<usize> {
         let k = key as usize;
+        let mut cost = 0;
         if k >= self.dense_len && k - self.dense_len < MEMO_GAP {
+            // One chunk at most: the gap is shorter than a chunk.
+            cost = self.dense.growth(k + 1 - self.dense_len);
+            budget.charge(cost, "memo entries")?;
             while self.dense_len <= k {
                 self.dense.push(&[Self::EMPTY])?;
                 self.dense_len += 1;
@@ -716,12 +776,23 @@ impl Memo {
             Some(slot) => {
                 std::mem::replace(slot, id) == Self::EMPTY && self.sparse.remove(&key).is_none()
             }
-            None => self.sparse.insert(key, id).is_none(),
+            None if self.sparse.contains_key(&key) => {
+                self.sparse.insert(key, id);
+                false
+            }
+            None => {
+                // A hash map entry and its share of the table, doubled
+                // while the table moves.
+                budget.charge(SPARSE_ENTRY, "memo entries")?;
+                cost += SPARSE_ENTRY;
+                self.sparse.insert(key, id);
+                true
+            }
         };
         if new {
             self.len += 1;
         }
-        Ok(())
+        Ok(cost)
     }
 }
 
@@ -747,6 +818,9 @@ struct Machine<'a> {
     small_tuples: HashMap<[Id; 3], Id>,
     bytes: usize,
     budget: Budget,
+    /// Bytes charged for what the machine frees when it is done: the
+    /// stack, the memo, `small_tuples`; given back to the walk's budget.
+    scratch: usize,
 }
 
 /// Unpickles one pickle from the start of `data`. Returns it and the
@@ -787,6 +861,7 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
         small_tuples: HashMap::new(),
         bytes: 0,
         budget: Budget::new(limits.budget),
+        scratch: 0,
     };
     loop {
         let at = m.pos;
@@ -797,6 +872,11 @@ pub fn unpickle(data: &[u8], limits: Limits) -> Result<(Pickled, usize)> {
                 let mut out = m.out;
                 out.root = root;
                 out.budget = m.budget;
+                // The stack, the memo and the shared tuples' map go now,
+                // and the pickle's bytes before the walk (both callers
+                // drop them first): the walk may hold what they held.
+                out.budget.release(m.scratch);
+                out.budget.widen(pos);
                 return Ok((out, pos));
             }
             Ok(None) => {}
@@ -876,7 +956,11 @@ impl<'a> Machine<'a> {
     /// `\UXXXXXXXX` escapes, every other byte a latin-1 character.
     fn unicode_line(&mut self) -> Result<String> {
         let line = self.text_line()?;
-        let mut out = String::with_capacity(line.len());
+        // Each byte or escape is at most two bytes of UTF-8 a byte, so
+        // the text never outgrows twice the line: charged so until it is
+        // stored (the caller gives back its capacity).
+        self.budget.charge(2 * line.len(), "strings and bytes")?;
+        let mut out = String::with_capacity(2 * line.len());
         let mut i = 0;
         while i < line.len() {
             let digits = match (line[i], line.get(i + 1)) {
@@ -934,8 +1018,10 @@ impl<'a> Machine<'a> {
         self.alloc(tuple)
     }
 
-    /// A `str` stored in the pool (its bytes were charged when read).
+    /// A `str` stored in the pool, charged what the pool grows by.
     fn str_cell(&mut self, s: &str) -> Result<Cell> {
+        self.budget
+            .charge(self.out.raw.growth(s.len()), "strings and bytes")?;
         let at = self.out.raw.push(s.as_bytes())?;
         Ok(Cell::Str(Span {
             at,
@@ -944,6 +1030,8 @@ impl<'a> Machine<'a> {
     }
 
     fn bytes_cell(&mut self, b: &[u8]) -> Result<Cell> {
+        self.budget
+            .charge(self.out.raw.growth(b.len()), "strings and bytes")?;
         let at = self.out.raw.push(b)?;
         Ok(Cell::Bytes(Span {
             at,
@@ -952,6 +1040,8 @@ impl<'a> Machine<'a> {
     }
 
     fn tuple_cell(&mut self, items: &[Id]) -> Result<Cell> {
+        self.budget
+            .charge(self.out.items.growth(items.len()), "container items")?;
         let at = self.out.items.push(items)?;
         Ok(Cell::Tuple(Span {
             at,
@@ -959,13 +1049,16 @@ impl<'a> Machine<'a> {
         }))
     }
 
-    /// A list's or set's items in the side list (none while it is empty).
-    fn seq(&mut self, items: Vec<Id>) -> Side {
+    /// A list's or set's items in the side list (none while it is empty);
+    /// `items` was charged when it was collected.
+    fn seq(&mut self, items: Vec<Id>) -> Result<Side> {
         if items.is_empty() {
-            return NO_SIDE;
+            return Ok(NO_SIDE);
         }
+        self.budget
+            .reserve(&mut self.out.seqs, 1, "container items")?;
         self.out.seqs.push(items);
-        (self.out.seqs.len() - 1) as Side
+        Ok((self.out.seqs.len() - 1) as Side)
     }
 
     /// A length from the pickle, checked against the bytes that remain.
@@ -975,13 +1068,21 @@ impl<'a> Machine<'a> {
         if self.bytes > self.limits.bytes {
             return Err(err(PickleError::BytesLimit(self.limits.bytes as u64)));
         }
-        self.budget.charge(n, "strings and bytes")?;
+        // Borrowed from the pickle: what is stored of it is charged then.
         self.take(n)
+    }
+
+    /// Pushes `slot`, charging the stack's growth: an opcode of one byte
+    /// pushes a slot of 8 (`NEWTRUE`, `DUP`, `BINGET`...).
+    fn push(&mut self, slot: Slot) -> Result<()> {
+        self.scratch += self.budget.reserve(&mut self.stack, 1, "the stack")?;
+        self.stack.push(slot);
+        Ok(())
     }
 
     fn push_node(&mut self, node: Cell) -> Result<()> {
         let id = self.alloc(node)?;
-        self.stack.push(Slot::Val(id));
+        self.push(Slot::Val(id))?;
         Ok(())
     }
 
@@ -997,7 +1098,7 @@ impl<'a> Machine<'a> {
             }
             id => id,
         };
-        self.stack.push(Slot::Val(id));
+        self.push(Slot::Val(id))?;
         Ok(())
     }
 
@@ -1005,7 +1106,8 @@ impl<'a> Machine<'a> {
         if self.out.count >= self.limits.nodes {
             return Err(err(PickleError::ValuesLimit(self.limits.nodes as u64)));
         }
-        self.budget.charge(std::mem::size_of::<Cell>(), "values")?;
+        // 12 bytes a value, charged a chunk at a time as the pool grows.
+        self.budget.charge(self.out.cells.growth(1), "values")?;
         let id = self.out.cells.push(&[node])?;
         self.out.count += 1;
         Ok(id)
@@ -1058,11 +1160,8 @@ impl<'a> Machine<'a> {
         if !known && self.memo.len() >= self.limits.memo {
             return Err(err(PickleError::MemoLimit(self.limits.memo as u64)));
         }
-        if !known {
-            // A hash map entry and its share of the table, at most.
-            self.budget.charge(32, "memo entries")?;
-        }
-        self.memo.insert(key, id)
+        self.scratch += self.memo.insert(key, id, &mut self.budget)?;
+        Ok(())
     }
 
     fn memo_get(&mut self, key: u32) -> Result<()> {
@@ -1070,7 +1169,7 @@ impl<'a> Machine<'a> {
             .memo
             .get(key)
             .ok_or_else(|| err(PickleError::MemoKeyNeverStored(u64::from(key))))?;
-        self.stack.push(Slot::Val(id));
+        self.push(Slot::Val(id))?;
         Ok(())
     }
 
@@ -1093,63 +1192,80 @@ impl<'a> Machine<'a> {
     }
 
     /// The side list `target`'s items are in, given one first if it had
-    /// none; `None` if `target` is not the container `want` makes.
-    fn side(&mut self, target: Id, want: fn(Side) -> Cell) -> Option<usize> {
-        let cell = self.out.cells.get_mut(target)?;
-        let (slot, fresh) = match *cell {
-            Cell::List(s) | Cell::Set(s) if want(s) == *cell => (s, self.out.seqs.len()),
-            Cell::Dict(s) if want(s) == *cell => (s, self.out.dicts.len()),
-            _ => return None,
+    /// none (charged); `None` if `target` is not the container `want` makes.
+    fn side(&mut self, target: Id, want: fn(Side) -> Cell) -> Result<Option<usize>> {
+        let Some(&cell) = self.out.cells.get(target) else {
+            return Ok(None);
+        };
+        let (slot, fresh) = match cell {
+            Cell::List(s) | Cell::Set(s) if want(s) == cell => (s, self.out.seqs.len()),
+            Cell::Dict(s) if want(s) == cell => (s, self.out.dicts.len()),
+            _ => return Ok(None),
         };
         if slot != NO_SIDE {
-            return Some(slot as usize);
+            return Ok(Some(slot as usize));
         }
-        *cell = want(fresh as Side);
         match cell {
-            Cell::Dict(_) => self.out.dicts.push(Vec::new()),
-            _ => self.out.seqs.push(Vec::new()),
+            Cell::Dict(_) => {
+                self.budget
+                    .reserve(&mut self.out.dicts, 1, "container items")?;
+                self.out.dicts.push(Vec::new());
+            }
+            _ => {
+                self.budget
+                    .reserve(&mut self.out.seqs, 1, "container items")?;
+                self.out.seqs.push(Vec::new());
+            }
         }
-        Some(fresh)
+        if let Some(c) = self.out.cells.get_mut(target) {
+            *c = want(fresh as Side);
+        }
+        Ok(Some(fresh))
     }
 
-    fn set_items(&mut self, target: Id, pairs: Vec<Id>) -> Result<()> {
+    fn set_items(&mut self, target: Id, pairs: &[Id]) -> Result<()> {
         if pairs.len() % 2 != 0 {
             return Err(err(PickleError::SetItemsOdd));
         }
         let kind = self.kind_of(target);
-        let Some(slot) = self.side(target, Cell::Dict) else {
+        let Some(slot) = self.side(target, Cell::Dict)? else {
             return Err(err(PickleError::SetItemNotDict(kind)));
         };
         let items = &mut self.out.dicts[slot];
+        self.budget
+            .reserve(items, pairs.len() / 2, "container items")?;
         items.extend(pairs.chunks_exact(2).map(|kv| (kv[0], kv[1])));
         Ok(())
     }
 
-    fn append(&mut self, target: Id, values: Vec<Id>) -> Result<()> {
+    fn append(&mut self, target: Id, values: &[Id]) -> Result<()> {
         self.extend_seq(target, values, Cell::List, "APPEND", "a list")
     }
 
-    fn add_items(&mut self, target: Id, values: Vec<Id>) -> Result<()> {
+    fn add_items(&mut self, target: Id, values: &[Id]) -> Result<()> {
         self.extend_seq(target, values, Cell::Set, "ADDITEMS", "a set")
     }
 
     fn extend_seq(
         &mut self,
         target: Id,
-        values: Vec<Id>,
+        values: &[Id],
         want: fn(Side) -> Cell,
         op: &'static str,
         what: &'static str,
     ) -> Result<()> {
         let kind = self.kind_of(target);
-        let Some(slot) = self.side(target, want) else {
+        let Some(slot) = self.side(target, want)? else {
             return Err(err(PickleError::NotContainer {
                 op,
                 kind,
                 expected: what,
             }));
         };
-        self.out.seqs[slot].extend(values);
+        let items = &mut self.out.seqs[slot];
+        self.budget
+            .reserve(items, values.len(), "container items")?;
+        items.extend_from_slice(values);
         Ok(())
     }
 
@@ -1176,10 +1292,10 @@ impl<'a> Machine<'a> {
             return Err(err(PickleError::ReduceArgs));
         };
         let first = arg_ids.first().map(|&a| self.out.get(a));
-        self.budget
-            .charge(arg_ids.len().saturating_mul(ID), "call arguments")?;
         // Constructors that copy their argument: each copy is charged, so
-        // one shared list copied a thousand times costs a thousand lists.
+        // one shared list copied a thousand times costs a thousand lists
+        // (a set keeps its copy; the others' are given back once stored,
+        // in pools charged as they grow).
         let copied = match (g, first) {
             (Global::Set | Global::Size, Some(Node::List(v) | Node::Tuple(v) | Node::Set(v))) => {
                 v.len().saturating_mul(ID)
@@ -1193,7 +1309,8 @@ impl<'a> Machine<'a> {
             (Global::OrderedDict, None) => Cell::Dict(NO_SIDE),
             (Global::Set, None) => Cell::Set(NO_SIDE),
             (Global::Set, Some(Node::List(v) | Node::Tuple(v) | Node::Set(v))) => {
-                Cell::Set(self.seq(v.to_vec()))
+                let items = v.to_vec();
+                Cell::Set(self.seq(items)?)
             }
             (Global::Set, Some(_)) => return Err(err(PickleError::SetArg)),
             (Global::Size, None) => return self.push_constant(EMPTY_TUPLE, Cell::Tuple(EMPTY)),
@@ -1223,6 +1340,9 @@ impl<'a> Machine<'a> {
                 state: NO_STATE,
             },
         };
+        if g != Global::Set {
+            self.budget.release(copied);
+        }
         self.push_node(node)
     }
 
@@ -1257,7 +1377,6 @@ impl<'a> Machine<'a> {
     }
 
     fn tuple_of(&mut self, n: usize) -> Result<()> {
-        self.budget.charge(n * ID, "container items")?;
         let mut items = [0; 3];
         for slot in items[..n].iter_mut().rev() {
             *slot = self.pop()?;
@@ -1274,11 +1393,14 @@ impl<'a> Machine<'a> {
             None => {
                 let tuple = self.tuple_cell(&items[..n])?;
                 let id = self.alloc(tuple)?;
+                // A map entry: 16 bytes and a control byte, doubling.
+                self.budget.charge(SPARSE_ENTRY * 2, "shared tuples")?;
+                self.scratch += SPARSE_ENTRY * 2;
                 self.small_tuples.insert(items, id);
                 id
             }
         };
-        self.stack.push(Slot::Val(id));
+        self.push(Slot::Val(id))?;
         Ok(())
     }
 
@@ -1316,7 +1438,7 @@ impl<'a> Machine<'a> {
                     return Err(err(PickleError::MarksLimit(self.limits.marks as u64)));
                 }
                 self.marks += 1;
-                self.stack.push(Slot::Mark);
+                self.push(Slot::Mark)?;
             }
             b'0' => {
                 self.pop()?;
@@ -1326,7 +1448,7 @@ impl<'a> Machine<'a> {
             }
             b'2' => {
                 let id = self.top()?;
-                self.stack.push(Slot::Val(id));
+                self.push(Slot::Val(id))?;
             }
             b'N' => self.push_node(Cell::None)?,
             // Protocols 0 and 1 (`torch.save(..., pickle_protocol=1)`):
@@ -1355,6 +1477,7 @@ impl<'a> Machine<'a> {
             b'V' => {
                 let s = self.unicode_line()?;
                 let cell = self.str_cell(&s)?;
+                self.budget.release(s.capacity());
                 self.push_node(cell)?
             }
             b'P' => {
@@ -1415,8 +1538,13 @@ impl<'a> Machine<'a> {
                 } else {
                     self.byte()?.into()
                 };
-                let s: String = self.sized(n)?.iter().map(|&b| b as char).collect();
+                let raw = self.sized(n)?;
+                // As UTF-8, each byte at most two, for a moment.
+                let copy = 2 * raw.len();
+                self.budget.charge(copy, "strings and bytes")?;
+                let s: String = raw.iter().map(|&b| b as char).collect();
                 let cell = self.str_cell(&s)?;
+                self.budget.release(copy);
                 self.push_node(cell)?
             }
             b'B' | b'C' | 0x8e | 0x96 => {
@@ -1432,7 +1560,7 @@ impl<'a> Machine<'a> {
             b']' => self.push_node(Cell::List(NO_SIDE))?,
             b'l' => {
                 let items = self.pop_mark()?;
-                let list = Cell::List(self.seq(items));
+                let list = Cell::List(self.seq(items)?);
                 self.push_node(list)?
             }
             // Tuples never change: one empty tuple serves them all.
@@ -1440,6 +1568,7 @@ impl<'a> Machine<'a> {
             b't' => {
                 let items = self.pop_mark()?;
                 let tuple = self.tuple_cell(&items)?;
+                self.budget.release(items.len() * ID);
                 self.push_node(tuple)?
             }
             0x85 => self.tuple_of(1)?,
@@ -1449,42 +1578,44 @@ impl<'a> Machine<'a> {
             b'd' => {
                 let items = self.pop_mark()?;
                 let dict = self.alloc(Cell::Dict(NO_SIDE))?;
-                self.set_items(dict, items)?;
-                self.stack.push(Slot::Val(dict));
+                self.set_items(dict, &items)?;
+                self.budget.release(items.len() * ID);
+                self.push(Slot::Val(dict))?;
             }
             0x8f => self.push_node(Cell::Set(NO_SIDE))?,
             0x91 => {
                 let items = self.pop_mark()?;
-                let set = Cell::Set(self.seq(items));
+                let set = Cell::Set(self.seq(items)?);
                 self.push_node(set)?
             }
             0x90 => {
                 let items = self.pop_mark()?;
                 let target = self.top()?;
-                self.add_items(target, items)?
+                self.add_items(target, &items)?;
+                self.budget.release(items.len() * ID);
             }
             b'a' => {
-                self.budget.charge(ID, "container items")?;
                 let v = self.pop()?;
                 let target = self.top()?;
-                self.append(target, vec![v])?
+                self.append(target, &[v])?
             }
             b'e' => {
                 let items = self.pop_mark()?;
                 let target = self.top()?;
-                self.append(target, items)?
+                self.append(target, &items)?;
+                self.budget.release(items.len() * ID);
             }
             b's' => {
-                self.budget.charge(2 * ID, "container items")?;
                 let v = self.pop()?;
                 let k = self.pop()?;
                 let target = self.top()?;
-                self.set_items(target, vec![k, v])?
+                self.set_items(target, &[k, v])?
             }
             b'u' => {
                 let items = self.pop_mark()?;
                 let target = self.top()?;
-                self.set_items(target, items)?
+                self.set_items(target, &items)?;
+                self.budget.release(items.len() * ID);
             }
             b'c' => {
                 let module = self.line()?;
@@ -1496,9 +1627,11 @@ impl<'a> Machine<'a> {
                 let module = self.pop()?;
                 match (self.out.get(module), self.out.get(name)) {
                     (Node::Str(m), Node::Str(n)) => {
+                        let copy = m.len() + n.len();
+                        self.budget.charge(copy, "global names")?;
                         let (m, n) = (m.to_string(), n.to_string());
-                        self.budget.charge(m.len() + n.len(), "global names")?;
-                        self.global(&m, &n)?
+                        self.global(&m, &n)?;
+                        self.budget.release(copy);
                     }
                     _ => return Err(err(PickleError::StackGlobalArgs)),
                 }
