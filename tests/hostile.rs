@@ -2,6 +2,10 @@
 //! refused (or read right) within a bound asserted in bytes: allocated
 //! (the counting allocator) or written, never wall time.
 //!
+//! Every test holds the counting allocator's lock, not only those that
+//! measure: a test building a large input beside a measuring one would
+//! count in its peak.
+//!
 //! The checkpoints are built here, opcode by opcode ([`Pickle`]) and zipped
 //! as `torch.save` lays them out ([`torch_zip`]), so each test shows the
 //! exact construct it attacks.
@@ -262,6 +266,7 @@ proptest! {
         levels in 1u32..6,
         key_lens in proptest::collection::vec(1usize..48, 1..4),
     ) {
+        let _g = support::alloc::serial();
         let (pickle, cost) = dict_dag(levels, &key_lens);
         let (mut p, _) = unpickle(&pickle, Limits::default()).unwrap();
         let storages = Storages::declared(&p).unwrap();
@@ -495,6 +500,7 @@ fn the_budget_keeps_a_pickle_within_the_readme_bound() {
 
 #[test]
 fn a_pickle_bomb_through_the_binary_is_one_line_naming_the_budget() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let pt = torch_zip(&name_dag(8, 256 << 10), &[("0", floats(1))]);
     let input = write(tmp.path(), "dag.pt", &pt);
@@ -512,6 +518,7 @@ fn a_pickle_bomb_through_the_binary_is_one_line_naming_the_budget() {
 
 #[test]
 fn one_float_viewed_as_a_terabyte_is_refused_and_writes_nothing() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}")
@@ -534,6 +541,7 @@ fn one_float_viewed_as_a_terabyte_is_refused_and_writes_nothing() {
 
 #[test]
 fn a_broadcast_past_16x_needs_the_flag_and_then_converts() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}")
@@ -558,6 +566,7 @@ fn a_broadcast_past_16x_needs_the_flag_and_then_converts() {
 
 #[test]
 fn tied_views_past_16x_their_storage_in_all_are_refused() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}(");
@@ -580,6 +589,7 @@ fn tied_views_past_16x_their_storage_in_all_are_refused() {
 /// Two views split one storage; a flipped byte in the first half.
 #[test]
 fn a_corrupt_storage_split_by_two_views_is_refused() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}(");
@@ -605,6 +615,7 @@ fn a_corrupt_storage_split_by_two_views_is_refused() {
 /// part is still refused, and the good archive's bytes all arrive.
 #[test]
 fn a_corrupt_storage_split_by_many_views_is_refused() {
+    let _g = support::alloc::serial();
     const VIEWS: usize = 20_000;
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
@@ -633,6 +644,7 @@ fn a_corrupt_storage_split_by_many_views_is_refused() {
 
 #[test]
 fn two_members_of_one_name_are_refused() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}").str(b"w").tensor("0", 2, 0, &[2], &[1]).op(b"s");
@@ -670,6 +682,7 @@ fn two_members_of_one_name_are_refused() {
 
 #[test]
 fn a_byteorder_other_than_little_or_big_is_refused() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}").str(b"w").tensor("0", 2, 0, &[2], &[1]).op(b"s");
@@ -685,6 +698,7 @@ fn a_byteorder_other_than_little_or_big_is_refused() {
 
 #[test]
 fn one_storage_declared_with_two_dtypes_is_refused() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}(");
@@ -704,6 +718,7 @@ fn one_storage_declared_with_two_dtypes_is_refused() {
 
 #[test]
 fn tensors_no_name_reaches_are_refused_not_dropped() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let t = |p: &mut Pickle| {
         p.tensor("0", 2, 0, &[2], &[1]);
@@ -753,6 +768,7 @@ fn tensors_no_name_reaches_are_refused_not_dropped() {
 
 #[test]
 fn the_skip_warning_counts_only_values_and_lists_their_paths() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}(").str(b"epoch").int(3).str(b"w");
@@ -783,6 +799,7 @@ fn the_skip_warning_counts_only_values_and_lists_their_paths() {
 
 #[test]
 fn bool_keys_are_spelled_as_python_does_and_names_are_never_empty() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let mut p = Pickle::new();
     p.op(b"}(").op(&[0x88]);
@@ -833,6 +850,7 @@ fn bool_keys_are_spelled_as_python_does_and_names_are_never_empty() {
 /// second line, and 10,000 characters: one escaped line, cut.
 #[test]
 fn names_from_a_file_are_escaped_and_lines_cut() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let key = format!(
         "k\u{1b}[2J\u{7}\r\nerror: forged\u{202e}{}",
@@ -872,6 +890,7 @@ fn names_from_a_file_are_escaped_and_lines_cut() {
 /// generate.py): the tensors torch saved, named as in protocol 2.
 #[test]
 fn checkpoints_saved_with_pickle_protocols_0_and_1_convert() {
+    let _g = support::alloc::serial();
     let dir = support::fixtures().join("pytorch/protocols");
     let want: Value =
         serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
@@ -924,6 +943,7 @@ fn convert_guarded(dir: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn a_fifo_or_device_named_as_a_shard_is_refused_without_blocking() {
+    let _g = support::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let fifo = tmp.path().join("model-00001.safetensors");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
@@ -1056,6 +1076,7 @@ fn a_90_mb_metadata_string_is_read_within_the_header_bound() {
 /// limit of 64 (when the hard limit allows more) commit whole.
 #[test]
 fn more_shards_than_the_soft_open_file_limit() {
+    let _g = support::alloc::serial();
     let (_, hard) = open_file_limits();
     if hard < 400 {
         eprintln!("skipped: the hard limit on open files is {hard}");
@@ -1178,6 +1199,7 @@ fn state_dict_pickle(n: usize) -> Vec<u8> {
 
 #[test]
 fn the_state_dict_pickle_is_torchs() {
+    let _g = support::alloc::serial();
     // pickle.dumps of the same three tensors through torch's persistent_id.
     let torch = b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01(X\t\x00\x00\x00layer.0.wq\x02ctorch._utils\n_rebuild_tensor_v2\nq\x03((X\x07\x00\x00\x00storageq\x04ctorch\nFloatStorage\nq\x05X\x01\x00\x00\x000q\x06X\x03\x00\x00\x00cpuq\x07K\x01tq\x08QK\x00K\x01\x85q\tK\x01\x85q\n\x89h\x00)Rq\x0btq\x0cRq\rX\t\x00\x00\x00layer.1.wq\x0eh\x03((h\x04h\x05X\x01\x00\x00\x001q\x0fh\x07K\x01tq\x10QK\x00K\x01\x85q\x11K\x01\x85q\x12\x89h\x00)Rq\x13tq\x14Rq\x15X\t\x00\x00\x00layer.2.wq\x16h\x03((h\x04h\x05X\x01\x00\x00\x002q\x17h\x07K\x01tq\x18QK\x00K\x01\x85q\x19K\x01\x85q\x1a\x89h\x00)Rq\x1btq\x1cRq\x1du.";
     assert_eq!(state_dict_pickle(3), torch.to_vec());

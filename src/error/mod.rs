@@ -585,7 +585,7 @@ pub enum ErrorKind {
     },
     /// A pickle would build more bytes of values (strings, containers,
     /// names, copies; a shared value counted each time it is used) than its
-    /// budget (32 times its size plus 16 MiB): a memory bomb, refused before
+    /// budget (twice its size plus 48 MiB): a memory bomb, refused before
     /// it is built.
     #[error(
         "pickle would build more than its budget of {limit} bytes of values ({what}): refused"
