@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use harness::{Harness, Outcomes};
 use safetensors_stream::ErrorKind;
 
-const TARGETS: [&str; 7] = [
+const TARGETS: [&str; 8] = [
     "safetensors_header",
     "npy_header",
     "zip_directory",
@@ -33,6 +33,7 @@ const TARGETS: [&str; 7] = [
     "convert_bytes",
     "pickle",
     "bnb_record",
+    "gguf_header",
 ];
 
 /// Panics seen on any thread: tokio turns a panic in a blocking read into
@@ -82,6 +83,7 @@ fn run(harness: &Harness, target: &str, data: &[u8]) -> String {
         "convert_bytes" => describe(&harness.convert_bytes(data)),
         "pickle" => describe(&harness::pickle(data)),
         "bnb_record" => format!("bnb_record: {:?}\n", harness::bnb_record(data)),
+        "gguf_header" => describe(&harness::gguf_header(data)),
         other => panic!("unknown fuzz target folder {other:?}"),
     }
 }

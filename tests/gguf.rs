@@ -392,6 +392,17 @@ fn tensor_rules_are_enforced_by_name() {
     assert!(err(one(&[1], 0, u64::MAX - 1, 4)).contains("data runs to byte"));
     // Dimensions whose product overflows.
     assert!(err(one(&[1 << 40, 1 << 40], 0, 0, 4)).contains("overflow"));
+    // ... in either order, a zero among them or not: the row-major shape is the
+    // reverse of the file's, so [0, 2^40, 2^40] would overflow as [2^40, 2^40, 0].
+    for dims in [
+        [0, 1 << 40, 1 << 40],
+        [1 << 40, 1 << 40, 0],
+        [1 << 40, 0, 1 << 40],
+    ] {
+        assert!(err(one(&dims, 0, 0, 4)).contains("overflow"), "{dims:?}");
+    }
+    // An empty tensor whose other dimensions fit is read.
+    one(&[0, 1 << 40, 1 << 20], 0, 0, 4).unwrap();
     // The name is escaped in the message.
     let e = err(one(&[48], 2, 0, 64));
     assert!(e.contains("blk.0.\\\"odd\\\"\\nname"), "{e}");

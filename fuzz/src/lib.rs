@@ -274,6 +274,61 @@ async fn read_all(src: &mut dyn Source) -> Result<()> {
     Ok(())
 }
 
+/// `gguf_header`: the header parser, then the GGUF source opened on the same
+/// bytes as a file and every tensor read to its end. Invariants: the parser
+/// and the source accept the same files; every tensor listed has a length,
+/// and its reader (quantized) or file span (plain) gives exactly that many
+/// bytes, inside the file.
+pub fn gguf_header(data: &[u8]) -> Outcomes {
+    use safetensors_stream::internals::gguf::{header::read_header, GgufSource};
+    use std::io::{Read, Seek};
+    let parsed = read_header(data, data.len() as u64);
+    let mut file = tempfile::tempfile().expect("a scratch file");
+    file.write_all(data).expect("writing the scratch file");
+    file.rewind().expect("rewinding the scratch file");
+    let opened = GgufSource::open(
+        file,
+        data.len() as u64,
+        "fuzz.gguf",
+        &SourceOptions::default(),
+    );
+    assert_eq!(
+        parsed.is_ok(),
+        opened.is_ok(),
+        "the parser and the source disagree"
+    );
+    let mut out: Outcomes = vec![("header", parsed.map(drop))];
+    let src = match opened {
+        Ok(src) => src,
+        Err(e) => {
+            out.push(("open", Err(e)));
+            return out;
+        }
+    };
+    out.push(("open", Ok(())));
+    for (k, t) in src.tensors().iter().enumerate() {
+        let want = t.byte_len().expect("a listed tensor has a length");
+        if let Some(open) = src.open_blocking(k) {
+            let (mut r, _) = open().expect("a listed tensor opens");
+            let mut buf = vec![0u8; 1 << 16];
+            let mut n = 0u64;
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(got) => n += got as u64,
+                    Err(e) => panic!("reading {}: {e}", t.name),
+                }
+            }
+            assert_eq!(n, want, "{}", t.name);
+        } else {
+            let span = src.file_span(k).expect("a plain tensor has a span");
+            assert_eq!(span.len, want, "{}", t.name);
+            assert!(span.offset + span.len <= data.len() as u64);
+        }
+    }
+    out
+}
+
 /// `bnb_record`: the bytes as a bitsandbytes `quant_state` record, of
 /// either type. Invariants (asserted inside): an accepted record has a
 /// block size the library reads and a shape whose element count fits.

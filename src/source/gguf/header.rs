@@ -477,6 +477,17 @@ fn alignment(metadata: &[(String, Value)]) -> Result<u64> {
     }
 }
 
+/// The product of `dims`, if the product of its non-zero dimensions fits
+/// ggml's signed 64 bits (numpy's rule for an array's size). A zero does not
+/// excuse the others: the shape is also multiplied out in the reverse order
+/// (the row-major shape), where the zero may come last.
+fn element_count(dims: &[u64]) -> Option<u64> {
+    let nonzero = dims.iter().filter(|&&d| d != 0).try_fold(1u64, |n, &d| {
+        n.checked_mul(d).filter(|&n| n <= i64::MAX as u64)
+    })?;
+    Some(if dims.contains(&0) { 0 } else { nonzero })
+}
+
 /// A tensor's place in the file, checked: its type readable, its rows
 /// whole blocks, its bytes inside the file.
 fn locate(
@@ -491,10 +502,7 @@ fn locate(
     if let Kind::Refused(why) = ty.kind {
         return Err(fail(GgufError::Unsupported { name: ty.name, why }, &name));
     }
-    let elements = dims.iter().try_fold(1u64, |n, &d| {
-        n.checked_mul(d).filter(|_| d <= i64::MAX as u64)
-    });
-    let Some(elements) = elements else {
+    let Some(elements) = element_count(&dims) else {
         return Err(fail(GgufError::Overflow(dims), &name));
     };
     let row = dims.first().copied().unwrap_or(1);
