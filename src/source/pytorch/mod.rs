@@ -31,6 +31,7 @@ use super::blocking::BlockingReader;
 use super::npz::zip::{read_directory, Method, ZipEntry};
 use super::npz::MemberReader;
 use super::{file_range, CrcCheck, FileSpan, Source, SourceOptions, TensorData};
+use crate::dtype::numel;
 use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
@@ -202,11 +203,6 @@ pub(crate) const MAX_VIEW_EXPANSION: u64 = 16;
 /// storages' bytes (tied views each count), unless
 /// [`SourceOptions::allow_expanded_views`].
 pub(crate) const MAX_TOTAL_EXPANSION: u64 = 16;
-
-/// Elements in a tensor of `shape`, if it fits 64 bits.
-fn numel(shape: &[u64]) -> Option<u64> {
-    shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
-}
 
 fn bad(e: PyTorchError) -> Error {
     Error::new(ErrorKind::PyTorch(e))

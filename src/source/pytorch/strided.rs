@@ -37,7 +37,7 @@ pub struct View {
 impl View {
     /// Elements in the tensor, if it fits 64 bits.
     pub fn numel(&self) -> Option<u64> {
-        self.shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))
+        crate::dtype::numel(&self.shape)
     }
 
     /// Storage bytes the view needs: up to and including its last element
