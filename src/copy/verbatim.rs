@@ -3,14 +3,18 @@
 //! does, a `pread` then a `write` through one small buffer (two copies, the
 //! second from a buffer that stays in cache).
 //!
-//! Neither wins everywhere (benches/README.md, "Copy path" and "On a host
-//! where cp is fast"): where copying memory is dear the mapping saves a
-//! copy (0.15 s against 0.24 s for 512 MiB on one host); where mapping
-//! pages is dear, above all a source whose page cache is in small folios,
-//! it costs up to a quarter more than `cp`. So the first copy of a process
-//! long enough to tell copies its first [`TRIAL`] bytes each way, timing
-//! each on the thread's CPU clock, and every later copy takes the faster.
-//! The bytes written are the same either way.
+//! Neither wins everywhere (benches/README.md, "Copy path", "On a host
+//! where cp is fast" and "The trial"): where copying memory is dear the
+//! mapping saves a copy; where mapping pages is dear, above all a source
+//! whose page cache is in small folios, it costs more than `cp`. So the
+//! first copy of a process long enough to tell copies [`TRIAL`] bytes each
+//! way, timing each on the thread's CPU clock, and every later copy takes
+//! the faster. The trial's pieces alternate in a balanced order after an
+//! untimed start, so that neither way is charged what a process's first
+//! bytes cost or what changes along the file (timed one after the other,
+//! the way timed first lost about half the trials on a host where it is
+//! the faster over the whole run). The bytes written are the same either
+//! way.
 
 use std::fs::File;
 use std::io::Write;
@@ -32,6 +36,17 @@ pub(crate) enum Way {
 
 /// Bytes each way copies while it is timed.
 const TRIAL: u64 = 8 << 20;
+
+/// Bytes copied before the trial, untimed.
+const START: u64 = 4 << 20;
+
+/// The trial's pieces, 2 x [`TRIAL`] bytes in all: in a balanced order (a
+/// Thue-Morse sequence), so that a cost that grows or shrinks along the file,
+/// in a line or a curve, falls on both ways alike.
+const PIECES: [Way; 8] = {
+    use Way::{Mapped as M, Read as R};
+    [M, R, R, M, R, M, M, R]
+};
 
 /// The way this process chose: 0 until a copy has timed both.
 static CHOSEN: AtomicU8 = AtomicU8::new(0);
@@ -58,15 +73,21 @@ pub(crate) fn copy_verbatim(
         Some(way) => way,
         // Long enough that the trial is a small part of it.
         None if len >= 4 * TRIAL => {
-            let mapped = run.timed(Way::Mapped, 0..TRIAL, out, progress)?;
-            let read = run.timed(Way::Read, TRIAL..2 * TRIAL, out, progress)?;
-            let faster = if mapped <= read {
+            run.copy(Way::Mapped, 0..START, out, progress)?;
+            // Nanoseconds spent by each way, indexed by its number - 1.
+            let (mut spent, mut at) = ([0i128; 2], START);
+            for way in PIECES {
+                let part = at..at + 2 * TRIAL / PIECES.len() as u64;
+                at = part.end;
+                spent[way as usize - 1] += run.timed(way, part, out, progress)?;
+            }
+            let faster = if spent[0] <= spent[1] {
                 Way::Mapped
             } else {
                 Way::Read
             };
             CHOSEN.store(faster as u8, Ordering::Relaxed);
-            return run.copy(faster, 2 * TRIAL..len, out, progress);
+            return run.copy(faster, at..len, out, progress);
         }
         None => Way::Mapped,
     };
@@ -190,6 +211,20 @@ mod tests {
             assert!(got[4..] == bytes[777..], "{way:?}");
         }
         assert!(chosen().is_some(), "the long copy chose a way");
+    }
+
+    /// The trial's order charges a cost that changes along the file, in a
+    /// line or a curve, to both ways alike: as many pieces each, at
+    /// positions with the same sum and the same sum of squares.
+    #[test]
+    fn the_trial_is_balanced() {
+        let moments = |way: Way| {
+            let at = PIECES.iter().enumerate().filter(|(_, w)| **w == way);
+            at.fold([0; 3], |[n, s, q], (k, _)| [n + 1, s + k, q + k * k])
+        };
+        assert_eq!(moments(Way::Mapped), moments(Way::Read));
+        assert_eq!(moments(Way::Mapped)[0], PIECES.len() / 2);
+        assert_eq!(2 * TRIAL % PIECES.len() as u64, 0, "whole pieces");
     }
 
     /// A source shorter than the run: each way says how many of the run's
