@@ -13,8 +13,8 @@
 //! untimed start, so that neither way is charged what a process's first
 //! bytes cost or what changes along the file (timed one after the other,
 //! the way timed first lost about half the trials on a host where it is
-//! the faster over the whole run), and each way's slowest piece is left
-//! out. The bytes written are the same either way.
+//! the faster over the whole run). The bytes written are the same either
+//! way.
 
 use std::fs::File;
 use std::io::Write;
@@ -39,9 +39,6 @@ const TRIAL: u64 = 8 << 20;
 
 /// Bytes copied before the trial, untimed.
 const START: u64 = 4 << 20;
-
-/// Bytes in one piece of the trial.
-const PIECE: u64 = 2 * TRIAL / PIECES.len() as u64;
 
 /// The trial's pieces, 2 x [`TRIAL`] bytes in all: in a balanced order (a
 /// Thue-Morse sequence), so that a cost that grows or shrinks along the file,
@@ -77,33 +74,24 @@ pub(crate) fn copy_verbatim(
         // Long enough that the trial is a small part of it.
         None if len >= 4 * TRIAL => {
             run.copy(Way::Mapped, 0..START, out, progress)?;
-            let mut timed = [(Way::Mapped, 0); PIECES.len()];
-            for (k, way) in PIECES.into_iter().enumerate() {
-                let part = START + k as u64 * PIECE..START + (k as u64 + 1) * PIECE;
-                timed[k] = (way, run.timed(way, part, out, progress)?);
+            // Nanoseconds spent by each way, indexed by its number - 1.
+            let (mut spent, mut at) = ([0i128; 2], START);
+            for way in PIECES {
+                let part = at..at + 2 * TRIAL / PIECES.len() as u64;
+                at = part.end;
+                spent[way as usize - 1] += run.timed(way, part, out, progress)?;
             }
-            let faster = faster(&timed);
+            let faster = if spent[0] <= spent[1] {
+                Way::Mapped
+            } else {
+                Way::Read
+            };
             CHOSEN.store(faster as u8, Ordering::Relaxed);
-            return run.copy(faster, START + 2 * TRIAL..len, out, progress);
+            return run.copy(faster, at..len, out, progress);
         }
         None => Way::Mapped,
     };
     run.copy(way, 0..len, out, progress)
-}
-
-/// The way whose pieces took less time, each way's slowest piece left out:
-/// one piece slowed by something else (another process, the first bytes'
-/// costs) does not decide.
-fn faster(timed: &[(Way, i128)]) -> Way {
-    let trimmed = |way: Way| {
-        let times = timed.iter().filter(|(w, _)| *w == way).map(|(_, t)| *t);
-        times.clone().sum::<i128>() - times.max().unwrap_or(0)
-    };
-    if trimmed(Way::Mapped) <= trimmed(Way::Read) {
-        Way::Mapped
-    } else {
-        Way::Read
-    }
 }
 
 /// One verbatim run: `len` bytes of `src` from `offset`.
@@ -237,38 +225,6 @@ mod tests {
         assert_eq!(moments(Way::Mapped), moments(Way::Read));
         assert_eq!(moments(Way::Mapped)[0], PIECES.len() / 2);
         assert_eq!(2 * TRIAL % PIECES.len() as u64, 0, "whole pieces");
-    }
-
-    /// One slow piece does not decide: the way that is faster in its
-    /// other pieces wins; a way slower in every piece loses.
-    #[test]
-    fn one_slow_piece_does_not_decide() {
-        let timed = |mapped: [i128; 4], read: [i128; 4]| {
-            let (mut m, mut r) = (mapped.into_iter(), read.into_iter());
-            let mut pick = |w: &Way| {
-                if *w == Way::Mapped {
-                    m.next()
-                } else {
-                    r.next()
-                }
-            };
-            PIECES.map(|w| (w, pick(&w).unwrap()))
-        };
-        // The first piece of the mapping twice as slow as the rest.
-        let first_slow = timed([1300, 600, 650, 620], [750, 780, 800, 760]);
-        assert_eq!(faster(&first_slow), Way::Mapped);
-        // The same slow piece where the buffer is faster throughout.
-        let read_faster = timed([1300, 900, 950, 920], [750, 780, 800, 760]);
-        assert_eq!(faster(&read_faster), Way::Read);
-        // Plain sums would have chosen the buffer in the first case.
-        let sum = |w: Way| {
-            first_slow
-                .iter()
-                .filter(|p| p.0 == w)
-                .map(|p| p.1)
-                .sum::<i128>()
-        };
-        assert!(sum(Way::Mapped) > sum(Way::Read));
     }
 
     /// A source shorter than the run: each way says how many of the run's
