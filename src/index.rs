@@ -113,19 +113,15 @@ impl<R: std::io::Read> std::io::Read for CountedJson<R> {
 }
 
 /// Charges `bytes` of memory, held by what a visitor builds from an index
-/// or a raw manifest, to the README's bound for every header: 3 times the
-/// bytes read so far + 64 MiB. Over it, the parse fails with
-/// [`HeaderError::HeaderBudget`](crate::HeaderError::HeaderBudget)'s words.
+/// or a raw manifest, against the bound for the bytes read so far
+/// ([`within_memory_bound`](crate::header::within_memory_bound)). Over it,
+/// the parse fails with that error's words.
 pub(crate) fn charge_json<E: serde::de::Error>(bytes: u64) -> std::result::Result<(), E> {
     JSON_PARSE.with(|c| {
         let (read, charged) = c.get();
         let charged = charged.saturating_add(bytes);
         c.set((read, charged));
-        let limit = read.saturating_mul(3).saturating_add(64 << 20);
-        match charged > limit {
-            true => Err(E::custom(crate::HeaderError::HeaderBudget { limit })),
-            false => Ok(()),
-        }
+        crate::header::within_memory_bound(charged, read).map_err(E::custom)
     })
 }
 

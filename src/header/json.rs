@@ -13,7 +13,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde::Deserialize;
 
 use super::names::NameIndex;
-use super::{Metadata, Mode, Rules, TensorMeta};
+use super::{within_memory_bound, Metadata, Mode, Rules, TensorMeta};
 use crate::{Dtype, HeaderError, JsonError};
 
 /// A tensor as written in the JSON: meta and raw offsets, not yet checked.
@@ -98,36 +98,29 @@ fn byte_position(text: &str, line: usize, column: usize) -> Option<u64> {
 
 type Stash<'a> = &'a RefCell<Option<HeaderError>>;
 
-/// What the parsed header may take beyond its text: twice the text plus
-/// 64 MiB, so that the two stay within the README's 3 times the header +
-/// 64 MiB. Entries are charged as they are read, before what they cost
-/// has grown past it.
-pub(crate) struct Budget {
-    left: std::cell::Cell<usize>,
-    limit: usize,
+/// What the parsed header holds, its text included, charged as entries
+/// are read (before what they cost has grown past it) against
+/// [`within_memory_bound`] for the text's length.
+struct Budget {
+    charged: std::cell::Cell<u64>,
+    read: u64,
 }
 
 impl Budget {
-    /// The budget of a header of `text_len` bytes.
-    pub(crate) fn for_header(text_len: usize) -> Budget {
-        let limit = text_len.saturating_mul(3).saturating_add(64 << 20);
+    /// The budget of a header of `text_len` bytes, the text charged.
+    fn for_header(text_len: usize) -> Budget {
         Budget {
-            left: std::cell::Cell::new(limit - text_len),
-            limit,
+            charged: std::cell::Cell::new(text_len as u64),
+            read: text_len as u64,
         }
     }
 
-    /// Takes `bytes` from what is left, or refuses the header.
-    pub(crate) fn charge(&self, bytes: usize) -> Result<(), HeaderError> {
-        match self.left.get().checked_sub(bytes) {
-            Some(left) => {
-                self.left.set(left);
-                Ok(())
-            }
-            None => Err(HeaderError::HeaderBudget {
-                limit: self.limit as u64,
-            }),
-        }
+    /// Charges `bytes` more, or refuses the header.
+    fn charge(&self, bytes: usize) -> Result<(), HeaderError> {
+        let charged = self.charged.get().saturating_add(bytes as u64);
+        within_memory_bound(charged, self.read)?;
+        self.charged.set(charged);
+        Ok(())
     }
 
     /// [`charge`](Self::charge) inside a serde visitor.
@@ -141,6 +134,10 @@ impl Budget {
 /// in the output's header, which keeps the input's metadata (measured:
 /// about 200 bytes each, 340 with the copy).
 const METADATA_ENTRY: usize = 448;
+
+/// What one tensor takes in the lists the header builds: its entry and
+/// its name's slot in the index.
+const TENSOR_SLOT: usize = std::mem::size_of::<RawTensor>() + NameIndex::SLOT;
 
 fn fail<E: de::Error>(stash: Stash<'_>, kind: HeaderError) -> E {
     let msg = kind.to_string();
@@ -203,8 +200,7 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
             if !reserved {
                 reserved = true;
                 let capacity = self.capacity.saturating_sub(metadata_bytes / 48);
-                let each = std::mem::size_of::<RawTensor>() + NameIndex::SLOT;
-                self.budget.take(self.stash, capacity * each)?;
+                self.budget.take(self.stash, capacity * TENSOR_SLOT)?;
                 out.tensors.reserve_exact(capacity);
                 index = NameIndex::with_capacity(capacity);
             }
@@ -217,7 +213,7 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
             // Past the room reserved, the lists grow: charge what they take.
             let mut cost = tensor.meta.name.len();
             if out.tensors.len() >= out.tensors.capacity() {
-                cost += 2 * (std::mem::size_of::<RawTensor>() + NameIndex::SLOT);
+                cost += 2 * TENSOR_SLOT;
             }
             self.budget.take(self.stash, cost)?;
             let tensors = &out.tensors;

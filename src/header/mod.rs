@@ -26,6 +26,18 @@ use crate::{Dtype, Error, HeaderError, Result};
 /// The format's hard limit on the header's length N, in bytes.
 pub const MAX_HEADER_LEN: u64 = 100_000_000;
 
+/// Checks what reading a header holds, `charged` bytes (its own bytes
+/// included), against the README's bound for every header (safetensors,
+/// index, raw manifest, GGUF): 3 times the `read` bytes + 64 MiB. One rule,
+/// however each reader counts.
+pub(crate) fn within_memory_bound(charged: u64, read: u64) -> std::result::Result<(), HeaderError> {
+    let limit = read.saturating_mul(3).saturating_add(64 << 20);
+    if charged > limit {
+        return Err(HeaderError::HeaderBudget { limit });
+    }
+    Ok(())
+}
+
 /// The Hugging Face Hub refuses headers above this many bytes; we warn.
 pub const HUB_HEADER_LIMIT: u64 = 25_000_000;
 

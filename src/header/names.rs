@@ -14,11 +14,11 @@ pub(crate) struct NameIndex {
 }
 
 impl NameIndex {
-    /// Room for `capacity` names without growing.
     /// Bytes one name may take in the table: its `u32` and control byte,
     /// in a table up to a little over twice as large as its entries.
     pub(crate) const SLOT: usize = 12;
 
+    /// Room for `capacity` names without growing.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         NameIndex {
             hasher: foldhash::fast::RandomState::default(),

@@ -184,16 +184,12 @@ impl<R: Read> Parser<R> {
         self.len.saturating_sub(self.pos)
     }
 
-    /// Charges `bytes` of memory held to the header's budget: 3 times the
-    /// bytes read so far + 64 MiB, the README's bound for every header.
+    /// Charges `bytes` of memory held against the bound for the bytes read
+    /// so far ([`within_memory_bound`](crate::header::within_memory_bound)).
     fn charge(&mut self, bytes: u64) -> Result<()> {
         self.charged = self.charged.saturating_add(bytes);
-        let limit = self.pos.saturating_mul(3).saturating_add(64 << 20);
-        if self.charged > limit {
-            let e = Error::new(crate::HeaderError::HeaderBudget { limit });
-            return Err(e.at_offset(self.pos));
-        }
-        Ok(())
+        crate::header::within_memory_bound(self.charged, self.pos)
+            .map_err(|kind| Error::new(kind).at_offset(self.pos))
     }
 
     fn bytes<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N]> {
