@@ -100,28 +100,25 @@ fn tile_for(dims: &[u64], width: u64) -> (Vec<u64>, bool) {
     (ext, direct)
 }
 
-/// Copies `dst.len() / W` elements of `W` bytes from `src`, element
-/// `start + k * stride` to element `k`.
-fn gather<const W: usize>(src: &[u8], start: usize, stride: usize, dst: &mut [u8]) {
-    for (k, d) in dst.chunks_exact_mut(W).enumerate() {
-        let s = (start + k * stride) * W;
-        d.copy_from_slice(&src[s..s + W]);
+/// Copies `dst.len() / w` elements of `w` bytes from `src`, element
+/// `start + k * stride` to element `k`. Inlined into [`gather_any`]'s arms
+/// with `w` a constant, so each common width gets its own fixed-size copy.
+#[inline(always)]
+fn gather(w: usize, src: &[u8], start: usize, stride: usize, dst: &mut [u8]) {
+    for (k, d) in dst.chunks_exact_mut(w).enumerate() {
+        let s = (start + k * stride) * w;
+        d.copy_from_slice(&src[s..s + w]);
     }
 }
 
 fn gather_any(w: usize, src: &[u8], start: usize, stride: usize, dst: &mut [u8]) {
     match w {
-        1 => gather::<1>(src, start, stride, dst),
-        2 => gather::<2>(src, start, stride, dst),
-        4 => gather::<4>(src, start, stride, dst),
-        8 => gather::<8>(src, start, stride, dst),
-        16 => gather::<16>(src, start, stride, dst),
-        _ => {
-            for (k, d) in dst.chunks_exact_mut(w).enumerate() {
-                let s = (start + k * stride) * w;
-                d.copy_from_slice(&src[s..s + w]);
-            }
-        }
+        1 => gather(1, src, start, stride, dst),
+        2 => gather(2, src, start, stride, dst),
+        4 => gather(4, src, start, stride, dst),
+        8 => gather(8, src, start, stride, dst),
+        16 => gather(16, src, start, stride, dst),
+        _ => gather(w, src, start, stride, dst),
     }
 }
 
