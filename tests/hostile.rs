@@ -393,6 +393,14 @@ fn assert_within_the_header_bound(what: &str, len: usize, peak: usize) {
     );
 }
 
+/// `pickle` unpickled under the counter: refused on its budget, the peak
+/// within the README's bound.
+fn unpickle_refused_within_the_bound(what: &str, pickle: &[u8]) {
+    let (r, peak) =
+        support::alloc::peak_during(|| unpickle(pickle, Limits::for_input(pickle.len())));
+    refused_within_the_bound(what, r.map(|_| ()), pickle.len(), peak);
+}
+
 /// Refused for its budget, within the README's bound: `r` is the result
 /// of reading `pickle` and `peak` what it allocated.
 fn refused_within_the_bound<T: std::fmt::Debug>(
@@ -420,9 +428,7 @@ fn the_stack_is_charged_to_the_budget() {
         let mut p = Pickle::new();
         p.op(&[0x88]).op(&vec![op; 16 << 20]);
         let pickle = p.stop();
-        let (r, peak) =
-            support::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
-        refused_within_the_bound(what, r.map(|_| ()), pickle.len(), peak);
+        unpickle_refused_within_the_bound(what, &pickle);
     }
 }
 
@@ -439,9 +445,7 @@ fn the_memo_is_charged_what_it_grows_by() {
         p.put(64 * i + 63);
     }
     let pickle = p.stop();
-    let (r, peak) =
-        support::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
-    refused_within_the_bound("memo", r.map(|_| ()), pickle.len(), peak);
+    unpickle_refused_within_the_bound("memo", &pickle);
 }
 
 /// One tensor whose shape is a million ones (a `DUP` each), its stride the
@@ -493,9 +497,7 @@ fn the_budget_keeps_a_pickle_within_the_readme_bound() {
     }
     p.op(b"N");
     let pickle = p.stop();
-    let (r, peak) =
-        support::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
-    refused_within_the_bound("set copies", r.map(|_| ()), pickle.len(), peak);
+    unpickle_refused_within_the_bound("set copies", &pickle);
 }
 
 #[test]

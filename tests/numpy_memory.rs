@@ -170,25 +170,34 @@ fn write_fortran_npy(path: &Path, shape: &[u64]) -> u64 {
     n * 4
 }
 
-#[test]
-fn fortran_array_of_256_mib() {
+/// A Fortran-order `.npy` of `shape` f4, converted under the counter.
+fn fortran_npy(what: &str, shape: &[u64]) {
     let _serial = support::alloc::serial();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("fortran.npy");
-    let len = write_fortran_npy(&path, &[8192, 8192]);
-    measure("Fortran 256 MiB .npy", &path, len);
+    let len = write_fortran_npy(&path, shape);
+    measure(what, &path, len);
+}
+
+/// A deflated `.npz` member of `mib` MiB of Fortran-order f4 in `rows`
+/// first-axis rows: inflated to a temp file, then reordered.
+fn deflated_fortran_member(what: &str, mib: u64, rows: u64) {
+    let _serial = support::alloc::serial();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fortran.npz");
+    let header = npy_header("<f4", true, &[rows, mib * MIB / 4 / rows]);
+    write_deflated_npz(&path, "f.npy", &header, &period_block(), mib);
+    measure(what, &path, mib * MIB);
+}
+
+#[test]
+fn fortran_array_of_256_mib() {
+    fortran_npy("Fortran 256 MiB .npy", &[8192, 8192]);
 }
 
 #[test]
 fn fortran_member_deflated_of_64_mib() {
-    // Deflated and Fortran: inflated to a temp file, then reordered.
-    let _serial = support::alloc::serial();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fortran.npz");
-    let mib = 64;
-    let header = npy_header("<f4", true, &[2048, mib * MIB / 4 / 2048]);
-    write_deflated_npz(&path, "f.npy", &header, &period_block(), mib);
-    measure("deflated Fortran 64 MiB member", &path, mib * MIB);
+    deflated_fortran_member("deflated Fortran 64 MiB member", 64, 2048);
 }
 
 // ---- Fortran-order arrays with long rows -------------------------------------------
@@ -198,23 +207,13 @@ fn fortran_member_deflated_of_64_mib() {
 
 #[test]
 fn fortran_array_with_long_rows() {
-    let _serial = support::alloc::serial();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("long.npy");
-    let len = write_fortran_npy(&path, &[3, 1001, 9001]);
-    measure("Fortran .npy, 36 MB rows", &path, len);
+    fortran_npy("Fortran .npy, 36 MB rows", &[3, 1001, 9001]);
 }
 
 #[test]
 fn fortran_member_deflated_with_long_rows() {
-    // 2 x 9437184 f4: two rows of 36 MiB, inflated to a temp file first.
-    let _serial = support::alloc::serial();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("long.npz");
-    let mib = 72;
-    let header = npy_header("<f4", true, &[2, mib * MIB / 4 / 2]);
-    write_deflated_npz(&path, "f.npy", &header, &period_block(), mib);
-    measure("deflated Fortran member, 36 MiB rows", &path, mib * MIB);
+    // 2 x 9437184 f4: two rows of 36 MiB.
+    deflated_fortran_member("deflated Fortran member, 36 MiB rows", 72, 2);
 }
 
 // ---- zip64: a member over 4 GiB -----------------------------------------------------

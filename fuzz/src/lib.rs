@@ -281,11 +281,12 @@ async fn read_all(src: &mut dyn Source) -> Result<()> {
 /// bytes, inside the file.
 pub fn gguf_header(data: &[u8]) -> Outcomes {
     use safetensors_stream::internals::gguf::{header::read_header, GgufSource};
-    use std::io::{Read, Seek};
+    use std::io::Read;
     let parsed = read_header(data, data.len() as u64);
+    // Left at its end: the source reads from byte 0 wherever the handle is
+    // (a spooled stream's is at its end too).
     let mut file = tempfile::tempfile().expect("a scratch file");
     file.write_all(data).expect("writing the scratch file");
-    file.rewind().expect("rewinding the scratch file");
     let opened = GgufSource::open(
         file,
         data.len() as u64,
