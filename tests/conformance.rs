@@ -865,6 +865,24 @@ fn broken_inputs_name_input_and_tensor() {
         zip_kind,
         None,
     );
+    // A PyTorch storage split by views (its parts, a step slice), a byte
+    // flipped inside it: no view is the whole member, so each route reads
+    // the views only after checking the storage's CRC once, and refuses.
+    let mut pt = std::fs::read(fixtures().join("pytorch/ok/views.pt")).unwrap();
+    let arange: Vec<u8> = (0..48).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let at = pt.windows(arange.len()).position(|w| w == arange).unwrap();
+    pt[at + 30 * 4 + 1] ^= 0x40;
+    let bad_pt = d.join("split.pt");
+    std::fs::write(&bad_pt, &pt).unwrap();
+    let crc: fn(&ErrorKind) -> bool = |k| matches!(k, ErrorKind::CrcMismatch { .. });
+    add(
+        "pt storage split by views, corrupt",
+        bad_pt,
+        &[Transport::File],
+        Stage::Write,
+        crc,
+        None,
+    );
     let bad_gz = d.join("bad.npz.gz");
     std::fs::write(&bad_gz, gzip(&zip)).unwrap();
     add(

@@ -18,7 +18,7 @@ pub(crate) mod zipfmt;
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -28,9 +28,11 @@ use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
 pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
 use super::blocking::BlockingReader;
-use super::npz::zip::{read_directory, Method, ZipEntry};
+use super::npz::zip::{read_directory, Method, PositionalReader, ZipEntry};
 use super::npz::MemberReader;
-use super::{file_range, CrcCheck, FileSpan, Source, SourceOptions, TensorData};
+use super::{
+    file_range, BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData,
+};
 use crate::dtype::numel;
 use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
@@ -181,9 +183,9 @@ pub(crate) struct PyTorchSource {
     metadata: Metadata,
     skipped: usize,
     skipped_paths: Vec<String>,
-    /// Storages (file, first byte) whose whole member passed its CRC-32:
-    /// views that split a storage are checked by one pass over all of it.
-    verified: Mutex<HashSet<(usize, u64)>>,
+    /// Storages whose whole member passed its CRC-32: views that split a
+    /// storage are checked by one pass over all of it.
+    verified: Verified,
     /// Groups of identical views, for `--dedupe-tied` (the planner decides).
     tied: Vec<Vec<usize>>,
     /// Each file's storages and the prefix of their members' names, for
@@ -429,7 +431,7 @@ impl PyTorchSource {
             metadata: Metadata::new(),
             skipped: 0,
             skipped_paths: Vec::new(),
-            verified: Mutex::new(HashSet::new()),
+            verified: Verified::default(),
             tied: Vec::new(),
             storages: Vec::with_capacity(parts.len()),
             big_endian: Vec::with_capacity(parts.len()),
@@ -501,36 +503,9 @@ impl PyTorchSource {
         &self.skipped_paths
     }
 
-    /// Checks the CRC-32 of the whole member holding tensor `k`'s storage,
-    /// once per storage: a view that is not all of it cannot be checked on
-    /// its own, so every byte any view reads has passed the check first.
-    async fn verify_storage(&self, k: usize) -> Result<()> {
-        let Some(entry) = self.member(k) else {
-            return Ok(());
-        };
-        if self.storage_verified(k) {
-            return Ok(());
-        }
-        let (file, start) = self.storage_key(k);
-        let check = self.files[file].try_clone()?;
-        tokio::task::spawn_blocking(move || -> Result<()> {
-            let mut r = MemberReader::new(check, &entry, start, 0)?;
-            std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
-            Ok(())
-        })
-        .await
-        .map_err(std::io::Error::other)??;
-        self.verified
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((file, start));
-        Ok(())
-    }
-
     /// Whether tensor `k`'s storage has passed its CRC-32 check.
     fn storage_verified(&self, k: usize) -> bool {
-        let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
-        verified.contains(&self.storage_key(k))
+        self.verified.lock().contains(&self.storage_key(k))
     }
 
     /// Tensor `k`'s storage as `verified` records it: its file and first byte.
@@ -620,10 +595,10 @@ impl Source for PyTorchSource {
         let (offset, len) = self.span(k);
         let storage = self.storage(k);
         // A storage's CRC can be checked only when the tensor is all of it;
-        // a part of one is read through `open`, which checks it all first,
-        // until the storage has passed: then its parts are plain spans (the
-        // copy engine takes them in windows, so a million views of one
-        // storage are not a million trips through the async reader).
+        // a part of one is read through `open_blocking`, which checks it all
+        // first, until the storage has passed: then its parts are plain spans
+        // (the copy engine takes them in windows, so of a million views of
+        // one storage only the first window is read one by one).
         let whole = offset == storage.start && len == storage.len;
         if storage.crc.is_some() && !whole && !self.storage_verified(k) {
             return None;
@@ -640,31 +615,78 @@ impl Source for PyTorchSource {
         })
     }
 
+    /// A view that is not a whole storage as it lies: a part of one, or
+    /// strided. Its storage's CRC-32, if it has one, is checked first (once):
+    /// a part is read past the member's check, a gather reads it out of order.
+    fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
+        let storage = self.storage(k);
+        let (offset, len) = self.span(k);
+        let view = self.stride(k).map(|_| self.view(k));
+        if view.is_none() && offset == storage.start && len == storage.len {
+            return None;
+        }
+        let file = self.files[self.placed[k].file as usize].clone();
+        let check = self.member(k).map(|entry| {
+            let verified = self.verified.clone();
+            (verified, self.storage_key(k), entry)
+        });
+        let transform = self.transform(k);
+        Some(Box::new(move || {
+            if let Some((verified, key, entry)) = check {
+                verified.check(key, &file, &entry, storage.start)?;
+            }
+            let r: BlockingRead = match view {
+                Some(view) => Box::new(StridedReader::new(file.try_clone()?, storage.start, &view)),
+                None => Box::new(PositionalReader::new(file, offset, len)),
+            };
+            Ok((r, transform))
+        }))
+    }
+
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
         async move {
+            if let Some(open) = self.open_blocking(k) {
+                let opened = tokio::task::spawn_blocking(open).await;
+                let (r, transform) = opened.map_err(std::io::Error::other)??;
+                return Ok(TensorData::new(BlockingReader::new(r)).with_transform(transform));
+            }
+            // The whole storage, as it lies: its CRC-32 checked as it is read.
             let file = &self.files[self.placed[k].file as usize];
             let storage = self.storage(k);
-            let contiguous = self.stride(k).is_none();
-            let (offset, len) = self.span(k);
-            let whole = len == storage.len && offset == storage.start;
-            if !(whole && contiguous) {
-                // A gather reads the storage out of order and a slice reads
-                // part of it, both past any CRC check: check the whole
-                // member first, in one forward pass, once per storage.
-                self.verify_storage(k).await?;
-            }
-            let data = if !contiguous {
-                let r = StridedReader::new(file.try_clone()?, storage.start, &self.view(k));
-                TensorData::new(BlockingReader::new(r))
-            } else if let (Some(entry), true) = (self.member(k), whole) {
-                let r = MemberReader::new(file.try_clone()?, &entry, storage.start, 0)?;
-                TensorData::new(BlockingReader::new(r))
-            } else {
-                TensorData::new(file_range(file, offset, len).await?)
+            let data = match self.member(k) {
+                Some(entry) => {
+                    let r = MemberReader::new(file.try_clone()?, &entry, storage.start, 0)?;
+                    TensorData::new(BlockingReader::new(r))
+                }
+                None => TensorData::new(file_range(file, storage.start, storage.len).await?),
             };
             Ok(data.with_transform(self.transform(k)))
         }
         .boxed()
+    }
+}
+
+/// Storages (file, first byte) whose whole member passed its CRC-32, shared
+/// with the readers that check them on the worker pool.
+#[derive(Debug, Default, Clone)]
+struct Verified(Arc<Mutex<HashSet<(usize, u64)>>>);
+
+impl Verified {
+    fn lock(&self) -> MutexGuard<'_, HashSet<(usize, u64)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Checks the CRC-32 of the member `entry` at `start` in `file` in one
+    /// forward pass, unless storage `key` has passed already. The lock is
+    /// held meanwhile: views of one storage read side by side check it once.
+    fn check(&self, key: (usize, u64), file: &File, entry: &ZipEntry, start: u64) -> Result<()> {
+        let mut passed = self.lock();
+        if !passed.contains(&key) {
+            let mut r = MemberReader::new(file, entry, start, 0)?;
+            std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
+            passed.insert(key);
+        }
+        Ok(())
     }
 }
 
