@@ -13,7 +13,8 @@ pub(crate) enum Job {
     /// They lie in a file: the kernel's copy, or positional reads.
     Span(SpanJob),
     /// Only a blocking reader produces them (a deflated member, quantized
-    /// blocks): the work is the reading, done on the worker pool.
+    /// blocks, a PyTorch view gathered or checked first): the work is the
+    /// reading, done on the worker pool.
     Reader(ReaderJob),
     /// Only the source's async reader produces them.
     Stream,

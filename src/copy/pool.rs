@@ -1,7 +1,8 @@
-//! Tensors that only a blocking reader can produce (deflated npz members:
-//! the inflation is the work) read [`READERS`] at once, each on a thread of
-//! its own, and written at their planned offsets in the output file, so
-//! that every core inflates. Each tensor goes through the one element
+//! Tensors that only a blocking reader can produce (deflated npz members,
+//! where the inflation is the work; dequantized blocks; PyTorch views that
+//! are part of a storage or strided) read [`READERS`] at once, each on a
+//! thread of its own, and written at their planned offsets in the output
+//! file, so that every core works. Each tensor goes through the one element
 //! pipeline ([`Elements`]) exactly as the async sink drives it, in a
 //! bounded buffer of its own: memory is [`READERS`] x (buffer + reader).
 //! Errors are those of the sequential path ([`in_order`]).
