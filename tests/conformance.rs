@@ -391,6 +391,37 @@ fn npy_fixtures_from_library_streams() {
     run_all(&subjects);
 }
 
+/// The checkpoints torch wrote (views that split, stride, expand and tie
+/// storages; big-endian; the legacy format): every route forced off in turn
+/// writes the bytes the default writes, which `tests/pytorch.rs` checks
+/// against torch's own values.
+#[test]
+fn pytorch_checkpoints_on_every_route() {
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(fixtures().join("pytorch/ok"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pt"))
+        .collect();
+    inputs.sort();
+    assert!(inputs.len() >= 8, "{inputs:?}");
+    block_on(async {
+        let convert = |path: PathBuf, options: ConvertOptions| async move {
+            let (_, opened) = open(&path, Transport::File).await;
+            let source = opened.unwrap_or_else(|e| panic!("{path:?}: {e}")).source;
+            convert_one(source, &options)
+                .await
+                .unwrap_or_else(|e| panic!("{path:?}: {e}"))
+        };
+        for path in inputs {
+            let out = convert(path.clone(), ConvertOptions::default().sync(false)).await;
+            for (forced, options) in route_matrix() {
+                let other = convert(path.clone(), options).await;
+                assert!(other == out, "{path:?} {forced}: the bytes differ");
+            }
+        }
+    });
+}
+
 // ---- generated subjects: larger, and every zip variant ------------------------
 
 /// Little-endian bytes of `n` values of `width` bytes: pseudo-random, with

@@ -611,6 +611,44 @@ fn a_corrupt_storage_split_by_two_views_is_refused() {
     refused(tmp.path(), &input, &["--include", "b"], "crc_mismatch");
 }
 
+/// A big-endian checkpoint's views that are not whole storages (a
+/// transposed one, a part of one) are read by blocking readers into a file
+/// and through the async sink to a stream: both swap each element's bytes.
+#[test]
+fn big_endian_views_are_swapped_on_every_road() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut p = Pickle::new();
+    p.op(b"}(");
+    p.str(b"t").tensor("0", 6, 0, &[3, 2], &[1, 3]);
+    p.str(b"tail").tensor("0", 6, 2, &[4], &[1]);
+    p.op(b"u");
+    let big: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_be_bytes()).collect();
+    let members = [
+        ZipMember::stored("archive/data.pkl", p.stop()),
+        ZipMember::stored("archive/byteorder", b"big".to_vec()),
+        ZipMember::stored("archive/data/0", big),
+    ];
+    let input = write(tmp.path(), "big.pt", &build_zip(&members).0);
+    let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let want = [
+        ("t", vec![3, 2], le(&[0., 3., 1., 4., 2., 5.])),
+        ("tail", vec![4], le(&[2., 3., 4., 5.])),
+    ];
+    let r = convert(tmp.path(), &[&input, "-o", "out.safetensors"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let to_file = std::fs::read(tmp.path().join("out.safetensors")).unwrap();
+    let r = convert(tmp.path(), &[&input, "-o", "-"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    for (road, bytes) in [("file", to_file), ("stream", r.stdout)] {
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        for (name, shape, data) in &want {
+            let v = st.tensor(name).unwrap();
+            let got: Vec<u64> = v.shape().iter().map(|&d| d as u64).collect();
+            assert_eq!((&got, v.data()), (shape, &data[..]), "{road}: {name}");
+        }
+    }
+}
+
 /// More views of one storage than the copy engine looks at in one window
 /// (16,384): those after the first window are copied as plain spans once
 /// the storage has passed its check, so a flipped byte in the last view's

@@ -365,8 +365,8 @@ async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
         assert!(src.file_span(find(name)).is_some(), "{name}");
     }
     // Strided views are gathered; contiguous parts of a storage with a
-    // CRC-32 are read through `open`, which checks the whole storage once
-    // (a part alone cannot be checked against the member's CRC).
+    // CRC-32 are read by a blocking reader, which checks the whole storage
+    // once (a part alone cannot be checked against the member's CRC).
     for name in [
         "transposed",
         "channels_last",
@@ -377,9 +377,13 @@ async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
         "disjoint.b",
     ] {
         assert!(src.file_span(find(name)).is_none(), "{name}");
+        assert!(src.open_blocking(find(name)).is_some(), "{name}");
     }
-    // Once one part has been read through `open`, the storage has passed
-    // its check, and its other parts lie in the file like any tensor.
+    for name in ["tied.embed", "scalar", "param"] {
+        assert!(src.open_blocking(find(name)).is_none(), "{name}: a span");
+    }
+    // Once one part has been read, the storage has passed its check, and
+    // its other parts lie in the file like any tensor.
     let (a, b) = (find("disjoint.a"), find("disjoint.b"));
     let mut src = src;
     src.open(a).await.unwrap();
