@@ -649,6 +649,46 @@ fn big_endian_views_are_swapped_on_every_road() {
     }
 }
 
+/// Two shards, each a storage split by two views, at the same place in
+/// their files; only the second's is corrupt. A storage is known by its
+/// file as well as its place: the first passing does not pass the second.
+#[test]
+fn a_corrupt_split_storage_in_the_second_shard_is_refused() {
+    let _g = support::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let shard = |prefix: &str| {
+        let mut p = Pickle::new();
+        p.op(b"}(");
+        p.str(format!("{prefix}0").as_bytes())
+            .tensor("0", 8, 0, &[4], &[1]);
+        p.str(format!("{prefix}1").as_bytes())
+            .tensor("0", 8, 4, &[4], &[1]);
+        p.op(b"u");
+        torch_zip(&p.stop(), &[("0", floats(8))])
+    };
+    let (first, mut second) = (shard("a"), shard("b"));
+    let good = floats(8);
+    let at = second.windows(good.len()).position(|w| w == good).unwrap();
+    assert_eq!(first.windows(good.len()).position(|w| w == good), Some(at));
+    second[at + 5] ^= 0x40;
+    write(tmp.path(), "pytorch_model-00001-of-00002.bin", &first);
+    write(tmp.path(), "pytorch_model-00002-of-00002.bin", &second);
+    let map = |p: &str, n: u8| {
+        format!(
+            r#""{p}{n}":"pytorch_model-0000{}-of-00002.bin""#,
+            1 + (p == "b") as u8
+        )
+    };
+    let entries = [map("a", 0), map("a", 1), map("b", 0), map("b", 1)].join(",");
+    let index = format!(r#"{{"metadata":{{"total_size":64}},"weight_map":{{{entries}}}}}"#);
+    let input = write(tmp.path(), "pytorch_model.bin.index.json", index.as_bytes());
+    let msg = refused(tmp.path(), &input, &[], "crc_mismatch");
+    assert!(
+        msg.contains("b0"),
+        "the first view of the corrupt storage: {msg}"
+    );
+}
+
 /// More views of one storage than the copy engine looks at in one window
 /// (16,384): those after the first window are copied as plain spans once
 /// the storage has passed its check, so a flipped byte in the last view's

@@ -15,10 +15,10 @@ pub mod pickle;
 pub(crate) mod strided;
 pub(crate) mod zipfmt;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -505,11 +505,11 @@ impl PyTorchSource {
 
     /// Whether tensor `k`'s storage has passed its CRC-32 check.
     fn storage_verified(&self, k: usize) -> bool {
-        self.verified.lock().contains(&self.storage_key(k))
+        self.verified.passed(self.storage_key(k))
     }
 
     /// Tensor `k`'s storage as `verified` records it: its file and first byte.
-    fn storage_key(&self, k: usize) -> (usize, u64) {
+    fn storage_key(&self, k: usize) -> StorageKey {
         (self.placed[k].file as usize, self.storage(k).start)
     }
 
@@ -667,24 +667,41 @@ impl Source for PyTorchSource {
 }
 
 /// Storages (file, first byte) whose whole member passed its CRC-32, shared
-/// with the readers that check them on the worker pool.
+/// with the readers that check them on the worker pool. Each storage has a
+/// cell of its own, locked while it is checked: views of one storage read
+/// side by side check it once, while other storages are checked, or read,
+/// at the same time, and asking whether one has passed never waits.
 #[derive(Debug, Default, Clone)]
-struct Verified(Arc<Mutex<HashSet<(usize, u64)>>>);
+struct Verified(Arc<Mutex<HashMap<StorageKey, Arc<Mutex<bool>>>>>);
+
+/// A storage: its file's index and its first byte.
+type StorageKey = (usize, u64);
 
 impl Verified {
-    fn lock(&self) -> MutexGuard<'_, HashSet<(usize, u64)>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    /// The cell of storage `key`, made on first asking.
+    fn cell(&self, key: StorageKey) -> Arc<Mutex<bool>> {
+        let mut cells = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        cells.entry(key).or_default().clone()
+    }
+
+    /// Whether storage `key` has passed (`false` while it is being checked).
+    fn passed(&self, key: StorageKey) -> bool {
+        let cell = self.cell(key);
+        let state = cell.try_lock();
+        matches!(state.as_deref(), Ok(true))
     }
 
     /// Checks the CRC-32 of the member `entry` at `start` in `file` in one
-    /// forward pass, unless storage `key` has passed already. The lock is
-    /// held meanwhile: views of one storage read side by side check it once.
-    fn check(&self, key: (usize, u64), file: &File, entry: &ZipEntry, start: u64) -> Result<()> {
-        let mut passed = self.lock();
-        if !passed.contains(&key) {
+    /// forward pass, unless storage `key` has passed already. A check that
+    /// fails is not remembered: a reader of the same storage waiting for it
+    /// checks again and fails alike (one more pass, on the way to an error).
+    fn check(&self, key: StorageKey, file: &File, entry: &ZipEntry, start: u64) -> Result<()> {
+        let cell = self.cell(key);
+        let mut passed = cell.lock().unwrap_or_else(|e| e.into_inner());
+        if !*passed {
             let mut r = MemberReader::new(file, entry, start, 0)?;
             std::io::copy(&mut r, &mut std::io::sink()).map_err(Error::io)?;
-            passed.insert(key);
+            *passed = true;
         }
         Ok(())
     }
@@ -693,6 +710,42 @@ impl Verified {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A storage is checked once, whatever asks; another file's storage at
+    /// the same first byte is checked on its own; a failed check does not pass.
+    #[test]
+    fn each_storage_is_checked_once() {
+        use std::io::Write;
+        let bytes = b"a storage";
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        let entry = |crc32| ZipEntry {
+            name: "archive/data/0".into(),
+            method: Method::Stored,
+            flags: 0,
+            crc32,
+            compressed: bytes.len() as u64,
+            uncompressed: bytes.len() as u64,
+            local_offset: 0,
+        };
+        let good = entry(crc32fast::hash(bytes));
+        let v = Verified::default();
+        assert!(!v.passed((0, 0)));
+        v.check((0, 0), &file, &good, 0).unwrap();
+        assert!(v.passed((0, 0)));
+        // Nothing is read again: the bytes are gone, and it still passes.
+        file.set_len(0).unwrap();
+        v.check((0, 0), &file, &good, 0).unwrap();
+        assert!(v.check((1, 0), &file, &good, 0).is_err(), "another file's");
+        assert!(!v.passed((1, 0)));
+
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(bytes).unwrap();
+        let e = v.check((2, 0), &file, &entry(1), 0).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        assert!(!v.passed((2, 0)));
+        v.check((2, 0), &file, &good, 0).unwrap();
+    }
 
     fn at(start: u64, crc: Option<u32>) -> Located {
         Located {
