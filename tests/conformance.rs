@@ -392,18 +392,24 @@ fn npy_fixtures_from_library_streams() {
 }
 
 /// The checkpoints torch wrote (views that split, stride, expand and tie
-/// storages; big-endian; the legacy format): every route forced off in turn
-/// writes the bytes the default writes, which `tests/pytorch.rs` checks
-/// against torch's own values.
+/// storages; big-endian; the legacy format; gzipped; sharded): every route
+/// forced off in turn writes the bytes the default writes, which
+/// `tests/pytorch.rs` checks against torch's own values.
 #[test]
 fn pytorch_checkpoints_on_every_route() {
-    let mut inputs: Vec<PathBuf> = std::fs::read_dir(fixtures().join("pytorch/ok"))
+    let ok = fixtures().join("pytorch/ok");
+    let mut inputs: Vec<PathBuf> = std::fs::read_dir(&ok)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "pt"))
+        .filter(|p| {
+            [".pt", ".pt.gz"]
+                .iter()
+                .any(|x| p.to_string_lossy().ends_with(x))
+        })
         .collect();
     inputs.sort();
-    assert!(inputs.len() >= 8, "{inputs:?}");
+    inputs.push(ok.join("sharded/pytorch_model.bin.index.json"));
+    assert!(inputs.len() >= 10, "{inputs:?}");
     block_on(async {
         let convert = |path: PathBuf, options: ConvertOptions| async move {
             let (_, opened) = open(&path, Transport::File).await;
