@@ -558,6 +558,14 @@ impl PyTorchSource {
         let len = numel(&t.shape).unwrap_or(0) * w;
         (self.storage(k).start + self.placed[k].offset * w, len)
     }
+
+    /// Whether tensor `k` is its whole storage as it lies: contiguous, every
+    /// byte of it. Its bytes are then the member's, checked by its CRC-32 as
+    /// they are read; any other view needs the storage checked first.
+    fn whole_storage(&self, k: usize) -> bool {
+        let storage = self.storage(k);
+        self.stride(k).is_none() && self.span(k) == (storage.start, storage.len)
+    }
 }
 
 impl Source for PyTorchSource {
@@ -599,7 +607,7 @@ impl Source for PyTorchSource {
         // first, until the storage has passed: then its parts are plain spans
         // (the copy engine takes them in windows, so of a million views of
         // one storage only the first window is read one by one).
-        let whole = offset == storage.start && len == storage.len;
+        let whole = self.whole_storage(k);
         if storage.crc.is_some() && !whole && !self.storage_verified(k) {
             return None;
         }
@@ -619,14 +627,15 @@ impl Source for PyTorchSource {
     /// strided. Its storage's CRC-32, if it has one, is checked first (once):
     /// a part is read past the member's check, a gather reads it out of order.
     fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
-        let storage = self.storage(k);
-        let (offset, len) = self.span(k);
-        let view = self.stride(k).map(|_| self.view(k));
-        if view.is_none() && offset == storage.start && len == storage.len {
+        if self.whole_storage(k) {
             return None;
         }
+        let (storage, (offset, len)) = (self.storage(k), self.span(k));
+        let view = self.stride(k).map(|_| self.view(k));
         let file = self.files[self.placed[k].file as usize].clone();
-        let check = self.member(k).map(|entry| {
+        // A storage already passed needs no check, nor its member's name.
+        let unchecked = !self.storage_verified(k);
+        let check = self.member(k).filter(|_| unchecked).map(|entry| {
             let verified = self.verified.clone();
             (verified, self.storage_key(k), entry)
         });
@@ -684,11 +693,12 @@ impl Verified {
         cells.entry(key).or_default().clone()
     }
 
-    /// Whether storage `key` has passed (`false` while it is being checked).
+    /// Whether storage `key` has passed (`false` while it is being checked);
+    /// asking makes no cell.
     fn passed(&self, key: StorageKey) -> bool {
-        let cell = self.cell(key);
-        let state = cell.try_lock();
-        matches!(state.as_deref(), Ok(true))
+        let cells = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let cell = cells.get(&key);
+        cell.is_some_and(|c| matches!(c.try_lock().as_deref(), Ok(true)))
     }
 
     /// Checks the CRC-32 of the member `entry` at `start` in `file` in one
