@@ -6,7 +6,8 @@
 //! ([`Pickled::budget`](super::Pickled::budget)), so one allowance bounds
 //! both, and a shared value expanded by either is paid for each time.
 
-use crate::{Error, ErrorKind, Result};
+use super::err;
+use crate::{PickleError, Result};
 
 /// Bounds on what one pickle may build.
 #[derive(Debug, Clone, Copy)]
@@ -134,14 +135,14 @@ impl Budget {
         Ok(bytes)
     }
 
-    /// Spends `n` bytes on `what`, or refuses with [`ErrorKind::PickleBudget`].
+    /// Spends `n` bytes on `what`, or refuses with [`PickleError::Budget`].
     pub fn charge(&mut self, n: usize, what: &'static str) -> Result<()> {
         match self.used.checked_add(n).filter(|&u| u <= self.limit) {
             Some(u) => {
                 self.used = u;
                 Ok(())
             }
-            None => Err(Error::new(ErrorKind::PickleBudget {
+            None => Err(err(PickleError::Budget {
                 limit: self.limit as u64,
                 what,
             })),

@@ -15,7 +15,7 @@ use super::arena::{Cell, Id, Pickled, Side, Span, ID, NO_SIDE};
 use super::globals::Code;
 use super::memo::Memo;
 use super::{err, Allow, Budget, Global, Limits};
-use crate::{Error, ErrorKind, PickleError, Result};
+use crate::{PickleError, Result};
 
 /// A stack entry: a value or a MARK.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -411,7 +411,7 @@ impl<'a> Machine<'a> {
     pub(super) fn global(&mut self, module: &str, name: &str) -> Result<()> {
         match self.allow.lookup(module, name) {
             Some(g) => self.push_node(Cell::Global(self.code(g))),
-            None => Err(Error::new(ErrorKind::PickleGlobal {
+            None => Err(err(PickleError::Global {
                 module: module.chars().take(200).collect(),
                 name: name.chars().take(200).collect(),
             })),

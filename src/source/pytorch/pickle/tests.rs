@@ -12,7 +12,7 @@ fn run(p: &[u8]) -> Result<Pickled> {
 fn refuses_unlisted_globals_by_name() {
     let e = run(b"\x80\x02cbuiltins\neval\nq\x00.").unwrap_err();
     match e.kind() {
-        ErrorKind::PickleGlobal { module, name } => {
+        ErrorKind::Pickle(PickleError::Global { module, name }) => {
             assert_eq!((module.as_str(), name.as_str()), ("builtins", "eval"))
         }
         k => panic!("{k:?}"),
@@ -305,7 +305,7 @@ fn a_class_the_table_lacks_is_refused_by_name() {
         classes: &DCP_CLASSES[..6],
     };
     let refused = |r: Result<(Pickled, usize)>| match r.map(|_| ()).unwrap_err().kind() {
-        ErrorKind::PickleGlobal { module, name } => (module.clone(), name.clone()),
+        ErrorKind::Pickle(PickleError::Global { module, name }) => (module.clone(), name.clone()),
         k => panic!("{k:?}"),
     };
     let p = dcp_metadata();
