@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use safetensors_stream::internals::pickle::{unpickle, Budget, Limits};
 use safetensors_stream::internals::pytorch_model::{tensors, Naming};
 use safetensors_stream::internals::Storages;
-use safetensors_stream::{ErrorKind, IndexError};
+use safetensors_stream::{ErrorKind, IndexError, PickleError};
 use serde_json::Value;
 use support::numpy::{build_zip, ZipMember};
 
@@ -271,7 +271,7 @@ proptest! {
         prop_assert!(tensors(&p, &Naming::default(), &storages).is_ok());
         p.budget = Budget::new(cost - 1);
         let e = tensors(&p, &Naming::default(), &storages).unwrap_err();
-        prop_assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{}", e);
+        prop_assert!(matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })), "{}", e);
     }
 }
 
@@ -284,7 +284,10 @@ fn a_shared_key_named_along_every_path_is_charged_each_time() {
         tensors(&p, &Naming::default(), &Storages::declared(&p)?)
     });
     let e = result.unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{e}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })),
+        "{e}"
+    );
     // The walk's: widened by the pickle's bytes, which are freed before it.
     let budget = Budget::for_input(pickle.len()).limit() + pickle.len();
     assert!(e.to_string().contains(&budget.to_string()), "{e}");
@@ -322,7 +325,7 @@ fn copies_made_by_constructors_are_charged() {
             crate::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
         let e = result.unwrap_err();
         assert!(
-            matches!(e.kind(), ErrorKind::PickleBudget { .. }),
+            matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })),
             "{name}: {e}"
         );
         eprintln!("{name}: pickle {} bytes, peak {peak}", pickle.len());
@@ -350,7 +353,10 @@ fn set_copies_of_a_shared_list_are_charged() {
     let (result, peak) =
         crate::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
     let e = result.unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{e}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })),
+        "{e}"
+    );
     assert_within_the_header_bound("set copies", pickle.len(), peak);
 }
 
@@ -408,7 +414,7 @@ fn refused_within_the_bound<T: std::fmt::Debug>(
     eprintln!("{what}: pickle {len} bytes, peak {peak}");
     let e = r.unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::PickleBudget { .. }),
+        matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })),
         "{what}: {e}"
     );
     assert_within_the_header_bound(what, len, peak);
