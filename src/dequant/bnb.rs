@@ -26,6 +26,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fp4_code_8_is_negative_zero() {
+        let code = FourBitType::Fp4.code(8);
+        assert!(code == 0.0 && code.is_sign_negative());
+        assert!(FourBitType::Fp4.code(0).is_sign_positive());
+        let mut out = [1f32; 2];
+        let p = FourBit {
+            kind: FourBitType::Fp4,
+            packed: &[0x80],
+            first: 0,
+            absmax: &[3.0],
+            blocksize: 64,
+            dtype: crate::Dtype::BF16,
+        };
+        four_bit(&p, &mut out);
+        assert_eq!(out[0].to_bits(), (-0.0f32).to_bits());
+        assert_eq!(out[1].to_bits(), 0);
+    }
+
+    #[test]
     fn scales_each_row_by_its_absmax_over_127() {
         let mut out = [0f32; 4];
         int8_rows(&[127, 0x81, 127, 1], 2, &[1.0, 127.0], &mut out);
@@ -45,9 +64,11 @@ const NF4: [u32; 16] = [
 ];
 
 /// bitsandbytes' FP4 code book (`get_4bit_type("fp4")`), as f32 bits.
+/// Code `0b1000` is -0.0: the CUDA kernel and the scalar CPU path compute
+/// `sign * 0.0` (only the AVX-512 CPU path and the torch reference give +0.0).
 const FP4: [u32; 16] = [
     0x00000000, 0x3baaaaab, 0x3f2aaaab, 0x3f800000, 0x3eaaaaab, 0x3f000000, 0x3e2aaaab, 0x3e800000,
-    0x00000000, 0xbbaaaaab, 0xbf2aaaab, 0xbf800000, 0xbeaaaaab, 0xbf000000, 0xbe2aaaab, 0xbe800000,
+    0x80000000, 0xbbaaaaab, 0xbf2aaaab, 0xbf800000, 0xbeaaaaab, 0xbf000000, 0xbe2aaaab, 0xbe800000,
 ];
 
 /// Which 4-bit code book.

@@ -16,7 +16,9 @@ pub(crate) mod bnb;
 pub(crate) mod fp8;
 pub(crate) mod ggml;
 pub(crate) mod gptq;
+pub(crate) mod mxfp4;
 pub(crate) mod nvfp4;
+pub(crate) mod packed;
 
 use crate::Dtype;
 

@@ -73,6 +73,9 @@ const CASES: &[&str] = &[
     "bnb-4bit",
     "nvfp4-compressed-tensors",
     "nvfp4-modelopt",
+    "mxfp4",
+    "pack-quantized",
+    "int-quantized",
 ];
 
 #[test]
@@ -147,6 +150,7 @@ fn hostile(
                 "F8_E4M3" => safetensors::Dtype::F8_E4M3,
                 "I8" => safetensors::Dtype::I8,
                 "U8" => safetensors::Dtype::U8,
+                "F8_E8M0" => safetensors::Dtype::F8_E8M0,
                 "I64" => safetensors::Dtype::I64,
                 other => panic!("{other}"),
             };
@@ -421,4 +425,166 @@ fn a_quant_state_record_that_does_not_parse_is_refused() {
         "up_proj.weight.absmax",
         "expected [24] (one per 64 elements)",
     );
+}
+
+const EXPERTS: &str = "model.layers.0.mlp.experts";
+
+#[test]
+fn mxfp4_experts_come_out_transposed_as_transformers_names_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out.safetensors");
+    assert!(dequantize("mxfp4", "BF16", &out).status.success());
+    let got = tensors(&out);
+    // [experts, rows, blocks, 16] -> [experts, blocks * 32, rows].
+    assert_eq!(got[&format!("{EXPERTS}.gate_up_proj")].1, vec![3, 64, 64]);
+    assert_eq!(got[&format!("{EXPERTS}.down_proj")].1, vec![3, 32, 64]);
+    assert!(got
+        .keys()
+        .all(|n| !n.ends_with("_blocks") && !n.ends_with("_scales")));
+}
+
+#[test]
+fn hostile_mxfp4_auxiliaries_are_refused_naming_the_tensor() {
+    let blocks = format!("{EXPERTS}.gate_up_proj_blocks");
+    let scales = format!("{EXPERTS}.gate_up_proj_scales");
+    // Blocks of 8 bytes (16 codes): not MXFP4's 32.
+    let tmp = hostile("mxfp4", |t| {
+        let b = t.get_mut(&blocks).unwrap();
+        b.1 = vec![3, 64, 4, 8];
+    });
+    refused(&tmp, &blocks, "32 codes, 16 bytes, a block");
+    // One scale too few per row.
+    let tmp = hostile("mxfp4", |t| {
+        let s = t.get_mut(&scales).unwrap();
+        s.1 = vec![3, 64, 1];
+        s.2.truncate(3 * 64);
+    });
+    refused(&tmp, &scales, "expected [3, 64, 2] (one per block)");
+    // Scales as floats: a wrong reading would scale by 1e40.
+    let tmp = hostile("mxfp4", |t| {
+        let s = t.get_mut(&scales).unwrap();
+        s.0 = "F16".into();
+        s.1 = vec![3, 64, 1];
+    });
+    refused(&tmp, &scales, "dtype F16, expected U8 or F8_E8M0");
+    // Scale 0xFF is NaN in E8M0: refused, with its byte offset.
+    let tmp = hostile("mxfp4", |t| {
+        let s = t.get_mut(&scales).unwrap();
+        s.2[130] = 0xff;
+    });
+    refused(
+        &tmp,
+        &scales,
+        "scale 0xFF (NaN in E8M0) for block 0 of row 1 of expert 1",
+    );
+    // Missing scales when config.json says mxfp4.
+    let tmp = hostile("mxfp4", |t| {
+        t.remove(&scales);
+    });
+    refused(&tmp, &blocks, "gate_up_proj_scales is missing");
+}
+
+#[test]
+fn mxfp4_scales_stored_as_f8_e8m0_read_the_same() {
+    let scales = format!("{EXPERTS}.down_proj_scales");
+    let tmp = hostile("mxfp4", |t| {
+        t.get_mut(&scales).unwrap().0 = "F8_E8M0".into();
+    });
+    let out = tmp.path().join("out.safetensors");
+    let run = convert(&[
+        tmp.path().join("model.safetensors").as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--dequantize-to".as_ref(),
+        "F32".as_ref(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        tensors(&out),
+        tensors(&dir().join("mxfp4/expected-F32.safetensors"))
+    );
+}
+
+#[test]
+fn hostile_compressed_tensors_integer_packs_are_refused_naming_the_tensor() {
+    let k = "model.layers.0.self_attn.k_proj";
+    // Zero points packed along the columns (the wrong way): [40, 1] words.
+    let tmp = hostile("pack-quantized", |t| {
+        let z = t.get_mut(&format!("{k}.weight_zero_point")).unwrap();
+        z.1 = vec![4, 5];
+    });
+    refused(
+        &tmp,
+        &format!("{k}.weight_zero_point"),
+        "expected [5, 4] (40 zero points of 4 bits packed down each column)",
+    );
+    // Zero points unpacked (I8) where the codes are packed.
+    let tmp = hostile("pack-quantized", |t| {
+        let z = t.get_mut(&format!("{k}.weight_zero_point")).unwrap();
+        z.0 = "I8".into();
+        z.1 = vec![20, 4];
+    });
+    refused(
+        &tmp,
+        &format!("{k}.weight_zero_point"),
+        "dtype I8, expected I32",
+    );
+    // Words that hold no declared bit width's codes.
+    let tmp = hostile("pack-quantized", |t| {
+        let w = t.get_mut(&format!("{k}.weight_packed")).unwrap();
+        w.1 = vec![40, 5];
+        w.2.truncate(40 * 5 * 4);
+    });
+    refused(
+        &tmp,
+        &format!("{k}.weight_packed"),
+        "5 words a row do not hold 64 codes",
+    );
+    // Scales for groups that do not divide the columns.
+    let tmp = hostile("int-quantized", |t| {
+        let s = t
+            .get_mut("model.layers.0.mlp.gate_proj.weight_scale")
+            .unwrap();
+        s.1 = vec![24, 5];
+        s.2.resize(24 * 5 * 2, 0x20);
+    });
+    refused(
+        &tmp,
+        "gate_proj.weight_scale",
+        "5 groups do not divide the 96 columns",
+    );
+}
+
+#[test]
+fn inspect_names_the_low_bit_schemes_and_their_size() {
+    for (case, scheme, weights) in [
+        ("mxfp4", "mxfp4", 2),
+        ("pack-quantized", "pack-quantized", 4),
+        ("int-quantized", "int-quantized", 2),
+    ] {
+        let run = convert(&[
+            "inspect".as_ref(),
+            "--json".as_ref(),
+            input(case).as_os_str(),
+        ]);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+        let want = tensors(&dir().join(case).join("expected-BF16.safetensors"));
+        let bytes: usize = want.values().map(|t| t.2.len()).sum();
+        assert_eq!(
+            v["quantized"]["schemes"],
+            serde_json::json!([scheme]),
+            "{case}"
+        );
+        assert_eq!(v["quantized"]["weights"], weights, "{case}");
+        assert_eq!(v["quantized"]["dequantized_bytes"], bytes, "{case}");
+    }
 }

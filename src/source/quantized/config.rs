@@ -27,6 +27,40 @@ pub(crate) struct QuantConfig {
     /// FP8 (DeepSeek-V3, transformers' fine-grained FP8): rows and columns per scale.
     #[serde(default)]
     pub weight_block_size: Option<[u64; 2]>,
+    /// compressed-tensors: the schemes, by group name.
+    #[serde(default)]
+    pub config_groups: Option<std::collections::BTreeMap<String, ConfigGroup>>,
+}
+
+/// A compressed-tensors config group: the keys of its weights' scheme read here.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub(crate) struct ConfigGroup {
+    /// The weights' quantization, if the group quantizes weights.
+    #[serde(default)]
+    pub weights: Option<GroupWeights>,
+}
+
+/// A config group's `weights`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub(crate) struct GroupWeights {
+    /// Bits per weight.
+    #[serde(default)]
+    pub num_bits: Option<u32>,
+}
+
+impl QuantConfig {
+    /// The weight bit widths compressed-tensors' config groups declare.
+    pub(crate) fn group_bits(&self) -> Vec<u32> {
+        let mut bits: Vec<u32> = self
+            .config_groups
+            .iter()
+            .flat_map(|g| g.values())
+            .filter_map(|g| g.weights.as_ref()?.num_bits)
+            .collect();
+        bits.sort_unstable();
+        bits.dedup();
+        bits
+    }
 }
 
 /// The config of the model whose file or index is `input`: the
@@ -74,6 +108,13 @@ mod tests {
         assert_eq!(c.group_size, Some(-1));
         assert_eq!(c.checkpoint_format.as_deref(), Some("gptq_v2"));
         assert_eq!(parse(b"{}").unwrap(), QuantConfig::default());
+        let c = parse(
+            br#"{"quantization_config": {"quant_method": "compressed-tensors", "format": "pack-quantized",
+            "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "strategy": "group"}},
+            "group_1": {"weights": {"num_bits": 8}}, "group_2": {"input_activations": {"num_bits": 8}}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.group_bits(), vec![4, 8]);
         assert!(matches!(
             parse(br#"{"quantization_config": {"bits": "four"}}"#),
             Err(QuantError::Config(_))

@@ -19,6 +19,7 @@
 //! rows and the scales and zeros that cover them, with positional reads.
 
 mod config;
+mod mxfp4;
 mod read;
 mod recognize;
 pub(crate) mod record;
@@ -105,6 +106,30 @@ pub(crate) enum Kind {
         nested: Option<(Part, Part)>,
         record: record::Record,
     },
+    /// compressed-tensors integer codes: packed into I32 words
+    /// (`pack-quantized`) or one I8 an element (`int-quantized`), with
+    /// scales, optional zero points and an optional `g_idx`.
+    CtInt {
+        codes: Part,
+        scale: Part,
+        zeros: Option<Part>,
+        g_idx: Option<Part>,
+        /// Bits per code; `packed` says whether codes and zero points are packed.
+        bits: u32,
+        packed: bool,
+        /// Scales per row (1 for a per-tensor scale, then `per_tensor`).
+        groups: u64,
+        per_tensor: bool,
+        /// Columns per group, when there is no `g_idx`.
+        group_size: u64,
+    },
+    /// gpt-oss MXFP4 experts: `*_blocks` and their E8M0 `*_scales`,
+    /// dequantized transposed to `[experts, groups * 32, rows]`.
+    Mxfp4 {
+        blocks: Part,
+        scales: Part,
+        geometry: mxfp4::Geometry,
+    },
 }
 
 impl Kind {
@@ -116,6 +141,9 @@ impl Kind {
             Kind::Awq { .. } => "awq",
             Kind::Int8 { .. } => "bitsandbytes-int8",
             Kind::Nvfp4 { .. } => "nvfp4",
+            Kind::Mxfp4 { .. } => "mxfp4",
+            Kind::CtInt { packed: true, .. } => "pack-quantized",
+            Kind::CtInt { packed: false, .. } => "int-quantized",
             Kind::FourBit { record, .. } => match record.kind {
                 crate::dequant::bnb::FourBitType::Nf4 => "bitsandbytes-nf4",
                 crate::dequant::bnb::FourBitType::Fp4 => "bitsandbytes-fp4",
@@ -133,6 +161,17 @@ pub(crate) struct Weight {
     pub shape: [u64; 2],
     /// Its storage.
     pub kind: Arc<Kind>,
+}
+
+impl Weight {
+    /// The dequantized tensor's shape: `shape`, but for MXFP4 experts, whose
+    /// `[experts * codes, rows]` matrix is listed as `[experts, codes, rows]`.
+    pub(crate) fn dims(&self) -> Vec<u64> {
+        match &*self.kind {
+            Kind::Mxfp4 { geometry: g, .. } => vec![g.experts, g.groups * 32, g.rows],
+            _ => self.shape.to_vec(),
+        }
+    }
 }
 
 /// Wraps the opened `sources` so that quantized weights come out
@@ -202,7 +241,7 @@ impl<'a> QuantizedSource<'a> {
         for (k, t) in inner.tensors().iter().enumerate() {
             if homed.peek().is_some_and(|(at, _)| *at == k) {
                 let (_, w) = homed.next().expect("peeked");
-                tensors.push(TensorMeta::new(w.name.clone(), to, w.shape.to_vec()));
+                tensors.push(TensorMeta::new(w.name.clone(), to, w.dims()));
                 entries.push(Entry::Dequant(w));
             } else if !found.is_consumed(s, k) {
                 tensors.push(t.clone());

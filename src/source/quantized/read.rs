@@ -18,6 +18,8 @@ pub(crate) struct DequantReader {
     step: u64,
     /// Each input column's group (GPTQ), read on the first piece.
     groups: Option<Vec<u32>>,
+    /// The MXFP4 band held, made on the first piece.
+    bands: Option<super::mxfp4::Bands>,
     /// The current piece's bytes, and how many were handed out.
     bytes: Vec<u8>,
     pos: usize,
@@ -34,6 +36,7 @@ impl DequantReader {
             row: 0,
             step,
             groups: None,
+            bands: None,
             bytes: Vec::new(),
             pos: 0,
             values: Vec::new(),
@@ -200,6 +203,53 @@ impl DequantReader {
                 };
                 dequant::bnb::four_bit(&piece, &mut self.values);
             }
+            Kind::CtInt {
+                codes,
+                scale,
+                zeros,
+                g_idx,
+                bits,
+                packed,
+                groups,
+                per_tensor,
+                group_size,
+            } => {
+                if self.groups.is_none() {
+                    self.groups = Some(gptq_groups(g_idx.as_ref(), *groups, cols, *group_size)?);
+                }
+                let piece = ct_int_piece(
+                    codes,
+                    scale,
+                    zeros.as_ref(),
+                    *bits,
+                    *packed,
+                    *groups,
+                    *per_tensor,
+                    r0,
+                    r1,
+                    cols,
+                )?;
+                let rows = dequant::packed::Rows {
+                    codes: &piece.codes,
+                    cols: to_usize(cols)?,
+                    scales: &piece.scales,
+                    zeros: piece.zeros.as_deref(),
+                    groups: to_usize(*groups)?,
+                    group_of: self.groups.as_deref().expect("set above"),
+                    dtype: scale.dtype,
+                };
+                dequant::packed::rows(&rows, &mut self.values);
+            }
+            Kind::Mxfp4 {
+                blocks,
+                scales,
+                geometry,
+            } => {
+                let bands = self
+                    .bands
+                    .get_or_insert_with(|| super::mxfp4::Bands::new(*geometry));
+                bands.rows(blocks, scales, r0, r1, &mut self.values)?;
+            }
         }
         let width = (self.to.bits() / 8) as usize;
         self.bytes.clear();
@@ -299,6 +349,83 @@ fn read_columns(p: &Part, c0: u64, n: u64) -> Result<Vec<u32>> {
         .collect())
 }
 
+/// A piece of a compressed-tensors integer weight: codes, scales and zero
+/// points of its rows, unpacked.
+struct CtIntPiece {
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+    zeros: Option<Vec<i8>>,
+}
+
+/// Reads rows `[r0, r1)` of a compressed-tensors integer weight.
+#[allow(clippy::too_many_arguments)]
+fn ct_int_piece(
+    codes: &Part,
+    scale: &Part,
+    zeros: Option<&Part>,
+    bits: u32,
+    packed: bool,
+    groups: u64,
+    per_tensor: bool,
+    r0: u64,
+    r1: u64,
+    cols: u64,
+) -> Result<CtIntPiece> {
+    let nrows = r1 - r0;
+    let count = to_usize(nrows * cols)?;
+    let mut unpacked = vec![0i8; count];
+    if packed {
+        let words = codes.shape[1];
+        let raw = read_elems(codes, r0 * words, to_usize(nrows * words)?)?;
+        let raw = words_of(&raw);
+        for (row, out) in raw
+            .chunks_exact(to_usize(words)?.max(1))
+            .zip(unpacked.chunks_exact_mut(to_usize(cols)?.max(1)))
+        {
+            dequant::packed::unpack_row(row, bits, out);
+        }
+    } else {
+        let raw = read_elems(codes, r0 * cols, count)?;
+        unpacked.iter_mut().zip(raw).for_each(|(o, b)| *o = b as i8);
+    }
+    let mut scales = Vec::new();
+    if per_tensor {
+        arith::scale_values(scale.dtype, &read_elems(scale, 0, 1)?, &mut scales);
+        scales = vec![scales[0]; to_usize(nrows)?];
+    } else {
+        let raw = read_elems(scale, r0 * groups, to_usize(nrows * groups)?)?;
+        arith::scale_values(scale.dtype, &raw, &mut scales);
+    }
+    let zeros = match zeros {
+        None => None,
+        Some(z) if packed => {
+            let b = u64::from(bits);
+            let (w0, w1) = (r0 * b / 32, (r1 * b).div_ceil(32));
+            let raw = read_elems(z, w0 * groups, to_usize((w1 - w0) * groups)?)?;
+            let mut out = vec![0i8; to_usize(nrows * groups)?];
+            dequant::packed::unpack_zeros(&words_of(&raw), to_usize(groups)?, bits, r0, &mut out);
+            Some(out)
+        }
+        Some(z) => {
+            let raw = read_elems(z, r0 * groups, to_usize(nrows * groups)?)?;
+            Some(raw.into_iter().map(|b| b as i8).collect())
+        }
+    };
+    Ok(CtIntPiece {
+        codes: unpacked,
+        scales,
+        zeros,
+    })
+}
+
+/// Little-endian words.
+fn words_of(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
 /// Each input column's group: `g_idx` (every entry checked against the
 /// scales' `groups`), else column / `group_size`.
 fn gptq_groups(g_idx: Option<&Part>, groups: u64, k: u64, group_size: u64) -> Result<Vec<u32>> {
@@ -350,6 +477,9 @@ mod tests {
             "awq",
             "bnb-int8",
             "fp8-compressed-tensors",
+            "mxfp4",
+            "pack-quantized",
+            "int-quantized",
         ] {
             let path = format!("fixtures/quantized/{case}/model.safetensors");
             let src = SafetensorsSource::open(std::path::Path::new(&path)).unwrap();
@@ -359,6 +489,13 @@ mod tests {
             for (_, _, w) in &found.weights {
                 let whole = read_all(DequantReader::new(w.clone(), Dtype::F32));
                 assert_eq!(whole.len() as u64, w.shape[0] * w.shape[1] * 4);
+                if let Kind::Mxfp4 { geometry, .. } = &*w.kind {
+                    // Bands of one block column: each piece copied out of whole-row reads.
+                    let mut r = DequantReader::new(w.clone(), Dtype::F32);
+                    r.bands = Some(super::super::mxfp4::Bands::narrow(*geometry, 1));
+                    r.step = 5;
+                    assert_eq!(read_all(r), whole, "{case} {} in bands of 1", w.name);
+                }
                 for step in [1, 3, 7] {
                     let mut r = DequantReader::new(w.clone(), Dtype::F32);
                     r.step = step;

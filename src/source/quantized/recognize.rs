@@ -161,14 +161,13 @@ pub(crate) fn recognize<'s>(sources: &'s [Box<dyn Source + 's>]) -> Result<Found
                     .dtype(&format!("{prefix}.weight_global_scale"))
                     .is_none()
                 {
-                    // compressed-tensors' int4/int8 pack-quantized format.
-                    let e = QuantError::Unsupported(
-                        "compressed-tensors pack-quantized integer weights are not dequantized yet"
-                            .into(),
-                    );
-                    return Err(refuse(e, source.input_name(), n));
+                    // compressed-tensors' integer pack-quantized format.
+                    ct_int(&mut names, prefix, n, true)?
+                } else {
+                    nvfp4(&mut names, prefix, n, ".weight_global_scale")?
                 }
-                nvfp4(&mut names, prefix, n, ".weight_global_scale")?
+            } else if let Some(prefix) = n.strip_suffix("_blocks") {
+                mxfp4(&mut names, prefix, n)?
             } else if let Some(prefix) = n.strip_suffix(".SCB") {
                 int8(&mut names, prefix)?
             } else if let Some(prefix) = n.strip_suffix(".weight.quant_state.bitsandbytes__nf4") {
@@ -267,12 +266,19 @@ fn required(
 fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> {
     const S: &str = "fp8";
     let wname = format!("{prefix}.weight");
-    if !matches!(names.dtype(&wname), Some(Dtype::F8_E4M3 | Dtype::U8)) {
+    if !matches!(
+        names.dtype(&wname),
+        Some(Dtype::F8_E4M3 | Dtype::U8 | Dtype::I8)
+    ) {
         return Ok(None); // a scale of something else
     }
     let Some((wat, weight)) = names.part(&wname)? else {
         return Ok(None); // a scale of something else (an activation scale's kin)
     };
+    if weight.dtype == Dtype::I8 && scale_name.ends_with(".weight_scale") {
+        // compressed-tensors int-quantized / naive-quantized.
+        return ct_int(names, prefix, &wname, false);
+    }
     if weight.dtype == Dtype::U8 && scale_name.ends_with(".weight_scale") {
         // ModelOpt NVFP4: `weight` U8 and `weight_scale` E4M3.
         return nvfp4(names, prefix, &wname, ".weight_scale_2");
@@ -688,4 +694,249 @@ fn nvfp4(
         }),
     };
     Ok(Some((wat, vec![wat, sat, gat], w)))
+}
+
+/// gpt-oss MXFP4 experts: `prefix_blocks` (U8 `[experts, rows, groups,
+/// 16]`) and `prefix_scales` (U8 or F8_E8M0 `[experts, rows, groups]`),
+/// recognised when the scales are there or `config.json` says `mxfp4`.
+fn mxfp4(names: &mut Names, prefix: &str, blocks_name: &str) -> Result<Recognised> {
+    const S: &str = "mxfp4";
+    let (bat, blocks) = names.part(blocks_name)?.expect("listed");
+    let input = names.input(bat.0).to_string();
+    let scales_name = format!("{prefix}_scales");
+    let declared = names.config(bat.0)?.quant_method.as_deref() == Some("mxfp4");
+    if names.dtype(&scales_name).is_none() && !declared {
+        return Ok(None); // some other tensor named `_blocks`
+    }
+    let (sat, scales) = required(names, scales_name, S, &input, blocks_name)?;
+    check_dtype(&blocks, &[Dtype::U8], "U8", S, &input)?;
+    check_dtype(
+        &scales,
+        &[Dtype::U8, Dtype::F8_E8M0],
+        "U8 or F8_E8M0 (E8M0 exponents)",
+        S,
+        &input,
+    )?;
+    let [experts, rows, groups] = match blocks.shape[..] {
+        [e, r, g, 16] => [e, r, g],
+        _ => {
+            let expected = "[experts, rows, blocks, 16] (32 codes, 16 bytes, a block)".into();
+            return Err(bad_shape(&blocks, S, expected, &input));
+        }
+    };
+    if scales.shape != [experts, rows, groups] {
+        let expected = format!("[{experts}, {rows}, {groups}] (one per block)");
+        return Err(bad_shape(&scales, S, expected, &input));
+    }
+    let codes = groups.checked_mul(32);
+    let Some(view_rows) = codes.and_then(|c| c.checked_mul(experts)) else {
+        return Err(bad_shape(
+            &blocks,
+            S,
+            "fewer than 2^64 codes".into(),
+            &input,
+        ));
+    };
+    if view_rows.checked_mul(rows).is_none() {
+        return Err(bad_shape(
+            &blocks,
+            S,
+            "fewer than 2^64 codes".into(),
+            &input,
+        ));
+    }
+    if names.dtype(prefix).is_some() {
+        let e = QuantError::Unsupported(format!(
+            "mxfp4: {prefix} is both a tensor and the dequantized name of {blocks_name}"
+        ));
+        return Err(refuse(e, &input, prefix));
+    }
+    let w = Weight {
+        name: prefix.to_string(),
+        shape: [view_rows, rows],
+        kind: Arc::new(Kind::Mxfp4 {
+            blocks,
+            scales,
+            geometry: super::mxfp4::Geometry {
+                experts,
+                rows,
+                groups,
+            },
+        }),
+    };
+    Ok(Some((bat, vec![bat, sat], w)))
+}
+
+/// compressed-tensors integer weights: `prefix.weight_packed` (I32 words,
+/// with `prefix.weight_shape`) when `packed`, else `prefix.weight` (I8);
+/// `prefix.weight_scale`, and optionally `prefix.weight_zero_point` (packed
+/// down the rows when the codes are) and `prefix.weight_g_idx`.
+fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Result<Recognised> {
+    let scheme: &'static str = if packed {
+        "pack-quantized"
+    } else {
+        "int-quantized"
+    };
+    let (cat, codes) = names.part(codes_name)?.expect("listed");
+    let input = names.input(cat.0).to_string();
+    let (sat, scale) = required(
+        names,
+        format!("{prefix}.weight_scale"),
+        scheme,
+        &input,
+        codes_name,
+    )?;
+    check_dtype(&scale, SCALE_DTYPES, "F32, F16 or BF16", scheme, &input)?;
+    let mut used = vec![cat, sat];
+    let (rows, cols, bits) = if packed {
+        check_dtype(&codes, &[Dtype::I32], "I32", scheme, &input)?;
+        let [rows, words] = matrix(&codes, scheme, &input)?;
+        let (hat, shape) = required(
+            names,
+            format!("{prefix}.weight_shape"),
+            scheme,
+            &input,
+            codes_name,
+        )?;
+        used.push(hat);
+        let [r, cols] = weight_shape(&shape, scheme, &input)?;
+        if r != rows {
+            let detail = format!("weight_shape says {r} rows");
+            return Err(bad_shape(&codes, scheme, detail, &input));
+        }
+        let declared = names.config(cat.0)?.group_bits();
+        let candidates = if declared.is_empty() {
+            vec![4, 8]
+        } else {
+            declared
+        };
+        let fits: Vec<u32> = candidates
+            .into_iter()
+            .filter(|b| (1..=8).contains(b))
+            .filter(|&b| cols.checked_mul(u64::from(b)).map(|x| x.div_ceil(32)) == Some(words))
+            .collect();
+        let [bits] = fits[..] else {
+            let detail = format!(
+                "{words} words a row do not hold {cols} codes of one bit width config.json declares ({fits:?} fit)"
+            );
+            return Err(groups_error(&codes, scheme, detail, &input));
+        };
+        (rows, cols, bits)
+    } else {
+        check_dtype(&codes, &[Dtype::I8], "I8", scheme, &input)?;
+        let [rows, cols] = matrix(&codes, scheme, &input)?;
+        (rows, cols, 8)
+    };
+    let (groups, per_tensor) = match scale.shape[..] {
+        [] | [1] if rows != 1 => (1, true),
+        [r] | [r, 1] if r == rows => (1, false),
+        [r, g] if r == rows && g > 0 => (g, false),
+        _ => {
+            let expected = format!("[], [{rows}], [{rows}, 1] or [{rows}, groups]");
+            return Err(bad_shape(&scale, scheme, expected, &input));
+        }
+    };
+    if cols % groups != 0 {
+        let detail = format!("{groups} groups do not divide the {cols} columns");
+        return Err(groups_error(&scale, scheme, detail, &input));
+    }
+    let zeros = match names.part(&format!("{prefix}.weight_zero_point"))? {
+        None => None,
+        Some((zat, z)) => {
+            if per_tensor {
+                let e = QuantError::Unsupported(format!(
+                    "{scheme}: a zero point with a per-tensor scale"
+                ));
+                return Err(refuse(e, &input, &z.name));
+            }
+            if packed {
+                check_dtype(
+                    &z,
+                    &[Dtype::I32],
+                    "I32 (packed down the rows)",
+                    scheme,
+                    &input,
+                )?;
+                let word_rows = rows.saturating_mul(u64::from(bits)).div_ceil(32);
+                if z.shape != [word_rows, groups] {
+                    let expected = format!(
+                        "[{word_rows}, {groups}] ({rows} zero points of {bits} bits packed down each column)"
+                    );
+                    return Err(bad_shape(&z, scheme, expected, &input));
+                }
+            } else {
+                check_dtype(&z, &[Dtype::I8], "I8", scheme, &input)?;
+                let ok = z.shape == [rows, groups] || (groups == 1 && z.shape == [rows]);
+                if !ok {
+                    return Err(bad_shape(&z, scheme, format!("[{rows}, {groups}]"), &input));
+                }
+            }
+            used.push(zat);
+            Some(z)
+        }
+    };
+    let g_idx = match names.part(&format!("{prefix}.weight_g_idx"))? {
+        None => None,
+        Some((gat, g)) => {
+            check_dtype(&g, &[Dtype::I32], "I32", scheme, &input)?;
+            if g.shape != [cols] {
+                return Err(bad_shape(
+                    &g,
+                    scheme,
+                    format!("[{cols}] (a group per column)"),
+                    &input,
+                ));
+            }
+            used.push(gat);
+            Some(g)
+        }
+    };
+    let w = Weight {
+        name: format!("{prefix}.weight"),
+        shape: [rows, cols],
+        kind: Arc::new(Kind::CtInt {
+            codes,
+            scale,
+            zeros,
+            g_idx,
+            bits,
+            packed,
+            groups,
+            per_tensor,
+            group_size: (cols / groups).max(1),
+        }),
+    };
+    Ok(Some((cat, used, w)))
+}
+
+/// The `[rows, columns]` a `weight_shape` tensor (I32 or I64, two values) holds.
+fn weight_shape(p: &Part, scheme: &'static str, input: &str) -> Result<[u64; 2]> {
+    check_dtype(p, &[Dtype::I32, Dtype::I64], "I32 or I64", scheme, input)?;
+    let width = p.dtype.bits() / 8;
+    if p.shape != [2] || p.span.len != 2 * width {
+        return Err(bad_shape(p, scheme, "[2] (rows, columns)".into(), input));
+    }
+    let mut bytes = [0u8; 16];
+    let bytes = &mut bytes[..p.span.len as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&*p.span.file, bytes, p.span.offset)
+        .map_err(|e| crate::Error::io(e).with_input(input).with_tensor(&p.name))?;
+    let value = |i: usize| -> i64 {
+        match width {
+            4 => i64::from(i32::from_le_bytes(
+                bytes[i * 4..i * 4 + 4].try_into().expect("4"),
+            )),
+            _ => i64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8")),
+        }
+    };
+    match (u64::try_from(value(0)), u64::try_from(value(1))) {
+        (Ok(r), Ok(c)) if r.checked_mul(c).is_some() => Ok([r, c]),
+        _ => {
+            let e = QuantError::Shape {
+                scheme,
+                actual: vec![],
+                expected: format!("two sizes, not [{}, {}]", value(0), value(1)),
+            };
+            Err(refuse(e, input, &p.name))
+        }
+    }
 }

@@ -1,0 +1,186 @@
+//! MXFP4 as gpt-oss ships its MoE experts: `*_blocks` (U8 `[experts, rows,
+//! blocks, 16]`, two E2M1 codes a byte, low nibble first, 32 codes a block)
+//! and `*_scales` (one E8M0 exponent a block, U8 or `F8_E8M0`).
+//!
+//! transformers dequantizes them with `convert_moe_packed_tensors`: the code
+//! from a BF16 table (code 8 is -0.0), `torch.ldexp` by `scale - 127` (a
+//! BF16 tensor times `2.0 ** exponent`, an f32, the product rounded into
+//! the BF16 output), then `.transpose(1, 2)`: expert `e`'s `[rows, blocks *
+//! 32]` becomes `[blocks * 32, rows]`. Every product is exact in BF16 or
+//! overflows to infinity, so the kernel is a table lookup per scale.
+//! Scale 0xFF is NaN in the OCP MX spec (transformers makes it 2^128, an
+//! infinity): refused by the reader, never decoded.
+
+/// The E2M1 code book, as transformers' `FP4_VALUES`.
+const FP4_VALUES: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// Codes per block.
+pub(crate) const BLOCK: usize = 32;
+
+/// Bytes per block.
+pub(crate) const BLOCK_BYTES: usize = BLOCK / 2;
+
+/// The E8M0 scale byte that means NaN.
+pub(crate) const E8M0_NAN: u8 = 0xff;
+
+/// The value of an E8M0 scale: `2^(e - 127)`, exact in f32 (2^-127 is a
+/// subnormal); 0xFF is NaN.
+pub(crate) fn e8m0_to_f32(e: u8) -> f32 {
+    match e {
+        E8M0_NAN => f32::NAN,
+        0 => f32::from_bits(1 << 22),
+        _ => f32::from_bits(u32::from(e) << 23),
+    }
+}
+
+/// For each scale byte, the sixteen codes' values: `code * 2^(e - 127)` in
+/// f32, rounded to BF16 (exact, or an infinity past BF16's range).
+pub(crate) struct Table(Box<[[f32; 16]; 256]>);
+
+impl Table {
+    /// Every scale's row of the table.
+    pub(crate) fn new() -> Self {
+        let mut t = Box::new([[0f32; 16]; 256]);
+        for (e, row) in t.iter_mut().enumerate() {
+            // transformers' 2.0 ** (e - 127) in f32: 2^128 is infinity.
+            let factor = match e {
+                255 => f32::INFINITY,
+                _ => e8m0_to_f32(e as u8),
+            };
+            for (v, code) in row.iter_mut().zip(FP4_VALUES) {
+                *v = super::arith::stored_as(crate::Dtype::BF16, code * factor);
+            }
+        }
+        Table(t)
+    }
+}
+
+/// A band of one expert's blocks: block columns `[g0, g0 + width)` of
+/// every one of its `rows` rows.
+pub(crate) struct Band<'a> {
+    /// `rows * width * 16` bytes, row after row.
+    pub blocks: &'a [u8],
+    /// `rows * width` scale bytes, row after row.
+    pub scales: &'a [u8],
+    /// Block columns in the band.
+    pub width: usize,
+    /// The expert's rows: the output's columns.
+    pub rows: usize,
+}
+
+/// Writes output rows `[k0, k0 + out.len() / band.rows)` of the expert's
+/// transposed weight, `k` counted from the band's first code column: output
+/// row `k`, column `r` is code `k` of source row `r`.
+pub(crate) fn transposed_rows(band: &Band, table: &Table, k0: usize, out: &mut [f32]) {
+    let rows = band.rows;
+    let row_bytes = band.width * BLOCK_BYTES;
+    let count = out.len() / rows.max(1);
+    // Source row outer, output row inner: each source row's bytes are read
+    // once, in order; the writes stride by `rows`.
+    for r in 0..rows {
+        let src = &band.blocks[r * row_bytes..(r + 1) * row_bytes];
+        let scales = &band.scales[r * band.width..(r + 1) * band.width];
+        for i in 0..count {
+            let k = k0 + i;
+            let byte = src[k / 2];
+            let nibble = if k % 2 == 0 { byte & 0xf } else { byte >> 4 };
+            out[i * rows + r] = table.0[usize::from(scales[k / BLOCK])][usize::from(nibble)];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A second, plain reading of the format: element `[k][r]` of the
+    /// transposed expert from the OCP definition of E2M1 and E8M0.
+    fn plain(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k: usize, r: usize) -> f32 {
+        let byte = blocks[r * width * 16 + k / 2];
+        let code = if k % 2 == 0 { byte & 15 } else { byte >> 4 };
+        let (sign, exp, man) = (code >> 3, i32::from((code >> 1) & 3), f32::from(code & 1));
+        let magnitude = match exp {
+            0 => man * 0.5,
+            _ => (1.0 + man / 2.0) * 2f32.powi(exp - 1),
+        };
+        let value = if sign == 1 { -magnitude } else { magnitude };
+        let e = i32::from(scales[r * width + k / 32]);
+        // 2^(e-127) in f64, exact; the product exact in f64, then to f32 and BF16.
+        let v = (f64::from(value) * 2f64.powi(e - 127)) as f32;
+        f32::from_bits(crate::cast::bf16_to_f32(crate::cast::f32_to_bf16(
+            v.to_bits(),
+        )))
+    }
+
+    #[test]
+    fn decodes_e8m0() {
+        assert_eq!(e8m0_to_f32(127), 1.0);
+        assert_eq!(e8m0_to_f32(0), 2f32.powi(-127));
+        assert_eq!(e8m0_to_f32(1), 2f32.powi(-126));
+        assert_eq!(e8m0_to_f32(254), 2f32.powi(127));
+        assert!(e8m0_to_f32(255).is_nan());
+        for e in 0..255u8 {
+            assert_eq!(f64::from(e8m0_to_f32(e)), 2f64.powi(i32::from(e) - 127));
+        }
+    }
+
+    #[test]
+    fn matches_a_plain_reading_over_random_blocks() {
+        let table = Table::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..50 {
+            let rows = 1 + (next() % 9) as usize;
+            let width = 1 + (next() % 3) as usize;
+            let blocks: Vec<u8> = (0..rows * width * 16).map(|_| next() as u8).collect();
+            // Every scale but NaN, the extremes often.
+            let scales: Vec<u8> = (0..rows * width)
+                .map(|_| match next() % 4 {
+                    0 => [0, 1, 126, 127, 128, 253, 254][(next() % 7) as usize],
+                    _ => (next() % 255) as u8,
+                })
+                .collect();
+            let band = Band {
+                blocks: &blocks,
+                scales: &scales,
+                width,
+                rows,
+            };
+            let k0 = (next() % (width * 32) as u64) as usize;
+            let count = 1 + (next() % (width * 32 - k0) as u64) as usize;
+            let mut out = vec![f32::NAN; count * rows];
+            transposed_rows(&band, &table, k0, &mut out);
+            for i in 0..count {
+                for r in 0..rows {
+                    let want = plain(&blocks, &scales, width, rows, k0 + i, r);
+                    let got = out[i * rows + r];
+                    assert_eq!(got.to_bits(), want.to_bits(), "k {} r {r}", k0 + i);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn low_nibble_first_and_negative_zero() {
+        let table = Table::new();
+        let mut blocks = [0u8; 16];
+        blocks[0] = 0x8f; // code 0 = 0xf (-6), code 1 = 0x8 (-0)
+        let band = Band {
+            blocks: &blocks,
+            scales: &[128],
+            width: 1,
+            rows: 1,
+        };
+        let mut out = [0f32; 2];
+        transposed_rows(&band, &table, 0, &mut out);
+        assert_eq!(out[0], -12.0);
+        assert_eq!(out[1].to_bits(), (-0.0f32).to_bits());
+    }
+}

@@ -1,0 +1,220 @@
+//! Reading gpt-oss MXFP4 experts transposed, a band of block columns at a
+//! time.
+//!
+//! Output row `(e, k)` is code column `k` of expert `e` across all its
+//! source rows, so a piece of output rows needs a column slice of every
+//! source row. The reader keeps one band of the expert (block columns
+//! `[g0, g0 + width)` of all its rows, at most [`BAND_BYTES`]) and serves
+//! pieces from it: a gpt-oss-120b expert (5760 rows of 90 blocks, 8.3 MB)
+//! is one band, read with one positional read. Bands of a wider expert are
+//! copied out of whole-row reads of at most [`READ_BYTES`], so each band
+//! costs a few reads, not one per row.
+
+use std::os::unix::fs::FileExt;
+
+use super::{Part, QuantError};
+use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES, E8M0_NAN};
+use crate::{Error, ErrorKind, Result};
+
+/// The most block bytes a band holds.
+pub(crate) const BAND_BYTES: u64 = 8 << 20;
+
+/// The most bytes one read of whole rows takes, when a band is narrower
+/// than the expert.
+const READ_BYTES: u64 = 1 << 20;
+
+/// The geometry of one MXFP4 weight: `blocks` `[experts, rows, groups, 16]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geometry {
+    /// Experts.
+    pub experts: u64,
+    /// Source rows per expert: the output's last dimension.
+    pub rows: u64,
+    /// Blocks per source row.
+    pub groups: u64,
+}
+
+/// The band held, and the table of values.
+pub(crate) struct Bands {
+    table: Table,
+    geo: Geometry,
+    /// Block columns per band.
+    width: u64,
+    /// The expert and first block column of the band held.
+    held: Option<(u64, u64)>,
+    blocks: Vec<u8>,
+    scales: Vec<u8>,
+}
+
+impl Bands {
+    pub(crate) fn new(geo: Geometry) -> Self {
+        let per_column = geo.rows.saturating_mul(BLOCK_BYTES as u64).max(1);
+        let width = (BAND_BYTES / per_column).clamp(1, geo.groups.max(1));
+        Bands {
+            table: Table::new(),
+            geo,
+            width,
+            held: None,
+            blocks: Vec::new(),
+            scales: Vec::new(),
+        }
+    }
+
+    /// Bands of `width` block columns, whatever the expert's size.
+    #[cfg(test)]
+    pub(crate) fn narrow(geo: Geometry, width: u64) -> Self {
+        Bands {
+            width,
+            ..Bands::new(geo)
+        }
+    }
+
+    /// Dequantizes output rows `[v0, v1)` of the `[experts * groups * 32,
+    /// rows]` view into `out`.
+    pub(crate) fn rows(
+        &mut self,
+        blocks: &Part,
+        scales: &Part,
+        v0: u64,
+        v1: u64,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let codes = self.geo.groups * BLOCK as u64;
+        let rows = usize::try_from(self.geo.rows).map_err(|_| too_large())?;
+        let mut v = v0;
+        while v < v1 {
+            let (e, k) = (v / codes, v % codes);
+            let g0 = k / BLOCK as u64 / self.width * self.width;
+            let width = self.width.min(self.geo.groups - g0);
+            if self.held != Some((e, g0)) {
+                self.load(blocks, scales, e, g0, width)?;
+            }
+            let band_end = (g0 + width) * BLOCK as u64;
+            let count = (v1 - v).min(band_end - k);
+            let at = usize::try_from((v - v0) * self.geo.rows).map_err(|_| too_large())?;
+            let n = usize::try_from(count).map_err(|_| too_large())? * rows;
+            let band = Band {
+                blocks: &self.blocks,
+                scales: &self.scales,
+                width: width as usize,
+                rows,
+            };
+            let k_in_band = (k - g0 * BLOCK as u64) as usize;
+            mxfp4::transposed_rows(&band, &self.table, k_in_band, &mut out[at..at + n]);
+            v += count;
+        }
+        Ok(())
+    }
+
+    /// Reads block columns `[g0, g0 + width)` of expert `e`, and refuses a
+    /// NaN scale in them.
+    fn load(&mut self, blocks: &Part, scales: &Part, e: u64, g0: u64, width: u64) -> Result<()> {
+        self.held = None;
+        let Geometry { rows, groups, .. } = self.geo;
+        let first_row = e * rows;
+        read_band(
+            blocks,
+            first_row,
+            rows,
+            groups,
+            g0,
+            width,
+            BLOCK_BYTES as u64,
+            &mut self.blocks,
+        )?;
+        read_band(
+            scales,
+            first_row,
+            rows,
+            groups,
+            g0,
+            width,
+            1,
+            &mut self.scales,
+        )?;
+        if let Some(i) = self.scales.iter().position(|&s| s == E8M0_NAN) {
+            let (r, j) = (i as u64 / width, i as u64 % width);
+            let element = (first_row + r) * groups + g0 + j;
+            let e = QuantError::Unsupported(format!(
+                "mxfp4: {}: scale 0xFF (NaN in E8M0) for block {} of row {r} of expert {e}",
+                scales.name,
+                g0 + j
+            ));
+            return Err(Error::new(ErrorKind::Quantized(e))
+                .with_tensor(&scales.name)
+                .at_offset(scales.span.offset + element));
+        }
+        self.held = Some((e, g0));
+        Ok(())
+    }
+}
+
+/// Columns `[g0, g0 + width)` (of `unit` bytes each) of rows `[first_row,
+/// first_row + rows)` of `p`, a `[.., groups]` array of units, into `out`,
+/// row after row.
+#[allow(clippy::too_many_arguments)]
+fn read_band(
+    p: &Part,
+    first_row: u64,
+    rows: u64,
+    groups: u64,
+    g0: u64,
+    width: u64,
+    unit: u64,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let row_bytes = groups * unit;
+    let slice = width * unit;
+    out.clear();
+    out.resize(usize::try_from(rows * slice).map_err(|_| too_large())?, 0);
+    if width == groups {
+        // The whole rows: one read.
+        return read_at(p, first_row * row_bytes, out);
+    }
+    if row_bytes > READ_BYTES {
+        // Rows too wide to read whole: each row's slice.
+        for (r, chunk) in out.chunks_exact_mut(slice as usize).enumerate() {
+            read_at(p, (first_row + r as u64) * row_bytes + g0 * unit, chunk)?;
+        }
+        return Ok(());
+    }
+    let per_read = (READ_BYTES / row_bytes).max(1);
+    let mut buf = Vec::new();
+    let mut r = 0;
+    while r < rows {
+        let n = per_read.min(rows - r);
+        buf.resize((n * row_bytes) as usize, 0);
+        read_at(p, (first_row + r) * row_bytes, &mut buf)?;
+        for (i, row) in buf.chunks_exact(row_bytes as usize).enumerate() {
+            let from = (g0 * unit) as usize;
+            let to = ((r as usize) + i) * slice as usize;
+            out[to..to + slice as usize].copy_from_slice(&row[from..from + slice as usize]);
+        }
+        r += n;
+    }
+    Ok(())
+}
+
+/// `buf.len()` bytes of `p` from byte `at` of its data, checked to lie in it.
+fn read_at(p: &Part, at: u64, buf: &mut [u8]) -> Result<()> {
+    if at
+        .checked_add(buf.len() as u64)
+        .is_none_or(|end| end > p.span.len)
+    {
+        let e = QuantError::Shape {
+            scheme: "read",
+            actual: p.shape.clone(),
+            expected: "a tensor as long as its shape".into(),
+        };
+        return Err(Error::new(ErrorKind::Quantized(e)).with_tensor(&p.name));
+    }
+    p.span
+        .file
+        .read_exact_at(buf, p.span.offset + at)
+        .map_err(|e| Error::io(e).with_tensor(&p.name))
+}
+
+fn too_large() -> Error {
+    let e = QuantError::Unsupported("a piece too large for this machine's addresses".into());
+    Error::new(ErrorKind::Quantized(e))
+}
