@@ -3,7 +3,7 @@
 
 use crate::Dtype;
 
-/// The value of one scale element of `dtype` (F32, F16, BF16 or F8_E4M3)
+/// The value of one scale element of `dtype` (F32, F16, BF16, F8_E4M3 or F8_E8M0)
 /// from its little-endian bytes. Callers checked the dtype.
 pub(crate) fn scale_value(dtype: Dtype, b: &[u8]) -> f32 {
     match dtype {
@@ -11,6 +11,7 @@ pub(crate) fn scale_value(dtype: Dtype, b: &[u8]) -> f32 {
         Dtype::F16 => f32::from_bits(crate::cast::f16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
         Dtype::BF16 => f32::from_bits(crate::cast::bf16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
         Dtype::F8_E4M3 => e4m3_to_f32(b[0]),
+        Dtype::F8_E8M0 => super::mxfp4::e8m0_to_f32(b[0]),
         other => unreachable!("scales are checked to be floats, not {other}"),
     }
 }

@@ -76,6 +76,7 @@ const CASES: &[&str] = &[
     "mxfp4",
     "pack-quantized",
     "int-quantized",
+    "fbgemm-fp8",
 ];
 
 #[test]
@@ -565,6 +566,7 @@ fn inspect_names_the_low_bit_schemes_and_their_size() {
         ("mxfp4", "mxfp4", 2),
         ("pack-quantized", "pack-quantized", 4),
         ("int-quantized", "int-quantized", 2),
+        ("fbgemm-fp8", "fbgemm-fp8", 2),
     ] {
         let run = convert(&[
             "inspect".as_ref(),
@@ -587,4 +589,75 @@ fn inspect_names_the_low_bit_schemes_and_their_size() {
         assert_eq!(v["quantized"]["weights"], weights, "{case}");
         assert_eq!(v["quantized"]["dequantized_bytes"], bytes, "{case}");
     }
+}
+
+/// An FP8 weight of codes `0x38` (1.0) and `0xc0` (-2.0) whose block scale
+/// is the E8M0 byte `scale`, in a folder of its own.
+fn fp8_with_e8m0_scale(scale: u8) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let codes = [0x38u8, 0xc0, 0x38, 0xc0];
+    let scales = [scale];
+    let views = vec![
+        (
+            "w.weight",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F8_E4M3, vec![2, 2], &codes)
+                .unwrap(),
+        ),
+        (
+            "w.weight_scale_inv",
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F8_E8M0, vec![1, 1], &scales)
+                .unwrap(),
+        ),
+    ];
+    safetensors::serialize_to_file(views, None, &tmp.path().join("model.safetensors")).unwrap();
+    tmp
+}
+
+#[test]
+fn e8m0_block_scales_are_powers_of_two_and_nan_is_refused() {
+    // 2^(130 - 127) = 8: the codes times 8, in f32.
+    let tmp = fp8_with_e8m0_scale(130);
+    let out = tmp.path().join("out.safetensors");
+    let run = convert(&[
+        tmp.path().join("model.safetensors").as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--dequantize-to".as_ref(),
+        "F32".as_ref(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let got = tensors(&out);
+    let want: Vec<u8> = [8.0f32, -16.0, 8.0, -16.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    assert_eq!(got["w.weight"].2, want);
+    // 0xFF is NaN: never a factor of 2^128, never a NaN weight.
+    let tmp = fp8_with_e8m0_scale(0xff);
+    refused(&tmp, "w.weight_scale_inv", "E8M0 scale 0 is 0xFF, NaN");
+}
+
+#[test]
+fn fbgemm_scales_that_are_not_one_f32_a_row_are_refused() {
+    let scale = "model.layers.0.mlp.down_proj.weight_scale";
+    let tmp = hostile("fbgemm-fp8", |t| {
+        let s = t.get_mut(scale).unwrap();
+        s.1 = vec![24, 2];
+        s.2.extend_from_within(..);
+    });
+    refused(
+        &tmp,
+        scale,
+        "expected [24, 1] (one scale a row, as FBGEMM writes)",
+    );
+    let tmp = hostile("fbgemm-fp8", |t| {
+        let s = t.get_mut(scale).unwrap();
+        s.0 = "BF16".into();
+        s.1 = vec![24, 2];
+    });
+    refused(&tmp, scale, "fbgemm-fp8: dtype BF16, expected F32");
 }

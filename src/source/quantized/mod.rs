@@ -69,6 +69,8 @@ pub(crate) enum Kind {
         weight: Part,
         scale: Part,
         tiling: crate::dequant::fp8::Tiling,
+        /// FBGEMM's row-wise FP8 (`quant_method: fbgemm_fp8`): the same arithmetic.
+        fbgemm: bool,
     },
     /// GPTQ packed codes, zeros and scales, with an optional `g_idx`.
     Gptq {
@@ -136,6 +138,7 @@ impl Kind {
     /// The scheme's name, for `inspect` and notices.
     pub(crate) fn scheme(&self) -> &'static str {
         match self {
+            Kind::Fp8 { fbgemm: true, .. } => "fbgemm-fp8",
             Kind::Fp8 { .. } => "fp8",
             Kind::Gptq { .. } => "gptq",
             Kind::Awq { .. } => "awq",

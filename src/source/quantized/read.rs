@@ -57,12 +57,16 @@ impl DequantReader {
                 weight,
                 scale,
                 tiling,
+                ..
             } => {
                 let codes = read_elems(weight, r0 * cols, count)?;
                 let scale_cols = cols.div_ceil(tiling.cols).max(1);
                 let (s0, s1) = (r0 / tiling.rows, (r1 - 1) / tiling.rows + 1);
                 let scale_count = scale_elems(scale).min(s1 * scale_cols) - s0 * scale_cols;
                 let raw = read_elems(scale, s0 * scale_cols, to_usize(scale_count)?)?;
+                if scale.dtype == Dtype::F8_E8M0 {
+                    refuse_e8m0_nan(scale, s0 * scale_cols, &raw)?;
+                }
                 let mut scales = Vec::new();
                 arith::scale_values(scale.dtype, &raw, &mut scales);
                 // A per-tensor scale ([] or [1]) covers every row: one value.
@@ -416,6 +420,22 @@ fn ct_int_piece(
         scales,
         zeros,
     })
+}
+
+/// Refuses an E8M0 scale of 0xFF (NaN) among `raw`, elements of `p` from
+/// element `first`: a scale a scheme multiplies by must be a number.
+fn refuse_e8m0_nan(p: &Part, first: u64, raw: &[u8]) -> Result<()> {
+    let Some(i) = raw.iter().position(|&b| b == dequant::mxfp4::E8M0_NAN) else {
+        return Ok(());
+    };
+    let e = QuantError::Unsupported(format!(
+        "{}: E8M0 scale {} is 0xFF, NaN",
+        p.name,
+        first + i as u64
+    ));
+    Err(Error::new(ErrorKind::Quantized(e))
+        .with_tensor(&p.name)
+        .at_offset(p.span.offset + first + i as u64))
 }
 
 /// Little-endian words.

@@ -16,6 +16,7 @@ use crate::{Dtype, Result};
 /// for them once its weights are dequantized.
 const ACTIVATION_SCALES: &[&str] = &[
     ".input_scale",
+    ".input_scale_ub",
     ".input_global_scale",
     ".k_scale",
     ".v_scale",
@@ -288,7 +289,13 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
     }
     let input = names.input(wat.0).to_string();
     let (sat, scale) = names.part(scale_name)?.expect("listed");
-    check_dtype(&scale, SCALE_DTYPES, "F32, F16 or BF16", S, &input)?;
+    if scale_name.ends_with("_inv") {
+        // DeepSeek's block scales, multiplied in f32: E8M0 ones too (NaN refused as read).
+        let dtypes = [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::F8_E8M0];
+        check_dtype(&scale, &dtypes, "F32, F16, BF16 or F8_E8M0", S, &input)?;
+    } else {
+        check_dtype(&scale, SCALE_DTYPES, "F32, F16 or BF16", S, &input)?;
+    }
     let [m, n] = matrix(&weight, S, &input)?;
     let whole = Tiling {
         rows: m.max(1),
@@ -327,6 +334,16 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
             return Err(bad_shape(&scale, S, expected, &input));
         }
     };
+    // FBGEMM (Meta's Llama 3.1 405B FP8): row-wise F32 scales, the code
+    // times its row's scale in f32, as the other FP8 weights.
+    let fbgemm = names.config(wat.0)?.quant_method.as_deref() == Some("fbgemm_fp8");
+    if fbgemm {
+        check_dtype(&scale, &[Dtype::F32], "F32", "fbgemm-fp8", &input)?;
+        if scale.shape != [m, 1] {
+            let expected = format!("[{m}, 1] (one scale a row, as FBGEMM writes)");
+            return Err(bad_shape(&scale, "fbgemm-fp8", expected, &input));
+        }
+    }
     let w = Weight {
         name: weight.name.clone(),
         shape: [m, n],
@@ -334,6 +351,7 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
             weight,
             scale,
             tiling,
+            fbgemm,
         }),
     };
     Ok(Some((wat, vec![wat, sat], w)))
