@@ -97,7 +97,7 @@ mod tests {
 
     /// A second, plain reading of the format: element `[k][r]` of the
     /// transposed expert from the OCP definition of E2M1 and E8M0.
-    fn plain(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k: usize, r: usize) -> f32 {
+    fn plain(blocks: &[u8], scales: &[u8], width: usize, k: usize, r: usize) -> f32 {
         let byte = blocks[r * width * 16 + k / 2];
         let code = if k % 2 == 0 { byte & 15 } else { byte >> 4 };
         let (sign, exp, man) = (code >> 3, i32::from((code >> 1) & 3), f32::from(code & 1));
@@ -159,7 +159,7 @@ mod tests {
             transposed_rows(&band, &table, k0, &mut out);
             for i in 0..count {
                 for r in 0..rows {
-                    let want = plain(&blocks, &scales, width, rows, k0 + i, r);
+                    let want = plain(&blocks, &scales, width, k0 + i, r);
                     let got = out[i * rows + r];
                     assert_eq!(got.to_bits(), want.to_bits(), "k {} r {r}", k0 + i);
                 }
