@@ -11,7 +11,7 @@ pub(crate) fn scale_value(dtype: Dtype, b: &[u8]) -> f32 {
         Dtype::F16 => f32::from_bits(crate::cast::f16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
         Dtype::BF16 => f32::from_bits(crate::cast::bf16_to_f32(u16::from_le_bytes([b[0], b[1]]))),
         Dtype::F8_E4M3 => e4m3_to_f32(b[0]),
-        Dtype::F8_E8M0 => super::mxfp4::e8m0_to_f32(b[0]),
+        Dtype::F8_E8M0 => e8m0_to_f32(b[0]),
         other => unreachable!("scales are checked to be floats, not {other}"),
     }
 }
@@ -27,6 +27,20 @@ pub(crate) fn scale_values(dtype: Dtype, bytes: &[u8], out: &mut Vec<f32>) {
 /// `S.1111.111` is NaN. A table lookup: every code's value is exact in f32.
 pub(crate) fn e4m3_to_f32(b: u8) -> f32 {
     E4M3[usize::from(b)]
+}
+
+/// The E8M0 scale byte that means NaN (OCP MX spec).
+pub(crate) const E8M0_NAN: u8 = 0xff;
+
+/// The value of an E8M0 (`float8_e8m0fnu`) scale: `2^(e - 127)`, exact in
+/// f32 (2^-127 is a subnormal); 0xFF is NaN. Schemes that multiply by a
+/// scale refuse 0xFF before decoding it.
+pub(crate) fn e8m0_to_f32(e: u8) -> f32 {
+    match e {
+        E8M0_NAN => f32::NAN,
+        0 => f32::from_bits(1 << 22),
+        _ => f32::from_bits(u32::from(e) << 23),
+    }
 }
 
 /// Every E4M3 code's value, computed at compile time.
@@ -103,6 +117,18 @@ mod tests {
                 0x7f => assert!(e4m3_to_f32(b).is_nan()),
                 _ => assert_eq!(e4m3_to_f32(b).to_bits(), want.to_bits(), "{b:#04x}"),
             }
+        }
+    }
+
+    #[test]
+    fn decodes_e8m0() {
+        assert_eq!(e8m0_to_f32(127), 1.0);
+        assert_eq!(e8m0_to_f32(0), 2f32.powi(-127));
+        assert_eq!(e8m0_to_f32(1), 2f32.powi(-126));
+        assert_eq!(e8m0_to_f32(254), 2f32.powi(127));
+        assert!(e8m0_to_f32(255).is_nan());
+        for e in 0..255u8 {
+            assert_eq!(f64::from(e8m0_to_f32(e)), 2f64.powi(i32::from(e) - 127));
         }
     }
 

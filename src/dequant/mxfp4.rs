@@ -22,18 +22,7 @@ pub(crate) const BLOCK: usize = 32;
 /// Bytes per block.
 pub(crate) const BLOCK_BYTES: usize = BLOCK / 2;
 
-/// The E8M0 scale byte that means NaN.
-pub(crate) const E8M0_NAN: u8 = 0xff;
-
-/// The value of an E8M0 scale: `2^(e - 127)`, exact in f32 (2^-127 is a
-/// subnormal); 0xFF is NaN.
-pub(crate) fn e8m0_to_f32(e: u8) -> f32 {
-    match e {
-        E8M0_NAN => f32::NAN,
-        0 => f32::from_bits(1 << 22),
-        _ => f32::from_bits(u32::from(e) << 23),
-    }
-}
+use super::arith::e8m0_to_f32;
 
 /// For each scale byte, the sixteen codes' values: `code * 2^(e - 127)` in
 /// f32, rounded to BF16 (exact, or an infinity past BF16's range).
@@ -112,18 +101,6 @@ mod tests {
         f32::from_bits(crate::cast::bf16_to_f32(crate::cast::f32_to_bf16(
             v.to_bits(),
         )))
-    }
-
-    #[test]
-    fn decodes_e8m0() {
-        assert_eq!(e8m0_to_f32(127), 1.0);
-        assert_eq!(e8m0_to_f32(0), 2f32.powi(-127));
-        assert_eq!(e8m0_to_f32(1), 2f32.powi(-126));
-        assert_eq!(e8m0_to_f32(254), 2f32.powi(127));
-        assert!(e8m0_to_f32(255).is_nan());
-        for e in 0..255u8 {
-            assert_eq!(f64::from(e8m0_to_f32(e)), 2f64.powi(i32::from(e) - 127));
-        }
     }
 
     #[test]

@@ -13,7 +13,8 @@
 use std::os::unix::fs::FileExt;
 
 use super::{Part, QuantError};
-use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES, E8M0_NAN};
+use crate::dequant::arith::E8M0_NAN;
+use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES};
 use crate::{Error, ErrorKind, Result};
 
 /// The most block bytes a band holds.

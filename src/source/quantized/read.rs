@@ -425,7 +425,7 @@ fn ct_int_piece(
 /// Refuses an E8M0 scale of 0xFF (NaN) among `raw`, elements of `p` from
 /// element `first`: a scale a scheme multiplies by must be a number.
 fn refuse_e8m0_nan(p: &Part, first: u64, raw: &[u8]) -> Result<()> {
-    let Some(i) = raw.iter().position(|&b| b == dequant::mxfp4::E8M0_NAN) else {
+    let Some(i) = raw.iter().position(|&b| b == arith::E8M0_NAN) else {
         return Ok(());
     };
     let e = QuantError::Unsupported(format!(
