@@ -1265,6 +1265,34 @@ else:  # gptq v1, 4-bit, groups of 128 (AutoGPTQ's general_qlinear_converter)
 save_file({"w.weight": out}, dst)
 """
 
+# transformers' and compressed-tensors' own dequantization (issue 39): the functions their
+# loaders call, then save_file.
+LOWBIT_REFERENCE = r"""
+import sys, torch
+from safetensors.torch import load_file, save_file
+kind, src, dst = sys.argv[1:4]
+t = load_file(src)
+if kind == "mxfp4":
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    out = convert_moe_packed_tensors(t["w.gate_up_proj_blocks"], t["w.gate_up_proj_scales"], dtype=torch.bfloat16)
+    save_file({"w.gate_up_proj": out}, dst)
+else:  # compressed-tensors pack-quantized int4, groups of 128, symmetric
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(
+        num_bits=4, type="int", symmetric=True, strategy="group", group_size=128))
+    state = {k.removeprefix("w."): v for k, v in t.items()}
+    out = PackedQuantizationCompressor.decompress(state, scheme)["weight"]
+    save_file({"w.weight": out.to(torch.bfloat16)}, dst)
+"""
+
+LOWBIT_CONFIG = {
+    "mxfp4": {"quant_method": "mxfp4"},
+    "int4": {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {
+        "group_0": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True,
+                                                        "strategy": "group", "group_size": 128}}}},
+}
+
 
 def gen_quantized(kind: str, path: Path, size: int):
     """FP8: `size` bytes of E4M3 codes (no NaN) with 128x128 block scales. GPTQ 4-bit: a weight
@@ -1279,6 +1307,20 @@ def gen_quantized(kind: str, path: Path, size: int):
         scales = (rng.random((m // 128, n // 128)) * 0.01 + 1e-4).astype(np.float32)
         tensors["w.weight"] = ("F8_E4M3", codes)
         tensors["w.weight_scale_inv"] = ("F32", scales)
+    elif kind == "mxfp4":
+        # gpt-oss-120b's gate_up_proj: experts of 5760 rows of 90 blocks (8.3 MB each).
+        rows, groups = 5760, 90
+        experts = max(1, size // (rows * groups * 16))
+        tensors["w.gate_up_proj_blocks"] = ("U8", rng.integers(0, 256, (experts, rows, groups, 16), dtype=np.uint8))
+        tensors["w.gate_up_proj_scales"] = ("U8", rng.integers(110, 135, (experts, rows, groups), dtype=np.uint8))
+    elif kind == "int4":
+        # compressed-tensors W4A16: BF16 output of `size` bytes, groups of 128, BF16 scales.
+        k = 8192
+        n = max(64, size // 2 // k // 64 * 64)
+        tensors["w.weight_packed"] = ("I32", rng.integers(0, 2**32, (n, k // 8), dtype=np.uint32).view(np.int32))
+        scales = (rng.random((n, k // 128)) * 0.01 + 1e-4).astype(np.float32)
+        tensors["w.weight_scale"] = ("BF16", (scales.view(np.uint32) >> 16).astype(np.uint16))
+        tensors["w.weight_shape"] = ("I64", np.array([n, k], dtype=np.int64))
     else:
         k = 8192
         n = max(64, size // 2 // k // 64 * 64)
@@ -1314,7 +1356,7 @@ def quantized_bench(a) -> int:
     `convert --dequantize --no-sync`, by `amn remember` when amn is on PATH, and by torch in
     memory (the libraries' own arithmetic) otherwise; interleaved rounds, medians, peak RSS.
     Every convert output is compared with torch's when torch is importable."""
-    binary = REPO / "target" / "release" / "convert"
+    binary = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "convert"
     if not a.no_build:
         subprocess.run(["cargo", "build", "--release", "--bin", "convert"], cwd=REPO, check=True)
     size = int(a.size_gib * GIB)
@@ -1326,18 +1368,20 @@ def quantized_bench(a) -> int:
     lines = []
     with tempfile.TemporaryDirectory(dir=a.tmpdir) as tmp:
         tmp = Path(tmp)
-        for kind in ("fp8", "gptq"):
+        for kind in a.quantized_kinds:
             src = tmp / f"{kind}.safetensors"
             gen_quantized(kind, src, size)
             if kind == "gptq":  # amn recognises GPTQ by the model's config, as transformers does
                 (tmp / "config.json").write_text(json.dumps({"quantization_config": {
                     "quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False}}))
+            elif kind in LOWBIT_CONFIG:
+                (tmp / "config.json").write_text(json.dumps({"quantization_config": LOWBIT_CONFIG[kind]}))
             tools = [("convert", [binary, src, "-o", tmp / "out-convert.safetensors", "--dequantize", "--no-sync"])]
-            if a.amn:
+            if a.amn and kind not in LOWBIT_CONFIG:
                 tools.append(("amn remember", [a.amn, "remember", src, "-o", tmp / "out-amn.safetensors", "--force"]))
             if have_torch:
                 script = tmp / "reference.py"
-                script.write_text(QUANT_REFERENCE)
+                script.write_text(LOWBIT_REFERENCE if kind in LOWBIT_CONFIG else QUANT_REFERENCE)
                 tools.append(("torch", [sys.executable, script, kind, src, tmp / "out-torch.safetensors"]))
             warm([src])
             results = {name: [] for name, _ in tools}
@@ -1387,7 +1431,9 @@ def main():
     ap.add_argument("--amn", default=shutil.which("amn"), help="the anamnesis CLI (`amn`, crate anamnesis 0.7.10 with features cli,npz), timed on npz-small as the fastest peer. Default: amn on PATH")
     ap.add_argument("--gguf-python", default=sys.executable, help="a Python with gguf (0.19) and safetensors, for the gguf workload's input and reference. Default: this Python")
     ap.add_argument("--no-python", action="store_true", help="skip the Python reference (saves most of the run's time; the x Python targets then read 'no data')")
-    ap.add_argument("--quantized", action="store_true", help="time only the FP8 and GPTQ dequantization workloads (issue 29)")
+    ap.add_argument("--quantized", action="store_true", help="time only the dequantization workloads: FP8 and GPTQ (issue 29), MXFP4 experts and compressed-tensors int4 (issue 39)")
+    ap.add_argument("--quantized-kinds", dest="quantized_kinds", type=lambda s: [w.strip() for w in s.split(",") if w.strip()],
+                    default=["fp8", "gptq", "mxfp4", "int4"], help="with --quantized: which of fp8,gptq,mxfp4,int4 (default all)")
     a = ap.parse_args()
     if a.quantized:
         a.size_gib = a.size_gib or (1 / 64 if a.quick else 1.0)
