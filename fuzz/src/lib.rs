@@ -115,6 +115,18 @@ impl Harness {
             .max_shard_size(Some(1 + 8 * data.first().copied().unwrap_or(0) as u64))
             .order(Order::AsGiven);
         out.push(("file_cast_shards", self.convert(&path, &plain, layout)));
+        if QUANTIZED_MARKS
+            .iter()
+            .any(|m| data.windows(m.len()).any(|w| w == *m))
+        {
+            // Named like a quantized checkpoint: dequantized too (each
+            // scheme's auxiliaries read and checked, every piece dequantized).
+            let dequantize = plain.clone().dequantize(Some(Dtype::F16));
+            out.push((
+                "dequantize",
+                self.convert(&path, &dequantize, PlanOptions::default()),
+            ));
+        }
         let path = self.write("input.npy.gz", &gzip(data));
         out.push(("gzip", self.convert(&path, &plain, PlanOptions::default())));
         if let Some((spec, dump)) = raw_spec(data) {
@@ -233,8 +245,12 @@ async fn open_and_plan(
     options: &ConvertOptions,
 ) -> Result<(Vec<Box<dyn Source>>, safetensors_stream::plan::Plan)> {
     let quiet = |_: &str| {};
-    let src = open_input(path, &options.source, &quiet).await?;
-    let sources: Vec<Box<dyn Source>> = vec![src];
+    let sources: Vec<Box<dyn Source>> = if options.source.dequantize.is_some() {
+        // As the binary opens inputs: quantized weights recognised and wrapped.
+        safetensors_stream::convert::open_inputs(&[path.to_path_buf()], options).await?
+    } else {
+        vec![open_input(path, &options.source, &quiet).await?]
+    };
     let plan = plan_sources(&sources, options)?;
     Ok((sources, plan))
 }
@@ -329,6 +345,18 @@ pub fn gguf_header(data: &[u8]) -> Outcomes {
     }
     out
 }
+
+/// Tensor-name parts that make `convert_bytes` dequantize a file as well.
+const QUANTIZED_MARKS: &[&[u8]] = &[
+    b"_blocks",
+    b"_scales",
+    b"weight_packed",
+    b"weight_scale",
+    b"weight_zero_point",
+    b"qweight",
+    b".SCB",
+    b"bitsandbytes__",
+];
 
 /// `bnb_record`: the bytes as a bitsandbytes `quant_state` record, of
 /// either type. Invariants (asserted inside): an accepted record has a
