@@ -661,3 +661,50 @@ fn fbgemm_scales_that_are_not_one_f32_a_row_are_refused() {
     });
     refused(&tmp, scale, "fbgemm-fp8: dtype BF16, expected F32");
 }
+
+#[test]
+fn a_compressed_tensors_g_idx_maps_columns_to_groups() {
+    let k = "model.layers.0.self_attn.k_proj";
+    let g_idx =
+        |f: &dyn Fn(i32) -> i32| -> Vec<u8> { (0..64).flat_map(|j| f(j).to_le_bytes()).collect() };
+    // The columns' own groups (64 columns in groups of 16): the same weight.
+    let tmp = hostile("pack-quantized", |t| {
+        t.insert(
+            format!("{k}.weight_g_idx"),
+            ("I32".into(), vec![64], g_idx(&|j| j / 16)),
+        );
+    });
+    let out = tmp.path().join("out.safetensors");
+    let run = convert(&[
+        tmp.path().join("model.safetensors").as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--dequantize-to".as_ref(),
+        "F16".as_ref(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        tensors(&out),
+        tensors(&dir().join("pack-quantized/expected-F16.safetensors"))
+    );
+    // A group the scales do not have.
+    let tmp = hostile("pack-quantized", |t| {
+        t.insert(
+            format!("{k}.weight_g_idx"),
+            (
+                "I32".into(),
+                vec![64],
+                g_idx(&|j| if j == 9 { 4 } else { j / 16 }),
+            ),
+        );
+    });
+    refused(
+        &tmp,
+        "k_proj",
+        "g_idx[9] is 4, but the scales have 4 groups",
+    );
+}
