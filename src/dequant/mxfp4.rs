@@ -66,16 +66,21 @@ pub(crate) fn transposed_rows(band: &Band, table: &Table, k0: usize, out: &mut [
     let rows = band.rows;
     let row_bytes = band.width * BLOCK_BYTES;
     let count = out.len() / rows.max(1);
-    // Source row outer, output row inner: each source row's bytes are read
-    // once, in order; the writes stride by `rows`.
-    for r in 0..rows {
-        let src = &band.blocks[r * row_bytes..(r + 1) * row_bytes];
-        let scales = &band.scales[r * band.width..(r + 1) * band.width];
+    // A tile of TILE source rows at a time: each output row's TILE values
+    // are one cache line of writes, and the tile's source bytes stay cached
+    // from one output row to the next.
+    const TILE: usize = 16;
+    for rb in (0..rows).step_by(TILE) {
+        let re = (rb + TILE).min(rows);
         for i in 0..count {
             let k = k0 + i;
-            let byte = src[k / 2];
-            let nibble = if k % 2 == 0 { byte & 0xf } else { byte >> 4 };
-            out[i * rows + r] = table.0[usize::from(scales[k / BLOCK])][usize::from(nibble)];
+            let (byte, shift, block) = (k / 2, (k % 2) * 4, k / BLOCK);
+            let o = &mut out[i * rows + rb..i * rows + re];
+            for (v, r) in o.iter_mut().zip(rb..re) {
+                let nibble = (band.blocks[r * row_bytes + byte] >> shift) & 0xf;
+                let scale = band.scales[r * band.width + block];
+                *v = table.0[usize::from(scale)][usize::from(nibble)];
+            }
         }
     }
 }
