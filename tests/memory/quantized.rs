@@ -130,3 +130,79 @@ fn a_large_gptq_weight_dequantizes_in_bounded_memory() {
     assert!(std::fs::metadata(&out).unwrap().len() > (k * n * 2) as u64);
     assert!(peak < LIMIT, "peak {peak}");
 }
+
+#[test]
+fn gpt_oss_sized_mxfp4_experts_dequantize_in_bounded_memory() {
+    let _serial = crate::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    // gpt-oss-120b's gate_up_proj experts: 5760 rows of 90 blocks (8.3 MB each).
+    let (experts, rows, groups) = (2usize, 5760usize, 90usize);
+    let blocks = noise(experts * rows * groups * 16, 4);
+    let scales: Vec<u8> = noise(experts * rows * groups, 5)
+        .iter()
+        .map(|b| 112 + b % 24)
+        .collect();
+    let input = tmp.path().join("mxfp4.safetensors");
+    write(
+        &input,
+        &[
+            (
+                "w.gate_up_proj_blocks",
+                St::U8,
+                vec![experts, rows, groups, 16],
+                &blocks,
+            ),
+            (
+                "w.gate_up_proj_scales",
+                St::U8,
+                vec![experts, rows, groups],
+                &scales,
+            ),
+        ],
+    );
+    drop(blocks);
+    let out = tmp.path().join("out.safetensors");
+    let peak = dequantize_peak(&input, &out);
+    let bytes = experts * rows * groups * 32 * 2;
+    println!(
+        "mxfp4 {experts}x{rows}x{groups}x16 -> BF16 ({} MiB): heap peak {:.1} MiB",
+        bytes >> 20,
+        peak as f64 / (1 << 20) as f64
+    );
+    assert!(std::fs::metadata(&out).unwrap().len() > bytes as u64);
+    assert!(peak < LIMIT, "peak {peak}");
+}
+
+#[test]
+fn a_large_pack_quantized_int4_weight_dequantizes_in_bounded_memory() {
+    let _serial = crate::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, k, group) = (4096usize, 4096usize, 128usize);
+    let packed = noise(n * k / 2, 6);
+    let scales: Vec<u8> = (0..n * k / group)
+        .flat_map(|i| half::bf16::from_f32(0.001 + (i % 89) as f32 / 8192.0).to_le_bytes())
+        .collect();
+    let shape: Vec<u8> = [n as i64, k as i64]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let input = tmp.path().join("int4.safetensors");
+    write(
+        &input,
+        &[
+            ("w.weight_packed", St::I32, vec![n, k / 8], &packed),
+            ("w.weight_scale", St::BF16, vec![n, k / group], &scales),
+            ("w.weight_shape", St::I64, vec![2], &shape),
+        ],
+    );
+    drop(packed);
+    let out = tmp.path().join("out.safetensors");
+    let peak = dequantize_peak(&input, &out);
+    println!(
+        "pack-quantized int4 {n}x{k} -> BF16 ({} MiB): heap peak {:.1} MiB",
+        (n * k * 2) >> 20,
+        peak as f64 / (1 << 20) as f64
+    );
+    assert!(std::fs::metadata(&out).unwrap().len() > (n * k * 2) as u64);
+    assert!(peak < LIMIT, "peak {peak}");
+}

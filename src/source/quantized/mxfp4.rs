@@ -6,9 +6,10 @@
 //! source row. The reader keeps one band of the expert (block columns
 //! `[g0, g0 + width)` of all its rows, at most [`BAND_BYTES`]) and serves
 //! pieces from it: a gpt-oss-120b expert (5760 rows of 90 blocks, 8.3 MB)
-//! is one band, read with one positional read. Bands of a wider expert are
-//! copied out of whole-row reads of at most [`READ_BYTES`], so each band
-//! costs a few reads, not one per row.
+//! is two bands of 45 block columns. An expert that fits in a band is read
+//! with one positional read; bands of a wider expert are copied out of
+//! whole-row reads of at most [`READ_BYTES`], so each band costs a few
+//! reads, not one per row.
 
 use std::os::unix::fs::FileExt;
 
@@ -18,7 +19,7 @@ use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES};
 use crate::{Error, ErrorKind, Result};
 
 /// The most block bytes a band holds.
-pub(crate) const BAND_BYTES: u64 = 8 << 20;
+pub(crate) const BAND_BYTES: u64 = 4 << 20;
 
 /// The most bytes one read of whole rows takes, when a band is narrower
 /// than the expert.
