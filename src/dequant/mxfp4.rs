@@ -85,6 +85,31 @@ pub(crate) fn transposed_rows(band: &Band, table: &Table, k0: usize, out: &mut [
     }
 }
 
+/// compressed-tensors' `mxfp4-pack-quantized` (`MXFP4PackedCompressor`):
+/// rows of `cols` codes packed two a byte, low nibble first, an E8M0 scale
+/// per 32 along the row, no transpose. The library decodes the scale as
+/// `2.0 ** (e - 127)` in BF16 and multiplies in BF16: the same exact values
+/// as [`Table`] holds.
+pub(crate) fn packed_rows(
+    packed: &[u8],
+    scales: &[u8],
+    cols: usize,
+    table: &Table,
+    out: &mut [f32],
+) {
+    let per_row = cols / BLOCK;
+    for ((row, srow), o) in packed
+        .chunks_exact(cols / 2)
+        .zip(scales.chunks_exact(per_row.max(1)))
+        .zip(out.chunks_exact_mut(cols))
+    {
+        for (c, v) in o.iter_mut().enumerate() {
+            let nibble = (row[c / 2] >> ((c % 2) * 4)) & 0xf;
+            *v = table.0[usize::from(srow[c / BLOCK])][usize::from(nibble)];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +170,38 @@ mod tests {
                     let got = out[i * rows + r];
                     assert_eq!(got.to_bits(), want.to_bits(), "k {} r {r}", k0 + i);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_rows_match_a_plain_reading() {
+        let table = Table::new();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (rows, cols) = (5usize, 96usize);
+        let packed: Vec<u8> = (0..rows * cols / 2).map(|_| next() as u8).collect();
+        let scales: Vec<u8> = (0..rows * cols / 32)
+            .map(|_| (next() % 255) as u8)
+            .collect();
+        let mut out = vec![0f32; rows * cols];
+        packed_rows(&packed, &scales, cols, &table, &mut out);
+        for r in 0..rows {
+            for c in 0..cols {
+                // The row as a one-row band of width cols / 32: element [c][0] of its transpose.
+                let want = plain(
+                    &packed[r * cols / 2..],
+                    &scales[r * cols / 32..],
+                    cols / 32,
+                    c,
+                    0,
+                );
+                assert_eq!(out[r * cols + c].to_bits(), want.to_bits(), "{r} {c}");
             }
         }
     }

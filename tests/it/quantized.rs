@@ -77,6 +77,7 @@ const CASES: &[&str] = &[
     "pack-quantized",
     "int-quantized",
     "fbgemm-fp8",
+    "mxfp4-compressed-tensors",
 ];
 
 #[test]
@@ -567,6 +568,7 @@ fn inspect_names_the_low_bit_schemes_and_their_size() {
         ("pack-quantized", "pack-quantized", 4),
         ("int-quantized", "int-quantized", 2),
         ("fbgemm-fp8", "fbgemm-fp8", 2),
+        ("mxfp4-compressed-tensors", "mxfp4-pack-quantized", 2),
     ] {
         let run = convert(&[
             "inspect".as_ref(),
@@ -707,4 +709,23 @@ fn a_compressed_tensors_g_idx_maps_columns_to_groups() {
         "k_proj",
         "g_idx[9] is 4, but the scales have 4 groups",
     );
+}
+
+#[test]
+fn compressed_tensors_mxfp4_scales_are_checked() {
+    let scale = "model.layers.0.mlp.up_proj.weight_scale";
+    let tmp = hostile("mxfp4-compressed-tensors", |t| {
+        t.get_mut(scale).unwrap().2[7] = 0xff;
+    });
+    refused(
+        &tmp,
+        "up_proj",
+        &format!("{scale}: E8M0 scale 7 is 0xFF, NaN"),
+    );
+    let tmp = hostile("mxfp4-compressed-tensors", |t| {
+        let s = t.get_mut(scale).unwrap();
+        s.1 = vec![24, 2];
+        s.2.truncate(48);
+    });
+    refused(&tmp, scale, "expected [24, 3] (one per 32 columns)");
 }

@@ -125,6 +125,9 @@ pub(crate) enum Kind {
         /// Columns per group, when there is no `g_idx`.
         group_size: u64,
     },
+    /// compressed-tensors `mxfp4-pack-quantized`: packed E2M1 codes and an
+    /// E8M0 scale per 32 along the row.
+    CtMxfp4 { weight: Part, scale: Part },
     /// gpt-oss MXFP4 experts: `*_blocks` and their E8M0 `*_scales`,
     /// dequantized transposed to `[experts, groups * 32, rows]`.
     Mxfp4 {
@@ -145,6 +148,7 @@ impl Kind {
             Kind::Int8 { .. } => "bitsandbytes-int8",
             Kind::Nvfp4 { .. } => "nvfp4",
             Kind::Mxfp4 { .. } => "mxfp4",
+            Kind::CtMxfp4 { .. } => "mxfp4-pack-quantized",
             Kind::CtInt { packed: true, .. } => "pack-quantized",
             Kind::CtInt { packed: false, .. } => "int-quantized",
             Kind::FourBit { record, .. } => match record.kind {

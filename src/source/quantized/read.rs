@@ -20,6 +20,8 @@ pub(crate) struct DequantReader {
     groups: Option<Vec<u32>>,
     /// The MXFP4 band held, made on the first piece.
     bands: Option<super::mxfp4::Bands>,
+    /// compressed-tensors MXFP4's table of values, made on the first piece.
+    table: Option<dequant::mxfp4::Table>,
     /// The current piece's bytes, and how many were handed out.
     bytes: Vec<u8>,
     pos: usize,
@@ -37,6 +39,7 @@ impl DequantReader {
             step,
             groups: None,
             bands: None,
+            table: None,
             bytes: Vec::new(),
             pos: 0,
             values: Vec::new(),
@@ -243,6 +246,20 @@ impl DequantReader {
                     dtype: scale.dtype,
                 };
                 dequant::packed::rows(&rows, &mut self.values);
+            }
+            Kind::CtMxfp4 { weight, scale } => {
+                let packed = read_elems(weight, r0 * cols / 2, count / 2)?;
+                let per_row = cols / 32;
+                let raw = read_elems(scale, r0 * per_row, to_usize((r1 - r0) * per_row)?)?;
+                refuse_e8m0_nan(scale, r0 * per_row, &raw)?;
+                let table = self.table.get_or_insert_with(dequant::mxfp4::Table::new);
+                dequant::mxfp4::packed_rows(
+                    &packed,
+                    &raw,
+                    to_usize(cols)?,
+                    table,
+                    &mut self.values,
+                );
             }
             Kind::Mxfp4 {
                 blocks,

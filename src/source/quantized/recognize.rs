@@ -162,8 +162,13 @@ pub(crate) fn recognize<'s>(sources: &'s [Box<dyn Source + 's>]) -> Result<Found
                     .dtype(&format!("{prefix}.weight_global_scale"))
                     .is_none()
                 {
-                    // compressed-tensors' integer pack-quantized format.
-                    ct_int(&mut names, prefix, n, true)?
+                    let scale = names.dtype(&format!("{prefix}.weight_scale"));
+                    if t.dtype == Dtype::U8 && matches!(scale, Some(Dtype::U8 | Dtype::F8_E8M0)) {
+                        ct_mxfp4(&mut names, prefix, n)?
+                    } else {
+                        // compressed-tensors' integer pack-quantized format.
+                        ct_int(&mut names, prefix, n, true)?
+                    }
                 } else {
                     nvfp4(&mut names, prefix, n, ".weight_global_scale")?
                 }
@@ -957,4 +962,34 @@ fn weight_shape(p: &Part, scheme: &'static str, input: &str) -> Result<[u64; 2]>
             Err(refuse(e, input, &p.name))
         }
     }
+}
+
+/// compressed-tensors `mxfp4-pack-quantized`: `prefix.weight_packed` (U8
+/// `[rows, cols / 2]`) and `prefix.weight_scale` (E8M0 as U8 or F8_E8M0,
+/// `[rows, cols / 32]`).
+fn ct_mxfp4(names: &mut Names, prefix: &str, packed_name: &str) -> Result<Recognised> {
+    const S: &str = "mxfp4-pack-quantized";
+    let (wat, weight) = names.part(packed_name)?.expect("listed");
+    let input = names.input(wat.0).to_string();
+    let (sat, scale) = names
+        .part(&format!("{prefix}.weight_scale"))?
+        .expect("checked");
+    let [m, half] = matrix(&weight, S, &input)?;
+    let Some(n) = half.checked_mul(2) else {
+        return Err(bad_shape(&weight, S, "[rows, columns / 2]".into(), &input));
+    };
+    if n % 32 != 0 {
+        let detail = format!("{n} columns are not whole blocks of 32");
+        return Err(groups_error(&weight, S, detail, &input));
+    }
+    if scale.shape != [m, n / 32] {
+        let expected = format!("[{m}, {}] (one per 32 columns)", n / 32);
+        return Err(bad_shape(&scale, S, expected, &input));
+    }
+    let w = Weight {
+        name: format!("{prefix}.weight"),
+        shape: [m, n],
+        kind: Arc::new(Kind::CtMxfp4 { weight, scale }),
+    };
+    Ok(Some((wat, vec![wat, sat], w)))
 }
