@@ -729,3 +729,41 @@ fn compressed_tensors_mxfp4_scales_are_checked() {
     });
     refused(&tmp, scale, "expected [24, 3] (one per 32 columns)");
 }
+
+#[test]
+fn an_f8_e8m0_tensor_is_copied_as_it_is_and_not_cast() {
+    // Scales 2^-127, 1, 2^127 and NaN: a plain tensor keeps its bytes; no
+    // cast reads them as a float (--cast-all leaves them, --cast refuses).
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("e8m0.safetensors");
+    let bytes = [0u8, 127, 254, 255];
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F8_E8M0, vec![4], &bytes).unwrap();
+    safetensors::serialize_to_file(vec![("s", view)], None, &input).unwrap();
+    let out = tmp.path().join("out.safetensors");
+    let run = convert(&[
+        input.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--cast-all".as_ref(),
+        "F32".as_ref(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(
+        tensors(&out)["s"],
+        ("F8_E8M0".to_string(), vec![4], bytes.to_vec())
+    );
+    let run = convert(&[
+        input.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--cast".as_ref(),
+        "F8_E8M0=F32".as_ref(),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("cannot cast F8_E8M0 to F32"));
+}
