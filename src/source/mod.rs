@@ -10,6 +10,7 @@
 pub(crate) mod blocking;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
+mod freed_memory;
 pub mod gguf;
 pub(crate) mod input;
 pub(crate) mod memory;
@@ -32,6 +33,7 @@ mod spool;
 pub use crate::folder::resolve_input;
 pub use crate::transform::Transform;
 pub use detect::{detect_file, Codec, Format};
+pub use freed_memory::FreedMemoryHook;
 pub use input::open_input;
 pub use memory::MemorySource;
 pub use quantized::{QuantError, QuantizedSource};
@@ -232,6 +234,9 @@ pub struct SourceOptions {
     /// `inspect`: a safetensors stream (`-`) is read up to the end of its
     /// header instead of spooled whole, and its data cannot be read.
     pub listing_only: bool,
+    /// Called between the phases of opening a large input, once a phase
+    /// freed much memory (`convert` hands it back to the system then).
+    pub freed_memory: FreedMemoryHook,
 }
 
 crate::setters::setters!(SourceOptions {
@@ -245,6 +250,7 @@ crate::setters::setters!(SourceOptions {
     dequantize: Option<crate::Dtype>,
     gguf_metadata: bool,
     listing_only: bool,
+    freed_memory: FreedMemoryHook,
 });
 
 /// What the planner reads of an input: its name, tensors and metadata.

@@ -13,7 +13,7 @@ use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{detect_file, Format};
-use safetensors_stream::source::{resolve_input, Listing, SourceOptions};
+use safetensors_stream::source::{resolve_input, FreedMemoryHook, Listing, SourceOptions};
 use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{inspect, Category, Error, ErrorKind};
@@ -36,9 +36,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// path", the small-members paragraph).
 pub(crate) fn return_freed_memory(tensors: usize) {
     const WORTH_IT_FROM: usize = 100_000;
-    if tensors < WORTH_IT_FROM {
-        return;
+    if tensors >= WORTH_IT_FROM {
+        collect_freed_memory();
     }
+}
+
+/// Hands memory freed so far back to the system now: this binary's answer
+/// to a source's [`FreedMemoryHook`] (a large checkpoint freeing its
+/// pickle between the phases of its opening), and to
+/// [`return_freed_memory`].
+pub(crate) fn collect_freed_memory() {
     // SAFETY: mi_collect takes no pointers and may be called from any
     // thread at any time; `true` also purges memory other threads freed.
     #[allow(unsafe_code)]
@@ -235,7 +242,8 @@ fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
         .enable_all()
         .build()?;
     let notice = |msg: &str| eprintln!("convert: {msg}");
-    let source = rt.block_on(open_input(path, &SourceOptions::default(), &notice))?;
+    let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(collect_freed_memory));
+    let source = rt.block_on(open_input(path, &options, &notice))?;
     let mut bytes = 0u64;
     for t in source.tensors() {
         let n = t.byte_len().map_err(|e| e.with_tensor(t.name.clone()))?;

@@ -12,7 +12,7 @@ use safetensors_stream::header::Order;
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::SourceOptions;
+use safetensors_stream::source::{FreedMemoryHook, SourceOptions};
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{Dtype, Error, ErrorKind};
 use serde_json::json;
@@ -122,7 +122,8 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         .pt_root(args.pt_root.clone())
         .allow_expanded_views(args.allow_expanded_views)
         .dequantize(dequantize_to(args))
-        .gguf_metadata(args.gguf_metadata))
+        .gguf_metadata(args.gguf_metadata)
+        .freed_memory(FreedMemoryHook::new(crate::collect_freed_memory)))
 }
 
 /// Notices go to stderr as lines, or into the JSON report when there is one.

@@ -231,7 +231,8 @@ pub(crate) fn is_index_path(path: &Path) -> bool {
     })
 }
 
-fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> {
+fn open_part(file: File, len: u64, name: &str, options: &SourceOptions) -> Result<Part> {
+    let naming = &naming(options);
     let mut first = [0u8; 16];
     let got = {
         use std::os::unix::fs::FileExt;
@@ -257,17 +258,23 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     // the directory (a million storages' entries) before the pickle is
     // read, the pickle's bytes (100 MB) and memo before its tensors are
     // named, the pickle's values before the tensors are checked; and
-    // hands it back to the system when it is that large.
+    // tells the caller, who may hand it back to the system, when it is
+    // that large.
+    let freed = |large| {
+        if large {
+            options.freed_memory.call()
+        }
+    };
     let large = c.pickle.0.uncompressed >= LARGE_PICKLE;
     drop(entries);
-    return_freed_memory(large);
+    freed(large);
     let pickle = zipfmt::read_pickle(&file, &c)?;
     let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
     drop(pickle);
-    return_freed_memory(large);
+    freed(large);
     let tree = model::tensors(&p, naming, &c.storages)?;
     drop(p);
-    return_freed_memory(large);
+    freed(large);
     Ok(Part {
         file,
         len,
@@ -280,30 +287,10 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
 }
 
 /// A pickle from this many bytes (about 100,000 tensors) frees enough
-/// between the phases of its opening to hand back at once.
+/// between the phases of its opening to be worth handing back at once
+/// ([`SourceOptions::freed_memory`]); for a small checkpoint a purge only
+/// costs, its pages soon faulted in again (benches/README.md, "Copy path").
 const LARGE_PICKLE: u64 = 10 << 20;
-
-/// Hands memory freed so far back to the system now, when `worth_it`.
-/// The `convert` binary's allocator (mimalloc, with the `cli` feature)
-/// keeps freed pages for a while, and the next phase of opening a large
-/// checkpoint (the unpickler's values, then the tensors' records) comes
-/// from fresh pages meanwhile: each phase's peak would add the last's.
-/// Without the feature the allocator is the library user's, left alone.
-/// For a small checkpoint the purge only costs: its pages would soon be
-/// faulted in again (benches/README.md, "Copy path").
-fn return_freed_memory(worth_it: bool) {
-    if !worth_it {
-        return;
-    }
-    // SAFETY: mi_collect takes no pointers and may be called from any
-    // thread at any time; with another global allocator it only tidies
-    // mimalloc's own (unused) heap.
-    #[cfg(feature = "cli")]
-    #[allow(unsafe_code)]
-    unsafe {
-        libmimalloc_sys::mi_collect(true)
-    };
-}
 
 /// What makes two views identical: file, storage, dtype, and shape,
 /// stride and offset (a `u64::MAX` between shape and stride).
@@ -368,8 +355,7 @@ fn tied(tensors: &[TensorMeta], places: &[Place], strides: &Strides) -> Vec<Vec<
 impl PyTorchSource {
     /// Opens one checkpoint file (zip or legacy) of `len` bytes.
     pub(crate) fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
-        let part =
-            open_part(file, len, input, &naming(options)).map_err(|e| e.with_input(input))?;
+        let part = open_part(file, len, input, options).map_err(|e| e.with_input(input))?;
         Self::from_parts(input, vec![part], options).map_err(|e| e.with_input(input))
     }
 
@@ -388,8 +374,7 @@ impl PyTorchSource {
                 .metadata()
                 .map_err(|e| Error::io(e).with_input(&shown))?
                 .len();
-            let part =
-                open_part(file, len, name, &naming(options)).map_err(|e| e.with_input(&shown))?;
+            let part = open_part(file, len, name, options).map_err(|e| e.with_input(&shown))?;
             parts.push(part);
         }
         for part in &parts {
