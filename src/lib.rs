@@ -110,6 +110,7 @@ pub use writer::{AsyncWriter, Writer, WriterOptions};
 /// not part of the API (anything here may change in any release).
 #[cfg(feature = "internals")]
 pub mod internals {
+    pub use crate::copy::policy::{Routes, Way};
     pub use crate::copy::write_shard;
     pub use crate::source::detect::{detect, hex_preview, SNIFF_LEN};
     pub use crate::source::gguf;

@@ -11,7 +11,7 @@ mod report;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-pub use crate::copy::route::Routes;
+use crate::copy::policy::CopyPolicy;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
@@ -282,6 +282,8 @@ async fn write_outputs(
         plan_id: options.plan.expect_plan.clone(),
     };
     let mut dest = Destination::open(resolved, plan, dest_options).await?;
+    // This conversion's copy decisions, shard after shard.
+    let mut policy = CopyPolicy::new(options.routes, options.checksum);
     let shards = async {
         let mut all = Vec::new();
         for (index, shard) in plan.shards.iter().enumerate() {
@@ -294,10 +296,7 @@ async fn write_outputs(
                 progress: options.progress.clone(),
                 shard: (index, plan.shards.len()),
             };
-            // A checksum must see every byte: no kernel copies then.
-            let direct = staged
-                .file
-                .filter(|_| options.fast_path && !options.checksum);
+            let direct = staged.file.filter(|_| policy.file_routes());
             let to = Shard {
                 name: &staged.name,
                 sink_options: options.sink,
@@ -307,11 +306,11 @@ async fn write_outputs(
                         .sync
                         .then(|| Writeback::new(out.clone()).on_landed()),
                     out,
-                    routes: options.routes,
                 }),
                 overflows: Some(overflows),
             };
-            let (writer, sha256) = copy_shard(w, shard, sources, to).await?.into_parts();
+            let copied = copy_shard(w, shard, sources, to, &mut policy).await?;
+            let (writer, sha256) = copied.into_parts();
             let written = WrittenFile {
                 path: staged.name,
                 bytes: shard.file_len(),
