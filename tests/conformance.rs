@@ -77,7 +77,7 @@ fn is_npy_like(path: &Path) -> bool {
 /// Opens `path` by `transport`. Returns the name errors must use, and the source.
 async fn open(path: &Path, transport: Transport) -> (String, Result<Opened, Error>) {
     let notices = Mutex::new(Vec::new());
-    let notice = |m: &str| notices.lock().unwrap().push(m.to_string());
+    let notice = |m: &safetensors_stream::Note| notices.lock().unwrap().push(m.to_string());
     match transport {
         Transport::File => {
             let r = open_input(path, &SourceOptions::default(), &notice).await;

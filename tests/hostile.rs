@@ -1314,7 +1314,7 @@ fn a_50_000_tensor_checkpoint_opens_within_3x_its_pickle_and_3_mib() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let notice = |_: &str| {};
+    let notice = |_: &safetensors_stream::Note| {};
     let (src, peak) = support::alloc::peak_during(|| {
         rt.block_on(open_input(&path, &SourceOptions::default(), &notice))
             .unwrap()

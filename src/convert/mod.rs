@@ -18,14 +18,16 @@ use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
 use crate::dest::Resolved;
 pub use crate::dest::{Output, WrittenFile};
+use crate::error::note::{Note, Notice};
+pub use crate::error::NoticeFn;
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan};
 use crate::source::input::open_input;
 use crate::source::{Access, Source};
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, Result, Warning};
 pub use dry_run::{dry_run, DryRun};
-pub use options::{ConvertOptions, NoticeFn};
+pub use options::ConvertOptions;
 use report::{cast_notes, plan_warnings};
 pub use report::{CastNote, Report};
 
@@ -98,16 +100,16 @@ pub async fn open_inputs(
     inputs: &[PathBuf],
     options: &ConvertOptions,
 ) -> Result<Vec<Box<dyn Source>>> {
-    let notice: &(dyn Fn(&str) + Send + Sync) = options.notice.as_deref().unwrap_or(&|_| {});
+    let notice: Notice<'_> = options.notice.as_deref().unwrap_or(&|_| {});
     let mut sources = Vec::with_capacity(inputs.len());
     for path in inputs {
         let resolved = crate::folder::resolve_input(path)?;
         if resolved != *path {
-            notice(&format!(
+            notice(&Note::Info(format!(
                 "{}: reading {}",
                 path.display(),
                 resolved.display()
-            ));
+            )));
         }
         sources.push(open_input(&resolved, &options.source, notice).await?);
     }
@@ -208,11 +210,11 @@ async fn write_planned(
     let (resolved, checked) = crate::dest::check(inputs, output, plan, part, overwrite)?;
     warnings.extend(checked);
     let overflows = Mutex::new(Vec::new());
-    let tell = |warnings: &[String]| {
+    let tell = |warnings: &[Warning]| {
         if let Some(notice) = &options.notice {
             warnings
                 .iter()
-                .for_each(|w| notice(&format!("warning: {w}")));
+                .for_each(|w| notice(&Note::Warning(w.clone())));
         }
     };
     tell(&warnings);
@@ -273,7 +275,7 @@ async fn write_outputs(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
-    overflows: &Mutex<Vec<String>>,
+    overflows: &Mutex<Vec<Warning>>,
 ) -> Result<Vec<WrittenFile>> {
     let dest_options = DestOptions {
         part: options.part,

@@ -3,14 +3,12 @@
 use std::sync::Arc;
 
 use crate::copy::policy::Routes;
+use crate::error::NoticeFn;
 use crate::observe::Progress;
 use crate::plan::layout::Part;
 use crate::plan::PlanOptions;
 use crate::sink::SinkOptions;
 use crate::source::SourceOptions;
-
-/// A callback for things worth telling that are not errors ("spooling ...").
-pub type NoticeFn = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Everything a conversion can be told. Start from the default and set what
 /// differs:
@@ -34,7 +32,7 @@ pub struct ConvertOptions {
     pub sink: SinkOptions,
     /// fsync files and their folder before reporting success (default on).
     pub sync: bool,
-    /// Told of notable events; `None` keeps quiet.
+    /// Told of notable events and warnings as they happen; `None` keeps quiet.
     pub notice: Option<NoticeFn>,
     /// Told how the writing advances.
     pub progress: Option<Arc<dyn Progress>>,

@@ -28,7 +28,7 @@ use crate::observe::Progress;
 use crate::plan::{ShardPlan, TensorRef};
 use crate::sink::{Sink, SinkOptions};
 use crate::source::{Source, TensorData};
-use crate::{Error, Result};
+use crate::{Error, Result, Warning};
 use job::{jobs, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
 use policy::CopyPolicy;
 use pool::write_parallel;
@@ -127,7 +127,7 @@ pub(crate) struct Shard<'a> {
     /// The output file, when tensors may be copied straight into it.
     pub(crate) direct: Option<Direct>,
     /// Where casts' overflows to infinity are told, as warnings.
-    pub(crate) overflows: Option<&'a Mutex<Vec<String>>>,
+    pub(crate) overflows: Option<&'a Mutex<Vec<Warning>>>,
 }
 
 /// Copies a shard's tensors into `writer` (and, with `to.direct`, straight
@@ -349,13 +349,17 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
     /// Tells of tensor `k`'s cast overflowing `count` values to infinity.
     fn overflowed(&self, k: usize, count: u64) {
         if let (Some(list), Some(c)) = (self.to.overflows, self.shard.refs[k].cast()) {
-            let name = &self.shard.header.header().tensors[k].meta.name;
-            let values = if count == 1 { "value" } else { "values" };
+            let tensor = self.shard.header.header().tensors[k].meta.name.clone();
             let (from, to) = (c.from(), c.to());
-            let msg = format!(
-                "tensor {name:?}: {count} finite {values} overflowed to infinity casting {from} to {to}"
-            );
-            list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+            let overflow = Warning::Overflow {
+                tensor,
+                count,
+                from,
+                to,
+            };
+            list.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(overflow);
         }
     }
 
