@@ -7,7 +7,7 @@ use crate::dest::WrittenFile;
 use crate::error::note::fresh_notes;
 use crate::header::HUB_HEADER_LIMIT;
 use crate::plan::Plan;
-use crate::{Note, Warning};
+use crate::{Dtype, Note, Warning};
 
 /// A cast that a conversion applies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -15,9 +15,16 @@ pub struct CastNote {
     /// The output tensor.
     pub tensor: String,
     /// Its dtype in the input.
-    pub from: String,
+    #[serde(serialize_with = "as_text")]
+    pub from: Dtype,
     /// Its dtype in the output.
-    pub to: String,
+    #[serde(serialize_with = "as_text")]
+    pub to: Dtype,
+}
+
+/// A dtype in JSON: its name (`"F16"`).
+fn as_text<S: serde::Serializer>(dtype: &Dtype, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(dtype)
 }
 
 /// What a conversion did.
@@ -78,8 +85,8 @@ pub(crate) fn cast_notes(plan: &Plan) -> Vec<CastNote> {
         .filter_map(|(r, t)| {
             r.cast().map(|c| CastNote {
                 tensor: t.meta.name.clone(),
-                from: c.from().to_string(),
-                to: c.to().to_string(),
+                from: c.from(),
+                to: c.to(),
             })
         })
         .collect()
