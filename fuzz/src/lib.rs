@@ -232,7 +232,7 @@ async fn open_and_plan(
     path: &Path,
     options: &ConvertOptions,
 ) -> Result<(Vec<Box<dyn Source>>, safetensors_stream::plan::Plan)> {
-    let quiet = |_: &str| {};
+    let quiet = |_: &safetensors_stream::Note| {};
     let src = open_input(path, &options.source, &quiet).await?;
     let sources: Vec<Box<dyn Source>> = vec![src];
     let plan = plan_sources(&sources, options)?;

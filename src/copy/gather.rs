@@ -125,6 +125,7 @@ pub(super) fn copy_gathered(
     Ok(Copied {
         bytes: total as u64,
         overflows,
+        chose: None,
     })
 }
 

@@ -21,12 +21,10 @@ use super::raw::{RawSource, RawSpec};
 use super::safetensors::SafetensorsSource;
 use super::spool::spool;
 use super::{Source, SourceOptions, TensorReader};
+use crate::error::note::{Note, Notice};
 use crate::header::{check_file_len, check_prefix, parse_header_json, Rules};
 use crate::index::is_index_path;
-use crate::{Error, ErrorKind, HeaderError, PyTorchError, Result};
-
-/// How a run tells the user things that are not errors ("spooling ...").
-pub(crate) type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
+use crate::{Error, ErrorKind, HeaderError, PyTorchError, Result, Warning};
 
 /// Opens `path` (`-` for standard input) as a source of tensors.
 pub async fn open_input(
@@ -166,10 +164,10 @@ fn open_gguf(
     let src = GgufSource::open(file, len, input, options)?;
     // A listing (inspect, validate) shows the metadata; only a conversion leaves keys out.
     if options.gguf_metadata && !options.listing_only && src.skipped_arrays() > 0 {
-        notice(&format!(
+        notice(&Note::Info(format!(
             "{input}: --gguf-metadata skipped {} array-valued keys (vocabularies, merges, ...)",
             src.skipped_arrays()
-        ));
+        )));
     }
     Ok(Box::new(src))
 }
@@ -182,19 +180,11 @@ fn tar_refused() -> Error {
 fn told_skipped(src: PyTorchSource, notice: Notice<'_>) -> Box<dyn Source> {
     if src.skipped() > 0 {
         // The first few paths; the JSON report's notes carry the same line.
-        let paths = src.skipped_paths();
-        let shown: Vec<&str> = paths.iter().take(8).map(String::as_str).collect();
-        let more = if src.skipped() > shown.len() {
-            ", ..."
-        } else {
-            ""
-        };
-        notice(&crate::printable_line(&format!(
-            "warning: {}: skipped {} non-tensor values (numbers, strings, hyper-parameters): {}{more}",
-            src.input_name(),
-            src.skipped(),
-            shown.join(", ")
-        )));
+        notice(&Note::Warning(Warning::SkippedValues {
+            input: src.input_name().to_string(),
+            count: src.skipped(),
+            paths: src.skipped_paths().iter().take(8).cloned().collect(),
+        }));
     }
     Box::new(src)
 }
@@ -256,9 +246,9 @@ async fn open_raw_stream(
     if spec.tensors.len() == 1 {
         return Ok(Box::new(RawSource::from_stream(reader, input, spec)?));
     }
-    notice(&format!(
+    notice(&Note::Info(format!(
         "{input}: a multi-tensor dump needs random access; spooling it to a temporary file"
-    ));
+    )));
     let planned = (!spec.allow_trailing)
         .then(|| spec.planned_len())
         .transpose()
@@ -488,24 +478,24 @@ fn open_stream<'a>(
                 let src =
                     NpySource::from_stream_as(reader, input, name, options.npy_void_as).await?;
                 if src.needs_random_access() {
-                    notice(&format!("{input}: Fortran-order array from a stream; spooling it to a temporary file"));
+                    notice(&Note::Info(format!("{input}: Fortran-order array from a stream; spooling it to a temporary file")));
                     return Ok(Box::new(src.spool().await?) as Box<dyn Source>);
                 }
                 Ok(Box::new(src) as Box<dyn Source>)
             }
             Format::Zip | Format::TorchLegacy => {
-                notice(&format!(
+                notice(&Note::Info(format!(
                     "{input}: an archive (.npz or PyTorch checkpoint) needs random access; spooling it to a temporary file"
-                ));
+                )));
                 // An archive plans nothing before its end: spooled whole.
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 open_archive(file, len, input, options, notice)
             }
             Format::Tar => Err(on_input(tar_refused())),
             Format::Gguf => {
-                notice(&format!(
+                notice(&Note::Info(format!(
                     "{input}: a GGUF file needs random access; spooling it to a temporary file"
-                ));
+                )));
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 open_gguf(file, len, input, options, notice)
             }
@@ -517,9 +507,9 @@ fn open_stream<'a>(
                 Ok(Box::new(src) as Box<dyn Source>)
             }
             Format::Safetensors => {
-                notice(&format!(
+                notice(&Note::Info(format!(
                     "{input}: not seekable; spooling it to a temporary file"
-                ));
+                )));
                 let src = spool_safetensors(reader, input).await.map_err(on_input)?;
                 Ok(Box::new(src) as Box<dyn Source>)
             }

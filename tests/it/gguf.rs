@@ -140,7 +140,7 @@ fn plain_types_pass_through_in_both_byte_orders() {
 
 #[test]
 fn the_listing_has_output_dtypes_and_row_major_shapes() {
-    let notice = |_: &str| {};
+    let notice = |_: &safetensors_stream::Note| {};
     let src = block_on(open_input(
         &gguf_fixture("types_be.gguf"),
         &SourceOptions::default(),
@@ -163,7 +163,7 @@ fn the_listing_has_output_dtypes_and_row_major_shapes() {
 #[test]
 fn gguf_metadata_copies_scalars_and_counts_the_arrays() {
     let notes = Mutex::new(Vec::new());
-    let notice = |m: &str| notes.lock().unwrap().push(m.to_string());
+    let notice = |m: &safetensors_stream::Note| notes.lock().unwrap().push(m.to_string());
     let opts = SourceOptions::default().gguf_metadata(true);
     let src = block_on(open_input(&gguf_fixture("types_le.gguf"), &opts, &notice)).unwrap();
     let md = src.metadata().unwrap();

@@ -1317,7 +1317,7 @@ fn a_50_000_tensor_checkpoint_opens_within_3x_its_pickle_and_3_mib() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let notice = |_: &str| {};
+    let notice = |_: &safetensors_stream::Note| {};
     let (src, peak) = crate::alloc::peak_during(|| {
         rt.block_on(open_input(&path, &SourceOptions::default(), &notice))
             .unwrap()
@@ -1375,7 +1375,7 @@ fn a_large_checkpoint_tells_the_caller_when_its_phases_free_memory() {
         std::fs::write(&path, torch_zip(&p.stop(), &[("0", floats(1))])).unwrap();
         let before = FREED_CALLS.load(Ordering::SeqCst);
         let src = rt
-            .block_on(open_input(&path, &options, &|_: &str| {}))
+            .block_on(open_input(&path, &options, &|_: &safetensors_stream::Note| {}))
             .unwrap();
         assert_eq!(src.tensors()[0].name, "w");
         FREED_CALLS.load(Ordering::SeqCst) - before

@@ -16,7 +16,7 @@ use safetensors_stream::source::{detect_file, Format};
 use safetensors_stream::source::{resolve_input, FreedMemoryHook, Listing, SourceOptions};
 use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
-use safetensors_stream::{inspect, Category, Error, ErrorKind};
+use safetensors_stream::{inspect, Category, Error, ErrorKind, Note};
 
 use cli::{Cli, Command, InspectArgs, UploadsArgs, ValidateArgs};
 
@@ -241,7 +241,7 @@ fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |msg: &str| eprintln!("convert: {msg}");
+    let notice = |note: &Note| eprintln!("convert: {note}");
     let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(collect_freed_memory));
     let source = rt.block_on(open_input(path, &options, &notice))?;
     let mut bytes = 0u64;
@@ -345,7 +345,7 @@ fn inspect_source(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |msg: &str| eprintln!("convert: {msg}");
+    let notice = |note: &Note| eprintln!("convert: {note}");
     let source = rt.block_on(open_input(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);

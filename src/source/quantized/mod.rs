@@ -31,6 +31,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::{FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
+use crate::error::note::{Note, Notice};
 use crate::header::{Metadata, TensorMeta};
 use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, Result};
@@ -141,7 +142,7 @@ pub(crate) struct Weight {
 pub(crate) fn wrap<'a>(
     sources: Vec<Box<dyn Source + 'a>>,
     options: &SourceOptions,
-    notice: &(dyn Fn(&str) + Send + Sync),
+    notice: Notice<'_>,
 ) -> Result<Vec<Box<dyn Source + 'a>>> {
     let found = recognize(&sources)?;
     if found.weights.is_empty() {
@@ -149,11 +150,11 @@ pub(crate) fn wrap<'a>(
     }
     let Some(to) = options.dequantize else {
         for (s, count) in found.per_source() {
-            notice(&format!(
+            notice(&Note::Info(format!(
                 "{}: {count} quantized weights ({}) copied as they are; --dequantize writes them in full precision",
                 sources[s].input_name(),
                 found.schemes(s).join(", ")
-            ));
+            )));
         }
         return Ok(sources);
     };

@@ -604,7 +604,7 @@ fn fortran_array_with_a_long_row_is_accepted() {
     f.write_all(&h).unwrap();
     f.set_len(h.len() as u64 + (1 << 30)).unwrap();
     drop(f);
-    let quiet = |_: &str| {};
+    let quiet = |_: &safetensors_stream::Note| {};
     let options = safetensors_stream::source::SourceOptions::default();
     let src = block_on(safetensors_stream::source::open_input(&p, &options, &quiet)).unwrap();
     assert_eq!(src.tensors()[0].shape, [2, 1 << 27]);
