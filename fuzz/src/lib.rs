@@ -480,7 +480,7 @@ pub fn detect_bytes(data: &[u8]) -> Format {
     let sniffed = detect(&data[..data.len().min(SNIFF_LEN)]);
     // Every magic is shorter than the sniff: only the safetensors guess,
     // which looks for `{` after whitespace, may see more in a longer input.
-    if !matches!(full, Format::Safetensors | Format::Unknown) {
+    if full != Format::SAFETENSORS && full != Format::Unknown {
         assert_eq!(full, sniffed, "detection depends on bytes past the sniff");
     }
     let preview = hex_preview(data);

@@ -9,7 +9,11 @@
 // the tests, benchmarks and fuzz targets; without it they are crate-only.
 pub(crate) mod blocking;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
+mod checkpoint;
+pub(crate) mod codec;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
+pub(crate) mod format;
 pub mod gguf;
 pub(crate) mod input;
 pub(crate) mod memory;
@@ -26,15 +30,20 @@ pub(crate) mod raw;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod safetensors;
 mod spool;
+pub(crate) mod table;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
+pub(crate) mod zip;
 
 pub use crate::folder::resolve_input;
 pub use crate::transform::Transform;
-pub use detect::{detect_file, Codec, Format};
+pub use checkpoint::read_file_header;
+pub use codec::Codec;
+pub use detect::{detect_file, Format};
+pub use format::FormatRow;
 pub use input::open_input;
 pub use memory::MemorySource;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
-pub use safetensors::read_file_header;
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -298,7 +298,7 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     // named .safetensors; any other is "unknown input format", as converting says.
     let named_safetensors = path.extension().is_some_and(|e| e == "safetensors");
     Ok(match format {
-        Some(Format::Safetensors) => true,
+        Some(f) if f == Format::SAFETENSORS => true,
         Some(Format::Unknown) => named_safetensors,
         _ => false,
     })

@@ -12,6 +12,7 @@
 pub(crate) mod legacy;
 pub mod model;
 pub mod pickle;
+pub(crate) mod row;
 pub(crate) mod strided;
 pub(crate) mod zipfmt;
 
@@ -28,8 +29,7 @@ use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
 pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
 use super::blocking::BlockingReader;
-use super::npz::zip::{read_directory, Method, PositionalReader, ZipEntry};
-use super::npz::MemberReader;
+use super::zip::{read_directory, MemberReader, Method, ZipEntry};
 use super::{
     file_range, BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData,
 };
@@ -37,6 +37,7 @@ use crate::dtype::numel;
 use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
+use crate::io_util::PositionalReader;
 use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, HeaderError, IndexError, PyTorchError, Result};
 
