@@ -21,7 +21,6 @@ pub use crate::dest::{Output, WrittenFile};
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan};
-use crate::source::input::open_input;
 use crate::source::{Access, Source};
 use crate::{Error, ErrorKind, Result};
 pub use dry_run::{dry_run, DryRun};
@@ -99,19 +98,7 @@ pub async fn open_inputs(
     options: &ConvertOptions,
 ) -> Result<Vec<Box<dyn Source>>> {
     let notice: &(dyn Fn(&str) + Send + Sync) = options.notice.as_deref().unwrap_or(&|_| {});
-    let mut sources = Vec::with_capacity(inputs.len());
-    for path in inputs {
-        let resolved = crate::folder::resolve_input(path)?;
-        if resolved != *path {
-            notice(&format!(
-                "{}: reading {}",
-                path.display(),
-                resolved.display()
-            ));
-        }
-        sources.push(open_input(&resolved, &options.source, notice).await?);
-    }
-    crate::source::quantized::wrap(sources, &options.source, notice)
+    crate::source::open_inputs(inputs, &options.source, notice).await
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,

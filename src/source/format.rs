@@ -131,6 +131,13 @@ pub(crate) enum Unwrap {
     ByName,
 }
 
+/// A step applied to every set of opened inputs, for a format stored
+/// inside another's tensors (quantized weights in safetensors, whose
+/// scales may lie in any input): given the sources, it gives back one
+/// source per input, each reading its tensors as that format says.
+pub(crate) type Wrap =
+    fn(Vec<Box<dyn Source>>, &SourceOptions, Notice<'_>) -> Result<Vec<Box<dyn Source>>>;
+
 /// A format's way of opening a forward-only input as it comes.
 pub(crate) type OpenStream = for<'a> fn(StreamInput<'a>) -> BoxFuture<'a, Result<Box<dyn Source>>>;
 

@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncReadExt;
 
@@ -19,12 +19,51 @@ pub(crate) use super::format::Notice;
 use super::codec::{decoder, Codec};
 use super::detect::{hex_preview, say_what_it_is, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::format::{FileInput, FormatRow, PathInput, Stream, StreamInput, Unwrap};
-use super::table::{Table, FORMATS};
+use super::table::{Table, FORMATS, WRAPS};
 use super::{Source, SourceOptions, TensorReader};
 use crate::{Error, ErrorKind, Result};
 
-/// Opens `path` (`-` for standard input) as a source of tensors.
+/// Opens `path` (`-` for standard input; a folder for the checkpoint in
+/// it) as a source of tensors, as a conversion opens it: quantized weights
+/// are read as the options ask.
 pub async fn open_input(
+    path: &Path,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let mut opened = open_inputs(&[path.to_path_buf()], options, notice).await?;
+    let one = opened.pop().filter(|_| opened.is_empty());
+    one.ok_or_else(|| Error::new(ErrorKind::Usage("one input opened as several".into())))
+}
+
+/// Opens every input at `paths` (files of any supported kind, folders for
+/// the checkpoint in them, or `-`), reading headers only; then applies the
+/// table's wraps to them all (quantized weights, whose scales may lie in
+/// any input).
+pub async fn open_inputs(
+    paths: &[PathBuf],
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Vec<Box<dyn Source>>> {
+    let mut sources = Vec::with_capacity(paths.len());
+    for path in paths {
+        let resolved = crate::folder::resolve_input(path)?;
+        if resolved != *path {
+            notice(&format!(
+                "{}: reading {}",
+                path.display(),
+                resolved.display()
+            ));
+        }
+        sources.push(open_one(&resolved, options, notice).await?);
+    }
+    WRAPS
+        .iter()
+        .try_fold(sources, |sources, wrap| wrap(sources, options, notice))
+}
+
+/// One input, as its format opens it.
+async fn open_one(
     path: &Path,
     options: &SourceOptions,
     notice: Notice<'_>,
@@ -319,5 +358,46 @@ mod tests {
             );
             assert_eq!(said, [words]);
         }
+    }
+
+    /// `open_input` lists a quantized checkpoint as a conversion writes
+    /// it: dequantized weights, no scales or zeros.
+    #[test]
+    fn open_input_lists_quantized_weights_as_convert_writes_them() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/quantized/awq");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let said = std::sync::Mutex::new(Vec::new());
+        let notice = |m: &str| said.lock().unwrap().push(m.to_string());
+        let listed = |options: &SourceOptions, path: &Path| {
+            let src = rt.block_on(open_input(path, options, &notice)).unwrap();
+            let mut all: Vec<_> = src
+                .tensors()
+                .iter()
+                .map(|t| (t.name.clone(), t.dtype, t.shape.clone()))
+                .collect();
+            all.sort();
+            all
+        };
+        let to_bf16 = SourceOptions::default().dequantize(Some(Dtype::BF16));
+        let written = listed(
+            &SourceOptions::default(),
+            &dir.join("expected-BF16.safetensors"),
+        );
+        let model = dir.join("model.safetensors");
+        assert_eq!(listed(&to_bf16, &model), written);
+        let as_stored = listed(&SourceOptions::default(), &model);
+        assert!(
+            as_stored.iter().any(|(n, ..)| n.ends_with("qzeros")),
+            "{as_stored:?}"
+        );
+        let said = said.lock().unwrap().clone();
+        assert!(
+            said.iter()
+                .any(|m| m.contains("quantized weights (awq) copied as they are")),
+            "{said:?}"
+        );
     }
 }

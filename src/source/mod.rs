@@ -40,7 +40,7 @@ pub use checkpoint::read_file_header;
 pub use codec::Codec;
 pub use detect::{detect_file, Format};
 pub use format::FormatRow;
-pub use input::open_input;
+pub use input::{open_input, open_inputs};
 pub use memory::MemorySource;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};

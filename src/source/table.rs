@@ -9,8 +9,8 @@
 
 use std::path::Path;
 
-use super::format::{ByPath, FormatRow};
-use super::{gguf, npy, npz, pytorch, raw, safetensors, SourceOptions};
+use super::format::{ByPath, FormatRow, Wrap};
+use super::{gguf, npy, npz, pytorch, quantized, raw, safetensors, SourceOptions};
 
 /// A list of format rows, tried in order.
 #[derive(Clone, Copy)]
@@ -28,6 +28,10 @@ pub(crate) const FORMATS: Table = Table(&[
     &safetensors::ROW,
     &raw::ROW,
 ]);
+
+/// Formats inside other formats' tensors, applied to every set of inputs
+/// once they are open: quantized safetensors weights.
+pub(crate) const WRAPS: &[Wrap] = &[quantized::wrap];
 
 impl Table {
     /// The rows.
