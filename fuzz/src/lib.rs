@@ -28,8 +28,8 @@ use safetensors_stream::internals::NpzSource;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::open_input;
+use safetensors_stream::source::{NpyOptions, Source, SourceOptions};
 use safetensors_stream::source::{RawSpec, RawTensor};
-use safetensors_stream::source::{Source, SourceOptions};
 use safetensors_stream::{
     internals::{detect, hex_preview, SNIFF_LEN},
     source::Format,
@@ -85,7 +85,8 @@ impl Harness {
         }
         out.push(("read_directory", dir.map(drop)));
         for skip_non_npy in [false, true] {
-            let options = SourceOptions::default().skip_non_npy(skip_non_npy);
+            let npy = NpyOptions::default().skip_non_npy(skip_non_npy);
+            let options = SourceOptions::default().npy(npy);
             let file = File::open(&path).expect("reopening the scratch input");
             match NpzSource::open(file, len, "archive.npz", &options) {
                 Ok(mut src) => {

@@ -40,8 +40,11 @@ pub use checkpoint::read_file_header;
 pub use codec::Codec;
 pub use detect::{detect_file, Format};
 pub use format::FormatRow;
+pub use gguf::GgufOptions;
 pub use input::{open_input, open_inputs};
 pub use memory::MemorySource;
+pub use npy::NpyOptions;
+pub use pytorch::row::TorchOptions;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
 
@@ -198,61 +201,45 @@ pub struct CrcCheck {
     pub from: u64,
 }
 
-/// Options that change how inputs are read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SourceOptions {
-    /// Read every input as a raw dump laid out like this (dtype, shape and
-    /// offset per tensor); compressed dumps are unwrapped when their name
-    /// ends in .gz, .zst, .xz or .bz2.
-    pub raw: Option<raw::RawSpec>,
-    /// Skip npz members that are not `.npy` arrays instead of refusing the archive.
-    pub skip_non_npy: bool,
-    /// The tensor name for a single-array input (.npy), instead of the file stem.
-    pub name: Option<String>,
-    /// Read .npy void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
-    /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
-    pub npy_void_as: Option<crate::Dtype>,
-    /// PyTorch checkpoints: write one tensor of each group of identical views
-    /// and record the dropped names in the metadata (`--dedupe-tied`): the
-    /// first selected name of each group in the checkpoint's order is kept,
-    /// after filters and renames (see `plan::ties` for the rule's source).
-    pub dedupe_tied: bool,
-    /// PyTorch checkpoints: convert only the value under this key (dotted for
-    /// nested dicts), named without it (`--pt-root`).
-    pub pt_root: Option<String>,
-    /// PyTorch checkpoints: write tensors whose views reach more bytes than
-    /// their storage holds (stride-0 or overlapping expansions), and more than
-    /// 16x the checkpoint's storage bytes in all (`--allow-expanded-views`);
-    /// refused by default, as a few bytes can otherwise plan terabytes.
-    pub allow_expanded_views: bool,
-    /// Quantized tensors (GGUF blocks; FP8, GPTQ, AWQ, bitsandbytes and NVFP4
-    /// weights in safetensors) are dequantized to this dtype: F32, F16 or
-    /// BF16 (`--dequantize`, `--dequantize-to`). GGUF inputs are always
-    /// dequantized, to BF16 when this is `None`; quantized safetensors are
-    /// copied as they are when it is `None`.
-    pub dequantize: Option<crate::Dtype>,
-    /// GGUF: copy the scalar metadata keys into `__metadata__` as strings
-    /// (`--gguf-metadata`); array values are left out and counted.
-    pub gguf_metadata: bool,
-    /// Only the listing (names, dtypes, shapes, metadata) is wanted, as by
-    /// `inspect`: a safetensors stream (`-`) is read up to the end of its
-    /// header instead of spooled whole, and its data cannot be read.
-    pub listing_only: bool,
+crate::setters::options! {
+    /// Options that change how inputs are read: those of every input, and
+    /// each format's own.
+    ///
+    /// ```
+    /// use safetensors_stream::source::{NpyOptions, SourceOptions, TorchOptions};
+    /// use safetensors_stream::Dtype;
+    ///
+    /// let options = SourceOptions::default()
+    ///     .npy(NpyOptions::default().void_as(Some(Dtype::BF16)))
+    ///     .torch(TorchOptions::default().root(Some("model".into())));
+    /// assert_eq!(options.npy.void_as, Some(Dtype::BF16));
+    /// ```
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct SourceOptions {
+        /// Read every input as a raw dump laid out like this (dtype, shape and
+        /// offset per tensor); compressed dumps are unwrapped when their name
+        /// ends in .gz, .zst, .xz or .bz2.
+        pub raw: Option<raw::RawSpec>,
+        /// The tensor name for a single-array input (.npy), instead of the file stem.
+        pub name: Option<String>,
+        /// Numpy inputs (.npy, .npz).
+        pub npy: npy::NpyOptions,
+        /// PyTorch checkpoints.
+        pub torch: pytorch::row::TorchOptions,
+        /// GGUF files.
+        pub gguf: gguf::GgufOptions,
+        /// Quantized tensors (GGUF blocks; FP8, GPTQ, AWQ, bitsandbytes and NVFP4
+        /// weights in safetensors) are dequantized to this dtype: F32, F16 or
+        /// BF16 (`--dequantize`, `--dequantize-to`). GGUF inputs are always
+        /// dequantized, to BF16 when this is `None`; quantized safetensors are
+        /// copied as they are when it is `None`.
+        pub dequantize: Option<crate::Dtype>,
+        /// Only the listing (names, dtypes, shapes, metadata) is wanted, as by
+        /// `inspect`: a safetensors stream (`-`) is read up to the end of its
+        /// header instead of spooled whole, and its data cannot be read.
+        pub listing_only: bool,
+    }
 }
-
-crate::setters::setters!(SourceOptions {
-    raw: Option<raw::RawSpec>,
-    skip_non_npy: bool,
-    name: Option<String>,
-    npy_void_as: Option<crate::Dtype>,
-    dedupe_tied: bool,
-    pt_root: Option<String>,
-    allow_expanded_views: bool,
-    dequantize: Option<crate::Dtype>,
-    gguf_metadata: bool,
-    listing_only: bool,
-});
 
 /// What the planner reads of an input: its name, tensors and metadata.
 /// Sources are listed as they are, without copying a million names.

@@ -68,7 +68,7 @@ impl GgufSource {
             .iter()
             .filter(|(_, v)| v.to_metadata().is_none())
             .count();
-        let metadata = options.gguf_metadata.then(|| {
+        let metadata = options.gguf.metadata.then(|| {
             header
                 .metadata
                 .iter()
@@ -106,6 +106,16 @@ impl GgufSource {
     }
 }
 
+crate::setters::options! {
+    /// How GGUF files are read.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct GgufOptions {
+        /// Copy the scalar metadata keys into `__metadata__` as strings
+        /// (`--gguf-metadata`); array values are left out and counted.
+        pub metadata: bool,
+    }
+}
+
 /// The GGUF row of the format table: `GGUF`, spooled from a stream.
 pub(crate) const ROW: FormatRow = FormatRow {
     magic: Some(|first| first.starts_with(b"GGUF")),
@@ -123,7 +133,7 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     let (input, options) = (o.input, o.options);
     let src = GgufSource::open(o.file, o.len, input, options)?;
     // A listing (inspect, validate) shows the metadata; only a conversion leaves keys out.
-    if options.gguf_metadata && !options.listing_only && src.skipped_arrays() > 0 {
+    if options.gguf.metadata && !options.listing_only && src.skipped_arrays() > 0 {
         (o.notice)(&format!(
             "{input}: --gguf-metadata skipped {} array-valued keys (vocabularies, merges, ...)",
             src.skipped_arrays()

@@ -208,6 +208,18 @@ fn eof_is_bad(e: std::io::Error, at: u64) -> Error {
     }
 }
 
+crate::setters::options! {
+    /// How numpy inputs (.npy files, .npz members) are read.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct NpyOptions {
+        /// Read void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
+        /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
+        pub void_as: Option<crate::Dtype>,
+        /// Skip npz members that are not `.npy` arrays instead of refusing the archive.
+        pub skip_non_npy: bool,
+    }
+}
+
 /// The .npy row of the format table: `\x93NUMPY`, streamed as it is read.
 pub(crate) const ROW: FormatRow = FormatRow {
     magic: Some(|first| first.starts_with(b"\x93NUMPY")),
@@ -220,7 +232,7 @@ fn name_needed() -> Error {
 
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     let name = o.name.ok_or_else(name_needed)?;
-    let void_as = o.options.npy_void_as;
+    let void_as = o.options.npy.void_as;
     Ok(Box::new(NpySource::from_file(
         o.file, 0, o.len, o.input, name, void_as,
     )?))
@@ -233,7 +245,7 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
         let Some(name) = o.options.name.clone().or(o.name) else {
             return Err(name_needed().with_input(o.input));
         };
-        let void_as = o.options.npy_void_as;
+        let void_as = o.options.npy.void_as;
         let src = NpySource::from_stream_as(o.reader, o.input, name, void_as).await?;
         if src.needs_random_access() {
             (o.notice)(&spooling(o.input, "Fortran-order array from a stream"));

@@ -82,7 +82,7 @@ impl NpzSource {
         let mut not_an_array = None;
         entries.retain(|entry| {
             let array = entry.name.ends_with(".npy");
-            if not_an_array.is_some() || entry.is_dir() || (!array && options.skip_non_npy) {
+            if not_an_array.is_some() || entry.is_dir() || (!array && options.npy.skip_non_npy) {
                 return false;
             }
             if !array {
@@ -92,7 +92,7 @@ impl NpzSource {
             array
         });
         let listing =
-            plan_members(&file, entries, dir_start, options.npy_void_as).map_err(on_input)?;
+            plan_members(&file, entries, dir_start, options.npy.void_as).map_err(on_input)?;
         if let Some(e) = not_an_array {
             return Err(e);
         }

@@ -197,14 +197,14 @@ pub(crate) struct PyTorchSource {
 }
 
 /// A view may be at most this many times its storage's bytes, unless
-/// [`SourceOptions::allow_expanded_views`]: a small broadcast that
+/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views): a small broadcast that
 /// `torch.save` kept as a stride-0 view (`x.expand(3, n)`) converts, one
 /// float viewed as 2^40 does not.
 pub(crate) const MAX_VIEW_EXPANSION: u64 = 16;
 
 /// The tensors of a checkpoint may add up to at most this many times its
 /// storages' bytes (tied views each count), unless
-/// [`SourceOptions::allow_expanded_views`].
+/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views).
 pub(crate) const MAX_TOTAL_EXPANSION: u64 = 16;
 
 fn bad(e: PyTorchError) -> Error {
@@ -213,7 +213,7 @@ fn bad(e: PyTorchError) -> Error {
 
 fn naming(options: &SourceOptions) -> Naming {
     Naming {
-        root: options.pt_root.clone(),
+        root: options.torch.root.clone(),
         bare: options.name.clone(),
     }
 }
@@ -325,7 +325,7 @@ fn checked_expansion(t: &TensorMeta, loc: Located, options: &SourceOptions) -> R
     let bytes = numel(&t.shape)
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
-    if !options.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
+    if !options.torch.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
         return Err(Error::new(ErrorKind::ExpandedView {
             tensor_bytes: bytes,
             storage_bytes: loc.len,
@@ -474,14 +474,16 @@ impl PyTorchSource {
                 inputs: None,
             }));
         }
-        if !options.allow_expanded_views && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION) {
+        if !options.torch.allow_expanded_views
+            && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION)
+        {
             return Err(bad(PyTorchError::Expanded {
                 planned,
                 factor: MAX_TOTAL_EXPANSION,
                 stored,
             }));
         }
-        if options.dedupe_tied {
+        if options.torch.dedupe_tied {
             src.tied = tied(&src.tensors, &src.placed, &src.strides);
         }
         // Contiguous views are read as bytes: their strides are moot.
