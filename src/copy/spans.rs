@@ -210,6 +210,7 @@ mod tests {
     use super::*;
     use crate::copy::job::{testing, Job};
     use crate::copy::route::{routes, Routes};
+    use crate::ZipError;
 
     /// Member sizes: one copied in one pass, one copied beside its CRC thread.
     const SIZES: [usize; 2] = [2 * CHECKED_CHUNK + 4096, CHECK_BESIDE_MIN as usize + 4096];
@@ -253,7 +254,10 @@ mod tests {
                 let (jobs, _) = archive(size, &bad, None);
                 let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
                 assert_eq!(i, bad[0], "{bad:?}");
-                assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+                assert!(
+                    matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+                    "{e}"
+                );
             }
         }
     }
@@ -284,7 +288,10 @@ mod tests {
             let (jobs, _) = archive(size, &[0], Some(cut));
             let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
             assert_eq!(i, 0);
-            assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+            assert!(
+                matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+                "{e}"
+            );
         }
     }
 }

@@ -5,7 +5,7 @@
 //! may spool to a temp file).
 //!
 //! Layer: source, the top of it: may import the table, detection, the
-//! codecs, the object input (`store::source`), the header and index layers
+//! codecs, the object input ([`super::object`]), the header and index layers
 //! and below. No source imports this.
 
 use std::fs::File;
@@ -70,7 +70,7 @@ async fn open_one(
 ) -> Result<Box<dyn Source>> {
     #[cfg(feature = "object-store")]
     if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
-        use crate::store::source::{open_object, ObjectInput};
+        use super::object::{open_object, ObjectInput};
         return match open_object(url, options).await? {
             ObjectInput::Ranged(src) => Ok(src),
             ObjectInput::Whole { reader, stem } => {

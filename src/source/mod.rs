@@ -4,6 +4,47 @@
 //! headers alone, then produces tensor k's bytes on demand as an async
 //! reader. The planner needs only the listing; the sink pulls the bytes in
 //! plan order, which is generally not the input's order.
+//!
+//! # Adding an input format
+//!
+//! A format is one folder under `source/` and one row in the format table
+//! (`table::FORMATS` in `source/table.rs`); nothing in `convert/`, `dest/`, `copy/` or the CLI
+//! changes (only their documentation, to name the format). The folder
+//! `source/<format>/` holds:
+//!
+//! - **the source**: a type implementing [`Source`] (the listing: names,
+//!   dtypes, shapes, metadata from headers alone; then each tensor's bytes
+//!   on demand), read positionally from a [`std::fs::File`];
+//! - **its row**, `pub(crate) const ROW: FormatRow` (see `source/format.rs`):
+//!   `FormatRow::new(name, describe, open_file, stream)` plus how it is
+//!   recognised: `magic` (a test on the first bytes, up to
+//!   `detect::FILE_SNIFF_LEN` from a file, `detect::SNIFF_LEN` from a
+//!   stream), `path` (an input recognised by its path alone, such as an
+//!   index JSON or a folder's metadata file, and how it is opened), or
+//!   `asked` (only when the options say so, as the raw dump); `unwrap` says
+//!   whether a compressed input of it is unwrapped by magic or by name;
+//!   `open_file` opens a regular file (or a spooled stream) from a
+//!   `FileInput`; `stream` says how a forward-only input is read:
+//!   `Stream::Read(f)` as it comes, `Stream::Spool(why)` spooled whole
+//!   first, or `Stream::Refused(error)`;
+//! - **its options**, when it takes any: one struct declared with
+//!   `crate::setters::options!` (as [`NpyOptions`], [`TorchOptions`],
+//!   [`GgufOptions`]), nested as one field of [`SourceOptions`] and
+//!   re-exported here; the CLI flag and the Python keyword set that field;
+//! - **its errors**: one enum of its own (as `GgufError`, `PickleError`,
+//!   `PyTorchError`), carried by one `ErrorKind` variant; the enum names
+//!   and categorises its variants itself (`name()`, `category()`), so
+//!   `error/mod.rs` gains one line, not one per failure;
+//! - **its fixtures** under `fixtures/<format>/`, with their expected
+//!   outputs, and its tests in `tests/it/`.
+//!
+//! Then add `pub(crate) mod <format>;` above and `&<format>::ROW` to
+//! `table::FORMATS`, where its magic cannot shadow an earlier row's
+//! (rows are tried in order, after the compression codecs). A zip-based
+//! format reads its members with `source::zip` (as npz and PyTorch do). A format
+//! stored inside another's tensors (quantized safetensors weights, whose
+//! scales may lie in any input) is not a row but a `format::Wrap` listed
+//! in `table::WRAPS`, applied to every set of opened inputs.
 
 // The parsers below keep `pub` items the `internals` feature re-exports for
 // the tests, benchmarks and fuzz targets; without it they are crate-only.
@@ -21,6 +62,8 @@ pub(crate) mod memory;
 pub(crate) mod npy;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npz;
+#[cfg(feature = "object-store")]
+pub mod object;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]

@@ -326,7 +326,7 @@ fn checked_expansion(t: &TensorMeta, loc: Located, options: &SourceOptions) -> R
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
     if !options.torch.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
-        return Err(Error::new(ErrorKind::ExpandedView {
+        return Err(bad(PyTorchError::ExpandedView {
             tensor_bytes: bytes,
             storage_bytes: loc.len,
             factor: MAX_VIEW_EXPANSION,
@@ -723,6 +723,7 @@ impl Verified {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ZipError;
 
     /// A storage is checked once, whatever asks; another file's storage at
     /// the same first byte is checked on its own; a failed check does not pass.
@@ -755,7 +756,10 @@ mod tests {
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(bytes).unwrap();
         let e = v.check((2, 0), &file, &entry(1), 0).unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        assert!(
+            matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+            "{e}"
+        );
         assert!(!v.passed((2, 0)));
         v.check((2, 0), &file, &good, 0).unwrap();
     }

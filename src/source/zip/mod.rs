@@ -73,7 +73,7 @@ fn zip_err(e: ZipError) -> Error {
 }
 
 fn unsupported(feature: ZipFeature) -> Error {
-    Error::new(ErrorKind::ZipUnsupported(feature))
+    zip_err(ZipError::Unsupported(feature))
 }
 
 fn u16_at(b: &[u8], i: usize) -> u16 {
