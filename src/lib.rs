@@ -119,7 +119,11 @@ pub mod internals {
     pub use crate::source::gguf;
     pub use crate::source::npy::fortran::FortranReader;
     pub use crate::source::npy::{header as npy_header, NpySource};
-    pub use crate::source::npz::{zip, NpzSource};
+    pub use crate::source::npz::NpzSource;
+    /// The zip reader npz and PyTorch checkpoints share.
+    pub mod zip {
+        pub use crate::source::zip::{data_start, read_directory, Method, ZipEntry};
+    }
     pub use crate::source::pytorch::{model as pytorch_model, pickle, Storages};
     pub use crate::source::quantized::record::parse_any as bnb_record;
     pub use crate::source::raw::RawSource;

@@ -78,9 +78,9 @@ pub(crate) fn convert(
     options.checksum = checksum;
     options.sync = sync;
     options.overwrite_input = overwrite_input;
-    options.source.skip_non_npy = skip_non_npy;
+    options.source.npy.skip_non_npy = skip_non_npy;
     options.source.name = name;
-    options.source.npy_void_as = npy_void_as.as_deref().map(dtype).transpose().map_err(err)?;
+    options.source.npy.void_as = npy_void_as.as_deref().map(dtype).transpose().map_err(err)?;
     let collected = Arc::clone(&notices);
     options.notice = Some(Arc::new(move |note: &Note| {
         collected.lock().expect("notices lock").push(note.clone())

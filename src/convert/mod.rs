@@ -25,7 +25,6 @@ pub use crate::error::NoticeFn;
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan};
-use crate::source::input::open_input;
 use crate::source::{Access, Source};
 use crate::{Error, ErrorKind, Result, Warning};
 pub use dry_run::{dry_run, DryRun};
@@ -103,19 +102,7 @@ pub async fn open_inputs(
     options: &ConvertOptions,
 ) -> Result<Vec<Box<dyn Source>>> {
     let notice: Notice<'_> = options.notice.as_deref().unwrap_or(&|_| {});
-    let mut sources = Vec::with_capacity(inputs.len());
-    for path in inputs {
-        let resolved = crate::folder::resolve_input(path)?;
-        if resolved != *path {
-            notice(&Note::Info(format!(
-                "{}: reading {}",
-                path.display(),
-                resolved.display()
-            )));
-        }
-        sources.push(open_input(&resolved, &options.source, notice).await?);
-    }
-    crate::source::quantized::wrap(sources, &options.source, notice)
+    crate::source::open_inputs(inputs, &options.source, notice).await
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,

@@ -3,7 +3,7 @@
 //! says how a tensor's bytes can be had; [`super::route`] chooses how each
 //! is copied.
 
-use super::verbatim::Way;
+use super::policy::Way;
 use crate::cast::Cast;
 use crate::plan::ShardPlan;
 use crate::source::{FileSpan, OpenBlocking, Source};
@@ -123,7 +123,7 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
 /// Files for the copy routes' tests.
 #[cfg(test)]
 pub(crate) mod testing {
-    use super::SpanJob;
+    use crate::copy::job::SpanJob;
     use crate::source::{CrcCheck, FileSpan};
     use crate::transform::Transform;
     use std::fs::File;

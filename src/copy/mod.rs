@@ -31,10 +31,10 @@ use crate::source::{Source, TensorData};
 use crate::{Error, Result, Warning};
 use job::{jobs, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
 use policy::CopyPolicy;
+use policy::Way;
 use pool::write_parallel;
 use route::{routes, Route};
 use spans::copy_spans;
-use verbatim::Way;
 
 /// Writes one planned file to any `AsyncWrite`, pulling each tensor from its source.
 #[cfg(any(test, feature = "internals"))]

@@ -3,7 +3,14 @@
 //! to every shard's [`super::route::routes`]. Nothing here outlives the
 //! conversion: a process converting twice chooses twice.
 
-pub use super::verbatim::Way;
+/// How verbatim bytes are copied (`copy::verbatim` copies them so).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// From a mapping of the source, handed to `write`.
+    Mapped,
+    /// `pread` into one buffer of a page-cache-friendly size, then `write`.
+    Read,
+}
 
 /// Which routes a conversion may take into a file: all, by default. With
 /// one off, its tensors take the next route down (a kernel copy, a checked

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use super::job::{Job, SpanJob};
 use super::policy::CopyPolicy;
-use super::verbatim::{KernelWay, Way, TRIAL_MIN};
+use super::policy::Way;
+use super::verbatim::{KernelWay, TRIAL_MIN};
 use crate::sink::elements::Elements;
 
 /// How a job, or a run of jobs, is copied. Indices are the jobs'.

@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::gather::{copy_batches_parallel, copy_gathered, Scratch};
 use super::job::{Copied, JobError, Overflow, SpanJob};
+use super::policy::Way;
 use super::positional::{copy_buffered, crc_until, CHECKED_CHUNK};
 use super::route::Route;
-use super::verbatim::{copy_verbatim, KernelWay, Way};
+use super::verbatim::{copy_verbatim, KernelWay};
 use crate::sink::elements::{too_short, Crc};
 use crate::source::FileSpan;
 use crate::{Error, ErrorKind, Result};
@@ -228,6 +229,7 @@ mod tests {
     use crate::copy::job::{testing, Job};
     use crate::copy::policy::{CopyPolicy, Routes};
     use crate::copy::route::{routes, CHECK_BESIDE_MIN};
+    use crate::ZipError;
 
     /// Member sizes: one copied in one pass, one copied beside its CRC thread.
     const SIZES: [usize; 2] = [2 * CHECKED_CHUNK + 4096, CHECK_BESIDE_MIN as usize + 4096];
@@ -272,7 +274,10 @@ mod tests {
                 let (jobs, _) = archive(size, &bad, None);
                 let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
                 assert_eq!(i, bad[0], "{bad:?}");
-                assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+                assert!(
+                    matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+                    "{e}"
+                );
             }
         }
     }
@@ -303,7 +308,10 @@ mod tests {
             let (jobs, _) = archive(size, &[0], Some(cut));
             let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
             assert_eq!(i, 0);
-            assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+            assert!(
+                matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+                "{e}"
+            );
         }
     }
 }

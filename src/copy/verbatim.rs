@@ -21,18 +21,10 @@ use std::fs::File;
 use std::io::Write;
 
 use super::mapped::{copy_mapped, WRITE_PIECE};
+use super::policy::Way;
 use super::positional::read_exact_at;
 use crate::sink::elements::too_short;
 use crate::{Error, ErrorKind};
-
-/// How verbatim bytes are copied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Way {
-    /// From a mapping of the source, handed to `write`.
-    Mapped,
-    /// `pread` into one buffer of a page-cache-friendly size, then `write`.
-    Read,
-}
 
 /// How one kernel copy goes: by a way, or timing both (the conversion has
 /// not chosen yet, and this copy is long enough to tell).

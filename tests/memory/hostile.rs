@@ -1375,7 +1375,11 @@ fn a_large_checkpoint_tells_the_caller_when_its_phases_free_memory() {
         std::fs::write(&path, torch_zip(&p.stop(), &[("0", floats(1))])).unwrap();
         let before = FREED_CALLS.load(Ordering::SeqCst);
         let src = rt
-            .block_on(open_input(&path, &options, &|_: &safetensors_stream::Note| {}))
+            .block_on(open_input(
+                &path,
+                &options,
+                &|_: &safetensors_stream::Note| {},
+            ))
             .unwrap();
         assert_eq!(src.tensors()[0].name, "w");
         FREED_CALLS.load(Ordering::SeqCst) - before

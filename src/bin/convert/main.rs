@@ -271,9 +271,8 @@ fn worse(a: Category, b: Category) -> Category {
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
     // A GGUF's metadata is listed whether or not --gguf-metadata is given;
     // headers only: `cat x.safetensors | convert inspect -` is not spooled.
-    let options = run::source_options(&args.input)?
-        .gguf_metadata(true)
-        .listing_only(true);
+    let mut options = run::source_options(&args.input)?.listing_only(true);
+    options.gguf.metadata = true;
     // A checkpoint folder stands for its index or its one model file, as for convert.
     let file = resolve_input(&args.file)?;
     let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {
@@ -306,7 +305,7 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     // named .safetensors; any other is "unknown input format", as converting says.
     let named_safetensors = path.extension().is_some_and(|e| e == "safetensors");
     Ok(match format {
-        Some(Format::Safetensors) => true,
+        Some(f) if f == Format::SAFETENSORS => true,
         Some(Format::Unknown) => named_safetensors,
         _ => false,
     })

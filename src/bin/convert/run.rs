@@ -12,7 +12,9 @@ use safetensors_stream::header::Order;
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::{FreedMemoryHook, SourceOptions};
+use safetensors_stream::source::{
+    FreedMemoryHook, GgufOptions, NpyOptions, SourceOptions, TorchOptions,
+};
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{Dtype, Error, ErrorKind, Note, Warning};
 use serde_json::json;
@@ -113,16 +115,20 @@ fn dequantize_to(args: &InputArgs) -> Option<Dtype> {
 }
 
 pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
-    Ok(SourceOptions::default()
+    let npy = NpyOptions::default()
         .skip_non_npy(args.skip_non_npy)
+        .void_as(args.npy_void_as);
+    let torch = TorchOptions::default()
+        .dedupe_tied(args.dedupe_tied)
+        .root(args.pt_root.clone())
+        .allow_expanded_views(args.allow_expanded_views);
+    Ok(SourceOptions::default()
         .name(args.name.clone())
         .raw(raw_spec(args)?)
-        .npy_void_as(args.npy_void_as)
-        .dedupe_tied(args.dedupe_tied)
-        .pt_root(args.pt_root.clone())
-        .allow_expanded_views(args.allow_expanded_views)
+        .npy(npy)
+        .torch(torch)
         .dequantize(dequantize_to(args))
-        .gguf_metadata(args.gguf_metadata)
+        .gguf(GgufOptions::default().metadata(args.gguf_metadata))
         .freed_memory(FreedMemoryHook::new(crate::collect_freed_memory)))
 }
 

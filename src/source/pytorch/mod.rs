@@ -12,6 +12,7 @@
 pub(crate) mod legacy;
 pub mod model;
 pub mod pickle;
+pub(crate) mod row;
 pub(crate) mod strided;
 pub(crate) mod zipfmt;
 
@@ -28,8 +29,7 @@ use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
 pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
 use super::blocking::BlockingReader;
-use super::npz::zip::{read_directory, Method, PositionalReader, ZipEntry};
-use super::npz::MemberReader;
+use super::zip::{read_directory, MemberReader, Method, ZipEntry};
 use super::{
     file_range, BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData,
 };
@@ -37,6 +37,7 @@ use crate::dtype::numel;
 use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
+use crate::io_util::PositionalReader;
 use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, HeaderError, IndexError, PyTorchError, Result};
 
@@ -196,14 +197,14 @@ pub(crate) struct PyTorchSource {
 }
 
 /// A view may be at most this many times its storage's bytes, unless
-/// [`SourceOptions::allow_expanded_views`]: a small broadcast that
+/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views): a small broadcast that
 /// `torch.save` kept as a stride-0 view (`x.expand(3, n)`) converts, one
 /// float viewed as 2^40 does not.
 pub(crate) const MAX_VIEW_EXPANSION: u64 = 16;
 
 /// The tensors of a checkpoint may add up to at most this many times its
 /// storages' bytes (tied views each count), unless
-/// [`SourceOptions::allow_expanded_views`].
+/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views).
 pub(crate) const MAX_TOTAL_EXPANSION: u64 = 16;
 
 fn bad(e: PyTorchError) -> Error {
@@ -212,7 +213,7 @@ fn bad(e: PyTorchError) -> Error {
 
 fn naming(options: &SourceOptions) -> Naming {
     Naming {
-        root: options.pt_root.clone(),
+        root: options.torch.root.clone(),
         bare: options.name.clone(),
     }
 }
@@ -311,7 +312,7 @@ fn checked_expansion(t: &TensorMeta, loc: Located, options: &SourceOptions) -> R
     let bytes = numel(&t.shape)
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
-    if !options.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
+    if !options.torch.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
         return Err(bad(PyTorchError::ExpandedView {
             tensor_bytes: bytes,
             storage_bytes: loc.len,
@@ -458,14 +459,16 @@ impl PyTorchSource {
                 inputs: None,
             }));
         }
-        if !options.allow_expanded_views && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION) {
+        if !options.torch.allow_expanded_views
+            && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION)
+        {
             return Err(bad(PyTorchError::Expanded {
                 planned,
                 factor: MAX_TOTAL_EXPANSION,
                 stored,
             }));
         }
-        if options.dedupe_tied {
+        if options.torch.dedupe_tied {
             src.tied = tied(&src.tensors, &src.placed, &src.strides);
         }
         // Contiguous views are read as bytes: their strides are moot.
@@ -705,6 +708,7 @@ impl Verified {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ZipError;
 
     /// A storage is checked once, whatever asks; another file's storage at
     /// the same first byte is checked on its own; a failed check does not pass.
@@ -737,7 +741,10 @@ mod tests {
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(bytes).unwrap();
         let e = v.check((2, 0), &file, &entry(1), 0).unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        assert!(
+            matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+            "{e}"
+        );
         assert!(!v.passed((2, 0)));
         v.check((2, 0), &file, &good, 0).unwrap();
     }

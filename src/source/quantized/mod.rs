@@ -139,17 +139,22 @@ pub(crate) struct Weight {
 /// Wraps the opened `sources` so that quantized weights come out
 /// dequantized to `options.dequantize`; without it, returns them as they
 /// are, after a notice for each quantized input.
-pub(crate) fn wrap<'a>(
-    sources: Vec<Box<dyn Source + 'a>>,
+pub(crate) fn wrap(
+    sources: Vec<Box<dyn Source>>,
     options: &SourceOptions,
     notice: Notice<'_>,
-) -> Result<Vec<Box<dyn Source + 'a>>> {
+) -> Result<Vec<Box<dyn Source>>> {
     let found = recognize(&sources)?;
     if found.weights.is_empty() {
         return Ok(sources);
     }
     let Some(to) = options.dequantize else {
-        for (s, count) in found.per_source() {
+        // A listing (inspect) copies nothing: nothing to say.
+        let said = found
+            .per_source()
+            .into_iter()
+            .filter(|_| !options.listing_only);
+        for (s, count) in said {
             notice(&Note::Info(format!(
                 "{}: {count} quantized weights ({}) copied as they are; --dequantize writes them in full precision",
                 sources[s].input_name(),
@@ -160,7 +165,7 @@ pub(crate) fn wrap<'a>(
     };
     check_rows(&found, &sources)?;
     let mut found = found;
-    let mut out: Vec<Box<dyn Source + 'a>> = Vec::with_capacity(sources.len());
+    let mut out: Vec<Box<dyn Source>> = Vec::with_capacity(sources.len());
     for (s, source) in sources.into_iter().enumerate() {
         let homed = found.take_source(s);
         if homed.is_empty() && !found.consumes_any(s) {
