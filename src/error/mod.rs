@@ -15,6 +15,8 @@ pub mod gguf;
 pub(crate) mod header;
 pub(crate) mod index;
 pub(crate) mod json;
+pub mod msgpack;
+pub mod onnx;
 pub(crate) mod pickle;
 pub(crate) mod quantized;
 pub(crate) mod store;
@@ -605,6 +607,12 @@ pub enum ErrorKind {
     /// A malformed or unsupported GGUF file.
     #[error("gguf: {0}")]
     Gguf(#[from] gguf::GgufError),
+    /// A malformed or unsupported ONNX model.
+    #[error("onnx: {0}")]
+    Onnx(#[from] onnx::OnnxError),
+    /// A malformed or unsupported Flax MessagePack file.
+    #[error("msgpack: {0}")]
+    MsgPack(#[from] msgpack::MsgPackError),
     /// A quantized weight (FP8, GPTQ, AWQ, bitsandbytes) whose scales,
     /// zeros or records do not describe it.
     #[error("{0}")]
@@ -688,6 +696,8 @@ impl ErrorKind {
             | K::PastPlan
             | K::NpyHeader(_)
             | K::Gguf(_)
+            | K::Onnx(_)
+            | K::MsgPack(_)
             | K::UnsupportedDtype { .. }
             | K::DataLength { .. }
             | K::Zip(_)

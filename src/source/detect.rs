@@ -23,6 +23,10 @@ pub enum Format {
     Tar,
     /// `GGUF`: a llama.cpp model.
     Gguf,
+    /// A protobuf `ModelProto`: an ONNX model.
+    Onnx,
+    /// A MessagePack map: a Flax checkpoint.
+    MsgPack,
     /// A compressed wrapper around another input.
     Compressed(Codec),
     /// None of the above.
@@ -38,6 +42,8 @@ impl Format {
             Format::Zip => "an .npz (zip) archive".to_string(),
             Format::Safetensors => "a safetensors file".to_string(),
             Format::Gguf => "a GGUF file".to_string(),
+            Format::Onnx => "an ONNX model".to_string(),
+            Format::MsgPack => "a Flax MessagePack file".to_string(),
             Format::Compressed(c) => format!("a {}-compressed file", c.name()),
             Format::TorchLegacy => "a PyTorch checkpoint (legacy format)".to_string(),
             Format::Tar => "a tar archive (an old PyTorch format)".to_string(),
@@ -74,6 +80,8 @@ pub(crate) fn say_what_it_is(e: Error, path: &Path) -> Error {
             f @ (Format::Npy
             | Format::Zip
             | Format::Gguf
+            | Format::Onnx
+            | Format::MsgPack
             | Format::Compressed(_)
             | Format::TorchLegacy),
         )) => f.describe(),
@@ -167,6 +175,10 @@ pub fn detect(first: &[u8]) -> Format {
         Format::Tar
     } else if looks_like_safetensors(first) {
         Format::Safetensors
+    } else if crate::source::onnx::looks_like_onnx(first) {
+        Format::Onnx
+    } else if crate::source::msgpack::looks_like_msgpack(first) {
+        Format::MsgPack
     } else {
         Format::Unknown
     }

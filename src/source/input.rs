@@ -14,8 +14,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 
 use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::gguf::GgufSource;
+use super::msgpack::MsgPackSource;
 use super::npy::NpySource;
 use super::npz::{zip::read_directory, NpzSource};
+use super::onnx::OnnxSource;
 use super::pytorch::{self, PyTorchSource};
 use super::raw::{RawSource, RawSpec};
 use super::safetensors::SafetensorsSource;
@@ -116,6 +118,8 @@ pub async fn open_input(
         }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Gguf => open_gguf(file, len, &input, options, notice),
+        Format::Onnx => Ok(Box::new(OnnxSource::open(file, len, Some(path), &input)?)),
+        Format::MsgPack => MsgPackSource::open_told(file, len, &input, notice),
         Format::Compressed(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
             let decoded = decoder(codec, raw).map_err(|e| e.with_input(&input))?;
@@ -508,6 +512,19 @@ fn open_stream<'a>(
                 ));
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 open_gguf(file, len, input, options, notice)
+            }
+            Format::Onnx | Format::MsgPack => {
+                notice(&format!(
+                    "{input}: {} needs random access; spooling it to a temporary file",
+                    detect(&first).describe()
+                ));
+                let (file, len) = spool(reader, None).await.map_err(on_input)?;
+                match detect(&first) {
+                    Format::Onnx => {
+                        Ok(Box::new(OnnxSource::open(file, len, None, input)?) as Box<dyn Source>)
+                    }
+                    _ => MsgPackSource::open_told(file, len, input, notice),
+                }
             }
             Format::Safetensors if options.listing_only => {
                 let (_, json, _) = stream_header(reader).await.map_err(on_input)?;

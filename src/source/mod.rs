@@ -8,17 +8,20 @@
 // The parsers below keep `pub` items the `internals` feature re-exports for
 // the tests, benchmarks and fuzz targets; without it they are crate-only.
 pub(crate) mod blocking;
+pub(crate) mod cursor;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
 pub mod gguf;
 pub(crate) mod input;
 pub(crate) mod memory;
+pub mod msgpack;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npy;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npz;
 #[cfg(feature = "object-store")]
 pub mod object;
+pub mod onnx;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
