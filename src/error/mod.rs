@@ -612,7 +612,7 @@ pub enum ErrorKind {
     Onnx(#[from] onnx::OnnxError),
     /// A malformed or unsupported Flax MessagePack file.
     #[error("msgpack: {0}")]
-    MsgPack(#[from] msgpack::MsgPackError),
+    Msgpack(#[from] msgpack::MsgpackError),
     /// A quantized weight (FP8, GPTQ, AWQ, bitsandbytes) whose scales,
     /// zeros or records do not describe it.
     #[error("{0}")]
@@ -697,7 +697,7 @@ impl ErrorKind {
             | K::NpyHeader(_)
             | K::Gguf(_)
             | K::Onnx(_)
-            | K::MsgPack(_)
+            | K::Msgpack(_)
             | K::UnsupportedDtype { .. }
             | K::DataLength { .. }
             | K::Zip(_)

@@ -7,7 +7,7 @@
 /// escapes (`{:?}`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum MsgPackError {
+pub enum MsgpackError {
     /// The file ends inside a value.
     #[error("the file ends inside {0}")]
     Truncated(&'static str),

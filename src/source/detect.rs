@@ -26,7 +26,7 @@ pub enum Format {
     /// A protobuf `ModelProto`: an ONNX model.
     Onnx,
     /// A MessagePack map: a Flax checkpoint.
-    MsgPack,
+    Msgpack,
     /// A compressed wrapper around another input.
     Compressed(Codec),
     /// None of the above.
@@ -43,7 +43,7 @@ impl Format {
             Format::Safetensors => "a safetensors file".to_string(),
             Format::Gguf => "a GGUF file".to_string(),
             Format::Onnx => "an ONNX model".to_string(),
-            Format::MsgPack => "a Flax MessagePack file".to_string(),
+            Format::Msgpack => "a Flax MessagePack file".to_string(),
             Format::Compressed(c) => format!("a {}-compressed file", c.name()),
             Format::TorchLegacy => "a PyTorch checkpoint (legacy format)".to_string(),
             Format::Tar => "a tar archive (an old PyTorch format)".to_string(),
@@ -81,7 +81,7 @@ pub(crate) fn say_what_it_is(e: Error, path: &Path) -> Error {
             | Format::Zip
             | Format::Gguf
             | Format::Onnx
-            | Format::MsgPack
+            | Format::Msgpack
             | Format::Compressed(_)
             | Format::TorchLegacy),
         )) => f.describe(),
@@ -178,7 +178,7 @@ pub fn detect(first: &[u8]) -> Format {
     } else if crate::source::onnx::looks_like_onnx(first) {
         Format::Onnx
     } else if crate::source::msgpack::looks_like_msgpack(first) {
-        Format::MsgPack
+        Format::Msgpack
     } else {
         Format::Unknown
     }

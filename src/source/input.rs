@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 
 use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::gguf::GgufSource;
-use super::msgpack::MsgPackSource;
+use super::msgpack::MsgpackSource;
 use super::npy::NpySource;
 use super::npz::{zip::read_directory, NpzSource};
 use super::onnx::OnnxSource;
@@ -119,7 +119,7 @@ pub async fn open_input(
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Gguf => open_gguf(file, len, &input, options, notice),
         Format::Onnx => Ok(Box::new(OnnxSource::open(file, len, Some(path), &input)?)),
-        Format::MsgPack => MsgPackSource::open_told(file, len, &input, notice),
+        Format::Msgpack => MsgpackSource::open_told(file, len, &input, notice),
         Format::Compressed(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
             let decoded = decoder(codec, raw).map_err(|e| e.with_input(&input))?;
@@ -513,7 +513,7 @@ fn open_stream<'a>(
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 open_gguf(file, len, input, options, notice)
             }
-            Format::Onnx | Format::MsgPack => {
+            Format::Onnx | Format::Msgpack => {
                 notice(&format!(
                     "{input}: {} needs random access; spooling it to a temporary file",
                     detect(&first).describe()
@@ -523,7 +523,7 @@ fn open_stream<'a>(
                     Format::Onnx => {
                         Ok(Box::new(OnnxSource::open(file, len, None, input)?) as Box<dyn Source>)
                     }
-                    _ => MsgPackSource::open_told(file, len, input, notice),
+                    _ => MsgpackSource::open_told(file, len, input, notice),
                 }
             }
             Format::Safetensors if options.listing_only => {

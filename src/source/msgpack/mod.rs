@@ -45,7 +45,7 @@ pub use crate::error::msgpack as error;
 
 /// A Flax MessagePack file as a source.
 #[derive(Debug)]
-pub struct MsgPackSource {
+pub struct MsgpackSource {
     input: String,
     file: Arc<File>,
     opened: Stamp,
@@ -55,12 +55,12 @@ pub struct MsgPackSource {
     skipped_paths: Vec<String>,
 }
 
-impl MsgPackSource {
+impl MsgpackSource {
     /// Lists the arrays of the file `file`, `len` bytes long.
     pub fn open(file: File, len: u64, input: &str) -> Result<Self> {
         let walked = walk(&file, len).map_err(|e| e.with_input(input))?;
         let (tensors, data) = walked.tensors.into_iter().map(|t| (t.meta, t.data)).unzip();
-        Ok(MsgPackSource {
+        Ok(MsgpackSource {
             input: input.to_string(),
             opened: Stamp::of(&file, len),
             file: Arc::new(file),
@@ -139,7 +139,7 @@ impl Read for Chunks {
     }
 }
 
-impl Source for MsgPackSource {
+impl Source for MsgpackSource {
     fn input_name(&self) -> &str {
         &self.input
     }

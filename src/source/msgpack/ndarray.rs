@@ -9,7 +9,7 @@ use std::fs::File;
 use rmp::Marker;
 
 use super::read::{bad, int_value, marker, read_be, truncated};
-use crate::error::msgpack::MsgPackError;
+use crate::error::msgpack::MsgpackError;
 use crate::source::cursor::FileCursor;
 use crate::{Dtype, Result};
 
@@ -29,7 +29,7 @@ pub(crate) struct Ndarray {
 /// cursor at its end.
 pub(crate) fn read_ndarray(c: &mut FileCursor<&File>, start: u64, len: u64) -> Result<Ndarray> {
     let end = start + len;
-    let not_flax = |what| bad(MsgPackError::Ndarray(what), start);
+    let not_flax = |what| bad(MsgpackError::Ndarray(what), start);
     if marker(c)? != Marker::FixArray(3) {
         return Err(not_flax("not a 3-array [shape, dtype, bytes]"));
     }
@@ -40,7 +40,7 @@ pub(crate) fn read_ndarray(c: &mut FileCursor<&File>, start: u64, len: u64) -> R
         _ => return Err(not_flax("its shape is not an array")),
     };
     if dims > MAX_DIMS {
-        return Err(bad(MsgPackError::TooManyDims, start));
+        return Err(bad(MsgpackError::TooManyDims, start));
     }
     let mut shape = Vec::with_capacity(dims as usize);
     for _ in 0..dims {
@@ -48,7 +48,7 @@ pub(crate) fn read_ndarray(c: &mut FileCursor<&File>, start: u64, len: u64) -> R
         let m = marker(c)?;
         match int_value(c, m)? {
             Some(d) if d >= 0 => shape.push(d as u64),
-            _ => return Err(bad(MsgPackError::Ndarray("a dimension is not a count"), at)),
+            _ => return Err(bad(MsgpackError::Ndarray("a dimension is not a count"), at)),
         }
     }
     let name_len = match marker(c)? {
@@ -56,12 +56,13 @@ pub(crate) fn read_ndarray(c: &mut FileCursor<&File>, start: u64, len: u64) -> R
         Marker::Str8 => read_be::<1>(c)?,
         _ => return Err(not_flax("its dtype is not a short string")),
     };
+    let name_at = c.position();
     let mut name = [0u8; 32];
     let name = name
         .get_mut(..name_len as usize)
         .ok_or_else(|| not_flax("its dtype name is longer than 32 bytes"))?;
     std::io::Read::read_exact(c, name).map_err(|_| truncated("a dtype name", start))?;
-    let dtype = dtype_of(name)?;
+    let dtype = dtype_of(name).map_err(|e| e.at_offset(name_at))?;
     let data_len = match marker(c)? {
         Marker::Bin8 => read_be::<1>(c)?,
         Marker::Bin16 => read_be::<2>(c)?,
@@ -70,7 +71,7 @@ pub(crate) fn read_ndarray(c: &mut FileCursor<&File>, start: u64, len: u64) -> R
     };
     let offset = c.position();
     if offset.checked_add(data_len) != Some(end) {
-        let e = MsgPackError::ExtLength {
+        let e = MsgpackError::ExtLength {
             declared: len,
             actual: (offset - start).saturating_add(data_len),
         };
@@ -109,7 +110,7 @@ fn dtype_of(name: &[u8]) -> Result<Dtype> {
         b"float8_e8m0fnu" => Dtype::F8_E8M0,
         other => {
             let name = String::from_utf8_lossy(other).into_owned();
-            return Err(crate::Error::new(MsgPackError::Dtype(name)));
+            return Err(crate::Error::new(MsgpackError::Dtype(name)));
         }
     };
     Ok(d)

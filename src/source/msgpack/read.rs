@@ -5,18 +5,18 @@ use std::fs::File;
 
 use rmp::Marker;
 
-use crate::error::msgpack::MsgPackError;
+use crate::error::msgpack::MsgpackError;
 use crate::source::cursor::FileCursor;
 use crate::{Error, Result};
 
 /// A bad-input error at `at`.
-pub(crate) fn bad(e: MsgPackError, at: u64) -> Error {
+pub(crate) fn bad(e: MsgpackError, at: u64) -> Error {
     Error::new(e).at_offset(at)
 }
 
 /// The file ended inside `what`, which began at `at`.
 pub(crate) fn truncated(what: &'static str, at: u64) -> Error {
-    bad(MsgPackError::Truncated(what), at)
+    bad(MsgpackError::Truncated(what), at)
 }
 
 fn io_or_truncated(e: std::io::Error, what: &'static str, at: u64) -> Error {

@@ -12,7 +12,7 @@ use rmp::Marker;
 
 use super::ndarray::{read_ndarray, Ndarray};
 use super::read::{bad, int_value, map_len, marker, read_be, truncated};
-use crate::error::msgpack::MsgPackError;
+use crate::error::msgpack::MsgpackError;
 use crate::header::TensorMeta;
 use crate::source::cursor::FileCursor;
 use crate::{Error, Result};
@@ -66,12 +66,12 @@ pub(crate) fn walk(file: &File, len: u64) -> Result<Walked> {
     };
     let m = marker(&mut w.c)?;
     let Some(n) = map_len(&mut w.c, m)? else {
-        return Err(bad(MsgPackError::NotAMap, 0));
+        return Err(bad(MsgpackError::NotAMap, 0));
     };
     w.map(n, 1, 0)?;
     let end = w.c.position();
     if end != len {
-        return Err(bad(MsgPackError::Trailing(len - end), end));
+        return Err(bad(MsgpackError::Trailing(len - end), end));
     }
     Ok(w.out)
 }
@@ -134,11 +134,11 @@ impl Walk<'_> {
                 if let Some(v) = int_value(&mut self.c, m)? {
                     return Ok(v.to_string());
                 }
-                return Err(bad(MsgPackError::KeyType(kind(m)), at));
+                return Err(bad(MsgpackError::KeyType(kind(m)), at));
             }
         };
         if len > KEY_LIMIT {
-            let e = MsgPackError::TooLong {
+            let e = MsgpackError::TooLong {
                 what: "a map key",
                 len,
                 limit: KEY_LIMIT,
@@ -148,7 +148,7 @@ impl Walk<'_> {
         self.check_fits(len, "a map key", at)?;
         let mut b = vec![0u8; len as usize];
         std::io::Read::read_exact(&mut self.c, &mut b)?;
-        String::from_utf8(b).map_err(|_| bad(MsgPackError::NotUtf8("a map key"), at))
+        String::from_utf8(b).map_err(|_| bad(MsgpackError::NotUtf8("a map key"), at))
     }
 
     /// Refuses a length that runs past the end of the file.
@@ -193,7 +193,8 @@ impl Walk<'_> {
             let start = self.c.position();
             self.check_fits(len, "an ext value", at)?;
             if ty == 1 || ty == 3 {
-                let a = read_ndarray(&mut self.c, start, len)?;
+                let a =
+                    read_ndarray(&mut self.c, start, len).map_err(|e| e.with_tensor(&self.path))?;
                 return self.tensor(a, at);
             }
             self.c.seek(start + len);
@@ -205,7 +206,7 @@ impl Walk<'_> {
 
     fn deeper(&self, depth: usize, at: u64) -> Result<()> {
         if depth >= MAX_DEPTH {
-            return Err(bad(MsgPackError::TooDeep(MAX_DEPTH), at));
+            return Err(bad(MsgpackError::TooDeep(MAX_DEPTH), at));
         }
         Ok(())
     }
@@ -230,7 +231,7 @@ impl Walk<'_> {
     /// Steps over a leaf that is not an array.
     fn scalar(&mut self, m: Marker, at: u64) -> Result<()> {
         let len = match m {
-            Marker::Reserved => return Err(bad(MsgPackError::Reserved, at)),
+            Marker::Reserved => return Err(bad(MsgpackError::Reserved, at)),
             Marker::FixStr(n) => u64::from(n),
             Marker::Str8 | Marker::Bin8 => read_be::<1>(&mut self.c)?,
             Marker::Str16 | Marker::Bin16 => read_be::<2>(&mut self.c)?,
@@ -267,7 +268,7 @@ impl Walk<'_> {
         let named = |e: Error| e.with_tensor(&meta.name).at_offset(at);
         let expected = meta.byte_len().map_err(named)?;
         if expected != len {
-            let e = MsgPackError::DataLength {
+            let e = MsgpackError::DataLength {
                 expected,
                 actual: len,
             };
@@ -284,7 +285,7 @@ impl Walk<'_> {
         crate::header::within_memory_bound(self.charged, metadata)
             .map_err(|e| named(Error::new(e)))?;
         if !self.names.insert(meta.name.clone()) {
-            let e = MsgPackError::DuplicateTensor(meta.name.clone());
+            let e = MsgpackError::DuplicateTensor(meta.name.clone());
             return Err(named(Error::new(e)));
         }
         self.out.tensors.push(Tensor { meta, data });
@@ -294,7 +295,7 @@ impl Walk<'_> {
     /// A chunked array: the rest of its map (`n` entries after the marker
     /// key), `{"shape": {"0": d0, ...}, "chunks": {"0": ndarray, ...}}`.
     fn chunked(&mut self, n: u64, at: u64) -> Result<()> {
-        let wrong = |why: &str| bad(MsgPackError::Chunked(why.to_string()), at);
+        let wrong = |why: &str| bad(MsgpackError::Chunked(why.to_string()), at);
         if marker(&mut self.c)? != Marker::True {
             return Err(wrong("__msgpack_chunked_array__ is not true"));
         }
@@ -327,7 +328,7 @@ impl Walk<'_> {
         let m = marker(&mut self.c)?;
         map_len(&mut self.c, m)?.ok_or_else(|| {
             bad(
-                MsgPackError::Chunked(format!("its {what} is not a map")),
+                MsgpackError::Chunked(format!("its {what} is not a map")),
                 at,
             )
         })
@@ -336,8 +337,8 @@ impl Walk<'_> {
     fn index_key(&mut self, i: u64, at: u64, what: &str) -> Result<()> {
         let key = self.key()?;
         if key != i.to_string() {
-            let why = format!("its {what} key {key:?} is not {i:?}");
-            return Err(bad(MsgPackError::Chunked(why), at));
+            let why = format!("its {what} key {key:?} is not \"{i}\"");
+            return Err(bad(MsgpackError::Chunked(why), at));
         }
         Ok(())
     }
@@ -345,7 +346,7 @@ impl Walk<'_> {
     fn chunk_shape(&mut self, at: u64) -> Result<Vec<u64>> {
         let n = self.numbered(at, "shape")?;
         if n > 64 {
-            return Err(bad(MsgPackError::TooManyDims, at));
+            return Err(bad(MsgpackError::TooManyDims, at));
         }
         let mut shape = Vec::with_capacity(n as usize);
         for i in 0..n {
@@ -355,7 +356,7 @@ impl Walk<'_> {
                 Some(d) if d >= 0 && d <= i128::from(u64::MAX) => shape.push(d as u64),
                 _ => {
                     let why = "a dimension is not a count".to_string();
-                    return Err(bad(MsgPackError::Chunked(why), at));
+                    return Err(bad(MsgpackError::Chunked(why), at));
                 }
             }
         }
@@ -365,7 +366,7 @@ impl Walk<'_> {
     /// The chunks: their dtype, places, and element count.
     fn chunk_list(&mut self, at: u64) -> Result<ChunkList> {
         let n = self.numbered(at, "chunks")?;
-        let wrong = |why: &str| bad(MsgPackError::Chunked(why.to_string()), at);
+        let wrong = |why: &str| bad(MsgpackError::Chunked(why.to_string()), at);
         let (mut dtype, mut places, mut elements) = (None, Vec::new(), 0u64);
         for i in 0..n {
             self.index_key(i, at, "chunks")?;
@@ -376,7 +377,7 @@ impl Walk<'_> {
             };
             self.check_fits(len, "an ext value", chunk_at)?;
             let start = self.c.position();
-            let a = read_ndarray(&mut self.c, start, len)?;
+            let a = read_ndarray(&mut self.c, start, len).map_err(|e| e.with_tensor(&self.path))?;
             let [count] = a.shape[..] else {
                 return Err(wrong("a chunk is not one-dimensional"));
             };
