@@ -180,6 +180,9 @@ fn onnx_error(bytes: &[u8]) -> (Error, usize) {
     (e, peak)
 }
 
+/// A hostile file, and what its error must be.
+type Case<E> = (Vec<u8>, fn(&E) -> bool);
+
 fn onnx_kind(e: &Error) -> &OnnxError {
     match e.kind() {
         ErrorKind::Onnx(o) => o,
@@ -241,7 +244,7 @@ fn hostile_models_are_refused_by_name_before_allocating_on_a_claim() {
     let (e, _) = onnx_error(&m);
     assert!(matches!(onnx_kind(&e), OnnxError::PastEnd { .. }), "{e}");
     assert_eq!(e.offset(), Some(8), "{e}");
-    let cases: Vec<(Vec<u8>, fn(&OnnxError) -> bool)> = vec![
+    let cases: Vec<Case<OnnxError>> = vec![
         (model(&[tensor("w", 1, &[2], &raw4)]), |o| {
             matches!(
                 o,
@@ -455,7 +458,7 @@ fn hostile_msgpack_files_are_refused_by_name_before_allocating_on_a_claim() {
     let (e, _) = msgpack_error(&deep);
     assert!(matches!(msgpack_kind(&e), MsgpackError::TooDeep(64)), "{e}");
     let w = ndarray(&[2], "float32", &[0; 8]);
-    let cases: Vec<(Vec<u8>, fn(&MsgpackError) -> bool)> = vec![
+    let cases: Vec<Case<MsgpackError>> = vec![
         ([map1("w", &w), vec![0]].concat(), |m| {
             matches!(m, MsgpackError::Trailing(1))
         }),
