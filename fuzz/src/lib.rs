@@ -382,7 +382,9 @@ fn read_every_tensor<S: Source>(opened: Result<S>) -> Outcomes {
             }
             assert_eq!(n, want, "{}", t.name);
         } else {
-            let span = src.file_span(k).expect("a tensor without a reader has a span");
+            let span = src
+                .file_span(k)
+                .expect("a tensor without a reader has a span");
             assert_eq!(span.len, want, "{}", t.name);
             let file_len = span.file.metadata().expect("the file's length").len();
             assert!(span.offset + span.len <= file_len, "{}", t.name);
