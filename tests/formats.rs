@@ -732,3 +732,22 @@ fn the_binary_refuses_hostile_files_in_one_line_and_leaves_nothing() {
     assert_eq!(support::code(&o), 1);
     assert!(support::listing(out.path()).is_empty());
 }
+
+#[test]
+fn sparse_initializers_are_left_out_and_said() {
+    let w = tensor("w", 1, &[1], &fb(9, &[0; 4]));
+    let graph: Vec<u8> = [fb(5, &w), fb(15, b"\x0a\x00")].concat();
+    let bytes = [fv(1, 9), fb(7, &graph)].concat();
+    let dir = tempfile::tempdir().unwrap();
+    let path = support::write(dir.path(), "m.onnx", &bytes);
+    let said = std::sync::Mutex::new(Vec::new());
+    let notice = |s: &str| said.lock().unwrap().push(s.to_string());
+    let src = block_on(open_input(&path, &SourceOptions::default(), &notice)).unwrap();
+    assert_eq!(src.tensors().len(), 1);
+    let said = said.into_inner().unwrap();
+    assert!(
+        said.iter()
+            .any(|s| s.contains("1 sparse initializers are not read")),
+        "{said:?}"
+    );
+}

@@ -118,7 +118,7 @@ pub async fn open_input(
         }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Gguf => open_gguf(file, len, &input, options, notice),
-        Format::Onnx => Ok(Box::new(OnnxSource::open(file, len, Some(path), &input)?)),
+        Format::Onnx => OnnxSource::open_told(file, len, Some(path), &input, notice),
         Format::Msgpack => MsgpackSource::open_told(file, len, &input, notice),
         Format::Compressed(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
@@ -520,9 +520,7 @@ fn open_stream<'a>(
                 ));
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 match detect(&first) {
-                    Format::Onnx => {
-                        Ok(Box::new(OnnxSource::open(file, len, None, input)?) as Box<dyn Source>)
-                    }
+                    Format::Onnx => OnnxSource::open_told(file, len, None, input, notice),
                     _ => MsgpackSource::open_told(file, len, input, notice),
                 }
             }

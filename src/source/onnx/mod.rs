@@ -95,6 +95,25 @@ impl OnnxSource {
         self.sparse
     }
 
+    /// Opens the model, and tells `notice` how many sparse initializers
+    /// were left out.
+    pub(crate) fn open_told(
+        file: File,
+        len: u64,
+        path: Option<&Path>,
+        input: &str,
+        notice: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Box<dyn Source>> {
+        let src = Self::open(file, len, path, input)?;
+        if src.sparse > 0 {
+            notice(&crate::printable_line(&format!(
+                "warning: {input}: {} sparse initializers are not read",
+                src.sparse
+            )));
+        }
+        Ok(Box::new(src))
+    }
+
     /// Tensor `k`'s typed-field reader, if its data is in one.
     fn typed(&self, k: usize) -> Option<TypedReader> {
         let Data::Typed {
