@@ -16,6 +16,7 @@ mod cli;
 mod conformance;
 mod differential;
 mod faults;
+mod formats;
 mod gguf;
 mod input_bounds;
 mod ndarray;
