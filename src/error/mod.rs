@@ -12,6 +12,7 @@
 //! those foreign error types only.
 
 pub mod gguf;
+pub mod hdf5;
 pub(crate) mod header;
 pub(crate) mod index;
 pub(crate) mod json;
@@ -607,6 +608,9 @@ pub enum ErrorKind {
     /// A malformed or unsupported GGUF file.
     #[error("gguf: {0}")]
     Gguf(#[from] gguf::GgufError),
+    /// A malformed or unsupported HDF5 file.
+    #[error("hdf5: {0}")]
+    Hdf5(#[from] hdf5::Hdf5Error),
     /// A malformed or unsupported ONNX model.
     #[error("onnx: {0}")]
     Onnx(#[from] onnx::OnnxError),
@@ -696,6 +700,7 @@ impl ErrorKind {
             | K::PastPlan
             | K::NpyHeader(_)
             | K::Gguf(_)
+            | K::Hdf5(_)
             | K::Onnx(_)
             | K::Msgpack(_)
             | K::UnsupportedDtype { .. }

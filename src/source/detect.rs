@@ -23,6 +23,8 @@ pub enum Format {
     Tar,
     /// `GGUF`: a llama.cpp model.
     Gguf,
+    /// HDF5's signature: a Keras weights file.
+    Hdf5,
     /// A protobuf `ModelProto`: an ONNX model.
     Onnx,
     /// A MessagePack map: a Flax checkpoint.
@@ -42,6 +44,7 @@ impl Format {
             Format::Zip => "an .npz (zip) archive".to_string(),
             Format::Safetensors => "a safetensors file".to_string(),
             Format::Gguf => "a GGUF file".to_string(),
+            Format::Hdf5 => "an HDF5 file".to_string(),
             Format::Onnx => "an ONNX model".to_string(),
             Format::Msgpack => "a Flax MessagePack file".to_string(),
             Format::Compressed(c) => format!("a {}-compressed file", c.name()),
@@ -80,6 +83,7 @@ pub(crate) fn say_what_it_is(e: Error, path: &Path) -> Error {
             f @ (Format::Npy
             | Format::Zip
             | Format::Gguf
+            | Format::Hdf5
             | Format::Onnx
             | Format::Msgpack
             | Format::Compressed(_)
@@ -161,6 +165,8 @@ pub fn detect(first: &[u8]) -> Format {
         Format::Zip
     } else if starts(b"GGUF") {
         Format::Gguf
+    } else if crate::source::hdf5::looks_like_hdf5(first) {
+        Format::Hdf5
     } else if starts(&[0x1f, 0x8b]) {
         Format::Compressed(Codec::Gzip)
     } else if starts(&[0x28, 0xb5, 0x2f, 0xfd]) {

@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 
 use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::gguf::GgufSource;
+use super::hdf5::Hdf5Source;
 use super::msgpack::MsgpackSource;
 use super::npy::NpySource;
 use super::npz::{zip::read_directory, NpzSource};
@@ -118,6 +119,7 @@ pub async fn open_input(
         }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Gguf => open_gguf(file, len, &input, options, notice),
+        Format::Hdf5 => Hdf5Source::open_told(file, len, &input, notice),
         Format::Onnx => OnnxSource::open_told(file, len, Some(path), &input, notice),
         Format::Msgpack => MsgpackSource::open_told(file, len, &input, notice),
         Format::Compressed(codec) => {
@@ -513,7 +515,7 @@ fn open_stream<'a>(
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 open_gguf(file, len, input, options, notice)
             }
-            Format::Onnx | Format::Msgpack => {
+            Format::Hdf5 | Format::Onnx | Format::Msgpack => {
                 notice(&format!(
                     "{input}: {} needs random access; spooling it to a temporary file",
                     detect(&first).describe()
@@ -521,6 +523,7 @@ fn open_stream<'a>(
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 match detect(&first) {
                     Format::Onnx => OnnxSource::open_told(file, len, None, input, notice),
+                    Format::Hdf5 => Hdf5Source::open_told(file, len, input, notice),
                     _ => MsgpackSource::open_told(file, len, input, notice),
                 }
             }

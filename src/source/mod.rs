@@ -12,6 +12,7 @@ pub(crate) mod cursor;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
 pub mod gguf;
+pub mod hdf5;
 pub(crate) mod input;
 pub(crate) mod memory;
 pub mod msgpack;
