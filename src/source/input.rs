@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, BufReader};
 use super::detect::{detect, hex_preview, Codec, Format, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::gguf::GgufSource;
 use super::hdf5::Hdf5Source;
+use super::hf::{hf_names, Convention, Convention::Flax, Convention::Tf, Names};
 use super::msgpack::MsgpackSource;
 use super::npy::NpySource;
 use super::npz::{zip::read_directory, NpzSource};
@@ -33,6 +34,34 @@ pub(crate) type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
 /// Opens `path` (`-` for standard input) as a source of tensors.
 pub async fn open_input(
+    path: &Path,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let src = open_stored(path, options, notice).await?;
+    if options.names == Names::Hf && !src.names_mapped() {
+        let e = Error::new(ErrorKind::Usage(
+            "--names hf maps transformers' TensorFlow (.h5) and Flax (.msgpack) checkpoints; this input is neither".into(),
+        ));
+        return Err(e.with_input(src.input_name()));
+    }
+    Ok(src)
+}
+
+/// `src`, named as PyTorch names it when `--names hf` asks.
+fn named(
+    src: Box<dyn Source>,
+    options: &SourceOptions,
+    convention: Convention,
+) -> Result<Box<dyn Source>> {
+    match options.names {
+        Names::Hf => hf_names(src, convention),
+        _ => Ok(src),
+    }
+}
+
+/// [`open_input`] without `--names`' check.
+async fn open_stored(
     path: &Path,
     options: &SourceOptions,
     notice: Notice<'_>,
@@ -119,9 +148,13 @@ pub async fn open_input(
         }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Gguf => open_gguf(file, len, &input, options, notice),
-        Format::Hdf5 => Hdf5Source::open_told(file, len, &input, notice),
+        Format::Hdf5 => named(Hdf5Source::open_told(file, len, &input, notice)?, options, Tf),
         Format::Onnx => OnnxSource::open_told(file, len, Some(path), &input, notice),
-        Format::Msgpack => MsgpackSource::open_told(file, len, &input, notice),
+        Format::Msgpack => named(
+            MsgpackSource::open_told(file, len, &input, notice)?,
+            options,
+            Flax,
+        ),
         Format::Compressed(codec) => {
             let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
             let decoded = decoder(codec, raw).map_err(|e| e.with_input(&input))?;
@@ -523,8 +556,14 @@ fn open_stream<'a>(
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 match detect(&first) {
                     Format::Onnx => OnnxSource::open_told(file, len, None, input, notice),
-                    Format::Hdf5 => Hdf5Source::open_told(file, len, input, notice),
-                    _ => MsgpackSource::open_told(file, len, input, notice),
+                    Format::Hdf5 => {
+                        named(Hdf5Source::open_told(file, len, input, notice)?, options, Tf)
+                    }
+                    _ => named(
+                        MsgpackSource::open_told(file, len, input, notice)?,
+                        options,
+                        Flax,
+                    ),
                 }
             }
             Format::Safetensors if options.listing_only => {

@@ -13,6 +13,7 @@ pub(crate) mod cursor;
 pub(crate) mod detect;
 pub mod gguf;
 pub mod hdf5;
+pub(crate) mod hf;
 pub(crate) mod input;
 pub(crate) mod memory;
 pub mod msgpack;
@@ -36,6 +37,7 @@ mod spool;
 pub use crate::folder::resolve_input;
 pub use crate::transform::Transform;
 pub use detect::{detect_file, Codec, Format};
+pub use hf::Names;
 pub use input::open_input;
 pub use memory::MemorySource;
 pub use quantized::{QuantError, QuantizedSource};
@@ -105,6 +107,12 @@ pub trait Source: Send {
     /// The input's `__metadata__`, if it has one.
     fn metadata(&self) -> Option<&Metadata> {
         None
+    }
+
+    /// Whether the tensors are named as a PyTorch model names them by
+    /// `--names hf` ([`Names::Hf`]); false by default.
+    fn names_mapped(&self) -> bool {
+        false
     }
 
     /// Groups of tensors that are the same bytes, for `--dedupe-tied`
@@ -236,6 +244,10 @@ pub struct SourceOptions {
     /// `inspect`: a safetensors stream (`-`) is read up to the end of its
     /// header instead of spooled whole, and its data cannot be read.
     pub listing_only: bool,
+    /// TensorFlow (HDF5) and Flax (MessagePack) checkpoints of transformers:
+    /// name, lay out and shape the tensors as the PyTorch model's state dict
+    /// ([`Names::Hf`], `--names hf`); other inputs are refused with it.
+    pub names: Names,
 }
 
 crate::setters::setters!(SourceOptions {
@@ -249,6 +261,7 @@ crate::setters::setters!(SourceOptions {
     dequantize: Option<crate::Dtype>,
     gguf_metadata: bool,
     listing_only: bool,
+    names: Names,
 });
 
 /// What the planner reads of an input: its name, tensors and metadata.

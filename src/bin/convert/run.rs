@@ -122,7 +122,8 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         .pt_root(args.pt_root.clone())
         .allow_expanded_views(args.allow_expanded_views)
         .dequantize(dequantize_to(args))
-        .gguf_metadata(args.gguf_metadata))
+        .gguf_metadata(args.gguf_metadata)
+        .names(args.names))
 }
 
 /// Notices go to stderr as lines, or into the JSON report when there is one.
