@@ -359,6 +359,15 @@ pub fn msgpack_file(data: &[u8]) -> Outcomes {
     read_every_tensor(MsgpackSource::open(file, data.len() as u64, "fuzz.msgpack"))
 }
 
+/// `hdf5_file`: the bytes as an HDF5 file, then every tensor read to its
+/// end (the invariants of [`Harness::onnx_model`]).
+pub fn hdf5_file(data: &[u8]) -> Outcomes {
+    use safetensors_stream::source::hdf5::Hdf5Source;
+    let mut file = tempfile::tempfile().expect("a scratch file");
+    file.write_all(data).expect("writing the scratch file");
+    read_every_tensor(Hdf5Source::open(file, data.len() as u64, "fuzz.h5"))
+}
+
 /// Opens a source, then reads each tensor as the copy engine would: its
 /// blocking reader if it has one, else checks its span.
 fn read_every_tensor<S: Source>(opened: Result<S>) -> Outcomes {

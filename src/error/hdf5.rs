@@ -68,6 +68,23 @@ pub enum Hdf5Error {
         /// The decoder's message.
         detail: String,
     },
+    /// Datasets never written (read as their fill value) that add up to
+    /// more than the limit: a few bytes of header claiming terabytes.
+    #[error("datasets never written add up to {bytes} bytes of fill value; the limit is {limit} (16 times the file, plus 1 MiB)")]
+    Unwritten {
+        /// Their bytes.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A file shorter than its superblock says it is: cut short.
+    #[error("the file is {len} bytes; its superblock says {eof}")]
+    CutShort {
+        /// The file's length.
+        len: u64,
+        /// The end of file address.
+        eof: u64,
+    },
     /// A chunked dataset whose chunks are so wide that one row of chunks,
     /// which is what streaming it in order takes, is over the limit.
     #[error("a row of chunks takes {need} bytes to stream in order; the limit is {limit}")]

@@ -18,6 +18,7 @@ mod differential;
 mod faults;
 mod formats;
 mod gguf;
+mod hdf5;
 mod input_bounds;
 mod ndarray;
 mod numpy;

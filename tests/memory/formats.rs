@@ -80,3 +80,24 @@ fn msgpack_claims_are_refused_before_allocating() {
         assert!(peak < SMALL, "peak {peak} bytes for {e}");
     }
 }
+
+/// An HDF5 file with each byte of its metadata set to 0xff in turn (sizes,
+/// addresses and counts claiming up to 2^64): opening it allocates no more
+/// than the file's own length allows, whatever it claims.
+#[test]
+fn hdf5_claims_are_bounded_by_the_file() {
+    use safetensors_stream::source::hdf5::Hdf5Source;
+    let _g = crate::alloc::serial();
+    let whole = std::fs::read(crate::support::fixtures().join("hdf5/latest.h5")).unwrap();
+    let mut worst = 0;
+    for at in 0..whole.len().min(1200) {
+        let mut bytes = whole.clone();
+        bytes[at] = 0xff;
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &bytes).unwrap();
+        let len = bytes.len() as u64;
+        let (_, peak) = crate::alloc::peak_during(|| Hdf5Source::open(file, len, "f.h5"));
+        worst = worst.max(peak);
+    }
+    assert!(worst < SMALL, "peak {worst} bytes");
+}

@@ -171,6 +171,8 @@ fn list(file: &File, len: u64) -> Result<Listed> {
         transforms: Vec::new(),
         skipped: walked.links_skipped,
     };
+    let unwritten_limit = len.saturating_mul(16).saturating_add(1 << 20);
+    let mut unwritten = 0u64;
     for found in walked.objects {
         let named = |e: Error| e.with_tensor(found.path.as_str());
         let Some(d) = read_dataset(geo, found.header, found.messages).map_err(named)? else {
@@ -193,10 +195,13 @@ fn list(file: &File, len: u64) -> Result<Listed> {
                 }
                 Data::Span { offset, len: size }
             }
-            Layout::Contiguous(None) => Data::Fill {
-                element: d.fill,
-                len: byte_len,
-            },
+            Layout::Contiguous(None) => {
+                unwritten = unwritten.saturating_add(byte_len);
+                Data::Fill {
+                    element: d.fill,
+                    len: byte_len,
+                }
+            }
             Layout::Compact(bytes) => {
                 if bytes.len() as u64 != byte_len {
                     return Err(wrong_size(bytes.len() as u64));
@@ -205,6 +210,9 @@ fn list(file: &File, len: u64) -> Result<Listed> {
             }
             Layout::Chunked { chunk, index } => {
                 let chunks = list_chunks(geo, index, &d.shape, &chunk, width).map_err(named)?;
+                let per_chunk = chunk.iter().fold(width as u64, |a, &c| a.saturating_mul(c));
+                let stored = per_chunk.saturating_mul(chunks.len() as u64);
+                unwritten = unwritten.saturating_add(byte_len.saturating_sub(stored));
                 Data::Chunked(Chunked {
                     shape: d.shape,
                     chunk,
@@ -215,6 +223,13 @@ fn list(file: &File, len: u64) -> Result<Listed> {
                 })
             }
         };
+        if unwritten > unwritten_limit {
+            let e = error::Hdf5Error::Unwritten {
+                bytes: unwritten,
+                limit: unwritten_limit,
+            };
+            return Err(named(bad(e, d.header)));
+        }
         out.transforms
             .push(Transform::to_little_endian(meta.dtype, d.big_endian));
         out.tensors.push(meta);

@@ -52,22 +52,29 @@ pub(crate) fn read_superblock(geo: Geometry<'_>) -> Result<Superblock> {
             // reserved, group leaf/internal K, consistency flags, (v1) indexed K + reserved
             f.skip(if version == 0 { 1 + 4 + 4 } else { 1 + 4 + 4 + 4 })?;
             let base = f.addr()?;
-            f.skip(3 * usize::from(offset_size))?; // free space, end of file, driver info
+            f.skip(usize::from(offset_size))?; // free space
+            let eof = f.addr()?;
+            f.skip(usize::from(offset_size))?; // driver info
             // The root group's symbol table entry: name offset, then its object header.
             f.skip(usize::from(offset_size))?;
             let root = f.addr()?;
-            (base, root)
+            (base, root, eof)
         }
         _ => {
             f.skip(1)?; // consistency flags
             let base = f.addr()?;
-            f.skip(2 * usize::from(offset_size))?; // extension, end of file
-            (base, f.addr()?)
+            f.skip(usize::from(offset_size))?; // extension
+            let eof = f.addr()?;
+            (base, f.addr()?, eof)
         }
     };
     if base.0 != 0 {
         let e = Hdf5Error::Unsupported(format!("a base address of {} (a user block)", base.0));
         return Err(bad(e, 8));
+    }
+    // libhdf5 refuses a file shorter than this too: it was cut short.
+    if geo.len < base.2 {
+        return Err(bad(Hdf5Error::CutShort { len: geo.len, eof: base.2 }, 8));
     }
     Ok(Superblock {
         offset_size,
