@@ -8,7 +8,9 @@
 #[non_exhaustive]
 pub enum Hdf5Error {
     /// A structure that runs past the end of the file.
-    #[error("{what} of {len} bytes at offset {at} runs past the end of the file ({file_len} bytes)")]
+    #[error(
+        "{what} of {len} bytes at offset {at} runs past the end of the file ({file_len} bytes)"
+    )]
     PastEnd {
         /// What was being read.
         what: &'static str,

@@ -148,7 +148,11 @@ async fn open_stored(
         }
         Format::Safetensors => Ok(Box::new(SafetensorsSource::from_file(file, len, &input)?)),
         Format::Gguf => open_gguf(file, len, &input, options, notice),
-        Format::Hdf5 => named(Hdf5Source::open_told(file, len, &input, notice)?, options, Tf),
+        Format::Hdf5 => named(
+            Hdf5Source::open_told(file, len, &input, notice)?,
+            options,
+            Tf,
+        ),
         Format::Onnx => OnnxSource::open_told(file, len, Some(path), &input, notice),
         Format::Msgpack => named(
             MsgpackSource::open_told(file, len, &input, notice)?,
@@ -556,9 +560,11 @@ fn open_stream<'a>(
                 let (file, len) = spool(reader, None).await.map_err(on_input)?;
                 match detect(&first) {
                     Format::Onnx => OnnxSource::open_told(file, len, None, input, notice),
-                    Format::Hdf5 => {
-                        named(Hdf5Source::open_told(file, len, input, notice)?, options, Tf)
-                    }
+                    Format::Hdf5 => named(
+                        Hdf5Source::open_told(file, len, input, notice)?,
+                        options,
+                        Tf,
+                    ),
                     _ => named(
                         MsgpackSource::open_told(file, len, input, notice)?,
                         options,

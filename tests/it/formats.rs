@@ -18,7 +18,6 @@ use safetensors_stream::convert::{ConvertOptions, Output};
 use safetensors_stream::source::msgpack::error::MsgpackError;
 use safetensors_stream::source::msgpack::MsgpackSource;
 use safetensors_stream::source::onnx::error::OnnxError;
-use safetensors_stream::source::onnx::OnnxSource;
 use safetensors_stream::source::{open_input, Source, SourceOptions};
 use safetensors_stream::{convert_blocking, Category, Error, ErrorKind, SinkOptions};
 use support::formats::{fb, fv, map1, model, ndarray, tensor, varint};

@@ -20,10 +20,7 @@ use support::{block_on, fixtures};
 
 const CASES: [(&str, &str); 5] = [
     ("hdf5/keras2.h5", "hdf5/expected/keras2.safetensors"),
-    (
-        "hdf5/keras3.weights.h5",
-        "hdf5/expected/keras3.safetensors",
-    ),
+    ("hdf5/keras3.weights.h5", "hdf5/expected/keras3.safetensors"),
     ("hdf5/chunked.h5", "hdf5/expected/chunked.safetensors"),
     ("hdf5/dtypes.h5", "hdf5/expected/dtypes.safetensors"),
     ("hdf5/latest.h5", "hdf5/expected/latest.safetensors"),
@@ -68,7 +65,10 @@ fn every_fixture_converts_byte_identical_through_both_library_paths() {
                 .fast_path(fast)
                 .sink(SinkOptions::default().buffer_size(4096));
             let got = convert(&fixture(input), &opts).unwrap();
-            assert!(got == want, "{input} (fast path {fast}) differs from {expected}");
+            assert!(
+                got == want,
+                "{input} (fast path {fast}) differs from {expected}"
+            );
         }
     }
 }
@@ -76,7 +76,12 @@ fn every_fixture_converts_byte_identical_through_both_library_paths() {
 #[test]
 fn listings_name_every_dataset_by_its_path() {
     for (input, expected) in CASES {
-        let src = block_on(open_input(&fixture(input), &SourceOptions::default(), &|_| {})).unwrap();
+        let src = block_on(open_input(
+            &fixture(input),
+            &SourceOptions::default(),
+            &|_| {},
+        ))
+        .unwrap();
         let listed: BTreeMap<String, (String, Vec<usize>)> = src
             .tensors()
             .iter()
@@ -92,7 +97,12 @@ fn listings_name_every_dataset_by_its_path() {
                 .collect();
         assert_eq!(listed, want, "{input}");
     }
-    let src = block_on(open_input(&fixture("hdf5/keras3.weights.h5"), &SourceOptions::default(), &|_| {})).unwrap();
+    let src = block_on(open_input(
+        &fixture("hdf5/keras3.weights.h5"),
+        &SourceOptions::default(),
+        &|_| {},
+    ))
+    .unwrap();
     assert_eq!(src.tensors()[0].name, "layers/dense/vars/0");
 }
 
@@ -106,14 +116,22 @@ fn open_err(path: &Path) -> Error {
 fn what_the_reader_does_not_read_is_refused_by_name() {
     let e = open_err(&fixture("hdf5/dense.h5"));
     assert!(matches!(e.kind(), ErrorKind::Hdf5(_)), "{e}");
-    assert!(e.to_string().contains("dense link storage is not supported"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("dense link storage is not supported"),
+        "{e}"
+    );
     assert!(e.offset().is_some(), "{e}");
 }
 
 #[test]
 fn every_cut_of_a_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["hdf5/latest.h5", "hdf5/keras3.weights.h5", "hdf5/chunked.h5"] {
+    for name in [
+        "hdf5/latest.h5",
+        "hdf5/keras3.weights.h5",
+        "hdf5/chunked.h5",
+    ] {
         let whole = std::fs::read(fixture(name)).unwrap();
         for cut in (1..whole.len()).step_by(if whole.len() > 4000 { 13 } else { 1 }) {
             let path = support::write(dir.path(), "cut.h5", &whole[..cut]);
@@ -171,12 +189,19 @@ fn names_hf_gives_the_pytorch_state_dict_of_real_tf_checkpoints() {
             "bert" => {
                 let k = "bert/tf_bert_for_masked_lm/bert/encoder/layer_._0/attention/self/query/kernel:0";
                 let (_, shape, data) = &stored[k];
-                let (_, tshape, tdata) = &mapped["bert.encoder.layer.0.attention.self.query.weight"];
+                let (_, tshape, tdata) =
+                    &mapped["bert.encoder.layer.0.attention.self.query.weight"];
                 assert_eq!(tshape, &[shape[1], shape[0]]);
                 assert_eq!(tdata, &transpose(data, shape[0], shape[1]));
                 assert!(mapped.contains_key("cls.predictions.bias"));
                 // The MLM head's copy of the word embeddings is not written again.
-                assert_eq!(mapped.keys().filter(|n| n.contains("word_embeddings")).count(), 1);
+                assert_eq!(
+                    mapped
+                        .keys()
+                        .filter(|n| n.contains("word_embeddings"))
+                        .count(),
+                    1
+                );
             }
             "gpt2" => {
                 let (_, shape, data) = &mapped["transformer.h.0.attn.c_attn.bias"];
@@ -189,7 +214,13 @@ fn names_hf_gives_the_pytorch_state_dict_of_real_tf_checkpoints() {
             _ => {
                 let shared: Vec<&String> = mapped.keys().filter(|n| n.contains("shared")).collect();
                 assert_eq!(shared, ["shared.weight"]);
-                assert!(stored.keys().filter(|n| n.ends_with("shared/embeddings:0")).count() > 1);
+                assert!(
+                    stored
+                        .keys()
+                        .filter(|n| n.ends_with("shared/embeddings:0"))
+                        .count()
+                        > 1
+                );
             }
         }
     }
@@ -217,7 +248,11 @@ fn names_hf_transposes_chunked_data_and_refuses_other_formats() {
         let (_, shape, data) = &stored["layer/model/dense/kernel:0"];
         let (_, tshape, tdata) = &mapped["dense.weight"];
         assert_eq!(tshape, &[shape[1], shape[0]]);
-        assert_eq!(tdata, &transpose(data, shape[0], shape[1]), "fast path {fast}");
+        assert_eq!(
+            tdata,
+            &transpose(data, shape[0], shape[1]),
+            "fast path {fast}"
+        );
     }
     let e = convert(&fixture("onnx/raw.onnx"), &hf()).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::Usage(_)), "{e}");
@@ -236,7 +271,12 @@ fn the_binary_converts_inspects_validates_and_reports() {
     for (i, (input, expected)) in CASES.into_iter().enumerate() {
         let want = std::fs::read(fixture(expected)).unwrap();
         let out = dir.path().join(format!("{i}.safetensors"));
-        let o = bin().arg(fixture(input)).arg("-o").arg(&out).output().unwrap();
+        let o = bin()
+            .arg(fixture(input))
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{input}: {}", support::stderr(&o));
         assert!(std::fs::read(&out).unwrap() == want, "{input}");
         let o = bin()
@@ -249,7 +289,10 @@ fn the_binary_converts_inspects_validates_and_reports() {
     let input = fixture("hdf5/keras2.h5");
     let o = bin().arg("inspect").arg(&input).output().unwrap();
     let text = String::from_utf8(o.stdout).unwrap();
-    assert!(text.contains("layer_._0/attention/self/query/kernel:0"), "{text}");
+    assert!(
+        text.contains("layer_._0/attention/self/query/kernel:0"),
+        "{text}"
+    );
     let o = bin().arg("validate").arg(&input).output().unwrap();
     assert_eq!(support::code(&o), 1);
     assert!(support::stderr(&o).contains("an HDF5 file, not a safetensors file"));
@@ -260,7 +303,11 @@ fn the_binary_converts_inspects_validates_and_reports() {
         .unwrap();
     assert!(o.status.success(), "{}", support::stderr(&o));
     let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(plan.to_string().contains("bert.encoder.layer.0.attention.self.query.weight"), "{plan}");
+    assert!(
+        plan.to_string()
+            .contains("bert.encoder.layer.0.attention.self.query.weight"),
+        "{plan}"
+    );
     let o = bin()
         .arg(fixture("hdf5/dtypes.h5"))
         .args(["--report", "json", "-o"])
@@ -280,4 +327,52 @@ fn the_binary_converts_inspects_validates_and_reports() {
     assert_eq!(support::code(&o), 1);
     assert_eq!(support::stderr(&o).trim().lines().count(), 1);
     assert!(support::listing(out.path()).is_empty());
+}
+
+#[test]
+fn names_hf_gives_the_pytorch_state_dict_of_real_flax_checkpoints() {
+    // Written by transformers 4.57's Flax classes (fixtures/msgpack/make_flax_hf.py); BERT's in bfloat16.
+    let input = fixture("msgpack/transformers/bert/flax_model.msgpack");
+    let stored = tensors(&convert(&input, &ConvertOptions::default().sync(false)).unwrap());
+    let mapped = tensors(&convert(&input, &hf()).unwrap());
+    assert_eq!(stored.len(), mapped.len());
+    let (dtype, shape, data) = &stored["bert.encoder.layer.0.intermediate.dense.kernel"];
+    let (tdtype, tshape, tdata) = &mapped["bert.encoder.layer.0.intermediate.dense.weight"];
+    assert_eq!((dtype.as_str(), tdtype.as_str()), ("BF16", "BF16"));
+    assert_eq!(tshape, &[shape[1], shape[0]]);
+    assert_eq!(tdata, &transpose_bf16(data, shape[0], shape[1]));
+    for (from, to) in [
+        (
+            "bert.embeddings.LayerNorm.scale",
+            "bert.embeddings.LayerNorm.weight",
+        ),
+        (
+            "bert.embeddings.word_embeddings.embedding",
+            "bert.embeddings.word_embeddings.weight",
+        ),
+    ] {
+        assert_eq!(stored[from], mapped[to], "{from}");
+    }
+    let t5 = tensors(
+        &convert(
+            &fixture("msgpack/transformers/t5/flax_model.msgpack"),
+            &hf(),
+        )
+        .unwrap(),
+    );
+    assert!(t5.contains_key("shared.weight"));
+    assert!(t5.contains_key("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"));
+}
+
+/// A row-major (rows, cols) array of 2-byte elements, transposed.
+fn transpose_bf16(data: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let mut out = vec![0u8; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            let from = (r * cols + c) * 2;
+            let to = (c * rows + r) * 2;
+            out[to..to + 2].copy_from_slice(&data[from..from + 2]);
+        }
+    }
+    out
 }

@@ -49,7 +49,10 @@ pub(crate) fn leaves(
         }
         let level = head.u8()?;
         if level > MAX_LEVEL || want_level.is_some_and(|w| w != level) {
-            return Err(malformed(format!("a B-tree node at level {level}"), addr + 5));
+            return Err(malformed(
+                format!("a B-tree node at level {level}"),
+                addr + 5,
+            ));
         }
         let used = u64::from(head.u16()?);
         let entry = key_size as u64 + u64::from(geo.offset_size);

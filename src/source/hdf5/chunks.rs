@@ -78,11 +78,14 @@ pub(crate) fn list_chunks(
                 let mut k = key_fields(geo, &leaf);
                 let size = u64::from(k.u32()?);
                 let mask = k.u32()?;
-                let offsets: Vec<u64> = (0..shape.len()).map(|_| k.uint(8)).collect::<Result<_>>()?;
+                let offsets: Vec<u64> =
+                    (0..shape.len()).map(|_| k.uint(8)).collect::<Result<_>>()?;
                 let at = leaf.key_at;
                 for ((&o, &c), &s) in offsets.iter().zip(chunk).zip(shape) {
                     if o % c != 0 || (o >= s && s > 0) {
-                        let e = format!("a chunk at {offsets:?} in a {shape:?} dataset of {chunk:?} chunks");
+                        let e = format!(
+                            "a chunk at {offsets:?} in a {shape:?} dataset of {chunk:?} chunks"
+                        );
                         return Err(malformed(e, at));
                     }
                 }
@@ -131,7 +134,9 @@ fn chunk_bytes(chunk: &[u64], width: usize) -> u64 {
 /// The bytes of one row of chunks: `chunk[0]` rows of the dataset, plus
 /// one chunk being decoded.
 fn row_bytes(shape: &[u64], chunk: &[u64], width: usize) -> u64 {
-    let rest = shape[1..].iter().fold(width as u64, |a, &d| a.saturating_mul(d));
+    let rest = shape[1..]
+        .iter()
+        .fold(width as u64, |a, &d| a.saturating_mul(d));
     rest.saturating_mul(chunk[0].min(shape[0]))
         .saturating_add(chunk_bytes(chunk, width))
 }
@@ -177,7 +182,10 @@ impl ChunkedReader {
         let first = d.chunks.partition_point(|c| c.offsets[0] < start);
         let logical = chunk_bytes(&d.chunk, d.width) as usize;
         let mut raw = Vec::new();
-        for c in d.chunks[first..].iter().take_while(|c| c.offsets[0] == start) {
+        for c in d.chunks[first..]
+            .iter()
+            .take_while(|c| c.offsets[0] == start)
+        {
             raw.resize(c.size as usize, 0);
             self.file.read_exact_at(&mut raw, c.addr)?;
             let data = decode(&raw, &d.filters, c.mask, logical)
@@ -228,7 +236,11 @@ fn place(buf: &mut [u8], data: &[u8], c: &Chunk, d: &Chunked, start: u64) {
     loop {
         let mut src = 0u64;
         // A 1-d dataset's only axis is also the rows' axis: buf starts at `start`.
-        let last = if n == 1 { c.offsets[0] - start } else { c.offsets[n - 1] };
+        let last = if n == 1 {
+            c.offsets[0] - start
+        } else {
+            c.offsets[n - 1]
+        };
         let mut dst = last * w;
         for i in 0..n - 1 {
             src += idx[i] * cstride[i];

@@ -28,7 +28,11 @@ pub(crate) enum ChunkIndex {
     /// A version 1 B-tree (layout version 3, h5py's default).
     BTree(u64),
     /// One chunk holding the whole dataset (layout version 4).
-    Single { addr: u64, size: Option<u64>, mask: u32 },
+    Single {
+        addr: u64,
+        size: Option<u64>,
+        mask: u32,
+    },
 }
 
 /// Where a dataset's bytes are.
@@ -93,14 +97,20 @@ pub(crate) fn read_dataset(
     let fill = match fill {
         Some(v) if v.len() == width => v,
         Some(v) if !v.is_empty() => {
-            let e = format!("a fill value of {} bytes for {width}-byte elements", v.len());
+            let e = format!(
+                "a fill value of {} bytes for {width}-byte elements",
+                v.len()
+            );
             return Err(malformed(e, header));
         }
         _ => vec![0; width],
     };
     let filters = filters.unwrap_or_default();
     if !filters.is_empty() && !matches!(layout, Layout::Chunked { .. }) {
-        return Err(malformed("filters on a dataset that is not chunked", header));
+        return Err(malformed(
+            "filters on a dataset that is not chunked",
+            header,
+        ));
     }
     if let Layout::Chunked { chunk, .. } = &layout {
         if chunk.len() != shape.len() {
@@ -141,7 +151,10 @@ fn dataspace(f: &mut Fields<'_>) -> Result<Vec<u64>> {
         }
     }
     if rank > MAX_RANK {
-        return Err(malformed(format!("{rank} dimensions (over {MAX_RANK})"), at));
+        return Err(malformed(
+            format!("{rank} dimensions (over {MAX_RANK})"),
+            at,
+        ));
     }
     let _ = flags; // maximum sizes (and v1 permutations) follow, not needed
     (0..rank).map(|_| f.length()).collect()

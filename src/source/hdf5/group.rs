@@ -93,12 +93,9 @@ fn group<'f>(
 }
 
 fn is_group(messages: &[Message<'_>]) -> bool {
-    messages.iter().any(|m| {
-        matches!(
-            m.kind,
-            kind::SYMBOL_TABLE | kind::LINK | kind::LINK_INFO
-        )
-    })
+    messages
+        .iter()
+        .any(|m| matches!(m.kind, kind::SYMBOL_TABLE | kind::LINK | kind::LINK_INFO))
 }
 
 /// The members a group's messages name.

@@ -258,7 +258,9 @@ impl Repeat {
 
 impl Read for Repeat {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let n = out.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = out
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
         for b in &mut out[..n] {
             *b = self.element[self.phase];
             self.phase = (self.phase + 1) % self.element.len();

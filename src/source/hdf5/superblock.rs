@@ -50,12 +50,16 @@ pub(crate) fn read_superblock(geo: Geometry<'_>) -> Result<Superblock> {
     let base = match version {
         0 | 1 => {
             // reserved, group leaf/internal K, consistency flags, (v1) indexed K + reserved
-            f.skip(if version == 0 { 1 + 4 + 4 } else { 1 + 4 + 4 + 4 })?;
+            f.skip(if version == 0 {
+                1 + 4 + 4
+            } else {
+                1 + 4 + 4 + 4
+            })?;
             let base = f.addr()?;
             f.skip(usize::from(offset_size))?; // free space
             let eof = f.addr()?;
             f.skip(usize::from(offset_size))?; // driver info
-            // The root group's symbol table entry: name offset, then its object header.
+                                               // The root group's symbol table entry: name offset, then its object header.
             f.skip(usize::from(offset_size))?;
             let root = f.addr()?;
             (base, root, eof)
@@ -74,7 +78,13 @@ pub(crate) fn read_superblock(geo: Geometry<'_>) -> Result<Superblock> {
     }
     // libhdf5 refuses a file shorter than this too: it was cut short.
     if geo.len < base.2 {
-        return Err(bad(Hdf5Error::CutShort { len: geo.len, eof: base.2 }, 8));
+        return Err(bad(
+            Hdf5Error::CutShort {
+                len: geo.len,
+                eof: base.2,
+            },
+            8,
+        ));
     }
     Ok(Superblock {
         offset_size,

@@ -45,14 +45,44 @@ mod tests {
     #[test]
     fn transformers_rules_name_flax_weights() {
         for (name, rank, want, layout) in [
-            ("bert.encoder.layer.0.attention.self.query.kernel", 2, "bert.encoder.layer.0.attention.self.query.weight", Layout::Reversed),
-            ("params.Dense_0.kernel", 2, "Dense_0.weight", Layout::Reversed),
-            ("embeddings.word_embeddings.embedding", 2, "embeddings.word_embeddings.weight", Layout::Same),
-            ("embeddings.LayerNorm.scale", 1, "embeddings.LayerNorm.weight", Layout::Same),
-            ("embeddings.LayerNorm.bias", 1, "embeddings.LayerNorm.bias", Layout::Same),
+            (
+                "bert.encoder.layer.0.attention.self.query.kernel",
+                2,
+                "bert.encoder.layer.0.attention.self.query.weight",
+                Layout::Reversed,
+            ),
+            (
+                "params.Dense_0.kernel",
+                2,
+                "Dense_0.weight",
+                Layout::Reversed,
+            ),
+            (
+                "embeddings.word_embeddings.embedding",
+                2,
+                "embeddings.word_embeddings.weight",
+                Layout::Same,
+            ),
+            (
+                "embeddings.LayerNorm.scale",
+                1,
+                "embeddings.LayerNorm.weight",
+                Layout::Same,
+            ),
+            (
+                "embeddings.LayerNorm.bias",
+                1,
+                "embeddings.LayerNorm.bias",
+                Layout::Same,
+            ),
             ("batch_stats.bn.mean", 1, "bn.running_mean", Layout::Same),
             ("batch_stats.bn.var", 1, "bn.running_var", Layout::Same),
-            ("conv.kernel", 4, "conv.weight", Layout::Unsupported("a convolution kernel (axes 3, 2, 0, 1)")),
+            (
+                "conv.kernel",
+                4,
+                "conv.weight",
+                Layout::Unsupported("a convolution kernel (axes 3, 2, 0, 1)"),
+            ),
         ] {
             assert_eq!(pt_name(name, rank), (want.to_string(), layout), "{name}");
         }

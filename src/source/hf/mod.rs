@@ -94,7 +94,11 @@ pub(crate) fn hf_names(src: Box<dyn Source>, convention: Convention) -> Result<B
             shape.reverse();
         }
         // GPT-2's TF biases are (1, n); PyTorch's are (n,).
-        if convention == Convention::Tf && name.ends_with("bias") && shape.len() == 2 && shape[0] == 1 {
+        if convention == Convention::Tf
+            && name.ends_with("bias")
+            && shape.len() == 2
+            && shape[0] == 1
+        {
             shape.remove(0);
         }
         if let Some(&first) = seen.get(&name) {

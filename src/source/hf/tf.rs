@@ -108,7 +108,12 @@ mod tests {
                 "shared.weight",
                 Layout::Same,
             ),
-            ("m/x/conv/kernel:0", 4, "conv.weight", Layout::Unsupported("a Conv2D kernel (axes 3, 2, 0, 1)")),
+            (
+                "m/x/conv/kernel:0",
+                4,
+                "conv.weight",
+                Layout::Unsupported("a Conv2D kernel (axes 3, 2, 0, 1)"),
+            ),
             ("m/x/conv/kernel:0", 3, "conv.weight", Layout::Reversed),
             ("final_logits_bias:0", 2, "final_logits_bias", Layout::Same),
         ] {
