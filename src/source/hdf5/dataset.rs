@@ -327,7 +327,7 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
 
 /// A chunk's dimensions; the stored list ends with the element size, dropped.
 fn chunk_dims(f: &mut Fields<'_>, dims: usize, width: usize, at: u64) -> Result<Vec<u64>> {
-    if dims < 2 || dims > MAX_RANK + 1 {
+    if !(2..=MAX_RANK + 1).contains(&dims) {
         return Err(malformed(format!("chunks of {dims} dimensions"), at));
     }
     let mut chunk: Vec<u64> = (0..dims).map(|_| f.uint(width)).collect::<Result<_>>()?;
