@@ -59,10 +59,37 @@ use self::chunks::{list_chunks, Chunked, ChunkedReader};
 use self::dataset::{read_dataset, Layout};
 use self::read::{bad, Geometry};
 use super::blocking::BlockingReader;
+use super::format::{FileInput, FormatRow, Stream};
 use super::{BlockingRead, FileSpan, OpenBlocking, Source, Stamp, TensorData};
+use crate::error::note::Note;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
 use crate::{Error, Result};
+
+/// The HDF5 row of the format table: HDF5's signature; spooled from a
+/// stream.
+pub(crate) const ROW: FormatRow = FormatRow {
+    magic: Some(looks_like_hdf5),
+    ..FormatRow::new(
+        "hdf5",
+        "an HDF5 file",
+        open_file,
+        Stream::Spool("an HDF5 file needs random access"),
+    )
+};
+
+/// Opens the file, says how many links were skipped, and names its
+/// tensors as PyTorch does when `--names hf` asks.
+fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    let src = Hdf5Source::open(o.file, o.len, o.input)?;
+    if src.skipped > 0 {
+        (o.notice)(&Note::Info(format!(
+            "{}: skipped {} soft or external links and objects that are not datasets",
+            o.input, src.skipped
+        )));
+    }
+    super::hf::named(Box::new(src), o.options, super::hf::Convention::Tf)
+}
 
 /// The HDF5 reader's errors (they live in the error layer).
 pub use crate::error::hdf5 as error;
@@ -111,23 +138,6 @@ impl Hdf5Source {
     /// committed datatype), which are not read.
     pub fn skipped(&self) -> u64 {
         self.skipped
-    }
-
-    /// Opens `file`, and tells `notice` how many links were skipped.
-    pub(crate) fn open_told(
-        file: File,
-        len: u64,
-        input: &str,
-        notice: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<Box<dyn Source>> {
-        let src = Self::open(file, len, input)?;
-        if src.skipped > 0 {
-            notice(&crate::printable_line(&format!(
-                "{input}: skipped {} soft or external links and objects that are not datasets",
-                src.skipped
-            )));
-        }
-        Ok(Box::new(src))
     }
 
     /// A blocking reader of tensor `k`'s bytes, unless it is a file range.

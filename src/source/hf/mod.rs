@@ -27,8 +27,9 @@ use futures::FutureExt;
 
 use self::tf::Layout;
 use super::blocking::BlockingReader;
+use super::format::Notice;
 use super::npy::fortran::FortranReader;
-use super::{Access, BlockingRead, FileSpan, OpenBlocking, Source, TensorData};
+use super::{Access, BlockingRead, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
 use crate::header::{Metadata, TensorMeta};
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
@@ -67,6 +68,36 @@ pub(crate) struct HfNames {
     inner: Box<dyn Source>,
     tensors: Vec<TensorMeta>,
     map: Vec<Mapped>,
+}
+
+/// `src`, named as the PyTorch model names it when `--names hf` asks
+/// (the rows of the formats it maps call it).
+pub(crate) fn named(
+    src: Box<dyn Source>,
+    options: &SourceOptions,
+    convention: Convention,
+) -> Result<Box<dyn Source>> {
+    match options.names {
+        Names::Hf => hf_names(src, convention),
+        Names::Stored => Ok(src),
+    }
+}
+
+/// The table's wrap that refuses `--names hf` for an input no row mapped.
+pub(crate) fn refuse_unmapped(
+    sources: Vec<Box<dyn Source>>,
+    options: &SourceOptions,
+    _notice: Notice<'_>,
+) -> Result<Vec<Box<dyn Source>>> {
+    if options.names == Names::Hf {
+        if let Some(s) = sources.iter().find(|s| !s.names_mapped()) {
+            let e = Error::new(ErrorKind::Usage(
+                "--names hf maps transformers' TensorFlow (.h5) and Flax (.msgpack) checkpoints; this input is neither".into(),
+            ));
+            return Err(e.with_input(s.input_name()));
+        }
+    }
+    Ok(sources)
 }
 
 /// `src` as the PyTorch model names it, following `convention`.

@@ -35,10 +35,44 @@ use futures::FutureExt;
 use self::walk::{walk, Data};
 use super::blocking::BlockingReader;
 use super::cursor::FileCursor;
+use super::format::{FileInput, FormatRow, Stream};
 use super::{BlockingRead, FileSpan, OpenBlocking, Source, Stamp, TensorData};
+use crate::error::note::Note;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
 use crate::Result;
+
+/// The Flax MessagePack row of the format table: a map whose first key is
+/// printable; spooled from a stream.
+pub(crate) const ROW: FormatRow = FormatRow {
+    magic: Some(looks_like_msgpack),
+    ..FormatRow::new(
+        "msgpack",
+        "a Flax MessagePack file",
+        open_file,
+        Stream::Spool("a Flax MessagePack file needs random access"),
+    )
+};
+
+/// Opens the file, says how many leaves were skipped, and names its
+/// tensors as PyTorch does when `--names hf` asks.
+fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    let src = MsgpackSource::open(o.file, o.len, o.input)?;
+    if src.skipped > 0 {
+        let more = if src.skipped as usize > src.skipped_paths.len() {
+            ", ..."
+        } else {
+            ""
+        };
+        (o.notice)(&Note::Info(crate::printable_line(&format!(
+            "{}: skipped {} values that are not arrays: {}{more}",
+            o.input,
+            src.skipped,
+            src.skipped_paths.join(", ")
+        ))));
+    }
+    super::hf::named(Box::new(src), o.options, super::hf::Convention::Flax)
+}
 
 /// The MessagePack reader's errors (they live in the error layer).
 pub use crate::error::msgpack as error;
@@ -74,29 +108,6 @@ impl MsgpackSource {
     /// How many leaves were not arrays, and the first few of their paths.
     pub fn skipped(&self) -> (u64, &[String]) {
         (self.skipped, &self.skipped_paths)
-    }
-
-    /// Opens `file`, and tells `notice` how many leaves were skipped.
-    pub(crate) fn open_told(
-        file: File,
-        len: u64,
-        input: &str,
-        notice: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<Box<dyn Source>> {
-        let src = Self::open(file, len, input)?;
-        if src.skipped > 0 {
-            let more = if src.skipped as usize > src.skipped_paths.len() {
-                ", ..."
-            } else {
-                ""
-            };
-            notice(&crate::printable_line(&format!(
-                "{input}: skipped {} values that are not arrays: {}{more}",
-                src.skipped,
-                src.skipped_paths.join(", ")
-            )));
-        }
-        Ok(Box::new(src))
     }
 
     /// A reader of a chunked tensor's bytes, chunk after chunk.

@@ -42,10 +42,36 @@ use self::external::ExternalFiles;
 use self::model::{read_model, Data};
 use self::typed::TypedReader;
 use super::blocking::BlockingReader;
+use super::format::{FileInput, FormatRow, Stream};
 use super::{BlockingRead, FileSpan, OpenBlocking, Source, Stamp, TensorData};
+use crate::error::note::Note;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
 use crate::Result;
+
+/// The ONNX row of the format table: a `ModelProto` by its first fields;
+/// spooled from a stream (which then may not have external data).
+pub(crate) const ROW: FormatRow = FormatRow {
+    magic: Some(looks_like_onnx),
+    ..FormatRow::new(
+        "onnx",
+        "an ONNX model",
+        open_file,
+        Stream::Spool("an ONNX model needs random access"),
+    )
+};
+
+/// Opens the model, and says how many sparse initializers were left out.
+fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    let src = OnnxSource::open(o.file, o.len, o.path, o.input)?;
+    if src.sparse > 0 {
+        (o.notice)(&Note::Info(crate::printable_line(&format!(
+            "warning: {}: {} sparse initializers are not read",
+            o.input, src.sparse
+        ))));
+    }
+    Ok(Box::new(src))
+}
 
 /// The ONNX reader's errors (they live in the error layer).
 pub use crate::error::onnx as error;
@@ -93,25 +119,6 @@ impl OnnxSource {
     /// Sparse initializers the model holds, which are not read.
     pub fn sparse_initializers(&self) -> u64 {
         self.sparse
-    }
-
-    /// Opens the model, and tells `notice` how many sparse initializers
-    /// were left out.
-    pub(crate) fn open_told(
-        file: File,
-        len: u64,
-        path: Option<&Path>,
-        input: &str,
-        notice: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<Box<dyn Source>> {
-        let src = Self::open(file, len, path, input)?;
-        if src.sparse > 0 {
-            notice(&crate::printable_line(&format!(
-                "warning: {input}: {} sparse initializers are not read",
-                src.sparse
-            )));
-        }
-        Ok(Box::new(src))
     }
 
     /// Tensor `k`'s typed-field reader, if its data is in one.
