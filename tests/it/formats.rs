@@ -647,7 +647,7 @@ fn sparse_initializers_are_left_out_and_said() {
     let dir = tempfile::tempdir().unwrap();
     let path = support::write(dir.path(), "m.onnx", &bytes);
     let said = std::sync::Mutex::new(Vec::new());
-    let notice = |s: &str| said.lock().unwrap().push(s.to_string());
+    let notice = |s: &safetensors_stream::Note| said.lock().unwrap().push(s.to_string());
     let src = block_on(open_input(&path, &SourceOptions::default(), &notice)).unwrap();
     assert_eq!(src.tensors().len(), 1);
     let said = said.into_inner().unwrap();
