@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use harness::{Harness, Outcomes};
 use safetensors_stream::ErrorKind;
 
-const TARGETS: [&str; 8] = [
+const TARGETS: [&str; 11] = [
     "safetensors_header",
     "npy_header",
     "zip_directory",
@@ -34,6 +34,9 @@ const TARGETS: [&str; 8] = [
     "pickle",
     "bnb_record",
     "gguf_header",
+    "onnx_model",
+    "msgpack_file",
+    "hdf5_file",
 ];
 
 /// Panics seen on any thread: tokio turns a panic in a blocking read into
@@ -88,6 +91,9 @@ fn run(harness: &Harness, target: &str, data: &[u8]) -> String {
         "pickle" => describe(&harness::pickle(data)),
         "bnb_record" => format!("bnb_record: {:?}\n", harness::bnb_record(data)),
         "gguf_header" => describe(&harness::gguf_header(data)),
+        "onnx_model" => describe(&harness.onnx_model(data)),
+        "msgpack_file" => describe(&harness::msgpack_file(data)),
+        "hdf5_file" => describe(&harness::hdf5_file(data)),
         other => panic!("unknown fuzz target folder {other:?}"),
     }
 }

@@ -355,6 +355,78 @@ const QUANTIZED_MARKS: &[&[u8]] = &[
     b"bitsandbytes__",
 ];
 
+impl Harness {
+    /// `onnx_model`: the bytes as an ONNX model in the scratch folder, beside
+    /// a 4 KiB `w.bin` its external data may name; then every initializer
+    /// read to its end. Invariants (asserted inside): each listed tensor's
+    /// reader yields exactly its byte length, each span lies inside its file.
+    pub fn onnx_model(&self, data: &[u8]) -> Outcomes {
+        use safetensors_stream::source::onnx::OnnxSource;
+        let path = self.dir.path().join("model.onnx");
+        std::fs::write(&path, data).expect("writing the scratch model");
+        let beside = self.dir.path().join("w.bin");
+        if !beside.exists() {
+            let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+            std::fs::write(&beside, bytes).expect("writing the scratch data file");
+        }
+        let file = File::open(&path).expect("opening the scratch model");
+        let opened = OnnxSource::open(file, data.len() as u64, Some(&path), "fuzz.onnx");
+        read_every_tensor(opened)
+    }
+}
+
+/// `msgpack_file`: the bytes as a Flax MessagePack file, then every tensor
+/// read to its end (the invariants of [`Harness::onnx_model`]).
+pub fn msgpack_file(data: &[u8]) -> Outcomes {
+    use safetensors_stream::source::msgpack::MsgpackSource;
+    let mut file = tempfile::tempfile().expect("a scratch file");
+    file.write_all(data).expect("writing the scratch file");
+    read_every_tensor(MsgpackSource::open(file, data.len() as u64, "fuzz.msgpack"))
+}
+
+/// `hdf5_file`: the bytes as an HDF5 file, then every tensor read to its
+/// end (the invariants of [`Harness::onnx_model`]).
+pub fn hdf5_file(data: &[u8]) -> Outcomes {
+    use safetensors_stream::source::hdf5::Hdf5Source;
+    let mut file = tempfile::tempfile().expect("a scratch file");
+    file.write_all(data).expect("writing the scratch file");
+    read_every_tensor(Hdf5Source::open(file, data.len() as u64, "fuzz.h5"))
+}
+
+/// Opens a source, then reads each tensor as the copy engine would: its
+/// blocking reader if it has one, else checks its span.
+fn read_every_tensor<S: Source>(opened: Result<S>) -> Outcomes {
+    use std::io::Read;
+    let src = match opened {
+        Ok(src) => src,
+        Err(e) => return vec![("open", Err(e))],
+    };
+    for (k, t) in src.tensors().iter().enumerate() {
+        let want = t.byte_len().expect("a listed tensor has a length");
+        if let Some(open) = src.open_blocking(k) {
+            let (mut r, _) = open().expect("a listed tensor opens");
+            let mut buf = vec![0u8; 1 << 16];
+            let mut n = 0u64;
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(got) => n += got as u64,
+                    Err(e) => panic!("reading {}: {e}", t.name),
+                }
+            }
+            assert_eq!(n, want, "{}", t.name);
+        } else {
+            let span = src
+                .file_span(k)
+                .expect("a tensor without a reader has a span");
+            assert_eq!(span.len, want, "{}", t.name);
+            let file_len = span.file.metadata().expect("the file's length").len();
+            assert!(span.offset + span.len <= file_len, "{}", t.name);
+        }
+    }
+    vec![("open", Ok(()))]
+}
+
 /// `bnb_record`: the bytes as a bitsandbytes `quant_state` record, of
 /// either type. Invariants (asserted inside): an accepted record has a
 /// block size the library reads and a shape whose element count fits.

@@ -12,10 +12,13 @@
 //! those foreign error types only.
 
 pub mod gguf;
+pub mod hdf5;
 pub(crate) mod header;
 pub(crate) mod index;
 pub(crate) mod json;
+pub mod msgpack;
 pub(crate) mod note;
+pub mod onnx;
 pub(crate) mod pickle;
 pub(crate) mod quantized;
 pub(crate) mod store;
@@ -597,6 +600,15 @@ pub enum ErrorKind {
     /// A malformed or unsupported GGUF file.
     #[error("gguf: {0}")]
     Gguf(#[from] gguf::GgufError),
+    /// A malformed or unsupported HDF5 file.
+    #[error("hdf5: {0}")]
+    Hdf5(#[from] hdf5::Hdf5Error),
+    /// A malformed or unsupported ONNX model.
+    #[error("onnx: {0}")]
+    Onnx(#[from] onnx::OnnxError),
+    /// A malformed or unsupported Flax MessagePack file.
+    #[error("msgpack: {0}")]
+    Msgpack(#[from] msgpack::MsgpackError),
     /// A quantized weight (FP8, GPTQ, AWQ, bitsandbytes) whose scales,
     /// zeros or records do not describe it.
     #[error("{0}")]
@@ -682,6 +694,9 @@ impl ErrorKind {
             | K::PastPlan
             | K::NpyHeader(_)
             | K::Gguf(_)
+            | K::Hdf5(_)
+            | K::Onnx(_)
+            | K::Msgpack(_)
             | K::UnsupportedDtype { .. }
             | K::DataLength { .. }
             | K::NotSafetensors { .. }

@@ -52,19 +52,24 @@ pub(crate) mod blocking;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 mod checkpoint;
 pub(crate) mod codec;
+pub(crate) mod cursor;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
 pub(crate) mod format;
 mod freed_memory;
 pub mod gguf;
+pub mod hdf5;
+pub(crate) mod hf;
 pub(crate) mod input;
 pub(crate) mod memory;
+pub mod msgpack;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npy;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npz;
 #[cfg(feature = "object-store")]
 pub mod object;
+pub mod onnx;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
@@ -86,6 +91,7 @@ pub use detect::{detect_file, Format};
 pub use format::FormatRow;
 pub use freed_memory::FreedMemoryHook;
 pub use gguf::GgufOptions;
+pub use hf::Names;
 pub use input::{open_input, open_inputs};
 pub use memory::MemorySource;
 pub use npy::NpyOptions;
@@ -156,6 +162,12 @@ pub trait Source: Send {
     /// The input's `__metadata__`, if it has one.
     fn metadata(&self) -> Option<&Metadata> {
         None
+    }
+
+    /// Whether the tensors are named as a PyTorch model names them by
+    /// `--names hf` ([`Names::Hf`]); false by default.
+    fn names_mapped(&self) -> bool {
+        false
     }
 
     /// Groups of tensors that are the same bytes, for `--dedupe-tied`
@@ -286,6 +298,11 @@ crate::setters::options! {
         /// Called between the phases of opening a large input, once a phase
         /// freed much memory (`convert` hands it back to the system then).
         pub freed_memory: FreedMemoryHook,
+        /// TensorFlow (HDF5) and Flax (MessagePack) checkpoints of
+        /// transformers: name, lay out and shape the tensors as the PyTorch
+        /// model's state dict ([`Names::Hf`], `--names hf`); other inputs
+        /// are refused with it.
+        pub names: Names,
     }
 }
 

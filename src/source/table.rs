@@ -10,7 +10,9 @@
 use std::path::Path;
 
 use super::format::{ByPath, FormatRow, Wrap};
-use super::{gguf, npy, npz, pytorch, quantized, raw, safetensors, SourceOptions};
+use super::{
+    gguf, hdf5, hf, msgpack, npy, npz, onnx, pytorch, quantized, raw, safetensors, SourceOptions,
+};
 
 /// A list of format rows, tried in order.
 #[derive(Clone, Copy)]
@@ -23,15 +25,19 @@ pub(crate) const FORMATS: Table = Table(&[
     &npy::ROW,
     &npz::ROW,
     &gguf::ROW,
+    &hdf5::ROW,
     &pytorch::row::LEGACY,
     &pytorch::row::TAR,
     &safetensors::ROW,
+    &onnx::ROW,
+    &msgpack::ROW,
     &raw::ROW,
 ]);
 
-/// Formats inside other formats' tensors, applied to every set of inputs
-/// once they are open: quantized safetensors weights.
-pub(crate) const WRAPS: &[Wrap] = &[quantized::wrap];
+/// Steps applied to every set of inputs once they are open: quantized
+/// safetensors weights (a format inside another's tensors), then the
+/// refusal of `--names hf` for an input whose row did not map its names.
+pub(crate) const WRAPS: &[Wrap] = &[quantized::wrap, hf::refuse_unmapped];
 
 impl Table {
     /// The rows.
@@ -71,9 +77,12 @@ mod tests {
                 ("npy", "an .npy array"),
                 ("zip", "an .npz (zip) archive"),
                 ("gguf", "a GGUF file"),
+                ("hdf5", "an HDF5 file"),
                 ("pytorch", "a PyTorch checkpoint (legacy format)"),
                 ("tar", "a tar archive (an old PyTorch format)"),
                 ("safetensors", "a safetensors file"),
+                ("onnx", "an ONNX model"),
+                ("msgpack", "a Flax MessagePack file"),
                 ("raw", "a raw dump"),
             ]
         );

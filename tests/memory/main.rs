@@ -13,6 +13,7 @@ mod support;
 mod alloc;
 
 mod bound;
+mod formats;
 mod gguf;
 mod header;
 mod hostile;

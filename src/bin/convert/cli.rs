@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use safetensors_stream::source::Names;
 use safetensors_stream::Dtype;
 
 const AFTER_HELP: &str = "\
@@ -170,6 +171,12 @@ pub struct InputArgs {
     /// dtype (BF16, F8_E4M3, F8_E5M2, ...); its width must be the void's. Never guessed.
     #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
     pub npy_void_as: Option<Dtype>,
+    /// How tensors are named: `stored` (an HDF5 dataset's path, Flax's keys joined with `.`), or
+    /// `hf`: a transformers TensorFlow (tf_model.h5) or Flax (flax_model.msgpack) checkpoint
+    /// named, transposed and shaped as the PyTorch model's state dict, as transformers 4.x's
+    /// cross-loading did.
+    #[arg(long, value_name = "stored|hf", value_parser = parse_names, default_value = "stored")]
+    pub names: Names,
     /// PyTorch checkpoints: write one tensor of each group of identical (tied) views and
     /// record the dropped names in __metadata__, as the Hugging Face script does. The first
     /// selected name in the checkpoint's order is kept (the input embedding, as transformers
@@ -253,6 +260,14 @@ pub enum ByteOrder {
 
 /// The library's spellings (`BF16`, `bf16`, `bfloat16`, `torch.bfloat16`, ...),
 /// shared with Rust callers and the Python package.
+fn parse_names(s: &str) -> Result<Names, String> {
+    match s {
+        "stored" => Ok(Names::Stored),
+        "hf" => Ok(Names::Hf),
+        _ => Err(format!("{s:?} is not a naming: stored or hf")),
+    }
+}
+
 fn parse_dtype(s: &str) -> Result<Dtype, String> {
     s.parse::<Dtype>().map_err(|e| e.to_string())
 }

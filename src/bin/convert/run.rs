@@ -129,7 +129,8 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         .torch(torch)
         .dequantize(dequantize_to(args))
         .gguf(GgufOptions::default().metadata(args.gguf_metadata))
-        .freed_memory(FreedMemoryHook::new(crate::collect_freed_memory)))
+        .freed_memory(FreedMemoryHook::new(crate::collect_freed_memory))
+        .names(args.names))
 }
 
 /// Notes go to stderr as lines, or into the JSON report when there is one.

@@ -1,0 +1,75 @@
+//! What can be wrong with a Flax MessagePack file.
+
+/// A Flax MessagePack file (`flax.serialization.msgpack_serialize`) that
+/// breaks a rule of MessagePack or of Flax's encoding of arrays, or uses a
+/// part of it we do not read. The error carries the byte offset and the
+/// tensor's name where there is one; strings from the file are quoted with
+/// escapes (`{:?}`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MsgpackError {
+    /// The file ends inside a value.
+    #[error("the file ends inside {0}")]
+    Truncated(&'static str),
+    /// Bytes after the top-level value.
+    #[error("{0} bytes follow the top-level map")]
+    Trailing(u64),
+    /// The top-level value is not a map.
+    #[error("the top-level value is not a map")]
+    NotAMap,
+    /// Byte 0xc1, which MessagePack never uses.
+    #[error("byte 0xc1 is not a MessagePack marker")]
+    Reserved,
+    /// Maps and arrays nested deeper than the limit.
+    #[error("maps nest deeper than {0} levels")]
+    TooDeep(usize),
+    /// A map key that is neither a string nor an integer.
+    #[error("a map key is {0}, not a string")]
+    KeyType(&'static str),
+    /// A string longer than its limit.
+    #[error("{what} of {len} bytes exceeds the limit of {limit}")]
+    TooLong {
+        /// What it is.
+        what: &'static str,
+        /// Its length.
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A string that is not UTF-8.
+    #[error("{0} is not valid UTF-8")]
+    NotUtf8(&'static str),
+    /// Two tensors of one name (`{"a.b": x}` and `{"a": {"b": y}}`).
+    #[error("tensor {0:?} appears twice")]
+    DuplicateTensor(String),
+    /// An ndarray (ext type 1 or 3) not laid out as Flax writes it:
+    /// `[shape, dtype name, bytes]`.
+    #[error("ndarray: {0}")]
+    Ndarray(&'static str),
+    /// A dtype name Flax can write that safetensors cannot hold as it is,
+    /// or one numpy does not define.
+    #[error("dtype {0:?} is not supported")]
+    Dtype(String),
+    /// More dimensions than numpy's 64.
+    #[error("more than 64 dimensions")]
+    TooManyDims,
+    /// An array whose bytes are not what its shape and dtype make.
+    #[error("data holds {actual} bytes; shape and dtype make {expected}")]
+    DataLength {
+        /// The tensor's byte length.
+        expected: u64,
+        /// The data's.
+        actual: u64,
+    },
+    /// An ext value whose declared length is not its content's.
+    #[error("ext value of {declared} bytes holds {actual}")]
+    ExtLength {
+        /// The ext header's length.
+        declared: u64,
+        /// The bytes its ndarray took.
+        actual: u64,
+    },
+    /// A chunked array (`__msgpack_chunked_array__`) not as Flax writes it.
+    #[error("chunked array: {0}")]
+    Chunked(String),
+}

@@ -1,0 +1,290 @@
+//! Chunked datasets read in row-major order, in bounded memory.
+//!
+//! The chunks are listed when the file is opened (their B-tree walked,
+//! every record checked against the dataset and the file). Reading then
+//! goes one row of chunks at a time: the chunks whose first index is the
+//! row's are read, decoded ([`super::filters`]) and copied into a buffer
+//! of that many whole rows of the dataset, which is then served in order.
+//! Memory is that buffer and one chunk: a row of chunks is refused at
+//! open if over [`ROW_LIMIT`]. Chunks never written read as the fill value.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use super::btree::{key_fields, leaves};
+use super::dataset::{ChunkIndex, Filter};
+use super::error::Hdf5Error;
+use super::filters::decode;
+use super::read::{bad, malformed, Geometry};
+use crate::{Error, Result};
+
+/// The most bytes one row of chunks may take.
+pub(crate) const ROW_LIMIT: u64 = 64 << 20;
+
+/// One stored chunk.
+#[derive(Debug, Clone)]
+pub(crate) struct Chunk {
+    /// Its first element's index.
+    pub(crate) offsets: Vec<u64>,
+    pub(crate) addr: u64,
+    /// Its bytes in the file (filtered).
+    pub(crate) size: u64,
+    /// Bit i set: filter i was not applied.
+    pub(crate) mask: u32,
+}
+
+/// A chunked dataset: what reading it needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Chunked {
+    pub(crate) shape: Vec<u64>,
+    pub(crate) chunk: Vec<u64>,
+    pub(crate) width: usize,
+    pub(crate) filters: Vec<Filter>,
+    pub(crate) fill: Vec<u8>,
+    /// Sorted by offsets.
+    pub(crate) chunks: Arc<Vec<Chunk>>,
+}
+
+/// Lists the chunks of a dataset of `shape` in chunks of `chunk`.
+pub(crate) fn list_chunks(
+    geo: Geometry<'_>,
+    index: ChunkIndex,
+    shape: &[u64],
+    chunk: &[u64],
+    width: usize,
+) -> Result<Vec<Chunk>> {
+    let logical = chunk_bytes(chunk, width);
+    let mut out = Vec::new();
+    match index {
+        ChunkIndex::Single { addr, size, mask } => {
+            if !geo.undefined(addr) {
+                let size = size.unwrap_or(logical);
+                check_size(size, logical, addr)?;
+                geo.check("a chunk", addr, size)?;
+                out.push(Chunk {
+                    offsets: vec![0; shape.len()],
+                    addr,
+                    size,
+                    mask,
+                });
+            }
+        }
+        ChunkIndex::BTree(root) if geo.undefined(root) => {}
+        ChunkIndex::BTree(root) => {
+            let key = 8 + 8 * (shape.len() + 1);
+            for leaf in leaves(geo, root, 1, key)? {
+                let mut k = key_fields(geo, &leaf);
+                let size = u64::from(k.u32()?);
+                let mask = k.u32()?;
+                let offsets: Vec<u64> =
+                    (0..shape.len()).map(|_| k.uint(8)).collect::<Result<_>>()?;
+                let at = leaf.key_at;
+                for ((&o, &c), &s) in offsets.iter().zip(chunk).zip(shape) {
+                    if o % c != 0 || (o >= s && s > 0) {
+                        let e = format!(
+                            "a chunk at {offsets:?} in a {shape:?} dataset of {chunk:?} chunks"
+                        );
+                        return Err(malformed(e, at));
+                    }
+                }
+                check_size(size, logical, at)?;
+                geo.check("a chunk", leaf.child, size)?;
+                out.push(Chunk {
+                    offsets,
+                    addr: leaf.child,
+                    size,
+                    mask,
+                });
+            }
+        }
+    }
+    out.sort_by(|a, b| a.offsets.cmp(&b.offsets));
+    if let Some(w) = out.windows(2).find(|w| w[0].offsets == w[1].offsets) {
+        let e = format!("two chunks at {:?}", w[0].offsets);
+        return Err(malformed(e, w[1].addr));
+    }
+    let row = row_bytes(shape, chunk, width);
+    if row > ROW_LIMIT {
+        return Err(Error::new(Hdf5Error::ChunkRow {
+            need: row,
+            limit: ROW_LIMIT,
+        }));
+    }
+    Ok(out)
+}
+
+/// Checks a stored chunk is no larger than its filters can make it:
+/// deflate grows what it cannot compress by a little, fletcher32 adds 4.
+fn check_size(size: u64, logical: u64, at: u64) -> Result<()> {
+    let most = logical.saturating_add(logical / 64).saturating_add(4096);
+    if size > most {
+        let e = format!("a chunk of {size} bytes for {logical} bytes of data");
+        return Err(malformed(e, at));
+    }
+    Ok(())
+}
+
+/// A chunk's logical bytes (saturating: checked against the limit).
+fn chunk_bytes(chunk: &[u64], width: usize) -> u64 {
+    chunk.iter().fold(width as u64, |a, &d| a.saturating_mul(d))
+}
+
+/// The bytes of one row of chunks: `chunk[0]` rows of the dataset, plus
+/// one chunk being decoded.
+fn row_bytes(shape: &[u64], chunk: &[u64], width: usize) -> u64 {
+    let rest = shape[1..]
+        .iter()
+        .fold(width as u64, |a, &d| a.saturating_mul(d));
+    rest.saturating_mul(chunk[0].min(shape[0]))
+        .saturating_add(chunk_bytes(chunk, width))
+}
+
+/// Reads a chunked dataset's bytes in row-major order.
+pub(crate) struct ChunkedReader {
+    file: Arc<File>,
+    d: Chunked,
+    /// The input and the tensor, for errors.
+    input: String,
+    name: String,
+    /// The first dataset row of the next row of chunks.
+    next_row: u64,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl ChunkedReader {
+    pub(crate) fn new(file: Arc<File>, d: Chunked, input: &str, name: &str) -> Self {
+        ChunkedReader {
+            file,
+            d,
+            input: input.to_string(),
+            name: name.to_string(),
+            next_row: 0,
+            buf: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Decodes the next row of chunks into `buf`.
+    fn refill(&mut self) -> Result<()> {
+        let d = &self.d;
+        let start = self.next_row;
+        let rows = d.chunk[0].min(d.shape[0] - start);
+        let row_len = d.shape[1..].iter().product::<u64>() as usize * d.width;
+        let len = rows as usize * row_len;
+        self.buf.clear();
+        self.buf.reserve(len);
+        while self.buf.len() < len {
+            self.buf.extend_from_slice(&d.fill);
+        }
+        let first = d.chunks.partition_point(|c| c.offsets[0] < start);
+        let logical = chunk_bytes(&d.chunk, d.width) as usize;
+        let mut raw = Vec::new();
+        for c in d.chunks[first..]
+            .iter()
+            .take_while(|c| c.offsets[0] == start)
+        {
+            raw.resize(c.size as usize, 0);
+            self.file.read_exact_at(&mut raw, c.addr)?;
+            let data = decode(&raw, &d.filters, c.mask, logical)
+                .map_err(|e| chunk_error(e, c, logical))?;
+            place(&mut self.buf, &data, c, d, start);
+        }
+        self.next_row = start + rows;
+        self.pos = 0;
+        Ok(())
+    }
+}
+
+fn chunk_error(e: super::filters::DecodeError, c: &Chunk, logical: usize) -> Error {
+    use super::filters::DecodeError as D;
+    let offsets = c.offsets.clone();
+    let kind = match e {
+        D::Length(actual) => Hdf5Error::ChunkLength {
+            offsets,
+            expected: logical as u64,
+            actual,
+        },
+        D::Inflate(detail) => Hdf5Error::Inflate { offsets, detail },
+    };
+    bad(kind, c.addr)
+}
+
+/// Copies chunk `c`'s `data` into `buf`, which holds the dataset's rows
+/// from `start`: every run along the last axis, clipped to the dataset.
+fn place(buf: &mut [u8], data: &[u8], c: &Chunk, d: &Chunked, start: u64) {
+    let n = d.shape.len();
+    let w = d.width as u64;
+    // Extents of the chunk inside the dataset.
+    let ext: Vec<u64> = (0..n)
+        .map(|i| d.chunk[i].min(d.shape[i] - c.offsets[i]))
+        .collect();
+    if ext.contains(&0) {
+        return;
+    }
+    // Strides (in elements) of the dataset's rows in buf, and of the chunk.
+    let mut dstride = vec![1u64; n];
+    let mut cstride = vec![1u64; n];
+    for i in (0..n - 1).rev() {
+        dstride[i] = dstride[i + 1] * d.shape[i + 1];
+        cstride[i] = cstride[i + 1] * d.chunk[i + 1];
+    }
+    let run = (ext[n - 1] * w) as usize;
+    let mut idx = vec![0u64; n - 1];
+    loop {
+        let mut src = 0u64;
+        // A 1-d dataset's only axis is also the rows' axis: buf starts at `start`.
+        let last = if n == 1 {
+            c.offsets[0] - start
+        } else {
+            c.offsets[n - 1]
+        };
+        let mut dst = last * w;
+        for i in 0..n - 1 {
+            src += idx[i] * cstride[i];
+            let at = if i == 0 {
+                c.offsets[0] - start + idx[0]
+            } else {
+                c.offsets[i] + idx[i]
+            };
+            dst += at * dstride[i] * w;
+        }
+        let src = (src * w) as usize;
+        let dst = dst as usize;
+        buf[dst..dst + run].copy_from_slice(&data[src..src + run]);
+        // The next index over the leading axes, last fastest.
+        let mut i = n - 1;
+        loop {
+            if i == 0 {
+                return;
+            }
+            i -= 1;
+            idx[i] += 1;
+            if idx[i] < ext[i] {
+                break;
+            }
+            idx[i] = 0;
+        }
+    }
+}
+
+impl Read for ChunkedReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.buf.len() {
+            if self.next_row >= self.d.shape[0] || self.d.shape.contains(&0) {
+                return Ok(0);
+            }
+            self.refill().map_err(|e| {
+                e.with_tensor(self.name.as_str())
+                    .with_input(&self.input)
+                    .into_io()
+            })?;
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}

@@ -1,0 +1,420 @@
+//! A dataset's messages read into what its tensor needs: the shape
+//! (dataspace), the dtype (datatype), where its bytes are (layout), the
+//! filters its chunks went through, and the fill value of what was never
+//! written.
+
+use super::error::Hdf5Error;
+use super::header::{kind, Message};
+use super::read::{bad, malformed, Fields, Geometry};
+use crate::{Dtype, Result};
+
+/// The most dimensions read (numpy's limit).
+const MAX_RANK: usize = 64;
+
+/// A filter of a chunk's pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Filter {
+    /// zlib (HDF5's "deflate", h5py's `compression="gzip"`).
+    Deflate,
+    /// Bytes regrouped by their place in an element, of this width.
+    Shuffle(usize),
+    /// A 4-byte checksum after the data (not verified: stripped).
+    Fletcher32,
+}
+
+/// Where a chunked dataset's chunks are listed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ChunkIndex {
+    /// A version 1 B-tree (layout version 3, h5py's default).
+    BTree(u64),
+    /// One chunk holding the whole dataset (layout version 4).
+    Single {
+        addr: u64,
+        size: Option<u64>,
+        mask: u32,
+    },
+}
+
+/// Where a dataset's bytes are.
+#[derive(Debug)]
+pub(crate) enum Layout {
+    /// In its object header.
+    Compact(Vec<u8>),
+    /// One run of the file (`None`: never written, all fill value).
+    Contiguous(Option<(u64, u64)>),
+    /// Chunks of this shape.
+    Chunked { chunk: Vec<u64>, index: ChunkIndex },
+}
+
+/// What a dataset is.
+#[derive(Debug)]
+pub(crate) struct Dataset {
+    pub(crate) shape: Vec<u64>,
+    pub(crate) dtype: Dtype,
+    pub(crate) big_endian: bool,
+    pub(crate) layout: Layout,
+    pub(crate) filters: Vec<Filter>,
+    /// One element of the fill value, in the file's byte order; zeros when
+    /// the file defines none.
+    pub(crate) fill: Vec<u8>,
+    /// Where the object header is, for errors.
+    pub(crate) header: u64,
+}
+
+/// Reads a dataset from its header's messages; `None` for an object that
+/// is not one (a committed datatype).
+pub(crate) fn read_dataset(
+    geo: Geometry<'_>,
+    header: u64,
+    messages: Vec<Message<'_>>,
+) -> Result<Option<Dataset>> {
+    let (mut shape, mut dtype, mut layout, mut filters, mut fill) = (None, None, None, None, None);
+    for mut m in messages {
+        if m.flags & 0x02 != 0 && matches!(m.kind, kind::DATATYPE | kind::FILTERS) {
+            let e = Hdf5Error::Unsupported("a shared (committed) datatype or filter".into());
+            return Err(bad(e, m.body.at()));
+        }
+        let f = &mut m.body;
+        match m.kind {
+            kind::DATASPACE => shape = Some(dataspace(f)?),
+            kind::DATATYPE => dtype = Some(datatype(f)?),
+            kind::LAYOUT => layout = Some(read_layout(geo, f)?),
+            kind::FILTERS => filters = Some(pipeline(f)?),
+            kind::FILL => fill = fill_value(f)?,
+            kind::FILL_OLD if fill.is_none() => {
+                let size = f.u32()? as usize;
+                fill = Some(f.bytes(size)?.to_vec());
+            }
+            _ => {}
+        }
+    }
+    let Some(layout) = layout else {
+        return Ok(None);
+    };
+    let missing = |what: &str| malformed(format!("a dataset without a {what} message"), header);
+    let shape = shape.ok_or_else(|| missing("dataspace"))?;
+    let (dtype, width, big_endian) = dtype.ok_or_else(|| missing("datatype"))?;
+    let fill = match fill {
+        Some(v) if v.len() == width => v,
+        Some(v) if !v.is_empty() => {
+            let e = format!(
+                "a fill value of {} bytes for {width}-byte elements",
+                v.len()
+            );
+            return Err(malformed(e, header));
+        }
+        _ => vec![0; width],
+    };
+    let filters = filters.unwrap_or_default();
+    if !filters.is_empty() && !matches!(layout, Layout::Chunked { .. }) {
+        return Err(malformed(
+            "filters on a dataset that is not chunked",
+            header,
+        ));
+    }
+    if let Layout::Chunked { chunk, .. } = &layout {
+        if chunk.len() != shape.len() {
+            let e = format!("chunks of {} dimensions in {}", chunk.len(), shape.len());
+            return Err(malformed(e, header));
+        }
+    }
+    Ok(Some(Dataset {
+        shape,
+        dtype,
+        big_endian,
+        layout,
+        filters,
+        fill,
+        header,
+    }))
+}
+
+fn dataspace(f: &mut Fields<'_>) -> Result<Vec<u64>> {
+    let at = f.at();
+    let version = f.u8()?;
+    let rank = usize::from(f.u8()?);
+    let flags = f.u8()?;
+    match version {
+        1 => f.skip(5)?,
+        2 => {
+            if f.u8()? == 2 {
+                let e = Hdf5Error::Unsupported("a null dataspace (no data)".into());
+                return Err(bad(e, at));
+            }
+        }
+        v => {
+            let e = Hdf5Error::Version {
+                what: "dataspace",
+                version: v,
+            };
+            return Err(bad(e, at));
+        }
+    }
+    if rank > MAX_RANK {
+        return Err(malformed(
+            format!("{rank} dimensions (over {MAX_RANK})"),
+            at,
+        ));
+    }
+    let _ = flags; // maximum sizes (and v1 permutations) follow, not needed
+    (0..rank).map(|_| f.length()).collect()
+}
+
+/// The dtype, its width in bytes and whether it is big-endian.
+fn datatype(f: &mut Fields<'_>) -> Result<(Dtype, usize, bool)> {
+    let at = f.at();
+    let class_version = f.u8()?;
+    let bits = f.bytes(3)?.to_vec();
+    let size = f.u32()? as usize;
+    let class = class_version & 0x0f;
+    let big = bits[0] & 1 != 0;
+    let unsupported = |what: String| bad(Hdf5Error::Unsupported(what), at);
+    let dtype = match class {
+        0 => {
+            let offset = f.u16()?;
+            let precision = f.u16()?;
+            if offset != 0 || usize::from(precision) != 8 * size {
+                return Err(unsupported(format!(
+                    "an integer of {precision} bits at bit {offset} in {size} bytes"
+                )));
+            }
+            let signed = bits[0] & 0x08 != 0;
+            match (size, signed) {
+                (1, true) => Dtype::I8,
+                (1, false) => Dtype::U8,
+                (2, true) => Dtype::I16,
+                (2, false) => Dtype::U16,
+                (4, true) => Dtype::I32,
+                (4, false) => Dtype::U32,
+                (8, true) => Dtype::I64,
+                (8, false) => Dtype::U64,
+                _ => return Err(unsupported(format!("a {size}-byte integer"))),
+            }
+        }
+        1 => {
+            if bits[0] & 0x40 != 0 {
+                return Err(unsupported("a VAX-ordered float".into()));
+            }
+            f.skip(4)?; // bit offset, precision
+            let (_exp_at, exp_bits, _mant_at, mant_bits) = (f.u8()?, f.u8()?, f.u8()?, f.u8()?);
+            match (size, exp_bits, mant_bits) {
+                (2, 5, 10) => Dtype::F16,
+                (2, 8, 7) => Dtype::BF16,
+                (4, 8, 23) => Dtype::F32,
+                (8, 11, 52) => Dtype::F64,
+                _ => {
+                    return Err(unsupported(format!(
+                        "a {size}-byte float of {exp_bits} exponent and {mant_bits} mantissa bits"
+                    )))
+                }
+            }
+        }
+        8 => {
+            // An enumeration: h5py's bool is one over int8 with FALSE = 0, TRUE = 1.
+            let (base, width, big) = datatype(f)?;
+            let members = u16::from_le_bytes([bits[0], bits[1]]);
+            let mut names = Vec::new();
+            for _ in 0..members {
+                names.push(enum_name(f, class_version >> 4)?);
+            }
+            let values = f.bytes(usize::from(members) * width)?.to_vec();
+            let is_bool = width == 1
+                && names.len() == 2
+                && names[0] == "FALSE"
+                && names[1] == "TRUE"
+                && values == [0, 1];
+            return Ok((if is_bool { Dtype::BOOL } else { base }, width, big));
+        }
+        c => return Err(unsupported(format!("datatype class {c}"))),
+    };
+    Ok((dtype, size, big))
+}
+
+/// An enumeration member's name: null-terminated, padded to 8 bytes
+/// before datatype version 3.
+fn enum_name(f: &mut Fields<'_>, version: u8) -> Result<String> {
+    let mut name = Vec::new();
+    loop {
+        let b = f.u8()?;
+        if b == 0 {
+            break;
+        }
+        name.push(b);
+    }
+    if version < 3 {
+        let used = name.len() + 1;
+        f.skip((8 - used % 8) % 8)?;
+    }
+    Ok(String::from_utf8_lossy(&name).into_owned())
+}
+
+fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
+    let at = f.at();
+    let version = f.u8()?;
+    if !(3..=4).contains(&version) {
+        let e = Hdf5Error::Version {
+            what: "data layout",
+            version,
+        };
+        return Err(bad(e, at));
+    }
+    match f.u8()? {
+        0 => {
+            let size = usize::from(f.u16()?);
+            Ok(Layout::Compact(f.bytes(size)?.to_vec()))
+        }
+        1 => {
+            let addr = f.addr()?;
+            let size = f.length()?;
+            if geo.undefined(addr) {
+                return Ok(Layout::Contiguous(None));
+            }
+            geo.check("a dataset's data", addr, size)?;
+            Ok(Layout::Contiguous(Some((addr, size))))
+        }
+        2 if version == 3 => {
+            let dims = usize::from(f.u8()?);
+            let addr = f.addr()?;
+            let chunk = chunk_dims(f, dims, 4, at)?;
+            Ok(Layout::Chunked {
+                chunk,
+                index: ChunkIndex::BTree(addr),
+            })
+        }
+        2 => {
+            let flags = f.u8()?;
+            let dims = usize::from(f.u8()?);
+            let width = usize::from(f.u8()?);
+            if !(1..=8).contains(&width) {
+                return Err(malformed(format!("chunk sizes of {width} bytes"), at));
+            }
+            let chunk = chunk_dims(f, dims, width, at)?;
+            let index = match f.u8()? {
+                1 => {
+                    let (size, mask) = if flags & 0x02 != 0 {
+                        (Some(f.length()?), f.u32()?)
+                    } else {
+                        (None, 0)
+                    };
+                    ChunkIndex::Single {
+                        addr: f.addr()?,
+                        size,
+                        mask,
+                    }
+                }
+                other => {
+                    let name = match other {
+                        2 => "the implicit chunk index",
+                        3 => "the fixed array chunk index",
+                        4 => "the extensible array chunk index",
+                        5 => "the version 2 B-tree chunk index",
+                        _ => "an unknown chunk index",
+                    };
+                    let e = Hdf5Error::Unsupported(format!(
+                        "{name} (libver=\"latest\" with chunks; h5py's default writes a version 1 B-tree)"
+                    ));
+                    return Err(bad(e, at));
+                }
+            };
+            Ok(Layout::Chunked { chunk, index })
+        }
+        c => {
+            let e = Hdf5Error::Unsupported(format!("layout class {c}"));
+            Err(bad(e, at))
+        }
+    }
+}
+
+/// A chunk's dimensions; the stored list ends with the element size, dropped.
+fn chunk_dims(f: &mut Fields<'_>, dims: usize, width: usize, at: u64) -> Result<Vec<u64>> {
+    if !(2..=MAX_RANK + 1).contains(&dims) {
+        return Err(malformed(format!("chunks of {dims} dimensions"), at));
+    }
+    let mut chunk: Vec<u64> = (0..dims).map(|_| f.uint(width)).collect::<Result<_>>()?;
+    chunk.pop();
+    if chunk.contains(&0) {
+        return Err(malformed("a chunk dimension of 0", at));
+    }
+    Ok(chunk)
+}
+
+fn pipeline(f: &mut Fields<'_>) -> Result<Vec<Filter>> {
+    let at = f.at();
+    let version = f.u8()?;
+    let count = f.u8()?;
+    if version == 1 {
+        f.skip(6)?;
+    } else if version != 2 {
+        let e = Hdf5Error::Version {
+            what: "filter pipeline",
+            version,
+        };
+        return Err(bad(e, at));
+    }
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let id = f.u16()?;
+        let name_len = if version == 1 || id >= 256 {
+            usize::from(f.u16()?)
+        } else {
+            0
+        };
+        let _flags = f.u16()?;
+        let values = usize::from(f.u16()?);
+        let name_len = if version == 1 {
+            name_len.div_ceil(8) * 8
+        } else {
+            name_len
+        };
+        f.skip(name_len)?;
+        let data: Vec<u32> = (0..values).map(|_| f.u32()).collect::<Result<_>>()?;
+        if version == 1 && values % 2 == 1 {
+            f.skip(4)?;
+        }
+        out.push(match id {
+            1 => Filter::Deflate,
+            2 => Filter::Shuffle(data.first().copied().unwrap_or(1).max(1) as usize),
+            3 => Filter::Fletcher32,
+            _ => {
+                let name = match id {
+                    4 => "szip".to_string(),
+                    5 => "nbit".to_string(),
+                    6 => "scaleoffset".to_string(),
+                    32000 => "lzf".to_string(),
+                    32001 => "blosc".to_string(),
+                    32015 => "zstd".to_string(),
+                    id => format!("number {id}"),
+                };
+                let e = Hdf5Error::Unsupported(format!("filter {name}"));
+                return Err(bad(e, at));
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// A fill value message (version 1 to 3): the value, if one is defined.
+fn fill_value(f: &mut Fields<'_>) -> Result<Option<Vec<u8>>> {
+    let at = f.at();
+    let version = f.u8()?;
+    let defined = match version {
+        1 | 2 => {
+            f.skip(2)?; // allocation and write times
+            let defined = f.u8()? != 0;
+            defined || version == 1
+        }
+        3 => f.u8()? & 0x20 != 0,
+        v => {
+            let e = Hdf5Error::Version {
+                what: "fill value",
+                version: v,
+            };
+            return Err(bad(e, at));
+        }
+    };
+    if !defined || f.left() < 4 {
+        return Ok(None);
+    }
+    let size = f.u32()? as usize;
+    Ok(Some(f.bytes(size)?.to_vec()))
+}

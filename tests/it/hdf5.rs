@@ -1,0 +1,378 @@
+//! HDF5 files (Keras `save_weights`, h5py's defaults; see
+//! `fixtures/hdf5/make_hdf5.py`) convert byte-identical to the file
+//! `safetensors.numpy.save_file` wrote from what h5py read, through the
+//! library (file span and reader paths) and the binary; real `tf_model.h5`
+//! files of transformers 4.57 (`fixtures/hdf5/make_tf.py`) convert with
+//! `--names hf` to the PyTorch model's names, layouts and shapes (that
+//! transformers 5 loads them with the TF model's logits:
+//! `fixtures/hdf5/check_logits.py`); cut and corrupted files are refused
+//! by name, never with a panic.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support;
+use safetensors_stream::convert::{ConvertOptions, Output};
+use safetensors_stream::source::{open_input, Names, SourceOptions};
+use safetensors_stream::{convert_blocking, Category, Error, ErrorKind, SinkOptions};
+use support::{block_on, fixtures};
+
+const CASES: [(&str, &str); 5] = [
+    ("hdf5/keras2.h5", "hdf5/expected/keras2.safetensors"),
+    ("hdf5/keras3.weights.h5", "hdf5/expected/keras3.safetensors"),
+    ("hdf5/chunked.h5", "hdf5/expected/chunked.safetensors"),
+    ("hdf5/dtypes.h5", "hdf5/expected/dtypes.safetensors"),
+    ("hdf5/latest.h5", "hdf5/expected/latest.safetensors"),
+];
+
+fn fixture(p: &str) -> PathBuf {
+    fixtures().join(p)
+}
+
+fn convert(input: &Path, options: &ConvertOptions) -> Result<Vec<u8>, Error> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    convert_blocking(&[input.to_path_buf()], &Output::File(out.clone()), options)?;
+    Ok(std::fs::read(out).unwrap())
+}
+
+fn hf() -> ConvertOptions {
+    let mut o = ConvertOptions::default().sync(false);
+    o.source.names = Names::Hf;
+    o
+}
+
+/// Name -> (dtype, shape, bytes) of a safetensors file.
+fn tensors(bytes: &[u8]) -> BTreeMap<String, (String, Vec<usize>, Vec<u8>)> {
+    let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    st.tensors()
+        .into_iter()
+        .map(|(n, v)| {
+            let d = format!("{:?}", v.dtype());
+            (n, (d, v.shape().to_vec(), v.data().to_vec()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_fixture_converts_byte_identical_through_both_library_paths() {
+    for (input, expected) in CASES {
+        let want = std::fs::read(fixture(expected)).unwrap();
+        for fast in [true, false] {
+            let opts = ConvertOptions::default()
+                .sync(false)
+                .fast_path(fast)
+                .sink(SinkOptions::default().buffer_size(4096));
+            let got = convert(&fixture(input), &opts).unwrap();
+            assert!(
+                got == want,
+                "{input} (fast path {fast}) differs from {expected}"
+            );
+        }
+    }
+}
+
+#[test]
+fn listings_name_every_dataset_by_its_path() {
+    for (input, expected) in CASES {
+        let src = block_on(open_input(
+            &fixture(input),
+            &SourceOptions::default(),
+            &|_| {},
+        ))
+        .unwrap();
+        let listed: BTreeMap<String, (String, Vec<usize>)> = src
+            .tensors()
+            .iter()
+            .map(|t| {
+                let shape = t.shape.iter().map(|&d| d as usize).collect();
+                (t.name.clone(), (format!("{:?}", t.dtype), shape))
+            })
+            .collect();
+        let want: BTreeMap<String, (String, Vec<usize>)> =
+            tensors(&std::fs::read(fixture(expected)).unwrap())
+                .into_iter()
+                .map(|(n, (d, s, _))| (n, (d, s)))
+                .collect();
+        assert_eq!(listed, want, "{input}");
+    }
+    let src = block_on(open_input(
+        &fixture("hdf5/keras3.weights.h5"),
+        &SourceOptions::default(),
+        &|_| {},
+    ))
+    .unwrap();
+    assert_eq!(src.tensors()[0].name, "layers/dense/vars/0");
+}
+
+fn open_err(path: &Path) -> Error {
+    block_on(open_input(path, &SourceOptions::default(), &|_| {}))
+        .err()
+        .expect("refused")
+}
+
+#[test]
+fn what_the_reader_does_not_read_is_refused_by_name() {
+    let e = open_err(&fixture("hdf5/dense.h5"));
+    assert!(matches!(e.kind(), ErrorKind::Hdf5(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("dense link storage is not supported"),
+        "{e}"
+    );
+    assert!(e.offset().is_some(), "{e}");
+}
+
+#[test]
+fn every_cut_of_a_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "hdf5/latest.h5",
+        "hdf5/keras3.weights.h5",
+        "hdf5/chunked.h5",
+    ] {
+        let whole = std::fs::read(fixture(name)).unwrap();
+        for cut in (1..whole.len()).step_by(if whole.len() > 4000 { 13 } else { 1 }) {
+            let path = support::write(dir.path(), "cut.h5", &whole[..cut]);
+            let e = block_on(open_input(&path, &SourceOptions::default(), &|_| {}))
+                .err()
+                .unwrap_or_else(|| panic!("{name} cut at {cut} opened"));
+            // Until its signature is whole, a cut file is of no format.
+            let hdf5 = matches!(e.kind(), ErrorKind::Hdf5(_));
+            assert_eq!(hdf5, cut >= 8, "{name} cut {cut}: {e}");
+        }
+    }
+}
+
+#[test]
+fn corrupted_bytes_are_refused_or_read_never_a_panic() {
+    // Each byte of the metadata set to 0xff and to 0x00 in turn: the file
+    // either converts or is refused as bad input; a panic fails the test.
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["hdf5/latest.h5", "hdf5/chunked.h5"] {
+        let whole = std::fs::read(fixture(name)).unwrap();
+        let end = whole.len().min(3000);
+        for at in (0..end).step_by(3) {
+            for value in [0xff, 0x00] {
+                let mut bytes = whole.clone();
+                if bytes[at] == value {
+                    continue;
+                }
+                bytes[at] = value;
+                let path = support::write(dir.path(), "bad.h5", &bytes);
+                if let Err(e) = convert(&path, &ConvertOptions::default().sync(false)) {
+                    assert!(
+                        matches!(e.category(), Category::BadInput | Category::Usage),
+                        "{name} byte {at} = {value}: {e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+// ---- --names hf -------------------------------------------------------------------
+
+#[test]
+fn names_hf_gives_the_pytorch_state_dict_of_real_tf_checkpoints() {
+    for model in ["bert", "gpt2", "t5"] {
+        let input = fixture(&format!("hdf5/transformers/{model}/tf_model.h5"));
+        let stored = tensors(&convert(&input, &ConvertOptions::default().sync(false)).unwrap());
+        let mapped = tensors(&convert(&input, &hf()).unwrap());
+        // Every stored weight is somewhere in the output, as itself or transposed.
+        for (name, (_, shape, _)) in &mapped {
+            assert!(!name.contains('/') && !name.contains(":0"), "{name}");
+            assert!(!shape.is_empty(), "{name}");
+        }
+        match model {
+            "bert" => {
+                let k = "bert/tf_bert_for_masked_lm/bert/encoder/layer_._0/attention/self/query/kernel:0";
+                let (_, shape, data) = &stored[k];
+                let (_, tshape, tdata) =
+                    &mapped["bert.encoder.layer.0.attention.self.query.weight"];
+                assert_eq!(tshape, &[shape[1], shape[0]]);
+                assert_eq!(tdata, &transpose(data, shape[0], shape[1]));
+                assert!(mapped.contains_key("cls.predictions.bias"));
+                // The MLM head's copy of the word embeddings is not written again.
+                assert_eq!(
+                    mapped
+                        .keys()
+                        .filter(|n| n.contains("word_embeddings"))
+                        .count(),
+                    1
+                );
+            }
+            "gpt2" => {
+                let (_, shape, data) = &mapped["transformer.h.0.attn.c_attn.bias"];
+                assert_eq!(shape, &[96]);
+                let k = "transformer/tfgpt2lm_head_model/transformer/h_._0/attn/c_attn/bias:0";
+                assert_eq!(data, &stored[k].2);
+                // Conv1D weights are not transposed: TF and PyTorch share (in, out).
+                assert_eq!(mapped["transformer.h.0.attn.c_attn.weight"].1, [32, 96]);
+            }
+            _ => {
+                let shared: Vec<&String> = mapped.keys().filter(|n| n.contains("shared")).collect();
+                assert_eq!(shared, ["shared.weight"]);
+                assert!(
+                    stored
+                        .keys()
+                        .filter(|n| n.ends_with("shared/embeddings:0"))
+                        .count()
+                        > 1
+                );
+            }
+        }
+    }
+}
+
+/// A row-major (rows, cols) f32 array's bytes, transposed.
+fn transpose(data: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let mut out = vec![0u8; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            let from = (r * cols + c) * 4;
+            let to = (c * rows + r) * 4;
+            out[to..to + 4].copy_from_slice(&data[from..from + 4]);
+        }
+    }
+    out
+}
+
+#[test]
+fn names_hf_transposes_chunked_data_and_refuses_other_formats() {
+    let input = fixture("hdf5/chunked.h5");
+    let stored = tensors(&convert(&input, &ConvertOptions::default().sync(false)).unwrap());
+    for fast in [true, false] {
+        let mapped = tensors(&convert(&input, &hf().fast_path(fast)).unwrap());
+        let (_, shape, data) = &stored["layer/model/dense/kernel:0"];
+        let (_, tshape, tdata) = &mapped["dense.weight"];
+        assert_eq!(tshape, &[shape[1], shape[0]]);
+        assert_eq!(
+            tdata,
+            &transpose(data, shape[0], shape[1]),
+            "fast path {fast}"
+        );
+    }
+    let e = convert(&fixture("onnx/raw.onnx"), &hf()).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Usage(_)), "{e}");
+    assert!(e.to_string().contains("--names hf"), "{e}");
+}
+
+// ---- the binary -------------------------------------------------------------------
+
+fn bin() -> Command {
+    Command::new(support::BIN)
+}
+
+#[test]
+fn the_binary_converts_inspects_validates_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, (input, expected)) in CASES.into_iter().enumerate() {
+        let want = std::fs::read(fixture(expected)).unwrap();
+        let out = dir.path().join(format!("{i}.safetensors"));
+        let o = bin()
+            .arg(fixture(input))
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{input}: {}", support::stderr(&o));
+        assert!(std::fs::read(&out).unwrap() == want, "{input}");
+        let o = bin()
+            .args(["-", "-o", "-"])
+            .stdin(std::fs::File::open(fixture(input)).unwrap())
+            .output()
+            .unwrap();
+        assert!(o.status.success() && o.stdout == want, "{input} from stdin");
+    }
+    let input = fixture("hdf5/keras2.h5");
+    let o = bin().arg("inspect").arg(&input).output().unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("layer_._0/attention/self/query/kernel:0"),
+        "{text}"
+    );
+    let o = bin().arg("validate").arg(&input).output().unwrap();
+    assert_eq!(support::code(&o), 1);
+    assert!(support::stderr(&o).contains("an HDF5 file, not a safetensors file"));
+    let o = bin()
+        .arg(&input)
+        .args(["--names", "hf", "--dry-run", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        plan.to_string()
+            .contains("bert.encoder.layer.0.attention.self.query.weight"),
+        "{plan}"
+    );
+    let o = bin()
+        .arg(fixture("hdf5/dtypes.h5"))
+        .args(["--report", "json", "-o"])
+        .arg(dir.path().join("r.safetensors"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    let err = support::stderr(&o);
+    assert!(err.contains("skipped 2 soft or external links"), "{err}");
+    let out = tempfile::tempdir().unwrap();
+    let o = bin()
+        .arg(fixture("hdf5/dense.h5"))
+        .arg("-o")
+        .arg(out.path().join("o.safetensors"))
+        .output()
+        .unwrap();
+    assert_eq!(support::code(&o), 1);
+    assert_eq!(support::stderr(&o).trim().lines().count(), 1);
+    assert!(support::listing(out.path()).is_empty());
+}
+
+#[test]
+fn names_hf_gives_the_pytorch_state_dict_of_real_flax_checkpoints() {
+    // Written by transformers 4.57's Flax classes (fixtures/msgpack/make_flax_hf.py); BERT's in bfloat16.
+    let input = fixture("msgpack/transformers/bert/flax_model.msgpack");
+    let stored = tensors(&convert(&input, &ConvertOptions::default().sync(false)).unwrap());
+    let mapped = tensors(&convert(&input, &hf()).unwrap());
+    assert_eq!(stored.len(), mapped.len());
+    let (dtype, shape, data) = &stored["bert.encoder.layer.0.intermediate.dense.kernel"];
+    let (tdtype, tshape, tdata) = &mapped["bert.encoder.layer.0.intermediate.dense.weight"];
+    assert_eq!((dtype.as_str(), tdtype.as_str()), ("BF16", "BF16"));
+    assert_eq!(tshape, &[shape[1], shape[0]]);
+    assert_eq!(tdata, &transpose_bf16(data, shape[0], shape[1]));
+    for (from, to) in [
+        (
+            "bert.embeddings.LayerNorm.scale",
+            "bert.embeddings.LayerNorm.weight",
+        ),
+        (
+            "bert.embeddings.word_embeddings.embedding",
+            "bert.embeddings.word_embeddings.weight",
+        ),
+    ] {
+        assert_eq!(stored[from], mapped[to], "{from}");
+    }
+    let t5 = tensors(
+        &convert(
+            &fixture("msgpack/transformers/t5/flax_model.msgpack"),
+            &hf(),
+        )
+        .unwrap(),
+    );
+    assert!(t5.contains_key("shared.weight"));
+    assert!(t5.contains_key("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"));
+}
+
+/// A row-major (rows, cols) array of 2-byte elements, transposed.
+fn transpose_bf16(data: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let mut out = vec![0u8; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            let from = (r * cols + c) * 2;
+            let to = (c * rows + r) * 2;
+            out[to..to + 2].copy_from_slice(&data[from..from + 2]);
+        }
+    }
+    out
+}
