@@ -25,7 +25,7 @@ const COMPRESSED: &[&str] = &["gz", "zst", "zstd", "xz", "bz2"];
 /// # Ok::<(), safetensors_stream::Error>(())
 /// ```
 pub fn resolve_input(path: &Path) -> Result<PathBuf> {
-    if !path.is_dir() {
+    if !path.is_dir() || is_distributed_checkpoint(path) {
         return Ok(path.to_path_buf());
     }
     let shown = path.display().to_string();
@@ -60,6 +60,12 @@ pub fn resolve_input(path: &Path) -> Result<PathBuf> {
             list(many)
         )),
     }
+}
+
+/// True if `path` is a PyTorch distributed checkpoint: a folder holding
+/// `.metadata` (and its `.distcp` files), which is itself the input.
+pub(crate) fn is_distributed_checkpoint(path: &Path) -> bool {
+    path.is_dir() && path.join(".metadata").is_file()
 }
 
 fn is_model_file(name: &str) -> bool {

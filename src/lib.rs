@@ -97,8 +97,9 @@ pub mod writer;
 pub use convert::{convert, convert_blocking, ConvertOptions, Output, Report};
 pub use dtype::{ByteLenError, Dtype, UnknownDtype};
 pub use error::{
-    printable_line, Category, Error, ErrorKind, HeaderError, IndexError, JsonError, PickleError,
-    PyTorchError, Result, Span, StorageShape, StoreError, ZipError, ZipFeature, MAX_MESSAGE_CHARS,
+    printable_line, Category, DcpError, Error, ErrorKind, HeaderError, IndexError, JsonError,
+    PickleError, PyTorchError, Result, Span, StorageShape, StoreError, ZipError, ZipFeature,
+    MAX_MESSAGE_CHARS,
 };
 pub use header::Order;
 pub use header::TensorMeta;

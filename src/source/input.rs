@@ -60,6 +60,9 @@ pub async fn open_input(
     if is_index_path(path) {
         return Ok(Box::new(SafetensorsSource::open(path)?));
     }
+    if super::dcp::is_checkpoint(path) {
+        return super::dcp::open_folder(path, options, notice);
+    }
     if pytorch::is_index_path(path) {
         let src = PyTorchSource::open_index(path, options)?;
         return Ok(told_skipped(src, notice));

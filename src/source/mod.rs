@@ -8,6 +8,7 @@
 // The parsers below keep `pub` items the `internals` feature re-exports for
 // the tests, benchmarks and fuzz targets; without it they are crate-only.
 pub(crate) mod blocking;
+pub(crate) mod dcp;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
 pub mod gguf;

@@ -1,0 +1,75 @@
+//! PyTorch distributed checkpoints through the binary: every fixture of
+//! `fixtures/dcp/` (saved by torch 2.15 on CPU, 2 and 4 ranks) converts to
+//! what torch's own reconstruction wrote (`dcp_to_torch_save`, then
+//! `safetensors.torch.save_file`): the same names, dtypes, shapes, bytes
+//! and metadata. Hostile metadata and items are refused with exit 1 and
+//! nothing at the output.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dcp")
+}
+
+const CASES: &[&str] = &["shard0", "shard1", "mesh2d", "replicate", "fsdp2"];
+
+fn convert(args: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_convert"))
+        .args(args)
+        .output()
+        .expect("run convert")
+}
+
+/// A safetensors file's tensors (dtype, shape, bytes) by name, and its metadata.
+type Tensors = BTreeMap<String, (String, Vec<usize>, Vec<u8>)>;
+
+fn read(bytes: &[u8]) -> (Tensors, BTreeMap<String, String>) {
+    let st = safetensors::SafeTensors::deserialize(bytes).expect("a safetensors file");
+    let (_, meta) = safetensors::SafeTensors::read_metadata(bytes).unwrap();
+    let tensors = st
+        .tensors()
+        .into_iter()
+        .map(|(name, v)| {
+            let dtype = format!("{:?}", v.dtype());
+            (name, (dtype, v.shape().to_vec(), v.data().to_vec()))
+        })
+        .collect();
+    let meta = meta
+        .metadata()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    (tensors, meta)
+}
+
+#[test]
+fn every_fixture_converts_to_torchs_reconstruction() {
+    let dir = tempfile::tempdir().unwrap();
+    for case in CASES {
+        let out = dir.path().join(format!("{case}.safetensors"));
+        let run = convert(&[&fixtures().join(case), Path::new("-o"), &out]);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{case}: {stderr}");
+        let got = read(&std::fs::read(&out).unwrap());
+        let want = read(
+            &std::fs::read(
+                fixtures()
+                    .join("expected")
+                    .join(format!("{case}.safetensors")),
+            )
+            .unwrap(),
+        );
+        assert_eq!(got.1, want.1, "{case}: metadata");
+        assert_eq!(
+            got.0.keys().collect::<Vec<_>>(),
+            want.0.keys().collect::<Vec<_>>(),
+            "{case}: names"
+        );
+        for (name, w) in &want.0 {
+            assert_eq!(&got.0[name], w, "{case}: tensor {name}");
+        }
+    }
+}
