@@ -73,3 +73,133 @@ fn every_fixture_converts_to_torchs_reconstruction() {
         }
     }
 }
+
+/// A copy of `case`'s `.distcp` files in a folder of its own, with
+/// `metadata` as its `.metadata`.
+fn checkpoint_with(dir: &Path, case: &str, metadata: &[u8]) -> PathBuf {
+    let ckpt = dir.join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    for e in std::fs::read_dir(fixtures().join(case)).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "distcp") {
+            std::fs::copy(&p, ckpt.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    std::fs::write(ckpt.join(".metadata"), metadata).unwrap();
+    ckpt
+}
+
+/// Runs convert in `cwd` (a conversion with a JSON report); its exit
+/// code, the report and its standard error.
+fn convert_in(cwd: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let subcommand = matches!(args.first(), Some(&("inspect" | "validate")));
+    let report: &[&str] = if subcommand {
+        &[]
+    } else {
+        &["--report", "json"]
+    };
+    let r = Command::new(env!("CARGO_BIN_EXE_convert"))
+        .args(args)
+        .args(report)
+        .current_dir(cwd)
+        .output()
+        .expect("run convert");
+    let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
+    let last = stderr.lines().last().unwrap_or_default();
+    let report = serde_json::from_str(last).unwrap_or(serde_json::Value::Null);
+    (r.status.code(), report, stderr)
+}
+
+/// Every file under `dir`, by path relative to it.
+fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p.clone());
+            }
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn hostile_metadata_is_refused_with_exit_1_and_nothing_left() {
+    let cases: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(fixtures().join("hostile/cases.json")).unwrap())
+            .unwrap();
+    assert!(cases.len() >= 12, "{cases:?}");
+    for (name, want) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let metadata = std::fs::read(fixtures().join(format!("hostile/{name}.metadata"))).unwrap();
+        checkpoint_with(tmp.path(), "shard0", &metadata);
+        std::fs::write(tmp.path().join("out.safetensors"), b"old bytes").unwrap();
+        let before = files_under(tmp.path());
+        let (code, report, stderr) = convert_in(tmp.path(), &["ckpt", "-o", "out.safetensors"]);
+        assert_eq!(code, Some(1), "{name}: {stderr}");
+        let error = &report["error"];
+        assert_eq!(error["kind"], want["kind"], "{name}: {stderr}");
+        let message = error["message"].as_str().unwrap_or_default();
+        let words = want["message"].as_str().unwrap();
+        assert!(
+            message.contains(words),
+            "{name}: {message:?} lacks {words:?}"
+        );
+        assert_eq!(
+            std::fs::read(tmp.path().join("out.safetensors")).unwrap(),
+            b"old bytes",
+            "{name}: output touched"
+        );
+        // Nothing new: no temporary, no marker of a command run.
+        assert_eq!(files_under(tmp.path()), before, "{name}");
+    }
+}
+
+#[test]
+fn an_evil_global_is_refused_by_inspect_and_dry_run_and_runs_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metadata = std::fs::read(fixtures().join("hostile/evil_global.metadata")).unwrap();
+    checkpoint_with(tmp.path(), "shard0", &metadata);
+    let before = files_under(tmp.path());
+    for args in [
+        &["ckpt", "--dry-run", "-o", "x.safetensors"][..],
+        &["inspect", "ckpt"],
+        &["validate", "ckpt"],
+    ] {
+        let (code, _, stderr) = convert_in(tmp.path(), args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("posix.system"), "{args:?}: {stderr}");
+    }
+    assert_eq!(files_under(tmp.path()), before);
+}
+
+/// A storage's bytes changed after torch wrote them: its CRC-32 (which
+/// torch's reader does not check) refuses it, naming the tensor.
+#[test]
+fn a_corrupt_chunk_is_refused_by_its_crc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let metadata = std::fs::read(fixtures().join("shard1/.metadata")).unwrap();
+    let ckpt = checkpoint_with(tmp.path(), "shard1", &metadata);
+    // The column-cut "w" is the first item of rank 1's file; its storage
+    // member `archive/data/0` holds its 48 bytes.
+    let path = ckpt.join("__1_0.distcp");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let name = find(&bytes, b"archive/data/0").expect("the storage's local header");
+    // The local header's 30 bytes end with the name's and the extra field's lengths.
+    let extra = u16::from_le_bytes([bytes[name - 2], bytes[name - 1]]) as usize;
+    bytes[name + 14 + extra + 4] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let (code, report, stderr) = convert_in(tmp.path(), &["ckpt", "-o", "out.safetensors"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(report["error"]["kind"], "crc_mismatch", "{stderr}");
+    assert_eq!(report["error"]["tensor"], "w", "{stderr}");
+    assert!(!tmp.path().join("out.safetensors").exists());
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}

@@ -27,10 +27,8 @@ pub enum DcpError {
         found: String,
     },
     /// A tensor layout other than strided (sparse, mkldnn).
-    #[error("tensor {tensor:?} has layout {layout:?}; only strided tensors are read")]
+    #[error("layout {layout:?}; only strided tensors are read")]
     Layout {
-        /// The tensor.
-        tensor: String,
         /// Its layout.
         layout: String,
     },
@@ -42,11 +40,10 @@ pub enum DcpError {
         /// Its name (and offsets).
         name: String,
     },
-    /// A chunk whose rank differs from its tensor's.
-    #[error("tensor {tensor:?} has {dims} dimensions but its chunk at {chunk} has {chunk_dims}")]
+    /// A chunk whose rank differs from its tensor's. The tensor is the
+    /// error's ([`crate::Error::tensor`]), as for every variant below.
+    #[error("{dims} dimensions, but its chunk at {chunk} has {chunk_dims}")]
     ChunkRank {
-        /// The tensor.
-        tensor: String,
         /// The chunk's offsets.
         chunk: String,
         /// The tensor's dimensions.
@@ -55,10 +52,8 @@ pub enum DcpError {
         chunk_dims: usize,
     },
     /// A chunk reaching past its tensor's shape.
-    #[error("tensor {tensor:?} of shape {shape:?}: its chunk at {chunk} of sizes {sizes:?} reaches past it")]
+    #[error("its chunk at {chunk} of sizes {sizes:?} reaches past its shape {shape:?}")]
     ChunkOutside {
-        /// The tensor.
-        tensor: String,
         /// Its global shape.
         shape: Vec<u64>,
         /// The chunk's offsets.
@@ -67,20 +62,16 @@ pub enum DcpError {
         sizes: Vec<u64>,
     },
     /// Two chunks that claim the same elements.
-    #[error("tensor {tensor:?}: chunks at {first} and {second} overlap")]
+    #[error("its chunks at {first} and {second} overlap")]
     ChunkOverlap {
-        /// The tensor.
-        tensor: String,
         /// One chunk's offsets.
         first: String,
         /// The other's.
         second: String,
     },
     /// Elements no chunk holds.
-    #[error("tensor {tensor:?}: its chunks hold {held} of its {numel} elements; the first missing is at {missing}")]
+    #[error("its chunks hold {held} of its {numel} elements; the first missing is at {missing}")]
     ChunkGap {
-        /// The tensor.
-        tensor: String,
         /// Elements the chunks hold.
         held: u64,
         /// Elements the tensor has.
@@ -90,18 +81,14 @@ pub enum DcpError {
     },
     /// A shape whose element count does not fit 64 bits, or whose bytes
     /// do not.
-    #[error("tensor {tensor:?} of shape {shape:?} is too large")]
+    #[error("shape {shape:?} is too large")]
     TooLarge {
-        /// The tensor.
-        tensor: String,
         /// Its claimed shape.
         shape: Vec<u64>,
     },
     /// A chunk with no storage entry in the metadata.
-    #[error("tensor {tensor:?}: no storage entry for its chunk at {chunk}")]
+    #[error("no storage entry for its chunk at {chunk}")]
     NoStorage {
-        /// The tensor.
-        tensor: String,
         /// The chunk's offsets.
         chunk: String,
     },
@@ -109,10 +96,8 @@ pub enum DcpError {
     #[error("storage file {0:?} is not a file name in the checkpoint's folder")]
     FileName(String),
     /// An item whose range is not inside its file.
-    #[error("tensor {tensor:?}: the item of its chunk at {chunk} is {length} bytes at {offset} in {file:?}, which has {file_len}")]
+    #[error("the item of its chunk at {chunk} is {length} bytes at {offset} in {file:?}, which has {file_len}")]
     ItemOutside {
-        /// The tensor.
-        tensor: String,
         /// The chunk's offsets.
         chunk: String,
         /// The `.distcp` file.
@@ -135,27 +120,32 @@ pub enum DcpError {
         second: String,
     },
     /// An item written through a stream transform (compression, encryption).
-    #[error("tensor {tensor:?}: its chunk at {chunk} is written through transform {transforms:?}, which is not read")]
+    #[error("its chunk at {chunk} is written through transform {transforms:?}, which is not read")]
     Transformed {
-        /// The tensor.
-        tensor: String,
         /// The chunk's offsets.
         chunk: String,
         /// The transforms' descriptors.
         transforms: String,
     },
     /// An item that is not one tensor of the chunk's shape and dtype.
-    #[error(
-        "tensor {tensor:?}: the item of its chunk at {chunk} holds {found}, expected {expected}"
-    )]
+    #[error("the item of its chunk at {chunk} holds {found}, expected {expected}")]
     ItemTensor {
-        /// The tensor.
-        tensor: String,
         /// The chunk's offsets.
         chunk: String,
         /// What the chunk says (dtype and sizes).
         expected: String,
         /// What the item holds.
         found: String,
+    },
+    /// An item shorter than its chunk's bytes: a claim (2^60 elements)
+    /// refused before anything is planned on it.
+    #[error("the item of its chunk at {chunk} is {length} bytes, fewer than the chunk's {bytes}")]
+    ItemShort {
+        /// The chunk's offsets.
+        chunk: String,
+        /// The item's length.
+        length: u64,
+        /// The chunk's bytes (elements times width), saturated.
+        bytes: u64,
     },
 }

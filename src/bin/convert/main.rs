@@ -226,7 +226,8 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
 fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
     // Validate checks safetensors files; a PyTorch index (what a folder of
     // `pytorch_model-*.bin` shards resolves to) is checked as convert reads it.
-    if !inspect::is_pytorch_index(path) {
+    // So is a distributed checkpoint's folder.
+    if !inspect::is_pytorch_index(path) && !path.is_dir() {
         let cp = open_checkpoint(path, rules(reference))?;
         warn_hub_limit(&cp);
         return Ok((cp.tensor_count(), cp.data_len()));

@@ -46,12 +46,12 @@ pub(crate) struct Local {
 }
 
 fn item_tensor(tensor: &str, chunk: &Chunk, expected: String, found: String) -> Error {
-    Error::new(DcpError::ItemTensor {
-        tensor: tensor.to_string(),
+    let e = DcpError::ItemTensor {
         chunk: chunk.label(),
         expected,
         found,
-    })
+    };
+    Error::new(e).with_tensor(tensor)
 }
 
 /// Opens the item of `chunk` of `tensor` (of `dtype`) at `at` in `file`.

@@ -409,9 +409,6 @@ impl Reader<'_> {
         if layout == "torch.strided" {
             return Ok(());
         }
-        Err(Error::new(DcpError::Layout {
-            tensor: tensor.to_string(),
-            layout,
-        }))
+        Err(Error::new(DcpError::Layout { layout }).with_tensor(tensor))
     }
 }

@@ -124,13 +124,11 @@ impl Files<'_> {
 fn place(files: &mut Files, e: &Entry, chunk: &Chunk, stored: Option<&Stored>) -> Result<Item> {
     let Some(s) = stored else {
         return Err(bad(DcpError::NoStorage {
-            tensor: e.name.clone(),
             chunk: chunk.label(),
         }));
     };
     if !s.transforms.is_empty() {
         return Err(bad(DcpError::Transformed {
-            tensor: e.name.clone(),
             chunk: chunk.label(),
             transforms: s.transforms.join(", "),
         }));
@@ -141,7 +139,6 @@ fn place(files: &mut Files, e: &Entry, chunk: &Chunk, stored: Option<&Stored>) -
         .is_none_or(|end| end > file_len)
     {
         return Err(bad(DcpError::ItemOutside {
-            tensor: e.name.clone(),
             chunk: chunk.label(),
             file: s.path.clone(),
             offset: s.offset,
@@ -152,16 +149,12 @@ fn place(files: &mut Files, e: &Entry, chunk: &Chunk, stored: Option<&Stored>) -
     // The chunk's bytes lie inside its item: a claim larger than the item
     // is refused before anything is planned on it.
     let width = model::width(e.dtype);
-    if chunk
-        .numel()
-        .checked_mul(width)
-        .is_none_or(|b| b > s.length)
-    {
-        return Err(bad(DcpError::ItemTensor {
-            tensor: e.name.clone(),
+    let bytes = chunk.numel().saturating_mul(width);
+    if bytes > s.length {
+        return Err(bad(DcpError::ItemShort {
             chunk: chunk.label(),
-            expected: format!("{} elements of {}", chunk.numel(), e.dtype),
-            found: format!("an item of {} bytes", s.length),
+            length: s.length,
+            bytes,
         }));
     }
     Ok(Item {
@@ -219,7 +212,6 @@ impl DcpSource {
                 crate::dtype::numel(&e.shape).and_then(|n| n.checked_mul(model::width(e.dtype)));
             if bytes.is_none() {
                 return Err(on(bad(DcpError::TooLarge {
-                    tensor: e.name.clone(),
                     shape: e.shape.clone(),
                 })));
             }
