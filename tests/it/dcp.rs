@@ -9,14 +9,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::support::faults::tree;
+use crate::support::BIN;
+
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dcp")
+    crate::support::fixtures().join("dcp")
 }
 
 const CASES: &[&str] = &["shard0", "shard1", "mesh2d", "replicate", "fsdp2"];
 
 fn convert(args: &[&Path]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(BIN)
         .args(args)
         .output()
         .expect("run convert")
@@ -98,7 +101,7 @@ fn convert_in(cwd: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value, Str
     } else {
         &["--report", "json"]
     };
-    let r = Command::new(env!("CARGO_BIN_EXE_convert"))
+    let r = Command::new(BIN)
         .args(args)
         .args(report)
         .current_dir(cwd)
@@ -108,23 +111,6 @@ fn convert_in(cwd: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value, Str
     let last = stderr.lines().last().unwrap_or_default();
     let report = serde_json::from_str(last).unwrap_or(serde_json::Value::Null);
     (r.status.code(), report, stderr)
-}
-
-/// Every file under `dir`, by path relative to it.
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                todo.push(p.clone());
-            }
-            out.push(p.strip_prefix(dir).unwrap().display().to_string());
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]
@@ -138,7 +124,7 @@ fn hostile_metadata_is_refused_with_exit_1_and_nothing_left() {
         let metadata = std::fs::read(fixtures().join(format!("hostile/{name}.metadata"))).unwrap();
         checkpoint_with(tmp.path(), "shard0", &metadata);
         std::fs::write(tmp.path().join("out.safetensors"), b"old bytes").unwrap();
-        let before = files_under(tmp.path());
+        let before = tree(tmp.path());
         let (code, report, stderr) = convert_in(tmp.path(), &["ckpt", "-o", "out.safetensors"]);
         assert_eq!(code, Some(1), "{name}: {stderr}");
         let error = &report["error"];
@@ -155,7 +141,7 @@ fn hostile_metadata_is_refused_with_exit_1_and_nothing_left() {
             "{name}: output touched"
         );
         // Nothing new: no temporary, no marker of a command run.
-        assert_eq!(files_under(tmp.path()), before, "{name}");
+        assert_eq!(tree(tmp.path()), before, "{name}");
     }
 }
 
@@ -164,7 +150,7 @@ fn an_evil_global_is_refused_by_inspect_and_dry_run_and_runs_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let metadata = std::fs::read(fixtures().join("hostile/evil_global.metadata")).unwrap();
     checkpoint_with(tmp.path(), "shard0", &metadata);
-    let before = files_under(tmp.path());
+    let before = tree(tmp.path());
     for args in [
         &["ckpt", "--dry-run", "-o", "x.safetensors"][..],
         &["inspect", "ckpt"],
@@ -174,7 +160,7 @@ fn an_evil_global_is_refused_by_inspect_and_dry_run_and_runs_nothing() {
         assert_eq!(code, Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("posix.system"), "{args:?}: {stderr}");
     }
-    assert_eq!(files_under(tmp.path()), before);
+    assert_eq!(tree(tmp.path()), before);
 }
 
 /// A storage's bytes changed after torch wrote them: its CRC-32 (which
