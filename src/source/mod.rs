@@ -158,6 +158,29 @@ pub trait Source: Send {
     fn file_span(&self, _k: usize) -> Option<FileSpan> {
         None
     }
+
+    /// The pieces tensor `k` is stored in, when the input cuts it (a
+    /// distributed checkpoint's chunks, one per rank): what `inspect`
+    /// shows of how it is cut. Empty for a tensor stored whole.
+    fn pieces(&self, _k: usize) -> Vec<StoredPiece> {
+        Vec::new()
+    }
+}
+
+/// A piece of a tensor stored apart from its others: the block of the
+/// tensor it holds, and where its bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPiece {
+    /// Its first element's index in the whole tensor, per dimension.
+    pub offsets: Vec<u64>,
+    /// Its sizes.
+    pub sizes: Vec<u64>,
+    /// The file holding it, named as the input names it.
+    pub file: String,
+    /// Where its record begins there.
+    pub offset: u64,
+    /// Its record's bytes (the piece's and what describes them).
+    pub length: u64,
 }
 
 /// Opens a tensor's bytes as a blocking reader, on whatever thread calls

@@ -341,11 +341,15 @@ fn inspect_source(
     let notice = |msg: &str| eprintln!("convert: {msg}");
     let source = rt.block_on(open_input(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
+    let pieces = inspect::pieces_of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);
     Ok(if args.json {
-        pretty(&inspect::listing_to_json(&listing).map_err(input)?)
+        let mut v = inspect::listing_to_json(&listing).map_err(input)?;
+        inspect::add_pieces_json(&mut v, &listing, &pieces);
+        pretty(&v)
     } else {
-        inspect::render_listing(&listing).map_err(input)?
+        let text = inspect::render_listing(&listing).map_err(input)?;
+        text + &inspect::render_pieces(&listing, &pieces)
     })
 }
 

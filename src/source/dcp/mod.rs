@@ -39,7 +39,7 @@ use self::item::Item;
 use self::layout::{check_tiling, cut_axis, Chunk};
 use self::metadata::{Entry, Stored, MAX_METADATA};
 use super::blocking::BlockingReader;
-use super::{OpenBlocking, Source, SourceOptions, Stamp, TensorData};
+use super::{OpenBlocking, Source, SourceOptions, Stamp, StoredPiece, TensorData};
 use crate::error::dcp::DcpError;
 use crate::header::{Metadata, TensorMeta};
 use crate::source::pytorch::model;
@@ -65,8 +65,9 @@ pub(crate) struct DcpSource {
     input: String,
     tensors: Vec<TensorMeta>,
     layouts: Vec<Layout>,
-    /// The `.distcp` files the chunks name, by index.
+    /// The `.distcp` files the chunks name, by index, and their names.
     files: Vec<Arc<File>>,
+    names: Vec<String>,
     /// `.metadata`'s stamp, then each file's.
     stamps: Vec<Stamp>,
     /// `.metadata` and the files, as opened, for [`Source::check_unchanged`].
@@ -251,6 +252,7 @@ impl DcpSource {
             tensors,
             layouts,
             files: files.opened.into_iter().map(|(f, _)| f).collect(),
+            names,
             stamps,
             handles,
             skipped: parsed.skipped,
@@ -332,6 +334,18 @@ impl Source for DcpSource {
             let r: super::BlockingRead = Box::new(Assembly::new(plan));
             Ok((r, transform))
         }))
+    }
+
+    fn pieces(&self, k: usize) -> Vec<StoredPiece> {
+        let chunks = &self.layouts[k].chunks;
+        let piece = |(c, item): &(Chunk, Item)| StoredPiece {
+            offsets: c.offsets.to_vec(),
+            sizes: c.sizes.to_vec(),
+            file: self.names[item.file as usize].clone(),
+            offset: item.offset,
+            length: item.length,
+        };
+        chunks.iter().map(piece).collect()
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
