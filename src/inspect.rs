@@ -248,10 +248,11 @@ pub fn render_pieces(listing: &Listing, pieces: &[Vec<StoredPiece>]) -> String {
         };
         let _ = write!(
             out,
-            "    {} {:?}: {cut}, {} pieces:",
+            "    {} {:?}: {cut}, {} piece{}:",
             meta.name,
             meta.shape,
-            pieces.len()
+            pieces.len(),
+            if pieces.len() == 1 { "" } else { "s" }
         );
         for p in pieces {
             let _ = write!(

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use harness::{Harness, Outcomes};
 use safetensors_stream::ErrorKind;
 
-const TARGETS: [&str; 8] = [
+const TARGETS: [&str; 9] = [
     "safetensors_header",
     "npy_header",
     "zip_directory",
@@ -34,6 +34,7 @@ const TARGETS: [&str; 8] = [
     "pickle",
     "bnb_record",
     "gguf_header",
+    "dcp",
 ];
 
 /// Panics seen on any thread: tokio turns a panic in a blocking read into
@@ -49,14 +50,16 @@ fn count_panics() {
 }
 
 /// `HeaderJson("...")` -> `HeaderJson`: the variant, not its message (a
-/// header's, an index's, a pickle's or a PyTorch checkpoint's own, not the
-/// `Header`/`Index`/`Pickle`/`PyTorch` that groups it).
+/// header's, an index's, a pickle's, a PyTorch or a distributed
+/// checkpoint's own, not the `Header`/`Index`/`Pickle`/`PyTorch`/`Dcp`
+/// that groups it).
 fn variant(kind: &ErrorKind) -> String {
     let debug = match kind {
         ErrorKind::Header(e) => format!("{e:?}"),
         ErrorKind::Index(e) => format!("{e:?}"),
         ErrorKind::Pickle(e) => format!("{e:?}"),
         ErrorKind::PyTorch(e) => format!("{e:?}"),
+        ErrorKind::Dcp(e) => format!("{e:?}"),
         kind => format!("{kind:?}"),
     };
     let end = debug
@@ -87,6 +90,7 @@ fn run(harness: &Harness, target: &str, data: &[u8]) -> String {
         "pickle" => describe(&harness::pickle(data)),
         "bnb_record" => format!("bnb_record: {:?}\n", harness::bnb_record(data)),
         "gguf_header" => describe(&harness::gguf_header(data)),
+        "dcp" => describe(&harness.dcp(data)),
         other => panic!("unknown fuzz target folder {other:?}"),
     }
 }

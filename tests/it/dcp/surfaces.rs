@@ -67,7 +67,7 @@ fn inspect_shows_global_shapes_and_how_each_tensor_is_cut() {
     let (_, text, _) = run(&["inspect", &case("shard1")]);
     assert!(text.contains("    w [4, 6]: cut at dim 1, 2 pieces: [0, 0]+[4, 3] __0_0.distcp@"));
     let (_, text, _) = run(&["inspect", &case("replicate")]);
-    assert!(text.contains("    model.rep [3, 4]: whole, 1 pieces: [0, 0]+[3, 4] "));
+    assert!(text.contains("    model.rep [3, 4]: whole, 1 piece: [0, 0]+[3, 4] "));
 }
 
 #[test]
