@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::header::Rules;
 use crate::{Error, ErrorKind, Result};
 
 /// File name endings of model files a folder may hold (compressed or not).
@@ -62,10 +63,41 @@ pub fn resolve_input(path: &Path) -> Result<PathBuf> {
     }
 }
 
-/// True if `path` is a PyTorch distributed checkpoint: a folder holding
-/// `.metadata` (and its `.distcp` files), which is itself the input.
+/// True if `path` is a PyTorch distributed checkpoint, which is itself the
+/// input: a folder holding `.metadata` (and its `.distcp` files), or one
+/// whose first `.safetensors` file (by name) has `DCP_SHARDING_INFO` in
+/// its metadata (torch's `HuggingFaceStorageWriter`, each rank's shards).
 pub(crate) fn is_distributed_checkpoint(path: &Path) -> bool {
-    path.is_dir() && path.join(".metadata").is_file()
+    if !path.is_dir() {
+        return false;
+    }
+    if path.join(".metadata").is_file() {
+        return true;
+    }
+    let Some(first) = safetensors_files(path)
+        .ok()
+        .and_then(|n| n.into_iter().next())
+    else {
+        return false;
+    };
+    let header = crate::header::read::read_path_header(&path.join(first), Rules::SOURCE);
+    header.is_ok_and(|h| h.metadata.is_some_and(|m| m.contains_key(DCP_SHARDING_KEY)))
+}
+
+/// The `__metadata__` key `HuggingFaceStorageWriter` places each rank's
+/// tensors by.
+pub(crate) const DCP_SHARDING_KEY: &str = "DCP_SHARDING_INFO";
+
+/// The `.safetensors` files of `dir` by name (hidden ones left out), sorted.
+pub(crate) fn safetensors_files(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".safetensors") && !n.starts_with('.'))
+        .collect();
+    names.sort();
+    Ok(names)
 }
 
 fn is_model_file(name: &str) -> bool {

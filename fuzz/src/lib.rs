@@ -288,7 +288,10 @@ impl Harness {
         }
         out.push(("open", opened.map(drop)));
         let plain = SourceOptions::default();
-        out.push(("convert", self.convert(&dir, &plain, PlanOptions::default())));
+        out.push((
+            "convert",
+            self.convert(&dir, &plain, PlanOptions::default()),
+        ));
         out
     }
 }

@@ -137,6 +137,15 @@ pub enum DcpError {
         /// What the item holds.
         found: String,
     },
+    /// A safetensors file of `HuggingFaceStorageWriter`'s without the
+    /// offsets of its tensors in its metadata's `DCP_SHARDING_INFO`.
+    #[error("{file:?}: DCP_SHARDING_INFO {reason}")]
+    ShardingInfo {
+        /// The file.
+        file: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An item shorter than its chunk's bytes: a claim (2^60 elements)
     /// refused before anything is planned on it.
     #[error("the item of its chunk at {chunk} is {length} bytes, fewer than the chunk's {bytes}")]

@@ -9,8 +9,9 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::sync::Arc;
 
-use super::item::{self, Item};
+use super::item::{self, Form, Item};
 use super::layout::{band, Chunk};
+use crate::source::npz::zip::PositionalReader;
 use crate::source::pytorch::model;
 use crate::source::BlockingRead;
 use crate::{Dtype, Error, Result};
@@ -151,9 +152,19 @@ impl Assembly {
     fn stream(&mut self, c: usize) -> Result<&mut BlockingRead> {
         if self.open[c].is_none() {
             let p = &self.plan.pieces[c];
-            let local = item::open(&p.file, p.item, &self.plan.name, self.plan.dtype, &p.chunk)
-                .map_err(|e| e.with_tensor(&self.plan.name))?;
-            let raw = local.reader(p.file.clone())?;
+            let raw: BlockingRead = match p.item.form {
+                Form::Plain => Box::new(PositionalReader::new(
+                    p.file.clone(),
+                    p.item.offset,
+                    p.item.length,
+                )),
+                Form::Archive => {
+                    let name = &self.plan.name;
+                    let local = item::open(&p.file, p.item, name, self.plan.dtype, &p.chunk)
+                        .map_err(|e| e.with_tensor(name))?;
+                    local.reader(p.file.clone())?
+                }
+            };
             let cap = self.buffer.map(|b| b.min(self.unread[c] as usize));
             self.open[c] = Some(match cap {
                 Some(cap) => Box::new(BufReader::with_capacity(cap, raw)),

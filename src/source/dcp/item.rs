@@ -21,7 +21,7 @@ use crate::source::BlockingRead;
 use crate::{Dtype, Error, Result};
 
 /// Where an item lies: its file (an index into the source's files), first
-/// byte and length, as the metadata's storage entry says.
+/// byte and length, as the metadata's storage entry says, and its form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Item {
     /// The `.distcp` file.
@@ -30,6 +30,19 @@ pub(crate) struct Item {
     pub(crate) offset: u64,
     /// Its length.
     pub(crate) length: u64,
+    /// What its bytes are.
+    pub(crate) form: Form,
+}
+
+/// What an item's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// A whole `torch.save` archive of the chunk's local tensor
+    /// (`FileSystemWriter`'s `.distcp` items).
+    Archive,
+    /// The chunk's own elements, row-major and little-endian (a tensor of
+    /// a safetensors file, as `HuggingFaceStorageWriter` writes them).
+    Plain,
 }
 
 /// A chunk's local tensor as its item holds it.

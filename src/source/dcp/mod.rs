@@ -21,6 +21,7 @@
 //! the bytes on disk. Non-tensor values are skipped and counted.
 
 mod assemble;
+mod hf;
 mod item;
 mod layout;
 mod metadata;
@@ -35,7 +36,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use self::assemble::{Assembly, Piece, Plan};
-use self::item::Item;
+use self::item::{Form, Item};
 use self::layout::{check_tiling, cut_axis, Chunk};
 use self::metadata::{Entry, Stored, MAX_METADATA};
 use super::blocking::BlockingReader;
@@ -162,6 +163,7 @@ fn place(files: &mut Files, e: &Entry, chunk: &Chunk, stored: Option<&Stored>) -
         file,
         offset: s.offset,
         length: s.length,
+        form: Form::Archive,
     })
 }
 
@@ -195,38 +197,48 @@ impl DcpSource {
     }
 
     fn open_in(dir: &Path, input: &str) -> Result<DcpSource> {
-        let mut meta = crate::index::open_regular(&dir.join(METADATA_FILE))?;
-        let meta_len = meta.metadata().map_err(Error::io)?.len();
-        let parsed = metadata::parse(&read_metadata(&mut meta, meta_len)?)?;
         let mut files = Files {
             dir,
             by_name: HashMap::new(),
             opened: Vec::new(),
         };
-        let mut tensors = Vec::with_capacity(parsed.tensors.len());
-        let mut layouts = Vec::with_capacity(parsed.tensors.len());
-        for e in &parsed.tensors {
-            let on = |err: Error| err.with_tensor(&e.name);
-            let chunks: Vec<Chunk> = e.chunks.iter().map(|(c, _)| c.clone()).collect();
-            check_tiling(&e.name, &e.shape, &chunks).map_err(on)?;
-            let bytes =
-                crate::dtype::numel(&e.shape).and_then(|n| n.checked_mul(model::width(e.dtype)));
-            if bytes.is_none() {
-                return Err(on(bad(DcpError::TooLarge {
-                    shape: e.shape.clone(),
-                })));
+        let mut tensors = Vec::new();
+        let mut layouts = Vec::new();
+        let mut stamps = Vec::new();
+        let mut handles = Vec::new();
+        let mut skipped = Vec::new();
+        if dir.join(METADATA_FILE).exists() {
+            let mut meta = crate::index::open_regular(&dir.join(METADATA_FILE))?;
+            let meta_len = meta.metadata().map_err(Error::io)?.len();
+            let parsed = metadata::parse(&read_metadata(&mut meta, meta_len)?)?;
+            stamps.push(Stamp::of(&meta, meta_len));
+            handles.push(Arc::new(meta));
+            for e in &parsed.tensors {
+                let on = |err: Error| err.with_tensor(&e.name);
+                let chunks: Vec<Chunk> = e.chunks.iter().map(|(c, _)| c.clone()).collect();
+                let layout = check(&e.name, e.dtype, &e.shape, &chunks, |placed| {
+                    for (chunk, stored) in e.chunks.iter().filter(|(c, _)| c.numel() > 0) {
+                        let item = place(&mut files, e, chunk, stored.as_ref())?;
+                        placed.push((chunk.clone(), item));
+                    }
+                    Ok(())
+                })
+                .map_err(on)?;
+                layouts.push(layout);
+                tensors.push(TensorMeta::new(e.name.clone(), e.dtype, e.shape.clone()));
             }
-            let mut placed = Vec::new();
-            for (chunk, stored) in e.chunks.iter().filter(|(c, _)| c.numel() > 0) {
-                let item = place(&mut files, e, chunk, stored.as_ref()).map_err(on)?;
-                placed.push((chunk.clone(), item));
+            skipped = parsed.skipped;
+        } else {
+            for t in hf::read(dir, &mut files)? {
+                let chunks: Vec<Chunk> = t.chunks.iter().map(|(c, _)| c.clone()).collect();
+                let layout = check(&t.name, t.dtype, &t.shape, &chunks, |placed| {
+                    placed.extend(t.chunks.into_iter().filter(|(c, _)| c.numel() > 0));
+                    Ok(())
+                })
+                .map_err(|e| e.with_tensor(&t.name))?;
+                layouts.push(layout);
+                tensors.push(TensorMeta::new(t.name, t.dtype, t.shape));
             }
-            let axis = cut_axis(&e.shape, &chunks);
-            layouts.push(Layout {
-                chunks: placed,
-                axis,
-            });
-            tensors.push(TensorMeta::new(e.name.clone(), e.dtype, e.shape.clone()));
         }
         let mut names = vec![String::new(); files.opened.len()];
         for (name, &i) in &files.by_name {
@@ -239,8 +251,6 @@ impl DcpSource {
                 name,
             }));
         }
-        let mut stamps = vec![Stamp::of(&meta, meta_len)];
-        let mut handles = vec![Arc::new(meta)];
         for (f, len) in &files.opened {
             stamps.push(Stamp::of(f, *len));
             handles.push(f.clone());
@@ -255,7 +265,7 @@ impl DcpSource {
             names,
             stamps,
             handles,
-            skipped: parsed.skipped,
+            skipped,
             metadata,
         })
     }
@@ -286,6 +296,31 @@ impl DcpSource {
             axis: l.axis,
         }
     }
+}
+
+/// Checks that `chunks` tile a tensor of `shape` exactly and that its
+/// bytes fit 64 bits, then places its non-empty chunks' items (`place`
+/// pushes them) and says where the chunks cut it.
+fn check(
+    name: &str,
+    dtype: crate::Dtype,
+    shape: &[u64],
+    chunks: &[Chunk],
+    place: impl FnOnce(&mut Vec<(Chunk, Item)>) -> Result<()>,
+) -> Result<Layout> {
+    check_tiling(name, shape, chunks)?;
+    let bytes = crate::dtype::numel(shape).and_then(|n| n.checked_mul(model::width(dtype)));
+    if bytes.is_none() {
+        return Err(bad(DcpError::TooLarge {
+            shape: shape.to_vec(),
+        }));
+    }
+    let mut placed = Vec::new();
+    place(&mut placed)?;
+    Ok(Layout {
+        chunks: placed,
+        axis: cut_axis(shape, chunks),
+    })
 }
 
 /// The first name given to two tensors (the metadata's dict had one twice).

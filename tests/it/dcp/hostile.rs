@@ -1,7 +1,8 @@
 //! Hostile metadata and items: refused with exit 1, nothing run, nothing
 //! left behind.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 
 use super::{checkpoint_with, convert_in, fixtures};
 use crate::support::faults::tree;
@@ -81,4 +82,61 @@ fn a_corrupt_chunk_is_refused_by_its_crc() {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A rank's safetensors file of an HF-writer checkpoint rewritten with
+/// `info` as its DCP_SHARDING_INFO (the tensors' bytes as they were).
+fn hf_with(dir: &Path, info: &str) -> PathBuf {
+    let ckpt = dir.join("hf");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    for e in std::fs::read_dir(fixtures().join("hf")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, ckpt.join(p.file_name().unwrap())).unwrap();
+    }
+    let path = ckpt.join("shard-00002-model-00001-of-00001.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let meta = HashMap::from([("DCP_SHARDING_INFO".to_string(), info.to_string())]);
+    let out = safetensors::serialize(st.tensors(), Some(meta)).unwrap();
+    std::fs::write(&path, out).unwrap();
+    ckpt
+}
+
+#[test]
+fn an_hf_checkpoint_with_bad_offsets_is_refused() {
+    let cases = [
+        // Rank 2's rows claim rank 1's place.
+        (
+            r#"{"model.embed.weight": {"saved_offsets": [0, 0]}, "model.layers.0.attn.wq.weight": {"saved_offsets": [0, 3]}, "model.layers.0.norm.weight": {"saved_offsets": [4]}, "model.head.weight": {"saved_offsets": [3, 0]}}"#,
+            "overlap",
+            "model.embed.weight",
+        ),
+        // A tensor left out.
+        (
+            r#"{"model.embed.weight": {"saved_offsets": [5, 0]}, "model.layers.0.attn.wq.weight": {"saved_offsets": [0, 3]}, "model.layers.0.norm.weight": {"saved_offsets": [4]}}"#,
+            "DCP_SHARDING_INFO does not place it",
+            "model.head.weight",
+        ),
+        // Offsets of the wrong rank, and no JSON at all.
+        (
+            r#"{"model.embed.weight": {"saved_offsets": [5]}, "model.layers.0.attn.wq.weight": {"saved_offsets": [0, 3]}, "model.layers.0.norm.weight": {"saved_offsets": [4]}, "model.head.weight": {"saved_offsets": [3, 0]}}"#,
+            "2 dimensions, but its chunk at [5] has 1",
+            "model.embed.weight",
+        ),
+        ("not json", "DCP_SHARDING_INFO is not JSON", ""),
+    ];
+    for (info, words, tensor) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        hf_with(tmp.path(), info);
+        let before = tree(tmp.path());
+        let (code, report, stderr) = convert_in(tmp.path(), &["hf", "-o", "out.safetensors"]);
+        assert_eq!(code, Some(1), "{words}: {stderr}");
+        assert_eq!(report["error"]["kind"], "dcp", "{stderr}");
+        let message = report["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{message:?} lacks {words:?}");
+        if !tensor.is_empty() {
+            assert_eq!(report["error"]["tensor"], tensor, "{stderr}");
+        }
+        assert_eq!(tree(tmp.path()), before, "{words}");
+    }
 }

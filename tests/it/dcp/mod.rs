@@ -21,7 +21,9 @@ fn fixtures() -> PathBuf {
     crate::support::fixtures().join("dcp")
 }
 
-const CASES: &[&str] = &["shard0", "shard1", "mesh2d", "replicate", "fsdp2"];
+/// Saved by `FileSystemWriter` (`.metadata` + `.distcp`), then by
+/// `HuggingFaceStorageWriter` (a safetensors file a rank).
+const CASES: &[&str] = &["shard0", "shard1", "mesh2d", "replicate", "fsdp2", "hf"];
 
 fn convert(args: &[&Path]) -> Output {
     Command::new(BIN).args(args).output().expect("run convert")
