@@ -39,8 +39,11 @@ fn copy_of(case: &str, dir: &Path) -> PathBuf {
     ckpt
 }
 
-/// Each tensor's pieces as `inspect --json` lists them: file, offset, length.
-fn pieces(ckpt: &Path) -> Vec<(String, Vec<(String, u64, u64)>)> {
+/// A piece's record: its file, offset and length.
+type Place = (String, u64, u64);
+
+/// Each tensor's pieces as `inspect --json` lists them.
+fn pieces(ckpt: &Path) -> Vec<(String, Vec<Place>)> {
     let v = json_of(&["inspect", "--json", ckpt.to_str().unwrap()]);
     let tensors = v["tensors"].as_array().unwrap();
     tensors
@@ -114,7 +117,7 @@ fn shard(ckpt: &Path, out_dir: &Path, k: usize, n: usize) -> Result<super::Tenso
 
 /// Overwrites every byte of `ckpt`'s `.distcp` files with 0xEE except
 /// those of `keep`'s items (the file lengths stay).
-fn garble_all_but(ckpt: &Path, keep: &[(String, u64, u64)]) {
+fn garble_all_but(ckpt: &Path, keep: &[Place]) {
     for e in std::fs::read_dir(ckpt).unwrap() {
         let path = e.unwrap().path();
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
@@ -147,7 +150,7 @@ fn each_shard_reads_only_its_own_chunks() {
             assert_eq!(&want.keys().cloned().collect::<BTreeSet<_>>(), names);
             // A copy holding only this shard's items; all else garbage.
             let garbled = copy_of(case, &tmp.path().join(format!("{case}/garbled{k}")));
-            let keep: Vec<(String, u64, u64)> = places
+            let keep: Vec<Place> = places
                 .iter()
                 .filter(|(name, _)| names.contains(name))
                 .flat_map(|(_, p)| p.clone())
