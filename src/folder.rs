@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::header::Rules;
 use crate::{Error, ErrorKind, Result};
 
 /// File name endings of model files a folder may hold (compressed or not).
@@ -25,8 +24,8 @@ const COMPRESSED: &[&str] = &["gz", "zst", "zstd", "xz", "bz2"];
 /// assert!(resolve_input(dir.path()).is_err()); // two model files: which one?
 /// # Ok::<(), safetensors_stream::Error>(())
 /// ```
-pub fn resolve_input(path: &Path) -> Result<PathBuf> {
-    if !path.is_dir() || is_distributed_checkpoint(path) {
+pub(crate) fn resolve_input(path: &Path) -> Result<PathBuf> {
+    if !path.is_dir() {
         return Ok(path.to_path_buf());
     }
     let shown = path.display().to_string();
@@ -61,43 +60,6 @@ pub fn resolve_input(path: &Path) -> Result<PathBuf> {
             list(many)
         )),
     }
-}
-
-/// True if `path` is a PyTorch distributed checkpoint, which is itself the
-/// input: a folder holding `.metadata` (and its `.distcp` files), or one
-/// whose first `.safetensors` file (by name) has `DCP_SHARDING_INFO` in
-/// its metadata (torch's `HuggingFaceStorageWriter`, each rank's shards).
-pub(crate) fn is_distributed_checkpoint(path: &Path) -> bool {
-    if !path.is_dir() {
-        return false;
-    }
-    if path.join(".metadata").is_file() {
-        return true;
-    }
-    let Some(first) = safetensors_files(path)
-        .ok()
-        .and_then(|n| n.into_iter().next())
-    else {
-        return false;
-    };
-    let header = crate::header::read::read_path_header(&path.join(first), Rules::SOURCE);
-    header.is_ok_and(|h| h.metadata.is_some_and(|m| m.contains_key(DCP_SHARDING_KEY)))
-}
-
-/// The `__metadata__` key `HuggingFaceStorageWriter` places each rank's
-/// tensors by.
-pub(crate) const DCP_SHARDING_KEY: &str = "DCP_SHARDING_INFO";
-
-/// The `.safetensors` files of `dir` by name (hidden ones left out), sorted.
-pub(crate) fn safetensors_files(dir: &Path) -> std::io::Result<Vec<String>> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.ends_with(".safetensors") && !n.starts_with('.'))
-        .collect();
-    names.sort();
-    Ok(names)
 }
 
 fn is_model_file(name: &str) -> bool {

@@ -51,8 +51,8 @@ fn count_panics() {
 
 /// `HeaderJson("...")` -> `HeaderJson`: the variant, not its message (a
 /// header's, an index's, a pickle's, a PyTorch or a distributed
-/// checkpoint's own, not the `Header`/`Index`/`Pickle`/`PyTorch`/`Dcp`
-/// that groups it).
+/// checkpoint's or a zip's own, not the
+/// `Header`/`Index`/`Pickle`/`PyTorch`/`Dcp`/`Zip` that groups it).
 fn variant(kind: &ErrorKind) -> String {
     let debug = match kind {
         ErrorKind::Header(e) => format!("{e:?}"),
@@ -60,6 +60,7 @@ fn variant(kind: &ErrorKind) -> String {
         ErrorKind::Pickle(e) => format!("{e:?}"),
         ErrorKind::PyTorch(e) => format!("{e:?}"),
         ErrorKind::Dcp(e) => format!("{e:?}"),
+        ErrorKind::Zip(e) => format!("{e:?}"),
         kind => format!("{kind:?}"),
     };
     let end = debug

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use super::item::{self, Form, Item};
 use super::layout::{band, Chunk};
-use crate::source::npz::zip::PositionalReader;
+use crate::io_util::PositionalReader;
 use crate::source::pytorch::model;
 use crate::source::BlockingRead;
 use crate::{Dtype, Error, Result};

@@ -19,7 +19,6 @@ use super::item::{Form, Item};
 use super::layout::Chunk;
 use super::Files;
 use crate::error::dcp::DcpError;
-use crate::folder::{safetensors_files, DCP_SHARDING_KEY as SHARDING_KEY};
 use crate::header::{read::read_header, Header, Rules};
 use crate::{Dtype, Error, Result};
 
@@ -29,6 +28,34 @@ pub(crate) struct Tensor {
     pub(crate) dtype: Dtype,
     pub(crate) shape: Vec<u64>,
     pub(crate) chunks: Vec<(Chunk, Item)>,
+}
+
+/// The `__metadata__` key holding each tensor's offsets.
+const SHARDING_KEY: &str = "DCP_SHARDING_INFO";
+
+/// The `.safetensors` files of `dir` by name (hidden ones left out), sorted.
+fn safetensors_files(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".safetensors") && !n.starts_with('.'))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// True if folder `dir`'s first `.safetensors` file (by name) has
+/// `DCP_SHARDING_INFO` in its metadata.
+pub(crate) fn is_checkpoint(dir: &Path) -> bool {
+    let Some(first) = safetensors_files(dir)
+        .ok()
+        .and_then(|n| n.into_iter().next())
+    else {
+        return false;
+    };
+    crate::header::read::read_path_header(&dir.join(first), Rules::SOURCE)
+        .is_ok_and(|h| h.metadata.is_some_and(|m| m.contains_key(SHARDING_KEY)))
 }
 
 fn bad_info(file: &str, reason: impl Into<String>) -> Error {

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use super::layout::Chunk;
 use crate::dtype::numel;
 use crate::error::dcp::DcpError;
-use crate::source::npz::zip::{read_directory_at, Method, PositionalReader, ZipEntry};
-use crate::source::npz::MemberReader;
+use crate::io_util::PositionalReader;
 use crate::source::pytorch::model::{self, Naming};
 use crate::source::pytorch::pickle::{unpickle, Limits};
 use crate::source::pytorch::strided::{StridedReader, View};
 use crate::source::pytorch::zipfmt;
+use crate::source::zip::{read_directory_at, MemberReader, Method, ZipEntry};
 use crate::source::BlockingRead;
 use crate::{Dtype, Error, Result};
 

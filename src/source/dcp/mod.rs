@@ -25,6 +25,7 @@ mod hf;
 mod item;
 mod layout;
 mod metadata;
+mod row;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -42,6 +43,7 @@ use self::metadata::{Entry, Stored, MAX_METADATA};
 use super::blocking::BlockingReader;
 use super::{OpenBlocking, Source, SourceOptions, Stamp, StoredPiece, TensorData};
 use crate::error::dcp::DcpError;
+use crate::error::note::{Note, Notice, Warning};
 use crate::header::{Metadata, TensorMeta};
 use crate::source::pytorch::model;
 use crate::transform::Transform;
@@ -50,8 +52,7 @@ use crate::{Error, Result};
 /// The metadata file's name in a checkpoint's folder.
 pub(crate) const METADATA_FILE: &str = ".metadata";
 
-/// True if `path` is a distributed checkpoint: a folder holding `.metadata`.
-pub(crate) use crate::folder::is_distributed_checkpoint as is_checkpoint;
+pub(crate) use row::ROW;
 
 /// One tensor's non-empty chunks, each with its item, and its cut axis.
 #[derive(Debug)]
@@ -400,23 +401,16 @@ impl Source for DcpSource {
 pub(crate) fn open_folder(
     path: &Path,
     options: &SourceOptions,
-    notice: &(dyn Fn(&str) + Send + Sync),
+    notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
     let src = DcpSource::open(path, options)?;
     let skipped = src.skipped();
     if !skipped.is_empty() && !options.listing_only {
-        let shown: Vec<&str> = skipped.iter().take(8).map(String::as_str).collect();
-        let more = if skipped.len() > shown.len() {
-            ", ..."
-        } else {
-            ""
-        };
-        notice(&crate::printable_line(&format!(
-            "warning: {}: skipped {} non-tensor values (numbers, strings, hyper-parameters): {}{more}",
-            src.input_name(),
-            skipped.len(),
-            shown.join(", ")
-        )));
+        notice(&Note::Warning(Warning::SkippedValues {
+            input: src.input_name().to_string(),
+            count: skipped.len(),
+            paths: skipped.iter().take(8).cloned().collect(),
+        }));
     }
     Ok(Box::new(src))
 }
