@@ -108,7 +108,7 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
 /// the entries and the directory's offset returned count from the file's
 /// start, as every other reader of members expects, and all lie inside
 /// the archive. Error offsets count from `base`.
-pub fn read_directory_at(file: &File, base: u64, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
+pub(crate) fn read_directory_at(file: &File, base: u64, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
     let file = &Based { file, base };
     let (dir_end, dir) = find_directory(file, len)?;
     // The directory ends where the (zip64) end record begins: bytes between
