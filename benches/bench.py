@@ -50,7 +50,7 @@ GIB = 1 << 30
 MIB = 1 << 20
 CHUNK = 8 * MIB
 
-WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "safetensors-many", "reshard", "npz-small", "plan-1m", "pytorch", "gguf"]
+WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "safetensors-many", "reshard", "npz-small", "plan-1m", "pytorch", "gguf", "dcp-fsdp", "dcp-tp"]
 
 # Targets of issues 7 and 15 (ratios of medians measured side by side in one run).
 T_COPY = 1.10  # convert / cp (stored npz, npy, safetensors, resharding)
@@ -64,6 +64,8 @@ T_PLAN_GROWTH = 1.25  # t(n_max)/t(n_min) at most this times what n log n predic
 T_RSS_MIB = 32.0  # peak RSS of convert, every data workload
 T_HEADER_RSS = 3.0  # plan-1m: peak RSS of convert at most this many times the header's bytes (issue 15)
 T_PYTORCH = 1.20  # PyTorch checkpoint: convert --no-sync / cp (issue 12)
+T_DCP_TORCH = 0.5  # distributed checkpoint: convert --no-sync / (dcp_to_torch_save + save_file) (issue 38)
+T_DCP_CP = 1.0  # distributed checkpoint: convert --no-sync / cp of its .distcp bytes (issue 38)
 T_GGUF_AMN = 0.5  # GGUF to BF16: convert --no-sync / amn (issue 28)
 GGUF_AMN_TOOL = "amn convert --to safetensors"
 GGUF_PY_TOOL = "gguf-py dequantize + save_file"
@@ -112,6 +114,43 @@ w.write_header_to_file()
 w.write_kv_data_to_file()
 w.write_tensors_to_file()
 w.close()
+'''
+
+# A distributed checkpoint saved by torch on CPU by 4 gloo processes: 16 float32 tensors of
+# 1024 rows, cut in row blocks (FSDP: Shard(0)) or column blocks (tensor parallel: Shard(1)).
+DCP_GEN_PY = r'''
+import sys, tempfile
+import torch, torch.distributed as dist, torch.distributed.checkpoint as dcp, torch.multiprocessing as mp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+def work(rank, out, total, dim, init):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=4)
+    mesh = init_device_mesh("cpu", (4,))
+    rows = 1024
+    cols = max(4, total // (16 * rows * 4))
+    g = torch.Generator().manual_seed(1)
+    sd = {f"model.layers.{i}.weight": distribute_tensor(torch.randn(rows, cols, generator=g), mesh, [Shard(dim)]) for i in range(16)}
+    dcp.save(sd, storage_writer=dcp.FileSystemWriter(out))
+    dist.barrier()
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    out, total, dim = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(work, args=(out, total, dim, "file://" + tmp + "/rdv"), nprocs=4, join=True)
+'''
+
+# torch's own way to one safetensors file: dcp_to_torch_save, then load and save_file.
+DCP_REF_PY = r'''
+import os, sys
+import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from safetensors.torch import save_file
+src, out = sys.argv[1], sys.argv[2]
+pt = out + ".pt"
+dcp_to_torch_save(src, pt)
+sd = torch.load(pt, weights_only=True)
+os.remove(pt)
+save_file({k: v.contiguous() for k, v in sd.items()}, out, metadata={"format": "pt"})
 '''
 
 GGUF_REF_PY = r'''
@@ -1031,6 +1070,62 @@ class Bench:
             self.ratio_target("gguf", "convert --no-sync / gguf-py (reported)", conv, rows[GGUF_PY_TOOL], float("inf"))
         self.rss_target("gguf", rows)
 
+    def w_dcp(self, name, dim):
+        """A distributed checkpoint (4 ranks, a quarter of --size-gib) against torch's
+        dcp_to_torch_save + save_file and a cp of its files; the same Python as gguf's."""
+        py = self.args.gguf_python
+        probe = subprocess.run([py, "-c", "import torch, safetensors"], capture_output=True)
+        if probe.returncode != 0:
+            self.skipped[name] = f"{py} cannot import torch and safetensors (pass --gguf-python)"
+            return
+        gen, ref = self.tmp / "dcp_gen.py", self.tmp / "dcp_ref.py"
+        gen.write_text(DCP_GEN_PY)
+        ref.write_text(DCP_REF_PY)
+
+        def make(path, total):
+            subprocess.run([py, gen, path, str(int(total)), str(dim)], check=True, capture_output=True)
+
+        src = self.input(name, make, self.size / 4)
+        files = sorted(src.iterdir())
+        nbytes = sum(f.stat().st_size for f in files)
+        dest = "model.safetensors"
+        tools = [
+            ("cp", lambda o: ["cp", "-r", "--reflink=never", src, o / "ckpt"], "cp"),
+        ] + self.convert_tools(src, dest)
+        if not self.args.no_python:
+            tools.append(("torch (dcp_to_torch_save + save_file)", lambda o: [py, ref, src, o / dest], "py"))
+        want = {}
+
+        def verify(o):
+            # Every tensor's bytes against torch's own reconstruction, by name.
+            if not want:
+                theirs = self.tmp / f"{name}-torch.safetensors"
+                subprocess.run([py, ref, src, theirs], check=True, capture_output=True)
+                want.update(safetensors_tensors(theirs))
+                theirs.unlink()
+            got = safetensors_tensors(o / dest)
+            return "ok" if got == want else f"WRONG: {len(got)} tensors, {sum(got.get(k) != v for k, v in want.items())} differ from torch's"
+
+        rows = self.run_workload(
+            name,
+            [f for f in files if f.name != ".metadata"] + [src / ".metadata"],
+            tools,
+            nbytes,
+            verify,
+            lambda o: [self.binary, src, "-q", "--no-sync", "-o", o / dest],
+            self.args.runs,
+            single_output=lambda o: o / dest,
+        )
+        if not rows:
+            return
+        conv = rows["convert --no-sync"]
+        self.notes.append(f"{name}: 16 float32 tensors of 1024 rows cut by 4 ranks at dim {dim}, {nbytes / MIB:.1f} MiB of .distcp files.")
+        self.ratio_target(name, f"convert --no-sync / cp <= {T_DCP_CP}", conv, rows["cp"], T_DCP_CP)
+        torch_row = rows.get("torch (dcp_to_torch_save + save_file)")
+        if torch_row:
+            self.ratio_target(name, f"convert --no-sync / torch <= {T_DCP_TORCH}", conv, torch_row, T_DCP_TORCH)
+        self.rss_target(name, rows)
+
     def compare_with_amn(self, src, tools):
         """Both BF16: every tensor's bytes in convert's output against amn's, by name."""
         clear_dir(self.out)
@@ -1220,6 +1315,8 @@ class Bench:
             "plan-1m": self.w_plan,
             "pytorch": self.w_pytorch,
             "gguf": self.w_gguf,
+            "dcp-fsdp": lambda: self.w_dcp("dcp-fsdp", 0),
+            "dcp-tp": lambda: self.w_dcp("dcp-tp", 1),
         }
         try:
             self.build()

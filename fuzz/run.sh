@@ -22,7 +22,7 @@ set -uo pipefail
 
 secs=${1:-600}
 shift || true
-all_targets=(safetensors_header npy_header zip_directory detect convert_bytes pickle bnb_record gguf_header)
+all_targets=(safetensors_header npy_header zip_directory detect convert_bytes pickle bnb_record gguf_header dcp)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 
 fuzz_dir=$(cd "$(dirname "$0")" && pwd)
@@ -91,6 +91,7 @@ seed_all() {
     zip_directory) seed "$1" "$fx" -name '*.npz' ;;
     pickle) seed_pickles "$1" ;;
     gguf_header) seed "$1" "$fx" -name '*.gguf' ;;
+    dcp) seed "$1" "$fx/dcp" \( -name .metadata -o -name '*.metadata' \) ;;
     bnb_record) mkdir -p "$fuzz_dir/corpus/$1" ;; # seeds: its regressions (fixtures/fuzz-regressions/bnb_record)
     detect | convert_bytes) seed "$1" "$fx" \( "${ex[@]}" \) ;;
     esac

@@ -24,7 +24,7 @@ const COMPRESSED: &[&str] = &["gz", "zst", "zstd", "xz", "bz2"];
 /// assert!(resolve_input(dir.path()).is_err()); // two model files: which one?
 /// # Ok::<(), safetensors_stream::Error>(())
 /// ```
-pub fn resolve_input(path: &Path) -> Result<PathBuf> {
+pub(crate) fn resolve_input(path: &Path) -> Result<PathBuf> {
     if !path.is_dir() {
         return Ok(path.to_path_buf());
     }

@@ -13,7 +13,7 @@ use crate::index::Checkpoint;
 pub fn is_pytorch_index(path: &std::path::Path) -> bool {
     crate::source::pytorch::is_index_path(path)
 }
-use crate::source::{Listed, Listing};
+use crate::source::{Listed, Listing, Source, StoredPiece};
 use crate::units::{ByteCount, HumanBytes};
 use crate::Result;
 
@@ -182,6 +182,89 @@ pub fn listing_to_json(listing: &Listing) -> Result<Value> {
         "data_bytes": total,
         "metadata": listing.metadata,
     }))
+}
+
+/// How `source` cuts each of its tensors ([`Source::pieces`]): empty for
+/// a tensor stored whole, so for every tensor of most inputs.
+pub fn pieces_of(source: &dyn Source) -> Vec<Vec<StoredPiece>> {
+    (0..source.tensors().len())
+        .map(|k| source.pieces(k))
+        .collect()
+}
+
+/// The dimensions `pieces` cut a tensor of `shape` at: those no piece
+/// spans whole.
+fn cut_dims(shape: &[u64], pieces: &[StoredPiece]) -> Vec<usize> {
+    (0..shape.len())
+        .filter(|&d| pieces.iter().any(|p| p.sizes.get(d) != Some(&shape[d])))
+        .collect()
+}
+
+/// Adds to [`listing_to_json`]'s value, for each tensor stored in pieces,
+/// `"cut"` (the dimensions they cut) and `"pieces"` (each one's
+/// `offsets`, `sizes`, and `file`, `offset`, `length` of its record).
+pub fn add_pieces_json(v: &mut Value, listing: &Listing, pieces: &[Vec<StoredPiece>]) {
+    let Some(tensors) = v["tensors"].as_array_mut() else {
+        return;
+    };
+    for ((t, meta), pieces) in tensors.iter_mut().zip(&listing.tensors).zip(pieces) {
+        if pieces.is_empty() {
+            continue;
+        }
+        t["cut"] = json!(cut_dims(&meta.shape, pieces));
+        let all: Vec<Value> = pieces
+            .iter()
+            .map(|p| {
+                json!({
+                    "offsets": p.offsets,
+                    "sizes": p.sizes,
+                    "file": p.file,
+                    "offset": p.offset,
+                    "length": p.length,
+                })
+            })
+            .collect();
+        t["pieces"] = Value::Array(all);
+    }
+}
+
+/// [`add_pieces_json`] for people: under [`render_listing`]'s table, a
+/// line per tensor stored in pieces (the dimensions they cut, then each
+/// piece's block `offsets+sizes` and `file@offset+length`).
+pub fn render_pieces(listing: &Listing, pieces: &[Vec<StoredPiece>]) -> String {
+    let mut out = String::new();
+    for (meta, pieces) in listing.tensors.iter().zip(pieces) {
+        if pieces.is_empty() {
+            continue;
+        }
+        if out.is_empty() {
+            out.push_str("  stored in pieces:\n");
+        }
+        let dims = cut_dims(&meta.shape, pieces);
+        let cut = match dims.as_slice() {
+            [] => "whole".to_string(),
+            [d] => format!("cut at dim {d}"),
+            _ => format!("cut at dims {dims:?}"),
+        };
+        let _ = write!(
+            out,
+            "    {} {:?}: {cut}, {} piece{}:",
+            meta.name,
+            meta.shape,
+            pieces.len(),
+            if pieces.len() == 1 { "" } else { "s" }
+        );
+        for p in pieces {
+            let _ = write!(
+                out,
+                " {:?}+{:?} {}@{}+{};",
+                p.offsets, p.sizes, p.file, p.offset, p.length
+            );
+        }
+        out.pop();
+        out.push('\n');
+    }
+    out
 }
 
 fn write_metadata(out: &mut String, metadata: Option<&crate::header::Metadata>) {

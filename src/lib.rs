@@ -97,8 +97,8 @@ pub mod writer;
 pub use convert::{convert, convert_blocking, ConvertOptions, Output, Report};
 pub use dtype::{ByteLenError, Dtype, UnknownDtype};
 pub use error::{
-    printable_line, Category, Error, ErrorKind, HeaderError, IndexError, JsonError, Note, NoticeFn,
-    PickleError, PyTorchError, Result, Span, StorageShape, StoreError, Warning, ZipError,
+    printable_line, Category, DcpError, Error, ErrorKind, HeaderError, IndexError, JsonError, Note,
+    NoticeFn, PickleError, PyTorchError, Result, Span, StorageShape, StoreError, Warning, ZipError,
     ZipFeature, MAX_MESSAGE_CHARS,
 };
 pub use header::Order;

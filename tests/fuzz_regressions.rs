@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use harness::{Harness, Outcomes};
 use safetensors_stream::ErrorKind;
 
-const TARGETS: [&str; 11] = [
+const TARGETS: [&str; 12] = [
     "safetensors_header",
     "npy_header",
     "zip_directory",
@@ -37,6 +37,7 @@ const TARGETS: [&str; 11] = [
     "onnx_model",
     "msgpack_file",
     "hdf5_file",
+    "dcp",
 ];
 
 /// Panics seen on any thread: tokio turns a panic in a blocking read into
@@ -52,14 +53,16 @@ fn count_panics() {
 }
 
 /// `HeaderJson("...")` -> `HeaderJson`: the variant, not its message (a
-/// header's, an index's, a pickle's, a PyTorch checkpoint's or a zip's own, not
-/// the `Header`/`Index`/`Pickle`/`PyTorch`/`Zip` that groups it).
+/// header's, an index's, a pickle's, a PyTorch or a distributed
+/// checkpoint's or a zip's own, not the
+/// `Header`/`Index`/`Pickle`/`PyTorch`/`Dcp`/`Zip` that groups it).
 fn variant(kind: &ErrorKind) -> String {
     let debug = match kind {
         ErrorKind::Header(e) => format!("{e:?}"),
         ErrorKind::Index(e) => format!("{e:?}"),
         ErrorKind::Pickle(e) => format!("{e:?}"),
         ErrorKind::PyTorch(e) => format!("{e:?}"),
+        ErrorKind::Dcp(e) => format!("{e:?}"),
         ErrorKind::Zip(e) => format!("{e:?}"),
         kind => format!("{kind:?}"),
     };
@@ -94,6 +97,7 @@ fn run(harness: &Harness, target: &str, data: &[u8]) -> String {
         "onnx_model" => describe(&harness.onnx_model(data)),
         "msgpack_file" => describe(&harness::msgpack_file(data)),
         "hdf5_file" => describe(&harness::hdf5_file(data)),
+        "dcp" => describe(&harness.dcp(data)),
         other => panic!("unknown fuzz target folder {other:?}"),
     }
 }

@@ -252,6 +252,63 @@ async fn open_and_plan(
     Ok((sources, plan))
 }
 
+/// The `.distcp` files of fixture `shard0` (2 ranks, `Shard(0)`), beside
+/// which the `dcp` target puts its `.metadata`.
+const DCP_FILES: [(&str, &[u8]); 2] = [
+    (
+        "__0_0.distcp",
+        include_bytes!("../../fixtures/dcp/shard0/__0_0.distcp"),
+    ),
+    (
+        "__1_0.distcp",
+        include_bytes!("../../fixtures/dcp/shard0/__1_0.distcp"),
+    ),
+];
+
+impl Harness {
+    /// `dcp`: the bytes as a distributed checkpoint's `.metadata` (a pickle
+    /// of DCP's classes), beside shard0's `.distcp` files: the checkpoint
+    /// opened (chunks checked to tile each tensor, items placed in their
+    /// files), then converted whole. Checks: what is opened plans no more
+    /// tensor bytes than the files hold (each chunk in an item of its
+    /// own), and the two conversion drivers agree.
+    pub fn dcp(&self, data: &[u8]) -> Outcomes {
+        let dir = self.dir.path().join("checkpoint");
+        std::fs::create_dir_all(&dir).expect("a scratch checkpoint folder");
+        let mut on_disk = 0u64;
+        for (name, bytes) in DCP_FILES {
+            let path = dir.join(name);
+            if !path.exists() {
+                std::fs::write(&path, bytes).expect("writing a .distcp file");
+            }
+            on_disk += bytes.len() as u64;
+        }
+        std::fs::write(dir.join(".metadata"), data).expect("writing .metadata");
+        let mut out: Outcomes = Vec::new();
+        let quiet = |_: &safetensors_stream::Note| {};
+        let opened = self
+            .rt
+            .block_on(open_input(&dir, &SourceOptions::default(), &quiet));
+        if let Ok(src) = &opened {
+            let planned = src.tensors().iter().fold(0u64, |sum, t| {
+                let bytes = t.byte_len().expect("an opened tensor has a length");
+                sum.saturating_add(bytes)
+            });
+            assert!(
+                planned <= on_disk,
+                "{planned} tensor bytes planned from {on_disk} bytes of items"
+            );
+        }
+        out.push(("open", opened.map(drop)));
+        let plain = SourceOptions::default();
+        out.push((
+            "convert",
+            self.convert(&dir, &plain, PlanOptions::default()),
+        ));
+        out
+    }
+}
+
 /// Outputs larger than this are streamed into nothing, not kept.
 const MAX_KEPT: u64 = 64 << 20;
 

@@ -241,7 +241,7 @@ fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
             continue;
         }
         // The file a folder stands for is the one read, so the one that clashes.
-        let input = crate::folder::resolve_input(input).unwrap_or_else(|_| input.clone());
+        let input = crate::source::resolve_input(input).unwrap_or_else(|_| input.clone());
         add(input.display().to_string(), &input);
         if is_index_path(&input) || crate::source::pytorch::is_index_path(&input) {
             for shard in index_shards(&input) {

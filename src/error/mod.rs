@@ -11,6 +11,7 @@
 //! as variants of [`ErrorKind`]. May import `dtype` and
 //! those foreign error types only.
 
+pub(crate) mod dcp;
 pub mod gguf;
 pub mod hdf5;
 pub(crate) mod header;
@@ -24,6 +25,7 @@ pub(crate) mod quantized;
 pub(crate) mod store;
 pub(crate) mod zip;
 
+pub use dcp::DcpError;
 pub use header::HeaderError;
 pub use index::IndexError;
 pub use json::JsonError;
@@ -597,6 +599,10 @@ pub enum ErrorKind {
     #[error("object store: {0}")]
     ObjectStore(#[source] StoreError),
 
+    /// A PyTorch distributed checkpoint whose metadata or chunks do not
+    /// describe its tensors.
+    #[error("distributed checkpoint: {0}")]
+    Dcp(#[from] dcp::DcpError),
     /// A malformed or unsupported GGUF file.
     #[error("gguf: {0}")]
     Gguf(#[from] gguf::GgufError),
@@ -697,6 +703,7 @@ impl ErrorKind {
             | K::Hdf5(_)
             | K::Onnx(_)
             | K::Msgpack(_)
+            | K::Dcp(_)
             | K::UnsupportedDtype { .. }
             | K::DataLength { .. }
             | K::NotSafetensors { .. }

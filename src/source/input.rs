@@ -47,7 +47,7 @@ pub async fn open_inputs(
 ) -> Result<Vec<Box<dyn Source>>> {
     let mut sources = Vec::with_capacity(paths.len());
     for path in paths {
-        let resolved = crate::folder::resolve_input(path)?;
+        let resolved = super::resolve_input(path)?;
         if resolved != *path {
             notice(&Note::Info(format!(
                 "{}: reading {}",

@@ -53,6 +53,7 @@ pub(crate) mod blocking;
 mod checkpoint;
 pub(crate) mod codec;
 pub(crate) mod cursor;
+pub(crate) mod dcp;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
 pub(crate) mod format;
@@ -83,7 +84,6 @@ pub(crate) mod table;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod zip;
 
-pub use crate::folder::resolve_input;
 pub use crate::transform::Transform;
 pub use checkpoint::read_file_header;
 pub use codec::Codec;
@@ -99,6 +99,7 @@ pub use pytorch::row::TorchOptions;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
 
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -107,6 +108,28 @@ use tokio::io::AsyncRead;
 
 use crate::header::{Metadata, TensorMeta};
 use crate::Result;
+
+/// `path` itself when it is not a folder, or when it is a folder a format
+/// reads whole (a row recognises it by its path: a distributed
+/// checkpoint); else the one checkpoint in the folder (its index JSON, or
+/// its single model file).
+///
+/// ```
+/// use safetensors_stream::source::resolve_input;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();
+/// assert_eq!(resolve_input(dir.path())?, dir.path().join("model.safetensors"));
+/// std::fs::write(dir.path().join(".metadata"), b"").unwrap();
+/// assert_eq!(resolve_input(dir.path())?, dir.path()); // a distributed checkpoint
+/// # Ok::<(), safetensors_stream::Error>(())
+/// ```
+pub fn resolve_input(path: &Path) -> Result<PathBuf> {
+    if table::FORMATS.by_path(path).is_some() {
+        return Ok(path.to_path_buf());
+    }
+    crate::folder::resolve_input(path)
+}
 
 /// A reader of one tensor's bytes.
 pub type TensorReader<'a> = Pin<Box<dyn AsyncRead + Send + 'a>>;
@@ -224,6 +247,29 @@ pub trait Source: Send {
     fn file_span(&self, _k: usize) -> Option<FileSpan> {
         None
     }
+
+    /// The pieces tensor `k` is stored in, when the input cuts it (a
+    /// distributed checkpoint's chunks, one per rank): what `inspect`
+    /// shows of how it is cut. Empty for a tensor stored whole.
+    fn pieces(&self, _k: usize) -> Vec<StoredPiece> {
+        Vec::new()
+    }
+}
+
+/// A piece of a tensor stored apart from its others: the block of the
+/// tensor it holds, and where its bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPiece {
+    /// Its first element's index in the whole tensor, per dimension.
+    pub offsets: Vec<u64>,
+    /// Its sizes.
+    pub sizes: Vec<u64>,
+    /// The file holding it, named as the input names it.
+    pub file: String,
+    /// Where its record begins there.
+    pub offset: u64,
+    /// Its record's bytes (the piece's and what describes them).
+    pub length: u64,
 }
 
 /// Opens a tensor's bytes as a blocking reader, on whatever thread calls

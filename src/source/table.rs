@@ -11,7 +11,8 @@ use std::path::Path;
 
 use super::format::{ByPath, FormatRow, Wrap};
 use super::{
-    gguf, hdf5, hf, msgpack, npy, npz, onnx, pytorch, quantized, raw, safetensors, SourceOptions,
+    dcp, gguf, hdf5, hf, msgpack, npy, npz, onnx, pytorch, quantized, raw, safetensors,
+    SourceOptions,
 };
 
 /// A list of format rows, tried in order.
@@ -31,6 +32,7 @@ pub(crate) const FORMATS: Table = Table(&[
     &safetensors::ROW,
     &onnx::ROW,
     &msgpack::ROW,
+    &dcp::ROW,
     &raw::ROW,
 ]);
 
@@ -83,6 +85,7 @@ mod tests {
                 ("safetensors", "a safetensors file"),
                 ("onnx", "an ONNX model"),
                 ("msgpack", "a Flax MessagePack file"),
+                ("dcp", "a PyTorch distributed checkpoint (a folder)"),
                 ("raw", "a raw dump"),
             ]
         );
@@ -97,6 +100,6 @@ mod tests {
             .filter(|r| r.path.is_some())
             .map(|r| r.name)
             .collect();
-        assert_eq!(by_path, ["pytorch", "safetensors"]);
+        assert_eq!(by_path, ["pytorch", "safetensors", "dcp"]);
     }
 }

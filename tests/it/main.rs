@@ -14,6 +14,7 @@ mod support;
 mod casts;
 mod cli;
 mod conformance;
+mod dcp;
 mod differential;
 mod faults;
 mod formats;

@@ -233,7 +233,8 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
 fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
     // Validate checks safetensors files; a PyTorch index (what a folder of
     // `pytorch_model-*.bin` shards resolves to) is checked as convert reads it.
-    if !inspect::is_pytorch_index(path) {
+    // So is a distributed checkpoint's folder.
+    if !inspect::is_pytorch_index(path) && !path.is_dir() {
         let cp = open_checkpoint(path, rules(reference))?;
         warn_hub_limit(&cp);
         return Ok((cp.tensor_count(), cp.data_len()));
@@ -347,11 +348,15 @@ fn inspect_source(
     let notice = |note: &Note| eprintln!("convert: {note}");
     let source = rt.block_on(open_input(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
+    let pieces = inspect::pieces_of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);
     Ok(if args.json {
-        pretty(&inspect::listing_to_json(&listing).map_err(input)?)
+        let mut v = inspect::listing_to_json(&listing).map_err(input)?;
+        inspect::add_pieces_json(&mut v, &listing, &pieces);
+        pretty(&v)
     } else {
-        inspect::render_listing(&listing).map_err(input)?
+        let text = inspect::render_listing(&listing).map_err(input)?;
+        text + &inspect::render_pieces(&listing, &pieces)
     })
 }
 

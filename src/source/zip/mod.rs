@@ -88,15 +88,28 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
 }
 
-fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> Result<()> {
-    file.read_exact_at(buf, at)
-        .map_err(|e| Error::io(e).at_offset(at))
+fn read_exact_at(file: &Based, buf: &mut [u8], at: u64) -> Result<()> {
+    let from = at
+        .checked_add(file.base)
+        .ok_or_else(|| zip_err(ZipError::TooShort))?;
+    (file.file.read_exact_at(buf, from)).map_err(|e| Error::io(e).at_offset(at))
 }
 
 /// Reads the central directory of the archive `file` of `len` bytes.
 /// Returns the entries and the directory's offset, which every member's
 /// bytes must end before.
 pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
+    read_directory_at(file, 0, len)
+}
+
+/// [`read_directory`] of an archive that starts at byte `base` of `file`
+/// and is `len` bytes long (a distributed checkpoint's item, one archive
+/// after another in a file). The archive's own offsets count from `base`;
+/// the entries and the directory's offset returned count from the file's
+/// start, as every other reader of members expects, and all lie inside
+/// the archive. Error offsets count from `base`.
+pub(crate) fn read_directory_at(file: &File, base: u64, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
+    let file = &Based { file, base };
     let (dir_end, dir) = find_directory(file, len)?;
     // The directory ends where the (zip64) end record begins: bytes between
     // them would be entries that one reader sees and another does not.
@@ -110,7 +123,7 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
     if dir.entries > dir.size / CENTRAL_LEN {
         return Err(zip_err(ZipError::TooManyEntries(dir)).at_offset(dir_end));
     }
-    let range = PositionalReader::new(file, dir.offset, dir.size);
+    let range = PositionalReader::new(file.file, base + dir.offset, dir.size);
     let mut r = BufReader::with_capacity(64 * 1024, range);
     // The claim is bounded by the directory's size, not yet by real entries:
     // reserve little up front, so a lying record costs nothing.
@@ -132,6 +145,10 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
         entries.push(entry);
         at += used;
     }
+    // Members end before the directory, inside the archive: no sum overflows.
+    for e in &mut entries {
+        e.local_offset += base;
+    }
     // The count and the size must describe the same entries: Python's
     // zipfile (numpy) reads entries until the size is used up, so a count
     // that stops early would drop tensors numpy sees.
@@ -146,14 +163,20 @@ pub fn read_directory(file: &File, len: u64) -> Result<(Vec<ZipEntry>, u64)> {
     // Growth left up to half the room unused; the entries live on as the
     // listing is built, so they are kept at their size.
     entries.shrink_to_fit();
-    Ok((entries, dir.offset))
+    Ok((entries, base + dir.offset))
+}
+
+/// A file read from `base` on: offsets given to it count from there.
+struct Based<'a> {
+    file: &'a File,
+    base: u64,
 }
 
 /// Finds the end-of-central-directory record (and its zip64 twin if
 /// needed); returns where the directory must end (where the first end record
 /// begins) and the directory's place and count. Every field given twice
 /// (per disk and in all, in the classic and in the zip64 record) must agree.
-fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
+fn find_directory(file: &Based, len: u64) -> Result<(u64, Directory)> {
     if len < EOCD_LEN {
         return Err(zip_err(ZipError::TooShort).at_offset(0));
     }
@@ -212,7 +235,7 @@ fn find_directory(file: &File, len: u64) -> Result<(u64, Directory)> {
     Ok((at, dir))
 }
 
-fn has_zip64_locator(file: &File, eocd_at: u64) -> Result<bool> {
+fn has_zip64_locator(file: &Based, eocd_at: u64) -> Result<bool> {
     if eocd_at < 20 {
         return Ok(false);
     }
@@ -221,7 +244,7 @@ fn has_zip64_locator(file: &File, eocd_at: u64) -> Result<bool> {
     Ok(u32::from_le_bytes(sig) == ZIP64_LOCATOR_SIG)
 }
 
-fn read_zip64_eocd(file: &File, eocd_at: u64) -> Result<(u64, Directory)> {
+fn read_zip64_eocd(file: &Based, eocd_at: u64) -> Result<(u64, Directory)> {
     if eocd_at < 20 {
         return Err(zip_err(ZipError::Zip64WithoutLocator).at_offset(eocd_at));
     }
