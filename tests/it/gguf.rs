@@ -326,7 +326,10 @@ fn a_tensor_off_the_alignment_is_refused_by_name_and_offset() {
     // and b's name (8 + 1).
     assert_eq!(e.offset(), Some(24 + 33 + 9));
     let text = e.to_string();
-    assert!(text.contains("offset 16 is not a multiple of general.alignment 32"), "{text}");
+    assert!(
+        text.contains("offset 16 is not a multiple of general.alignment 32"),
+        "{text}"
+    );
     // A declared alignment is the one checked: 16 is aligned to 16, 8 is not.
     let aligned = |align: u32, offset: u64| {
         let mut b = Builder::new(3, 2, 1, false);
@@ -337,13 +340,19 @@ fn a_tensor_off_the_alignment_is_refused_by_name_and_offset() {
     aligned(16, 16).unwrap();
     aligned(8, 8).unwrap();
     let e = aligned(16, 8).unwrap_err().to_string();
-    assert!(e.contains("offset 8 is not a multiple of general.alignment 16"), "{e}");
+    assert!(
+        e.contains("offset 8 is not a multiple of general.alignment 16"),
+        "{e}"
+    );
     // Through the library, the error names the input too.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("misaligned.gguf");
     std::fs::write(&path, &bytes).unwrap();
     let e = convert(&path, &options(None)).unwrap_err();
-    assert!(e.input().is_some_and(|i| i.contains("misaligned.gguf")), "{e}");
+    assert!(
+        e.input().is_some_and(|i| i.contains("misaligned.gguf")),
+        "{e}"
+    );
     assert_eq!(e.tensor(), Some("b"));
 }
 
