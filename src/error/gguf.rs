@@ -95,6 +95,15 @@ pub enum GgufError {
         /// The file's length.
         len: u64,
     },
+    /// A tensor whose offset from the data section is not a multiple of
+    /// `general.alignment` (ggml's gguf.cpp refuses it too).
+    #[error("offset {offset} is not a multiple of general.alignment {alignment}")]
+    Misaligned {
+        /// The tensor's offset from the start of the data section.
+        offset: u64,
+        /// The file's alignment.
+        alignment: u64,
+    },
     /// Two tensors sharing bytes.
     #[error("tensors {0:?} and {1:?} overlap")]
     Overlap(String, String),

@@ -424,7 +424,7 @@ pub enum PyTorchError {
     /// A tensor view that reaches more bytes than its storage holds many
     /// times over (a stride-0 expansion): refused unless expanded views are
     /// allowed. Said without the `PyTorch checkpoint: ` prefix.
-    #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage (pass --allow-expanded-views to write it)")]
+    #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage and past {allowance} bytes (pass --allow-expanded-views to write it)")]
     ExpandedView {
         /// Bytes the tensor would write.
         tensor_bytes: u64,
@@ -432,9 +432,11 @@ pub enum PyTorchError {
         storage_bytes: u64,
         /// The factor allowed.
         factor: u64,
+        /// Bytes a view may have whatever its factor.
+        allowance: u64,
     },
     /// A checkpoint whose tensors add up to many times its storage.
-    #[error("its tensors add up to {planned} bytes, more than {factor}x its {stored} bytes of storage (pass --allow-expanded-views to write them)")]
+    #[error("its tensors add up to {planned} bytes, more than {factor}x its {stored} bytes of storage and than {allowance} bytes (pass --allow-expanded-views to write them)")]
     Expanded {
         /// Bytes the tensors would write.
         planned: u64,
@@ -442,6 +444,8 @@ pub enum PyTorchError {
         factor: u64,
         /// Bytes of storage.
         stored: u64,
+        /// Bytes the tensors may add up to whatever their factor.
+        allowance: u64,
     },
 
     // ---- naming ------------------------------------------------------------------------
@@ -732,9 +736,10 @@ mod tests {
                     planned: 1700,
                     factor: 16,
                     stored: 100,
+                    allowance: 1000,
                 },
-                "its tensors add up to 1700 bytes, more than 16x its 100 bytes of storage (pass \
-                 --allow-expanded-views to write them)",
+                "its tensors add up to 1700 bytes, more than 16x its 100 bytes of storage and \
+                 than 1000 bytes (pass --allow-expanded-views to write them)",
             ),
             (
                 PyTorchError::RootMissing {
@@ -818,10 +823,11 @@ mod tests {
                     tensor_bytes: 4096,
                     storage_bytes: 4,
                     factor: 16,
+                    allowance: 1024,
                 }),
                 "expanded_view",
                 "tensor is 4096 bytes but views a storage of 4: expanded beyond 16x its storage \
-                 (pass --allow-expanded-views to write it)",
+                 and past 1024 bytes (pass --allow-expanded-views to write it)",
             ),
         ];
         for (kind, name, words) in cases {

@@ -264,7 +264,8 @@ fn tensor_rules_are_enforced_by_name() {
     assert!(err(one(&[48], 2, 0, 64)).contains("not whole Q4_0 blocks of 32"));
     // Past the end of the file, and offsets that overflow.
     assert!(err(one(&[32], 0, 0, 64)).contains("data runs to byte"));
-    assert!(err(one(&[1], 0, u64::MAX - 1, 4)).contains("data runs to byte"));
+    // (2^64 - 32 is a multiple of the alignment: the end is what overflows.)
+    assert!(err(one(&[1], 0, u64::MAX - 31, 4)).contains("data runs to byte"));
     // Dimensions whose product overflows.
     assert!(err(one(&[1 << 40, 1 << 40], 0, 0, 4)).contains("overflow"));
     // ... in either order, a zero among them or not: the row-major shape is the
@@ -288,17 +289,71 @@ fn tensor_rules_are_enforced_by_name() {
 #[test]
 fn overlapping_and_duplicate_tensors_are_refused() {
     let mut b = Builder::new(3, 2, 0, false);
-    b.tensor("a", &[8], 0, 0).tensor("b", &[8], 0, 16);
-    let e = parse(&b.data(&[0u8; 48])).unwrap_err().to_string();
+    b.tensor("a", &[16], 0, 0).tensor("b", &[8], 0, 32);
+    let e = parse(&b.data(&[0u8; 96])).unwrap_err().to_string();
     assert!(e.contains("tensors \"a\" and \"b\" overlap"), "{e}");
     let mut b = Builder::new(3, 2, 0, false);
     b.tensor("a", &[4], 0, 0).tensor("a", &[4], 0, 16);
     let e = parse(&b.data(&[0u8; 32])).unwrap_err().to_string();
     assert!(e.contains("tensor \"a\" appears twice"), "{e}");
-    // Back to back is fine.
+    // Back to back, each at a multiple of the alignment, is fine.
+    let mut b = Builder::new(3, 2, 0, false);
+    b.tensor("a", &[4], 0, 0).tensor("b", &[4], 0, 32);
+    parse(&b.data(&[0u8; 48])).unwrap();
+}
+
+#[test]
+fn a_tensor_off_the_alignment_is_refused_by_name_and_offset() {
+    // ggml's gguf.cpp refuses a tensor not at a multiple of general.alignment
+    // (32 when absent): "tensor 'b' has offset 16, expected 32".
     let mut b = Builder::new(3, 2, 0, false);
     b.tensor("a", &[4], 0, 0).tensor("b", &[4], 0, 16);
-    parse(&b.data(&[0u8; 32])).unwrap();
+    let bytes = b.data(&[0u8; 32]);
+    let e = parse(&bytes).unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::Gguf(GgufError::Misaligned {
+                offset: 16,
+                alignment: 32
+            })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.tensor(), Some("b"));
+    // The byte offset is where b's info starts, after its name: past the
+    // 24-byte preamble, a's info (8 + 1 name, 4 + 8 dims, 4 type, 8 offset)
+    // and b's name (8 + 1).
+    assert_eq!(e.offset(), Some(24 + 33 + 9));
+    let text = e.to_string();
+    assert!(
+        text.contains("offset 16 is not a multiple of general.alignment 32"),
+        "{text}"
+    );
+    // A declared alignment is the one checked: 16 is aligned to 16, 8 is not.
+    let aligned = |align: u32, offset: u64| {
+        let mut b = Builder::new(3, 2, 1, false);
+        b.str("general.alignment").u32(4).u32(align);
+        b.tensor("a", &[2], 0, 0).tensor("b", &[2], 0, offset);
+        parse(&b.data(&[0u8; 64]))
+    };
+    aligned(16, 16).unwrap();
+    aligned(8, 8).unwrap();
+    let e = aligned(16, 8).unwrap_err().to_string();
+    assert!(
+        e.contains("offset 8 is not a multiple of general.alignment 16"),
+        "{e}"
+    );
+    // Through the library, the error names the input too.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("misaligned.gguf");
+    std::fs::write(&path, &bytes).unwrap();
+    let e = convert(&path, &options(None)).unwrap_err();
+    assert!(
+        e.input().is_some_and(|i| i.contains("misaligned.gguf")),
+        "{e}"
+    );
+    assert_eq!(e.tensor(), Some("b"));
 }
 
 #[test]
@@ -312,7 +367,10 @@ fn metadata_rules_are_enforced() {
         } else {
             b.u64(value)
         };
-        let e = parse(&b.data(&[])).unwrap_err().to_string();
+        let e = parse(&b.data(&[])).unwrap_err();
+        // At the key-value, right after the 24-byte preamble.
+        assert_eq!(e.offset(), Some(24), "{e}");
+        let e = e.to_string();
         assert!(e.contains("general.alignment"), "{e}");
     }
     // An unknown value type, named with its key.

@@ -543,49 +543,96 @@ fn one_float_viewed_as_a_terabyte_is_refused_and_writes_nothing() {
     }
 }
 
-#[test]
-fn a_broadcast_past_16x_needs_the_flag_and_then_converts() {
-    let _g = crate::alloc::serial();
-    let tmp = tempfile::tempdir().unwrap();
+/// A checkpoint of one tensor `name` viewing storage "0" (`storage`) with
+/// `size` and `stride`, written as `file`.
+fn one_view(dir: &Path, file: &str, size: &[i64], stride: &[i64], storage: Vec<u8>) -> String {
     let mut p = Pickle::new();
     p.op(b"}")
-        .str(b"row")
-        .tensor("0", 2, 0, &[40, 2], &[0, 1])
+        .str(b"view")
+        .tensor("0", (storage.len() / 4) as i64, 0, size, stride)
         .op(b"s");
-    let input = write(
-        tmp.path(),
-        "bcast.pt",
-        &torch_zip(&p.stop(), &[("0", floats(2))]),
+    write(dir, file, &torch_zip(&p.stop(), &[("0", storage)]))
+}
+
+#[test]
+fn a_small_expanded_view_converts_without_the_flag() {
+    // Position ids kept as a stride-0 view: 4 KiB from 4 bytes, 1024x its
+    // storage, under the 4 MiB a view may have whatever its factor.
+    let _g = crate::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = one_view(tmp.path(), "ids.pt", &[1, 1024], &[0, 0], floats(1));
+    let r = convert(tmp.path(), &[&input, "-o", "out.safetensors"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let t = output_tensors(&tmp.path().join("out.safetensors"));
+    assert_eq!(t[0].1, vec![1, 1024]);
+    assert_eq!(t[0].2, floats(1).repeat(1024));
+}
+
+#[test]
+fn a_broadcast_past_16x_and_4_mib_needs_the_flag_and_then_converts() {
+    let _g = crate::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    // Exactly 4 MiB (524,288 rows of 2 floats) is written by default ...
+    let rows = (4 << 20) / 8;
+    let input = one_view(tmp.path(), "at.pt", &[rows, 2], &[0, 1], floats(2));
+    let r = convert(tmp.path(), &[&input, "-o", "out.safetensors"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    std::fs::remove_file(tmp.path().join("out.safetensors")).unwrap();
+    // ... one row more is refused, saying how to allow it ...
+    let input = one_view(tmp.path(), "past.pt", &[rows + 1, 2], &[0, 1], floats(2));
+    let msg = refused(tmp.path(), &input, &[], "expanded_view");
+    assert!(
+        msg.contains("4194312 bytes")
+            && msg.contains("past 4194304 bytes")
+            && msg.contains("--allow-expanded-views"),
+        "{msg}"
     );
-    refused(tmp.path(), &input, &[], "expanded_view");
+    // ... and written with it.
     let r = convert(
         tmp.path(),
         &[&input, "--allow-expanded-views", "-o", "out.safetensors"],
     );
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let t = output_tensors(&tmp.path().join("out.safetensors"));
-    assert_eq!(t[0].1, vec![40, 2]);
-    assert_eq!(t[0].2, floats(2).repeat(40));
+    assert_eq!(t[0].1, vec![rows as u64 + 1, 2]);
+    assert_eq!(t[0].2, floats(2).repeat(rows as usize + 1));
+}
+
+/// A checkpoint of `views` tied views of one storage of `floats` floats.
+fn tied(dir: &Path, file: &str, views: usize, n: usize) -> String {
+    let mut p = Pickle::new();
+    p.op(b"}(");
+    for i in 0..views {
+        p.str(format!("tied.{i}").as_bytes())
+            .tensor("0", n as i64, 0, &[n as i64], &[1]);
+    }
+    p.op(b"u");
+    write(dir, file, &torch_zip(&p.stop(), &[("0", floats(n))]))
 }
 
 #[test]
-fn tied_views_past_16x_their_storage_in_all_are_refused() {
+fn tied_views_past_16x_their_storage_and_64_mib_in_all_are_refused() {
     let _g = crate::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
-    let mut p = Pickle::new();
-    p.op(b"}(");
-    for i in 0..17 {
-        p.str(format!("tied.{i}").as_bytes())
-            .tensor("0", 4, 0, &[4], &[1]);
-    }
-    p.op(b"u");
-    let input = write(
-        tmp.path(),
-        "tied.pt",
-        &torch_zip(&p.stop(), &[("0", floats(4))]),
+    // 17 views of 16 bytes: 17x, but 272 bytes in all, are written.
+    let input = tied(tmp.path(), "small.pt", 17, 4);
+    let r = convert(tmp.path(), &[&input, "-o", "out.safetensors"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        output_tensors(&tmp.path().join("out.safetensors")).len(),
+        17
     );
-    let msg = refused(tmp.path(), &input, &[], "py_torch");
-    assert!(msg.contains("16x"), "{msg}");
+    std::fs::remove_file(tmp.path().join("out.safetensors")).unwrap();
+    // 17 views of 4 MiB: 17x and 68 MiB, refused before a byte is written.
+    let input = tied(tmp.path(), "big.pt", 17, 1 << 20);
+    let msg = refused(tmp.path(), &input, &["--dry-run"], "py_torch");
+    assert!(
+        msg.contains("16x")
+            && msg.contains("67108864 bytes")
+            && msg.contains("--allow-expanded-views"),
+        "{msg}"
+    );
+    refused(tmp.path(), &input, &[], "py_torch");
 }
 
 // ---- integrity ---------------------------------------------------------------

@@ -299,9 +299,13 @@ impl<R: Read> Parser<R> {
         let n_kv = self.count("metadata key-values", 13)?;
         let mut metadata = Vec::new();
         let mut keys = std::collections::HashSet::new();
+        let mut alignment_at = 0;
         for _ in 0..n_kv {
             let at = self.pos;
             let key = self.string("metadata key", MAX_NAME)?;
+            if key == "general.alignment" {
+                alignment_at = at;
+            }
             let value = self.value(&key, None, 0)?;
             let text = match &value {
                 Value::Str(s) => s.len() as u64,
@@ -313,7 +317,7 @@ impl<R: Read> Parser<R> {
             }
             metadata.push((key, value));
         }
-        let alignment = alignment(&metadata)?;
+        let alignment = alignment(&metadata).map_err(|e| e.at_offset(alignment_at))?;
         let left = self.left();
         if n_tensors.checked_mul(24).is_none_or(|n| n > left) {
             let e = GgufError::TooMany {
@@ -340,7 +344,13 @@ impl<R: Read> Parser<R> {
         let tensors = tensors
             .into_iter()
             .map(|(name, (dims, ty, offset, at))| {
-                locate(name, dims, ty, offset, data_start, self.len).map_err(|e| e.at_offset(at))
+                let place = Place {
+                    offset,
+                    alignment,
+                    data_start,
+                    file_len: self.len,
+                };
+                locate(name, dims, ty, place).map_err(|e| e.at_offset(at))
             })
             .collect::<Result<Vec<_>>>()?;
         check_overlaps(&tensors)?;
@@ -484,17 +494,30 @@ fn element_count(dims: &[u64]) -> Option<u64> {
     Some(if dims.contains(&0) { 0 } else { nonzero })
 }
 
-/// A tensor's place in the file, checked: its type readable, its rows
-/// whole blocks, its bytes inside the file.
-fn locate(
-    name: String,
-    dims: Vec<u64>,
-    ty: GgmlType,
+/// Where a tensor info says its data is, and what bounds it.
+struct Place {
+    /// From the start of the data section, as the file gives it.
     offset: u64,
+    alignment: u64,
     data_start: u64,
     file_len: u64,
-) -> Result<TensorInfo> {
+}
+
+/// A tensor's place in the file, checked: its type readable, its offset a
+/// multiple of the alignment (ggml's rule: the data section is a run of
+/// tensors each padded to it), its rows whole blocks, its bytes inside the
+/// file.
+fn locate(name: String, dims: Vec<u64>, ty: GgmlType, place: Place) -> Result<TensorInfo> {
+    let Place {
+        offset,
+        alignment,
+        data_start,
+        file_len,
+    } = place;
     let fail = |e: GgufError, name: &str| gguf(e).with_tensor(name);
+    if offset % alignment != 0 {
+        return Err(fail(GgufError::Misaligned { offset, alignment }, &name));
+    }
     if let Kind::Refused(why) = ty.kind {
         return Err(fail(GgufError::Unsupported { name: ty.name, why }, &name));
     }

@@ -196,16 +196,35 @@ pub(crate) struct PyTorchSource {
     big_endian: Vec<bool>,
 }
 
-/// A view may be at most this many times its storage's bytes, unless
+/// A view may be at most this many times its storage's bytes, unless it
+/// is at most [`EXPANDED_VIEW_ALLOWANCE`] bytes or
 /// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views): a small broadcast that
 /// `torch.save` kept as a stride-0 view (`x.expand(3, n)`) converts, one
 /// float viewed as 2^40 does not.
 pub(crate) const MAX_VIEW_EXPANSION: u64 = 16;
 
-/// The tensors of a checkpoint may add up to at most this many times its
-/// storages' bytes (tied views each count), unless
+/// A view of at most this many bytes is written however many times it
+/// views its storage: amplification is the danger, not the ratio of a small
+/// buffer (position ids, attention masks kept as stride-0 views of a few
+/// bytes). 4 MiB: a 2048 x 2048 f8 mask, 1M int32 position ids.
+pub(crate) const EXPANDED_VIEW_ALLOWANCE: u64 = 4 << 20;
+
+/// The tensors of a checkpoint (all its shards) may add up to at most this
+/// many times its storages' bytes (tied views each count), unless they add
+/// up to at most [`EXPANDED_TOTAL_ALLOWANCE`] bytes or
 /// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views).
 pub(crate) const MAX_TOTAL_EXPANSION: u64 = 16;
+
+/// A checkpoint's tensors may add up to this many bytes however many times
+/// they view its storages: with [`EXPANDED_VIEW_ALLOWANCE`], what bounds a
+/// few bytes of storage to 64 MiB of output (16 views of 4 MiB).
+pub(crate) const EXPANDED_TOTAL_ALLOWANCE: u64 = 64 << 20;
+
+/// True if `bytes` written from `stored` bytes of storage stay within
+/// `factor` times them, or within `allowance` bytes whatever the factor.
+fn expansion_allowed(bytes: u64, stored: u64, factor: u64, allowance: u64) -> bool {
+    bytes <= stored.saturating_mul(factor).max(allowance)
+}
 
 fn bad(e: PyTorchError) -> Error {
     Error::new(ErrorKind::PyTorch(e))
@@ -307,16 +326,19 @@ fn tie_key(t: &TensorMeta, p: Place, stride: Option<&[u64]>) -> TieKey {
 }
 
 /// Refuses tensor `t`, which views `loc`, past [`MAX_VIEW_EXPANSION`]
-/// times its storage's bytes unless allowed; its bytes.
+/// times its storage's bytes and [`EXPANDED_VIEW_ALLOWANCE`] unless
+/// allowed; its bytes.
 fn checked_expansion(t: &TensorMeta, loc: Located, options: &SourceOptions) -> Result<u64> {
     let bytes = numel(&t.shape)
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
-    if !options.torch.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
+    let allowed = expansion_allowed(bytes, loc.len, MAX_VIEW_EXPANSION, EXPANDED_VIEW_ALLOWANCE);
+    if !options.torch.allow_expanded_views && !allowed {
         return Err(bad(PyTorchError::ExpandedView {
             tensor_bytes: bytes,
             storage_bytes: loc.len,
             factor: MAX_VIEW_EXPANSION,
+            allowance: EXPANDED_VIEW_ALLOWANCE,
         }));
     }
     Ok(bytes)
@@ -459,13 +481,18 @@ impl PyTorchSource {
                 inputs: None,
             }));
         }
-        if !options.torch.allow_expanded_views
-            && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION)
-        {
+        let allowed = expansion_allowed(
+            planned,
+            stored,
+            MAX_TOTAL_EXPANSION,
+            EXPANDED_TOTAL_ALLOWANCE,
+        );
+        if !options.torch.allow_expanded_views && !allowed {
             return Err(bad(PyTorchError::Expanded {
                 planned,
                 factor: MAX_TOTAL_EXPANSION,
                 stored,
+                allowance: EXPANDED_TOTAL_ALLOWANCE,
             }));
         }
         if options.torch.dedupe_tied {
