@@ -22,8 +22,10 @@
 //!   checked and shown without writing ([`convert::dry_run`]);
 //! - [`index`], [`inspect`]: sharded checkpoints and listings;
 //! - [`observe`], [`units`]: progress callbacks, byte sizes.
-//! - `store` (the `object-store` feature, on with `cli`): which paths are
-//!   object URLs, a checkpoint's headers read by ranges, multipart part sizes.
+//! - `store` (the `object-store` feature, on with `cli`): the object-storage
+//!   client: which paths are object URLs, multipart part sizes; objects
+//!   are read by `source::object` (a checkpoint's headers by ranges) and
+//!   written by `convert` (`convert::abort_pending`, `convert::open_uploads`).
 //!
 //! Supported platforms: Unix (Linux, macOS, the BSDs). Unchanged bytes go
 //! from a mapping of the source straight into `write`, one memory copy.

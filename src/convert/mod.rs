@@ -13,6 +13,8 @@ use std::sync::Mutex;
 
 pub use crate::copy::route::Routes;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
+#[cfg(feature = "object-store")]
+pub use crate::dest::objects::{abort_pending, open_uploads};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;

@@ -4,6 +4,8 @@
 //! run and by `--dry-run` alike ([`check`]).
 
 pub(crate) mod files;
+#[cfg(feature = "object-store")]
+pub(crate) mod objects;
 pub(crate) mod record;
 pub(crate) mod staged;
 pub(crate) mod target;

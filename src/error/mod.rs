@@ -572,43 +572,13 @@ pub enum ErrorKind {
     },
 
     // ---- PyTorch checkpoints --------------------------------------------------
-    /// A pickle is malformed, breaks a limit, or uses an opcode on the wrong type.
-    #[error("pickle: {0}")]
+    /// A pickle is malformed, breaks a limit or its budget, names a global
+    /// that is not allowed, or uses an opcode on the wrong type.
+    #[error("{}{}", .0.prefix(), .0)]
     Pickle(#[source] PickleError),
-    /// A pickle names a global that is not on the allow-list; nothing was imported or run.
-    #[error("pickle imports {module}.{name}, which is not allowed in a checkpoint (nothing was run){}", module_hint(.module))]
-    PickleGlobal {
-        /// The module it names (`posix`, `builtins`, `__main__`).
-        module: String,
-        /// The name in that module (`system`, `eval`, `Net`).
-        name: String,
-    },
-    /// A pickle would build more bytes of values (strings, containers,
-    /// names, copies; a shared value counted each time it is used) than its
-    /// budget (twice its size plus 48 MiB): a memory bomb, refused before
-    /// it is built.
-    #[error(
-        "pickle would build more than its budget of {limit} bytes of values ({what}): refused"
-    )]
-    PickleBudget {
-        /// The budget, in bytes.
-        limit: u64,
-        /// What was being built when it ran out.
-        what: &'static str,
-    },
-    /// A tensor view reaches more bytes than its storage holds many times over
-    /// (a stride-0 expansion): refused unless expanded views are allowed.
-    #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage (pass --allow-expanded-views to write it)")]
-    ExpandedView {
-        /// Bytes the tensor would write.
-        tensor_bytes: u64,
-        /// Bytes of its storage.
-        storage_bytes: u64,
-        /// The factor allowed.
-        factor: u64,
-    },
-    /// A PyTorch checkpoint that is valid but holds something we do not convert.
-    #[error("PyTorch checkpoint: {0}")]
+    /// A PyTorch checkpoint that breaks its format's rules or holds
+    /// something we do not convert.
+    #[error("{}{}", .0.prefix(), .0)]
     PyTorch(#[source] PyTorchError),
 
     // ---- sharded checkpoints ------------------------------------------------
@@ -646,14 +616,6 @@ pub enum ErrorKind {
     Io(#[source] io::Error),
 }
 
-fn module_hint(module: &str) -> &'static str {
-    if module == "__main__" || module.starts_with("torch.nn.modules") {
-        "; a whole pickled model: save its state_dict() instead"
-    } else {
-        ""
-    }
-}
-
 impl ErrorKind {
     /// The variant's name in snake case (`zip`, `header_too_large`), for
     /// machine-readable reports. Stable: a report's `kind` field. A
@@ -669,6 +631,8 @@ impl ErrorKind {
         match self {
             ErrorKind::Header(e) => e.name(),
             ErrorKind::Index(e) => e.name(),
+            ErrorKind::Pickle(e) => e.name(),
+            ErrorKind::PyTorch(e) => e.name(),
             kind => kind.into(),
         }
     }
@@ -678,6 +642,8 @@ impl ErrorKind {
     pub fn category(&self) -> Category {
         use {ErrorKind as K, HeaderError as H, IndexError as I};
         match self {
+            K::Pickle(e) => e.category(),
+            K::PyTorch(e) => e.category(),
             K::Io(_) | K::Interrupted(_) | K::ShardNotWritten { .. } | K::ObjectStore(_) => {
                 Category::Io
             }
@@ -735,12 +701,7 @@ impl ErrorKind {
             | K::InputModified
             | K::PlanMismatch { .. }
             | K::StreamTooLong { .. }
-            | K::Pickle(_)
-            | K::PickleGlobal { .. }
-            | K::PickleBudget { .. }
-            | K::ExpandedView { .. }
             | K::Quantized(_)
-            | K::PyTorch(_)
             | K::Index(
                 I::IndexJson(_)
                 | I::NotRegularFile(_)

@@ -3,7 +3,7 @@
 //! format needs random access that the input cannot give.
 //!
 //! Layer: source, the top of it: may import every source, detection, the
-//! spool, the object input (`store::source`), the header and index layers
+//! spool, the object input ([`super::object`]), the header and index layers
 //! and below. No source imports this.
 
 use std::fs::File;
@@ -36,7 +36,7 @@ pub async fn open_input(
 ) -> Result<Box<dyn Source>> {
     #[cfg(feature = "object-store")]
     if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
-        use crate::store::source::{open_object, ObjectInput};
+        use super::object::{open_object, ObjectInput};
         return match open_object(url, options).await? {
             ObjectInput::Ranged(src) => Ok(src),
             ObjectInput::Whole { reader, stem } => {

@@ -17,6 +17,8 @@ pub(crate) mod memory;
 pub(crate) mod npy;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npz;
+#[cfg(feature = "object-store")]
+pub mod object;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]

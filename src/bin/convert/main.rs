@@ -80,7 +80,7 @@ fn uploads(args: &UploadsArgs) -> Result<ExitCode, Error> {
         .enable_all()
         .build()
         .map_err(Error::io)?;
-    let open = rt.block_on(safetensors_stream::store::open_uploads(
+    let open = rt.block_on(safetensors_stream::convert::open_uploads(
         &args.url, args.abort,
     ))?;
     let mut out = std::io::stdout().lock();
@@ -323,7 +323,9 @@ fn open_checkpoint(path: &Path, rules: Rules) -> Result<Checkpoint, Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(safetensors_stream::store::open_checkpoint(&url, rules))
+        .block_on(safetensors_stream::source::object::open_checkpoint(
+            &url, rules,
+        ))
 }
 
 /// Any other input, opened by the very code a conversion opens it with.

@@ -212,7 +212,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         // The job is dropped: multipart uploads it left open are aborted
         // now, so that no part of them lingers in the bucket.
         if outcome.is_err() {
-            if let Err(e) = safetensors_stream::store::abort_pending().await {
+            if let Err(e) = safetensors_stream::convert::abort_pending().await {
                 notes.say(&format!("warning: {e}"));
             }
         }

@@ -325,7 +325,7 @@ fn checked_expansion(t: &TensorMeta, loc: Located, options: &SourceOptions) -> R
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
     if !options.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
-        return Err(Error::new(ErrorKind::ExpandedView {
+        return Err(bad(PyTorchError::ExpandedView {
             tensor_bytes: bytes,
             storage_bytes: loc.len,
             factor: MAX_VIEW_EXPANSION,

@@ -1,0 +1,195 @@
+//! A plan written to object storage: each file one object. A set's shards
+//! are all uploaded before any is completed, and the index is written
+//! last: the index is the set's commit point. One file under
+//! [`MIN_PART`] bytes is a single PUT, sent at the commit.
+//!
+//! - [`upload`]: one object written as a multipart upload;
+//! - [`open_uploads`]: the uploads left open in a bucket, listed (and
+//!   aborted) by `convert uploads`.
+
+mod open_uploads;
+pub(crate) mod upload;
+
+pub use open_uploads::open_uploads;
+pub use upload::abort_pending;
+
+use std::path::Path;
+
+use super::record;
+use super::writer::{DestOptions, OutWriter, Staged};
+use super::WrittenFile;
+use crate::observe::sha256_hex;
+use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
+use crate::plan::{Plan, ShardPlan};
+use crate::store::{store_output_error, Object, Side, UploadConfig, MIN_PART};
+use crate::Result;
+use object_store::{
+    Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
+};
+use upload::{abort_uploads, PartUpload};
+
+/// The objects of a plan being written.
+pub(crate) struct ObjectSet {
+    /// The shards' objects (one: the base itself).
+    objects: Vec<Object>,
+    /// The index's object, when this run writes one.
+    index: Option<Object>,
+    /// The shards' names, for the index.
+    names: Vec<std::path::PathBuf>,
+    options: DestOptions,
+    /// Part size and parts in flight.
+    upload: UploadConfig,
+    /// Every upload started, to abort on failure.
+    keys: Vec<u64>,
+    /// Uploads ready to complete, with their planned lengths.
+    ready: Vec<(PartUpload, u64)>,
+    /// The bytes of the one object, when small.
+    whole: Option<Vec<u8>>,
+}
+
+impl ObjectSet {
+    /// Names the set's objects from `url` (the set's base name, as for
+    /// files); with `--index-only`, checks every shard is there first.
+    pub(crate) async fn open(url: &str, plan: &Plan, options: DestOptions) -> Result<ObjectSet> {
+        let upload = UploadConfig::from_env().map_err(|e| e.with_output(url))?;
+        let base = Object::open(url, Side::Output).await?;
+        let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
+        let sibling = |p: &Path| base.sibling(&p.file_name().unwrap_or_default().to_string_lossy());
+        let objects: Vec<Object> = match index_path {
+            None => vec![base.clone()],
+            Some(_) => paths.iter().map(|p| sibling(p)).collect(),
+        };
+        if options.part == Part::IndexOnly {
+            check_shard_objects(plan, &objects, options.plan_id.as_deref()).await?;
+        }
+        let index = index_path
+            .filter(|_| options.part.writes_index())
+            .map(|p| sibling(&p));
+        Ok(ObjectSet {
+            objects,
+            index,
+            names: paths,
+            options,
+            upload,
+            keys: Vec::new(),
+            ready: Vec::new(),
+            whole: None,
+        })
+    }
+
+    /// A multipart upload, or for one file under [`MIN_PART`] bytes a
+    /// buffer sent whole at the commit.
+    pub(crate) async fn stage(&mut self, index: usize, shard: &ShardPlan) -> Result<Staged> {
+        let object = &self.objects[index];
+        let len = shard.file_len();
+        let writer = if self.objects.len() == 1 && len < MIN_PART {
+            OutWriter::Buffer(Vec::with_capacity(usize::try_from(len).unwrap_or(0)))
+        } else {
+            let store = object.writable()?;
+            // An earlier attempt at this shard (killed, its node lost)
+            // left its upload open: a shard key belongs to one task, so it
+            // is a dead one. Best effort: a store that refuses the listing
+            // leaves it to the bucket's lifecycle rule.
+            if let Some(uploads) = &object.uploads {
+                let _ = uploads.abort_key(&object.path).await;
+            }
+            let (path, url) = (object.path.clone(), &object.url);
+            let config = self.upload;
+            let upload =
+                PartUpload::start(store, path, url, len, self.attributes(), config).await?;
+            self.keys.push(upload.key());
+            OutWriter::Upload(upload)
+        };
+        Ok(Staged {
+            writer,
+            file: None,
+            name: object.url.clone(),
+        })
+    }
+
+    /// What each shard records besides its bytes: the plan id, when the
+    /// run has one (see [`crate::dest::record`]).
+    fn attributes(&self) -> Attributes {
+        let mut attributes = Attributes::new();
+        if let Some(id) = &self.options.plan_id {
+            let key = Attribute::Metadata(record::METADATA_KEY.into());
+            attributes.insert(key, id.clone().into());
+        }
+        attributes
+    }
+
+    pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
+        match writer {
+            OutWriter::Buffer(bytes) => self.whole = Some(bytes),
+            OutWriter::Upload(upload) => self.ready.push((upload, written.bytes)),
+            _ => unreachable!("an object set stages buffers and uploads"),
+        }
+    }
+
+    /// Sends the small object, completes every upload in order, then
+    /// writes the index; on a failure, aborts every upload not completed.
+    pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Option<WrittenFile>> {
+        if let Some(bytes) = self.whole.take() {
+            let object = &self.objects[0];
+            let options = PutOptions::from(self.attributes());
+            let put = object
+                .store
+                .put_opts(&object.path, PutPayload::from(bytes), options);
+            put.await.map_err(|e| store_output_error(e, &object.url))?;
+        }
+        for (upload, planned) in std::mem::take(&mut self.ready) {
+            if let Err(e) = upload.complete(planned).await {
+                // Those completed are off the pending list: only the rest go.
+                let _ = abort_uploads(&self.keys).await;
+                return Err(e);
+            }
+        }
+        let Some(index) = self.index.take() else {
+            return Ok(None);
+        };
+        let bytes = index_json(plan, &self.names);
+        let len = bytes.len() as u64;
+        let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
+        let put = index.store.put(&index.path, PutPayload::from(bytes));
+        put.await.map_err(|e| store_output_error(e, &index.url))?;
+        Ok(Some(WrittenFile {
+            path: index.url,
+            bytes: len,
+            tensors: 0,
+            sha256,
+        }))
+    }
+
+    /// Aborts every upload started; nothing of the set appears.
+    pub(crate) async fn abort(self) {
+        let _ = abort_uploads(&self.keys).await;
+    }
+}
+
+/// `--index-only` on objects: a HEAD for each planned shard, its length
+/// checked; with an expected plan id, the ids the shards record too.
+async fn check_shard_objects(
+    plan: &Plan,
+    objects: &[Object],
+    expected: Option<&str>,
+) -> Result<()> {
+    let mut records = Vec::with_capacity(objects.len());
+    for (shard, object) in plan.shards.iter().zip(objects) {
+        let head = GetOptions::default().with_head(true);
+        let found = match object.store.get_opts(&object.path, head).await {
+            Ok(got) => {
+                let key = Attribute::Metadata(record::METADATA_KEY.into());
+                let id = got.attributes.get(&key).map(|v| v.to_string());
+                records.push((object.url.clone(), id));
+                Some(got.meta.size)
+            }
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(store_output_error(e, &object.url)),
+        };
+        check_shard_len(&object.url, found, shard.file_len())?;
+    }
+    match expected {
+        Some(expected) => record::check_records(expected, &records),
+        None => Ok(()),
+    }
+}
