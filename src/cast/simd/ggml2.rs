@@ -138,3 +138,67 @@ pub(super) fn q6_k(blocks: &[u8], out: &mut [f32]) -> bool {
     }
     true
 }
+
+/// Q5_K: Q4_K's four runs of 64, each nibble given its fifth bit from
+/// `qh` (bit `2c` of byte `l` for the low nibbles of run `c`, bit `2c + 1`
+/// for the high ones), then its sub-block's `dl * q - ml`.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn q5_k(blocks: &[u8], out: &mut [f32], scales: super::KScales) -> bool {
+    for (b, o) in blocks.chunks_exact(176).zip(out.chunks_exact_mut(256)) {
+        let (dl, ml) = scales(b);
+        let (qh, qs) = (&b[16..48], &b[48..176]);
+        for (c, (run, q)) in o.chunks_exact_mut(64).zip(qs.chunks_exact(32)).enumerate() {
+            let (lo, hi) = (2 * c, 2 * c + 1);
+            let (dlo, mlo) = (_mm256_set1_ps(dl[lo]), _mm256_set1_ps(ml[lo]));
+            let (dhi, mhi) = (_mm256_set1_ps(dl[hi]), _mm256_set1_ps(ml[hi]));
+            // The fifth bits of this run, shifted to bit 4.
+            let fifth = |h: __m256i, bit: usize| {
+                let b = _mm256_srlv_epi32(h, splat(bit as i32));
+                _mm256_slli_epi32::<4>(_mm256_and_si256(b, splat(1)))
+            };
+            let (low, high) = run.split_at_mut(32);
+            for (part, (q, h)) in q.chunks_exact(8).zip(qh.chunks_exact(8)).enumerate() {
+                let x = _mm256_cvtepu8_epi32(bytes8(q));
+                let h = _mm256_cvtepu8_epi32(bytes8(h));
+                let a = _mm256_or_si256(_mm256_and_si256(x, splat(0x0f)), fifth(h, lo));
+                let g = _mm256_or_si256(_mm256_srli_epi32::<4>(x), fifth(h, hi));
+                let at = 8 * part;
+                let (a, g) = (float(a), float(g));
+                put(&mut low[at..], _mm256_sub_ps(_mm256_mul_ps(dlo, a), mlo));
+                put(&mut high[at..], _mm256_sub_ps(_mm256_mul_ps(dhi, g), mhi));
+            }
+        }
+    }
+    true
+}
+
+/// IQ4_XS: eight sub-blocks of 32, each 16 bytes of nibbles (the low ones
+/// first) looked up in `table` (ggml's `kvalues_iq4nl`, one `i8` per
+/// nibble, by `vpshufb`), times the sub-block's `d * (scale - 32)`.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn iq4_xs(blocks: &[u8], out: &mut [f32], table: &[i8; 16]) -> bool {
+    let table: __m128i = bytemuck::cast(*table);
+    for (b, o) in blocks.chunks_exact(136).zip(out.chunks_exact_mut(256)) {
+        let d = f16_at(b, 0);
+        let high = u16::from_le_bytes([b[2], b[3]]);
+        let (low, qs) = (&b[4..8], &b[8..136]);
+        for (j, (sub, q)) in o.chunks_exact_mut(32).zip(qs.chunks_exact(16)).enumerate() {
+            let l = (low[j / 2] >> (4 * (j % 2))) & 0x0f;
+            let h = ((high >> (2 * j)) & 3) as u8;
+            let dl = _mm256_set1_ps(d * ((l | (h << 4)) as i32 - 32) as f32);
+            let x: __m128i = bytemuck::pod_read_unaligned(&q[..16]);
+            let nib = _mm_set1_epi8(0x0f);
+            let lo = _mm_shuffle_epi8(table, _mm_and_si128(x, nib));
+            let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16::<4>(x), nib));
+            for (at, v) in [(0, lo), (8, _mm_srli_si128::<8>(lo))] {
+                let v = float(_mm256_cvtepi8_epi32(v));
+                put(&mut sub[at..], _mm256_mul_ps(dl, v));
+            }
+            for (at, v) in [(16, hi), (24, _mm_srli_si128::<8>(hi))] {
+                let v = float(_mm256_cvtepi8_epi32(v));
+                put(&mut sub[at..], _mm256_mul_ps(dl, v));
+            }
+        }
+    }
+    true
+}

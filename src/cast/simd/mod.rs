@@ -242,6 +242,19 @@ dispatch! { ggml512, ggml2;
     /// GGUF Q6_K blocks (210 bytes, 256 elements each).
     fn q6_k(blocks: &[u8], out: &mut [f32]) -> bool = false;
 }
+// Q5_K and IQ4_XS take the AVX2 kernel on AVX-512 too: the wider one
+// would only be tested on a CPU that has it, and these kernels are bound
+// by the scalar scale decoding and the stores more than by the lanes.
+dispatch! { ggml2, ggml2;
+    /// GGUF Q5_K blocks (176 bytes, 256 elements each), their scales
+    /// decoded by `scales`.
+    fn q5_k(blocks: &[u8], out: &mut [f32], scales: KScales) -> bool = false;
+}
+dispatch! { ggml2, ggml2;
+    /// GGUF IQ4_XS blocks (136 bytes, 256 elements each), the nibbles
+    /// looked up in `table`.
+    fn iq4_xs(blocks: &[u8], out: &mut [f32], table: &[i8; 16]) -> bool = false;
+}
 
 #[cfg(test)]
 mod tests;

@@ -225,7 +225,9 @@ impl GgmlType {
             "Q4_0" => simd::q4_0(blocks, out),
             "Q8_0" => simd::q8_0(blocks, out),
             "Q4_K" => simd::q4_k(blocks, out, kquants::scales_4_5),
+            "Q5_K" => simd::q5_k(blocks, out, kquants::scales_4_5),
             "Q6_K" => simd::q6_k(blocks, out),
+            "IQ4_XS" => simd::iq4_xs(blocks, out, &iq4::KVALUES),
             _ => false,
         }
     }

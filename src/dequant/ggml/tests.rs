@@ -541,7 +541,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 /// The kernel of `name` against `reference`, on every path this CPU has
-/// (the vector paths of Q4_0, Q8_0, Q4_K and Q6_K, the scalar one of all).
+/// (the vector paths of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_XS, the scalar one of all).
 fn check(name: &str, blocks: &[u8], reference: fn(&[u8], &mut [f32])) {
     let ty = GgmlType::all().iter().find(|t| t.name == name).unwrap();
     let (bb, be) = (ty.block_bytes as usize, ty.block_elems as usize);
@@ -568,7 +568,9 @@ fn dequantize_into_stores_what_dequantize_then_store_f32_does() {
     let bytes: Vec<u8> = (0..210 * 100u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
         .collect();
-    for name in ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ2_XS", "MXFP4"] {
+    for name in [
+        "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XS", "MXFP4",
+    ] {
         let ty = GgmlType::all().iter().find(|t| t.name == name).unwrap();
         let (bb, be) = (ty.block_bytes as usize, ty.block_elems as usize);
         let blocks = &bytes[..bytes.len() / bb * bb];
