@@ -5,9 +5,9 @@ the scalar reference (`SAFETENSORS_STREAM_KERNELS=scalar`), each against the sam
 
     python3 benches/kernels_e2e.py --binary target/release/convert [--size-gib 1] [--runs 5]
 
-Workloads: `f32-bf16` (16 F32 tensors, `--cast-all BF16`) and `fp8-bf16` (DeepSeek-style E4M3
+Workloads: `f32-bf16` (16 F32 tensors, `--cast-all BF16`), `fp8-bf16` (DeepSeek-style E4M3
 codes with 128 x 128 F32 block scales, `--dequantize`, generated as `bench.py --quantized`
-does). Each round runs the three tools of a workload in an order rotated by one a round, each
+does) and `gguf-bf16` (a Q4_K_M-like GGUF: Q4_K and Q6_K, to BF16). Each round runs the three tools of a workload in an order rotated by one a round, each
 after an untimed `sync`, its output deleted and synced after it; inputs are read once before
 the rounds (warm cache). Printed: median wall time, peak RSS, and the median over rounds of
 each run's time over its round's copy (the paired ratio), with the load average around it.
@@ -54,6 +54,37 @@ def plain(path: Path, size: int, dtype=np.float32, count=16):
             f.write(a.tobytes())
 
 
+def gguf(path: Path, size: int):
+    """A Q4_K_M-like GGUF of about `size` bytes, no metadata: 16 tensors of 2048 x 8192 elements
+    (or fewer rows to fit), three Q4_K to each Q6_K, random code bits under sane f16 scales."""
+    rng = np.random.default_rng(40)
+    kinds = {12: (144, [0, 2]), 14: (210, [208])}  # ggml type: block bytes, its f16 scale fields
+    cols, count = 8192, 16
+    rows = max(1, size // count // (cols // 256 * 160))
+    tensors = []
+    for i in range(count):
+        ty = 14 if i % 4 == 3 else 12
+        bb, f16s = kinds[ty]
+        n = rows * cols // 256
+        b = rng.integers(0, 256, size=(n, bb), dtype=np.uint8)
+        for at in f16s:
+            d = (rng.uniform(-1, 1, n) * 2.0**-6).astype(np.float16)
+            b[:, at:at + 2] = d.view(np.uint8).reshape(n, 2)
+        tensors.append((f"blk.{i}.ffn_up.weight", ty, b))
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 0)
+    offset = 0
+    for name, ty, b in tensors:
+        head += struct.pack("<Q", len(name)) + name.encode()
+        head += struct.pack("<IQQIQ", 2, cols, rows, ty, offset)
+        offset += b.nbytes + (-b.nbytes % 32)
+    head += b"\0" * (-len(head) % 32)
+    with open(path, "wb") as f:
+        f.write(head)
+        for _, _, b in tensors:
+            f.write(b.tobytes() + b"\0" * (-b.nbytes % 32))
+    return count * rows * cols
+
+
 def run_workload(name, tools, tmp: Path, runs: int, inputs):
     bench.warm(inputs)
     subprocess.run(["sync"], check=True)
@@ -89,7 +120,7 @@ def main():
     ap.add_argument("--size-gib", type=float, default=1.0)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tmpdir", type=Path, default=None)
-    ap.add_argument("--only", default="f32-bf16,fp8-bf16")
+    ap.add_argument("--only", default="f32-bf16,fp8-bf16,gguf-bf16")
     a = ap.parse_args()
     size = int(a.size_gib * bench.GIB)
     binary = a.binary.resolve()
@@ -122,6 +153,20 @@ def main():
                 ("scalar", [*scalar, *args]),
             ]
             run_workload("FP8 block -> BF16", tools, tmp, a.runs, [src, big])
+            src.unlink()
+            big.unlink()
+        if "gguf-bf16" in a.only:
+            src = tmp / "q4km.gguf"
+            elems = gguf(src, size)
+            big = tmp / "plain.safetensors"
+            plain(big, 2 * elems, dtype=np.uint8)
+            args = [src, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]
+            tools = [
+                ("copy", [binary, big, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]),
+                ("vector", [binary, *args]),
+                ("scalar", [*scalar, *args]),
+            ]
+            run_workload("GGUF Q4_K/Q6_K -> BF16", tools, tmp, a.runs, [src, big])
     print(f"load average at end: {os.getloadavg()}")
 
 

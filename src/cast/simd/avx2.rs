@@ -263,36 +263,36 @@ fn stored_as<const ROUND: u8>(v: __m256i) -> __m256i {
     }
 }
 
-/// 8 codes from `codes` (zero-padded if fewer) times `scale`, rounded as
-/// `ROUND` says, into `out` (as many as it holds, up to 8).
+/// 8 codes times `scale`, rounded as `ROUND` says.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn e4m3_times<const ROUND: u8>(codes: &[u8], scale: __m256, out: &mut [f32]) {
-    let eight = match codes.len() {
-        8.. => bytemuck::pod_read_unaligned::<u64>(&codes[..8]),
-        n => {
-            let mut padded = [0u8; 8];
-            padded[..n].copy_from_slice(codes);
-            u64::from_le_bytes(padded)
-        }
-    };
-    let codes = _mm_cvtsi64_si128(eight as i64);
+fn e4m3_times<const ROUND: u8>(codes: [u8; 8], scale: __m256) -> [f32; 8] {
+    let codes = _mm_cvtsi64_si128(i64::from_le_bytes(codes));
     let v = _mm256_mul_ps(_mm256_castsi256_ps(e4m3_lanes(codes)), scale);
-    let values: [f32; 8] = bytemuck::cast(stored_as::<ROUND>(_mm256_castps_si256(v)));
-    let n = out.len().min(8);
-    out[..n].copy_from_slice(&values[..n]);
+    bytemuck::cast(stored_as::<ROUND>(_mm256_castps_si256(v)))
 }
 
 /// One weight row of E4M3 codes in blocks of `block` columns, block `j`
-/// times `scales[j]`: the reference's `rows` for one row.
+/// times `scales[j]`: the reference's `rows` for one row. Whole runs of 8
+/// as fixed-size loads and stores; a block's last few codes padded.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn e4m3_blocks<const ROUND: u8>(codes: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
     let blocks = codes.chunks(block).zip(out.chunks_mut(block)).zip(scales);
     for ((codes, out), &scale) in blocks {
         let scale = _mm256_set1_ps(scale);
-        for (c, o) in codes.chunks(8).zip(out.chunks_mut(8)) {
-            e4m3_times::<ROUND>(c, scale, o);
+        let mut c = codes.chunks_exact(8);
+        let mut o = out.chunks_exact_mut(8);
+        for (c, o) in (&mut c).zip(&mut o) {
+            let c: [u8; 8] = c.try_into().expect("chunks_exact gives 8");
+            o.copy_from_slice(&e4m3_times::<ROUND>(c, scale));
+        }
+        let (c, o) = (c.remainder(), o.into_remainder());
+        if !c.is_empty() {
+            let mut padded = [0u8; 8];
+            padded[..c.len()].copy_from_slice(c);
+            let values = e4m3_times::<ROUND>(padded, scale);
+            o.copy_from_slice(&values[..o.len()]);
         }
     }
 }

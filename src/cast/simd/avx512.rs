@@ -223,35 +223,36 @@ fn stored_as<const ROUND: u8>(v: __m512i) -> __m512i {
     }
 }
 
-/// 16 codes from `codes` (zero-padded if fewer) times `scale`, rounded as
-/// `ROUND` says, into `out` (as many as it holds, up to 16).
+/// 16 codes times `scale`, rounded as `ROUND` says.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")]
-fn e4m3_times<const ROUND: u8>(codes: &[u8], scale: __m512, out: &mut [f32]) {
-    let codes = match codes.len() {
-        16.. => bytemuck::pod_read_unaligned(&codes[..16]),
-        n => {
-            let mut padded = [0u8; 16];
-            padded[..n].copy_from_slice(codes);
-            bytemuck::cast(padded)
-        }
-    };
+fn e4m3_times<const ROUND: u8>(codes: [u8; 16], scale: __m512) -> [f32; 16] {
+    let codes: __m128i = bytemuck::cast(codes);
     let v = _mm512_mul_ps(_mm512_castsi512_ps(e4m3_lanes(codes)), scale);
-    let values: [f32; 16] = bytemuck::cast(stored_as::<ROUND>(_mm512_castps_si512(v)));
-    let n = out.len().min(16);
-    out[..n].copy_from_slice(&values[..n]);
+    bytemuck::cast(stored_as::<ROUND>(_mm512_castps_si512(v)))
 }
 
 /// One weight row of E4M3 codes in blocks of `block` columns, block `j`
-/// times `scales[j]`: the reference's `rows` for one row.
+/// times `scales[j]`: the reference's `rows` for one row. Whole runs of 16
+/// as fixed-size loads and stores; a block's last few codes padded.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")]
 fn e4m3_blocks<const ROUND: u8>(codes: &[u8], scales: &[f32], block: usize, out: &mut [f32]) {
     let blocks = codes.chunks(block).zip(out.chunks_mut(block)).zip(scales);
     for ((codes, out), &scale) in blocks {
         let scale = _mm512_set1_ps(scale);
-        for (c, o) in codes.chunks(16).zip(out.chunks_mut(16)) {
-            e4m3_times::<ROUND>(c, scale, o);
+        let mut c = codes.chunks_exact(16);
+        let mut o = out.chunks_exact_mut(16);
+        for (c, o) in (&mut c).zip(&mut o) {
+            let c: [u8; 16] = c.try_into().expect("chunks_exact gives 16");
+            o.copy_from_slice(&e4m3_times::<ROUND>(c, scale));
+        }
+        let (c, o) = (c.remainder(), o.into_remainder());
+        if !c.is_empty() {
+            let mut padded = [0u8; 16];
+            padded[..c.len()].copy_from_slice(c);
+            let values = e4m3_times::<ROUND>(padded, scale);
+            o.copy_from_slice(&values[..o.len()]);
         }
     }
 }
