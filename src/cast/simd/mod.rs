@@ -41,6 +41,10 @@
 //! are ignored), read once. Tests and benchmarks force a path on one thread
 //! with [`with_isa`]. Each vector kernel does whole vectors and says how
 //! many elements it did; the caller does the rest with the reference.
+//! The tests compare every path the test machine's CPU has with the
+//! reference; a path above it is capped to it, so the AVX-512 kernels are
+//! exercised only on a CPU with AVX-512 (the 2-core VM of round 4 had AVX2
+//! only). Q5_K and IQ4_XS take their AVX2 kernel on AVX-512 CPUs too.
 //! aarch64 has NEON in its baseline, so LLVM vectorises the reference
 //! loops there without a run-time choice; no hand-written path exists for
 //! it yet.
