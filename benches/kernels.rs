@@ -1,6 +1,8 @@
-//! Micro-benchmarks of the kernels a maintainer edits: casts, byte swaps,
-//! header encoding, planning a million tensors, the Fortran-order reader.
-//! Throughput is in bytes of input (or tensors planned).
+//! Micro-benchmarks of the kernels a maintainer edits: casts and
+//! dequantization on each vector path this CPU has (`scalar` is the
+//! reference), byte swaps, header encoding, planning a million tensors, the
+//! Fortran-order reader. Throughput is in bytes of input and in elements
+//! (or tensors planned).
 //!
 //! ```text
 //! cargo bench --bench kernels            # all
@@ -13,7 +15,7 @@ use std::io::{Read, Write};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{black_box, Bencher};
 use safetensors_stream::header::{encode, Order, TensorMeta};
-use safetensors_stream::internals::FortranReader;
+use safetensors_stream::internals::{dequant, with_isa, FortranReader, Isa};
 use safetensors_stream::plan::Cast;
 use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::source::Listing;
@@ -33,20 +35,161 @@ fn pattern(len: usize) -> Vec<u8> {
         .collect()
 }
 
-#[divan::bench(args = [
-    (Dtype::F32, Dtype::BF16),
-    (Dtype::F32, Dtype::F16),
-    (Dtype::BF16, Dtype::F32),
-    (Dtype::F16, Dtype::F32),
-    (Dtype::F64, Dtype::F32),
-])]
-fn cast(bencher: Bencher, (from, to): (Dtype, Dtype)) {
-    let cast = Cast::new(from, to).unwrap();
+/// A kernel's case: what it converts, on which path.
+#[derive(Clone, Copy)]
+struct Case<T> {
+    what: T,
+    isa: Isa,
+}
+
+impl<T: std::fmt::Display> std::fmt::Display for Case<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.what, self.isa.name())
+    }
+}
+
+/// `what` on every path this CPU has.
+fn on_each_path<T: Copy>(what: &[T]) -> Vec<Case<T>> {
+    what.iter()
+        .flat_map(|&what| Isa::available().map(move |isa| Case { what, isa }))
+        .collect()
+}
+
+/// A cast, shown as `F32->BF16`.
+#[derive(Clone, Copy)]
+struct Pair(Dtype, Dtype);
+
+impl std::fmt::Display for Pair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}->{}", self.0, self.1)
+    }
+}
+
+fn casts() -> Vec<Case<Pair>> {
+    use Dtype::*;
+    on_each_path(&[
+        Pair(F32, BF16),
+        Pair(F32, F16),
+        Pair(BF16, F32),
+        Pair(F16, F32),
+        Pair(BF16, F16),
+        Pair(F16, BF16),
+        Pair(F64, F32),
+    ])
+}
+
+#[divan::bench(args = casts())]
+fn cast(bencher: Bencher, case: Case<Pair>) {
+    let cast = Cast::new(case.what.0, case.what.1).unwrap();
     let input = pattern(BUF / cast.in_width() * cast.in_width());
     let mut output = vec![0u8; input.len() / cast.in_width() * cast.out_width()];
     bencher
         .counter(BytesCount::new(input.len()))
-        .bench_local(|| cast.apply(black_box(&input), black_box(&mut output)));
+        .counter(ItemsCount::new(input.len() / cast.in_width()))
+        .bench_local(|| {
+            with_isa(case.isa, || {
+                cast.apply(black_box(&input), black_box(&mut output))
+            })
+        });
+}
+
+/// Elements per dequantization piece: the quantized reader's piece (2^20).
+const PIECE: usize = 1 << 20;
+
+/// DeepSeek-V3's FP8 weight: 128 x 128 tiles, F32 scales, to BF16 (and to
+/// F32), and compressed-tensors' per-channel BF16 scales.
+fn fp8_cases() -> Vec<Case<&'static str>> {
+    on_each_path(&[
+        "block-f32->BF16",
+        "block-f32->BF16 fused",
+        "block-f32->F32",
+        "channel-bf16->BF16",
+    ])
+}
+
+#[divan::bench(args = fp8_cases())]
+fn fp8(bencher: Bencher, case: Case<&str>) {
+    let cols = 7168;
+    let rows = PIECE / cols;
+    let codes = pattern(rows * cols);
+    let (block, scale_dtype, to) = match case.what {
+        "block-f32->BF16" | "block-f32->BF16 fused" => (128, Dtype::F32, Dtype::BF16),
+        "block-f32->F32" => (128, Dtype::F32, Dtype::F32),
+        _ => (cols as u64, Dtype::BF16, Dtype::BF16),
+    };
+    let scales: Vec<f32> = (0..rows * cols.div_ceil(block as usize))
+        .map(|i| 1.0 + i as f32 / 64.0)
+        .collect();
+    let mut values = vec![0f32; codes.len()];
+    let mut out = vec![0u8; codes.len() * to.byte_width().unwrap() as usize];
+    bencher
+        .counter(BytesCount::new(codes.len()))
+        .counter(ItemsCount::new(codes.len()))
+        .bench_local(|| {
+            with_isa(case.isa, || match case.what.ends_with("fused") {
+                true => dequant::fp8_rows_into(
+                    black_box(&codes),
+                    cols,
+                    &scales,
+                    block,
+                    scale_dtype,
+                    to,
+                    &mut out,
+                ),
+                false => dequant::fp8_rows(
+                    black_box(&codes),
+                    cols,
+                    &scales,
+                    block,
+                    scale_dtype,
+                    &mut values,
+                    to,
+                    &mut out,
+                ),
+            })
+        });
+}
+
+/// The GGUF types llama.cpp files are made of, to BF16.
+fn ggml_cases() -> Vec<Case<&'static str>> {
+    on_each_path(&[
+        "Q8_0",
+        "Q4_0",
+        "Q4_K",
+        "Q4_K fused",
+        "Q5_K",
+        "Q6_K",
+        "IQ4_XS",
+    ])
+}
+
+#[divan::bench(args = ggml_cases())]
+fn ggml(bencher: Bencher, case: Case<&str>) {
+    let (name, fused) = match case.what.strip_suffix(" fused") {
+        Some(name) => (name, true),
+        None => (case.what, false),
+    };
+    let (bytes, elems) = dequant::ggml_block(name);
+    let n = PIECE / elems;
+    let mut blocks = pattern(n * bytes);
+    // Scales (an f16 at the block's start or end) finite, as in a real file.
+    for b in blocks.chunks_exact_mut(bytes) {
+        let at = if name == "Q6_K" { bytes - 2 } else { 0 };
+        b[at..at + 2].copy_from_slice(&0x2c00u16.to_le_bytes());
+    }
+    let mut values = vec![0f32; n * elems];
+    let mut out = vec![0u8; n * elems * 2];
+    bencher
+        .counter(BytesCount::new(blocks.len()))
+        .counter(ItemsCount::new(n * elems))
+        .bench_local(|| {
+            with_isa(case.isa, || match fused {
+                true => dequant::ggml_into(name, black_box(&blocks), Dtype::BF16, &mut out),
+                false => {
+                    dequant::ggml(name, black_box(&blocks), &mut values, Dtype::BF16, &mut out)
+                }
+            })
+        });
 }
 
 #[divan::bench(args = [2, 4, 8])]

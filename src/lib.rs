@@ -47,10 +47,12 @@
 //! # Ok::<(), safetensors_stream::Error>(())
 //! ```
 #![warn(missing_docs, unreachable_pub)]
-// Two modules may use `unsafe`, for system calls with no safe wrapper: the
-// mapped copy (src/copy/mapped.rs), whose mapping only the kernel reads,
-// and starting writeback (src/dest/writeback.rs). Nothing that parses
-// input does.
+// Three modules may use `unsafe`. Two for system calls with no safe
+// wrapper: the mapped copy (src/copy/mapped.rs), whose mapping only the
+// kernel reads, and starting writeback (src/dest/writeback.rs). One to call
+// the vector kernels (src/cast/simd/): `#[target_feature]` functions,
+// called only once the CPU is known to have the feature. Nothing that
+// parses input does.
 #![deny(unsafe_code)]
 
 // Outputs keep Unix modes and owners, and inputs are read with positional
@@ -66,6 +68,8 @@ pub struct ReadmeDoctests;
 #[cfg(feature = "ndarray")]
 pub mod array;
 mod block_cache;
+// `cast::simd::{Isa, with_isa}` are `pub` for the `internals` feature.
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod cast;
 pub mod convert;
 // `copy::write_shard` is `pub` for the `internals` feature.
@@ -113,8 +117,10 @@ pub use writer::{AsyncWriter, Writer, WriterOptions};
 /// not part of the API (anything here may change in any release).
 #[cfg(feature = "internals")]
 pub mod internals {
+    pub use crate::cast::simd::{with_isa, Isa};
     pub use crate::copy::policy::{Routes, Way};
     pub use crate::copy::write_shard;
+    pub use crate::dequant::bench as dequant;
     pub use crate::source::detect::{detect, hex_preview, SNIFF_LEN};
     pub use crate::source::gguf;
     pub use crate::source::npy::fortran::FortranReader;

@@ -12,6 +12,8 @@
 
 pub(crate) mod arith;
 pub(crate) mod awq;
+#[cfg(feature = "internals")]
+pub mod bench;
 pub(crate) mod bnb;
 pub(crate) mod fp8;
 pub(crate) mod ggml;
@@ -20,6 +22,7 @@ pub(crate) mod mxfp4;
 pub(crate) mod nvfp4;
 pub(crate) mod packed;
 
+use crate::cast::simd;
 use crate::Dtype;
 
 /// Writes `values` as `to` (F32, F16 or BF16), little-endian, into `out`,
@@ -31,13 +34,22 @@ pub(crate) fn store_f32(values: &[f32], to: Dtype, out: &mut [u8]) {
                 o.copy_from_slice(&v.to_le_bytes());
             }
         }
+        // The vector path of this thread first: whole vectors, bit-identical.
         Dtype::BF16 => {
-            for (v, o) in values.iter().zip(out.chunks_exact_mut(2)) {
+            let done = simd::f32_to_bf16(bytemuck::cast_slice(values), out).elems;
+            let rest = values[done..]
+                .iter()
+                .zip(out[2 * done..].chunks_exact_mut(2));
+            for (v, o) in rest {
                 o.copy_from_slice(&crate::cast::f32_to_bf16(v.to_bits()).to_le_bytes());
             }
         }
         Dtype::F16 => {
-            for (v, o) in values.iter().zip(out.chunks_exact_mut(2)) {
+            let done = simd::f32_to_f16(bytemuck::cast_slice(values), out).elems;
+            let rest = values[done..]
+                .iter()
+                .zip(out[2 * done..].chunks_exact_mut(2));
+            for (v, o) in rest {
                 o.copy_from_slice(&crate::cast::f32_to_f16(v.to_bits()).to_le_bytes());
             }
         }
@@ -71,5 +83,28 @@ mod tests {
         let mut out = [0u8; 6];
         store_f32(&values, Dtype::F16, &mut out);
         assert_eq!(u16::from_le_bytes([out[4], out[5]]), 0xc100);
+    }
+
+    #[test]
+    fn every_path_stores_as_the_reference_does() {
+        use crate::cast::simd::{with_isa, Isa};
+        // Every high half of an f32, low halves at and around the ties, in
+        // a length that leaves a tail.
+        let values: Vec<f32> = (0..=u16::MAX as u32)
+            .flat_map(|hi| [0u32, 0x1000, 0x7fff, 0x8000, 0x8001, 0xffff].map(|lo| hi << 16 | lo))
+            .chain([1, 2, 3])
+            .map(f32::from_bits)
+            .collect();
+        for to in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+            let run = |isa| {
+                let mut out = vec![0u8; values.len() * to.byte_width().unwrap() as usize];
+                with_isa(isa, || store_f32(&values, to, &mut out));
+                out
+            };
+            let want = run(Isa::Scalar);
+            for isa in Isa::available() {
+                assert!(run(isa) == want, "{isa:?} {to}");
+            }
+        }
     }
 }

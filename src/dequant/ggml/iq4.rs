@@ -3,7 +3,7 @@
 use super::{f16_at, nibbles, QK_K};
 
 /// The non-linear code book both types share (ggml's `kvalues_iq4nl`).
-const KVALUES: [i8; 16] = [
+pub(super) const KVALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 

@@ -57,7 +57,7 @@ fn scale_min(packed: &[u8]) -> ([u8; 8], [u8; 8]) {
 }
 
 /// Sub-block scales `d * sc` and minimums `dmin * m` of a Q4_K or Q5_K block.
-fn scales_4_5(block: &[u8]) -> ([f32; 8], [f32; 8]) {
+pub(super) fn scales_4_5(block: &[u8]) -> ([f32; 8], [f32; 8]) {
     let (d, dmin) = (f16_at(block, 0), f16_at(block, 2));
     let (sc, mn) = scale_min(&block[4..16]);
     (sc.map(|s| d * s as f32), mn.map(|m| dmin * m as f32))

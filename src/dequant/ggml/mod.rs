@@ -147,6 +147,9 @@ impl GgmlType {
     /// Dequantizes whole blocks: `blocks` is a multiple of
     /// [`GgmlType::block_bytes`], `out` holds [`GgmlType::block_elems`] per block.
     pub(crate) fn dequantize(&self, blocks: &[u8], out: &mut [f32]) {
+        if self.dequantize_vector(blocks, out) {
+            return;
+        }
         let kernel: fn(&[u8], &mut [f32]) = match self.name {
             "Q4_0" => legacy::q4_0,
             "Q4_1" => legacy::q4_1,
@@ -179,6 +182,53 @@ impl GgmlType {
         debug_assert_eq!(blocks.len() / bb * be, out.len());
         for (block, out) in blocks.chunks_exact(bb).zip(out.chunks_exact_mut(be)) {
             kernel(block, out);
+        }
+    }
+}
+
+/// Elements a step of [`GgmlType::dequantize_into`] holds as `f32`: 32
+/// KiB, in the core's fastest cache between the kernel and the store.
+const STEP: usize = 8192;
+
+impl GgmlType {
+    /// [`GgmlType::dequantize`], stored as `to` (F32, F16 or BF16)
+    /// straight into `out`, a few blocks at a time through `scratch`, so
+    /// that the `f32`s never leave the cache: the same bytes as
+    /// [`GgmlType::dequantize`] then [`super::store_f32`] of it all.
+    pub(crate) fn dequantize_into(
+        &self,
+        blocks: &[u8],
+        to: Dtype,
+        scratch: &mut Vec<f32>,
+        out: &mut [u8],
+    ) {
+        let (bb, be) = (self.block_bytes as usize, self.block_elems as usize);
+        let per = (STEP / be).max(1);
+        let width = (to.bits() / 8) as usize;
+        let steps = blocks
+            .chunks(per * bb)
+            .zip(out.chunks_mut(per * be * width));
+        for (blocks, out) in steps {
+            scratch.clear();
+            scratch.resize(blocks.len() / bb * be, 0.0);
+            self.dequantize(blocks, scratch);
+            super::store_f32(scratch, to, out);
+        }
+    }
+
+    /// [`GgmlType::dequantize`] on the vector path of this thread, if it
+    /// has one for this type (bit-identical to the kernels here); false if
+    /// not, and nothing was written.
+    fn dequantize_vector(&self, blocks: &[u8], out: &mut [f32]) -> bool {
+        use crate::cast::simd;
+        match self.name {
+            "Q4_0" => simd::q4_0(blocks, out),
+            "Q8_0" => simd::q8_0(blocks, out),
+            "Q4_K" => simd::q4_k(blocks, out, kquants::scales_4_5),
+            "Q5_K" => simd::q5_k(blocks, out, kquants::scales_4_5),
+            "Q6_K" => simd::q6_k(blocks, out),
+            "IQ4_XS" => simd::iq4_xs(blocks, out, &iq4::KVALUES),
+            _ => false,
         }
     }
 }

@@ -10,6 +10,7 @@
 use proptest::prelude::*;
 
 use super::GgmlType;
+use crate::cast::simd::{with_isa, Isa};
 
 fn h(b: &[u8], at: usize) -> f32 {
     half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
@@ -539,21 +540,52 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// The kernel of `name` against `reference`, on every path this CPU has
+/// (the vector paths of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_XS, the scalar one of all).
 fn check(name: &str, blocks: &[u8], reference: fn(&[u8], &mut [f32])) {
     let ty = GgmlType::all().iter().find(|t| t.name == name).unwrap();
     let (bb, be) = (ty.block_bytes as usize, ty.block_elems as usize);
     let n = blocks.len() / bb;
-    let mut got = vec![0f32; n * be];
-    ty.dequantize(&blocks[..n * bb], &mut got);
     let mut want = vec![0f32; n * be];
     for (b, y) in blocks.chunks_exact(bb).zip(want.chunks_exact_mut(be)) {
         reference(b, y);
     }
-    assert_eq!(bits(&got), bits(&want), "{name}");
+    for isa in Isa::available() {
+        let mut got = vec![0f32; n * be];
+        with_isa(isa, || ty.dequantize(&blocks[..n * bb], &mut got));
+        assert_eq!(bits(&got), bits(&want), "{name} on {isa:?}");
+    }
 }
 
 fn blocks(max: usize) -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(any::<u8>(), 0..max)
+}
+
+/// [`GgmlType::dequantize_into`] against `dequantize` then `store_f32`,
+/// over a run longer than one of its steps.
+#[test]
+fn dequantize_into_stores_what_dequantize_then_store_f32_does() {
+    let bytes: Vec<u8> = (0..210 * 100u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    for name in [
+        "Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XS", "MXFP4",
+    ] {
+        let ty = GgmlType::all().iter().find(|t| t.name == name).unwrap();
+        let (bb, be) = (ty.block_bytes as usize, ty.block_elems as usize);
+        let blocks = &bytes[..bytes.len() / bb * bb];
+        let n = blocks.len() / bb * be;
+        for to in [crate::Dtype::BF16, crate::Dtype::F16, crate::Dtype::F32] {
+            let width = (to.bits() / 8) as usize;
+            let mut values = vec![0f32; n];
+            ty.dequantize(blocks, &mut values);
+            let mut want = vec![0u8; n * width];
+            crate::dequant::store_f32(&values, to, &mut want);
+            let mut got = vec![0u8; n * width];
+            ty.dequantize_into(blocks, to, &mut Vec::new(), &mut got);
+            assert!(got == want, "{name} -> {to}");
+        }
+    }
 }
 
 proptest! {

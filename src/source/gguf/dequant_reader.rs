@@ -7,17 +7,18 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use crate::dequant::ggml::GgmlType;
-use crate::dequant::store_f32;
 use crate::Dtype;
 
-/// Elements dequantized per run (at most; at least one block): 1 MiB of
-/// `f32`s, from at most 1 MiB of blocks (every quantized type is under 4
-/// bytes an element), to at most 1 MiB of output.
+/// Elements dequantized per run (at most; at least one block): from at
+/// most 1 MiB of blocks (every quantized type is under 4 bytes an
+/// element), to at most 1 MiB of output.
 const RUN_ELEMS: u64 = 1 << 18;
 
 /// Reads `blocks` blocks of `ty` at `offset` of `file` and yields them
-/// dequantized, as `to` (F32, F16 or BF16), little-endian. Its memory: one
-/// run of blocks, its `f32`s and its output bytes.
+/// dequantized, as `to` (F32, F16 or BF16), little-endian. A read whose
+/// buffer holds at least a block's output is decoded straight into it;
+/// only a smaller one goes through `out`. Its memory: one run of blocks,
+/// the kernel's cache-sized `f32` step, and `out` for small reads.
 pub(crate) struct DequantReader {
     file: Arc<File>,
     ty: GgmlType,
@@ -27,7 +28,7 @@ pub(crate) struct DequantReader {
     /// Blocks not yet read.
     blocks: u64,
     raw: Vec<u8>,
-    values: Vec<f32>,
+    scratch: Vec<f32>,
     out: Vec<u8>,
     pos: usize,
 }
@@ -41,51 +42,68 @@ impl DequantReader {
             offset,
             blocks,
             raw: Vec::new(),
-            values: Vec::new(),
+            scratch: Vec::new(),
             out: Vec::new(),
             pos: 0,
         }
     }
 
-    /// Reads and dequantizes the next run into `out`.
-    fn refill(&mut self) -> io::Result<()> {
-        let per_run = (RUN_ELEMS / self.ty.block_elems).max(1);
-        let n = self.blocks.min(per_run);
-        // Bounded by RUN_ELEMS (or one block): these fit in usize.
+    /// Output bytes of one block.
+    fn block_out(&self) -> usize {
+        // At most 256 elements of at most 4 bytes.
+        (self.ty.block_elems * self.to.byte_width().unwrap_or(4)) as usize
+    }
+
+    /// Reads the next `n` blocks (at most a run's, at least one) and
+    /// dequantizes them into `dst`, which holds exactly their output.
+    fn decode(&mut self, n: u64, dst: &mut [u8]) -> io::Result<()> {
+        // Bounded by RUN_ELEMS (or one block): fits in usize.
         let raw_len = (n * self.ty.block_bytes) as usize;
-        let elems = (n * self.ty.block_elems) as usize;
-        let width = self.to.byte_width().unwrap_or(4) as usize;
         self.raw.resize(raw_len, 0);
         self.file.read_exact_at(&mut self.raw, self.offset)?;
-        self.values.resize(elems, 0.0);
-        self.ty.dequantize(&self.raw, &mut self.values);
-        self.out.resize(elems * width, 0);
-        store_f32(&self.values, self.to, &mut self.out);
+        self.ty
+            .dequantize_into(&self.raw, self.to, &mut self.scratch, dst);
         self.offset += raw_len as u64;
         self.blocks -= n;
-        self.pos = 0;
         Ok(())
     }
 }
 
 impl Read for DequantReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.pos == self.out.len() {
-            if self.blocks == 0 {
-                return Ok(0);
-            }
-            self.refill()?;
+        if self.pos < self.out.len() {
+            let n = (self.out.len() - self.pos).min(buf.len());
+            buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
+            self.pos += n;
+            return Ok(n);
         }
-        let n = (self.out.len() - self.pos).min(buf.len());
-        buf[..n].copy_from_slice(&self.out[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
+        if self.blocks == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let per_run = (RUN_ELEMS / self.ty.block_elems).max(1);
+        let block_out = self.block_out();
+        let fit = (buf.len() / block_out) as u64;
+        let n = self.blocks.min(per_run).min(fit.max(1));
+        let len = n as usize * block_out;
+        if fit > 0 {
+            self.decode(n, &mut buf[..len])?;
+            return Ok(len);
+        }
+        // Smaller than a block: decode it aside, hand it out in pieces.
+        let mut out = std::mem::take(&mut self.out);
+        out.resize(len, 0);
+        let decoded = self.decode(n, &mut out);
+        self.out = out;
+        decoded?;
+        self.pos = 0;
+        self.read(buf)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dequant::store_f32;
     use std::io::Write;
 
     /// A tensor of several runs reads as one dequantization of all its

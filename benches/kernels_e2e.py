@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The kernels end to end (issue 40): one `convert` binary on its vector path and forced onto
+the scalar reference (`SAFETENSORS_STREAM_KERNELS=scalar`), each against the same binary's
+`--no-sync` copy of a plain safetensors file of max(input, output) bytes.
+
+    python3 benches/kernels_e2e.py --binary target/release/convert [--size-gib 1] [--runs 5]
+
+Workloads: `f32-bf16` (16 F32 tensors, `--cast-all BF16`), `fp8-bf16` (DeepSeek-style E4M3
+codes with 128 x 128 F32 block scales, `--dequantize`, generated as `bench.py --quantized`
+does) and `gguf-bf16` (a Q4_K_M-like GGUF: Q4_K and Q6_K, to BF16). Each round runs the three tools of a workload in an order rotated by one a round, each
+after an untimed `sync`, its output deleted and synced after it; inputs are read once before
+the rounds (warm cache). Printed: median wall time, peak RSS, and the median over rounds of
+each run's time over its round's copy (the paired ratio), with the load average around it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (its generators, timer and page-cache warmer)
+
+import numpy as np  # noqa: E402
+
+
+def plain(path: Path, size: int, dtype=np.float32, count=16):
+    """A safetensors file of `count` tensors, `size` bytes of data in all."""
+    rng = np.random.default_rng(40)
+    per = size // count // np.dtype(dtype).itemsize
+    def one():
+        if dtype == np.uint8:
+            return rng.integers(0, 256, per, dtype=np.uint8)
+        return rng.standard_normal(per, dtype=np.float32)
+
+    arrays = {f"model.layers.{i}.weight": one() for i in range(count)}
+    header, offset = {}, 0
+    code = {np.float32: "F32", np.uint8: "U8"}[dtype]
+    for name, a in arrays.items():
+        header[name] = {"dtype": code, "shape": [per], "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for a in arrays.values():
+            f.write(a.tobytes())
+
+
+def gguf(path: Path, size: int):
+    """A Q4_K_M-like GGUF of about `size` bytes, no metadata: 16 tensors of 2048 x 8192 elements
+    (or fewer rows to fit), three Q4_K to each Q6_K, random code bits under sane f16 scales."""
+    rng = np.random.default_rng(40)
+    kinds = {12: (144, [0, 2]), 14: (210, [208])}  # ggml type: block bytes, its f16 scale fields
+    cols, count = 8192, 16
+    rows = max(1, size // count // (cols // 256 * 160))
+    tensors = []
+    for i in range(count):
+        ty = 14 if i % 4 == 3 else 12
+        bb, f16s = kinds[ty]
+        n = rows * cols // 256
+        b = rng.integers(0, 256, size=(n, bb), dtype=np.uint8)
+        for at in f16s:
+            d = (rng.uniform(-1, 1, n) * 2.0**-6).astype(np.float16)
+            b[:, at:at + 2] = d.view(np.uint8).reshape(n, 2)
+        tensors.append((f"blk.{i}.ffn_up.weight", ty, b))
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 0)
+    offset = 0
+    for name, ty, b in tensors:
+        head += struct.pack("<Q", len(name)) + name.encode()
+        head += struct.pack("<IQQIQ", 2, cols, rows, ty, offset)
+        offset += b.nbytes + (-b.nbytes % 32)
+    head += b"\0" * (-len(head) % 32)
+    with open(path, "wb") as f:
+        f.write(head)
+        for _, _, b in tensors:
+            f.write(b.tobytes() + b"\0" * (-b.nbytes % 32))
+    return count * rows * cols
+
+
+def run_workload(name, tools, tmp: Path, runs: int, inputs):
+    bench.warm(inputs)
+    subprocess.run(["sync"], check=True)
+    times = {t: [] for t, _ in tools}
+    rss = {t: [] for t, _ in tools}
+    ratios = {t: [] for t, _ in tools}
+    for r in range(runs):
+        order = tools[r % len(tools):] + tools[: r % len(tools)]
+        this = {}
+        for tool, cmd in order:
+            subprocess.run(["sync"], check=True)
+            wall, (kib, _, _), rc, _, err = bench.timed(cmd, tmp, tmp / "time.txt")
+            if rc != 0:
+                sys.exit(f"{name}: {tool} failed: {err.strip()[-400:]}")
+            for out in tmp.glob("out-*"):
+                out.unlink()
+            subprocess.run(["sync"], check=True)
+            this[tool] = wall
+            times[tool].append(wall)
+            rss[tool].append(kib / 1024)
+        for tool in this:
+            ratios[tool].append(this[tool] / this["copy"])
+    for tool, _ in tools:
+        print(
+            f"| {name} | {tool} | {statistics.median(times[tool]):.3f} | "
+            f"{statistics.median(ratios[tool]):.2f} | {max(rss[tool]):.1f} |"
+        )
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--binary", type=Path, required=True)
+    ap.add_argument("--size-gib", type=float, default=1.0)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--tmpdir", type=Path, default=None)
+    ap.add_argument("--only", default="f32-bf16,fp8-bf16,gguf-bf16")
+    a = ap.parse_args()
+    size = int(a.size_gib * bench.GIB)
+    binary = a.binary.resolve()
+    scalar = ["env", "SAFETENSORS_STREAM_KERNELS=scalar", binary]
+    print(f"load average at start: {os.getloadavg()}")
+    print("| workload | tool | median s | paired x copy | peak RSS MiB |")
+    print("|---|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory(dir=a.tmpdir) as tmp:
+        tmp = Path(tmp)
+        if "f32-bf16" in a.only:
+            src = tmp / "f32.safetensors"
+            plain(src, size)
+            args = [src, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]
+            tools = [
+                ("copy", [binary, *args]),
+                ("vector", [binary, *args, "--cast-all", "BF16"]),
+                ("scalar", [*scalar, *args, "--cast-all", "BF16"]),
+            ]
+            run_workload("F32 -> BF16", tools, tmp, a.runs, [src])
+            src.unlink()
+        if "fp8-bf16" in a.only:
+            src = tmp / "fp8.safetensors"
+            bench.gen_quantized("fp8", src, size)
+            big = tmp / "plain.safetensors"
+            plain(big, 2 * size, dtype=np.uint8)
+            args = [src, "-o", tmp / "out-x.safetensors", "--no-sync", "-q", "--dequantize"]
+            tools = [
+                ("copy", [binary, big, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]),
+                ("vector", [binary, *args]),
+                ("scalar", [*scalar, *args]),
+            ]
+            run_workload("FP8 block -> BF16", tools, tmp, a.runs, [src, big])
+            src.unlink()
+            big.unlink()
+        if "gguf-bf16" in a.only:
+            src = tmp / "q4km.gguf"
+            elems = gguf(src, size)
+            big = tmp / "plain.safetensors"
+            plain(big, 2 * elems, dtype=np.uint8)
+            args = [src, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]
+            tools = [
+                ("copy", [binary, big, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]),
+                ("vector", [binary, *args]),
+                ("scalar", [*scalar, *args]),
+            ]
+            run_workload("GGUF Q4_K/Q6_K -> BF16", tools, tmp, a.runs, [src, big])
+    print(f"load average at end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
