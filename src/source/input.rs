@@ -1,10 +1,10 @@
-//! Opening an input: a path, standard input or an object URL, recognised by
-//! its first bytes, unwrapped if compressed, spooled to a temp file when its
-//! format needs random access that the input cannot give.
+//! Opening an input: a file, standard input or an object's stream (which
+//! of them is [`super::open`]'s to say, from the input's location),
+//! recognised by its first bytes, unwrapped if compressed, spooled to a
+//! temp file when its format needs random access that the input cannot give.
 //!
-//! Layer: source, the top of it: may import every source, detection, the
-//! spool, the object input ([`super::object`]), the header and index layers
-//! and below. No source imports this.
+//! Layer: source, near the top of it: may import every source, detection,
+//! the spool, the header and index layers and below. No source imports this.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -28,35 +28,32 @@ use crate::{Error, ErrorKind, HeaderError, PyTorchError, Result};
 /// How a run tells the user things that are not errors ("spooling ...").
 pub(crate) type Notice<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
-/// Opens `path` (`-` for standard input) as a source of tensors.
-pub async fn open_input(
+/// Opens standard input (`-`) as a source of tensors.
+pub(crate) async fn open_stdin(
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let input = "-";
+    let stdin: TensorReader<'static> = Box::pin(tokio::io::stdin());
+    if let Some(spec) = &options.raw {
+        if spec.tensors.iter().any(|t| t.name.is_empty()) {
+            return Err(Error::new(ErrorKind::NameNeeded(
+                "a dump from standard input",
+            )));
+        }
+        return open_raw_stream(stdin, input, spec, options, notice).await;
+    }
+    open_stream(stdin, input, None, options, notice, 0).await
+}
+
+/// Opens the local file `path` (any format, an index too) as a source of
+/// tensors.
+pub(crate) async fn open_file(
     path: &Path,
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
-    #[cfg(feature = "object-store")]
-    if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
-        use super::object::{open_object, ObjectInput};
-        return match open_object(url, options).await? {
-            ObjectInput::Ranged(src) => Ok(src),
-            ObjectInput::Whole { reader, stem } => {
-                open_reader(reader, url, stem, options, notice).await
-            }
-        };
-    }
     let input = path.display().to_string();
-    if path.as_os_str() == "-" {
-        let stdin: TensorReader<'static> = Box::pin(tokio::io::stdin());
-        if let Some(spec) = &options.raw {
-            if spec.tensors.iter().any(|t| t.name.is_empty()) {
-                return Err(Error::new(ErrorKind::NameNeeded(
-                    "a dump from standard input",
-                )));
-            }
-            return open_raw_stream(stdin, &input, spec, options, notice).await;
-        }
-        return open_stream(stdin, &input, None, options, notice, 0).await;
-    }
     if is_index_path(path) {
         return Ok(Box::new(SafetensorsSource::open(path)?));
     }
@@ -436,7 +433,7 @@ async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'s
 /// whole) exactly as standard input is opened: detected, decompressed,
 /// spooled when its format needs seeking. `stem` names a lone .npy array.
 #[cfg(feature = "object-store")]
-async fn open_reader(
+pub(crate) async fn open_reader(
     reader: TensorReader<'static>,
     input: &str,
     stem: Option<String>,

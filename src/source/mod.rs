@@ -19,6 +19,7 @@ pub(crate) mod npy;
 pub(crate) mod npz;
 #[cfg(feature = "object-store")]
 pub mod object;
+mod open;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
@@ -32,8 +33,8 @@ mod spool;
 pub use crate::folder::resolve_input;
 pub use crate::transform::Transform;
 pub use detect::{detect_file, Codec, Format};
-pub use input::open_input;
 pub use memory::MemorySource;
+pub use open::{open_input, open_location};
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
 pub use safetensors::read_file_header;
@@ -156,6 +157,16 @@ pub trait Source: Send {
     /// positional reads, or in the kernel, instead of through [`Source::open`].
     fn file_span(&self, _k: usize) -> Option<FileSpan> {
         None
+    }
+
+    /// Every file or object this source read beyond the one it was opened
+    /// from (an index's shards, and the index), each with its identity as
+    /// of opening: what an output is checked against, so that no output
+    /// replaces an input. Sources opened from a
+    /// [`Location`](crate::location::Location) report that one too
+    /// ([`open_location`]); none by default.
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        Vec::new()
     }
 }
 

@@ -6,7 +6,7 @@
 //! layers and below.
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -17,7 +17,9 @@ use super::npz::zip::PositionalReader;
 use super::{file_range, FileSpan, Source, TensorData};
 use crate::header::read::{read_header, read_path_header};
 use crate::header::{Header, Metadata, Rules, TensorMeta};
-use crate::index::{check_against_shards, is_index_path, open_regular, Checkpoint, ShardIndex};
+use crate::index::ShardIndex;
+use crate::index::{check_against_shards, file_name, is_index_path, open_regular, Checkpoint};
+use crate::location::{Location, Opened};
 use crate::Result;
 
 /// Opens `path` (`-` for standard input) and validates its header; the
@@ -42,32 +44,40 @@ impl Checkpoint {
     /// validated and checked against its `weight_map` and `total_size`.
     /// Reads headers only.
     pub fn open(path: &Path, rules: Rules) -> Result<Checkpoint> {
-        if !is_index_path(path) {
-            let header = read_file_header(path, rules)?;
-            return Ok(Checkpoint {
-                index: None,
-                files: vec![(path.to_path_buf(), header)],
-            });
-        }
-        let index = ShardIndex::from_json_file(path)?;
-        let dir = path.parent().unwrap_or(Path::new(""));
-        let mut files = Vec::new();
-        for name in index
-            .shard_names()
-            .map_err(|e| e.with_input(path.display()))?
-        {
-            let shard = dir.join(name);
-            // Its type first, without blocking: reading the header opens it again.
-            drop(open_regular(&shard)?);
-            let header = read_file_header(&shard, rules)?;
-            files.push((shard, header));
-        }
-        check_against_shards(&index, &files).map_err(|e| e.with_input(path.display()))?;
+        let (index, files) = open_local(path, rules)?;
+        let files = files.into_iter();
         Ok(Checkpoint {
-            index: Some(index),
-            files,
+            index,
+            files: files.map(|(p, h)| (Location::File(p), h)).collect(),
         })
     }
+}
+
+/// A checkpoint's files by their paths, each with its header.
+type LocalFiles = Vec<(PathBuf, Header)>;
+
+/// [`Checkpoint::open`], each file by its path.
+fn open_local(path: &Path, rules: Rules) -> Result<(Option<ShardIndex>, LocalFiles)> {
+    if !is_index_path(path) {
+        let header = read_file_header(path, rules)?;
+        return Ok((None, vec![(path.to_path_buf(), header)]));
+    }
+    let index = ShardIndex::from_json_file(path)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let mut files = Vec::new();
+    for name in index
+        .shard_names()
+        .map_err(|e| e.with_input(path.display()))?
+    {
+        let shard = dir.join(name);
+        // Its type first, without blocking: reading the header opens it again.
+        drop(open_regular(&shard)?);
+        let header = read_file_header(&shard, rules)?;
+        files.push((shard, header));
+    }
+    let named: Vec<_> = files.iter().map(|(p, h)| (file_name(p), h)).collect();
+    check_against_shards(&index, &named).map_err(|e| e.with_input(path.display()))?;
+    Ok((Some(index), files))
 }
 
 /// A safetensors file, or a sharded checkpoint opened by its index, as one source.
@@ -80,6 +90,8 @@ pub struct SafetensorsSource {
     files: Vec<Arc<File>>,
     /// Each file as it was when opened.
     opened: Vec<super::Stamp>,
+    /// The shards an index named, as opened (none for one file).
+    shards: Vec<Opened>,
     tensors: Vec<TensorMeta>,
     /// Where each tensor's bytes start in its file. A tensor ends where the
     /// next one of its file starts (a header's tensors tile its data, checked
@@ -103,13 +115,19 @@ struct Part {
 impl SafetensorsSource {
     /// Opens `path` (a `.safetensors` file or a `.safetensors.index.json`), reading headers only.
     pub fn open(path: &Path) -> Result<Self> {
-        let cp = Checkpoint::open(path, Rules::SOURCE)?;
-        let mut parts = Vec::with_capacity(cp.files.len());
-        for (shard, header) in cp.files {
+        let (index, files) = open_local(path, Rules::SOURCE)?;
+        let mut parts = Vec::with_capacity(files.len());
+        let mut shards = Vec::new();
+        for (shard, header) in files {
             let file = open_regular(&shard)?;
+            if index.is_some() {
+                shards.push(Opened::open_file(&shard, &file));
+            }
             parts.push((file, header));
         }
-        Ok(Self::from_parts(path.display().to_string(), parts))
+        let mut src = Self::from_parts(path.display().to_string(), parts);
+        src.shards = shards;
+        Ok(src)
     }
 
     /// Reads the header of the safetensors file `file`, `len` bytes long.
@@ -133,6 +151,7 @@ impl SafetensorsSource {
             input,
             files: Vec::with_capacity(parts.len()),
             opened: Vec::with_capacity(parts.len()),
+            shards: Vec::new(),
             tensors: Vec::with_capacity(count),
             offsets: Vec::with_capacity(count),
             parts: Vec::with_capacity(parts.len()),
@@ -194,6 +213,10 @@ impl Source for SafetensorsSource {
 
     fn identity(&self) -> Option<String> {
         super::identities(&self.opened)
+    }
+
+    fn opened(&self) -> Vec<Opened> {
+        self.shards.clone()
     }
 
     fn check_unchanged(&self) -> Result<()> {
