@@ -91,22 +91,62 @@ impl std::fmt::Display for Location {
     }
 }
 
-/// What a file or object was when a source opened it: enough to tell
-/// whether an output would replace it.
+/// What a file or object was when a source opened it: which one it is
+/// (whether an output would replace it), and which version of it was read
+/// (what a plan id is made of: [`crate::plan::plan_id`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
-    /// A file's device and inode (links followed): a symbolic or hard link
-    /// to it is the same file.
+    /// A file (links followed: a symbolic or hard link to it is the same
+    /// file).
     File {
-        /// The device.
+        /// Its device.
         dev: u64,
-        /// The inode.
+        /// Its inode.
         ino: u64,
+        /// Its version, for a regular file: its length and modification
+        /// time (seconds, nanoseconds), which a copy of the same version
+        /// keeps on another machine (`cp -p`, a shared filesystem). A
+        /// pipe or a device has none.
+        version: Option<(u64, (i64, i64))>,
     },
-    /// An object's ETag, when the store gave one (its URL names it).
-    Object(Option<String>),
-    /// Nothing to tell it by (a pipe, or a file that could not be looked at).
+    /// An object: its size and, when the store gave one, its ETag.
+    Object {
+        /// Its size in bytes.
+        size: u64,
+        /// Its ETag.
+        etag: Option<String>,
+    },
+    /// Nothing to tell it by (a file that could not be looked at).
     Unknown,
+}
+
+impl Identity {
+    /// The file's device and inode, for a file.
+    pub fn file_id(&self) -> Option<(u64, u64)> {
+        match self {
+            Identity::File { dev, ino, .. } => Some((*dev, *ino)),
+            _ => None,
+        }
+    }
+
+    /// The version read, as text for a plan id: `len=N;mtime=S.NNNNNNNNN`
+    /// for a regular file, `size=N;etag=E` (or `size=N`) for an object;
+    /// `None` for what has no version to pin (a pipe, a device).
+    /// Locations are left out: two workers may spell one path differently.
+    pub fn version(&self) -> Option<String> {
+        match self {
+            Identity::File {
+                version: Some((len, (s, ns))),
+                ..
+            } => Some(format!("len={len};mtime={s}.{ns:09}")),
+            Identity::Object {
+                size,
+                etag: Some(etag),
+            } => Some(format!("size={size};etag={etag}")),
+            Identity::Object { size, etag: None } => Some(format!("size={size}")),
+            _ => None,
+        }
+    }
 }
 
 /// One file or object a source read, as it was then: every shard of an
@@ -144,12 +184,12 @@ impl Opened {
         }
     }
 
-    /// The object at `url`, of this ETag.
+    /// The object at `url`, of this size and ETag.
     #[cfg(feature = "object-store")]
-    pub fn object(url: &ObjectUrl, etag: Option<String>) -> Opened {
+    pub fn object(url: &ObjectUrl, size: u64, etag: Option<String>) -> Opened {
         Opened {
             location: Location::Object(url.clone()),
-            identity: Identity::Object(etag),
+            identity: Identity::Object { size, etag },
         }
     }
 }
@@ -160,6 +200,7 @@ fn file_identity(meta: Option<std::fs::Metadata>) -> Identity {
         Some(m) => Identity::File {
             dev: m.dev(),
             ino: m.ino(),
+            version: m.is_file().then(|| (m.len(), (m.mtime(), m.mtime_nsec()))),
         },
         None => Identity::Unknown,
     }
@@ -205,9 +246,33 @@ mod tests {
         std::os::unix::fs::symlink(&file, dir.path().join("link")).unwrap();
         std::fs::hard_link(&file, dir.path().join("hard")).unwrap();
         let id = |name: &str| Opened::file(&dir.path().join(name)).identity;
-        assert!(matches!(id("a"), Identity::File { .. }));
+        assert!(id("a").file_id().is_some());
         assert_eq!(id("a"), id("link"));
         assert_eq!(id("a"), id("hard"));
         assert_eq!(id("missing"), Identity::Unknown);
+        assert_eq!(id("missing").version(), None);
+        // Its version is its length and modification time, not its name.
+        let version = id("a").version().unwrap();
+        assert!(version.starts_with("len=1;mtime="), "{version}");
+        std::fs::write(&file, b"xy").unwrap();
+        assert_ne!(id("link").version(), Some(version));
+        assert_eq!(id("a").file_id(), id("hard").file_id());
+        // A folder, a pipe or a device is a file, of no version.
+        assert!(Opened::file(Path::new("/dev/null"))
+            .identity
+            .version()
+            .is_none());
+    }
+
+    #[test]
+    fn an_object_is_versioned_by_its_size_and_etag() {
+        let object = |size, etag: Option<&str>| Identity::Object {
+            size,
+            etag: etag.map(str::to_string),
+        };
+        let version = |i: Identity| i.version().unwrap();
+        assert_eq!(version(object(3, Some("\"e1\""))), "size=3;etag=\"e1\"");
+        assert_eq!(version(object(3, None)), "size=3");
+        assert_eq!(object(3, None).file_id(), None);
     }
 }

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use safetensors_stream::convert::{convert, convert_sources, open_inputs, ConvertOptions, Output};
+use safetensors_stream::convert::{
+    convert, convert_sources, dry_run, open_inputs, ConvertOptions, Output,
+};
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::index::Checkpoint;
 use safetensors_stream::internals::write_shard;
@@ -1005,6 +1007,7 @@ fn an_index_input_reports_every_file_it_read() {
             let id = Identity::File {
                 dev: meta.dev(),
                 ino: meta.ino(),
+                version: Some((meta.len(), (meta.mtime(), meta.mtime_nsec()))),
             };
             assert_eq!(r.identity, id, "{}", path.display());
         }
@@ -1015,6 +1018,43 @@ fn an_index_input_reports_every_file_it_read() {
     let one = opts(PlanOptions::default());
     let e = block_on(convert_sources(&mut sources, &Output::File(shard), &one)).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::OutputIsInput(_)), "{e}");
+}
+
+#[test]
+fn the_plan_id_changes_when_any_file_read_changes() {
+    let ts = shard_input();
+    let dir = tempfile::tempdir().unwrap();
+    let single = ref_file(dir.path(), "orig.safetensors", &ts, None);
+    let o = opts(PlanOptions::default().max_shard_size(Some(100)));
+    let set = dir.path().join("set");
+    run(
+        std::slice::from_ref(&single),
+        &set.join("m.safetensors"),
+        &o,
+    )
+    .unwrap();
+    let index = set.join("m.safetensors.index.json");
+    let plan_id = || {
+        let sources = block_on(open_inputs(std::slice::from_ref(&set), &o)).unwrap();
+        let out = Output::File(dir.path().join("out.safetensors"));
+        dry_run(&sources, &out, &opts(PlanOptions::default()))
+            .unwrap()
+            .plan_id()
+    };
+    let first = plan_id();
+    assert_eq!(plan_id(), first, "a plan id is made of versions only");
+    // Each file read, the index too, rewritten as it was at another time:
+    // another version, another id; put back, the same id again.
+    let shard = set.join("m-00003-of-00005.safetensors");
+    for file in [&index, &shard] {
+        let f = std::fs::File::options().write(true).open(file).unwrap();
+        let mtime = f.metadata().unwrap().modified().unwrap();
+        let earlier = mtime - std::time::Duration::from_secs(3600);
+        f.set_modified(earlier).unwrap();
+        assert_ne!(plan_id(), first, "{} changed", file.display());
+        f.set_modified(mtime).unwrap();
+        assert_eq!(plan_id(), first, "{} put back", file.display());
+    }
 }
 
 // ---- progress ---------------------------------------------------------------

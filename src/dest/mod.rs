@@ -18,7 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::location::{Identity, Location, Opened};
+use crate::location::Opened;
 use crate::plan::layout::{names_folder, shard_paths, Part};
 use crate::plan::Plan;
 #[cfg(feature = "object-store")]
@@ -219,7 +219,7 @@ fn check_objects(
 ) -> Result<(Resolved, Vec<String>)> {
     let (files, index) = object_names(url, shards);
     let objects_read = read.iter().filter_map(|o| match &o.location {
-        Location::Object(input) => Some(input.as_str()),
+        crate::location::Location::Object(input) => Some(input.as_str()),
         _ => None,
     });
     let objects_read: Vec<&str> = objects_read.collect();
@@ -297,9 +297,9 @@ fn check_writable(dest: &Path) -> Result<()> {
 /// file must not be. Files that could not be looked at are left out:
 /// opening them has already failed, or will.
 fn read_files(read: &[Opened]) -> Vec<(String, u64, u64)> {
-    let file = |o: &Opened| match o.identity {
-        Identity::File { dev, ino } => Some((o.location.to_string(), dev, ino)),
-        _ => None,
+    let file = |o: &Opened| {
+        let (dev, ino) = o.identity.file_id()?;
+        Some((o.location.to_string(), dev, ino))
     };
     read.iter().filter_map(file).collect()
 }
@@ -312,7 +312,7 @@ mod tests {
     #[test]
     fn an_object_set_naming_an_object_read_is_refused() {
         let url = ObjectUrl::parse("s3://bucket/dir/model.safetensors").unwrap();
-        let read = [Opened::object(&url, None)];
+        let read = [Opened::object(&url, 8, None)];
         let e = check_objects(&read, &url, 1, false).unwrap_err();
         assert!(
             matches!(e.kind(), ErrorKind::OutputIsInput(i) if i == url.as_str()),
@@ -322,7 +322,7 @@ mod tests {
         assert!(check_objects(&read, &url, 1, true).is_ok());
         // A sharded set clashes through its shard names.
         let shard = ObjectUrl::parse("s3://bucket/dir/model-00002-of-00002.safetensors").unwrap();
-        let read = [Opened::object(&shard, Some("\"e\"".into()))];
+        let read = [Opened::object(&shard, 8, Some("\"e\"".into()))];
         assert!(check_objects(&read, &url, 2, false).is_err());
         assert!(check_objects(&read, &url, 1, false).is_ok());
     }

@@ -144,8 +144,9 @@ pub trait Source: Send {
     }
 
     /// What the input is, as of its opening, for a plan's id
-    /// ([`crate::plan::plan_id`]): a file's length and modification time, an
-    /// object's ETag. Runs of one fan-out compare plan ids, so a worker that
+    /// ([`crate::plan::plan_id`]) when it reports nothing it read
+    /// ([`Source::opened`], which takes precedence): a file's length and
+    /// modification time, an object's ETag. Runs of one fan-out compare plan ids, so a worker that
     /// sees another version of an input refuses instead of mixing versions.
     /// `None` where the input has no identity to give (standard input).
     fn identity(&self) -> Option<String> {
@@ -304,8 +305,17 @@ impl Listed for Box<dyn Source + '_> {
     fn metadata(&self) -> Option<&Metadata> {
         Source::metadata(self.as_ref())
     }
+    /// The versions of every file and object the source reports it read
+    /// ([`Source::opened`]: an index and each of its shards), in order;
+    /// [`Source::identity`] for a source that reports none (one made by
+    /// the caller). `None` when one of them has no version (a pipe).
     fn identity(&self) -> Option<String> {
-        Source::identity(self.as_ref())
+        let read = Source::opened(self.as_ref());
+        if read.is_empty() {
+            return Source::identity(self.as_ref());
+        }
+        let versions: Option<Vec<String>> = read.iter().map(|o| o.identity.version()).collect();
+        versions.map(|v| v.join(","))
     }
 
     fn tied_groups(&self) -> Vec<Vec<usize>> {

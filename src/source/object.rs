@@ -43,6 +43,8 @@ pub(crate) enum ObjectInput {
         reader: TensorReader<'static>,
         /// The name a lone array takes.
         stem: Option<String>,
+        /// The object's size.
+        size: u64,
         /// The ETag the stream is pinned to.
         etag: Option<String>,
     },
@@ -68,8 +70,13 @@ pub(crate) async fn open_object(url: &ObjectUrl, options: &SourceOptions) -> Res
         .map(str::to_string);
     let stem = options.name.clone().or(stem);
     let reader = pinned.reader(0, pinned.size).await?;
-    let etag = pinned.etag.clone();
-    Ok(ObjectInput::Whole { reader, stem, etag })
+    let (size, etag) = (pinned.size, pinned.etag.clone());
+    Ok(ObjectInput::Whole {
+        reader,
+        stem,
+        size,
+        etag,
+    })
 }
 
 /// Opens the safetensors object, or the sharded checkpoint whose index is
@@ -379,7 +386,7 @@ impl Source for ObjectSource {
 
     fn opened(&self) -> Vec<Opened> {
         let pinned = self.index.iter().chain(&self.objects);
-        let each = pinned.map(|o| Opened::object(&o.loc.at, o.etag.clone()));
+        let each = pinned.map(|o| Opened::object(&o.loc.at, o.size, o.etag.clone()));
         each.collect()
     }
 

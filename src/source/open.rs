@@ -49,10 +49,15 @@ pub async fn open_location(
             use super::object::{open_object, ObjectInput};
             match open_object(url, options).await? {
                 ObjectInput::Ranged(source) => Ok(source),
-                ObjectInput::Whole { reader, stem, etag } => {
+                ObjectInput::Whole {
+                    reader,
+                    stem,
+                    size,
+                    etag,
+                } => {
                     let input = url.as_str();
                     let source = input::open_reader(reader, input, stem, options, notice).await?;
-                    Ok(located(source, Opened::object(url, etag)))
+                    Ok(located(source, Opened::object(url, size, etag)))
                 }
             }
         }
