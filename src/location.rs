@@ -55,9 +55,9 @@ impl Location {
             return Ok(Location::Stdio);
         }
         #[cfg(feature = "object-store")]
-        if let Some(text) = path.to_str().filter(|_| crate::store::is_url(path)) {
-            let usage = |msg| Error::new(ErrorKind::Usage(msg)).with_input(text);
-            return ObjectUrl::parse(text).map(Location::Object).map_err(usage);
+        if let Some(url) = ObjectUrl::from_arg(path) {
+            let usage = |msg| Error::new(ErrorKind::Usage(msg)).with_input(path.display());
+            return url.map(Location::Object).map_err(usage);
         }
         Ok(match path.is_dir() {
             true => Location::Folder(path.to_path_buf()),

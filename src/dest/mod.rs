@@ -59,9 +59,9 @@ impl Output {
             return Ok(Output::Stdout);
         }
         #[cfg(feature = "object-store")]
-        if let Some(text) = path.to_str().filter(|_| crate::store::is_url(path)) {
-            let usage = |msg| Error::new(ErrorKind::Usage(msg)).with_output(text);
-            return ObjectUrl::parse(text).map(Output::Object).map_err(usage);
+        if let Some(url) = ObjectUrl::from_arg(path) {
+            let usage = |msg| Error::new(ErrorKind::Usage(msg)).with_output(path.display());
+            return url.map(Output::Object).map_err(usage);
         }
         Ok(Output::File(path.to_path_buf()))
     }

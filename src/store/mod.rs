@@ -154,6 +154,14 @@ impl ObjectUrl {
         })
     }
 
+    /// The object URL an argument spells, when it is URL-shaped
+    /// ([`is_url`]): parsed, or why it is not one we can use. `None` for a
+    /// local path.
+    pub(crate) fn from_arg(path: &Path) -> Option<std::result::Result<ObjectUrl, String>> {
+        let text = path.to_str().filter(|_| is_url(path))?;
+        Some(ObjectUrl::parse(text))
+    }
+
     /// The URL as given.
     pub fn as_str(&self) -> &str {
         &self.text
