@@ -11,7 +11,7 @@ mod report;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-pub use crate::copy::route::Routes;
+use crate::copy::policy::CopyPolicy;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
 #[cfg(feature = "object-store")]
 pub use crate::dest::objects::{open_uploads, PendingUploads};
@@ -20,14 +20,16 @@ use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
 use crate::dest::Resolved;
 pub use crate::dest::{Output, WrittenFile};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::note::{Note, Notice};
+pub use crate::error::NoticeFn;
 use crate::location::{Location, Opened};
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan};
-use crate::source::{open_location, Access, Source};
+use crate::source::{Access, Source};
+use crate::{Error, ErrorKind, Result, Warning};
 pub use dry_run::{dry_run, DryRun};
-pub use options::{ConvertOptions, NoticeFn};
+pub use options::ConvertOptions;
 use report::{cast_notes, plan_warnings};
 pub use report::{CastNote, Report};
 
@@ -113,12 +115,8 @@ pub async fn open_locations(
     locations: &[Location],
     options: &ConvertOptions,
 ) -> Result<Vec<Box<dyn Source>>> {
-    let notice: &(dyn Fn(&str) + Send + Sync) = options.notice.as_deref().unwrap_or(&|_| {});
-    let mut sources = Vec::with_capacity(locations.len());
-    for location in locations {
-        sources.push(open_location(location, &options.source, notice).await?);
-    }
-    crate::source::quantized::wrap(sources, &options.source, notice)
+    let notice: Notice<'_> = options.notice.as_deref().unwrap_or(&|_| {});
+    crate::source::open_locations(locations, &options.source, notice).await
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,
@@ -220,11 +218,11 @@ async fn write_planned(
     let (resolved, checked) = crate::dest::check(&read, output, plan, part, overwrite)?;
     warnings.extend(checked);
     let overflows = Mutex::new(Vec::new());
-    let tell = |warnings: &[String]| {
+    let tell = |warnings: &[Warning]| {
         if let Some(notice) = &options.notice {
             warnings
                 .iter()
-                .for_each(|w| notice(&format!("warning: {w}")));
+                .for_each(|w| notice(&Note::Warning(w.clone())));
         }
     };
     tell(&warnings);
@@ -285,7 +283,7 @@ async fn write_outputs(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
-    overflows: &Mutex<Vec<String>>,
+    overflows: &Mutex<Vec<Warning>>,
 ) -> Result<Vec<WrittenFile>> {
     let dest_options = DestOptions {
         part: options.part,
@@ -296,6 +294,8 @@ async fn write_outputs(
         uploads: options.uploads.clone(),
     };
     let mut dest = Destination::open(resolved, plan, dest_options).await?;
+    // This conversion's copy decisions, shard after shard.
+    let mut policy = CopyPolicy::new(options.routes, options.checksum);
     let shards = async {
         let mut all = Vec::new();
         for (index, shard) in plan.shards.iter().enumerate() {
@@ -308,10 +308,7 @@ async fn write_outputs(
                 progress: options.progress.clone(),
                 shard: (index, plan.shards.len()),
             };
-            // A checksum must see every byte: no kernel copies then.
-            let direct = staged
-                .file
-                .filter(|_| options.fast_path && !options.checksum);
+            let direct = staged.file.filter(|_| policy.file_routes());
             let to = Shard {
                 name: &staged.name,
                 sink_options: options.sink,
@@ -321,11 +318,11 @@ async fn write_outputs(
                         .sync
                         .then(|| Writeback::new(out.clone()).on_landed()),
                     out,
-                    routes: options.routes,
                 }),
                 overflows: Some(overflows),
             };
-            let (writer, sha256) = copy_shard(w, shard, sources, to).await?.into_parts();
+            let copied = copy_shard(w, shard, sources, to, &mut policy).await?;
+            let (writer, sha256) = copied.into_parts();
             let written = WrittenFile {
                 path: staged.name,
                 bytes: shard.file_len(),

@@ -23,6 +23,7 @@ use crate::plan::layout::{names_folder, shard_paths, Part};
 use crate::plan::Plan;
 #[cfg(feature = "object-store")]
 use crate::store::ObjectUrl;
+use crate::Warning;
 use target::{resolve, Target};
 
 /// Where the output goes.
@@ -126,10 +127,10 @@ pub(crate) fn check(
     plan: &Plan,
     part: Part,
     overwrite_input: bool,
-) -> Result<(Resolved, Vec<String>)> {
+) -> Result<(Resolved, Vec<Warning>)> {
     part.check(plan)?;
     let shards = plan.shards.len();
-    let stdout = |shown: &str| -> Result<(Resolved, Vec<String>)> {
+    let stdout = |shown: &str| -> Result<(Resolved, Vec<Warning>)> {
         check_stream_output(shown, shards, std::io::stdout().is_terminal())?;
         Ok((Resolved::Stream(None, "-".into()), Vec::new()))
     };
@@ -175,7 +176,7 @@ pub(crate) fn check(
 
 /// The names of the files written: one file is not named like an index;
 /// one named like another format gets a warning (its bytes are safetensors).
-fn check_file_names(files: &[PathBuf], sharded: bool) -> Result<Vec<String>> {
+fn check_file_names(files: &[PathBuf], sharded: bool) -> Result<Vec<Warning>> {
     let mut warnings = Vec::new();
     for file in files {
         let shown = file.display();
@@ -185,9 +186,10 @@ fn check_file_names(files: &[PathBuf], sharded: bool) -> Result<Vec<String>> {
             return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
         }
         match file.extension().map(|e| e.to_string_lossy()) {
-            Some(ext) if ext != "safetensors" => warnings.push(format!(
-                "{shown}: the output is a safetensors file, though its name ends in .{ext}"
-            )),
+            Some(ext) if ext != "safetensors" => warnings.push(Warning::OutputExtension {
+                output: shown.to_string(),
+                extension: ext.into_owned(),
+            }),
             _ => {}
         }
     }
@@ -216,7 +218,7 @@ fn check_objects(
     url: &ObjectUrl,
     shards: usize,
     overwrite: bool,
-) -> Result<(Resolved, Vec<String>)> {
+) -> Result<(Resolved, Vec<Warning>)> {
     let (files, index) = object_names(url, shards);
     let objects_read = read.iter().filter_map(|o| match &o.location {
         crate::location::Location::Object(input) => Some(input.as_str()),
@@ -250,7 +252,7 @@ fn check_file(
     file: &Path,
     read: &[(String, u64, u64)],
     overwrite_input: bool,
-) -> Result<(PathBuf, Vec<String>)> {
+) -> Result<(PathBuf, Vec<Warning>)> {
     let shown = file.display();
     let name_len = file.file_name().map_or(0, |n| n.len());
     if name_len > NAME_MAX {
@@ -268,10 +270,10 @@ fn check_file(
             return Err(e.with_output(shown));
         }
         if now.nlink() > 1 {
-            warnings.push(format!(
-                "{shown} has {} other hard links; they keep the old bytes (the output is a new file)",
-                now.nlink() - 1
-            ));
+            warnings.push(Warning::HardLinks {
+                output: shown.to_string(),
+                others: now.nlink() - 1,
+            });
         }
     }
     check_writable(&dest).map_err(|e| e.with_output(shown))?;

@@ -6,28 +6,62 @@
 //! object it read ([`Source::opened`]): the location opened, and what the
 //! source read beyond it (an index's shards).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use futures::future::BoxFuture;
 
 use super::input::{self, Notice};
+use super::table::{FORMATS, WRAPS};
 use super::{FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::header::{Metadata, TensorMeta};
 use crate::location::{Location, Opened};
+use crate::Note;
 
 /// Opens `path` (`-` for standard input, an object URL, a folder for the
-/// checkpoint in it) as a source of tensors: [`open_location`] of what it
-/// names ([`Location::parse`]).
+/// checkpoint in it) as a source of tensors, as a conversion opens it:
+/// quantized weights are read as the options ask.
 pub async fn open_input(
     path: &Path,
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
-    open_location(&Location::parse(path)?, options, notice).await
+    let mut opened = open_inputs(&[path.to_path_buf()], options, notice).await?;
+    let one = opened.pop().filter(|_| opened.is_empty());
+    one.ok_or_else(|| Error::new(ErrorKind::Usage("one input opened as several".into())))
 }
 
-/// Opens `location` as a source of tensors, reading headers only.
+/// Opens every input at `paths` (files of any supported kind, folders for
+/// the checkpoint in them, object URLs, or `-`), each parsed once into the
+/// [`Location`] it names: [`open_locations`].
+pub async fn open_inputs(
+    paths: &[PathBuf],
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Vec<Box<dyn Source>>> {
+    open_locations(&Location::parse_all(paths)?, options, notice).await
+}
+
+/// Opens every input at `locations`, reading headers only; then applies
+/// the table's wraps to them all (quantized weights, whose scales may lie
+/// in any input). Each source reports the files and objects it read
+/// ([`Source::opened`]).
+pub async fn open_locations(
+    locations: &[Location],
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Vec<Box<dyn Source>>> {
+    let mut sources = Vec::with_capacity(locations.len());
+    for location in locations {
+        sources.push(open_location(location, options, notice).await?);
+    }
+    WRAPS
+        .iter()
+        .try_fold(sources, |sources, wrap| wrap(sources, options, notice))
+}
+
+/// Opens `location` as a source of tensors, reading headers only (and
+/// no wrap: [`open_locations`] applies them).
 pub async fn open_location(
     location: &Location,
     options: &SourceOptions,
@@ -35,13 +69,14 @@ pub async fn open_location(
 ) -> Result<Box<dyn Source>> {
     match location {
         Location::Stdio => {
-            let source = input::open_stdin(options, notice).await?;
+            let source = input::open_path(FORMATS, Path::new("-"), options, notice).await?;
             Ok(located(source, Opened::stdin()))
         }
         Location::File(path) => open_file(path, options, notice).await,
         Location::Folder(path) => {
             let file = crate::folder::resolve_input(path)?;
-            notice(&format!("{}: reading {}", path.display(), file.display()));
+            let (dir, file_shown) = (path.display(), file.display());
+            notice(&Note::Info(format!("{dir}: reading {file_shown}")));
             open_file(&file, options, notice).await
         }
         #[cfg(feature = "object-store")]
@@ -55,8 +90,7 @@ pub async fn open_location(
                     size,
                     etag,
                 } => {
-                    let input = url.as_str();
-                    let source = input::open_reader(reader, input, stem, options, notice).await?;
+                    let source = input::open_reader(reader, url, stem, options, notice).await?;
                     Ok(located(source, Opened::object(url, size, etag)))
                 }
             }
@@ -70,7 +104,7 @@ async fn open_file(
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
-    let source = input::open_file(path, options, notice).await?;
+    let source = input::open_path(FORMATS, path, options, notice).await?;
     Ok(located(source, Opened::file(path)))
 }
 

@@ -1,4 +1,4 @@
-//! Helpers for `tests/faults.rs`: inputs built in memory, child runs of the
+//! Helpers for `tests/it/faults.rs`: inputs built in memory, child runs of the
 //! `convert` binary held in the middle of a conversion by inputs that the
 //! test feeds (standard input, FIFOs), temp-file recognition, and a tmpfs
 //! mount that skips where the machine does not allow one.

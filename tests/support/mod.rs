@@ -3,12 +3,13 @@
 //! bytes, files, the binary); in submodules the helpers of one area
 //! (`reference`: the reference reader and writer; `pipeline`: in-memory
 //! sources and runs; `numpy`: .npy files and zip archives; `faults`: child
-//! runs held mid-conversion; `alloc`: the counting allocator; `moto`: the
-//! local S3 server and plain requests to it).
+//! runs held mid-conversion; `gguf`: GGUF headers built by hand; `moto`:
+//! the local S3 server and plain requests to it). The counting allocator
+//! is `tests/memory/alloc.rs`, in the one binary that installs it.
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
 
-pub mod alloc;
 pub mod faults;
+pub mod gguf;
 pub mod moto;
 pub mod numpy;
 pub mod pipeline;

@@ -4,8 +4,8 @@
 //! port (stopped when the test process ends).
 //!
 //! The tests that need it are `#[ignore = "needs a local S3 server ..."]`: a plain `cargo test`
-//! lists them as ignored rather than passed; `cargo test --test object_store
-//! --test object_store_etag -- --ignored` runs them, and there a server that
+//! lists them as ignored rather than passed; `cargo test --test it
+//! object_store -- --ignored` runs them, and there a server that
 //! cannot be had is a failure, said at once when `moto_server` is not found.
 
 use std::io::{Read, Write};

@@ -1,5 +1,5 @@
-//! Helpers for the pipeline tests (pipeline, sink_adversaries, memory_bound,
-//! cli::convert): building inputs with the reference writer, reading outputs
+//! Helpers for the pipeline tests (pipeline, sink_adversaries, cli::convert,
+//! and memory's bound): building inputs with the reference writer, reading outputs
 //! back with the reference reader, runtimes, and small in-memory sources.
 
 pub use super::{block_on, fixtures, listing, pattern, write, SplitMix, BIN};

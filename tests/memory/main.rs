@@ -1,0 +1,23 @@
+//! Memory bounds measured with a counting global allocator (`alloc`): the
+//! bytes a run requests, deterministic where RSS is not. The counters are
+//! process-wide, so these tests have a binary of their own, and every test
+//! in it holds [`alloc::serial`] from its first line, not only while it
+//! measures: a test building a large input beside a measuring one would
+//! count in that one's peak.
+//!
+//! Print the measured peaks with `cargo test --test memory -- --nocapture`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod alloc;
+
+mod bound;
+mod gguf;
+mod header;
+mod hostile;
+mod numpy;
+mod quantized;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;

@@ -1,8 +1,0 @@
-//! NumPy sources: every `.npy`/`.npz` case numpy writes, converted and
-//! compared with numpy's own reading, and hostile archives refused.
-
-#[path = "../support/mod.rs"]
-mod support;
-
-mod hostile;
-mod sources;

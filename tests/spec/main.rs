@@ -1,8 +1,0 @@
-//! The safetensors format itself: byte-exact headers against golden files
-//! and the reference writer, and every validity rule of the format summary.
-
-#[path = "../support/mod.rs"]
-mod support;
-
-mod golden;
-mod validity_rules;
