@@ -12,11 +12,12 @@
 //! their headers is the source layer's (`source::safetensors`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::header::{Header, MAX_HEADER_LEN};
+use crate::location::Location;
 use crate::{Error, ErrorKind, IndexError, JsonError, Result};
 
 /// The suffix that marks an index file.
@@ -276,8 +277,9 @@ fn check_plain_name(name: &str) -> Result<()> {
 pub struct Checkpoint {
     /// The index, when the checkpoint was opened through one.
     pub index: Option<ShardIndex>,
-    /// Each file with its validated header, in the index's shard order.
-    pub files: Vec<(PathBuf, Header)>,
+    /// Each file (or object) with its validated header, in the index's
+    /// shard order.
+    pub files: Vec<(Location, Header)>,
 }
 
 impl Checkpoint {
@@ -292,18 +294,20 @@ impl Checkpoint {
     }
 }
 
-fn file_name(p: &Path) -> String {
+/// The name an index gives a shard at `path`: its file name.
+pub(crate) fn file_name(p: &Path) -> String {
     p.file_name().map_or_else(
         || p.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     )
 }
 
-/// The weight_map and total_size must describe exactly what the shards hold.
-pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(PathBuf, Header)]) -> Result<()> {
+/// The weight_map and total_size must describe exactly what the shards
+/// hold: each shard by the name the index gives it, with its header.
+pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(String, &Header)]) -> Result<()> {
     let mut holder: HashMap<&str, String> = HashMap::new();
-    for (path, header) in files {
-        let shard = file_name(path);
+    for (shard, header) in files {
+        let shard = shard.clone();
         for t in &header.tensors {
             let name = t.meta.name.as_str();
             if let Some(first) = holder.insert(name, shard.clone()) {

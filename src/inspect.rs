@@ -21,7 +21,7 @@ use crate::Result;
 pub fn render_table(cp: &Checkpoint) -> String {
     let mut out = String::new();
     for (path, header) in &cp.files {
-        let _ = writeln!(out, "{}", path.display());
+        let _ = writeln!(out, "{path}");
         render_file(&mut out, header);
         out.push('\n');
     }
@@ -299,7 +299,7 @@ pub fn to_json(cp: &Checkpoint) -> Value {
                     })
                 })
                 .collect();
-            file_json(&path.display().to_string(), h, tensors)
+            file_json(&path.to_string(), h, tensors)
         })
         .collect();
     let mut v = json!({

@@ -21,11 +21,13 @@
 //!   with their own sources ([`convert::convert_sources`]), and the plan
 //!   checked and shown without writing ([`convert::dry_run`]);
 //! - [`index`], [`inspect`]: sharded checkpoints and listings;
+//! - [`location`]: where an input is (a file, a folder, standard input, an
+//!   object), parsed once, and what a source reports it read;
 //! - [`observe`], [`units`]: progress callbacks, byte sizes.
 //! - `store` (the `object-store` feature, on with `cli`): the object-storage
 //!   client: which paths are object URLs, multipart part sizes; objects
 //!   are read by `source::object` (a checkpoint's headers by ranges) and
-//!   written by `convert` (`convert::abort_pending`, `convert::open_uploads`).
+//!   written by `convert` (`convert::PendingUploads`, `convert::open_uploads`).
 //!
 //! Supported platforms: Unix (Linux, macOS, the BSDs). Unchanged bytes go
 //! from a mapping of the source straight into `write`, one memory copy.
@@ -86,6 +88,7 @@ pub mod header;
 pub mod index;
 pub mod inspect;
 mod io_util;
+pub mod location;
 pub mod observe;
 pub mod plan;
 pub(crate) mod rename;

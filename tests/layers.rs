@@ -2,7 +2,7 @@
 //! `crate::` and `super::` path in `src/**/*.rs` (comments aside) must point
 //! down the layer order
 //!
-//! `job → dest → copy → {plan, source} → {store, folder} → header → kernels → error → dtype`
+//! `job → dest → copy → {plan, source} → header → {store, location} → kernels → error → dtype`
 //!
 //! (the crate root and the binaries sit above all of it: the root
 //! re-exports, the binaries import through the public API), and no group
@@ -32,8 +32,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "setters",
         ],
     ),
+    ("location", &["store", "folder", "location"]),
     ("header", &["header", "index"]),
-    ("store", &["store", "folder"]),
     ("plan+source", &["plan", "source", "rename"]),
     ("copy", &["copy", "sink", "observe"]),
     ("dest", &["dest"]),

@@ -5,8 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use safetensors_stream::convert::{
-    convert as run, dry_run as plan, open_inputs, ConvertOptions, Output,
+    convert_sources as run, dry_run as plan, open_locations, ConvertOptions, Output,
 };
+use safetensors_stream::location::Location;
 use safetensors_stream::units::parse_size;
 use safetensors_stream::{Error, ErrorKind, Note};
 
@@ -85,10 +86,9 @@ pub(crate) fn convert(
     options.notice = Some(Arc::new(move |note: &Note| {
         collected.lock().expect("notices lock").push(note.clone())
     }));
-    let output = match output.as_os_str() == "-" {
-        true => Output::Stdout,
-        false => Output::File(output),
-    };
+    // Each named once, here: what it names, parsed.
+    let output = Output::parse(&output).map_err(err)?;
+    let inputs = Location::parse_all(&inputs).map_err(err)?;
     let text = py
         .detach(|| {
             tokio::runtime::Builder::new_current_thread()
@@ -97,12 +97,12 @@ pub(crate) fn convert(
                 .map_err(Error::io)?
                 .block_on(async {
                     let notices = || notices.lock().expect("notices lock").clone();
+                    let mut sources = open_locations(&inputs, &options).await?;
                     if dry_run {
-                        let sources = open_inputs(&inputs, &options).await?;
-                        let planned = plan(&inputs, &sources, &output, &options)?;
+                        let planned = plan(&sources, &output, &options)?;
                         Ok(planned.to_json(&notices()))
                     } else {
-                        let report = run(&inputs, &output, &options).await?;
+                        let report = run(&mut sources, &output, &options).await?;
                         Ok(report.to_json(&notices()))
                     }
                 })

@@ -3,8 +3,6 @@
 //! so a dry run makes exactly the checks the real run makes before its
 //! first write, and its JSON is the same whoever asks.
 
-use std::path::PathBuf;
-
 use serde::Serialize;
 use serde_json::json;
 
@@ -12,7 +10,6 @@ use super::report::{cast_notes, plan_warnings};
 use super::{plan_sources, ConvertOptions, Output};
 use crate::error::note::fresh_notes;
 use crate::inspect::{plan_to_json, render_plan};
-use crate::plan::layout::shard_paths;
 use crate::plan::{plan_id, Plan};
 use crate::source::{Listed, Source};
 use crate::{Note, Result, Warning};
@@ -28,7 +25,7 @@ use crate::{Note, Result, Warning};
 /// let options = ConvertOptions::default();
 /// let sources = open_inputs(&inputs, &options).await?;
 /// let out = Output::File("model.safetensors".into());
-/// let planned = dry_run(&inputs, &sources, &out, &options)?;
+/// let planned = dry_run(&sources, &out, &options)?;
 /// assert_eq!(planned.outputs(), ["model.safetensors"]);
 /// let json: serde_json::Value = serde_json::from_str(&planned.to_json(&[])).unwrap();
 /// assert_eq!(json["ok"], true);
@@ -44,22 +41,22 @@ pub struct DryRun<'a> {
     warnings: Vec<Warning>,
 }
 
-/// Plans `sources` (opened from `inputs` by [`open_inputs`](super::open_inputs))
-/// for `output` and makes every check the real run makes before writing;
+/// Plans `sources` (opened by [`open_inputs`](super::open_inputs), or any
+/// others) for `output` and makes every check the real run makes before writing;
 /// nothing is written. An error is the error the real run would stop with.
 /// Refused:
 /// - binary output to a terminal (`-o -`, `/dev/stdout`, `/dev/tty`);
 /// - a sharded set to standard output, a device, a FIFO or a socket;
 /// - one file named like an index (`*.index.json`), a name over
 ///   `NAME_MAX` bytes, a file of the set that is not a regular file;
-/// - an output file that is one of the files read for `inputs` (an
+/// - an output file that is one of the files the sources read (an
 ///   index's shards, `-` when it is a file, links followed; same device
-///   and inode), unless [`ConvertOptions::overwrite_input`];
+///   and inode), or an object one of the objects they read, unless
+///   [`ConvertOptions::overwrite_input`];
 /// - a folder that cannot be written (the nearest existing one, when the
 ///   output's folders are still to be made);
 /// - a [`Part`](super::Part) the plan does not have.
 pub fn dry_run<'a>(
-    inputs: &[PathBuf],
     sources: &'a [Box<dyn Source + 'a>],
     output: &Output,
     options: &ConvertOptions,
@@ -67,15 +64,9 @@ pub fn dry_run<'a>(
     let plan = plan_sources(sources, options)?;
     let mut warnings = plan_warnings(&plan);
     let (part, overwrite) = (options.part, options.overwrite_input);
-    warnings.extend(crate::dest::check(inputs, output, &plan, part, overwrite)?.1);
-    let outputs = match output {
-        Output::Stdout => vec!["-".to_string()],
-        Output::File(p) => shard_paths(p, plan.shards.len())
-            .0
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect(),
-    };
+    let read = super::read_by(sources);
+    warnings.extend(crate::dest::check(&read, output, &plan, part, overwrite)?.1);
+    let outputs = output.names(plan.shards.len());
     Ok(DryRun {
         sources,
         plan,

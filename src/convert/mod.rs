@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use crate::copy::policy::CopyPolicy;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
 #[cfg(feature = "object-store")]
-pub use crate::dest::objects::{abort_pending, open_uploads};
+pub use crate::dest::objects::{open_uploads, PendingUploads};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
@@ -22,6 +22,7 @@ use crate::dest::Resolved;
 pub use crate::dest::{Output, WrittenFile};
 use crate::error::note::{Note, Notice};
 pub use crate::error::NoticeFn;
+use crate::location::{Location, Opened};
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan};
@@ -32,8 +33,9 @@ pub use options::ConvertOptions;
 use report::{cast_notes, plan_warnings};
 pub use report::{CastNote, Report};
 
-/// Converts the inputs at `inputs` (files of any supported kind, or `-`
-/// for standard input) into `output`.
+/// Converts the inputs at `inputs` (files of any supported kind, folders
+/// for the checkpoint in them, object URLs, or `-` for standard input)
+/// into `output`.
 ///
 /// ```
 /// use safetensors_stream::convert::{convert, ConvertOptions, Output};
@@ -57,7 +59,7 @@ pub async fn convert(
     options: &ConvertOptions,
 ) -> Result<Report> {
     let mut sources = open_inputs(inputs, options).await?;
-    convert_opened(inputs, &mut sources, output, options).await
+    convert_sources(&mut sources, output, options).await
 }
 
 /// [`convert`] for code that is not async: runs the conversion on a
@@ -96,13 +98,25 @@ pub fn convert_blocking(
         .block_on(convert(inputs, output, options))
 }
 
-/// Opens every input (files of any supported kind, or `-`), reading headers only.
+/// Opens every input (files of any supported kind, folders, object URLs,
+/// or `-`), reading headers only: each is parsed once into the
+/// [`Location`] it names, then opened ([`open_locations`]).
 pub async fn open_inputs(
     inputs: &[PathBuf],
     options: &ConvertOptions,
 ) -> Result<Vec<Box<dyn Source>>> {
+    open_locations(&Location::parse_all(inputs)?, options).await
+}
+
+/// Opens every input at `locations`, reading headers only. Each source
+/// reports the files and objects it read ([`Source::opened`]): what the
+/// output is checked against.
+pub async fn open_locations(
+    locations: &[Location],
+    options: &ConvertOptions,
+) -> Result<Vec<Box<dyn Source>>> {
     let notice: Notice<'_> = options.notice.as_deref().unwrap_or(&|_| {});
-    crate::source::open_inputs(inputs, &options.source, notice).await
+    crate::source::open_locations(locations, &options.source, notice).await
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,
@@ -113,32 +127,33 @@ pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) 
     Ok(plan)
 }
 
-/// Converts already-opened sources into `output`. The output is checked
-/// as [`dry_run`] lists, except against the input files, which only
-/// [`convert_opened`] knows.
+/// Converts already-opened sources into `output`, after the checks
+/// [`dry_run`] lists: an output that is one of the files or objects the
+/// sources read ([`Source::opened`]) is refused unless
+/// [`ConvertOptions::overwrite_input`].
 pub async fn convert_sources(
-    sources: &mut [Box<dyn Source + '_>],
-    output: &Output,
-    options: &ConvertOptions,
-) -> Result<Report> {
-    convert_opened(&[], sources, output, options).await
-}
-
-/// Converts sources opened from the files `inputs` (by [`open_inputs`])
-/// into `output`, after the checks [`dry_run`] lists: an output that is one of those
-/// files is refused unless [`ConvertOptions::overwrite_input`].
-pub async fn convert_opened(
-    inputs: &[PathBuf],
     sources: &mut [Box<dyn Source + '_>],
     output: &Output,
     options: &ConvertOptions,
 ) -> Result<Report> {
     let started = std::time::Instant::now();
     let plan = plan_sources(sources, options)?;
-    write_planned(inputs, sources, &plan, output, options, started).await
+    write_planned(sources, &plan, output, options, started).await
 }
 
-/// [`convert_opened`] in two steps: `plan` is made by [`plan_sources`] from
+/// [`convert_sources`]: the sources say what they read, so the paths they
+/// were opened from are no longer needed (nor looked at).
+#[deprecated(note = "use convert_sources: sources report the files they read")]
+pub async fn convert_opened(
+    _inputs: &[PathBuf],
+    sources: &mut [Box<dyn Source + '_>],
+    output: &Output,
+    options: &ConvertOptions,
+) -> Result<Report> {
+    convert_sources(sources, output, options).await
+}
+
+/// [`convert_sources`] in two steps: `plan` is made by [`plan_sources`] from
 /// these `sources` under these `options`, and may be looked at (or the
 /// memory its making freed, as the `convert` binary does) before anything
 /// is written. [`Report::seconds`] counts from this call.
@@ -166,16 +181,15 @@ pub async fn convert_opened(
 ///
 /// // A plan of other tensors is refused, and nothing is written.
 /// let mut others: Vec<Box<dyn Source>> = vec![Box::new(other)];
-/// assert!(convert_planned(&[], &mut others, &plan, &out, &options).await.is_err());
+/// assert!(convert_planned(&mut others, &plan, &out, &options).await.is_err());
 /// assert!(!dir.path().join("out.safetensors").exists());
 ///
-/// let report = convert_planned(&[], &mut sources, &plan, &out, &options).await?;
+/// let report = convert_planned(&mut sources, &plan, &out, &options).await?;
 /// assert_eq!(report.data_bytes, 2);
 /// # Ok::<(), safetensors_stream::Error>(())
 /// # }).unwrap();
 /// ```
 pub async fn convert_planned(
-    inputs: &[PathBuf],
     sources: &mut [Box<dyn Source + '_>],
     plan: &Plan,
     output: &Output,
@@ -183,11 +197,15 @@ pub async fn convert_planned(
 ) -> Result<Report> {
     check_refs(plan, sources)?;
     let started = std::time::Instant::now();
-    write_planned(inputs, sources, plan, output, options, started).await
+    write_planned(sources, plan, output, options, started).await
+}
+
+/// Every file and object `sources` read: what no output may be.
+pub(crate) fn read_by(sources: &[Box<dyn Source + '_>]) -> Vec<Opened> {
+    sources.iter().flat_map(|s| s.opened()).collect()
 }
 
 async fn write_planned(
-    inputs: &[PathBuf],
     sources: &mut [Box<dyn Source + '_>],
     plan: &Plan,
     output: &Output,
@@ -196,7 +214,8 @@ async fn write_planned(
 ) -> Result<Report> {
     let mut warnings = plan_warnings(plan);
     let (part, overwrite) = (options.part, options.overwrite_input);
-    let (resolved, checked) = crate::dest::check(inputs, output, plan, part, overwrite)?;
+    let read = read_by(sources);
+    let (resolved, checked) = crate::dest::check(&read, output, plan, part, overwrite)?;
     warnings.extend(checked);
     let overflows = Mutex::new(Vec::new());
     let tell = |warnings: &[Warning]| {
@@ -271,6 +290,8 @@ async fn write_outputs(
         sync: options.sync,
         checksum: options.checksum,
         plan_id: options.plan.expect_plan.clone(),
+        #[cfg(feature = "object-store")]
+        uploads: options.uploads.clone(),
     };
     let mut dest = Destination::open(resolved, plan, dest_options).await?;
     // This conversion's copy decisions, shard after shard.

@@ -48,6 +48,12 @@ pub struct ConvertOptions {
     /// Which files of a sharded plan to write: all (the default), one
     /// shard (`--shard K`), or the index alone (`--index-only`).
     pub part: Part,
+    /// The multipart uploads the conversion starts and has not completed:
+    /// after dropping a conversion part-way (a signal), abort them with
+    /// [`PendingUploads::abort_all`](super::PendingUploads::abort_all).
+    /// Clones of these options share it.
+    #[cfg(feature = "object-store")]
+    pub uploads: super::PendingUploads,
 }
 
 impl Default for ConvertOptions {
@@ -63,6 +69,8 @@ impl Default for ConvertOptions {
             routes: Routes::default(),
             overwrite_input: false,
             part: Part::All,
+            #[cfg(feature = "object-store")]
+            uploads: Default::default(),
         }
     }
 }

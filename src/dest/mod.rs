@@ -17,19 +17,69 @@ use std::io::IsTerminal;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use crate::index::{is_index_path, ShardIndex};
+use crate::error::{Error, ErrorKind, Result};
+use crate::location::Opened;
 use crate::plan::layout::{names_folder, shard_paths, Part};
 use crate::plan::Plan;
-use crate::{Error, ErrorKind, Result, Warning};
+#[cfg(feature = "object-store")]
+use crate::store::ObjectUrl;
+use crate::Warning;
 use target::{resolve, Target};
 
 /// Where the output goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
-    /// A file, written atomically; with sharding, the base of the shard names.
+    /// A file, written atomically; with sharding, the base of the shard
+    /// names. (A URL-shaped path here is taken as the object URL it spells,
+    /// as [`Output::parse`] reads it: name objects with [`Output::Object`].)
     File(PathBuf),
     /// Standard output (`-o -`); no sharding.
     Stdout,
+    /// An object, written whole or not at all; with sharding, the base of
+    /// the shard names, beside it.
+    #[cfg(feature = "object-store")]
+    Object(ObjectUrl),
+}
+
+impl Output {
+    /// What `path` names as an output: `-` is standard output, a
+    /// URL-shaped argument an object (refused here, as a usage error naming
+    /// it, when it is not one we can write), anything else a file.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use safetensors_stream::Output;
+    /// assert_eq!(Output::parse(Path::new("-"))?, Output::Stdout);
+    /// assert_eq!(Output::parse(Path::new("m.safetensors"))?, Output::File("m.safetensors".into()));
+    /// # #[cfg(feature = "object-store")]
+    /// assert!(matches!(Output::parse(Path::new("s3://b/m.safetensors"))?, Output::Object(_)));
+    /// # Ok::<(), safetensors_stream::Error>(())
+    /// ```
+    pub fn parse(path: &Path) -> Result<Output> {
+        if path.as_os_str() == "-" {
+            return Ok(Output::Stdout);
+        }
+        #[cfg(feature = "object-store")]
+        if let Some(url) = ObjectUrl::from_arg(path) {
+            let usage = |msg| Error::new(ErrorKind::Usage(msg)).with_output(path.display());
+            return url.map(Output::Object).map_err(usage);
+        }
+        Ok(Output::File(path.to_path_buf()))
+    }
+
+    /// The names the outputs of a plan of `shards` shards take: `-`, the
+    /// files, or the objects' URLs (the index last, when there is one).
+    pub(crate) fn names(&self, shards: usize) -> Vec<String> {
+        match self {
+            Output::Stdout => vec!["-".to_string()],
+            Output::File(path) => {
+                let (files, _) = shard_paths(path, shards);
+                files.iter().map(|p| p.display().to_string()).collect()
+            }
+            #[cfg(feature = "object-store")]
+            Output::Object(url) => object_names(url, shards).0,
+        }
+    }
 }
 
 /// One file written.
@@ -64,15 +114,15 @@ pub(crate) enum Resolved {
     },
     /// Objects: the URL the set's names derive from.
     #[cfg(feature = "object-store")]
-    Objects(String),
+    Objects(ObjectUrl),
 }
 
 /// Checks that `output` can take `plan` without harm, before anything is
-/// written (the refusals [`dry_run`](crate::convert::dry_run) lists; an
-/// object set that is one of the object URLs read is refused as a file
-/// is); returns what the output resolved to, and warnings worth telling.
+/// written (the refusals [`dry_run`](crate::convert::dry_run) lists: an
+/// output that is one of the files or objects `read` is refused); returns
+/// what the output resolved to, and warnings worth telling.
 pub(crate) fn check(
-    inputs: &[PathBuf],
+    read: &[Opened],
     output: &Output,
     plan: &Plan,
     part: Part,
@@ -84,14 +134,16 @@ pub(crate) fn check(
         check_stream_output(shown, shards, std::io::stdout().is_terminal())?;
         Ok((Resolved::Stream(None, "-".into()), Vec::new()))
     };
-    let Output::File(path) = output else {
-        return stdout("-");
+    let path = match output {
+        Output::Stdout => return stdout("-"),
+        Output::File(path) => path,
+        #[cfg(feature = "object-store")]
+        Output::Object(url) => return check_objects(read, url, shards, overwrite_input),
     };
-    // Objects: written as a whole or not at all by the store itself.
+    // The library's old spelling of an object: its URL as a file's path.
     #[cfg(feature = "object-store")]
-    if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
-        check_objects(inputs, url, shards, overwrite_input)?;
-        return Ok((Resolved::Objects(url.to_string()), Vec::new()));
+    if let Output::Object(url) = Output::parse(path)? {
+        return check_objects(read, &url, shards, overwrite_input);
     }
     let shown = path.display().to_string();
     // A folder named as one (`out/`) is written into, and made if missing.
@@ -108,7 +160,7 @@ pub(crate) fn check(
     }
     let (files, index) = shard_paths(path, shards);
     let mut warnings = check_file_names(&files, index.is_some())?;
-    let read = input_files(inputs);
+    let read = read_files(read);
     let mut check_one = |file: PathBuf| -> Result<(PathBuf, PathBuf)> {
         let (dest, warned) = check_file(&file, &read, overwrite_input)?;
         warnings.extend(warned);
@@ -144,22 +196,42 @@ fn check_file_names(files: &[PathBuf], sharded: bool) -> Result<Vec<Warning>> {
     Ok(warnings)
 }
 
-/// An object set whose name is one of the object URLs read: refused unless
-/// `overwrite_input` (the store replaces it whole, after the reads).
+/// The URLs of an object set's objects (the shards, the base itself for
+/// one) and of its index, if any: named as files are, beside `url`.
 #[cfg(feature = "object-store")]
-fn check_objects(inputs: &[PathBuf], url: &str, shards: usize, overwrite: bool) -> Result<()> {
-    if overwrite {
-        return Ok(());
-    }
-    let (files, index) = shard_paths(Path::new(url), shards);
-    for out in files.iter().chain(&index) {
-        let out = out.to_string_lossy();
-        if let Some(input) = inputs.iter().find(|i| i.to_string_lossy() == out) {
-            let e = Error::new(ErrorKind::OutputIsInput(input.display().to_string()));
+pub(crate) fn object_names(url: &ObjectUrl, shards: usize) -> (Vec<String>, Option<String>) {
+    // Names only: the URL's last segment, never the URL as a path.
+    let (files, index) = shard_paths(Path::new(url.name()), shards);
+    let beside = |p: &PathBuf| url.beside(&p.to_string_lossy());
+    (
+        files.iter().map(beside).collect(),
+        index.as_ref().map(beside),
+    )
+}
+
+/// An object set, written as a whole or not at all by the store itself:
+/// refused when one of its objects is one read, unless `overwrite` (the
+/// store replaces it whole, after the reads).
+#[cfg(feature = "object-store")]
+fn check_objects(
+    read: &[Opened],
+    url: &ObjectUrl,
+    shards: usize,
+    overwrite: bool,
+) -> Result<(Resolved, Vec<Warning>)> {
+    let (files, index) = object_names(url, shards);
+    let objects_read = read.iter().filter_map(|o| match &o.location {
+        crate::location::Location::Object(input) => Some(input.as_str()),
+        _ => None,
+    });
+    let objects_read: Vec<&str> = objects_read.collect();
+    for out in files.iter().chain(&index).filter(|_| !overwrite) {
+        if let Some(input) = objects_read.iter().find(|i| *i == out) {
+            let e = Error::new(ErrorKind::OutputIsInput(input.to_string()));
             return Err(e.with_output(out));
         }
     }
-    Ok(())
+    Ok((Resolved::Objects(url.clone()), Vec::new()))
 }
 
 /// Standard output and other streams: one file, never a terminal.
@@ -223,77 +295,56 @@ fn check_writable(dest: &Path) -> Result<()> {
     })
 }
 
-/// Every file read for `inputs`, as (name, device, inode): each input
-/// (links followed; `-` when standard input is a file; a folder as the
-/// checkpoint it stands for) and, for an index (safetensors or PyTorch),
-/// its shards. Files that cannot be looked at are left out: opening them
-/// has already failed, or will.
-fn input_files(inputs: &[PathBuf]) -> Vec<(String, u64, u64)> {
-    let mut files = Vec::new();
-    let mut add = |shown: String, path: &Path| {
-        if let Ok(m) = std::fs::metadata(path) {
-            files.push((shown, m.dev(), m.ino()));
-        }
+/// The files among those read, as (name, device, inode): what an output
+/// file must not be. Files that could not be looked at are left out:
+/// opening them has already failed, or will.
+fn read_files(read: &[Opened]) -> Vec<(String, u64, u64)> {
+    let file = |o: &Opened| {
+        let (dev, ino) = o.identity.file_id()?;
+        Some((o.location.to_string(), dev, ino))
     };
-    for input in inputs {
-        if input.as_os_str() == "-" {
-            add("-".into(), Path::new("/dev/stdin"));
-            continue;
-        }
-        // The file a folder stands for is the one read, so the one that clashes.
-        let input = crate::source::resolve_input(input).unwrap_or_else(|_| input.clone());
-        add(input.display().to_string(), &input);
-        if is_index_path(&input) || crate::source::pytorch::is_index_path(&input) {
-            for shard in index_shards(&input) {
-                add(shard.display().to_string(), &shard);
-            }
-        }
-    }
-    files
-}
-
-/// The shard files an index names (none if it cannot be read). Read under
-/// the same cap as every index read: an index that is `/dev/zero` or a huge
-/// file must not fill memory here either.
-fn index_shards(index: &Path) -> Vec<PathBuf> {
-    // An index that cannot be read is no index: its text is then empty.
-    let text = crate::header::read::read_capped(index, "index file").unwrap_or_default();
-    let Ok(parsed) = ShardIndex::from_json(&text) else {
-        return Vec::new();
-    };
-    let dir = index.parent().unwrap_or(Path::new(""));
-    let names = parsed.shard_names().unwrap_or_default();
-    names.iter().map(|n| dir.join(n)).collect()
+    read.iter().filter_map(file).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[cfg(feature = "object-store")]
     #[test]
-    fn an_index_that_never_ends_is_read_under_the_cap() {
-        // Unbounded, this read would fill memory and never return.
-        let dir = tempfile::tempdir().unwrap();
-        let index = dir.path().join("z.safetensors.index.json");
-        std::os::unix::fs::symlink("/dev/zero", &index).unwrap();
-        assert!(index_shards(&index).is_empty());
+    fn an_object_set_naming_an_object_read_is_refused() {
+        let url = ObjectUrl::parse("s3://bucket/dir/model.safetensors").unwrap();
+        let read = [Opened::object(&url, 8, None)];
+        let e = check_objects(&read, &url, 1, false).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::OutputIsInput(i) if i == url.as_str()),
+            "{e}"
+        );
+        assert_eq!(e.output(), Some(url.as_str()));
+        assert!(check_objects(&read, &url, 1, true).is_ok());
+        // A sharded set clashes through its shard names.
+        let shard = ObjectUrl::parse("s3://bucket/dir/model-00002-of-00002.safetensors").unwrap();
+        let read = [Opened::object(&shard, 8, Some("\"e\"".into()))];
+        assert!(check_objects(&read, &url, 2, false).is_err());
+        assert!(check_objects(&read, &url, 1, false).is_ok());
     }
 
     #[cfg(feature = "object-store")]
     #[test]
-    fn an_object_set_naming_an_object_read_is_refused() {
-        let url = "s3://bucket/dir/model.safetensors";
-        let inputs = [PathBuf::from(url)];
-        let e = check_objects(&inputs, url, 1, false).unwrap_err();
-        assert!(
-            matches!(e.kind(), ErrorKind::OutputIsInput(i) if i == url),
-            "{e}"
+    fn an_object_set_is_named_beside_its_url() {
+        let url = ObjectUrl::parse("s3://bucket/dir/m.safetensors").unwrap();
+        let (files, index) = object_names(&url, 2);
+        assert_eq!(
+            files,
+            [
+                "s3://bucket/dir/m-00001-of-00002.safetensors",
+                "s3://bucket/dir/m-00002-of-00002.safetensors"
+            ]
         );
-        assert_eq!(e.output(), Some(url));
-        assert!(check_objects(&inputs, url, 1, true).is_ok());
-        // A sharded set clashes through its shard names.
-        let shard = PathBuf::from("s3://bucket/dir/model-00002-of-00002.safetensors");
-        assert!(check_objects(std::slice::from_ref(&shard), url, 2, false).is_err());
-        assert!(check_objects(&[shard], url, 1, false).is_ok());
+        assert_eq!(
+            index.as_deref(),
+            Some("s3://bucket/dir/m.safetensors.index.json")
+        );
+        assert_eq!(object_names(&url, 1), (vec![url.to_string()], None));
     }
 }

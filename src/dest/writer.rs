@@ -46,6 +46,9 @@ pub(crate) struct DestOptions {
     /// written, and checked on every shard by `--index-only` (see
     /// [`super::record`]).
     pub(crate) plan_id: Option<String>,
+    /// Where the uploads started stay registered until completed or aborted.
+    #[cfg(feature = "object-store")]
+    pub(crate) uploads: super::objects::upload::PendingUploads,
 }
 
 impl OutWriter {

@@ -9,9 +9,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use super::{
-    check_file_len, check_prefix, parse_header, parse_header_json, Header, Rules, MAX_HEADER_LEN,
-};
+use super::{check_file_len, check_prefix, parse_header, parse_header_json, Header, Rules};
 use crate::{Error, ErrorKind, HeaderError, Result};
 
 /// Reads and validates the header of a file of `file_len` bytes from `r`,
@@ -79,37 +77,6 @@ pub(crate) fn read_stream_header<R: Read>(r: &mut R, rules: Rules) -> Result<Hea
     }
     check_file_len(&header, header.data_start() + seen)?;
     Ok(header)
-}
-
-/// Reads a small file whole (an index, a raw manifest), refusing one over
-/// [`MAX_HEADER_LEN`] bytes, the same cap as a header: at most the cap plus
-/// one byte is ever read, so `/dev/zero` or a pipe that never ends fails
-/// fast instead of filling memory. The error names the path.
-pub(crate) fn read_capped(path: &Path, what: &'static str) -> Result<Vec<u8>> {
-    let too_large = || {
-        Error::new(ErrorKind::FileTooLarge {
-            what,
-            limit: MAX_HEADER_LEN,
-        })
-    };
-    let inner = || -> Result<Vec<u8>> {
-        let f = std::fs::File::open(path)?;
-        let meta = f.metadata()?;
-        if meta.is_file() && meta.len() > MAX_HEADER_LEN {
-            return Err(too_large());
-        }
-        let mut text = Vec::with_capacity(if meta.is_file() {
-            meta.len() as usize
-        } else {
-            0
-        });
-        f.take(MAX_HEADER_LEN + 1).read_to_end(&mut text)?;
-        if text.len() as u64 > MAX_HEADER_LEN {
-            return Err(too_large());
-        }
-        Ok(text)
-    };
-    inner().map_err(|e| e.with_input(path.display()))
 }
 
 fn read_prefix(

@@ -2,9 +2,10 @@
 //!
 //! Workers of a fan-out plan on their own (`--shard K`), so each must plan
 //! against the same version of every input, or the set it commits mixes
-//! versions. The id is a digest of every input's identity as of its
-//! opening (a file's length and modification time, an object's ETag:
-//! [`crate::source::Source::identity`]) and of every planned header's
+//! versions. The id is a digest of the version of every file and object
+//! the sources read, as of its opening (a file's length and modification
+//! time, an object's size and ETag; an index and each of its shards:
+//! [`crate::source::Source::opened`]) and of every planned header's
 //! bytes, which hold the whole layout: names, dtypes, shapes, offsets,
 //! shards and metadata, so every option that shapes the output is in it.
 //! Input names are not: two workers may spell one path differently.

@@ -1,16 +1,16 @@
-//! Opening an input: a path, standard input or an object URL, recognised by
-//! the format table (by path, by the options, by its first bytes),
+//! Opening an input: a file, standard input or an object's stream (which
+//! of them is [`super::open`]'s to say, from the input's location),
+//! recognised by the format table (by path, by the options, by its first bytes),
 //! unwrapped if compressed, and opened by its format's row, from the file
 //! or, for what can only be read forward, from the stream (which the row
 //! may spool to a temp file).
 //!
-//! Layer: source, the top of it: may import the table, detection, the
-//! codecs, the object input ([`super::object`]), the header and index layers
-//! and below. No source imports this.
+//! Layer: source, near the top of it: may import the table, detection, the
+//! codecs, the header and index layers and below. No source imports this.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tokio::io::AsyncReadExt;
 
@@ -19,69 +19,12 @@ pub(crate) use super::format::Notice;
 use super::codec::{decoder, Codec};
 use super::detect::{hex_preview, say_what_it_is, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::format::{FileInput, FormatRow, PathInput, Stream, StreamInput, Unwrap};
-use super::table::{Table, FORMATS, WRAPS};
+use super::table::{Table, FORMATS};
 use super::{Source, SourceOptions, TensorReader};
-use crate::{Error, ErrorKind, Note, Result};
+use crate::{Error, ErrorKind, Result};
 
-/// Opens `path` (`-` for standard input; a folder for the checkpoint in
-/// it) as a source of tensors, as a conversion opens it: quantized weights
-/// are read as the options ask.
-pub async fn open_input(
-    path: &Path,
-    options: &SourceOptions,
-    notice: Notice<'_>,
-) -> Result<Box<dyn Source>> {
-    let mut opened = open_inputs(&[path.to_path_buf()], options, notice).await?;
-    let one = opened.pop().filter(|_| opened.is_empty());
-    one.ok_or_else(|| Error::new(ErrorKind::Usage("one input opened as several".into())))
-}
-
-/// Opens every input at `paths` (files of any supported kind, folders for
-/// the checkpoint in them, or `-`), reading headers only; then applies the
-/// table's wraps to them all (quantized weights, whose scales may lie in
-/// any input).
-pub async fn open_inputs(
-    paths: &[PathBuf],
-    options: &SourceOptions,
-    notice: Notice<'_>,
-) -> Result<Vec<Box<dyn Source>>> {
-    let mut sources = Vec::with_capacity(paths.len());
-    for path in paths {
-        let resolved = super::resolve_input(path)?;
-        if resolved != *path {
-            notice(&Note::Info(format!(
-                "{}: reading {}",
-                path.display(),
-                resolved.display()
-            )));
-        }
-        sources.push(open_one(&resolved, options, notice).await?);
-    }
-    WRAPS
-        .iter()
-        .try_fold(sources, |sources, wrap| wrap(sources, options, notice))
-}
-
-/// One input, as its format opens it.
-async fn open_one(
-    path: &Path,
-    options: &SourceOptions,
-    notice: Notice<'_>,
-) -> Result<Box<dyn Source>> {
-    #[cfg(feature = "object-store")]
-    if let Some(url) = path.to_str().filter(|_| crate::store::is_url(path)) {
-        use super::object::{open_object, ObjectInput};
-        return match open_object(url, options).await? {
-            ObjectInput::Ranged(src) => Ok(src),
-            ObjectInput::Whole { reader, stem } => {
-                open_reader(reader, url, stem, options, notice).await
-            }
-        };
-    }
-    open_path(FORMATS, path, options, notice).await
-}
-
-/// [`open_input`] of a local path, with the formats of `table`.
+/// A local path (`-` for standard input: [`super::open`] says which),
+/// opened by its format's row in `table`.
 pub(crate) async fn open_path(
     table: Table,
     path: &Path,
@@ -216,19 +159,20 @@ async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'s
 
 /// Opens a forward-only input read from `reader` (an object streamed
 /// whole) exactly as standard input is opened: detected, decompressed,
-/// spooled when its format needs seeking. `stem` names a lone .npy array.
+/// spooled when its format needs seeking. `stem` names a lone .npy array;
+/// the object's own name (not its URL) is what a raw dump is named after.
 #[cfg(feature = "object-store")]
-async fn open_reader(
+pub(crate) async fn open_reader(
     reader: TensorReader<'static>,
-    input: &str,
+    url: &crate::store::ObjectUrl,
     stem: Option<String>,
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
     let stream = StreamInput {
         reader,
-        path: Some(Path::new(input)),
-        input,
+        path: Some(Path::new(url.name())),
+        input: url.as_str(),
         name: stem,
         options,
         notice,
@@ -295,8 +239,8 @@ async fn open_row_stream(row: &FormatRow, stream: StreamInput<'_>) -> Result<Box
 mod tests {
     use super::*;
     use crate::source::detect::{detect, Format};
-    use crate::source::MemorySource;
-    use crate::Dtype;
+    use crate::source::{open_input, MemorySource};
+    use crate::{Dtype, Note};
 
     /// A format unknown to the crate: `TSTF`, then its bytes as one U8 tensor.
     const TEST_ROW: FormatRow = FormatRow {

@@ -71,6 +71,7 @@ pub(crate) mod npz;
 #[cfg(feature = "object-store")]
 pub mod object;
 pub mod onnx;
+mod open;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
@@ -92,9 +93,9 @@ pub use format::FormatRow;
 pub use freed_memory::FreedMemoryHook;
 pub use gguf::GgufOptions;
 pub use hf::Names;
-pub use input::{open_input, open_inputs};
 pub use memory::MemorySource;
 pub use npy::NpyOptions;
+pub use open::{open_input, open_inputs, open_location, open_locations};
 pub use pytorch::row::TorchOptions;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
@@ -233,8 +234,9 @@ pub trait Source: Send {
     }
 
     /// What the input is, as of its opening, for a plan's id
-    /// ([`crate::plan::plan_id`]): a file's length and modification time, an
-    /// object's ETag. Runs of one fan-out compare plan ids, so a worker that
+    /// ([`crate::plan::plan_id`]) when it reports nothing it read
+    /// ([`Source::opened`], which takes precedence): a file's length and
+    /// modification time, an object's ETag. Runs of one fan-out compare plan ids, so a worker that
     /// sees another version of an input refuses instead of mixing versions.
     /// `None` where the input has no identity to give (standard input).
     fn identity(&self) -> Option<String> {
@@ -246,6 +248,16 @@ pub trait Source: Send {
     /// positional reads, or in the kernel, instead of through [`Source::open`].
     fn file_span(&self, _k: usize) -> Option<FileSpan> {
         None
+    }
+
+    /// Every file or object this source read beyond the one it was opened
+    /// from (an index's shards, and the index), each with its identity as
+    /// of opening: what an output is checked against, so that no output
+    /// replaces an input. Sources opened from a
+    /// [`Location`](crate::location::Location) report that one too
+    /// ([`open_location`]); none by default.
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        Vec::new()
     }
 
     /// The pieces tensor `k` is stored in, when the input cuts it (a
@@ -398,8 +410,17 @@ impl Listed for Box<dyn Source + '_> {
     fn metadata(&self) -> Option<&Metadata> {
         Source::metadata(self.as_ref())
     }
+    /// The versions of every file and object the source reports it read
+    /// ([`Source::opened`]: an index and each of its shards), in order;
+    /// [`Source::identity`] for a source that reports none (one made by
+    /// the caller). `None` when one of them has no version (a pipe).
     fn identity(&self) -> Option<String> {
-        Source::identity(self.as_ref())
+        let read = Source::opened(self.as_ref());
+        if read.is_empty() {
+            return Source::identity(self.as_ref());
+        }
+        let versions: Option<Vec<String>> = read.iter().map(|o| o.identity.version()).collect();
+        versions.map(|v| v.join(","))
     }
 
     fn tied_groups(&self) -> Vec<Vec<usize>> {

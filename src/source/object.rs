@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::detect::{detect, Format};
 use super::{Source, SourceOptions, TensorData, TensorReader};
@@ -24,7 +24,8 @@ use crate::error::store::{one_line, StoreError};
 use crate::header::read::read_header;
 use crate::header::{check_prefix, Header, Metadata, Rules, TensorMeta, PREFIX_LEN};
 use crate::index::{check_against_shards, is_index_path, Checkpoint, ShardIndex};
-use crate::store::{store_error, Object, Side};
+use crate::location::{Location, Opened};
+use crate::store::{store_error, Object, ObjectUrl, Side};
 use crate::{Error, ErrorKind, Result};
 
 /// The first range read of a safetensors object: most headers fit.
@@ -42,13 +43,17 @@ pub(crate) enum ObjectInput {
         reader: TensorReader<'static>,
         /// The name a lone array takes.
         stem: Option<String>,
+        /// The object's size.
+        size: u64,
+        /// The ETag the stream is pinned to.
+        etag: Option<String>,
     },
 }
 
 /// Opens the object at `url` as an input.
-pub(crate) async fn open_object(url: &str, options: &SourceOptions) -> Result<ObjectInput> {
+pub(crate) async fn open_object(url: &ObjectUrl, options: &SourceOptions) -> Result<ObjectInput> {
     let pinned = Pinned::head(Object::open(url, Side::Input).await?).await?;
-    if is_index_path(Path::new(url)) {
+    if is_index_path(Path::new(url.name())) {
         let src = ObjectSource::open_index(pinned).await?;
         return Ok(ObjectInput::Ranged(Box::new(src)));
     }
@@ -58,27 +63,33 @@ pub(crate) async fn open_object(url: &str, options: &SourceOptions) -> Result<Ob
         return Ok(ObjectInput::Ranged(Box::new(src)));
     }
     let stem = url
-        .rsplit('/')
+        .name()
+        .split('.')
         .next()
-        .and_then(|name| name.split('.').next())
         .filter(|stem| !stem.is_empty())
         .map(str::to_string);
     let stem = options.name.clone().or(stem);
     let reader = pinned.reader(0, pinned.size).await?;
-    Ok(ObjectInput::Whole { reader, stem })
+    let (size, etag) = (pinned.size, pinned.etag.clone());
+    Ok(ObjectInput::Whole {
+        reader,
+        stem,
+        size,
+        etag,
+    })
 }
 
 /// Opens the safetensors object, or the sharded checkpoint whose index is
 /// the object, at `url`, reading headers only, for `validate` and
 /// `inspect`: each shard's header under `rules`, and an index checked
 /// against its shards as [`Checkpoint::open`] checks local ones.
-pub async fn open_checkpoint(url: &str, rules: Rules) -> Result<Checkpoint> {
+pub async fn open_checkpoint(url: &ObjectUrl, rules: Rules) -> Result<Checkpoint> {
     let loc = Object::open(url, Side::Input).await?;
-    if !is_index_path(Path::new(url)) {
+    if !is_index_path(Path::new(url.name())) {
         let header = Pinned::read_header(loc, rules).await?;
         return Ok(Checkpoint {
             index: None,
-            files: vec![(PathBuf::from(url), header)],
+            files: vec![(Location::Object(url.clone()), header)],
         });
     }
     let (index, _, files) = Pinned::head(loc).await?.shards(rules).await?;
@@ -251,7 +262,7 @@ impl Pinned {
     async fn shards(
         &self,
         rules: Rules,
-    ) -> Result<(ShardIndex, Vec<Pinned>, Vec<(PathBuf, Header)>)> {
+    ) -> Result<(ShardIndex, Vec<Pinned>, Vec<(Location, Header)>)> {
         let url = &self.loc.url;
         let text = self.whole_index().await?;
         let index = ShardIndex::from_json(&text).map_err(|e| e.with_input(url))?;
@@ -259,13 +270,14 @@ impl Pinned {
         let mut files = Vec::new();
         for name in index.shard_names().map_err(|e| e.with_input(url))? {
             let shard = Pinned::head(self.loc.sibling(name)).await?;
-            files.push((
-                PathBuf::from(&shard.loc.url),
-                shard.whole_header(rules).await?,
-            ));
+            let header = shard.whole_header(rules).await?;
+            files.push((Location::Object(shard.loc.at.clone()), header));
             pinned.push(shard);
         }
-        check_against_shards(&index, &files).map_err(|e| e.with_input(url))?;
+        // Each shard by the name the index gives it: its URL's last segment.
+        let names = pinned.iter().map(|p| p.loc.at.name().to_string());
+        let named: Vec<_> = names.zip(files.iter().map(|(_, h)| h)).collect();
+        check_against_shards(&index, &named).map_err(|e| e.with_input(url))?;
         Ok((index, pinned, files))
     }
 
@@ -304,6 +316,9 @@ impl Pinned {
 /// A safetensors object, or a sharded checkpoint's objects, read by ranges.
 pub(crate) struct ObjectSource {
     input: String,
+    /// The index object, for a sharded checkpoint.
+    index: Option<Pinned>,
+    /// The objects whose tensors it lists.
     objects: Vec<Pinned>,
     tensors: Vec<TensorMeta>,
     /// Each tensor's object and absolute byte range in it.
@@ -324,12 +339,15 @@ impl ObjectSource {
     async fn open_index(index: Pinned) -> Result<ObjectSource> {
         let (_, pinned, files) = index.shards(Rules::SOURCE).await?;
         let parts = pinned.into_iter().zip(files.into_iter().map(|(_, h)| h));
-        Ok(Self::from_parts(index.loc.url, parts.collect()))
+        let mut src = Self::from_parts(index.loc.url.clone(), parts.collect());
+        src.index = Some(index);
+        Ok(src)
     }
 
     fn from_parts(input: String, parts: Vec<(Pinned, Header)>) -> ObjectSource {
         let mut src = ObjectSource {
             input,
+            index: None,
             objects: Vec::with_capacity(parts.len()),
             tensors: Vec::new(),
             ranges: Vec::new(),
@@ -364,6 +382,12 @@ impl Source for ObjectSource {
 
     fn metadata(&self) -> Option<&Metadata> {
         self.metadata.as_ref()
+    }
+
+    fn opened(&self) -> Vec<Opened> {
+        let pinned = self.index.iter().chain(&self.objects);
+        let each = pinned.map(|o| Opened::object(&o.loc.at, o.size, o.etag.clone()));
+        each.collect()
     }
 
     fn identity(&self) -> Option<String> {

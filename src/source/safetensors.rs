@@ -7,7 +7,7 @@
 //! the header and index layers and below.
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -21,8 +21,11 @@ use super::{file_range, FileSpan, Source, TensorData, TensorReader};
 use crate::header::read::{read_header, read_path_header};
 use crate::header::{check_file_len, check_prefix, parse_header_json};
 use crate::header::{Header, Metadata, Rules, TensorMeta};
-use crate::index::{check_against_shards, is_index_path, open_regular, Checkpoint, ShardIndex};
+use crate::index::{
+    check_against_shards, file_name, is_index_path, open_regular, Checkpoint, ShardIndex,
+};
 use crate::io_util::PositionalReader;
+use crate::location::{Location, Opened};
 use crate::{Error, HeaderError, Result};
 
 /// [`read_file_header`](super::read_file_header), saying what a file of
@@ -40,12 +43,26 @@ pub(crate) type Explain = fn(crate::Error, &Path) -> crate::Error;
 
 /// [`Checkpoint::open`], saying what a file of another format is by `explain`.
 pub(crate) fn open_checkpoint(path: &Path, rules: Rules, explain: Explain) -> Result<Checkpoint> {
+    let (index, files) = open_local(path, rules, explain)?;
+    let files = files.into_iter();
+    Ok(Checkpoint {
+        index,
+        files: files.map(|(p, h)| (Location::File(p), h)).collect(),
+    })
+}
+
+/// A checkpoint's files by their paths, each with its header.
+type LocalFiles = Vec<(PathBuf, Header)>;
+
+/// [`open_checkpoint`], each file by its path.
+fn open_local(
+    path: &Path,
+    rules: Rules,
+    explain: Explain,
+) -> Result<(Option<ShardIndex>, LocalFiles)> {
     if !is_index_path(path) {
         let header = read_header_explained(path, rules, explain)?;
-        return Ok(Checkpoint {
-            index: None,
-            files: vec![(path.to_path_buf(), header)],
-        });
+        return Ok((None, vec![(path.to_path_buf(), header)]));
     }
     let index = ShardIndex::from_json_file(path)?;
     let dir = path.parent().unwrap_or(Path::new(""));
@@ -60,11 +77,9 @@ pub(crate) fn open_checkpoint(path: &Path, rules: Rules, explain: Explain) -> Re
         let header = read_header_explained(&shard, rules, explain)?;
         files.push((shard, header));
     }
-    check_against_shards(&index, &files).map_err(|e| e.with_input(path.display()))?;
-    Ok(Checkpoint {
-        index: Some(index),
-        files,
-    })
+    let named: Vec<_> = files.iter().map(|(p, h)| (file_name(p), h)).collect();
+    check_against_shards(&index, &named).map_err(|e| e.with_input(path.display()))?;
+    Ok((Some(index), files))
 }
 
 /// The safetensors row of the format table: a file whose first 8 bytes
@@ -136,6 +151,8 @@ pub struct SafetensorsSource {
     files: Vec<Arc<File>>,
     /// Each file as it was when opened.
     opened: Vec<super::Stamp>,
+    /// The shards an index named, as opened (none for one file).
+    shards: Vec<Opened>,
     tensors: Vec<TensorMeta>,
     /// Where each tensor's bytes start in its file. A tensor ends where the
     /// next one of its file starts (a header's tensors tile its data, checked
@@ -159,13 +176,19 @@ struct Part {
 impl SafetensorsSource {
     /// [`SafetensorsSource::open`], saying what a file of another format is by `explain`.
     pub(crate) fn open_explained(path: &Path, explain: Explain) -> Result<Self> {
-        let cp = open_checkpoint(path, Rules::SOURCE, explain)?;
-        let mut parts = Vec::with_capacity(cp.files.len());
-        for (shard, header) in cp.files {
+        let (index, files) = open_local(path, Rules::SOURCE, explain)?;
+        let mut parts = Vec::with_capacity(files.len());
+        let mut shards = Vec::new();
+        for (shard, header) in files {
             let file = open_regular(&shard)?;
+            if index.is_some() {
+                shards.push(Opened::open_file(&shard, &file));
+            }
             parts.push((file, header));
         }
-        Ok(Self::from_parts(path.display().to_string(), parts))
+        let mut src = Self::from_parts(path.display().to_string(), parts);
+        src.shards = shards;
+        Ok(src)
     }
 
     /// Reads the header of the safetensors file `file`, `len` bytes long.
@@ -189,6 +212,7 @@ impl SafetensorsSource {
             input,
             files: Vec::with_capacity(parts.len()),
             opened: Vec::with_capacity(parts.len()),
+            shards: Vec::new(),
             tensors: Vec::with_capacity(count),
             offsets: Vec::with_capacity(count),
             parts: Vec::with_capacity(parts.len()),
@@ -250,6 +274,10 @@ impl Source for SafetensorsSource {
 
     fn identity(&self) -> Option<String> {
         super::identities(&self.opened)
+    }
+
+    fn opened(&self) -> Vec<Opened> {
+        self.shards.clone()
     }
 
     fn check_unchanged(&self) -> Result<()> {

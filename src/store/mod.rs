@@ -110,11 +110,107 @@ pub(crate) async fn s3_unusable(builder: &object_store::aws::AmazonS3Builder) ->
     credentials::missing(builder).await.map(str::to_string)
 }
 
+/// An object's URL, parsed and checked once, where it was named: a known
+/// scheme, two slashes, a bucket and a key. Nothing is asked of the store
+/// yet. It is no path: it never becomes a `PathBuf`, nor one of its names.
+///
+/// ```
+/// use safetensors_stream::store::ObjectUrl;
+/// let url = ObjectUrl::parse("s3://bucket/dir/model.safetensors")?;
+/// assert_eq!(url.as_str(), "s3://bucket/dir/model.safetensors");
+/// assert_eq!(url.name(), "model.safetensors");
+/// assert!(ObjectUrl::parse("s3://bucket/").is_err()); // a prefix, not an object
+/// # Ok::<(), String>(())
+/// ```
+///
+/// ```compile_fail
+/// use safetensors_stream::store::ObjectUrl;
+/// let url = ObjectUrl::parse("s3://bucket/model.safetensors").unwrap();
+/// let path: std::path::PathBuf = url.into(); // an object URL is no path
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ObjectUrl {
+    /// The URL as given, for messages and for the names beside it.
+    text: String,
+    parsed: url::Url,
+}
+
+impl ObjectUrl {
+    /// `text` as an object URL, or why it is not one (a message for a
+    /// usage error: an unknown scheme, a missing slash, no key).
+    pub fn parse(text: &str) -> std::result::Result<ObjectUrl, String> {
+        if let Some(msg) = malformed(text) {
+            return Err(msg);
+        }
+        let parsed = url::Url::parse(text).map_err(|e| format!("not a valid URL: {e}"))?;
+        let key = parsed.path().trim_start_matches('/');
+        ObjectPath::from_url_path(key).map_err(|e| format!("not a valid object key: {e}"))?;
+        if key.is_empty() {
+            return Err("the URL names no object (a key after the bucket)".into());
+        }
+        Ok(ObjectUrl {
+            text: text.to_string(),
+            parsed,
+        })
+    }
+
+    /// The object URL an argument spells, when it is URL-shaped
+    /// ([`is_url`]): parsed, or why it is not one we can use. `None` for a
+    /// local path.
+    pub(crate) fn from_arg(path: &Path) -> Option<std::result::Result<ObjectUrl, String>> {
+        let text = path.to_str().filter(|_| is_url(path))?;
+        Some(ObjectUrl::parse(text))
+    }
+
+    /// The URL as given.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// The object's own name: the key's last segment.
+    pub fn name(&self) -> &str {
+        self.text.rsplit('/').next().unwrap_or_default()
+    }
+
+    /// The URL of the object `name` beside this one (a shard or index of
+    /// the same set), as text.
+    pub(crate) fn beside(&self, name: &str) -> String {
+        let (dir, _) = self.text.rsplit_once('/').unwrap_or(("", ""));
+        format!("{dir}/{name}")
+    }
+
+    /// The object `name` beside this one (a shard named by an index).
+    pub(crate) fn sibling(&self, name: &str) -> ObjectUrl {
+        let mut parsed = self.parsed.clone();
+        let dir = parsed.path().rsplit_once('/').map_or("", |(dir, _)| dir);
+        let path = format!("{dir}/{name}");
+        parsed.set_path(&path);
+        ObjectUrl {
+            text: self.beside(name),
+            parsed,
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::fmt::Debug for ObjectUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ObjectUrl({:?})", self.text)
+    }
+}
+
 /// An object: the store it is in, its key there, and its URL for messages.
 #[derive(Clone)]
 pub(crate) struct Object {
     /// The URL as given, for messages.
     pub(crate) url: String,
+    /// The same URL, parsed: what a source reports it read.
+    pub(crate) at: ObjectUrl,
     /// The store, for reads (and single PUTs).
     pub(crate) store: Arc<dyn ObjectStore>,
     /// The same store's multipart API; `None` for read-only (HTTP) stores.
@@ -139,7 +235,8 @@ pub(crate) enum Side {
 }
 
 impl Side {
-    fn name(self, e: Error, url: &str) -> Error {
+    /// `e`, naming `url` as an input or an output.
+    pub(crate) fn name(self, e: Error, url: &str) -> Error {
         match self {
             Side::Input => e.with_input(url),
             Side::Output => e.with_output(url),
@@ -158,44 +255,38 @@ impl Object {
     /// credentials, or the instance-metadata service to ask for them
     /// ([`credentials`]), and `AWS_ALLOW_HTTP=true` for an `http://`
     /// endpoint. Errors name `url` as on `side`.
-    pub(crate) async fn open(url: &str, side: Side) -> Result<Object> {
+    pub(crate) async fn open(url: &ObjectUrl, side: Side) -> Result<Object> {
         let loc = Object::parse_as(url, side)?;
         if let Some(uploads) = &loc.uploads {
             if let Some(msg) = s3_unusable(uploads.builder()).await {
                 let kind = ErrorKind::ObjectStore(StoreError::Unusable(msg));
-                return Err(side.name(Error::new(kind), url));
+                return Err(side.name(Error::new(kind), url.as_str()));
             }
         }
         Ok(loc)
     }
 
-    /// [`Object::parse_as`] an input (errors name it as one).
+    /// The object `url` names as an input (errors name it as one).
     #[cfg(test)]
     pub(crate) fn parse(url: &str) -> Result<Object> {
-        Object::parse_as(url, Side::Input)
+        let usage = |msg| Error::new(ErrorKind::Usage(msg)).with_input(url);
+        Object::parse_as(&ObjectUrl::parse(url).map_err(usage)?, Side::Input)
     }
 
     /// The object `url` names, in a store configured from the environment
     /// (nothing asked of the store yet).
-    pub(crate) fn parse_as(url: &str, side: Side) -> Result<Object> {
+    pub(crate) fn parse_as(url: &ObjectUrl, side: Side) -> Result<Object> {
         use object_store::aws::AmazonS3Builder;
         use object_store::azure::MicrosoftAzureBuilder;
         use object_store::gcp::GoogleCloudStorageBuilder;
         use object_store::http::HttpBuilder;
 
+        let at = url;
+        let (parsed, url) = (&url.parsed, url.as_str());
         let bad = |msg: String| side.name(Error::new(ErrorKind::Usage(msg)), url);
-        if let Some(msg) = malformed(url) {
-            return Err(bad(msg));
-        }
-        let parsed = url::Url::parse(url).map_err(|e| bad(format!("not a valid URL: {e}")))?;
         let key = parsed.path().trim_start_matches('/');
         let path = ObjectPath::from_url_path(key)
             .map_err(|e| bad(format!("not a valid object key: {e}")))?;
-        if key.is_empty() {
-            return Err(bad(
-                "the URL names no object (a key after the bucket)".into()
-            ));
-        }
         let on_build = |e: object_store::Error| side.store_error(e, url);
         let mut uploads = None;
         let (store, multipart): (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>) =
@@ -203,7 +294,7 @@ impl Object {
                 "s3" => {
                     let builder = AmazonS3Builder::from_env().with_url(url);
                     let s = Arc::new(builder.clone().build().map_err(on_build)?);
-                    let listing = open_uploads::S3Uploads::new(builder, s.clone(), &parsed);
+                    let listing = open_uploads::S3Uploads::new(builder, s.clone(), parsed);
                     uploads = Some(Arc::new(listing));
                     (s.clone(), Some(s))
                 }
@@ -242,6 +333,7 @@ impl Object {
             };
         Ok(Object {
             url: url.to_string(),
+            at: at.clone(),
             store,
             multipart,
             path,
@@ -262,6 +354,7 @@ impl Object {
             .collect();
         Object {
             url: format!("{dir}/{name}"),
+            at: self.at.sibling(name),
             path,
             ..self.clone()
         }

@@ -118,6 +118,45 @@ fn a_sharded_output_that_would_replace_an_input_index_or_shard_is_refused() {
 }
 
 #[test]
+fn an_output_onto_a_shard_of_a_checkpoint_folder_is_refused() {
+    // The folder stands for its index; the shards are what the source
+    // reports it read, so each of them is an input.
+    let dir = tempfile::tempdir().unwrap();
+    let (input, _) = small_input(dir.path(), "in.safetensors");
+    let set = dir.path().join("set");
+    let o = run(&[
+        &input,
+        &"--max-shard-size",
+        &"4000",
+        &"-o",
+        &set.join("m.safetensors"),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let before = tree(&set);
+    for shard in [
+        "m-00001-of-00002.safetensors",
+        "m-00002-of-00002.safetensors",
+    ] {
+        let out = set.join(shard);
+        for dry in [None, Some("--dry-run")] {
+            let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> =
+                vec![&set, &"--report", &"json", &"-o", &out];
+            if let Some(x) = &dry {
+                a.push(x);
+            }
+            let o = run(&a);
+            assert_eq!(code(&o), 2, "{shard} {dry:?}: {}", stderr(&o));
+            assert_eq!(error_kind(&o), "output_is_input");
+            assert_eq!(tree(&set), before);
+        }
+    }
+    // Asked for, a shard is replaced by the whole checkpoint.
+    let out = set.join("m-00002-of-00002.safetensors");
+    let o = run(&[&set, &"--overwrite-input", &"-o", &out]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
 fn an_in_place_cast_with_overwrite_input_replaces_the_file_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.safetensors");

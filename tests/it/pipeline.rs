@@ -8,10 +8,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use safetensors_stream::convert::{convert, convert_sources, ConvertOptions, Output};
+use safetensors_stream::convert::{
+    convert, convert_sources, dry_run, open_inputs, ConvertOptions, Output,
+};
 use safetensors_stream::header::{encode, Order, Rules, TensorMeta};
 use safetensors_stream::index::Checkpoint;
 use safetensors_stream::internals::write_shard;
+use safetensors_stream::location::{Identity, Location, Opened};
 use safetensors_stream::plan::{plan, PlanOptions};
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::MemorySource;
@@ -653,7 +656,8 @@ fn sharding_a_fixture_and_reading_it_back_gives_the_original_bytes() {
             let index = dir.path().join("s.safetensors.index.json");
             let cp = Checkpoint::open(&index, Rules::STRICT).unwrap();
             assert_eq!(cp.data_len(), total);
-            for (path, h) in &cp.files {
+            for (location, h) in &cp.files {
+                let path = location.path().unwrap();
                 let size: u64 = h.data_len();
                 assert!(
                     size <= limit || h.tensors.len() == 1,
@@ -933,6 +937,124 @@ fn resharding_a_checkpoint_in_place_works() {
         })
         .collect();
     assert!(std::fs::read(&back).unwrap() == ref_serialize(&renamed, None));
+}
+
+#[test]
+fn convert_sources_refuses_an_output_that_is_one_of_its_inputs() {
+    let ts = shard_input();
+    let dir = tempfile::tempdir().unwrap();
+    let single = ref_file(dir.path(), "m.safetensors", &ts, None);
+    let before = std::fs::read(&single).unwrap();
+    let o = opts(PlanOptions::default());
+    let opened = || block_on(open_inputs(std::slice::from_ref(&single), &o)).unwrap();
+    // The sources say what they read: no paths are handed beside them.
+    let mut sources = opened();
+    let out = Output::File(single.clone());
+    let e = block_on(convert_sources(&mut sources, &out, &o)).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::OutputIsInput(_)), "{e}");
+    assert_eq!(std::fs::read(&single).unwrap(), before);
+    // A link to it is the same file.
+    let link = dir.path().join("link.safetensors");
+    std::os::unix::fs::symlink(&single, &link).unwrap();
+    let e = block_on(convert_sources(&mut opened(), &Output::File(link), &o)).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::OutputIsInput(_)), "{e}");
+    // Asked for, it is replaced.
+    let mut sources = opened();
+    block_on(convert_sources(
+        &mut sources,
+        &out,
+        &overwriting(PlanOptions::default()),
+    ))
+    .unwrap();
+    assert!(std::fs::read(&single).unwrap() == ref_serialize(&ts, None));
+}
+
+#[test]
+fn an_index_input_reports_every_file_it_read() {
+    let ts = shard_input();
+    let dir = tempfile::tempdir().unwrap();
+    let single = ref_file(dir.path(), "orig.safetensors", &ts, None);
+    let out = dir.path().join("m.safetensors");
+    let o = opts(PlanOptions::default().max_shard_size(Some(100)));
+    run(std::slice::from_ref(&single), &out, &o).unwrap();
+    let index = dir.path().join("m.safetensors.index.json");
+    let shards: Vec<PathBuf> = (1..=5)
+        .map(|k| dir.path().join(format!("m-{k:05}-of-00005.safetensors")))
+        .collect();
+    // By the index, and by the folder it is in (the folder stands for it).
+    let folder = dir.path().join("set");
+    std::fs::create_dir(&folder).unwrap();
+    for path in shards.iter().chain([&index]) {
+        std::fs::rename(path, folder.join(path.file_name().unwrap())).unwrap();
+    }
+    let in_folder = |p: &PathBuf| folder.join(p.file_name().unwrap());
+    for input in [in_folder(&index), folder.clone()] {
+        let sources = block_on(open_inputs(std::slice::from_ref(&input), &o)).unwrap();
+        let read: Vec<Opened> = sources.iter().flat_map(|s| s.opened()).collect();
+        let paths: Vec<PathBuf> = read
+            .iter()
+            .map(|r| match &r.location {
+                Location::File(p) => p.clone(),
+                other => panic!("{input:?}: {other:?} is no file"),
+            })
+            .collect();
+        let mut expected = vec![in_folder(&index)];
+        expected.extend(shards.iter().map(in_folder));
+        assert_eq!(paths, expected, "{input:?}");
+        for (r, path) in read.iter().zip(&expected) {
+            let meta = std::fs::metadata(path).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            let id = Identity::File {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                version: Some((meta.len(), (meta.mtime(), meta.mtime_nsec()))),
+            };
+            assert_eq!(r.identity, id, "{}", path.display());
+        }
+    }
+    // One file onto any one shard is refused, through the report alone.
+    let shard = in_folder(&shards[3]);
+    let mut sources = block_on(open_inputs(std::slice::from_ref(&folder), &o)).unwrap();
+    let one = opts(PlanOptions::default());
+    let e = block_on(convert_sources(&mut sources, &Output::File(shard), &one)).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::OutputIsInput(_)), "{e}");
+}
+
+#[test]
+fn the_plan_id_changes_when_any_file_read_changes() {
+    let ts = shard_input();
+    let dir = tempfile::tempdir().unwrap();
+    let single = ref_file(dir.path(), "orig.safetensors", &ts, None);
+    let o = opts(PlanOptions::default().max_shard_size(Some(100)));
+    let set = dir.path().join("set");
+    run(
+        std::slice::from_ref(&single),
+        &set.join("m.safetensors"),
+        &o,
+    )
+    .unwrap();
+    let index = set.join("m.safetensors.index.json");
+    let plan_id = || {
+        let sources = block_on(open_inputs(std::slice::from_ref(&set), &o)).unwrap();
+        let out = Output::File(dir.path().join("out.safetensors"));
+        dry_run(&sources, &out, &opts(PlanOptions::default()))
+            .unwrap()
+            .plan_id()
+    };
+    let first = plan_id();
+    assert_eq!(plan_id(), first, "a plan id is made of versions only");
+    // Each file read, the index too, rewritten as it was at another time:
+    // another version, another id; put back, the same id again.
+    let shard = set.join("m-00003-of-00005.safetensors");
+    for file in [&index, &shard] {
+        let f = std::fs::File::options().write(true).open(file).unwrap();
+        let mtime = f.metadata().unwrap().modified().unwrap();
+        let earlier = mtime - std::time::Duration::from_secs(3600);
+        f.set_modified(earlier).unwrap();
+        assert_ne!(plan_id(), first, "{} changed", file.display());
+        f.set_modified(mtime).unwrap();
+        assert_eq!(plan_id(), first, "{} put back", file.display());
+    }
 }
 
 // ---- progress ---------------------------------------------------------------

@@ -11,10 +11,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
-use safetensors_stream::source::open_input;
+use safetensors_stream::location::Location;
+use safetensors_stream::source::open_location;
 use safetensors_stream::source::{detect_file, Format};
 use safetensors_stream::source::{resolve_input, FreedMemoryHook, Listing, SourceOptions};
-use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{inspect, Category, Error, ErrorKind, Note};
 
@@ -184,7 +184,7 @@ fn warn_hub_limit(cp: &Checkpoint) {
         if h.header_len > HUB_HEADER_LIMIT {
             eprintln!(
                 "convert: warning: {}: header is {} bytes; the Hugging Face Hub refuses headers over {}",
-                path.display(),
+                path,
                 h.header_len,
                 HUB_HEADER_LIMIT
             );
@@ -196,20 +196,19 @@ fn warn_hub_limit(cp: &Checkpoint) {
 fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
     let mut worst: Option<Category> = None;
     for given in &args.files {
-        // A checkpoint folder stands for its index or its one model file, as for convert.
-        let (path, opened) = match resolve_input(given) {
-            Ok(path) => {
-                let opened = validate_one(&path, args.reference);
-                (path, opened)
+        let (shown, opened) = match checkpoint_location(given) {
+            Ok(location) => {
+                let opened = validate_one(&location, args.reference);
+                (location.to_string(), opened)
             }
-            Err(e) => (given.clone(), Err(e)),
+            Err(e) => (given.display().to_string(), Err(e)),
         };
         match opened {
             Ok((tensors, bytes)) => {
                 if !args.quiet {
                     println!(
                         "{}: valid ({} tensors, {} data bytes, {})",
-                        path.display(),
+                        shown,
                         tensors,
                         bytes,
                         HumanBytes(bytes)
@@ -218,7 +217,7 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
             }
             Err(e) => {
                 let category = e.category();
-                report(&e.with_input(path.display()));
+                report(&e.with_input(&shown));
                 worst = Some(worst.map_or(category, |w| worse(w, category)));
             }
         }
@@ -226,16 +225,30 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
     Ok(worst.map_or(ExitCode::SUCCESS, exit_code))
 }
 
+/// What `given` names, parsed once: a checkpoint folder stands for its
+/// index or its one model file, as for convert.
+fn checkpoint_location(given: &Path) -> Result<Location, Error> {
+    Ok(match Location::parse(given)? {
+        Location::Folder(dir) => Location::File(resolve_input(&dir)?),
+        other => other,
+    })
+}
+
+/// Whether `location` is a local PyTorch index.
+fn is_pytorch_index(location: &Location) -> bool {
+    location.path().is_some_and(inspect::is_pytorch_index)
+}
+
 /// Tensors and data bytes of one input: a safetensors file or index under
 /// the chosen rules; a PyTorch index and its shards opened by the code a
 /// conversion opens them with (every shard parsed, every tensor in the
 /// shard the `weight_map` says, every view within its storage).
-fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
+fn validate_one(location: &Location, reference: bool) -> Result<(usize, u64), Error> {
     // Validate checks safetensors files; a PyTorch index (what a folder of
     // `pytorch_model-*.bin` shards resolves to) is checked as convert reads it.
     // So is a distributed checkpoint's folder.
-    if !inspect::is_pytorch_index(path) && !path.is_dir() {
-        let cp = open_checkpoint(path, rules(reference))?;
+    if !is_pytorch_index(location) && !matches!(location, Location::Folder(_)) {
+        let cp = open_checkpoint(location, rules(reference))?;
         warn_hub_limit(&cp);
         return Ok((cp.tensor_count(), cp.data_len()));
     }
@@ -244,7 +257,7 @@ fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
         .build()?;
     let notice = |note: &Note| eprintln!("convert: {note}");
     let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(collect_freed_memory));
-    let source = rt.block_on(open_input(path, &options, &notice))?;
+    let source = rt.block_on(open_location(location, &options, &notice))?;
     let mut bytes = 0u64;
     for t in source.tensors() {
         let n = t.byte_len().map_err(|e| e.with_tensor(t.name.clone()))?;
@@ -274,8 +287,7 @@ fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
     // headers only: `cat x.safetensors | convert inspect -` is not spooled.
     let mut options = run::source_options(&args.input)?.listing_only(true);
     options.gguf.metadata = true;
-    // A checkpoint folder stands for its index or its one model file, as for convert.
-    let file = resolve_input(&args.file)?;
+    let file = checkpoint_location(&args.file)?;
     let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {
         inspect_checkpoint(&file, args)?
     } else {
@@ -288,18 +300,20 @@ fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
 
 /// An index, or a file that is not another format convert reads: shown
 /// with its offsets, under the chosen rules (and their errors).
-fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
+fn reads_as_checkpoint(location: &Location) -> Result<bool, Error> {
+    let path = match location {
+        Location::File(path) => path,
+        Location::Stdio | Location::Folder(_) => return Ok(false),
+        Location::Object(url) => {
+            let name = url.name();
+            return Ok(is_index_path(Path::new(name)) || name.ends_with(".safetensors"));
+        }
+    };
     if is_index_path(path) {
         return Ok(true);
     }
     if inspect::is_pytorch_index(path) {
         return Ok(false);
-    }
-    if path.as_os_str() == "-" {
-        return Ok(false);
-    }
-    if is_url(path) {
-        return Ok(path.to_string_lossy().ends_with(".safetensors"));
     }
     let format = detect_file(path).map_err(|e| Error::io(e).with_input(path.display()))?;
     // An unknown file is shown with the header rules' precise error only when
@@ -312,7 +326,7 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     })
 }
 
-fn inspect_checkpoint(file: &Path, args: &InspectArgs) -> Result<String, Error> {
+fn inspect_checkpoint(file: &Location, args: &InspectArgs) -> Result<String, Error> {
     let cp = open_checkpoint(file, rules(args.reference))?;
     warn_hub_limit(&cp);
     Ok(if args.json {
@@ -323,22 +337,31 @@ fn inspect_checkpoint(file: &Path, args: &InspectArgs) -> Result<String, Error> 
 }
 
 /// A local file or index, or an object (`s3://`, `https://`, ...) read by ranges.
-fn open_checkpoint(path: &Path, rules: Rules) -> Result<Checkpoint, Error> {
-    if !is_url(path) {
-        return Checkpoint::open(path, rules);
-    }
-    let url = path.to_string_lossy();
+fn open_checkpoint(location: &Location, rules: Rules) -> Result<Checkpoint, Error> {
+    let path = match location {
+        Location::File(path) | Location::Folder(path) => path.as_path(),
+        Location::Stdio => Path::new("-"),
+        Location::Object(url) => return open_object_checkpoint(url, rules),
+    };
+    Checkpoint::open(path, rules)
+}
+
+/// An object's checkpoint: the object, or the shards its index names.
+fn open_object_checkpoint(
+    url: &safetensors_stream::store::ObjectUrl,
+    rules: Rules,
+) -> Result<Checkpoint, Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
         .block_on(safetensors_stream::source::object::open_checkpoint(
-            &url, rules,
+            url, rules,
         ))
 }
 
 /// Any other input, opened by the very code a conversion opens it with.
 fn inspect_source(
-    file: &Path,
+    file: &Location,
     args: &InspectArgs,
     options: &SourceOptions,
 ) -> Result<String, Error> {
@@ -346,7 +369,7 @@ fn inspect_source(
         .enable_all()
         .build()?;
     let notice = |note: &Note| eprintln!("convert: {note}");
-    let source = rt.block_on(open_input(file, options, &notice))?;
+    let source = rt.block_on(open_location(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
     let pieces = inspect::pieces_of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);

@@ -6,9 +6,10 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    convert_planned, dry_run, open_inputs, plan_sources, ConvertOptions, Output, Part, Report,
+    convert_planned, dry_run, open_locations, plan_sources, ConvertOptions, Output, Part, Report,
 };
 use safetensors_stream::header::Order;
+use safetensors_stream::location::Location;
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
@@ -187,8 +188,7 @@ pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
 
 fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
     let output = match args.output.as_deref() {
-        Some(p) if p.as_os_str() == "-" => Output::Stdout,
-        Some(p) => Output::File(p.to_path_buf()),
+        Some(p) => Output::parse(p)?,
         // clap requires --output unless this is a dry run.
         None => {
             let name = default_output(args);
@@ -199,6 +199,8 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
             Output::File(name)
         }
     };
+    // Each input parsed once, here: a file, a folder, `-`, or an object URL.
+    let inputs = Location::parse_all(&args.inputs)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -211,7 +213,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         let mut pipe = signal(SignalKind::pipe())?;
         let mut term = signal(SignalKind::terminate())?;
         let outcome = tokio::select! {
-            r = job(args, &output, &opts, &notes) => r.map_err(broken_pipe),
+            r = job(args, &inputs, &output, &opts, &notes) => r.map_err(broken_pipe),
             _ = hup.recv() => Err(Interrupt::Signal("SIGHUP", 129)),
             _ = int.recv() => Err(Interrupt::Signal("SIGINT", 130)),
             _ = pipe.recv() => Err(Interrupt::Signal("SIGPIPE", 141)),
@@ -220,7 +222,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         // The job is dropped: multipart uploads it left open are aborted
         // now, so that no part of them lingers in the bucket.
         if outcome.is_err() {
-            if let Err(e) = safetensors_stream::convert::abort_pending().await {
+            if let Err(e) = opts.uploads.abort_all().await {
                 notes.say(&Note::Warning(Warning::Cleanup(e.to_string())));
             }
         }
@@ -277,15 +279,16 @@ enum Outcome {
 /// Opens, plans, and either shows the plan or writes it.
 async fn job(
     args: &ConvertArgs,
+    inputs: &[Location],
     output: &Output,
     opts: &ConvertOptions,
     notes: &Notes,
 ) -> Result<Outcome, Error> {
-    let mut sources = open_inputs(&args.inputs, opts).await?;
+    let mut sources = open_locations(inputs, opts).await?;
     let tensors = sources.iter().map(|s| s.tensors().len()).sum();
     crate::return_freed_memory(tensors);
     if args.dry_run {
-        let planned = dry_run(&args.inputs, &sources, output, opts)?;
+        let planned = dry_run(&sources, output, opts)?;
         crate::return_freed_memory(tensors);
         if args.json || args.report == Some(ReportFormat::Json) {
             let mut line = planned.to_json(&notes.collected());
@@ -300,7 +303,7 @@ async fn job(
     let started = std::time::Instant::now();
     let plan = plan_sources(&sources, opts)?;
     crate::return_freed_memory(tensors);
-    let mut report = convert_planned(&args.inputs, &mut sources, &plan, output, opts).await?;
+    let mut report = convert_planned(&mut sources, &plan, output, opts).await?;
     // The run's time, planning included.
     report.seconds = started.elapsed().as_secs_f64();
     Ok(Outcome::Done(report))

@@ -11,7 +11,7 @@ mod open_uploads;
 pub(crate) mod upload;
 
 pub use open_uploads::open_uploads;
-pub use upload::abort_pending;
+pub use upload::PendingUploads;
 
 use std::path::Path;
 
@@ -21,12 +21,12 @@ use super::WrittenFile;
 use crate::observe::sha256_hex;
 use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
 use crate::plan::{Plan, ShardPlan};
-use crate::store::{store_output_error, Object, Side, UploadConfig, MIN_PART};
+use crate::store::{store_output_error, Object, ObjectUrl, Side, UploadConfig, MIN_PART};
 use crate::Result;
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
 };
-use upload::{abort_uploads, PartUpload};
+use upload::PartUpload;
 
 /// The objects of a plan being written.
 pub(crate) struct ObjectSet {
@@ -50,10 +50,15 @@ pub(crate) struct ObjectSet {
 impl ObjectSet {
     /// Names the set's objects from `url` (the set's base name, as for
     /// files); with `--index-only`, checks every shard is there first.
-    pub(crate) async fn open(url: &str, plan: &Plan, options: DestOptions) -> Result<ObjectSet> {
-        let upload = UploadConfig::from_env().map_err(|e| e.with_output(url))?;
+    pub(crate) async fn open(
+        url: &ObjectUrl,
+        plan: &Plan,
+        options: DestOptions,
+    ) -> Result<ObjectSet> {
+        let upload = UploadConfig::from_env().map_err(|e| e.with_output(url.as_str()))?;
         let base = Object::open(url, Side::Output).await?;
-        let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
+        // Names only (the URL's last segment): the objects are its siblings.
+        let (paths, index_path) = shard_paths(Path::new(url.name()), plan.shards.len());
         let sibling = |p: &Path| base.sibling(&p.file_name().unwrap_or_default().to_string_lossy());
         let objects: Vec<Object> = match index_path {
             None => vec![base.clone()],
@@ -95,8 +100,10 @@ impl ObjectSet {
             }
             let (path, url) = (object.path.clone(), &object.url);
             let config = self.upload;
+            let attributes = self.attributes();
+            let registry = &self.options.uploads;
             let upload =
-                PartUpload::start(store, path, url, len, self.attributes(), config).await?;
+                PartUpload::start(store, path, url, len, attributes, config, registry).await?;
             self.keys.push(upload.key());
             OutWriter::Upload(upload)
         };
@@ -140,7 +147,7 @@ impl ObjectSet {
         for (upload, planned) in std::mem::take(&mut self.ready) {
             if let Err(e) = upload.complete(planned).await {
                 // Those completed are off the pending list: only the rest go.
-                let _ = abort_uploads(&self.keys).await;
+                let _ = self.options.uploads.abort(&self.keys).await;
                 return Err(e);
             }
         }
@@ -162,7 +169,7 @@ impl ObjectSet {
 
     /// Aborts every upload started; nothing of the set appears.
     pub(crate) async fn abort(self) {
-        let _ = abort_uploads(&self.keys).await;
+        let _ = self.options.uploads.abort(&self.keys).await;
     }
 }
 

@@ -1,8 +1,8 @@
 //! One object written as a multipart upload: the object store's own atomic
 //! commit. Nothing is visible until [`PartUpload::complete`]; on any error
 //! the upload is aborted exactly once, and an upload whose writer was
-//! dropped (a signal ended the run) stays registered until
-//! [`abort_pending`] aborts it.
+//! dropped (a signal ended the run) stays registered with the conversion's
+//! [`PendingUploads`] until [`PendingUploads::abort_all`] aborts it.
 //!
 //! Memory: one part being filled plus at most `in flight` parts being
 //! sent, each [`part_size`](crate::store::part_size) bytes:
@@ -13,7 +13,8 @@
 //! `SAFETENSORS_STREAM_PARTS_IN_FLIGHT` ([`UploadConfig::from_env`]).
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{ready, Context, Poll};
 
 use bytes::BytesMut;
@@ -27,8 +28,8 @@ use crate::error::store::{one_line, StoreError};
 use crate::store::{store_output_error, UploadConfig};
 use crate::{ErrorKind, Result};
 
-/// An upload still open: aborted by [`abort_pending`] unless completed or
-/// aborted first.
+/// An upload still open: aborted by [`PendingUploads::abort_all`] unless
+/// completed or aborted first.
 #[derive(Clone)]
 struct Pending {
     key: u64,
@@ -38,20 +39,6 @@ struct Pending {
     url: String,
 }
 
-static PENDING: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
-static NEXT_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The pending list (a panic while it was held leaves it usable).
-fn pending() -> std::sync::MutexGuard<'static, Vec<Pending>> {
-    PENDING.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn take_pending(key: u64) -> Option<Pending> {
-    let mut pending = pending();
-    let at = pending.iter().position(|p| p.key == key)?;
-    Some(pending.swap_remove(at))
-}
-
 impl Pending {
     async fn abort(self) -> Result<()> {
         let aborted = self.store.abort_multipart(&self.path, &self.id).await;
@@ -59,7 +46,63 @@ impl Pending {
     }
 }
 
-/// Aborts each of `uploads` (taken off the pending list); the first error
+/// The multipart uploads started for a conversion (each of its clones
+/// shares them) and neither completed nor aborted yet: what its caller
+/// aborts when the conversion was dropped part-way, as the binary does
+/// after a signal. Handed down by
+/// [`ConvertOptions::uploads`](crate::convert::ConvertOptions::uploads),
+/// never kept for the whole process: two conversions abort each their own.
+#[derive(Clone, Default)]
+pub struct PendingUploads(Arc<Registry>);
+
+#[derive(Default)]
+struct Registry {
+    open: Mutex<Vec<Pending>>,
+    next_key: AtomicU64,
+}
+
+impl std::fmt::Debug for PendingUploads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingUploads({} open)", self.open().len())
+    }
+}
+
+impl PendingUploads {
+    /// The open list (a panic while it was held leaves it usable).
+    fn open(&self) -> MutexGuard<'_, Vec<Pending>> {
+        self.0.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers an upload started: its key.
+    fn add(&self, mut up: Pending) -> Pending {
+        up.key = self.0.next_key.fetch_add(1, Ordering::Relaxed);
+        self.open().push(up.clone());
+        up
+    }
+
+    fn take(&self, key: u64) -> Option<Pending> {
+        let mut open = self.open();
+        let at = open.iter().position(|p| p.key == key)?;
+        Some(open.swap_remove(at))
+    }
+
+    /// Aborts every upload registered and neither completed nor aborted
+    /// (each once); errors are returned, first one first, after trying
+    /// them all.
+    pub async fn abort_all(&self) -> Result<()> {
+        let all = std::mem::take(&mut *self.open());
+        abort_each(all).await
+    }
+
+    /// Aborts the uploads started with these keys that are still open (each
+    /// once); the first error is returned after trying them all.
+    pub(crate) async fn abort(&self, keys: &[u64]) -> Result<()> {
+        let open: Vec<Pending> = keys.iter().filter_map(|&key| self.take(key)).collect();
+        abort_each(open).await
+    }
+}
+
+/// Aborts each of `uploads` (taken off the open list); the first error
 /// is returned after trying them all.
 async fn abort_each(uploads: Vec<Pending>) -> Result<()> {
     let mut first = None;
@@ -71,27 +114,13 @@ async fn abort_each(uploads: Vec<Pending>) -> Result<()> {
     first.map_or(Ok(()), Err)
 }
 
-/// Aborts every upload this process started and has neither completed nor
-/// aborted: the binary calls it after a signal ended the run (the run's
-/// futures were dropped mid-upload). Each upload is aborted once; errors
-/// are returned, first one first, after trying them all.
-pub async fn abort_pending() -> Result<()> {
-    let all = std::mem::take(&mut *pending());
-    abort_each(all).await
-}
-
-/// Aborts the uploads started with these keys that are still open (each
-/// once); the first error is returned after trying them all.
-pub(crate) async fn abort_uploads(keys: &[u64]) -> Result<()> {
-    let open: Vec<Pending> = keys.iter().filter_map(|&key| take_pending(key)).collect();
-    abort_each(open).await
-}
-
 /// An object being written: an [`AsyncWrite`] that sends each full part
 /// while the next one fills.
 pub(crate) struct PartUpload {
-    /// Where it goes, as the pending list holds it.
+    /// Where it goes, as the open list holds it.
     up: Pending,
+    /// The open list it is on until completed or aborted.
+    registry: PendingUploads,
     part_size: usize,
     in_flight: usize,
     filling: BytesMut,
@@ -104,7 +133,8 @@ pub(crate) struct PartUpload {
 impl PartUpload {
     /// Starts the multipart upload of an object planned to be `len` bytes,
     /// with these attributes (a plan id: [`crate::dest::record`]), parts
-    /// and parts in flight as `config` says.
+    /// and parts in flight as `config` says, registered with `registry`
+    /// until completed or aborted.
     pub(crate) async fn start(
         store: Arc<dyn MultipartStore>,
         path: ObjectPath,
@@ -112,22 +142,23 @@ impl PartUpload {
         len: u64,
         attributes: Attributes,
         config: UploadConfig,
+        registry: &PendingUploads,
     ) -> Result<PartUpload> {
         let id = store
             .create_multipart_opts(&path, attributes.into())
             .await
             .map_err(|e| store_output_error(e, url))?;
-        let up = Pending {
-            key: NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        let up = registry.add(Pending {
+            key: 0,
             store,
             path,
             id,
             url: url.to_string(),
-        };
-        pending().push(up.clone());
+        });
         let part_size = usize::try_from(config.part_size(len)).unwrap_or(usize::MAX);
         Ok(PartUpload {
             up,
+            registry: registry.clone(),
             part_size,
             in_flight: config.in_flight,
             filling: BytesMut::new(),
@@ -138,7 +169,7 @@ impl PartUpload {
         })
     }
 
-    /// This upload's key, for [`abort_uploads`].
+    /// This upload's key, for [`PendingUploads::abort`].
     pub(crate) fn key(&self) -> u64 {
         self.up.key
     }
@@ -192,13 +223,13 @@ impl PartUpload {
             Ok(parts) => {
                 // Off the pending list first: once complete is sent, a late
                 // abort must not race it.
-                let taken = take_pending(self.up.key);
+                let taken = self.registry.take(self.up.key);
                 let up = &self.up;
                 let Err(e) = up.store.complete_multipart(&up.path, &up.id, parts).await else {
                     return Ok(());
                 };
                 // Not completed: back on the list, to be aborted once.
-                pending().extend(taken);
+                self.registry.open().extend(taken);
                 store_output_error(e, &self.up.url)
             }
             Err(e) => e,
@@ -244,7 +275,7 @@ impl PartUpload {
     pub(crate) async fn abort(mut self) -> Result<()> {
         self.sending.abort_all();
         while self.sending.join_next().await.is_some() {}
-        match take_pending(self.up.key) {
+        match self.registry.take(self.up.key) {
             Some(p) => p.abort().await,
             None => Ok(()),
         }
@@ -290,7 +321,7 @@ mod tests {
     use super::*;
     use object_store::memory::InMemory;
     use object_store::{ObjectStoreExt, PutResult};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
 
     /// A multipart store over [`InMemory`] that fails part `fail_part` and
     /// counts aborts and completions.
@@ -363,9 +394,17 @@ mod tests {
 
     /// An upload of `x.safetensors`, planned at `len` bytes.
     async fn start(store: Arc<FailingPart>, len: usize) -> Result<PartUpload> {
+        start_in(store, len, &PendingUploads::default()).await
+    }
+
+    async fn start_in(
+        store: Arc<FailingPart>,
+        len: usize,
+        registry: &PendingUploads,
+    ) -> Result<PartUpload> {
         let path = ObjectPath::from("x.safetensors");
         let (url, attributes) = ("memory:///x", Attributes::new());
-        PartUpload::start(store, path, url, len as u64, attributes, SMALL).await
+        PartUpload::start(store, path, url, len as u64, attributes, SMALL, registry).await
     }
 
     async fn upload(store: Arc<FailingPart>, len: usize) -> Result<()> {
@@ -430,14 +469,23 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_dropped_upload_is_aborted_by_abort_pending() {
+    async fn a_dropped_upload_is_aborted_by_its_registry_once() {
         let s = store(usize::MAX);
-        let up = start(s.clone(), 10).await.unwrap();
+        let registry = PendingUploads::default();
+        let up = start_in(s.clone(), 10, &registry).await.unwrap();
         let key = up.key();
         drop(up);
-        // (abort_pending would also abort the other tests' uploads.)
-        abort_uploads(&[key]).await.unwrap();
-        abort_uploads(&[key]).await.unwrap();
+        registry.abort(&[key]).await.unwrap();
+        registry.abort(&[key]).await.unwrap();
         assert_eq!(s.aborts.load(Ordering::SeqCst), 1);
+        // Another conversion's registry holds only its own uploads.
+        let (mine, other) = (PendingUploads::default(), PendingUploads::default());
+        drop(start_in(s.clone(), 10, &mine).await.unwrap());
+        drop(start_in(s.clone(), 10, &other).await.unwrap());
+        mine.abort_all().await.unwrap();
+        assert_eq!(s.aborts.load(Ordering::SeqCst), 2);
+        mine.abort_all().await.unwrap();
+        other.abort_all().await.unwrap();
+        assert_eq!(s.aborts.load(Ordering::SeqCst), 3);
     }
 }

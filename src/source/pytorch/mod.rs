@@ -177,6 +177,8 @@ pub(crate) struct PyTorchSource {
     input: String,
     files: Vec<Arc<File>>,
     stamps: Vec<super::Stamp>,
+    /// The shards an index named, as opened (none for one file).
+    shards: Vec<crate::location::Opened>,
     tensors: Vec<TensorMeta>,
     placed: Vec<Place>,
     /// The strides of the views that are not contiguous.
@@ -389,10 +391,12 @@ impl PyTorchSource {
         let index = ShardIndex::from_json_file(path)?;
         let dir = path.parent().unwrap_or(Path::new(""));
         let mut parts = Vec::new();
+        let mut shards = Vec::new();
         for name in index.shard_names().map_err(|e| e.with_input(&input))? {
             let shard = dir.join(name);
             let shown = shard.display().to_string();
             let file = crate::index::open_regular(&shard)?;
+            shards.push(crate::location::Opened::open_file(&shard, &file));
             let len = file
                 .metadata()
                 .map_err(|e| Error::io(e).with_input(&shown))?
@@ -425,7 +429,9 @@ impl PyTorchSource {
                 .with_input(&input));
             }
         }
-        Self::from_parts(&input, parts, options).map_err(|e| e.with_input(&input))
+        let mut src = Self::from_parts(&input, parts, options).map_err(|e| e.with_input(&input))?;
+        src.shards = shards;
+        Ok(src)
     }
 
     fn from_parts(input: &str, parts: Vec<Part>, options: &SourceOptions) -> Result<Self> {
@@ -433,6 +439,7 @@ impl PyTorchSource {
             input: input.to_string(),
             files: Vec::with_capacity(parts.len()),
             stamps: Vec::with_capacity(parts.len()),
+            shards: Vec::new(),
             tensors: Vec::new(),
             placed: Vec::new(),
             strides: Vec::new(),
@@ -598,6 +605,10 @@ impl Source for PyTorchSource {
 
     fn identity(&self) -> Option<String> {
         super::identities(&self.stamps)
+    }
+
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.shards.clone()
     }
 
     fn tied_groups(&self) -> Vec<Vec<usize>> {

@@ -295,6 +295,10 @@ impl Source for QuantizedSource<'_> {
         self.inner.identity()
     }
 
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.inner.opened()
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         self.inner.check_unchanged()
     }
@@ -383,9 +387,9 @@ pub(crate) struct Summary {
 /// (objects in a store) are not looked at.
 pub(crate) fn summarize(cp: &crate::index::Checkpoint) -> Option<Result<Summary>> {
     let mut sources: Vec<Box<dyn Source>> = Vec::with_capacity(cp.files.len());
-    for (path, header) in &cp.files {
-        let file = std::fs::File::open(path).ok()?;
-        let input = path.display().to_string();
+    for (location, header) in &cp.files {
+        let file = std::fs::File::open(location.path()?).ok()?;
+        let input = location.to_string();
         let src = super::safetensors::SafetensorsSource::from_data(file, header.clone(), &input);
         sources.push(Box::new(src));
     }

@@ -516,3 +516,59 @@ fn a_missing_output_bucket_is_reported_as_the_output() {
     assert_eq!(v["error"]["output"], url, "{v}");
     assert!(v["error"]["input"].is_null(), "{v}");
 }
+
+#[test]
+#[ignore = "needs a local S3 server (moto): run with -- --ignored, see tests/support/moto.rs"]
+fn an_object_output_onto_a_shard_of_the_input_index_is_refused() {
+    let ep = moto::server("object_output_onto_a_shard");
+    let b = moto::bucket(ep, "shards");
+    let dir = tempfile::tempdir().unwrap();
+    let input = fixture("reference/all_dtypes.safetensors");
+    let local = dir.path().join("model.safetensors");
+    ok(&convert(
+        ep,
+        &[
+            &input,
+            &"--max-shard-size",
+            &"100",
+            &"-o",
+            &local,
+            &"--no-sync",
+        ],
+    ));
+    for f in listing(dir.path()) {
+        moto::put(ep, &b, &f, &std::fs::read(dir.path().join(&f)).unwrap());
+    }
+    let index = format!("s3://{b}/model.safetensors.index.json");
+    let shard = format!(
+        "s3://{b}/model-00002-of-{:05}.safetensors",
+        listing(dir.path()).len() - 1
+    );
+    let before = moto::get(ep, &b, shard.rsplit('/').next().unwrap()).unwrap();
+    // The index's shards are what its source read: each is an input.
+    for dry in [None, Some("--dry-run")] {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> =
+            vec![&index, &"--report", &"json", &"-o", &shard];
+        if let Some(x) = &dry {
+            args.push(x);
+        }
+        let o = convert(ep, &args);
+        assert_eq!(o.status.code(), Some(2), "{dry:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+        assert_eq!(v["error"]["kind"], "output_is_input", "{v}");
+    }
+    let after = moto::get(ep, &b, shard.rsplit('/').next().unwrap()).unwrap();
+    assert!(after == before, "the shard object was replaced");
+    assert!(moto::open_uploads(ep, &b).is_empty());
+
+    // The plan id follows every object read: a shard put again (a new
+    // ETag, the same bytes) changes it.
+    let out = dir.path().join("out.safetensors");
+    let id = || plan_id(ep, &[&index, &"-o", &out]);
+    let first = id();
+    assert_eq!(id(), first);
+    let mut changed = before.clone();
+    *changed.last_mut().unwrap() ^= 1;
+    moto::put(ep, &b, shard.rsplit('/').next().unwrap(), &changed);
+    assert_ne!(id(), first);
+}
