@@ -139,6 +139,9 @@ mod tests {
 
     /// Detection as it was before the table (`detect.rs`'s if-chain), by
     /// the format's name.
+    /// Rows added after the table, each its own format's.
+    const ROWS_SINCE: [&str; 3] = ["onnx", "msgpack", "hdf5"];
+
     fn detect_before_the_table(first: &[u8]) -> &'static str {
         let starts = |magic: &[u8]| first.starts_with(magic);
         if starts(b"\x93NUMPY") {
@@ -198,7 +201,15 @@ mod tests {
             for len in [FILE_SNIFF_LEN, SNIFF_LEN] {
                 let first = &bytes[..bytes.len().min(len)];
                 let now = detect(first).name();
-                assert_eq!(now, detect_before_the_table(first), "{}", path.display());
+                let before = detect_before_the_table(first);
+                // Formats added since (ONNX, MessagePack, HDF5) recognise
+                // what was unknown; nothing recognised before changes.
+                let added = before == "unknown" && ROWS_SINCE.contains(&now);
+                assert!(
+                    now == before || added,
+                    "{}: {now}, was {before}",
+                    path.display()
+                );
                 seen.insert(now);
             }
         }

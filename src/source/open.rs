@@ -76,11 +76,13 @@ pub async fn open_location(
         Location::Folder(path) => {
             // A folder a format reads as a whole (a distributed
             // checkpoint) is its own input; else the one checkpoint in it.
+            // It reports the files it read; the folder has no version.
             let file = super::resolve_input(path)?;
-            if file != *path {
-                let (dir, file_shown) = (path.display(), file.display());
-                notice(&Note::Info(format!("{dir}: reading {file_shown}")));
+            if file == *path {
+                return input::open_path(FORMATS, path, options, notice).await;
             }
+            let (dir, file_shown) = (path.display(), file.display());
+            notice(&Note::Info(format!("{dir}: reading {file_shown}")));
             open_file(&file, options, notice).await
         }
         #[cfg(feature = "object-store")]

@@ -229,7 +229,11 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
 /// index or its one model file, as for convert.
 fn checkpoint_location(given: &Path) -> Result<Location, Error> {
     Ok(match Location::parse(given)? {
-        Location::Folder(dir) => Location::File(resolve_input(&dir)?),
+        // A folder a format reads whole (a distributed checkpoint) stays one.
+        Location::Folder(dir) => match resolve_input(&dir)? {
+            file if file != dir => Location::File(file),
+            _ => Location::Folder(dir),
+        },
         other => other,
     })
 }

@@ -27,6 +27,7 @@ mod layout;
 mod metadata;
 mod row;
 
+use crate::location::Opened;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
@@ -74,6 +75,9 @@ pub(crate) struct DcpSource {
     stamps: Vec<Stamp>,
     /// `.metadata` and the files, as opened, for [`Source::check_unchanged`].
     handles: Vec<Arc<File>>,
+    /// `.metadata` and the files, as locations with their identities: what
+    /// the plan id and the output-is-input check cover.
+    read: Vec<Opened>,
     skipped: Vec<String>,
     metadata: Metadata,
 }
@@ -256,9 +260,17 @@ impl DcpSource {
             stamps.push(Stamp::of(f, *len));
             handles.push(f.clone());
         }
+        let described = Some(dir.join(METADATA_FILE)).filter(|m| m.exists());
+        let data = names.iter().map(|n| dir.join(n));
+        let read = described
+            .into_iter()
+            .chain(data)
+            .map(|p| Opened::file(&p))
+            .collect();
         let mut metadata = Metadata::new();
         metadata.insert("format".into(), "pt".into());
         Ok(DcpSource {
+            read,
             input: input.to_string(),
             tensors,
             layouts,
@@ -348,6 +360,10 @@ impl Source for DcpSource {
 
     fn identity(&self) -> Option<String> {
         super::identities(&self.stamps)
+    }
+
+    fn opened(&self) -> Vec<Opened> {
+        self.read.clone()
     }
 
     fn check_unchanged(&self) -> Result<()> {
