@@ -8,7 +8,7 @@ use safetensors_stream::convert::{
     convert as run, dry_run as plan, open_inputs, ConvertOptions, Output,
 };
 use safetensors_stream::units::parse_size;
-use safetensors_stream::{Error, ErrorKind};
+use safetensors_stream::{Error, ErrorKind, Note};
 
 use crate::errors::to_py;
 use crate::{parse_dtype, parse_order};
@@ -53,7 +53,7 @@ pub(crate) fn convert(
     dry_run: bool,
 ) -> PyResult<String> {
     let err = |e: Error| to_py(py, e);
-    let notices = Arc::new(Mutex::new(Vec::<String>::new()));
+    let notices = Arc::new(Mutex::new(Vec::<Note>::new()));
     let mut options = ConvertOptions::default();
     options.plan.max_shard_size = max_shard_size
         .map(|s| parse_size(&s).map_err(|e| usage_error(format!("max_shard_size: {e}"))))
@@ -78,15 +78,12 @@ pub(crate) fn convert(
     options.checksum = checksum;
     options.sync = sync;
     options.overwrite_input = overwrite_input;
-    options.source.skip_non_npy = skip_non_npy;
+    options.source.npy.skip_non_npy = skip_non_npy;
     options.source.name = name;
-    options.source.npy_void_as = npy_void_as.as_deref().map(dtype).transpose().map_err(err)?;
+    options.source.npy.void_as = npy_void_as.as_deref().map(dtype).transpose().map_err(err)?;
     let collected = Arc::clone(&notices);
-    options.notice = Some(Arc::new(move |msg: &str| {
-        collected
-            .lock()
-            .expect("notices lock")
-            .push(msg.to_string())
+    options.notice = Some(Arc::new(move |note: &Note| {
+        collected.lock().expect("notices lock").push(note.clone())
     }));
     let output = match output.as_os_str() == "-" {
         true => Output::Stdout,

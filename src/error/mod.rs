@@ -15,6 +15,7 @@ pub mod gguf;
 pub(crate) mod header;
 pub(crate) mod index;
 pub(crate) mod json;
+pub(crate) mod note;
 pub(crate) mod pickle;
 pub(crate) mod quantized;
 pub(crate) mod store;
@@ -23,6 +24,7 @@ pub(crate) mod zip;
 pub use header::HeaderError;
 pub use index::IndexError;
 pub use json::JsonError;
+pub use note::{Note, NoticeFn, Warning};
 pub use pickle::{PickleError, PyTorchError, StorageShape};
 pub use store::StoreError;
 pub use zip::{ZipError, ZipFeature};
@@ -88,7 +90,7 @@ pub(crate) fn too_short(expected: u64, actual: u64) -> Error {
 
 /// The one error for bytes whose CRC-32 is not the archive's.
 pub(crate) fn crc_mismatch(actual: u32, expected: u32) -> Error {
-    Error::new(ErrorKind::CrcMismatch { actual, expected })
+    Error::new(ErrorKind::Zip(ZipError::CrcMismatch { actual, expected }))
 }
 
 impl Error {
@@ -478,22 +480,12 @@ pub enum ErrorKind {
         /// What the input holds.
         actual: u64,
     },
-    /// A malformed zip (npz) archive, or one whose records disagree.
-    #[error("zip: {0}")]
+    /// A malformed zip archive (an .npz, a PyTorch checkpoint), one whose
+    /// records disagree, one using a feature this reader does not
+    /// implement, or bytes whose CRC-32 is not the archive's: see
+    /// [`ZipError`].
+    #[error("{}{}", .0.prefix(), .0)]
     Zip(#[source] ZipError),
-    /// A well-formed zip archive that uses a feature this reader does not
-    /// implement (encryption, several disks, a compression method other
-    /// than stored and deflated).
-    #[error("zip: {0} is not supported")]
-    ZipUnsupported(#[source] ZipFeature),
-    /// Bytes whose CRC-32 is not the one their archive records.
-    #[error("CRC-32 is {actual:08x}, the archive says {expected:08x}")]
-    CrcMismatch {
-        /// The CRC-32 of the bytes read.
-        actual: u32,
-        /// The CRC-32 the archive records.
-        expected: u32,
-    },
     /// A safetensors file was expected (validate, an index's shard) and the
     /// input is something else that convert reads.
     #[error("{what}, not a safetensors file (convert reads it; validate the converted output)")]
@@ -633,6 +625,7 @@ impl ErrorKind {
             ErrorKind::Index(e) => e.name(),
             ErrorKind::Pickle(e) => e.name(),
             ErrorKind::PyTorch(e) => e.name(),
+            ErrorKind::Zip(e) => e.name(),
             kind => kind.into(),
         }
     }
@@ -644,6 +637,7 @@ impl ErrorKind {
         match self {
             K::Pickle(e) => e.category(),
             K::PyTorch(e) => e.category(),
+            K::Zip(e) => e.category(),
             K::Io(_) | K::Interrupted(_) | K::ShardNotWritten { .. } | K::ObjectStore(_) => {
                 Category::Io
             }
@@ -690,9 +684,6 @@ impl ErrorKind {
             | K::Gguf(_)
             | K::UnsupportedDtype { .. }
             | K::DataLength { .. }
-            | K::Zip(_)
-            | K::ZipUnsupported(_)
-            | K::CrcMismatch { .. }
             | K::NotSafetensors { .. }
             | K::UnknownFormat(_)
             | K::Decompress { .. }
@@ -784,14 +775,16 @@ pub(super) mod tests {
     fn kind_names_are_snake_case_variant_names() {
         let io = ErrorKind::Io(io::Error::other("x"));
         assert_eq!(io.name(), "io");
-        let crc = ErrorKind::CrcMismatch {
-            actual: 0,
-            expected: 1,
-        };
-        assert_eq!(crc.name(), "crc_mismatch");
+        let crc = crc_mismatch(0, 1);
+        assert_eq!(crc.kind().name(), "crc_mismatch");
+        assert_eq!(
+            crc.to_string(),
+            "CRC-32 is 00000000, the archive says 00000001"
+        );
+        assert_eq!(ErrorKind::Zip(ZipError::TooShort).name(), "zip");
         assert_eq!(ErrorKind::NameNeeded("x").name(), "name_needed");
         assert_eq!(
-            ErrorKind::ZipUnsupported(ZipFeature::MultiDisk).name(),
+            ErrorKind::Zip(ZipError::Unsupported(ZipFeature::MultiDisk)).name(),
             "zip_unsupported"
         );
     }

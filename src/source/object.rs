@@ -53,7 +53,7 @@ pub(crate) async fn open_object(url: &str, options: &SourceOptions) -> Result<Ob
         return Ok(ObjectInput::Ranged(Box::new(src)));
     }
     let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
-    if options.raw.is_none() && detect(&first) == Format::Safetensors {
+    if options.raw.is_none() && detect(&first) == Format::SAFETENSORS {
         let src = ObjectSource::open(pinned, first).await?;
         return Ok(ObjectInput::Ranged(Box::new(src)));
     }

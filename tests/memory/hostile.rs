@@ -1317,7 +1317,7 @@ fn a_50_000_tensor_checkpoint_opens_within_3x_its_pickle_and_3_mib() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let notice = |_: &str| {};
+    let notice = |_: &safetensors_stream::Note| {};
     let (src, peak) = crate::alloc::peak_during(|| {
         rt.block_on(open_input(&path, &SourceOptions::default(), &notice))
             .unwrap()
@@ -1345,4 +1345,45 @@ fn a_50_000_tensor_checkpoint_opens_within_3x_its_pickle_and_3_mib() {
         peak <= 3 * len + (3 << 20),
         "peak {peak} for a pickle of {len}"
     );
+}
+
+static FREED_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Opening a checkpoint whose pickle is 10 MiB or more tells the caller
+/// each time a phase has freed memory (the zip's directory, the pickle's
+/// bytes, its values): three calls, which the `convert` binary answers
+/// with its allocator's collect. A small checkpoint's phases free too
+/// little to be worth one: no call. The library calls no allocator itself.
+#[test]
+fn a_large_checkpoint_tells_the_caller_when_its_phases_free_memory() {
+    use safetensors_stream::source::{open_input, FreedMemoryHook};
+    use safetensors_stream::SourceOptions;
+    use std::sync::atomic::Ordering;
+    fn count() {
+        FREED_CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(count));
+    let calls_opening = |pad: usize| {
+        let mut p = Pickle::new();
+        p.op(b"}(").str(b"pad").str(&vec![b'x'; pad]);
+        p.str(b"w").tensor("0", 1, 0, &[1], &[1]).op(b"u");
+        let path = tmp.path().join(format!("pad-{pad}.pt"));
+        std::fs::write(&path, torch_zip(&p.stop(), &[("0", floats(1))])).unwrap();
+        let before = FREED_CALLS.load(Ordering::SeqCst);
+        let src = rt
+            .block_on(open_input(
+                &path,
+                &options,
+                &|_: &safetensors_stream::Note| {},
+            ))
+            .unwrap();
+        assert_eq!(src.tensors()[0].name, "w");
+        FREED_CALLS.load(Ordering::SeqCst) - before
+    };
+    assert_eq!(calls_opening(10 << 20), 3);
+    assert_eq!(calls_opening(1000), 0);
 }

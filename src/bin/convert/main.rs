@@ -13,10 +13,10 @@ use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{detect_file, Format};
-use safetensors_stream::source::{resolve_input, Listing, SourceOptions};
+use safetensors_stream::source::{resolve_input, FreedMemoryHook, Listing, SourceOptions};
 use safetensors_stream::store::is_url;
 use safetensors_stream::units::HumanBytes;
-use safetensors_stream::{inspect, Category, Error, ErrorKind};
+use safetensors_stream::{inspect, Category, Error, ErrorKind, Note};
 
 use cli::{Cli, Command, InspectArgs, UploadsArgs, ValidateArgs};
 
@@ -36,9 +36,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// path", the small-members paragraph).
 pub(crate) fn return_freed_memory(tensors: usize) {
     const WORTH_IT_FROM: usize = 100_000;
-    if tensors < WORTH_IT_FROM {
-        return;
+    if tensors >= WORTH_IT_FROM {
+        collect_freed_memory();
     }
+}
+
+/// Hands memory freed so far back to the system now: this binary's answer
+/// to a source's [`FreedMemoryHook`] (a large checkpoint freeing its
+/// pickle between the phases of its opening), and to
+/// [`return_freed_memory`].
+pub(crate) fn collect_freed_memory() {
     // SAFETY: mi_collect takes no pointers and may be called from any
     // thread at any time; `true` also purges memory other threads freed.
     #[allow(unsafe_code)]
@@ -234,8 +241,9 @@ fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |msg: &str| eprintln!("convert: {msg}");
-    let source = rt.block_on(open_input(path, &SourceOptions::default(), &notice))?;
+    let notice = |note: &Note| eprintln!("convert: {note}");
+    let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(collect_freed_memory));
+    let source = rt.block_on(open_input(path, &options, &notice))?;
     let mut bytes = 0u64;
     for t in source.tensors() {
         let n = t.byte_len().map_err(|e| e.with_tensor(t.name.clone()))?;
@@ -263,9 +271,8 @@ fn worse(a: Category, b: Category) -> Category {
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
     // A GGUF's metadata is listed whether or not --gguf-metadata is given;
     // headers only: `cat x.safetensors | convert inspect -` is not spooled.
-    let options = run::source_options(&args.input)?
-        .gguf_metadata(true)
-        .listing_only(true);
+    let mut options = run::source_options(&args.input)?.listing_only(true);
+    options.gguf.metadata = true;
     // A checkpoint folder stands for its index or its one model file, as for convert.
     let file = resolve_input(&args.file)?;
     let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {
@@ -298,7 +305,7 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     // named .safetensors; any other is "unknown input format", as converting says.
     let named_safetensors = path.extension().is_some_and(|e| e == "safetensors");
     Ok(match format {
-        Some(Format::Safetensors) => true,
+        Some(f) if f == Format::SAFETENSORS => true,
         Some(Format::Unknown) => named_safetensors,
         _ => false,
     })
@@ -337,7 +344,7 @@ fn inspect_source(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |msg: &str| eprintln!("convert: {msg}");
+    let notice = |note: &Note| eprintln!("convert: {note}");
     let source = rt.block_on(open_input(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);
