@@ -27,7 +27,7 @@ mkdir -p "$W"
 trap '"$here/s3_server.sh" stop "$W/s3"' EXIT
 eval "$("$here/s3_server.sh" start "$W/s3")"
 mkdir -p "$W/s3/root/input/ds" "$W/s3/root/output"
-cp "$IN"/* "$W/s3/root/input/ds/"
+cp -l "$IN"/* "$W/s3/root/input/ds/" 2>/dev/null || cp "$IN"/* "$W/s3/root/input/ds/"
 CONV=(--dequantize --max-shard-size "$SHARD")
 
 # LABEL CMD...: one timed process; prints seconds and peak RSS (KiB).
