@@ -43,7 +43,8 @@ pub(crate) use recognize::{recognize, Found};
 /// whose reads wait on the runtime (an object) reads such tensors when it
 /// opens, as they are small ([`record::MAX_RECORD`] bytes at most).
 pub(crate) fn read_while_planning(name: &str) -> bool {
-    name.ends_with(".quant_state.bitsandbytes__nf4") || name.ends_with(".quant_state.bitsandbytes__fp4")
+    name.ends_with(".quant_state.bitsandbytes__nf4")
+        || name.ends_with(".quant_state.bitsandbytes__fp4")
 }
 
 /// Values dequantized per piece: 1 Mi (4 MiB of f32, before storing).

@@ -59,18 +59,40 @@ fn quantized_objects_convert_to_the_bytes_of_local_files() {
             let f = f.unwrap();
             let name = f.file_name().to_string_lossy().into_owned();
             if !name.starts_with("expected-") {
-                moto::put(ep, &b, &format!("{case}/{name}"), &std::fs::read(f.path()).unwrap());
+                moto::put(
+                    ep,
+                    &b,
+                    &format!("{case}/{name}"),
+                    &std::fs::read(f.path()).unwrap(),
+                );
             }
         }
         let local = dir.join(entry(case));
         let url = format!("s3://{b}/{case}/{}", entry(case));
-        for (how, extra) in [("as it is", &[][..]), ("dequantized", &["--dequantize"][..])] {
-            let want = tmp.path().join(format!("{case}-{}-local.safetensors", extra.len()));
-            let got = tmp.path().join(format!("{case}-{}-object.safetensors", extra.len()));
+        for (how, extra) in [
+            ("as it is", &[][..]),
+            ("dequantized", &["--dequantize"][..]),
+        ] {
+            let want = tmp
+                .path()
+                .join(format!("{case}-{}-local.safetensors", extra.len()));
+            let got = tmp
+                .path()
+                .join(format!("{case}-{}-object.safetensors", extra.len()));
             let o = run(ep, &local, &want, extra);
-            assert_eq!(o.status.code(), Some(0), "{case} {how}, local: {}", stderr(&o));
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{case} {how}, local: {}",
+                stderr(&o)
+            );
             let o = run(ep, &url, &got, extra);
-            assert_eq!(o.status.code(), Some(0), "{case} {how}, object: {}", stderr(&o));
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "{case} {how}, object: {}",
+                stderr(&o)
+            );
             assert!(
                 std::fs::read(&got).unwrap() == std::fs::read(&want).unwrap(),
                 "{case} {how}: the object's conversion differs from the local file's"
