@@ -5,6 +5,12 @@
 //! side by side): read one GET per tensor, and per dequantized piece, it
 //! was 92k requests at 17-40 ms each, one at a time.
 //!
+//! A window is read ahead only while reads go on forward (a read that
+//! starts where the last one ended): a jump reads just what was asked for,
+//! as [`crate::block_cache`] does for files, so that tensors visited out of
+//! the objects' order (F32 scales first, in name order) cost one small GET
+//! each rather than a window each.
+//!
 //! Memory is bounded: at most [`WINDOWS`] windows are held, the least
 //! recently used dropped first. Reads of more than [`WINDOW`] bytes go to
 //! the server as they are (a large tensor streams from its own GET).
@@ -30,16 +36,29 @@ pub(super) const WINDOWS: usize = 8;
 pub(super) struct Windows {
     /// (object, first byte, bytes), the most recently used first.
     held: Mutex<VecDeque<(usize, u64, Bytes)>>,
+    /// Where the last read ended (object, byte): a read starting there goes on forward.
+    last_end: Mutex<Option<(usize, u64)>>,
 }
 
 impl Windows {
     /// Bytes `start..end` of `object` (number `id` of its input), `end - start`
     /// at most [`WINDOW`]: from a window held, else from a new one.
-    pub(super) async fn read(&self, id: usize, object: &Pinned, start: u64, end: u64) -> Result<Bytes> {
+    pub(super) async fn read(
+        &self,
+        id: usize,
+        object: &Pinned,
+        start: u64,
+        end: u64,
+    ) -> Result<Bytes> {
+        let forward = {
+            let mut last = self.last_end.lock().unwrap_or_else(|p| p.into_inner());
+            last.replace((id, end)) == Some((id, start))
+        };
         if let Some(bytes) = self.find(id, start, end) {
             return Ok(bytes);
         }
-        let last = (start + WINDOW).min(object.size).max(end);
+        let ahead = if forward { WINDOW } else { 0 };
+        let last = (start + ahead).min(object.size).max(end);
         let window = object.range_bytes(start, last).await?;
         if (window.len() as u64) < end - start {
             let changed = ErrorKind::InputChanged {
@@ -57,9 +76,9 @@ impl Windows {
 
     fn find(&self, id: usize, start: u64, end: u64) -> Option<Bytes> {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let at = held.iter().position(|(o, s, b)| {
-            *o == id && *s <= start && end <= *s + b.len() as u64
-        })?;
+        let at = held
+            .iter()
+            .position(|(o, s, b)| *o == id && *s <= start && end <= *s + b.len() as u64)?;
         let w = held.remove(at).expect("found");
         let bytes = w.2.slice((start - w.1) as usize..(end - w.1) as usize);
         held.push_front(w);
