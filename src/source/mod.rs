@@ -80,6 +80,7 @@ pub(crate) mod quantized;
 pub(crate) mod raw;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod safetensors;
+mod span;
 mod spool;
 pub(crate) mod table;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
@@ -99,6 +100,7 @@ pub use open::{open_input, open_inputs, open_location, open_locations};
 pub use pytorch::row::TorchOptions;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
+pub use span::{ByteSpan, ReadAt};
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -247,6 +249,27 @@ pub trait Source: Send {
     /// are (up to a byte swap). File-to-file conversions then copy them with
     /// positional reads, or in the kernel, instead of through [`Source::open`].
     fn file_span(&self, _k: usize) -> Option<FileSpan> {
+        None
+    }
+
+    /// Where tensor `k`'s bytes lie as they are (little-endian, nothing to
+    /// undo), for readers that pick pieces out of them with positional
+    /// reads (dequantization reads a piece's codes and the scales that
+    /// cover it): a file's span by default, an object's ranges for an
+    /// object.
+    fn byte_span(&self, k: usize) -> Option<ByteSpan> {
+        let span = self.file_span(k)?;
+        (span.transform == Transform::Identity).then(|| ByteSpan {
+            bytes: span.file,
+            offset: span.offset,
+            len: span.len,
+        })
+    }
+
+    /// The text of the `config.json` beside the input, when the source
+    /// read it itself (an object's sibling); `None` where it is a file to
+    /// read beside the input's path, or there is none.
+    fn config_beside(&self) -> Option<&[u8]> {
         None
     }
 

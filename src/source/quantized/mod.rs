@@ -31,13 +31,22 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::{FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
+use super::{ByteSpan, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
 use crate::error::note::{Note, Notice};
 use crate::header::{Metadata, TensorMeta};
 use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, Result};
 
 pub(crate) use recognize::{recognize, Found};
+
+/// Whether recognising the quantized weights reads tensor `name`'s bytes
+/// while planning (a bitsandbytes 4-bit `quant_state` record): a source
+/// whose reads wait on the runtime (an object) reads such tensors when it
+/// opens, as they are small ([`record::MAX_RECORD`] bytes at most).
+pub(crate) fn read_while_planning(name: &str) -> bool {
+    name.ends_with(".quant_state.bitsandbytes__nf4")
+        || name.ends_with(".quant_state.bitsandbytes__fp4")
+}
 
 /// Values dequantized per piece: 1 Mi (4 MiB of f32, before storing).
 pub(crate) const PIECE_ELEMENTS: u64 = 1 << 20;
@@ -58,8 +67,8 @@ pub(crate) struct Part {
     pub dtype: Dtype,
     /// Its shape.
     pub shape: Vec<u64>,
-    /// Its bytes.
-    pub span: FileSpan,
+    /// Its bytes: in a file, or in an object read by ranges.
+    pub span: ByteSpan,
 }
 
 /// How one quantized weight is stored.
@@ -345,6 +354,17 @@ impl Source for QuantizedSource<'_> {
             Entry::Pass(inner) => self.inner.file_span(*inner),
             Entry::Dequant(_) => None,
         }
+    }
+
+    fn byte_span(&self, k: usize) -> Option<ByteSpan> {
+        match &self.entries[k] {
+            Entry::Pass(inner) => self.inner.byte_span(*inner),
+            Entry::Dequant(_) => None,
+        }
+    }
+
+    fn config_beside(&self) -> Option<&[u8]> {
+        self.inner.config_beside()
     }
 }
 

@@ -11,8 +11,6 @@
 //! whole-row reads of at most [`READ_BYTES`], so each band costs a few
 //! reads, not one per row.
 
-use std::os::unix::fs::FileExt;
-
 use super::{Part, QuantError};
 use crate::dequant::arith::E8M0_NAN;
 use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES};
@@ -211,7 +209,7 @@ fn read_at(p: &Part, at: u64, buf: &mut [u8]) -> Result<()> {
         return Err(Error::new(ErrorKind::Quantized(e)).with_tensor(&p.name));
     }
     p.span
-        .file
+        .bytes
         .read_exact_at(buf, p.span.offset + at)
         .map_err(|e| Error::io(e).with_tensor(&p.name))
 }

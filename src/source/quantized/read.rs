@@ -2,7 +2,6 @@
 //! reader that any thread may drive.
 
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 
 use super::{Kind, Part, QuantError, Weight, PIECE_ELEMENTS};
 use crate::dequant::{self, arith};
@@ -326,7 +325,7 @@ fn read_elems(p: &Part, first: u64, count: usize) -> Result<Vec<u8>> {
     }
     let mut buf = vec![0u8; count * w as usize];
     p.span
-        .file
+        .bytes
         .read_exact_at(&mut buf, p.span.offset + first * w)
         .map_err(|e| Error::io(e).with_tensor(&p.name))?;
     Ok(buf)
@@ -354,7 +353,7 @@ fn read_column_bytes(p: &Part, c0: u64, n: u64) -> Result<Vec<u8>> {
             return Err(short(p));
         }
         p.span
-            .file
+            .bytes
             .read_exact_at(chunk, p.span.offset + at)
             .map_err(|e| Error::io(e).with_tensor(&p.name))?;
     }

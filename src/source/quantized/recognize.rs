@@ -96,12 +96,9 @@ impl<'s> Names<'s> {
         };
         let source = &self.sources[s];
         let t = &source.tensors()[k];
-        let Some(span) = source
-            .file_span(k)
-            .filter(|sp| sp.transform == crate::transform::Transform::Identity)
-        else {
+        let Some(span) = source.byte_span(k) else {
             let e = QuantError::Unsupported(
-                "quantized weights are dequantized from safetensors files only".into(),
+                "quantized weights are dequantized from safetensors files and objects only".into(),
             );
             return Err(refuse(e, source.input_name(), name));
         };
@@ -126,8 +123,13 @@ impl<'s> Names<'s> {
 
     fn config(&mut self, s: usize) -> Result<&QuantConfig> {
         if self.configs[s].is_none() {
-            let input = self.sources[s].input_name();
-            let c = config::beside(input).map_err(|e| refuse(e, input, "config.json"))?;
+            let source = &self.sources[s];
+            let input = source.input_name();
+            let c = match source.config_beside() {
+                Some(text) => config::parse(text),
+                None => config::beside(input),
+            };
+            let c = c.map_err(|e| refuse(e, input, "config.json"))?;
             self.configs[s] = Some(c);
         }
         Ok(self.configs[s].as_ref().expect("set above"))
@@ -574,8 +576,16 @@ fn four_bit(
         let e = QuantError::Record(format!("{} bytes, more than a record holds", rec.span.len));
         return Err(refuse(e, &input, record_name));
     }
+    if rec.span.bytes.waits_on_runtime() {
+        // Planning runs on the async runtime's thread: an object's record is
+        // read when the object is opened (`source::object`), never here.
+        let e = QuantError::Unsupported("a record not read when its object was opened".into());
+        return Err(refuse(e, &input, record_name));
+    }
     let mut bytes = vec![0u8; rec.span.len as usize];
-    std::os::unix::fs::FileExt::read_exact_at(&*rec.span.file, &mut bytes, rec.span.offset)
+    rec.span
+        .bytes
+        .read_exact_at(&mut bytes, rec.span.offset)
         .map_err(|e| {
             crate::Error::io(e)
                 .with_input(&input)
@@ -941,7 +951,9 @@ fn weight_shape(p: &Part, scheme: &'static str, input: &str) -> Result<[u64; 2]>
     }
     let mut bytes = [0u8; 16];
     let bytes = &mut bytes[..p.span.len as usize];
-    std::os::unix::fs::FileExt::read_exact_at(&*p.span.file, bytes, p.span.offset)
+    p.span
+        .bytes
+        .read_exact_at(bytes, p.span.offset)
         .map_err(|e| crate::Error::io(e).with_input(input).with_tensor(&p.name))?;
     let value = |i: usize| -> i64 {
         match width {

@@ -1,6 +1,8 @@
 //! An object as an input. A safetensors object is read by ranges: its
 //! header by one GET of the first [`FIRST_RANGE`] bytes (and a second only
-//! for a larger header), each tensor by its own streaming GET. Every GET
+//! for a larger header), a large tensor by its own streaming GET, small
+//! tensors and dequantization's pieces from windows of many tensors read
+//! by one GET each ([`windows`]). Every GET
 //! is pinned to the ETag seen when the object was planned, so that an
 //! object replaced mid-run is refused, as a local file that changes is.
 //! Any other format is handed back as one pinned stream, which the
@@ -11,6 +13,11 @@
 //! and index layers, the store client and below; never the opening of
 //! inputs (which imports this).
 
+mod windows;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
@@ -19,6 +26,7 @@ use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
 use std::path::Path;
 
 use super::detect::{detect, Format};
+use super::span::{ByteSpan, ReadAt};
 use super::{Source, SourceOptions, TensorData, TensorReader};
 use crate::error::store::{one_line, StoreError};
 use crate::header::read::read_header;
@@ -205,15 +213,17 @@ impl Pinned {
 
     /// Bytes `start..end`, whole (for headers: small and bounded).
     async fn range(&self, start: u64, end: u64) -> Result<Vec<u8>> {
+        Ok(self.range_bytes(start, end).await?.to_vec())
+    }
+
+    /// Bytes `start..end`, whole, as the client gave them (no copy).
+    async fn range_bytes(&self, start: u64, end: u64) -> Result<Bytes> {
         if start >= end {
-            return Ok(Vec::new());
+            return Ok(Bytes::new());
         }
         match self.get(start, end).await? {
-            Got::Response(got) => {
-                let bytes = got.bytes().await.map_err(|e| self.error(e))?;
-                Ok(bytes.to_vec())
-            }
-            Got::Held(bytes) => Ok(bytes.to_vec()),
+            Got::Response(got) => got.bytes().await.map_err(|e| self.error(e)),
+            Got::Held(bytes) => Ok(bytes),
         }
     }
 
@@ -313,17 +323,32 @@ impl Pinned {
     }
 }
 
+/// Tensors of at most this many bytes are read from a window
+/// ([`windows`]) rather than by a GET of their own.
+const SMALL_TENSOR: u64 = 1 << 20;
+
+/// The largest `config.json` read beside an object (as beside a file).
+const MAX_CONFIG_LEN: u64 = 16 << 20;
+
 /// A safetensors object, or a sharded checkpoint's objects, read by ranges.
 pub(crate) struct ObjectSource {
     input: String,
     /// The index object, for a sharded checkpoint.
     index: Option<Pinned>,
     /// The objects whose tensors it lists.
-    objects: Vec<Pinned>,
+    objects: Vec<Arc<Pinned>>,
     tensors: Vec<TensorMeta>,
     /// Each tensor's object and absolute byte range in it.
     ranges: Vec<(usize, u64, u64)>,
     metadata: Option<Metadata>,
+    /// Windows of the objects' bytes, shared by every read.
+    windows: Arc<windows::Windows>,
+    /// The runtime the objects were opened on, for blocking readers.
+    runtime: tokio::runtime::Handle,
+    /// The `config.json` beside the input, if there is one.
+    config: Option<Vec<u8>>,
+    /// Tensors planning reads ([`quantized::read_while_planning`]), read at opening.
+    held: HashMap<usize, Bytes>,
 }
 
 impl ObjectSource {
@@ -331,7 +356,10 @@ impl ObjectSource {
     async fn open(object: Pinned, first: Vec<u8>) -> Result<ObjectSource> {
         let header = object.header(first, Rules::SOURCE).await?;
         let input = object.loc.url.clone();
-        Ok(Self::from_parts(input, vec![(object, header)]))
+        let config = config_beside(&object.loc).await?;
+        let mut src = Self::from_parts(input, vec![(object, header)], config);
+        src.read_held().await?;
+        Ok(src)
     }
 
     /// A sharded checkpoint by its index object: every shard's header,
@@ -339,12 +367,18 @@ impl ObjectSource {
     async fn open_index(index: Pinned) -> Result<ObjectSource> {
         let (_, pinned, files) = index.shards(Rules::SOURCE).await?;
         let parts = pinned.into_iter().zip(files.into_iter().map(|(_, h)| h));
-        let mut src = Self::from_parts(index.loc.url.clone(), parts.collect());
+        let config = config_beside(&index.loc).await?;
+        let mut src = Self::from_parts(index.loc.url.clone(), parts.collect(), config);
         src.index = Some(index);
+        src.read_held().await?;
         Ok(src)
     }
 
-    fn from_parts(input: String, parts: Vec<(Pinned, Header)>) -> ObjectSource {
+    fn from_parts(
+        input: String,
+        parts: Vec<(Pinned, Header)>,
+        config: Option<Vec<u8>>,
+    ) -> ObjectSource {
         let mut src = ObjectSource {
             input,
             index: None,
@@ -352,6 +386,10 @@ impl ObjectSource {
             tensors: Vec::new(),
             ranges: Vec::new(),
             metadata: None,
+            windows: Arc::default(),
+            runtime: tokio::runtime::Handle::current(),
+            config,
+            held: HashMap::new(),
         };
         for (index, (object, header)) in parts.into_iter().enumerate() {
             let start = header.data_start();
@@ -365,9 +403,56 @@ impl ObjectSource {
                     .push((index, start + t.begin, start + t.begin + t.len()));
                 src.tensors.push(t.meta);
             }
-            src.objects.push(object);
+            src.objects.push(Arc::new(object));
         }
         src
+    }
+
+    /// Reads the tensors that planning reads (small records), so that
+    /// planning, on the runtime's own thread, never waits for a GET.
+    async fn read_held(&mut self) -> Result<()> {
+        for (k, t) in self.tensors.iter().enumerate() {
+            let (o, start, end) = self.ranges[k];
+            if super::quantized::read_while_planning(&t.name)
+                && end - start <= super::quantized::record::MAX_RECORD
+            {
+                let bytes = self.objects[o].range_bytes(start, end).await?;
+                self.held.insert(k, bytes);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `config.json` beside the object at `loc` (a model's quantization
+/// settings), if there is one; `None` as for a file when there is none or
+/// it is too large to be a model's config.
+async fn config_beside(loc: &Object) -> Result<Option<Vec<u8>>> {
+    let config = loc.sibling("config.json");
+    let pinned = match config.store.head(&config.path).await {
+        Ok(meta) => Pinned::new(config, meta.e_tag, meta.size),
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(store_error(e, &config.url)),
+    };
+    if pinned.size > MAX_CONFIG_LEN {
+        return Ok(None);
+    }
+    Ok(Some(pinned.range(0, pinned.size).await?))
+}
+
+/// Bytes held in memory, read as a file is.
+#[derive(Debug)]
+struct Held(Bytes);
+
+impl ReadAt for Held {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let src = start
+            .checked_add(buf.len())
+            .and_then(|end| self.0.get(start..end))
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(src);
+        Ok(())
     }
 }
 
@@ -385,7 +470,7 @@ impl Source for ObjectSource {
     }
 
     fn opened(&self) -> Vec<Opened> {
-        let pinned = self.index.iter().chain(&self.objects);
+        let pinned = self.index.iter().chain(self.objects.iter().map(|o| &**o));
         let each = pinned.map(|o| Opened::object(&o.loc.at, o.size, o.etag.clone()));
         each.collect()
     }
@@ -399,8 +484,42 @@ impl Source for ObjectSource {
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
-        let (object, start, end) = self.ranges[k];
-        let object = &self.objects[object];
-        async move { Ok(TensorData::new(object.reader(start, end).await?)) }.boxed()
+        let (id, start, end) = self.ranges[k];
+        let object = &self.objects[id];
+        let windows = &self.windows;
+        async move {
+            if end - start <= SMALL_TENSOR && start < end {
+                let bytes = windows.read(id, object, start, end).await?;
+                return Ok(TensorData::new(std::io::Cursor::new(bytes)));
+            }
+            Ok(TensorData::new(object.reader(start, end).await?))
+        }
+        .boxed()
+    }
+
+    fn byte_span(&self, k: usize) -> Option<ByteSpan> {
+        let (id, start, end) = self.ranges[k];
+        if let Some(bytes) = self.held.get(&k) {
+            return Some(ByteSpan {
+                bytes: Arc::new(Held(bytes.clone())),
+                offset: 0,
+                len: end - start,
+            });
+        }
+        let bytes = windows::ObjectBytes {
+            id,
+            object: Arc::clone(&self.objects[id]),
+            windows: Arc::clone(&self.windows),
+            runtime: self.runtime.clone(),
+        };
+        Some(ByteSpan {
+            bytes: Arc::new(bytes),
+            offset: start,
+            len: end - start,
+        })
+    }
+
+    fn config_beside(&self) -> Option<&[u8]> {
+        self.config.as_deref()
     }
 }
