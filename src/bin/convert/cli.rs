@@ -1,8 +1,9 @@
 //! The command line, declared with clap. Nothing here does work.
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use safetensors_stream::Dtype;
 
 const AFTER_HELP: &str = "\
@@ -35,7 +36,8 @@ Examples:
   convert validate --reference model.safetensors.index.json
   convert inspect --json model.safetensors";
 
-/// Stream tensors into safetensors files, and check and inspect them.
+/// Stream tensors from NumPy, PyTorch, GGUF, quantized safetensors (FP8, GPTQ, AWQ,
+/// bitsandbytes: dequantized) and raw dumps into safetensors files; check and inspect them.
 #[derive(Debug, Parser)]
 #[command(
     name = "convert",
@@ -59,7 +61,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
     /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, PyTorch
-    /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), any of them
+    /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), GGUF (.gguf, dequantized),
+    /// quantized safetensors (FP8, GPTQ, AWQ, bitsandbytes: see --dequantize), any of them
     /// gzip/zstd/xz/bzip2-compressed; `-` for standard input; a folder holding one checkpoint
     /// (its index, else its single model file); s3://, gs://, az:// or https:// URLs (credentials
     /// from the environment). Recognised by content.
@@ -348,4 +351,73 @@ pub struct InspectArgs {
     /// Read the header as the reference reader would, instead of strictly.
     #[arg(long)]
     pub reference: bool,
+}
+
+/// The subcommands' names, for a mistyped one.
+const SUBCOMMANDS: [&str; 4] = ["validate", "inspect", "uploads", "completions"];
+
+/// A first argument that reads as a mistyped subcommand (`valdate`) and is
+/// no file: clap would take it for an input and ask for `-o`. Returns the
+/// usage error that says so. A word that is a file stays an input.
+pub fn mistyped_subcommand(first: &OsStr) -> Option<clap::Error> {
+    let word = first.to_str()?;
+    let plain_word = !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphabetic());
+    if !plain_word || SUBCOMMANDS.contains(&word) || Path::new(word).exists() {
+        return None;
+    }
+    let lower = word.to_ascii_lowercase();
+    let near = SUBCOMMANDS
+        .into_iter()
+        .map(|s| (edit_distance(&lower, s), s))
+        .filter(|&(d, s)| d <= 2 || (lower.len() >= 3 && s.starts_with(&lower)))
+        .min()?;
+    Some(Cli::command().error(
+        clap::error::ErrorKind::InvalidSubcommand,
+        format!(
+            "unrecognized subcommand '{word}', and no file of that name: did you mean '{}'?",
+            near.1
+        ),
+    ))
+}
+
+/// Levenshtein distance between two ASCII words.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn near_words_are_subcommands_and_far_ones_inputs() {
+        assert_eq!(edit_distance("valdate", "validate"), 1);
+        assert_eq!(edit_distance("", "inspect"), 7);
+        for (typed, meant) in [
+            ("valdate", "validate"),
+            ("insepct", "inspect"),
+            ("Inspect", "inspect"),
+            ("upload", "uploads"),
+            ("compl", "completions"),
+        ] {
+            let e = mistyped_subcommand(OsStr::new(typed))
+                .expect(typed)
+                .to_string();
+            assert!(e.contains(&format!("did you mean '{meant}'")), "{e}");
+        }
+        for input in ["validate", "model", "x.npz", "-", "--dry-run", "weights"] {
+            assert!(mistyped_subcommand(OsStr::new(input)).is_none(), "{input}");
+        }
+    }
 }

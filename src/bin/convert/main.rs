@@ -49,6 +49,12 @@ pub(crate) fn return_freed_memory(tensors: usize) {
 
 fn main() -> ExitCode {
     raise_open_file_limit();
+    if let Some(e) = std::env::args_os()
+        .nth(1)
+        .and_then(|a| cli::mistyped_subcommand(&a))
+    {
+        return usage_failure(e);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_failure(e),
