@@ -54,6 +54,12 @@ def _version() -> str:
 
 __version__: str = _version()
 
+
+def __dir__() -> list[str]:
+    """What ``dir(safetensors_stream)`` and tab completion offer: the API,
+    not the modules and names this module imports for itself."""
+    return sorted([*__all__, "__version__"])
+
 # Bytes per piece when save_file streams an array that needs reordering or
 # byte swapping: one piece is copied at a time, never the whole array.
 _PIECE = 1 << 20
