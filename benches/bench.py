@@ -714,7 +714,7 @@ class Bench:
     # -- build
 
     def build(self):
-        src = REPO / "target" / "release" / "convert"
+        src = REPO / "target" / "release" / "safetensors-convert"
         if not self.args.no_build:
             self.log("== cargo build --release")
             p = subprocess.run(["cargo", "build", "--release"], cwd=REPO, capture_output=True, text=True)
@@ -1314,9 +1314,9 @@ def quantized_bench(a) -> int:
     `convert --dequantize --no-sync`, by `amn remember` when amn is on PATH, and by torch in
     memory (the libraries' own arithmetic) otherwise; interleaved rounds, medians, peak RSS.
     Every convert output is compared with torch's when torch is importable."""
-    binary = REPO / "target" / "release" / "convert"
+    binary = REPO / "target" / "release" / "safetensors-convert"
     if not a.no_build:
-        subprocess.run(["cargo", "build", "--release", "--bin", "convert"], cwd=REPO, check=True)
+        subprocess.run(["cargo", "build", "--release", "--bin", "safetensors-convert"], cwd=REPO, check=True)
     size = int(a.size_gib * GIB)
     try:
         import torch  # noqa: F401

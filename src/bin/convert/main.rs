@@ -11,11 +11,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
+use safetensors_stream::source::gguf::GgufSource;
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{detect_file, Format};
 use safetensors_stream::source::{resolve_input, Listing, SourceOptions};
 use safetensors_stream::store::is_url;
-use safetensors_stream::units::HumanBytes;
+use safetensors_stream::units::{Counted, HumanBytes};
 use safetensors_stream::{inspect, Category, Error, ErrorKind};
 
 use cli::{Cli, Command, InspectArgs, UploadsArgs, ValidateArgs};
@@ -65,7 +66,12 @@ fn main() -> ExitCode {
         Some(Command::Uploads(args)) => uploads(&args),
         Some(Command::Completions { shell }) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "convert", &mut std::io::stdout());
+            clap_complete::generate(
+                shell,
+                &mut cmd,
+                "safetensors-convert",
+                &mut std::io::stdout(),
+            );
             Ok(ExitCode::SUCCESS)
         }
         None => run::convert(&cli.convert),
@@ -162,7 +168,7 @@ fn rules(reference: bool) -> Rules {
 }
 
 pub(crate) fn report(e: &Error) {
-    eprintln!("convert: {e}");
+    eprintln!("safetensors-convert: {e}");
 }
 
 /// The exit code of each error class, as `--help` and the README give them.
@@ -182,7 +188,7 @@ fn warn_hub_limit(cp: &Checkpoint) {
     for (path, h) in &cp.files {
         if h.header_len > HUB_HEADER_LIMIT {
             eprintln!(
-                "convert: warning: {}: header is {} bytes; the Hugging Face Hub refuses headers over {}",
+                "safetensors-convert: warning: {}: header is {} bytes; the Hugging Face Hub refuses headers over {}",
                 path.display(),
                 h.header_len,
                 HUB_HEADER_LIMIT
@@ -191,9 +197,11 @@ fn warn_hub_limit(cp: &Checkpoint) {
     }
 }
 
-/// Checks every file; one line per file; the worst failure sets the exit code.
+/// Checks every file; one line per file (or, with `--json`, one JSON object
+/// on stdout naming each file's outcome); the worst failure sets the exit code.
 fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
     let mut worst: Option<Category> = None;
+    let mut results = Vec::with_capacity(args.files.len());
     for given in &args.files {
         // A checkpoint folder stands for its index or its one model file, as for convert.
         let (path, opened) = match resolve_input(given) {
@@ -203,44 +211,84 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
             }
             Err(e) => (given.clone(), Err(e)),
         };
+        let shown = path.display().to_string();
         match opened {
+            Ok((tensors, bytes)) if args.json => results.push(serde_json::json!({
+                "path": shown, "valid": true, "tensors": tensors, "data_bytes": bytes,
+            })),
             Ok((tensors, bytes)) => {
                 if !args.quiet {
                     println!(
-                        "{}: valid ({} tensors, {} data bytes, {})",
-                        path.display(),
-                        tensors,
-                        bytes,
+                        "{shown}: valid ({}, {bytes} data bytes, {})",
+                        Counted(tensors, "tensor"),
                         HumanBytes(bytes)
                     );
                 }
             }
             Err(e) => {
                 let category = e.category();
-                report(&e.with_input(path.display()));
+                let e = e.with_input(&shown);
+                if args.json {
+                    results.push(serde_json::json!({
+                        "path": shown,
+                        "valid": false,
+                        "error": {
+                            "kind": e.kind().name(),
+                            "category": format!("{category:?}"),
+                            "tensor": e.tensor(),
+                            "offset": e.offset(),
+                            "message": e.to_string(),
+                        },
+                    }));
+                } else {
+                    report(&e);
+                }
                 worst = Some(worst.map_or(category, |w| worse(w, category)));
             }
         }
+    }
+    if args.json {
+        let v = serde_json::json!({
+            "valid": worst.is_none(),
+            "exit_code": worst.map_or(0, code_number),
+            "files": results,
+        });
+        let _ = writeln!(std::io::stdout().lock(), "{v}");
     }
     Ok(worst.map_or(ExitCode::SUCCESS, exit_code))
 }
 
 /// Tensors and data bytes of one input: a safetensors file or index under
-/// the chosen rules; a PyTorch index and its shards opened by the code a
-/// conversion opens them with (every shard parsed, every tensor in the
-/// shard the `weight_map` says, every view within its storage).
+/// the chosen rules; a PyTorch checkpoint (one file, or an index and its
+/// shards) opened by the code a conversion opens it with (every shard
+/// parsed, every tensor in the shard the `weight_map` says, every view
+/// within its storage), so that validate takes what a folder of them
+/// resolves to and the file itself alike, as inspect does.
 fn validate_one(path: &Path, reference: bool) -> Result<(usize, u64), Error> {
-    // Validate checks safetensors files; a PyTorch index (what a folder of
-    // `pytorch_model-*.bin` shards resolves to) is checked as convert reads it.
-    if !inspect::is_pytorch_index(path) {
-        let cp = open_checkpoint(path, rules(reference))?;
-        warn_hub_limit(&cp);
-        return Ok((cp.tensor_count(), cp.data_len()));
+    if inspect::is_pytorch_index(path) {
+        return validate_as_converted(path);
     }
+    match open_checkpoint(path, rules(reference)) {
+        Ok(cp) => {
+            warn_hub_limit(&cp);
+            Ok((cp.tensor_count(), cp.data_len()))
+        }
+        Err(e) if is_pytorch_checkpoint(&e) => validate_as_converted(path),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether reading `path` as safetensors failed because it is a PyTorch
+/// checkpoint (the reader says what an input is when it knows).
+fn is_pytorch_checkpoint(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::NotSafetensors { what } if what.starts_with("a PyTorch checkpoint"))
+}
+
+fn validate_as_converted(path: &Path) -> Result<(usize, u64), Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |msg: &str| eprintln!("convert: {msg}");
+    let notice = |msg: &str| eprintln!("safetensors-convert: {msg}");
     let source = rt.block_on(open_input(path, &SourceOptions::default(), &notice))?;
     let mut bytes = 0u64;
     for t in source.tensors() {
@@ -266,22 +314,73 @@ fn worse(a: Category, b: Category) -> Category {
     }
 }
 
+/// Shows each file in turn (a blank line between tables; with `--json`,
+/// one file's object, or an array of them for several); a file that fails
+/// is reported and the others still shown; the worst failure sets the exit code.
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
+    let mut worst: Option<Category> = None;
+    let mut texts = Vec::with_capacity(args.files.len());
+    let mut objects = Vec::with_capacity(args.files.len());
+    for given in &args.files {
+        match inspect_one(given, args) {
+            Ok(Shown::Text(text)) => texts.push(text),
+            Ok(Shown::Json(v)) => objects.push(v),
+            Err(e) => {
+                report(&e);
+                worst = Some(worst.map_or(e.category(), |w| worse(w, e.category())));
+            }
+        }
+    }
+    let text = match (args.json, args.files.len()) {
+        (false, _) => texts.join("\n"),
+        (true, 1) => objects.first().map(pretty).unwrap_or_default(),
+        (true, _) => pretty(&serde_json::Value::Array(objects)),
+    };
+    // A closed pipe (`| head`) is not an error worth a message.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(worst.map_or(ExitCode::SUCCESS, exit_code))
+}
+
+/// What inspect shows of one file.
+enum Shown {
+    Text(String),
+    Json(serde_json::Value),
+}
+
+fn inspect_one(given: &Path, args: &InspectArgs) -> Result<Shown, Error> {
     // A GGUF's metadata is listed whether or not --gguf-metadata is given;
-    // headers only: `cat x.safetensors | convert inspect -` is not spooled.
+    // headers only: `cat x.safetensors | safetensors-convert inspect -` is not spooled.
     let options = run::source_options(&args.input)?
         .gguf_metadata(true)
         .listing_only(true);
     // A checkpoint folder stands for its index or its one model file, as for convert.
-    let file = resolve_input(&args.file)?;
-    let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {
-        inspect_checkpoint(&file, args)?
+    let file = resolve_input(given)?;
+    if options.raw.is_none() && reads_as_checkpoint(&file)? {
+        inspect_checkpoint(&file, args)
+    } else if options.raw.is_none() && is_gguf(&file) {
+        inspect_gguf(&file, args, &options)
     } else {
-        inspect_source(&file, args, &options)?
-    };
-    // A closed pipe (`| head`) is not an error worth a message.
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-    Ok(ExitCode::SUCCESS)
+        inspect_source(&file, args, &options)
+    }
+}
+
+/// A local GGUF file (a compressed or piped one is listed as any input).
+fn is_gguf(path: &Path) -> bool {
+    !is_url(path) && path.as_os_str() != "-" && matches!(detect_file(path), Ok(Some(Format::Gguf)))
+}
+
+/// A GGUF file with each tensor's stored type and every metadata key.
+fn inspect_gguf(file: &Path, args: &InspectArgs, options: &SourceOptions) -> Result<Shown, Error> {
+    let shown = file.display().to_string();
+    let input = |e: Error| e.with_input(&shown);
+    let f = std::fs::File::open(file).map_err(|e| input(Error::io(e)))?;
+    let len = f.metadata().map_err(|e| input(Error::io(e)))?.len();
+    let src = GgufSource::open(f, len, &shown, options)?;
+    Ok(if args.json {
+        Shown::Json(inspect::gguf_to_json(&src).map_err(input)?)
+    } else {
+        Shown::Text(inspect::render_gguf(&src).map_err(input)?)
+    })
 }
 
 /// An index, or a file that is not another format convert reads: shown
@@ -310,13 +409,13 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     })
 }
 
-fn inspect_checkpoint(file: &Path, args: &InspectArgs) -> Result<String, Error> {
+fn inspect_checkpoint(file: &Path, args: &InspectArgs) -> Result<Shown, Error> {
     let cp = open_checkpoint(file, rules(args.reference))?;
     warn_hub_limit(&cp);
     Ok(if args.json {
-        pretty(&inspect::to_json(&cp))
+        Shown::Json(inspect::to_json(&cp))
     } else {
-        inspect::render_table(&cp)
+        Shown::Text(inspect::render_table(&cp))
     })
 }
 
@@ -337,18 +436,18 @@ fn inspect_source(
     file: &Path,
     args: &InspectArgs,
     options: &SourceOptions,
-) -> Result<String, Error> {
+) -> Result<Shown, Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |msg: &str| eprintln!("convert: {msg}");
+    let notice = |msg: &str| eprintln!("safetensors-convert: {msg}");
     let source = rt.block_on(open_input(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);
     Ok(if args.json {
-        pretty(&inspect::listing_to_json(&listing).map_err(input)?)
+        Shown::Json(inspect::listing_to_json(&listing).map_err(input)?)
     } else {
-        inspect::render_listing(&listing).map_err(input)?
+        Shown::Text(inspect::render_listing(&listing).map_err(input)?)
     })
 }
 

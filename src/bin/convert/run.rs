@@ -136,7 +136,7 @@ impl Notes {
     fn say(&self, msg: &str) {
         match &self.collected {
             Some(c) => c.lock().expect("notes lock").push(msg.to_string()),
-            None if !self.quiet => eprintln!("convert: {msg}"),
+            None if !self.quiet => eprintln!("safetensors-convert: {msg}"),
             None => {}
         }
     }

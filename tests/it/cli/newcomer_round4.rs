@@ -169,3 +169,193 @@ fn every_first_description_names_gguf_and_quantized_inputs() {
         );
     }
 }
+
+fn fixture(name: &str) -> String {
+    support::fixtures().join(name).display().to_string()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+// ---- 7: validate and inspect agree; validate --json; inspect of several files ----------------
+
+#[test]
+fn validate_takes_a_pytorch_file_as_it_takes_the_folder_holding_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = fixture("pytorch/ok/tied.pt");
+    let o = run_in(dir.path(), &["validate", &bin]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains(": valid (3 tensors"), "{}", stdout(&o));
+    // inspect lists the same tensors.
+    let o = run_in(dir.path(), &["inspect", "--json", &bin]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["tensor_count"], 3, "{v}");
+    // An .npz is still no safetensors file: validate checks the format, convert reads it.
+    let o = run_in(dir.path(), &["validate", &fixture("example/model.npz")]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not a safetensors file"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn validate_json_names_each_file_and_its_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = fixture("example/model.safetensors");
+    let bad = dir.path().join("bad.safetensors");
+    std::fs::write(&bad, b"not a safetensors file at all").unwrap();
+    let o = run_in(
+        dir.path(),
+        &["validate", "--json", &good, bad.to_str().unwrap()],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert_eq!(stderr(&o), "", "the outcome is in the JSON");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["exit_code"], 1);
+    let files = v["files"].as_array().unwrap();
+    assert_eq!(files[0]["path"], good.as_str());
+    assert_eq!(files[0]["valid"], true);
+    assert!(files[0]["tensors"].as_u64().unwrap() > 0);
+    assert_eq!(files[1]["valid"], false);
+    assert_eq!(files[1]["error"]["category"], "BadInput");
+    assert!(files[1]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("bad.safetensors"));
+    let o = run_in(dir.path(), &["validate", "--json", &good]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["valid"], true);
+}
+
+#[test]
+fn inspect_shows_several_files_and_goes_on_past_a_bad_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = fixture("example/model.safetensors");
+    let b = fixture("example/model.npz");
+    let o = run_in(dir.path(), &["inspect", &a, &b]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains(&a) && text.contains(&b), "{text}");
+    let o = run_in(dir.path(), &["inspect", "--json", &a, &b]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v.as_array().map(Vec::len), Some(2), "{v}");
+    let o = run_in(dir.path(), &["inspect", &a, "missing.safetensors", &b]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(stderr(&o).contains("missing.safetensors"), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&b),
+        "the file after the bad one is shown"
+    );
+}
+
+// ---- 9: messages that say what to do --------------------------------------------------------
+
+#[test]
+fn a_single_dtype_to_cast_points_at_cast_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            &fixture("example/model.npz"),
+            "--cast",
+            "BF16",
+            "-o",
+            "x.safetensors",
+        ],
+    );
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("use --cast-all BF16"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_include_that_selects_nothing_says_globs_match_whole_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            &fixture("example/model.npz"),
+            "--include",
+            "layer",
+            "-o",
+            "x.safetensors",
+        ],
+    );
+    assert_eq!(code(&o), 2);
+    let e = stderr(&o);
+    assert!(
+        e.contains(r#"--include "*layer*" selects the names containing it"#),
+        "{e}"
+    );
+    assert!(e.contains(r#"their names are "layer.0."#), "{e}");
+    assert!(!dir.path().join("x.safetensors").exists());
+}
+
+#[test]
+fn one_tensor_is_one_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = dir.path().join("one.safetensors");
+    let o = run_in(
+        dir.path(),
+        &[
+            &fixture("example/model.npz"),
+            "--include",
+            "layer.0.weight",
+            "-q",
+            "-o",
+            one.to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run_in(dir.path(), &["validate", one.to_str().unwrap()]);
+    assert!(stdout(&o).contains("valid (1 tensor,"), "{}", stdout(&o));
+    let o = run_in(dir.path(), &["inspect", one.to_str().unwrap()]);
+    assert!(stdout(&o).contains("  1 tensor, data"), "{}", stdout(&o));
+}
+
+// ---- 5: GGUF inspect shows the stored type, the written dtype, every key ---------------------
+
+#[test]
+fn gguf_inspect_shows_stored_types_and_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = fixture("gguf/types_le.gguf");
+    let o = run_in(dir.path(), &["inspect", &gguf]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("q4_k "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.contains(" Q4_K ") && row.contains(" BF16 "), "{row}");
+    let o = run_in(
+        dir.path(),
+        &["inspect", "--json", "--dequantize-to", "F32", &gguf],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let q8 = v["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "q8_0")
+        .unwrap();
+    assert_eq!(q8["stored"], "Q8_0");
+    assert_eq!(q8["dtype"], "F32");
+    // Every key of the file, arrays among them, summarised.
+    let md = v["metadata"].as_object().unwrap();
+    assert!(md.contains_key("general.architecture"), "{v}");
+    assert_eq!(
+        md["test.strings"],
+        serde_json::json!({"type": "string", "len": 3, "first": [r#""a""#, r#""bc""#, r#""""#]})
+    );
+    assert_eq!(md["test.nested"]["len"], 3);
+    assert!(
+        text.contains(r#"test.strings: [3 x string: "a", "bc", ""]"#),
+        "{text}"
+    );
+    assert!(text.contains("test.floats: [2 x f32: 1.5, 2.5]"), "{text}");
+}
