@@ -424,7 +424,7 @@ def convert(
     and returns the plan, as ``convert --dry-run --json`` prints it
     (``output`` may then be left out). ``progress=True`` prints a line on
     stderr at most once a second; a callable gets ``(bytes_done,
-    bytes_total, tensor)``. Notices are the report's ``"notices"``."""
+    bytes_total, tensor)``. Notices are the report's ``"warnings"``."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     inputs = [os.fspath(i) for i in inputs]

@@ -64,7 +64,7 @@ pub const CONVERT_OPTIONS: &[ConvertOption] = &[
     opt(
         "quiet",
         "",
-        Kind::CliOnly("convert() prints nothing; notices are the report's \"notices\""),
+        Kind::CliOnly("convert() prints nothing; notices are the report's \"warnings\""),
     ),
     opt("progress", "progress", Kind::Switch),
     opt("dry-run", "dry_run", Kind::Switch),
