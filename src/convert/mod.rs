@@ -101,8 +101,11 @@ pub async fn open_inputs(
     let notice: &(dyn Fn(&str) + Send + Sync) = options.notice.as_deref().unwrap_or(&|_| {});
     let mut sources = Vec::with_capacity(inputs.len());
     for path in inputs {
-        let resolved = crate::folder::resolve_input(path)?;
-        if resolved != *path {
+        let folder = crate::folder::resolve_folder(path)?;
+        let resolved = folder.path.clone();
+        if let Some(said) = crate::folder::passed_over_notice(path, &folder) {
+            notice(&said);
+        } else if resolved != *path {
             notice(&format!(
                 "{}: reading {}",
                 path.display(),

@@ -27,7 +27,7 @@ pub(crate) mod raw;
 pub(crate) mod safetensors;
 mod spool;
 
-pub use crate::folder::resolve_input;
+pub use crate::folder::{passed_over_notice, resolve_folder, resolve_input, Resolved};
 pub use crate::transform::Transform;
 pub use detect::{detect_file, Codec, Format};
 pub use input::open_input;

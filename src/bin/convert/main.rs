@@ -14,7 +14,7 @@ use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::gguf::GgufSource;
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{detect_file, Format};
-use safetensors_stream::source::{resolve_input, Listing, SourceOptions};
+use safetensors_stream::source::{passed_over_notice, resolve_folder, Listing, SourceOptions};
 use safetensors_stream::store::is_url;
 use safetensors_stream::units::{Counted, HumanBytes};
 use safetensors_stream::{inspect, Category, Error, ErrorKind};
@@ -204,7 +204,7 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
     let mut results = Vec::with_capacity(args.files.len());
     for given in &args.files {
         // A checkpoint folder stands for its index or its one model file, as for convert.
-        let (path, opened) = match resolve_input(given) {
+        let (path, opened) = match resolve_said(given) {
             Ok(path) => {
                 let opened = validate_one(&path, args.reference);
                 (path, opened)
@@ -354,7 +354,7 @@ fn inspect_one(given: &Path, args: &InspectArgs) -> Result<Shown, Error> {
         .gguf_metadata(true)
         .listing_only(true);
     // A checkpoint folder stands for its index or its one model file, as for convert.
-    let file = resolve_input(given)?;
+    let file = resolve_said(given)?;
     if options.raw.is_none() && reads_as_checkpoint(&file)? {
         inspect_checkpoint(&file, args)
     } else if options.raw.is_none() && is_gguf(&file) {
@@ -362,6 +362,16 @@ fn inspect_one(given: &Path, args: &InspectArgs) -> Result<Shown, Error> {
     } else {
         inspect_source(&file, args, &options)
     }
+}
+
+/// The input a folder stands for, saying on stderr when a folder's safetensors form was
+/// chosen over another (`pytorch_model.bin` beside `model.safetensors`).
+fn resolve_said(given: &Path) -> Result<std::path::PathBuf, Error> {
+    let resolved = resolve_folder(given)?;
+    if let Some(said) = passed_over_notice(given, &resolved) {
+        eprintln!("safetensors-convert: {said}");
+    }
+    Ok(resolved.path)
 }
 
 /// A local GGUF file (a compressed or piped one is listed as any input).

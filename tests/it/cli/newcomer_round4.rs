@@ -359,3 +359,79 @@ fn gguf_inspect_shows_stored_types_and_every_key() {
     );
     assert!(text.contains("test.floats: [2 x f32: 1.5, 2.5]"), "{text}");
 }
+
+// ---- 4: a folder with the same checkpoint in two forms --------------------------------------
+
+#[test]
+fn a_folder_with_safetensors_and_a_bin_reads_the_safetensors_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::copy(
+        fixture("example/model.safetensors"),
+        repo.join("model.safetensors"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixture("pytorch/ok/tied.pt"),
+        repo.join("pytorch_model.bin"),
+    )
+    .unwrap();
+    std::fs::write(repo.join("config.json"), "{}").unwrap();
+    let out = dir.path().join("out.safetensors");
+    let o = run_in(dir.path(), &["repo", "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(repo.join("model.safetensors")).unwrap()
+    );
+    let e = stderr(&o);
+    assert!(
+        e.contains("reading model.safetensors, the safetensors form"),
+        "{e}"
+    );
+    assert!(e.contains("passing over pytorch_model.bin"), "{e}");
+    for sub in ["validate", "inspect"] {
+        let o = run_in(dir.path(), &[sub, "repo"]);
+        assert!(o.status.success(), "{sub}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("passing over pytorch_model.bin"),
+            "{sub}: {}",
+            stderr(&o)
+        );
+    }
+    // Two forms of a sharded checkpoint: the safetensors index.
+    let sharded = dir.path().join("sharded");
+    std::fs::create_dir(&sharded).unwrap();
+    let o = run_in(
+        dir.path(),
+        &[
+            &fixture("example/model.safetensors"),
+            "--max-shard-size",
+            "100B",
+            "-q",
+            "-o",
+            sharded.join("model.safetensors").to_str().unwrap(),
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in std::fs::read_dir(support::fixtures().join("pytorch/ok/sharded")).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), sharded.join(f.file_name())).unwrap();
+    }
+    let o = run_in(dir.path(), &["inspect", "sharded"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("reading model.safetensors.index.json"),
+        "{}",
+        stderr(&o)
+    );
+    // Two model files of one form are still a choice to make.
+    std::fs::copy(
+        fixture("example/model.safetensors"),
+        repo.join("other.safetensors"),
+    )
+    .unwrap();
+    let o = run_in(dir.path(), &["repo", "-o", out.to_str().unwrap()]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+}
