@@ -1,5 +1,6 @@
 //! Reading until a buffer is full: the one loop every reader here needs,
-//! once for blocking readers and once for async ones.
+//! once for blocking readers and once for async ones; and a bounded range
+//! of a file read with positional reads, which every source shares.
 
 use std::io;
 
@@ -44,6 +45,44 @@ pub(crate) async fn fill_async<R: AsyncRead + Unpin + ?Sized>(
         }
     }
     Ok(got)
+}
+
+/// `len` bytes of `file` from `offset`, read with positional reads: many
+/// readers can share one file handle.
+pub(crate) struct PositionalReader<F> {
+    file: F,
+    pos: u64,
+    end: u64,
+}
+
+impl<F: std::borrow::Borrow<std::fs::File>> PositionalReader<F> {
+    /// Bytes `[offset, offset + len)` of `file` (a `File` or a `&File`).
+    pub(crate) fn new(file: F, offset: u64, len: u64) -> Self {
+        PositionalReader {
+            file,
+            pos: offset,
+            end: offset.saturating_add(len),
+        }
+    }
+}
+
+impl<F: std::borrow::Borrow<std::fs::File>> io::Read for PositionalReader<F> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let want = (self.end - self.pos).min(buf.len() as u64) as usize;
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.borrow().read_at(&mut buf[..want], self.pos)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "archive shrank while being read",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
 }
 
 #[cfg(test)]

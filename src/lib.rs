@@ -22,8 +22,10 @@
 //!   checked and shown without writing ([`convert::dry_run`]);
 //! - [`index`], [`inspect`]: sharded checkpoints and listings;
 //! - [`observe`], [`units`]: progress callbacks, byte sizes.
-//! - `store` (the `object-store` feature, on with `cli`): which paths are
-//!   object URLs, a checkpoint's headers read by ranges, multipart part sizes.
+//! - `store` (the `object-store` feature, on with `cli`): the object-storage
+//!   client: which paths are object URLs, multipart part sizes; objects
+//!   are read by `source::object` (a checkpoint's headers by ranges) and
+//!   written by `convert` (`convert::abort_pending`, `convert::open_uploads`).
 //!
 //! Supported platforms: Unix (Linux, macOS, the BSDs). Unchanged bytes go
 //! from a mapping of the source straight into `write`, one memory copy.
@@ -95,8 +97,9 @@ pub mod writer;
 pub use convert::{convert, convert_blocking, ConvertOptions, Output, Report};
 pub use dtype::{ByteLenError, Dtype, UnknownDtype};
 pub use error::{
-    printable_line, Category, Error, ErrorKind, HeaderError, IndexError, JsonError, PickleError,
-    PyTorchError, Result, Span, StorageShape, StoreError, ZipError, ZipFeature, MAX_MESSAGE_CHARS,
+    printable_line, Category, Error, ErrorKind, HeaderError, IndexError, JsonError, Note, NoticeFn,
+    PickleError, PyTorchError, Result, Span, StorageShape, StoreError, Warning, ZipError,
+    ZipFeature, MAX_MESSAGE_CHARS,
 };
 pub use header::Order;
 pub use header::TensorMeta;
@@ -110,12 +113,17 @@ pub use writer::{AsyncWriter, Writer, WriterOptions};
 /// not part of the API (anything here may change in any release).
 #[cfg(feature = "internals")]
 pub mod internals {
+    pub use crate::copy::policy::{Routes, Way};
     pub use crate::copy::write_shard;
     pub use crate::source::detect::{detect, hex_preview, SNIFF_LEN};
     pub use crate::source::gguf;
     pub use crate::source::npy::fortran::FortranReader;
     pub use crate::source::npy::{header as npy_header, NpySource};
-    pub use crate::source::npz::{zip, NpzSource};
+    pub use crate::source::npz::NpzSource;
+    /// The zip reader npz and PyTorch checkpoints share.
+    pub mod zip {
+        pub use crate::source::zip::{data_start, read_directory, Method, ZipEntry};
+    }
     pub use crate::source::pytorch::{model as pytorch_model, pickle, Storages};
     pub use crate::source::quantized::record::parse_any as bnb_record;
     pub use crate::source::raw::RawSource;

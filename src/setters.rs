@@ -20,4 +20,24 @@ macro_rules! setters {
     };
 }
 
-pub(crate) use setters;
+/// Declares an options struct (`#[non_exhaustive]`) and a setter per
+/// field from one list: each field is named once, and none can lack its
+/// setter.
+macro_rules! options {
+    (
+        $(#[$meta:meta])*
+        pub struct $ty:ident {
+            $( $(#[$fmeta:meta])* pub $field:ident : $fty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[non_exhaustive]
+        pub struct $ty {
+            $( $(#[$fmeta])* pub $field: $fty, )*
+        }
+
+        $crate::setters::setters!($ty { $($field: $fty),* });
+    };
+}
+
+pub(crate) use {options, setters};

@@ -49,11 +49,15 @@ fn count_panics() {
 }
 
 /// `HeaderJson("...")` -> `HeaderJson`: the variant, not its message (a
-/// header's or an index's own, not the `Header`/`Index` that groups it).
+/// header's, an index's, a pickle's, a PyTorch checkpoint's or a zip's own, not
+/// the `Header`/`Index`/`Pickle`/`PyTorch`/`Zip` that groups it).
 fn variant(kind: &ErrorKind) -> String {
     let debug = match kind {
         ErrorKind::Header(e) => format!("{e:?}"),
         ErrorKind::Index(e) => format!("{e:?}"),
+        ErrorKind::Pickle(e) => format!("{e:?}"),
+        ErrorKind::PyTorch(e) => format!("{e:?}"),
+        ErrorKind::Zip(e) => format!("{e:?}"),
         kind => format!("{kind:?}"),
     };
     let end = debug

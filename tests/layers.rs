@@ -2,18 +2,21 @@
 //! `crate::` and `super::` path in `src/**/*.rs` (comments aside) must point
 //! down the layer order
 //!
-//! `job → dest → copy → {plan, source} → header → kernels → error → dtype`
+//! `job → dest → copy → {plan, source} → {store, folder} → header → kernels → error → dtype`
 //!
-//! (the binary sits above all of it and imports through the public API),
-//! and no group of modules may import one another in a circle. There are
-//! no exceptions: a module that needs something from above moves it down,
-//! or is handed it by its caller.
+//! (the crate root and the binaries sit above all of it: the root
+//! re-exports, the binaries import through the public API), and no group
+//! of modules may import one another in a circle, whether counted file by
+//! file or folder by folder (each top-level module of `src/` one node).
+//! A layer is a list of whole top-level modules: every top-level module
+//! is in exactly one, and an unlisted one fails. There are no exceptions,
+//! not even between a module and its own parent or children: a module that
+//! needs something from above moves it down, or is handed it by its caller.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The layers, lowest first: a module path (its longest listed prefix)
-/// belongs to the layer it is listed in.
+/// The layers, lowest first, each a list of top-level modules of `src/`.
 const LAYERS: &[(&str, &[&str])] = &[
     ("dtype", &["dtype"]),
     ("error", &["error"]),
@@ -30,14 +33,31 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("header", &["header", "index"]),
-    (
-        "plan+source",
-        &["plan", "source", "store", "folder", "rename"],
-    ),
+    ("store", &["store", "folder"]),
+    ("plan+source", &["plan", "source", "rename"]),
     ("copy", &["copy", "sink", "observe"]),
-    ("dest", &["dest", "store::write", "store::upload"]),
-    ("job", &["job", "convert", "writer", "array", "inspect", ""]),
+    ("dest", &["dest"]),
+    ("job", &["convert", "writer", "array", "inspect"]),
 ];
+
+#[test]
+fn every_module_has_one_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let modules: Vec<String> = library_modules(&src).into_keys().collect();
+    assert_eq!(
+        unlisted(&modules),
+        Vec::<String>::new(),
+        "modules in no layer"
+    );
+    let tops: BTreeSet<&str> = modules.iter().map(|m| top(m)).collect();
+    let mut listed = BTreeSet::new();
+    for (_, members) in LAYERS {
+        for m in *members {
+            assert!(listed.insert(*m), "{m} is listed twice");
+            assert!(tops.contains(m), "{m} is listed but is no module of src/");
+        }
+    }
+}
 
 #[test]
 fn imports_point_down_and_form_no_circle() {
@@ -57,10 +77,15 @@ fn imports_point_down_and_form_no_circle() {
         "imports pointing up the layer order {:?}: {upward:#?}",
         LAYERS.iter().map(|(n, _)| *n).collect::<Vec<_>>()
     );
-    let circles = circles(&edges);
+    let files = circles(&edges);
     assert!(
-        circles.is_empty(),
-        "modules importing in a circle: {circles:#?}"
+        files.is_empty(),
+        "modules importing in a circle: {files:#?}"
+    );
+    let folders = circles(&folder_edges(&edges));
+    assert!(
+        folders.is_empty(),
+        "folders importing in a circle: {folders:#?}"
     );
 }
 
@@ -82,6 +107,9 @@ fn the_checker_catches_an_upward_import_and_a_circle() {
             "source::input",
             "use super::{detect::detect, npy::NpySource};",
         ),
+        // A parent and its own child: no longer exempt.
+        ("dest", "use crate::dest::files::FileSet;"),
+        ("dest::files", "use super::WrittenFile;"),
     ]
     .iter()
     .map(|(m, t)| (m.to_string(), t.to_string()))
@@ -90,12 +118,68 @@ fn the_checker_catches_an_upward_import_and_a_circle() {
     assert!(edges.contains(&("source::detect".into(), "error".into())));
     assert!(!edges.iter().any(|(from, _)| from.is_empty()));
     assert_eq!(upward(&edges), ["header::read -> source::detect"]);
-    assert_eq!(circles(&edges), ["source::input source::npy"]);
+    assert_eq!(
+        circles(&edges),
+        ["dest dest::files", "source::input source::npy"]
+    );
+}
+
+#[test]
+fn the_checker_catches_a_circle_of_folders() {
+    // No two files import each other, but the folders do: plan -> source
+    // by one file, source -> plan by another. Same layer, so no edge is
+    // upward; only the folder count sees the circle.
+    let texts: BTreeMap<String, String> = [
+        ("plan::id", "use crate::source::Listed;"),
+        ("source", ""),
+        ("source::quantized", "use crate::plan::layout::Part;"),
+        ("plan::layout", ""),
+        ("header", ""),
+        ("source::npy", "use crate::header::Header;"),
+    ]
+    .iter()
+    .map(|(m, t)| (m.to_string(), t.to_string()))
+    .collect();
+    let edges = import_edges(&texts);
+    assert!(upward(&edges).is_empty());
+    assert!(circles(&edges).is_empty());
+    assert_eq!(circles(&folder_edges(&edges)), ["plan source"]);
+}
+
+#[test]
+fn a_module_in_no_layer_is_caught() {
+    let modules = ["", "dtype", "source::npy", "mystery", "mystery::deep"].map(String::from);
+    assert_eq!(unlisted(&modules), ["mystery", "mystery::deep"]);
+    assert_eq!(layer("mystery"), None);
+    assert_eq!(layer("source::npy"), layer("plan"));
+}
+
+/// The modules whose top-level module is in no layer (the root aside).
+fn unlisted(modules: &[String]) -> Vec<String> {
+    let unlisted = modules
+        .iter()
+        .filter(|m| !m.is_empty() && layer(m).is_none());
+    unlisted.cloned().collect()
+}
+
+/// The top-level module a module path is in: its first segment.
+fn top(module: &str) -> &str {
+    module.split("::").next().unwrap_or(module)
+}
+
+/// The edges between top-level modules (folders, or single files at the
+/// top of `src/`) that the file edges make.
+fn folder_edges(edges: &BTreeSet<(String, String)>) -> BTreeSet<(String, String)> {
+    edges
+        .iter()
+        .map(|(from, to)| (top(from).to_string(), top(to).to_string()))
+        .filter(|(from, to)| from != to)
+        .collect()
 }
 
 /// Every import between two library modules, as `(importer, imported)`:
-/// the crate root's (it re-exports: it is the top), a module's own
-/// children (a facade's re-exports) and itself left out.
+/// the crate root's left out (it re-exports: it is the top), and a
+/// module's imports of itself.
 fn import_edges(texts: &BTreeMap<String, String>) -> BTreeSet<(String, String)> {
     let known: BTreeSet<String> = texts.keys().cloned().collect();
     let reexports = root_reexports(texts.get("").map_or("", String::as_str));
@@ -105,7 +189,7 @@ fn import_edges(texts: &BTreeMap<String, String>) -> BTreeSet<(String, String)> 
             let Some(to) = resolve(&path, &known, &reexports) else {
                 continue;
             };
-            if to != *module && !is_within(&to, module) {
+            if to != *module {
                 edges.insert((module.clone(), to));
             }
         }
@@ -113,11 +197,13 @@ fn import_edges(texts: &BTreeMap<String, String>) -> BTreeSet<(String, String)> 
     edges
 }
 
-/// The edges that point up the layer order, as `importer -> imported`.
+/// The edges that point up the layer order, as `importer -> imported`
+/// (a module in no layer is above every layer).
 fn upward(edges: &BTreeSet<(String, String)>) -> Vec<String> {
+    let rank = |m: &str| layer(m).unwrap_or(LAYERS.len());
     edges
         .iter()
-        .filter(|(from, to)| layer(from) < layer(to))
+        .filter(|(from, to)| rank(from) < rank(to))
         .map(|(from, to)| format!("{from} -> {to}"))
         .collect()
 }
@@ -151,8 +237,8 @@ fn the_parser_reads_nested_use_trees_and_super() {
         resolved("output::target::resolve").as_deref(),
         Some("output::target")
     );
-    assert_eq!(layer("store::write"), layer("dest"));
     assert!(layer("sink::fast") < layer("dest::files"));
+    assert!(layer("store") < layer("source::object"));
 }
 
 /// Every module file of the library (not the binaries), by module path
@@ -216,22 +302,12 @@ fn resolve(
     resolve(module, known, reexports).or(Some(module.clone()))
 }
 
-fn is_within(module: &str, parent: &str) -> bool {
-    parent.is_empty() || module.starts_with(&format!("{parent}::"))
-}
-
-/// The layer's rank of a module: its longest listed prefix.
-fn layer(module: &str) -> usize {
-    let mut best: Option<(usize, usize)> = None; // (prefix length, rank)
-    for (rank, (_, prefixes)) in LAYERS.iter().enumerate() {
-        for p in *prefixes {
-            let fits = module == *p || p.is_empty() || module.starts_with(&format!("{p}::"));
-            if fits && best.is_none_or(|(len, _)| p.len() > len) {
-                best = Some((p.len(), rank));
-            }
-        }
-    }
-    best.expect("every module has a layer").1
+/// The rank of a module's layer: the one its top-level module is listed in.
+fn layer(module: &str) -> Option<usize> {
+    let top = top(module);
+    LAYERS
+        .iter()
+        .position(|(_, members)| members.contains(&top))
 }
 
 /// The text without `//` comments (doc comments name modules in links).

@@ -28,8 +28,8 @@ use safetensors_stream::internals::NpzSource;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
 use safetensors_stream::source::open_input;
+use safetensors_stream::source::{NpyOptions, Source, SourceOptions};
 use safetensors_stream::source::{RawSpec, RawTensor};
-use safetensors_stream::source::{Source, SourceOptions};
 use safetensors_stream::{
     internals::{detect, hex_preview, SNIFF_LEN},
     source::Format,
@@ -85,7 +85,8 @@ impl Harness {
         }
         out.push(("read_directory", dir.map(drop)));
         for skip_non_npy in [false, true] {
-            let options = SourceOptions::default().skip_non_npy(skip_non_npy);
+            let npy = NpyOptions::default().skip_non_npy(skip_non_npy);
+            let options = SourceOptions::default().npy(npy);
             let file = File::open(&path).expect("reopening the scratch input");
             match NpzSource::open(file, len, "archive.npz", &options) {
                 Ok(mut src) => {
@@ -232,7 +233,7 @@ async fn open_and_plan(
     path: &Path,
     options: &ConvertOptions,
 ) -> Result<(Vec<Box<dyn Source>>, safetensors_stream::plan::Plan)> {
-    let quiet = |_: &str| {};
+    let quiet = |_: &safetensors_stream::Note| {};
     let src = open_input(path, &options.source, &quiet).await?;
     let sources: Vec<Box<dyn Source>> = vec![src];
     let plan = plan_sources(&sources, options)?;
@@ -480,7 +481,7 @@ pub fn detect_bytes(data: &[u8]) -> Format {
     let sniffed = detect(&data[..data.len().min(SNIFF_LEN)]);
     // Every magic is shorter than the sniff: only the safetensors guess,
     // which looks for `{` after whitespace, may see more in a longer input.
-    if !matches!(full, Format::Safetensors | Format::Unknown) {
+    if full != Format::SAFETENSORS && full != Format::Unknown {
         assert_eq!(full, sniffed, "detection depends on bytes past the sniff");
     }
     let preview = hex_preview(data);

@@ -15,7 +15,7 @@ use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::Plan;
 use safetensors_stream::source::{RawSpec, RawTensor};
 use safetensors_stream::units::parse_size;
-use safetensors_stream::{Dtype, Error, ErrorKind};
+use safetensors_stream::{Dtype, Error, ErrorKind, Note};
 
 use crate::errors::to_py;
 use crate::options::pythonic;
@@ -189,7 +189,7 @@ pub(crate) fn convert(
     progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     let err = |e: Error| to_py(py, e);
-    let notices = Arc::new(Mutex::new(Vec::<String>::new()));
+    let notices = Arc::new(Mutex::new(Vec::<Note>::new()));
     let size = |keyword: &str, s: Option<String>| {
         s.map(|s| parse_size(&s).map_err(|e| usage_error(format!("{keyword}: {e}"))))
             .transpose()
@@ -245,13 +245,13 @@ pub(crate) fn convert(
         raw_allow_trailing,
     )
     .map_err(err)?;
-    options.source.skip_non_npy = skip_non_npy;
+    options.source.npy.skip_non_npy = skip_non_npy;
     options.source.name = name;
-    options.source.npy_void_as = npy_void_as.as_deref().map(dtype).transpose().map_err(err)?;
-    options.source.dedupe_tied = dedupe_tied;
-    options.source.pt_root = pt_root;
-    options.source.allow_expanded_views = allow_expanded_views;
-    options.source.gguf_metadata = gguf_metadata;
+    options.source.npy.void_as = npy_void_as.as_deref().map(dtype).transpose().map_err(err)?;
+    options.source.torch.dedupe_tied = dedupe_tied;
+    options.source.torch.root = pt_root;
+    options.source.torch.allow_expanded_views = allow_expanded_views;
+    options.source.gguf.metadata = gguf_metadata;
     // `dequantize_to` implies `dequantize`; alone, `dequantize` is BF16 (as the CLI).
     options.source.dequantize = match dequantize_to.as_deref().map(dtype).transpose() {
         Ok(Some(d @ (Dtype::F32 | Dtype::F16 | Dtype::BF16))) => Some(d),
@@ -273,8 +273,13 @@ pub(crate) fn convert(
         }) as Arc<dyn Progress>
     });
     let collected = Arc::clone(&notices);
-    options.notice = Some(Arc::new(move |msg: &str| {
-        collected.lock().expect("notices lock").push(pythonic(msg))
+    // What the run tells in words (not a typed warning) names keywords.
+    options.notice = Some(Arc::new(move |note: &Note| {
+        let note = match note {
+            Note::Info(text) => Note::Info(pythonic(text)),
+            other => other.clone(),
+        };
+        collected.lock().expect("notices lock").push(note)
     }));
     let output = match output.as_os_str() == "-" {
         true => Output::Stdout,

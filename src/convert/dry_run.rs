@@ -8,13 +8,14 @@ use std::path::PathBuf;
 use serde::Serialize;
 use serde_json::json;
 
-use super::report::{cast_notes, fresh_notices, plan_warnings};
+use super::report::{cast_notes, plan_warnings};
 use super::{plan_sources, ConvertOptions, Output};
+use crate::error::note::fresh_notes;
 use crate::inspect::{plan_to_json, render_plan};
 use crate::plan::layout::shard_paths;
 use crate::plan::{plan_id, Plan};
 use crate::source::{Listed, Source};
-use crate::Result;
+use crate::{Note, Result, Warning};
 
 /// A plan made from opened sources and checked against its output, as a
 /// real run would before writing: what `convert --dry-run` prints.
@@ -40,7 +41,7 @@ pub struct DryRun<'a> {
     sources: &'a [Box<dyn Source + 'a>],
     plan: Plan,
     outputs: Vec<String>,
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
 }
 
 /// Plans `sources` (opened from `inputs` by [`open_inputs`](super::open_inputs))
@@ -103,7 +104,7 @@ impl DryRun<'_> {
     }
 
     /// Things worth knowing that would not stop the run.
-    pub fn warnings(&self) -> &[String] {
+    pub fn warnings(&self) -> &[Warning] {
         &self.warnings
     }
 
@@ -114,15 +115,16 @@ impl DryRun<'_> {
 
     /// What `--dry-run --json` prints, as one line without its newline:
     /// the plan with `plan_id`, `casts`, `renames`, `"ok": true`, and in
-    /// `warnings` the warnings followed by the `notices` that say
-    /// something the warnings do not.
-    pub fn to_json(&self, notices: &[String]) -> String {
+    /// `warnings` the warnings followed by the `notes` told while opening
+    /// and planning, as text, but for a warning listed already.
+    pub fn to_json(&self, notes: &[Note]) -> String {
         let mut v = plan_to_json(&self.plan, &self.outputs, self.sources);
         v["plan_id"] = json!(self.plan_id());
         v["casts"] = json!(cast_notes(&self.plan));
         v["renames"] = json!(self.renames());
-        let fresh = fresh_notices(notices, &self.warnings);
-        v["warnings"] = json!(self.warnings.iter().chain(fresh).collect::<Vec<_>>());
+        let warnings = self.warnings.iter().map(Warning::to_string);
+        let fresh = fresh_notes(notes, &self.warnings);
+        v["warnings"] = json!(warnings.chain(fresh).collect::<Vec<_>>());
         v["ok"] = json!(true);
         v.to_string()
     }

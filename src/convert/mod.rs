@@ -11,21 +11,24 @@ mod report;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-pub use crate::copy::route::Routes;
+use crate::copy::policy::CopyPolicy;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
+#[cfg(feature = "object-store")]
+pub use crate::dest::objects::{abort_pending, open_uploads};
 use crate::dest::staged::Destination;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
 use crate::dest::Resolved;
 pub use crate::dest::{Output, WrittenFile};
+use crate::error::note::{Note, Notice};
+pub use crate::error::NoticeFn;
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan};
-use crate::source::input::open_input;
 use crate::source::{Access, Source};
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, Result, Warning};
 pub use dry_run::{dry_run, DryRun};
-pub use options::{ConvertOptions, NoticeFn};
+pub use options::ConvertOptions;
 use report::{cast_notes, plan_warnings};
 pub use report::{CastNote, Report};
 
@@ -98,23 +101,8 @@ pub async fn open_inputs(
     inputs: &[PathBuf],
     options: &ConvertOptions,
 ) -> Result<Vec<Box<dyn Source>>> {
-    let notice: &(dyn Fn(&str) + Send + Sync) = options.notice.as_deref().unwrap_or(&|_| {});
-    let mut sources = Vec::with_capacity(inputs.len());
-    for path in inputs {
-        let folder = crate::folder::resolve_folder(path)?;
-        let resolved = folder.path.clone();
-        if let Some(said) = crate::folder::passed_over_notice(path, &folder) {
-            notice(&said);
-        } else if resolved != *path {
-            notice(&format!(
-                "{}: reading {}",
-                path.display(),
-                resolved.display()
-            ));
-        }
-        sources.push(open_input(&resolved, &options.source, notice).await?);
-    }
-    crate::source::quantized::wrap(sources, &options.source, notice)
+    let notice: Notice<'_> = options.notice.as_deref().unwrap_or(&|_| {});
+    crate::source::open_inputs(inputs, &options.source, notice).await
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,
@@ -211,11 +199,11 @@ async fn write_planned(
     let (resolved, checked) = crate::dest::check(inputs, output, plan, part, overwrite)?;
     warnings.extend(checked);
     let overflows = Mutex::new(Vec::new());
-    let tell = |warnings: &[String]| {
+    let tell = |warnings: &[Warning]| {
         if let Some(notice) = &options.notice {
             warnings
                 .iter()
-                .for_each(|w| notice(&format!("warning: {w}")));
+                .for_each(|w| notice(&Note::Warning(w.clone())));
         }
     };
     tell(&warnings);
@@ -276,7 +264,7 @@ async fn write_outputs(
     plan: &Plan,
     sources: &mut [Box<dyn Source + '_>],
     options: &ConvertOptions,
-    overflows: &Mutex<Vec<String>>,
+    overflows: &Mutex<Vec<Warning>>,
 ) -> Result<Vec<WrittenFile>> {
     let dest_options = DestOptions {
         part: options.part,
@@ -285,6 +273,8 @@ async fn write_outputs(
         plan_id: options.plan.expect_plan.clone(),
     };
     let mut dest = Destination::open(resolved, plan, dest_options).await?;
+    // This conversion's copy decisions, shard after shard.
+    let mut policy = CopyPolicy::new(options.routes, options.checksum);
     let shards = async {
         let mut all = Vec::new();
         for (index, shard) in plan.shards.iter().enumerate() {
@@ -297,10 +287,7 @@ async fn write_outputs(
                 progress: options.progress.clone(),
                 shard: (index, plan.shards.len()),
             };
-            // A checksum must see every byte: no kernel copies then.
-            let direct = staged
-                .file
-                .filter(|_| options.fast_path && !options.checksum);
+            let direct = staged.file.filter(|_| policy.file_routes());
             let to = Shard {
                 name: &staged.name,
                 sink_options: options.sink,
@@ -310,11 +297,11 @@ async fn write_outputs(
                         .sync
                         .then(|| Writeback::new(out.clone()).on_landed()),
                     out,
-                    routes: options.routes,
                 }),
                 overflows: Some(overflows),
             };
-            let (writer, sha256) = copy_shard(w, shard, sources, to).await?.into_parts();
+            let copied = copy_shard(w, shard, sources, to, &mut policy).await?;
+            let (writer, sha256) = copied.into_parts();
             let written = WrittenFile {
                 path: staged.name,
                 bytes: shard.file_len(),

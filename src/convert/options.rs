@@ -2,15 +2,13 @@
 
 use std::sync::Arc;
 
-use crate::copy::route::Routes;
+use crate::copy::policy::Routes;
+use crate::error::NoticeFn;
 use crate::observe::Progress;
 use crate::plan::layout::Part;
 use crate::plan::PlanOptions;
 use crate::sink::SinkOptions;
 use crate::source::SourceOptions;
-
-/// A callback for things worth telling that are not errors ("spooling ...").
-pub type NoticeFn = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Everything a conversion can be told. Start from the default and set what
 /// differs:
@@ -34,18 +32,15 @@ pub struct ConvertOptions {
     pub sink: SinkOptions,
     /// fsync files and their folder before reporting success (default on).
     pub sync: bool,
-    /// Told of notable events; `None` keeps quiet.
+    /// Told of notable events and warnings as they happen; `None` keeps quiet.
     pub notice: Option<NoticeFn>,
     /// Told how the writing advances.
     pub progress: Option<Arc<dyn Progress>>,
     /// Compute each output file's SHA-256 while streaming.
     pub checksum: bool,
-    /// Copy tensors whose bytes lie in files straight into an output file,
-    /// by the kernel where they pass unchanged (default on). Off, every
-    /// byte goes through the async sink; the output is the same either way.
-    pub fast_path: bool,
-    /// Which of the fast path's routes may be taken (all, by default).
-    pub routes: Routes,
+    /// The routes tensors may take straight into an output file: all (the
+    /// default), or none ([`fast_path`](Self::fast_path) off).
+    pub(crate) routes: Routes,
     /// Allow the output to replace one of the inputs (refused by default:
     /// see [`dry_run`](super::dry_run)). The input is still read from
     /// its old bytes, and replaced atomically at the end.
@@ -65,7 +60,6 @@ impl Default for ConvertOptions {
             notice: None,
             progress: None,
             checksum: false,
-            fast_path: true,
             routes: Routes::default(),
             overwrite_input: false,
             part: Part::All,
@@ -81,11 +75,30 @@ crate::setters::setters!(ConvertOptions {
     notice: Option<NoticeFn>,
     progress: Option<Arc<dyn Progress>>,
     checksum: bool,
-    fast_path: bool,
-    routes: Routes,
     overwrite_input: bool,
     part: Part,
 });
+
+impl ConvertOptions {
+    /// Copy tensors whose bytes lie in files straight into an output file,
+    /// by the kernel where they pass unchanged (default on). Off, every
+    /// byte goes through the async sink; the output is the same either way.
+    #[must_use]
+    pub fn fast_path(mut self, on: bool) -> Self {
+        self.routes = if on { Routes::default() } else { Routes::NONE };
+        self
+    }
+
+    /// Which routes into an output file may be taken, one by one, and how
+    /// verbatim bytes are copied: for the conformance suite, which forces
+    /// each in turn.
+    #[cfg(any(test, feature = "internals"))]
+    #[must_use]
+    pub fn routes(mut self, routes: Routes) -> Self {
+        self.routes = routes;
+        self
+    }
+}
 
 impl std::fmt::Debug for ConvertOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -97,7 +110,6 @@ impl std::fmt::Debug for ConvertOptions {
             .field("notice", &self.notice.is_some())
             .field("progress", &self.progress.is_some())
             .field("checksum", &self.checksum)
-            .field("fast_path", &self.fast_path)
             .field("routes", &self.routes)
             .field("overwrite_input", &self.overwrite_input)
             .field("part", &self.part)

@@ -4,8 +4,10 @@
 use serde::Serialize;
 
 use crate::dest::WrittenFile;
+use crate::error::note::fresh_notes;
 use crate::header::HUB_HEADER_LIMIT;
 use crate::plan::Plan;
+use crate::{Dtype, Note, Warning};
 
 /// A cast that a conversion applies.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -13,9 +15,16 @@ pub struct CastNote {
     /// The output tensor.
     pub tensor: String,
     /// Its dtype in the input.
-    pub from: String,
+    #[serde(serialize_with = "as_text")]
+    pub from: Dtype,
     /// Its dtype in the output.
-    pub to: String,
+    #[serde(serialize_with = "as_text")]
+    pub to: Dtype,
+}
+
+/// A dtype in JSON: its name (`"F16"`).
+fn as_text<S: serde::Serializer>(dtype: &Dtype, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(dtype)
 }
 
 /// What a conversion did.
@@ -34,49 +43,38 @@ pub struct Report {
     /// The casts applied.
     pub casts: Vec<CastNote>,
     /// Things worth knowing that did not stop the job.
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
 }
 
 impl Report {
     /// The report as the CLI's `--report json` prints it (and the Python
     /// package returns it): this report's fields, `"ok": true`, and the
-    /// notices collected during the run appended to `warnings`, except a
-    /// `warning: ...` notice of a warning the report holds already. One
-    /// function for both, so the two agree by construction.
+    /// notes told during the run appended to `warnings` as text, except a
+    /// warning the report holds already. One function for both, so the two
+    /// agree by construction.
     ///
     /// ```
-    /// use safetensors_stream::{convert_blocking, ConvertOptions, Output};
+    /// use safetensors_stream::{convert_blocking, ConvertOptions, Note, Output};
     ///
     /// let dir = tempfile::tempdir()?;
     /// let out = Output::File(dir.path().join("m.safetensors"));
     /// let report = convert_blocking(&["fixtures/example/model.npz".into()], &out, &ConvertOptions::default())?;
-    /// let json: serde_json::Value = serde_json::from_str(&report.to_json(&["a notice".into()]))?;
+    /// let notes = [Note::Info("a notice".into())];
+    /// let json: serde_json::Value = serde_json::from_str(&report.to_json(&notes))?;
     /// assert_eq!(json["ok"], true);
     /// assert_eq!(json["tensors"], report.tensors);
     /// assert_eq!(json["warnings"].as_array().unwrap().last().unwrap(), "a notice");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn to_json(&self, notices: &[String]) -> String {
+    pub fn to_json(&self, notes: &[Note]) -> String {
         let mut v = serde_json::to_value(self).expect("JSON of a report");
         v["ok"] = serde_json::Value::Bool(true);
         if let Some(w) = v["warnings"].as_array_mut() {
-            let fresh = fresh_notices(notices, &self.warnings);
-            w.extend(fresh.cloned().map(serde_json::Value::String));
+            let fresh = fresh_notes(notes, &self.warnings);
+            w.extend(fresh.map(serde_json::Value::String));
         }
         v.to_string()
     }
-}
-
-/// The notices that say something `warnings` does not: a warning the
-/// library also told as a `warning: ...` notice is listed once.
-pub(crate) fn fresh_notices<'a>(
-    notices: &'a [String],
-    warnings: &'a [String],
-) -> impl Iterator<Item = &'a String> + 'a {
-    notices.iter().filter(|n| {
-        !n.strip_prefix("warning: ")
-            .is_some_and(|bare| warnings.iter().any(|w| w == bare))
-    })
 }
 
 /// The casts a plan applies, for reports.
@@ -87,20 +85,20 @@ pub(crate) fn cast_notes(plan: &Plan) -> Vec<CastNote> {
         .filter_map(|(r, t)| {
             r.cast().map(|c| CastNote {
                 tensor: t.meta.name.clone(),
-                from: c.from().to_string(),
-                to: c.to().to_string(),
+                from: c.from(),
+                to: c.to(),
             })
         })
         .collect()
 }
 
 /// Warnings about a plan: headers the Hugging Face Hub would refuse.
-pub(crate) fn plan_warnings(plan: &Plan) -> Vec<String> {
+pub(crate) fn plan_warnings(plan: &Plan) -> Vec<Warning> {
     let lens = plan.shards.iter().map(|s| s.header.header().header_len);
     lens.filter(|&len| len > HUB_HEADER_LIMIT)
-        .map(|len| {
-            let hub = HUB_HEADER_LIMIT;
-            format!("a header of {len} bytes exceeds the {hub} bytes the Hugging Face Hub accepts")
+        .map(|bytes| Warning::HubHeader {
+            bytes,
+            limit: HUB_HEADER_LIMIT,
         })
         .collect()
 }

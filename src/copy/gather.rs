@@ -125,6 +125,7 @@ pub(super) fn copy_gathered(
     Ok(Copied {
         bytes: total as u64,
         overflows,
+        chose: None,
     })
 }
 
@@ -163,7 +164,7 @@ fn file_position(job: &SpanJob) -> (usize, u64) {
 mod tests {
     use super::*;
     use crate::copy::job::testing;
-    use crate::ErrorKind;
+    use crate::{ErrorKind, ZipError};
     use std::io::Write;
 
     /// Members `0..n` of a checksummed archive; `bad` ones get a wrong
@@ -200,7 +201,10 @@ mod tests {
         let (result, out) = gather(&jobs);
         let JobError { job: k, error: e } = result.unwrap_err();
         assert_eq!(k, 1, "member 4, second in the plan");
-        assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        assert!(
+            matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+            "{e}"
+        );
         assert!(out.is_empty(), "nothing of a failed batch is written");
     }
 
@@ -235,7 +239,10 @@ mod tests {
             let (jobs, _) = archive(30, &[3, 27], &plan);
             let JobError { job: k, error: e } = in_parallel(&jobs, 0).0.unwrap_err();
             assert_eq!(k, 9);
-            assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+            assert!(
+                matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+                "{e}"
+            );
         }
     }
 }

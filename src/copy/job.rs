@@ -3,6 +3,7 @@
 //! says how a tensor's bytes can be had; [`super::route`] chooses how each
 //! is copied.
 
+use super::policy::Way;
 use crate::cast::Cast;
 use crate::plan::ShardPlan;
 use crate::source::{FileSpan, OpenBlocking, Source};
@@ -72,11 +73,13 @@ impl<E> Failed<E> {
     }
 }
 
-/// What a run of jobs wrote: its bytes, and the casts' overflows to infinity.
+/// What a run of jobs wrote: its bytes, and the casts' overflows to
+/// infinity; and the way a trial among them found faster.
 #[derive(Debug, Default)]
 pub(crate) struct Copied {
     pub(crate) bytes: u64,
     pub(crate) overflows: Vec<Overflow>,
+    pub(crate) chose: Option<Way>,
 }
 
 /// A cast's finite values that overflowed to infinity in one job.
@@ -120,7 +123,7 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
 /// Files for the copy routes' tests.
 #[cfg(test)]
 pub(crate) mod testing {
-    use super::SpanJob;
+    use crate::copy::job::SpanJob;
     use crate::source::{CrcCheck, FileSpan};
     use crate::transform::Transform;
     use std::fs::File;

@@ -11,6 +11,7 @@ mod gather;
 pub(crate) mod job;
 #[allow(unsafe_code)]
 mod mapped;
+pub(crate) mod policy;
 mod pool;
 mod positional;
 pub(crate) mod route;
@@ -27,10 +28,12 @@ use crate::observe::Progress;
 use crate::plan::{ShardPlan, TensorRef};
 use crate::sink::{Sink, SinkOptions};
 use crate::source::{Source, TensorData};
-use crate::{Error, Result};
+use crate::{Error, Result, Warning};
 use job::{jobs, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
+use policy::CopyPolicy;
+use policy::Way;
 use pool::write_parallel;
-use route::{routes, Route, Routes};
+use route::{routes, Route};
 use spans::copy_spans;
 
 /// Writes one planned file to any `AsyncWrite`, pulling each tensor from its source.
@@ -49,7 +52,8 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         direct: None,
         overflows: None,
     };
-    copy_shard(writer, shard, sources, to).await
+    let mut policy = CopyPolicy::SINK_ONLY;
+    copy_shard(writer, shard, sources, to, &mut policy).await
 }
 
 /// Who is told of the copy's progress, and which shard this is.
@@ -112,8 +116,6 @@ pub(crate) struct Direct {
     pub(crate) out: Arc<File>,
     /// Writeback started as bytes land, when the file is to be fsync'd.
     pub(crate) writeback: Option<Arc<dyn Fn(u64) + Send + Sync>>,
-    /// The routes it may take into the file.
-    pub(crate) routes: Routes,
 }
 
 /// Where one shard goes, and who hears of it.
@@ -125,17 +127,19 @@ pub(crate) struct Shard<'a> {
     /// The output file, when tensors may be copied straight into it.
     pub(crate) direct: Option<Direct>,
     /// Where casts' overflows to infinity are told, as warnings.
-    pub(crate) overflows: Option<&'a Mutex<Vec<String>>>,
+    pub(crate) overflows: Option<&'a Mutex<Vec<Warning>>>,
 }
 
-/// Copies a shard's tensors into `writer` (and, where `to.direct` allows,
-/// straight into its file), window by window of jobs, each window's routes
-/// chosen by [`routes`].
+/// Copies a shard's tensors into `writer` (and, with `to.direct`, straight
+/// into its file), window by window of jobs, each window's routes chosen by
+/// [`routes`] under the conversion's `policy`, which keeps what a trial
+/// among them chooses.
 pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
     writer: W,
     shard: &ShardPlan,
     sources: &mut [Box<dyn Source + '_>],
     to: Shard<'_>,
+    policy: &mut CopyPolicy,
 ) -> Result<W> {
     let sink = Sink::start(writer, &shard.header, to.sink_options)
         .await
@@ -145,15 +149,25 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
         shard,
         to: &to,
         ahead: None,
+        chose: None,
     };
     // Without the file itself, every tensor goes through the sink.
-    let allowed = to.direct.as_ref().map_or(Routes::NONE, |d| d.routes);
+    let mut sink_only = CopyPolicy::SINK_ONLY;
+    let policy = if to.direct.is_some() {
+        policy
+    } else {
+        &mut sink_only
+    };
     let mut k = 0;
     while k < shard.refs.len() {
         let window = jobs(shard, k, sources);
-        let routes = routes(&window, allowed);
-        let n = window.len();
+        let routes = routes(&window, policy);
+        // Routes end early after a trial: the rest are routed by its choice.
+        let n = routes.last().map_or(window.len(), |r| r.jobs().end);
         copy.window(k, window, &routes, sources).await?;
+        if let Some(way) = copy.chose.take() {
+            policy.chose(way);
+        }
         k += n;
     }
     copy.sink.finish().await
@@ -169,6 +183,8 @@ struct Copy<'a, W> {
     to: &'a Shard<'a>,
     /// The next tensor, opened ahead (see [`Copy::stream`]).
     ahead: Option<(usize, Result<TensorData<'static>>)>,
+    /// The way a trial beside the sink found faster.
+    chose: Option<Way>,
 }
 
 impl<W: AsyncWrite + Unpin> Copy<'_, W> {
@@ -193,7 +209,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             r += group.len();
             let first = group[0].jobs().start;
             let done = match &group[0] {
-                Route::Stream(k) => self.stream(start + k, sources).await,
+                Route::Stream { job, ahead } => self.stream(start + job, *ahead, sources).await,
                 // A run of tensors from blocking readers straight into the
                 // output file, several at once, each at its planned offset;
                 // then the file's offset moves past them, where the sink goes on.
@@ -218,7 +234,11 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
                         std::io::Seek::seek(&mut &*out, std::io::SeekFrom::Start(end)).map_err(
                             |e| JobError::new(count - 1, Error::io(e).with_output(name)),
                         )?;
-                        Ok(Copied { bytes, overflows })
+                        Ok(Copied {
+                            bytes,
+                            overflows,
+                            chose: None,
+                        })
                     })
                     .await
                 }
@@ -252,13 +272,14 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         Ok(())
     }
 
-    /// One tensor through the sink. Into anything but a file, the next
-    /// tensor is opened now if its source can: it then reads (an npz member
-    /// inflates) on another core while this one is written. (Into a file,
-    /// such tensors are read side by side instead.)
+    /// One tensor through the sink. With `ahead`, the next tensor is opened
+    /// now if its source can: it then reads (an npz member inflates) on
+    /// another core while this one is written. (Into a file, such tensors
+    /// are read side by side instead.)
     async fn stream(
         &mut self,
         k: usize,
+        ahead: bool,
         sources: &mut [Box<dyn Source + '_>],
     ) -> std::result::Result<Vec<Overflow>, JobError> {
         let (shard, r) = (self.shard, &self.shard.refs[k]);
@@ -266,7 +287,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             .watch
             .tensor(&shard.header.header().tensors[k].meta.name);
         let prefetched = self.ahead.take().filter(|(at, _)| *at == k);
-        if let (Some(next), None) = (shard.refs.get(k + 1), &self.to.direct) {
+        if let (Some(next), true) = (shard.refs.get(k + 1), ahead) {
             if let Some(data) = sources[next.source()].open_ahead(next.index()) {
                 self.ahead = Some((k + 1, data));
             }
@@ -321,19 +342,24 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         self.sink
             .record_external(count, copied.bytes)
             .map_err(at_start)?;
+        self.chose = self.chose.or(copied.chose);
         Ok(copied.overflows)
     }
 
     /// Tells of tensor `k`'s cast overflowing `count` values to infinity.
     fn overflowed(&self, k: usize, count: u64) {
         if let (Some(list), Some(c)) = (self.to.overflows, self.shard.refs[k].cast()) {
-            let name = &self.shard.header.header().tensors[k].meta.name;
-            let values = if count == 1 { "value" } else { "values" };
+            let tensor = self.shard.header.header().tensors[k].meta.name.clone();
             let (from, to) = (c.from(), c.to());
-            let msg = format!(
-                "tensor {name:?}: {count} finite {values} overflowed to infinity casting {from} to {to}"
-            );
-            list.lock().unwrap_or_else(|e| e.into_inner()).push(msg);
+            let overflow = Warning::Overflow {
+                tensor,
+                count,
+                from,
+                to,
+            };
+            list.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(overflow);
         }
     }
 
@@ -352,5 +378,78 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
             format!("{in_name} (written as {out_name})")
         };
         error.with_input(source.input_name()).set_tensor(tensor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copy::job::testing::contents;
+    use crate::copy::policy::Routes;
+    use crate::plan::{plan, PlanOptions};
+    use crate::source::safetensors::SafetensorsSource;
+    use std::io::Write;
+    use tokio::io::AsyncWriteExt;
+
+    /// A safetensors file of one tensor, long enough for a trial; and its bytes.
+    fn checkpoint() -> (tempfile::NamedTempFile, Vec<u8>) {
+        let len = verbatim::TRIAL_MIN + 4096;
+        let json = format!(r#"{{"t":{{"dtype":"U8","shape":[{len}],"data_offsets":[0,{len}]}}}}"#);
+        let json = format!("{json:<width$}", width = json.len().next_multiple_of(8));
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&(json.len() as u64).to_le_bytes()).unwrap();
+        file.write_all(json.as_bytes()).unwrap();
+        file.write_all(&data).unwrap();
+        (file, data)
+    }
+
+    /// The checkpoint's shard copied into a file by `policy`; the file's bytes.
+    async fn copied(path: &std::path::Path, policy: &mut CopyPolicy) -> Vec<u8> {
+        let source = SafetensorsSource::open(path).unwrap();
+        let mut sources: Vec<Box<dyn Source>> = vec![Box::new(source)];
+        let plan = plan(&sources, &PlanOptions::default()).unwrap();
+        let out = Arc::new(tempfile::tempfile().unwrap());
+        let to = Shard {
+            name: "out",
+            sink_options: SinkOptions::default(),
+            watch: &Watch::default(),
+            direct: Some(Direct {
+                out: out.clone(),
+                writeback: None,
+            }),
+            overflows: None,
+        };
+        let writer = tokio::fs::File::from_std(out.try_clone().unwrap());
+        let shard = &plan.shards[0];
+        let mut writer = copy_shard(writer, shard, &mut sources, to, policy)
+            .await
+            .unwrap();
+        writer.flush().await.unwrap();
+        contents(&out)
+    }
+
+    /// The way verbatim bytes are copied is each conversion's own: each
+    /// starts with none chosen and times both on its first long copy,
+    /// whatever another conversion of the process chose; a forced way is
+    /// kept, untimed. Every way writes the same bytes.
+    #[tokio::test]
+    async fn each_conversion_chooses_its_own_way_of_copying() {
+        let (input, data) = checkpoint();
+        let fresh = || CopyPolicy::new(Routes::default(), false);
+        let mut outputs = Vec::new();
+        for _ in 0..2 {
+            let mut policy = fresh();
+            assert_eq!(policy.way(), None, "nothing chosen before the conversion");
+            outputs.push(copied(input.path(), &mut policy).await);
+            assert!(policy.way().is_some(), "its first long copy chose");
+        }
+        for way in [Way::Mapped, Way::Read] {
+            let mut policy = CopyPolicy::new(Routes::default().way(Some(way)), false);
+            outputs.push(copied(input.path(), &mut policy).await);
+            assert_eq!(policy.way(), Some(way), "a forced way is kept");
+        }
+        assert!(outputs[0].ends_with(&data));
+        assert!(outputs.iter().all(|o| *o == outputs[0]));
     }
 }

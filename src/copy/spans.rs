@@ -10,23 +10,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::gather::{copy_batches_parallel, copy_gathered, Scratch};
 use super::job::{Copied, JobError, Overflow, SpanJob};
+use super::policy::Way;
 use super::positional::{copy_buffered, crc_until, CHECKED_CHUNK};
 use super::route::Route;
-use super::verbatim::copy_verbatim;
-use crate::block_cache::BlockCache;
-use crate::sink::elements::{too_short, ChunkBuffer, Crc};
+use super::verbatim::{copy_verbatim, KernelWay};
+use crate::sink::elements::{too_short, Crc};
 use crate::source::FileSpan;
 use crate::{Error, ErrorKind, Result};
 
-/// A checksummed tensor smaller than this is copied the way `cp` copies: a
-/// read of [`CHECKED_CHUNK`] bytes, the CRC over them while they are in the
-/// core's cache, a write of the same buffer. A larger one is copied like a
-/// verbatim one while a second thread reads the same bytes for the CRC: two
-/// cores, and the copy itself as fast as an unchecked one.
-const CHECK_BESIDE_MIN: u64 = 1 << 20;
-
 /// Copies `jobs` to `out` at its current offset, by `routes` (which
-/// cover them in order). On error, says which job failed.
+/// cover them in order). On error, says which job failed. What it copied
+/// includes the way a trial among the routes found faster.
 pub(crate) fn copy_spans(
     out: &File,
     out_name: &str,
@@ -46,6 +40,7 @@ pub(crate) fn copy_spans(
     let mut w = io::BufWriter::with_capacity(buffer_size.clamp(64 * 1024, 1 << 20), out);
     let mut written = 0u64;
     let mut overflows = Vec::new();
+    let mut chose = None;
     for route in routes {
         let i = route.jobs().start;
         let flushed = |w: &mut io::BufWriter<&File>| {
@@ -53,25 +48,30 @@ pub(crate) fn copy_spans(
                 .map_err(|e| JobError::new(i, on_out(Error::io(e))))
         };
         match route {
-            Route::Kernel(run) => {
+            Route::Kernel { run, way } => {
                 // The kernel writes at the file's offset: our buffered bytes go first.
                 flushed(&mut w)?;
                 let len: u64 = jobs[run.clone()].iter().map(|j| j.span.len).sum();
                 let (file, offset) = (&jobs[i].span.file, jobs[i].span.offset);
-                copy_verbatim(file, offset, len, out, &mut progress).map_err(|(e, done)| {
+                let copied = copy_verbatim(file, offset, len, out, *way, &mut progress);
+                chose = chose.or(copied.map_err(|(e, done)| {
                     let (k, before) = locate(jobs, i, done);
                     JobError::new(k, on_out(per_tensor(e, jobs[k].span.len, done - before)))
-                })?;
+                })?);
                 written += len;
             }
-            Route::Checked(k) => {
+            Route::Checked { job: k, beside } => {
                 // Straight to the file, not through `w`.
                 flushed(&mut w)?;
-                written += copy_checked(&jobs[*k], out, &mut s.buf, &mut s.cache, &mut progress)
-                    .map_err(|e| JobError::new(*k, on_out(e)))?;
+                let copied = copy_checked(&jobs[*k], *beside, out, &mut s, &mut progress);
+                chose = chose.or(copied.map_err(|e| JobError::new(*k, on_out(e)))?);
+                written += jobs[*k].span.len;
             }
-            Route::Gather(stretch) => {
-                let gathered = copy_stretch(jobs, stretch, out, &mut w, &mut s, buffer_size);
+            Route::Gather { batches, parallel } => {
+                let gathered = match parallel {
+                    true => copy_parallel(jobs, batches, out, &mut w, buffer_size),
+                    false => copy_serial(jobs, batches, &mut w, &mut s, buffer_size),
+                };
                 let copied = gathered.map_err(|f| JobError::new(f.job, on_out(f.error)))?;
                 overflows.extend(copied.overflows);
                 written += copied.bytes;
@@ -87,7 +87,7 @@ pub(crate) fn copy_spans(
                 }
                 written += n;
             }
-            Route::Blocking(_) | Route::Stream(_) => {
+            Route::Blocking(_) | Route::Stream { .. } => {
                 unreachable!("only routes of bytes in files come here")
             }
         }
@@ -97,24 +97,39 @@ pub(crate) fn copy_spans(
     Ok(Copied {
         bytes: written,
         overflows,
+        chose,
     })
 }
 
-/// Copies a stretch of batches of small tensors: one through `w`, several
-/// side by side at their offsets in `out` (after what `w` holds, and
-/// leaving `out`'s offset past them, as writing through `w` would).
-fn copy_stretch(
+/// Copies batches of small tensors one after another through `w`.
+fn copy_serial(
     jobs: &[SpanJob],
-    stretch: &[Range<usize>],
-    mut out: &File,
+    batches: &[Range<usize>],
     w: &mut io::BufWriter<&File>,
     scratch: &mut Scratch,
     buffer_size: usize,
 ) -> std::result::Result<Copied, JobError> {
-    let (first, last) = (stretch[0].start, stretch[stretch.len() - 1].end);
-    if let [only] = stretch {
-        return copy_gathered(jobs, only.clone(), |b| w.write_all(b), scratch, buffer_size);
+    let mut all = Copied::default();
+    for b in batches {
+        let to = |batch: &[u8]| w.write_all(batch);
+        let copied = copy_gathered(jobs, b.clone(), to, scratch, buffer_size)?;
+        all.bytes += copied.bytes;
+        all.overflows.extend(copied.overflows);
     }
+    Ok(all)
+}
+
+/// Copies batches of small tensors side by side at their offsets in `out`
+/// (after what `w` holds, and leaving `out`'s offset past them, as writing
+/// through `w` would).
+fn copy_parallel(
+    jobs: &[SpanJob],
+    stretch: &[Range<usize>],
+    mut out: &File,
+    w: &mut io::BufWriter<&File>,
+    buffer_size: usize,
+) -> std::result::Result<Copied, JobError> {
+    let (first, last) = (stretch[0].start, stretch[stretch.len() - 1].end);
     let io_at = |e: io::Error| JobError::new(first, Error::io(e));
     w.flush().map_err(io_at)?;
     let at = out.stream_position().map_err(io_at)?;
@@ -155,31 +170,34 @@ fn output_side(e: &io::Error) -> bool {
         .any(|n| raw == Some(n.raw_os_error()))
 }
 
-/// A checksummed member copied unchanged. Returns the bytes written.
+/// A checksummed member copied unchanged, by the kernel `beside` its CRC
+/// thread or in one pass. Returns the way a trial found faster.
 fn copy_checked(
     job: &SpanJob,
+    beside: Option<KernelWay>,
     out: &File,
-    buf: &mut ChunkBuffer,
-    cache: &mut BlockCache,
+    s: &mut Scratch,
     progress: &mut impl FnMut(u64),
-) -> Result<u64> {
-    if let Some(result) = copy_with_crc_beside(&job.span, out, progress) {
+) -> Result<Option<Way>> {
+    if let Some(result) = beside.and_then(|way| copy_with_crc_beside(&job.span, way, out, progress))
+    {
         return result;
     }
     let mut direct = out;
     // Verbatim: no cast, so nothing can overflow.
-    copy_buffered(job, &mut direct, buf, cache, CHECKED_CHUNK, progress).map(|(n, _)| n)
+    let (buf, cache) = (&mut s.buf, &mut s.cache);
+    copy_buffered(job, &mut direct, buf, cache, CHECKED_CHUNK, progress).map(|_| None)
 }
 
-/// The mapped copy of a member while a second thread computes its CRC;
-/// `None` for a member under [`CHECK_BESIDE_MIN`], or when no thread can
-/// be had.
+/// The kernel copy of a member, `way`, while a second thread computes its
+/// CRC; `None` when no thread can be had.
 fn copy_with_crc_beside(
     span: &FileSpan,
+    way: KernelWay,
     out: &File,
     progress: &mut impl FnMut(u64),
-) -> Option<Result<u64>> {
-    let crc = span.crc.filter(|_| span.len >= CHECK_BESIDE_MIN)?;
+) -> Option<Result<Option<Way>>> {
+    let crc = span.crc?;
     let end = span.offset + span.len;
     // Set when the copy fails: its error is the answer, so the check stops
     // instead of reading the rest of a member of gigabytes.
@@ -189,7 +207,7 @@ fn copy_with_crc_beside(
             .name("crc".into())
             .spawn_scoped(s, || crc_until(&span.file, crc.from, end, &stop))
             .ok()?;
-        let copied = copy_verbatim(&span.file, span.offset, span.len, out, progress);
+        let copied = copy_verbatim(&span.file, span.offset, span.len, out, way, progress);
         if copied.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
@@ -200,8 +218,8 @@ fn copy_with_crc_beside(
         // The copy's error comes first: it says where the bytes ran out.
         let checked = copied
             .map_err(|(e, _)| e)
-            .and_then(|()| Crc::new(hasher?, crc.expected).verify());
-        Some(checked.map(|()| span.len))
+            .and_then(|chose| Crc::new(hasher?, crc.expected).verify().map(|()| chose));
+        Some(checked)
     })
 }
 
@@ -209,7 +227,9 @@ fn copy_with_crc_beside(
 mod tests {
     use super::*;
     use crate::copy::job::{testing, Job};
-    use crate::copy::route::{routes, Routes};
+    use crate::copy::policy::{CopyPolicy, Routes};
+    use crate::copy::route::{routes, CHECK_BESIDE_MIN};
+    use crate::ZipError;
 
     /// Member sizes: one copied in one pass, one copied beside its CRC thread.
     const SIZES: [usize; 2] = [2 * CHECKED_CHUNK + 4096, CHECK_BESIDE_MIN as usize + 4096];
@@ -224,7 +244,7 @@ mod tests {
     /// The routes of `jobs` into a file.
     fn routed(jobs: &[SpanJob]) -> Vec<Route> {
         let jobs: Vec<Job> = jobs.iter().cloned().map(Job::Span).collect();
-        routes(&jobs, Routes::default())
+        routes(&jobs, &CopyPolicy::new(Routes::default(), false))
     }
 
     fn copy(jobs: &[SpanJob]) -> (std::result::Result<u64, JobError>, Vec<u8>) {
@@ -238,7 +258,8 @@ mod tests {
     fn checked_members_are_copied_whole_and_not_merged() {
         for size in SIZES {
             let (jobs, data) = archive(size, &[], None);
-            let each = [Route::Checked(0), Route::Checked(1), Route::Checked(2)];
+            let beside = (size as u64 >= CHECK_BESIDE_MIN).then_some(KernelWay::By(Way::Mapped));
+            let each = [0, 1, 2].map(|job| Route::Checked { job, beside });
             assert_eq!(routed(&jobs), each);
             let (result, bytes) = copy(&jobs);
             assert_eq!(result.unwrap(), data.len() as u64);
@@ -253,7 +274,10 @@ mod tests {
                 let (jobs, _) = archive(size, &bad, None);
                 let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
                 assert_eq!(i, bad[0], "{bad:?}");
-                assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+                assert!(
+                    matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+                    "{e}"
+                );
             }
         }
     }
@@ -284,7 +308,10 @@ mod tests {
             let (jobs, _) = archive(size, &[0], Some(cut));
             let JobError { job: i, error: e } = copy(&jobs).0.unwrap_err();
             assert_eq!(i, 0);
-            assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+            assert!(
+                matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+                "{e}"
+            );
         }
     }
 }

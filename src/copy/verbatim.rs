@@ -7,35 +7,38 @@
 //! where cp is fast" and "The trial"): where copying memory is dear the
 //! mapping saves a copy; where mapping pages is dear, above all a source
 //! whose page cache is in small folios, it costs more than `cp`. So the
-//! first copy of a process long enough to tell copies [`TRIAL`] bytes each
-//! way, timing each on the thread's CPU clock, and every later copy takes
-//! the faster. The trial's pieces alternate in a balanced order after an
-//! untimed start, so that neither way is charged what a process's first
-//! bytes cost or what changes along the file (timed one after the other,
-//! the way timed first lost about half the trials on a host where it is
-//! the faster over the whole run). The bytes written are the same either
-//! way.
+//! first copy of a conversion long enough to tell ([`TRIAL_MIN`]) copies
+//! [`TRIAL`] bytes each way, timing each on the thread's CPU clock, and the
+//! conversion's later copies take the faster (the route chooser is told:
+//! [`super::policy::CopyPolicy`]). The trial's pieces alternate in a
+//! balanced order after an untimed start, so that neither way is charged
+//! what a process's first bytes cost or what changes along the file (timed
+//! one after the other, the way timed first lost about half the trials on
+//! a host where it is the faster over the whole run). The bytes written
+//! are the same either way.
 
 use std::fs::File;
 use std::io::Write;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::mapped::{copy_mapped, WRITE_PIECE};
+use super::policy::Way;
 use super::positional::read_exact_at;
 use crate::sink::elements::too_short;
 use crate::{Error, ErrorKind};
 
-/// How verbatim bytes are copied (its number is what [`CHOSEN`] holds).
+/// How one kernel copy goes: by a way, or timing both (the conversion has
+/// not chosen yet, and this copy is long enough to tell).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Way {
-    /// From a mapping of the source, handed to `write`.
-    Mapped = 1,
-    /// `pread` into one buffer of [`WRITE_PIECE`] bytes, then `write`.
-    Read = 2,
+pub(crate) enum KernelWay {
+    By(Way),
+    Trial,
 }
 
 /// Bytes each way copies while it is timed.
 const TRIAL: u64 = 8 << 20;
+
+/// A copy this long makes the trial: the trial is a small part of it.
+pub(crate) const TRIAL_MIN: u64 = 4 * TRIAL;
 
 /// Bytes copied before the trial, untimed.
 const START: u64 = 4 << 20;
@@ -48,50 +51,41 @@ const PIECES: [Way; 8] = {
     [M, R, R, M, R, M, M, R]
 };
 
-/// The way this process chose: 0 until a copy has timed both.
-static CHOSEN: AtomicU8 = AtomicU8::new(0);
-
-fn chosen() -> Option<Way> {
-    match CHOSEN.load(Ordering::Relaxed) {
-        1 => Some(Way::Mapped),
-        2 => Some(Way::Read),
-        _ => None,
-    }
-}
-
-/// Copies `len` bytes of `src` from `offset` to `out` at its offset. On
-/// error also returns how many bytes were done, to find the tensor.
+/// Copies `len` bytes of `src` from `offset` to `out` at its offset, `way`.
+/// Returns the way a trial found faster. On error also returns how many
+/// bytes were done, to find the tensor.
 pub(crate) fn copy_verbatim(
     src: &File,
     offset: u64,
     len: u64,
     out: &File,
+    way: KernelWay,
     progress: &mut impl FnMut(u64),
-) -> Result<(), (Error, u64)> {
+) -> Result<Option<Way>, (Error, u64)> {
     let run = Run { src, offset, len };
-    let way = match chosen() {
-        Some(way) => way,
-        // Long enough that the trial is a small part of it.
-        None if len >= 4 * TRIAL => {
+    let way = match way {
+        KernelWay::By(way) => way,
+        // Untimed first: a process's first bytes cost more, whichever way.
+        KernelWay::Trial if len >= TRIAL_MIN => {
             run.copy(Way::Mapped, 0..START, out, progress)?;
-            // Nanoseconds spent by each way, indexed by its number - 1.
+            // Nanoseconds spent by each way: mapped, read.
             let (mut spent, mut at) = ([0i128; 2], START);
             for way in PIECES {
                 let part = at..at + 2 * TRIAL / PIECES.len() as u64;
                 at = part.end;
-                spent[way as usize - 1] += run.timed(way, part, out, progress)?;
+                spent[usize::from(way == Way::Read)] += run.timed(way, part, out, progress)?;
             }
             let faster = if spent[0] <= spent[1] {
                 Way::Mapped
             } else {
                 Way::Read
             };
-            CHOSEN.store(faster as u8, Ordering::Relaxed);
-            return run.copy(faster, at..len, out, progress);
+            run.copy(faster, at..len, out, progress)?;
+            return Ok(Some(faster));
         }
-        None => Way::Mapped,
+        KernelWay::Trial => Way::Mapped,
     };
-    run.copy(way, 0..len, out, progress)
+    run.copy(way, 0..len, out, progress).map(|()| None)
 }
 
 /// One verbatim run: `len` bytes of `src` from `offset`.
@@ -191,26 +185,19 @@ mod tests {
     fn every_way_copies_the_same_bytes() {
         let len = 4 * TRIAL as usize + 12_345;
         let (src, bytes) = source(len + 777);
-        for way in [Some(Way::Mapped), Some(Way::Read), None] {
+        let ways = [Way::Mapped, Way::Read].map(KernelWay::By);
+        for way in ways.into_iter().chain([KernelWay::Trial]) {
             let mut out = tempfile::tempfile().unwrap();
             out.write_all(b"head").unwrap();
-            let run = Run {
-                src: &src,
-                offset: 777,
-                len: len as u64,
-            };
             let mut seen = 0;
             let mut count = |n| seen += n;
-            match way {
-                Some(way) => run.copy(way, 0..len as u64, &out, &mut count).unwrap(),
-                None => copy_verbatim(&src, 777, len as u64, &out, &mut count).unwrap(),
-            }
+            let chose = copy_verbatim(&src, 777, len as u64, &out, way, &mut count).unwrap();
+            assert_eq!(chose.is_some(), way == KernelWay::Trial, "{way:?}");
             assert_eq!(seen, len as u64, "{way:?}");
             let got = contents(&out);
             assert_eq!(&got[..4], b"head");
             assert!(got[4..] == bytes[777..], "{way:?}");
         }
-        assert!(chosen().is_some(), "the long copy chose a way");
     }
 
     /// The trial's order charges a cost that changes along the file, in a

@@ -4,6 +4,8 @@
 //! run and by `--dry-run` alike ([`check`]).
 
 pub(crate) mod files;
+#[cfg(feature = "object-store")]
+pub(crate) mod objects;
 pub(crate) mod record;
 pub(crate) mod staged;
 pub(crate) mod target;
@@ -18,7 +20,7 @@ use std::path::{Path, PathBuf};
 use crate::index::{is_index_path, ShardIndex};
 use crate::plan::layout::{names_folder, shard_paths, Part};
 use crate::plan::Plan;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, Result, Warning};
 use target::{resolve, Target};
 
 /// Where the output goes.
@@ -75,10 +77,10 @@ pub(crate) fn check(
     plan: &Plan,
     part: Part,
     overwrite_input: bool,
-) -> Result<(Resolved, Vec<String>)> {
+) -> Result<(Resolved, Vec<Warning>)> {
     part.check(plan)?;
     let shards = plan.shards.len();
-    let stdout = |shown: &str| -> Result<(Resolved, Vec<String>)> {
+    let stdout = |shown: &str| -> Result<(Resolved, Vec<Warning>)> {
         check_stream_output(shown, shards, std::io::stdout().is_terminal())?;
         Ok((Resolved::Stream(None, "-".into()), Vec::new()))
     };
@@ -122,7 +124,7 @@ pub(crate) fn check(
 
 /// The names of the files written: one file is not named like an index;
 /// one named like another format gets a warning (its bytes are safetensors).
-fn check_file_names(files: &[PathBuf], sharded: bool) -> Result<Vec<String>> {
+fn check_file_names(files: &[PathBuf], sharded: bool) -> Result<Vec<Warning>> {
     let mut warnings = Vec::new();
     for file in files {
         let shown = file.display();
@@ -132,9 +134,10 @@ fn check_file_names(files: &[PathBuf], sharded: bool) -> Result<Vec<String>> {
             return Err(Error::new(ErrorKind::OutputName(msg.into())).with_output(shown));
         }
         match file.extension().map(|e| e.to_string_lossy()) {
-            Some(ext) if ext != "safetensors" => warnings.push(format!(
-                "{shown}: the output is a safetensors file, though its name ends in .{ext}"
-            )),
+            Some(ext) if ext != "safetensors" => warnings.push(Warning::OutputExtension {
+                output: shown.to_string(),
+                extension: ext.into_owned(),
+            }),
             _ => {}
         }
     }
@@ -177,7 +180,7 @@ fn check_file(
     file: &Path,
     read: &[(String, u64, u64)],
     overwrite_input: bool,
-) -> Result<(PathBuf, Vec<String>)> {
+) -> Result<(PathBuf, Vec<Warning>)> {
     let shown = file.display();
     let name_len = file.file_name().map_or(0, |n| n.len());
     if name_len > NAME_MAX {
@@ -195,10 +198,10 @@ fn check_file(
             return Err(e.with_output(shown));
         }
         if now.nlink() > 1 {
-            warnings.push(format!(
-                "{shown} has {} other hard links; they keep the old bytes (the output is a new file)",
-                now.nlink() - 1
-            ));
+            warnings.push(Warning::HardLinks {
+                output: shown.to_string(),
+                others: now.nlink() - 1,
+            });
         }
     }
     check_writable(&dest).map_err(|e| e.with_output(shown))?;

@@ -20,7 +20,7 @@ pub(crate) enum Destination {
     /// commit. One file: the check refused sharded plans.
     Stream(Option<PathBuf>, String),
     #[cfg(feature = "object-store")]
-    Objects(crate::store::write::ObjectSet),
+    Objects(super::objects::ObjectSet),
 }
 
 impl Destination {
@@ -38,7 +38,7 @@ impl Destination {
             }
             #[cfg(feature = "object-store")]
             Resolved::Objects(url) => {
-                let set = crate::store::write::ObjectSet::open(&url, plan, options).await?;
+                let set = super::objects::ObjectSet::open(&url, plan, options).await?;
                 Destination::Objects(set)
             }
         })

@@ -21,7 +21,7 @@ pub(crate) enum OutWriter {
     Buffer(Vec<u8>),
     /// A multipart upload, completed at the commit.
     #[cfg(feature = "object-store")]
-    Upload(crate::store::upload::PartUpload),
+    Upload(super::objects::upload::PartUpload),
 }
 
 /// One output being written.

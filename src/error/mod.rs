@@ -15,6 +15,7 @@ pub mod gguf;
 pub(crate) mod header;
 pub(crate) mod index;
 pub(crate) mod json;
+pub(crate) mod note;
 pub(crate) mod pickle;
 pub(crate) mod quantized;
 pub(crate) mod store;
@@ -23,6 +24,7 @@ pub(crate) mod zip;
 pub use header::HeaderError;
 pub use index::IndexError;
 pub use json::JsonError;
+pub use note::{Note, NoticeFn, Warning};
 pub use pickle::{PickleError, PyTorchError, StorageShape};
 pub use store::StoreError;
 pub use zip::{ZipError, ZipFeature};
@@ -88,7 +90,7 @@ pub(crate) fn too_short(expected: u64, actual: u64) -> Error {
 
 /// The one error for bytes whose CRC-32 is not the archive's.
 pub(crate) fn crc_mismatch(actual: u32, expected: u32) -> Error {
-    Error::new(ErrorKind::CrcMismatch { actual, expected })
+    Error::new(ErrorKind::Zip(ZipError::CrcMismatch { actual, expected }))
 }
 
 impl Error {
@@ -474,22 +476,12 @@ pub enum ErrorKind {
         /// What the input holds.
         actual: u64,
     },
-    /// A malformed zip (npz) archive, or one whose records disagree.
-    #[error("zip: {0}")]
+    /// A malformed zip archive (an .npz, a PyTorch checkpoint), one whose
+    /// records disagree, one using a feature this reader does not
+    /// implement, or bytes whose CRC-32 is not the archive's: see
+    /// [`ZipError`].
+    #[error("{}{}", .0.prefix(), .0)]
     Zip(#[source] ZipError),
-    /// A well-formed zip archive that uses a feature this reader does not
-    /// implement (encryption, several disks, a compression method other
-    /// than stored and deflated).
-    #[error("zip: {0} is not supported")]
-    ZipUnsupported(#[source] ZipFeature),
-    /// Bytes whose CRC-32 is not the one their archive records.
-    #[error("CRC-32 is {actual:08x}, the archive says {expected:08x}")]
-    CrcMismatch {
-        /// The CRC-32 of the bytes read.
-        actual: u32,
-        /// The CRC-32 the archive records.
-        expected: u32,
-    },
     /// A safetensors file was expected (validate, an index's shard) and the
     /// input is something else that convert reads.
     #[error("{what}, not a safetensors file (convert reads it; validate the converted output)")]
@@ -502,6 +494,10 @@ pub enum ErrorKind {
         "unknown input format (first bytes {0}); for a raw dump give its dtype and shape (--raw-dtype, --raw-shape)"
     )]
     UnknownFormat(String),
+    /// An input that is no model file but a download gone wrong: a Git LFS
+    /// pointer, a saved web page, an empty file. What it is and what to do.
+    #[error("{0}")]
+    BrokenDownload(String),
     /// A compressed input whose codec this build leaves out (a cargo
     /// feature turned off).
     #[error("{0}-compressed input, but this build reads no {0} (cargo feature \"{0}\" is off)")]
@@ -568,43 +564,13 @@ pub enum ErrorKind {
     },
 
     // ---- PyTorch checkpoints --------------------------------------------------
-    /// A pickle is malformed, breaks a limit, or uses an opcode on the wrong type.
-    #[error("pickle: {0}")]
+    /// A pickle is malformed, breaks a limit or its budget, names a global
+    /// that is not allowed, or uses an opcode on the wrong type.
+    #[error("{}{}", .0.prefix(), .0)]
     Pickle(#[source] PickleError),
-    /// A pickle names a global that is not on the allow-list; nothing was imported or run.
-    #[error("pickle imports {module}.{name}, which is not allowed in a checkpoint (nothing was run){}", module_hint(.module))]
-    PickleGlobal {
-        /// The module it names (`posix`, `builtins`, `__main__`).
-        module: String,
-        /// The name in that module (`system`, `eval`, `Net`).
-        name: String,
-    },
-    /// A pickle would build more bytes of values (strings, containers,
-    /// names, copies; a shared value counted each time it is used) than its
-    /// budget (twice its size plus 48 MiB): a memory bomb, refused before
-    /// it is built.
-    #[error(
-        "pickle would build more than its budget of {limit} bytes of values ({what}): refused"
-    )]
-    PickleBudget {
-        /// The budget, in bytes.
-        limit: u64,
-        /// What was being built when it ran out.
-        what: &'static str,
-    },
-    /// A tensor view reaches more bytes than its storage holds many times over
-    /// (a stride-0 expansion): refused unless expanded views are allowed.
-    #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage (pass --allow-expanded-views to write it)")]
-    ExpandedView {
-        /// Bytes the tensor would write.
-        tensor_bytes: u64,
-        /// Bytes of its storage.
-        storage_bytes: u64,
-        /// The factor allowed.
-        factor: u64,
-    },
-    /// A PyTorch checkpoint that is valid but holds something we do not convert.
-    #[error("PyTorch checkpoint: {0}")]
+    /// A PyTorch checkpoint that breaks its format's rules or holds
+    /// something we do not convert.
+    #[error("{}{}", .0.prefix(), .0)]
     PyTorch(#[source] PyTorchError),
 
     // ---- sharded checkpoints ------------------------------------------------
@@ -642,14 +608,6 @@ pub enum ErrorKind {
     Io(#[source] io::Error),
 }
 
-fn module_hint(module: &str) -> &'static str {
-    if module == "__main__" || module.starts_with("torch.nn.modules") {
-        "; a whole pickled model: save its state_dict() instead"
-    } else {
-        ""
-    }
-}
-
 impl ErrorKind {
     /// The variant's name in snake case (`zip`, `header_too_large`), for
     /// machine-readable reports. Stable: a report's `kind` field. A
@@ -665,6 +623,9 @@ impl ErrorKind {
         match self {
             ErrorKind::Header(e) => e.name(),
             ErrorKind::Index(e) => e.name(),
+            ErrorKind::Pickle(e) => e.name(),
+            ErrorKind::PyTorch(e) => e.name(),
+            ErrorKind::Zip(e) => e.name(),
             kind => kind.into(),
         }
     }
@@ -674,6 +635,9 @@ impl ErrorKind {
     pub fn category(&self) -> Category {
         use {ErrorKind as K, HeaderError as H, IndexError as I};
         match self {
+            K::Pickle(e) => e.category(),
+            K::PyTorch(e) => e.category(),
+            K::Zip(e) => e.category(),
             K::Io(_) | K::Interrupted(_) | K::ShardNotWritten { .. } | K::ObjectStore(_) => {
                 Category::Io
             }
@@ -720,23 +684,16 @@ impl ErrorKind {
             | K::Gguf(_)
             | K::UnsupportedDtype { .. }
             | K::DataLength { .. }
-            | K::Zip(_)
-            | K::ZipUnsupported(_)
-            | K::CrcMismatch { .. }
             | K::NotSafetensors { .. }
             | K::UnknownFormat(_)
+            | K::BrokenDownload(_)
             | K::Decompress { .. }
             | K::CodecDisabled(_)
             | K::InputChanged { .. }
             | K::InputModified
             | K::PlanMismatch { .. }
             | K::StreamTooLong { .. }
-            | K::Pickle(_)
-            | K::PickleGlobal { .. }
-            | K::PickleBudget { .. }
-            | K::ExpandedView { .. }
             | K::Quantized(_)
-            | K::PyTorch(_)
             | K::Index(
                 I::IndexJson(_)
                 | I::NotRegularFile(_)
@@ -819,14 +776,16 @@ pub(super) mod tests {
     fn kind_names_are_snake_case_variant_names() {
         let io = ErrorKind::Io(io::Error::other("x"));
         assert_eq!(io.name(), "io");
-        let crc = ErrorKind::CrcMismatch {
-            actual: 0,
-            expected: 1,
-        };
-        assert_eq!(crc.name(), "crc_mismatch");
+        let crc = crc_mismatch(0, 1);
+        assert_eq!(crc.kind().name(), "crc_mismatch");
+        assert_eq!(
+            crc.to_string(),
+            "CRC-32 is 00000000, the archive says 00000001"
+        );
+        assert_eq!(ErrorKind::Zip(ZipError::TooShort).name(), "zip");
         assert_eq!(ErrorKind::NameNeeded("x").name(), "name_needed");
         assert_eq!(
-            ErrorKind::ZipUnsupported(ZipFeature::MultiDisk).name(),
+            ErrorKind::Zip(ZipError::Unsupported(ZipFeature::MultiDisk)).name(),
             "zip_unsupported"
         );
     }

@@ -1,10 +1,13 @@
 //! What can be wrong with a PyTorch checkpoint: its pickle (a broken or
-//! hostile opcode stream, a limit broken) or the checkpoint built from it
-//! (storages, tensor rebuild calls, the archive's members). A refused
-//! global and a spent budget have kinds of their own
-//! ([`ErrorKind::PickleGlobal`](super::ErrorKind::PickleGlobal),
-//! [`ErrorKind::PickleBudget`](super::ErrorKind::PickleBudget)). Names from
-//! the file are quoted with escapes (`{:?}`).
+//! hostile opcode stream, a limit broken, a global refused, a budget
+//! spent) or the checkpoint built from it (storages, tensor rebuild calls,
+//! the archive's members, a view expanded past its storage). Each enum
+//! names and categorises its errors ([`PickleError::name`],
+//! [`PyTorchError::name`]): the few that were kinds of their own keep
+//! their names (`pickle_global`, `pickle_budget`, `expanded_view`) and
+//! their words. Names from the file are quoted with escapes (`{:?}`).
+
+use super::Category;
 
 /// A pickle that is malformed, breaks a limit, or applies an opcode to a
 /// value of the wrong type.
@@ -103,6 +106,16 @@ pub enum PickleError {
         /// What the opcode needs ("a list", "a set").
         expected: &'static str,
     },
+    /// A global not on the allow-list: refused by name, nothing was
+    /// imported or run. Said without the `pickle: ` prefix (its words name
+    /// the pickle).
+    #[error("pickle imports {module}.{name}, which is not allowed in a checkpoint (nothing was run){}", module_hint(.module))]
+    Global {
+        /// The module it names (`posix`, `builtins`, `__main__`).
+        module: String,
+        /// The name in that module (`system`, `eval`, `Net`).
+        name: String,
+    },
     /// REDUCE of something other than an allowed global.
     #[error("REDUCE calls {0}, not an allowed global")]
     ReduceNotGlobal(&'static str),
@@ -127,6 +140,19 @@ pub enum PickleError {
     BuildOn(&'static str),
 
     // ---- limits -------------------------------------------------------------------
+    /// More bytes of values (strings, containers, names, copies; a shared
+    /// value counted each time it is used) than the pickle's budget (twice
+    /// its size plus 48 MiB): a memory bomb, refused before it is built.
+    /// Said without the `pickle: ` prefix.
+    #[error(
+        "pickle would build more than its budget of {limit} bytes of values ({what}): refused"
+    )]
+    Budget {
+        /// The budget, in bytes.
+        limit: u64,
+        /// What was being built when it ran out.
+        what: &'static str,
+    },
     /// More bytes of strings and bytes than the limit.
     #[error("strings and bytes exceed the limit of {0} bytes")]
     BytesLimit(u64),
@@ -148,6 +174,41 @@ pub enum PickleError {
     /// Values nested deeper than the limit.
     #[error("values nested deeper than {0}: refused")]
     DepthLimit(u64),
+}
+
+/// Advice for a refused global that is a whole pickled model.
+fn module_hint(module: &str) -> &'static str {
+    if module == "__main__" || module.starts_with("torch.nn.modules") {
+        "; a whole pickled model: save its state_dict() instead"
+    } else {
+        ""
+    }
+}
+
+impl PickleError {
+    /// The error's name in reports: `pickle`, or `pickle_global` and
+    /// `pickle_budget`, as those were named when they were kinds of their own.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PickleError::Global { .. } => "pickle_global",
+            PickleError::Budget { .. } => "pickle_budget",
+            _ => "pickle",
+        }
+    }
+
+    /// Every pickle error is bad input.
+    pub fn category(&self) -> Category {
+        Category::BadInput
+    }
+
+    /// What [`ErrorKind::Pickle`](super::ErrorKind::Pickle) says before
+    /// the error's words: nothing for the two whose words name the pickle.
+    pub(super) fn prefix(&self) -> &'static str {
+        match self {
+            PickleError::Global { .. } | PickleError::Budget { .. } => "",
+            _ => "pickle: ",
+        }
+    }
 }
 
 /// A PyTorch checkpoint that breaks its format's rules, or is valid and
@@ -360,6 +421,18 @@ pub enum PyTorchError {
     /// A tensor whose byte size overflows 64 bits.
     #[error("tensor size overflows 64 bits")]
     TensorOverflow,
+    /// A tensor view that reaches more bytes than its storage holds many
+    /// times over (a stride-0 expansion): refused unless expanded views are
+    /// allowed. Said without the `PyTorch checkpoint: ` prefix.
+    #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage (pass --allow-expanded-views to write it)")]
+    ExpandedView {
+        /// Bytes the tensor would write.
+        tensor_bytes: u64,
+        /// Bytes of its storage.
+        storage_bytes: u64,
+        /// The factor allowed.
+        factor: u64,
+    },
     /// A checkpoint whose tensors add up to many times its storage.
     #[error("its tensors add up to {planned} bytes, more than {factor}x its {stored} bytes of storage (pass --allow-expanded-views to write them)")]
     Expanded {
@@ -399,6 +472,33 @@ pub enum PyTorchError {
     /// A tensor whose name would be empty.
     #[error("a tensor under an empty key: its name would be empty (pass --pt-root or --name)")]
     EmptyName,
+}
+
+impl PyTorchError {
+    /// The error's name in reports: `py_torch` (strum's snake case of the
+    /// kind `PyTorch`, as reports have always said it), or `expanded_view`,
+    /// as it was named when it was a kind of its own.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PyTorchError::ExpandedView { .. } => "expanded_view",
+            _ => "py_torch",
+        }
+    }
+
+    /// Every PyTorch checkpoint error is bad input.
+    pub fn category(&self) -> Category {
+        Category::BadInput
+    }
+
+    /// What [`ErrorKind::PyTorch`](super::ErrorKind::PyTorch) says before
+    /// the error's words: nothing for an expanded view, whose words name
+    /// the tensor.
+    pub(super) fn prefix(&self) -> &'static str {
+        match self {
+            PyTorchError::ExpandedView { .. } => "",
+            _ => "PyTorch checkpoint: ",
+        }
+    }
 }
 
 /// A storage as one declaration gives it: a count of typed elements or of
@@ -682,5 +782,54 @@ mod tests {
         );
         let inner = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<PyTorchError>());
         assert_eq!(inner, Some(&PyTorchError::LegacyView));
+    }
+
+    /// The leaves that were kinds of their own keep their names and words
+    /// (no prefix), and nest with the inner error as their source.
+    #[test]
+    fn former_kinds_keep_their_names_and_words() {
+        use crate::{Category, Error, ErrorKind};
+        let global = |module: &str| PickleError::Global {
+            module: module.into(),
+            name: "Net".into(),
+        };
+        let cases = [
+            (
+                ErrorKind::Pickle(global("posix")),
+                "pickle_global",
+                "pickle imports posix.Net, which is not allowed in a checkpoint (nothing was run)",
+            ),
+            (
+                ErrorKind::Pickle(global("__main__")),
+                "pickle_global",
+                "pickle imports __main__.Net, which is not allowed in a checkpoint (nothing was \
+                 run); a whole pickled model: save its state_dict() instead",
+            ),
+            (
+                ErrorKind::Pickle(PickleError::Budget {
+                    limit: 100,
+                    what: "values",
+                }),
+                "pickle_budget",
+                "pickle would build more than its budget of 100 bytes of values (values): refused",
+            ),
+            (
+                ErrorKind::PyTorch(PyTorchError::ExpandedView {
+                    tensor_bytes: 4096,
+                    storage_bytes: 4,
+                    factor: 16,
+                }),
+                "expanded_view",
+                "tensor is 4096 bytes but views a storage of 4: expanded beyond 16x its storage \
+                 (pass --allow-expanded-views to write it)",
+            ),
+        ];
+        for (kind, name, words) in cases {
+            let e = Error::new(kind);
+            assert_eq!((e.kind().name(), e.to_string().as_str()), (name, words));
+            assert_eq!(e.category(), Category::BadInput);
+            let source = std::error::Error::source(&e).expect("the inner error");
+            assert!(source.is::<PickleError>() || source.is::<PyTorchError>());
+        }
     }
 }

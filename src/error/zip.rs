@@ -216,6 +216,56 @@ pub enum ZipError {
     /// A member of an .npz that is not an .npy array.
     #[error("member {0:?} is not an .npy array (pass --skip-non-npy to skip it)")]
     NotAnArray(String),
+
+    // ---- what this reader does not do, and what the bytes read say ----------------
+    /// A well-formed archive that uses a feature this reader does not
+    /// implement (encryption, several disks, a compression method other
+    /// than stored and deflated).
+    #[error("{0} is not supported")]
+    Unsupported(#[source] ZipFeature),
+    /// Bytes whose CRC-32 is not the one their archive records (raised
+    /// where a member's bytes are read: the zip reader, or the copy path
+    /// that reads a stored member's bytes directly).
+    #[error("CRC-32 is {actual:08x}, the archive says {expected:08x}")]
+    CrcMismatch {
+        /// The CRC-32 of the bytes read.
+        actual: u32,
+        /// The CRC-32 the archive records.
+        expected: u32,
+    },
+}
+
+impl ZipError {
+    /// Its kind name in reports: `zip_unsupported` and `crc_mismatch`, as
+    /// when they were variants of [`ErrorKind`](super::ErrorKind), else `zip`.
+    ///
+    /// ```
+    /// use safetensors_stream::{ErrorKind, ZipError, ZipFeature};
+    /// let e = ErrorKind::Zip(ZipError::Unsupported(ZipFeature::MultiDisk));
+    /// assert_eq!(e.name(), "zip_unsupported");
+    /// assert_eq!(e.to_string(), "zip: a multi-disk archive is not supported");
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            ZipError::Unsupported(_) => "zip_unsupported",
+            ZipError::CrcMismatch { .. } => "crc_mismatch",
+            _ => "zip",
+        }
+    }
+
+    /// Every zip error is bad input.
+    pub fn category(&self) -> super::Category {
+        super::Category::BadInput
+    }
+
+    /// What [`ErrorKind::Zip`](super::ErrorKind::Zip) says before the
+    /// error's words: nothing for a CRC mismatch, whose words say "archive".
+    pub(super) fn prefix(&self) -> &'static str {
+        match self {
+            ZipError::CrcMismatch { .. } => "",
+            _ => "zip: ",
+        }
+    }
 }
 
 /// A well-formed zip archive that uses a feature this reader does not

@@ -20,65 +20,50 @@ pub use id::plan_id;
 mod id;
 mod ties;
 
-/// What to take from the inputs and how to lay it out.
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct PlanOptions {
-    /// Keep only tensors whose (input) name matches one of these globs; all when empty.
-    pub include: Vec<String>,
-    /// Drop tensors whose (input) name matches one of these globs.
-    pub exclude: Vec<String>,
-    /// Exact renames `(from, to)` of input names, applied after filtering;
-    /// each must match a tensor. A name given here is final: the prefix
-    /// stripping and regex renames below skip it (`prefix` still applies).
-    pub renames: Vec<(String, String)>,
-    /// Removed from the start of every selected name that has it
-    /// (`--strip-prefix`), after the exact renames; must match a tensor.
-    pub strip_prefix: Option<String>,
-    /// Regex renames `(pattern, replacement)` (`--rename-regex`), after the
-    /// prefix stripping, each in turn over the name the previous one left;
-    /// every match is replaced (`$1`, `${name}` refer to groups); each must
-    /// match a tensor. All renames, in order: an exact `renames` entry
-    /// gives the final name; other names lose `strip_prefix`, then pass
-    /// through each regex; `prefix` comes last.
-    pub rename_regex: Vec<(String, String)>,
-    /// Prepended to every output name, after renames.
-    pub prefix: Option<String>,
-    /// Accept a plan with no tensor; otherwise it is
-    /// [`ErrorKind::NothingSelected`], naming the filters.
-    pub allow_empty: bool,
-    /// Metadata entries that override the inputs' (`--metadata K=V`).
-    pub metadata: Vec<(String, String)>,
-    /// Canonical (the reference's bytes) or the inputs' order.
-    pub order: Order,
-    /// Split into shards of at most this many tensor bytes.
-    pub max_shard_size: Option<u64>,
-    /// Casts by dtype (`--cast F32=BF16`); each pair must be one [`Cast::new`] accepts.
-    pub casts: Vec<(Dtype, Dtype)>,
-    /// Cast every floating tensor (F64, F32, F16, BF16) to this dtype (`--cast-all`);
-    /// `casts` take precedence.
-    pub cast_all: Option<Dtype>,
-    /// Refuse to plan unless the plan's id is this one (`--expect-plan`):
-    /// the workers of a fan-out then all write one version of the inputs.
-    /// See [`plan_id`].
-    pub expect_plan: Option<String>,
+crate::setters::options! {
+    /// What to take from the inputs and how to lay it out.
+    #[derive(Debug, Clone, Default)]
+    pub struct PlanOptions {
+        /// Keep only tensors whose (input) name matches one of these globs; all when empty.
+        pub include: Vec<String>,
+        /// Drop tensors whose (input) name matches one of these globs.
+        pub exclude: Vec<String>,
+        /// Exact renames `(from, to)` of input names, applied after filtering;
+        /// each must match a tensor. A name given here is final: the prefix
+        /// stripping and regex renames below skip it (`prefix` still applies).
+        pub renames: Vec<(String, String)>,
+        /// Removed from the start of every selected name that has it
+        /// (`--strip-prefix`), after the exact renames; must match a tensor.
+        pub strip_prefix: Option<String>,
+        /// Regex renames `(pattern, replacement)` (`--rename-regex`), after the
+        /// prefix stripping, each in turn over the name the previous one left;
+        /// every match is replaced (`$1`, `${name}` refer to groups); each must
+        /// match a tensor. All renames, in order: an exact `renames` entry
+        /// gives the final name; other names lose `strip_prefix`, then pass
+        /// through each regex; `prefix` comes last.
+        pub rename_regex: Vec<(String, String)>,
+        /// Prepended to every output name, after renames.
+        pub prefix: Option<String>,
+        /// Accept a plan with no tensor; otherwise it is
+        /// [`ErrorKind::NothingSelected`], naming the filters.
+        pub allow_empty: bool,
+        /// Metadata entries that override the inputs' (`--metadata K=V`).
+        pub metadata: Vec<(String, String)>,
+        /// Canonical (the reference's bytes) or the inputs' order.
+        pub order: Order,
+        /// Split into shards of at most this many tensor bytes.
+        pub max_shard_size: Option<u64>,
+        /// Casts by dtype (`--cast F32=BF16`); each pair must be one [`Cast::new`] accepts.
+        pub casts: Vec<(Dtype, Dtype)>,
+        /// Cast every floating tensor (F64, F32, F16, BF16) to this dtype (`--cast-all`);
+        /// `casts` take precedence.
+        pub cast_all: Option<Dtype>,
+        /// Refuse to plan unless the plan's id is this one (`--expect-plan`):
+        /// the workers of a fan-out then all write one version of the inputs.
+        /// See [`plan_id`].
+        pub expect_plan: Option<String>,
+    }
 }
-
-crate::setters::setters!(PlanOptions {
-    include: Vec<String>,
-    exclude: Vec<String>,
-    renames: Vec<(String, String)>,
-    strip_prefix: Option<String>,
-    rename_regex: Vec<(String, String)>,
-    prefix: Option<String>,
-    allow_empty: bool,
-    metadata: Vec<(String, String)>,
-    order: Order,
-    max_shard_size: Option<u64>,
-    casts: Vec<(Dtype, Dtype)>,
-    cast_all: Option<Dtype>,
-    expect_plan: Option<String>,
-});
 
 /// Which source tensor an output tensor comes from, and how it is cast.
 ///

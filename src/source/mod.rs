@@ -4,12 +4,59 @@
 //! headers alone, then produces tensor k's bytes on demand as an async
 //! reader. The planner needs only the listing; the sink pulls the bytes in
 //! plan order, which is generally not the input's order.
+//!
+//! # Adding an input format
+//!
+//! A format is one folder under `source/` and one row in the format table
+//! (`table::FORMATS` in `source/table.rs`); nothing in `convert/`, `dest/`, `copy/` or the CLI
+//! changes (only their documentation, to name the format). The folder
+//! `source/<format>/` holds:
+//!
+//! - **the source**: a type implementing [`Source`] (the listing: names,
+//!   dtypes, shapes, metadata from headers alone; then each tensor's bytes
+//!   on demand), read positionally from a [`std::fs::File`];
+//! - **its row**, `pub(crate) const ROW: FormatRow` (see `source/format.rs`):
+//!   `FormatRow::new(name, describe, open_file, stream)` plus how it is
+//!   recognised: `magic` (a test on the first bytes, up to
+//!   `detect::FILE_SNIFF_LEN` from a file, `detect::SNIFF_LEN` from a
+//!   stream), `path` (an input recognised by its path alone, such as an
+//!   index JSON or a folder's metadata file, and how it is opened), or
+//!   `asked` (only when the options say so, as the raw dump); `unwrap` says
+//!   whether a compressed input of it is unwrapped by magic or by name;
+//!   `open_file` opens a regular file (or a spooled stream) from a
+//!   `FileInput`; `stream` says how a forward-only input is read:
+//!   `Stream::Read(f)` as it comes, `Stream::Spool(why)` spooled whole
+//!   first, or `Stream::Refused(error)`;
+//! - **its options**, when it takes any: one struct declared with
+//!   `crate::setters::options!` (as [`NpyOptions`], [`TorchOptions`],
+//!   [`GgufOptions`]), nested as one field of [`SourceOptions`] and
+//!   re-exported here; the CLI flag and the Python keyword set that field;
+//! - **its errors**: one enum of its own (as `GgufError`, `PickleError`,
+//!   `PyTorchError`), carried by one `ErrorKind` variant; the enum names
+//!   and categorises its variants itself (`name()`, `category()`), so
+//!   `error/mod.rs` gains one line, not one per failure;
+//! - **its fixtures** under `fixtures/<format>/`, with their expected
+//!   outputs, and its tests in `tests/it/`.
+//!
+//! Then add `pub(crate) mod <format>;` above and `&<format>::ROW` to
+//! `table::FORMATS`, where its magic cannot shadow an earlier row's
+//! (rows are tried in order, after the compression codecs). A zip-based
+//! format reads its members with `source::zip` (as npz and PyTorch do). A format
+//! stored inside another's tensors (quantized safetensors weights, whose
+//! scales may lie in any input) is not a row but a `format::Wrap` listed
+//! in `table::WRAPS`, applied to every set of opened inputs.
 
 // The parsers below keep `pub` items the `internals` feature re-exports for
 // the tests, benchmarks and fuzz targets; without it they are crate-only.
 pub(crate) mod blocking;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
+mod checkpoint;
+pub(crate) mod codec;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
+mod download;
+pub(crate) mod format;
+mod freed_memory;
 pub mod gguf;
 pub(crate) mod input;
 pub(crate) mod memory;
@@ -17,6 +64,8 @@ pub(crate) mod memory;
 pub(crate) mod npy;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod npz;
+#[cfg(feature = "object-store")]
+pub mod object;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
@@ -26,15 +75,25 @@ pub(crate) mod raw;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod safetensors;
 mod spool;
+pub(crate) mod table;
+#[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
+pub(crate) mod zip;
 
 pub use crate::folder::{passed_over_notice, resolve_folder, resolve_input, Resolved};
 pub use crate::transform::Transform;
-pub use detect::{detect_file, Codec, Format};
-pub use input::open_input;
+pub use checkpoint::read_file_header;
+pub use codec::Codec;
+pub use detect::{detect_file, Format};
+pub use download::{broken_download, first_bytes};
+pub use format::FormatRow;
+pub use freed_memory::FreedMemoryHook;
+pub use gguf::GgufOptions;
+pub use input::{open_input, open_inputs};
 pub use memory::MemorySource;
+pub use npy::NpyOptions;
+pub use pytorch::row::TorchOptions;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
-pub use safetensors::read_file_header;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -189,61 +248,48 @@ pub struct CrcCheck {
     pub from: u64,
 }
 
-/// Options that change how inputs are read.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SourceOptions {
-    /// Read every input as a raw dump laid out like this (dtype, shape and
-    /// offset per tensor); compressed dumps are unwrapped when their name
-    /// ends in .gz, .zst, .xz or .bz2.
-    pub raw: Option<raw::RawSpec>,
-    /// Skip npz members that are not `.npy` arrays instead of refusing the archive.
-    pub skip_non_npy: bool,
-    /// The tensor name for a single-array input (.npy), instead of the file stem.
-    pub name: Option<String>,
-    /// Read .npy void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
-    /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
-    pub npy_void_as: Option<crate::Dtype>,
-    /// PyTorch checkpoints: write one tensor of each group of identical views
-    /// and record the dropped names in the metadata (`--dedupe-tied`): the
-    /// first selected name of each group in the checkpoint's order is kept,
-    /// after filters and renames (see `plan::ties` for the rule's source).
-    pub dedupe_tied: bool,
-    /// PyTorch checkpoints: convert only the value under this key (dotted for
-    /// nested dicts), named without it (`--pt-root`).
-    pub pt_root: Option<String>,
-    /// PyTorch checkpoints: write tensors whose views reach more bytes than
-    /// their storage holds (stride-0 or overlapping expansions), and more than
-    /// 16x the checkpoint's storage bytes in all (`--allow-expanded-views`);
-    /// refused by default, as a few bytes can otherwise plan terabytes.
-    pub allow_expanded_views: bool,
-    /// Quantized tensors (GGUF blocks; FP8, GPTQ, AWQ, bitsandbytes and NVFP4
-    /// weights in safetensors) are dequantized to this dtype: F32, F16 or
-    /// BF16 (`--dequantize`, `--dequantize-to`). GGUF inputs are always
-    /// dequantized, to BF16 when this is `None`; quantized safetensors are
-    /// copied as they are when it is `None`.
-    pub dequantize: Option<crate::Dtype>,
-    /// GGUF: copy the scalar metadata keys into `__metadata__` as strings
-    /// (`--gguf-metadata`); array values are left out and counted.
-    pub gguf_metadata: bool,
-    /// Only the listing (names, dtypes, shapes, metadata) is wanted, as by
-    /// `inspect`: a safetensors stream (`-`) is read up to the end of its
-    /// header instead of spooled whole, and its data cannot be read.
-    pub listing_only: bool,
+crate::setters::options! {
+    /// Options that change how inputs are read: those of every input, and
+    /// each format's own.
+    ///
+    /// ```
+    /// use safetensors_stream::source::{NpyOptions, SourceOptions, TorchOptions};
+    /// use safetensors_stream::Dtype;
+    ///
+    /// let options = SourceOptions::default()
+    ///     .npy(NpyOptions::default().void_as(Some(Dtype::BF16)))
+    ///     .torch(TorchOptions::default().root(Some("model".into())));
+    /// assert_eq!(options.npy.void_as, Some(Dtype::BF16));
+    /// ```
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct SourceOptions {
+        /// Read every input as a raw dump laid out like this (dtype, shape and
+        /// offset per tensor); compressed dumps are unwrapped when their name
+        /// ends in .gz, .zst, .xz or .bz2.
+        pub raw: Option<raw::RawSpec>,
+        /// The tensor name for a single-array input (.npy), instead of the file stem.
+        pub name: Option<String>,
+        /// Numpy inputs (.npy, .npz).
+        pub npy: npy::NpyOptions,
+        /// PyTorch checkpoints.
+        pub torch: pytorch::row::TorchOptions,
+        /// GGUF files.
+        pub gguf: gguf::GgufOptions,
+        /// Quantized tensors (GGUF blocks; FP8, GPTQ, AWQ, bitsandbytes and NVFP4
+        /// weights in safetensors) are dequantized to this dtype: F32, F16 or
+        /// BF16 (`--dequantize`, `--dequantize-to`). GGUF inputs are always
+        /// dequantized, to BF16 when this is `None`; quantized safetensors are
+        /// copied as they are when it is `None`.
+        pub dequantize: Option<crate::Dtype>,
+        /// Only the listing (names, dtypes, shapes, metadata) is wanted, as by
+        /// `inspect`: a safetensors stream (`-`) is read up to the end of its
+        /// header instead of spooled whole, and its data cannot be read.
+        pub listing_only: bool,
+        /// Called between the phases of opening a large input, once a phase
+        /// freed much memory (`convert` hands it back to the system then).
+        pub freed_memory: FreedMemoryHook,
+    }
 }
-
-crate::setters::setters!(SourceOptions {
-    raw: Option<raw::RawSpec>,
-    skip_non_npy: bool,
-    name: Option<String>,
-    npy_void_as: Option<crate::Dtype>,
-    dedupe_tied: bool,
-    pt_root: Option<String>,
-    allow_expanded_views: bool,
-    dequantize: Option<crate::Dtype>,
-    gguf_metadata: bool,
-    listing_only: bool,
-});
 
 /// What the planner reads of an input: its name, tensors and metadata.
 /// Sources are listed as they are, without copying a million names.

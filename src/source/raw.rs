@@ -9,6 +9,7 @@ use futures::FutureExt;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
+use super::format::{FileInput, FormatRow, Stream, StreamInput, Unwrap};
 use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
 use crate::error::Span;
 use crate::header::TensorMeta;
@@ -70,7 +71,7 @@ fn charged_shape<'de, D: serde::Deserializer<'de>>(
 }
 
 /// How to read a dump.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawSpec {
     /// The tensors, in any order; their ranges may not overlap.
     pub tensors: Vec<RawTensor>,
@@ -268,6 +269,68 @@ impl RawSource {
         };
         Ok(Self::new(spec, input, data)?.0)
     }
+}
+
+/// The raw row of the format table: no magic (a dump may begin with
+/// anything); every input is read as one when a layout is given, and
+/// unwrapped only when its name, too, says it is compressed.
+pub(crate) const ROW: FormatRow = FormatRow {
+    asked: Some(|options| options.raw.is_some()),
+    unwrap: Unwrap::ByName,
+    ..FormatRow::new("raw", "a raw dump", open_file, Stream::Read(open_stream))
+};
+
+/// The options' layout, a single unnamed tensor named after the dump's
+/// file, less its extensions (`dump.bin.gz` -> `dump`); from standard
+/// input, which has no name, every tensor must be named.
+fn layout(options: &super::SourceOptions, path: Option<&std::path::Path>) -> Result<RawSpec> {
+    let mut spec = options.raw.clone().unwrap_or_default();
+    let Some(path) = path else {
+        if spec.tensors.iter().any(|t| t.name.is_empty()) {
+            return Err(Error::new(ErrorKind::NameNeeded(
+                "a dump from standard input",
+            )));
+        }
+        return Ok(spec);
+    };
+    if let [t] = spec.tensors.as_mut_slice() {
+        if t.name.is_empty() {
+            let file = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            t.name = file.split('.').next().unwrap_or_default().to_string();
+        }
+    }
+    Ok(spec)
+}
+
+fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    let spec = layout(o.options, o.path)?;
+    Ok(Box::new(RawSource::from_file(
+        o.file, o.len, o.input, &spec,
+    )?))
+}
+
+/// One tensor streams in one pass; several need random access: spooled,
+/// at most the bytes the layout plans (unless trailing bytes are allowed).
+fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
+    async move {
+        let spec = layout(o.options, o.path)?;
+        let input = o.input;
+        if spec.tensors.len() == 1 {
+            return Ok(Box::new(RawSource::from_stream(o.reader, input, &spec)?) as Box<dyn Source>);
+        }
+        let planned = (!spec.allow_trailing)
+            .then(|| spec.planned_len())
+            .transpose()
+            .map_err(|e| e.with_input(input))?;
+        let (file, len) = o
+            .spool("a multi-tensor dump needs random access", planned)
+            .await?;
+        Ok(Box::new(RawSource::from_file(file, len, input, &spec)?) as Box<dyn Source>)
+    }
+    .boxed()
 }
 
 impl Source for RawSource {

@@ -1,9 +1,10 @@
 //! Existing safetensors files, alone or as a sharded checkpoint: reading
-//! their headers from a path ([`read_file_header`], [`Checkpoint::open`])
-//! and reading their tensors ([`SafetensorsSource`]).
+//! their headers from a path (for `read_file_header` and
+//! [`Checkpoint::open`], in `super::checkpoint`), reading their tensors
+//! ([`SafetensorsSource`]), and the format's row.
 //!
-//! Layer: source. May import format detection, the header and index
-//! layers and below.
+//! Layer: source, a format: may import the format descriptor, the spool,
+//! the header and index layers and below.
 
 use std::fs::File;
 use std::path::Path;
@@ -12,62 +13,117 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::detect::say_what_it_is;
-use super::npz::zip::PositionalReader;
-use super::{file_range, FileSpan, Source, TensorData};
+use tokio::io::AsyncReadExt;
+
+use super::format::{spooling, ByPath, FileInput, FormatRow, Stream, StreamInput};
+use super::spool::spool;
+use super::{file_range, FileSpan, Source, TensorData, TensorReader};
 use crate::header::read::{read_header, read_path_header};
+use crate::header::{check_file_len, check_prefix, parse_header_json};
 use crate::header::{Header, Metadata, Rules, TensorMeta};
 use crate::index::{check_against_shards, is_index_path, open_regular, Checkpoint, ShardIndex};
-use crate::Result;
+use crate::io_util::PositionalReader;
+use crate::{Error, HeaderError, Result};
 
-/// Opens `path` (`-` for standard input) and validates its header; the
-/// error names the path, and says what the file is when it is another
-/// format convert reads (an .npz, a PyTorch checkpoint).
-///
-/// ```no_run
-/// use safetensors_stream::{header::Rules, source::read_file_header};
-///
-/// let header = read_file_header("model.safetensors".as_ref(), Rules::STRICT)?;
-/// println!("{} tensors, {} data bytes", header.tensors.len(), header.data_len());
-/// # Ok::<(), safetensors_stream::Error>(())
-/// ```
-pub fn read_file_header(path: &Path, rules: Rules) -> Result<Header> {
+/// [`read_file_header`](super::read_file_header), saying what a file of
+/// another format is by `explain`.
+pub(crate) fn read_header_explained(path: &Path, rules: Rules, explain: Explain) -> Result<Header> {
     read_path_header(path, rules)
-        .map_err(|e| say_what_it_is(e, path))
+        .map_err(|e| explain(e, path))
         .map_err(|e| e.with_input(path.display()))
 }
 
-impl Checkpoint {
-    /// Opens `path`: a `.safetensors` file, or an index whose shards are all
-    /// validated and checked against its `weight_map` and `total_size`.
-    /// Reads headers only.
-    pub fn open(path: &Path, rules: Rules) -> Result<Checkpoint> {
-        if !is_index_path(path) {
-            let header = read_file_header(path, rules)?;
-            return Ok(Checkpoint {
-                index: None,
-                files: vec![(path.to_path_buf(), header)],
-            });
-        }
-        let index = ShardIndex::from_json_file(path)?;
-        let dir = path.parent().unwrap_or(Path::new(""));
-        let mut files = Vec::new();
-        for name in index
-            .shard_names()
-            .map_err(|e| e.with_input(path.display()))?
-        {
-            let shard = dir.join(name);
-            // Its type first, without blocking: reading the header opens it again.
-            drop(open_regular(&shard)?);
-            let header = read_file_header(&shard, rules)?;
-            files.push((shard, header));
-        }
-        check_against_shards(&index, &files).map_err(|e| e.with_input(path.display()))?;
-        Ok(Checkpoint {
-            index: Some(index),
-            files,
-        })
+/// What turns an error reading a path as safetensors into one saying what
+/// the file is instead (`detect::say_what_it_is`, which a format cannot
+/// import: the format table, which detection reads, imports the formats).
+pub(crate) type Explain = fn(crate::Error, &Path) -> crate::Error;
+
+/// [`Checkpoint::open`], saying what a file of another format is by `explain`.
+pub(crate) fn open_checkpoint(path: &Path, rules: Rules, explain: Explain) -> Result<Checkpoint> {
+    if !is_index_path(path) {
+        let header = read_header_explained(path, rules, explain)?;
+        return Ok(Checkpoint {
+            index: None,
+            files: vec![(path.to_path_buf(), header)],
+        });
     }
+    let index = ShardIndex::from_json_file(path)?;
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let mut files = Vec::new();
+    for name in index
+        .shard_names()
+        .map_err(|e| e.with_input(path.display()))?
+    {
+        let shard = dir.join(name);
+        // Its type first, without blocking: reading the header opens it again.
+        drop(open_regular(&shard)?);
+        let header = read_header_explained(&shard, rules, explain)?;
+        files.push((shard, header));
+    }
+    check_against_shards(&index, &files).map_err(|e| e.with_input(path.display()))?;
+    Ok(Checkpoint {
+        index: Some(index),
+        files,
+    })
+}
+
+/// The safetensors row of the format table: a file whose first 8 bytes
+/// are a header length within the limit followed by `{`, or a sharded
+/// checkpoint by its `*.safetensors.index.json`.
+pub(crate) const ROW: FormatRow = FormatRow {
+    magic: Some(looks_like_safetensors),
+    path: Some(ByPath {
+        recognise: is_index_path,
+        open: |p| {
+            Ok(Box::new(SafetensorsSource::open_explained(
+                p.path, p.explain,
+            )?))
+        },
+    }),
+    ..FormatRow::new(
+        "safetensors",
+        "a safetensors file",
+        open_file,
+        Stream::Read(open_stream),
+    )
+};
+
+fn looks_like_safetensors(first: &[u8]) -> bool {
+    let Some(prefix) = first.get(..8) else {
+        return false;
+    };
+    let n = u64::from_le_bytes(prefix.try_into().expect("8 bytes"));
+    // The first 16 bytes decide, as they always have.
+    let json = &first[8..first.len().min(16)];
+    let brace = json.iter().find(|b| !b.is_ascii_whitespace());
+    (2..=crate::header::MAX_HEADER_LEN).contains(&n) && brace == Some(&b'{')
+}
+
+fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    Ok(Box::new(SafetensorsSource::from_file(
+        o.file, o.len, o.input,
+    )?))
+}
+
+/// A safetensors stream: spooled, its header first; for a listing only
+/// (inspect), read up to the end of its header and no further.
+fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
+    async move {
+        let on_input = |e: crate::Error| e.with_input(o.input);
+        if o.options.listing_only {
+            let (_, json, _) = stream_header(o.reader).await.map_err(on_input)?;
+            let header = parse_header_json(&json, Rules::SOURCE).map_err(on_input)?;
+            // No data is read: an empty file stands for it.
+            let src = SafetensorsSource::from_data(tempfile::tempfile()?, header, o.input);
+            return Ok(Box::new(src) as Box<dyn Source>);
+        }
+        (o.notice)(&spooling(o.input, "not seekable"));
+        let src = spool_safetensors(o.reader, o.input)
+            .await
+            .map_err(on_input)?;
+        Ok(Box::new(src) as Box<dyn Source>)
+    }
+    .boxed()
 }
 
 /// A safetensors file, or a sharded checkpoint opened by its index, as one source.
@@ -101,9 +157,9 @@ struct Part {
 }
 
 impl SafetensorsSource {
-    /// Opens `path` (a `.safetensors` file or a `.safetensors.index.json`), reading headers only.
-    pub fn open(path: &Path) -> Result<Self> {
-        let cp = Checkpoint::open(path, Rules::SOURCE)?;
+    /// [`SafetensorsSource::open`], saying what a file of another format is by `explain`.
+    pub(crate) fn open_explained(path: &Path, explain: Explain) -> Result<Self> {
+        let cp = open_checkpoint(path, Rules::SOURCE, explain)?;
         let mut parts = Vec::with_capacity(cp.files.len());
         for (shard, header) in cp.files {
             let file = open_regular(&shard)?;
@@ -218,4 +274,45 @@ impl Source for SafetensorsSource {
         let (file, offset, len) = self.locate(k);
         async move { Ok(TensorData::new(file_range(file, offset, len).await?)) }.boxed()
     }
+}
+
+/// Spools a safetensors stream: its header first, which plans the file's
+/// length; then at most that many bytes (plus one, to see there are more).
+async fn spool_safetensors(reader: TensorReader<'_>, input: &str) -> Result<SafetensorsSource> {
+    let (prefix, json, reader) = stream_header(reader).await?;
+    let header = parse_header_json(&json, Rules::SOURCE)?;
+    let planned = header.file_len();
+    let whole = std::io::Cursor::new(&prefix[..])
+        .chain(std::io::Cursor::new(&json[..]))
+        .chain(reader);
+    let (data, len) = spool(Box::pin(whole), Some(planned)).await?;
+    check_file_len(&header, len)?;
+    drop(json);
+    Ok(SafetensorsSource::from_data(data, header, input))
+}
+
+/// Reads a safetensors stream's length prefix and header JSON, no further.
+async fn stream_header(
+    mut reader: TensorReader<'_>,
+) -> Result<([u8; 8], Vec<u8>, TensorReader<'_>)> {
+    let eof_at = |at: u64| {
+        move |e: std::io::Error| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::new(HeaderError::FileTooShort { len: at })
+            } else {
+                Error::io(e)
+            }
+        }
+    };
+    let mut prefix = [0u8; 8];
+    reader.read_exact(&mut prefix).await.map_err(eof_at(0))?;
+    // The limit is checked before anything is allocated on the claim.
+    let n = check_prefix(prefix, u64::MAX)?;
+    let mut json = Vec::new();
+    (&mut reader).take(n).read_to_end(&mut json).await?;
+    if (json.len() as u64) < n {
+        let available = json.len() as u64;
+        return Err(Error::new(HeaderError::HeaderPastEnd { len: n, available }).at_offset(0));
+    }
+    Ok((prefix, json, reader))
 }

@@ -1,31 +1,24 @@
-//! Object storage as one more kind of input and output, through the
-//! [`object_store`] crate: `s3://bucket/key`, `gs://bucket/key`,
-//! `az://container/key` in and out, `https://...` (and `http://`) in only.
+//! The object-storage client, through the [`object_store`] crate: which
+//! arguments are object URLs (`s3://bucket/key`, `gs://bucket/key`,
+//! `az://container/key` in and out, `https://...` and `http://` in only),
+//! the store and key a URL names, its credentials checked before any
+//! request, the store's errors as ours, multipart part sizes, and the
+//! listing of uploads left open. What is read and written through it
+//! lives with the other sources and destinations:
+//! [`crate::source::object`] reads objects, `dest::objects` writes them.
 //!
 //! Stores are built from the URL and the environment only (`AWS_*`,
 //! `GOOGLE_*`, `AZURE_*` and the clouds' own credential chains), never from
 //! arguments, so that no credential is ever on a command line; messages
 //! name the URL, never a credential.
-//!
-//! - `source`: an object read as an input: a safetensors object by
-//!   ranged GETs (header first, then each tensor), any other format
-//!   streamed through the same detection as standard input.
-//! - `upload`: an object written as an output: a multipart upload with
-//!   a bounded number of parts in flight, completed only when every byte
-//!   matched the plan, aborted exactly once otherwise.
-//! - `write`: a plan written to objects, shards first and the index last.
 
 mod credentials;
-pub(crate) mod open_uploads;
-pub(crate) mod source;
-pub(crate) mod upload;
-pub(crate) mod write;
+mod open_uploads;
+mod parts;
 
-pub use open_uploads::{open_uploads, OpenUpload};
-pub use source::{open_checkpoint, FIRST_RANGE, WHOLE_OBJECT_LIMIT};
-pub use upload::{
-    abort_pending, part_size, UploadConfig, IN_FLIGHT, MAX_PART, MAX_PARTS, MIN_PART, PART_SIZE,
-};
+pub use open_uploads::OpenUpload;
+pub(crate) use open_uploads::S3Uploads;
+pub use parts::{part_size, UploadConfig, IN_FLIGHT, MAX_PART, MAX_PARTS, MIN_PART, PART_SIZE};
 
 use std::path::Path;
 use std::sync::Arc;
@@ -34,7 +27,7 @@ use object_store::multipart::MultipartStore;
 use object_store::path::Path as ObjectPath;
 use object_store::ObjectStore;
 
-use crate::error::store::{one_line, StoreError};
+use crate::error::store::StoreError;
 use crate::{Error, ErrorKind, Result};
 use object_store::aws::AmazonS3ConfigKey as K;
 
@@ -74,7 +67,7 @@ const SCHEMES: [&str; 5] = ["s3", "gs", "az", "https", "http"];
 
 /// A URL-shaped argument we cannot use, as a usage error (exit 2) saying
 /// what would be: `None` when it is well formed with a known scheme.
-fn malformed(url: &str) -> Option<String> {
+pub(crate) fn malformed(url: &str) -> Option<String> {
     let scheme = scheme_of(url)?;
     let lower = scheme.to_ascii_lowercase();
     if !SCHEMES.contains(&lower.as_str()) {
@@ -119,7 +112,7 @@ pub(crate) async fn s3_unusable(builder: &object_store::aws::AmazonS3Builder) ->
 
 /// An object: the store it is in, its key there, and its URL for messages.
 #[derive(Clone)]
-pub(crate) struct Location {
+pub(crate) struct Object {
     /// The URL as given, for messages.
     pub(crate) url: String,
     /// The store, for reads (and single PUTs).
@@ -132,9 +125,9 @@ pub(crate) struct Location {
     pub(crate) uploads: Option<Arc<open_uploads::S3Uploads>>,
 }
 
-impl std::fmt::Debug for Location {
+impl std::fmt::Debug for Object {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Location").field("url", &self.url).finish()
+        f.debug_struct("Object").field("url", &self.url).finish()
     }
 }
 
@@ -159,14 +152,14 @@ impl Side {
     }
 }
 
-impl Location {
+impl Object {
     /// The object `url` names, in a store configured from the environment,
     /// once the environment is known to hold what the store needs: S3
     /// credentials, or the instance-metadata service to ask for them
     /// ([`credentials`]), and `AWS_ALLOW_HTTP=true` for an `http://`
     /// endpoint. Errors name `url` as on `side`.
-    pub(crate) async fn open(url: &str, side: Side) -> Result<Location> {
-        let loc = Location::parse_as(url, side)?;
+    pub(crate) async fn open(url: &str, side: Side) -> Result<Object> {
+        let loc = Object::parse_as(url, side)?;
         if let Some(uploads) = &loc.uploads {
             if let Some(msg) = s3_unusable(uploads.builder()).await {
                 let kind = ErrorKind::ObjectStore(StoreError::Unusable(msg));
@@ -176,15 +169,15 @@ impl Location {
         Ok(loc)
     }
 
-    /// [`Location::parse_as`] an input (errors name it as one).
+    /// [`Object::parse_as`] an input (errors name it as one).
     #[cfg(test)]
-    pub(crate) fn parse(url: &str) -> Result<Location> {
-        Location::parse_as(url, Side::Input)
+    pub(crate) fn parse(url: &str) -> Result<Object> {
+        Object::parse_as(url, Side::Input)
     }
 
     /// The object `url` names, in a store configured from the environment
     /// (nothing asked of the store yet).
-    pub(crate) fn parse_as(url: &str, side: Side) -> Result<Location> {
+    pub(crate) fn parse_as(url: &str, side: Side) -> Result<Object> {
         use object_store::aws::AmazonS3Builder;
         use object_store::azure::MicrosoftAzureBuilder;
         use object_store::gcp::GoogleCloudStorageBuilder;
@@ -247,7 +240,7 @@ impl Location {
                 }
                 other => return Err(bad(format!("unknown URL scheme {other:?}"))),
             };
-        Ok(Location {
+        Ok(Object {
             url: url.to_string(),
             store,
             multipart,
@@ -257,7 +250,7 @@ impl Location {
     }
 
     /// The object `name` beside this one (a shard or index of the same set).
-    pub(crate) fn sibling(&self, name: &str) -> Location {
+    pub(crate) fn sibling(&self, name: &str) -> Object {
         let (dir, _) = self.url.rsplit_once('/').unwrap_or(("", ""));
         let mut parts: Vec<_> = self.path.parts().collect();
         parts.pop();
@@ -267,7 +260,7 @@ impl Location {
                 ObjectPath::from(name).parts().next().unwrap_or_default(),
             ))
             .collect();
-        Location {
+        Object {
             url: format!("{dir}/{name}"),
             path,
             ..self.clone()
@@ -323,14 +316,14 @@ mod tests {
             .source()
             .and_then(|s| s.downcast_ref::<object_store::Error>());
         assert!(matches!(store, Some(object_store::Error::NotFound { .. })));
-        let web = Location::parse("https://host.example/x.safetensors").unwrap();
+        let web = Object::parse("https://host.example/x.safetensors").unwrap();
         let refused = web.writable().err().expect("read-only");
         assert_eq!(refused.output(), Some(web.url.as_str()));
     }
 
     #[test]
     fn urls_name_stores_and_keys() {
-        let loc = Location::parse("s3://bucket/dir/model.safetensors").unwrap();
+        let loc = Object::parse("s3://bucket/dir/model.safetensors").unwrap();
         assert_eq!(loc.path.as_ref(), "dir/model.safetensors");
         assert!(loc.multipart.is_some());
         let shard = loc.sibling("model-00001-of-00002.safetensors");
@@ -339,18 +332,18 @@ mod tests {
             "s3://bucket/dir/model-00001-of-00002.safetensors"
         );
         assert_eq!(shard.path.as_ref(), "dir/model-00001-of-00002.safetensors");
-        let web = Location::parse("https://host.example/org/m/resolve/main/x.safetensors").unwrap();
+        let web = Object::parse("https://host.example/org/m/resolve/main/x.safetensors").unwrap();
         assert_eq!(web.path.as_ref(), "org/m/resolve/main/x.safetensors");
         assert!(web.writable().is_err());
         for bad in ["s3://bucket", "s3://bucket/", "ftp://host/x"] {
-            assert!(Location::parse(bad).is_err(), "{bad}");
+            assert!(Object::parse(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn url_shaped_arguments_are_refused_by_name() {
         let usage = |url: &str| {
-            let e = Location::parse(url).expect_err(url);
+            let e = Object::parse(url).expect_err(url);
             assert_eq!(e.category(), crate::Category::Usage, "{url}: {e}");
             e.to_string()
         };
@@ -358,7 +351,7 @@ mod tests {
         assert!(usage("s3:/bucket/x").contains("two slashes"));
         assert!(usage("s3://bucket/prefix/").contains("prefix, not an object"));
         // Schemes are case-insensitive (RFC 3986): S3:// is s3://.
-        let upper = Location::parse("S3://bucket/x.safetensors").unwrap();
+        let upper = Object::parse("S3://bucket/x.safetensors").unwrap();
         assert_eq!(upper.path.as_ref(), "x.safetensors");
         for local in ["model.safetensors", "./s3:/x", "/tmp/a:b", "-", "c:x"] {
             assert!(!is_url(Path::new(local)), "{local}");

@@ -20,9 +20,6 @@ use object_store::multipart::MultipartStore;
 use object_store::path::Path as ObjectPath;
 use object_store::{ClientConfigKey, ClientOptions};
 
-use crate::error::store::StoreError;
-use crate::{Error, ErrorKind, Result};
-
 /// One multipart upload still open.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct OpenUpload {
@@ -161,46 +158,6 @@ impl S3Uploads {
         let path = ObjectPath::from(upload.key.as_str());
         self.store.abort_multipart(&path, &upload.upload_id).await
     }
-}
-
-/// Every multipart upload open under `url` (`s3://bucket/prefix`: a key,
-/// a folder ending in `/`, or the bucket alone), each aborted too when
-/// `abort`; the uploads found. What `convert uploads [--abort] URL` does.
-pub async fn open_uploads(url: &str, abort: bool) -> Result<Vec<OpenUpload>> {
-    let usage = |msg: String| Error::new(ErrorKind::Usage(msg)).with_output(url);
-    if let Some(msg) = super::malformed(url).filter(|_| !url.ends_with('/')) {
-        return Err(usage(msg));
-    }
-    let parsed = url::Url::parse(url).map_err(|e| usage(format!("not a valid URL: {e}")))?;
-    if parsed.scheme() != "s3" {
-        return Err(usage(
-            "open uploads are listed on s3:// only (on GCS a lifecycle rule aborts them; \
-             Azure discards uncommitted blocks itself)"
-                .into(),
-        ));
-    }
-    let key = parsed.path().trim_start_matches('/');
-    let mut prefix = ObjectPath::from_url_path(key)
-        .map_err(|e| usage(format!("not a valid object key: {e}")))?
-        .to_string();
-    if key.ends_with('/') && !prefix.is_empty() {
-        prefix.push('/');
-    }
-    let on_store = |e: object_store::Error| super::store_output_error(e, url);
-    let builder = AmazonS3Builder::from_env().with_url(url);
-    if let Some(msg) = super::s3_unusable(&builder).await {
-        let kind = ErrorKind::ObjectStore(StoreError::Unusable(msg));
-        return Err(Error::new(kind).with_output(url));
-    }
-    let store = Arc::new(builder.clone().build().map_err(on_store)?);
-    let s3 = S3Uploads::new(builder, store, &parsed);
-    let open = s3.list(&prefix).await.map_err(on_store)?;
-    if abort {
-        for upload in &open {
-            s3.abort(upload).await.map_err(on_store)?;
-        }
-    }
-    Ok(open)
 }
 
 fn generic(e: impl ToString) -> object_store::Error {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use safetensors_stream::convert::{ConvertOptions, Output};
 use safetensors_stream::source::gguf::error::GgufError;
 use safetensors_stream::source::gguf::header::read_header;
-use safetensors_stream::source::{open_input, SourceOptions};
+use safetensors_stream::source::{open_input, GgufOptions, SourceOptions};
 use safetensors_stream::{convert_blocking, Dtype, Error, ErrorKind, SinkOptions};
 use support::block_on;
 use support::gguf::{fixture as gguf_fixture, parse, Builder};
@@ -140,7 +140,7 @@ fn plain_types_pass_through_in_both_byte_orders() {
 
 #[test]
 fn the_listing_has_output_dtypes_and_row_major_shapes() {
-    let notice = |_: &str| {};
+    let notice = |_: &safetensors_stream::Note| {};
     let src = block_on(open_input(
         &gguf_fixture("types_be.gguf"),
         &SourceOptions::default(),
@@ -163,8 +163,8 @@ fn the_listing_has_output_dtypes_and_row_major_shapes() {
 #[test]
 fn gguf_metadata_copies_scalars_and_counts_the_arrays() {
     let notes = Mutex::new(Vec::new());
-    let notice = |m: &str| notes.lock().unwrap().push(m.to_string());
-    let opts = SourceOptions::default().gguf_metadata(true);
+    let notice = |m: &safetensors_stream::Note| notes.lock().unwrap().push(m.to_string());
+    let opts = SourceOptions::default().gguf(GgufOptions::default().metadata(true));
     let src = block_on(open_input(&gguf_fixture("types_le.gguf"), &opts, &notice)).unwrap();
     let md = src.metadata().unwrap();
     assert_eq!(md["general.architecture"], "llama");

@@ -356,7 +356,7 @@ async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
     use safetensors_stream::source::Transform;
 
     let options = SourceOptions::default();
-    let quiet = |_: &str| {};
+    let quiet = |_: &safetensors_stream::Note| {};
     let src = open_input(&dir().join("ok/views.pt"), &options, &quiet)
         .await
         .unwrap();

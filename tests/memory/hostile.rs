@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use safetensors_stream::internals::pickle::{unpickle, Budget, Limits};
 use safetensors_stream::internals::pytorch_model::{tensors, Naming};
 use safetensors_stream::internals::Storages;
-use safetensors_stream::{ErrorKind, IndexError};
+use safetensors_stream::{ErrorKind, IndexError, PickleError};
 use serde_json::Value;
 use support::numpy::{build_zip, ZipMember};
 
@@ -271,7 +271,7 @@ proptest! {
         prop_assert!(tensors(&p, &Naming::default(), &storages).is_ok());
         p.budget = Budget::new(cost - 1);
         let e = tensors(&p, &Naming::default(), &storages).unwrap_err();
-        prop_assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{}", e);
+        prop_assert!(matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })), "{}", e);
     }
 }
 
@@ -284,7 +284,10 @@ fn a_shared_key_named_along_every_path_is_charged_each_time() {
         tensors(&p, &Naming::default(), &Storages::declared(&p)?)
     });
     let e = result.unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{e}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })),
+        "{e}"
+    );
     // The walk's: widened by the pickle's bytes, which are freed before it.
     let budget = Budget::for_input(pickle.len()).limit() + pickle.len();
     assert!(e.to_string().contains(&budget.to_string()), "{e}");
@@ -322,7 +325,7 @@ fn copies_made_by_constructors_are_charged() {
             crate::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
         let e = result.unwrap_err();
         assert!(
-            matches!(e.kind(), ErrorKind::PickleBudget { .. }),
+            matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })),
             "{name}: {e}"
         );
         eprintln!("{name}: pickle {} bytes, peak {peak}", pickle.len());
@@ -350,7 +353,10 @@ fn set_copies_of_a_shared_list_are_charged() {
     let (result, peak) =
         crate::alloc::peak_during(|| unpickle(&pickle, Limits::for_input(pickle.len())));
     let e = result.unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::PickleBudget { .. }), "{e}");
+    assert!(
+        matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })),
+        "{e}"
+    );
     assert_within_the_header_bound("set copies", pickle.len(), peak);
 }
 
@@ -408,7 +414,7 @@ fn refused_within_the_bound<T: std::fmt::Debug>(
     eprintln!("{what}: pickle {len} bytes, peak {peak}");
     let e = r.unwrap_err();
     assert!(
-        matches!(e.kind(), ErrorKind::PickleBudget { .. }),
+        matches!(e.kind(), ErrorKind::Pickle(PickleError::Budget { .. })),
         "{what}: {e}"
     );
     assert_within_the_header_bound(what, len, peak);
@@ -1311,7 +1317,7 @@ fn a_50_000_tensor_checkpoint_opens_within_3x_its_pickle_and_3_mib() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let notice = |_: &str| {};
+    let notice = |_: &safetensors_stream::Note| {};
     let (src, peak) = crate::alloc::peak_during(|| {
         rt.block_on(open_input(&path, &SourceOptions::default(), &notice))
             .unwrap()
@@ -1339,4 +1345,45 @@ fn a_50_000_tensor_checkpoint_opens_within_3x_its_pickle_and_3_mib() {
         peak <= 3 * len + (3 << 20),
         "peak {peak} for a pickle of {len}"
     );
+}
+
+static FREED_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Opening a checkpoint whose pickle is 10 MiB or more tells the caller
+/// each time a phase has freed memory (the zip's directory, the pickle's
+/// bytes, its values): three calls, which the `convert` binary answers
+/// with its allocator's collect. A small checkpoint's phases free too
+/// little to be worth one: no call. The library calls no allocator itself.
+#[test]
+fn a_large_checkpoint_tells_the_caller_when_its_phases_free_memory() {
+    use safetensors_stream::source::{open_input, FreedMemoryHook};
+    use safetensors_stream::SourceOptions;
+    use std::sync::atomic::Ordering;
+    fn count() {
+        FREED_CALLS.fetch_add(1, Ordering::SeqCst);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(count));
+    let calls_opening = |pad: usize| {
+        let mut p = Pickle::new();
+        p.op(b"}(").str(b"pad").str(&vec![b'x'; pad]);
+        p.str(b"w").tensor("0", 1, 0, &[1], &[1]).op(b"u");
+        let path = tmp.path().join(format!("pad-{pad}.pt"));
+        std::fs::write(&path, torch_zip(&p.stop(), &[("0", floats(1))])).unwrap();
+        let before = FREED_CALLS.load(Ordering::SeqCst);
+        let src = rt
+            .block_on(open_input(
+                &path,
+                &options,
+                &|_: &safetensors_stream::Note| {},
+            ))
+            .unwrap();
+        assert_eq!(src.tensors()[0].name, "w");
+        FREED_CALLS.load(Ordering::SeqCst) - before
+    };
+    assert_eq!(calls_opening(10 << 20), 3);
+    assert_eq!(calls_opening(1000), 0);
 }

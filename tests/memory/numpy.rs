@@ -40,7 +40,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Opens `path` and streams the whole conversion into `tokio::io::sink()`.
 /// Returns the bytes of output.
 async fn convert_to_sink(path: &Path) -> u64 {
-    let quiet = |_: &str| {};
+    let quiet = |_: &safetensors_stream::Note| {};
     let source = open_input(path, &SourceOptions::default(), &quiet)
         .await
         .unwrap();
@@ -427,7 +427,7 @@ fn zip64_member_over_4_gib() {
     // Listing and planned header.
     let rt = runtime();
     rt.block_on(async {
-        let quiet = |_: &str| {};
+        let quiet = |_: &safetensors_stream::Note| {};
         let mut src = open_input(&z.path, &SourceOptions::default(), &quiet)
             .await
             .unwrap();
@@ -507,7 +507,7 @@ fn huge_directory_claim_reserves_nothing() {
     let rt = runtime();
     let (r, peak) = peak_during(|| {
         rt.block_on(async {
-            let quiet = |_: &str| {};
+            let quiet = |_: &safetensors_stream::Note| {};
             open_input(&path, &SourceOptions::default(), &quiet)
                 .await
                 .map(|_| ())
@@ -546,7 +546,7 @@ fn long_shapes_in_tiny_members() {
     let rt = runtime();
     let (r, peak) = peak_during(|| {
         rt.block_on(async {
-            let quiet = |_: &str| {};
+            let quiet = |_: &safetensors_stream::Note| {};
             open_input(&path, &SourceOptions::default(), &quiet)
                 .await
                 .map(|_| ())

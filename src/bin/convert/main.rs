@@ -14,10 +14,12 @@ use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::source::gguf::GgufSource;
 use safetensors_stream::source::open_input;
 use safetensors_stream::source::{detect_file, Format};
-use safetensors_stream::source::{passed_over_notice, resolve_folder, Listing, SourceOptions};
+use safetensors_stream::source::{
+    passed_over_notice, resolve_folder, FreedMemoryHook, Listing, SourceOptions,
+};
 use safetensors_stream::store::is_url;
 use safetensors_stream::units::{Counted, HumanBytes};
-use safetensors_stream::{inspect, Category, Error, ErrorKind};
+use safetensors_stream::{inspect, Category, Error, ErrorKind, Note};
 
 use cli::{Cli, Command, InspectArgs, UploadsArgs, ValidateArgs};
 
@@ -37,9 +39,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// path", the small-members paragraph).
 pub(crate) fn return_freed_memory(tensors: usize) {
     const WORTH_IT_FROM: usize = 100_000;
-    if tensors < WORTH_IT_FROM {
-        return;
+    if tensors >= WORTH_IT_FROM {
+        collect_freed_memory();
     }
+}
+
+/// Hands memory freed so far back to the system now: this binary's answer
+/// to a source's [`FreedMemoryHook`] (a large checkpoint freeing its
+/// pickle between the phases of its opening), and to
+/// [`return_freed_memory`].
+pub(crate) fn collect_freed_memory() {
     // SAFETY: mi_collect takes no pointers and may be called from any
     // thread at any time; `true` also purges memory other threads freed.
     #[allow(unsafe_code)]
@@ -92,7 +101,7 @@ fn uploads(args: &UploadsArgs) -> Result<ExitCode, Error> {
         .enable_all()
         .build()
         .map_err(Error::io)?;
-    let open = rt.block_on(safetensors_stream::store::open_uploads(
+    let open = rt.block_on(safetensors_stream::convert::open_uploads(
         &args.url, args.abort,
     ))?;
     let mut out = std::io::stdout().lock();
@@ -288,8 +297,9 @@ fn validate_as_converted(path: &Path) -> Result<(usize, u64), Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |msg: &str| eprintln!("safetensors-convert: {msg}");
-    let source = rt.block_on(open_input(path, &SourceOptions::default(), &notice))?;
+    let notice = |note: &Note| eprintln!("safetensors-convert: {note}");
+    let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(collect_freed_memory));
+    let source = rt.block_on(open_input(path, &options, &notice))?;
     let mut bytes = 0u64;
     for t in source.tensors() {
         let n = t.byte_len().map_err(|e| e.with_tensor(t.name.clone()))?;
@@ -350,9 +360,8 @@ enum Shown {
 fn inspect_one(given: &Path, args: &InspectArgs) -> Result<Shown, Error> {
     // A GGUF's metadata is listed whether or not --gguf-metadata is given;
     // headers only: `cat x.safetensors | safetensors-convert inspect -` is not spooled.
-    let options = run::source_options(&args.input)?
-        .gguf_metadata(true)
-        .listing_only(true);
+    let mut options = run::source_options(&args.input)?.listing_only(true);
+    options.gguf.metadata = true;
     // A checkpoint folder stands for its index or its one model file, as for convert.
     let file = resolve_said(given)?;
     if options.raw.is_none() && reads_as_checkpoint(&file)? {
@@ -376,7 +385,9 @@ fn resolve_said(given: &Path) -> Result<std::path::PathBuf, Error> {
 
 /// A local GGUF file (a compressed or piped one is listed as any input).
 fn is_gguf(path: &Path) -> bool {
-    !is_url(path) && path.as_os_str() != "-" && matches!(detect_file(path), Ok(Some(Format::Gguf)))
+    !is_url(path)
+        && path.as_os_str() != "-"
+        && matches!(detect_file(path), Ok(Some(Format::Row(row))) if row.name() == "gguf")
 }
 
 /// A GGUF file with each tensor's stored type and every metadata key.
@@ -413,7 +424,7 @@ fn reads_as_checkpoint(path: &Path) -> Result<bool, Error> {
     // named .safetensors; any other is "unknown input format", as converting says.
     let named_safetensors = path.extension().is_some_and(|e| e == "safetensors");
     Ok(match format {
-        Some(Format::Safetensors) => true,
+        Some(f) if f == Format::SAFETENSORS => true,
         Some(Format::Unknown) => named_safetensors,
         _ => false,
     })
@@ -438,7 +449,9 @@ fn open_checkpoint(path: &Path, rules: Rules) -> Result<Checkpoint, Error> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(safetensors_stream::store::open_checkpoint(&url, rules))
+        .block_on(safetensors_stream::source::object::open_checkpoint(
+            &url, rules,
+        ))
 }
 
 /// Any other input, opened by the very code a conversion opens it with.
@@ -450,7 +463,7 @@ fn inspect_source(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |msg: &str| eprintln!("safetensors-convert: {msg}");
+    let notice = |note: &Note| eprintln!("safetensors-convert: {note}");
     let source = rt.block_on(open_input(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
     let input = |e: Error| e.with_input(&listing.input);

@@ -12,9 +12,11 @@ use safetensors_stream::header::Order;
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::SourceOptions;
+use safetensors_stream::source::{
+    FreedMemoryHook, GgufOptions, NpyOptions, SourceOptions, TorchOptions,
+};
 use safetensors_stream::units::HumanBytes;
-use safetensors_stream::{Dtype, Error, ErrorKind};
+use safetensors_stream::{Dtype, Error, ErrorKind, Note, Warning};
 use serde_json::json;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
@@ -68,7 +70,7 @@ fn options(
 ) -> Result<ConvertOptions, Error> {
     Ok(ConvertOptions::default()
         .source(source_options(&args.input)?)
-        .notice(Some(Arc::new(move |msg: &str| notes.say(msg))))
+        .notice(Some(Arc::new(move |note: &Note| notes.say(note))))
         .plan(
             PlanOptions::default()
                 .include(args.include.clone())
@@ -113,36 +115,41 @@ fn dequantize_to(args: &InputArgs) -> Option<Dtype> {
 }
 
 pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
-    Ok(SourceOptions::default()
+    let npy = NpyOptions::default()
         .skip_non_npy(args.skip_non_npy)
+        .void_as(args.npy_void_as);
+    let torch = TorchOptions::default()
+        .dedupe_tied(args.dedupe_tied)
+        .root(args.pt_root.clone())
+        .allow_expanded_views(args.allow_expanded_views);
+    Ok(SourceOptions::default()
         .name(args.name.clone())
         .raw(raw_spec(args)?)
-        .npy_void_as(args.npy_void_as)
-        .dedupe_tied(args.dedupe_tied)
-        .pt_root(args.pt_root.clone())
-        .allow_expanded_views(args.allow_expanded_views)
+        .npy(npy)
+        .torch(torch)
         .dequantize(dequantize_to(args))
-        .gguf_metadata(args.gguf_metadata))
+        .gguf(GgufOptions::default().metadata(args.gguf_metadata))
+        .freed_memory(FreedMemoryHook::new(crate::collect_freed_memory)))
 }
 
-/// Notices go to stderr as lines, or into the JSON report when there is one.
+/// Notes go to stderr as lines, or into the JSON report when there is one.
 #[derive(Clone)]
 struct Notes {
     quiet: bool,
-    collected: Option<Arc<Mutex<Vec<String>>>>,
+    collected: Option<Arc<Mutex<Vec<Note>>>>,
 }
 
 impl Notes {
-    fn say(&self, msg: &str) {
+    fn say(&self, note: &Note) {
         match &self.collected {
-            Some(c) => c.lock().expect("notes lock").push(msg.to_string()),
-            None if !self.quiet => eprintln!("safetensors-convert: {msg}"),
+            Some(c) => c.lock().expect("notes lock").push(note.clone()),
+            None if !self.quiet => eprintln!("safetensors-convert: {note}"),
             None => {}
         }
     }
 
-    /// The notices collected for the JSON report (none without one).
-    fn collected(&self) -> Vec<String> {
+    /// The notes collected for the JSON report (none without one).
+    fn collected(&self) -> Vec<Note> {
         self.collected
             .as_ref()
             .map(|c| c.lock().expect("notes lock").clone())
@@ -184,10 +191,10 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         // clap requires --output unless this is a dry run.
         None => {
             let name = default_output(args);
-            notes.say(&format!(
+            notes.say(&Note::Info(format!(
                 "no -o given: planning for {} (pass -o to choose)",
                 name.display()
-            ));
+            )));
             Output::File(name)
         }
     };
@@ -212,8 +219,8 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
         // The job is dropped: multipart uploads it left open are aborted
         // now, so that no part of them lingers in the bucket.
         if outcome.is_err() {
-            if let Err(e) = safetensors_stream::store::abort_pending().await {
-                notes.say(&format!("warning: {e}"));
+            if let Err(e) = safetensors_stream::convert::abort_pending().await {
+                notes.say(&Note::Warning(Warning::Cleanup(e.to_string())));
             }
         }
         outcome
@@ -285,7 +292,7 @@ async fn job(
             return Ok(Outcome::Planned(line));
         }
         for w in planned.warnings() {
-            notes.say(&format!("warning: {w}"));
+            notes.say(&Note::Warning(w.clone()));
         }
         return Ok(Outcome::Planned(planned.render()));
     }
@@ -320,7 +327,7 @@ fn default_output(args: &ConvertArgs) -> std::path::PathBuf {
 }
 
 /// A failure as the JSON report's one object.
-pub(crate) fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
+pub(crate) fn error_json(e: &Error, exit_code: u8, notes: &[Note]) -> String {
     json!({
         "ok": false,
         "exit_code": exit_code,
@@ -333,7 +340,7 @@ pub(crate) fn error_json(e: &Error, exit_code: u8, notes: &[String]) -> String {
             "offset": e.offset(),
             "message": e.to_string(),
         },
-        "warnings": notes,
+        "warnings": notes.iter().map(Note::to_string).collect::<Vec<_>>(),
     })
     .to_string()
 }

@@ -22,10 +22,11 @@ use futures::FutureExt;
 use self::dequant_reader::DequantReader;
 use self::header::{read_header, GgufHeader, TensorInfo};
 use super::blocking::BlockingReader;
-use super::npz::zip::PositionalReader;
+use super::format::{FileInput, FormatRow, Stream};
 use super::{BlockingRead, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
 use crate::dequant::ggml::Kind;
 use crate::header::{Metadata, TensorMeta};
+use crate::io_util::PositionalReader;
 use crate::transform::Transform;
 use crate::{Dtype, Result};
 
@@ -67,7 +68,7 @@ impl GgufSource {
             .iter()
             .filter(|(_, v)| v.to_metadata().is_none())
             .count();
-        let metadata = options.gguf_metadata.then(|| {
+        let metadata = options.gguf.metadata.then(|| {
             header
                 .metadata
                 .iter()
@@ -109,6 +110,42 @@ impl GgufSource {
     fn transform(&self, dtype: Dtype) -> Transform {
         Transform::to_little_endian(dtype, self.header.big_endian)
     }
+}
+
+crate::setters::options! {
+    /// How GGUF files are read.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct GgufOptions {
+        /// Copy the scalar metadata keys into `__metadata__` as strings
+        /// (`--gguf-metadata`); array values are left out and counted.
+        pub metadata: bool,
+    }
+}
+
+/// The GGUF row of the format table: `GGUF`, spooled from a stream.
+pub(crate) const ROW: FormatRow = FormatRow {
+    magic: Some(|first| first.starts_with(b"GGUF")),
+    ..FormatRow::new(
+        "gguf",
+        "a GGUF file",
+        open_file,
+        Stream::Spool("a GGUF file needs random access"),
+    )
+};
+
+/// Opens a GGUF file; says how many array-valued metadata keys
+/// `--gguf-metadata` left out.
+fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    let (input, options) = (o.input, o.options);
+    let src = GgufSource::open(o.file, o.len, input, options)?;
+    // A listing (inspect, validate) shows the metadata; only a conversion leaves keys out.
+    if options.gguf.metadata && !options.listing_only && src.skipped_arrays() > 0 {
+        (o.notice)(&crate::Note::Info(format!(
+            "{input}: --gguf-metadata skipped {} array-valued keys (vocabularies, merges, ...)",
+            src.skipped_arrays()
+        )));
+    }
+    Ok(Box::new(src))
 }
 
 impl Source for GgufSource {

@@ -15,9 +15,10 @@ use tokio::io::AsyncReadExt;
 use self::fortran::{same_as_c_order, FortranReader};
 use self::header::{parse_header_text_as, parse_prelude, read_header_as, NpyHeader, Prelude};
 use super::blocking::BlockingReader;
-use super::npz::zip::PositionalReader;
+use super::format::{spooling, FileInput, FormatRow, Stream, StreamInput};
 use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
 use crate::header::TensorMeta;
+use crate::io_util::PositionalReader;
 use crate::Dtype;
 use crate::{Error, ErrorKind, Result};
 
@@ -205,6 +206,54 @@ fn eof_is_bad(e: std::io::Error, at: u64) -> Error {
     } else {
         Error::io(e)
     }
+}
+
+crate::setters::options! {
+    /// How numpy inputs (.npy files, .npz members) are read.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct NpyOptions {
+        /// Read void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
+        /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
+        pub void_as: Option<crate::Dtype>,
+        /// Skip npz members that are not `.npy` arrays instead of refusing the archive.
+        pub skip_non_npy: bool,
+    }
+}
+
+/// The .npy row of the format table: `\x93NUMPY`, streamed as it is read.
+pub(crate) const ROW: FormatRow = FormatRow {
+    magic: Some(|first| first.starts_with(b"\x93NUMPY")),
+    ..FormatRow::new("npy", "an .npy array", open_file, Stream::Read(open_stream))
+};
+
+fn name_needed() -> Error {
+    Error::new(ErrorKind::NameNeeded("an .npy from standard input"))
+}
+
+fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    let name = o.name.ok_or_else(name_needed)?;
+    let void_as = o.options.npy.void_as;
+    Ok(Box::new(NpySource::from_file(
+        o.file, 0, o.len, o.input, name, void_as,
+    )?))
+}
+
+/// A stream's array is read as it comes, unless its Fortran order needs
+/// random access: then it is spooled.
+fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
+    async move {
+        let Some(name) = o.options.name.clone().or(o.name) else {
+            return Err(name_needed().with_input(o.input));
+        };
+        let void_as = o.options.npy.void_as;
+        let src = NpySource::from_stream_as(o.reader, o.input, name, void_as).await?;
+        if src.needs_random_access() {
+            (o.notice)(&spooling(o.input, "Fortran-order array from a stream"));
+            return Ok(Box::new(src.spool().await?) as Box<dyn Source>);
+        }
+        Ok(Box::new(src) as Box<dyn Source>)
+    }
+    .boxed()
 }
 
 impl Source for NpySource {

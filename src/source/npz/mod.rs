@@ -4,18 +4,17 @@
 //! members are then streamed in plan order, deflated ones inflated on the
 //! way, every member's size and CRC-32 checked against the archive.
 
-pub mod zip;
-
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, Read};
 use std::sync::Arc;
 
-use flate2::read::DeflateDecoder;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use self::zip::{check_stored_sizes, data_start_via, Method, PositionalReader, ZipEntry};
 use super::blocking::{BlockingReader, ReadAhead};
+use super::format::{FileInput, FormatRow, Stream};
+use super::pytorch::{self, row::ARCHIVE_SPOOLED};
+use super::zip::{self, data_start_via, MemberReader, Method, ZipEntry};
 use crate::block_cache::BlockCache;
 
 /// Inflated bytes a deflated member runs ahead of the writer: chunk x depth.
@@ -83,7 +82,7 @@ impl NpzSource {
         let mut not_an_array = None;
         entries.retain(|entry| {
             let array = entry.name.ends_with(".npy");
-            if not_an_array.is_some() || entry.is_dir() || (!array && options.skip_non_npy) {
+            if not_an_array.is_some() || entry.is_dir() || (!array && options.npy.skip_non_npy) {
                 return false;
             }
             if !array {
@@ -93,7 +92,7 @@ impl NpzSource {
             array
         });
         let listing =
-            plan_members(&file, entries, dir_start, options.npy_void_as).map_err(on_input)?;
+            plan_members(&file, entries, dir_start, options.npy.void_as).map_err(on_input)?;
         if let Some(e) = not_an_array {
             return Err(e);
         }
@@ -232,6 +231,30 @@ fn plan_members(
     })
 }
 
+/// The zip row of the format table: an .npz, or a PyTorch checkpoint,
+/// told apart by their members (archives are spooled from a stream).
+pub(crate) const ROW: FormatRow = FormatRow {
+    magic: Some(|first| first.starts_with(b"PK\x03\x04") || first.starts_with(b"PK\x05\x06")),
+    ..FormatRow::new(
+        "zip",
+        "an .npz (zip) archive",
+        open_zip,
+        Stream::Spool(ARCHIVE_SPOOLED),
+    )
+};
+
+fn open_zip(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    // Read once: its names tell an npz from a PyTorch checkpoint.
+    let directory = zip::read_directory(&o.file, o.len).map_err(|e| e.with_input(o.input))?;
+    if !pytorch::is_torch_directory(&directory.0) {
+        let npz = NpzSource::open_listed(o.file, o.len, directory, o.input, o.options)?;
+        return Ok(Box::new(npz));
+    }
+    // Freed first: the checkpoint reads its own, and frees it before its pickle.
+    drop(directory);
+    pytorch::row::open_checkpoint(o)
+}
+
 impl Source for NpzSource {
     fn input_name(&self) -> &str {
         &self.input
@@ -343,137 +366,5 @@ impl Source for NpzSource {
             Ok(TensorData { reader, transform })
         }
         .boxed()
-    }
-}
-
-/// A member's uncompressed bytes: inflated if need be, never more than the
-/// declared size (a zip bomb stops at once), and checked against the
-/// declared size and CRC-32 when it ends.
-pub(crate) struct MemberReader<F: std::borrow::Borrow<File>> {
-    inner: Inner<F>,
-    name: String,
-    compressed: u64,
-    declared: u64,
-    produced: u64,
-    crc: crc32fast::Hasher,
-    want_crc: u32,
-    verified: bool,
-    /// Bytes to read and discard (counted in the CRC) before the first byte returned.
-    pub(crate) skip: u64,
-}
-
-enum Inner<F: std::borrow::Borrow<File>> {
-    Stored(PositionalReader<F>),
-    Deflated(Box<DeflateDecoder<BufReader<PositionalReader<F>>>>),
-}
-
-impl<F: std::borrow::Borrow<File>> MemberReader<F> {
-    pub(crate) fn new(file: F, e: &ZipEntry, start: u64, buf: usize) -> Result<Self> {
-        let raw = PositionalReader::new(file, start, e.compressed);
-        let inner = match e.method {
-            Method::Stored => {
-                check_stored_sizes(e)?;
-                Inner::Stored(raw)
-            }
-            Method::Deflated => Inner::Deflated(Box::new(DeflateDecoder::new(
-                BufReader::with_capacity(buf, raw),
-            ))),
-        };
-        Ok(MemberReader {
-            inner,
-            name: e.name.clone(),
-            compressed: e.compressed,
-            declared: e.uncompressed,
-            produced: 0,
-            crc: crc32fast::Hasher::new(),
-            want_crc: e.crc32,
-            verified: false,
-            skip: 0,
-        })
-    }
-
-    fn read_inner(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match &mut self.inner {
-            Inner::Stored(r) => r.read(buf),
-            // flate2 reports bad data as InvalidInput and data that stops
-            // before the end marker as UnexpectedEof: the archive is bad,
-            // not the environment.
-            Inner::Deflated(r) => r.read(buf).map_err(|source| {
-                let member = self.name.clone();
-                invalid(match source.kind() {
-                    io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData => {
-                        ZipError::CorruptDeflate { member, source }
-                    }
-                    io::ErrorKind::UnexpectedEof => ZipError::DeflateTruncated {
-                        member,
-                        compressed: self.compressed,
-                        source,
-                    },
-                    _ => return source,
-                })
-            }),
-        }
-    }
-
-    /// One read of at most `buf.len()` bytes, with the bounds and the final checks.
-    fn checked_read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.declared - self.produced;
-        // One byte past the declared size is enough to catch a bomb.
-        let cap = buf
-            .len()
-            .min(usize::try_from(left.saturating_add(1)).unwrap_or(usize::MAX));
-        let n = self.read_inner(&mut buf[..cap])?;
-        if n as u64 > left {
-            return Err(invalid(ZipError::InflatesPast {
-                member: self.name.clone(),
-                declared: self.declared,
-            }));
-        }
-        if n == 0 && !self.verified {
-            if self.produced != self.declared {
-                return Err(invalid(ZipError::EndsEarly {
-                    member: self.name.clone(),
-                    produced: self.produced,
-                    declared: self.declared,
-                }));
-            }
-            let crc = self.crc.clone().finalize();
-            if crc != self.want_crc {
-                return Err(crate::error::crc_mismatch(crc, self.want_crc).into_io());
-            }
-            self.verified = true;
-        }
-        if n == 0 {
-            return Ok(0);
-        }
-        self.crc.update(&buf[..n]);
-        self.produced += n as u64;
-        Ok(n)
-    }
-}
-
-/// A member's bad bytes as the I/O error a reader returns ([`Error::io`]
-/// gives the zip error back).
-fn invalid(e: ZipError) -> io::Error {
-    Error::new(ErrorKind::Zip(e)).into_io()
-}
-
-impl<F: std::borrow::Borrow<File>> Read for MemberReader<F> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let mut scratch = [0u8; 8192];
-        while self.skip > 0 {
-            let want = scratch
-                .len()
-                .min(usize::try_from(self.skip).unwrap_or(usize::MAX));
-            let n = self.checked_read(&mut scratch[..want])?;
-            if n == 0 {
-                return Ok(0);
-            }
-            self.skip -= n as u64;
-        }
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        self.checked_read(buf)
     }
 }

@@ -12,6 +12,7 @@
 pub(crate) mod legacy;
 pub mod model;
 pub mod pickle;
+pub(crate) mod row;
 pub(crate) mod strided;
 pub(crate) mod zipfmt;
 
@@ -28,8 +29,7 @@ use self::pickle::{unpickle, Limits};
 use self::strided::{StridedReader, View};
 pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
 use super::blocking::BlockingReader;
-use super::npz::zip::{read_directory, Method, PositionalReader, ZipEntry};
-use super::npz::MemberReader;
+use super::zip::{read_directory, MemberReader, Method, ZipEntry};
 use super::{
     file_range, BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData,
 };
@@ -37,6 +37,7 @@ use crate::dtype::numel;
 use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
+use crate::io_util::PositionalReader;
 use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, HeaderError, IndexError, PyTorchError, Result};
 
@@ -196,14 +197,14 @@ pub(crate) struct PyTorchSource {
 }
 
 /// A view may be at most this many times its storage's bytes, unless
-/// [`SourceOptions::allow_expanded_views`]: a small broadcast that
+/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views): a small broadcast that
 /// `torch.save` kept as a stride-0 view (`x.expand(3, n)`) converts, one
 /// float viewed as 2^40 does not.
 pub(crate) const MAX_VIEW_EXPANSION: u64 = 16;
 
 /// The tensors of a checkpoint may add up to at most this many times its
 /// storages' bytes (tied views each count), unless
-/// [`SourceOptions::allow_expanded_views`].
+/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views).
 pub(crate) const MAX_TOTAL_EXPANSION: u64 = 16;
 
 fn bad(e: PyTorchError) -> Error {
@@ -212,7 +213,7 @@ fn bad(e: PyTorchError) -> Error {
 
 fn naming(options: &SourceOptions) -> Naming {
     Naming {
-        root: options.pt_root.clone(),
+        root: options.torch.root.clone(),
         bare: options.name.clone(),
     }
 }
@@ -231,7 +232,8 @@ pub(crate) fn is_index_path(path: &Path) -> bool {
     })
 }
 
-fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> {
+fn open_part(file: File, len: u64, name: &str, options: &SourceOptions) -> Result<Part> {
+    let naming = &naming(options);
     let mut first = [0u8; 16];
     let got = {
         use std::os::unix::fs::FileExt;
@@ -257,17 +259,23 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
     // the directory (a million storages' entries) before the pickle is
     // read, the pickle's bytes (100 MB) and memo before its tensors are
     // named, the pickle's values before the tensors are checked; and
-    // hands it back to the system when it is that large.
+    // tells the caller, who may hand it back to the system, when it is
+    // that large.
+    let freed = |large| {
+        if large {
+            options.freed_memory.call()
+        }
+    };
     let large = c.pickle.0.uncompressed >= LARGE_PICKLE;
     drop(entries);
-    return_freed_memory(large);
+    freed(large);
     let pickle = zipfmt::read_pickle(&file, &c)?;
     let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
     drop(pickle);
-    return_freed_memory(large);
+    freed(large);
     let tree = model::tensors(&p, naming, &c.storages)?;
     drop(p);
-    return_freed_memory(large);
+    freed(large);
     Ok(Part {
         file,
         len,
@@ -280,30 +288,10 @@ fn open_part(file: File, len: u64, name: &str, naming: &Naming) -> Result<Part> 
 }
 
 /// A pickle from this many bytes (about 100,000 tensors) frees enough
-/// between the phases of its opening to hand back at once.
+/// between the phases of its opening to be worth handing back at once
+/// ([`SourceOptions::freed_memory`]); for a small checkpoint a purge only
+/// costs, its pages soon faulted in again (benches/README.md, "Copy path").
 const LARGE_PICKLE: u64 = 10 << 20;
-
-/// Hands memory freed so far back to the system now, when `worth_it`.
-/// The `convert` binary's allocator (mimalloc, with the `cli` feature)
-/// keeps freed pages for a while, and the next phase of opening a large
-/// checkpoint (the unpickler's values, then the tensors' records) comes
-/// from fresh pages meanwhile: each phase's peak would add the last's.
-/// Without the feature the allocator is the library user's, left alone.
-/// For a small checkpoint the purge only costs: its pages would soon be
-/// faulted in again (benches/README.md, "Copy path").
-fn return_freed_memory(worth_it: bool) {
-    if !worth_it {
-        return;
-    }
-    // SAFETY: mi_collect takes no pointers and may be called from any
-    // thread at any time; with another global allocator it only tidies
-    // mimalloc's own (unused) heap.
-    #[cfg(feature = "cli")]
-    #[allow(unsafe_code)]
-    unsafe {
-        libmimalloc_sys::mi_collect(true)
-    };
-}
 
 /// What makes two views identical: file, storage, dtype, and shape,
 /// stride and offset (a `u64::MAX` between shape and stride).
@@ -324,8 +312,8 @@ fn checked_expansion(t: &TensorMeta, loc: Located, options: &SourceOptions) -> R
     let bytes = numel(&t.shape)
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
-    if !options.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
-        return Err(Error::new(ErrorKind::ExpandedView {
+    if !options.torch.allow_expanded_views && bytes > loc.len.saturating_mul(MAX_VIEW_EXPANSION) {
+        return Err(bad(PyTorchError::ExpandedView {
             tensor_bytes: bytes,
             storage_bytes: loc.len,
             factor: MAX_VIEW_EXPANSION,
@@ -368,8 +356,7 @@ fn tied(tensors: &[TensorMeta], places: &[Place], strides: &Strides) -> Vec<Vec<
 impl PyTorchSource {
     /// Opens one checkpoint file (zip or legacy) of `len` bytes.
     pub(crate) fn open(file: File, len: u64, input: &str, options: &SourceOptions) -> Result<Self> {
-        let part =
-            open_part(file, len, input, &naming(options)).map_err(|e| e.with_input(input))?;
+        let part = open_part(file, len, input, options).map_err(|e| e.with_input(input))?;
         Self::from_parts(input, vec![part], options).map_err(|e| e.with_input(input))
     }
 
@@ -388,8 +375,7 @@ impl PyTorchSource {
                 .metadata()
                 .map_err(|e| Error::io(e).with_input(&shown))?
                 .len();
-            let part =
-                open_part(file, len, name, &naming(options)).map_err(|e| e.with_input(&shown))?;
+            let part = open_part(file, len, name, options).map_err(|e| e.with_input(&shown))?;
             parts.push(part);
         }
         for part in &parts {
@@ -473,14 +459,16 @@ impl PyTorchSource {
                 inputs: None,
             }));
         }
-        if !options.allow_expanded_views && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION) {
+        if !options.torch.allow_expanded_views
+            && planned > stored.saturating_mul(MAX_TOTAL_EXPANSION)
+        {
             return Err(bad(PyTorchError::Expanded {
                 planned,
                 factor: MAX_TOTAL_EXPANSION,
                 stored,
             }));
         }
-        if options.dedupe_tied {
+        if options.torch.dedupe_tied {
             src.tied = tied(&src.tensors, &src.placed, &src.strides);
         }
         // Contiguous views are read as bytes: their strides are moot.
@@ -720,6 +708,7 @@ impl Verified {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ZipError;
 
     /// A storage is checked once, whatever asks; another file's storage at
     /// the same first byte is checked on its own; a failed check does not pass.
@@ -752,7 +741,10 @@ mod tests {
         let mut file = tempfile::tempfile().unwrap();
         file.write_all(bytes).unwrap();
         let e = v.check((2, 0), &file, &entry(1), 0).unwrap_err();
-        assert!(matches!(e.kind(), ErrorKind::CrcMismatch { .. }), "{e}");
+        assert!(
+            matches!(e.kind(), ErrorKind::Zip(ZipError::CrcMismatch { .. })),
+            "{e}"
+        );
         assert!(!v.passed((2, 0)));
         v.check((2, 0), &file, &good, 0).unwrap();
     }

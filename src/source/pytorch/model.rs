@@ -483,7 +483,7 @@ impl<'a> Walker<'a> {
             let more = match self.p.get(id) {
                 Node::Tuple(v) | Node::List(v) | Node::Set(v) => v.len(),
                 Node::Dict(items) => 2 * items.len(),
-                Node::Call { .. } => 2,
+                Node::Call { .. } | Node::Object { .. } => 2,
                 _ => 0,
             };
             let cost = more.saturating_mul(TODO);
@@ -492,7 +492,9 @@ impl<'a> Walker<'a> {
             match self.p.get(id) {
                 Node::Tuple(v) | Node::List(v) | Node::Set(v) => todo.extend(v),
                 Node::Dict(items) => todo.extend(items.iter().flat_map(|&(k, v)| [k, v])),
-                Node::Call { args, state, .. } => todo.extend(std::iter::once(args).chain(state)),
+                Node::Call { args, state, .. } | Node::Object { args, state, .. } => {
+                    todo.extend(std::iter::once(args).chain(state))
+                }
                 _ => {}
             }
         }
@@ -551,7 +553,7 @@ impl<'a> Walker<'a> {
                 self.no_tensor_in(id, "inside a set", name)?;
                 self.skip(name);
             }
-            Node::Call { .. } => {
+            Node::Call { .. } | Node::Object { .. } => {
                 self.no_tensor_in(id, "among an object's constructor arguments", name)?;
                 self.skip(name);
             }

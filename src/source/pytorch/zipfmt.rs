@@ -8,10 +8,8 @@ use std::io::Read;
 
 use super::{Located, Storages};
 use crate::block_cache::BlockCache;
-use crate::source::npz::zip::{
-    check_overlaps, data_start_via, span, Method, PositionalReader, ZipEntry,
-};
-use crate::source::npz::MemberReader;
+use crate::io_util::PositionalReader;
+use crate::source::zip::{check_overlaps, data_start_via, span, MemberReader, Method, ZipEntry};
 use crate::{Error, ErrorKind, PyTorchError, Result};
 
 /// The most bytes a `data.pkl` may have: the pickle is an index of the

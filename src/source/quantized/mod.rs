@@ -31,6 +31,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::{FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
+use crate::error::note::{Note, Notice};
 use crate::header::{Metadata, TensorMeta};
 use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, Result};
@@ -138,28 +139,33 @@ pub(crate) struct Weight {
 /// Wraps the opened `sources` so that quantized weights come out
 /// dequantized to `options.dequantize`; without it, returns them as they
 /// are, after a notice for each quantized input.
-pub(crate) fn wrap<'a>(
-    sources: Vec<Box<dyn Source + 'a>>,
+pub(crate) fn wrap(
+    sources: Vec<Box<dyn Source>>,
     options: &SourceOptions,
-    notice: &(dyn Fn(&str) + Send + Sync),
-) -> Result<Vec<Box<dyn Source + 'a>>> {
+    notice: Notice<'_>,
+) -> Result<Vec<Box<dyn Source>>> {
     let found = recognize(&sources)?;
     if found.weights.is_empty() {
         return Ok(sources);
     }
     let Some(to) = options.dequantize else {
-        for (s, count) in found.per_source() {
-            notice(&format!(
+        // A listing (inspect) copies nothing: nothing to say.
+        let said = found
+            .per_source()
+            .into_iter()
+            .filter(|_| !options.listing_only);
+        for (s, count) in said {
+            notice(&Note::Info(format!(
                 "{}: {count} quantized weights ({}) copied as they are; --dequantize writes them in full precision",
                 sources[s].input_name(),
                 found.schemes(s).join(", ")
-            ));
+            )));
         }
         return Ok(sources);
     };
     check_rows(&found, &sources)?;
     let mut found = found;
-    let mut out: Vec<Box<dyn Source + 'a>> = Vec::with_capacity(sources.len());
+    let mut out: Vec<Box<dyn Source>> = Vec::with_capacity(sources.len());
     for (s, source) in sources.into_iter().enumerate() {
         let homed = found.take_source(s);
         if homed.is_empty() && !found.consumes_any(s) {

@@ -435,3 +435,54 @@ fn a_folder_with_safetensors_and_a_bin_reads_the_safetensors_and_says_so() {
     let o = run_in(dir.path(), &["repo", "-o", out.to_str().unwrap()]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
 }
+
+// ---- 6: broken downloads said for what they are --------------------------------------------
+
+#[test]
+fn broken_downloads_are_named_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let pointer = "version https://git-lfs.github.com/spec/v1\n\
+                   oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n\
+                   size 548\n";
+    let page = "<!DOCTYPE html>\n<html><head><title>Sign in</title></head></html>\n";
+    let cases: [(&str, &[u8], &str); 4] = [
+        ("pytorch_model.bin", pointer.as_bytes(), "git lfs pull"),
+        ("model.safetensors", page.as_bytes(), "an HTML page"),
+        ("empty.bin", b"", "the input is empty (0 bytes)"),
+        (
+            "weights.npz",
+            pointer.as_bytes(),
+            "a Git LFS pointer of a 548-byte file",
+        ),
+    ];
+    for (name, bytes, said) in cases {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+        for args in [
+            vec![name, "-o", "out.safetensors"],
+            vec!["inspect", name],
+            vec!["validate", name],
+        ] {
+            let o = run_in(dir.path(), &args);
+            let e = stderr(&o);
+            assert_eq!(code(&o), 1, "{args:?}: {e}");
+            assert!(e.contains(said), "{args:?}: {e}");
+            assert!(!e.contains("raw dump"), "{args:?}: {e}");
+            assert!(!e.contains("at byte"), "{args:?}: {e}");
+        }
+        // Through a pipe too (16 bytes sniffed).
+        let o = Command::new(BIN)
+            .args(["-", "-o", "out.safetensors"])
+            .current_dir(dir.path())
+            .stdin(std::fs::File::open(dir.path().join(name)).unwrap())
+            .output()
+            .unwrap();
+        let piped = said.split(" of a ").next().unwrap(); // the size line is past 16 bytes
+        assert!(stderr(&o).contains(piped), "{name} piped: {}", stderr(&o));
+    }
+    // Anything else keeps the raw-dump hint, its printable bytes shown as text.
+    std::fs::write(dir.path().join("dump.bin"), b"vers\x00\x01\x02\x03").unwrap();
+    let o = run_in(dir.path(), &["dump.bin", "-o", "out.safetensors"]);
+    let e = stderr(&o);
+    assert!(e.contains("first bytes 76 65 72 73 (\"vers\")"), "{e}");
+    assert!(e.contains("--raw-dtype"), "{e}");
+}

@@ -7,7 +7,7 @@ use crate::support;
 use std::path::PathBuf;
 
 use safetensors_stream::convert::{convert, ConvertOptions, Output};
-use safetensors_stream::source::SourceOptions;
+use safetensors_stream::source::{NpyOptions, SourceOptions};
 use safetensors_stream::{Category, Error, ErrorKind, HeaderError};
 use support::numpy::{block_on, cases, dir_names, fixtures, tensors_of, Case};
 
@@ -33,10 +33,8 @@ fn run(
 /// Options a case needs: the two archives with extra members are converted
 /// with `skip_non_npy`, as their expected outputs say.
 fn case_options(c: &Case) -> SourceOptions {
-    SourceOptions::default().skip_non_npy(matches!(
-        c.file_name(),
-        "extra_member.npz" | "dir_entry.npz"
-    ))
+    let skip = matches!(c.file_name(), "extra_member.npz" | "dir_entry.npz");
+    SourceOptions::default().npy(NpyOptions::default().skip_non_npy(skip))
 }
 
 /// The error kind each refused fixture must give.

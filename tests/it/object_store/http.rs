@@ -163,7 +163,7 @@ fn a_server_ignoring_range_gets_one_whole_get_for_a_small_object() {
 
 #[test]
 fn a_server_ignoring_range_is_named_for_a_big_object() {
-    let limit = safetensors_stream::store::WHOLE_OBJECT_LIMIT as usize;
+    let limit = safetensors_stream::source::object::WHOLE_OBJECT_LIMIT as usize;
     let served = Served::new("\"v1\"", vec![0u8; limit + 1], true);
     let url = format!("{}/m/big.safetensors", serve(served.clone()));
     let o = convert(&["inspect", &url]);

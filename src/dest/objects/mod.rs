@@ -1,30 +1,39 @@
 //! A plan written to object storage: each file one object. A set's shards
 //! are all uploaded before any is completed, and the index is written
 //! last: the index is the set's commit point. One file under
-//! [`MIN_PART`](super::upload::MIN_PART) bytes is a single PUT, sent at the
-//! commit.
+//! [`MIN_PART`] bytes is a single PUT, sent at the commit.
+//!
+//! - [`upload`]: one object written as a multipart upload;
+//! - [`open_uploads`]: the uploads left open in a bucket, listed (and
+//!   aborted) by `convert uploads`.
+
+mod open_uploads;
+pub(crate) mod upload;
+
+pub use open_uploads::open_uploads;
+pub use upload::abort_pending;
 
 use std::path::Path;
 
-use super::upload::{abort_uploads, PartUpload, UploadConfig, MIN_PART};
-use super::{store_output_error, Location, Side};
-use crate::dest::record;
-use crate::dest::writer::{DestOptions, OutWriter, Staged};
-use crate::dest::WrittenFile;
+use super::record;
+use super::writer::{DestOptions, OutWriter, Staged};
+use super::WrittenFile;
 use crate::observe::sha256_hex;
 use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
 use crate::plan::{Plan, ShardPlan};
+use crate::store::{store_output_error, Object, Side, UploadConfig, MIN_PART};
 use crate::Result;
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
 };
+use upload::{abort_uploads, PartUpload};
 
 /// The objects of a plan being written.
 pub(crate) struct ObjectSet {
     /// The shards' objects (one: the base itself).
-    objects: Vec<Location>,
+    objects: Vec<Object>,
     /// The index's object, when this run writes one.
-    index: Option<Location>,
+    index: Option<Object>,
     /// The shards' names, for the index.
     names: Vec<std::path::PathBuf>,
     options: DestOptions,
@@ -43,10 +52,10 @@ impl ObjectSet {
     /// files); with `--index-only`, checks every shard is there first.
     pub(crate) async fn open(url: &str, plan: &Plan, options: DestOptions) -> Result<ObjectSet> {
         let upload = UploadConfig::from_env().map_err(|e| e.with_output(url))?;
-        let base = Location::open(url, Side::Output).await?;
+        let base = Object::open(url, Side::Output).await?;
         let (paths, index_path) = shard_paths(Path::new(url), plan.shards.len());
         let sibling = |p: &Path| base.sibling(&p.file_name().unwrap_or_default().to_string_lossy());
-        let objects: Vec<Location> = match index_path {
+        let objects: Vec<Object> = match index_path {
             None => vec![base.clone()],
             Some(_) => paths.iter().map(|p| sibling(p)).collect(),
         };
@@ -161,7 +170,7 @@ impl ObjectSet {
 /// checked; with an expected plan id, the ids the shards record too.
 async fn check_shard_objects(
     plan: &Plan,
-    objects: &[Location],
+    objects: &[Object],
     expected: Option<&str>,
 ) -> Result<()> {
     let mut records = Vec::with_capacity(objects.len());

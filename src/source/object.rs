@@ -8,23 +8,23 @@
 //! (decompressed, spooled when its format needs seeking).
 //!
 //! Layer: source. May import the source facade and detection, the header
-//! and index layers and below; never the opening of inputs (which imports
-//! this).
+//! and index layers, the store client and below; never the opening of
+//! inputs (which imports this).
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
 
-use super::{store_error, Location, Side};
-use crate::header::read::read_header;
 use std::path::{Path, PathBuf};
 
-use crate::error::store::StoreError;
+use super::detect::{detect, Format};
+use super::{Source, SourceOptions, TensorData, TensorReader};
+use crate::error::store::{one_line, StoreError};
+use crate::header::read::read_header;
 use crate::header::{check_prefix, Header, Metadata, Rules, TensorMeta, PREFIX_LEN};
 use crate::index::{check_against_shards, is_index_path, Checkpoint, ShardIndex};
-use crate::source::detect::{detect, Format};
-use crate::source::{Source, SourceOptions, TensorData, TensorReader};
+use crate::store::{store_error, Object, Side};
 use crate::{Error, ErrorKind, Result};
 
 /// The first range read of a safetensors object: most headers fit.
@@ -47,13 +47,13 @@ pub(crate) enum ObjectInput {
 
 /// Opens the object at `url` as an input.
 pub(crate) async fn open_object(url: &str, options: &SourceOptions) -> Result<ObjectInput> {
-    let pinned = Pinned::head(Location::open(url, Side::Input).await?).await?;
+    let pinned = Pinned::head(Object::open(url, Side::Input).await?).await?;
     if is_index_path(Path::new(url)) {
         let src = ObjectSource::open_index(pinned).await?;
         return Ok(ObjectInput::Ranged(Box::new(src)));
     }
     let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
-    if options.raw.is_none() && detect(&first) == Format::Safetensors {
+    if options.raw.is_none() && detect(&first) == Format::SAFETENSORS {
         let src = ObjectSource::open(pinned, first).await?;
         return Ok(ObjectInput::Ranged(Box::new(src)));
     }
@@ -73,7 +73,7 @@ pub(crate) async fn open_object(url: &str, options: &SourceOptions) -> Result<Ob
 /// `inspect`: each shard's header under `rules`, and an index checked
 /// against its shards as [`Checkpoint::open`] checks local ones.
 pub async fn open_checkpoint(url: &str, rules: Rules) -> Result<Checkpoint> {
-    let loc = Location::open(url, Side::Input).await?;
+    let loc = Object::open(url, Side::Input).await?;
     if !is_index_path(Path::new(url)) {
         let header = Pinned::read_header(loc, rules).await?;
         return Ok(Checkpoint {
@@ -98,14 +98,14 @@ pub const WHOLE_OBJECT_LIMIT: u64 = 64 << 20;
 /// Whether `e` says the server answered a ranged GET with the whole object
 /// (the HTTP store's words, then the clouds' shared client's).
 fn ignores_range(e: &object_store::Error) -> bool {
-    let text = super::one_line(e);
+    let text = one_line(e);
     text.contains("Range request not supported")
         || text.contains("non-partial response when range requested")
 }
 
 /// An object as seen when planned: every read must find it unchanged.
 struct Pinned {
-    loc: Location,
+    loc: Object,
     etag: Option<String>,
     size: u64,
     /// The whole object, once a server that ignores `Range` sent it (at
@@ -121,7 +121,7 @@ enum Got {
 
 impl Pinned {
     /// The object at `loc`, of this length and ETag.
-    fn new(loc: Location, etag: Option<String>, size: u64) -> Pinned {
+    fn new(loc: Object, etag: Option<String>, size: u64) -> Pinned {
         Pinned {
             loc,
             etag,
@@ -225,7 +225,7 @@ impl Pinned {
     }
 
     /// Pins the object at `loc`: its length and ETag, by a HEAD.
-    async fn head(loc: Location) -> Result<Pinned> {
+    async fn head(loc: Object) -> Result<Pinned> {
         let meta = loc
             .store
             .head(&loc.path)
@@ -235,7 +235,7 @@ impl Pinned {
     }
 
     /// The whole header of the safetensors object at `loc`.
-    async fn read_header(loc: Location, rules: Rules) -> Result<Header> {
+    async fn read_header(loc: Object, rules: Rules) -> Result<Header> {
         Pinned::head(loc).await?.whole_header(rules).await
     }
 
@@ -295,7 +295,7 @@ impl Pinned {
             object_store::Error::Precondition { .. } => {
                 std::io::Error::other(format!("{url}: the object was replaced while being read"))
             }
-            e => std::io::Error::other(super::one_line(&e)),
+            e => std::io::Error::other(one_line(&e)),
         });
         Ok(Box::pin(tokio_util::io::StreamReader::new(stream)))
     }

@@ -1,0 +1,194 @@
+//! What a run tells that is not an error: [`Note`]s, told as they happen
+//! to a [`NoticeFn`], of which [`Warning`]s are the ones a user should
+//! heed. Warnings are values: a report lists each once, however many ways
+//! it was told, by comparing them, not their text. The shells render them
+//! (`convert: warning: ...` on stderr, strings in the JSON report).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::Dtype;
+
+/// Something worth knowing that did not stop the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Warning {
+    /// A header longer than the Hugging Face Hub accepts.
+    HubHeader {
+        /// The header's length.
+        bytes: u64,
+        /// What the Hub accepts.
+        limit: u64,
+    },
+    /// An output named like another format (its bytes are safetensors).
+    OutputExtension {
+        /// The output file.
+        output: String,
+        /// Its name's extension.
+        extension: String,
+    },
+    /// An output replaced whose other hard links keep the old bytes.
+    HardLinks {
+        /// The output file.
+        output: String,
+        /// How many other links it has.
+        others: u64,
+    },
+    /// Values of a checkpoint that are not tensors (numbers, strings,
+    /// hyper-parameters), skipped.
+    SkippedValues {
+        /// The checkpoint.
+        input: String,
+        /// How many were skipped.
+        count: usize,
+        /// The paths of the first few.
+        paths: Vec<String>,
+    },
+    /// Finite values of a tensor that a cast turned to infinity.
+    Overflow {
+        /// The tensor, as written.
+        tensor: String,
+        /// How many values.
+        count: u64,
+        /// The dtype cast from.
+        from: Dtype,
+        /// The dtype cast to.
+        to: Dtype,
+    },
+    /// A clean-up after the run failed (an upload left open), as its error says.
+    Cleanup(String),
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Warning::HubHeader { bytes, limit } => write!(
+                f,
+                "a header of {bytes} bytes exceeds the {limit} bytes the Hugging Face Hub accepts"
+            ),
+            Warning::OutputExtension { output, extension } => write!(
+                f,
+                "{output}: the output is a safetensors file, though its name ends in .{extension}"
+            ),
+            Warning::HardLinks { output, others } => write!(
+                f,
+                "{output} has {others} other hard links; they keep the old bytes (the output is a new file)"
+            ),
+            Warning::SkippedValues {
+                input,
+                count,
+                paths,
+            } => {
+                let more = if *count > paths.len() { ", ..." } else { "" };
+                write!(
+                    f,
+                    "{input}: skipped {count} non-tensor values (numbers, strings, hyper-parameters): {}{more}",
+                    paths.join(", ")
+                )
+            }
+            Warning::Overflow {
+                tensor,
+                count,
+                from,
+                to,
+            } => {
+                let values = if *count == 1 { "value" } else { "values" };
+                write!(
+                    f,
+                    "tensor {tensor:?}: {count} finite {values} overflowed to infinity casting {from} to {to}"
+                )
+            }
+            Warning::Cleanup(error) => f.write_str(error),
+        }
+    }
+}
+
+/// In JSON, a warning is its text.
+impl serde::Serialize for Warning {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Something a run tells as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Note {
+    /// What it is doing ("spooling ...", "reading ...").
+    Info(String),
+    /// A [`Warning`].
+    Warning(Warning),
+}
+
+/// A note as a line: its text; a warning's after `warning: `, safe to
+/// print ([`printable_line`](super::printable_line): it may quote names
+/// from the input).
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::Info(text) => f.write_str(text),
+            Note::Warning(w) => f.write_str(&super::printable_line(&format!("warning: {w}"))),
+        }
+    }
+}
+
+/// Where notes are told, as they happen.
+pub type NoticeFn = Arc<dyn Fn(&Note) + Send + Sync>;
+
+/// A [`NoticeFn`] lent to the code that tells.
+pub(crate) type Notice<'a> = &'a (dyn Fn(&Note) + Send + Sync);
+
+/// The `notes` a list of `warnings` does not hold already, as text: a
+/// warning both reported and told as it happened is listed once.
+pub(crate) fn fresh_notes<'a>(
+    notes: &'a [Note],
+    warnings: &'a [Warning],
+) -> impl Iterator<Item = String> + 'a {
+    notes
+        .iter()
+        .filter(|n| !matches!(n, Note::Warning(w) if warnings.contains(w)))
+        .map(Note::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_told_and_reported_is_listed_once_by_value() {
+        let overflow = |count| Warning::Overflow {
+            tensor: "w".into(),
+            count,
+            from: Dtype::F32,
+            to: Dtype::F16,
+        };
+        let reported = [overflow(2)];
+        let notes = [
+            Note::Info("spooling".into()),
+            Note::Warning(overflow(2)),
+            Note::Warning(overflow(3)),
+        ];
+        let fresh: Vec<String> = fresh_notes(&notes, &reported).collect();
+        assert_eq!(
+            fresh,
+            [
+                "spooling",
+                "warning: tensor \"w\": 3 finite values overflowed to infinity casting F32 to F16"
+            ]
+        );
+    }
+
+    #[test]
+    fn skipped_values_name_the_first_paths_and_say_when_there_are_more() {
+        let skipped = |count| Warning::SkippedValues {
+            input: "a.pt".into(),
+            count,
+            paths: vec!["epoch".into(), "opt.lr".into()],
+        };
+        let text = |n: usize| {
+            format!("a.pt: skipped {n} non-tensor values (numbers, strings, hyper-parameters): epoch, opt.lr")
+        };
+        assert_eq!(skipped(2).to_string(), text(2));
+        assert_eq!(skipped(9).to_string(), text(9) + ", ...");
+    }
+}

@@ -1,0 +1,53 @@
+//! A hook between the phases of opening a large input, which the caller
+//! answers: a parser never calls an allocator itself.
+
+use std::fmt;
+
+/// Called by a source between the phases of opening a large input, once a
+/// phase has freed much memory the next does not reuse (a pickle's bytes
+/// before its values are built, its values before its tensors are
+/// checked). The `convert` binary answers with its allocator's collect
+/// (mimalloc keeps freed pages a while, so each phase's peak would add the
+/// last's); a library user may pass its own allocator's, or nothing (the
+/// default: nothing is called).
+///
+/// ```
+/// use safetensors_stream::source::{FreedMemoryHook, SourceOptions};
+///
+/// fn hand_back() { /* e.g. the allocator's collect or trim */ }
+/// let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(hand_back));
+/// // A hook changes nothing about what is read.
+/// assert_eq!(options, SourceOptions::default());
+/// ```
+#[derive(Clone, Copy, Default)]
+pub struct FreedMemoryHook(Option<fn()>);
+
+impl FreedMemoryHook {
+    /// A hook calling `hand_back`, from the thread that opens the input.
+    pub fn new(hand_back: fn()) -> FreedMemoryHook {
+        FreedMemoryHook(Some(hand_back))
+    }
+
+    /// Tells the caller a phase freed much memory.
+    pub(crate) fn call(self) {
+        if let Some(hand_back) = self.0 {
+            hand_back()
+        }
+    }
+}
+
+impl fmt::Debug for FreedMemoryHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = if self.0.is_some() { "set" } else { "none" };
+        write!(f, "FreedMemoryHook({set})")
+    }
+}
+
+/// Every hook is equal: options that differ only in it read the same.
+impl PartialEq for FreedMemoryHook {
+    fn eq(&self, _: &FreedMemoryHook) -> bool {
+        true
+    }
+}
+
+impl Eq for FreedMemoryHook {}
