@@ -139,6 +139,8 @@ pub fn detect(first: &[u8]) -> Format {
 }
 
 /// The first bytes as hex, for the unknown-format message.
+// Messages use download::first_bytes; this stays for the fuzz targets.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn hex_preview(first: &[u8]) -> String {
     let shown: Vec<String> = first.iter().take(4).map(|b| format!("{b:02x}")).collect();
     if shown.is_empty() {
