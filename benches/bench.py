@@ -753,7 +753,7 @@ class Bench:
     # -- build
 
     def build(self):
-        src = REPO / "target" / "release" / "convert"
+        src = REPO / "target" / "release" / "safetensors-convert"
         if not self.args.no_build:
             self.log("== cargo build --release")
             p = subprocess.run(["cargo", "build", "--release"], cwd=REPO, capture_output=True, text=True)
@@ -1455,7 +1455,7 @@ def quantized_bench(a) -> int:
     Every convert output is compared with torch's when torch is importable."""
     binary = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "convert"
     if not a.no_build:
-        subprocess.run(["cargo", "build", "--release", "--bin", "convert"], cwd=REPO, check=True)
+        subprocess.run(["cargo", "build", "--release", "--bin", "safetensors-convert"], cwd=REPO, check=True)
     size = int(a.size_gib * GIB)
     try:
         import torch  # noqa: F401

@@ -15,7 +15,7 @@ then runs `convert IN -o OUT --no-sync -q` (with --dry-run: `convert IN
 peak RSS, wall, user and system time for each n, with the header's bytes
 and RSS / header bytes.
 
-    python3 benches/header_scale.py --binary target/debug/convert \
+    python3 benches/header_scale.py --binary target/debug/safetensors-convert \
         --sizes 10000 100000 1000000 --npz 20000 200000 --pt 1000000
 
 Inputs are written under --dir (default: a temp folder) and removed after.
@@ -159,7 +159,7 @@ def command(args, src, out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", default="target/debug/convert")
+    ap.add_argument("--binary", default="target/debug/safetensors-convert")
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--npz", type=int, nargs="*", default=[20_000, 200_000])
     ap.add_argument("--pt", type=int, nargs="*", default=[])

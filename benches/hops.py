@@ -36,8 +36,8 @@ def build(tree, n):
     if "CARGO_TARGET_DIR" in env:
         env["CARGO_TARGET_DIR"] = os.path.join(env["CARGO_TARGET_DIR"], f"hops-{n}")
     target = env.get("CARGO_TARGET_DIR", os.path.join(tree, "target"))
-    subprocess.run(["cargo", "build", "--quiet", "--bin", "convert"], cwd=tree, env=env, check=True)
-    return os.path.join(target, "debug", "convert")
+    subprocess.run(["cargo", "build", "--quiet", "--bin", "safetensors-convert"], cwd=tree, env=env, check=True)
+    return os.path.join(target, "debug", "safetensors-convert")
 
 
 def profile(tree, binary, tmp):

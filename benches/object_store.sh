@@ -5,14 +5,14 @@
 # (/usr/bin/time -v). The file is 256 tensors of 4 MiB (a many-tensor checkpoint, not one blob).
 #
 #   moto_server -H 127.0.0.1 -p 5077 &      # pip install "moto[server]==5.1.4" boto3
-#   CONVERT=target/release/convert PYTHON=venv/bin/python benches/object_store.sh http://127.0.0.1:5077
+#   CONVERT=target/release/safetensors-convert PYTHON=venv/bin/python benches/object_store.sh http://127.0.0.1:5077
 #
 # PART_MIB and IN_FLIGHT (default: convert's defaults, 8 and 8) are given to convert through
 # SAFETENSORS_STREAM_PART_SIZE / SAFETENSORS_STREAM_PARTS_IN_FLIGHT and to boto3's "same parts"
 # run as multipart_chunksize / max_concurrency. ALL=1 also times downloads and the fan-out.
 # Needs ~3 GB of free disk (the file, and moto's copy); removes what it makes.
 set -euo pipefail
-B=$(realpath "${CONVERT:-target/release/convert}")
+B=$(realpath "${CONVERT:-target/release/safetensors-convert}")
 PY=${PYTHON:-python3}
 ROUNDS=${ROUNDS:-5}
 PART_MIB=${PART_MIB:-8}

@@ -6,7 +6,7 @@ the whole conversion from the inputs' headers, so they agree on the layout
 without talking, and each writes exactly shard K. The index is written last
 (`--index-only`), after every shard task succeeded: it is the commit point.
 
-    python deploy/dask_fanout.py --convert /opt/sts/bin/convert \\
+    python deploy/dask_fanout.py --convert /opt/sts/bin/safetensors-convert \\
         --scheduler tcp://host:8786 -- \\
         s3://in/model.safetensors.index.json --cast-all BF16 \\
         --max-shard-size 5GB -o s3://out/model.safetensors
@@ -91,14 +91,14 @@ def shard_task(convert, args, k):
 
 
 def check_binary(convert):
-    """Refuses to run anything but safetensors-stream's `convert`."""
+    """Refuses to run anything but safetensors-stream's `safetensors-convert`."""
     try:
         version = subprocess.run([convert, "--version"], capture_output=True, text=True).stdout
     except OSError as e:
         sys.exit(f"dask_fanout: cannot run {convert!r}: {e}")
-    if not re.match(r"convert \d+\.\d+", version):
+    if not re.match(r"safetensors-convert \d+\.\d+", version):
         sys.exit(
-            f"dask_fanout: {convert!r} is not safetensors-stream's convert "
+            f"dask_fanout: {convert!r} is not safetensors-stream's safetensors-convert "
             f"(it says {version.strip()[:60]!r}); pass --convert PATH"
         )
 
@@ -113,7 +113,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scheduler", help="a Dask scheduler address; default: a local cluster")
     p.add_argument("--workers", type=int, default=4, help="local cluster size")
-    p.add_argument("--convert", default="convert", help="the convert binary (checked to be ours)")
+    p.add_argument("--convert", default="safetensors-convert", help="the safetensors-convert binary (checked to be ours)")
     p.add_argument("--retries", type=int, default=2, help="retries of a shard that failed on I/O")
     p.add_argument("args", nargs=argparse.REMAINDER, help="-- then convert's arguments")
     opts = p.parse_args()

@@ -8,7 +8,7 @@ logits bit for bit with the same model loaded from the reference (`ref-*.safeten
 name, written by safetensors.torch.save_file) through the very same code; a second check compares
 with the logits the generator computed from the model in memory (transformers 4.57.6).
 
-    python scripts/roundtrip_transformers.py run --convert target/debug/convert --out tf5.json
+    python scripts/roundtrip_transformers.py run --convert target/debug/safetensors-convert --out tf5.json
     PYTHONPATH=/work/venvs/clients-tf4 python scripts/roundtrip_transformers.py run ... --out tf4.json
     python scripts/roundtrip_transformers.py table tf4.json tf5.json   # markdown
 """

@@ -1,7 +1,10 @@
 //! A folder given as input: a checkpoint folder as downloaded (`model/`)
 //! stands for its one checkpoint. Its `*.index.json` if it holds exactly
 //! one; else its single model file; anything else is refused with a
-//! message saying what to pass.
+//! message saying what to pass. A folder holding the same checkpoint in
+//! safetensors and in another form (a Hub repo's `model.safetensors` and
+//! `pytorch_model.bin`) stands for the safetensors, as transformers'
+//! `from_pretrained` chooses, the others named in a notice.
 
 use std::path::{Path, PathBuf};
 
@@ -25,8 +28,39 @@ const COMPRESSED: &[&str] = &["gz", "zst", "zstd", "xz", "bz2"];
 /// # Ok::<(), safetensors_stream::Error>(())
 /// ```
 pub(crate) fn resolve_input(path: &Path) -> Result<PathBuf> {
+    resolve_folder(path).map(|r| r.path)
+}
+
+/// What a folder given as input stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The file read: the input itself when it is no folder.
+    pub path: PathBuf,
+    /// Checkpoint files of the folder in another form than the one read
+    /// (`pytorch_model.bin` beside `model.safetensors`), left out because
+    /// safetensors is preferred; for a notice.
+    pub passed_over: Vec<String>,
+}
+
+/// [`resolve_input`], also saying which files in another form it passed over.
+///
+/// ```
+/// use safetensors_stream::source::resolve_folder;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();
+/// std::fs::write(dir.path().join("pytorch_model.bin"), b"").unwrap();
+/// let r = resolve_folder(dir.path())?;
+/// assert_eq!(r.path, dir.path().join("model.safetensors"));
+/// assert_eq!(r.passed_over, ["pytorch_model.bin"]);
+/// # Ok::<(), safetensors_stream::Error>(())
+/// ```
+pub fn resolve_folder(path: &Path) -> Result<Resolved> {
     if !path.is_dir() {
-        return Ok(path.to_path_buf());
+        return Ok(Resolved {
+            path: path.to_path_buf(),
+            passed_over: Vec::new(),
+        });
     }
     let shown = path.display().to_string();
     let mut names: Vec<String> = std::fs::read_dir(path)
@@ -37,29 +71,80 @@ pub(crate) fn resolve_input(path: &Path) -> Result<PathBuf> {
         .filter(|name| !name.starts_with('.'))
         .collect();
     names.sort();
+    // Safetensors first, as transformers loads it: the PyTorch form of the
+    // same checkpoint is passed over (and said), not counted as a choice.
+    // Other files (an .npz beside) still make the folder ambiguous.
+    let (names, passed_over): (Vec<String>, Vec<String>) =
+        match names.iter().any(|n| is_safetensors(n)) {
+            true => names.into_iter().partition(|n| !is_pytorch(n)),
+            false => (names, Vec::new()),
+        };
     let indexes: Vec<&String> = names
         .iter()
         .filter(|n| n.ends_with(".index.json"))
         .collect();
     let models: Vec<&String> = names.iter().filter(|n| is_model_file(n)).collect();
     let refuse = |msg: String| Err(Error::new(ErrorKind::FolderInput(msg)).with_input(&shown));
-    match (indexes.as_slice(), models.as_slice()) {
-        ([one], _) | ([], [one]) => Ok(path.join(one)),
-        ([], []) => refuse(format!(
-            "a folder with no checkpoint in it (no *.index.json, no .{} file); pass a file",
-            MODEL_EXTENSIONS.join("/.")
-        )),
-        ([], many) => refuse(format!(
-            "a folder with {} model files ({}) and no *.index.json; pass the file to convert, or several files to merge them",
-            many.len(),
-            list(many)
-        )),
-        (many, _) => refuse(format!(
-            "a folder with {} indexes ({}); pass the one to convert",
-            many.len(),
-            list(many)
-        )),
-    }
+    let chosen = match (indexes.as_slice(), models.as_slice()) {
+        ([one], _) | ([], [one]) => path.join(one),
+        ([], []) => {
+            return refuse(format!(
+                "a folder with no checkpoint in it (no *.index.json, no .{} file); pass a file",
+                MODEL_EXTENSIONS.join("/.")
+            ))
+        }
+        ([], many) => {
+            return refuse(format!(
+                "a folder with {} model files ({}) and no *.index.json; pass the file to convert, or several files to merge them",
+                many.len(),
+                list(many)
+            ))
+        }
+        (many, _) => {
+            return refuse(format!(
+                "a folder with {} indexes ({}); pass the one to convert",
+                many.len(),
+                list(many)
+            ))
+        }
+    };
+    Ok(Resolved {
+        path: chosen,
+        passed_over,
+    })
+}
+
+/// A safetensors file or index (compressed or not).
+fn is_safetensors(name: &str) -> bool {
+    let bare = COMPRESSED
+        .iter()
+        .find_map(|c| name.strip_suffix(&format!(".{c}")))
+        .unwrap_or(name);
+    bare.ends_with(".safetensors") || bare.ends_with(".safetensors.index.json")
+}
+
+/// A PyTorch checkpoint file or index (`pytorch_model.bin`, `.pt`, `.pth`,
+/// `pytorch_model.bin.index.json`), compressed or not.
+fn is_pytorch(name: &str) -> bool {
+    let bare = COMPRESSED
+        .iter()
+        .find_map(|c| name.strip_suffix(&format!(".{c}")))
+        .unwrap_or(name);
+    let bare = bare.strip_suffix(".index.json").unwrap_or(bare);
+    [".bin", ".pt", ".pth"].iter().any(|e| bare.ends_with(e))
+}
+
+/// The notice for a folder that stood for its safetensors form.
+pub fn passed_over_notice(folder: &Path, r: &Resolved) -> Option<String> {
+    let file = r.path.file_name()?.to_string_lossy();
+    let others: Vec<&String> = r.passed_over.iter().collect();
+    (!others.is_empty()).then(|| {
+        format!(
+            "{}: reading {file}, the safetensors form, as transformers does; passing over {}",
+            folder.display(),
+            list(&others)
+        )
+    })
 }
 
 fn is_model_file(name: &str) -> bool {

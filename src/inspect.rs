@@ -13,8 +13,10 @@ use crate::index::Checkpoint;
 pub fn is_pytorch_index(path: &std::path::Path) -> bool {
     crate::source::pytorch::is_index_path(path)
 }
+use crate::source::gguf::header::Value as GgufValue;
+use crate::source::gguf::GgufSource;
 use crate::source::{Listed, Listing, Source, StoredPiece};
-use crate::units::{ByteCount, HumanBytes};
+use crate::units::{ByteCount, Counted, HumanBytes};
 use crate::Result;
 
 /// Renders a checkpoint as a readable table with totals and metadata.
@@ -29,9 +31,9 @@ pub fn render_table(cp: &Checkpoint) -> String {
     if let Some(index) = &cp.index {
         let _ = writeln!(
             out,
-            "index: {} shards, {} tensors, total_size {}",
-            cp.files.len(),
-            index.weight_map.len(),
+            "index: {}, {}, total_size {}",
+            Counted(cp.files.len(), "shard"),
+            Counted(index.weight_map.len(), "tensor"),
             ByteCount(index.metadata.total_size)
         );
     }
@@ -88,8 +90,8 @@ fn render_file(out: &mut String, h: &Header) {
     write_table(out, ["name", "dtype", "shape", "bytes", "offset"], &rows, 3);
     let _ = writeln!(
         out,
-        "  {} tensors, data {}, header {}, file {}",
-        h.tensors.len(),
+        "  {}, data {}, header {}, file {}",
+        Counted(h.tensors.len(), "tensor"),
         ByteCount(h.data_len()),
         ByteCount(h.header_len),
         ByteCount(h.file_len())
@@ -153,12 +155,85 @@ pub fn render_listing(listing: &Listing) -> Result<String> {
     write_table(&mut out, ["name", "dtype", "shape", "bytes"], &rows, 3);
     let _ = writeln!(
         out,
-        "  {} tensors, data {}",
-        listing.tensors.len(),
+        "  {}, data {}",
+        Counted(listing.tensors.len(), "tensor"),
         ByteCount(total)
     );
     write_metadata(&mut out, listing.metadata.as_ref());
     Ok(out)
+}
+
+/// A GGUF file: each tensor's type as stored (ggml's `Q4_K`, `Q8_0`, `F32`)
+/// beside the dtype it is written as, then every metadata key, arrays
+/// summarised (`[32000 x string: "<unk>", "<s>", "</s>", ...]`).
+pub fn render_gguf(src: &GgufSource) -> Result<String> {
+    let mut out = String::new();
+    let h = src.header();
+    let order = if h.big_endian { "big" } else { "little" };
+    let _ = writeln!(out, "{}", src.input_name());
+    let _ = writeln!(out, "  GGUF v{}, {order}-endian", h.version);
+    let mut rows = Vec::with_capacity(src.tensors().len());
+    let mut total = 0u64;
+    for (k, t) in src.tensors().iter().enumerate() {
+        let bytes = t.byte_len()?;
+        total = total.saturating_add(bytes);
+        rows.push([
+            t.name.clone(),
+            src.stored_type(k).to_string(),
+            t.dtype.to_string(),
+            format!("{:?}", t.shape),
+            bytes.to_string(),
+        ]);
+    }
+    write_table(
+        &mut out,
+        ["name", "stored", "dtype", "shape", "bytes"],
+        &rows,
+        4,
+    );
+    let _ = writeln!(
+        out,
+        "  {}, data {} as written (quantized types dequantized: --dequantize-to F32, F16 or BF16)",
+        Counted(src.tensors().len(), "tensor"),
+        ByteCount(total)
+    );
+    let _ = writeln!(out, "  metadata ({}):", Counted(h.metadata.len(), "key"));
+    for (k, v) in &h.metadata {
+        let _ = writeln!(out, "    {k}: {}", v.describe());
+    }
+    Ok(out)
+}
+
+/// [`render_gguf`] as JSON: the listing's fields, each tensor's `stored`
+/// type, and `metadata` holding every key (an array as `{"type", "len",
+/// "first"}`).
+pub fn gguf_to_json(src: &GgufSource) -> Result<Value> {
+    let mut v = listing_to_json(&Listing::of(src))?;
+    for (k, t) in v["tensors"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        t["stored"] = json!(src.stored_type(k));
+    }
+    let metadata: serde_json::Map<String, Value> = src
+        .header()
+        .metadata
+        .iter()
+        .map(|(k, value)| {
+            let shown = match value {
+                GgufValue::Array { of, len, first } => {
+                    json!({"type": of, "len": len, "first": first})
+                }
+                other => json!(other.to_metadata()),
+            };
+            (k.clone(), shown)
+        })
+        .collect();
+    v["format"] = json!("gguf");
+    v["metadata"] = Value::Object(metadata);
+    Ok(v)
 }
 
 /// The listing as JSON: `{"input", "tensors": [{name, dtype, shape, bytes}], "data_bytes", "metadata"}`.
@@ -355,7 +430,7 @@ pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sourc
 /// of text, for which a doubling `String` would reserve 128 MB and hold
 /// both buffers while it moves (issue 25 bounds `--dry-run`'s memory).
 pub fn render_plan<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sources: &[L]) -> String {
-    let mut len = Counted(0);
+    let mut len = ByteCounter(0);
     write_plan(&mut len, plan, paths, sources);
     let mut out = String::with_capacity(len.0);
     write_plan(&mut out, plan, paths, sources);
@@ -363,9 +438,9 @@ pub fn render_plan<L: Listed>(plan: &crate::plan::Plan, paths: &[String], source
 }
 
 /// A [`Write`] that only counts the bytes written to it.
-struct Counted(usize);
+struct ByteCounter(usize);
 
-impl Write for Counted {
+impl Write for ByteCounter {
     fn write_str(&mut self, s: &str) -> std::fmt::Result {
         self.0 += s.len();
         Ok(())
@@ -383,8 +458,8 @@ fn write_plan<L: Listed>(
         let h = shard.header.header();
         let _ = writeln!(
             out,
-            "{path}: {} tensors, header {}, file {}",
-            h.tensors.len(),
+            "{path}: {}, header {}, file {}",
+            Counted(h.tensors.len(), "tensor"),
             ByteCount(h.header_len),
             ByteCount(h.file_len())
         );
@@ -409,8 +484,8 @@ fn write_plan<L: Listed>(
     }
     let _ = writeln!(
         out,
-        "{} tensors, {} of tensor data, {} in all",
-        plan.tensor_count(),
+        "{}, {} of tensor data, {} in all",
+        Counted(plan.tensor_count(), "tensor"),
         HumanBytes(plan.data_len()),
         HumanBytes(plan.file_len())
     );

@@ -156,3 +156,23 @@ mod tests {
         assert!(why("20000000TB").contains("64 bits"));
     }
 }
+
+/// A count and its noun, singular for one: `Counted(1, "tensor")` shows as
+/// `1 tensor`, `Counted(3, "tensor")` as `3 tensors`.
+///
+/// ```
+/// use safetensors_stream::units::Counted;
+/// assert_eq!(Counted(1, "tensor").to_string(), "1 tensor");
+/// assert_eq!(Counted(0, "shard").to_string(), "0 shards");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted<'a>(pub usize, pub &'a str);
+
+impl std::fmt::Display for Counted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            1 => write!(f, "1 {}", self.1),
+            n => write!(f, "{n} {}s", self.1),
+        }
+    }
+}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -54,6 +54,12 @@ def _version() -> str:
 
 __version__: str = _version()
 
+
+def __dir__() -> list[str]:
+    """What ``dir(safetensors_stream)`` and tab completion offer: the API,
+    not the modules and names this module imports for itself."""
+    return sorted([*__all__, "__version__"])
+
 # Bytes per piece when save_file streams an array that needs reordering or
 # byte swapping: one piece is copied at a time, never the whole array.
 _PIECE = 1 << 20
@@ -65,8 +71,9 @@ def _numpy() -> Any:
 
 
 def _target(path_or_fileobj: Any) -> Any:
-    """What the native writer takes: a path (str), a descriptor of its own
-    (a dup of the file object's), or an object with write()."""
+    """What the native writer takes: a path (str), the file object's
+    descriptor (the writer writes through a duplicate of its own), or an
+    object with write()."""
     if isinstance(path_or_fileobj, (str, os.PathLike)):
         if os.fspath(path_or_fileobj) == "-":
             path_or_fileobj = sys.stdout
@@ -79,10 +86,10 @@ def _target(path_or_fileobj: Any) -> Any:
         except (OSError, ValueError):  # io.UnsupportedOperation: BytesIO and the like
             fd = None
         if fd is not None:
-            # What the file object buffered goes first; the writer then owns
-            # a duplicate, so closing either leaves the other working.
+            # What the file object buffered goes first; the writer then
+            # duplicates the descriptor, so closing either leaves the other working.
             path_or_fileobj.flush()
-            return os.dup(fd)
+            return int(fd)
     if hasattr(path_or_fileobj, "write"):
         return path_or_fileobj
     raise UsageError(
@@ -333,9 +340,33 @@ def save_file(
                 w.write(name, piece)
 
 
+def _stderr_progress() -> Callable[[int, int, str], None]:
+    """``progress=True``: a line on stderr at most once a second, as the
+    CLI's ``--progress`` prints when stderr is not a terminal."""
+    import time
+
+    last = [0.0]
+
+    def show(done: int, total: int, tensor: str) -> None:
+        now = time.monotonic()
+        if done not in (0, total) and now - last[0] < 1.0:
+            return
+        last[0] = now
+        percent = 100 * done // max(total, 1)
+        print(f"progress: {done} / {total} bytes ({percent}%), {tensor}", file=sys.stderr, flush=True)
+
+    return show
+
+
+def _size(keyword: str, value: int | str | None) -> str | None:
+    if isinstance(value, bool):
+        raise TypeError(f'{keyword} is a size (5_000_000_000 or "5GB"), not a bool')
+    return None if value is None else str(value)
+
+
 def convert(
     inputs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
     *,
     max_shard_size: int | str | None = None,
     cast_all: str | None = None,
@@ -348,7 +379,7 @@ def convert(
     prefix: str | None = None,
     metadata: Mapping[str, str] | None = None,
     order: str = "canonical",
-    checksum: bool = False,
+    checksum: bool | str = False,
     sync: bool = True,
     skip_non_npy: bool = False,
     name: str | None = None,
@@ -356,30 +387,67 @@ def convert(
     overwrite_input: bool = False,
     npy_void_as: str | None = None,
     dry_run: bool = False,
+    dedupe_tied: bool = False,
+    pt_root: str | None = None,
+    allow_expanded_views: bool = False,
+    dequantize: bool = False,
+    dequantize_to: str | None = None,
+    gguf_metadata: bool = False,
+    raw_dtype: str | None = None,
+    raw_shape: str | Sequence[int] | None = None,
+    raw_offset: int = 0,
+    raw_byte_order: str = "little",
+    raw_manifest: str | os.PathLike[str] | None = None,
+    raw_allow_trailing: bool = False,
+    shard: int | None = None,
+    index_only: bool = False,
+    expect_plan: str | None = None,
+    buffer_size: int | str | None = None,
+    progress: bool | Callable[[int, int, str], None] = False,
 ) -> dict[str, Any]:
     """Converts ``inputs`` (.npy, .npz, safetensors, sharded index, PyTorch
-    checkpoints, compressed or not; local paths or object URLs: ``s3://``,
-    ``gs://``, ``az://``, ``https://`` as inputs) into ``output`` (a path, an
-    object URL, or ``"-"``: standard output), as the ``convert`` CLI does,
-    with credentials from the environment as for the CLI, and returns the
-    dict its ``--report json`` prints.
+    checkpoints, GGUF, quantized safetensors, raw dumps, compressed or not;
+    local paths or object URLs: ``s3://``, ``gs://``, ``az://``,
+    ``https://`` as inputs) into ``output`` (a path, an object URL, or
+    ``"-"``: standard output), as the ``convert`` CLI does, with
+    credentials from the environment as for the CLI, and returns the dict
+    its ``--report json`` prints.
 
-    Each keyword is the CLI flag of the same name. ``include``/``exclude``:
+    Every option of the CLI is a keyword: ``--allow-empty`` is
+    ``allow_empty=True``, ``--no-sync`` is ``sync=False``, ``--cast F32=BF16``
+    is ``cast={"F32": "BF16"}``, ``--raw-shape 4,256`` is
+    ``raw_shape=(4, 256)`` (or ``"4,256"``); ``_native.convert_options()``
+    lists them. Error messages name the keywords. ``include``/``exclude``:
     one glob or a list of them. Dtypes (``cast_all="bf16"``,
-    ``cast={"F32": "bfloat16"}``, ``npy_void_as``) take the safetensors,
-    numpy or torch spellings. ``dry_run=True`` writes nothing and returns
-    the plan, as ``convert --dry-run --json`` prints it."""
+    ``cast={"F32": "bfloat16"}``, ``npy_void_as``, ``raw_dtype``) take the
+    safetensors, numpy or torch spellings. ``dry_run=True`` writes nothing
+    and returns the plan, as ``convert --dry-run --json`` prints it
+    (``output`` may then be left out). ``progress=True`` prints a line on
+    stderr at most once a second; a callable gets ``(bytes_done,
+    bytes_total, tensor)``. Notices are the report's ``"warnings"``."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
+    inputs = [os.fspath(i) for i in inputs]
+    if output is None:
+        if not dry_run:
+            raise UsageError("convert() needs an output (a path, a URL or \"-\") unless dry_run=True", "usage")
+        stem = os.path.basename(inputs[0].rstrip("/")).split(".")[0] if inputs else ""
+        output = f"{stem or 'model'}.safetensors"
     if os.fspath(output) == "-" and not dry_run:
         sys.stdout.flush()  # what Python buffered goes before the file
-    if isinstance(max_shard_size, bool):
-        raise TypeError("max_shard_size is a size (5_000_000_000 or \"5GB\"), not a bool")
+    if checksum not in (True, False, "sha256"):
+        raise UsageError(f'checksum is True (or "sha256", the only algorithm), not {checksum!r}', "usage")
+    if raw_shape is not None and not isinstance(raw_shape, str):
+        raw_shape = ",".join(str(int(d)) for d in raw_shape)
+    if progress is True:
+        progress = _stderr_progress()
+    elif progress is not False and not callable(progress):
+        raise UsageError(f"progress is True, False or a callable, not {progress!r}", "usage")
     meta = _metadata(metadata)
     text = _native.convert(
-        [os.fspath(i) for i in inputs],
+        inputs,
         os.fspath(output),
-        max_shard_size=None if max_shard_size is None else str(max_shard_size),
+        max_shard_size=_size("max_shard_size", max_shard_size),
         cast_all=cast_all,
         casts=_pairs("cast", cast),
         include=_names("include", include),
@@ -390,7 +458,7 @@ def convert(
         prefix=prefix,
         metadata=list((meta or {}).items()),
         order=order,
-        checksum=checksum,
+        checksum=bool(checksum),
         sync=sync,
         skip_non_npy=skip_non_npy,
         name=name,
@@ -398,6 +466,23 @@ def convert(
         overwrite_input=overwrite_input,
         npy_void_as=npy_void_as,
         dry_run=dry_run,
+        dedupe_tied=dedupe_tied,
+        pt_root=pt_root,
+        allow_expanded_views=allow_expanded_views,
+        dequantize=dequantize,
+        dequantize_to=dequantize_to,
+        gguf_metadata=gguf_metadata,
+        raw_dtype=raw_dtype,
+        raw_shape=raw_shape,
+        raw_offset=int(raw_offset),
+        raw_byte_order=raw_byte_order,
+        raw_manifest=None if raw_manifest is None else os.fspath(raw_manifest),
+        raw_allow_trailing=raw_allow_trailing,
+        shard=shard,
+        index_only=index_only,
+        expect_plan=expect_plan,
+        buffer_size=_size("buffer_size", buffer_size),
+        progress=progress or None,
     )
     report: dict[str, Any] = json.loads(text)
     return report

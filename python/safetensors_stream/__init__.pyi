@@ -1,5 +1,5 @@
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -60,7 +60,7 @@ def save_file(
 ) -> None: ...
 def convert(
     inputs: PathLike | Sequence[PathLike],
-    output: PathLike,
+    output: PathLike | None = None,
     *,
     max_shard_size: int | str | None = None,
     cast_all: str | None = None,
@@ -73,7 +73,7 @@ def convert(
     prefix: str | None = None,
     metadata: Mapping[str, str] | None = None,
     order: str = "canonical",
-    checksum: bool = False,
+    checksum: bool | str = False,
     sync: bool = True,
     skip_non_npy: bool = False,
     name: str | None = None,
@@ -81,4 +81,21 @@ def convert(
     overwrite_input: bool = False,
     npy_void_as: str | None = None,
     dry_run: bool = False,
+    dedupe_tied: bool = False,
+    pt_root: str | None = None,
+    allow_expanded_views: bool = False,
+    dequantize: bool = False,
+    dequantize_to: str | None = None,
+    gguf_metadata: bool = False,
+    raw_dtype: str | None = None,
+    raw_shape: str | Sequence[int] | None = None,
+    raw_offset: int = 0,
+    raw_byte_order: str = "little",
+    raw_manifest: PathLike | None = None,
+    raw_allow_trailing: bool = False,
+    shard: int | None = None,
+    index_only: bool = False,
+    expect_plan: str | None = None,
+    buffer_size: int | str | None = None,
+    progress: bool | Callable[[int, int, str], None] = False,
 ) -> dict[str, Any]: ...

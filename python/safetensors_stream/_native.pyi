@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from typing import Any
 
 class NativeWriter:
@@ -44,6 +45,24 @@ def convert(
     overwrite_input: bool = False,
     npy_void_as: str | None = None,
     dry_run: bool = False,
+    dedupe_tied: bool = False,
+    pt_root: str | None = None,
+    allow_expanded_views: bool = False,
+    dequantize: bool = False,
+    dequantize_to: str | None = None,
+    gguf_metadata: bool = False,
+    raw_dtype: str | None = None,
+    raw_shape: str | None = None,
+    raw_offset: int = 0,
+    raw_byte_order: str = "little",
+    raw_manifest: str | None = None,
+    raw_allow_trailing: bool = False,
+    shard: int | None = None,
+    index_only: bool = False,
+    expect_plan: str | None = None,
+    buffer_size: str | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> str: ...
+def convert_options() -> list[tuple[str, str, str]]: ...
 def dtype_names() -> list[str]: ...
 def dtype_name(spelling: str) -> str: ...

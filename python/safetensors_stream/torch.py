@@ -13,6 +13,9 @@ Differences from ``safetensors.torch`` 0.8, by choice:
 
 - non-contiguous tensors are written (in C order) where the reference
   refuses them;
+- ``save_model`` writes ``"format": "pt"`` in the metadata, as
+  ``save_pretrained`` does, so that transformers and huggingface_hub load
+  the file (``save_file`` writes the reference's bytes: no format unless given);
 - ``save_model`` keeps, of each group of tensors that are one and the same
   view, the name transformers keeps: the first in the state_dict's order
   that is not one of the model's ``_tied_weights_keys`` (the tie targets,
@@ -252,11 +255,14 @@ def save_model(
     """Saves ``model.state_dict()`` as ``safetensors.torch.save_model`` does:
     one tensor of each tied group, each dropped name recorded in the metadata
     as ``dropped -> kept``; the kept name is the one transformers keeps (see
-    the module's docs). ``force_contiguous`` is accepted for compatibility:
+    the module's docs). The metadata also says ``"format": "pt"`` (unless
+    ``metadata`` gives a format), as ``save_pretrained`` writes it: the
+    loaders of transformers and huggingface_hub refuse a file with metadata
+    but no such format. ``force_contiguous`` is accepted for compatibility:
     every tensor is written in C order either way."""
     del force_contiguous
     state = {k: _plain(k, t) for k, t in model.state_dict().items()}
-    meta = dict(metadata or {})
+    meta = {"format": "pt", **(metadata or {})}
     targets = [re.compile(p) for p in _tied_targets(model)]
     for group in _identical(state):
         keep = next((k for k in group if not any(p.search(k) for p in targets)), group[0])
@@ -265,4 +271,4 @@ def save_model(
                 continue
             meta[name] = keep
             del state[name]
-    _write_all(state, filename, meta or None)
+    _write_all(state, filename, meta)

@@ -1,33 +1,152 @@
-//! `_native.convert`: the library's `convert_blocking` for Python.
+//! `_native.convert`: the library's `convert_blocking` for Python. Its
+//! keywords are the CLI's flags, by the table in `options.rs` (the tests
+//! check both sides against it).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use safetensors_stream::convert::{
-    convert_sources as run, dry_run as plan, open_locations, ConvertOptions, Output,
+    convert_sources as run, dry_run as plan, open_locations, ConvertOptions, Output, Part,
 };
 use safetensors_stream::location::Location;
+use safetensors_stream::observe::Progress;
+use safetensors_stream::plan::Plan;
+use safetensors_stream::source::{RawSpec, RawTensor};
 use safetensors_stream::units::parse_size;
-use safetensors_stream::{Error, ErrorKind, Note};
+use safetensors_stream::{Dtype, Error, ErrorKind, Note};
 
 use crate::errors::to_py;
+use crate::options::pythonic;
 use crate::{parse_dtype, parse_order};
 
 fn usage_error(message: String) -> Error {
     Error::new(ErrorKind::Usage(message))
 }
 
+/// The raw-dump reading the `raw_*` keywords ask for, as the CLI's
+/// `--raw-*` flags (`raw_shape` is the CLI's text: `"4,256"`, `"scalar"`).
+#[allow(clippy::too_many_arguments)] // one per raw_* keyword
+fn raw_spec(
+    name: &Option<String>,
+    dtype: Option<&str>,
+    shape: Option<&str>,
+    offset: u64,
+    byte_order: &str,
+    manifest: Option<PathBuf>,
+    allow_trailing: bool,
+) -> Result<Option<RawSpec>, Error> {
+    let big_endian = match byte_order {
+        "little" => false,
+        "big" => true,
+        other => {
+            return Err(usage_error(format!(
+                "raw_byte_order must be \"little\" or \"big\", not {other:?}"
+            )))
+        }
+    };
+    let mut spec = match (manifest, dtype, shape) {
+        (Some(_), Some(_), _) => {
+            return Err(usage_error(
+                "raw_manifest names each tensor's dtype: give it or raw_dtype, not both".into(),
+            ))
+        }
+        (Some(path), None, _) => RawSpec::from_manifest_file(&path)?,
+        (None, Some(dtype), Some(shape)) => RawSpec {
+            tensors: vec![RawTensor {
+                name: name.clone().unwrap_or_default(),
+                dtype: parse_dtype(dtype)?,
+                shape: RawSpec::parse_shape(shape)?,
+                offset,
+            }],
+            big_endian: false,
+            allow_trailing: false,
+        },
+        (None, Some(_), None) | (None, None, Some(_)) => {
+            return Err(usage_error(
+                "a raw dump needs both raw_dtype and raw_shape".into(),
+            ))
+        }
+        (None, None, None) => return Ok(None),
+    };
+    spec.big_endian = big_endian;
+    spec.allow_trailing = allow_trailing;
+    Ok(Some(spec))
+}
+
+/// Progress for a Python callable `progress(done, total, tensor)`: called
+/// when the plan is made, at most ten times a second while bytes move, and
+/// at the end. An exception it raises is reported as unraisable (the
+/// conversion goes on).
+struct PyProgress {
+    callback: Py<PyAny>,
+    total: AtomicU64,
+    done: AtomicU64,
+    last: Mutex<Instant>,
+    tensor: Mutex<String>,
+}
+
+impl PyProgress {
+    fn call(&self) {
+        let done = self.done.load(Ordering::Relaxed);
+        let total = self.total.load(Ordering::Relaxed);
+        let tensor = self.tensor.lock().map(|t| t.clone()).unwrap_or_default();
+        Python::attach(|py| {
+            if let Err(e) = self.callback.call1(py, (done, total, tensor)) {
+                e.write_unraisable(py, Some(self.callback.bind(py)));
+            }
+        });
+    }
+}
+
+impl Progress for PyProgress {
+    fn start(&self, _plan: &Plan, total: u64) {
+        self.total.store(total, Ordering::Relaxed);
+        self.call();
+    }
+    fn tensor(&self, shard: usize, shards: usize, name: &str) {
+        if let Ok(mut t) = self.tensor.lock() {
+            *t = match shards > 1 {
+                true => format!("shard {}/{shards} {name}", shard + 1),
+                false => name.to_string(),
+            };
+        }
+    }
+    fn bytes(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+        let due = self.last.lock().is_ok_and(|mut last| {
+            let due = last.elapsed() >= Duration::from_millis(100);
+            if due {
+                *last = Instant::now();
+            }
+            due
+        });
+        if due {
+            self.call();
+        }
+    }
+    fn finish(&self) {
+        self.call();
+    }
+}
+
 /// Converts `inputs` into `output` (a path, or `-` for standard output) on a
 /// current-thread runtime that lives for this call only, the GIL released.
 /// Returns the report as the CLI's `--report json` prints it; with
 /// `dry_run`, the plan as `--dry-run --json` prints it, nothing written.
+/// Messages and notices name the options as Python keywords.
 #[pyfunction]
 #[pyo3(signature = (inputs, output, *, max_shard_size=None, cast_all=None, casts=Vec::new(),
     include=Vec::new(), exclude=Vec::new(), renames=Vec::new(), strip_prefix=None,
     rename_regex=Vec::new(), prefix=None, metadata=Vec::new(), order="canonical",
     checksum=false, sync=true, skip_non_npy=false, name=None, allow_empty=false,
-    overwrite_input=false, npy_void_as=None, dry_run=false))]
+    overwrite_input=false, npy_void_as=None, dry_run=false, dedupe_tied=false, pt_root=None,
+    allow_expanded_views=false, dequantize=false, dequantize_to=None, gguf_metadata=false,
+    raw_dtype=None, raw_shape=None, raw_offset=0, raw_byte_order="little", raw_manifest=None,
+    raw_allow_trailing=false, shard=None, index_only=false, expect_plan=None,
+    buffer_size=None, progress=None))]
 #[allow(clippy::too_many_arguments)] // one keyword per CLI flag
 pub(crate) fn convert(
     py: Python<'_>,
@@ -52,14 +171,36 @@ pub(crate) fn convert(
     overwrite_input: bool,
     npy_void_as: Option<String>,
     dry_run: bool,
+    dedupe_tied: bool,
+    pt_root: Option<String>,
+    allow_expanded_views: bool,
+    dequantize: bool,
+    dequantize_to: Option<String>,
+    gguf_metadata: bool,
+    raw_dtype: Option<String>,
+    raw_shape: Option<String>,
+    raw_offset: u64,
+    raw_byte_order: &str,
+    raw_manifest: Option<PathBuf>,
+    raw_allow_trailing: bool,
+    shard: Option<u64>,
+    index_only: bool,
+    expect_plan: Option<String>,
+    buffer_size: Option<String>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     let err = |e: Error| to_py(py, e);
     let notices = Arc::new(Mutex::new(Vec::<Note>::new()));
+    let size = |keyword: &str, s: Option<String>| {
+        s.map(|s| parse_size(&s).map_err(|e| usage_error(format!("{keyword}: {e}"))))
+            .transpose()
+            .map_err(err)
+    };
     let mut options = ConvertOptions::default();
-    options.plan.max_shard_size = max_shard_size
-        .map(|s| parse_size(&s).map_err(|e| usage_error(format!("max_shard_size: {e}"))))
-        .transpose()
-        .map_err(err)?;
+    options.plan.max_shard_size = size("max_shard_size", max_shard_size)?;
+    if let Some(bytes) = size("buffer_size", buffer_size)? {
+        options.sink.buffer_size = usize::try_from(bytes).unwrap_or(usize::MAX);
+    }
     let dtype = |s: &str| parse_dtype(s);
     options.plan.cast_all = cast_all.as_deref().map(dtype).transpose().map_err(err)?;
     options.plan.casts = casts
@@ -76,15 +217,70 @@ pub(crate) fn convert(
     options.plan.metadata = metadata;
     options.plan.allow_empty = allow_empty;
     options.plan.order = parse_order(order).map_err(err)?;
+    options.plan.expect_plan = expect_plan;
     options.checksum = checksum;
     options.sync = sync;
     options.overwrite_input = overwrite_input;
+    options.part = match (shard, index_only) {
+        (Some(_), true) => {
+            return Err(err(usage_error(
+                "shard writes one shard and index_only the index alone: give one of them".into(),
+            )))
+        }
+        (Some(0), false) => {
+            return Err(err(usage_error(
+                "shard is 1-based (the K of -0000K-of-0000N), not 0".into(),
+            )))
+        }
+        (Some(k), false) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
+        (None, true) => Part::IndexOnly,
+        (None, false) => Part::All,
+    };
+    options.source.raw = raw_spec(
+        &name,
+        raw_dtype.as_deref(),
+        raw_shape.as_deref(),
+        raw_offset,
+        raw_byte_order,
+        raw_manifest,
+        raw_allow_trailing,
+    )
+    .map_err(err)?;
     options.source.npy.skip_non_npy = skip_non_npy;
     options.source.name = name;
     options.source.npy.void_as = npy_void_as.as_deref().map(dtype).transpose().map_err(err)?;
+    options.source.torch.dedupe_tied = dedupe_tied;
+    options.source.torch.root = pt_root;
+    options.source.torch.allow_expanded_views = allow_expanded_views;
+    options.source.gguf.metadata = gguf_metadata;
+    // `dequantize_to` implies `dequantize`; alone, `dequantize` is BF16 (as the CLI).
+    options.source.dequantize = match dequantize_to.as_deref().map(dtype).transpose() {
+        Ok(Some(d @ (Dtype::F32 | Dtype::F16 | Dtype::BF16))) => Some(d),
+        Ok(Some(d)) => {
+            return Err(err(usage_error(format!(
+                "dequantize_to: dequantized weights are F32, F16 or BF16, not {d}"
+            ))))
+        }
+        Ok(None) => dequantize.then_some(Dtype::BF16),
+        Err(e) => return Err(err(e)),
+    };
+    options.progress = progress.map(|callback| {
+        Arc::new(PyProgress {
+            callback,
+            total: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            last: Mutex::new(Instant::now()),
+            tensor: Mutex::new(String::new()),
+        }) as Arc<dyn Progress>
+    });
     let collected = Arc::clone(&notices);
+    // What the run tells in words (not a typed warning) names keywords.
     options.notice = Some(Arc::new(move |note: &Note| {
-        collected.lock().expect("notices lock").push(note.clone())
+        let note = match note {
+            Note::Info(text) => Note::Info(pythonic(text)),
+            other => other.clone(),
+        };
+        collected.lock().expect("notices lock").push(note)
     }));
     // Each named once, here: what it names, parsed.
     let output = Output::parse(&output).map_err(err)?;
@@ -109,4 +305,17 @@ pub(crate) fn convert(
         })
         .map_err(err)?;
     Ok(text)
+}
+
+/// The option table, for the Python tests and `help()`: (CLI flag, Python
+/// keyword or `""`, what Python does instead when there is no keyword).
+#[pyfunction]
+pub(crate) fn convert_options() -> Vec<(&'static str, &'static str, &'static str)> {
+    crate::options::CONVERT_OPTIONS
+        .iter()
+        .map(|o| match o.kind {
+            crate::options::Kind::CliOnly(why) => (o.flag, "", why),
+            _ => (o.flag, o.keyword, ""),
+        })
+        .collect()
 }

@@ -6,7 +6,8 @@ use safetensors_stream::{Category, Error};
 
 /// The Python exception for `e`: `BadInputError`, `UsageError` or
 /// `IOError` from `safetensors_stream._errors`, carrying the error's kind
-/// name, input, tensor, byte offset and output.
+/// name, input, tensor, byte offset and output. The message names options
+/// as Python keywords (`allow_empty=True`), not as the CLI's flags.
 pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let class = match e.category() {
         Category::BadInput => "BadInputError",
@@ -16,7 +17,7 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let raised = (|| -> PyResult<PyErr> {
         let module = py.import("safetensors_stream._errors")?;
         let exc = module.getattr(class)?.call1((
-            e.to_string(),
+            crate::options::pythonic(&e.to_string()),
             e.kind().name(),
             e.input(),
             e.tensor(),

@@ -11,6 +11,7 @@
 mod bytes;
 mod convert;
 mod errors;
+mod options;
 mod writer;
 
 use pyo3::prelude::*;
@@ -21,6 +22,7 @@ use safetensors_stream::{Dtype, Error, ErrorKind};
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<writer::NativeWriter>()?;
     m.add_function(wrap_pyfunction!(convert::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::convert_options, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_names, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_name, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_bits, m)?)?;

@@ -103,21 +103,16 @@ enum Target {
 }
 
 impl Target {
-    /// `target`: a path (str), a file descriptor this writer now owns
-    /// (int), or an object with `write`.
+    /// `target`: a path (str), a file descriptor (int) the caller keeps
+    /// (the writer writes through a duplicate of its own, so closing one
+    /// leaves the other open: `NativeWriter(1, ...)` never closes stdout),
+    /// or an object with `write`.
     fn of(target: &Bound<'_, PyAny>) -> PyResult<Self> {
         if let Ok(path) = target.extract::<PathBuf>() {
             return Ok(Target::Path(path));
         }
         if let Ok(fd) = target.extract::<i32>() {
-            if fd < 0 {
-                return Err(usage(target.py(), "a file descriptor cannot be negative"));
-            }
-            // SAFETY: the Python layer passes a descriptor it has just
-            // duplicated (os.dup) for this writer alone, so this File is
-            // its only owner and closes it exactly once.
-            let file = unsafe { File::from_raw_fd(fd) };
-            return Ok(Target::Fd(file));
+            return Ok(Target::Fd(duplicate(target.py(), fd)?));
         }
         if target.hasattr("write")? {
             return Ok(Target::Py(PyFileWrite(target.clone().unbind())));
@@ -127,6 +122,28 @@ impl Target {
             "the target must be a path, a file object or a file descriptor",
         ))
     }
+}
+
+/// A descriptor of this writer's own, duplicating the caller's `fd` (close
+/// on exec, as Python's own descriptors are).
+fn duplicate(py: Python<'_>, fd: i32) -> PyResult<File> {
+    if fd < 0 {
+        return Err(usage(
+            py,
+            format!("{fd} is not a file descriptor: they are 0 or more"),
+        ));
+    }
+    // SAFETY: fcntl reads no memory; a bad descriptor is an error (EBADF).
+    let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if own < 0 {
+        let e = io::Error::last_os_error();
+        return Err(usage(
+            py,
+            format!("file descriptor {fd} is not open for writing: {e}"),
+        ));
+    }
+    // SAFETY: `own` was just created for this File alone, which closes it once.
+    Ok(unsafe { File::from_raw_fd(own) })
 }
 
 fn metas(tensors: Vec<(String, String, Vec<u64>)>) -> Result<Vec<TensorMeta>, Error> {

@@ -35,7 +35,7 @@ def test_cast_shard_and_filters(tmp_path, fixtures):
 
 
 # The CLI as `cargo test` (run first by .ci/run) or `cargo build` left it.
-CLI = os.environ.get("CONVERT_BIN") or str(FIXTURES.parent / "target/debug/convert")
+CLI = os.environ.get("CONVERT_BIN") or str(FIXTURES.parent / "target/debug/safetensors-convert")
 
 
 @pytest.mark.skipif(not os.path.exists(CLI), reason="build the CLI first (cargo build)")

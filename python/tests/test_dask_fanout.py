@@ -12,7 +12,7 @@ import pytest
 from safetensors.numpy import save_file
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = os.environ.get("CONVERT_BIN") or str(REPO / "target/debug/convert")
+CLI = os.environ.get("CONVERT_BIN") or str(REPO / "target/debug/safetensors-convert")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CLI), reason=f"the CLI is not built ({CLI}): cargo build")
 
@@ -32,7 +32,7 @@ def test_a_binary_that_is_not_ours_is_refused(tmp_path):
     fake = tmp_path / "convert"
     fake.write_text("#!/bin/sh\necho 'Version: ImageMagick 6.9.11-60 Q16'\n")
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    with pytest.raises(SystemExit, match="not safetensors-stream's convert"):
+    with pytest.raises(SystemExit, match="not safetensors-stream's safetensors-convert"):
         driver().check_binary(str(fake))
     driver().check_binary(CLI)  # ours passes
 

@@ -218,7 +218,7 @@ def test_save_model_keeps_the_first_name_in_module_order(tmp_path):
     stt.save_model(Tied(), out, metadata={"note": "x"})
     with safe_open(str(out), "pt") as f:
         assert sorted(f.keys()) == ["h.bias", "h.weight", "wte.weight"]
-        assert f.metadata() == {"note": "x", "lm_head.weight": "wte.weight"}
+        assert f.metadata() == {"format": "pt", "note": "x", "lm_head.weight": "wte.weight"}
     # The reference keeps the first in sorted order, which transformers 4.5x does not re-tie.
     ref = tmp_path / "ref.safetensors"
     st_torch.save_model(Tied(), str(ref))
@@ -245,7 +245,24 @@ def test_save_model_drops_the_tied_weights_keys_as_transformers_does(tmp_path, k
     stt.save_model(HeadFirst(keys), out)
     with safe_open(str(out), "pt") as f:
         assert list(f.keys()) == ["wte.weight"]
-        assert f.metadata() == {"lm_head.weight": "wte.weight"}
+        assert f.metadata() == {"format": "pt", "lm_head.weight": "wte.weight"}
+
+
+def test_save_model_output_loads_in_huggingface_hub(tmp_path):
+    """Its loader (and transformers 4.x's) refuse a file with metadata but
+    no ``format`` of ``pt``; ``save_model`` records the tied names in the
+    metadata, so it must say the format too."""
+    hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed")
+    model = Tied()
+    out = tmp_path / "m.safetensors"
+    stt.save_model(model, out, metadata={"note": "x"})
+    loaded = hub.load_state_dict_from_file(str(out))
+    assert sorted(loaded) == ["h.bias", "h.weight", "wte.weight"]
+    for name, t in loaded.items():
+        assert torch.equal(t, model.state_dict()[name]), name
+    # A format the caller gives is kept.
+    stt.save_model(model, out, metadata={"format": "mlx"})
+    assert hub.load_state_dict_from_file(str(out)).keys() == loaded.keys()
 
 
 def test_save_model_matches_transformers_save_pretrained(tmp_path):

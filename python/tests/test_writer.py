@@ -245,3 +245,43 @@ def test_a_chunk_of_another_dtype_is_refused_not_reinterpreted(tmp_path):
         w.write("a", a[1:3].view(np.uint8))  # raw bytes
         w.write("a", a[3:].view(np.int32))  # the bit pattern, same width
     assert np.array_equal(ref.load_file(path)["a"], a)
+
+
+def test_the_native_writer_given_a_descriptor_leaves_it_open():
+    # issue 37: an int was taken as a descriptor the writer owned, so
+    # `NativeWriter(1, ...)` closed the process's stdout when it was done.
+    import subprocess
+
+    from safetensors_stream import _native
+
+    code = (
+        "import os, sys\n"
+        "from safetensors_stream import _native\n"
+        "w = _native.NativeWriter(1, [('a', 'U8', [1])], None, 'canonical', False)\n"
+        "w.write('a', b'x')\n"
+        "w.finish()\n"
+        "del w\n"
+        "os.fstat(1)\n"
+        "os.write(1, b'|still open')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=60)
+    assert out.stdout.endswith(b"x|still open")
+    r, w = os.pipe()
+    try:
+        for finish in (True, False):
+            native = _native.NativeWriter(w, [("a", "U8", [2])], None, "canonical", False)
+            if finish:
+                native.write("a", b"ab")
+                native.finish()
+            else:
+                native.abort()
+            del native
+            os.write(w, b"!")  # still the caller's, still open
+        got = os.read(r, 1 << 16)
+        # The finished file, then the aborted one's header: each followed by our "!".
+        assert b"   ab!" in got and got.endswith(b"!") and got.count(b"!") == 2, got
+    finally:
+        os.close(r)
+        os.close(w)
+    with pytest.raises(sts.UsageError, match="file descriptor 987 is not open"):
+        _native.NativeWriter(987, [("a", "U8", [1])], None, "canonical", False)

@@ -441,9 +441,7 @@ pub enum ErrorKind {
     #[error("{0} was called inside a tokio runtime; await its async form there")]
     BlockingInRuntime(&'static str),
     /// The filters (or the inputs) leave no tensor to write; `--allow-empty` accepts that.
-    #[error(
-        "no tensor selected: {0}; set allow_empty (--allow-empty) to write a file with no tensors"
-    )]
+    #[error("no tensor selected: {0}; pass --allow-empty to write a file with no tensors")]
     NothingSelected(String),
     /// A folder given as input that does not hold exactly one checkpoint.
     #[error("{0}")]
@@ -453,9 +451,7 @@ pub enum ErrorKind {
     Interrupted(&'static str),
     /// The output is one of the inputs (the same file, by device and inode:
     /// a symbolic or hard link counts), and replacing an input was not asked for.
-    #[error(
-        "is the same file as the input {0}; set overwrite_input (--overwrite-input) to replace it"
-    )]
+    #[error("is the same file as the input {0}; pass --overwrite-input to replace it")]
     OutputIsInput(String),
     /// Binary output to a terminal: almost surely a forgotten redirection.
     #[error("refusing to write binary output to a terminal; redirect it, or give -o a file name")]
@@ -478,7 +474,7 @@ pub enum ErrorKind {
         reason: String,
     },
     /// The data is not the length the header says.
-    #[error("data is {actual} bytes but {expected} are expected{}", if .actual > .expected { " (a raw dump may set allow_trailing (--raw-allow-trailing))" } else { "" })]
+    #[error("data is {actual} bytes but {expected} are expected{}", if .actual > .expected { " (a raw dump may pass --raw-allow-trailing)" } else { "" })]
     DataLength {
         /// What the header implies.
         expected: u64,
@@ -503,6 +499,10 @@ pub enum ErrorKind {
         "unknown input format (first bytes {0}); for a raw dump give its dtype and shape (--raw-dtype, --raw-shape)"
     )]
     UnknownFormat(String),
+    /// An input that is no model file but a download gone wrong: a Git LFS
+    /// pointer, a saved web page, an empty file. What it is and what to do.
+    #[error("{0}")]
+    BrokenDownload(String),
     /// A compressed input whose codec this build leaves out (a cargo
     /// feature turned off).
     #[error("{0}-compressed input, but this build reads no {0} (cargo feature \"{0}\" is off)")]
@@ -708,6 +708,7 @@ impl ErrorKind {
             | K::DataLength { .. }
             | K::NotSafetensors { .. }
             | K::UnknownFormat(_)
+            | K::BrokenDownload(_)
             | K::Decompress { .. }
             | K::CodecDisabled(_)
             | K::InputChanged { .. }

@@ -214,7 +214,7 @@ pub enum ZipError {
 
     // ---- an .npz's members ----------------------------------------------------------
     /// A member of an .npz that is not an .npy array.
-    #[error("member {0:?} is not an .npy array (set skip_non_npy (--skip-non-npy) to skip it)")]
+    #[error("member {0:?} is not an .npy array (pass --skip-non-npy to skip it)")]
     NotAnArray(String),
 
     // ---- what this reader does not do, and what the bytes read say ----------------
@@ -402,7 +402,7 @@ mod tests {
             ),
             (
                 ZipError::NotAnArray("a.txt".into()),
-                "member \"a.txt\" is not an .npy array (set skip_non_npy (--skip-non-npy) to \
+                "member \"a.txt\" is not an .npy array (pass --skip-non-npy to \
                  skip it)",
             ),
         ];

@@ -217,9 +217,33 @@ fn nothing_selected<L: Listed>(listings: &[L], o: &PlanOptions) -> String {
         .map(|g| format!("--include {g:?}"))
         .chain(o.exclude.iter().map(|g| format!("--exclude {g:?}")))
         .collect();
+    // A glob matches a whole name: `enc` selects a tensor named `enc` only.
+    let partial: Vec<String> = o
+        .include
+        .iter()
+        .filter(|g| !g.contains(['*', '?', '[']))
+        .map(|g| format!("--include {:?}", format!("*{g}*")))
+        .collect();
+    let hint = match partial.is_empty() {
+        true => String::new(),
+        false => format!(
+            " (a glob matches whole names: {} selects the names containing it)",
+            partial.join(" ")
+        ),
+    };
+    let names: Vec<String> = listings
+        .iter()
+        .flat_map(|l| l.tensors())
+        .map(|t| format!("{:?}", t.name))
+        .take(3)
+        .collect();
+    let total: usize = listings.iter().map(|l| l.tensors().len()).sum();
+    let more = if total > names.len() { ", ..." } else { "" };
     format!(
-        "the filters {} select no tensor of the inputs",
-        flags.join(" ")
+        "the filters {} select no tensor of the inputs{hint}; their names are {}{more} ({})",
+        flags.join(" "),
+        names.join(", "),
+        crate::units::Counted(total, "tensor")
     )
 }
 

@@ -69,6 +69,9 @@ pub(crate) fn say_what_it_is(e: Error, path: &Path) -> Error {
     if matches!(e.kind(), ErrorKind::Io(_)) {
         return e;
     }
+    if let Some(what) = first_bytes_of(path).and_then(|b| super::download::broken_download(&b)) {
+        return Error::new(ErrorKind::BrokenDownload(what));
+    }
     let what = match detect_file(path) {
         // A zip is an .npz unless its members are a PyTorch checkpoint's.
         Ok(Some(Format::Row(row))) if *row == super::npz::ROW && is_torch_zip(path) => {
@@ -80,7 +83,21 @@ pub(crate) fn say_what_it_is(e: Error, path: &Path) -> Error {
         }
         _ => return e,
     };
-    Error::new(ErrorKind::NotSafetensors { what }).at_offset(0)
+    // No offset: the whole file is the wrong kind, not a byte of it.
+    Error::new(ErrorKind::NotSafetensors { what })
+}
+
+/// The first 256 bytes of the regular file at `path` (fewer if shorter):
+/// a whole Git LFS pointer.
+fn first_bytes_of(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut first = Vec::with_capacity(256);
+    f.take(256).read_to_end(&mut first).ok()?;
+    Some(first)
 }
 
 fn is_torch_zip(path: &Path) -> bool {
@@ -122,6 +139,8 @@ pub fn detect(first: &[u8]) -> Format {
 }
 
 /// The first bytes as hex, for the unknown-format message.
+// Messages use download::first_bytes; this stays for the fuzz targets.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn hex_preview(first: &[u8]) -> String {
     let shown: Vec<String> = first.iter().take(4).map(|b| format!("{b:02x}")).collect();
     if shown.is_empty() {

@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt;
 pub(crate) use super::format::Notice;
 
 use super::codec::{decoder, Codec};
-use super::detect::{hex_preview, say_what_it_is, FILE_SNIFF_LEN, SNIFF_LEN};
+use super::detect::{say_what_it_is, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::format::{FileInput, FormatRow, PathInput, Stream, StreamInput, Unwrap};
 use super::table::{Table, FORMATS};
 use super::{Source, SourceOptions, TensorReader};
@@ -124,8 +124,15 @@ fn read_prefix(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
     crate::io_util::fill_with(buf, |rest, at| file.read_at(rest, at as u64))
 }
 
+/// No format claims `first`: a broken download said for what it is (an
+/// LFS pointer, a web page, nothing), else the raw-dump hint.
 fn unknown(first: &[u8]) -> Error {
-    Error::new(ErrorKind::UnknownFormat(hex_preview(first)))
+    match super::download::broken_download(first) {
+        Some(what) => Error::new(ErrorKind::BrokenDownload(what)),
+        None => Error::new(ErrorKind::UnknownFormat(super::download::first_bytes(
+            first,
+        ))),
+    }
 }
 
 /// The tensor name of a single-array input: `--name`, or the file name

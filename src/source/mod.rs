@@ -56,6 +56,7 @@ pub(crate) mod cursor;
 pub(crate) mod dcp;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod detect;
+mod download;
 pub(crate) mod format;
 mod freed_memory;
 pub mod gguf;
@@ -86,10 +87,12 @@ pub(crate) mod table;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod zip;
 
+pub use crate::folder::{passed_over_notice, resolve_folder, Resolved};
 pub use crate::transform::Transform;
 pub use checkpoint::read_file_header;
 pub use codec::Codec;
 pub use detect::{detect_file, Format};
+pub use download::{broken_download, first_bytes};
 pub use format::FormatRow;
 pub use freed_memory::FreedMemoryHook;
 pub use gguf::GgufOptions;

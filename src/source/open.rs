@@ -81,8 +81,14 @@ pub async fn open_location(
             if file == *path {
                 return input::open_path(FORMATS, path, options, notice).await;
             }
-            let (dir, file_shown) = (path.display(), file.display());
-            notice(&Note::Info(format!("{dir}: reading {file_shown}")));
+            let folder = crate::folder::resolve_folder(path)?;
+            match crate::folder::passed_over_notice(path, &folder) {
+                Some(said) => notice(&Note::Info(said)),
+                None => {
+                    let (dir, file_shown) = (path.display(), file.display());
+                    notice(&Note::Info(format!("{dir}: reading {file_shown}")));
+                }
+            }
             open_file(&file, options, notice).await
         }
         #[cfg(feature = "object-store")]

@@ -1328,7 +1328,7 @@ fn lossy_and_mixed_casts_are_usage_errors() {
         let o = run(&[&input, &"-o", &out, &args[0], &args[1]]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert!(err.starts_with("convert: "), "{args:?}: {err}");
+        assert!(err.starts_with("safetensors-convert: "), "{args:?}: {err}");
         assert!(
             err.contains(args[1].split('=').next().unwrap()),
             "{args:?}: names the dtype: {err}"

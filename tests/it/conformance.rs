@@ -320,7 +320,7 @@ async fn conformance(s: &Subject) -> Result<(), String> {
     let all = ConvertOptions::default().sync(false);
     let out = convert_one(opened.source, &all)
         .await
-        .map_err(|e| fail(format!("convert: {e}")))?;
+        .map_err(|e| fail(format!("safetensors-convert: {e}")))?;
     // One copy core: every route forced off in turn writes the same bytes.
     for (forced, options) in route_matrix() {
         let (_, opened) = open(&s.path, s.transport).await;
@@ -1039,7 +1039,7 @@ fn convert_stdin(input: &Path, args: &[&str], out: &Path) -> std::process::Outpu
         .spawn()
         .expect("cat");
     let pipe = cat.stdout.take().unwrap();
-    let r = Command::new(env!("CARGO_BIN_EXE_convert"))
+    let r = Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .arg("-")
         .arg("-o")
         .arg(out)

@@ -334,7 +334,7 @@ fn sigint_and_sigterm_mid_run_remove_the_temp_file_and_keep_the_old_output() {
         let ended = run.end();
         drop(feeder);
         let line = ended.one_line(code);
-        assert_eq!(line, format!("convert: interrupted by {name}"));
+        assert_eq!(line, format!("safetensors-convert: interrupted by {name}"));
         assert_eq!(std::fs::read(&out).unwrap(), b"the old bytes");
         assert_eq!(listing(dir.path()), ["out.safetensors"], "{signal}");
     }
@@ -377,7 +377,7 @@ fn sigint_and_sigterm_mid_sharded_run_remove_every_temp_file() {
         hold.run.signal(signal);
         let ended = hold.run.end();
         let line = ended.one_line(code);
-        assert_eq!(line, format!("convert: interrupted by {name}"));
+        assert_eq!(line, format!("safetensors-convert: interrupted by {name}"));
         assert_eq!(listing(&out_dir), ["m-00002-of-00002.safetensors"]);
         assert_eq!(
             std::fs::read(out_dir.join("m-00002-of-00002.safetensors")).unwrap(),
@@ -413,7 +413,10 @@ fn a_reader_that_goes_away_ends_a_stdout_run_as_sigpipe() {
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(141), "{err}");
-    assert_eq!(err.trim_end(), "convert: interrupted by SIGPIPE");
+    assert_eq!(
+        err.trim_end(),
+        "safetensors-convert: interrupted by SIGPIPE"
+    );
     assert_eq!(listing(dir.path()), ["in.safetensors"]);
 }
 
@@ -442,7 +445,7 @@ fn a_signal_during_the_kernel_copy_either_finishes_or_leaves_nothing() {
             }
             Some(c) if c == code => {
                 let line = ended.one_line(code);
-                assert_eq!(line, format!("convert: interrupted by {name}"));
+                assert_eq!(line, format!("safetensors-convert: interrupted by {name}"));
                 assert_eq!(std::fs::read(&out).unwrap(), b"the old bytes");
                 println!("{name} interrupted the run");
             }

@@ -404,7 +404,7 @@ fn metadata_rules_are_enforced() {
 // ---- the binary ----------------------------------------------------------------
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
 }
 
 #[test]

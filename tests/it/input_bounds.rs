@@ -22,7 +22,7 @@ fn os(s: &str) -> &OsStr {
 }
 
 fn convert(args: &[&OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -447,7 +447,7 @@ fn index_naming_or_holding_a_tensor_twice_is_refused() {
 // ---- 17.11: validate on a pipe ---------------------------------------------------
 
 fn validate_piped(path: &str, bytes: Vec<u8>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_convert"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .args(["validate", path])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -479,7 +479,7 @@ fn validate_reads_a_pipe_as_a_stream() {
             "{path}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        assert!(String::from_utf8_lossy(&o.stdout).contains("valid (1 tensors, 12 data bytes"));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("valid (1 tensor, 12 data bytes"));
     }
     let mut long = file.clone();
     long.extend(vec![0; 1 << 20]);

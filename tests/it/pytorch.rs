@@ -14,7 +14,7 @@ fn dir() -> PathBuf {
 }
 
 fn convert(args: &[&std::ffi::OsStr], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .args(args)
         .current_dir(cwd)
         .output()
@@ -143,7 +143,7 @@ fn a_checkpoint_from_standard_input_is_spooled() {
     let doc: Value =
         serde_json::from_slice(&std::fs::read(dir().join("ok/views.pt.expected.json")).unwrap())
             .unwrap();
-    let r = Command::new(env!("CARGO_BIN_EXE_convert"))
+    let r = Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .args(["-", "-o", "-"])
         .stdin(std::fs::File::open(input).unwrap())
         .output()

@@ -16,7 +16,7 @@ fn dir() -> PathBuf {
 }
 
 fn convert(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .args(args)
         .output()
         .expect("run convert")

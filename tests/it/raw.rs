@@ -68,7 +68,7 @@ fn fails(o: &Output, code: i32) -> String {
     assert_eq!(o.status.code(), Some(code), "stderr: {err}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line: {err:?}");
-    assert!(lines[0].starts_with("convert: "), "{err:?}");
+    assert!(lines[0].starts_with("safetensors-convert: "), "{err:?}");
     lines[0].to_string()
 }
 

@@ -1,6 +1,6 @@
 //! Runs every command of the README's "Recipes" section as written, so that
 //! the recipes stay true when the README or the tool changes. The commands
-//! are read from the README itself: inline `convert ...` code in a bullet,
+//! are read from the README itself: inline `safetensors-convert ...` code in a bullet,
 //! and the lines of `sh` blocks. `producer` and `consumer` stand for any
 //! programs; the files the recipes name are made from the fixtures.
 
@@ -29,8 +29,12 @@ fn recipes(readme: &str) -> Vec<String> {
                 out.push(t.to_string());
             }
         } else if t.starts_with("- **") {
-            // Inline code after the bold title: `convert ...`.
-            if let Some(code) = t.split('`').nth(1).filter(|c| c.starts_with("convert ")) {
+            // Inline code after the bold title: `safetensors-convert ...`.
+            if let Some(code) = t
+                .split('`')
+                .nth(1)
+                .filter(|c| c.starts_with("safetensors-convert "))
+            {
                 out.push(code.to_string());
             }
         }
@@ -60,7 +64,7 @@ fn stage_inputs(dir: &Path) {
     // A sharded checkpoint beside it: model.safetensors.index.json and its shards.
     let sharded = dir.join("sharded");
     std::fs::create_dir(&sharded).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_convert"))
+    let o = Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .arg(fixture("model-input.safetensors"))
         .args(["--max-shard-size", "100B", "-o"])
         .arg(sharded.join("model.safetensors"))
@@ -95,14 +99,14 @@ fn every_readme_recipe_runs_as_written() {
         let dir = tempfile::tempdir().unwrap();
         stage_inputs(dir.path());
         let script = format!(
-            "convert() {{ \"$CONVERT\" \"$@\"; }}\n\
+            "safetensors-convert() {{ \"$CONVERT\" \"$@\"; }}\n\
              producer() {{ cat weights.npz; }}\n\
              consumer() {{ cat > consumed.safetensors; }}\n\
              {cmd}\n"
         );
         let o = Command::new("bash")
             .args(["-euo", "pipefail", "-c", &script])
-            .env("CONVERT", env!("CARGO_BIN_EXE_convert"))
+            .env("CONVERT", env!("CARGO_BIN_EXE_safetensors-convert"))
             .current_dir(dir.path())
             .output()
             .unwrap();
@@ -134,10 +138,75 @@ fn every_readme_recipe_runs_as_written() {
     }
 }
 
+/// Issue 42.1: `cargo install --path .` installs no `convert` (ImageMagick's
+/// name, shadowed for every shell since ~/.cargo/bin comes first on PATH),
+/// the README's two set-up commands work as written with the name it does
+/// install, and no example in the README calls the tool by another name.
+#[test]
+fn the_install_gives_a_name_of_its_own_and_the_readme_uses_it() {
+    // The `name = ` line after each `[[bin]]` of Cargo.toml.
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let bins: Vec<&str> = manifest
+        .split("[[bin]]")
+        .skip(1)
+        .map(|b| {
+            let line = b.lines().find(|l| l.starts_with("name = ")).unwrap();
+            line.trim_start_matches("name = ").trim_matches('"')
+        })
+        .collect();
+    assert_eq!(bins, ["safetensors-convert"]);
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let install = &readme[readme.find("## Install").unwrap()..];
+    let block = &install[install.find("```sh\n").unwrap() + 6..];
+    let commands: Vec<&str> = block[..block.find("```").unwrap()]
+        .lines()
+        .map(|l| l.split('#').next().unwrap().trim())
+        .collect();
+    assert_eq!(commands[0], "cargo install --path .");
+    let first = commands[1];
+    assert!(first.starts_with("safetensors-convert "), "{first}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model.safetensors");
+    let script = format!(
+        "safetensors-convert() {{ \"$CONVERT\" \"$@\"; }}\n{}\n",
+        first.replace("/tmp/model.safetensors", out.to_str().unwrap())
+    );
+    let o = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env("CONVERT", env!("CARGO_BIN_EXE_safetensors-convert"))
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        std::fs::read(root().join("fixtures/example/model.safetensors")).unwrap()
+    );
+    // No example line calls `convert ...`: each uses the installed name.
+    let mut in_block = false;
+    for line in readme.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        let calls_convert = match in_block {
+            true => {
+                t.starts_with("convert ") || t.contains("| convert ") || t.contains("do convert ")
+            }
+            false => t.contains("`convert "),
+        };
+        assert!(!calls_convert, "{line}");
+    }
+}
+
 #[test]
 fn recipes_are_read_from_bullets_and_sh_blocks_only() {
-    let md = "# T\n\n## Recipes\n\n- **A:** `convert a -o b`\n- **B:** text\n\n  ```sh\n  x | convert - -o -\n  ```\n\n  ```rust\n  let x = 1;\n  ```\n\n## Next\n- **C:** `convert c -o d`\n";
-    assert_eq!(recipes(md), ["convert a -o b", "x | convert - -o -"]);
+    let md = "# T\n\n## Recipes\n\n- **A:** `safetensors-convert a -o b`\n- **B:** text\n\n  ```sh\n  x | convert - -o -\n  ```\n\n  ```rust\n  let x = 1;\n  ```\n\n## Next\n- **C:** `safetensors-convert c -o d`\n";
+    assert_eq!(
+        recipes(md),
+        ["safetensors-convert a -o b", "x | convert - -o -"]
+    );
     assert_eq!(
         outputs("convert a -o out/b.safetensors -o -"),
         ["out/b.safetensors"]

@@ -20,7 +20,7 @@ fn corpus() -> PathBuf {
 }
 
 fn convert<I: Into<OsString>>(args: impl IntoIterator<Item = I>) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .args(args.into_iter().map(Into::into))
         .output()
         .expect("run convert")

@@ -1219,7 +1219,7 @@ fn more_shards_than_the_soft_open_file_limit() {
     std::fs::write(&input, support::faults::safetensors_bytes(&tensors)).unwrap();
     let script = format!(
         "ulimit -Sn 64 && exec {} {} --max-shard-size 300B -o {}",
-        env!("CARGO_BIN_EXE_convert"),
+        env!("CARGO_BIN_EXE_safetensors-convert"),
         input.display(),
         dir.path().join("out/model.safetensors").display()
     );

@@ -226,7 +226,11 @@ impl Ended {
         assert_eq!(self.code(), Some(code), "{self:?}");
         let lines = self.lines();
         assert_eq!(lines.len(), 1, "one line on stderr: {:?}", self.stderr);
-        assert!(lines[0].starts_with("convert: "), "{:?}", self.stderr);
+        assert!(
+            lines[0].starts_with("safetensors-convert: "),
+            "{:?}",
+            self.stderr
+        );
         lines[0].to_string()
     }
 }

@@ -20,7 +20,7 @@ pub mod reference;
 use std::path::{Path, PathBuf};
 
 /// The `convert` binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_convert");
+pub const BIN: &str = env!("CARGO_BIN_EXE_safetensors-convert");
 
 /// `fixtures/` in the repository.
 pub fn fixtures() -> PathBuf {

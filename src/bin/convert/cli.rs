@@ -1,8 +1,9 @@
 //! The command line, declared with clap. Nothing here does work.
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use safetensors_stream::source::Names;
 use safetensors_stream::Dtype;
 
@@ -13,40 +14,41 @@ SIGHUP/SIGINT/SIGPIPE/SIGTERM.
 On any failure the output path is left untouched: no partial file, an old file keeps its bytes.
 
 Examples:
-  convert weights.npz -o model.safetensors
-  convert layer.0.npy.gz -o layer.safetensors
-  curl -s https://host/model.npz | convert - -o model.safetensors
-  convert model.safetensors -o copy.safetensors
-  convert model.safetensors --cast-all BF16 -o model-bf16.safetensors
-  convert model.safetensors --cast-all BF16 --overwrite-input -o model.safetensors
-  convert dump.bin --raw-dtype F32 --raw-shape 4,256 --name w -o w.safetensors
-  convert a.safetensors b.safetensors -o merged.safetensors
-  convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
-  convert model.safetensors --max-shard-size 5GB --shard 2 -o out/model.safetensors
-  convert model.safetensors --max-shard-size 5GB --index-only -o out/model.safetensors
-  convert model.safetensors.index.json -o single.safetensors
-  convert pytorch_model.bin --dedupe-tied -o model.safetensors
-  convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
-  convert model.safetensors -o - | ssh host 'cat > model.safetensors'
-  convert model.safetensors --cast-all BF16 -o s3://bucket/model-bf16.safetensors
-  convert s3://bucket/model.safetensors.index.json -o model.safetensors   (AWS_* from the environment)
-  convert weights.npz --dry-run --json -o out.safetensors
-  producer | convert - --report json -o - | consumer    (a pipeline stage)
-  convert validate model.safetensors
-  convert validate --reference model.safetensors.index.json
-  convert inspect --json model.safetensors";
+  safetensors-convert weights.npz -o model.safetensors
+  safetensors-convert layer.0.npy.gz -o layer.safetensors
+  curl -s https://host/model.npz | safetensors-convert - -o model.safetensors
+  safetensors-convert model.safetensors -o copy.safetensors
+  safetensors-convert model.safetensors --cast-all BF16 -o model-bf16.safetensors
+  safetensors-convert model.safetensors --cast-all BF16 --overwrite-input -o model.safetensors
+  safetensors-convert dump.bin --raw-dtype F32 --raw-shape 4,256 --name w -o w.safetensors
+  safetensors-convert a.safetensors b.safetensors -o merged.safetensors
+  safetensors-convert model.safetensors --max-shard-size 5GB -o out/model.safetensors
+  safetensors-convert model.safetensors --max-shard-size 5GB --shard 2 -o out/model.safetensors
+  safetensors-convert model.safetensors --max-shard-size 5GB --index-only -o out/model.safetensors
+  safetensors-convert model.safetensors.index.json -o single.safetensors
+  safetensors-convert pytorch_model.bin --dedupe-tied -o model.safetensors
+  safetensors-convert model.safetensors --exclude 'optimizer.*' --prefix model. -o out.safetensors
+  safetensors-convert model.safetensors -o - | ssh host 'cat > model.safetensors'
+  safetensors-convert model.safetensors --cast-all BF16 -o s3://bucket/model-bf16.safetensors
+  safetensors-convert s3://bucket/model.safetensors.index.json -o model.safetensors   (AWS_* from the environment)
+  safetensors-convert weights.npz --dry-run --json -o out.safetensors
+  producer | safetensors-convert - --report json -o - | consumer    (a pipeline stage)
+  safetensors-convert validate model.safetensors
+  safetensors-convert validate --reference model.safetensors.index.json
+  safetensors-convert inspect --json model.safetensors";
 
-/// Stream tensors into safetensors files, and check and inspect them.
+/// Stream tensors from NumPy, PyTorch, GGUF, quantized safetensors (FP8, GPTQ, AWQ,
+/// bitsandbytes: dequantized) and raw dumps into safetensors files; check and inspect them.
 #[derive(Debug, Parser)]
 #[command(
-    name = "convert",
+    name = "safetensors-convert",
     version,
     about,
     after_help = AFTER_HELP,
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     // `-o` is required but for --dry-run, which clap's generated usage cannot say.
-    override_usage = "convert [OPTIONS] <INPUT>... -o <OUT>\n       convert [OPTIONS] <INPUT>... --dry-run\n       convert <COMMAND>",
+    override_usage = "safetensors-convert [OPTIONS] <INPUT>... -o <OUT>\n       safetensors-convert [OPTIONS] <INPUT>... --dry-run\n       safetensors-convert <COMMAND>",
     arg_required_else_help = true
 )]
 pub struct Cli {
@@ -60,7 +62,8 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct ConvertArgs {
     /// Inputs: .npy, .npz, .safetensors, a sharded checkpoint's .safetensors.index.json, PyTorch
-    /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), any of them
+    /// checkpoints (.bin, .pt, .pth, pytorch_model.bin.index.json), GGUF (.gguf, dequantized),
+    /// quantized safetensors (FP8, GPTQ, AWQ, bitsandbytes: see --dequantize), any of them
     /// gzip/zstd/xz/bzip2-compressed; `-` for standard input; a folder holding one checkpoint
     /// (its index, else its single model file); s3://, gs://, az:// or https:// URLs (credentials
     /// from the environment). Recognised by content.
@@ -280,6 +283,13 @@ fn parse_dequantize_to(s: &str) -> Result<Dtype, String> {
 }
 
 fn parse_cast(s: &str) -> Result<(Dtype, Dtype), String> {
+    // `--cast BF16`: a single dtype is what --cast-all takes.
+    if let (None, Ok(to)) = (s.split_once('='), parse_dtype(s)) {
+        return Err(format!(
+            "expected FROM=TO (F32=BF16: the F32 tensors to BF16), got {s:?}; \
+             to cast every floating tensor to {to}, use --cast-all {to}"
+        ));
+    }
     let (from, to) = parse_pair(s)?;
     Ok((parse_dtype(&from)?, parse_dtype(&to)?))
 }
@@ -311,9 +321,9 @@ pub enum Command {
     /// .npy, .npz, PyTorch checkpoints, raw dumps with the --raw flags, compressed), from headers only.
     Inspect(InspectArgs),
     /// List the multipart uploads left open under an s3:// prefix (by killed runs), and with
-    /// --abort abort them: `convert uploads --abort s3://bucket/models/`.
+    /// --abort abort them: `safetensors-convert uploads --abort s3://bucket/models/`.
     Uploads(UploadsArgs),
-    /// Print a shell completion script: `convert completions bash > /etc/bash_completion.d/convert`.
+    /// Print a shell completion script: `safetensors-convert completions bash > /etc/bash_completion.d/safetensors-convert`.
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
@@ -335,7 +345,8 @@ pub struct UploadsArgs {
 
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// Files to check: *.safetensors, or *.safetensors.index.json with all its shards.
+    /// Files to check: *.safetensors, or *.safetensors.index.json with all its shards; PyTorch
+    /// checkpoints (.bin, .pt, or their index) are checked as convert reads them.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
     /// Accept exactly what the reference reader accepts, instead of the format's strict rules.
@@ -344,16 +355,21 @@ pub struct ValidateArgs {
     /// Print nothing for valid files.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Print one JSON object on stdout: each file's outcome (tensors and data bytes, or the
+    /// error's kind, tensor, offset and message), and whether all are valid.
+    #[arg(long, conflicts_with = "quiet")]
+    pub json: bool,
 }
 
 // Inspect shows what an input holds: dropping tied names is a conversion's choice.
 #[derive(Debug, Args)]
 #[command(mut_arg("dedupe_tied", |a| a.hide(true)))]
 pub struct InspectArgs {
-    /// Any input convert reads: *.safetensors, *.safetensors.index.json, .npy, .npz, PyTorch, a raw dump
-    /// (with --raw-dtype/--raw-shape or --raw-manifest), compressed; `-` for standard input.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    /// Any inputs convert reads: *.safetensors, *.safetensors.index.json, .npy, .npz, PyTorch,
+    /// GGUF, a raw dump (with --raw-dtype/--raw-shape or --raw-manifest), compressed; `-` for
+    /// standard input. Each is shown in turn (with --json, an array of them for several).
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
     /// How the input is read.
     #[command(flatten)]
     pub input: InputArgs,
@@ -363,4 +379,125 @@ pub struct InspectArgs {
     /// Read the header as the reference reader would, instead of strictly.
     #[arg(long)]
     pub reference: bool,
+}
+
+/// The subcommands' names, for a mistyped one.
+const SUBCOMMANDS: [&str; 4] = ["validate", "inspect", "uploads", "completions"];
+
+/// A first argument that reads as a mistyped subcommand (`valdate`) and is
+/// no file: clap would take it for an input and ask for `-o`. Returns the
+/// usage error that says so. A word that is a file stays an input.
+pub fn mistyped_subcommand(first: &OsStr) -> Option<clap::Error> {
+    let word = first.to_str()?;
+    let plain_word = !word.is_empty() && word.bytes().all(|b| b.is_ascii_alphabetic());
+    if !plain_word || SUBCOMMANDS.contains(&word) || Path::new(word).exists() {
+        return None;
+    }
+    let lower = word.to_ascii_lowercase();
+    let near = SUBCOMMANDS
+        .into_iter()
+        .map(|s| (edit_distance(&lower, s), s))
+        .filter(|&(d, s)| d <= 2 || (lower.len() >= 3 && s.starts_with(&lower)))
+        .min()?;
+    Some(Cli::command().error(
+        clap::error::ErrorKind::InvalidSubcommand,
+        format!(
+            "unrecognized subcommand '{word}', and no file of that name: did you mean '{}'?",
+            near.1
+        ),
+    ))
+}
+
+/// Levenshtein distance between two ASCII words.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Python package's option table (python/src/options.rs), checked
+    /// here against clap's flags so that neither side drifts.
+    #[allow(dead_code)]
+    mod python_options {
+        include!("../../../python/src/options.rs");
+    }
+
+    #[test]
+    fn every_flag_of_convert_is_a_python_keyword_or_says_why_not() {
+        use python_options::{Kind, CONVERT_OPTIONS};
+        let cli = Cli::command();
+        let flags: Vec<(String, bool)> = cli
+            .get_arguments()
+            .filter_map(|a| {
+                let long = a.get_long()?;
+                let switch = matches!(a.get_action(), clap::ArgAction::SetTrue);
+                Some((long.to_string(), switch))
+            })
+            .filter(|(long, _)| long != "help" && long != "version")
+            .collect();
+        for (flag, switch) in &flags {
+            let row = CONVERT_OPTIONS
+                .iter()
+                .find(|o| o.flag == flag)
+                .unwrap_or_else(|| panic!("--{flag} is not in python/src/options.rs"));
+            if let Kind::Switch | Kind::Negated = row.kind {
+                assert!(
+                    switch,
+                    "--{flag} takes a value but the table says it is a switch"
+                );
+            } else if !matches!(row.kind, Kind::CliOnly(_)) {
+                assert!(
+                    !switch,
+                    "--{flag} is a switch but the table says it takes a value"
+                );
+            }
+            if row.kind == Kind::Switch
+                || matches!(row.kind, Kind::Text | Kind::Number | Kind::Pairs)
+            {
+                assert_eq!(row.keyword, flag.replace('-', "_"), "--{flag}");
+            }
+        }
+        for row in CONVERT_OPTIONS {
+            assert!(
+                flags.iter().any(|(f, _)| f == row.flag),
+                "the table's --{} is no flag of convert",
+                row.flag
+            );
+        }
+        assert_eq!(flags.len(), CONVERT_OPTIONS.len());
+    }
+
+    #[test]
+    fn near_words_are_subcommands_and_far_ones_inputs() {
+        assert_eq!(edit_distance("valdate", "validate"), 1);
+        assert_eq!(edit_distance("", "inspect"), 7);
+        for (typed, meant) in [
+            ("valdate", "validate"),
+            ("insepct", "inspect"),
+            ("Inspect", "inspect"),
+            ("upload", "uploads"),
+            ("compl", "completions"),
+        ] {
+            let e = mistyped_subcommand(OsStr::new(typed))
+                .expect(typed)
+                .to_string();
+            assert!(e.contains(&format!("did you mean '{meant}'")), "{e}");
+        }
+        for input in ["validate", "model", "x.npz", "-", "--dry-run", "weights"] {
+            assert!(mistyped_subcommand(OsStr::new(input)).is_none(), "{input}");
+        }
+    }
 }

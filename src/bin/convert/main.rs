@@ -12,10 +12,13 @@ use clap::Parser;
 use safetensors_stream::header::{Mode, Rules, HUB_HEADER_LIMIT};
 use safetensors_stream::index::{is_index_path, Checkpoint};
 use safetensors_stream::location::Location;
+use safetensors_stream::source::gguf::GgufSource;
 use safetensors_stream::source::open_location;
 use safetensors_stream::source::{detect_file, Format};
-use safetensors_stream::source::{resolve_input, FreedMemoryHook, Listing, SourceOptions};
-use safetensors_stream::units::HumanBytes;
+use safetensors_stream::source::{
+    passed_over_notice, resolve_folder, resolve_input, FreedMemoryHook, Listing, SourceOptions,
+};
+use safetensors_stream::units::{Counted, HumanBytes};
 use safetensors_stream::{inspect, Category, Error, ErrorKind, Note};
 
 use cli::{Cli, Command, InspectArgs, UploadsArgs, ValidateArgs};
@@ -56,6 +59,12 @@ pub(crate) fn collect_freed_memory() {
 
 fn main() -> ExitCode {
     raise_open_file_limit();
+    if let Some(e) = std::env::args_os()
+        .nth(1)
+        .and_then(|a| cli::mistyped_subcommand(&a))
+    {
+        return usage_failure(e);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_failure(e),
@@ -66,7 +75,12 @@ fn main() -> ExitCode {
         Some(Command::Uploads(args)) => uploads(&args),
         Some(Command::Completions { shell }) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "convert", &mut std::io::stdout());
+            clap_complete::generate(
+                shell,
+                &mut cmd,
+                "safetensors-convert",
+                &mut std::io::stdout(),
+            );
             Ok(ExitCode::SUCCESS)
         }
         None => run::convert(&cli.convert),
@@ -163,7 +177,7 @@ fn rules(reference: bool) -> Rules {
 }
 
 pub(crate) fn report(e: &Error) {
-    eprintln!("convert: {e}");
+    eprintln!("{}: {e}", name());
 }
 
 /// The exit code of each error class, as `--help` and the README give them.
@@ -179,11 +193,28 @@ pub(crate) fn exit_code(c: Category) -> ExitCode {
     ExitCode::from(code_number(c))
 }
 
+/// The name this program was run by, which its messages start with:
+/// `safetensors-convert` as installed beside ImageMagick's `convert`, or
+/// `convert` (the binary's name in this repository, and any other).
+pub(crate) fn name() -> &'static str {
+    static NAME: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        let run_as = std::env::args_os().next().unwrap_or_default();
+        let file = Path::new(&run_as).file_name().unwrap_or_default();
+        if file == "safetensors-convert" {
+            "safetensors-convert"
+        } else {
+            "convert"
+        }
+    })
+}
+
 fn warn_hub_limit(cp: &Checkpoint) {
     for (path, h) in &cp.files {
         if h.header_len > HUB_HEADER_LIMIT {
             eprintln!(
-                "convert: warning: {}: header is {} bytes; the Hugging Face Hub refuses headers over {}",
+                "{}: warning: {}: header is {} bytes; the Hugging Face Hub refuses headers over {}",
+                name(),
                 path,
                 h.header_len,
                 HUB_HEADER_LIMIT
@@ -192,9 +223,11 @@ fn warn_hub_limit(cp: &Checkpoint) {
     }
 }
 
-/// Checks every file; one line per file; the worst failure sets the exit code.
+/// Checks every file; one line per file (or, with `--json`, one JSON object
+/// on stdout naming each file's outcome); the worst failure sets the exit code.
 fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
     let mut worst: Option<Category> = None;
+    let mut results = Vec::with_capacity(args.files.len());
     for given in &args.files {
         let (shown, opened) = match checkpoint_location(given) {
             Ok(location) => {
@@ -204,23 +237,47 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
             Err(e) => (given.display().to_string(), Err(e)),
         };
         match opened {
+            Ok((tensors, bytes)) if args.json => results.push(serde_json::json!({
+                "path": shown, "valid": true, "tensors": tensors, "data_bytes": bytes,
+            })),
             Ok((tensors, bytes)) => {
                 if !args.quiet {
                     println!(
-                        "{}: valid ({} tensors, {} data bytes, {})",
-                        shown,
-                        tensors,
-                        bytes,
+                        "{shown}: valid ({}, {bytes} data bytes, {})",
+                        Counted(tensors, "tensor"),
                         HumanBytes(bytes)
                     );
                 }
             }
             Err(e) => {
                 let category = e.category();
-                report(&e.with_input(&shown));
+                let e = e.with_input(&shown);
+                if args.json {
+                    results.push(serde_json::json!({
+                        "path": shown,
+                        "valid": false,
+                        "error": {
+                            "kind": e.kind().name(),
+                            "category": format!("{category:?}"),
+                            "tensor": e.tensor(),
+                            "offset": e.offset(),
+                            "message": e.to_string(),
+                        },
+                    }));
+                } else {
+                    report(&e);
+                }
                 worst = Some(worst.map_or(category, |w| worse(w, category)));
             }
         }
+    }
+    if args.json {
+        let v = serde_json::json!({
+            "valid": worst.is_none(),
+            "exit_code": worst.map_or(0, code_number),
+            "files": results,
+        });
+        let _ = writeln!(std::io::stdout().lock(), "{v}");
     }
     Ok(worst.map_or(ExitCode::SUCCESS, exit_code))
 }
@@ -231,7 +288,7 @@ fn checkpoint_location(given: &Path) -> Result<Location, Error> {
     Ok(match Location::parse(given)? {
         // A folder a format reads whole (a distributed checkpoint) stays one.
         Location::Folder(dir) => match resolve_input(&dir)? {
-            file if file != dir => Location::File(file),
+            file if file != dir => Location::File(resolve_said(&dir)?),
             _ => Location::Folder(dir),
         },
         other => other,
@@ -244,22 +301,37 @@ fn is_pytorch_index(location: &Location) -> bool {
 }
 
 /// Tensors and data bytes of one input: a safetensors file or index under
-/// the chosen rules; a PyTorch index and its shards opened by the code a
-/// conversion opens them with (every shard parsed, every tensor in the
-/// shard the `weight_map` says, every view within its storage).
+/// the chosen rules; a PyTorch checkpoint (one file, or an index and its
+/// shards) or a distributed checkpoint's folder opened by the code a
+/// conversion opens it with (every shard parsed, every tensor in the shard
+/// the `weight_map` says, every view within its storage), so that validate
+/// takes what a folder of them resolves to and the file itself alike, as
+/// inspect does.
 fn validate_one(location: &Location, reference: bool) -> Result<(usize, u64), Error> {
-    // Validate checks safetensors files; a PyTorch index (what a folder of
-    // `pytorch_model-*.bin` shards resolves to) is checked as convert reads it.
-    // So is a distributed checkpoint's folder.
-    if !is_pytorch_index(location) && !matches!(location, Location::Folder(_)) {
-        let cp = open_checkpoint(location, rules(reference))?;
-        warn_hub_limit(&cp);
-        return Ok((cp.tensor_count(), cp.data_len()));
+    if is_pytorch_index(location) || matches!(location, Location::Folder(_)) {
+        return validate_as_converted(location);
     }
+    match open_checkpoint(location, rules(reference)) {
+        Ok(cp) => {
+            warn_hub_limit(&cp);
+            Ok((cp.tensor_count(), cp.data_len()))
+        }
+        Err(e) if is_pytorch_checkpoint(&e) => validate_as_converted(location),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether reading `path` as safetensors failed because it is a PyTorch
+/// checkpoint (the reader says what an input is when it knows).
+fn is_pytorch_checkpoint(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::NotSafetensors { what } if what.starts_with("a PyTorch checkpoint"))
+}
+
+fn validate_as_converted(location: &Location) -> Result<(usize, u64), Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |note: &Note| eprintln!("convert: {note}");
+    let notice = |note: &Note| eprintln!("{}: {note}", name());
     let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(collect_freed_memory));
     let source = rt.block_on(open_location(location, &options, &notice))?;
     let mut bytes = 0u64;
@@ -286,20 +358,83 @@ fn worse(a: Category, b: Category) -> Category {
     }
 }
 
+/// Shows each file in turn (a blank line between tables; with `--json`,
+/// one file's object, or an array of them for several); a file that fails
+/// is reported and the others still shown; the worst failure sets the exit code.
 fn run_inspect(args: &InspectArgs) -> Result<ExitCode, Error> {
+    let mut worst: Option<Category> = None;
+    let mut texts = Vec::with_capacity(args.files.len());
+    let mut objects = Vec::with_capacity(args.files.len());
+    for given in &args.files {
+        match inspect_one(given, args) {
+            Ok(Shown::Text(text)) => texts.push(text),
+            Ok(Shown::Json(v)) => objects.push(v),
+            Err(e) => {
+                report(&e);
+                worst = Some(worst.map_or(e.category(), |w| worse(w, e.category())));
+            }
+        }
+    }
+    let text = match (args.json, args.files.len()) {
+        (false, _) => texts.join("\n"),
+        (true, 1) => objects.first().map(pretty).unwrap_or_default(),
+        (true, _) => pretty(&serde_json::Value::Array(objects)),
+    };
+    // A closed pipe (`| head`) is not an error worth a message.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Ok(worst.map_or(ExitCode::SUCCESS, exit_code))
+}
+
+/// What inspect shows of one file.
+enum Shown {
+    Text(String),
+    Json(serde_json::Value),
+}
+
+fn inspect_one(given: &Path, args: &InspectArgs) -> Result<Shown, Error> {
     // A GGUF's metadata is listed whether or not --gguf-metadata is given;
     // headers only: `cat x.safetensors | convert inspect -` is not spooled.
     let mut options = run::source_options(&args.input)?.listing_only(true);
     options.gguf.metadata = true;
-    let file = checkpoint_location(&args.file)?;
-    let text = if options.raw.is_none() && reads_as_checkpoint(&file)? {
-        inspect_checkpoint(&file, args)?
+    // A checkpoint folder stands for its index or its one model file, as for convert.
+    let file = checkpoint_location(given)?;
+    if options.raw.is_none() && reads_as_checkpoint(&file)? {
+        inspect_checkpoint(&file, args)
+    } else if let Some(path) = file.path().filter(|p| options.raw.is_none() && is_gguf(p)) {
+        inspect_gguf(path, args, &options)
     } else {
-        inspect_source(&file, args, &options)?
-    };
-    // A closed pipe (`| head`) is not an error worth a message.
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
-    Ok(ExitCode::SUCCESS)
+        inspect_source(&file, args, &options)
+    }
+}
+
+/// The input a folder stands for, saying on stderr when a folder's safetensors form was
+/// chosen over another (`pytorch_model.bin` beside `model.safetensors`).
+fn resolve_said(given: &Path) -> Result<std::path::PathBuf, Error> {
+    let resolved = resolve_folder(given)?;
+    if let Some(said) = passed_over_notice(given, &resolved) {
+        eprintln!("{}: {said}", name());
+    }
+    Ok(resolved.path)
+}
+
+/// A local GGUF file (a compressed or piped one is listed as any input).
+fn is_gguf(path: &Path) -> bool {
+    path.as_os_str() != "-"
+        && matches!(detect_file(path), Ok(Some(Format::Row(row))) if row.name() == "gguf")
+}
+
+/// A GGUF file with each tensor's stored type and every metadata key.
+fn inspect_gguf(file: &Path, args: &InspectArgs, options: &SourceOptions) -> Result<Shown, Error> {
+    let shown = file.display().to_string();
+    let input = |e: Error| e.with_input(&shown);
+    let f = std::fs::File::open(file).map_err(|e| input(Error::io(e)))?;
+    let len = f.metadata().map_err(|e| input(Error::io(e)))?.len();
+    let src = GgufSource::open(f, len, &shown, options)?;
+    Ok(if args.json {
+        Shown::Json(inspect::gguf_to_json(&src).map_err(input)?)
+    } else {
+        Shown::Text(inspect::render_gguf(&src).map_err(input)?)
+    })
 }
 
 /// An index, or a file that is not another format convert reads: shown
@@ -330,13 +465,13 @@ fn reads_as_checkpoint(location: &Location) -> Result<bool, Error> {
     })
 }
 
-fn inspect_checkpoint(file: &Location, args: &InspectArgs) -> Result<String, Error> {
+fn inspect_checkpoint(file: &Location, args: &InspectArgs) -> Result<Shown, Error> {
     let cp = open_checkpoint(file, rules(args.reference))?;
     warn_hub_limit(&cp);
     Ok(if args.json {
-        pretty(&inspect::to_json(&cp))
+        Shown::Json(inspect::to_json(&cp))
     } else {
-        inspect::render_table(&cp)
+        Shown::Text(inspect::render_table(&cp))
     })
 }
 
@@ -368,11 +503,11 @@ fn inspect_source(
     file: &Location,
     args: &InspectArgs,
     options: &SourceOptions,
-) -> Result<String, Error> {
+) -> Result<Shown, Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let notice = |note: &Note| eprintln!("convert: {note}");
+    let notice = |note: &Note| eprintln!("{}: {note}", name());
     let source = rt.block_on(open_location(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());
     let pieces = inspect::pieces_of(source.as_ref());
@@ -380,10 +515,10 @@ fn inspect_source(
     Ok(if args.json {
         let mut v = inspect::listing_to_json(&listing).map_err(input)?;
         inspect::add_pieces_json(&mut v, &listing, &pieces);
-        pretty(&v)
+        Shown::Json(v)
     } else {
         let text = inspect::render_listing(&listing).map_err(input)?;
-        text + &inspect::render_pieces(&listing, &pieces)
+        Shown::Text(text + &inspect::render_pieces(&listing, &pieces))
     })
 }
 

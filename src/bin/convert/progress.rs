@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::Plan;
 use safetensors_stream::units::HumanBytes;
@@ -12,19 +12,29 @@ use safetensors_stream::units::HumanBytes;
 /// An indicatif bar: bytes, throughput, ETA, shard and tensor.
 pub(crate) struct Bar(ProgressBar);
 
+/// The bar's line. Its fixed fields take at most 70 columns (bytes and
+/// rates as `1023.99 MiB`, the ETA as `59m59s`); the shard and tensor
+/// (`wide_msg`) get what is left of the terminal's width and are cut to it,
+/// so the line never wraps (a wrapped line is redrawn as a new one) on an
+/// 80-column terminal, nor on a narrower one but for the fixed fields.
+const BAR_TEMPLATE: &str =
+    "{bar:20.cyan/blue} {bytes:>11}/{total_bytes:<11} {bytes_per_sec:>13} ETA {eta:>6} {wide_msg}";
+
 impl Bar {
     pub(crate) fn new() -> Self {
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        let style = ProgressStyle::with_template(
-            "{bar:30.cyan/blue} {bytes:>10}/{total_bytes:<10} {bytes_per_sec:>12} ETA {eta:>4} {msg}",
-        )
-        .expect("a valid template")
-        .with_key("eta", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-            let _ = w.write_str(&eta_text(state.pos(), state.per_sec(), state.elapsed(), || {
-                state.eta()
-            }));
-        })
-        .progress_chars("=> ");
+        let style = ProgressStyle::with_template(BAR_TEMPLATE)
+            .expect("a valid template")
+            .with_key(
+                "eta",
+                |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    let eta = eta_text(state.pos(), state.per_sec(), state.elapsed(), || {
+                        state.eta()
+                    });
+                    let _ = w.write_str(&eta);
+                },
+            )
+            .progress_chars("=> ");
         bar.set_style(style);
         Bar(bar)
     }
@@ -38,11 +48,18 @@ impl Bar {
 
 /// Before any byte has moved, or in the first second, there is no rate to
 /// go by: indicatif would show an ETA of 0s then. Show `--` instead.
+/// Otherwise at most six columns: `45s`, `12m05s`, `3h07m`, `>99h`.
 fn eta_text(pos: u64, per_sec: f64, elapsed: Duration, eta: impl FnOnce() -> Duration) -> String {
     if pos == 0 || per_sec.is_nan() || per_sec <= 0.0 || elapsed < Duration::from_secs(1) {
         return "--".to_string();
     }
-    HumanDuration(eta()).to_string()
+    let secs = eta().as_secs();
+    match (secs / 3600, secs / 60 % 60, secs % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h @ 1..=99, m, _) => format!("{h}h{m:02}m"),
+        _ => ">99h".to_string(),
+    }
 }
 
 impl Progress for Bar {
@@ -151,6 +168,15 @@ mod tests {
         assert_eq!(eta_text(0, 0.0, Duration::from_secs(5), eta), "--");
         assert_eq!(eta_text(10, 0.0, Duration::from_secs(5), eta), "--");
         assert_eq!(eta_text(10, 5.0, Duration::from_millis(200), eta), "--");
-        assert_eq!(eta_text(10, 5.0, Duration::from_secs(2), eta), "2 minutes");
+        assert_eq!(eta_text(10, 5.0, Duration::from_secs(2), eta), "1m30s");
+        let at = |secs| {
+            eta_text(10, 5.0, Duration::from_secs(2), || {
+                Duration::from_secs(secs)
+            })
+        };
+        assert_eq!(at(45), "45s");
+        assert_eq!(at(3599), "59m59s");
+        assert_eq!(at(3600 * 3 + 7 * 60 + 59), "3h07m");
+        assert_eq!(at(100 * 3600), ">99h");
     }
 }

@@ -145,7 +145,7 @@ impl Notes {
     fn say(&self, note: &Note) {
         match &self.collected {
             Some(c) => c.lock().expect("notes lock").push(note.clone()),
-            None if !self.quiet => eprintln!("convert: {note}"),
+            None if !self.quiet => eprintln!("{}: {note}", crate::name()),
             None => {}
         }
     }

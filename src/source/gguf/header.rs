@@ -67,14 +67,22 @@ pub enum Value {
     I64(i64),
     /// f64.
     F64(f64),
-    /// An array: its element type's name and its length.
+    /// An array: its element type's name, its length and its first items.
     Array {
         /// The element type (`u32`, `string`, `array`).
         of: &'static str,
         /// How many elements.
         len: u64,
+        /// The first [`ARRAY_ITEMS_KEPT`] items as `inspect` shows them
+        /// (strings quoted and cut to [`ARRAY_CHARS_KEPT`] bytes).
+        first: Vec<String>,
     },
 }
+
+/// Items of an array kept to show it: the rest are read through.
+pub const ARRAY_ITEMS_KEPT: u64 = 3;
+/// Bytes kept of each string item shown.
+pub const ARRAY_CHARS_KEPT: u64 = 40;
 
 impl Value {
     /// The value as a `__metadata__` string; `None` for arrays.
@@ -96,11 +104,30 @@ impl Value {
         })
     }
 
-    /// How `inspect` shows it: the value, or `[LEN x TYPE]` for an array.
+    /// How `inspect` shows it: the value, or for an array its length, type
+    /// and first items: `[32000 x string: "<unk>", "<s>", "</s>", ...]`.
     pub fn describe(&self) -> String {
         match self {
-            Value::Array { of, len } => format!("[{len} x {of}]"),
+            Value::Array { of, len, first } => {
+                let more = if *len > first.len() as u64 {
+                    ", ..."
+                } else {
+                    ""
+                };
+                match first.is_empty() {
+                    true => format!("[{len} x {of}]"),
+                    false => format!("[{len} x {of}: {}{more}]", first.join(", ")),
+                }
+            }
             other => other.to_metadata().unwrap_or_default(),
+        }
+    }
+
+    /// An array item as `describe` shows it: strings quoted.
+    fn item(&self) -> String {
+        match self {
+            Value::Str(s) => format!("{s:?}"),
+            other => other.describe(),
         }
     }
 }
@@ -263,6 +290,31 @@ impl<R: Read> Parser<R> {
         }
         self.pos += len;
         String::from_utf8(buf).map_err(|_| gguf(GgufError::NotUtf8(what)).at_offset(at))
+    }
+
+    /// An array's string item, quoted, of at most [`ARRAY_CHARS_KEPT`]
+    /// bytes (cut at a character boundary, `...` after); the rest skipped.
+    fn string_start(&mut self) -> Result<String> {
+        let at = self.pos;
+        let len = self.string_len("array string", u64::MAX)?;
+        let keep = len.min(ARRAY_CHARS_KEPT);
+        let mut buf = Vec::with_capacity(keep as usize);
+        let got = (&mut self.r)
+            .take(keep)
+            .read_to_end(&mut buf)
+            .map_err(Error::io)?;
+        if got as u64 != keep {
+            return Err(gguf(GgufError::Truncated("array string")).at_offset(at));
+        }
+        self.pos += keep;
+        self.skip(len - keep, "array string")?;
+        let text = String::from_utf8_lossy(&buf);
+        // A character cut at the end shows as U+FFFD: drop it.
+        let text = match keep < len {
+            true => format!("{:?}...", text.trim_end_matches('\u{fffd}')),
+            false => format!("{text:?}"),
+        };
+        Ok(text)
     }
 
     fn skip(&mut self, n: u64, what: &'static str) -> Result<()> {
@@ -455,22 +507,38 @@ impl<R: Read> Parser<R> {
             _ => width,
         };
         let len = self.count("array elements", min)?;
+        // The first items are kept to show; the rest are read through.
+        let kept = len.min(ARRAY_ITEMS_KEPT);
+        let mut first = Vec::with_capacity(kept as usize);
+        for _ in 0..kept {
+            let item = match of {
+                8 => self.string_start()?,
+                _ => self.value(key, Some(of), depth + 1)?.item(),
+            };
+            self.charge(item.len() as u64 + 24)?;
+            first.push(item);
+        }
+        let rest = len - kept;
         match of {
             8 => {
-                for _ in 0..len {
+                for _ in 0..rest {
                     let n = self.string_len("array string", u64::MAX)?;
                     self.skip(n, "array string")?;
                 }
             }
             9 => {
-                for _ in 0..len {
+                for _ in 0..rest {
                     self.value(key, Some(9), depth + 1)?;
                 }
             }
             // Fits: `count` checked len * width against the file.
-            _ => self.skip(len * width, "array")?,
+            _ => self.skip(rest * width, "array")?,
         }
-        Ok(Value::Array { of: name, len })
+        Ok(Value::Array {
+            of: name,
+            len,
+            first,
+        })
     }
 }
 

@@ -91,6 +91,12 @@ impl GgufSource {
         &self.header
     }
 
+    /// Tensor `k`'s type as the file stores it, in ggml's words (`Q4_K`,
+    /// `Q8_0`, `F32`): its dtype in [`Source::tensors`] is what it is written as.
+    pub fn stored_type(&self, k: usize) -> &'static str {
+        self.info(k).ty.name
+    }
+
     /// Array-valued metadata keys, left out of `__metadata__`.
     pub fn skipped_arrays(&self) -> usize {
         self.skipped_arrays

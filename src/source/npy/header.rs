@@ -347,13 +347,11 @@ fn void_as_dtype(descr: &str, order: char, n: u64, dtype: Dtype) -> Result<(Dtyp
         Some(w) if w == n => {}
         Some(w) => {
             let reason =
-                format!("npy_void_as (--npy-void-as) {dtype} is {w} bytes per element, but this array's are {n}");
+                format!("--npy-void-as {dtype} is {w} bytes per element, but this array's are {n}");
             return Err(unsupported(descr, &reason));
         }
         None => {
-            let reason = format!(
-                "npy_void_as (--npy-void-as) {dtype}: a sub-byte dtype cannot be a void type"
-            );
+            let reason = format!("--npy-void-as {dtype}: a sub-byte dtype cannot be a void type");
             return Err(unsupported(descr, &reason));
         }
     }
@@ -371,7 +369,7 @@ fn refusal_reason(kind: char, size: Option<u64>) -> &'static str {
         ('M' | 'm', _) => "datetime and timedelta arrays have no safetensors equivalent",
         ('V', _) => {
             "void dtype (this is how np.save stores ml_dtypes' bfloat16 and float8); \
-                     if you know what it holds, set npy_void_as (--npy-void-as) to BF16 (or F8_E4M3, F8_E5M2, ...)"
+                     if you know what it holds, pass --npy-void-as BF16 (or F8_E4M3, F8_E5M2, ...)"
         }
         ('c', Some(16)) => "complex128 has no safetensors equivalent",
         ('f', Some(12 | 16)) => "long double has no safetensors equivalent",

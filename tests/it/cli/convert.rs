@@ -47,7 +47,7 @@ fn one_line_failure(o: &Output, expected: i32) -> String {
     );
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "one line on stderr, got: {err:?}");
-    assert!(lines[0].starts_with("convert: "), "{err:?}");
+    assert!(lines[0].starts_with("safetensors-convert: "), "{err:?}");
     lines[0].to_string()
 }
 
@@ -247,7 +247,7 @@ fn a_bad_input_exits_1_with_one_line_naming_it() {
         let o = convert(&[input, &"-o", &out]);
         let line = one_line_failure(&o, 1);
         assert!(
-            line.starts_with(&format!("convert: {}: ", input.display())),
+            line.starts_with(&format!("safetensors-convert: {}: ", input.display())),
             "{line}"
         );
         assert!(!out.exists());
@@ -261,7 +261,7 @@ fn a_bad_input_exits_1_with_one_line_naming_it() {
     ]);
     let line = one_line_failure(&o, 1);
     assert!(
-        line.starts_with(&format!("convert: {}: ", truncated.display())),
+        line.starts_with(&format!("safetensors-convert: {}: ", truncated.display())),
         "{line}"
     );
     assert_eq!(

@@ -95,7 +95,7 @@ fn the_index_is_refused_naming_a_missing_or_short_shard() {
     let text = stderr(&o);
     assert_eq!(text.lines().count(), 1, "{text}");
     assert!(
-        text.starts_with("convert: ") && text.contains(&files[1]),
+        text.starts_with("safetensors-convert: ") && text.contains(&files[1]),
         "{text}"
     );
     assert!(!index.exists());

@@ -6,6 +6,7 @@ mod convert;
 mod fanout;
 mod friction;
 mod newcomer;
+mod newcomer_round4;
 mod product;
 mod urls;
 mod validate;

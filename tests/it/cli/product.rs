@@ -7,7 +7,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
 }
 
 fn fixture(name: &str) -> PathBuf {
@@ -272,7 +272,7 @@ fn progress_shows_on_a_pseudo_terminal() {
     let out = dir.path().join("out.safetensors");
     let cmd = format!(
         "{} {} -o {} --buffer-size 64KiB --no-sync",
-        env!("CARGO_BIN_EXE_convert"),
+        env!("CARGO_BIN_EXE_safetensors-convert"),
         input.display(),
         out.display()
     );
@@ -319,7 +319,7 @@ fn help_documents_exit_codes_and_examples() {
     for needle in [
         "Exit codes: 0 success, 1 bad input",
         "3 I/O or environment error",
-        "convert weights.npz -o model.safetensors",
+        "  safetensors-convert weights.npz -o model.safetensors",
         "--report",
         "--dry-run",
         "--raw-dtype",
@@ -333,5 +333,8 @@ fn help_documents_exit_codes_and_examples() {
 fn version_prints() {
     let o = run(&[os("--version")]);
     assert_eq!(o.status.code(), Some(0));
-    assert!(String::from_utf8(o.stdout).unwrap().starts_with("convert "));
+    // The installed name, which is not ImageMagick's `convert` (issue 42.1).
+    assert!(String::from_utf8(o.stdout)
+        .unwrap()
+        .starts_with("safetensors-convert "));
 }

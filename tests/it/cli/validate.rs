@@ -14,7 +14,7 @@ use support::reference::{build_file, raw_file, reference_dir};
 use support::write;
 
 fn convert(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_convert"))
+    Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
         .args(args)
         .output()
         .expect("run convert")
@@ -120,7 +120,7 @@ fn validate_names_the_file_and_the_rule() {
         assert_eq!(
             stderr_lines(&out),
             [format!(
-                r#"convert: {}: tensors "a" [0,16) and "b" [8,24) overlap"#,
+                r#"safetensors-convert: {}: tensors "a" [0,16) and "b" [8,24) overlap"#,
                 bad.display()
             )]
         );
@@ -437,7 +437,7 @@ fn a_broken_index_fails_with_the_right_message() {
         assert_eq!(code(&out), 1, "{what}: {err:?}");
         // One line: the index, then the rule (serde may add a position).
         assert_eq!(err.len(), 1, "{what}: {err:?}");
-        let want = format!("convert: {}: {message}", path.display());
+        let want = format!("safetensors-convert: {}: {message}", path.display());
         assert!(
             err[0].starts_with(&want),
             "{what}: {:?}\n want {want:?}",

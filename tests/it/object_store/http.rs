@@ -170,7 +170,7 @@ fn a_server_ignoring_range_is_named_for_a_big_object() {
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let msg = stderr(&o);
     assert!(
-        msg.starts_with(&format!("convert: {url}: ")) && msg.contains("ignores Range"),
+        msg.starts_with(&format!("safetensors-convert: {url}: ")) && msg.contains("ignores Range"),
         "{msg}"
     );
     assert_eq!(msg.lines().count(), 1, "{msg}");

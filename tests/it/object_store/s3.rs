@@ -229,7 +229,7 @@ fn refused_in_one_line(ep: &str, bucket: &str) {
         let text = stderr(&o);
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(
-            text.starts_with(&format!("convert: s3://{bucket}/")),
+            text.starts_with(&format!("safetensors-convert: s3://{bucket}/")),
             "{text}"
         );
         assert!(

@@ -1,0 +1,154 @@
+"""Issue 42.2: the Python ``convert`` takes every option the CLI takes, by
+one table (python/src/options.rs, checked against clap's flags by the
+CLI's tests and against this signature here), and its messages name the
+options as Python keywords."""
+
+import inspect
+import json
+import struct
+
+import numpy as np
+import pytest
+
+import safetensors_stream as sts
+from safetensors_stream import _native
+
+OPTIONS = _native.convert_options()  # (flag, keyword or "", why not)
+
+
+def tensors_of(path):
+    """{name: (dtype, shape, bytes)} and the metadata of a safetensors file."""
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    meta = header.pop("__metadata__", {})
+    body = data[8 + n :]
+    got = {k: (v["dtype"], v["shape"], body[v["data_offsets"][0] : v["data_offsets"][1]]) for k, v in header.items()}
+    return got, meta
+
+
+def keywords_of(args):
+    """A CLI argument list (`--pt-root X`, `--dedupe-tied`) as keywords, by the table."""
+    by_flag = {flag: kw for flag, kw, _ in OPTIONS}
+    kwargs, i = {}, 0
+    while i < len(args):
+        flag = args[i].removeprefix("--")
+        kw = by_flag[flag]
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            kwargs[kw] = args[i + 1]
+            i += 2
+        else:
+            kwargs[kw] = True
+            i += 1
+    return kwargs
+
+
+def test_the_signature_is_the_table():
+    params = inspect.signature(sts.convert).parameters
+    keywords = {kw for _, kw, _ in OPTIONS if kw}
+    assert set(params) - {"inputs"} == keywords
+    for flag, kw, why in OPTIONS:
+        assert bool(kw) != bool(why), flag  # a keyword, or why there is none
+    # The ones issue 42 found missing.
+    for kw in ["dedupe_tied", "dequantize_to", "pt_root", "gguf_metadata", "raw_dtype", "raw_shape",
+               "raw_offset", "raw_byte_order", "raw_manifest", "raw_allow_trailing", "progress",
+               "shard", "index_only", "expect_plan", "buffer_size"]:
+        assert kw in params
+
+
+@pytest.mark.parametrize(
+    "expected",
+    ["tied.pt.dedupe.expected.json", "training-root.pt.expected.json", "tied.pt.expected.json"],
+)
+def test_pytorch_options_give_what_the_cli_gives(tmp_path, fixtures, expected):
+    want = json.loads((fixtures / "pytorch/ok" / expected).read_text())
+    stem = expected.removesuffix(".expected.json")
+    src = fixtures / "pytorch/ok" / (stem if (fixtures / "pytorch/ok" / stem).exists() else stem.rsplit(".", 1)[0])
+    out = tmp_path / "o.safetensors"
+    sts.convert(src, out, **keywords_of(want["args"]))
+    got, meta = tensors_of(out)
+    assert meta == want["metadata"]
+    assert {k: (d, s, b.hex()) for k, (d, s, b) in got.items()} == {
+        k: (v["dtype"], v["shape"], v["hex"]) for k, v in want["tensors"].items()
+    }
+
+
+def test_gguf_dequantize_to(tmp_path, fixtures):
+    out = tmp_path / "o.safetensors"
+    report = sts.convert(fixtures / "gguf/types_le.gguf", out, dequantize_to="F32", gguf_metadata=True)
+    got, meta = tensors_of(out)
+    want, _ = tensors_of(fixtures / "gguf/expected_f32.safetensors")
+    assert {k: got[k][2] for k in want} == {k: w[2] for k, w in want.items()}  # gguf-py writes BF16 as U16
+    assert meta  # the scalar keys, as strings
+    for notice in report["warnings"]:
+        assert "--" not in notice, notice
+    with pytest.raises(sts.UsageError, match="dequantize_to: dequantized weights are F32, F16 or BF16, not I8"):
+        sts.convert(fixtures / "gguf/types_le.gguf", out, dequantize_to="I8")
+
+
+def test_raw_dumps(tmp_path):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    dump = tmp_path / "w.bin"
+    dump.write_bytes(b"\0" * 4 + a.astype(">f4").tobytes() + b"tail")
+    out = tmp_path / "o.safetensors"
+    sts.convert(dump, out, raw_dtype="float32", raw_shape=(2, 3), raw_offset=4, raw_byte_order="big",
+                raw_allow_trailing=True, name="w")
+    assert tensors_of(out)[0] == {"w": ("F32", [2, 3], a.tobytes())}
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps([{"name": "x", "dtype": "F32", "shape": [3], "offset": 4}]))
+    dump.write_bytes(b"\0" * 4 + a.tobytes()[:12])
+    sts.convert(dump, out, raw_manifest=manifest)
+    assert tensors_of(out)[0] == {"x": ("F32", [3], a.tobytes()[:12])}
+    with pytest.raises(sts.UsageError, match="both raw_dtype and raw_shape"):
+        sts.convert(dump, out, raw_dtype="F32")
+
+
+def test_a_fan_out_by_shard_index_only_and_expect_plan(tmp_path, fixtures):
+    src = fixtures / "example/model-input.safetensors"
+    whole = tmp_path / "whole/model.safetensors"
+    whole.parent.mkdir()
+    sts.convert(src, whole, max_shard_size="100B", buffer_size="64KiB")
+    plan = sts.convert(src, tmp_path / "part/model.safetensors", max_shard_size="100B", dry_run=True)
+    shards = sorted(p.name for p in whole.parent.iterdir())
+    assert len(shards) >= 3, shards  # at least two shards and the index
+    part = tmp_path / "part/model.safetensors"
+    part.parent.mkdir()
+    for k in range(1, len(shards)):
+        sts.convert(src, part, max_shard_size="100B", shard=k, expect_plan=plan["plan_id"])
+    sts.convert(src, part, max_shard_size="100B", index_only=True, expect_plan=plan["plan_id"])
+    for name in shards:
+        assert (part.parent / name).read_bytes() == (whole.parent / name).read_bytes(), name
+    with pytest.raises(sts.BadInputError) as e:  # the inputs are not what the plan saw
+        sts.convert(src, part, max_shard_size="100B", shard=1, expect_plan="0" * 16)
+    assert "expect_plan" in str(e.value) and "--" not in str(e.value)
+
+
+def test_messages_name_keywords_not_flags(tmp_path, fixtures):
+    out = tmp_path / "o.safetensors"
+    with pytest.raises(sts.UsageError) as e:
+        sts.convert(fixtures / "example/model.npz", out, include="nothing.*")
+    msg = str(e.value)
+    assert 'include="nothing.*"' in msg and "allow_empty=True" in msg, msg
+    assert "--" not in msg, msg
+    with pytest.raises(sts.UsageError) as e:
+        sts.convert(fixtures / "example/model-input.safetensors", out, cast_all="I8")
+    assert 'cast_all="I8"' in str(e.value) and "--" not in str(e.value), str(e.value)
+    with pytest.raises(sts.UsageError) as e:
+        sts.convert(fixtures / "example/model-input.safetensors", out, rename={"nope": "x"})
+    assert 'rename={"nope": "x"}' in str(e.value), str(e.value)
+
+
+def test_progress_is_called_up_to_the_total(tmp_path, fixtures, capsys):
+    calls = []
+    out = tmp_path / "o.safetensors"
+    sts.convert(fixtures / "example/model-input.safetensors", out, progress=lambda *a: calls.append(a))
+    assert calls[0][0] == 0 and calls[-1][0] == calls[-1][1] == out.stat().st_size
+    sts.convert(fixtures / "example/model-input.safetensors", out, progress=True)
+    assert "progress: " in capsys.readouterr().err
+
+
+def test_output_may_be_left_out_of_a_dry_run(fixtures):
+    plan = sts.convert(fixtures / "example/model.npz", dry_run=True)
+    assert plan["outputs"][0]["path"] == "model.safetensors"  # after the input, as the CLI plans
+    with pytest.raises(sts.UsageError, match="needs an output"):
+        sts.convert(fixtures / "example/model.npz")
