@@ -87,6 +87,7 @@ def convert(
     dequantize: bool = False,
     dequantize_to: str | None = None,
     gguf_metadata: bool = False,
+    names: str | None = None,
     raw_dtype: str | None = None,
     raw_shape: str | Sequence[int] | None = None,
     raw_offset: int = 0,

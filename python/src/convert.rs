@@ -14,7 +14,7 @@ use safetensors_stream::convert::{
 use safetensors_stream::location::Location;
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::Plan;
-use safetensors_stream::source::{RawSpec, RawTensor};
+use safetensors_stream::source::{Names, RawSpec, RawTensor};
 use safetensors_stream::units::parse_size;
 use safetensors_stream::{Dtype, Error, ErrorKind, Note};
 
@@ -143,7 +143,7 @@ impl Progress for PyProgress {
     rename_regex=Vec::new(), prefix=None, metadata=Vec::new(), order="canonical",
     checksum=false, sync=true, skip_non_npy=false, name=None, allow_empty=false,
     overwrite_input=false, npy_void_as=None, dry_run=false, dedupe_tied=false, pt_root=None,
-    allow_expanded_views=false, dequantize=false, dequantize_to=None, gguf_metadata=false,
+    allow_expanded_views=false, dequantize=false, dequantize_to=None, gguf_metadata=false, names=None,
     raw_dtype=None, raw_shape=None, raw_offset=0, raw_byte_order="little", raw_manifest=None,
     raw_allow_trailing=false, shard=None, index_only=false, expect_plan=None,
     buffer_size=None, progress=None))]
@@ -177,6 +177,7 @@ pub(crate) fn convert(
     dequantize: bool,
     dequantize_to: Option<String>,
     gguf_metadata: bool,
+    names: Option<String>,
     raw_dtype: Option<String>,
     raw_shape: Option<String>,
     raw_offset: u64,
@@ -253,6 +254,14 @@ pub(crate) fn convert(
     options.source.torch.root = pt_root;
     options.source.torch.allow_expanded_views = allow_expanded_views;
     options.source.gguf.metadata = gguf_metadata;
+    options.source.names = match names.as_deref() {
+        None | Some("stored") => Names::Stored,
+        Some("hf") => Names::Hf,
+        Some(other) => {
+            let said = format!("names={other:?}: expected \"stored\" or \"hf\"");
+            return Err(pyo3::exceptions::PyValueError::new_err(said));
+        }
+    };
     // `dequantize_to` implies `dequantize`; alone, `dequantize` is BF16 (as the CLI).
     options.source.dequantize = match dequantize_to.as_deref().map(dtype).transpose() {
         Ok(Some(d @ (Dtype::F32 | Dtype::F16 | Dtype::BF16))) => Some(d),

@@ -88,6 +88,7 @@ pub const CONVERT_OPTIONS: &[ConvertOption] = &[
     opt("dequantize", "dequantize", Kind::Switch),
     opt("dequantize-to", "dequantize_to", Kind::Text),
     opt("gguf-metadata", "gguf_metadata", Kind::Switch),
+    opt("names", "names", Kind::Text),
     opt("raw-dtype", "raw_dtype", Kind::Text),
     opt("raw-shape", "raw_shape", Kind::Text),
     opt("raw-offset", "raw_offset", Kind::Number),

