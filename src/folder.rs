@@ -42,7 +42,7 @@ pub struct Resolved {
     pub passed_over: Vec<String>,
 }
 
-/// [`resolve_input`], also saying which files in another form it passed over.
+/// `resolve_input`, also saying which files in another form it passed over.
 ///
 /// ```
 /// use safetensors_stream::source::resolve_folder;

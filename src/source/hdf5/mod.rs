@@ -4,7 +4,7 @@
 //! leading `/` (`bert/tf_bert_model/bert/embeddings/word_embeddings/weight:0`,
 //! `layers/dense/vars/0`). Attributes (Keras' `layer_names`,
 //! `weight_names`) are not needed for that and are not read; `--names hf`
-//! ([`crate::rename`]) maps a transformers TF file's paths to PyTorch names.
+//! (`crate::rename`) maps a transformers TF file's paths to PyTorch names.
 //!
 //! The reader is our own, of the part of HDF5 that h5py and libhdf5 write
 //! by default and a little more: superblocks 0 to 3, object headers 1
@@ -33,7 +33,7 @@
 //! How the bytes are served: a contiguous dataset is a file range (the
 //! fast path: positional reads, or the kernel's copy); a compact one is
 //! in its object header (at most 64 KiB, held); a chunked one is read a
-//! row of chunks at a time ([`chunks`]); what was never written is its
+//! row of chunks at a time (`chunks`); what was never written is its
 //! fill value. Big-endian data is swapped by the sink.
 //!
 //! Recognised by content: HDF5's 8-byte signature at the start of the file

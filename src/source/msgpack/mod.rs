@@ -6,14 +6,14 @@
 //!
 //! Flax writes an array as MessagePack ext type 1 (type 3 for a numpy
 //! scalar, a 0-d array) holding `[shape, dtype name, row-major bytes]`
-//! ([`ndarray`]), and an array over 2^30 bytes as a map
+//! (`ndarray`), and an array over 2^30 bytes as a map
 //! `{"__msgpack_chunked_array__": true, "shape": {...}, "chunks": {...}}`
 //! of 1-d pieces, read here as one tensor whose bytes are its chunks' in
 //! order. The bytes are little-endian: `tobytes` on the machines Flax runs on.
 //!
 //! The reader: `rmp`'s low-level decoder (the MessagePack crate the
 //! `rmp-serde` and `rmpv` crates are built on) decodes each marker; the
-//! walk ([`walk`]) reads lengths itself and steps over payloads without
+//! walk (`walk`) reads lengths itself and steps over payloads without
 //! reading them, through a cursor over the file, so a file of any size is
 //! listed in the memory of its listing. A value decoder (`rmpv`,
 //! `rmp-serde`) would hold every array's bytes.

@@ -2,7 +2,7 @@
 //! header by one GET of the first [`FIRST_RANGE`] bytes (and a second only
 //! for a larger header), a large tensor by its own streaming GET, small
 //! tensors and dequantization's pieces from windows of many tensors read
-//! by one GET each ([`windows`]). Every GET
+//! by one GET each (`windows`). Every GET
 //! is pinned to the ETag seen when the object was planned, so that an
 //! object replaced mid-run is refused, as a local file that changes is.
 //! Any other format is handed back as one pinned stream, which the

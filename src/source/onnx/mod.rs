@@ -6,7 +6,7 @@
 //! weights are in files beside it. Decoding it with a protobuf library
 //! (prost, or the onnx-protobuf crates generated with it) means holding
 //! the whole message and every node of the graph in memory. We walk the
-//! wire format in place instead ([`wire`]: varints, tags and lengths,
+//! wire format in place instead (`wire`: varints, tags and lengths,
 //! each checked against its message before anything is read or allocated)
 //! and descend only model -> `graph` -> `initializer`; everything else is
 //! stepped over by its length. The few fields read are those of
@@ -17,8 +17,8 @@
 //! Each initializer's bytes are then served from the file: `raw_data` and
 //! external data as a byte range (the copy engine's positional and
 //! in-kernel paths take it), a typed field decoded as it is read
-//! ([`typed`]). External files must lie inside the model's folder
-//! ([`external`]). Sparse initializers, and tensors held in nodes'
+//! (`typed`). External files must lie inside the model's folder
+//! (`external`). Sparse initializers, and tensors held in nodes'
 //! attributes (`Constant`), are not initializers and are not read.
 //!
 //! Recognised by content: a protobuf whose first field is `ir_version`
