@@ -6,7 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
+#[cfg(feature = "object-store")]
+use crate::error::{Error, ErrorKind};
 #[cfg(feature = "object-store")]
 use crate::store::ObjectUrl;
 

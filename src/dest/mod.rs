@@ -308,6 +308,7 @@ fn read_files(read: &[Opened]) -> Vec<(String, u64, u64)> {
 
 #[cfg(test)]
 mod tests {
+    #[cfg_attr(not(feature = "object-store"), allow(unused_imports))]
     use super::*;
 
     #[cfg(feature = "object-store")]

@@ -19,7 +19,9 @@ pub(crate) use super::format::Notice;
 use super::codec::{decoder, Codec};
 use super::detect::{say_what_it_is, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::format::{FileInput, FormatRow, PathInput, Stream, StreamInput, Unwrap};
-use super::table::{Table, FORMATS};
+use super::table::Table;
+#[cfg(any(test, feature = "object-store"))]
+use super::table::FORMATS;
 use super::{Source, SourceOptions, TensorReader};
 use crate::{Error, ErrorKind, Result};
 

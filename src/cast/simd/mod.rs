@@ -97,6 +97,7 @@ impl Isa {
     }
 
     /// The paths this CPU can run, lowest first.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn available() -> impl Iterator<Item = Isa> {
         Isa::ALL.into_iter().filter(|&i| i <= Isa::detected())
     }
@@ -143,6 +144,7 @@ pub(crate) fn isa() -> Isa {
 
 /// Runs `f` with the kernels of this thread on `isa` (capped at what the
 /// CPU has): for tests and benchmarks that compare paths in one process.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn with_isa<R>(isa: Isa, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Isa>);
     impl Drop for Restore {

@@ -43,6 +43,7 @@ pub(crate) use recognize::{recognize, Found};
 /// while planning (a bitsandbytes 4-bit `quant_state` record): a source
 /// whose reads wait on the runtime (an object) reads such tensors when it
 /// opens, as they are small ([`record::MAX_RECORD`] bytes at most).
+#[cfg_attr(not(feature = "object-store"), allow(dead_code))]
 pub(crate) fn read_while_planning(name: &str) -> bool {
     name.ends_with(".quant_state.bitsandbytes__nf4")
         || name.ends_with(".quant_state.bitsandbytes__fp4")

@@ -47,7 +47,10 @@ mod tests;
 mod text;
 
 pub use arena::{Id, Node, Pickled};
+// The whole surface is the `internals` feature's (tests, fuzz targets).
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use budget::{Budget, Limits, BUDGET_FACTOR, BUDGET_FLOOR};
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use globals::{Allow, Class, Global, MAX_CLASSES};
 pub use machine::{unpickle, unpickle_with};
 
