@@ -14,23 +14,6 @@ use crate::{Error, ErrorKind, Result};
 const MODEL_EXTENSIONS: &[&str] = &["safetensors", "npz", "npy", "bin", "pt", "pth"];
 const COMPRESSED: &[&str] = &["gz", "zst", "zstd", "xz", "bz2"];
 
-/// `path` itself when it is not a folder; else the one checkpoint in it.
-///
-/// ```
-/// use safetensors_stream::source::resolve_input;
-///
-/// let dir = tempfile::tempdir().unwrap();
-/// std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();
-/// std::fs::write(dir.path().join("config.json"), b"{}").unwrap();
-/// assert_eq!(resolve_input(dir.path())?, dir.path().join("model.safetensors"));
-/// std::fs::write(dir.path().join("extra.npz"), b"").unwrap();
-/// assert!(resolve_input(dir.path()).is_err()); // two model files: which one?
-/// # Ok::<(), safetensors_stream::Error>(())
-/// ```
-pub(crate) fn resolve_input(path: &Path) -> Result<PathBuf> {
-    resolve_folder(path).map(|r| r.path)
-}
-
 /// What a folder given as input stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
@@ -42,20 +25,9 @@ pub struct Resolved {
     pub passed_over: Vec<String>,
 }
 
-/// `resolve_input`, also saying which files in another form it passed over.
-///
-/// ```
-/// use safetensors_stream::source::resolve_folder;
-///
-/// let dir = tempfile::tempdir().unwrap();
-/// std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();
-/// std::fs::write(dir.path().join("pytorch_model.bin"), b"").unwrap();
-/// let r = resolve_folder(dir.path())?;
-/// assert_eq!(r.path, dir.path().join("model.safetensors"));
-/// assert_eq!(r.passed_over, ["pytorch_model.bin"]);
-/// # Ok::<(), safetensors_stream::Error>(())
-/// ```
-pub fn resolve_folder(path: &Path) -> Result<Resolved> {
+/// `resolve_input`, also saying which files in another form it passed over
+/// (`source::resolve_folder` asks the format table first).
+pub(crate) fn resolve_folder(path: &Path) -> Result<Resolved> {
     if !path.is_dir() {
         return Ok(Resolved {
             path: path.to_path_buf(),

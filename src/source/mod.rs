@@ -87,7 +87,7 @@ pub(crate) mod table;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod zip;
 
-pub use crate::folder::{passed_over_notice, resolve_folder, Resolved};
+pub use crate::folder::{passed_over_notice, Resolved};
 pub use crate::transform::Transform;
 pub use checkpoint::read_file_header;
 pub use codec::Codec;
@@ -128,13 +128,40 @@ use crate::Result;
 /// assert_eq!(resolve_input(dir.path())?, dir.path().join("model.safetensors"));
 /// std::fs::write(dir.path().join(".metadata"), b"").unwrap();
 /// assert_eq!(resolve_input(dir.path())?, dir.path()); // a distributed checkpoint
+///
+/// let two = tempfile::tempdir().unwrap();
+/// std::fs::write(two.path().join("model.safetensors"), b"").unwrap();
+/// std::fs::write(two.path().join("extra.npz"), b"").unwrap();
+/// assert!(resolve_input(two.path()).is_err()); // two model files: which one?
 /// # Ok::<(), safetensors_stream::Error>(())
 /// ```
 pub fn resolve_input(path: &Path) -> Result<PathBuf> {
+    resolve_folder(path).map(|r| r.path)
+}
+
+/// [`resolve_input`], also saying which files in another form it passed
+/// over: the one folder resolution every driver calls.
+///
+/// ```
+/// use safetensors_stream::source::resolve_folder;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();
+/// std::fs::write(dir.path().join("pytorch_model.bin"), b"").unwrap();
+/// let r = resolve_folder(dir.path())?;
+/// assert_eq!(r.path, dir.path().join("model.safetensors"));
+/// assert_eq!(r.passed_over, ["pytorch_model.bin"]);
+/// # Ok::<(), safetensors_stream::Error>(())
+/// ```
+pub fn resolve_folder(path: &Path) -> Result<Resolved> {
     if table::FORMATS.by_path(path).is_some() {
-        return Ok(path.to_path_buf());
+        let path = path.to_path_buf();
+        return Ok(Resolved {
+            path,
+            passed_over: Vec::new(),
+        });
     }
-    crate::folder::resolve_input(path)
+    crate::folder::resolve_folder(path)
 }
 
 /// A reader of one tensor's bytes.

@@ -77,11 +77,11 @@ pub async fn open_location(
             // A folder a format reads as a whole (a distributed
             // checkpoint) is its own input; else the one checkpoint in it.
             // It reports the files it read; the folder has no version.
-            let file = super::resolve_input(path)?;
-            if file == *path {
+            let folder = super::resolve_folder(path)?;
+            let file = &folder.path;
+            if file == path {
                 return input::open_path(FORMATS, path, options, notice).await;
             }
-            let folder = crate::folder::resolve_folder(path)?;
             match crate::folder::passed_over_notice(path, &folder) {
                 Some(said) => notice(&Note::Info(said)),
                 None => {
@@ -89,7 +89,7 @@ pub async fn open_location(
                     notice(&Note::Info(format!("{dir}: reading {file_shown}")));
                 }
             }
-            open_file(&file, options, notice).await
+            open_file(file, options, notice).await
         }
         #[cfg(feature = "object-store")]
         Location::Object(url) => {

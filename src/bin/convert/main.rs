@@ -16,7 +16,7 @@ use safetensors_stream::source::gguf::GgufSource;
 use safetensors_stream::source::open_location;
 use safetensors_stream::source::{detect_file, Format};
 use safetensors_stream::source::{
-    passed_over_notice, resolve_folder, resolve_input, FreedMemoryHook, Listing, SourceOptions,
+    passed_over_notice, resolve_folder, FreedMemoryHook, Listing, SourceOptions,
 };
 use safetensors_stream::units::{Counted, HumanBytes};
 use safetensors_stream::{inspect, Category, Error, ErrorKind, Note};
@@ -287,8 +287,8 @@ fn validate(args: &ValidateArgs) -> Result<ExitCode, Error> {
 fn checkpoint_location(given: &Path) -> Result<Location, Error> {
     Ok(match Location::parse(given)? {
         // A folder a format reads whole (a distributed checkpoint) stays one.
-        Location::Folder(dir) => match resolve_input(&dir)? {
-            file if file != dir => Location::File(resolve_said(&dir)?),
+        Location::Folder(dir) => match resolve_said(&dir)? {
+            file if file != dir => Location::File(file),
             _ => Location::Folder(dir),
         },
         other => other,
