@@ -753,7 +753,7 @@ class Bench:
     # -- build
 
     def build(self):
-        src = REPO / "target" / "release" / "safetensors-convert"
+        src = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "safetensors-convert"
         if not self.args.no_build:
             self.log("== cargo build --release")
             p = subprocess.run(["cargo", "build", "--release"], cwd=REPO, capture_output=True, text=True)
@@ -1453,7 +1453,7 @@ def quantized_bench(a) -> int:
     `convert --dequantize --no-sync`, by `amn remember` when amn is on PATH, and by torch in
     memory (the libraries' own arithmetic) otherwise; interleaved rounds, medians, peak RSS.
     Every convert output is compared with torch's when torch is importable."""
-    binary = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "convert"
+    binary = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "safetensors-convert"
     if not a.no_build:
         subprocess.run(["cargo", "build", "--release", "--bin", "safetensors-convert"], cwd=REPO, check=True)
     size = int(a.size_gib * GIB)
@@ -1462,7 +1462,7 @@ def quantized_bench(a) -> int:
         have_torch = True
     except ImportError:
         have_torch = False
-    lines = []
+    lines, verdicts, medians = [], [], {}
     with tempfile.TemporaryDirectory(dir=a.tmpdir) as tmp:
         tmp = Path(tmp)
         for kind in a.quantized_kinds:
@@ -1498,7 +1498,9 @@ def quantized_bench(a) -> int:
                 lines.append(line)
             if have_torch:
                 same = tensor_data_digest(tmp / "out-convert.safetensors") == tensor_data_digest(tmp / "out-torch.safetensors")
-                print(f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} torch's")
+                line = f"{kind}: convert's output {'equals' if same else 'DIFFERS FROM'} torch's"
+                print(line)
+                lines.append(line)
             for name, runs in results.items():
                 if runs:
                     wall = statistics.median(w for w, _ in runs)
@@ -1506,7 +1508,57 @@ def quantized_bench(a) -> int:
                     line = f"{kind} {src.stat().st_size / MIB:.0f} MiB in: {name}: median {wall:.2f} s, peak RSS {rss:.1f} MiB ({len(runs)} runs)"
                     print(line)
                     lines.append(line)
+                    medians[(kind, name)] = (wall, rss)
+            verdicts.extend(quantized_verdicts(kind, medians))
+    if a.out and a.out != str(REPO / "benches" / "results.md"):
+        write_quantized_results(a, lines, verdicts)
     return 0
+
+
+# Issue 39's targets: convert --dequantize --no-sync against the libraries' own dequantization.
+T_LOWBIT_LIB = 0.25
+T_LOWBIT_RSS_MIB = 32.0
+
+
+def quantized_verdicts(kind, medians):
+    """Rows of (workload, target, measured, verdict) for one kind: time against the libraries'
+    (torch) medians, and peak RSS."""
+    ours, theirs = medians.get((kind, "convert")), medians.get((kind, "torch"))
+    rows = []
+    if ours and theirs:
+        ratio = ours[0] / theirs[0]
+        limit = T_LOWBIT_LIB if kind in LOWBIT_CONFIG else float("inf")
+        verdict = "PASS" if ratio <= limit else "FAIL"
+        target = f"convert / library <= {limit}" if kind in LOWBIT_CONFIG else "convert / torch (reported)"
+        rows.append((kind, target, f"{ratio:.2f}", verdict if kind in LOWBIT_CONFIG else "-"))
+    if ours:
+        rows.append((kind, f"peak RSS <= {T_LOWBIT_RSS_MIB:.0f} MiB", f"{ours[1]:.1f} MiB",
+                     "PASS" if ours[1] <= T_LOWBIT_RSS_MIB else "FAIL"))
+    return rows
+
+
+def write_quantized_results(a, lines, verdicts):
+    load = os.getloadavg()[0]
+    text = [
+        "# Dequantization benchmark (`bench.py --quantized`)",
+        "",
+        f"- {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, {os.cpu_count()} CPUs, load average (1 min) {load:.2f} at the end",
+        f"- command: `python3 benches/bench.py {' '.join(sys.argv[1:])}`",
+        "- `torch`: FP8 and GPTQ by the libraries' arithmetic written in torch; MXFP4 by transformers'"
+        " `convert_moe_packed_tensors`, int4 by compressed-tensors' `PackedQuantizationCompressor.decompress`;"
+        " each then `save_file`. Whether convert's output equals theirs, tensor for tensor, is in the log.",
+        "",
+        "```",
+        *lines,
+        "```",
+        "",
+        "| workload | target | measured | verdict |",
+        "|---|---|---:|---|",
+        *[f"| {k} | {t} | {m} | {v} |" for k, t, m, v in verdicts],
+        "",
+    ]
+    Path(a.out).write_text("\n".join(text))
+    print(f"written to {a.out}")
 
 
 def main():
