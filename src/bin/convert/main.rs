@@ -57,7 +57,7 @@ pub(crate) fn collect_freed_memory() {
     };
 }
 
-fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     raise_open_file_limit();
     if let Some(e) = std::env::args_os()
         .nth(1)

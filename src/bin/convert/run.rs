@@ -22,8 +22,8 @@ use serde_json::json;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::{ByteOrder, ConvertArgs, InputArgs, OrderArg, ReportFormat};
-use crate::progress::{Bar, Lines};
+use super::cli::{ByteOrder, ConvertArgs, InputArgs, OrderArg, ReportFormat};
+use super::progress::{Bar, Lines};
 use safetensors_stream::source::{RawSpec, RawTensor};
 
 /// The raw-dump reading of the inputs, if the flags ask for one.
@@ -130,7 +130,7 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         .torch(torch)
         .dequantize(dequantize_to(args))
         .gguf(GgufOptions::default().metadata(args.gguf_metadata))
-        .freed_memory(FreedMemoryHook::new(crate::collect_freed_memory))
+        .freed_memory(FreedMemoryHook::new(super::collect_freed_memory))
         .names(args.names))
 }
 
@@ -145,7 +145,7 @@ impl Notes {
     fn say(&self, note: &Note) {
         match &self.collected {
             Some(c) => c.lock().expect("notes lock").push(note.clone()),
-            None if !self.quiet => eprintln!("{}: {note}", crate::name()),
+            None if !self.quiet => eprintln!("{}: {note}", super::name()),
             None => {}
         }
     }
@@ -176,10 +176,10 @@ pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
     Ok(match result {
         Ok(code) => code,
         Err(e) => {
-            let code = crate::exit_code(e.category());
+            let code = super::exit_code(e.category());
             eprintln!(
                 "{}",
-                error_json(&e, crate::code_number(e.category()), &collected)
+                error_json(&e, super::code_number(e.category()), &collected)
             );
             code
         }
@@ -262,7 +262,7 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
             if json {
                 eprintln!("{}", error_json(&e, code, &notes.collected()));
             } else {
-                crate::report(&e);
+                super::report(&e);
             }
             Ok(ExitCode::from(code))
         }
@@ -286,10 +286,10 @@ async fn job(
 ) -> Result<Outcome, Error> {
     let mut sources = open_locations(inputs, opts).await?;
     let tensors = sources.iter().map(|s| s.tensors().len()).sum();
-    crate::return_freed_memory(tensors);
+    super::return_freed_memory(tensors);
     if args.dry_run {
         let planned = dry_run(&sources, output, opts)?;
-        crate::return_freed_memory(tensors);
+        super::return_freed_memory(tensors);
         if args.json || args.report == Some(ReportFormat::Json) {
             let mut line = planned.to_json(&notes.collected());
             line.push('\n');
@@ -302,7 +302,7 @@ async fn job(
     }
     let started = std::time::Instant::now();
     let plan = plan_sources(&sources, opts)?;
-    crate::return_freed_memory(tensors);
+    super::return_freed_memory(tensors);
     let mut report = convert_planned(&mut sources, &plan, output, opts).await?;
     // The run's time, planning included.
     report.seconds = started.elapsed().as_secs_f64();
