@@ -389,6 +389,23 @@ pub fn to_json(cp: &Checkpoint) -> Value {
     v
 }
 
+/// What becomes of the tensor `r` takes from `source` on its way to the
+/// output's `dtype`, as `(from, to)`: its type as stored when the source
+/// converts it (a GGUF `Q4_K`, dequantized), else the dtype its cast is
+/// from; `None` when it is written as it is.
+fn cast_of<'a, L: Listed>(
+    r: &crate::plan::TensorRef,
+    dtype: crate::Dtype,
+    source: &'a L,
+) -> Option<(&'a str, &'static str)> {
+    let from = match (source.stored_as(r.index()), r.cast()) {
+        (Some(stored), _) => stored,
+        (None, Some(c)) => c.from().as_str(),
+        (None, None) => return None,
+    };
+    Some((from, dtype.as_str()))
+}
+
 /// A plan as JSON, for `--dry-run --json`: every output file with its
 /// tensors in order, offsets, sources and casts.
 pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sources: &[L]) -> Value {
@@ -410,7 +427,7 @@ pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sourc
                         "shape": t.meta.shape,
                         "data_offsets": [t.begin, t.end],
                         "source": {"input": src.input(), "name": src.tensors()[r.index()].name},
-                        "cast": r.cast().map(|c| json!({"from": c.from().as_str(), "to": c.to().as_str()})),
+                        "cast": cast_of(r, t.meta.dtype, src).map(|(from, to)| json!({"from": from, "to": to})),
                     })
                 })
                 .collect();
@@ -465,9 +482,8 @@ fn write_plan<L: Listed>(
         );
         for (t, r) in h.tensors.iter().zip(&shard.refs) {
             let src = &sources[r.source()];
-            let cast = r
-                .cast()
-                .map(|c| format!("  cast {} -> {}", c.from(), c.to()))
+            let cast = cast_of(r, t.meta.dtype, src)
+                .map(|(from, to)| format!("  cast {from} -> {to}"))
                 .unwrap_or_default();
             let _ = writeln!(
                 out,

@@ -62,7 +62,7 @@ pub fn dry_run<'a>(
     options: &ConvertOptions,
 ) -> Result<DryRun<'a>> {
     let plan = plan_sources(sources, options)?;
-    let mut warnings = plan_warnings(&plan);
+    let mut warnings = plan_warnings(&plan, sources);
     let (part, overwrite) = (options.part, options.overwrite_input);
     let read = super::read_by(sources);
     warnings.extend(crate::dest::check(&read, output, &plan, part, overwrite)?.1);

@@ -212,7 +212,7 @@ async fn write_planned(
     options: &ConvertOptions,
     started: std::time::Instant,
 ) -> Result<Report> {
-    let mut warnings = plan_warnings(plan);
+    let mut warnings = plan_warnings(plan, sources);
     let (part, overwrite) = (options.part, options.overwrite_input);
     let read = read_by(sources);
     let (resolved, checked) = crate::dest::check(&read, output, plan, part, overwrite)?;

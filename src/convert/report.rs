@@ -1,12 +1,15 @@
 //! What a conversion did, and what a plan says before it is carried out:
 //! the casts it applies, the warnings it deserves.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use crate::dest::WrittenFile;
 use crate::error::note::fresh_notes;
 use crate::header::HUB_HEADER_LIMIT;
 use crate::plan::Plan;
+use crate::source::Source;
 use crate::{Dtype, Note, Warning};
 
 /// A cast that a conversion applies.
@@ -92,13 +95,61 @@ pub(crate) fn cast_notes(plan: &Plan) -> Vec<CastNote> {
         .collect()
 }
 
-/// Warnings about a plan: headers the Hugging Face Hub would refuse.
-pub(crate) fn plan_warnings(plan: &Plan) -> Vec<Warning> {
+/// Warnings about a plan of `sources`: headers the Hugging Face Hub would
+/// refuse, tied weights written more than once.
+pub(crate) fn plan_warnings(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Vec<Warning> {
     let lens = plan.shards.iter().map(|s| s.header.header().header_len);
-    lens.filter(|&len| len > HUB_HEADER_LIMIT)
+    let hub = lens
+        .filter(|&len| len > HUB_HEADER_LIMIT)
         .map(|bytes| Warning::HubHeader {
             bytes,
             limit: HUB_HEADER_LIMIT,
-        })
-        .collect()
+        });
+    let tied = sources
+        .iter()
+        .enumerate()
+        .filter_map(|(s, source)| tied_written_twice(plan, s, source.as_ref()));
+    hub.chain(tied).collect()
+}
+
+/// The tied tensors of `source` (the `s`th) that `plan` writes more than
+/// once, when `--dedupe-tied` was not asked: each repeat (the selected
+/// members of a group after its first, in the input's order) with the
+/// name it repeats, and their bytes.
+fn tied_written_twice(plan: &Plan, s: usize, source: &dyn Source) -> Option<Warning> {
+    let groups = source.tied_views();
+    if groups.is_empty() || !source.tied_groups().is_empty() {
+        return None;
+    }
+    let group_of: HashMap<usize, usize> = groups
+        .iter()
+        .enumerate()
+        .flat_map(|(g, members)| members.iter().map(move |&k| (k, g)))
+        .collect();
+    // Each group's selected members: (index in the input, output name, bytes).
+    let mut selected: Vec<Vec<(usize, &str, u64)>> = vec![Vec::new(); groups.len()];
+    let planned = plan
+        .shards
+        .iter()
+        .flat_map(|sh| sh.refs.iter().zip(&sh.header.header().tensors));
+    for (r, t) in planned.filter(|(r, _)| r.source() == s) {
+        if let Some(&g) = group_of.get(&r.index()) {
+            selected[g].push((r.index(), &t.meta.name, t.end - t.begin));
+        }
+    }
+    let (mut repeats, mut bytes) = (Vec::new(), 0u64);
+    for mut members in selected {
+        members.sort_unstable_by_key(|&(k, _, _)| k);
+        if let Some(((_, kept, _), rest)) = members.split_first() {
+            for &(_, name, len) in rest {
+                repeats.push((name.to_string(), kept.to_string()));
+                bytes = bytes.saturating_add(len);
+            }
+        }
+    }
+    (!repeats.is_empty()).then(|| Warning::TiedWrittenTwice {
+        input: source.input_name().to_string(),
+        repeats,
+        bytes,
+    })
 }

@@ -57,6 +57,30 @@ pub enum Warning {
     },
     /// A clean-up after the run failed (an upload left open), as its error says.
     Cleanup(String),
+    /// A checkpoint with no tensor at its top level, only under keys (a
+    /// training checkpoint's `model`, `optimizer`): converted with each
+    /// key in the names, where `--pt-root KEY` takes one key's tensors
+    /// named as a model's.
+    TensorsUnderKeys {
+        /// The checkpoint.
+        input: String,
+        /// The top-level keys holding tensors, with how many, in order.
+        keys: Vec<(String, usize)>,
+        /// The key to suggest (a model's, when one is among them).
+        suggested: String,
+    },
+    /// Tensors that are one storage's same view under several names (tied
+    /// weights: GPT-2's `lm_head.weight` and `transformer.wte.weight`),
+    /// each written in full, where `--dedupe-tied` writes them once.
+    TiedWrittenTwice {
+        /// The checkpoint.
+        input: String,
+        /// Each repeat as written, and the first name of its group: the
+        /// name `--dedupe-tied` keeps.
+        repeats: Vec<(String, String)>,
+        /// Bytes `--dedupe-tied` would not write.
+        bytes: u64,
+    },
 }
 
 impl fmt::Display for Warning {
@@ -99,7 +123,56 @@ impl fmt::Display for Warning {
                 )
             }
             Warning::Cleanup(error) => f.write_str(error),
+            Warning::TensorsUnderKeys {
+                input,
+                keys,
+                suggested,
+            } => {
+                let listed: Vec<String> = keys
+                    .iter()
+                    .map(|(k, n)| format!("{k:?} ({n} {})", plural(*n, "tensor")))
+                    .collect();
+                write!(
+                    f,
+                    "{input}: no tensor at the top level, only under {}, written with the key in their names; \
+                     to take one key's tensors named as a model's, pass --pt-root {suggested:?}",
+                    listed.join(", ")
+                )
+            }
+            Warning::TiedWrittenTwice {
+                input,
+                repeats,
+                bytes,
+            } => {
+                const SHOWN: usize = 4;
+                let mut listed: Vec<String> = repeats
+                    .iter()
+                    .take(SHOWN)
+                    .map(|(name, of)| format!("{name:?} (the same as {of:?})"))
+                    .collect();
+                if repeats.len() > SHOWN {
+                    listed.push(format!("{} more", repeats.len() - SHOWN));
+                }
+                let mib = match *bytes >= 1 << 20 {
+                    true => format!(" ({:.1} MiB)", *bytes as f64 / f64::from(1 << 20)),
+                    false => String::new(),
+                };
+                write!(
+                    f,
+                    "{input}: tied weights written twice: {}; pass --dedupe-tied to write each once \
+                     (the others named in the metadata), {bytes} bytes{mib} less",
+                    listed.join(", ")
+                )
+            }
         }
+    }
+}
+
+/// `noun` for `n` of it: `tensor`, `tensors`.
+fn plural(n: usize, noun: &str) -> String {
+    match n {
+        1 => noun.to_string(),
+        _ => format!("{noun}s"),
     }
 }
 

@@ -232,6 +232,20 @@ pub trait Source: Send {
         Vec::new()
     }
 
+    /// Groups of tensors that are the same bytes whether or not
+    /// `--dedupe-tied` asks to write them once: when it does not, the
+    /// run tells what it would save. None by default.
+    fn tied_views(&self) -> Vec<Vec<usize>> {
+        Vec::new()
+    }
+
+    /// Tensor `k`'s type as the input stores it, when the source turns it
+    /// into its listed dtype (a GGUF tensor's `Q4_K`, dequantized): what
+    /// `--dry-run` shows as its cast. `None`: stored as listed.
+    fn stored_as(&self, _k: usize) -> Option<&str> {
+        None
+    }
+
     /// Whether tensors can be opened in any order.
     fn access(&self) -> Access {
         Access::Random
@@ -439,6 +453,12 @@ pub trait Listed {
     fn tied_groups(&self) -> Vec<Vec<usize>> {
         Vec::new()
     }
+
+    /// Tensor `k`'s type as the input stores it when it is not its
+    /// dtype ([`Source::stored_as`]); none by default.
+    fn stored_as(&self, _k: usize) -> Option<&str> {
+        None
+    }
 }
 
 impl Listed for Listing {
@@ -478,6 +498,10 @@ impl Listed for Box<dyn Source + '_> {
 
     fn tied_groups(&self) -> Vec<Vec<usize>> {
         Source::tied_groups(self.as_ref())
+    }
+
+    fn stored_as(&self, k: usize) -> Option<&str> {
+        Source::stored_as(self.as_ref(), k)
     }
 }
 

@@ -148,6 +148,14 @@ impl Source for Located {
         self.inner.tied_groups()
     }
 
+    fn tied_views(&self) -> Vec<Vec<usize>> {
+        self.inner.tied_views()
+    }
+
+    fn stored_as(&self, k: usize) -> Option<&str> {
+        self.inner.stored_as(k)
+    }
+
     fn pieces(&self, k: usize) -> Vec<super::StoredPiece> {
         self.inner.pieces(k)
     }

@@ -4,7 +4,8 @@
 //! (`reference`: the reference reader and writer; `pipeline`: in-memory
 //! sources and runs; `numpy`: .npy files and zip archives; `faults`: child
 //! runs held mid-conversion; `gguf`: GGUF headers built by hand;
-//! `formats`: ONNX models and Flax MessagePack files built by hand; `moto`:
+//! `formats`: ONNX models and Flax MessagePack files built by hand; `torch`:
+//! PyTorch checkpoints built without torch; `moto`:
 //! the local S3 server and plain requests to it). The counting allocator
 //! is `tests/memory/alloc.rs`, in the one binary that installs it.
 #![allow(dead_code, unused_imports)] // each test binary uses a different subset
@@ -16,6 +17,7 @@ pub mod moto;
 pub mod numpy;
 pub mod pipeline;
 pub mod reference;
+pub mod torch;
 
 use std::path::{Path, PathBuf};
 

@@ -161,6 +161,12 @@ impl Source for GgufSource {
         self.metadata.as_ref()
     }
 
+    /// A quantized tensor's ggml type (`Q4_K`), dequantized to its dtype.
+    fn stored_as(&self, k: usize) -> Option<&str> {
+        let quantized = !matches!(self.info(k).ty.kind, Kind::Plain(_));
+        quantized.then(|| self.stored_type(k))
+    }
+
     fn identity(&self) -> Option<String> {
         Some(self.opened.identity())
     }

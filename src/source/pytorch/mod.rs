@@ -189,8 +189,14 @@ pub(crate) struct PyTorchSource {
     /// Storages whose whole member passed its CRC-32: views that split a
     /// storage are checked by one pass over all of it.
     verified: Verified,
-    /// Groups of identical views, for `--dedupe-tied` (the planner decides).
+    /// Groups of identical views (tied weights), found whether or not
+    /// `--dedupe-tied` asks to write each group once.
     tied: Vec<Vec<usize>>,
+    /// Whether `--dedupe-tied` asks: the planner then gets [`Self::tied`].
+    dedupe_tied: bool,
+    /// A single file's top-level keys holding all its tensors
+    /// ([`model::Tree::under_keys`]).
+    under_keys: Vec<(String, usize)>,
     /// Each file's storages and the prefix of their members' names, for
     /// the zip entry a checked read needs.
     storages: Vec<(Storages, String)>,
@@ -367,10 +373,22 @@ fn first_repeated(tensors: &[TensorMeta]) -> Option<String> {
     })
 }
 
-/// Groups of identical views, each in checkpoint order.
-fn tied(tensors: &[TensorMeta], places: &[Place], strides: &Strides) -> Vec<Vec<usize>> {
+/// Past this many tensors on shared storages, ties are looked for only
+/// when `--dedupe-tied` asks (a model ties a few weights).
+const MAX_SHARED_FOR_NOTICE: usize = 4096;
+
+/// Groups of identical views among tensors `shared` (those whose storage
+/// another tensor views too: no other can be tied), each in checkpoint
+/// order. A checkpoint without shared storages builds nothing.
+fn tied(
+    tensors: &[TensorMeta],
+    places: &[Place],
+    strides: &Strides,
+    shared: &[u32],
+) -> Vec<Vec<usize>> {
     let mut groups: BTreeMap<TieKey, Vec<usize>> = BTreeMap::new();
-    for (k, (t, &p)) in tensors.iter().zip(places).enumerate() {
+    for k in shared.iter().map(|&k| k as usize) {
+        let (t, p) = (&tensors[k], places[k]);
         let key = tie_key(t, p, model::stride_of(strides, k));
         groups.entry(key).or_default().push(k);
     }
@@ -448,31 +466,45 @@ impl PyTorchSource {
             skipped_paths: Vec::new(),
             verified: Verified::default(),
             tied: Vec::new(),
+            dedupe_tied: options.torch.dedupe_tied,
+            under_keys: Vec::new(),
             storages: Vec::with_capacity(parts.len()),
             big_endian: Vec::with_capacity(parts.len()),
         };
         // Both lists built once at their size: one file's are moved whole.
         let count = parts.iter().map(|p| p.tree.tensors.len()).sum();
+        if let [one] = parts.as_slice() {
+            src.under_keys = one.tree.under_keys.clone();
+        }
         // Bytes the tensors would write, and their distinct storages' bytes.
         let (mut planned, mut stored) = (0u64, 0u64);
+        // Tensors whose storage another tensor views too: the only ones
+        // that may be tied (few, or none).
+        let mut shared: Vec<u32> = Vec::new();
         src.metadata.insert("format".into(), "pt".into());
         for (fi, mut part) in parts.into_iter().enumerate() {
             let mut tree = std::mem::take(&mut part.tree);
             src.skipped += tree.skipped;
             src.skipped_paths.append(&mut tree.skipped_paths);
-            // Storages counted once each: a flag a storage, no key copied.
-            let mut counted = vec![false; part.storages.len()];
+            // Storages counted once each: a count of views a storage (up
+            // to 2: shared or not), no key copied.
+            let mut views = vec![0u8; part.storages.len()];
             for (t, p) in tree.tensors.iter().zip(tree.places.iter_mut()) {
                 p.file = fi as u32;
                 let loc = part.storages.get(p.storage).1;
                 let bytes =
                     checked_expansion(t, loc, options).map_err(|e| e.with_tensor(&t.name))?;
                 planned = planned.saturating_add(bytes);
-                if !std::mem::replace(&mut counted[p.storage as usize], true) {
+                let seen = &mut views[p.storage as usize];
+                if *seen == 0 {
                     stored = stored.saturating_add(loc.len);
                 }
+                *seen = seen.saturating_add(1).min(2);
             }
             let base = src.tensors.len() as u32;
+            let on_shared = tree.places.iter().map(|p| views[p.storage as usize] > 1);
+            let on_shared = on_shared.enumerate().filter(|&(_, s)| s);
+            shared.extend(on_shared.map(|(k, _)| base + k as u32));
             join(&mut src.tensors, tree.tensors, count);
             join(&mut src.placed, tree.places, count);
             let strides = tree.strides.into_iter();
@@ -502,8 +534,10 @@ impl PyTorchSource {
                 allowance: EXPANDED_TOTAL_ALLOWANCE,
             }));
         }
-        if options.torch.dedupe_tied {
-            src.tied = tied(&src.tensors, &src.placed, &src.strides);
+        // Without `--dedupe-tied` the groups only feed a notice: a
+        // checkpoint of many shared views gets none rather than the cost.
+        if options.torch.dedupe_tied || shared.len() <= MAX_SHARED_FOR_NOTICE {
+            src.tied = tied(&src.tensors, &src.placed, &src.strides, &shared);
         }
         // Contiguous views are read as bytes: their strides are moot.
         let (tensors, placed) = (&src.tensors, &src.placed);
@@ -517,6 +551,12 @@ impl PyTorchSource {
     /// Non-tensor values (numbers, strings, hyper-parameters) that were skipped.
     pub(crate) fn skipped(&self) -> usize {
         self.skipped
+    }
+
+    /// The top-level keys holding all of a training checkpoint's tensors
+    /// (`model`, `optimizer`), each with how many: where `--pt-root` helps.
+    pub(crate) fn under_keys(&self) -> &[(String, usize)] {
+        &self.under_keys
     }
 
     /// Where the skipped values were (dotted paths; the first
@@ -612,6 +652,13 @@ impl Source for PyTorchSource {
     }
 
     fn tied_groups(&self) -> Vec<Vec<usize>> {
+        match self.dedupe_tied {
+            true => self.tied.clone(),
+            false => Vec::new(),
+        }
+    }
+
+    fn tied_views(&self) -> Vec<Vec<usize>> {
         self.tied.clone()
     }
 

@@ -110,7 +110,15 @@ pub struct Tree {
     pub skipped: usize,
     /// Where the first [`MAX_SKIPPED_PATHS`] skipped leaves were (dotted paths).
     pub skipped_paths: Vec<String>,
+    /// With no root asked for, a top-level dict holding no tensor itself,
+    /// only under its keys: those keys and how many tensors each holds
+    /// (what `--pt-root` could take). Empty otherwise.
+    pub under_keys: Vec<(String, usize)>,
 }
+
+/// Past this many top-level keys holding tensors, the checkpoint is not
+/// one `--pt-root` is suggested for (a training checkpoint has a few).
+const MAX_UNDER_KEYS: usize = 16;
 
 /// A tensor as its rebuild call gives it: dtype, shape, place and strides
 /// unless they are C order's.
@@ -203,6 +211,9 @@ struct Walker<'a> {
     tree: Tree,
     visits: usize,
     budget: Budget,
+    /// A tensor (or a key that is not a string) holds tensors at the top
+    /// level: no `--pt-root` to suggest.
+    tensor_at_top: bool,
 }
 
 impl<'a> Walker<'a> {
@@ -214,6 +225,7 @@ impl<'a> Walker<'a> {
             tree: Tree::default(),
             visits: 0,
             budget: p.budget,
+            tensor_at_top: false,
         }
     }
 }
@@ -276,6 +288,9 @@ pub fn tensors(p: &Pickled, naming: &Naming, storages: &Storages) -> Result<Tree
         prefix = (naming.bare.as_deref().or(under).unwrap_or("tensor")).to_string();
     }
     w.walk(root, &mut prefix, 0)?;
+    if naming.root.is_some() || w.tensor_at_top {
+        w.tree.under_keys.clear();
+    }
     Ok(w.tree)
 }
 
@@ -431,6 +446,26 @@ impl<'a> Walker<'a> {
         r
     }
 
+    /// Notes top-level key `k` of the root dict as holding `n` tensors
+    /// under it ([`Tree::under_keys`]), or that tensors sit at the top.
+    fn count_under(&mut self, k: Id, v: Id, n: usize) {
+        if n == 0 || self.tensor_at_top {
+            return;
+        }
+        match self.p.get(k) {
+            Node::Str(key) if self.tensor_call(v).is_none() => {
+                let room = self.tree.under_keys.len() < MAX_UNDER_KEYS;
+                if room && self.budget.charge(key.len(), "top-level keys").is_ok() {
+                    self.tree.under_keys.push((key.to_string(), n));
+                    return;
+                }
+            }
+            _ => {}
+        }
+        self.tensor_at_top = true;
+        self.tree.under_keys.clear();
+    }
+
     /// Counts a skipped non-tensor value and keeps its path for the report.
     fn skip(&mut self, name: &str) {
         self.tree.skipped += 1;
@@ -541,7 +576,11 @@ impl<'a> Walker<'a> {
         match self.p.get(id) {
             Node::Dict(items) => {
                 for &(k, v) in items {
+                    let before = self.tree.tensors.len();
                     self.entry(k, v, name, depth)?;
+                    if depth == 0 {
+                        self.count_under(k, v, self.tree.tensors.len() - before);
+                    }
                 }
             }
             Node::List(items) | Node::Tuple(items) => {

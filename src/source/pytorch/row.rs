@@ -74,8 +74,34 @@ pub(crate) fn open_checkpoint(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     Ok(told_skipped(src, o.notice))
 }
 
-/// Says how many non-tensor values a checkpoint held that were skipped.
+/// Keys under which training checkpoints keep a model's weights, in the
+/// order one is suggested for `--pt-root` when several are there.
+const MODEL_KEYS: [&str; 8] = [
+    "model",
+    "model_state_dict",
+    "module",
+    "state_dict",
+    "net",
+    "network",
+    "ema",
+    "model_ema",
+];
+
+/// Says how many non-tensor values a checkpoint held that were skipped,
+/// and which keys hold its tensors when none is at the top level.
 fn told_skipped(src: PyTorchSource, notice: Notice<'_>) -> Box<dyn Source> {
+    let keys = src.under_keys();
+    if let Some((first, _)) = keys.first() {
+        let model = MODEL_KEYS
+            .iter()
+            .find_map(|m| keys.iter().find(|(k, _)| k == m))
+            .map_or(first, |(k, _)| k);
+        notice(&Note::Warning(Warning::TensorsUnderKeys {
+            input: src.input_name().to_string(),
+            keys: keys.to_vec(),
+            suggested: model.clone(),
+        }));
+    }
     if src.skipped() > 0 {
         // The first few paths; the JSON report's notes carry the same line.
         notice(&Note::Warning(Warning::SkippedValues {

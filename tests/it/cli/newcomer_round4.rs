@@ -486,3 +486,139 @@ fn broken_downloads_are_named_with_what_to_do() {
     assert!(e.contains("first bytes 76 65 72 73 (\"vers\")"), "{e}");
     assert!(e.contains("--raw-dtype"), "{e}");
 }
+
+// ---- 9: a training checkpoint without --pt-root, tied weights without --dedupe-tied ----------
+
+/// A training checkpoint as `torch.save({"model": ..., "optimizer": ..., "epoch": 3})` writes
+/// one: no tensor at the top level.
+fn training_checkpoint(dir: &Path) -> String {
+    use support::torch::{checkpoint, Item};
+    let model = Item::Dict(vec![(
+        "fc",
+        Item::Dict(vec![
+            ("weight", Item::Tensor(vec![1.0, 2.0, 3.0, 4.0])),
+            ("bias", Item::Tensor(vec![0.5, -0.5])),
+        ]),
+    )]);
+    let state = Item::Dict(vec![(
+        "0",
+        Item::Dict(vec![("exp_avg", Item::Tensor(vec![0.25; 4]))]),
+    )]);
+    let pt = checkpoint(&[
+        ("epoch", Item::Int(3)),
+        ("model", model),
+        ("optimizer", Item::Dict(vec![("state", state)])),
+    ]);
+    support::write(dir, "ckpt.pt", &pt).display().to_string()
+}
+
+#[test]
+fn a_training_checkpoint_without_pt_root_names_the_keys_and_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = training_checkpoint(dir.path());
+    let o = run_in(dir.path(), &[&ckpt, "-o", "all.safetensors"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            r#"no tensor at the top level, only under "model" (2 tensors), "optimizer" (1 tensor)"#
+        ),
+        "{err}"
+    );
+    assert!(err.contains(r#"pass --pt-root "model""#), "{err}");
+    // Said in the JSON report too, and the run is what it was: every key's tensors, named with it.
+    let o = run_in(
+        dir.path(),
+        &[&ckpt, "-o", "all.safetensors", "--report", "json"],
+    );
+    let v: serde_json::Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+    assert!(v["warnings"].to_string().contains("--pt-root"), "{v}");
+    assert_eq!(v["tensors"], 3, "{v}");
+    // Taken as suggested: the model's tensors named as a model's, and no hint.
+    let o = run_in(
+        dir.path(),
+        &[&ckpt, "--pt-root", "model", "-o", "model.safetensors"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("--pt-root"), "{}", stderr(&o));
+    let o = run_in(dir.path(), &["inspect", "--json", "model.safetensors"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v["files"][0]["tensors"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fc.bias", "fc.weight"]);
+    // A state dict (tensors at the top level) gets no hint.
+    let o = run_in(
+        dir.path(),
+        &[&fixture("pytorch/ok/dtypes.pt"), "-o", "d.safetensors"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("--pt-root"), "{}", stderr(&o));
+}
+
+#[test]
+fn tied_weights_written_twice_point_at_dedupe_tied_with_the_bytes_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    // embed.weight and lm_head.weight: one storage's same view (3x2 F32, 24 bytes).
+    let tied = fixture("pytorch/ok/tied.pt");
+    let said = r#"tied weights written twice: "lm_head.weight" (the same as "embed.weight"); pass --dedupe-tied"#;
+    let o = run_in(dir.path(), &[&tied, "-o", "t.safetensors"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(said), "{err}");
+    assert!(err.contains("24 bytes less"), "{err}");
+    // The plan says it as well, before anything is written.
+    let o = run_in(dir.path(), &[&tied, "--dry-run", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["warnings"].to_string().contains("--dedupe-tied"), "{v}");
+    // With the flag, or with one of the two left out, nothing is written twice: no notice.
+    for extra in [&["--dedupe-tied"][..], &["--exclude", "lm_head.*"]] {
+        let mut args = vec![tied.as_str(), "-o", "t.safetensors"];
+        args.extend_from_slice(extra);
+        let o = run_in(dir.path(), &args);
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("tied"), "{extra:?}: {}", stderr(&o));
+    }
+    // Views of one storage that are not the same bytes are not ties.
+    let o = run_in(
+        dir.path(),
+        &[&tied, "--include", "other", "--include", "embed.*", "-o", "t.safetensors"],
+    );
+    assert!(!stderr(&o).contains("tied"), "{}", stderr(&o));
+}
+
+// ---- 5: --dry-run --json shows what becomes of a quantized GGUF tensor -----------------------
+
+#[test]
+fn a_gguf_dry_run_shows_each_quantized_tensor_dequantized_to_its_dtype() {
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = fixture("gguf/types_le.gguf");
+    let cast_of = |args: &[&str], name: &str| {
+        let o = run_in(dir.path(), args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let tensors = v["outputs"][0]["tensors"].as_array().unwrap().clone();
+        let t = tensors.iter().find(|t| t["name"] == name).unwrap();
+        t["cast"].clone()
+    };
+    let dry = ["--dry-run", "--json", gguf.as_str()];
+    assert_eq!(cast_of(&dry, "q4_k"), serde_json::json!({"from": "Q4_K", "to": "BF16"}));
+    assert_eq!(cast_of(&dry, "q8_0"), serde_json::json!({"from": "Q8_0", "to": "BF16"}));
+    assert_eq!(cast_of(&dry, "f32"), serde_json::Value::Null);
+    let to_f32 = ["--dry-run", "--json", "--dequantize-to", "F32", gguf.as_str()];
+    assert_eq!(cast_of(&to_f32, "q4_k"), serde_json::json!({"from": "Q4_K", "to": "F32"}));
+    // A cast after the dequantization: from what is stored to what is written.
+    let cast = ["--dry-run", "--json", "--cast", "BF16=F16", gguf.as_str()];
+    assert_eq!(cast_of(&cast, "q4_k"), serde_json::json!({"from": "Q4_K", "to": "F16"}));
+    // The plan for people says it too.
+    let o = run_in(dir.path(), &["--dry-run", gguf.as_str()]);
+    let text = stdout(&o);
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("\"q4_k\""))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(row.ends_with("cast Q4_K -> BF16"), "{row}");
+}
