@@ -88,6 +88,7 @@ pub mod header;
 pub mod index;
 pub mod inspect;
 mod io_util;
+pub mod limits;
 pub mod location;
 pub mod observe;
 pub mod plan;
@@ -104,12 +105,13 @@ pub mod writer;
 pub use convert::{convert, convert_blocking, ConvertOptions, Output, Report};
 pub use dtype::{ByteLenError, Dtype, UnknownDtype};
 pub use error::{
-    printable_line, Category, DcpError, Error, ErrorKind, HeaderError, IndexError, JsonError, Note,
-    NoticeFn, PickleError, PyTorchError, Result, Span, StorageShape, StoreError, Warning, ZipError,
-    ZipFeature, MAX_MESSAGE_CHARS,
+    printable_line, Category, DcpError, Error, ErrorKind, HeaderError, IndexError, JsonError,
+    LimitExceeded, Note, NoticeFn, PickleError, PyTorchError, Result, Span, StorageShape,
+    StoreError, Warning, ZipError, ZipFeature, MAX_MESSAGE_CHARS,
 };
 pub use header::Order;
 pub use header::TensorMeta;
+pub use limits::{Limit, Limits};
 pub use plan::PlanOptions;
 pub use sink::SinkOptions;
 pub use source::SourceOptions;

@@ -30,6 +30,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "block_cache",
             "units",
             "setters",
+            "limits",
         ],
     ),
     ("location", &["store", "folder", "location"]),

@@ -404,6 +404,7 @@ def convert(
     index_only: bool = False,
     expect_plan: str | None = None,
     buffer_size: int | str | None = None,
+    limits: Mapping[str, int | str] | None = None,
     progress: bool | Callable[[int, int, str], None] = False,
 ) -> dict[str, Any]:
     """Converts ``inputs`` (.npy, .npz, safetensors, sharded index, PyTorch
@@ -425,7 +426,10 @@ def convert(
     and returns the plan, as ``convert --dry-run --json`` prints it
     (``output`` may then be left out). ``progress=True`` prints a line on
     stderr at most once a second; a callable gets ``(bytes_done,
-    bytes_total, tensor)``. Notices are the report's ``"warnings"``."""
+    bytes_total, tensor)``. Notices are the report's ``"warnings"``.
+    ``limits={"pickle-budget": "512MiB", "expansion-ratio": 64}`` sets the
+    CLI's ``--limit`` bounds (names and defaults: ``convert --help``); a
+    refusal by one names it."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     inputs = [os.fspath(i) for i in inputs]
@@ -484,6 +488,7 @@ def convert(
         index_only=index_only,
         expect_plan=expect_plan,
         buffer_size=_size("buffer_size", buffer_size),
+        limits=[(str(k), str(v)) for k, v in (limits or {}).items()],
         progress=progress or None,
     )
     report: dict[str, Any] = json.loads(text)

@@ -98,5 +98,6 @@ def convert(
     index_only: bool = False,
     expect_plan: str | None = None,
     buffer_size: int | str | None = None,
+    limits: Mapping[str, int | str] | None = None,
     progress: bool | Callable[[int, int, str], None] = False,
 ) -> dict[str, Any]: ...

@@ -62,6 +62,7 @@ def convert(
     index_only: bool = False,
     expect_plan: str | None = None,
     buffer_size: str | None = None,
+    limits: list[tuple[str, str]] = ...,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> str: ...
 def convert_options() -> list[tuple[str, str, str]]: ...

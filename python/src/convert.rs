@@ -146,7 +146,7 @@ impl Progress for PyProgress {
     allow_expanded_views=false, dequantize=false, dequantize_to=None, gguf_metadata=false, names=None,
     raw_dtype=None, raw_shape=None, raw_offset=0, raw_byte_order="little", raw_manifest=None,
     raw_allow_trailing=false, shard=None, index_only=false, expect_plan=None,
-    buffer_size=None, progress=None))]
+    buffer_size=None, limits=Vec::new(), progress=None))]
 #[allow(clippy::too_many_arguments)] // one keyword per CLI flag
 pub(crate) fn convert(
     py: Python<'_>,
@@ -188,6 +188,7 @@ pub(crate) fn convert(
     index_only: bool,
     expect_plan: Option<String>,
     buffer_size: Option<String>,
+    limits: Vec<(String, String)>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     let err = |e: Error| to_py(py, e);
@@ -254,6 +255,13 @@ pub(crate) fn convert(
     options.source.torch.root = pt_root;
     options.source.torch.allow_expanded_views = allow_expanded_views;
     options.source.gguf.metadata = gguf_metadata;
+    for (limit, value) in &limits {
+        options
+            .source
+            .limits
+            .set_named(limit, value)
+            .map_err(|e| err(usage_error(pythonic(&e.to_string()))))?;
+    }
     options.source.names = match names.as_deref() {
         None | Some("stored") => Names::Stored,
         Some("hf") => Names::Hf,

@@ -95,6 +95,7 @@ pub const CONVERT_OPTIONS: &[ConvertOption] = &[
     opt("raw-byte-order", "raw_byte_order", Kind::Text),
     opt("raw-manifest", "raw_manifest", Kind::Text),
     opt("raw-allow-trailing", "raw_allow_trailing", Kind::Switch),
+    opt("limit", "limits", Kind::Pairs),
 ];
 
 fn option_of(flag: &str) -> Option<&'static ConvertOption> {
@@ -219,6 +220,10 @@ mod tests {
             (
                 "a tensor under an empty key (pass --pt-root or --name)",
                 "a tensor under an empty key (pass pt_root or name)",
+            ),
+            (
+                "over the limit pickle-budget=48MiB (raise it with --limit pickle-budget=96MiB)",
+                "over the limit pickle-budget=48MiB (raise it with limits={\"pickle-budget\": \"96MiB\"})",
             ),
             (
                 "skip the fsyncs (--no-sync)",

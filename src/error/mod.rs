@@ -17,6 +17,7 @@ pub mod hdf5;
 pub(crate) mod header;
 pub(crate) mod index;
 pub(crate) mod json;
+pub(crate) mod limit;
 pub mod msgpack;
 pub(crate) mod note;
 pub mod onnx;
@@ -29,6 +30,7 @@ pub use dcp::DcpError;
 pub use header::HeaderError;
 pub use index::IndexError;
 pub use json::JsonError;
+pub use limit::LimitExceeded;
 pub use note::{Note, NoticeFn, Warning};
 pub use pickle::{PickleError, PyTorchError, StorageShape};
 pub use store::StoreError;
@@ -423,6 +425,10 @@ pub enum ErrorKind {
     /// that matches nothing, a raw manifest. The message names the option.
     #[error("{0}")]
     Usage(String),
+    /// An input needs more than one of the caller's
+    /// [`Limits`](crate::limits::Limits) allows: names it and how to raise it.
+    #[error("{0}")]
+    Limit(LimitExceeded),
     /// An input read from a stream has no name to give its tensor.
     #[error("{0} needs --name")]
     NameNeeded(&'static str),
@@ -644,6 +650,7 @@ impl ErrorKind {
             ErrorKind::Pickle(e) => e.name(),
             ErrorKind::PyTorch(e) => e.name(),
             ErrorKind::Zip(e) => e.name(),
+            ErrorKind::Limit(e) => e.kind,
             kind => kind.into(),
         }
     }
@@ -693,6 +700,7 @@ impl ErrorKind {
                 | H::FileLength { .. },
             )
             | K::FileTooLarge { .. }
+            | K::Limit(_)
             | K::TensorLength { .. }
             | K::TensorTooShort { .. }
             | K::TensorTooLong { .. }

@@ -424,7 +424,7 @@ pub enum PyTorchError {
     /// A tensor view that reaches more bytes than its storage holds many
     /// times over (a stride-0 expansion): refused unless expanded views are
     /// allowed. Said without the `PyTorch checkpoint: ` prefix.
-    #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage and past {allowance} bytes (pass --allow-expanded-views to write it)")]
+    #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage (expansion-ratio) and past {allowance} bytes (expanded-view-bytes); pass --allow-expanded-views to write it, or raise the limit (--limit expanded-view-bytes={tensor_bytes})")]
     ExpandedView {
         /// Bytes the tensor would write.
         tensor_bytes: u64,
@@ -436,7 +436,7 @@ pub enum PyTorchError {
         allowance: u64,
     },
     /// A checkpoint whose tensors add up to many times its storage.
-    #[error("its tensors add up to {planned} bytes, more than {factor}x its {stored} bytes of storage and than {allowance} bytes (pass --allow-expanded-views to write them)")]
+    #[error("its tensors add up to {planned} bytes, more than {factor}x its {stored} bytes of storage (expansion-ratio) and than {allowance} bytes (expanded-file-bytes); pass --allow-expanded-views to write them, or raise the limit (--limit expanded-file-bytes={planned})")]
     Expanded {
         /// Bytes the tensors would write.
         planned: u64,

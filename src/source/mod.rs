@@ -428,6 +428,9 @@ crate::setters::options! {
         /// model's state dict ([`Names::Hf`], `--names hf`); other inputs
         /// are refused with it.
         pub names: Names,
+        /// The bounds on what an input may make us build or write
+        /// ([`Limits`](crate::limits::Limits), `--limit`).
+        pub limits: crate::limits::Limits,
     }
 }
 

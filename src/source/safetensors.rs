@@ -115,9 +115,31 @@ fn looks_like_safetensors(first: &[u8]) -> bool {
 }
 
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
+    let mut prefix = [0u8; 8];
+    {
+        use std::os::unix::fs::FileExt;
+        // A short file is refused by the header's own reading.
+        if o.file.read_exact_at(&mut prefix, 0).is_ok() {
+            within_header_limit(u64::from_le_bytes(prefix), &o.options.limits)
+                .map_err(|e| e.with_input(o.input))?;
+        }
+    }
     Ok(Box::new(SafetensorsSource::from_file(
         o.file, o.len, o.input,
     )?))
+}
+
+/// Refuses a header of `n` bytes past the caller's `header-bytes` limit
+/// (below the format's own, which [`check_prefix`] words as the format's
+/// rule).
+fn within_header_limit(n: u64, limits: &crate::limits::Limits) -> Result<()> {
+    use crate::limits::Limit;
+    let limit = limits.get(Limit::HeaderBytes);
+    if n > limit && n <= crate::header::MAX_HEADER_LEN {
+        let what = format!("header length {n}");
+        return Err(limits.refuse(Limit::HeaderBytes, what).at_offset(0));
+    }
+    Ok(())
 }
 
 /// A safetensors stream: spooled, its header first; for a listing only
@@ -127,6 +149,7 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
         let on_input = |e: crate::Error| e.with_input(o.input);
         if o.options.listing_only {
             let (_, json, _) = stream_header(o.reader).await.map_err(on_input)?;
+            within_header_limit(json.len() as u64, &o.options.limits).map_err(on_input)?;
             let header = parse_header_json(&json, Rules::SOURCE).map_err(on_input)?;
             // No data is read: an empty file stands for it.
             let src = SafetensorsSource::from_data(tempfile::tempfile()?, header, o.input);

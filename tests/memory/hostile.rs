@@ -121,7 +121,7 @@ impl Pickle {
 
 /// A `torch.save` zip: `archive/data.pkl`, `archive/byteorder` and each
 /// storage as `archive/data/KEY`, stored, with CRCs.
-fn torch_zip(pickle: &[u8], storages: &[(&str, Vec<u8>)]) -> Vec<u8> {
+pub(crate) fn torch_zip(pickle: &[u8], storages: &[(&str, Vec<u8>)]) -> Vec<u8> {
     let mut members = vec![
         ZipMember::stored("archive/data.pkl", pickle.to_vec()),
         ZipMember::stored("archive/byteorder", b"little".to_vec()),
@@ -135,11 +135,11 @@ fn torch_zip(pickle: &[u8], storages: &[(&str, Vec<u8>)]) -> Vec<u8> {
     build_zip(&members).0
 }
 
-fn floats(n: usize) -> Vec<u8> {
+pub(crate) fn floats(n: usize) -> Vec<u8> {
     (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect()
 }
 
-fn convert(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn convert(dir: &Path, args: &[&str]) -> Output {
     Command::new(support::BIN)
         .args(args)
         .current_dir(dir)
@@ -147,13 +147,13 @@ fn convert(dir: &Path, args: &[&str]) -> Output {
         .expect("run convert")
 }
 
-fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
+pub(crate) fn write(dir: &Path, name: &str, bytes: &[u8]) -> String {
     std::fs::write(dir.join(name), bytes).unwrap();
     name.to_string()
 }
 
 /// The error of a `--report json` run: its kind and message.
-fn report_error(r: &Output) -> (String, String) {
+pub(crate) fn report_error(r: &Output) -> (String, String) {
     let text = String::from_utf8_lossy(&r.stderr);
     let line = text.lines().last().unwrap_or_default();
     let v: Value = serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {text}"));
@@ -165,7 +165,7 @@ fn report_error(r: &Output) -> (String, String) {
 }
 
 /// Converts `input` expecting a refusal of `kind`: exit 1, nothing written.
-fn refused(dir: &Path, input: &str, extra: &[&str], kind: &str) -> String {
+pub(crate) fn refused(dir: &Path, input: &str, extra: &[&str], kind: &str) -> String {
     let mut args = vec![input, "-o", "out.safetensors", "--report", "json"];
     args.extend_from_slice(extra);
     let r = convert(dir, &args);
@@ -182,7 +182,7 @@ fn refused(dir: &Path, input: &str, extra: &[&str], kind: &str) -> String {
 }
 
 /// The tensors a converted file holds, by name: (shape, data bytes).
-fn output_tensors(path: &Path) -> Vec<(String, Vec<u64>, Vec<u8>)> {
+pub(crate) fn output_tensors(path: &Path) -> Vec<(String, Vec<u64>, Vec<u8>)> {
     let bytes = std::fs::read(path).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let mut out: Vec<_> = st
@@ -545,7 +545,13 @@ fn one_float_viewed_as_a_terabyte_is_refused_and_writes_nothing() {
 
 /// A checkpoint of one tensor `name` viewing storage "0" (`storage`) with
 /// `size` and `stride`, written as `file`.
-fn one_view(dir: &Path, file: &str, size: &[i64], stride: &[i64], storage: Vec<u8>) -> String {
+pub(crate) fn one_view(
+    dir: &Path,
+    file: &str,
+    size: &[i64],
+    stride: &[i64],
+    storage: Vec<u8>,
+) -> String {
     let mut p = Pickle::new();
     p.op(b"}")
         .str(b"view")

@@ -17,6 +17,7 @@ mod formats;
 mod gguf;
 mod header;
 mod hostile;
+mod limits;
 mod numpy;
 mod quantized;
 

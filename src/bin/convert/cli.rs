@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use safetensors_stream::source::Names;
-use safetensors_stream::Dtype;
+use safetensors_stream::{Dtype, Limits};
 
 const AFTER_HELP: &str = "\
 Exit codes: 0 success, 1 bad input (the input is not what it claims), 2 usage error,
@@ -239,6 +239,38 @@ pub struct InputArgs {
     /// Accept bytes after the last tensor of a raw dump.
     #[arg(long, help_heading = "Raw dumps")]
     pub raw_allow_trailing: bool,
+    /// Set a limit on what an input may make us build or write (repeatable).
+    #[arg(
+        long = "limit",
+        value_name = "NAME=VALUE",
+        value_parser = parse_limit,
+        help = limits_help(),
+        help_heading = "Limits"
+    )]
+    pub limits: Vec<String>,
+}
+
+/// `--limit`'s help: the limits, their defaults and what each bounds.
+fn limits_help() -> String {
+    let list = Limits::help()
+        .lines()
+        .map(|l| format!("  {l}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    format!(
+        "Set a limit on what an input may make us build or write (repeatable): NAME=VALUE, \
+         sizes as 4096, 64MiB or 100MB. Raising a memory limit lets an input take that much \
+         more memory; header-bytes is the format's own and can only be lowered. \
+         The limits and their defaults:\n{list}"
+    )
+}
+
+/// One `--limit NAME=VALUE`, checked as it is parsed.
+fn parse_limit(s: &str) -> Result<String, String> {
+    Limits::default()
+        .set_text(s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -17,7 +17,7 @@ use safetensors_stream::source::{
     FreedMemoryHook, GgufOptions, NpyOptions, SourceOptions, TorchOptions,
 };
 use safetensors_stream::units::HumanBytes;
-use safetensors_stream::{Dtype, Error, ErrorKind, Note, Warning};
+use safetensors_stream::{Dtype, Error, ErrorKind, Limits, Note, Warning};
 use serde_json::json;
 use std::sync::Arc;
 use tokio::signal::unix::{signal, SignalKind};
@@ -131,7 +131,19 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
         .dequantize(dequantize_to(args))
         .gguf(GgufOptions::default().metadata(args.gguf_metadata))
         .freed_memory(FreedMemoryHook::new(super::collect_freed_memory))
-        .names(args.names))
+        .names(args.names)
+        .limits(limits(args)?))
+}
+
+/// The limits `--limit` sets, over the defaults.
+fn limits(args: &InputArgs) -> Result<Limits, Error> {
+    let mut limits = Limits::default();
+    for text in &args.limits {
+        limits
+            .set_text(text)
+            .map_err(|e| Error::new(ErrorKind::Usage(e.to_string())))?;
+    }
+    Ok(limits)
 }
 
 /// Notes go to stderr as lines, or into the JSON report when there is one.

@@ -41,17 +41,24 @@ fn bad(e: PyTorchError) -> Error {
     Error::new(ErrorKind::PyTorch(e))
 }
 
-/// Reads the five pickles from the start of `file` (`len` bytes).
-pub(crate) fn open(file: &File, len: u64) -> Result<LegacyCheckpoint> {
+/// Reads the five pickles from the start of `file` (`len` bytes): at
+/// most `max_pickle` bytes of them, each with [`Limits`] from
+/// `limits(len)` for the `len` bytes read.
+pub(crate) fn open(
+    file: &File,
+    len: u64,
+    max_pickle: u64,
+    limits: impl Fn(usize) -> Limits,
+) -> Result<LegacyCheckpoint> {
     // The pickles are small; read a prefix, and a longer one if they do not fit.
     let mut want = len.min(1 << 20);
     loop {
         let mut buf = vec![0u8; want as usize];
         file.read_exact_at(&mut buf, 0).map_err(Error::io)?;
-        match parse(&buf) {
+        match parse(&buf, limits(buf.len())) {
             Ok(c) => return Ok(c),
-            Err(e) if want < len && want < super::zipfmt::MAX_PICKLE && truncated(&e) => {
-                want = (want * 4).min(len).min(super::zipfmt::MAX_PICKLE);
+            Err(e) if want < len && want < max_pickle && truncated(&e) => {
+                want = (want * 4).min(len).min(max_pickle);
             }
             Err(e) => return Err(e),
         }
@@ -62,10 +69,9 @@ fn truncated(e: &Error) -> bool {
     matches!(e.kind(), ErrorKind::Pickle(PickleError::Truncated))
 }
 
-fn parse(buf: &[u8]) -> Result<LegacyCheckpoint> {
+fn parse(buf: &[u8], limits: Limits) -> Result<LegacyCheckpoint> {
     // One budget per pickle, from the bytes read so far (the pickles are
     // all of them but the storages' data).
-    let limits = Limits::for_input(buf.len());
     let mut at = 0usize;
     let next = |at: &mut usize| -> Result<Pickled> {
         let (p, used) = unpickle(&buf[*at..], limits).map_err(|e| match e.offset() {

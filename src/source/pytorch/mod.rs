@@ -38,8 +38,9 @@ use crate::header::names::NameIndex;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
 use crate::io_util::PositionalReader;
+use crate::limits::Limit;
 use crate::transform::Transform;
-use crate::{Dtype, Error, ErrorKind, HeaderError, IndexError, PyTorchError, Result};
+use crate::{Dtype, Error, ErrorKind, HeaderError, IndexError, PickleError, PyTorchError, Result};
 
 /// Where one storage's bytes lie in its file.
 #[derive(Debug, Clone, Copy)]
@@ -204,30 +205,17 @@ pub(crate) struct PyTorchSource {
     big_endian: Vec<bool>,
 }
 
-/// A view may be at most this many times its storage's bytes, unless it
-/// is at most [`EXPANDED_VIEW_ALLOWANCE`] bytes or
-/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views): a small broadcast that
-/// `torch.save` kept as a stride-0 view (`x.expand(3, n)`) converts, one
-/// float viewed as 2^40 does not.
-pub(crate) const MAX_VIEW_EXPANSION: u64 = 16;
-
-/// A view of at most this many bytes is written however many times it
-/// views its storage: amplification is the danger, not the ratio of a small
-/// buffer (position ids, attention masks kept as stride-0 views of a few
-/// bytes). 4 MiB: a 2048 x 2048 f8 mask, 1M int32 position ids.
-pub(crate) const EXPANDED_VIEW_ALLOWANCE: u64 = 4 << 20;
-
-/// The tensors of a checkpoint (all its shards) may add up to at most this
-/// many times its storages' bytes (tied views each count), unless they add
-/// up to at most [`EXPANDED_TOTAL_ALLOWANCE`] bytes or
-/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views).
-pub(crate) const MAX_TOTAL_EXPANSION: u64 = 16;
-
-/// A checkpoint's tensors may add up to this many bytes however many times
-/// they view its storages: with [`EXPANDED_VIEW_ALLOWANCE`], what bounds a
-/// few bytes of storage to 64 MiB of output (16 views of 4 MiB).
-pub(crate) const EXPANDED_TOTAL_ALLOWANCE: u64 = 64 << 20;
-
+/// A view may be at most `expansion-ratio` times its storage's bytes
+/// ([`Limit::ExpansionRatio`], 16), unless it is at most
+/// `expanded-view-bytes` ([`Limit::ExpandedViewBytes`], 4 MiB: a 2048 x
+/// 2048 f8 mask, 1M int32 position ids) or
+/// [`TorchOptions::allow_expanded_views`](row::TorchOptions::allow_expanded_views):
+/// a small broadcast that `torch.save` kept as a stride-0 view
+/// (`x.expand(3, n)`) converts, one float viewed as 2^40 does not.
+/// Amplification is the danger, not the ratio of a small buffer. The
+/// tensors of a checkpoint (all its shards, tied views each counted) are
+/// bound alike as a whole, by the ratio and `expanded-file-bytes`
+/// ([`Limit::ExpandedFileBytes`], 64 MiB: 16 views of 4 MiB).
 /// True if `bytes` written from `stored` bytes of storage stay within
 /// `factor` times them, or within `allowance` bytes whatever the factor.
 fn expansion_allowed(bytes: u64, stored: u64, factor: u64, allowance: u64) -> bool {
@@ -259,15 +247,56 @@ pub(crate) fn is_index_path(path: &Path) -> bool {
     })
 }
 
+/// The bounds on one pickle of `len` bytes: the parser's own counts, and
+/// a budget of twice its bytes + the caller's `pickle-budget`.
+fn pickle_limits(len: usize, limits: &crate::limits::Limits) -> Limits {
+    let extra = usize::try_from(limits.get(Limit::PickleBudget)).unwrap_or(usize::MAX);
+    Limits {
+        budget: len
+            .saturating_mul(pickle::BUDGET_FACTOR)
+            .saturating_add(extra),
+        ..Limits::for_input(len)
+    }
+}
+
+/// A refusal by the pickle's budget or the size of `data.pkl` as the
+/// caller's limit that fired; other errors as they are.
+fn as_limit(e: Error, limits: &crate::limits::Limits) -> Error {
+    let (limit, what) = match e.kind() {
+        ErrorKind::Pickle(PickleError::Budget { limit, what }) => (
+            Limit::PickleBudget,
+            format!("pickle would build more than its budget of {limit} bytes of values ({what})"),
+        ),
+        ErrorKind::PyTorch(PyTorchError::MemberTooLarge { member, size, .. }) => (
+            Limit::PickleBytes,
+            format!("member {member:?} is {size} bytes"),
+        ),
+        _ => return e,
+    };
+    let offset = e.offset();
+    let refused = limits.refuse(limit, what);
+    match offset {
+        Some(o) => refused.at_offset(o),
+        None => refused,
+    }
+}
+
 fn open_part(file: File, len: u64, name: &str, options: &SourceOptions) -> Result<Part> {
+    let limits = &options.limits;
+    open_part_within(file, len, name, options).map_err(|e| as_limit(e, limits))
+}
+
+fn open_part_within(file: File, len: u64, name: &str, options: &SourceOptions) -> Result<Part> {
     let naming = &naming(options);
+    let limits = &options.limits;
+    let max_pickle = limits.get(Limit::PickleBytes);
     let mut first = [0u8; 16];
     let got = {
         use std::os::unix::fs::FileExt;
         file.read_at(&mut first, 0).map_err(Error::io)?
     };
     if legacy::is_legacy(&first[..got]) {
-        let c = legacy::open(&file, len)?;
+        let c = legacy::open(&file, len, max_pickle, |n| pickle_limits(n, limits))?;
         let storages = legacy::locate(&file, len, &c, &model::all_storages(&c.main)?)?;
         let tree = model::tensors(&c.main, naming, &storages)?;
         return Ok(Part {
@@ -281,7 +310,7 @@ fn open_part(file: File, len: u64, name: &str, options: &SourceOptions) -> Resul
         });
     }
     let (entries, dir_start) = read_directory(&file, len)?;
-    let c = zipfmt::open(&file, &entries, dir_start)?;
+    let c = zipfmt::open_within(&file, &entries, dir_start, max_pickle)?;
     // Each phase frees what the next does not need before it allocates:
     // the directory (a million storages' entries) before the pickle is
     // read, the pickle's bytes (100 MB) and memo before its tensors are
@@ -297,7 +326,7 @@ fn open_part(file: File, len: u64, name: &str, options: &SourceOptions) -> Resul
     drop(entries);
     freed(large);
     let pickle = zipfmt::read_pickle(&file, &c)?;
-    let (p, _) = unpickle(&pickle, Limits::for_input(pickle.len()))?;
+    let (p, _) = unpickle(&pickle, pickle_limits(pickle.len(), limits))?;
     drop(pickle);
     freed(large);
     let tree = model::tensors(&p, naming, &c.storages)?;
@@ -333,20 +362,24 @@ fn tie_key(t: &TensorMeta, p: Place, stride: Option<&[u64]>) -> TieKey {
     (p.file, p.storage, t.dtype, key)
 }
 
-/// Refuses tensor `t`, which views `loc`, past [`MAX_VIEW_EXPANSION`]
-/// times its storage's bytes and [`EXPANDED_VIEW_ALLOWANCE`] unless
-/// allowed; its bytes.
+/// Refuses tensor `t`, which views `loc`, past `expansion-ratio` times
+/// its storage's bytes and `expanded-view-bytes` unless allowed; its bytes.
 fn checked_expansion(t: &TensorMeta, loc: Located, options: &SourceOptions) -> Result<u64> {
     let bytes = numel(&t.shape)
         .and_then(|n| n.checked_mul(model::width(t.dtype)))
         .ok_or_else(|| bad(PyTorchError::TensorOverflow))?;
-    let allowed = expansion_allowed(bytes, loc.len, MAX_VIEW_EXPANSION, EXPANDED_VIEW_ALLOWANCE);
-    if !options.torch.allow_expanded_views && !allowed {
+    let limits = &options.limits;
+    let (factor, allowance) = (
+        limits.get(Limit::ExpansionRatio),
+        limits.get(Limit::ExpandedViewBytes),
+    );
+    if !options.torch.allow_expanded_views && !expansion_allowed(bytes, loc.len, factor, allowance)
+    {
         return Err(bad(PyTorchError::ExpandedView {
             tensor_bytes: bytes,
             storage_bytes: loc.len,
-            factor: MAX_VIEW_EXPANSION,
-            allowance: EXPANDED_VIEW_ALLOWANCE,
+            factor,
+            allowance,
         }));
     }
     Ok(bytes)
@@ -520,18 +553,17 @@ impl PyTorchSource {
                 inputs: None,
             }));
         }
-        let allowed = expansion_allowed(
-            planned,
-            stored,
-            MAX_TOTAL_EXPANSION,
-            EXPANDED_TOTAL_ALLOWANCE,
+        let (factor, allowance) = (
+            options.limits.get(Limit::ExpansionRatio),
+            options.limits.get(Limit::ExpandedFileBytes),
         );
+        let allowed = expansion_allowed(planned, stored, factor, allowance);
         if !options.torch.allow_expanded_views && !allowed {
             return Err(bad(PyTorchError::Expanded {
                 planned,
-                factor: MAX_TOTAL_EXPANSION,
+                factor,
                 stored,
-                allowance: EXPANDED_TOTAL_ALLOWANCE,
+                allowance,
             }));
         }
         // Without `--dedupe-tied` the groups only feed a notice: a

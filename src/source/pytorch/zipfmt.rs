@@ -30,6 +30,8 @@ pub(crate) struct ZipCheckpoint {
     pub storages: Storages,
     /// `ROOT/data/`, which a storage's key completes into its member's name.
     pub data_prefix: String,
+    /// The most bytes [`read_pickle`] reads of `data.pkl`.
+    pub max_pickle: u64,
 }
 
 fn bad(e: PyTorchError) -> Error {
@@ -73,11 +75,22 @@ fn read_member(file: &File, e: &ZipEntry, start: u64, limit: u64) -> Result<Vec<
 
 /// `data.pkl`'s bytes.
 pub(crate) fn read_pickle(file: &File, c: &ZipCheckpoint) -> Result<Vec<u8>> {
-    read_member(file, &c.pickle.0, c.pickle.1, MAX_PICKLE)
+    read_member(file, &c.pickle.0, c.pickle.1, c.max_pickle)
 }
 
 /// Locates the pickle, byte order and storages of the archive `file`.
 pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<ZipCheckpoint> {
+    open_within(file, entries, dir_start, MAX_PICKLE)
+}
+
+/// [`open`], with a `data.pkl` of at most `max_pickle` bytes (the
+/// caller's `pickle-bytes` limit).
+pub(crate) fn open_within(
+    file: &File,
+    entries: &[ZipEntry],
+    dir_start: u64,
+    max_pickle: u64,
+) -> Result<ZipCheckpoint> {
     let pickles: Vec<&ZipEntry> = entries
         .iter()
         .filter(|e| e.name == "data.pkl" || e.name.ends_with("/data.pkl"))
@@ -99,7 +112,7 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
     // its span is kept for the overlap check.
     let mut cache = BlockCache::default();
     let start = data_start_via(&mut cache, file, pkl, dir_start)?;
-    check_size(pkl, MAX_PICKLE)?;
+    check_size(pkl, max_pickle)?;
     let mut big_endian = false;
     let data_prefix = format!("{root}data/");
     // Sized first: a million storages take 48 MB, not a doubling's 64 MB.
@@ -151,5 +164,6 @@ pub(crate) fn open(file: &File, entries: &[ZipEntry], dir_start: u64) -> Result<
         // Member names are unique (the directory refuses twins).
         storages: Storages::new(storages)?,
         data_prefix,
+        max_pickle,
     })
 }

@@ -1,0 +1,360 @@
+//! The bounds a conversion puts on what an input may make it build, as one
+//! value the caller sets: [`Limits`].
+//!
+//! Every limit has a default that admits every valid input we know of and
+//! refuses what would take memory (or output) out of proportion to the
+//! input. A service converting uploads may lower them; a user with a
+//! legitimate giant may raise the ones that are *ours* — never the format's
+//! own. A refusal by a limit is an
+//! [`ErrorKind::Limit`](crate::ErrorKind::Limit) naming the limit, its value
+//! and how to raise it (`--limit NAME=VALUE` on the command line,
+//! `limits={"NAME": VALUE}` in Python, [`Limits::set`] in Rust).
+//!
+//! | name | default | what it bounds | raise? |
+//! |---|---|---|---|
+//! | `header-bytes` | 100000000 | a safetensors header's length N | lower only: the format's own limit |
+//! | `pickle-bytes` | 128 MiB | a checkpoint's `data.pkl`, uncompressed | safe: memory grows with it |
+//! | `pickle-budget` | 48 MiB | values a pickle may build beyond 2x its own bytes | safe: memory grows with it |
+//! | `expansion-ratio` | 16 | output bytes per stored byte of a PyTorch view, and of a checkpoint | safe: output grows, not memory |
+//! | `expanded-view-bytes` | 4 MiB | a view's bytes written whatever its ratio | safe: output grows, not memory |
+//! | `expanded-file-bytes` | 64 MiB | a checkpoint's tensors' bytes written whatever their ratio | safe: output grows, not memory |
+//!
+//! Raising a memory limit raises what a hostile input can make the process
+//! hold by about as much; raising an expansion limit lets a few stored
+//! bytes become that many written (the disk fills, memory does not grow).
+//! Bounds that are the formats' own or that protect the parsers'
+//! correctness are not limits and cannot be changed: JSON nested at most
+//! 128 deep (serde_json's), at most 64 dimensions (numpy's), a pickle's
+//! MARKs, memo and value counts (scaled to its length), and the memory a
+//! header may make us hold (3 times its bytes + 64 MiB, whatever it claims).
+//!
+//! ```
+//! use safetensors_stream::limits::{Limit, Limits};
+//!
+//! let mut limits = Limits::default();
+//! limits.set_text("pickle-budget=512MiB")?;
+//! assert_eq!(limits.get(Limit::PickleBudget), 512 << 20);
+//! // The format's header limit can be lowered, never raised.
+//! assert!(limits.set(Limit::HeaderBytes, 1 << 20).is_ok());
+//! assert!(limits.set(Limit::HeaderBytes, 200_000_000).is_err());
+//! # Ok::<(), safetensors_stream::limits::BadLimit>(())
+//! ```
+
+use std::fmt;
+
+use crate::units::parse_size;
+
+/// The safetensors format's own limit on its header, which no option
+/// raises (the reference implementation refuses a longer one).
+const FORMAT_HEADER_BYTES: u64 = 100_000_000;
+
+/// One limit, by name. [`Limit::ALL`] lists them in `--help`'s order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Limit {
+    /// A safetensors header's length, in bytes (at most the format's
+    /// 100,000,000).
+    HeaderBytes,
+    /// A PyTorch checkpoint's `data.pkl` once inflated, in bytes.
+    PickleBytes,
+    /// Bytes of values a pickle may build beyond twice its own length.
+    PickleBudget,
+    /// How many times its storage's bytes a PyTorch view (and all of a
+    /// checkpoint's tensors, their storages) may write.
+    ExpansionRatio,
+    /// Bytes a PyTorch view may write whatever its ratio.
+    ExpandedViewBytes,
+    /// Bytes a checkpoint's tensors may add up to whatever their ratio.
+    ExpandedFileBytes,
+}
+
+/// How a limit's value is written and read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Bytes,
+    Count,
+}
+
+impl Limit {
+    /// Every limit, in `--help`'s order.
+    pub const ALL: [Limit; 6] = [
+        Limit::HeaderBytes,
+        Limit::PickleBytes,
+        Limit::PickleBudget,
+        Limit::ExpansionRatio,
+        Limit::ExpandedViewBytes,
+        Limit::ExpandedFileBytes,
+    ];
+
+    /// Its name, as `--limit` and Python's `limits=` take it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::HeaderBytes => "header-bytes",
+            Limit::PickleBytes => "pickle-bytes",
+            Limit::PickleBudget => "pickle-budget",
+            Limit::ExpansionRatio => "expansion-ratio",
+            Limit::ExpandedViewBytes => "expanded-view-bytes",
+            Limit::ExpandedFileBytes => "expanded-file-bytes",
+        }
+    }
+
+    /// The kind of its refusals in reports: its name in snake case.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Limit::HeaderBytes => "header_bytes",
+            Limit::PickleBytes => "pickle_bytes",
+            Limit::PickleBudget => "pickle_budget",
+            Limit::ExpansionRatio => "expansion_ratio",
+            Limit::ExpandedViewBytes => "expanded_view_bytes",
+            Limit::ExpandedFileBytes => "expanded_file_bytes",
+        }
+    }
+
+    /// What it bounds, in a few words (for `--help`).
+    pub fn about(self) -> &'static str {
+        match self {
+            Limit::HeaderBytes => "a safetensors header's bytes (the format's limit: lower only)",
+            Limit::PickleBytes => "a PyTorch checkpoint's data.pkl, inflated",
+            Limit::PickleBudget => "bytes of values a pickle may build beyond 2x its size",
+            Limit::ExpansionRatio => "bytes a PyTorch view may write per byte of its storage",
+            Limit::ExpandedViewBytes => "bytes a PyTorch view may write whatever its ratio",
+            Limit::ExpandedFileBytes => {
+                "bytes a checkpoint's tensors may write whatever their ratio"
+            }
+        }
+    }
+
+    /// Its default value.
+    pub fn default_value(self) -> u64 {
+        match self {
+            Limit::HeaderBytes => FORMAT_HEADER_BYTES,
+            Limit::PickleBytes => 128 << 20,
+            Limit::PickleBudget => 48 << 20,
+            Limit::ExpansionRatio => 16,
+            Limit::ExpandedViewBytes => 4 << 20,
+            Limit::ExpandedFileBytes => 64 << 20,
+        }
+    }
+
+    /// The most it may be set to: the format's own limit for a hard cap.
+    pub fn ceiling(self) -> u64 {
+        match self {
+            Limit::HeaderBytes => FORMAT_HEADER_BYTES,
+            _ => u64::MAX,
+        }
+    }
+
+    fn unit(self) -> Unit {
+        match self {
+            Limit::ExpansionRatio => Unit::Count,
+            _ => Unit::Bytes,
+        }
+    }
+
+    /// The limit named `name` (`pickle-budget`; Python's `pickle_budget`
+    /// too).
+    pub fn from_name(name: &str) -> Option<Limit> {
+        let name = name.trim().replace('_', "-");
+        Limit::ALL.into_iter().find(|l| l.name() == name)
+    }
+
+    /// How to raise it past `value`, in the CLI's words (Python's caller
+    /// reads `limits={"NAME": "VALUE"}`): `None` when `value` is already
+    /// its ceiling.
+    pub fn raise_hint(self, value: u64) -> Option<String> {
+        if value >= self.ceiling() {
+            return None;
+        }
+        let more = value.saturating_mul(2).max(1).min(self.ceiling());
+        Some(format!("--limit {}={}", self.name(), self.show(more)))
+    }
+
+    /// `value` as `--limit` reads it back: bytes in the largest binary
+    /// unit that divides them (`64MiB`), counts as numbers.
+    pub fn show(self, value: u64) -> String {
+        if self.unit() == Unit::Count {
+            return value.to_string();
+        }
+        for (unit, shift) in [("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+            if value != 0 && value % (1u64 << shift) == 0 {
+                return format!("{}{unit}", value >> shift);
+            }
+        }
+        value.to_string()
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A limit that cannot be set as asked: an unknown name, a value that does
+/// not parse, or one above the limit's ceiling.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadLimit(String);
+
+/// Every limit's value. Start from the default (today's bounds) and set
+/// what differs, by [`Limit`] or by `NAME=VALUE` text.
+///
+/// ```
+/// use safetensors_stream::limits::{Limit, Limits};
+/// use safetensors_stream::{ConvertOptions, SourceOptions};
+///
+/// let limits = Limits::default()
+///     .with(Limit::PickleBytes, 1 << 30)?
+///     .with(Limit::ExpandedViewBytes, 0)?;
+/// let options = ConvertOptions::default().source(SourceOptions::default().limits(limits));
+/// assert_eq!(options.source.limits.get(Limit::PickleBytes), 1 << 30);
+/// # Ok::<(), safetensors_stream::limits::BadLimit>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    values: [u64; Limit::ALL.len()],
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            values: Limit::ALL.map(Limit::default_value),
+        }
+    }
+}
+
+impl Limits {
+    fn slot(limit: Limit) -> usize {
+        Limit::ALL
+            .iter()
+            .position(|&l| l == limit)
+            .expect("every limit is in Limit::ALL")
+    }
+
+    /// The value of `limit`.
+    pub fn get(&self, limit: Limit) -> u64 {
+        self.values[Self::slot(limit)]
+    }
+
+    /// Sets `limit` to `value`; refused above the limit's
+    /// [ceiling](Limit::ceiling).
+    pub fn set(&mut self, limit: Limit, value: u64) -> Result<(), BadLimit> {
+        if value > limit.ceiling() {
+            return Err(BadLimit(format!(
+                "--limit {}={value}: {} is the format's own limit and cannot be raised (at most {})",
+                limit.name(),
+                limit.name(),
+                limit.ceiling()
+            )));
+        }
+        self.values[Self::slot(limit)] = value;
+        Ok(())
+    }
+
+    /// [`set`](Self::set), as a builder.
+    pub fn with(mut self, limit: Limit, value: u64) -> Result<Self, BadLimit> {
+        self.set(limit, value)?;
+        Ok(self)
+    }
+
+    /// Sets the limit `name` to `value` (a size such as `64MiB` or `100MB`
+    /// for a limit in bytes, a number for a ratio).
+    pub fn set_named(&mut self, name: &str, value: &str) -> Result<(), BadLimit> {
+        let Some(limit) = Limit::from_name(name) else {
+            let names: Vec<&str> = Limit::ALL.iter().map(|l| l.name()).collect();
+            return Err(BadLimit(format!(
+                "--limit {name}: no such limit; the limits are {}",
+                names.join(", ")
+            )));
+        };
+        let parsed = match limit.unit() {
+            Unit::Bytes => parse_size(value).ok(),
+            Unit::Count => value.trim().parse::<u64>().ok(),
+        };
+        let what = match limit.unit() {
+            Unit::Bytes => "a size (4096, 64MiB, 100MB)",
+            Unit::Count => "a whole number",
+        };
+        let value = parsed.ok_or_else(|| {
+            BadLimit(format!("--limit {}={value}: expected {what}", limit.name()))
+        })?;
+        self.set(limit, value)
+    }
+
+    /// Sets one limit from `NAME=VALUE` text, as `--limit` takes it.
+    pub fn set_text(&mut self, text: &str) -> Result<(), BadLimit> {
+        match text.split_once('=') {
+            Some((name, value)) => self.set_named(name, value),
+            None => Err(BadLimit(format!(
+                "--limit {text}: expected NAME=VALUE (pickle-budget=512MiB)"
+            ))),
+        }
+    }
+
+    /// The limits' names, defaults and what each bounds, one per line (for
+    /// `--help`).
+    pub fn help() -> String {
+        Limit::ALL
+            .iter()
+            .map(|l| format!("{}={}: {}", l.name(), l.show(l.default_value()), l.about()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The refusal of something that needs `needed` where `limit` allows
+    /// less; `what` says what it is ("data.pkl is 200000000 bytes").
+    pub fn refuse(&self, limit: Limit, what: impl Into<String>) -> crate::Error {
+        crate::Error::new(crate::ErrorKind::Limit(crate::error::LimitExceeded {
+            limit: limit.name(),
+            kind: limit.kind(),
+            value: self.get(limit),
+            what: what.into(),
+            raise: limit.raise_hint(self.get(limit)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_parse_back_and_sizes_take_units() {
+        let mut l = Limits::default();
+        for limit in Limit::ALL {
+            assert_eq!(Limit::from_name(limit.name()), Some(limit));
+            assert_eq!(Limit::from_name(limit.kind()), Some(limit));
+            let shown = limit.show(limit.default_value());
+            l.set_named(limit.name(), &shown).unwrap();
+            assert_eq!(l.get(limit), limit.default_value(), "{limit}={shown}");
+        }
+        l.set_text("pickle_budget=100MB").unwrap();
+        assert_eq!(l.get(Limit::PickleBudget), 100_000_000);
+        l.set_text("expansion-ratio=3").unwrap();
+        assert_eq!(l.get(Limit::ExpansionRatio), 3);
+        assert!(l.set_text("expansion-ratio=3MiB").is_err());
+        assert!(l
+            .set_text("nonsense=3")
+            .unwrap_err()
+            .0
+            .contains("pickle-budget"));
+        assert!(l.set_text("pickle-budget").is_err());
+    }
+
+    #[test]
+    fn the_format_header_limit_is_a_ceiling() {
+        let mut l = Limits::default();
+        assert!(l.set(Limit::HeaderBytes, 1000).is_ok());
+        let e = l.set_text("header-bytes=200MB").unwrap_err();
+        assert!(e.0.contains("cannot be raised"), "{e}");
+        assert_eq!(Limit::HeaderBytes.raise_hint(FORMAT_HEADER_BYTES), None);
+        assert_eq!(
+            Limit::HeaderBytes.raise_hint(1000).as_deref(),
+            Some("--limit header-bytes=2000")
+        );
+        assert_eq!(
+            Limit::PickleBudget.raise_hint(48 << 20).as_deref(),
+            Some("--limit pickle-budget=96MiB")
+        );
+    }
+}
