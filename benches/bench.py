@@ -45,12 +45,14 @@ from pathlib import Path
 
 import numpy as np
 
+import formats  # the workloads of issue 43 (ONNX, Flax MsgPack, HDF5), beside this file
+
 REPO = Path(__file__).resolve().parent.parent
 GIB = 1 << 30
 MIB = 1 << 20
 CHUNK = 8 * MIB
 
-WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "safetensors-many", "reshard", "npz-small", "plan-1m", "pytorch", "gguf", "dcp-fsdp", "dcp-tp"]
+WORKLOADS = ["npz-stored", "npz-deflated", "npy", "safetensors", "safetensors-many", "reshard", "npz-small", "plan-1m", "pytorch", "gguf", "dcp-fsdp", "dcp-tp", "onnx", "onnx-external", "msgpack", "hdf5", "hdf5-chunked"]
 
 # Targets of issues 7 and 15 (ratios of medians measured side by side in one run).
 T_COPY = 1.10  # convert / cp (stored npz, npy, safetensors, resharding)
@@ -753,10 +755,12 @@ class Bench:
     # -- build
 
     def build(self):
-        src = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "safetensors-convert"
+        # The binary where cargo puts it ($CARGO_TARGET_DIR when set); `convert` and
+        # `safetensors-convert` are the same program, so one is built.
+        src = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "convert"
         if not self.args.no_build:
-            self.log("== cargo build --release")
-            p = subprocess.run(["cargo", "build", "--release"], cwd=REPO, capture_output=True, text=True)
+            self.log("== cargo build --release --bin convert")
+            p = subprocess.run(["cargo", "build", "--release", "--bin", "convert"], cwd=REPO, capture_output=True, text=True)
             if p.returncode != 0:
                 sys.stderr.write(p.stderr[-4000:])
                 sys.exit("bench: cargo build --release failed (use --no-build to time the existing binary)")
@@ -1318,6 +1322,11 @@ class Bench:
             "gguf": self.w_gguf,
             "dcp-fsdp": lambda: self.w_dcp("dcp-fsdp", 0),
             "dcp-tp": lambda: self.w_dcp("dcp-tp", 1),
+            "onnx": lambda: formats.w_onnx(self, external=False),
+            "onnx-external": lambda: formats.w_onnx(self, external=True),
+            "msgpack": lambda: formats.w_msgpack(self),
+            "hdf5": lambda: formats.w_hdf5(self, chunked=False),
+            "hdf5-chunked": lambda: formats.w_hdf5(self, chunked=True),
         }
         try:
             self.build()
@@ -1454,9 +1463,9 @@ def quantized_bench(a) -> int:
     `convert --dequantize --no-sync`, by `amn remember` when amn is on PATH, and by torch in
     memory (the libraries' own arithmetic) otherwise; interleaved rounds, medians, peak RSS.
     Every convert output is compared with torch's when torch is importable."""
-    binary = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "safetensors-convert"
+    binary = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "release" / "convert"
     if not a.no_build:
-        subprocess.run(["cargo", "build", "--release", "--bin", "safetensors-convert"], cwd=REPO, check=True)
+        subprocess.run(["cargo", "build", "--release", "--bin", "convert"], cwd=REPO, check=True)
     size = int(a.size_gib * GIB)
     try:
         import torch  # noqa: F401
@@ -1580,6 +1589,9 @@ def main():
     ap.add_argument("--baseline", default=None, help="another convert binary (e.g. the last release) timed in the same rounds, each mode beside this build's and cp: before/after figures from one run")
     ap.add_argument("--amn", default=shutil.which("amn"), help="the anamnesis CLI (`amn`, crate anamnesis 0.7.10 with features cli,npz), timed on npz-small as the fastest peer. Default: amn on PATH")
     ap.add_argument("--gguf-python", default=sys.executable, help="a Python with gguf (0.19) and safetensors, for the gguf workload's input and reference. Default: this Python")
+    ap.add_argument("--onnx-python", default=sys.executable, help="a Python with onnx (1.23) and safetensors, for the onnx workloads' inputs, checks and reference. Default: this Python")
+    ap.add_argument("--flax-python", default=sys.executable, help="a Python with flax (0.12), ml_dtypes and safetensors, for the msgpack workload. Default: this Python")
+    ap.add_argument("--h5-python", default=sys.executable, help="a Python with h5py (3.16) and safetensors, for the hdf5 workloads. Default: this Python")
     ap.add_argument("--no-python", action="store_true", help="skip the Python reference (saves most of the run's time; the x Python targets then read 'no data')")
     ap.add_argument("--quantized", action="store_true", help="time only the dequantization workloads: FP8 and GPTQ (issue 29), MXFP4 experts and compressed-tensors int4 (issue 39)")
     ap.add_argument("--quantized-kinds", dest="quantized_kinds", type=lambda s: [w.strip() for w in s.split(",") if w.strip()],
