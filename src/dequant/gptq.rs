@@ -69,6 +69,7 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
     let tabled = groups * levels <= k_len;
     let mut per_group = vec![(0f32, 0f32); groups];
     let mut table = vec![0f32; if tabled { groups * levels } else { 0 }];
+    let (mut zeros, mut scales) = (Vec::new(), Vec::new());
     for (i, out_row) in out.chunks_exact_mut(k_len).enumerate() {
         let n = p.n0 + i;
         let (zero_word, zero_slot) = (n / per - first_word, n % per);
@@ -79,6 +80,29 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
         let value = |q: u32, (z, scale): (f32, f32)| {
             super::arith::stored_as(scale_dtype, (q as f32 - z) * scale)
         };
+        // 4-bit rows on the vector path of this thread: its whole words.
+        let done = match packing.bits {
+            4 => {
+                zeros.clear();
+                scales.clear();
+                zeros.extend(per_group.iter().map(|zs| zs.0));
+                scales.extend(per_group.iter().map(|zs| zs.1));
+                let words = &p.qweight[i..];
+                crate::cast::simd::int4_row(
+                    words,
+                    nb,
+                    p.groups,
+                    &zeros,
+                    &scales,
+                    scale_dtype,
+                    out_row,
+                )
+            }
+            _ => 0,
+        };
+        if done == k_len {
+            continue;
+        }
         if tabled {
             for (slots, &zs) in table.chunks_exact_mut(levels).zip(&per_group) {
                 for (q, t) in slots.iter_mut().enumerate() {
@@ -88,7 +112,7 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
         }
         // A packed word at a time: no division per code.
         let words = out_row.chunks_mut(per).zip(p.groups.chunks(per));
-        for (w, (outs, gs)) in words.enumerate() {
+        for (w, (outs, gs)) in words.enumerate().skip(done / per) {
             let word = p.qweight[w * nb + i];
             for (slot, (o, &g)) in outs.iter_mut().zip(gs).enumerate() {
                 let q = packing.code(word, slot);

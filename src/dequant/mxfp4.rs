@@ -103,7 +103,9 @@ pub(crate) fn packed_rows(
         .zip(scales.chunks_exact(per_row.max(1)))
         .zip(out.chunks_exact_mut(cols))
     {
-        for (c, v) in o.iter_mut().enumerate() {
+        // Whole runs of 8 on the vector path of this thread, the rest here.
+        let done = crate::cast::simd::mxfp4_row(row, srow, &table.0, o);
+        for (c, v) in o.iter_mut().enumerate().skip(done) {
             let nibble = (row[c / 2] >> ((c % 2) * 4)) & 0xf;
             *v = table.0[usize::from(srow[c / BLOCK])][usize::from(nibble)];
         }
