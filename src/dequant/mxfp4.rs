@@ -208,6 +208,28 @@ mod tests {
         }
     }
 
+    /// Every byte (every pair of codes) under every scale byte, rows of
+    /// 512 codes (16 blocks): every path bit for bit the reference.
+    #[test]
+    fn packed_rows_every_code_under_every_scale_on_every_path() {
+        use crate::cast::simd::{with_isa, Isa};
+        let table = Table::new();
+        let (rows, cols) = (16usize, 512usize);
+        let packed: Vec<u8> = (0..rows * cols / 2).map(|i| (i * 11 % 256) as u8).collect();
+        let scales: Vec<u8> = (0..=255u8).collect();
+        let run = |isa| {
+            let mut out = vec![0f32; rows * cols];
+            with_isa(isa, || {
+                packed_rows(&packed, &scales, cols, &table, &mut out)
+            });
+            out.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+        };
+        let want = run(Isa::Scalar);
+        for isa in Isa::available() {
+            assert!(run(isa) == want, "{isa:?}");
+        }
+    }
+
     #[test]
     fn low_nibble_first_and_negative_zero() {
         let table = Table::new();
