@@ -6,7 +6,7 @@
 use super::policy::Way;
 use crate::cast::Cast;
 use crate::plan::ShardPlan;
-use crate::source::{FileSpan, OpenBlocking, Source};
+use crate::source::{BlockingPart, FileSpan, OpenBlocking, Source};
 use crate::Error;
 
 /// How one tensor's bytes can be had, best first.
@@ -47,14 +47,29 @@ impl SpanJob {
     }
 }
 
-/// A tensor from a blocking reader: how to open it, its planned output
-/// length and offset in the output file, and the cast to apply.
+/// A tensor from blocking readers: how to open its parts (one, or a large
+/// tensor's consecutive parts, read side by side) with each one's output
+/// length, its planned offset in the output file, and the cast to apply.
 pub(crate) struct ReaderJob {
-    pub(crate) open: OpenBlocking,
-    pub(crate) out_len: u64,
+    pub(crate) parts: Vec<BlockingPart>,
     pub(crate) at: u64,
     pub(crate) cast: Option<Cast>,
 }
+
+impl ReaderJob {
+    /// A tensor read whole by one reader, `out_len` bytes written at `at`.
+    pub(crate) fn whole(open: OpenBlocking, out_len: u64, at: u64, cast: Option<Cast>) -> Self {
+        let parts = vec![BlockingPart { len: out_len, open }];
+        ReaderJob { parts, at, cast }
+    }
+}
+
+/// Output bytes per part of a large tensor read side by side: enough to
+/// amortise a part's opening (its scales, its first read), small enough that
+/// a tensor of a few tens of MiB already keeps every core busy. Memory does
+/// not grow with it: a part is read piece by piece, [`super::pool::READERS`]
+/// parts at a time.
+pub(crate) const PART_BYTES: u64 = 8 << 20;
 
 /// A failure, and which job (or batch, or task) of a run it was in: the
 /// caller names the tensor from it.
@@ -107,13 +122,18 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
             if let Some(span) = source.file_span(r.index()) {
                 return Job::Span(SpanJob { span, cast });
             }
+            let at = header.data_start() + t.begin;
+            // A large tensor's parts, without a cast: each part's bytes are its output's.
+            let parts = cast
+                .is_none()
+                .then(|| source.open_blocking_parts(r.index(), PART_BYTES))
+                .flatten()
+                .filter(|p| p.iter().map(|p| p.len).sum::<u64>() == t.len());
+            if let Some(parts) = parts {
+                return Job::Reader(ReaderJob { parts, at, cast });
+            }
             match source.open_blocking(r.index()) {
-                Some(open) => Job::Reader(ReaderJob {
-                    open,
-                    out_len: t.len(),
-                    at: header.data_start() + t.begin,
-                    cast,
-                }),
+                Some(open) => Job::Reader(ReaderJob::whole(open, t.len(), at, cast)),
                 None => Job::Stream,
             }
         })

@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::job::{Failed, JobError, Overflow, ReaderJob};
+use crate::cast::Cast;
 use crate::io_util::fill;
 use crate::sink::elements::{ChunkBuffer, Elements, Pump};
+use crate::source::OpenBlocking;
 use crate::Error;
 
 /// Tensors read at once: one a core on the machines this is tuned for.
@@ -25,10 +27,13 @@ pub(crate) const READERS: usize = 2;
 /// in the core's cache between the inflation and the write.
 const CHUNK: usize = 1 << 20;
 
-/// Writes every job at its offset in `out`, [`READERS`] at once. Calls
-/// `started(i)` as job `i` begins and `progress(n)` as bytes land. Returns
-/// the casts' overflows to infinity, or the error of the first job in
-/// order that failed.
+/// Writes every job at its offset in `out`, [`READERS`] parts at once: a
+/// large tensor's parts side by side, each at its own offset, so that one
+/// tensor uses every core; the bytes are those of one reader per tensor,
+/// whatever the count of threads. Calls `started(i)` as job `i` begins and
+/// `progress(n)` as bytes land. Returns the casts' overflows to infinity
+/// (a tensor's parts' summed), or the error of the first job in order that
+/// failed.
 pub(crate) fn write_parallel(
     out: &File,
     out_name: &str,
@@ -38,21 +43,24 @@ pub(crate) fn write_parallel(
     progress: &(dyn Fn(u64) + Sync),
 ) -> std::result::Result<Vec<Overflow>, JobError> {
     let budget = buffer_size.clamp(1, CHUNK);
-    let jobs: Vec<_> = jobs.into_iter().map(|j| Mutex::new(Some(j))).collect();
-    // Each tensor on the chunk loop the sink drives too (`Pump`), each chunk
-    // written where it belongs. A tensor that stops because an earlier one
+    let tasks = tasks(jobs);
+    // Each part on the chunk loop the sink drives too (`Pump`), each chunk
+    // written where it belongs. A part that stops because an earlier one
     // failed has no overflows (`None`).
     let done = in_order(
-        jobs.len(),
+        tasks.len(),
         "inflate",
         ChunkBuffer::default,
         |buf, i, earlier_failed| {
-            let job = lock(&jobs[i]).take().expect("each job is taken once");
-            started(i);
-            let (mut reader, transform) = (job.open)()?;
-            let elements = Elements::new(job.out_len, transform, job.cast);
+            let task = &tasks[i];
+            let open = lock(&task.open).take().expect("each part is opened once");
+            if task.first {
+                started(task.job);
+            }
+            let (mut reader, transform) = open()?;
+            let elements = Elements::new(task.len, transform, task.cast);
             let mut pump = Pump::new(elements, buf, budget);
-            let mut at = job.at;
+            let mut at = task.at;
             while let Some(input) = pump.input() {
                 if earlier_failed() {
                     return Ok(None);
@@ -68,11 +76,51 @@ pub(crate) fn write_parallel(
             let more = reader.read(&mut [0u8; 1])? != 0;
             Ok(Some(pump.finish(more)?))
         },
-    )?;
-    Ok(done
-        .into_iter()
-        .filter_map(|(job, over)| over.filter(|&n| n > 0).map(|count| Overflow { job, count }))
-        .collect())
+    )
+    .map_err(|f| Failed::new(tasks[f.job].job, f.error))?;
+    let mut overflows: Vec<Overflow> = Vec::new();
+    for (i, over) in done {
+        let (job, count) = (tasks[i].job, over.unwrap_or(0));
+        match overflows.last_mut() {
+            Some(o) if o.job == job => o.count += count,
+            _ if count > 0 => overflows.push(Overflow { job, count }),
+            _ => {}
+        }
+    }
+    Ok(overflows)
+}
+
+/// One part of a job, as a worker takes it.
+struct Task {
+    /// The job (tensor) it is part of, and whether it is its first part.
+    job: usize,
+    first: bool,
+    open: Mutex<Option<OpenBlocking>>,
+    /// Its output bytes, and where they go.
+    len: u64,
+    at: u64,
+    cast: Option<Cast>,
+}
+
+/// The jobs' parts, in order: a job's parts one after another, each at the
+/// offset where the ones before it end.
+fn tasks(jobs: Vec<ReaderJob>) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    for (job, j) in jobs.into_iter().enumerate() {
+        let mut at = j.at;
+        for (p, part) in j.parts.into_iter().enumerate() {
+            tasks.push(Task {
+                job,
+                first: p == 0,
+                open: Mutex::new(Some(part.open)),
+                len: part.len,
+                at,
+                cast: j.cast,
+            });
+            at += part.len;
+        }
+    }
+    tasks
 }
 
 /// Runs `task(state, i, earlier_failed)` for every `i` in `0..count`,
@@ -140,7 +188,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::BlockingRead;
+    use crate::source::{BlockingPart, BlockingRead};
     use crate::transform::Transform;
     use crate::ErrorKind;
     use std::io::{self, Cursor};
@@ -193,12 +241,8 @@ mod tests {
 
     fn job(at: u64, reader: Scripted) -> ReaderJob {
         let len = reader.data.get_ref().len() as u64;
-        ReaderJob {
-            open: Box::new(move || Ok((Box::new(reader) as BlockingRead, Transform::Identity))),
-            out_len: len,
-            at,
-            cast: None,
-        }
+        let open = Box::new(move || Ok((Box::new(reader) as BlockingRead, Transform::Identity)));
+        ReaderJob::whole(open, len, at, None)
     }
 
     fn scripted(data: Vec<u8>, fail: Option<&'static str>) -> Scripted {
@@ -232,10 +276,116 @@ mod tests {
         assert!(e.to_string().contains("one"), "{e}");
     }
 
+    /// A reader that counts itself among the live ones while it exists.
+    struct Counted {
+        data: Cursor<Vec<u8>>,
+        live: Arc<(AtomicUsize, AtomicUsize)>,
+    }
+
+    impl Read for Counted {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.data.read(buf)
+        }
+    }
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.live.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// One tensor in parts, read side by side, lands as one reader of it
+    /// would write it, whatever the parts; and never more than [`READERS`]
+    /// parts are open at once, each through a buffer of at most the
+    /// buffer size: the bytes held are bounded by READERS x (buffer +
+    /// reader), not by the tensor.
+    #[test]
+    fn a_tensor_in_parts_lands_as_one_reader_writes_it() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let whole = || {
+            let d = data.clone();
+            let open: OpenBlocking = Box::new(move || {
+                Ok((
+                    Box::new(Cursor::new(d)) as BlockingRead,
+                    Transform::Identity,
+                ))
+            });
+            ReaderJob::whole(open, data.len() as u64, 3, None)
+        };
+        let head = vec![9u8; 3];
+        let out = tempfile::tempfile().unwrap();
+        out.write_all_at(&head, 0).unwrap();
+        write_parallel(&out, "out", vec![whole()], 4096, &|_| {}, &|_| {}).unwrap();
+        let want = crate::copy::job::testing::contents(&out);
+        assert_eq!(want[3..], data[..]);
+        for part_len in [1usize, 999, 4096, 12_345] {
+            let live = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
+            let parts = data
+                .chunks(part_len)
+                .map(|chunk| {
+                    let (chunk, live) = (chunk.to_vec(), live.clone());
+                    BlockingPart {
+                        len: chunk.len() as u64,
+                        open: Box::new(move || {
+                            let now = live.0.fetch_add(1, Ordering::SeqCst) + 1;
+                            live.1.fetch_max(now, Ordering::SeqCst);
+                            let r = Counted {
+                                data: Cursor::new(chunk),
+                                live,
+                            };
+                            Ok((Box::new(r) as BlockingRead, Transform::Identity))
+                        }),
+                    }
+                })
+                .collect();
+            let job = ReaderJob {
+                parts,
+                at: 3,
+                cast: None,
+            };
+            let out = tempfile::tempfile().unwrap();
+            out.write_all_at(&head, 0).unwrap();
+            let started = AtomicUsize::new(0);
+            let count = |_| {
+                started.fetch_add(1, Ordering::SeqCst);
+            };
+            write_parallel(&out, "out", vec![job], 4096, &count, &|_| {}).unwrap();
+            let got = crate::copy::job::testing::contents(&out);
+            assert!(got == want, "parts of {part_len} bytes");
+            assert_eq!(started.load(Ordering::SeqCst), 1, "the tensor begins once");
+            let most = live.1.load(Ordering::SeqCst);
+            assert!((1..=READERS).contains(&most), "{most} parts open at once");
+            assert_eq!(live.0.load(Ordering::SeqCst), 0, "every part closed");
+        }
+    }
+
+    /// A failing part names its tensor, not the part.
+    #[test]
+    fn a_failing_part_is_its_tensors_failure() {
+        let part = |data: Vec<u8>, fail| BlockingPart {
+            len: data.len() as u64,
+            open: Box::new(move || {
+                let r = scripted(data, fail);
+                Ok((Box::new(r) as BlockingRead, Transform::Identity))
+            }),
+        };
+        let first = job(0, scripted(vec![1; 10], None));
+        let split = ReaderJob {
+            parts: vec![part(vec![2; 10], None), part(vec![3; 10], Some("bad part"))],
+            at: 10,
+            cast: None,
+        };
+        let out = tempfile::tempfile().unwrap();
+        let JobError { job: i, error: e } =
+            write_parallel(&out, "out", vec![first, split], 4, &|_| {}, &|_| {}).unwrap_err();
+        assert_eq!(i, 1, "{e}");
+        assert!(e.to_string().contains("bad part"), "{e}");
+    }
+
     #[test]
     fn short_and_long_readers_fail_as_the_sink_says() {
         let mut short = job(0, scripted(vec![0; 10], None));
-        short.out_len = 12;
+        short.parts[0].len = 12;
         let out = tempfile::tempfile().unwrap();
         let JobError { error: e, .. } =
             write_parallel(&out, "out", vec![short], 4, &|_| {}, &|_| {}).unwrap_err();
@@ -250,7 +400,7 @@ mod tests {
             "{e}"
         );
         let mut long = job(0, scripted(vec![0; 10], None));
-        long.out_len = 8;
+        long.parts[0].len = 8;
         let JobError { error: e, .. } =
             write_parallel(&out, "out", vec![long], 4, &|_| {}, &|_| {}).unwrap_err();
         assert!(

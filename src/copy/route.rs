@@ -331,14 +331,14 @@ mod tests {
             at += len;
             let cast = (c == 'x').then(|| Cast::new(Dtype::F32, Dtype::F16).unwrap());
             out.push(match c {
-                'r' => Job::Reader(ReaderJob {
-                    open: Box::new(|| -> crate::Result<(BlockingRead, Transform)> {
+                'r' => Job::Reader(ReaderJob::whole(
+                    Box::new(|| -> crate::Result<(BlockingRead, Transform)> {
                         unreachable!("routes open nothing")
                     }),
-                    out_len: 4,
-                    at: 0,
-                    cast: None,
-                }),
+                    4,
+                    0,
+                    None,
+                )),
                 'a' => Job::Stream,
                 _ => Job::Span(SpanJob { span, cast }),
             });

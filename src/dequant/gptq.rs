@@ -69,6 +69,7 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
     let tabled = groups * levels <= k_len;
     let mut per_group = vec![(0f32, 0f32); groups];
     let mut table = vec![0f32; if tabled { groups * levels } else { 0 }];
+    let (mut zeros, mut scales) = (Vec::new(), Vec::new());
     for (i, out_row) in out.chunks_exact_mut(k_len).enumerate() {
         let n = p.n0 + i;
         let (zero_word, zero_slot) = (n / per - first_word, n % per);
@@ -79,6 +80,29 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
         let value = |q: u32, (z, scale): (f32, f32)| {
             super::arith::stored_as(scale_dtype, (q as f32 - z) * scale)
         };
+        // 4-bit rows on the vector path of this thread: its whole words.
+        let done = match packing.bits {
+            4 => {
+                zeros.clear();
+                scales.clear();
+                zeros.extend(per_group.iter().map(|zs| zs.0));
+                scales.extend(per_group.iter().map(|zs| zs.1));
+                let words = &p.qweight[i..];
+                crate::cast::simd::int4_row(
+                    words,
+                    nb,
+                    p.groups,
+                    &zeros,
+                    &scales,
+                    scale_dtype,
+                    out_row,
+                )
+            }
+            _ => 0,
+        };
+        if done == k_len {
+            continue;
+        }
         if tabled {
             for (slots, &zs) in table.chunks_exact_mut(levels).zip(&per_group) {
                 for (q, t) in slots.iter_mut().enumerate() {
@@ -88,7 +112,7 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
         }
         // A packed word at a time: no division per code.
         let words = out_row.chunks_mut(per).zip(p.groups.chunks(per));
-        for (w, (outs, gs)) in words.enumerate() {
+        for (w, (outs, gs)) in words.enumerate().skip(done / per) {
             let word = p.qweight[w * nb + i];
             for (slot, (o, &g)) in outs.iter_mut().zip(gs).enumerate() {
                 let q = packing.code(word, slot);
@@ -104,6 +128,61 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Random words, zero points, scales of any bits (NaNs, infinities
+        /// and subnormals among them), groups in any order (act-order) or
+        /// in runs, rows that end in part of a word: every path bit for
+        /// bit the reference, v1 and v2, each scale dtype.
+        #[test]
+        fn four_bit_rows_on_every_path(
+            words in proptest::collection::vec(any::<u32>(), 6 * 3),
+            zeros in proptest::collection::vec(any::<u32>(), 4),
+            scale_bits in proptest::collection::vec(any::<u32>(), 4 * 3),
+            order in proptest::collection::vec(0u32..4, 43),
+            act_order in any::<bool>(),
+            v1 in any::<bool>(),
+            n0 in 0usize..2,
+        ) {
+            use crate::cast::simd::{with_isa, Isa};
+            // K = 43 input columns (5 words and 3 columns), N = 3 output
+            // rows from row n0 (zeros word 0 holds rows 0..8), 4 groups.
+            let k_len = 43;
+            let groups: Vec<u32> = match act_order {
+                true => order,
+                false => (0..k_len as u32).map(|k| k / 11).collect(),
+            };
+            let packing = Packing { bits: 4, zero_offset: u32::from(v1) };
+            // Every fifth scale a plain one, so most values are numbers.
+            let scales: Vec<f32> = scale_bits
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| if i % 5 == 0 { f32::from_bits(b) } else { (b % 4096) as f32 / 64.0 - 32.0 })
+                .collect();
+            let p = Piece {
+                n0,
+                qweight: &words,
+                zeros: &zeros,
+                zero_words: 1,
+                scales: &scales,
+                groups: &groups,
+            };
+            for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
+                let run = |isa| {
+                    let mut out = vec![0f32; 3 * k_len];
+                    with_isa(isa, || rows(&p, packing, dtype, &mut out));
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+                };
+                let want = run(Isa::Scalar);
+                for isa in Isa::available() {
+                    prop_assert!(run(isa) == want, "{:?} {}", isa, dtype);
+                }
+            }
+        }
+    }
 
     #[test]
     fn unpacks_along_the_input_dimension_with_the_v1_offset() {

@@ -279,6 +279,18 @@ pub trait Source: Send {
         None
     }
 
+    /// Tensor `k`'s blocking readers in consecutive parts of about
+    /// `target` bytes each, cut at the source's block boundaries (whole
+    /// FP8 tiles, GGUF super-blocks, GPTQ groups), where the source can
+    /// start reading anywhere such: the copy engine then reads the parts of
+    /// one large tensor side by side, on every core. `None` where it
+    /// cannot, or where the tensor is not longer than `target`: then
+    /// [`Source::open_blocking`] reads it whole. The parts' bytes, one after
+    /// another, are exactly what `open_blocking` would yield.
+    fn open_blocking_parts(&self, _k: usize, _target: u64) -> Option<Vec<BlockingPart>> {
+        None
+    }
+
     /// What the input is, as of its opening, for a plan's id
     /// ([`crate::plan::plan_id`]) when it reports nothing it read
     /// ([`Source::opened`], which takes precedence): a file's length and
@@ -355,6 +367,16 @@ pub struct StoredPiece {
 /// it: the reader, and the transform that makes its bytes little-endian.
 /// Cheap to hold until called (no buffers, no file handles of its own).
 pub type OpenBlocking = Box<dyn FnOnce() -> Result<(BlockingRead, Transform)> + Send>;
+
+/// One part of a tensor read side by side with its others
+/// ([`Source::open_blocking_parts`]): its length in bytes, as
+/// [`OpenBlocking`] yields them, and how to open it.
+pub struct BlockingPart {
+    /// Its bytes (a whole number of the tensor's elements).
+    pub len: u64,
+    /// Opens it.
+    pub open: OpenBlocking,
+}
 
 /// A blocking reader of one tensor's bytes.
 pub type BlockingRead = Box<dyn std::io::Read + Send>;

@@ -184,6 +184,10 @@ impl Source for Located {
         self.inner.open_blocking(k)
     }
 
+    fn open_blocking_parts(&self, k: usize, target: u64) -> Option<Vec<super::BlockingPart>> {
+        self.inner.open_blocking_parts(k, target)
+    }
+
     fn identity(&self) -> Option<String> {
         self.inner.identity()
     }

@@ -255,7 +255,7 @@ fn narrow(v: __m256i) -> __m128i {
 /// 2 F16) stores them: rounded to it and widened back.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn stored_as<const ROUND: u8>(v: __m256i) -> __m256i {
+pub(super) fn stored_as<const ROUND: u8>(v: __m256i) -> __m256i {
     match ROUND {
         1 => _mm256_slli_epi32::<16>(bf16_lanes(v).0),
         2 => f16_widen(narrow(f16_lanes(v).0)),
@@ -263,13 +263,99 @@ fn stored_as<const ROUND: u8>(v: __m256i) -> __m256i {
     }
 }
 
+/// 8 codes times `scale`, rounded as `ROUND` says, as `f32` bits.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn e4m3_lanes_times<const ROUND: u8>(codes: [u8; 8], scale: __m256) -> __m256i {
+    let codes = _mm_cvtsi64_si128(i64::from_le_bytes(codes));
+    let v = _mm256_mul_ps(_mm256_castsi256_ps(e4m3_lanes(codes)), scale);
+    stored_as::<ROUND>(_mm256_castps_si256(v))
+}
+
 /// 8 codes times `scale`, rounded as `ROUND` says.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn e4m3_times<const ROUND: u8>(codes: [u8; 8], scale: __m256) -> [f32; 8] {
-    let codes = _mm_cvtsi64_si128(i64::from_le_bytes(codes));
-    let v = _mm256_mul_ps(_mm256_castsi256_ps(e4m3_lanes(codes)), scale);
-    bytemuck::cast(stored_as::<ROUND>(_mm256_castps_si256(v)))
+    bytemuck::cast(e4m3_lanes_times::<ROUND>(codes, scale))
+}
+
+/// 8 codes times `scale`, rounded as `ROUND` says, then stored as `OUT`
+/// (0 F32, 1 BF16, 2 F16) stores them: 32 or 16 little-endian bytes.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn e4m3_times_as<const ROUND: u8, const OUT: u8>(codes: [u8; 8], scale: __m256) -> [u8; 32] {
+    let v = e4m3_lanes_times::<ROUND>(codes, scale);
+    let half = match OUT {
+        1 => narrow(bf16_lanes(v).0),
+        2 => narrow(f16_lanes(v).0),
+        _ => return bytemuck::cast(v),
+    };
+    let mut out = [0u8; 32];
+    out[..16].copy_from_slice(bytemuck::bytes_of(&half));
+    out
+}
+
+/// [`e4m3_blocks`] stored as `OUT` says straight into bytes: each `f32`
+/// product (rounded as the scales' dtype, `ROUND`) goes from the register
+/// it was made in to its one cast, as the reference's `rows` then
+/// `store_f32` round it, with no `f32` buffer between them.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn e4m3_blocks_as<const ROUND: u8, const OUT: u8>(
+    codes: &[u8],
+    scales: &[f32],
+    block: usize,
+    out: &mut [u8],
+) {
+    let width = if OUT == 0 { 4 } else { 2 };
+    let blocks = codes
+        .chunks(block)
+        .zip(out.chunks_mut(block * width))
+        .zip(scales);
+    for ((codes, out), &scale) in blocks {
+        let scale = _mm256_set1_ps(scale);
+        let mut c = codes.chunks_exact(8);
+        let mut o = out.chunks_exact_mut(8 * width);
+        for (c, o) in (&mut c).zip(&mut o) {
+            let c: [u8; 8] = c.try_into().expect("chunks_exact gives 8");
+            o.copy_from_slice(&e4m3_times_as::<ROUND, OUT>(c, scale)[..8 * width]);
+        }
+        let (c, o) = (c.remainder(), o.into_remainder());
+        if !c.is_empty() {
+            let mut padded = [0u8; 8];
+            padded[..c.len()].copy_from_slice(c);
+            let bytes = e4m3_times_as::<ROUND, OUT>(padded, scale);
+            o.copy_from_slice(&bytes[..o.len()]);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn e4m3_row_as(
+    codes: &[u8],
+    scales: &[f32],
+    block: usize,
+    dtype: Dtype,
+    to: Dtype,
+    out: &mut [u8],
+) -> bool {
+    macro_rules! by_output {
+        ($round:literal) => {
+            match to {
+                Dtype::F32 => e4m3_blocks_as::<$round, 0>(codes, scales, block, out),
+                Dtype::BF16 => e4m3_blocks_as::<$round, 1>(codes, scales, block, out),
+                Dtype::F16 => e4m3_blocks_as::<$round, 2>(codes, scales, block, out),
+                _ => return false,
+            }
+        };
+    }
+    match dtype {
+        Dtype::F32 => by_output!(0),
+        Dtype::BF16 => by_output!(1),
+        Dtype::F16 => by_output!(2),
+        _ => return false,
+    }
+    true
 }
 
 /// One weight row of E4M3 codes in blocks of `block` columns, block `j`

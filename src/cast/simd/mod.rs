@@ -57,6 +57,8 @@ mod avx512;
 mod ggml2;
 #[cfg(target_arch = "x86_64")]
 mod ggml512;
+#[cfg(target_arch = "x86_64")]
+mod quant2;
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -226,6 +228,17 @@ dispatch! {
         = false;
 }
 
+// AVX-512 CPUs take the AVX2 kernel: a row's products go to the store
+// 8 at a time either way, and a wider one would only be tested there.
+dispatch! { avx2, avx2;
+    /// [`e4m3_row`] stored as `to` (F32, BF16 or F16, little-endian) into
+    /// `out`: each product rounded as `dtype` stores it, then cast once,
+    /// from the register it was made in. False if there is no vector path
+    /// (then nothing was written).
+    fn e4m3_row_as(codes: &[u8], scales: &[f32], block: usize, dtype: Dtype, to: Dtype, out: &mut [u8]) -> bool
+        = false;
+}
+
 /// A K-quant block's sub-block scales and minimums (`d * sc`, `dmin * m`),
 /// decoded by the reference.
 pub(crate) type KScales = fn(&[u8]) -> ([f32; 8], [f32; 8]);
@@ -260,6 +273,29 @@ dispatch! { ggml2, ggml2;
     /// GGUF IQ4_XS blocks (136 bytes, 256 elements each), the nibbles
     /// looked up in `table`.
     fn iq4_xs(blocks: &[u8], out: &mut [f32], table: &[i8; 16]) -> bool = false;
+}
+
+// The 4-bit schemes have an AVX2 kernel, taken on AVX-512 CPUs too.
+dispatch! { quant2, quant2;
+    /// bitsandbytes NF4/FP4: `book[q] * absmax` rounded as `dtype` stores
+    /// it, `out`'s elements from `packed`'s first byte on (high nibble
+    /// first). Returns the elements done (whole runs of 8; 0 on the
+    /// reference path): the caller does the rest.
+    fn four_bit(book: &[f32; 16], packed: &[u8], absmax: f32, dtype: Dtype, out: &mut [f32]) -> usize
+        = 0;
+}
+dispatch! { quant2, quant2;
+    /// One GPTQ 4-bit output row: word `w` at `words[w * stride]`, column
+    /// `k`'s group `groups[k]`, `(q - zeros[g]) * scales[g]` rounded as
+    /// `dtype` stores it. Returns the columns done (whole words).
+    fn int4_row(words: &[u32], stride: usize, groups: &[u32], zeros: &[f32], scales: &[f32], dtype: Dtype, out: &mut [f32]) -> usize
+        = 0;
+}
+dispatch! { quant2, quant2;
+    /// An MXFP4 row packed along it (low nibble first, a scale per 32 from
+    /// the row's start): `book[scale][q]`. Returns the elements done.
+    fn mxfp4_row(packed: &[u8], scales: &[u8], book: &[[f32; 16]; 256], out: &mut [f32]) -> usize
+        = 0;
 }
 
 #[cfg(test)]

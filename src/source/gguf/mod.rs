@@ -204,6 +204,37 @@ impl Source for GgufSource {
         }))
     }
 
+    /// Runs of whole super-blocks, each decoded from its own offset.
+    fn open_blocking_parts(&self, k: usize, target: u64) -> Option<Vec<super::BlockingPart>> {
+        let t = self.info(k);
+        if t.ty.kind != Kind::Quantized {
+            return None;
+        }
+        let ty = t.ty;
+        let block_out = ty.block_elems * self.tensors[k].dtype.byte_width()?;
+        let blocks = t.elements() / ty.block_elems;
+        if blocks.checked_mul(block_out)? <= target {
+            return None;
+        }
+        let per_part = (target / block_out).max(1);
+        let to = self.tensors[k].dtype;
+        let mut parts = Vec::new();
+        let mut b0 = 0;
+        while b0 < blocks {
+            let n = per_part.min(blocks - b0);
+            let (file, offset) = (self.file.clone(), t.offset + b0 * ty.block_bytes);
+            parts.push(super::BlockingPart {
+                len: n * block_out,
+                open: Box::new(move || {
+                    let r = DequantReader::new(file, ty, to, offset, n);
+                    Ok((Box::new(r) as BlockingRead, Transform::Identity))
+                }),
+            });
+            b0 += n;
+        }
+        Some(parts)
+    }
+
     fn file_span(&self, k: usize) -> Option<FileSpan> {
         let t = self.info(k);
         let Kind::Plain(dtype) = t.ty.kind else {
@@ -216,5 +247,50 @@ impl Source for GgufSource {
             transform: self.transform(dtype),
             crc: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// Every quantized tensor of the fixture, in parts of any count of
+    /// super-blocks, reads as the one reader of the whole tensor.
+    #[test]
+    fn parts_join_into_the_whole_tensor() {
+        let path = "fixtures/gguf/types_le.gguf";
+        let file = File::open(path).unwrap();
+        let len = file.metadata().unwrap().len();
+        let source = GgufSource::open(file, len, path, &SourceOptions::default()).unwrap();
+        let mut split = 0;
+        for k in 0..source.tensors.len() {
+            let Some(open) = source.open_blocking(k) else {
+                continue;
+            };
+            let mut whole = Vec::new();
+            open().unwrap().0.read_to_end(&mut whole).unwrap();
+            let block_out = source.info(k).ty.block_elems * 2;
+            let none = source.open_blocking_parts(k, whole.len() as u64);
+            assert!(none.is_none(), "a tensor no longer than the part is whole");
+            for blocks in [1, 2, 5] {
+                let Some(parts) = source.open_blocking_parts(k, blocks * block_out) else {
+                    continue;
+                };
+                split += 1;
+                let mut joined = Vec::new();
+                for part in parts {
+                    let before = joined.len();
+                    (part.open)().unwrap().0.read_to_end(&mut joined).unwrap();
+                    assert_eq!((joined.len() - before) as u64, part.len);
+                }
+                assert!(
+                    joined == whole,
+                    "{} in parts of {blocks} blocks",
+                    source.tensors[k].name
+                );
+            }
+        }
+        assert!(split > 0, "no tensor was split");
     }
 }

@@ -350,6 +350,13 @@ impl Source for QuantizedSource<'_> {
         }
     }
 
+    fn open_blocking_parts(&self, k: usize, target: u64) -> Option<Vec<super::BlockingPart>> {
+        match &self.entries[k] {
+            Entry::Pass(inner) => self.inner.open_blocking_parts(*inner, target),
+            Entry::Dequant(w) => read::parts(w, self.to, target),
+        }
+    }
+
     fn file_span(&self, k: usize) -> Option<FileSpan> {
         match &self.entries[k] {
             Entry::Pass(inner) => self.inner.file_span(*inner),

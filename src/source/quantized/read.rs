@@ -5,6 +5,7 @@ use std::io::{self, Read};
 
 use super::{Kind, Part, QuantError, Weight, PIECE_ELEMENTS};
 use crate::dequant::{self, arith};
+use crate::source::BlockingPart;
 use crate::{Dtype, Error, ErrorKind, Result};
 
 /// Yields one weight's dequantized bytes, `to` elements, row-major.
@@ -13,6 +14,8 @@ pub(crate) struct DequantReader {
     to: Dtype,
     /// The next output row to dequantize.
     row: u64,
+    /// The row after the last one this reader yields.
+    end: u64,
     /// Rows per piece.
     step: u64,
     /// Each input column's group (GPTQ), read on the first piece.
@@ -24,17 +27,27 @@ pub(crate) struct DequantReader {
     /// The current piece's bytes, and how many were handed out.
     bytes: Vec<u8>,
     pos: usize,
+    /// The current piece as `f32` before it is stored (FP8 stores straight
+    /// into `bytes`: this is then the scalar path's cache-sized step).
     values: Vec<f32>,
 }
 
 impl DequantReader {
     pub(crate) fn new(w: Weight, to: Dtype) -> Self {
+        let rows = w.shape[0];
+        Self::rows(w, to, 0..rows)
+    }
+
+    /// A reader of output rows `rows` only: a part of the weight, read
+    /// beside the others ([`parts`]).
+    pub(crate) fn rows(w: Weight, to: Dtype, rows: std::ops::Range<u64>) -> Self {
         let cols = w.shape[1].max(1);
         let step = (PIECE_ELEMENTS / cols).max(1);
         DequantReader {
             w,
             to,
-            row: 0,
+            row: rows.start,
+            end: rows.end,
             step,
             groups: None,
             bands: None,
@@ -49,11 +62,17 @@ impl DequantReader {
     fn next_piece(&mut self) -> Result<()> {
         let [rows, cols] = self.w.shape;
         let r0 = self.row;
-        let r1 = (r0 + self.step).min(rows);
+        let r1 = (r0 + self.step).min(rows).min(self.end);
         let count = usize::try_from((r1 - r0) * cols).map_err(|_| too_large())?;
-        self.values.clear();
-        self.values.resize(count, 0.0);
+        let width = (self.to.bits() / 8) as usize;
+        self.bytes.clear();
+        self.bytes.resize(count * width, 0);
         let kind = self.w.kind.clone();
+        // FP8 is stored straight into the bytes; the others through `values`.
+        if !matches!(&*kind, Kind::Fp8 { .. }) {
+            self.values.clear();
+            self.values.resize(count, 0.0);
+        }
         match &*kind {
             Kind::Fp8 {
                 weight,
@@ -83,7 +102,9 @@ impl DequantReader {
                     tiling: *tiling,
                     dtype: scale.dtype,
                 };
-                dequant::fp8::rows(&codes, to_usize(cols)?, r0, &scales, &mut self.values);
+                let cols = to_usize(cols)?;
+                let (values, bytes) = (&mut self.values, &mut self.bytes);
+                dequant::fp8::rows_into(&codes, cols, r0, &scales, self.to, values, bytes);
             }
             Kind::Gptq {
                 qweight,
@@ -271,20 +292,63 @@ impl DequantReader {
                 bands.rows(blocks, scales, r0, r1, &mut self.values)?;
             }
         }
-        let width = (self.to.bits() / 8) as usize;
-        self.bytes.clear();
-        self.bytes.resize(count * width, 0);
-        dequant::store_f32(&self.values, self.to, &mut self.bytes);
+        if !matches!(&*kind, Kind::Fp8 { .. }) {
+            dequant::store_f32(&self.values, self.to, &mut self.bytes);
+        }
         self.pos = 0;
         self.row = r1;
         Ok(())
     }
 }
 
+/// Weight `w` read as `to` in parts of whole rows, about `target` bytes
+/// each, for readers side by side (`None` when it is one part). A part
+/// starts at a multiple of the scheme's block of rows: an FP8 scale tile's
+/// rows, else 128 (whole GPTQ/AWQ words of 8 packed rows, whole groups of
+/// rows for the schemes that pack along them), so that no part re-reads
+/// the scales or words of its neighbour. Each part reads only its own
+/// rows' codes and scales, with positional reads; its bytes are those of
+/// [`DequantReader::new`] over the same rows.
+pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPart>> {
+    let [rows, cols] = w.shape;
+    let row_bytes = cols.checked_mul(to.bits() / 8)?.max(1);
+    if rows.checked_mul(row_bytes)? <= target {
+        return None;
+    }
+    let align = match &*w.kind {
+        Kind::Fp8 { tiling, .. } => tiling.rows.clamp(1, 1 << 16),
+        _ => 128,
+    };
+    let per_part = (target / row_bytes).max(1).next_multiple_of(align);
+    let parts = parts_of(w, to, per_part);
+    (parts.len() > 1).then_some(parts)
+}
+
+/// Weight `w` read as `to` in parts of `per_part` rows (the last shorter).
+fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
+    let [rows, cols] = w.shape;
+    let row_bytes = cols * (to.bits() / 8);
+    let mut parts = Vec::new();
+    let mut r0 = 0;
+    while r0 < rows {
+        let r1 = r0.saturating_add(per_part).min(rows);
+        let w = w.clone();
+        parts.push(BlockingPart {
+            len: (r1 - r0) * row_bytes,
+            open: Box::new(move || {
+                let r: crate::source::BlockingRead = Box::new(DequantReader::rows(w, to, r0..r1));
+                Ok((r, crate::transform::Transform::Identity))
+            }),
+        });
+        r0 = r1;
+    }
+    parts
+}
+
 impl Read for DequantReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.pos == self.bytes.len() {
-            if self.row >= self.w.shape[0] {
+            if self.row >= self.end.min(self.w.shape[0]) {
                 return Ok(0);
             }
             self.next_piece().map_err(Error::into_io)?;
@@ -505,7 +569,7 @@ mod tests {
     }
 
     #[test]
-    fn pieces_of_any_size_give_the_same_bytes() {
+    fn pieces_and_parts_of_any_size_give_the_same_bytes() {
         for case in [
             "fp8-block",
             "gptq",
@@ -531,6 +595,16 @@ mod tests {
                     r.bands = Some(super::super::mxfp4::Bands::narrow(*geometry, 1));
                     r.step = 5;
                     assert_eq!(read_all(r), whole, "{case} {} in bands of 1", w.name);
+                }
+                for rows in [1, 3, 128] {
+                    let mut joined = Vec::new();
+                    for part in parts_of(w, Dtype::F32, rows) {
+                        let (mut r, _) = (part.open)().unwrap();
+                        let before = joined.len();
+                        r.read_to_end(&mut joined).unwrap();
+                        assert_eq!((joined.len() - before) as u64, part.len);
+                    }
+                    assert_eq!(joined, whole, "{case} {} in parts of {rows} rows", w.name);
                 }
                 for step in [1, 3, 7] {
                     let mut r = DequantReader::new(w.clone(), Dtype::F32);

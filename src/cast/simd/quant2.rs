@@ -1,0 +1,182 @@
+//! The 4-bit schemes' kernels on AVX2 (bitsandbytes NF4/FP4, GPTQ int4,
+//! MXFP4): 8 codes at a time, each value the reference's (`dequant::bnb`,
+//! `dequant::gptq`, `dequant::mxfp4`) in its order of operations, rounded
+//! once as the reference rounds it. Code books are looked up with two
+//! 8-lane permutes, per-group values with gathers: lookups are exact, so
+//! only the arithmetic around them needs care, and it is the reference's.
+
+use std::arch::x86_64::*;
+
+use super::avx2::stored_as;
+use crate::Dtype;
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn put(out: &mut [f32], v: __m256) {
+    let values: [f32; 8] = bytemuck::cast(v);
+    out[..8].copy_from_slice(&values);
+}
+
+/// The first 8 values of `v` as a vector.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn eight(v: &[f32]) -> __m256 {
+    let a: [f32; 8] = v[..8].try_into().expect("8 values");
+    bytemuck::cast(a)
+}
+
+/// `book[i]` for each lane's `i` (0 to 15): the low and high halves of
+/// the book permuted by the low 3 bits, chosen by bit 3.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn look_up(low: __m256, high: __m256, i: __m256i) -> __m256 {
+    let a = _mm256_permutevar8x32_ps(low, i);
+    let b = _mm256_permutevar8x32_ps(high, i);
+    _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(i)))
+}
+
+/// The 8 nibbles of 4 bytes `b`, in element order: each byte's high
+/// nibble first (`HIGH_FIRST`, bitsandbytes) or its low one (MXFP4).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn nibbles<const HIGH_FIRST: bool>(b: &[u8]) -> __m256i {
+    let word = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let shifts = if HIGH_FIRST {
+        _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24)
+    } else {
+        _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)
+    };
+    let v = _mm256_srlv_epi32(_mm256_set1_epi32(word), shifts);
+    _mm256_and_si256(v, _mm256_set1_epi32(0xf))
+}
+
+/// bitsandbytes 4-bit: `book[q] * absmax`, rounded as `dtype` stores it,
+/// for the elements of `out` from `packed`'s first byte on (high nibble
+/// first), one absmax for all. Whole runs of 8; returns how many it did.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn four_bit(
+    book: &[f32; 16],
+    packed: &[u8],
+    absmax: f32,
+    dtype: Dtype,
+    out: &mut [f32],
+) -> usize {
+    match dtype {
+        Dtype::F32 => four_bit_as::<0>(book, packed, absmax, out),
+        Dtype::BF16 => four_bit_as::<1>(book, packed, absmax, out),
+        Dtype::F16 => four_bit_as::<2>(book, packed, absmax, out),
+        _ => 0,
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn four_bit_as<const ROUND: u8>(
+    book: &[f32; 16],
+    packed: &[u8],
+    absmax: f32,
+    out: &mut [f32],
+) -> usize {
+    let (low, high) = (eight(&book[..8]), eight(&book[8..]));
+    let scale = _mm256_set1_ps(absmax);
+    let mut done = 0;
+    for (b, o) in packed.chunks_exact(4).zip(out.chunks_exact_mut(8)) {
+        let v = _mm256_mul_ps(look_up(low, high, nibbles::<true>(b)), scale);
+        put(
+            o,
+            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
+        );
+        done += 8;
+    }
+    done
+}
+
+/// GPTQ 4-bit, one output row: word `w` (at `words[w * stride]`) holds
+/// input columns `8w..8w + 8`, low bits first; column `k` is in group
+/// `groups[k]`, whose zero point and scale are `zeros[g]`, `scales[g]`;
+/// each value `(q - zero) * scale` rounded as `dtype` stores it. Whole
+/// words; returns the columns done.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn int4_row(
+    words: &[u32],
+    stride: usize,
+    groups: &[u32],
+    zeros: &[f32],
+    scales: &[f32],
+    dtype: Dtype,
+    out: &mut [f32],
+) -> usize {
+    match dtype {
+        Dtype::F32 => int4_row_as::<0>(words, stride, groups, zeros, scales, out),
+        Dtype::BF16 => int4_row_as::<1>(words, stride, groups, zeros, scales, out),
+        Dtype::F16 => int4_row_as::<2>(words, stride, groups, zeros, scales, out),
+        _ => 0,
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_row_as<const ROUND: u8>(
+    words: &[u32],
+    stride: usize,
+    groups: &[u32],
+    zeros: &[f32],
+    scales: &[f32],
+    out: &mut [f32],
+) -> usize {
+    let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    let mut done = 0;
+    for (w, (g, o)) in groups
+        .chunks_exact(8)
+        .zip(out.chunks_exact_mut(8))
+        .enumerate()
+    {
+        let word = words[w * stride] as i32;
+        let q = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(word), shifts),
+            _mm256_set1_epi32(0xf),
+        );
+        let g: [u32; 8] = g.try_into().expect("chunks_exact gives 8");
+        // Lanes gathered by index, each index checked against its table.
+        let z: [f32; 8] = g.map(|g| zeros[g as usize]);
+        let s: [f32; 8] = g.map(|g| scales[g as usize]);
+        let diff = _mm256_sub_ps(_mm256_cvtepi32_ps(q), bytemuck::cast(z));
+        let v = _mm256_mul_ps(diff, bytemuck::cast(s));
+        put(
+            o,
+            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
+        );
+        done += 8;
+    }
+    done
+}
+
+/// MXFP4 packed along the row (compressed-tensors): for the elements of
+/// `out` from `packed`'s first byte on (low nibble first), in blocks of 32
+/// from a block's start, `book[scales[j]][q]` (a row of the reference's
+/// table per scale). Whole runs of 8; returns how many it did.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn mxfp4_row(
+    packed: &[u8],
+    scales: &[u8],
+    book: &[[f32; 16]; 256],
+    out: &mut [f32],
+) -> usize {
+    let mut done = 0;
+    for ((b, o), j) in packed
+        .chunks_exact(4)
+        .zip(out.chunks_exact_mut(8))
+        .zip((0..).map(|i: usize| i / 4))
+    {
+        let Some(&e) = scales.get(j) else {
+            break;
+        };
+        let row = &book[usize::from(e)];
+        put(
+            o,
+            look_up(eight(&row[..8]), eight(&row[8..]), nibbles::<false>(b)),
+        );
+        done += 8;
+    }
+    done
+}
