@@ -21,6 +21,9 @@ const BAND_BUFFERS: u64 = 8 << 20;
 /// Each chunk's buffer holds between these.
 const BUFFER_MIN: u64 = 64 << 10;
 const BUFFER_MAX: u64 = 1 << 20;
+/// Runs at least this long are read straight into the caller's buffer: a
+/// positional read each costs less than copying them through a buffer.
+const DIRECT_RUN: u64 = 8 << 10;
 
 /// One non-empty chunk: where its item is, and its stream once opened.
 pub(crate) struct Piece {
@@ -78,11 +81,11 @@ impl Assembly {
         let row = plan.shape.iter().skip(axis + 1).product::<u64>() * width;
         let chunks: Vec<Chunk> = plan.pieces.iter().map(|p| p.chunk.clone()).collect();
         let unread = chunks.iter().map(|c| c.numel() * width).collect();
-        // Runs shorter than the smallest buffer are read through one.
+        // Runs shorter than a direct read is worth are read through a buffer.
         let short = plan.axis.is_some_and(|a| {
             chunks
                 .iter()
-                .any(|c| c.sizes[a].saturating_mul(row) < BUFFER_MIN)
+                .any(|c| c.sizes[a].saturating_mul(row) < DIRECT_RUN)
         });
         let buffer = short.then(|| {
             let across = distinct_starts(&chunks, axis).max(1);
