@@ -2,8 +2,10 @@
 //! reader: run after run (see [`super::layout`]), each from the stream of
 //! its chunk's local tensor. A chunk's item is opened when its first run
 //! is wanted and dropped after its last, its end read (which checks its
-//! storage's CRC-32); chunks that give short runs (a tensor cut on a
-//! later dimension) are read through a buffer each, their sum bounded.
+//! storage's CRC-32). Runs of a few KiB or more (a tensor cut on a later
+//! dimension: tensor parallelism) are read straight into the caller's
+//! buffer; chunks that give shorter runs are read through a buffer each,
+//! their sum bounded.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
