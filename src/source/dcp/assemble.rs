@@ -2,8 +2,10 @@
 //! reader: run after run (see [`super::layout`]), each from the stream of
 //! its chunk's local tensor. A chunk's item is opened when its first run
 //! is wanted and dropped after its last, its end read (which checks its
-//! storage's CRC-32); chunks that give short runs (a tensor cut on a
-//! later dimension) are read through a buffer each, their sum bounded.
+//! storage's CRC-32). Runs of a few KiB or more (a tensor cut on a later
+//! dimension: tensor parallelism) are read straight into the caller's
+//! buffer; chunks that give shorter runs are read through a buffer each,
+//! their sum bounded.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
@@ -21,6 +23,9 @@ const BAND_BUFFERS: u64 = 8 << 20;
 /// Each chunk's buffer holds between these.
 const BUFFER_MIN: u64 = 64 << 10;
 const BUFFER_MAX: u64 = 1 << 20;
+/// Runs at least this long are read straight into the caller's buffer: a
+/// positional read each costs less than copying them through a buffer.
+const DIRECT_RUN: u64 = 8 << 10;
 
 /// One non-empty chunk: where its item is, and its stream once opened.
 pub(crate) struct Piece {
@@ -78,11 +83,11 @@ impl Assembly {
         let row = plan.shape.iter().skip(axis + 1).product::<u64>() * width;
         let chunks: Vec<Chunk> = plan.pieces.iter().map(|p| p.chunk.clone()).collect();
         let unread = chunks.iter().map(|c| c.numel() * width).collect();
-        // Runs shorter than the smallest buffer are read through one.
+        // Runs shorter than a direct read is worth are read through a buffer.
         let short = plan.axis.is_some_and(|a| {
             chunks
                 .iter()
-                .any(|c| c.sizes[a].saturating_mul(row) < BUFFER_MIN)
+                .any(|c| c.sizes[a].saturating_mul(row) < DIRECT_RUN)
         });
         let buffer = short.then(|| {
             let across = distinct_starts(&chunks, axis).max(1);
