@@ -426,7 +426,10 @@ def convert(
     and returns the plan, as ``convert --dry-run --json`` prints it
     (``output`` may then be left out). ``progress=True`` prints a line on
     stderr at most once a second; a callable gets ``(bytes_done,
-    bytes_total, tensor)``. Notices are the report's ``"warnings"``.
+    bytes_total, tensor)``. Notices are the report's ``"warnings"``; those
+    that are warnings (tied weights written twice, a checkpoint's skipped
+    values, its tensors only under keys ``pt_root`` could take) are also
+    issued as ``UserWarning``.
     ``limits={"pickle-budget": "512MiB", "expansion-ratio": 64}`` sets the
     CLI's ``--limit`` bounds (names and defaults: ``convert --help``); a
     refusal by one names it."""

@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::ffi::CString;
+
+use pyo3::exceptions::PyUserWarning;
 use pyo3::prelude::*;
 use safetensors_stream::convert::{
     convert_sources as run, dry_run as plan, open_locations, ConvertOptions, Output, Part,
@@ -16,7 +19,7 @@ use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::Plan;
 use safetensors_stream::source::{Names, RawSpec, RawTensor};
 use safetensors_stream::units::parse_size;
-use safetensors_stream::{Dtype, Error, ErrorKind, Note};
+use safetensors_stream::{Dtype, Error, ErrorKind, Note, Warning};
 
 use crate::errors::to_py;
 use crate::options::pythonic;
@@ -136,7 +139,8 @@ impl Progress for PyProgress {
 /// current-thread runtime that lives for this call only, the GIL released.
 /// Returns the report as the CLI's `--report json` prints it; with
 /// `dry_run`, the plan as `--dry-run --json` prints it, nothing written.
-/// Messages and notices name the options as Python keywords.
+/// Messages and notices name the options as Python keywords; the typed
+/// warnings among the notices are also issued as `UserWarning`s.
 #[pyfunction]
 #[pyo3(signature = (inputs, output, *, max_shard_size=None, cast_all=None, casts=Vec::new(),
     include=Vec::new(), exclude=Vec::new(), renames=Vec::new(), strip_prefix=None,
@@ -302,7 +306,7 @@ pub(crate) fn convert(
     // Each named once, here: what it names, parsed.
     let output = Output::parse(&output).map_err(err)?;
     let inputs = Location::parse_all(&inputs).map_err(err)?;
-    let text = py
+    let (text, warnings) = py
         .detach(|| {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -313,15 +317,52 @@ pub(crate) fn convert(
                     let mut sources = open_locations(&inputs, &options).await?;
                     if dry_run {
                         let planned = plan(&sources, &output, &options)?;
-                        Ok(planned.to_json(&notices()))
+                        let warned = told_warnings(&notices(), planned.warnings());
+                        Ok((planned.to_json(&notices()), warned))
                     } else {
                         let report = run(&mut sources, &output, &options).await?;
-                        Ok(report.to_json(&notices()))
+                        let warned = told_warnings(&notices(), &report.warnings);
+                        Ok((report.to_json(&notices()), warned))
                     }
                 })
         })
         .map_err(err)?;
-    Ok(text)
+    for w in warnings {
+        let text = CString::new(pythonic(&w.to_string()).replace('\0', " "))?;
+        // Stack level 2: the warning names the caller's line, not the wrapper's.
+        PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 2)?;
+    }
+    Ok(pythonic_warnings(&text))
+}
+
+/// Every typed warning of a run, once: those `reported` and those told as
+/// `notes` (a checkpoint's skipped values, its tied weights), in order.
+fn told_warnings(notes: &[Note], reported: &[Warning]) -> Vec<Warning> {
+    let mut all = reported.to_vec();
+    for note in notes {
+        if let Note::Warning(w) = note {
+            if !all.contains(w) {
+                all.push(w.clone());
+            }
+        }
+    }
+    all
+}
+
+/// The report's JSON with each of its `warnings` naming keywords, not
+/// flags (a typed warning's text is the library's, as the CLI prints it).
+fn pythonic_warnings(text: &str) -> String {
+    let Ok(mut v) = serde_json::from_str::<serde_json::Value>(text) else {
+        return text.to_string();
+    };
+    if let Some(list) = v["warnings"].as_array_mut() {
+        for w in list.iter_mut() {
+            if let Some(said) = w.as_str() {
+                *w = serde_json::Value::String(pythonic(said));
+            }
+        }
+    }
+    v.to_string()
 }
 
 /// The option table, for the Python tests and `help()`: (CLI flag, Python

@@ -106,7 +106,8 @@ impl fmt::Display for Warning {
                 let more = if *count > paths.len() { ", ..." } else { "" };
                 write!(
                     f,
-                    "{input}: skipped {count} non-tensor values (numbers, strings, hyper-parameters): {}{more}",
+                    "{input}: skipped {count} non-tensor {} (numbers, strings, hyper-parameters): {}{more}",
+                    plural(*count, "value"),
                     paths.join(", ")
                 )
             }
@@ -261,6 +262,10 @@ mod tests {
         let text = |n: usize| {
             format!("a.pt: skipped {n} non-tensor values (numbers, strings, hyper-parameters): epoch, opt.lr")
         };
+        assert_eq!(
+            skipped(1).to_string(),
+            text(1).replace("1 non-tensor values", "1 non-tensor value")
+        );
         assert_eq!(skipped(2).to_string(), text(2));
         assert_eq!(skipped(9).to_string(), text(9) + ", ...");
     }

@@ -480,27 +480,11 @@ fn a_strided_view_of_a_corrupt_storage_is_refused() {
 /// A protocol-2 pickle of `{name: tensor}`, each tensor all of a
 /// `ByteStorage` (`name`, storage key, bytes), as `torch.save` writes one.
 fn byte_tensors(tensors: &[(&str, &str, u32)]) -> Vec<u8> {
-    fn text(p: &mut Vec<u8>, s: &str) {
-        p.push(b'X');
-        p.extend_from_slice(&(s.len() as u32).to_le_bytes());
-        p.extend_from_slice(s.as_bytes());
-    }
-    fn int(p: &mut Vec<u8>, v: u32) {
-        p.push(b'J');
-        p.extend_from_slice(&v.to_le_bytes());
-    }
+    use crate::support::torch::{rebuild_tensor, text};
     let mut p = b"\x80\x02}(".to_vec();
     for &(name, key, n) in tensors {
         text(&mut p, name);
-        p.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n((");
-        text(&mut p, "storage");
-        p.extend_from_slice(b"ctorch\nByteStorage\n");
-        text(&mut p, key);
-        text(&mut p, "cpu");
-        int(&mut p, n);
-        p.extend_from_slice(b"tQK\x00(");
-        int(&mut p, n);
-        p.extend_from_slice(b"t(K\x01t\x89ccollections\nOrderedDict\n)RtR");
+        rebuild_tensor(&mut p, "ByteStorage", key, n as i32);
     }
     p.extend_from_slice(b"u.");
     p

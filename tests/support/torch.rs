@@ -28,13 +28,15 @@ pub fn checkpoint(root: &[(&'static str, Item)]) -> Vec<u8> {
     build_zip(&members).0
 }
 
-fn text(p: &mut Vec<u8>, s: &str) {
+/// Pickles `s` as a `BINUNICODE` string.
+pub fn text(p: &mut Vec<u8>, s: &str) {
     p.push(b'X');
     p.extend_from_slice(&(s.len() as u32).to_le_bytes());
     p.extend_from_slice(s.as_bytes());
 }
 
-fn int(p: &mut Vec<u8>, v: i32) {
+/// Pickles `v` as a `BININT`.
+pub fn int(p: &mut Vec<u8>, v: i32) {
     p.push(b'J');
     p.extend_from_slice(&v.to_le_bytes());
 }
@@ -47,20 +49,26 @@ fn dict(p: &mut Vec<u8>, items: &[(&str, Item)], storages: &mut Vec<Vec<u8>>) {
             Item::Int(v) => int(p, *v),
             Item::Dict(inner) => dict(p, inner, storages),
             Item::Tensor(values) => {
-                let n = values.len() as i32;
-                // _rebuild_tensor_v2((storage, FloatStorage, key, cpu, n), 0, (n,), (1,), False, OrderedDict())
-                p.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n((");
-                text(p, "storage");
-                p.extend_from_slice(b"ctorch\nFloatStorage\n");
-                text(p, &storages.len().to_string());
-                text(p, "cpu");
-                int(p, n);
-                p.extend_from_slice(b"tQK\x00(");
-                int(p, n);
-                p.extend_from_slice(b"t(K\x01t\x89ccollections\nOrderedDict\n)RtR");
+                let key = storages.len().to_string();
+                rebuild_tensor(p, "FloatStorage", &key, values.len() as i32);
                 storages.push(values.iter().flat_map(|v| v.to_le_bytes()).collect());
             }
         }
     }
     p.push(b'u');
+}
+
+/// Pickles a 1-D tensor of all `n` elements of storage `key` of class
+/// `class` (`FloatStorage`, `ByteStorage`), as torch does:
+/// `_rebuild_tensor_v2((storage, class, key, cpu, n), 0, (n,), (1,), False, OrderedDict())`.
+pub fn rebuild_tensor(p: &mut Vec<u8>, class: &str, key: &str, n: i32) {
+    p.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n((");
+    text(p, "storage");
+    p.extend_from_slice(format!("ctorch\n{class}\n").as_bytes());
+    text(p, key);
+    text(p, "cpu");
+    int(p, n);
+    p.extend_from_slice(b"tQK\x00(");
+    int(p, n);
+    p.extend_from_slice(b"t(K\x01t\x89ccollections\nOrderedDict\n)RtR");
 }

@@ -585,7 +585,15 @@ fn tied_weights_written_twice_point_at_dedupe_tied_with_the_bytes_saved() {
     // Views of one storage that are not the same bytes are not ties.
     let o = run_in(
         dir.path(),
-        &[&tied, "--include", "other", "--include", "embed.*", "-o", "t.safetensors"],
+        &[
+            &tied,
+            "--include",
+            "other",
+            "--include",
+            "embed.*",
+            "-o",
+            "t.safetensors",
+        ],
     );
     assert!(!stderr(&o).contains("tied"), "{}", stderr(&o));
 }
@@ -605,14 +613,32 @@ fn a_gguf_dry_run_shows_each_quantized_tensor_dequantized_to_its_dtype() {
         t["cast"].clone()
     };
     let dry = ["--dry-run", "--json", gguf.as_str()];
-    assert_eq!(cast_of(&dry, "q4_k"), serde_json::json!({"from": "Q4_K", "to": "BF16"}));
-    assert_eq!(cast_of(&dry, "q8_0"), serde_json::json!({"from": "Q8_0", "to": "BF16"}));
+    assert_eq!(
+        cast_of(&dry, "q4_k"),
+        serde_json::json!({"from": "Q4_K", "to": "BF16"})
+    );
+    assert_eq!(
+        cast_of(&dry, "q8_0"),
+        serde_json::json!({"from": "Q8_0", "to": "BF16"})
+    );
     assert_eq!(cast_of(&dry, "f32"), serde_json::Value::Null);
-    let to_f32 = ["--dry-run", "--json", "--dequantize-to", "F32", gguf.as_str()];
-    assert_eq!(cast_of(&to_f32, "q4_k"), serde_json::json!({"from": "Q4_K", "to": "F32"}));
+    let to_f32 = [
+        "--dry-run",
+        "--json",
+        "--dequantize-to",
+        "F32",
+        gguf.as_str(),
+    ];
+    assert_eq!(
+        cast_of(&to_f32, "q4_k"),
+        serde_json::json!({"from": "Q4_K", "to": "F32"})
+    );
     // A cast after the dequantization: from what is stored to what is written.
     let cast = ["--dry-run", "--json", "--cast", "BF16=F16", gguf.as_str()];
-    assert_eq!(cast_of(&cast, "q4_k"), serde_json::json!({"from": "Q4_K", "to": "F16"}));
+    assert_eq!(
+        cast_of(&cast, "q4_k"),
+        serde_json::json!({"from": "Q4_K", "to": "F16"})
+    );
     // The plan for people says it too.
     let o = run_in(dir.path(), &["--dry-run", gguf.as_str()]);
     let text = stdout(&o);
