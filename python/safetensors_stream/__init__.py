@@ -431,7 +431,7 @@ def convert(
     values, its tensors only under keys ``pt_root`` could take) are also
     issued as ``UserWarning``.
     ``limits={"pickle-budget": "512MiB", "expansion-ratio": 64}`` sets the
-    CLI's ``--limit`` bounds (names and defaults: ``convert --help``); a
+    CLI's ``--limit`` bounds (names and defaults: ``safetensors-convert --help``); a
     refusal by one names it."""
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
