@@ -152,3 +152,17 @@ def test_output_may_be_left_out_of_a_dry_run(fixtures):
     assert plan["outputs"][0]["path"] == "model.safetensors"  # after the input, as the CLI plans
     with pytest.raises(sts.UsageError, match="needs an output"):
         sts.convert(fixtures / "example/model.npz")
+
+
+def test_limits_are_a_dict_and_a_refusal_names_its_keyword(tmp_path, fixtures):
+    out = tmp_path / "o.safetensors"
+    src = fixtures / "pytorch/ok/tied.pt"
+    with pytest.raises(sts.BadInputError) as e:
+        sts.convert(src, out, limits={"pickle-bytes": 64})
+    msg = str(e.value)
+    assert 'limits={"pickle-bytes": "128"}' in msg and "--" not in msg, msg
+    assert not out.exists()
+    sts.convert(src, out, limits={"pickle_bytes": "1MiB"})  # either spelling of the name
+    assert out.exists()
+    with pytest.raises(sts.UsageError, match="cannot be raised"):
+        sts.convert(src, out, limits={"header-bytes": "200MB"})

@@ -1307,7 +1307,7 @@ impl Memo<'_> {
 /// `layer.{i}.w`, each on its own storage `i`, byte for byte as torch
 /// writes it (protocol 2): an `OrderedDict` set 1,000 items at a time,
 /// every string, tuple, global and object memoized.
-fn state_dict_pickle(n: usize) -> Vec<u8> {
+pub(crate) fn state_dict_pickle(n: usize) -> Vec<u8> {
     let mut p = Pickle::new();
     let mut m = Memo {
         p: &mut p,

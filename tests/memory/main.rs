@@ -14,6 +14,7 @@ mod alloc;
 
 mod bound;
 mod formats;
+mod giants;
 mod gguf;
 mod header;
 mod hostile;
