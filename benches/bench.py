@@ -912,7 +912,8 @@ class Bench:
             gen(path, *a)
             os.sync()  # the new input's dirty pages are written back now, not during a timed run
             self.gen_s[key] = time.perf_counter() - t0
-            self.log(f"   generated {key}: {path.stat().st_size / MIB:.1f} MiB in {self.gen_s[key]:.1f} s")
+            size = sum(f.stat().st_size for f in path.iterdir()) if path.is_dir() else path.stat().st_size
+            self.log(f"   generated {key}: {size / MIB:.1f} MiB in {self.gen_s[key]:.1f} s")
         return path
 
     # -- workloads
