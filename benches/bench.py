@@ -736,7 +736,11 @@ class Bench:
         self.targets: list[tuple[str, str, str, str]] = []  # workload, target, measured, verdict
         self.plan_points: list[tuple[int, float]] = []
         self.plan_rss: list[tuple[int, int, float]] = []  # (n, header bytes, peak RSS MiB)
-        self.tmp = Path(tempfile.mkdtemp(prefix="ststream-bench-", dir=args.tmpdir))
+        if args.reuse:  # a directory a run with --keep left: its inputs are not generated again
+            self.tmp = Path(args.reuse)
+            args.keep = True
+        else:
+            self.tmp = Path(tempfile.mkdtemp(prefix="ststream-bench-", dir=args.tmpdir))
         self.out = self.tmp / "out"
         self.timefile = self.tmp / "time.txt"
         self.ref = self.tmp / "ref.py"
@@ -1585,6 +1589,7 @@ def main():
     ap.add_argument("--slow", type=float, default=60, help="if convert's untimed first run of a workload takes longer than this, time 1 run instead of --runs (default 60)")
     ap.add_argument("--shuffle", action="store_true", help="shuffle the tools' order in each round (seeded; Python stays last) instead of the fixed order, against position effects")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (inputs) afterwards")
+    ap.add_argument("--reuse", default=None, help="run in DIR, the temporary directory a run with --keep left, without generating again the inputs it holds (kept afterwards)")
     ap.add_argument("--no-build", action="store_true", help="skip cargo build --release; time target/release/convert as it is")
     ap.add_argument("--baseline", default=None, help="another convert binary (e.g. the last release) timed in the same rounds, each mode beside this build's and cp: before/after figures from one run")
     ap.add_argument("--amn", default=shutil.which("amn"), help="the anamnesis CLI (`amn`, crate anamnesis 0.7.10 with features cli,npz), timed on npz-small as the fastest peer. Default: amn on PATH")

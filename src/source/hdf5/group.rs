@@ -3,14 +3,15 @@
 //! Old-style groups (h5py's default) keep their members in a symbol table:
 //! a B-tree of symbol nodes (`SNOD`) whose entries name a member by an
 //! offset into the group's local heap (`HEAP`). New-style groups
-//! (`libver="latest"`) hold link messages in their header; their dense
-//! form (a fractal heap, for groups of many members) is not read. Soft and
+//! (`libver="latest"`) hold link messages in their header, or, past a few
+//! members, in a fractal heap (`dense`). Soft and
 //! external links are skipped and counted: they name another object,
 //! whose data is listed under its own path if it is in the file.
 
 use std::collections::HashSet;
 
 use super::btree::leaves;
+use super::dense::dense_links;
 use super::error::Hdf5Error;
 use super::header::{kind, read_header, Message};
 use super::read::{bad, malformed, Fields, Geometry};
@@ -49,6 +50,16 @@ pub(crate) fn walk(geo: Geometry<'_>, root: u64) -> Result<Walked<'_>> {
 enum Member {
     Hard(String, u64),
     Skipped,
+}
+
+impl Member {
+    /// A hard link's name; `None` (first) for a link skipped.
+    fn name(&self) -> Option<&str> {
+        match self {
+            Member::Hard(name, _) => Some(name),
+            Member::Skipped => None,
+        }
+    }
 }
 
 fn group<'f>(
@@ -110,16 +121,22 @@ fn members(geo: Geometry<'_>, messages: Vec<Message<'_>>) -> Result<Vec<Member>>
             }
             kind::LINK => out.push(link(&mut m.body)?),
             kind::LINK_INFO => {
-                let at = m.body.at();
                 let _version = m.body.u8()?;
                 let flags = m.body.u8()?;
                 if flags & 1 != 0 {
                     m.body.skip(8)?;
                 }
                 let heap = m.body.addr()?;
+                let index = m.body.addr()?;
                 if !geo.undefined(heap) {
-                    let e = Hdf5Error::Unsupported("a group's dense link storage".into());
-                    return Err(bad(e, at));
+                    let mut links = Vec::new();
+                    for mut f in dense_links(geo, heap, index)? {
+                        links.push(link(&mut f)?);
+                    }
+                    // The name index's order is the names' hashes': by name
+                    // instead, as a symbol table lists them.
+                    links.sort_by(|a, b| a.name().cmp(&b.name()));
+                    out.extend(links);
                 }
             }
             _ => {}

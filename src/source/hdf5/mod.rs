@@ -9,11 +9,12 @@
 //! The reader is our own, of the part of HDF5 that h5py and libhdf5 write
 //! by default and a little more: superblocks 0 to 3, object headers 1
 //! and 2, old-style groups (symbol tables: a B-tree v1 of symbol nodes
-//! over a local heap) and new-style compact ones (link messages),
+//! over a local heap) and new-style ones (link messages, in the header
+//! or, for many links, in a fractal heap indexed by a version 2 B-tree),
 //! contiguous, compact and chunked layouts (chunks indexed by a version 1
 //! B-tree, or a single chunk), the filters deflate, shuffle and
 //! fletcher32, integers, floats (f16, bf16, f32, f64) and h5py's bool.
-//! What it does not read (dense groups, the newer chunk indexes that
+//! What it does not read (the newer chunk indexes that
 //! `libver="latest"` writes for chunked datasets, other filters,
 //! compound, string and variable-length types) is refused by name.
 //!
@@ -42,6 +43,7 @@
 mod btree;
 mod chunks;
 mod dataset;
+mod dense;
 mod filters;
 mod group;
 mod header;
