@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use harness::{Harness, Outcomes};
 use safetensors_stream::ErrorKind;
 
-const TARGETS: [&str; 12] = [
+const TARGETS: [&str; 13] = [
     "safetensors_header",
     "npy_header",
     "zip_directory",
@@ -38,6 +38,7 @@ const TARGETS: [&str; 12] = [
     "msgpack_file",
     "hdf5_file",
     "dcp",
+    "quantized_record",
 ];
 
 /// Panics seen on any thread: tokio turns a panic in a blocking read into
@@ -98,6 +99,7 @@ fn run(harness: &Harness, target: &str, data: &[u8]) -> String {
         "msgpack_file" => describe(&harness::msgpack_file(data)),
         "hdf5_file" => describe(&harness::hdf5_file(data)),
         "dcp" => describe(&harness.dcp(data)),
+        "quantized_record" => describe(&harness.quantized_record(data)),
         other => panic!("unknown fuzz target folder {other:?}"),
     }
 }

@@ -13,6 +13,10 @@
 //! Uses only crates the main package already depends on (tempfile, tokio,
 //! flate2), so the test build needs nothing new.
 
+// `cfg(fuzzing)`: set by cargo-fuzz, unknown to `cargo test`, which
+// includes this file too.
+#![allow(unexpected_cfgs)]
+
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,6 +39,55 @@ use safetensors_stream::{
     source::Format,
 };
 use safetensors_stream::{Dtype, Error, Result};
+
+/// The largest single allocation a fuzz target may make: libFuzzer's own
+/// `-malloc_limit_mb` needs a sanitizer's malloc hooks, which the default
+/// `-s none` build has not, so the targets count for themselves. A parser
+/// that allocates from a header's claim asks for more than this on some
+/// input; the allocator then aborts, and libFuzzer keeps the input as a crash.
+#[cfg(fuzzing)]
+pub const MALLOC_LIMIT: usize = 512 << 20;
+
+/// The system allocator, aborting on one allocation above [`MALLOC_LIMIT`].
+#[cfg(fuzzing)]
+struct CappedAlloc;
+
+#[cfg(fuzzing)]
+impl CappedAlloc {
+    fn check(size: usize) {
+        if size > MALLOC_LIMIT {
+            // No formatting: allocating here would recurse.
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"==fuzz== a single allocation above MALLOC_LIMIT (512 MiB): aborting\n",
+            );
+            std::process::abort();
+        }
+    }
+}
+
+#[cfg(fuzzing)]
+unsafe impl std::alloc::GlobalAlloc for CappedAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        Self::check(layout.size());
+        std::alloc::System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        Self::check(layout.size());
+        std::alloc::System.alloc_zeroed(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        std::alloc::System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        Self::check(new);
+        std::alloc::System.realloc(ptr, layout, new)
+    }
+}
+
+#[cfg(fuzzing)]
+#[global_allocator]
+static CAPPED: CappedAlloc = CappedAlloc;
 
 /// What one fuzz input did: each step's name and its outcome.
 pub type Outcomes = Vec<(&'static str, Result<()>)>;
@@ -309,6 +362,79 @@ impl Harness {
     }
 }
 
+/// The `config.json` files `quantized_record` writes beside its model, the
+/// first byte of an input choosing one: every scheme's fixture config
+/// (the keys that pick a scheme, a bit width, a group or a block size), and
+/// no config at all (the tensors alone say the scheme).
+pub const QUANT_CONFIGS: [(&str, Option<&str>); 16] = [
+    ("none", None),
+    ("awq", Some(include_str!("../../fixtures/quantized/awq/config.json"))),
+    ("bnb-4bit", Some(include_str!("../../fixtures/quantized/bnb-4bit/config.json"))),
+    ("bnb-int8", Some(include_str!("../../fixtures/quantized/bnb-int8/config.json"))),
+    ("fbgemm-fp8", Some(include_str!("../../fixtures/quantized/fbgemm-fp8/config.json"))),
+    (
+        "fp8-compressed-tensors",
+        Some(include_str!("../../fixtures/quantized/fp8-compressed-tensors/config.json")),
+    ),
+    ("fp8-sharded", Some(include_str!("../../fixtures/quantized/fp8-sharded/config.json"))),
+    ("gptq", Some(include_str!("../../fixtures/quantized/gptq/config.json"))),
+    ("gptq-8bit-v2", Some(include_str!("../../fixtures/quantized/gptq-8bit-v2/config.json"))),
+    ("int-quantized", Some(include_str!("../../fixtures/quantized/int-quantized/config.json"))),
+    (
+        "mxfp4-compressed-tensors",
+        Some(include_str!("../../fixtures/quantized/mxfp4-compressed-tensors/config.json")),
+    ),
+    ("mxfp4", Some(include_str!("../../fixtures/quantized/mxfp4/config.json"))),
+    (
+        "nvfp4-compressed-tensors",
+        Some(include_str!("../../fixtures/quantized/nvfp4-compressed-tensors/config.json")),
+    ),
+    ("nvfp4-modelopt", Some(include_str!("../../fixtures/quantized/nvfp4-modelopt/config.json"))),
+    ("pack-quantized", Some(include_str!("../../fixtures/quantized/pack-quantized/config.json"))),
+    // A hostile config: a block and a group of one, GPTQ at 3 bits.
+    (
+        "hostile",
+        Some(r#"{"quantization_config": {"quant_method": "gptq", "bits": 3, "group_size": 1,
+            "weight_block_size": [1, 1], "config_groups": {"g": {"weights": {"num_bits": 2}}}}}"#),
+    ),
+];
+
+impl Harness {
+    /// `quantized_record`: a quantized safetensors checkpoint (MXFP4
+    /// `*_blocks`/`*_scales` with E8M0 scales, compressed-tensors packs,
+    /// FP8 of every tiling incl. FBGEMM's, NVFP4, GPTQ/AWQ, bitsandbytes
+    /// records), dequantized. The first byte picks the `config.json`
+    /// written beside the model ([`QUANT_CONFIGS`], low four bits) and the
+    /// dtype dequantized to (next two bits); the rest is `model.safetensors`.
+    /// The scheme is recognised from the header and the config, every
+    /// auxiliary (scales, zeros, `g_idx`, records) read and checked, every
+    /// weight dequantized by both conversion drivers, which must agree.
+    pub fn quantized_record(&self, data: &[u8]) -> Outcomes {
+        let Some((&pick, model)) = data.split_first() else {
+            return Vec::new();
+        };
+        let dir = self.dir.path().join("quantized");
+        std::fs::create_dir_all(&dir).expect("a scratch model folder");
+        let config = dir.join("config.json");
+        match QUANT_CONFIGS[usize::from(pick & 15)].1 {
+            Some(text) => std::fs::write(&config, text).expect("writing config.json"),
+            None => match std::fs::remove_file(&config) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => panic!("removing config.json: {e}"),
+            },
+        }
+        let path = dir.join("model.safetensors");
+        std::fs::write(&path, model).expect("writing model.safetensors");
+        let to = [Dtype::F16, Dtype::BF16, Dtype::F32, Dtype::F16][usize::from(pick >> 4) & 3];
+        let options = SourceOptions::default().dequantize(Some(to));
+        vec![(
+            "dequantize",
+            self.convert(&path, &options, PlanOptions::default()),
+        )]
+    }
+}
+
 /// Outputs larger than this are streamed into nothing, not kept.
 const MAX_KEPT: u64 = 64 << 20;
 
@@ -451,7 +577,10 @@ pub fn hdf5_file(data: &[u8]) -> Outcomes {
 }
 
 /// Opens a source, then reads each tensor as the copy engine would: its
-/// blocking reader if it has one, else checks its span.
+/// blocking reader if it has one, else checks its span. A reader may refuse
+/// what only reading shows (a corrupt deflate stream in an HDF5 chunk, a
+/// chunk that decodes to the wrong length) with a typed error, which ends
+/// the run as the step `read`; an untyped I/O error there is a bug.
 fn read_every_tensor<S: Source>(opened: Result<S>) -> Outcomes {
     use std::io::Read;
     let src = match opened {
@@ -468,7 +597,13 @@ fn read_every_tensor<S: Source>(opened: Result<S>) -> Outcomes {
                 match r.read(&mut buf) {
                     Ok(0) => break,
                     Ok(got) => n += got as u64,
-                    Err(e) => panic!("reading {}: {e}", t.name),
+                    Err(e) => {
+                        let e = Error::io(e);
+                        if let safetensors_stream::ErrorKind::Io(io) = e.kind() {
+                            panic!("reading {}: an untyped error: {io}", t.name);
+                        }
+                        return vec![("open", Ok(())), ("read", Err(e))];
+                    }
                 }
             }
             assert_eq!(n, want, "{}", t.name);
