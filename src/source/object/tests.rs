@@ -1,0 +1,189 @@
+//! Opening objects against a store of the test's own: an in-memory store
+//! that counts its requests and how many are in flight at once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use object_store::memory::InMemory;
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+
+use super::Pinned;
+use crate::header::Rules;
+use crate::store::{Object, ObjectUrl};
+
+/// [`InMemory`], each GET answered after a few turns of the runtime (so
+/// that GETs sent together overlap), counted.
+#[derive(Debug, Default)]
+pub(super) struct Counting {
+    pub(super) inner: InMemory,
+    now: AtomicUsize,
+    /// The most GETs (and HEADs) in flight at once.
+    pub(super) most: AtomicUsize,
+    pub(super) gets: AtomicUsize,
+    pub(super) heads: AtomicUsize,
+}
+
+impl std::fmt::Display for Counting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Counting")
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Counting {
+    async fn put_opts(
+        &self,
+        location: &ObjectPath,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &ObjectPath,
+        opts: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &ObjectPath,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let counter = if options.head {
+            &self.heads
+        } else {
+            &self.gets
+        };
+        counter.fetch_add(1, Ordering::SeqCst);
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        for _ in 0..8 {
+            tokio::task::yield_now().await;
+        }
+        let got = self.inner.get_opts(location, options).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        got
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<ObjectPath>>,
+    ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&ObjectPath>,
+    ) -> object_store::Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &ObjectPath,
+        to: &ObjectPath,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+/// The object `key` of `store`, as `s3://b/KEY` would name it.
+pub(super) fn object(store: &Arc<Counting>, key: &str) -> Object {
+    let text = format!("s3://b/{key}");
+    Object {
+        url: text.clone(),
+        at: ObjectUrl::parse(&text).unwrap(),
+        store: store.clone(),
+        multipart: None,
+        path: ObjectPath::from(key),
+        uploads: None,
+    }
+}
+
+/// A safetensors file of one U8 tensor `name` of `len` bytes.
+pub(super) fn safetensors(name: &str, len: usize) -> Vec<u8> {
+    let mut header =
+        format!(r#"{{"{name}":{{"dtype":"U8","shape":[{len}],"data_offsets":[0,{len}]}}}}"#);
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    bytes.extend((0..len).map(|i| i as u8));
+    bytes
+}
+
+/// A sharded checkpoint of `shards` objects `m/sK.safetensors` (tensor
+/// `tK`) and its index `m/model.safetensors.index.json`.
+async fn checkpoint(store: &Arc<Counting>, shards: usize) {
+    let mut map = Vec::new();
+    for k in 0..shards {
+        let file = safetensors(&format!("t{k}"), 4 + k);
+        let path = ObjectPath::from(format!("m/s{k}.safetensors"));
+        store.inner.put(&path, file.into()).await.unwrap();
+        map.push(format!(r#""t{k}":"s{k}.safetensors""#));
+    }
+    let total: usize = (0..shards).map(|k| 4 + k).sum();
+    let index = format!(
+        r#"{{"metadata":{{"total_size":{total}}},"weight_map":{{{}}}}}"#,
+        map.join(",")
+    );
+    let path = ObjectPath::from("m/model.safetensors.index.json");
+    store
+        .inner
+        .put(&path, index.into_bytes().into())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_headers_are_read_several_at_once_by_one_get_each_in_the_index_order() {
+    let store = Arc::new(Counting::default());
+    checkpoint(&store, 100).await;
+    let index = object(&store, "m/model.safetensors.index.json");
+    let index = Pinned::head(index).await.unwrap();
+    let (heads, gets) = (
+        store.heads.load(Ordering::SeqCst),
+        store.gets.load(Ordering::SeqCst),
+    );
+    let (parsed, pinned, files) = index.shards(Rules::SOURCE).await.unwrap();
+    // One GET a shard (its length and ETag come with it), and the index's.
+    assert_eq!(store.heads.load(Ordering::SeqCst) - heads, 0);
+    assert_eq!(store.gets.load(Ordering::SeqCst) - gets, 100 + 1);
+    let most = store.most.load(Ordering::SeqCst);
+    assert!(most > 1, "one GET at a time");
+    assert!(most <= super::HEADERS_IN_FLIGHT + 1, "{most} GETs at once");
+    // In the index's order, each pinned to its own length and ETag.
+    let want: Vec<String> = parsed
+        .shard_names()
+        .unwrap()
+        .iter()
+        .map(|n| format!("s3://b/m/{n}"))
+        .collect();
+    let got: Vec<String> = files.iter().map(|(l, _)| l.to_string()).collect();
+    assert_eq!(got, want);
+    for ((_, header), p) in files.iter().zip(&pinned) {
+        let name = &header.tensors[0].meta.name;
+        let k: u64 = name[1..].parse().unwrap();
+        assert_eq!(p.size, safetensors(name, 4 + k as usize).len() as u64);
+        assert!(p.etag.is_some());
+    }
+}
