@@ -192,6 +192,26 @@ fn ggml(bencher: Bencher, case: Case<&str>) {
         });
 }
 
+/// The 4-bit schemes, to BF16: bitsandbytes NF4 (blocks of 64), GPTQ and
+/// AWQ int4 (groups of 128, F16 scales), compressed-tensors' MXFP4.
+fn four_bit_cases() -> Vec<Case<&'static str>> {
+    on_each_path(&["NF4", "GPTQ int4", "AWQ int4", "MXFP4 packed"])
+}
+
+#[divan::bench(args = four_bit_cases())]
+fn four_bit(bencher: Bencher, case: Case<&str>) {
+    // AWQ's words are one per input column and 8 rows: the largest input.
+    let cols = 4096;
+    let raw = pattern(PIECE * 4 / 8 + 4096);
+    let mut values = vec![0f32; PIECE];
+    let mut out = vec![0u8; PIECE * 2];
+    bencher.counter(ItemsCount::new(PIECE)).bench_local(|| {
+        with_isa(case.isa, || {
+            dequant::four_bit(case.what, black_box(&raw), cols, &mut values, &mut out)
+        })
+    });
+}
+
 #[divan::bench(args = [2, 4, 8])]
 fn swap_bytes(bencher: Bencher, width: usize) {
     let mut buf = pattern(BUF);

@@ -7,7 +7,8 @@ the scalar reference (`SAFETENSORS_STREAM_KERNELS=scalar`), each against the sam
 
 Workloads: `f32-bf16` (16 F32 tensors, `--cast-all BF16`), `fp8-bf16` (DeepSeek-style E4M3
 codes with 128 x 128 F32 block scales, `--dequantize`, generated as `bench.py --quantized`
-does) and `gguf-bf16` (a Q4_K_M-like GGUF: Q4_K and Q6_K, to BF16). Each round runs the three tools of a workload in an order rotated by one a round, each
+does), `gptq-bf16` (GPTQ 4-bit, groups of 128, F16 scales), `mxfp4-bf16` (gpt-oss experts, to
+BF16 transposed: 4 x the input's bytes) and `gguf-bf16` (a Q4_K_M-like GGUF: Q4_K and Q6_K, to BF16). Each round runs the three tools of a workload in an order rotated by one a round, each
 after an untimed `sync`, its output deleted and synced after it; inputs are read once before
 the rounds (warm cache). Printed: median wall time, peak RSS, and the median over rounds of
 each run's time over its round's copy (the paired ratio), with the load average around it.
@@ -120,7 +121,7 @@ def main():
     ap.add_argument("--size-gib", type=float, default=1.0)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tmpdir", type=Path, default=None)
-    ap.add_argument("--only", default="f32-bf16,fp8-bf16,gguf-bf16")
+    ap.add_argument("--only", default="f32-bf16,fp8-bf16,gptq-bf16,mxfp4-bf16,gguf-bf16")
     a = ap.parse_args()
     size = int(a.size_gib * bench.GIB)
     binary = a.binary.resolve()
@@ -141,20 +142,35 @@ def main():
             ]
             run_workload("F32 -> BF16", tools, tmp, a.runs, [src])
             src.unlink()
-        if "fp8-bf16" in a.only:
-            src = tmp / "fp8.safetensors"
-            bench.gen_quantized("fp8", src, size)
+        # Quantized safetensors: (workload, bench.py's generator, its size argument, the
+        # output's bytes over the input's, config.json's quantization_config).
+        quantized = [
+            ("fp8-bf16", "FP8 block -> BF16", "fp8", size, 2, None),
+            ("gptq-bf16", "GPTQ int4 -> BF16", "gptq", size, 1, {
+                "quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": False}),
+            ("mxfp4-bf16", "MXFP4 (gpt-oss) -> BF16", "mxfp4", size // 4, 4, bench.LOWBIT_CONFIG["mxfp4"]),
+        ]
+        for key, title, kind, gen_size, factor, config in quantized:
+            if key not in a.only:
+                continue
+            src = tmp / f"{kind}.safetensors"
+            bench.gen_quantized(kind, src, gen_size)
+            config_path = tmp / "config.json"
+            if config:
+                config_path.write_text(json.dumps({"quantization_config": config}))
             big = tmp / "plain.safetensors"
-            plain(big, 2 * size, dtype=np.uint8)
+            # The copy: max(input, output) bytes (the GPTQ generator's size is its output's).
+            plain(big, max(src.stat().st_size, factor * gen_size if kind != "gptq" else gen_size), dtype=np.uint8)
             args = [src, "-o", tmp / "out-x.safetensors", "--no-sync", "-q", "--dequantize"]
             tools = [
                 ("copy", [binary, big, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]),
                 ("vector", [binary, *args]),
                 ("scalar", [*scalar, *args]),
             ]
-            run_workload("FP8 block -> BF16", tools, tmp, a.runs, [src, big])
+            run_workload(title, tools, tmp, a.runs, [src, big])
             src.unlink()
             big.unlink()
+            config_path.unlink(missing_ok=True)
         if "gguf-bf16" in a.only:
             src = tmp / "q4km.gguf"
             elems = gguf(src, size)

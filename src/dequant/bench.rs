@@ -82,3 +82,64 @@ pub fn ggml_block(name: &str) -> (usize, usize) {
     let ty = ggml_type(name);
     (ty.block_bytes as usize, ty.block_elems as usize)
 }
+
+/// The 4-bit schemes' kernels on `n` elements of a weight of `cols`
+/// columns (`n` a multiple of `cols`, `cols` of 128), from bytes `raw`
+/// (codes, words; reused as each scheme needs), dequantized into `values`
+/// and stored as BF16 in `out`: `name` is `NF4`, `GPTQ int4`, `AWQ int4`
+/// or `MXFP4 packed`. Scales are plain numbers, groups of 128.
+pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &mut [u8]) {
+    let n = values.len();
+    let rows = n / cols;
+    let words: &[u32] = bytemuck::cast_slice(&raw[..raw.len() / 4 * 4]);
+    let scales: Vec<f32> = (0..n / 64 + rows).map(|i| 0.25 + (i % 7) as f32).collect();
+    match name {
+        "NF4" => {
+            let p = super::bnb::FourBit {
+                kind: super::bnb::FourBitType::Nf4,
+                packed: &raw[..n / 2],
+                first: 0,
+                absmax: &scales,
+                blocksize: 64,
+                dtype: Dtype::BF16,
+            };
+            super::bnb::four_bit(&p, values);
+        }
+        "GPTQ int4" => {
+            // `[K / 8][rows]` words, `[K / 128][rows]` scales and zero words.
+            let groups: Vec<u32> = (0..cols as u32).map(|k| k / 128).collect();
+            let p = super::gptq::Piece {
+                n0: 0,
+                qweight: &words[..cols / 8 * rows],
+                zeros: &words[..cols / 128 * rows.div_ceil(8)],
+                zero_words: rows.div_ceil(8),
+                scales: &scales[..cols / 128 * rows],
+                groups: &groups,
+            };
+            let packing = super::gptq::Packing {
+                bits: 4,
+                zero_offset: 1,
+            };
+            super::gptq::rows(&p, packing, Dtype::F16, values);
+        }
+        "AWQ int4" => {
+            let p = super::awq::Piece {
+                n0: 0,
+                words: rows.div_ceil(8),
+                qweight: &words[..cols * rows.div_ceil(8)],
+                zeros: &words[..cols / 128 * rows.div_ceil(8)],
+                scales: &scales[..cols / 128 * rows],
+                group_size: 128,
+                k_len: cols,
+            };
+            super::awq::rows(&p, Dtype::F16, values);
+        }
+        "MXFP4 packed" => {
+            let table = super::mxfp4::Table::new();
+            let exps: Vec<u8> = (0..n / 32).map(|i| 120 + (i % 13) as u8).collect();
+            super::mxfp4::packed_rows(&raw[..n / 2], &exps, cols, &table, values);
+        }
+        other => panic!("no 4-bit kernel {other}"),
+    }
+    super::store_f32(values, Dtype::BF16, out);
+}

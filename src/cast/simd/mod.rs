@@ -292,6 +292,14 @@ dispatch! { quant2, quant2;
         = 0;
 }
 dispatch! { quant2, quant2;
+    /// One AutoAWQ 4-bit output row: column `k`'s code the nibble at
+    /// `shift` of `words[k * stride]`, `(q - zeros[g]) * scales[g]` for
+    /// `g = k / group_size`, rounded as `dtype` stores it. Returns the
+    /// columns done (whole runs of 8).
+    fn awq_row(words: &[u32], stride: usize, shift: u32, group_size: usize, zeros: &[f32], scales: &[f32], dtype: Dtype, out: &mut [f32]) -> usize
+        = 0;
+}
+dispatch! { quant2, quant2;
     /// An MXFP4 row packed along it (low nibble first, a scale per 32 from
     /// the row's start): `book[scale][q]`. Returns the elements done.
     fn mxfp4_row(packed: &[u8], scales: &[u8], book: &[[f32; 16]; 256], out: &mut [f32]) -> usize

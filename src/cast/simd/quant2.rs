@@ -180,3 +180,71 @@ pub(super) fn mxfp4_row(
     }
     done
 }
+
+/// AutoAWQ 4-bit, one output row: input column `k`'s word at
+/// `words[k * stride]`, its code the nibble at `shift`, in group
+/// `k / group_size` of zero point `zeros[g]` and scale `scales[g]`; each
+/// value `(q - zero) * scale` rounded as `dtype` stores it. Whole runs of
+/// 8 columns; returns the columns done.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn awq_row(
+    words: &[u32],
+    stride: usize,
+    shift: u32,
+    group_size: usize,
+    zeros: &[f32],
+    scales: &[f32],
+    dtype: Dtype,
+    out: &mut [f32],
+) -> usize {
+    let row = AwqRow {
+        words,
+        stride,
+        shift,
+        group_size: group_size.max(1),
+        zeros,
+        scales,
+    };
+    match dtype {
+        Dtype::F32 => awq_row_as::<0>(&row, out),
+        Dtype::BF16 => awq_row_as::<1>(&row, out),
+        Dtype::F16 => awq_row_as::<2>(&row, out),
+        _ => 0,
+    }
+}
+
+/// [`awq_row`]'s arguments.
+struct AwqRow<'a> {
+    words: &'a [u32],
+    stride: usize,
+    shift: u32,
+    group_size: usize,
+    zeros: &'a [f32],
+    scales: &'a [f32],
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn awq_row_as<const ROUND: u8>(r: &AwqRow, out: &mut [f32]) -> usize {
+    let shift = _mm_cvtsi32_si128(r.shift as i32);
+    let mut done = 0;
+    for (c, o) in out.chunks_exact_mut(8).enumerate() {
+        let k: [usize; 8] = std::array::from_fn(|j| 8 * c + j);
+        let w: [u32; 8] = k.map(|k| r.words[k * r.stride]);
+        let q = _mm256_and_si256(
+            _mm256_srl_epi32(bytemuck::cast(w), shift),
+            _mm256_set1_epi32(0xf),
+        );
+        let z: [f32; 8] = k.map(|k| r.zeros[k / r.group_size]);
+        let s: [f32; 8] = k.map(|k| r.scales[k / r.group_size]);
+        let diff = _mm256_sub_ps(_mm256_cvtepi32_ps(q), bytemuck::cast(z));
+        let v = _mm256_mul_ps(diff, bytemuck::cast(s));
+        put(
+            o,
+            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
+        );
+        done += 8;
+    }
+    done
+}

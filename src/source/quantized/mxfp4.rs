@@ -48,8 +48,7 @@ pub(crate) struct Bands {
 
 impl Bands {
     pub(crate) fn new(geo: Geometry) -> Self {
-        let per_column = geo.rows.saturating_mul(BLOCK_BYTES as u64).max(1);
-        let width = (BAND_BYTES / per_column).clamp(1, geo.groups.max(1));
+        let width = Self::width(geo);
         Bands {
             table: Table::new(),
             geo,
@@ -61,6 +60,18 @@ impl Bands {
     }
 
     /// Bands of `width` block columns, whatever the expert's size.
+    /// Block columns a band holds.
+    fn width(geo: Geometry) -> u64 {
+        let per_column = geo.rows.saturating_mul(BLOCK_BYTES as u64).max(1);
+        (BAND_BYTES / per_column).clamp(1, geo.groups.max(1))
+    }
+
+    /// Output rows one band makes: the parts of a weight read side by side
+    /// start at multiples of it, so that no two parts load the same band.
+    pub(crate) fn band_rows(geo: Geometry) -> u64 {
+        Self::width(geo) * BLOCK as u64
+    }
+
     #[cfg(test)]
     pub(crate) fn narrow(geo: Geometry, width: u64) -> Self {
         Bands {
