@@ -308,11 +308,16 @@ impl Pinned {
         let names = index.shard_names().map_err(|e| e.with_input(url))?;
         // Every shard's header, HEADERS_IN_FLIGHT GETs at a time, kept in
         // the index's order; the first error (in that order) is told.
-        let each = names.into_iter().map(|name| async move {
-            let (shard, first) = Pinned::first(self.loc.sibling(name)).await?;
-            let header = shard.header(first, rules).await?;
-            Ok::<_, Error>((shard, header))
-        });
+        // Collected first: a lazy map's closure in the stream's type makes
+        // the conversion's future not `Send` for every lifetime.
+        let each: Vec<_> = names
+            .into_iter()
+            .map(|name| async move {
+                let (shard, first) = Pinned::first(self.loc.sibling(name)).await?;
+                let header = shard.header(first, rules).await?;
+                Ok::<_, Error>((shard, header))
+            })
+            .collect();
         let read: Vec<(Pinned, Header)> = futures::stream::iter(each)
             .buffered(HEADERS_IN_FLIGHT)
             .try_collect()
