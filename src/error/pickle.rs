@@ -738,8 +738,10 @@ mod tests {
                     stored: 100,
                     allowance: 1000,
                 },
-                "its tensors add up to 1700 bytes, more than 16x its 100 bytes of storage and \
-                 than 1000 bytes (pass --allow-expanded-views to write them)",
+                "its tensors add up to 1700 bytes, more than 16x its 100 bytes of storage \
+                 (expansion-ratio) and than 1000 bytes (expanded-file-bytes); pass \
+                 --allow-expanded-views to write them, or raise the limit (--limit \
+                 expanded-file-bytes=1700)",
             ),
             (
                 PyTorchError::RootMissing {
@@ -827,7 +829,9 @@ mod tests {
                 }),
                 "expanded_view",
                 "tensor is 4096 bytes but views a storage of 4: expanded beyond 16x its storage \
-                 and past 1024 bytes (pass --allow-expanded-views to write it)",
+                 (expansion-ratio) and past 1024 bytes (expanded-view-bytes); pass \
+                 --allow-expanded-views to write it, or raise the limit (--limit \
+                 expanded-view-bytes=4096)",
             ),
         ];
         for (kind, name, words) in cases {
