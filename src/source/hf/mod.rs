@@ -130,7 +130,7 @@ pub(crate) fn hf_names(src: Box<dyn Source>, convention: Convention) -> Result<B
             shape.swap(2, 3);
             let block = t.shape[0]
                 .saturating_mul(t.shape[1])
-                .saturating_mul(t.dtype.byte_width().unwrap_or(1) as u64);
+                .saturating_mul(t.dtype.byte_width().unwrap_or(1));
             if block > conv::MAX_WINDOW {
                 let e = Error::new(ErrorKind::Usage(format!(
                     "--names hf: a convolution kernel of {} x {} (over {} bytes a window)",
