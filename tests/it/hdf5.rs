@@ -299,6 +299,36 @@ fn names_hf_transposes_chunked_data_and_refuses_other_formats() {
     assert!(e.to_string().contains("--names hf"), "{e}");
 }
 
+#[test]
+fn names_hf_permutes_conv2d_kernels_as_transformers_did() {
+    // (kh, kw, in, out) -> (out, in, kh, kw): numpy's transpose(3, 2, 0, 1), contiguous and chunked.
+    let input = fixture("hdf5/conv.h5");
+    let stored = tensors(&convert(&input, &ConvertOptions::default().sync(false)).unwrap());
+    for fast in [true, false] {
+        let mapped = tensors(&convert(&input, &hf().fast_path(fast)).unwrap());
+        for (tf, pt) in [
+            ("layer/model/conv/kernel:0", "conv.weight"),
+            ("layer/model/conv2/kernel:0", "conv2.weight"),
+        ] {
+            let (_, s, data) = &stored[tf];
+            let (_, tshape, tdata) = &mapped[pt];
+            assert_eq!(tshape, &[s[3], s[2], s[0], s[1]], "{pt}");
+            let mut want = Vec::new();
+            for o in 0..s[3] {
+                for i in 0..s[2] {
+                    for a in 0..s[0] {
+                        for b in 0..s[1] {
+                            let at = (((a * s[1] + b) * s[2] + i) * s[3] + o) * 4;
+                            want.extend_from_slice(&data[at..at + 4]);
+                        }
+                    }
+                }
+            }
+            assert_eq!(tdata, &want, "{pt}, fast path {fast}");
+        }
+    }
+}
+
 // ---- the binary -------------------------------------------------------------------
 
 fn bin() -> Command {

@@ -5,7 +5,7 @@
 //!
 //! A leading `params` or `batch_stats` collection is dropped; then the
 //! last key: `kernel` becomes `weight`, transposed (`.T`, every axis
-//! reversed; a 4-d convolution kernel, axes (3, 2, 0, 1), is not read),
+//! reversed; a 4-d convolution kernel permuted (3, 2, 0, 1)),
 //! `scale` and `embedding` become `weight`, a key containing `mean` becomes
 //! `running_mean` and one containing `var` `running_var` (batch norm).
 //! bfloat16 weights are written as they are: transformers cast them to
@@ -22,10 +22,7 @@ pub(crate) fn pt_name(name: &str, rank: usize) -> (String, Layout) {
     }
     let last = keys.last().copied().unwrap_or_default();
     let (renamed, layout) = match last {
-        "kernel" if rank == 4 => (
-            "weight",
-            Layout::Unsupported("a convolution kernel (axes 3, 2, 0, 1)"),
-        ),
+        "kernel" if rank == 4 => ("weight", Layout::Conv2d),
         "kernel" => ("weight", Layout::Reversed),
         "scale" | "embedding" => ("weight", Layout::Same),
         l if l.contains("mean") => ("running_mean", Layout::Same),
@@ -77,12 +74,7 @@ mod tests {
             ),
             ("batch_stats.bn.mean", 1, "bn.running_mean", Layout::Same),
             ("batch_stats.bn.var", 1, "bn.running_var", Layout::Same),
-            (
-                "conv.kernel",
-                4,
-                "conv.weight",
-                Layout::Unsupported("a convolution kernel (axes 3, 2, 0, 1)"),
-            ),
+            ("conv.kernel", 4, "conv.weight", Layout::Conv2d),
         ] {
             assert_eq!(pt_name(name, rank), (want.to_string(), layout), "{name}");
         }

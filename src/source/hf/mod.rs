@@ -9,6 +9,9 @@
 //!   Fortran-order (out, in) one. Data that is not one run of the file (a
 //!   chunked dataset, a chunked Flax array) is first copied to an
 //!   anonymous temporary file.
+//! - A 4-d convolution kernel, (kh, kw, in, out), is read reversed, then
+//!   each (kw, kh) window turned in memory ([`conv`]): PyTorch's
+//!   (out, in, kh, kw), as transformers' `transpose(3, 2, 0, 1)` made it.
 //! - A TF bias stored as (1, n) (GPT-2's Conv1D) is written (n,), as
 //!   PyTorch's biases are; its bytes are the same.
 //! - A weight the file stores more than once under names that map to one
@@ -16,6 +19,7 @@
 //!   and the model; BERT's word embeddings under its MLM head) is written
 //!   once; copies of different shapes are refused.
 
+mod conv;
 pub(crate) mod flax;
 pub(crate) mod tf;
 
@@ -55,11 +59,13 @@ pub(crate) enum Convention {
     Flax,
 }
 
-/// One output tensor: which input tensor, and whether its axes are reversed.
+/// One output tensor: which input tensor, whether its axes are reversed,
+/// and whether its last two are then swapped (a Conv2D kernel).
 #[derive(Debug, Clone, Copy)]
 struct Mapped {
     k: usize,
     reversed: bool,
+    conv: bool,
 }
 
 /// A source whose tensors are renamed, reshaped and transposed to the
@@ -110,19 +116,30 @@ pub(crate) fn hf_names(src: Box<dyn Source>, convention: Convention) -> Result<B
             Convention::Tf => tf::pt_name(&t.name, t.shape.len()),
             Convention::Flax => flax::pt_name(&t.name, t.shape.len()),
         };
-        let reversed = match layout {
-            Layout::Same => false,
-            Layout::Reversed => true,
-            Layout::Unsupported(what) => {
-                let e = Error::new(ErrorKind::Usage(format!(
-                    "--names hf: {what} is not transposed by this reader"
-                )));
-                return Err(e.with_tensor(t.name.as_str()).with_input(src.input_name()));
-            }
+        let (reversed, conv) = match layout {
+            Layout::Same => (false, false),
+            Layout::Reversed => (true, false),
+            Layout::Conv2d => (true, true),
         };
         let mut shape = t.shape.clone();
         if reversed {
             shape.reverse();
+        }
+        if conv {
+            // (kh, kw, in, out) reversed is (out, in, kw, kh): then (out, in, kh, kw).
+            shape.swap(2, 3);
+            let block = t.shape[0]
+                .saturating_mul(t.shape[1])
+                .saturating_mul(t.dtype.byte_width().unwrap_or(1));
+            if block > conv::MAX_WINDOW {
+                let e = Error::new(ErrorKind::Usage(format!(
+                    "--names hf: a convolution kernel of {} x {} (over {} bytes a window)",
+                    t.shape[0],
+                    t.shape[1],
+                    conv::MAX_WINDOW
+                )));
+                return Err(e.with_tensor(t.name.as_str()).with_input(src.input_name()));
+            }
         }
         // GPT-2's TF biases are (1, n); PyTorch's are (n,).
         if convention == Convention::Tf
@@ -150,7 +167,7 @@ pub(crate) fn hf_names(src: Box<dyn Source>, convention: Convention) -> Result<B
         }
         seen.insert(name.clone(), tensors.len());
         tensors.push(TensorMeta::new(name, t.dtype, shape));
-        map.push(Mapped { k, reversed });
+        map.push(Mapped { k, reversed, conv });
     }
     Ok(Box::new(HfNames {
         inner: src,
@@ -164,8 +181,25 @@ impl HfNames {
     /// reader over its file range, or over a temporary copy of its bytes.
     fn reversed(&self, j: usize) -> Option<OpenBlocking> {
         let m = self.map[j];
-        let shape = self.tensors[j].shape.clone();
+        let mut shape = self.tensors[j].shape.clone();
         let width = self.tensors[j].dtype.byte_width().unwrap_or(1) as usize;
+        if m.conv {
+            // Reversed, the kernel reads (out, in, kw, kh); each window is then turned.
+            shape.swap(2, 3);
+            let (kw, kh) = (shape[2] as usize, shape[3] as usize);
+            let inner = self.reversed_as(m, shape)?;
+            return Some(Box::new(move || {
+                let (r, transform) = inner()?;
+                let r = conv::Windows::new(r, kw, kh, width);
+                Ok((Box::new(r) as BlockingRead, transform))
+            }));
+        }
+        self.reversed_as(m, shape)
+    }
+
+    /// Opens input tensor `m.k` with every axis reversed, read as `shape`.
+    fn reversed_as(&self, m: Mapped, shape: Vec<u64>) -> Option<OpenBlocking> {
+        let width = self.inner.tensors()[m.k].dtype.byte_width().unwrap_or(1) as usize;
         if let Some(span) = self.inner.file_span(m.k) {
             let FileSpan {
                 file,

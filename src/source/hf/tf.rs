@@ -12,7 +12,7 @@
 //! is dropped, and the last is renamed (`kernel`, `embeddings`, `gamma` to
 //! `weight`; `beta` to `bias`). A `kernel` is transposed (all its axes
 //! reversed: a 2-d kernel, and a Conv1D's 3-d one, axes (2, 1, 0)); a 4-d
-//! Conv2D kernel, (3, 2, 0, 1), is not read.
+//! Conv2D kernel is permuted (3, 2, 0, 1).
 
 use std::sync::OnceLock;
 
@@ -25,8 +25,9 @@ pub(crate) enum Layout {
     Same,
     /// Every axis reversed (`numpy.transpose` without axes).
     Reversed,
-    /// A permutation the reader does not do (a Conv2D kernel).
-    Unsupported(&'static str),
+    /// A Conv2D kernel: (kh, kw, in, out) to PyTorch's (out, in, kh, kw),
+    /// axes (3, 2, 0, 1): every axis reversed, then the last two swapped.
+    Conv2d,
 }
 
 /// The PyTorch name of the TF dataset at `path` of `rank` dimensions, and
@@ -53,7 +54,7 @@ pub(crate) fn pt_name(path: &str, rank: usize) -> (String, Layout) {
     let last = parts.last().cloned().unwrap_or_default();
     let projs = parts.iter().any(|p| p == "emb_projs" || p == "out_projs");
     let layout = match last.as_str() {
-        "kernel" if rank == 4 => Layout::Unsupported("a Conv2D kernel (axes 3, 2, 0, 1)"),
+        "kernel" if rank == 4 => Layout::Conv2d,
         "kernel" | "pointwise_kernel" | "depthwise_kernel" => Layout::Reversed,
         _ if projs => Layout::Reversed,
         _ => Layout::Same,
@@ -108,12 +109,7 @@ mod tests {
                 "shared.weight",
                 Layout::Same,
             ),
-            (
-                "m/x/conv/kernel:0",
-                4,
-                "conv.weight",
-                Layout::Unsupported("a Conv2D kernel (axes 3, 2, 0, 1)"),
-            ),
+            ("m/x/conv/kernel:0", 4, "conv.weight", Layout::Conv2d),
             ("m/x/conv/kernel:0", 3, "conv.weight", Layout::Reversed),
             ("final_logits_bias:0", 2, "final_logits_bias", Layout::Same),
         ] {
