@@ -496,10 +496,14 @@ mod tests {
                     "--{flag} is a switch but the table says it takes a value"
                 );
             }
-            if row.kind == Kind::Switch
-                || matches!(row.kind, Kind::Text | Kind::Number | Kind::Pairs)
-            {
-                assert_eq!(row.keyword, flag.replace('-', "_"), "--{flag}");
+            let keyword = flag.replace('-', "_");
+            if row.kind == Kind::Switch || matches!(row.kind, Kind::Text | Kind::Number) {
+                assert_eq!(row.keyword, keyword, "--{flag}");
+            }
+            // A repeated flag may be a plural keyword: --limit is limits={...}.
+            if row.kind == Kind::Pairs {
+                let plural = format!("{keyword}s");
+                assert!(row.keyword == keyword || row.keyword == plural, "--{flag}");
             }
         }
         for row in CONVERT_OPTIONS {
