@@ -334,17 +334,19 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
         let w = w.clone();
-        // MXFP4 holds a band beside its piece: its parts, read READERS at
-        // once, take quarter pieces (the band is read once either way), so
-        // that two of them stay within what one whole-tensor reader held.
-        let quarter = matches!(&*w.kind, Kind::Mxfp4 { .. });
+        // Parts are read READERS at once: each takes half pieces (MXFP4,
+        // which holds a band beside its piece, quarter ones; the band is
+        // read once either way), so that two part readers hold about what
+        // one whole-tensor reader held.
+        let share = match &*w.kind {
+            Kind::Mxfp4 { .. } => 4,
+            _ => 2,
+        };
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
-                if quarter {
-                    reader.step = (reader.step / 4).max(1);
-                }
+                reader.step = (reader.step / share).max(1);
                 let r: crate::source::BlockingRead = Box::new(reader);
                 Ok((r, crate::transform::Transform::Identity))
             }),
