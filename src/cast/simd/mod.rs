@@ -296,6 +296,7 @@ dispatch! { quant2, quant2;
     /// `shift` of `words[k * stride]`, `(q - zeros[g]) * scales[g]` for
     /// `g = k / group_size`, rounded as `dtype` stores it. Returns the
     /// columns done (whole runs of 8).
+    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
     fn awq_row(words: &[u32], stride: usize, shift: u32, group_size: usize, zeros: &[f32], scales: &[f32], dtype: Dtype, out: &mut [f32]) -> usize
         = 0;
 }

@@ -304,7 +304,7 @@ impl DequantReader {
 /// Weight `w` read as `to` in parts of whole rows, about `target` bytes
 /// each, for readers side by side (`None` when it is one part). A part
 /// starts at a multiple of the scheme's block of rows: an FP8 scale tile's
-/// rows, else 128 (whole GPTQ/AWQ words of 8 packed rows, whole groups of
+/// rows, an MXFP4 band's, else 128 (whole GPTQ/AWQ words of 8 packed rows, whole groups of
 /// rows for the schemes that pack along them), so that no part re-reads
 /// the scales or words of its neighbour. Each part reads only its own
 /// rows' codes and scales, with positional reads; its bytes are those of
@@ -317,6 +317,7 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
     }
     let align = match &*w.kind {
         Kind::Fp8 { tiling, .. } => tiling.rows.clamp(1, 1 << 16),
+        Kind::Mxfp4 { geometry, .. } => super::mxfp4::Bands::band_rows(*geometry),
         _ => 128,
     };
     let per_part = (target / row_bytes).max(1).next_multiple_of(align);
@@ -333,10 +334,20 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
         let w = w.clone();
+        // Parts are read READERS at once: each takes half pieces (MXFP4,
+        // which holds a band beside its piece, quarter ones; the band is
+        // read once either way), so that two part readers hold about what
+        // one whole-tensor reader held.
+        let share = match &*w.kind {
+            Kind::Mxfp4 { .. } => 4,
+            _ => 2,
+        };
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
-                let r: crate::source::BlockingRead = Box::new(DequantReader::rows(w, to, r0..r1));
+                let mut reader = DequantReader::rows(w, to, r0..r1);
+                reader.step = (reader.step / share).max(1);
+                let r: crate::source::BlockingRead = Box::new(reader);
                 Ok((r, crate::transform::Transform::Identity))
             }),
         });
