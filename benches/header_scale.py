@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Header memory and time against the tensor count (issue 17 item 7, issue 15).
+"""Header memory and time against the tensor count and the header's size
+(issues 15, 17 item 7, 41): peak RSS of the process against the README's
+bound (3 x the header's bytes + 64 MiB; 4.5 x for a raw manifest).
 
 Generates, with the standard library only:
   - a safetensors file of n one-element F32 tensors whose header keys are
@@ -15,8 +17,10 @@ then runs `convert IN -o OUT --no-sync -q` (with --dry-run: `convert IN
 peak RSS, wall, user and system time for each n, with the header's bytes
 and RSS / header bytes.
 
-    python3 benches/header_scale.py --binary target/debug/safetensors-convert \
-        --sizes 10000 100000 1000000 --npz 20000 200000 --pt 1000000
+    python3 benches/header_scale.py --binary target/release/safetensors-convert \
+        --sizes 1000 10000 100000 1000000 --npz 1000 10000 100000 1000000 \
+        --pt 1000 10000 100000 1000000 --manifest 1000 10000 100000 1000000 \
+        --meta-mb 1 10 50 90 100
 
 Inputs are written under --dir (default: a temp folder) and removed after.
 """
@@ -56,6 +60,36 @@ def gen_safetensors(path, n, seed=17):
         f.write(header)
         f.write(b"".join(struct.pack("<f", float(i)) for i in data_order))
     return len(header)
+
+
+def gen_metadata(path, mb):
+    """A header of `mb` MB that is one `__metadata__` string and a tensor."""
+    n = mb * 1000 * 1000
+    pre, post = '{"__metadata__":{"m":"', '"},"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    header = (pre + "a" * (n - len(pre) - len(post)) + post).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)))
+        f.write(header)
+        f.write(b"\0" * 4)
+    return len(header)
+
+
+def gen_manifest(manifest, dump, n):
+    """A raw manifest of n one-float tensors and its dump; the manifest's bytes."""
+    text = "[" + ",".join(
+        f'{{"name":"layer.{i}.w","dtype":"F32","shape":[1],"offset":{4 * i}}}' for i in range(n)
+    ) + "]"
+    with open(manifest, "w") as f:
+        f.write(text)
+    with open(dump, "wb") as f:
+        f.write(b"\0" * (4 * n))
+    return len(text)
+
+
+def bound_mib(read, factor=3):
+    """The README's bound on what reading `read` bytes of header holds."""
+    return (factor * read + (64 << 20)) / 2**20
 
 
 def npy_bytes(value):
@@ -150,11 +184,18 @@ def measure(cmd):
     return rss, secs, float(field("User time (seconds)")), float(field("System time (seconds)"))
 
 
-def command(args, src, out):
+def command(args, src, out, extra=()):
     """The run measured: a conversion to `out`, or with --dry-run its plan."""
     if args.dry_run:
-        return [args.binary, src, "--dry-run", "-q"]
-    return [args.binary, src, "-o", out, "--no-sync", "-q"]
+        return [args.binary, src, *extra, "--dry-run", "-q"]
+    return [args.binary, src, *extra, "-o", out, "--no-sync", "-q"]
+
+
+def row(kind, n, hdr, rss, wall, user, sys_, factor=3):
+    """One line of the table: the run, and its peak RSS against the README's bound."""
+    bound = bound_mib(hdr, factor)
+    ok = "yes" if rss <= bound else "NO"
+    print(f"{kind:<24} {n:>9} {hdr:>11} {rss:>8.1f} {bound:>8.1f} {ok:>6} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
 
 
 def main():
@@ -163,20 +204,23 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--npz", type=int, nargs="*", default=[20_000, 200_000])
     ap.add_argument("--pt", type=int, nargs="*", default=[])
+    ap.add_argument("--meta-mb", type=int, nargs="*", default=[],
+                    help="headers of one __metadata__ string of this many MB (1 .. 100)")
+    ap.add_argument("--manifest", type=int, nargs="*", default=[], help="raw manifests of n tensors")
     ap.add_argument("--pt-shared", action="store_true", help="--pt tensors all on one storage")
     ap.add_argument("--dry-run", action="store_true", help="measure `convert --dry-run` instead")
     ap.add_argument("--dir")
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="header-scale-")
     os.makedirs(work, exist_ok=True)
-    print(f"{'input':<24} {'n':>9} {'header B':>11} {'RSS MiB':>8} {'RSS/hdr':>8} {'wall s':>7} {'user s':>7} {'sys s':>6}")
+    print(f"{'input':<24} {'n':>9} {'header B':>11} {'RSS MiB':>8} {'bound':>8} {'within':>6} {'wall s':>7} {'user s':>7} {'sys s':>6}")
     try:
         for n in args.sizes:
             src = os.path.join(work, f"many-{n}.safetensors")
             hdr = gen_safetensors(src, n)
             out = os.path.join(work, "out.safetensors")
             rss, wall, user, sys_ = measure(command(args, src, out))
-            print(f"{'safetensors (shuffled)':<24} {n:>9} {hdr:>11} {rss:>8.1f} {rss * 2**20 / hdr:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
+            row("safetensors (shuffled)", n, hdr, rss, wall, user, sys_)
             os.remove(src)
             if os.path.exists(out):
                 os.remove(out)
@@ -189,7 +233,7 @@ def main():
                 subprocess.run([args.binary, src, "-o", out, "--no-sync", "-q"], check=True)
             rss, wall, user, sys_ = measure(command(args, src, out))
             hdr = struct.unpack("<Q", open(out, "rb").read(8))[0]
-            print(f"{'npz (stored, tiny)':<24} {n:>9} {hdr:>11} {rss:>8.1f} {rss * 2**20 / hdr:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
+            row("npz (stored, tiny)", n, hdr, rss, wall, user, sys_)
             os.remove(src)
             if os.path.exists(out):
                 os.remove(out)
@@ -199,10 +243,29 @@ def main():
             out = os.path.join(work, "out.safetensors")
             rss, wall, user, sys_ = measure(command(args, src, out))
             kind = "pt (one storage)" if args.pt_shared else "pt (a storage each)"
-            print(f"{kind:<24} {n:>9} {pkl:>11} {rss:>8.1f} {rss * 2**20 / pkl:>8.2f} {wall:>7.2f} {user:>7.2f} {sys_:>6.2f}", flush=True)
+            row(kind, n, pkl, rss, wall, user, sys_)
             os.remove(src)
             if os.path.exists(out):
                 os.remove(out)
+        for mb in args.meta_mb:
+            src = os.path.join(work, f"meta-{mb}.safetensors")
+            hdr = gen_metadata(src, mb)
+            out = os.path.join(work, "out.safetensors")
+            rss, wall, user, sys_ = measure(command(args, src, out))
+            row("one metadata string", 1, hdr, rss, wall, user, sys_)
+            os.remove(src)
+            if os.path.exists(out):
+                os.remove(out)
+        for n in args.manifest:
+            manifest, dump = os.path.join(work, f"m-{n}.json"), os.path.join(work, f"dump-{n}.bin")
+            hdr = gen_manifest(manifest, dump, n)
+            out = os.path.join(work, "out.safetensors")
+            rss, wall, user, sys_ = measure(command(args, dump, out, ("--raw-manifest", manifest)))
+            # A manifest is held twice: the README's bound for it is 4.5 times + 64 MiB.
+            row("raw manifest", n, hdr, rss, wall, user, sys_, factor=4.5)
+            for p in (manifest, dump, out):
+                if os.path.exists(p):
+                    os.remove(p)
     finally:
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)

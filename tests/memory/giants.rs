@@ -72,10 +72,7 @@ fn pytorch(n: usize) {
     let _g = crate::alloc::serial();
     let pickle = state_dict_pickle(n);
     let keys: Vec<String> = (0..n).map(|i| i.to_string()).collect();
-    let storages: Vec<(&str, Vec<u8>)> = keys
-        .iter()
-        .map(|k| (k.as_str(), vec![0u8; 4]))
-        .collect();
+    let storages: Vec<(&str, Vec<u8>)> = keys.iter().map(|k| (k.as_str(), vec![0u8; 4])).collect();
     let zip = torch_zip(&pickle, &storages);
     drop(storages);
     let tmp = tempfile::tempdir().unwrap();
@@ -153,7 +150,6 @@ fn a_checkpoint_of_60_000_tensors_opens_within_the_bound() {
     pytorch(60_000);
 }
 
-
 #[test]
 fn a_raw_manifest_of_100_000_tensors_opens_within_the_bound() {
     raw_manifest(100_000);
@@ -169,4 +165,3 @@ fn a_raw_manifest_of_a_million_tensors_opens_within_the_bound() {
 fn an_npz_of_60_000_arrays_opens_within_the_bound() {
     npz(60_000);
 }
-

@@ -14,8 +14,8 @@ mod alloc;
 
 mod bound;
 mod formats;
-mod giants;
 mod gguf;
+mod giants;
 mod header;
 mod hostile;
 mod limits;
