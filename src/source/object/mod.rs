@@ -262,21 +262,40 @@ impl Pinned {
             range: Some(GetRange::Bounded(0..FIRST_RANGE)),
             ..Default::default()
         };
-        if let Ok(got) = loc.store.get_opts(&loc.path, options).await {
-            let (size, etag) = (got.meta.size, got.meta.e_tag.clone());
-            let pinned = Pinned::new(loc, etag, size);
-            let first = got.bytes().await.map_err(|e| pinned.error(e))?;
-            if first.len() as u64 == size.min(FIRST_RANGE) {
-                return Ok((pinned, first.to_vec()));
+        let ignored = match loc.store.get_opts(&loc.path, options).await {
+            Ok(got) => {
+                let (size, etag) = (got.meta.size, got.meta.e_tag.clone());
+                let pinned = Pinned::new(loc, etag, size);
+                let first = got.bytes().await.map_err(|e| pinned.error(e))?;
+                if first.len() as u64 == size.min(FIRST_RANGE) {
+                    return Ok((pinned, first.to_vec()));
+                }
+                return Pinned::head_then_first(pinned.loc).await;
             }
-            let loc = pinned.loc;
-            let pinned = Pinned::head(loc).await?;
-            let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
-            return Ok((pinned, first));
+            Err(e) => ignores_range(&e),
+        };
+        if !ignored {
+            return Pinned::head_then_first(loc).await;
         }
+        // The whole object at once (what any range of it would cost).
+        let pinned = Pinned::head(loc).await?;
+        let whole = pinned.whole_object().await?;
+        let first = whole[..whole.len().min(FIRST_RANGE as usize)].to_vec();
+        Ok((pinned, first))
+    }
+
+    /// Pins the object at `loc` by a HEAD, then reads its first range.
+    async fn head_then_first(loc: Object) -> Result<(Pinned, Vec<u8>)> {
         let pinned = Pinned::head(loc).await?;
         let first = pinned.range(0, pinned.size.min(FIRST_RANGE)).await?;
         Ok((pinned, first))
+    }
+
+    /// The shard at `loc`, pinned, and its header under `rules`.
+    async fn shard(loc: Object, rules: Rules) -> Result<(Pinned, Header)> {
+        let (shard, first) = Pinned::first(loc).await?;
+        let header = shard.header(first, rules).await?;
+        Ok((shard, header))
     }
 
     /// Pins the object at `loc`: its length and ETag, by a HEAD.
@@ -308,15 +327,11 @@ impl Pinned {
         let names = index.shard_names().map_err(|e| e.with_input(url))?;
         // Every shard's header, HEADERS_IN_FLIGHT GETs at a time, kept in
         // the index's order; the first error (in that order) is told.
-        // Collected first: a lazy map's closure in the stream's type makes
-        // the conversion's future not `Send` for every lifetime.
+        // Built first, each from an owned object: a future that borrows
+        // from a closure's argument is not Send for every lifetime.
         let each: Vec<_> = names
             .into_iter()
-            .map(|name| async move {
-                let (shard, first) = Pinned::first(self.loc.sibling(name)).await?;
-                let header = shard.header(first, rules).await?;
-                Ok::<_, Error>((shard, header))
-            })
+            .map(|name| Pinned::shard(self.loc.sibling(name), rules))
             .collect();
         let read: Vec<(Pinned, Header)> = futures::stream::iter(each)
             .buffered(HEADERS_IN_FLIGHT)
@@ -536,6 +551,8 @@ impl Source for ObjectSource {
                 let bytes = windows.read(id, object, start, end).await?;
                 return Ok(TensorData::new(std::io::Cursor::new(bytes)));
             }
+            // Its own GET; the next small tensor still reads on forward.
+            windows.went_to(id, start, end);
             Ok(TensorData::new(object.reader(start, end).await?))
         }
         .boxed()

@@ -16,8 +16,9 @@ use super::Pinned;
 use crate::header::Rules;
 use crate::store::{Object, ObjectUrl};
 
-/// [`InMemory`], each GET answered after a few turns of the runtime (so
-/// that GETs sent together overlap), counted.
+/// [`InMemory`], each GET answered once another is in flight or after a
+/// few thousand turns of the runtime (so that GETs sent together overlap),
+/// counted.
 #[derive(Debug, Default)]
 pub(super) struct Counting {
     pub(super) inner: InMemory,
@@ -66,7 +67,11 @@ impl ObjectStore for Counting {
         counter.fetch_add(1, Ordering::SeqCst);
         let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
-        for _ in 0..8 {
+        // Waits a while for another GET to be sent beside this one.
+        for _ in 0..2000 {
+            if self.now.load(Ordering::SeqCst) > 1 {
+                break;
+            }
             tokio::task::yield_now().await;
         }
         let got = self.inner.get_opts(location, options).await;
@@ -186,4 +191,35 @@ async fn shard_headers_are_read_several_at_once_by_one_get_each_in_the_index_ord
         assert_eq!(p.size, safetensors(name, 4 + k as usize).len() as u64);
         assert!(p.etag.is_some());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_reads_going_forward_are_coalesced_with_several_windows_in_flight() {
+    use super::windows::{Windows, AHEAD, WINDOW, WINDOWS};
+    let store = Arc::new(Counting::default());
+    let len = 10 * WINDOW as usize + 12345;
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let path = ObjectPath::from("big.bin");
+    store.inner.put(&path, data.clone().into()).await.unwrap();
+    let object = Arc::new(Pinned::head(object(&store, "big.bin")).await.unwrap());
+    let windows = Arc::new(Windows::default());
+    let gets = store.gets.load(Ordering::SeqCst);
+    let piece = 100 << 10;
+    for start in (0..len).step_by(piece) {
+        let end = (start + piece).min(len);
+        let got = windows.read(0, &object, start as u64, end as u64).await;
+        assert!(got.unwrap() == data[start..end], "bytes {start}..{end}");
+        let (held, coming) = windows.counts();
+        assert!(
+            held <= WINDOWS && coming <= AHEAD,
+            "{held} held, {coming} coming"
+        );
+    }
+    let gets = store.gets.load(Ordering::SeqCst) - gets;
+    // A window a GET (and a short one where a read straddles two), not a
+    // GET a read (107 reads).
+    assert!(gets <= 2 * 11 + 1, "{gets} GETs");
+    let most = store.most.load(Ordering::SeqCst);
+    assert!(most > 1, "one GET at a time");
+    assert!(most <= AHEAD + 1, "{most} GETs at once");
 }
