@@ -362,40 +362,47 @@ impl Harness {
     }
 }
 
+/// `(name, Some(text))` of `fixtures/quantized/NAME/config.json`.
+macro_rules! fixture_config {
+    ($name:literal) => {
+        (
+            $name,
+            Some(include_str!(concat!(
+                "../../fixtures/quantized/",
+                $name,
+                "/config.json"
+            ))),
+        )
+    };
+}
+
 /// The `config.json` files `quantized_record` writes beside its model, the
 /// first byte of an input choosing one: every scheme's fixture config
 /// (the keys that pick a scheme, a bit width, a group or a block size), and
 /// no config at all (the tensors alone say the scheme).
 pub const QUANT_CONFIGS: [(&str, Option<&str>); 16] = [
     ("none", None),
-    ("awq", Some(include_str!("../../fixtures/quantized/awq/config.json"))),
-    ("bnb-4bit", Some(include_str!("../../fixtures/quantized/bnb-4bit/config.json"))),
-    ("bnb-int8", Some(include_str!("../../fixtures/quantized/bnb-int8/config.json"))),
-    ("fbgemm-fp8", Some(include_str!("../../fixtures/quantized/fbgemm-fp8/config.json"))),
-    (
-        "fp8-compressed-tensors",
-        Some(include_str!("../../fixtures/quantized/fp8-compressed-tensors/config.json")),
-    ),
-    ("fp8-sharded", Some(include_str!("../../fixtures/quantized/fp8-sharded/config.json"))),
-    ("gptq", Some(include_str!("../../fixtures/quantized/gptq/config.json"))),
-    ("gptq-8bit-v2", Some(include_str!("../../fixtures/quantized/gptq-8bit-v2/config.json"))),
-    ("int-quantized", Some(include_str!("../../fixtures/quantized/int-quantized/config.json"))),
-    (
-        "mxfp4-compressed-tensors",
-        Some(include_str!("../../fixtures/quantized/mxfp4-compressed-tensors/config.json")),
-    ),
-    ("mxfp4", Some(include_str!("../../fixtures/quantized/mxfp4/config.json"))),
-    (
-        "nvfp4-compressed-tensors",
-        Some(include_str!("../../fixtures/quantized/nvfp4-compressed-tensors/config.json")),
-    ),
-    ("nvfp4-modelopt", Some(include_str!("../../fixtures/quantized/nvfp4-modelopt/config.json"))),
-    ("pack-quantized", Some(include_str!("../../fixtures/quantized/pack-quantized/config.json"))),
+    fixture_config!("awq"),
+    fixture_config!("bnb-4bit"),
+    fixture_config!("bnb-int8"),
+    fixture_config!("fbgemm-fp8"),
+    fixture_config!("fp8-compressed-tensors"),
+    fixture_config!("fp8-sharded"),
+    fixture_config!("gptq"),
+    fixture_config!("gptq-8bit-v2"),
+    fixture_config!("int-quantized"),
+    fixture_config!("mxfp4-compressed-tensors"),
+    fixture_config!("mxfp4"),
+    fixture_config!("nvfp4-compressed-tensors"),
+    fixture_config!("nvfp4-modelopt"),
+    fixture_config!("pack-quantized"),
     // A hostile config: a block and a group of one, GPTQ at 3 bits.
     (
         "hostile",
-        Some(r#"{"quantization_config": {"quant_method": "gptq", "bits": 3, "group_size": 1,
-            "weight_block_size": [1, 1], "config_groups": {"g": {"weights": {"num_bits": 2}}}}}"#),
+        Some(
+            r#"{"quantization_config": {"quant_method": "gptq", "bits": 3, "group_size": 1,
+            "weight_block_size": [1, 1], "config_groups": {"g": {"weights": {"num_bits": 2}}}}}"#,
+        ),
     ),
 ];
 
