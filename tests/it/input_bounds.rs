@@ -387,7 +387,10 @@ fn an_index_of_tiny_entries_is_refused_by_the_header_budget_and_a_valid_giant_ma
     let written = std::fs::read(&out).unwrap();
     let n = u64::from_le_bytes(written[..8].try_into().unwrap()) as usize;
     let header: Value = serde_json::from_slice(&written[8..8 + n]).unwrap();
-    assert_eq!(header["w"]["shape"].as_array().map(Vec::len), Some(4_000_000));
+    assert_eq!(
+        header["w"]["shape"].as_array().map(Vec::len),
+        Some(4_000_000)
+    );
     assert_eq!(written.last(), Some(&7));
 }
 
