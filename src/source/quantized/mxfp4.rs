@@ -66,12 +66,6 @@ impl Bands {
         (BAND_BYTES / per_column).clamp(1, geo.groups.max(1))
     }
 
-    /// Output rows one band makes: the parts of a weight read side by side
-    /// start at multiples of it, so that no two parts load the same band.
-    pub(crate) fn band_rows(geo: Geometry) -> u64 {
-        Self::width(geo) * BLOCK as u64
-    }
-
     #[cfg(test)]
     pub(crate) fn narrow(geo: Geometry, width: u64) -> Self {
         Bands {

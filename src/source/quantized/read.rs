@@ -317,7 +317,12 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
     }
     let align = match &*w.kind {
         Kind::Fp8 { tiling, .. } => tiling.rows.clamp(1, 1 << 16),
-        Kind::Mxfp4 { geometry, .. } => super::mxfp4::Bands::band_rows(*geometry),
+        // An MXFP4 reader holds a band of an expert's blocks beside its
+        // piece: two part readers at once peaked at 38 MiB against 23 MiB
+        // for one (benches/bench.py --quantized, 1 GiB of gpt-oss experts),
+        // over the 32 MiB bound. One reader a tensor keeps it; a real
+        // checkpoint's layers (two such tensors each) busy the other core.
+        Kind::Mxfp4 { .. } => return None,
         _ => 128,
     };
     let per_part = (target / row_bytes).max(1).next_multiple_of(align);
@@ -334,14 +339,9 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
         let w = w.clone();
-        // Parts are read READERS at once: each takes half pieces (MXFP4,
-        // which holds a band beside its piece, quarter ones; the band is
-        // read once either way), so that two part readers hold about what
-        // one whole-tensor reader held.
-        let share = match &*w.kind {
-            Kind::Mxfp4 { .. } => 4,
-            _ => 2,
-        };
+        // Parts are read READERS at once: each takes half pieces, so that
+        // two part readers hold about what one whole-tensor reader held.
+        let share = 2;
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
