@@ -330,6 +330,11 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
     (parts.len() > 1).then_some(parts)
 }
 
+/// The copy engine reads two parts at once (its `READERS`, a layer above):
+/// each part reader takes pieces this many times smaller, so that the two
+/// hold about what one whole-tensor reader held.
+const PART_SHARE: u64 = 2;
+
 /// Weight `w` read as `to` in parts of `per_part` rows (the last shorter).
 fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     let [rows, cols] = w.shape;
@@ -339,14 +344,11 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
         let w = w.clone();
-        // Parts are read READERS at once: each takes half pieces, so that
-        // two part readers hold about what one whole-tensor reader held.
-        let share = 2;
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
-                reader.step = (reader.step / share).max(1);
+                reader.step = (reader.step / PART_SHARE).max(1);
                 let r: crate::source::BlockingRead = Box::new(reader);
                 Ok((r, crate::transform::Transform::Identity))
             }),
