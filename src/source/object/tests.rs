@@ -67,11 +67,11 @@ impl ObjectStore for Counting {
         counter.fetch_add(1, Ordering::SeqCst);
         let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
-        // Waits a while for another GET to be sent beside this one.
-        for _ in 0..2000 {
-            if self.now.load(Ordering::SeqCst) > 1 {
-                break;
-            }
+        // Waits a while (up to a quarter second, not a count of yields: on a busy
+        // machine those pass before the next request is sent) for another
+        // GET to be sent beside this one.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(250);
+        while self.now.load(Ordering::SeqCst) <= 1 && std::time::Instant::now() < until {
             tokio::task::yield_now().await;
         }
         let got = self.inner.get_opts(location, options).await;
