@@ -84,7 +84,7 @@ impl EncodedHeader {
     pub(crate) fn pieces(&self) -> Pieces<'_> {
         Pieces {
             header: &self.header,
-            next: None,
+            stage: Stage::Start,
             emitted: 0,
         }
     }
@@ -95,15 +95,101 @@ impl EncodedHeader {
     }
 }
 
-/// The header's bytes in order, a piece at a time: the prefix and the
-/// metadata, then entries, then the closing brace and padding.
+/// The header's bytes in order, a piece at a time: the prefix, the
+/// metadata (a long string in pieces too: a 90 MB `__metadata__` value is
+/// never held a second time, escaped, beside the plan's), then entries,
+/// then the closing brace and padding.
 pub(crate) struct Pieces<'a> {
     header: &'a Header,
-    /// The next tensor to write; `None` before the prefix, past the last
-    /// tensor's index when the header is complete.
-    next: Option<usize>,
+    stage: Stage<'a>,
     /// Bytes handed out so far.
     emitted: u64,
+}
+
+/// Where [`Pieces`] is.
+enum Stage<'a> {
+    /// Nothing written.
+    Start,
+    /// Inside `__metadata__`'s object.
+    Metadata(MetadataCursor<'a>),
+    /// The next tensor to write.
+    Tensors(usize),
+    /// The header is complete.
+    Done,
+}
+
+/// How far the metadata's entries are written: the entries not yet begun,
+/// the one being written, which of its strings, and how much of it.
+struct MetadataCursor<'a> {
+    rest: std::collections::btree_map::Iter<'a, String, String>,
+    entry: Option<(&'a str, &'a str)>,
+    begun: usize,
+    in_value: bool,
+    /// Bytes of the current string out; `None` before its opening quote.
+    at: Option<usize>,
+}
+
+impl<'a> MetadataCursor<'a> {
+    fn new(md: &'a Metadata) -> Self {
+        MetadataCursor {
+            rest: md.iter(),
+            entry: None,
+            begun: 0,
+            in_value: false,
+            at: None,
+        }
+    }
+
+    /// Writes entries (`"k":"v"`, comma-separated) until `buf` holds at
+    /// least `min` bytes or all are out; returns whether all are.
+    fn write(&mut self, buf: &mut Vec<u8>, min: usize) -> bool {
+        loop {
+            if buf.len() >= min {
+                return false;
+            }
+            let (key, value) = match self.entry {
+                Some(entry) => entry,
+                None => {
+                    let Some((k, v)) = self.rest.next() else {
+                        return true;
+                    };
+                    if self.begun > 0 {
+                        buf.push(b',');
+                    }
+                    self.begun += 1;
+                    self.in_value = false;
+                    self.at = None;
+                    *self.entry.insert((k.as_str(), v.as_str()))
+                }
+            };
+            let s = if self.in_value { value } else { key };
+            let at = self.at.unwrap_or_else(|| {
+                buf.push(b'"');
+                0
+            });
+            // At least one character, ending on a character's boundary:
+            // escaping goes character by character, so the parts' escapes
+            // are the whole string's.
+            let mut end = at.saturating_add(min.saturating_sub(buf.len()).max(1));
+            end = end.min(s.len());
+            while !s.is_char_boundary(end) {
+                end += 1;
+            }
+            push_json_str_contents(buf, &s[at..end]);
+            if end < s.len() {
+                self.at = Some(end);
+                continue;
+            }
+            buf.push(b'"');
+            if self.in_value {
+                self.entry = None;
+            } else {
+                buf.push(b':');
+                self.in_value = true;
+                self.at = None;
+            }
+        }
+    }
 }
 
 impl Pieces<'_> {
@@ -111,36 +197,46 @@ impl Pieces<'_> {
     /// is complete; returns whether more is to come.
     pub(crate) fn next_piece(&mut self, buf: &mut Vec<u8>, min: usize) -> bool {
         let tensors = &self.header.tensors;
-        let done = tensors.len() + 1;
         let before = buf.len();
-        let mut k = match self.next {
-            Some(k) => k,
-            None => {
-                buf.extend_from_slice(&self.header.header_len.to_le_bytes());
-                write_open(buf, self.header.metadata.as_ref());
-                0
-            }
-        };
-        let comma_first = self.header.metadata.is_some();
-        while k < tensors.len() && buf.len() < min {
-            if k > 0 || comma_first {
-                buf.push(b',');
-            }
-            push_entry(buf, &tensors[k]);
-            k += 1;
+        if let Stage::Start = self.stage {
+            buf.extend_from_slice(&self.header.header_len.to_le_bytes());
+            buf.push(b'{');
+            self.stage = match &self.header.metadata {
+                Some(md) => {
+                    buf.extend_from_slice(br#""__metadata__":{"#);
+                    Stage::Metadata(MetadataCursor::new(md))
+                }
+                None => Stage::Tensors(0),
+            };
         }
-        if k == tensors.len() {
-            buf.push(b'}');
-            // Spaces up to N, which encode counted from these same bytes.
-            let so_far = self.emitted + (buf.len() - before) as u64;
-            let pad = (8 + self.header.header_len).saturating_sub(so_far);
-            debug_assert!(pad < 8, "the JSON is as long as counted");
-            buf.resize(buf.len() + pad as usize, b' ');
-            k = done;
+        if let Stage::Metadata(cursor) = &mut self.stage {
+            if cursor.write(buf, min) {
+                buf.push(b'}');
+                self.stage = Stage::Tensors(0);
+            }
+        }
+        if let Stage::Tensors(mut k) = self.stage {
+            let comma_first = self.header.metadata.is_some();
+            while k < tensors.len() && buf.len() < min {
+                if k > 0 || comma_first {
+                    buf.push(b',');
+                }
+                push_entry(buf, &tensors[k]);
+                k += 1;
+            }
+            self.stage = Stage::Tensors(k);
+            if k == tensors.len() {
+                buf.push(b'}');
+                // Spaces up to N, which encode counted from these same bytes.
+                let so_far = self.emitted + (buf.len() - before) as u64;
+                let pad = (8 + self.header.header_len).saturating_sub(so_far);
+                debug_assert!(pad < 8, "the JSON is as long as counted");
+                buf.resize(buf.len() + pad as usize, b' ');
+                self.stage = Stage::Done;
+            }
         }
         self.emitted += (buf.len() - before) as u64;
-        self.next = Some(k);
-        k < done
+        !matches!(self.stage, Stage::Done)
     }
 }
 
@@ -349,6 +445,15 @@ fn push_json_str<W: Write>(out: &mut W, s: &str) {
     serde_json::to_writer(&mut *out, s).expect("serialising a str");
 }
 
+/// [`push_json_str`] without the quotes: a part of a string, escaped.
+fn push_json_str_contents(buf: &mut Vec<u8>, s: &str) {
+    let start = buf.len();
+    push_json_str(buf, s);
+    let end = buf.len() - 1;
+    buf.copy_within(start + 1..end, start);
+    buf.truncate(end - 1);
+}
+
 /// A number's digits, as serde_json writes them (itoa, which serde_json
 /// uses too): `write!` goes through the formatting machinery, a few
 /// percent of encoding a million-entry header, done twice (count, write).
@@ -395,6 +500,21 @@ mod tests {
         assert_eq!(enc.header().file_len(), 275);
     }
 
+    /// The header written in one go, as the counter counts it.
+    fn written_whole(h: &Header) -> Vec<u8> {
+        let mut v = h.header_len.to_le_bytes().to_vec();
+        write_open(&mut v, h.metadata.as_ref());
+        for (k, e) in h.tensors.iter().enumerate() {
+            if k > 0 || h.metadata.is_some() {
+                v.push(b',');
+            }
+            push_entry(&mut v, e);
+        }
+        v.push(b'}');
+        v.resize(8 + h.header_len as usize, b' ');
+        v
+    }
+
     #[test]
     fn pieces_are_the_bytes() {
         let tensors = vec![
@@ -402,10 +522,25 @@ mod tests {
             TensorMeta::new("b\"q", Dtype::I64, [1]),
             TensorMeta::new("s", Dtype::F32, []),
         ];
-        for md in [None, Some(Metadata::from([("k".into(), "v".into())]))] {
+        let long = Metadata::from([
+            ("a\"\u{e9}".into(), "x\"\u{e9}\n\u{1}\\".repeat(50)),
+            ("b".into(), String::new()),
+            (
+                "\u{65e5}\u{672c}".into(),
+                "\u{65e5}\u{672c}\u{8a9e}".repeat(40),
+            ),
+        ]);
+        let metadata = [
+            None,
+            Some(Metadata::from([("k".into(), "v".into())])),
+            Some(Metadata::new()),
+            Some(long),
+        ];
+        for md in metadata {
             let enc = encode(tensors.clone(), md, Order::Canonical).unwrap();
-            // One entry per piece, then all at once.
-            for min in [1, usize::MAX] {
+            let whole = written_whole(enc.header());
+            // Parts of strings and single entries per piece, then all at once.
+            for min in [1, 3, 7, 64, usize::MAX] {
                 let (mut all, mut piece) = (Vec::new(), Vec::new());
                 let mut pieces = enc.pieces();
                 loop {
@@ -419,6 +554,7 @@ mod tests {
                 piece.clear();
                 assert!(!pieces.next_piece(&mut piece, min), "nothing after the end");
                 assert!(piece.is_empty());
+                assert_eq!(all, whole, "pieces of at least {min} bytes");
                 assert_eq!(all, enc.bytes());
                 assert_eq!(all.len() as u64, enc.len());
             }

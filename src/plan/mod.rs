@@ -174,13 +174,18 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
         });
     }
     let groups = split_shards(entries, refs, options.max_shard_size)?;
-    let shards = groups
-        .into_iter()
-        .map(|(entries, refs)| {
-            let header = encode_entries(entries, metadata.clone())?;
-            Ok(ShardPlan { header, refs })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let last = groups.len().saturating_sub(1);
+    let mut shards = Vec::with_capacity(groups.len());
+    for (k, (entries, refs)) in groups.into_iter().enumerate() {
+        // The last shard takes the metadata, the others a copy: a 90 MB
+        // `__metadata__` string is held once by the plan, not twice.
+        let metadata = match k == last {
+            true => metadata.take(),
+            false => metadata.clone(),
+        };
+        let header = encode_entries(entries, metadata)?;
+        shards.push(ShardPlan { header, refs });
+    }
     let plan = Plan { shards };
     id::check_expected(listings, &plan, options.expect_plan.as_deref())?;
     Ok(plan)
