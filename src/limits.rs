@@ -18,6 +18,7 @@
 //! | `expansion-ratio` | 16 | output bytes per stored byte of a PyTorch view, and of a checkpoint | safe: output grows, not memory |
 //! | `expanded-view-bytes` | 4 MiB | a view's bytes written whatever its ratio | safe: output grows, not memory |
 //! | `expanded-file-bytes` | 64 MiB | a checkpoint's tensors' bytes written whatever their ratio | safe: output grows, not memory |
+//! | `dcp-metadata-bytes` | 512 MiB | a distributed checkpoint's `.metadata`, read whole | safe: memory grows with it |
 //!
 //! Raising a memory limit raises what a hostile input can make the process
 //! hold by about as much; raising an expansion limit lets a few stored
@@ -66,6 +67,9 @@ pub enum Limit {
     ExpandedViewBytes,
     /// Bytes a checkpoint's tensors may add up to whatever their ratio.
     ExpandedFileBytes,
+    /// A distributed checkpoint's `.metadata`, in bytes: read whole, then
+    /// unpickled (about a million chunks at the default).
+    DcpMetadataBytes,
 }
 
 /// How a limit's value is written and read.
@@ -77,13 +81,14 @@ enum Unit {
 
 impl Limit {
     /// Every limit, in `--help`'s order.
-    pub const ALL: [Limit; 6] = [
+    pub const ALL: [Limit; 7] = [
         Limit::HeaderBytes,
         Limit::PickleBytes,
         Limit::PickleBudget,
         Limit::ExpansionRatio,
         Limit::ExpandedViewBytes,
         Limit::ExpandedFileBytes,
+        Limit::DcpMetadataBytes,
     ];
 
     /// Its name, as `--limit` and Python's `limits=` take it.
@@ -95,6 +100,7 @@ impl Limit {
             Limit::ExpansionRatio => "expansion-ratio",
             Limit::ExpandedViewBytes => "expanded-view-bytes",
             Limit::ExpandedFileBytes => "expanded-file-bytes",
+            Limit::DcpMetadataBytes => "dcp-metadata-bytes",
         }
     }
 
@@ -107,6 +113,7 @@ impl Limit {
             Limit::ExpansionRatio => "expansion_ratio",
             Limit::ExpandedViewBytes => "expanded_view_bytes",
             Limit::ExpandedFileBytes => "expanded_file_bytes",
+            Limit::DcpMetadataBytes => "dcp_metadata_bytes",
         }
     }
 
@@ -121,6 +128,7 @@ impl Limit {
             Limit::ExpandedFileBytes => {
                 "bytes a checkpoint's tensors may write whatever their ratio"
             }
+            Limit::DcpMetadataBytes => "a distributed checkpoint's .metadata, read whole",
         }
     }
 
@@ -133,6 +141,7 @@ impl Limit {
             Limit::ExpansionRatio => 16,
             Limit::ExpandedViewBytes => 4 << 20,
             Limit::ExpandedFileBytes => 64 << 20,
+            Limit::DcpMetadataBytes => 512 << 20,
         }
     }
 

@@ -113,3 +113,62 @@ fn the_library_takes_limits_in_its_source_options() {
     assert_eq!(e.kind().name(), "header_bytes");
     assert!(e.to_string().contains("one.safetensors"), "{e}");
 }
+
+/// Copies fixture checkpoint `fsdp2` (its `.metadata` 8,598 bytes) into `dir`.
+fn dcp_checkpoint(dir: &std::path::Path) -> std::path::PathBuf {
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/dcp/fsdp2");
+    let to = dir.join("ckpt");
+    std::fs::create_dir(&to).unwrap();
+    for name in [".metadata", "__0_0.distcp", "__1_0.distcp"] {
+        std::fs::copy(from.join(name), to.join(name)).unwrap();
+    }
+    to
+}
+
+#[test]
+fn a_distributed_checkpoint_metadata_limit_is_the_callers() {
+    let _g = crate::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = dcp_checkpoint(tmp.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let notice = |_: &safetensors_stream::Note| {};
+    let open = |limits: Limits| {
+        let options = SourceOptions::default().limits(limits);
+        rt.block_on(open_input(&ckpt, &options, &notice))
+    };
+    assert!(open(Limits::default()).is_ok());
+    let lowered = Limits::default()
+        .with(Limit::DcpMetadataBytes, 4096)
+        .unwrap();
+    let e = open(lowered).err().expect("refused");
+    let ErrorKind::Limit(refusal) = e.kind() else {
+        panic!("not a limit: {e}");
+    };
+    assert_eq!((refusal.limit, refusal.value), ("dcp-metadata-bytes", 4096));
+    assert_eq!(
+        refusal.raise.as_deref(),
+        Some("--limit dcp-metadata-bytes=8KiB")
+    );
+    assert!(e.to_string().contains(".metadata is 8598 bytes"), "{e}");
+    // Through the binary: refused below its size, converted at it.
+    let msg = refused(
+        tmp.path(),
+        "ckpt",
+        &["--limit", "dcp-metadata-bytes=8KiB"],
+        "dcp_metadata_bytes",
+    );
+    assert!(msg.contains("--limit dcp-metadata-bytes=16KiB"), "{msg}");
+    let r = convert(
+        tmp.path(),
+        &[
+            "ckpt",
+            "--limit",
+            "dcp-metadata-bytes=8598",
+            "-o",
+            "out.safetensors",
+        ],
+    );
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}

@@ -84,9 +84,6 @@ pub(crate) const ALLOW: Allow = Allow {
     classes: CLASSES,
 };
 
-/// The most bytes of `.metadata` we read: about a million chunks.
-pub(crate) const MAX_METADATA: u64 = 512 << 20;
-
 /// One tensor as the metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {

@@ -40,12 +40,13 @@ use futures::FutureExt;
 use self::assemble::{Assembly, Piece, Plan};
 use self::item::{Form, Item};
 use self::layout::{check_tiling, cut_axis, Chunk};
-use self::metadata::{Entry, Stored, MAX_METADATA};
+use self::metadata::{Entry, Stored};
 use super::blocking::BlockingReader;
 use super::{OpenBlocking, Source, SourceOptions, Stamp, StoredPiece, TensorData};
 use crate::error::dcp::DcpError;
 use crate::error::note::{Note, Notice, Warning};
 use crate::header::{Metadata, TensorMeta};
+use crate::limits::{Limit, Limits};
 use crate::source::pytorch::model;
 use crate::transform::Transform;
 use crate::{Error, Result};
@@ -86,13 +87,12 @@ fn bad(e: DcpError) -> Error {
     Error::new(e)
 }
 
-/// Reads `.metadata` whole (its size bounded first).
-fn read_metadata(file: &mut File, len: u64) -> Result<Vec<u8>> {
-    if len > MAX_METADATA {
-        return Err(bad(DcpError::MetadataTooLarge {
-            size: len,
-            limit: MAX_METADATA,
-        }));
+/// Reads `.metadata` whole (its size bounded first, by the caller's
+/// `dcp-metadata-bytes`).
+fn read_metadata(file: &mut File, len: u64, limits: &Limits) -> Result<Vec<u8>> {
+    if len > limits.get(Limit::DcpMetadataBytes) {
+        let what = format!(".metadata is {len} bytes");
+        return Err(limits.refuse(Limit::DcpMetadataBytes, what));
     }
     let mut data = Vec::with_capacity(len as usize);
     file.take(len).read_to_end(&mut data).map_err(Error::io)?;
@@ -196,12 +196,12 @@ fn check_items_apart(layouts: &[Layout], tensors: &[TensorMeta], names: &[String
 
 impl DcpSource {
     /// Opens the checkpoint in folder `dir`.
-    pub(crate) fn open(dir: &Path, _options: &SourceOptions) -> Result<DcpSource> {
+    pub(crate) fn open(dir: &Path, options: &SourceOptions) -> Result<DcpSource> {
         let input = dir.display().to_string();
-        Self::open_in(dir, &input).map_err(|e| e.with_input(&input))
+        Self::open_in(dir, &input, &options.limits).map_err(|e| e.with_input(&input))
     }
 
-    fn open_in(dir: &Path, input: &str) -> Result<DcpSource> {
+    fn open_in(dir: &Path, input: &str, limits: &Limits) -> Result<DcpSource> {
         let mut files = Files {
             dir,
             by_name: HashMap::new(),
@@ -215,7 +215,7 @@ impl DcpSource {
         if dir.join(METADATA_FILE).exists() {
             let mut meta = crate::index::open_regular(&dir.join(METADATA_FILE))?;
             let meta_len = meta.metadata().map_err(Error::io)?.len();
-            let parsed = metadata::parse(&read_metadata(&mut meta, meta_len)?)?;
+            let parsed = metadata::parse(&read_metadata(&mut meta, meta_len, limits)?)?;
             stamps.push(Stamp::of(&meta, meta_len));
             handles.push(Arc::new(meta));
             for e in &parsed.tensors {
