@@ -19,6 +19,7 @@
 //! | `expanded-view-bytes` | 4 MiB | a view's bytes written whatever its ratio | safe: output grows, not memory |
 //! | `expanded-file-bytes` | 64 MiB | a checkpoint's tensors' bytes written whatever their ratio | safe: output grows, not memory |
 //! | `dcp-metadata-bytes` | 512 MiB | a distributed checkpoint's `.metadata`, read whole | safe: memory grows with it |
+//! | `decoder-window` | 128 MiB | the window (zstd) or dictionary (xz) a compressed input's decoder holds | safe: memory grows with it |
 //!
 //! Raising a memory limit raises what a hostile input can make the process
 //! hold by about as much; raising an expansion limit lets a few stored
@@ -70,6 +71,10 @@ pub enum Limit {
     /// A distributed checkpoint's `.metadata`, in bytes: read whole, then
     /// unpickled (about a million chunks at the default).
     DcpMetadataBytes,
+    /// The window (zstd) or dictionary (xz) a compressed input's decoder
+    /// may fill, in bytes; zstd's is a power of two (the value is rounded
+    /// down to one).
+    DecoderWindow,
 }
 
 /// How a limit's value is written and read.
@@ -81,7 +86,7 @@ enum Unit {
 
 impl Limit {
     /// Every limit, in `--help`'s order.
-    pub const ALL: [Limit; 7] = [
+    pub const ALL: [Limit; 8] = [
         Limit::HeaderBytes,
         Limit::PickleBytes,
         Limit::PickleBudget,
@@ -89,6 +94,7 @@ impl Limit {
         Limit::ExpandedViewBytes,
         Limit::ExpandedFileBytes,
         Limit::DcpMetadataBytes,
+        Limit::DecoderWindow,
     ];
 
     /// Its name, as `--limit` and Python's `limits=` take it.
@@ -101,6 +107,7 @@ impl Limit {
             Limit::ExpandedViewBytes => "expanded-view-bytes",
             Limit::ExpandedFileBytes => "expanded-file-bytes",
             Limit::DcpMetadataBytes => "dcp-metadata-bytes",
+            Limit::DecoderWindow => "decoder-window",
         }
     }
 
@@ -114,6 +121,7 @@ impl Limit {
             Limit::ExpandedViewBytes => "expanded_view_bytes",
             Limit::ExpandedFileBytes => "expanded_file_bytes",
             Limit::DcpMetadataBytes => "dcp_metadata_bytes",
+            Limit::DecoderWindow => "decoder_window",
         }
     }
 
@@ -129,6 +137,7 @@ impl Limit {
                 "bytes a checkpoint's tensors may write whatever their ratio"
             }
             Limit::DcpMetadataBytes => "a distributed checkpoint's .metadata, read whole",
+            Limit::DecoderWindow => "the window a zstd or xz decoder may hold",
         }
     }
 
@@ -142,6 +151,7 @@ impl Limit {
             Limit::ExpandedViewBytes => 4 << 20,
             Limit::ExpandedFileBytes => 64 << 20,
             Limit::DcpMetadataBytes => 512 << 20,
+            Limit::DecoderWindow => 128 << 20,
         }
     }
 

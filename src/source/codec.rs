@@ -7,6 +7,7 @@
 use tokio::io::{AsyncRead, BufReader};
 
 use super::TensorReader;
+use crate::limits::{Limit, Limits};
 use crate::{Error, ErrorKind, Result};
 
 /// The compressions we unwrap.
@@ -62,13 +63,19 @@ impl Codec {
     }
 }
 
-/// The largest window (zstd) or dictionary (xz) a decoder may hold: the
-/// most `zstd --long` and `zstd --ultra -22` use, twice `xz -9`'s. A stream
-/// declares its window in its header and the decoder fills that much memory
-/// as it goes, so without a limit a 78 kB `.xz` declaring 256 MiB held
-/// 276 MB resident. gzip's window is 32 KiB and bzip2's blocks 900 kB at
-/// most: they need no limit.
-pub(crate) const DECODER_WINDOW_MAX: u64 = 128 << 20;
+// The largest window (zstd) or dictionary (xz) a decoder may hold is the
+// caller's `decoder-window` limit, by default 128 MiB: the most `zstd
+// --long` and `zstd --ultra -22` use, twice `xz -9`'s. A stream declares
+// its window in its header and the decoder fills that much memory as it
+// goes, so without a limit a 78 kB `.xz` declaring 256 MiB held 276 MB
+// resident. gzip's window is 32 KiB and bzip2's blocks 900 kB at most:
+// they need no limit.
+
+/// zstd's window limit as the log2 it takes: `window` rounded down to a
+/// power of two, within what zstd accepts (1 KiB to 2 GiB).
+fn zstd_window_log(window: u64) -> u32 {
+    (63 - window.max(1).leading_zeros()).clamp(10, 31)
+}
 
 /// What liblzma may take beyond the dictionary: its state and buffers.
 const XZ_STATE: u64 = 1 << 20;
@@ -81,7 +88,12 @@ const XZ_STATE: u64 = 1 << 20;
     not(any(feature = "gzip", feature = "zstd", feature = "xz", feature = "bzip2")),
     allow(unreachable_code, unused_variables)
 )]
-pub(crate) fn decoder(codec: Codec, raw: TensorReader<'static>) -> Result<TensorReader<'static>> {
+pub(crate) fn decoder(
+    codec: Codec,
+    raw: TensorReader<'static>,
+    limits: &Limits,
+) -> Result<TensorReader<'static>> {
+    let window = limits.get(Limit::DecoderWindow);
     let buf = BufReader::with_capacity(256 * 1024, raw);
     let decoded: TensorReader<'static> = match codec {
         #[cfg(feature = "gzip")]
@@ -93,15 +105,14 @@ pub(crate) fn decoder(codec: Codec, raw: TensorReader<'static>) -> Result<Tensor
         #[cfg(feature = "zstd")]
         Codec::Zstd => {
             use async_compression::codecs::zstd::params::DParameter;
-            let log = DECODER_WINDOW_MAX.trailing_zeros();
-            let limit = [DParameter::window_log_max(log)];
+            let limit = [DParameter::window_log_max(zstd_window_log(window))];
             let mut d = async_compression::tokio::bufread::ZstdDecoder::with_params(buf, &limit);
             d.multiple_members(true);
             Box::pin(d)
         }
         #[cfg(feature = "xz")]
         Codec::Xz => {
-            let limit = DECODER_WINDOW_MAX + XZ_STATE;
+            let limit = window.saturating_add(XZ_STATE);
             let mut d = async_compression::tokio::bufread::XzDecoder::with_mem_limit(buf, limit);
             d.multiple_members(true);
             Box::pin(d)
@@ -121,6 +132,7 @@ pub(crate) fn decoder(codec: Codec, raw: TensorReader<'static>) -> Result<Tensor
     Ok(Box::pin(DecodeErrors {
         inner: decoded,
         codec,
+        limits: *limits,
     }))
 }
 
@@ -128,6 +140,8 @@ pub(crate) fn decoder(codec: Codec, raw: TensorReader<'static>) -> Result<Tensor
 struct DecodeErrors {
     inner: TensorReader<'static>,
     codec: Codec,
+    /// Whose `decoder-window` a refusal names.
+    limits: Limits,
 }
 
 impl AsyncRead for DecodeErrors {
@@ -136,7 +150,7 @@ impl AsyncRead for DecodeErrors {
         cx: &mut std::task::Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
-        let codec = self.codec;
+        let (codec, limits) = (self.codec, self.limits);
         self.inner.as_mut().poll_read(cx, buf).map_err(|e| {
             if e.get_ref().is_some_and(|i| i.is::<Error>())
                 || e.kind() != std::io::ErrorKind::InvalidData
@@ -148,12 +162,15 @@ impl AsyncRead for DecodeErrors {
             {
                 return e;
             }
+            if over_window_limit(&e) {
+                let what = format!(
+                    "the {} stream's window is over the most a decoder may hold \
+                     (xz -9 and zstd --long fit the default)",
+                    codec.name()
+                );
+                return limits.refuse(Limit::DecoderWindow, what).into_io();
+            }
             let message = match e.kind() {
-                _ if over_window_limit(&e) => format!(
-                    "the stream's window is over {} MiB, the most a decoder may hold: refused \
-                     (xz -9 and zstd --long fit)",
-                    DECODER_WINDOW_MAX >> 20
-                ),
                 std::io::ErrorKind::UnexpectedEof => "compressed stream is truncated".to_string(),
                 std::io::ErrorKind::OutOfMemory => {
                     "compressed stream is truncated or corrupt".to_string()
@@ -169,7 +186,7 @@ impl AsyncRead for DecodeErrors {
     }
 }
 
-/// A decoder's refusal of a window over [`DECODER_WINDOW_MAX`]: liblzma's
+/// A decoder's refusal of a window over the `decoder-window` limit: liblzma's
 /// and zstd's own words (a test pins them, so an update that rewords them
 /// fails it).
 fn over_window_limit(e: &std::io::Error) -> bool {
@@ -187,7 +204,9 @@ mod tests {
     #[test]
     fn a_disabled_codec_is_refused_by_name() {
         let raw: TensorReader<'static> = Box::pin(&b"BZh91AY&SY"[..]);
-        let e = decoder(Codec::Bzip2, raw).err().expect("bzip2 is off");
+        let e = decoder(Codec::Bzip2, raw, &Limits::default())
+            .err()
+            .expect("bzip2 is off");
         assert!(
             matches!(e.kind(), ErrorKind::CodecDisabled("bzip2")),
             "{e:?}"
@@ -203,7 +222,7 @@ mod tests {
                 0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0,
             ][..],
         );
-        let mut d = decoder(Codec::Gzip, raw).expect("gzip is on");
+        let mut d = decoder(Codec::Gzip, raw, &Limits::default()).expect("gzip is on");
         let mut out = Vec::new();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()

@@ -92,7 +92,7 @@ pub(crate) async fn open_path(
     if let Some(codec) = codec {
         let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
         let stream = StreamInput {
-            reader: decoder(codec, raw).map_err(|e| e.with_input(&input))?,
+            reader: decoder(codec, raw, &options.limits).map_err(|e| e.with_input(&input))?,
             path: Some(path),
             input: &input,
             name,
@@ -207,7 +207,8 @@ fn open_stream(
         let stream = StreamInput { reader, ..stream };
         match Codec::recognise(&first) {
             Some(codec) if depth < 2 => {
-                let reader = decoder(codec, stream.reader).map_err(on_input)?;
+                let reader =
+                    decoder(codec, stream.reader, &stream.options.limits).map_err(on_input)?;
                 let stream = StreamInput { reader, ..stream };
                 return open_stream(table, stream, depth + 1).await;
             }

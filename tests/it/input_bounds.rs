@@ -314,6 +314,29 @@ fn a_window_over_128_mib_is_refused_before_it_is_filled() {
         accepted(&at_limit, &[]);
         let out = std::fs::read(at_limit.with_extension("out.safetensors")).unwrap();
         assert!(out.ends_with(&data), "{codec}: the data decode the same");
+        std::fs::remove_file(at_limit.with_extension("out.safetensors")).unwrap();
+        // The limit is the caller's: lowered, the same file is refused.
+        let lowered = ["--limit", "decoder-window=64MiB"];
+        refused(&at_limit, &lowered, "decoder_window");
+        // Through the library too, naming the limit and how to raise it.
+        let limits = safetensors_stream::Limits::default()
+            .with(safetensors_stream::Limit::DecoderWindow, 64 << 20)
+            .unwrap();
+        let options = safetensors_stream::ConvertOptions::default()
+            .source(safetensors_stream::SourceOptions::default().limits(limits));
+        let out = at_limit.with_extension("lib.safetensors");
+        let output = safetensors_stream::Output::File(out.clone());
+        let e = safetensors_stream::convert_blocking(&[at_limit.clone()], &output, &options)
+            .expect_err("over the lowered window");
+        let safetensors_stream::ErrorKind::Limit(refusal) = e.kind() else {
+            panic!("{codec}: not a limit: {e}");
+        };
+        assert_eq!(refusal.limit, "decoder-window", "{codec}");
+        assert_eq!(
+            refusal.raise.as_deref(),
+            Some("--limit decoder-window=128MiB")
+        );
+        assert!(!out.exists());
         // Twice that: refused, naming the limit, whatever the data.
         let over = write_file(
             dir.path(),
@@ -332,10 +355,15 @@ fn a_window_over_128_mib_is_refused_before_it_is_filled() {
         assert_eq!(o.status.code(), Some(1), "{codec}");
         let stderr = String::from_utf8_lossy(&o.stderr);
         let report: Value = serde_json::from_str(stderr.lines().last().unwrap()).unwrap();
-        assert_eq!(report["error"]["kind"], "decompress", "{codec}: {stderr}");
+        assert_eq!(
+            report["error"]["kind"], "decoder_window",
+            "{codec}: {stderr}"
+        );
         let message = report["error"]["message"].as_str().unwrap();
         assert!(
-            message.contains("window is over 128 MiB"),
+            message.contains("window is over the most a decoder may hold")
+                && message.contains("over the limit decoder-window=134217728")
+                && message.contains("--limit decoder-window=256MiB"),
             "{codec}: the decoder's words are ours: {message}"
         );
         assert!(!out.exists());
