@@ -19,6 +19,7 @@
 //! | `expanded-view-bytes` | 4 MiB | a view's bytes written whatever its ratio | safe: output grows, not memory |
 //! | `expanded-file-bytes` | 64 MiB | a checkpoint's tensors' bytes written whatever their ratio | safe: output grows, not memory |
 //! | `dcp-metadata-bytes` | 512 MiB | a distributed checkpoint's `.metadata`, read whole | safe: memory grows with it |
+//! | `gguf-string-bytes` | 16 MiB | one GGUF metadata string (a chat template is a few KB) | safe: memory grows with it |
 //! | `decoder-window` | 128 MiB | the window (zstd) or dictionary (xz) a compressed input's decoder holds | safe: memory grows with it |
 //!
 //! Raising a memory limit raises what a hostile input can make the process
@@ -75,6 +76,8 @@ pub enum Limit {
     /// may fill, in bytes; zstd's is a power of two (the value is rounded
     /// down to one).
     DecoderWindow,
+    /// One GGUF metadata string value, in bytes.
+    GgufStringBytes,
 }
 
 /// How a limit's value is written and read.
@@ -86,7 +89,7 @@ enum Unit {
 
 impl Limit {
     /// Every limit, in `--help`'s order.
-    pub const ALL: [Limit; 8] = [
+    pub const ALL: [Limit; 9] = [
         Limit::HeaderBytes,
         Limit::PickleBytes,
         Limit::PickleBudget,
@@ -95,6 +98,7 @@ impl Limit {
         Limit::ExpandedFileBytes,
         Limit::DcpMetadataBytes,
         Limit::DecoderWindow,
+        Limit::GgufStringBytes,
     ];
 
     /// Its name, as `--limit` and Python's `limits=` take it.
@@ -108,6 +112,7 @@ impl Limit {
             Limit::ExpandedFileBytes => "expanded-file-bytes",
             Limit::DcpMetadataBytes => "dcp-metadata-bytes",
             Limit::DecoderWindow => "decoder-window",
+            Limit::GgufStringBytes => "gguf-string-bytes",
         }
     }
 
@@ -122,6 +127,7 @@ impl Limit {
             Limit::ExpandedFileBytes => "expanded_file_bytes",
             Limit::DcpMetadataBytes => "dcp_metadata_bytes",
             Limit::DecoderWindow => "decoder_window",
+            Limit::GgufStringBytes => "gguf_string_bytes",
         }
     }
 
@@ -138,6 +144,7 @@ impl Limit {
             }
             Limit::DcpMetadataBytes => "a distributed checkpoint's .metadata, read whole",
             Limit::DecoderWindow => "the window a zstd or xz decoder may hold",
+            Limit::GgufStringBytes => "one GGUF metadata string's bytes",
         }
     }
 
@@ -152,6 +159,7 @@ impl Limit {
             Limit::ExpandedFileBytes => 64 << 20,
             Limit::DcpMetadataBytes => 512 << 20,
             Limit::DecoderWindow => 128 << 20,
+            Limit::GgufStringBytes => 16 << 20,
         }
     }
 

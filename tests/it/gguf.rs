@@ -506,3 +506,51 @@ fn the_binary_refuses_a_bad_gguf_in_one_line() {
         "{err}"
     );
 }
+
+#[test]
+fn a_metadata_string_over_the_callers_limit_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = Builder::new(3, 1, 1, false);
+    b.str("general.name").u32(8).str(&"x".repeat(100));
+    b.tensor("w", &[4, 2], 0, 0);
+    let path = dir.path().join("named.gguf");
+    std::fs::write(&path, b.data(&[0u8; 32])).unwrap();
+    let notice = |_: &safetensors_stream::Note| {};
+    let open = |limit: u64| {
+        let limits = safetensors_stream::Limits::default()
+            .with(safetensors_stream::Limit::GgufStringBytes, limit)
+            .unwrap();
+        block_on(open_input(
+            &path,
+            &SourceOptions::default().limits(limits),
+            &notice,
+        ))
+    };
+    assert!(open(100).is_ok(), "at the limit");
+    let e = open(99).err().expect("over the limit");
+    let ErrorKind::Limit(refusal) = e.kind() else {
+        panic!("not a limit: {e}");
+    };
+    assert_eq!((refusal.limit, refusal.value), ("gguf-string-bytes", 99));
+    assert_eq!(
+        refusal.raise.as_deref(),
+        Some("--limit gguf-string-bytes=198")
+    );
+    assert!(e.to_string().contains("string of 100 bytes"), "{e}");
+    // The binary: refused below, converted at the string's length.
+    let out = dir.path().join("out.safetensors");
+    let run = |limit: &str| {
+        bin()
+            .arg(&path)
+            .args(["--limit", limit, "-o"])
+            .arg(&out)
+            .output()
+            .unwrap()
+    };
+    let o = run("gguf-string-bytes=64");
+    assert_eq!(o.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("--limit gguf-string-bytes=128"), "{stderr}");
+    assert!(!out.exists());
+    assert!(run("gguf-string-bytes=100").status.success());
+}

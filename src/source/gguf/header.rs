@@ -17,12 +17,11 @@ use std::io::Read;
 
 use super::error::GgufError;
 use crate::dequant::ggml::{GgmlType, Kind};
+use crate::limits::{Limit, Limits};
 use crate::{Error, ErrorKind, Result};
 
 /// Longest key or tensor name read (ggml's names are at most 64 bytes).
 const MAX_NAME: u64 = 64 * 1024;
-/// Longest string value kept (a chat template is a few KB).
-const MAX_STRING: u64 = 16 << 20;
 /// Deepest nesting of arrays.
 const MAX_DEPTH: u32 = 8;
 /// Alignment when `general.alignment` is absent.
@@ -183,12 +182,18 @@ impl GgufHeader {
 /// Reads the header of a file of `len` bytes from `r` (at its start), and
 /// checks every tensor's data lies in the file, apart from the others.
 pub fn read_header(r: impl Read, len: u64) -> Result<GgufHeader> {
+    read_header_within(r, len, &Limits::default())
+}
+
+/// [`read_header`] under the caller's `limits` (`gguf-string-bytes`).
+pub fn read_header_within(r: impl Read, len: u64, limits: &Limits) -> Result<GgufHeader> {
     let mut p = Parser {
         r,
         pos: 0,
         len,
         big: false,
         charged: 0,
+        limits: *limits,
     };
     p.header()
 }
@@ -200,6 +205,8 @@ struct Parser<R> {
     big: bool,
     /// Bytes of memory what was read holds (estimated from above).
     charged: u64,
+    /// The longest string value kept is the caller's `gguf-string-bytes`.
+    limits: Limits,
 }
 
 fn gguf(e: GgufError) -> Error {
@@ -280,6 +287,15 @@ impl<R: Read> Parser<R> {
     fn string(&mut self, what: &'static str, limit: u64) -> Result<String> {
         let at = self.pos;
         let len = self.string_len(what, limit)?;
+        self.string_body(what, len, at)
+    }
+
+    /// A string's `len` bytes (its length, read at `at`, already checked
+    /// against its limit but not against the file).
+    fn string_body(&mut self, what: &'static str, len: u64, at: u64) -> Result<String> {
+        if len > self.left() {
+            return Err(gguf(GgufError::Truncated(what)).at_offset(at));
+        }
         let mut buf = Vec::new();
         let got = (&mut self.r)
             .take(len)
@@ -290,6 +306,21 @@ impl<R: Read> Parser<R> {
         }
         self.pos += len;
         String::from_utf8(buf).map_err(|_| gguf(GgufError::NotUtf8(what)).at_offset(at))
+    }
+
+    /// A metadata string value, at most the `gguf-string-bytes` limit.
+    fn metadata_string(&mut self) -> Result<String> {
+        let limit = self.limits.get(Limit::GgufStringBytes);
+        let at = self.pos;
+        let len = self.u64("metadata string")?;
+        if len > limit {
+            let what = format!("a GGUF metadata string of {len} bytes");
+            return Err(self
+                .limits
+                .refuse(Limit::GgufStringBytes, what)
+                .at_offset(at));
+        }
+        self.string_body("metadata string", len, at)
     }
 
     /// An array's string item, quoted, of at most [`ARRAY_CHARS_KEPT`]
@@ -462,7 +493,7 @@ impl<R: Read> Parser<R> {
             5 => num!(i32, 4, I32),
             6 => num!(f32, 4, F32),
             7 => Value::Bool(self.bytes::<1>("metadata value")?[0] != 0),
-            8 => Value::Str(self.string("metadata string", MAX_STRING)?),
+            8 => Value::Str(self.metadata_string()?),
             9 => self.array(key, depth)?,
             10 => num!(u64, 8, U64),
             11 => num!(i64, 8, I64),

@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use self::dequant_reader::DequantReader;
-use self::header::{read_header, GgufHeader, TensorInfo};
+use self::header::{read_header_within, GgufHeader, TensorInfo};
 use super::blocking::BlockingReader;
 use super::format::{FileInput, FormatRow, Stream};
 use super::{BlockingRead, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
@@ -49,8 +49,8 @@ impl GgufSource {
         // Positional reads from byte 0, whatever the handle's position (a
         // spooled stream's is at its end).
         let from_start = PositionalReader::new(&file, 0, len);
-        let header =
-            read_header(BufReader::with_capacity(64 * 1024, from_start), len).map_err(on_input)?;
+        let reader = BufReader::with_capacity(64 * 1024, from_start);
+        let header = read_header_within(reader, len, &options.limits).map_err(on_input)?;
         let to = options.dequantize.unwrap_or(Dtype::BF16);
         let tensors = header
             .tensors
