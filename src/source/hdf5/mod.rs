@@ -83,7 +83,8 @@ pub(crate) const ROW: FormatRow = FormatRow {
 /// Opens the file, says how many links were skipped, and names its
 /// tensors as PyTorch does when `--names hf` asks.
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
-    let src = Hdf5Source::open(o.file, o.len, o.input)?;
+    let mut src = Hdf5Source::open(o.file, o.len, o.input)?;
+    src.origin = o.origin;
     if src.skipped > 0 {
         (o.notice)(&Note::Info(format!(
             "{}: skipped {} soft or external links and objects that are not datasets",
@@ -112,6 +113,8 @@ enum Data {
 /// An HDF5 file's datasets as a source.
 #[derive(Debug)]
 pub struct Hdf5Source {
+    /// The location it was opened from, reported first by `opened`.
+    origin: Option<crate::location::Opened>,
     input: String,
     file: Arc<File>,
     opened: Stamp,
@@ -126,6 +129,7 @@ impl Hdf5Source {
     pub fn open(file: File, len: u64, input: &str) -> Result<Self> {
         let listed = list(&file, len).map_err(|e| e.with_input(input))?;
         Ok(Hdf5Source {
+            origin: None,
             input: input.to_string(),
             opened: Stamp::of(&file, len),
             file: Arc::new(file),
@@ -283,6 +287,10 @@ impl Read for Repeat {
 }
 
 impl Source for Hdf5Source {
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.origin.iter().cloned().collect()
+    }
+
     fn input_name(&self) -> &str {
         &self.input
     }

@@ -57,7 +57,8 @@ pub(crate) const ROW: FormatRow = FormatRow {
 /// Opens the file, says how many leaves were skipped, and names its
 /// tensors as PyTorch does when `--names hf` asks.
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
-    let src = MsgpackSource::open(o.file, o.len, o.input)?;
+    let mut src = MsgpackSource::open(o.file, o.len, o.input)?;
+    src.origin = o.origin;
     if src.skipped > 0 {
         let more = if src.skipped as usize > src.skipped_paths.len() {
             ", ..."
@@ -80,6 +81,8 @@ pub use crate::error::msgpack as error;
 /// A Flax MessagePack file as a source.
 #[derive(Debug)]
 pub struct MsgpackSource {
+    /// The location it was opened from, reported first by `opened`.
+    origin: Option<crate::location::Opened>,
     input: String,
     file: Arc<File>,
     opened: Stamp,
@@ -95,6 +98,7 @@ impl MsgpackSource {
         let walked = walk(&file, len).map_err(|e| e.with_input(input))?;
         let (tensors, data) = walked.tensors.into_iter().map(|t| (t.meta, t.data)).unzip();
         Ok(MsgpackSource {
+            origin: None,
             input: input.to_string(),
             opened: Stamp::of(&file, len),
             file: Arc::new(file),
@@ -151,6 +155,10 @@ impl Read for Chunks {
 }
 
 impl Source for MsgpackSource {
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.origin.iter().cloned().collect()
+    }
+
     fn input_name(&self) -> &str {
         &self.input
     }

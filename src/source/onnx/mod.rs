@@ -63,7 +63,8 @@ pub(crate) const ROW: FormatRow = FormatRow {
 
 /// Opens the model, and says how many sparse initializers were left out.
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
-    let src = OnnxSource::open(o.file, o.len, o.path, o.input)?;
+    let mut src = OnnxSource::open(o.file, o.len, o.path, o.input)?;
+    src.origin = o.origin;
     if src.sparse > 0 {
         (o.notice)(&Note::Info(crate::printable_line(&format!(
             "warning: {}: {} sparse initializers are not read",
@@ -79,6 +80,8 @@ pub use crate::error::onnx as error;
 /// An ONNX model's initializers as a source.
 #[derive(Debug)]
 pub struct OnnxSource {
+    /// The location it was opened from, reported first by `opened`.
+    origin: Option<crate::location::Opened>,
     input: String,
     /// The model, then each external file in order of first use.
     files: Vec<Arc<File>>,
@@ -107,6 +110,7 @@ impl OnnxSource {
             .map(|i| (i.meta, i.data))
             .unzip();
         Ok(OnnxSource {
+            origin: None,
             input: input.to_string(),
             files,
             opened,
@@ -139,6 +143,10 @@ impl OnnxSource {
 }
 
 impl Source for OnnxSource {
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.origin.iter().cloned().collect()
+    }
+
     fn input_name(&self) -> &str {
         &self.input
     }
