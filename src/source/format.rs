@@ -16,6 +16,7 @@ use futures::future::BoxFuture;
 
 use super::spool::spool;
 use super::{Source, SourceOptions, TensorReader};
+use crate::location::Opened;
 use crate::{Error, Result};
 
 use crate::error::note::Note;
@@ -120,6 +121,10 @@ pub(crate) struct PathInput<'a> {
     /// .npz, not a safetensors file"), from the whole table's detection,
     /// which a row cannot import (the table imports it).
     pub(crate) explain: fn(Error, &Path) -> Error,
+    /// The location it was opened from, for the source to report first in
+    /// [`Source::opened`] (`None` for a folder a format reads as a whole:
+    /// it reports the files it read).
+    pub(crate) origin: Option<Opened>,
 }
 
 /// When a compressed input is unwrapped before its format opens it.
@@ -172,6 +177,9 @@ pub(crate) struct FileInput<'a> {
     pub(crate) options: &'a SourceOptions,
     /// Where notices go.
     pub(crate) notice: Notice<'a>,
+    /// The location it was opened from (standard input for a spooled
+    /// stream), for the source to report first in [`Source::opened`].
+    pub(crate) origin: Option<Opened>,
 }
 
 /// A forward-only input being opened as a format.
@@ -188,6 +196,9 @@ pub(crate) struct StreamInput<'a> {
     pub(crate) options: &'a SourceOptions,
     /// Where notices go.
     pub(crate) notice: Notice<'a>,
+    /// The location it was opened from, for the source to report first in
+    /// [`Source::opened`].
+    pub(crate) origin: Option<Opened>,
 }
 
 impl StreamInput<'_> {

@@ -23,6 +23,7 @@ use super::table::Table;
 #[cfg(any(test, feature = "object-store"))]
 use super::table::FORMATS;
 use super::{Source, SourceOptions, TensorReader};
+use crate::location::Opened;
 use crate::{Error, ErrorKind, Result};
 
 /// A local path (`-` for standard input: [`super::open`] says which),
@@ -30,6 +31,7 @@ use crate::{Error, ErrorKind, Result};
 pub(crate) async fn open_path(
     table: Table,
     path: &Path,
+    origin: Option<Opened>,
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
@@ -43,6 +45,7 @@ pub(crate) async fn open_path(
             name: None,
             options,
             notice,
+            origin,
         };
         return open_stream(table, stream, 0).await;
     }
@@ -53,6 +56,7 @@ pub(crate) async fn open_path(
             options,
             notice,
             explain,
+            origin,
         });
     }
     let on_input = |e: std::io::Error| Error::io(e).with_input(&input);
@@ -75,6 +79,7 @@ pub(crate) async fn open_path(
             name,
             options,
             notice,
+            origin,
         };
         return open_stream(table, stream, 0).await;
     }
@@ -98,6 +103,7 @@ pub(crate) async fn open_path(
             name,
             options,
             notice,
+            origin,
         };
         return open_stream(table, stream, 1).await;
     }
@@ -112,6 +118,7 @@ pub(crate) async fn open_path(
         name,
         options,
         notice,
+        origin,
     })
 }
 
@@ -175,6 +182,7 @@ pub(crate) async fn open_reader(
     reader: TensorReader<'static>,
     url: &crate::store::ObjectUrl,
     stem: Option<String>,
+    origin: Opened,
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
@@ -185,6 +193,7 @@ pub(crate) async fn open_reader(
         name: stem,
         options,
         notice,
+        origin: Some(origin),
     };
     open_stream(FORMATS, stream, 0).await
 }
@@ -229,7 +238,7 @@ async fn open_row_stream(row: &FormatRow, stream: StreamInput<'_>) -> Result<Box
         Stream::Refused(refusal) => Err(refusal().with_input(stream.input)),
         Stream::Spool(why) => {
             let (input, options, notice) = (stream.input, stream.options, stream.notice);
-            let name = stream.name.clone();
+            let (name, origin) = (stream.name.clone(), stream.origin.clone());
             // It plans nothing before its end: spooled whole.
             let (file, len) = stream.spool(why, None).await?;
             (row.file)(FileInput {
@@ -240,6 +249,7 @@ async fn open_row_stream(row: &FormatRow, stream: StreamInput<'_>) -> Result<Box
                 name,
                 options,
                 notice,
+                origin,
             })
         }
     }
@@ -290,7 +300,7 @@ mod tests {
         let spooled = std::sync::Mutex::new(Vec::new());
         let notice = |m: &Note| spooled.lock().unwrap().push(m.to_string());
         let options = SourceOptions::default();
-        let open = |table, path| rt.block_on(open_path(table, path, &options, &notice));
+        let open = |table, path| rt.block_on(open_path(table, path, None, &options, &notice));
         let src = open(WITH_TEST, &plain).unwrap();
         assert_eq!(src.tensors()[0].shape, [3]);
         assert_eq!(detect(b"TSTFabc"), Format::Unknown);

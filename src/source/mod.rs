@@ -48,6 +48,7 @@
 
 // The parsers below keep `pub` items the `internals` feature re-exports for
 // the tests, benchmarks and fuzz targets; without it they are crate-only.
+pub(crate) mod backed;
 pub(crate) mod blocking;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 mod checkpoint;
@@ -329,12 +330,12 @@ pub trait Source: Send {
         None
     }
 
-    /// Every file or object this source read beyond the one it was opened
-    /// from (an index's shards, and the index), each with its identity as
-    /// of opening: what an output is checked against, so that no output
-    /// replaces an input. Sources opened from a
-    /// [`Location`](crate::location::Location) report that one too
-    /// ([`open_location`]); none by default.
+    /// Every file or object this source read, each with its identity as
+    /// of opening: the location it was opened from (which a format's row
+    /// receives with its input, [`open_location`]) first, then what it read
+    /// beyond it (an index's shards). What an output is checked against, so
+    /// that no output replaces an input. None by default (a source made in
+    /// memory); a source that wraps another reports the other's.
     fn opened(&self) -> Vec<crate::location::Opened> {
         Vec::new()
     }

@@ -3,18 +3,16 @@
 //! the file opening, standard input and an object streamed whole to the
 //! stream opening ([`super::input`]), a safetensors object to its ranged
 //! source ([`super::object`]). What comes back reports every file or
-//! object it read ([`Source::opened`]): the location opened, and what the
-//! source read beyond it (an index's shards).
+//! object it read ([`Source::opened`]): the location opened, which travels
+//! into the source with its input ([`super::format::FileInput::origin`]),
+//! and what the source read beyond it (an index's shards).
 
 use std::path::{Path, PathBuf};
 
-use futures::future::BoxFuture;
-
 use super::input::{self, Notice};
 use super::table::{FORMATS, WRAPS};
-use super::{FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
+use super::{Source, SourceOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::header::{Metadata, TensorMeta};
 use crate::location::{Location, Opened};
 use crate::Note;
 
@@ -69,8 +67,8 @@ pub async fn open_location(
 ) -> Result<Box<dyn Source>> {
     match location {
         Location::Stdio => {
-            let source = input::open_path(FORMATS, Path::new("-"), options, notice).await?;
-            Ok(located(source, Opened::stdin()))
+            let stdin = Some(Opened::stdin());
+            input::open_path(FORMATS, Path::new("-"), stdin, options, notice).await
         }
         Location::File(path) => open_file(path, options, notice).await,
         Location::Folder(path) => {
@@ -80,7 +78,7 @@ pub async fn open_location(
             let folder = super::resolve_folder(path)?;
             let file = &folder.path;
             if file == path {
-                return input::open_path(FORMATS, path, options, notice).await;
+                return input::open_path(FORMATS, path, None, options, notice).await;
             }
             match crate::folder::passed_over_notice(path, &folder) {
                 Some(said) => notice(&Note::Info(said)),
@@ -102,8 +100,8 @@ pub async fn open_location(
                     size,
                     etag,
                 } => {
-                    let source = input::open_reader(reader, url, stem, options, notice).await?;
-                    Ok(located(source, Opened::object(url, size, etag)))
+                    let origin = Opened::object(url, size, etag);
+                    input::open_reader(reader, url, stem, origin, options, notice).await
                 }
             }
         }
@@ -116,89 +114,6 @@ async fn open_file(
     options: &SourceOptions,
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
-    let source = input::open_path(FORMATS, path, options, notice).await?;
-    Ok(located(source, Opened::file(path)))
-}
-
-fn located(inner: Box<dyn Source>, origin: Opened) -> Box<dyn Source> {
-    Box::new(Located { inner, origin })
-}
-
-/// A source opened from a location, which it reports with what the source
-/// itself read; everything else is the source's own.
-struct Located {
-    inner: Box<dyn Source>,
-    origin: Opened,
-}
-
-impl Source for Located {
-    fn input_name(&self) -> &str {
-        self.inner.input_name()
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        self.inner.tensors()
-    }
-
-    fn metadata(&self) -> Option<&Metadata> {
-        self.inner.metadata()
-    }
-
-    fn tied_groups(&self) -> Vec<Vec<usize>> {
-        self.inner.tied_groups()
-    }
-
-    fn tied_views(&self) -> Vec<Vec<usize>> {
-        self.inner.tied_views()
-    }
-
-    fn stored_as(&self, k: usize) -> Option<&str> {
-        self.inner.stored_as(k)
-    }
-
-    fn pieces(&self, k: usize) -> Vec<super::StoredPiece> {
-        self.inner.pieces(k)
-    }
-
-    fn names_mapped(&self) -> bool {
-        self.inner.names_mapped()
-    }
-
-    fn access(&self) -> super::Access {
-        self.inner.access()
-    }
-
-    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
-        self.inner.open(k)
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        self.inner.check_unchanged()
-    }
-
-    fn open_ahead(&self, k: usize) -> Option<Result<TensorData<'static>>> {
-        self.inner.open_ahead(k)
-    }
-
-    fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
-        self.inner.open_blocking(k)
-    }
-
-    fn open_blocking_parts(&self, k: usize, target: u64) -> Option<Vec<super::BlockingPart>> {
-        self.inner.open_blocking_parts(k, target)
-    }
-
-    fn identity(&self) -> Option<String> {
-        self.inner.identity()
-    }
-
-    fn file_span(&self, k: usize) -> Option<FileSpan> {
-        self.inner.file_span(k)
-    }
-
-    fn opened(&self) -> Vec<Opened> {
-        let mut all = vec![self.origin.clone()];
-        all.extend(self.inner.opened());
-        all
-    }
+    let origin = Some(Opened::file(path));
+    input::open_path(FORMATS, path, origin, options, notice).await
 }

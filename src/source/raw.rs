@@ -213,6 +213,8 @@ enum Data {
 
 /// A raw dump as a source.
 pub struct RawSource {
+    /// The location it was opened from, reported first by `opened`.
+    origin: Option<crate::location::Opened>,
     input: String,
     tensors: Vec<TensorMeta>,
     placed: Vec<Placed>,
@@ -238,6 +240,7 @@ impl RawSource {
             .map(|t| Transform::to_little_endian(t.dtype, spec.big_endian))
             .collect();
         let src = RawSource {
+            origin: None,
             input: input.to_string(),
             tensors,
             placed,
@@ -324,9 +327,9 @@ fn layout<'a>(
 
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     let spec = layout(o.options, o.path)?;
-    Ok(Box::new(RawSource::from_file(
-        o.file, o.len, o.input, &spec,
-    )?))
+    let mut src = RawSource::from_file(o.file, o.len, o.input, &spec)?;
+    src.origin = o.origin;
+    Ok(Box::new(src))
 }
 
 /// One tensor streams in one pass; several need random access: spooled,
@@ -334,9 +337,11 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
 fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
     async move {
         let spec = layout(o.options, o.path)?;
-        let input = o.input;
+        let (input, origin) = (o.input, o.origin.clone());
         if spec.tensors.len() == 1 {
-            return Ok(Box::new(RawSource::from_stream(o.reader, input, &spec)?) as Box<dyn Source>);
+            let mut src = RawSource::from_stream(o.reader, input, &spec)?;
+            src.origin = origin;
+            return Ok(Box::new(src) as Box<dyn Source>);
         }
         let planned = (!spec.allow_trailing)
             .then(|| spec.planned_len())
@@ -345,12 +350,18 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
         let (file, len) = o
             .spool("a multi-tensor dump needs random access", planned)
             .await?;
-        Ok(Box::new(RawSource::from_file(file, len, input, &spec)?) as Box<dyn Source>)
+        let mut src = RawSource::from_file(file, len, input, &spec)?;
+        src.origin = origin;
+        Ok(Box::new(src) as Box<dyn Source>)
     }
     .boxed()
 }
 
 impl Source for RawSource {
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.origin.iter().cloned().collect()
+    }
+
     fn input_name(&self) -> &str {
         &self.input
     }

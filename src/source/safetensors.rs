@@ -90,9 +90,9 @@ pub(crate) const ROW: FormatRow = FormatRow {
     path: Some(ByPath {
         recognise: is_index_path,
         open: |p| {
-            Ok(Box::new(SafetensorsSource::open_explained(
-                p.path, p.explain,
-            )?))
+            let mut src = SafetensorsSource::open_explained(p.path, p.explain)?;
+            src.origin = p.origin;
+            Ok(Box::new(src))
         },
     }),
     ..FormatRow::new(
@@ -124,9 +124,9 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
                 .map_err(|e| e.with_input(o.input))?;
         }
     }
-    Ok(Box::new(SafetensorsSource::from_file(
-        o.file, o.len, o.input,
-    )?))
+    let mut src = SafetensorsSource::from_file(o.file, o.len, o.input)?;
+    src.origin = o.origin;
+    Ok(Box::new(src))
 }
 
 /// Refuses a header of `n` bytes past the caller's `header-bytes` limit
@@ -152,13 +152,15 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
             within_header_limit(json.len() as u64, &o.options.limits).map_err(on_input)?;
             let header = parse_header_json(&json, Rules::SOURCE).map_err(on_input)?;
             // No data is read: an empty file stands for it.
-            let src = SafetensorsSource::from_data(tempfile::tempfile()?, header, o.input);
+            let mut src = SafetensorsSource::from_data(tempfile::tempfile()?, header, o.input);
+            src.origin = o.origin;
             return Ok(Box::new(src) as Box<dyn Source>);
         }
         (o.notice)(&spooling(o.input, "not seekable"));
-        let src = spool_safetensors(o.reader, o.input)
+        let mut src = spool_safetensors(o.reader, o.input)
             .await
             .map_err(on_input)?;
+        src.origin = o.origin;
         Ok(Box::new(src) as Box<dyn Source>)
     }
     .boxed()
@@ -170,6 +172,8 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
 /// given twice is refused: which of the two would we copy?
 #[derive(Debug)]
 pub struct SafetensorsSource {
+    /// The location it was opened from, reported first by `opened`.
+    origin: Option<crate::location::Opened>,
     input: String,
     files: Vec<Arc<File>>,
     /// Each file as it was when opened.
@@ -232,6 +236,7 @@ impl SafetensorsSource {
     fn from_parts(input: String, parts: Vec<(File, Header)>) -> Self {
         let count = parts.iter().map(|(_, h)| h.tensors.len()).sum();
         let mut src = SafetensorsSource {
+            origin: None,
             input,
             files: Vec::with_capacity(parts.len()),
             opened: Vec::with_capacity(parts.len()),
@@ -300,7 +305,7 @@ impl Source for SafetensorsSource {
     }
 
     fn opened(&self) -> Vec<Opened> {
-        self.shards.clone()
+        self.origin.iter().chain(&self.shards).cloned().collect()
     }
 
     fn check_unchanged(&self) -> Result<()> {

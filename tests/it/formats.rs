@@ -501,14 +501,7 @@ fn the_binary_converts_from_files_standard_input_and_to_standard_output() {
     for (i, (input, expected)) in CASES.into_iter().enumerate() {
         let want = std::fs::read(fixture(expected)).unwrap();
         let out = dir.path().join(format!("{i}.safetensors"));
-        let o = bin()
-            .arg(fixture(input))
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{input}: {}", support::stderr(&o));
-        assert!(std::fs::read(&out).unwrap() == want, "{input}");
+        support::converts_to(&fixture(input), &out, &want);
         // To standard output: the readers, not the file spans.
         let o = bin()
             .arg(fixture(input))

@@ -341,14 +341,7 @@ fn the_binary_converts_inspects_validates_and_reports() {
     for (i, (input, expected)) in CASES.into_iter().enumerate() {
         let want = std::fs::read(fixture(expected)).unwrap();
         let out = dir.path().join(format!("{i}.safetensors"));
-        let o = bin()
-            .arg(fixture(input))
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{input}: {}", support::stderr(&o));
-        assert!(std::fs::read(&out).unwrap() == want, "{input}");
+        support::converts_to(&fixture(input), &out, &want);
         let o = bin()
             .args(["-", "-o", "-"])
             .stdin(std::fs::File::open(fixture(input)).unwrap())

@@ -22,6 +22,25 @@ fn convert(args: &[&std::ffi::OsStr]) -> Output {
         .expect("run convert")
 }
 
+/// Converts `model` into `out` with `args` after them, asserting success;
+/// the run (for its notices) and the output's tensors.
+fn converted(
+    model: &Path,
+    out: &Path,
+    args: &[&str],
+) -> (Output, BTreeMap<String, (String, Vec<usize>, Vec<u8>)>) {
+    let mut all = vec![model.as_os_str(), "-o".as_ref(), out.as_os_str()];
+    all.extend(args.iter().map(|a| std::ffi::OsStr::new(a)));
+    let run = convert(&all);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let got = tensors(out);
+    (run, got)
+}
+
 /// Name -> (dtype, shape, bytes) of a safetensors file.
 fn tensors(path: &Path) -> BTreeMap<String, (String, Vec<usize>, Vec<u8>)> {
     let bytes = std::fs::read(path).unwrap();
@@ -118,13 +137,8 @@ fn without_dequantize_the_file_is_copied_as_it_is_with_a_notice() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out.safetensors");
     let src = input("gptq");
-    let run = convert(&[src.as_os_str(), "-o".as_ref(), out.as_os_str()]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert_eq!(tensors(&out), tensors(&src));
+    let (run, got) = converted(&src, &out, &[]);
+    assert_eq!(got, tensors(&src));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         stderr.contains("quantized") && stderr.contains("--dequantize"),
@@ -345,22 +359,7 @@ fn a_config_that_does_not_parse_is_refused() {
 
 #[test]
 fn inspect_names_the_scheme_and_the_size_after_dequantization() {
-    let run = convert(&[
-        "inspect".as_ref(),
-        "--json".as_ref(),
-        input("gptq").as_os_str(),
-    ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
-    let want = tensors(&dir().join("gptq/expected-BF16.safetensors"));
-    let bytes: usize = want.values().map(|t| t.2.len()).sum();
-    assert_eq!(v["quantized"]["schemes"], serde_json::json!(["gptq"]));
-    assert_eq!(v["quantized"]["weights"], 1);
-    assert_eq!(v["quantized"]["dequantized_bytes"], bytes);
+    // The JSON report of every scheme: `inspect_names_the_low_bit_schemes_and_their_size`.
     let run = convert(&["inspect".as_ref(), input("fp8-sharded").as_os_str()]);
     let text = String::from_utf8_lossy(&run.stdout);
     assert!(text.contains("quantized: fp8 (1 weights)"), "{text}");
@@ -493,22 +492,12 @@ fn mxfp4_scales_stored_as_f8_e8m0_read_the_same() {
         t.get_mut(&scales).unwrap().0 = "F8_E8M0".into();
     });
     let out = tmp.path().join("out.safetensors");
-    let run = convert(&[
-        tmp.path().join("model.safetensors").as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-        "--dequantize-to".as_ref(),
-        "F32".as_ref(),
-    ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    let (_, got) = converted(
+        &tmp.path().join("model.safetensors"),
+        &out,
+        &["--dequantize-to", "F32"],
     );
-    assert_eq!(
-        tensors(&out),
-        tensors(&dir().join("mxfp4/expected-F32.safetensors"))
-    );
+    assert_eq!(got, tensors(&dir().join("mxfp4/expected-F32.safetensors")));
 }
 
 #[test]
@@ -564,6 +553,7 @@ fn hostile_compressed_tensors_integer_packs_are_refused_naming_the_tensor() {
 #[test]
 fn inspect_names_the_low_bit_schemes_and_their_size() {
     for (case, scheme, weights) in [
+        ("gptq", "gptq", 1),
         ("mxfp4", "mxfp4", 2),
         ("pack-quantized", "pack-quantized", 4),
         ("int-quantized", "int-quantized", 2),
@@ -620,19 +610,11 @@ fn e8m0_block_scales_are_powers_of_two_and_nan_is_refused() {
     // 2^(130 - 127) = 8: the codes times 8, in f32.
     let tmp = fp8_with_e8m0_scale(130);
     let out = tmp.path().join("out.safetensors");
-    let run = convert(&[
-        tmp.path().join("model.safetensors").as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-        "--dequantize-to".as_ref(),
-        "F32".as_ref(),
-    ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    let (_, got) = converted(
+        &tmp.path().join("model.safetensors"),
+        &out,
+        &["--dequantize-to", "F32"],
     );
-    let got = tensors(&out);
     let want: Vec<u8> = [8.0f32, -16.0, 8.0, -16.0]
         .iter()
         .flat_map(|v| v.to_le_bytes())
@@ -677,22 +659,13 @@ fn a_compressed_tensors_g_idx_maps_columns_to_groups() {
         );
     });
     let out = tmp.path().join("out.safetensors");
-    let run = convert(&[
-        tmp.path().join("model.safetensors").as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-        "--dequantize-to".as_ref(),
-        "F16".as_ref(),
-    ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    let (_, got) = converted(
+        &tmp.path().join("model.safetensors"),
+        &out,
+        &["--dequantize-to", "F16"],
     );
-    assert_eq!(
-        tensors(&out),
-        tensors(&dir().join("pack-quantized/expected-F16.safetensors"))
-    );
+    let want = tensors(&dir().join("pack-quantized/expected-F16.safetensors"));
+    assert_eq!(got, want);
     // A group the scales do not have.
     let tmp = hostile("pack-quantized", |t| {
         t.insert(
@@ -741,22 +714,8 @@ fn an_f8_e8m0_tensor_is_copied_as_it_is_and_not_cast() {
         safetensors::tensor::TensorView::new(safetensors::Dtype::F8_E8M0, vec![4], &bytes).unwrap();
     safetensors::serialize_to_file(vec![("s", view)], None, &input).unwrap();
     let out = tmp.path().join("out.safetensors");
-    let run = convert(&[
-        input.as_os_str(),
-        "-o".as_ref(),
-        out.as_os_str(),
-        "--cast-all".as_ref(),
-        "F32".as_ref(),
-    ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    assert_eq!(
-        tensors(&out)["s"],
-        ("F8_E8M0".to_string(), vec![4], bytes.to_vec())
-    );
+    let (_, got) = converted(&input, &out, &["--cast-all", "F32"]);
+    assert_eq!(got["s"], ("F8_E8M0".to_string(), vec![4], bytes.to_vec()));
     let run = convert(&[
         input.as_os_str(),
         "-o".as_ref(),

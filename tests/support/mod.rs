@@ -90,6 +90,19 @@ pub fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs the binary: `input -o out`, asserting it succeeds and writes
+/// exactly `want`.
+pub fn converts_to(input: &Path, out: &Path, want: &[u8]) {
+    let o = std::process::Command::new(BIN)
+        .arg(input)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}: {}", input.display(), stderr(&o));
+    assert!(std::fs::read(out).unwrap() == want, "{}", input.display());
+}
+
 /// Writes `bytes` to `dir/name` and returns the path.
 pub fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let p = dir.join(name);

@@ -12,10 +12,7 @@ use safetensors_stream::header::Order;
 use safetensors_stream::location::Location;
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::PlanOptions;
-use safetensors_stream::sink::SinkOptions;
-use safetensors_stream::source::{
-    FreedMemoryHook, GgufOptions, NpyOptions, SourceOptions, TorchOptions,
-};
+use safetensors_stream::source::{FreedMemoryHook, SourceOptions};
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{Dtype, Error, ErrorKind, Limits, Note, Warning};
 use serde_json::json;
@@ -69,42 +66,40 @@ fn options(
     notes: Notes,
     progress: Option<Arc<dyn Progress>>,
 ) -> Result<ConvertOptions, Error> {
-    Ok(ConvertOptions::default()
-        .source(source_options(&args.input)?)
-        .notice(Some(Arc::new(move |note: &Note| notes.say(note))))
-        .plan(
-            PlanOptions::default()
-                .include(args.include.clone())
-                .exclude(args.exclude.clone())
-                .renames(args.rename.clone())
-                .strip_prefix(args.strip_prefix.clone())
-                .rename_regex(args.rename_regex.clone())
-                .prefix(args.prefix.clone())
-                .allow_empty(args.allow_empty)
-                .metadata(args.metadata.clone())
-                .order(match args.order {
-                    OrderArg::Canonical => Order::Canonical,
-                    OrderArg::Input => Order::AsGiven,
-                })
-                .max_shard_size(args.max_shard_size)
-                .casts(args.cast.clone())
-                .cast_all(args.cast_all)
-                .expect_plan(args.expect_plan.clone()),
-        )
-        .sink(
-            SinkOptions::default()
-                .buffer_size(usize::try_from(args.buffer_size).unwrap_or(usize::MAX)),
-        )
-        .sync(!args.no_sync)
-        .progress(progress)
-        .checksum(args.checksum.is_some())
-        .fast_path(true)
-        .overwrite_input(args.overwrite_input)
-        .part(match (args.shard, args.index_only) {
-            (Some(k), _) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
-            (None, true) => Part::IndexOnly,
-            (None, false) => Part::All,
-        }))
+    // Fields are set in place: the options are `#[non_exhaustive]`, so
+    // no struct literal, and the setters are for chained use.
+    let mut plan = PlanOptions::default();
+    plan.include = args.include.clone();
+    plan.exclude = args.exclude.clone();
+    plan.renames = args.rename.clone();
+    plan.strip_prefix = args.strip_prefix.clone();
+    plan.rename_regex = args.rename_regex.clone();
+    plan.prefix = args.prefix.clone();
+    plan.allow_empty = args.allow_empty;
+    plan.metadata = args.metadata.clone();
+    plan.order = match args.order {
+        OrderArg::Canonical => Order::Canonical,
+        OrderArg::Input => Order::AsGiven,
+    };
+    plan.max_shard_size = args.max_shard_size;
+    plan.casts = args.cast.clone();
+    plan.cast_all = args.cast_all;
+    plan.expect_plan = args.expect_plan.clone();
+    let mut options = ConvertOptions::default();
+    options.source = source_options(&args.input)?;
+    options.notice = Some(Arc::new(move |note: &Note| notes.say(note)));
+    options.plan = plan;
+    options.sink.buffer_size = usize::try_from(args.buffer_size).unwrap_or(usize::MAX);
+    options.sync = !args.no_sync;
+    options.progress = progress;
+    options.checksum = args.checksum.is_some();
+    options.overwrite_input = args.overwrite_input;
+    options.part = match (args.shard, args.index_only) {
+        (Some(k), _) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
+        (None, true) => Part::IndexOnly,
+        (None, false) => Part::All,
+    };
+    Ok(options)
 }
 
 /// How inputs are opened, from the shared input flags.
@@ -116,23 +111,20 @@ fn dequantize_to(args: &InputArgs) -> Option<Dtype> {
 }
 
 pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
-    let npy = NpyOptions::default()
-        .skip_non_npy(args.skip_non_npy)
-        .void_as(args.npy_void_as);
-    let torch = TorchOptions::default()
-        .dedupe_tied(args.dedupe_tied)
-        .root(args.pt_root.clone())
-        .allow_expanded_views(args.allow_expanded_views);
-    Ok(SourceOptions::default()
-        .name(args.name.clone())
-        .raw(raw_spec(args)?)
-        .npy(npy)
-        .torch(torch)
-        .dequantize(dequantize_to(args))
-        .gguf(GgufOptions::default().metadata(args.gguf_metadata))
-        .freed_memory(FreedMemoryHook::new(super::collect_freed_memory))
-        .names(args.names)
-        .limits(limits(args)?))
+    let mut options = SourceOptions::default();
+    options.name = args.name.clone();
+    options.raw = raw_spec(args)?;
+    options.npy.skip_non_npy = args.skip_non_npy;
+    options.npy.void_as = args.npy_void_as;
+    options.torch.dedupe_tied = args.dedupe_tied;
+    options.torch.root = args.pt_root.clone();
+    options.torch.allow_expanded_views = args.allow_expanded_views;
+    options.dequantize = dequantize_to(args);
+    options.gguf.metadata = args.gguf_metadata;
+    options.freed_memory = FreedMemoryHook::new(super::collect_freed_memory);
+    options.names = args.names;
+    options.limits = limits(args)?;
+    Ok(options)
 }
 
 /// The limits `--limit` sets, over the defaults.

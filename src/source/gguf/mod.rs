@@ -33,6 +33,8 @@ use crate::{Dtype, Result};
 /// A GGUF file as a source.
 #[derive(Debug)]
 pub struct GgufSource {
+    /// The location it was opened from, reported first by `opened`.
+    origin: Option<crate::location::Opened>,
     input: String,
     file: Arc<File>,
     opened: super::Stamp,
@@ -76,6 +78,7 @@ impl GgufSource {
                 .collect()
         });
         Ok(GgufSource {
+            origin: None,
             input: input.to_string(),
             opened: super::Stamp::of(&file, len),
             file: Arc::new(file),
@@ -137,7 +140,8 @@ pub(crate) const ROW: FormatRow = FormatRow {
 /// `--gguf-metadata` left out.
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     let (input, options) = (o.input, o.options);
-    let src = GgufSource::open(o.file, o.len, input, options)?;
+    let mut src = GgufSource::open(o.file, o.len, input, options)?;
+    src.origin = o.origin;
     // A listing (inspect, validate) shows the metadata; only a conversion leaves keys out.
     if options.gguf.metadata && !options.listing_only && src.skipped_arrays() > 0 {
         (o.notice)(&crate::Note::Info(format!(
@@ -149,6 +153,10 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
 }
 
 impl Source for GgufSource {
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.origin.iter().cloned().collect()
+    }
+
     fn input_name(&self) -> &str {
         &self.input
     }

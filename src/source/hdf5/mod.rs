@@ -54,15 +54,12 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use futures::FutureExt;
-
 use self::chunks::{list_chunks, Chunked, ChunkedReader};
 use self::dataset::{read_dataset, Layout};
 use self::read::{bad, Geometry};
-use super::blocking::BlockingReader;
+use super::backed::{FileBacked, Places};
 use super::format::{FileInput, FormatRow, Stream};
-use super::{BlockingRead, FileSpan, OpenBlocking, Source, Stamp, TensorData};
+use super::{BlockingRead, Source, Stamp};
 use crate::error::note::Note;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
@@ -83,11 +80,12 @@ pub(crate) const ROW: FormatRow = FormatRow {
 /// Opens the file, says how many links were skipped, and names its
 /// tensors as PyTorch does when `--names hf` asks.
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
-    let src = Hdf5Source::open(o.file, o.len, o.input)?;
-    if src.skipped > 0 {
+    let mut src = Hdf5Source::open(o.file, o.len, o.input)?;
+    src.origin = o.origin;
+    if src.places.skipped > 0 {
         (o.notice)(&Note::Info(format!(
             "{}: skipped {} soft or external links and objects that are not datasets",
-            o.input, src.skipped
+            o.input, src.places.skipped
         )));
     }
     super::hf::named(Box::new(src), o.options, super::hf::Convention::Tf)
@@ -110,12 +108,11 @@ enum Data {
 }
 
 /// An HDF5 file's datasets as a source.
+pub type Hdf5Source = FileBacked<Hdf5Places>;
+
+/// Where an HDF5 file's datasets are, and how their bytes become little-endian.
 #[derive(Debug)]
-pub struct Hdf5Source {
-    input: String,
-    file: Arc<File>,
-    opened: Stamp,
-    tensors: Vec<TensorMeta>,
+pub struct Hdf5Places {
     data: Vec<Data>,
     transforms: Vec<Transform>,
     skipped: u64,
@@ -125,34 +122,46 @@ impl Hdf5Source {
     /// Lists the datasets of the HDF5 file `file`, `len` bytes long.
     pub fn open(file: File, len: u64, input: &str) -> Result<Self> {
         let listed = list(&file, len).map_err(|e| e.with_input(input))?;
-        Ok(Hdf5Source {
-            input: input.to_string(),
-            opened: Stamp::of(&file, len),
-            file: Arc::new(file),
-            tensors: listed.tensors,
+        let stamp = Stamp::of(&file, len);
+        let places = Hdf5Places {
             data: listed.data,
             transforms: listed.transforms,
             skipped: listed.skipped,
-        })
+        };
+        let files = vec![(Arc::new(file), stamp)];
+        Ok(FileBacked::new(input, files, listed.tensors, places))
     }
 
     /// Soft and external links and objects that are not datasets (a
     /// committed datatype), which are not read.
     pub fn skipped(&self) -> u64 {
-        self.skipped
+        self.places.skipped
+    }
+}
+
+impl Places for Hdf5Places {
+    fn span(&self, k: usize) -> Option<(usize, u64, u64)> {
+        let Data::Span { offset, len } = self.data[k] else {
+            return None;
+        };
+        Some((0, offset, len))
+    }
+
+    fn transform(&self, k: usize) -> Transform {
+        self.transforms[k]
     }
 
     /// A blocking reader of tensor `k`'s bytes, unless it is a file range.
-    fn reader(&self, k: usize) -> Option<BlockingRead> {
-        Some(match &self.data[k] {
+    fn reader(source: &Hdf5Source, k: usize) -> Option<BlockingRead> {
+        Some(match &source.places.data[k] {
             Data::Span { .. } => return None,
             Data::Held(bytes) => Box::new(io::Cursor::new(Arc::clone(bytes).to_vec())),
             Data::Fill { element, len } => Box::new(Repeat::new(element.clone(), *len)),
             Data::Chunked(c) => Box::new(ChunkedReader::new(
-                self.file.clone(),
+                source.files()[0].clone(),
                 c.clone(),
-                &self.input,
-                &self.tensors[k].name,
+                source.input_name(),
+                &source.tensors()[k].name,
             )),
         })
     }
@@ -279,58 +288,6 @@ impl Read for Repeat {
         }
         self.left -= n as u64;
         Ok(n)
-    }
-}
-
-impl Source for Hdf5Source {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn identity(&self) -> Option<String> {
-        Some(self.opened.identity())
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        super::unchanged(&self.file, &self.opened, &self.input)
-    }
-
-    fn file_span(&self, k: usize) -> Option<FileSpan> {
-        let Data::Span { offset, len } = self.data[k] else {
-            return None;
-        };
-        Some(FileSpan {
-            file: self.file.clone(),
-            offset,
-            len,
-            transform: self.transforms[k],
-            crc: None,
-        })
-    }
-
-    fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
-        let r = self.reader(k)?;
-        let transform = self.transforms[k];
-        Some(Box::new(move || Ok((r, transform))))
-    }
-
-    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
-        async move {
-            let transform = self.transforms[k];
-            if let Some(r) = self.reader(k) {
-                return Ok(TensorData::new(BlockingReader::new(r)).with_transform(transform));
-            }
-            let Data::Span { offset, len } = self.data[k] else {
-                unreachable!("a tensor is a file range or has a reader");
-            };
-            let reader = super::file_range(&self.file, offset, len).await?;
-            Ok(TensorData::new(reader).with_transform(transform))
-        }
-        .boxed()
     }
 }
 

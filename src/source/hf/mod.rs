@@ -250,6 +250,10 @@ impl Source for HfNames {
         self.inner.identity()
     }
 
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.inner.opened()
+    }
+
     fn check_unchanged(&self) -> Result<()> {
         self.inner.check_unchanged()
     }

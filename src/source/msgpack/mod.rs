@@ -29,17 +29,12 @@ use std::fs::File;
 use std::io::Read;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use futures::FutureExt;
-
 use self::walk::{walk, Data};
-use super::blocking::BlockingReader;
+use super::backed::{FileBacked, Places};
 use super::cursor::FileCursor;
 use super::format::{FileInput, FormatRow, Stream};
-use super::{BlockingRead, FileSpan, OpenBlocking, Source, Stamp, TensorData};
+use super::{BlockingRead, Source, Stamp};
 use crate::error::note::Note;
-use crate::header::TensorMeta;
-use crate::transform::Transform;
 use crate::Result;
 
 /// The Flax MessagePack row of the format table: a map whose first key is
@@ -57,9 +52,10 @@ pub(crate) const ROW: FormatRow = FormatRow {
 /// Opens the file, says how many leaves were skipped, and names its
 /// tensors as PyTorch does when `--names hf` asks.
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
-    let src = MsgpackSource::open(o.file, o.len, o.input)?;
-    if src.skipped > 0 {
-        let more = if src.skipped as usize > src.skipped_paths.len() {
+    let mut src = MsgpackSource::open(o.file, o.len, o.input)?;
+    src.origin = o.origin;
+    if src.places.skipped > 0 {
+        let more = if src.places.skipped as usize > src.places.skipped_paths.len() {
             ", ..."
         } else {
             ""
@@ -67,8 +63,8 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
         (o.notice)(&Note::Info(crate::printable_line(&format!(
             "{}: skipped {} values that are not arrays: {}{more}",
             o.input,
-            src.skipped,
-            src.skipped_paths.join(", ")
+            src.places.skipped,
+            src.places.skipped_paths.join(", ")
         ))));
     }
     super::hf::named(Box::new(src), o.options, super::hf::Convention::Flax)
@@ -78,12 +74,11 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
 pub use crate::error::msgpack as error;
 
 /// A Flax MessagePack file as a source.
+pub type MsgpackSource = FileBacked<MsgpackPlaces>;
+
+/// Where a Flax file's arrays are, and the leaves that were not arrays.
 #[derive(Debug)]
-pub struct MsgpackSource {
-    input: String,
-    file: Arc<File>,
-    opened: Stamp,
-    tensors: Vec<TensorMeta>,
+pub struct MsgpackPlaces {
     data: Vec<Data>,
     skipped: u64,
     skipped_paths: Vec<String>,
@@ -94,33 +89,45 @@ impl MsgpackSource {
     pub fn open(file: File, len: u64, input: &str) -> Result<Self> {
         let walked = walk(&file, len).map_err(|e| e.with_input(input))?;
         let (tensors, data) = walked.tensors.into_iter().map(|t| (t.meta, t.data)).unzip();
-        Ok(MsgpackSource {
-            input: input.to_string(),
-            opened: Stamp::of(&file, len),
-            file: Arc::new(file),
-            tensors,
+        let places = MsgpackPlaces {
             data,
             skipped: walked.skipped,
             skipped_paths: walked.skipped_paths,
-        })
+        };
+        let stamp = Stamp::of(&file, len);
+        Ok(FileBacked::new(
+            input,
+            vec![(Arc::new(file), stamp)],
+            tensors,
+            places,
+        ))
     }
 
     /// How many leaves were not arrays, and the first few of their paths.
     pub fn skipped(&self) -> (u64, &[String]) {
-        (self.skipped, &self.skipped_paths)
+        (self.places.skipped, &self.places.skipped_paths)
+    }
+}
+
+impl Places for MsgpackPlaces {
+    fn span(&self, k: usize) -> Option<(usize, u64, u64)> {
+        let Data::One { offset, len } = self.data[k] else {
+            return None;
+        };
+        Some((0, offset, len))
     }
 
     /// A reader of a chunked tensor's bytes, chunk after chunk.
-    fn chunks(&self, k: usize) -> Option<Chunks> {
-        let Data::Chunks(places) = &self.data[k] else {
+    fn reader(source: &MsgpackSource, k: usize) -> Option<BlockingRead> {
+        let Data::Chunks(places) = &source.places.data[k] else {
             return None;
         };
-        Some(Chunks {
-            file: self.file.clone(),
+        Some(Box::new(Chunks {
+            file: source.files()[0].clone(),
             places: places.clone(),
             next: 0,
             current: None,
-        })
+        }))
     }
 }
 
@@ -147,58 +154,6 @@ impl Read for Chunks {
             self.next += 1;
             self.current = Some(FileCursor::new(self.file.clone(), offset, offset + len));
         }
-    }
-}
-
-impl Source for MsgpackSource {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn identity(&self) -> Option<String> {
-        Some(self.opened.identity())
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        super::unchanged(&self.file, &self.opened, &self.input)
-    }
-
-    fn file_span(&self, k: usize) -> Option<FileSpan> {
-        let Data::One { offset, len } = self.data[k] else {
-            return None;
-        };
-        Some(FileSpan {
-            file: self.file.clone(),
-            offset,
-            len,
-            transform: Transform::Identity,
-            crc: None,
-        })
-    }
-
-    fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
-        let r = self.chunks(k)?;
-        Some(Box::new(move || {
-            Ok((Box::new(r) as BlockingRead, Transform::Identity))
-        }))
-    }
-
-    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
-        async move {
-            if let Some(r) = self.chunks(k) {
-                return Ok(TensorData::new(BlockingReader::new(r)));
-            }
-            let Data::One { offset, len } = self.data[k] else {
-                unreachable!("a tensor is chunked or in one piece");
-            };
-            let reader = super::file_range(&self.file, offset, len).await?;
-            Ok(TensorData::new(reader))
-        }
-        .boxed()
     }
 }
 

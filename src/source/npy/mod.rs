@@ -37,6 +37,8 @@ enum Data {
 
 /// One `.npy` array as a source of one tensor.
 pub struct NpySource {
+    /// The location it was opened from, reported first by `opened`.
+    origin: Option<crate::location::Opened>,
     input: String,
     tensors: [TensorMeta; 1],
     header: NpyHeader,
@@ -78,6 +80,7 @@ impl NpySource {
             return Err(on_input(e.at_offset(end_of_header)));
         }
         Ok(NpySource {
+            origin: None,
             data: Data::File {
                 opened: super::Stamp::of(
                     &file,
@@ -142,6 +145,7 @@ impl NpySource {
         let meta = TensorMeta::new(name, header.dtype, header.shape.clone());
         meta.byte_len().map_err(|e| e.with_input(input))?;
         Ok(NpySource {
+            origin: None,
             input: input.to_string(),
             tensors: [meta],
             header,
@@ -233,9 +237,9 @@ fn name_needed() -> Error {
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     let name = o.name.ok_or_else(name_needed)?;
     let void_as = o.options.npy.void_as;
-    Ok(Box::new(NpySource::from_file(
-        o.file, 0, o.len, o.input, name, void_as,
-    )?))
+    let mut src = NpySource::from_file(o.file, 0, o.len, o.input, name, void_as)?;
+    src.origin = o.origin;
+    Ok(Box::new(src))
 }
 
 /// A stream's array is read as it comes, unless its Fortran order needs
@@ -246,7 +250,8 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
             return Err(name_needed().with_input(o.input));
         };
         let void_as = o.options.npy.void_as;
-        let src = NpySource::from_stream_as(o.reader, o.input, name, void_as).await?;
+        let mut src = NpySource::from_stream_as(o.reader, o.input, name, void_as).await?;
+        src.origin = o.origin;
         if src.needs_random_access() {
             (o.notice)(&spooling(o.input, "Fortran-order array from a stream"));
             return Ok(Box::new(src.spool().await?) as Box<dyn Source>);
@@ -257,6 +262,10 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
 }
 
 impl Source for NpySource {
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.origin.iter().cloned().collect()
+    }
+
     fn input_name(&self) -> &str {
         &self.input
     }

@@ -46,6 +46,8 @@ struct Member {
 /// An `.npz` archive as a source.
 #[derive(Debug)]
 pub struct NpzSource {
+    /// The location it was opened from, reported first by `opened`.
+    origin: Option<crate::location::Opened>,
     input: String,
     file: Arc<File>,
     /// The archive as it was when opened.
@@ -97,6 +99,7 @@ impl NpzSource {
             return Err(e);
         }
         let src = NpzSource {
+            origin: None,
             input: input.to_string(),
             opened,
             file,
@@ -247,7 +250,8 @@ fn open_zip(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     // Read once: its names tell an npz from a PyTorch checkpoint.
     let directory = zip::read_directory(&o.file, o.len).map_err(|e| e.with_input(o.input))?;
     if !pytorch::is_torch_directory(&directory.0) {
-        let npz = NpzSource::open_listed(o.file, o.len, directory, o.input, o.options)?;
+        let mut npz = NpzSource::open_listed(o.file, o.len, directory, o.input, o.options)?;
+        npz.origin = o.origin;
         return Ok(Box::new(npz));
     }
     // Freed first: the checkpoint reads its own, and frees it before its pickle.
@@ -256,6 +260,10 @@ fn open_zip(o: FileInput<'_>) -> Result<Box<dyn Source>> {
 }
 
 impl Source for NpzSource {
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        self.origin.iter().cloned().collect()
+    }
+
     fn input_name(&self) -> &str {
         &self.input
     }

@@ -35,18 +35,13 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use futures::future::BoxFuture;
-use futures::FutureExt;
-
 use self::external::ExternalFiles;
 use self::model::{read_model, Data};
 use self::typed::TypedReader;
-use super::blocking::BlockingReader;
+use super::backed::{FileBacked, Places};
 use super::format::{FileInput, FormatRow, Stream};
-use super::{BlockingRead, FileSpan, OpenBlocking, Source, Stamp, TensorData};
+use super::{BlockingRead, Source, Stamp};
 use crate::error::note::Note;
-use crate::header::TensorMeta;
-use crate::transform::Transform;
 use crate::Result;
 
 /// The ONNX row of the format table: a `ModelProto` by its first fields;
@@ -63,11 +58,12 @@ pub(crate) const ROW: FormatRow = FormatRow {
 
 /// Opens the model, and says how many sparse initializers were left out.
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
-    let src = OnnxSource::open(o.file, o.len, o.path, o.input)?;
-    if src.sparse > 0 {
+    let mut src = OnnxSource::open(o.file, o.len, o.path, o.input)?;
+    src.origin = o.origin;
+    if src.places.sparse > 0 {
         (o.notice)(&Note::Info(crate::printable_line(&format!(
             "warning: {}: {} sparse initializers are not read",
-            o.input, src.sparse
+            o.input, src.places.sparse
         ))));
     }
     Ok(Box::new(src))
@@ -77,13 +73,12 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
 pub use crate::error::onnx as error;
 
 /// An ONNX model's initializers as a source.
+pub type OnnxSource = FileBacked<OnnxPlaces>;
+
+/// Where a model's initializers are (the model is file 0, then each
+/// external file in order of first use), and how many sparse ones it has.
 #[derive(Debug)]
-pub struct OnnxSource {
-    input: String,
-    /// The model, then each external file in order of first use.
-    files: Vec<Arc<File>>,
-    opened: Vec<Stamp>,
-    tensors: Vec<TensorMeta>,
+pub struct OnnxPlaces {
     data: Vec<Data>,
     sparse: u64,
 }
@@ -95,101 +90,57 @@ impl OnnxSource {
     pub fn open(file: File, len: u64, path: Option<&Path>, input: &str) -> Result<Self> {
         let on_input = |e: crate::Error| e.with_input(input);
         let model = read_model(&file, len, ExternalFiles::new(path)).map_err(on_input)?;
-        let mut files = vec![Arc::new(file)];
-        let mut opened = vec![Stamp::of(&files[0], len)];
+        let stamp = Stamp::of(&file, len);
+        let mut files = vec![(Arc::new(file), stamp)];
         for ext in model.externals.files {
-            files.push(ext.file);
-            opened.push(ext.opened);
+            files.push((ext.file, ext.opened));
         }
         let (tensors, data) = model
             .initializers
             .into_iter()
             .map(|i| (i.meta, i.data))
             .unzip();
-        Ok(OnnxSource {
-            input: input.to_string(),
-            files,
-            opened,
-            tensors,
+        let places = OnnxPlaces {
             data,
             sparse: model.sparse,
-        })
+        };
+        Ok(FileBacked::new(input, files, tensors, places))
     }
 
     /// Sparse initializers the model holds, which are not read.
     pub fn sparse_initializers(&self) -> u64 {
-        self.sparse
+        self.places.sparse
+    }
+}
+
+impl Places for OnnxPlaces {
+    fn span(&self, k: usize) -> Option<(usize, u64, u64)> {
+        let Data::Span { file, offset, len } = self.data[k] else {
+            return None;
+        };
+        Some((file, offset, len))
     }
 
     /// Tensor `k`'s typed-field reader, if its data is in one.
-    fn typed(&self, k: usize) -> Option<TypedReader> {
+    fn reader(source: &OnnxSource, k: usize) -> Option<BlockingRead> {
         let Data::Typed {
             storage,
             width,
             start,
             end,
             values,
-        } = self.data[k]
+        } = source.places.data[k]
         else {
             return None;
         };
-        let file = self.files[0].clone();
-        Some(TypedReader::new(file, (start, end), storage, width, values))
-    }
-}
-
-impl Source for OnnxSource {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn identity(&self) -> Option<String> {
-        super::identities(&self.opened)
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        for (f, opened) in self.files.iter().zip(&self.opened) {
-            super::unchanged(f, opened, &self.input)?;
-        }
-        Ok(())
-    }
-
-    fn file_span(&self, k: usize) -> Option<FileSpan> {
-        let Data::Span { file, offset, len } = self.data[k] else {
-            return None;
-        };
-        Some(FileSpan {
-            file: self.files[file].clone(),
-            offset,
-            len,
-            transform: Transform::Identity,
-            crc: None,
-        })
-    }
-
-    fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
-        let r = self.typed(k)?;
-        Some(Box::new(move || {
-            Ok((Box::new(r) as BlockingRead, Transform::Identity))
-        }))
-    }
-
-    fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
-        async move {
-            if let Some(r) = self.typed(k) {
-                return Ok(TensorData::new(BlockingReader::new(r)));
-            }
-            let Data::Span { file, offset, len } = self.data[k] else {
-                unreachable!("a tensor's data is typed or a span");
-            };
-            let reader = super::file_range(&self.files[file], offset, len).await?;
-            Ok(TensorData::new(reader))
-        }
-        .boxed()
+        let file = source.files()[0].clone();
+        Some(Box::new(TypedReader::new(
+            file,
+            (start, end),
+            storage,
+            width,
+            values,
+        )))
     }
 }
 

@@ -175,6 +175,8 @@ struct Part {
 /// A PyTorch checkpoint (one file or a sharded set) as a source.
 #[derive(Debug)]
 pub(crate) struct PyTorchSource {
+    /// The location it was opened from, reported first by `opened`.
+    pub(crate) origin: Option<crate::location::Opened>,
     input: String,
     files: Vec<Arc<File>>,
     stamps: Vec<super::Stamp>,
@@ -493,6 +495,7 @@ impl PyTorchSource {
 
     fn from_parts(input: &str, parts: Vec<Part>, options: &SourceOptions) -> Result<Self> {
         let mut src = PyTorchSource {
+            origin: None,
             input: input.to_string(),
             files: Vec::with_capacity(parts.len()),
             stamps: Vec::with_capacity(parts.len()),
@@ -686,7 +689,7 @@ impl Source for PyTorchSource {
     }
 
     fn opened(&self) -> Vec<crate::location::Opened> {
-        self.shards.clone()
+        self.origin.iter().chain(&self.shards).cloned().collect()
     }
 
     fn tied_groups(&self) -> Vec<Vec<usize>> {

@@ -39,10 +39,9 @@ pub(crate) const LEGACY: FormatRow = FormatRow {
     path: Some(ByPath {
         recognise: is_index_path,
         open: |p| {
-            Ok(told_skipped(
-                PyTorchSource::open_index(p.path, p.options)?,
-                p.notice,
-            ))
+            let mut src = PyTorchSource::open_index(p.path, p.options)?;
+            src.origin = p.origin;
+            Ok(told_skipped(src, p.notice))
         },
     }),
     ..FormatRow::new(
@@ -70,7 +69,8 @@ fn tar_refused() -> Error {
 
 /// Opens one checkpoint file (zip or legacy).
 pub(crate) fn open_checkpoint(o: FileInput<'_>) -> Result<Box<dyn Source>> {
-    let src = PyTorchSource::open(o.file, o.len, o.input, o.options)?;
+    let mut src = PyTorchSource::open(o.file, o.len, o.input, o.options)?;
+    src.origin = o.origin;
     Ok(told_skipped(src, o.notice))
 }
 
