@@ -25,8 +25,8 @@
 # it by default), S3S_FS (else s3s-fs 0.14.1 on PATH, else a release build into WORK/s3s-fs),
 # ROUNDS, SHARD (500MB: several output shards at the small preset's scale), ONLY, README (the
 # file the tables go into; README=/dev/null to leave it), QUIET_FILE (pause between runs while
-# that file exists). WORK's large files are removed on exit; WORK keeps raw.tsv, meta and
-# the times.
+# that file exists), PROBE=0 to skip server_probe.py at the end. WORK's large files are
+# removed on exit; WORK keeps raw.tsv and meta.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 IN=$(realpath "${1:?IN (a generate.py output folder)}")
@@ -158,6 +158,13 @@ for round in $(seq "$ROUNDS"); do
         esac
     done
 done
+# Where the server is the limit: its CompleteMultipartUpload, alone and two at once, on
+# objects the size of the largest output shard (server_probe.py).
+if [ "${PROBE:-1}" = 1 ]; then
+    quiet
+    mib=$(( $(ls -S "$W/ref" | head -1 | xargs -I {} stat -c %s "$W/ref/{}") >> 20 ))
+    echo "probe $("$PY" "$here/server_probe.py" --size-mib "$((mib > 8 ? mib : 8))")" >>"$W/meta"
+fi
 echo "load_end $(cut -d' ' -f1-3 /proc/loadavg)" >>"$W/meta"
 hwm=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$(cat "$W/s3/s3s.pid")/status")
 echo "server_rss s3s-fs's own peak RSS over the whole run: $hwm MiB." >>"$W/meta"

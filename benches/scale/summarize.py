@@ -106,7 +106,7 @@ def tables(runs, meta):
         for k, name in plans:
             if t.has(k):
                 lines.append(f"| {name} | {t.secs(k):.2f} s | {t.rss(k):.0f} MiB | <= 2 s, <= 256 MiB |")
-    extra = [meta[k] for k in ("upload", "server_rss") if k in meta]
+    extra = [meta[k] for k in ("upload", "server_rss", "probe") if k in meta]
     if extra:
         lines += [""] + extra
     return "\n".join(lines) + "\n"
