@@ -70,40 +70,51 @@ up=$(echo "$(date +%s.%N) - $t0" | bc)
     echo "upload The input went in through the S3 API (curl, 4 PUTs at a time) in $(printf %.1f "$up") s."
 } >"$W/meta"
 
-# LABEL CMD...: one timed process (wall seconds and peak RSS into raw.tsv).
+# The server's CPU seconds so far (user + sys), to charge each run what it cost the server.
+tick=$(getconf CLK_TCK)
+server_cpu() { awk -v t="$tick" '{print ($14 + $15) / t}' "/proc/$(cat "$W/s3/s3s.pid")/stat"; }
+# FILE...: `/usr/bin/time -v` outputs summed: CPU seconds (user + sys), the largest peak RSS.
+cpu_rss() {
+    awk -F': ' '/(User|System) time/ {c += $2} /Maximum resident/ {if ($2 > k) k = $2}
+        END {print c, k}' "$@"
+}
+# LABEL CMD...: one timed process. raw.tsv gets: round, label, wall seconds, peak RSS (KiB),
+# the process's CPU seconds, the server's CPU seconds meanwhile.
 round=0
 timed() {
-    local label=$1; shift
+    local label=$1 s0 c0 rss cpu; shift
+    c0=$(server_cpu)
     /usr/bin/time -v -o "$W/time.$label" "$@" >/dev/null
-    awk -F': ' -v r="$round" -v l="$label" '
-        /Elapsed \(wall clock\)/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]}
-        /Maximum resident set size/ {k=$2}
-        END {print r, l, s, k}' "$W/time.$label" | tee -a "$W/raw.tsv"
+    s0=$(awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$W/time.$label")
+    read -r cpu rss <<<"$(cpu_rss "$W/time.$label")"
+    echo "$round $label $s0 $rss $cpu $(echo "$(server_cpu) - $c0" | bc)" | tee -a "$W/raw.tsv"
 }
-# LABEL SUBLABEL...: a row made of the rows just measured (seconds summed, largest RSS).
+# LABEL SUBLABEL...: a row made of the rows just measured (times summed, largest RSS).
 combined() {
     local label=$1; shift
     local pattern
     pattern=$(printf '%s|' "$@")
     awk -v r="$round" -v l="$label" -v p="^(${pattern%|})$" '
-        $1 == r && $2 ~ p {s += $3; if ($4 > k) k = $4}
-        END {print r, l, s, k}' "$W/raw.tsv" | tee -a "$W/raw.tsv"
+        $1 == r && $2 ~ p {s += $3; if ($4 > k) k = $4; c += $5; v += $6}
+        END {print r, l, s, k, c, v}' "$W/raw.tsv" | tee -a "$W/raw.tsv"
 }
 # A fan-out of WORKERS processes, S3 -> S3, as the Indexed Job runs it: the wall time of the
-# whole (plan, shards, index) and the largest peak RSS of any one of its processes.
+# whole (plan, shards, index), the largest peak RSS of any one of its processes, their CPU
+# seconds summed.
 fanout() {
-    local workers=$1 plan n id t0 args
+    local workers=$1 plan n id t0 c0 args cpu rss
     args=("s3://input/ds/$index" -o s3://output/fan/model.safetensors "${CONV[@]}")
     t0=$(date +%s.%N)
+    c0=$(server_cpu)
     plan=$(/usr/bin/time -v -o "$W/time.fan.plan" "$B" "${args[@]}" --dry-run --json)
     n=$(echo "$plan" | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["outputs"]))')
     id=$(echo "$plan" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["plan_id"])')
     seq "$n" | xargs -P "$workers" -I {} /usr/bin/time -v -o "$W/time.fan.{}" \
         "$B" "${args[@]}" --expect-plan "$id" --shard {} --quiet
     /usr/bin/time -v -o "$W/time.fan.index" "$B" "${args[@]}" --expect-plan "$id" --index-only --quiet
-    cat "$W"/time.fan.* | awk -F': ' -v r="$round" -v l="fanout-$workers" \
-        -v s="$(echo "$(date +%s.%N) - $t0" | bc)" \
-        '/Maximum resident/ {if ($2 > k) k = $2} END {print r, l, s, k}' | tee -a "$W/raw.tsv"
+    read -r cpu rss <<<"$(cpu_rss "$W"/time.fan.*)"
+    echo "$round fanout-$workers $(echo "$(date +%s.%N) - $t0" | bc) $rss $cpu" \
+        "$(echo "$(server_cpu) - $c0" | bc)" | tee -a "$W/raw.tsv"
     rm -f "$W"/time.fan.*
 }
 same() { # DIR: byte-equal to the reference, file for file

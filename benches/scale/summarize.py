@@ -3,7 +3,9 @@
 
     summarize.py RAW META README
 
-RAW: one line per timed run, `round label seconds peak_rss_kib` (run.sh writes it).
+RAW: one line per timed run, `round label seconds peak_rss_kib [cpu_s server_cpu_s]` (run.sh
+writes it: the wall time, the largest peak RSS of its processes, their CPU seconds, and the
+S3 server's CPU seconds during the run).
 META: `key value...` lines (preset, bytes, load before and after, commit, ...).
 The tables replace what stands between `<!-- scale:PRESET begin -->` and
 `<!-- scale:PRESET end -->` in README (appended at the end when the markers are not
@@ -21,8 +23,8 @@ def load(raw_path, meta_path):
     runs = defaultdict(list)
     with open(raw_path) as f:
         for line in f:
-            _, label, secs, rss = line.split()
-            runs[label].append((float(secs), int(rss)))
+            _, label, secs, rss, *cpu = line.split()
+            runs[label].append((float(secs), int(rss), *map(float, cpu)))
     meta = {}
     with open(meta_path) as f:
         for line in f:
@@ -39,25 +41,32 @@ class Table:
         return label in self.runs
 
     def secs(self, label):
-        return statistics.median(s for s, _ in self.runs[label])
+        return statistics.median(r[0] for r in self.runs[label])
 
     def rss(self, label):
         """The largest peak of any one process over the rounds, MiB."""
-        return max(r for _, r in self.runs[label]) / 1024
+        return max(r[1] for r in self.runs[label]) / 1024
 
     def row(self, name, label, ratio="", note=""):
         if not self.has(label):
             return None
         s = self.secs(label)
-        spread = [x for x, _ in self.runs[label]]
+        spread = [r[0] for r in self.runs[label]]
         rng = f"{min(spread):.2f}-{max(spread):.2f}" if len(spread) > 1 else ""
-        mibs = self.out_bytes / MIB / s
-        return (f"| {name} | {s:.2f} s | {rng} | {mibs:.1f} MiB/s | {self.rss(label):.0f} MiB "
-                f"| {ratio} | {note} |")
+        mibs = f"{self.out_bytes / MIB / s:.1f} MiB/s" if s > 0 else ""
+        return (f"| {name} | {s:.2f} s | {rng} | {mibs} | {self.rss(label):.0f} MiB "
+                f"| {self.cpu(label, 2)} | {self.cpu(label, 3)} | {ratio} | {note} |")
+
+    def cpu(self, label, column):
+        """The median of a CPU column (the client's, the server's), or blank."""
+        values = [r[column] for r in self.runs[label] if len(r) > column]
+        return f"{statistics.median(values):.1f} s" if values else ""
 
     def ratio(self, num, den, what="time"):
         """num's median time over den's; as throughput: den's over num's."""
         if not (self.has(num) and self.has(den)):
+            return ""
+        if min(self.secs(num), self.secs(den)) <= 0:
             return ""
         r = self.secs(num) / self.secs(den)
         return f"{r:.2f} x" if what == "time" else f"{1 / r:.2f} x"
@@ -71,11 +80,12 @@ def tables(runs, meta):
         f"{meta['preset']} preset, {meta['date']}, commit {meta['commit']}, {rounds} interleaved "
         f"round(s), medians (range over rounds); MiB/s are of the output's {out_bytes:,} bytes "
         f"({meta['output_files']} files; input {int(meta['input_bytes']):,} bytes in "
-        f"{meta['input_files']} files). Peak RSS: the largest of any one process. Load average "
+        f"{meta['input_files']} files). Peak RSS: the largest of any one process; CPU: user + sys "
+        f"of the run's processes; server CPU: s3s-fs's meanwhile. Load average "
         f"at start {meta['load_start']}, at end {meta['load_end']}.",
         "",
-        "| run | time (median) | range | throughput | peak RSS | ratio | |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| run | time (median) | range | throughput | peak RSS | CPU | server CPU | ratio | |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     rows = [
         t.row("`cp -r` of the output", "cp", note="the target for `local`"),
@@ -86,9 +96,10 @@ def tables(runs, meta):
               "time over `cp` + `sync`'s"),
         t.row("boto3 (TransferConfig defaults): download input + upload output", "boto3"),
         t.row("`aws s3 cp --recursive`: download + upload", "awscli"),
-        t.row("S3 -> S3", "s3", t.ratio("s3", "boto3", "tput") + " boto3, "
-              + t.ratio("s3", "awscli", "tput") + " aws",
-              "throughput over the baseline's (target >= 1.0)") if t.has("s3") else None,
+        t.row("S3 -> S3", "s3", ", ".join(
+                  f"{t.ratio('s3', k, 'tput')} {name}" for k, name in
+                  (("boto3", "boto3"), ("awscli", "aws")) if t.has(k)),
+              "throughput over the baseline's (target >= 1.0)"),
         t.row("fan-out S3 -> S3, 1 worker", "fanout-1"),
         t.row("fan-out S3 -> S3, 2 workers", "fanout-2", t.ratio("fanout-2", "fanout-1"),
               "wall time over 1 worker's (target <= 0.6)"),
