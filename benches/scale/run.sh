@@ -1,104 +1,182 @@
 #!/usr/bin/env bash
-# The three runs of benches/scale/README.md on a generated checkpoint, with their baselines on
-# the same bytes and the same server, interleaved, ROUNDS rounds (default 1):
-#   cp        `cp -r` of the local conversion's output (the bytes written)
-#   local     convert --dequantize --max-shard-size $SHARD, local -> local (--no-sync, as cp)
-#   s3        the same, s3://input -> s3://output on s3s-fs
-#   boto3     boto3 (TransferConfig defaults) downloading the input and uploading the output
-#   awscli    `aws s3 cp --recursive`, the same two transfers
-#   fanout-1  the Indexed Job's commands (dry run, --shard K, --index-only), S3 -> S3, 1 worker
-#   fanout-2  the same with 2 worker processes
-# Each line: label, seconds, MiB/s of the conversion's output bytes, the largest peak RSS of
-# any one process (MiB, /usr/bin/time -v).
+# The runs of benches/scale/README.md on a generated checkpoint, with their baselines on the
+# same bytes and the same server, interleaved over ROUNDS rounds (default 3); then the medians,
+# their ratios and the tables, written into README.md between its `scale:PRESET` markers.
 #
 #   PYTHON=/work/venvs/scale/bin/python CONVERT=target/release/convert \
-#       benches/scale/run.sh /work/scale-data/small /work/scale-work
+#       benches/scale/run.sh /work/scale-data/small /tmp/scale-work
+#
+# The configurations (ONLY=... to choose; each output compared byte for byte with the
+# reference, a local single-process run of the same options):
+#   cp          `cp -r` of the reference output (the bytes written), no sync
+#   local       convert --dequantize --max-shard-size $SHARD, local -> local, --no-sync
+#   cp-sync     `cp -r` then `sync` of the copied files
+#   local-sync  the same conversion, durable (convert's default: fsync)
+#   plan-local  convert --dry-run of the local input; plan-s3 the same from the bucket
+#   s3          the conversion s3://input -> s3://output on s3s-fs
+#   boto3       boto3 (TransferConfig defaults) downloading the input, then uploading the output
+#   awscli      `aws s3 cp --recursive`, the same two transfers
+#   fanout-1    the Indexed Job's commands (dry run, --shard K, --index-only), S3 -> S3, 1 worker
+#   fanout-2    the same with 2 worker processes
+# The input is uploaded once through the S3 API (s3_server.sh put): s3s-fs then keeps its
+# ETags, as a real store does, and every client reads the same objects.
+#
+# Environment: CONVERT (the binary), PYTHON (with boto3 and awscli; AWS: the aws CLI, next to
+# it by default), S3S_FS (else s3s-fs 0.14.1 on PATH, else a release build into WORK/s3s-fs),
+# ROUNDS, SHARD (500MB: several output shards at the small preset's scale), ONLY, README (the
+# file the tables go into; README=/dev/null to leave it), QUIET_FILE (pause between runs while
+# that file exists), PROBE=0 to skip server_probe.py at the end. WORK's large files are
+# removed on exit; WORK keeps raw.tsv and meta.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-IN=$(realpath "$1")
-W=$(realpath -m "$2")
+IN=$(realpath "${1:?IN (a generate.py output folder)}")
+W=$(realpath -m "${2:?WORK}")
 B=$(realpath "${CONVERT:-target/release/convert}")
 PY=${PYTHON:-python3}
 AWS=${AWS:-$(dirname "$PY")/aws}
-ROUNDS=${ROUNDS:-1}
+ROUNDS=${ROUNDS:-3}
 SHARD=${SHARD:-500MB}
-ONLY=${ONLY:-cp local s3 boto3 awscli fanout-1 fanout-2}
-mkdir -p "$W"
-trap '"$here/s3_server.sh" stop "$W/s3"' EXIT
-eval "$("$here/s3_server.sh" start "$W/s3")"
-mkdir -p "$W/s3/root/input/ds" "$W/s3/root/output"
-cp -l "$IN"/* "$W/s3/root/input/ds/" 2>/dev/null || cp "$IN"/* "$W/s3/root/input/ds/"
+ONLY=${ONLY:-cp local cp-sync local-sync plan-local plan-s3 s3 boto3 awscli fanout-1 fanout-2}
+README=${README:-$here/README.md}
 CONV=(--dequantize --max-shard-size "$SHARD")
+index=model.safetensors.index.json
+preset=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["synthetic"]["preset"])' "$IN/config.json")
 
-# LABEL CMD...: one timed process; prints seconds and peak RSS (KiB).
-timed() {
-    local label=$1; shift
-    /usr/bin/time -v -o "$W/time.$label" "$@" >/dev/null
-    awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}
-                /Maximum resident set size/ {print $2}' "$W/time.$label" | paste -sd' '
+mkdir -p "$W"
+rm -rf "$W/s3/root" "$W/ref" "$W/out" "$W/down"
+cleanup() {
+    "$here/s3_server.sh" stop "$W/s3"
+    rm -rf "$W/s3/root" "$W/ref" "$W/out" "$W/down" "$W"/time.*
 }
-# A fan-out of WORKERS processes, S3 -> S3: the wall time, the largest worker RSS.
+trap cleanup EXIT
+quiet() { [ -z "${QUIET_FILE:-}" ] || while [ -e "$QUIET_FILE" ]; do sleep 20; done; }
+
+# The server: a release build unless one is given (its speed is measured here).
+S3S_FS=$(S3S_PROFILE=release "$here/s3_server.sh" binary "$W/s3s-fs")
+export S3S_FS
+eval "$("$here/s3_server.sh" start "$W/s3")"
+t0=$(date +%s.%N)
+"$here/s3_server.sh" put "$IN" s3://input/ds
+up=$(echo "$(date +%s.%N) - $t0" | bc)
+
+: >"$W/raw.tsv"
+{
+    echo "preset $preset"
+    echo "date $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "commit $(git -C "$here" rev-parse --short HEAD) ($(basename "$B"))"
+    echo "load_start $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "input_bytes $(du -cb "$IN"/* | tail -1 | cut -f1)"
+    echo "input_files $(ls "$IN" | wc -l)"
+    echo "upload The input went in through the S3 API (curl, 4 PUTs at a time) in $(printf %.1f "$up") s."
+} >"$W/meta"
+
+# The server's CPU seconds so far (user + sys), to charge each run what it cost the server.
+tick=$(getconf CLK_TCK)
+server_cpu() { awk -v t="$tick" '{print ($14 + $15) / t}' "/proc/$(cat "$W/s3/s3s.pid")/stat"; }
+# FILE...: `/usr/bin/time -v` outputs summed: CPU seconds (user + sys), the largest peak RSS.
+cpu_rss() {
+    awk -F': ' '/(User|System) time/ {c += $2} /Maximum resident/ {if ($2 > k) k = $2}
+        END {print c, k}' "$@"
+}
+# LABEL CMD...: one timed process. raw.tsv gets: round, label, wall seconds, peak RSS (KiB),
+# the process's CPU seconds, the server's CPU seconds meanwhile.
+round=0
+timed() {
+    local label=$1 s0 c0 rss cpu; shift
+    c0=$(server_cpu)
+    /usr/bin/time -v -o "$W/time.$label" "$@" >/dev/null
+    s0=$(awk -F': ' '/Elapsed \(wall clock\)/ {n=split($2,a,":"); s=0; for(i=1;i<=n;i++) s=s*60+a[i]; print s}' "$W/time.$label")
+    read -r cpu rss <<<"$(cpu_rss "$W/time.$label")"
+    echo "$round $label $s0 $rss $cpu $(echo "$(server_cpu) - $c0" | bc)" | tee -a "$W/raw.tsv"
+}
+# LABEL SUBLABEL...: a row made of the rows just measured (times summed, largest RSS).
+combined() {
+    local label=$1; shift
+    local pattern
+    pattern=$(printf '%s|' "$@")
+    awk -v r="$round" -v l="$label" -v p="^(${pattern%|})$" '
+        $1 == r && $2 ~ p {s += $3; if ($4 > k) k = $4; c += $5; v += $6}
+        END {print r, l, s, k, c, v}' "$W/raw.tsv" | tee -a "$W/raw.tsv"
+}
+# A fan-out of WORKERS processes, S3 -> S3, as the Indexed Job runs it: the wall time of the
+# whole (plan, shards, index), the largest peak RSS of any one of its processes, their CPU
+# seconds summed.
 fanout() {
-    local workers=$1 plan n id t0 rss=0
-    local args=(s3://input/ds/model.safetensors.index.json -o s3://output/fan/model.safetensors "${CONV[@]}")
+    local workers=$1 plan n id t0 c0 args cpu rss
+    args=("s3://input/ds/$index" -o s3://output/fan/model.safetensors "${CONV[@]}")
     t0=$(date +%s.%N)
-    plan=$("$B" "${args[@]}" --dry-run --json)
+    c0=$(server_cpu)
+    plan=$(/usr/bin/time -v -o "$W/time.fan.plan" "$B" "${args[@]}" --dry-run --json)
     n=$(echo "$plan" | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["outputs"]))')
     id=$(echo "$plan" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["plan_id"])')
-    seq "$n" | xargs -P "$workers" -I K /usr/bin/time -v -o "$W/time.fan.K" \
-        "$B" "${args[@]}" --expect-plan "$id" --shard K --quiet
-    "$B" "${args[@]}" --expect-plan "$id" --index-only --quiet
-    for f in "$W"/time.fan.*; do
-        rss=$(( $(awk -F': ' '/Maximum resident/ {print $2}' "$f") > rss ? $(awk -F': ' '/Maximum resident/ {print $2}' "$f") : rss ))
-    done
+    seq "$n" | xargs -P "$workers" -I {} /usr/bin/time -v -o "$W/time.fan.{}" \
+        "$B" "${args[@]}" --expect-plan "$id" --shard {} --quiet
+    /usr/bin/time -v -o "$W/time.fan.index" "$B" "${args[@]}" --expect-plan "$id" --index-only --quiet
+    read -r cpu rss <<<"$(cpu_rss "$W"/time.fan.*)"
+    echo "$round fanout-$workers $(echo "$(date +%s.%N) - $t0" | bc) $rss $cpu" \
+        "$(echo "$(server_cpu) - $c0" | bc)" | tee -a "$W/raw.tsv"
     rm -f "$W"/time.fan.*
-    echo "$(echo "$(date +%s.%N) - $t0" | bc) $rss"
 }
-out_bytes=0
-report() { # LABEL "SECONDS RSS_KIB"
-    local s r
-    read -r s r <<<"$2"
-    awk -v l="$1" -v s="$s" -v r="$r" -v b="$out_bytes" \
-        'BEGIN {printf "%-9s %8.2f s %9.1f MiB/s %7.0f MiB\n", l, s, b/1048576/s, r/1024}'
+same() { # DIR: byte-equal to the reference, file for file
+    diff -r -q "$W/ref" "$1" || { echo "$1 differs from the reference" >&2; exit 1; }
+    rm -rf "$1"
 }
-# The reference output, for the byte counts and the copies.
-rm -rf "$W/ref"
-"$B" "$IN/model.safetensors.index.json" "${CONV[@]}" -o "$W/ref/model.safetensors" --quiet --no-sync
-out_bytes=$(du -cb "$W"/ref/* | tail -1 | cut -f1)
-echo "input $(du -cb "$IN"/* | tail -1 | cut -f1) bytes, output $out_bytes bytes in $(ls "$W/ref" | wc -l) files"
-for r in $(seq "$ROUNDS"); do
+
+# The reference output: the byte count, what `cp` copies, what every run must equal.
+"$B" "$IN/$index" "${CONV[@]}" -o "$W/ref/model.safetensors" --quiet --no-sync
+echo "output_bytes $(du -cb "$W"/ref/* | tail -1 | cut -f1)" >>"$W/meta"
+echo "output_files $(ls "$W/ref" | wc -l)" >>"$W/meta"
+cat "$W/meta"
+out=$W/out
+bucket=$W/s3/root/output
+for round in $(seq "$ROUNDS"); do
     for what in $ONLY; do
+        quiet
         sync
         case $what in
-        cp) rm -rf "$W/cp"; report cp "$(timed cp cp -r "$W/ref" "$W/cp")"; rm -rf "$W/cp" ;;
+        cp) timed cp cp -r "$W/ref" "$out"; same "$out" ;;
+        cp-sync)
+            timed cp-sync sh -c 'cp -r "$1" "$2" && sync "$2"/*' _ "$W/ref" "$out"
+            same "$out" ;;
         local)
-            rm -rf "$W/local"
-            report local "$(timed local "$B" "$IN/model.safetensors.index.json" "${CONV[@]}" \
-                -o "$W/local/model.safetensors" --quiet --no-sync)"
-            diff -r -q "$W/ref" "$W/local"; rm -rf "$W/local" ;;
+            timed local "$B" "$IN/$index" "${CONV[@]}" -o "$out/model.safetensors" --quiet --no-sync
+            same "$out" ;;
+        local-sync)
+            timed local-sync "$B" "$IN/$index" "${CONV[@]}" -o "$out/model.safetensors" --quiet
+            same "$out" ;;
+        plan-local) timed plan-local "$B" "$IN/$index" "${CONV[@]}" -o "$out/model.safetensors" --dry-run ;;
+        plan-s3)
+            timed plan-s3 "$B" "s3://input/ds/$index" "${CONV[@]}" -o s3://output/s3/model.safetensors --dry-run ;;
         s3)
-            rm -rf "$W/s3/root/output/s3"
-            report s3 "$(timed s3 "$B" s3://input/ds/model.safetensors.index.json "${CONV[@]}" \
-                -o s3://output/s3/model.safetensors --quiet)"
-            diff -r -q "$W/ref" "$W/s3/root/output/s3"; rm -rf "$W/s3/root/output/s3" ;;
+            timed s3 "$B" "s3://input/ds/$index" "${CONV[@]}" -o s3://output/s3/model.safetensors --quiet
+            same "$bucket/s3" ;;
         boto3)
+            timed boto3-down "$PY" "$here/baseline.py" down s3://input/ds "$W/down"
+            diff -r -q "$IN" "$W/down" || { echo "boto3's download differs" >&2; exit 1; }
             rm -rf "$W/down"
-            read -r s1 r1 <<<"$(timed boto-down "$PY" "$here/baseline.py" down s3://input/ds "$W/down")"
-            read -r s2 r2 <<<"$(timed boto-up "$PY" "$here/baseline.py" up "$W/ref" s3://output/boto)"
-            report boto3 "$(echo "$s1 + $s2" | bc) $(( r1 > r2 ? r1 : r2 ))"
-            echo "          (download $s1 s, upload $s2 s)"
-            rm -rf "$W/down" "$W/s3/root/output/boto" ;;
+            timed boto3-up "$PY" "$here/baseline.py" up "$W/ref" s3://output/boto
+            combined boto3 boto3-down boto3-up
+            same "$bucket/boto" ;;
         awscli)
+            timed aws-down "$AWS" s3 cp --recursive --quiet s3://input/ds "$W/down"
+            diff -r -q "$IN" "$W/down" || { echo "aws's download differs" >&2; exit 1; }
             rm -rf "$W/down"
-            read -r s1 r1 <<<"$(timed aws-down "$AWS" s3 cp --recursive --quiet s3://input/ds "$W/down")"
-            read -r s2 r2 <<<"$(timed aws-up "$AWS" s3 cp --recursive --quiet "$W/ref" s3://output/aws)"
-            report awscli "$(echo "$s1 + $s2" | bc) $(( r1 > r2 ? r1 : r2 ))"
-            echo "          (download $s1 s, upload $s2 s)"
-            rm -rf "$W/down" "$W/s3/root/output/aws" ;;
-        fanout-1|fanout-2)
-            rm -rf "$W/s3/root/output/fan"
-            report "$what" "$(fanout "${what#fanout-}")"
-            diff -r -q "$W/ref" "$W/s3/root/output/fan"; rm -rf "$W/s3/root/output/fan" ;;
+            timed aws-up "$AWS" s3 cp --recursive --quiet "$W/ref" s3://output/aws
+            combined awscli aws-down aws-up
+            same "$bucket/aws" ;;
+        fanout-1|fanout-2) fanout "${what#fanout-}"; same "$bucket/fan" ;;
+        *) echo "unknown configuration $what" >&2; exit 2 ;;
         esac
     done
 done
+# Where the server is the limit: its CompleteMultipartUpload, alone and two at once, on
+# objects the size of the largest output shard (server_probe.py).
+if [ "${PROBE:-1}" = 1 ]; then
+    quiet
+    mib=$(( $(ls -S "$W/ref" | head -1 | xargs -I {} stat -c %s "$W/ref/{}") >> 20 ))
+    echo "probe $("$PY" "$here/server_probe.py" --size-mib "$((mib > 8 ? mib : 8))")" >>"$W/meta"
+fi
+echo "load_end $(cut -d' ' -f1-3 /proc/loadavg)" >>"$W/meta"
+hwm=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$(cat "$W/s3/s3s.pid")/status")
+echo "server_rss s3s-fs's own peak RSS over the whole run: $hwm MiB." >>"$W/meta"
+"$PY" "$here/summarize.py" "$W/raw.tsv" "$W/meta" "$README"
