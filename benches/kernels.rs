@@ -193,9 +193,16 @@ fn ggml(bencher: Bencher, case: Case<&str>) {
 }
 
 /// The 4-bit schemes, to BF16: bitsandbytes NF4 (blocks of 64), GPTQ and
-/// AWQ int4 (groups of 128, F16 scales), compressed-tensors' MXFP4.
+/// AWQ int4 (groups of 128, F16 scales), compressed-tensors' MXFP4 and
+/// gpt-oss's (transposed).
 fn four_bit_cases() -> Vec<Case<&'static str>> {
-    on_each_path(&["NF4", "GPTQ int4", "AWQ int4", "MXFP4 packed"])
+    on_each_path(&[
+        "NF4",
+        "GPTQ int4",
+        "AWQ int4",
+        "MXFP4 packed",
+        "MXFP4 transposed",
+    ])
 }
 
 #[divan::bench(args = four_bit_cases())]

@@ -5,7 +5,9 @@ the scalar reference (`SAFETENSORS_STREAM_KERNELS=scalar`), each against the sam
 
     python3 benches/kernels_e2e.py --binary target/release/convert [--size-gib 1] [--runs 5]
 
-Workloads: `f32-bf16` (16 F32 tensors, `--cast-all BF16`), `fp8-bf16` (DeepSeek-style E4M3
+Workloads: `f32-bf16` (16 F32 tensors, `--cast-all BF16`), `bf16-f32` (16 BF16 tensors,
+`--cast-all F32`: the output twice the input), `nf4-bf16` (bitsandbytes NF4, blocks of 64, BF16
+output of the size given), `fp8-bf16` (DeepSeek-style E4M3
 codes with 128 x 128 F32 block scales, `--dequantize`, generated as `bench.py --quantized`
 does), `gptq-bf16` (GPTQ 4-bit, groups of 128, F16 scales), `mxfp4-bf16` (gpt-oss experts, to
 BF16 transposed: 4 x the input's bytes) and `gguf-bf16` (a Q4_K_M-like GGUF: Q4_K and Q6_K, to BF16). Each round runs the three tools of a workload in an order rotated by one a round, each
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import struct
 import subprocess
@@ -33,26 +36,62 @@ import numpy as np  # noqa: E402
 
 
 def plain(path: Path, size: int, dtype=np.float32, count=16):
-    """A safetensors file of `count` tensors, `size` bytes of data in all."""
+    """A safetensors file of `count` tensors, `size` bytes of data in all (`dtype` "BF16": F32
+    normals with their low halves dropped)."""
     rng = np.random.default_rng(40)
-    per = size // count // np.dtype(dtype).itemsize
+    width = 2 if dtype == "BF16" else np.dtype(dtype).itemsize
+    per = size // count // width
     def one():
         if dtype == np.uint8:
             return rng.integers(0, 256, per, dtype=np.uint8)
+        if dtype == "BF16":
+            return (rng.standard_normal(per, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
         return rng.standard_normal(per, dtype=np.float32)
 
     arrays = {f"model.layers.{i}.weight": one() for i in range(count)}
+    code = {np.float32: "F32", np.uint8: "U8", "BF16": "BF16"}[dtype]
+    write_safetensors(path, {name: (code, [per], a) for name, a in arrays.items()})
+
+
+def write_safetensors(path: Path, tensors):
+    """`tensors`: name -> (dtype code, shape, array), laid out in order."""
     header, offset = {}, 0
-    code = {np.float32: "F32", np.uint8: "U8"}[dtype]
-    for name, a in arrays.items():
-        header[name] = {"dtype": code, "shape": [per], "data_offsets": [offset, offset + a.nbytes]}
+    for name, (code, shape, a) in tensors.items():
+        header[name] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text)
-        for a in arrays.values():
+        for _, _, a in tensors.values():
             f.write(a.tobytes())
+
+
+# bitsandbytes' NF4 code book (`get_4bit_type("nf4")`), the file's `quant_map`.
+NF4 = np.array([0xbf800000, 0xbf3239b1, 0xbf066b30, 0xbeca32a0, 0xbe91a24d, 0xbe3d353f, 0xbdba7871, 0,
+                0x3da2faff, 0x3e24cae3, 0x3e7c04dd, 0x3ead033a, 0x3ee1a4b8, 0x3f1007ab, 0x3f3913b3,
+                0x3f800000], dtype=np.uint32).view(np.float32)
+
+
+def nf4(path: Path, size: int):
+    """bitsandbytes NF4 as transformers saves it (`.weight` packed U8, `.absmax` F32 per block of
+    64, `.quant_map`, the `quant_state.bitsandbytes__nf4` record; BF16 weights, no nested
+    statistics): 8 tensors of 8192 columns whose BF16 output is `size` bytes in all."""
+    rng = np.random.default_rng(41)
+    cols, count = 8192, 8
+    rows = max(1, size // 2 // count // cols)
+    n = rows * cols
+    tensors = {}
+    for i in range(count):
+        w = f"model.layers.{i}.mlp.up_proj.weight"
+        record = json.dumps({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [rows, cols]})
+        record = np.frombuffer(record.encode(), dtype=np.uint8)
+        tensors[w] = ("U8", [n // 2, 1], rng.integers(0, 256, n // 2, dtype=np.uint8))
+        tensors[f"{w}.absmax"] = ("F32", [n // 64], (rng.random(n // 64, dtype=np.float32) * 0.1 + 1e-3))
+        tensors[f"{w}.quant_map"] = ("F32", [16], NF4)
+        tensors[f"{w}.quant_state.bitsandbytes__nf4"] = ("U8", [record.size], record)
+    write_safetensors(path, tensors)
+    return count * n
 
 
 def gguf(path: Path, size: int):
@@ -84,6 +123,38 @@ def gguf(path: Path, size: int):
         for _, _, b in tensors:
             f.write(b.tobytes() + b"\0" * (-b.nbytes % 32))
     return count * rows * cols
+
+
+# amn's published dequantization throughput (issue 40), for the kernel table.
+AMN_GELEM_S = "0.66-2.0"
+
+
+def kernel_table(repo: Path, filters):
+    """Gelem/s per kernel and path: `cargo bench --bench kernels` (divan, every path this CPU
+    has) over the casts, FP8, GGUF and 4-bit kernels, its median item throughput per case."""
+    cmd = ["cargo", "bench", "--features", "internals", "--bench", "kernels", "--", *filters]
+    text = subprocess.run(cmd, cwd=repo, check=True, capture_output=True, text=True).stdout
+    scale = {"": 1e-9, "K": 1e-6, "M": 1e-3, "G": 1.0, "T": 1e3}
+    rows, name = {}, None
+    for line in text.splitlines():
+        # "│  ├─ F32->BF16 scalar   211.2 µs   │ ...": a case and its times; the lines under it
+        # its throughputs, fastest, slowest, median, mean.
+        case = re.search(r"─ (\S.*?)\s+[\d.]+ (?:ns|µs|ms|s)\b", line)
+        if case:
+            name = case.group(1)
+            continue
+        items = re.findall(r"([\d.]+) ([KMGT]?)item/s", line)
+        if name and len(items) >= 3:
+            value, unit = items[2]
+            *what, path = name.split()
+            rows.setdefault(" ".join(what), {})[path] = float(value) * scale[unit]
+            name = None
+    paths = ["scalar", "avx2", "avx512"]
+    print("| kernel | " + " | ".join(paths) + " | amn (published) |")
+    print("|---|" + "---:|" * (len(paths) + 1))
+    for what, by_path in rows.items():
+        cells = [f"{by_path[p]:.2f}" if p in by_path else "-" for p in paths]
+        print(f"| {what} | " + " | ".join(cells) + f" | {AMN_GELEM_S} |")
 
 
 def run_workload(name, tools, tmp: Path, runs: int, inputs):
@@ -121,8 +192,15 @@ def main():
     ap.add_argument("--size-gib", type=float, default=1.0)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tmpdir", type=Path, default=None)
-    ap.add_argument("--only", default="f32-bf16,fp8-bf16,gptq-bf16,mxfp4-bf16,gguf-bf16")
+    ap.add_argument("--only", default="f32-bf16,bf16-f32,fp8-bf16,gptq-bf16,nf4-bf16,mxfp4-bf16,gguf-bf16",
+                    help="comma-separated workloads (default: all)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="first, the Gelem/s table of every kernel and path (cargo bench, this checkout)")
     a = ap.parse_args()
+    if a.kernels:
+        print("Gelem/s of input elements, divan median (`cargo bench --features internals --bench kernels`):")
+        kernel_table(Path(__file__).resolve().parent.parent, ["cast", "fp8", "ggml", "four_bit"])
+        print()
     size = int(a.size_gib * bench.GIB)
     binary = a.binary.resolve()
     scalar = ["env", "SAFETENSORS_STREAM_KERNELS=scalar", binary]
@@ -142,6 +220,36 @@ def main():
             ]
             run_workload("F32 -> BF16", tools, tmp, a.runs, [src])
             src.unlink()
+        if "bf16-f32" in a.only:
+            # `size` bytes of BF16 in, twice that out: the copy is of the output's size.
+            src, big = tmp / "bf16.safetensors", tmp / "plain.safetensors"
+            plain(src, size, dtype="BF16")
+            plain(big, 2 * size, dtype=np.uint8)
+            args = [src, "-o", tmp / "out-x.safetensors", "--no-sync", "-q", "--cast-all", "F32"]
+            tools = [
+                ("copy", [binary, big, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]),
+                ("vector", [binary, *args]),
+                ("scalar", [*scalar, *args]),
+            ]
+            run_workload("BF16 -> F32", tools, tmp, a.runs, [src, big])
+            src.unlink()
+            big.unlink()
+        if "nf4-bf16" in a.only:
+            src, big = tmp / "nf4.safetensors", tmp / "plain.safetensors"
+            elems = nf4(src, size)
+            (tmp / "config.json").write_text(json.dumps(
+                {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}))
+            plain(big, 2 * elems, dtype=np.uint8)
+            args = [src, "-o", tmp / "out-x.safetensors", "--no-sync", "-q", "--dequantize"]
+            tools = [
+                ("copy", [binary, big, "-o", tmp / "out-x.safetensors", "--no-sync", "-q"]),
+                ("vector", [binary, *args]),
+                ("scalar", [*scalar, *args]),
+            ]
+            run_workload("NF4 -> BF16", tools, tmp, a.runs, [src, big])
+            src.unlink()
+            big.unlink()
+            (tmp / "config.json").unlink()
         # Quantized safetensors: (workload, bench.py's generator, its size argument, the
         # output's bytes over the input's, config.json's quantization_config).
         quantized = [

@@ -87,7 +87,7 @@ pub fn ggml_block(name: &str) -> (usize, usize) {
 /// columns (`n` a multiple of `cols`, `cols` of 128), from bytes `raw`
 /// (codes, words; reused as each scheme needs), dequantized into `values`
 /// and stored as BF16 in `out`: `name` is `NF4`, `GPTQ int4`, `AWQ int4`
-/// or `MXFP4 packed`. Scales are plain numbers, groups of 128.
+/// `MXFP4 packed` or `MXFP4 transposed` (gpt-oss). Scales are plain numbers, groups of 128.
 pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &mut [u8]) {
     let n = values.len();
     let rows = n / cols;
@@ -120,7 +120,10 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
                 bits: 4,
                 zero_offset: 1,
             };
-            super::gptq::rows(&p, packing, Dtype::F16, values);
+            // As the reader runs it: stored as BF16 a few rows at a time.
+            let mut scratch = Vec::new();
+            super::gptq::rows_into(&p, packing, Dtype::F16, Dtype::BF16, &mut scratch, out);
+            return;
         }
         "AWQ int4" => {
             let p = super::awq::Piece {
@@ -138,6 +141,20 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
             let table = super::mxfp4::Table::new();
             let exps: Vec<u8> = (0..n / 32).map(|i| 120 + (i % 13) as u8).collect();
             super::mxfp4::packed_rows(&raw[..n / 2], &exps, cols, &table, values);
+        }
+        "MXFP4 transposed" => {
+            // gpt-oss: an expert's band of `cols` source rows of 32-code
+            // blocks, `n / cols` output rows of it.
+            let table = super::mxfp4::Table::new();
+            let width = (n / cols).div_ceil(32);
+            let exps: Vec<u8> = (0..cols * width).map(|i| 120 + (i % 13) as u8).collect();
+            let band = super::mxfp4::Band {
+                blocks: &raw[..cols * width * 16],
+                scales: &exps,
+                width,
+                rows: cols,
+            };
+            super::mxfp4::transposed_rows(&band, &table, 0, values);
         }
         other => panic!("no 4-bit kernel {other}"),
     }

@@ -106,6 +106,37 @@ mod tests {
         }
     }
 
+    /// Steps of any length from an odd element, across blocks: the bytes
+    /// of the whole run dequantized then stored.
+    #[test]
+    fn steps_store_what_the_run_is() {
+        use crate::Dtype;
+        let packed: Vec<u8> = (0..1024u32)
+            .map(|i| (i.wrapping_mul(0x9e37_79b9) >> 7) as u8)
+            .collect();
+        let absmax: Vec<f32> = (0..40).map(|i| 0.03 * i as f32 - 0.5).collect();
+        let p = FourBit {
+            kind: FourBitType::Nf4,
+            packed: &packed,
+            first: 65,
+            absmax: &absmax,
+            blocksize: 64,
+            dtype: Dtype::BF16,
+        };
+        let mut values = vec![0f32; 2047];
+        four_bit(&p, &mut values);
+        for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+            let width = (to.bits() / 8) as usize;
+            let mut want = vec![0u8; values.len() * width];
+            crate::dequant::store_f32(&values, to, &mut want);
+            for step in [1, 300, 8192] {
+                let mut got = vec![0u8; want.len()];
+                four_bit_steps(&p, to, step, &mut Vec::new(), &mut got);
+                assert!(got == want, "{to} in steps of {step}");
+            }
+        }
+    }
+
     #[test]
     fn scales_each_row_by_its_absmax_over_127() {
         let mut out = [0f32; 4];
@@ -202,6 +233,37 @@ pub(crate) fn four_bit(p: &FourBit, out: &mut [f32]) {
             *o = super::arith::stored_as(p.dtype, p.kind.code(nibble) * absmax);
         }
         i = end;
+    }
+}
+
+/// [`four_bit`], stored as `to` straight into `out` (`to` elements), a few
+/// thousand at a time through `scratch`, so that the `f32`s never leave
+/// the cache: the same bytes as [`four_bit`] then [`super::store_f32`].
+pub(crate) fn four_bit_into(p: &FourBit, to: crate::Dtype, scratch: &mut Vec<f32>, out: &mut [u8]) {
+    four_bit_steps(p, to, 8192, scratch, out);
+}
+
+/// [`four_bit_into`] in steps of `step` elements.
+fn four_bit_steps(
+    p: &FourBit,
+    to: crate::Dtype,
+    step: usize,
+    scratch: &mut Vec<f32>,
+    out: &mut [u8],
+) {
+    let width = (to.bits() / 8) as usize;
+    for (k, out) in out.chunks_mut(step * width).enumerate() {
+        let first = p.first + (k * step) as u64;
+        let part = FourBit {
+            packed: &p.packed[(first / 2 - p.first / 2) as usize..],
+            first,
+            absmax: &p.absmax[(first / p.blocksize - p.first / p.blocksize) as usize..],
+            ..*p
+        };
+        scratch.clear();
+        scratch.resize(out.len() / width, 0.0);
+        four_bit(&part, scratch);
+        super::store_f32(scratch, to, out);
     }
 }
 

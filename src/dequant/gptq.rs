@@ -59,41 +59,110 @@ pub(crate) struct Piece<'a> {
 /// row-major), rounding each product as `scale_dtype` stores it.
 pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f32]) {
     let k_len = p.groups.len();
-    let nb = out.len() / k_len.max(1);
-    let per = packing.per_word();
-    let first_word = p.n0 / per;
-    let groups = p.scales.len() / nb.max(1);
-    // Each group of a row has 2^bits possible values: when they are fewer
-    // than the row's codes, each is computed and rounded once, then looked up.
-    let levels = 1usize << packing.bits;
-    let tabled = groups * levels <= k_len;
-    let mut per_group = vec![(0f32, 0f32); groups];
-    let mut table = vec![0f32; if tabled { groups * levels } else { 0 }];
-    let (mut zeros, mut scales) = (Vec::new(), Vec::new());
-    for (i, out_row) in out.chunks_exact_mut(k_len).enumerate() {
+    let mut rows = Rows::new(p, packing, scale_dtype, out.len() / k_len.max(1));
+    for (i, out_row) in out.chunks_exact_mut(k_len.max(1)).enumerate() {
+        rows.row(i, out_row);
+    }
+}
+
+/// Output rows a step of [`rows_into`] holds as `f32`: 32 KiB, in L1.
+const STEP: usize = 8192;
+
+/// [`rows`], stored as `to` straight into `out` (`nb * K` elements of
+/// `to`), a few rows at a time through `scratch`, so that the `f32`s never
+/// leave the cache: the same bytes as [`rows`] then [`super::store_f32`].
+pub(crate) fn rows_into(
+    p: &Piece,
+    packing: Packing,
+    scale_dtype: Dtype,
+    to: Dtype,
+    scratch: &mut Vec<f32>,
+    out: &mut [u8],
+) {
+    let k_len = p.groups.len().max(1);
+    let width = (to.bits() / 8) as usize;
+    let nb = out.len() / width / k_len;
+    let per = (STEP / k_len).max(1);
+    let mut rows = Rows::new(p, packing, scale_dtype, nb);
+    for (step, out) in out.chunks_mut(per * k_len * width).enumerate() {
+        scratch.clear();
+        scratch.resize(out.len() / width, 0.0);
+        for (j, out_row) in scratch.chunks_exact_mut(k_len).enumerate() {
+            rows.row(step * per + j, out_row);
+        }
+        super::store_f32(scratch, to, out);
+    }
+}
+
+/// One piece's rows, made one at a time: the per-row tables it reuses.
+struct Rows<'a> {
+    p: &'a Piece<'a>,
+    packing: Packing,
+    scale_dtype: Dtype,
+    /// Output rows in the piece.
+    nb: usize,
+    first_word: usize,
+    levels: usize,
+    /// Whether each group's `levels` values are computed once and looked up.
+    tabled: bool,
+    per_group: Vec<(f32, f32)>,
+    table: Vec<f32>,
+    zeros: Vec<f32>,
+    scales: Vec<f32>,
+}
+
+impl<'a> Rows<'a> {
+    fn new(p: &'a Piece<'a>, packing: Packing, scale_dtype: Dtype, nb: usize) -> Self {
+        let k_len = p.groups.len();
+        let groups = p.scales.len() / nb.max(1);
+        // Each group of a row has 2^bits possible values: when they are fewer
+        // than the row's codes, each is computed and rounded once, then looked up.
+        let levels = 1usize << packing.bits;
+        let tabled = groups * levels <= k_len;
+        Rows {
+            p,
+            packing,
+            scale_dtype,
+            nb,
+            first_word: p.n0 / packing.per_word(),
+            levels,
+            tabled,
+            per_group: vec![(0f32, 0f32); groups],
+            table: vec![0f32; if tabled { groups * levels } else { 0 }],
+            zeros: Vec::new(),
+            scales: Vec::new(),
+        }
+    }
+
+    /// Row `i` of the piece (output row `n0 + i`) into `out_row` (`K` values).
+    fn row(&mut self, i: usize, out_row: &mut [f32]) {
+        let (p, packing, nb) = (self.p, self.packing, self.nb);
+        let k_len = p.groups.len();
+        let per = packing.per_word();
         let n = p.n0 + i;
-        let (zero_word, zero_slot) = (n / per - first_word, n % per);
-        for (g, zs) in per_group.iter_mut().enumerate() {
+        let (zero_word, zero_slot) = (n / per - self.first_word, n % per);
+        for (g, zs) in self.per_group.iter_mut().enumerate() {
             let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
             *zs = ((stored + packing.zero_offset) as f32, p.scales[g * nb + i]);
         }
+        let scale_dtype = self.scale_dtype;
         let value = |q: u32, (z, scale): (f32, f32)| {
             super::arith::stored_as(scale_dtype, (q as f32 - z) * scale)
         };
         // 4-bit rows on the vector path of this thread: its whole words.
         let done = match packing.bits {
             4 => {
-                zeros.clear();
-                scales.clear();
-                zeros.extend(per_group.iter().map(|zs| zs.0));
-                scales.extend(per_group.iter().map(|zs| zs.1));
+                self.zeros.clear();
+                self.scales.clear();
+                self.zeros.extend(self.per_group.iter().map(|zs| zs.0));
+                self.scales.extend(self.per_group.iter().map(|zs| zs.1));
                 let words = &p.qweight[i..];
                 crate::cast::simd::int4_row(
                     words,
                     nb,
                     p.groups,
-                    &zeros,
-                    &scales,
+                    &self.zeros,
+                    &self.scales,
                     scale_dtype,
                     out_row,
                 )
@@ -101,10 +170,11 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
             _ => 0,
         };
         if done == k_len {
-            continue;
+            return;
         }
+        let (levels, tabled) = (self.levels, self.tabled);
         if tabled {
-            for (slots, &zs) in table.chunks_exact_mut(levels).zip(&per_group) {
+            for (slots, &zs) in self.table.chunks_exact_mut(levels).zip(&self.per_group) {
                 for (q, t) in slots.iter_mut().enumerate() {
                     *t = value(q as u32, zs);
                 }
@@ -117,8 +187,8 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
             for (slot, (o, &g)) in outs.iter_mut().zip(gs).enumerate() {
                 let q = packing.code(word, slot);
                 *o = match tabled {
-                    true => table[g as usize * levels + q as usize],
-                    false => value(q, per_group[g as usize]),
+                    true => self.table[g as usize * levels + q as usize],
+                    false => value(q, self.per_group[g as usize]),
                 };
             }
         }
@@ -180,8 +250,70 @@ mod tests {
                 for isa in Isa::available() {
                     prop_assert!(run(isa) == want, "{:?} {}", isa, dtype);
                 }
+                // Stored straight as each output dtype: the bytes of the
+                // reference's values stored after.
+                let values: Vec<f32> = want.iter().map(|&b| f32::from_bits(b)).collect();
+                for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+                    let width = (to.bits() / 8) as usize;
+                    let mut stored = vec![0u8; values.len() * width];
+                    crate::dequant::store_f32(&values, to, &mut stored);
+                    for isa in Isa::available() {
+                        let mut got = vec![0u8; values.len() * width];
+                        let mut scratch = Vec::new();
+                        with_isa(isa, || rows_into(&p, packing, dtype, to, &mut scratch, &mut got));
+                        prop_assert!(got == stored, "{:?} {} -> {}", isa, dtype, to);
+                    }
+                }
             }
         }
+    }
+
+    /// Rows longer than a step's share (K = 4096: 2 rows a step, 3 steps
+    /// for 5 rows from row 3): each step's rows are its own, as stored after.
+    #[test]
+    fn steps_of_rows_store_what_the_rows_are() {
+        let (k_len, nb, n0) = (4096usize, 5usize, 3usize);
+        let mut x = 0x9e37_79b9u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let qweight: Vec<u32> = (0..k_len / 8 * nb).map(|_| next()).collect();
+        let groups: Vec<u32> = (0..k_len as u32).map(|k| k / 128).collect();
+        let zeros: Vec<u32> = (0..32).map(|_| next()).collect();
+        let scales: Vec<f32> = (0..32 * nb)
+            .map(|_| (next() % 1000) as f32 / 997.0)
+            .collect();
+        let p = Piece {
+            n0,
+            qweight: &qweight,
+            zeros: &zeros,
+            zero_words: 1,
+            scales: &scales,
+            groups: &groups,
+        };
+        let packing = Packing {
+            bits: 4,
+            zero_offset: 1,
+        };
+        let mut values = vec![0f32; nb * k_len];
+        rows(&p, packing, Dtype::F16, &mut values);
+        let mut want = vec![0u8; nb * k_len * 2];
+        crate::dequant::store_f32(&values, Dtype::BF16, &mut want);
+        let mut got = vec![0u8; want.len()];
+        rows_into(
+            &p,
+            packing,
+            Dtype::F16,
+            Dtype::BF16,
+            &mut Vec::new(),
+            &mut got,
+        );
+        assert!(got == want);
+        // Row 4 of the piece (its third step) is not row 0's.
+        assert_ne!(got[..2 * k_len], got[4 * 2 * k_len..]);
     }
 
     #[test]

@@ -64,6 +64,11 @@ pub(crate) struct Band<'a> {
 /// row `k`, column `r` is code `k` of source row `r`.
 pub(crate) fn transposed_rows(band: &Band, table: &Table, k0: usize, out: &mut [f32]) {
     let rows = band.rows;
+    // Whole tiles of 8 x 8 on the vector path of this thread.
+    let (blocks, scales, width) = (band.blocks, band.scales, band.width);
+    if crate::cast::simd::mxfp4_transposed(blocks, scales, width, rows, k0, &table.0, out) {
+        return;
+    }
     let row_bytes = band.width * BLOCK_BYTES;
     let count = out.len() / rows.max(1);
     // A tile of TILE source rows at a time: each output row's TILE values
@@ -133,6 +138,67 @@ mod tests {
         f32::from_bits(crate::cast::bf16_to_f32(crate::cast::f32_to_bf16(
             v.to_bits(),
         )))
+    }
+
+    /// Whole 8 x 8 tiles (the vector kernel's) and ragged ones, every
+    /// scale byte (0xFF included: the table's row, looked up as it is):
+    /// every path bit for bit the reference.
+    #[test]
+    fn tiles_on_every_path_are_the_reference() {
+        use crate::cast::simd::{with_isa, Isa};
+        let table = Table::new();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for (rows, width, k0, count) in [
+            (8, 1, 0, 32),
+            (16, 3, 8, 40),
+            (24, 2, 56, 8),
+            (8, 2, 3, 16),
+            (12, 1, 0, 8),
+        ] {
+            let blocks: Vec<u8> = (0..rows * width * 16).map(|_| next() as u8).collect();
+            let scales: Vec<u8> = (0..rows * width)
+                .map(|i| (i * 37 + next() as usize) as u8)
+                .collect();
+            let band = Band {
+                blocks: &blocks,
+                scales: &scales,
+                width,
+                rows,
+            };
+            let run = |isa| {
+                let mut out = vec![0f32; count * rows];
+                with_isa(isa, || transposed_rows(&band, &table, k0, &mut out));
+                out.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+            };
+            let want = run(Isa::Scalar);
+            for isa in Isa::available() {
+                assert!(run(isa) == want, "{isa:?} rows {rows} k0 {k0}");
+            }
+        }
+        // Every scale byte through the vector tile.
+        let blocks: Vec<u8> = (0..256 * 16).map(|i| (i * 7) as u8).collect();
+        let scales: Vec<u8> = (0..=255).collect();
+        let band = Band {
+            blocks: &blocks,
+            scales: &scales,
+            width: 1,
+            rows: 256,
+        };
+        let run = |isa| {
+            let mut out = vec![0f32; 32 * 256];
+            with_isa(isa, || transposed_rows(&band, &table, 0, &mut out));
+            out.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+        };
+        let want = run(Isa::Scalar);
+        for isa in Isa::available() {
+            assert!(run(isa) == want, "{isa:?} every scale");
+        }
     }
 
     #[test]

@@ -306,6 +306,14 @@ dispatch! { quant2, quant2;
     fn mxfp4_row(packed: &[u8], scales: &[u8], book: &[[f32; 16]; 256], out: &mut [f32]) -> usize
         = 0;
 }
+dispatch! { quant2, quant2;
+    /// gpt-oss MXFP4 transposed: output rows `[k0, k0 + out.len() / rows)`
+    /// of an expert's `rows` source rows of `width` blocks, `book[scale][q]`.
+    /// True when done, false (nothing written) unless `k0`, the output rows
+    /// and `rows` are multiples of 8, and on the reference path.
+    fn mxfp4_transposed(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k0: usize, book: &[[f32; 16]; 256], out: &mut [f32]) -> bool
+        = false;
+}
 
 #[cfg(test)]
 mod tests;

@@ -137,11 +137,21 @@ fn int4_row_as<const ROUND: u8>(
             _mm256_set1_epi32(0xf),
         );
         let g: [u32; 8] = g.try_into().expect("chunks_exact gives 8");
-        // Lanes gathered by index, each index checked against its table.
-        let z: [f32; 8] = g.map(|g| zeros[g as usize]);
-        let s: [f32; 8] = g.map(|g| scales[g as usize]);
-        let diff = _mm256_sub_ps(_mm256_cvtepi32_ps(q), bytemuck::cast(z));
-        let v = _mm256_mul_ps(diff, bytemuck::cast(s));
+        let gv: __m256i = bytemuck::cast(g);
+        let same = _mm256_cmpeq_epi32(gv, _mm256_set1_epi32(g[0] as i32));
+        let (z, s) = if _mm256_movemask_epi8(same) == -1 {
+            // The 8 columns in one group (always, but at a group's edge
+            // under act-order): one zero and scale for all.
+            let g = g[0] as usize;
+            (_mm256_set1_ps(zeros[g]), _mm256_set1_ps(scales[g]))
+        } else {
+            // Lanes gathered by index, each index checked against its table.
+            let z: [f32; 8] = g.map(|g| zeros[g as usize]);
+            let s: [f32; 8] = g.map(|g| scales[g as usize]);
+            (bytemuck::cast(z), bytemuck::cast(s))
+        };
+        let diff = _mm256_sub_ps(_mm256_cvtepi32_ps(q), z);
+        let v = _mm256_mul_ps(diff, s);
         put(
             o,
             _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
@@ -247,4 +257,82 @@ fn awq_row_as<const ROUND: u8>(r: &AwqRow, out: &mut [f32]) -> usize {
         done += 8;
     }
     done
+}
+
+/// gpt-oss MXFP4, transposed: output rows `[k0, k0 + out.len() / rows)`
+/// of an expert whose `rows` source rows each hold `width` blocks
+/// (`width * 16` bytes of `blocks`, low nibble first, `width` bytes of
+/// `scales`); output row `k`, column `r` is `book[scale][code k of row r]`.
+/// 8 codes of 8 source rows at a time, looked up then transposed in
+/// registers. All or nothing: false (nothing written) unless `k0`, the
+/// output rows and `rows` are multiples of 8.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn mxfp4_transposed(
+    blocks: &[u8],
+    scales: &[u8],
+    width: usize,
+    rows: usize,
+    k0: usize,
+    book: &[[f32; 16]; 256],
+    out: &mut [f32],
+) -> bool {
+    let count = out.len() / rows.max(1);
+    if k0 % 8 != 0 || count % 8 != 0 || rows % 8 != 0 || count * rows != out.len() {
+        return false;
+    }
+    let row_bytes = width * 16;
+    for kg in (0..count).step_by(8) {
+        let k = k0 + kg;
+        let (byte, block) = (k / 2, k / 32);
+        for rb in (0..rows).step_by(8) {
+            let v: [__m256; 8] = std::array::from_fn(|j| {
+                let r = rb + j;
+                let at = r * row_bytes + byte;
+                let row = &book[usize::from(scales[r * width + block])];
+                look_up(
+                    eight(&row[..8]),
+                    eight(&row[8..]),
+                    nibbles::<false>(&blocks[at..at + 4]),
+                )
+            });
+            for (j, col) in transpose8(v).into_iter().enumerate() {
+                let at = (kg + j) * rows + rb;
+                put(&mut out[at..at + 8], col);
+            }
+        }
+    }
+    true
+}
+
+/// The 8 x 8 matrix of rows `v` transposed: lane `i` of result `j` is
+/// lane `j` of `v[i]`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn transpose8(v: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+    let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+    let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+    let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+    let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
 }

@@ -43,6 +43,13 @@ impl DequantReader {
     pub(crate) fn rows(w: Weight, to: Dtype, rows: std::ops::Range<u64>) -> Self {
         let cols = w.shape[1].max(1);
         let step = (PIECE_ELEMENTS / cols).max(1);
+        // MXFP4's pieces in whole 8-row tiles of its vector kernel, half
+        // the others' (a gpt-oss expert's 5760 columns: 1 MiB of BF16, the
+        // copy engine's chunk, which then takes them whole).
+        let step = match &*w.kind {
+            Kind::Mxfp4 { .. } if step >= 16 => step / 2 / 8 * 8,
+            _ => step,
+        };
         DequantReader {
             w,
             to,
@@ -58,18 +65,31 @@ impl DequantReader {
         }
     }
 
-    /// Dequantizes the next piece into `bytes`.
-    fn next_piece(&mut self) -> Result<()> {
+    /// The next piece's rows, and its length in bytes.
+    fn next_rows(&self) -> Result<(u64, u64, usize)> {
         let [rows, cols] = self.w.shape;
-        let r0 = self.row;
-        let r1 = (r0 + self.step).min(rows).min(self.end);
+        let r1 = (self.row + self.step).min(rows).min(self.end);
+        let count = usize::try_from((r1 - self.row) * cols).map_err(|_| too_large())?;
+        let width = (self.to.bits() / 8) as usize;
+        let len = count.checked_mul(width).ok_or_else(too_large)?;
+        Ok((self.row, r1, len))
+    }
+
+    /// Dequantizes the next piece into `out`, its length ([`Self::next_rows`]):
+    /// every kind writes each of its bytes.
+    fn next_piece(&mut self, out: &mut [u8]) -> Result<()> {
+        let [_, cols] = self.w.shape;
+        let (r0, r1, _) = self.next_rows()?;
         let count = usize::try_from((r1 - r0) * cols).map_err(|_| too_large())?;
         let width = (self.to.bits() / 8) as usize;
-        self.bytes.clear();
-        self.bytes.resize(count * width, 0);
         let kind = self.w.kind.clone();
-        // FP8 is stored straight into the bytes; the others through `values`.
-        if !matches!(&*kind, Kind::Fp8 { .. }) {
+        // These are stored straight into `out`, a few rows at a time; the
+        // others through `values`, the whole piece.
+        let direct = matches!(
+            &*kind,
+            Kind::Fp8 { .. } | Kind::Gptq { .. } | Kind::Mxfp4 { .. } | Kind::FourBit { .. }
+        );
+        if !direct {
             self.values.clear();
             self.values.resize(count, 0.0);
         }
@@ -103,7 +123,7 @@ impl DequantReader {
                     dtype: scale.dtype,
                 };
                 let cols = to_usize(cols)?;
-                let (values, bytes) = (&mut self.values, &mut self.bytes);
+                let (values, bytes) = (&mut self.values, &mut *out);
                 dequant::fp8::rows_into(&codes, cols, r0, &scales, self.to, values, bytes);
             }
             Kind::Gptq {
@@ -139,7 +159,8 @@ impl DequantReader {
                     scales: &sv,
                     groups,
                 };
-                dequant::gptq::rows(&piece, *packing, scales.dtype, &mut self.values);
+                let (values, bytes) = (&mut self.values, &mut *out);
+                dequant::gptq::rows_into(&piece, *packing, scales.dtype, self.to, values, bytes);
             }
             Kind::Awq {
                 qweight,
@@ -228,7 +249,7 @@ impl DequantReader {
                     blocksize: record.blocksize,
                     dtype: record.dtype,
                 };
-                dequant::bnb::four_bit(&piece, &mut self.values);
+                dequant::bnb::four_bit_into(&piece, self.to, &mut self.values, out);
             }
             Kind::CtInt {
                 codes,
@@ -289,13 +310,24 @@ impl DequantReader {
                 let bands = self
                     .bands
                     .get_or_insert_with(|| super::mxfp4::Bands::new(*geometry));
-                bands.rows(blocks, scales, r0, r1, &mut self.values)?;
+                // 8 output rows at a time (the vector kernel's tile) through
+                // `values`, stored while they are in the cache.
+                let (cols, mut r, mut at) = (to_usize(cols)?, r0, 0);
+                while r < r1 {
+                    let e = (r / 8 + 1).saturating_mul(8).min(r1);
+                    let n = to_usize(e - r)? * cols;
+                    self.values.resize(n, 0.0);
+                    self.values.truncate(n);
+                    bands.rows(blocks, scales, r, e, &mut self.values)?;
+                    let out = &mut out[at * width..(at + n) * width];
+                    dequant::store_f32(&self.values, self.to, out);
+                    (r, at) = (e, at + n);
+                }
             }
         }
-        if !matches!(&*kind, Kind::Fp8 { .. }) {
-            dequant::store_f32(&self.values, self.to, &mut self.bytes);
+        if !direct {
+            dequant::store_f32(&self.values, self.to, out);
         }
-        self.pos = 0;
         self.row = r1;
         Ok(())
     }
@@ -364,7 +396,19 @@ impl Read for DequantReader {
             if self.row >= self.end.min(self.w.shape[0]) {
                 return Ok(0);
             }
-            self.next_piece().map_err(Error::into_io)?;
+            let (_, _, len) = self.next_rows().map_err(Error::into_io)?;
+            // A caller's buffer that holds the whole piece gets it made in
+            // place: no copy through `bytes`.
+            if let Some(out) = buf.get_mut(..len) {
+                self.next_piece(out).map_err(Error::into_io)?;
+                return Ok(len);
+            }
+            let mut bytes = std::mem::take(&mut self.bytes);
+            self.pos = 0;
+            bytes.resize(len, 0);
+            bytes.truncate(len);
+            self.next_piece(&mut bytes).map_err(Error::into_io)?;
+            self.bytes = bytes;
         }
         let n = (self.bytes.len() - self.pos).min(buf.len());
         buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
@@ -421,9 +465,16 @@ fn short(p: &Part) -> Error {
 fn read_column_bytes(p: &Part, c0: u64, n: u64) -> Result<Vec<u8>> {
     let [rows, cols] = [p.shape[0], p.shape[1]];
     let n = n.min(cols.saturating_sub(c0));
+    let mut buf = vec![0u8; to_usize(rows)? * to_usize(n * width(p))?];
+    read_column_bytes_into(p, c0, n, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`read_column_bytes`] into `buf`, `rows * n` elements of `p` long.
+fn read_column_bytes_into(p: &Part, c0: u64, n: u64, buf: &mut [u8]) -> Result<()> {
+    let cols = p.shape[1];
     let w = width(p);
     let row_len = to_usize(n * w)?;
-    let mut buf = vec![0u8; to_usize(rows)? * row_len];
     for (r, chunk) in buf.chunks_exact_mut(row_len.max(1)).enumerate() {
         let at = (r as u64 * cols + c0) * w;
         if at + n * w > p.span.len {
@@ -434,16 +485,20 @@ fn read_column_bytes(p: &Part, c0: u64, n: u64) -> Result<Vec<u8>> {
             .read_exact_at(chunk, p.span.offset + at)
             .map_err(|e| Error::io(e).with_tensor(&p.name))?;
     }
-    Ok(buf)
+    Ok(())
 }
 
-/// [`read_column_bytes`] of an I32 matrix, as words.
+/// [`read_column_bytes`] of an I32 matrix, as words: read into the words
+/// themselves (no second buffer), then taken as little-endian.
 fn read_columns(p: &Part, c0: u64, n: u64) -> Result<Vec<u32>> {
-    let bytes = read_column_bytes(p, c0, n)?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
+    let [rows, cols] = [p.shape[0], p.shape[1]];
+    let n = n.min(cols.saturating_sub(c0));
+    let mut words = vec![0u32; to_usize(rows)? * to_usize(n)?];
+    read_column_bytes_into(p, c0, n, bytemuck::cast_slice_mut(&mut words))?;
+    for w in &mut words {
+        *w = u32::from_le(*w);
+    }
+    Ok(words)
 }
 
 /// A piece of a compressed-tensors integer weight: codes, scales and zero
@@ -581,6 +636,18 @@ mod tests {
         out
     }
 
+    /// `r` read `chunk` bytes a call: pieces made through the reader's own
+    /// buffer (a chunk shorter than a piece) or in the caller's.
+    fn read_in(mut r: DequantReader, chunk: usize) -> Vec<u8> {
+        let (mut out, mut buf) = (Vec::new(), vec![0u8; chunk]);
+        loop {
+            match r.read(&mut buf).unwrap() {
+                0 => return out,
+                n => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
     #[test]
     fn pieces_and_parts_of_any_size_give_the_same_bytes() {
         for case in [
@@ -602,6 +669,15 @@ mod tests {
             for (_, _, w) in &found.weights {
                 let whole = read_all(DequantReader::new(w.clone(), Dtype::F32));
                 assert_eq!(whole.len() as u64, w.shape[0] * w.shape[1] * 4);
+                for chunk in [5, 1 << 20] {
+                    let r = DequantReader::new(w.clone(), Dtype::F32);
+                    assert_eq!(
+                        read_in(r, chunk),
+                        whole,
+                        "{case} {} read {chunk} a call",
+                        w.name
+                    );
+                }
                 if let Kind::Mxfp4 { geometry, .. } = &*w.kind {
                     // Bands of one block column: each piece copied out of whole-row reads.
                     let mut r = DequantReader::new(w.clone(), Dtype::F32);
