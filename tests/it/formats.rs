@@ -14,12 +14,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support;
-use safetensors_stream::convert::{ConvertOptions, Output};
+use crate::support::convert_bytes as convert;
+use safetensors_stream::convert::ConvertOptions;
 use safetensors_stream::source::msgpack::error::MsgpackError;
 use safetensors_stream::source::msgpack::MsgpackSource;
 use safetensors_stream::source::onnx::error::OnnxError;
 use safetensors_stream::source::{open_input, Source, SourceOptions};
-use safetensors_stream::{convert_blocking, Category, Error, ErrorKind, SinkOptions};
+use safetensors_stream::{Category, Error, ErrorKind, SinkOptions};
 use support::formats::{fb, fv, map1, model, ndarray, tensor, varint};
 use support::{block_on, fixtures};
 
@@ -51,13 +52,6 @@ const CASES: [(&str, &str); 7] = [
 
 fn fixture(p: &str) -> PathBuf {
     fixtures().join(p)
-}
-
-fn convert(input: &Path, options: &ConvertOptions) -> Result<Vec<u8>, Error> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.safetensors");
-    convert_blocking(&[input.to_path_buf()], &Output::File(out.clone()), options)?;
-    Ok(std::fs::read(out).unwrap())
 }
 
 #[test]

@@ -7,17 +7,18 @@
 //! binary's subcommands.
 
 use crate::support;
+use crate::support::convert_bytes as convert;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use safetensors_stream::convert::{ConvertOptions, Output};
+use safetensors_stream::convert::ConvertOptions;
 use safetensors_stream::source::gguf::error::GgufError;
 use safetensors_stream::source::gguf::header::read_header;
 use safetensors_stream::source::{open_input, GgufOptions, SourceOptions};
-use safetensors_stream::{convert_blocking, Dtype, Error, ErrorKind, SinkOptions};
+use safetensors_stream::{Dtype, Error, ErrorKind, SinkOptions};
 use support::block_on;
 use support::gguf::{fixture as gguf_fixture, parse, Builder};
 
@@ -28,13 +29,6 @@ fn tensors_in(bytes: &[u8]) -> BTreeMap<String, Vec<u8>> {
         .into_iter()
         .map(|(name, view)| (name, view.data().to_vec()))
         .collect()
-}
-
-fn convert(input: &Path, options: &ConvertOptions) -> Result<Vec<u8>, Error> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.safetensors");
-    convert_blocking(&[input.to_path_buf()], &Output::File(out.clone()), options)?;
-    Ok(std::fs::read(out).unwrap())
 }
 
 fn options(to: Option<Dtype>) -> ConvertOptions {

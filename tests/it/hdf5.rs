@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support;
-use safetensors_stream::convert::{ConvertOptions, Output};
+use crate::support::convert_bytes as convert;
+use safetensors_stream::convert::ConvertOptions;
 use safetensors_stream::source::{open_input, Names, SourceOptions};
-use safetensors_stream::{convert_blocking, Category, Error, ErrorKind, SinkOptions};
+use safetensors_stream::{Category, Error, ErrorKind, SinkOptions};
 use support::{block_on, fixtures};
 
 const CASES: [(&str, &str); 8] = [
@@ -34,13 +35,6 @@ const CASES: [(&str, &str); 8] = [
 
 fn fixture(p: &str) -> PathBuf {
     fixtures().join(p)
-}
-
-fn convert(input: &Path, options: &ConvertOptions) -> Result<Vec<u8>, Error> {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("out.safetensors");
-    convert_blocking(&[input.to_path_buf()], &Output::File(out.clone()), options)?;
-    Ok(std::fs::read(out).unwrap())
 }
 
 fn hf() -> ConvertOptions {

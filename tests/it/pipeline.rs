@@ -785,36 +785,22 @@ fn an_index_named_output_and_a_base_without_extension() {
     let input = ref_file(dir.path(), "in.safetensors", &ts, None);
     let o = opts(PlanOptions::default().max_shard_size(Some(250)));
     // a,b,c = 250 | d,e,f,g = 201
-    let out_dir = tempfile::tempdir().unwrap();
-    run(
-        std::slice::from_ref(&input),
-        &out_dir.path().join("m.safetensors.index.json"),
-        &o,
-    )
-    .unwrap();
-    assert_eq!(
-        listing(out_dir.path()),
-        [
-            shard_name("m", 1, 2),
-            shard_name("m", 2, 2),
-            "m.safetensors.index.json".into()
-        ]
-    );
-    let out_dir = tempfile::tempdir().unwrap();
-    run(
-        std::slice::from_ref(&input),
-        &out_dir.path().join("model"),
-        &o,
-    )
-    .unwrap();
-    assert_eq!(
-        listing(out_dir.path()),
-        [
-            shard_name("model", 1, 2),
-            shard_name("model", 2, 2),
-            "model.safetensors.index.json".into()
-        ]
-    );
+    // The index's own name, or a base the shards and index are named after.
+    let sharded = |output: &str, base: &str| {
+        let out_dir = tempfile::tempdir().unwrap();
+        run(
+            std::slice::from_ref(&input),
+            &out_dir.path().join(output),
+            &o,
+        )
+        .unwrap();
+        let index = format!("{base}.safetensors.index.json");
+        let want = [shard_name(base, 1, 2), shard_name(base, 2, 2), index];
+        assert_eq!(listing(out_dir.path()), want, "{output}");
+        out_dir
+    };
+    sharded("m.safetensors.index.json", "m");
+    let out_dir = sharded("model", "model");
     Checkpoint::open(
         &out_dir.path().join("model.safetensors.index.json"),
         Rules::STRICT,

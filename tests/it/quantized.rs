@@ -24,13 +24,9 @@ fn convert(args: &[&std::ffi::OsStr]) -> Output {
 
 /// Converts `model` into `out` with `args` after them, asserting success;
 /// the run (for its notices) and the output's tensors.
-fn converted(
-    model: &Path,
-    out: &Path,
-    args: &[&str],
-) -> (Output, BTreeMap<String, (String, Vec<usize>, Vec<u8>)>) {
+fn converted(model: &Path, out: &Path, args: &[&str]) -> (Output, Tensors) {
     let mut all = vec![model.as_os_str(), "-o".as_ref(), out.as_os_str()];
-    all.extend(args.iter().map(|a| std::ffi::OsStr::new(a)));
+    all.extend(args.iter().map(std::ffi::OsStr::new));
     let run = convert(&all);
     assert!(
         run.status.success(),
@@ -42,7 +38,10 @@ fn converted(
 }
 
 /// Name -> (dtype, shape, bytes) of a safetensors file.
-fn tensors(path: &Path) -> BTreeMap<String, (String, Vec<usize>, Vec<u8>)> {
+type Tensors = BTreeMap<String, (String, Vec<usize>, Vec<u8>)>;
+
+/// The tensors of the safetensors file at `path`.
+fn tensors(path: &Path) -> Tensors {
     let bytes = std::fs::read(path).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     st.tensors()

@@ -17,7 +17,7 @@
 use std::path::Path;
 
 use crate::hostile::{state_dict_pickle, torch_zip};
-use crate::support::numpy::{build_zip, npy, ZipMember};
+use crate::support::numpy::many_members;
 use safetensors_stream::header::{encode, Order};
 use safetensors_stream::source::{open_input, RawSpec, Source};
 use safetensors_stream::{Dtype, SourceOptions, TensorMeta};
@@ -117,14 +117,7 @@ fn raw_manifest(n: usize) {
 
 fn npz(n: usize) {
     let _g = crate::alloc::serial();
-    let members: Vec<ZipMember> = (0..n)
-        .map(|k| {
-            let data = npy("<f4", false, &[1], &(k as f32).to_le_bytes());
-            ZipMember::stored(&format!("layer.{k}.w.npy"), data)
-        })
-        .collect();
-    let (zip, layout) = build_zip(&members);
-    drop(members);
+    let (zip, layout) = many_members(n);
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("many.npz");
     std::fs::write(&path, &zip).unwrap();

@@ -131,17 +131,10 @@ fn starting_a_sink_holds_no_copy_of_the_header_or_each_name() {
 fn listing_an_npz_of_many_members_costs_a_bounded_multiple_of_its_directory() {
     use safetensors_stream::internals::NpzSource;
     use safetensors_stream::SourceOptions;
-    use support::numpy::{build_zip, npy, ZipMember};
+    use support::numpy::many_members;
     let _g = crate::alloc::serial();
     // 20,000 members: listed on two threads, in two halves.
-    let members: Vec<ZipMember> = (0..20_000u32)
-        .map(|k| {
-            let data = npy("<f4", false, &[1], &(k as f32).to_le_bytes());
-            ZipMember::stored(&format!("layer.{k}.w.npy"), data)
-        })
-        .collect();
-    let (zip, layout) = build_zip(&members);
-    drop(members);
+    let (zip, layout) = many_members(20_000);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("many.npz");
     std::fs::write(&path, &zip).unwrap();

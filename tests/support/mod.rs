@@ -90,6 +90,19 @@ pub fn stderr(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Converts `input` into a file of a temporary folder through the library
+/// ([`convert_blocking`](safetensors_stream::convert_blocking)); its bytes.
+pub fn convert_bytes(
+    input: &Path,
+    options: &safetensors_stream::ConvertOptions,
+) -> Result<Vec<u8>, safetensors_stream::Error> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    let output = safetensors_stream::convert::Output::File(out.clone());
+    safetensors_stream::convert_blocking(&[input.to_path_buf()], &output, options)?;
+    Ok(std::fs::read(out).unwrap())
+}
+
 /// Runs the binary: `input -o out`, asserting it succeeds and writes
 /// exactly `want`.
 pub fn converts_to(input: &Path, out: &Path, want: &[u8]) {

@@ -191,6 +191,20 @@ pub fn le64(v: &mut Vec<u8>, x: u64) {
     v.extend_from_slice(&x.to_le_bytes());
 }
 
+/// An npz of `n` members `layer.{k}.w.npy`, each a stored one-element
+/// `<f4` holding `k` (a giant directory of tiny members), and its layout;
+/// the members are freed before it returns, so they are not counted in a
+/// peak measured afterwards.
+pub fn many_members(n: usize) -> (Vec<u8>, ZipLayout) {
+    let members: Vec<ZipMember> = (0..n)
+        .map(|k| {
+            let data = npy("<f4", false, &[1], &(k as f32).to_le_bytes());
+            ZipMember::stored(&format!("layer.{k}.w.npy"), data)
+        })
+        .collect();
+    build_zip(&members)
+}
+
 /// A zip archive of `members` (the classic EOCD only).
 pub fn build_zip(members: &[ZipMember]) -> (Vec<u8>, ZipLayout) {
     let mut out = Vec::new();
