@@ -14,6 +14,7 @@
 #   local-sync  the same conversion, durable (convert's default: fsync)
 #   plan-local  convert --dry-run of the local input; plan-s3 the same from the bucket
 #   s3          the conversion s3://input -> s3://output on s3s-fs
+#   s3-in       its two halves: s3://input -> local (--no-sync); s3-out local -> s3://output
 #   boto3       boto3 (TransferConfig defaults) downloading the input, then uploading the output
 #   awscli      `aws s3 cp --recursive`, the same two transfers
 #   fanout-1    the Indexed Job's commands (dry run, --shard K, --index-only), S3 -> S3, 1 worker
@@ -36,7 +37,7 @@ PY=${PYTHON:-python3}
 AWS=${AWS:-$(dirname "$PY")/aws}
 ROUNDS=${ROUNDS:-3}
 SHARD=${SHARD:-500MB}
-ONLY=${ONLY:-cp local cp-sync local-sync plan-local plan-s3 s3 boto3 awscli fanout-1 fanout-2}
+ONLY=${ONLY:-cp local cp-sync local-sync plan-local plan-s3 s3 s3-in s3-out boto3 awscli fanout-1 fanout-2}
 README=${README:-$here/README.md}
 CONV=(--dequantize --max-shard-size "$SHARD")
 index=model.safetensors.index.json
@@ -149,6 +150,12 @@ for round in $(seq "$ROUNDS"); do
             timed plan-s3 "$B" "s3://input/ds/$index" "${CONV[@]}" -o s3://output/s3/model.safetensors --dry-run ;;
         s3)
             timed s3 "$B" "s3://input/ds/$index" "${CONV[@]}" -o s3://output/s3/model.safetensors --quiet
+            same "$bucket/s3" ;;
+        s3-in)
+            timed s3-in "$B" "s3://input/ds/$index" "${CONV[@]}" -o "$out/model.safetensors" --quiet --no-sync
+            same "$out" ;;
+        s3-out)
+            timed s3-out "$B" "$IN/$index" "${CONV[@]}" -o s3://output/s3/model.safetensors --quiet
             same "$bucket/s3" ;;
         boto3)
             timed boto3-down "$PY" "$here/baseline.py" down s3://input/ds "$W/down"

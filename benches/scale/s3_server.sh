@@ -83,15 +83,17 @@ put)
     prefix=${prefix#/}
     prefix=${prefix%/}
     s3curl() {
-        curl -sS --aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+        curl -gsS --aws-sigv4 "aws:amz:$AWS_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
             -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "$@"
     }
     export -f s3curl
     # The bucket: created, or already there (BucketAlreadyOwnedByYou is a 409).
     code=$(s3curl -o /dev/null -w '%{http_code}' -X PUT "$AWS_ENDPOINT_URL/$bucket" || true)
     case $code in 200|409) ;; *) echo "create bucket $bucket: HTTP $code" >&2; exit 1 ;; esac
-    (cd "$src" && find . -type f -printf '%P\n') |
-        xargs -P 4 -I F bash -c 's3curl -f -o /dev/null -T "$1/$2" "$3/$2"' _ "$src" F \
+    # Each file name goes last (-n 1), not through -I, whose placeholder would be replaced
+    # inside SRC's own path too.
+    (cd "$src" && find . -type f -printf '%P\0') |
+        xargs -0 -P 4 -n 1 bash -c 's3curl -f -o /dev/null -T "$1/$3" "$2/$3"' _ "$src" \
             "$AWS_ENDPOINT_URL/$bucket${prefix:+/$prefix}"
     ;;
 stop)

@@ -100,6 +100,8 @@ def tables(runs, meta):
                   f"{t.ratio('s3', k, 'tput')} {name}" for k, name in
                   (("boto3", "boto3"), ("awscli", "aws")) if t.has(k)),
               "throughput over the baseline's (target >= 1.0)"),
+        t.row("S3 -> local (`--no-sync`)", "s3-in", note="the read half"),
+        t.row("local -> S3", "s3-out", note="the write half"),
         t.row("fan-out S3 -> S3, 1 worker", "fanout-1"),
         t.row("fan-out S3 -> S3, 2 workers", "fanout-2", t.ratio("fanout-2", "fanout-1"),
               "wall time over 1 worker's (target <= 0.6)"),
