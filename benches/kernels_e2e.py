@@ -3,7 +3,11 @@
 the scalar reference (`SAFETENSORS_STREAM_KERNELS=scalar`), each against the same binary's
 `--no-sync` copy of a plain safetensors file of max(input, output) bytes.
 
-    python3 benches/kernels_e2e.py --binary target/release/convert [--size-gib 1] [--runs 5]
+    python3 benches/kernels_e2e.py --binary target/release/convert [--size-gib 1] [--runs 5] [--kernels]
+
+`--kernels` first prints the Gelem/s of every kernel on every path this CPU has (scalar, AVX2,
+AVX-512), from `cargo bench --features internals --bench kernels` in this checkout, beside amn's
+published figures.
 
 Workloads: `f32-bf16` (16 F32 tensors, `--cast-all BF16`), `bf16-f32` (16 BF16 tensors,
 `--cast-all F32`: the output twice the input), `nf4-bf16` (bitsandbytes NF4, blocks of 64, BF16
