@@ -112,56 +112,90 @@ impl Rows<'_> {
 
 /// `(code - zero) * scale` in `p.dtype`, for every element.
 pub(crate) fn rows(p: &Rows, out: &mut [f32]) {
-    let mut unpacked = Vec::new();
-    // The vector path's zero points: `zero + 2^(bits-1)`, taken from the
-    // unsigned field, gives the same exact integer `code - zero`.
-    let mut shifted = Vec::new();
+    let (mut shifted, mut unpacked) = (Vec::new(), Vec::new());
     for (r, o) in out.chunks_exact_mut(p.cols.max(1)).enumerate() {
-        let scales = &p.scales[r * p.groups..(r + 1) * p.groups];
-        let zeros = p.zeros.map(|z| &z[r * p.groups..(r + 1) * p.groups]);
-        let (codes, done) = match p.codes {
-            Codes::Unpacked(c) => (&c[r * p.cols..(r + 1) * p.cols], 0),
-            Codes::Packed {
-                words,
-                per_row,
+        let done = vector_row(p, r, Dtype::F32, bytemuck::cast_slice_mut(o), &mut shifted);
+        row_rest(p, r, done, &mut unpacked, &mut o[done..]);
+    }
+}
+
+/// Row `r`'s whole words on the vector path of this thread (4-bit packed
+/// codes only), stored as `to` (F32 or the scales' dtype) into `out`:
+/// the columns done (0 where there is no such path).
+fn vector_row(p: &Rows, r: usize, to: Dtype, out: &mut [u8], shifted: &mut Vec<f32>) -> usize {
+    let Codes::Packed {
+        words,
+        per_row,
+        bits: 4,
+    } = p.codes
+    else {
+        return 0;
+    };
+    // The kernel takes the unsigned nibble `q`: `q - (zero + 8)` is the
+    // same exact integer as `(q - 8) - zero`, the code minus its zero.
+    let zeros = p.zeros.map(|z| &z[r * p.groups..(r + 1) * p.groups]);
+    shifted.clear();
+    shifted.extend((0..p.groups).map(|g| zeros.map_or(0.0, |z| f32::from(z[g])) + 8.0));
+    let words = &words[r * per_row..(r + 1) * per_row];
+    let scales = &p.scales[r * p.groups..(r + 1) * p.groups];
+    let kernel = crate::cast::simd::pack4_row_as;
+    kernel(words, p.group_of, shifted, scales, p.dtype, to, out)
+}
+
+/// Columns `[first, cols)` of row `r` by the reference, into `out`.
+fn row_rest(p: &Rows, r: usize, first: usize, unpacked: &mut Vec<i8>, out: &mut [f32]) {
+    let scales = &p.scales[r * p.groups..(r + 1) * p.groups];
+    let zeros = p.zeros.map(|z| &z[r * p.groups..(r + 1) * p.groups]);
+    let codes = match p.codes {
+        Codes::Unpacked(c) => &c[r * p.cols + first..(r + 1) * p.cols],
+        Codes::Packed {
+            words,
+            per_row,
+            bits,
+        } => {
+            unpacked.clear();
+            unpacked.resize(p.cols - first, 0);
+            unpack_row(
+                &words[r * per_row..(r + 1) * per_row],
                 bits,
-            } => {
-                let words = &words[r * per_row..(r + 1) * per_row];
-                let done = match bits {
-                    4 => {
-                        shifted.clear();
-                        let z = |g: usize| zeros.map_or(0.0, |z| f32::from(z[g]));
-                        shifted.extend((0..p.groups).map(|g| z(g) + 8.0));
-                        let simd = crate::cast::simd::int4_row;
-                        simd(words, 1, p.group_of, &shifted, scales, p.dtype, o)
-                    }
-                    _ => 0,
-                };
-                unpacked.clear();
-                unpacked.resize(p.cols - done, 0);
-                unpack_row(words, bits, done, &mut unpacked);
-                (&unpacked[..], done)
-            }
-        };
-        let rest = codes.iter().zip(&mut o[done..]).zip(&p.group_of[done..]);
-        for ((&c, v), &g) in rest {
-            let g = g as usize;
-            let z = zeros.map_or(0.0, |z| f32::from(z[g]));
-            *v = super::arith::stored_as(p.dtype, (f32::from(c) - z) * scales[g]);
+                first,
+                unpacked,
+            );
+            unpacked
         }
+    };
+    for ((&c, v), &g) in codes.iter().zip(out).zip(&p.group_of[first..]) {
+        let g = g as usize;
+        let z = zeros.map_or(0.0, |z| f32::from(z[g]));
+        *v = super::arith::stored_as(p.dtype, (f32::from(c) - z) * scales[g]);
     }
 }
 
 /// Values computed and stored at a time: their `f32`s stay in cache.
 const STEP: usize = 8192;
 
-/// [`rows`] stored as `to` into `out`, a few rows at a time through
-/// `scratch`: `rows` then [`super::store_f32`], without a piece-sized
-/// `f32` buffer.
+/// [`rows`] stored as `to` into `out`: the bytes of `rows` then
+/// [`super::store_f32`]. Stored as the scales' dtype or F32, a row's whole
+/// words go from the vector path straight into `out` (the value rounded
+/// as the scales' dtype is the output); else a few rows at a time through
+/// `scratch`, without a piece-sized `f32` buffer.
 pub(crate) fn rows_into(p: &Rows, to: Dtype, scratch: &mut Vec<f32>, out: &mut [u8]) {
     let width = (to.bits() / 8) as usize;
-    let per = (STEP / p.cols.max(1)).max(1);
     let total = p.count();
+    if to == p.dtype || to == Dtype::F32 {
+        let mut shifted = Vec::new();
+        let mut unpacked = Vec::new();
+        for r in 0..total {
+            let o = &mut out[r * p.cols * width..(r + 1) * p.cols * width];
+            let done = vector_row(p, r, to, o, &mut shifted);
+            scratch.clear();
+            scratch.resize(p.cols - done, 0.0);
+            row_rest(p, r, done, &mut unpacked, scratch);
+            super::store_f32(scratch, to, &mut o[done * width..]);
+        }
+        return;
+    }
+    let per = (STEP / p.cols.max(1)).max(1);
     for r0 in (0..total).step_by(per) {
         let r1 = (r0 + per).min(total);
         scratch.clear();
@@ -371,11 +405,14 @@ mod tests {
         };
         let mut values = vec![0f32; rows_n * cols];
         rows(&p, &mut values);
-        let mut want = vec![0u8; rows_n * cols * 2];
-        crate::dequant::store_f32(&values, Dtype::BF16, &mut want);
-        let mut got = vec![0u8; rows_n * cols * 2];
-        rows_into(&p, Dtype::BF16, &mut Vec::new(), &mut got);
-        assert!(got == want);
+        for to in [Dtype::BF16, Dtype::F16, Dtype::F32] {
+            let width = (to.bits() / 8) as usize;
+            let mut want = vec![0u8; rows_n * cols * width];
+            crate::dequant::store_f32(&values, to, &mut want);
+            let mut got = vec![0u8; rows_n * cols * width];
+            rows_into(&p, to, &mut Vec::new(), &mut got);
+            assert!(got == want, "{to}");
+        }
     }
 
     #[test]
