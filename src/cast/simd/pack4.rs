@@ -54,21 +54,22 @@ pub(super) fn pack4_row_as(
     }
 }
 
-/// The zero points and scales of 8 columns of groups `g`: broadcast when
-/// all 8 are one group, else looked up lane by lane.
+/// `zeros[g]` and `scales[g]` for 8 columns of groups `g`: broadcast when
+/// all 8 are one group, else looked up lane by lane (GPTQ's `int4_row`
+/// takes them so too).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn group_values(r: &Row, g: &[u32]) -> (__m256, __m256) {
+pub(super) fn group_values(zeros: &[f32], scales: &[f32], g: &[u32]) -> (__m256, __m256) {
     let g: [u32; 8] = g.try_into().expect("8 groups");
     let lanes: __m256i = bytemuck::cast(g);
     let first = _mm256_set1_epi32(g[0] as i32);
     let same = _mm256_movemask_epi8(_mm256_cmpeq_epi32(lanes, first)) == -1;
     if same {
         let g = g[0] as usize;
-        return (_mm256_set1_ps(r.zeros[g]), _mm256_set1_ps(r.scales[g]));
+        return (_mm256_set1_ps(zeros[g]), _mm256_set1_ps(scales[g]));
     }
-    let z: [f32; 8] = g.map(|g| r.zeros[g as usize]);
-    let s: [f32; 8] = g.map(|g| r.scales[g as usize]);
+    let z: [f32; 8] = g.map(|g| zeros[g as usize]);
+    let s: [f32; 8] = g.map(|g| scales[g as usize]);
     (bytemuck::cast(z), bytemuck::cast(s))
 }
 
@@ -90,7 +91,7 @@ fn row_as<const ROUND: u8, const OUT: u8>(r: &Row, out: &mut [u8]) -> usize {
             _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), shifts),
             _mm256_set1_epi32(0xf),
         );
-        let (z, s) = group_values(r, g);
+        let (z, s) = group_values(r.zeros, r.scales, g);
         let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), s);
         let v = stored_as::<ROUND>(_mm256_castps_si256(v));
         match OUT {

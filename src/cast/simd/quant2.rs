@@ -136,12 +136,8 @@ fn int4_row_as<const ROUND: u8>(
             _mm256_srlv_epi32(_mm256_set1_epi32(word), shifts),
             _mm256_set1_epi32(0xf),
         );
-        let g: [u32; 8] = g.try_into().expect("chunks_exact gives 8");
-        // Lanes gathered by index, each index checked against its table.
-        let z: [f32; 8] = g.map(|g| zeros[g as usize]);
-        let s: [f32; 8] = g.map(|g| scales[g as usize]);
-        let diff = _mm256_sub_ps(_mm256_cvtepi32_ps(q), bytemuck::cast(z));
-        let v = _mm256_mul_ps(diff, bytemuck::cast(s));
+        let (z, s) = super::pack4::group_values(zeros, scales, g);
+        let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), s);
         put(
             o,
             _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
