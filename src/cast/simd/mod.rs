@@ -58,6 +58,8 @@ mod ggml2;
 #[cfg(target_arch = "x86_64")]
 mod ggml512;
 #[cfg(target_arch = "x86_64")]
+mod pack4;
+#[cfg(target_arch = "x86_64")]
 mod quant2;
 
 use std::cell::Cell;
@@ -298,6 +300,14 @@ dispatch! { quant2, quant2;
     /// columns done (whole runs of 8).
     #[allow(clippy::too_many_arguments)] // the kernel's, passed through
     fn awq_row(words: &[u32], stride: usize, shift: u32, group_size: usize, zeros: &[f32], scales: &[f32], dtype: Dtype, out: &mut [f32]) -> usize
+        = 0;
+}
+dispatch! { pack4, pack4;
+    /// One compressed-tensors 4-bit row (nibble `k` of `words`, low first,
+    /// in group `group_of[k]`): `(q - zeros[g]) * scales[g]` rounded as
+    /// `dtype` stores it, written as `to` (F32 or `dtype`, else nothing is
+    /// done) into `out`. Returns the columns done (whole words).
+    fn pack4_row_as(words: &[u32], group_of: &[u32], zeros: &[f32], scales: &[f32], dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
         = 0;
 }
 dispatch! { quant2, quant2;

@@ -136,22 +136,8 @@ fn int4_row_as<const ROUND: u8>(
             _mm256_srlv_epi32(_mm256_set1_epi32(word), shifts),
             _mm256_set1_epi32(0xf),
         );
-        let g: [u32; 8] = g.try_into().expect("chunks_exact gives 8");
-        let gv: __m256i = bytemuck::cast(g);
-        let same = _mm256_cmpeq_epi32(gv, _mm256_set1_epi32(g[0] as i32));
-        let (z, s) = if _mm256_movemask_epi8(same) == -1 {
-            // The 8 columns in one group (always, but at a group's edge
-            // under act-order): one zero and scale for all.
-            let g = g[0] as usize;
-            (_mm256_set1_ps(zeros[g]), _mm256_set1_ps(scales[g]))
-        } else {
-            // Lanes gathered by index, each index checked against its table.
-            let z: [f32; 8] = g.map(|g| zeros[g as usize]);
-            let s: [f32; 8] = g.map(|g| scales[g as usize]);
-            (bytemuck::cast(z), bytemuck::cast(s))
-        };
-        let diff = _mm256_sub_ps(_mm256_cvtepi32_ps(q), z);
-        let v = _mm256_mul_ps(diff, s);
+        let (z, s) = super::pack4::group_values(zeros, scales, g);
+        let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), s);
         put(
             o,
             _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),

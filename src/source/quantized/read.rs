@@ -92,7 +92,11 @@ impl DequantReader {
         // others through `values`, the whole piece.
         let direct = matches!(
             &*kind,
-            Kind::Fp8 { .. } | Kind::Gptq { .. } | Kind::Mxfp4 { .. } | Kind::FourBit { .. }
+            Kind::Fp8 { .. }
+                | Kind::Gptq { .. }
+                | Kind::Mxfp4 { .. }
+                | Kind::FourBit { .. }
+                | Kind::CtInt { .. }
         );
         if !direct {
             self.values.clear();
@@ -282,8 +286,16 @@ impl DequantReader {
                     r1,
                     cols,
                 )?;
+                let codes = match &piece.codes {
+                    CtCodes::Unpacked(c) => dequant::packed::Codes::Unpacked(c),
+                    CtCodes::Packed(words) => dequant::packed::Codes::Packed {
+                        words,
+                        per_row: to_usize(codes.shape[1])?,
+                        bits: *bits,
+                    },
+                };
                 let rows = dequant::packed::Rows {
-                    codes: &piece.codes,
+                    codes,
                     cols: to_usize(cols)?,
                     scales: &piece.scales,
                     zeros: piece.zeros.as_deref(),
@@ -291,7 +303,8 @@ impl DequantReader {
                     group_of: self.groups.as_deref().expect("set above"),
                     dtype: scale.dtype,
                 };
-                dequant::packed::rows(&rows, &mut self.values);
+                let (values, bytes) = (&mut self.values, &mut *out);
+                dequant::packed::rows_into(&rows, self.to, values, bytes);
             }
             Kind::CtMxfp4 { weight, scale } => {
                 let packed = read_elems(weight, r0 * cols / 2, count / 2)?;
@@ -513,9 +526,15 @@ fn read_columns(p: &Part, c0: u64, n: u64) -> Result<Vec<u32>> {
 /// A piece of a compressed-tensors integer weight: codes, scales and zero
 /// points of its rows, unpacked.
 struct CtIntPiece {
-    codes: Vec<i8>,
+    codes: CtCodes,
     scales: Vec<f32>,
     zeros: Option<Vec<i8>>,
+}
+
+/// A piece's codes: one a byte, or the packed words as read.
+enum CtCodes {
+    Unpacked(Vec<i8>),
+    Packed(Vec<u32>),
 }
 
 /// Reads rows `[r0, r1)` of a compressed-tensors integer weight.
@@ -534,21 +553,14 @@ fn ct_int_piece(
 ) -> Result<CtIntPiece> {
     let nrows = r1 - r0;
     let count = to_usize(nrows * cols)?;
-    let mut unpacked = vec![0i8; count];
-    if packed {
+    let codes = if packed {
         let words = codes.shape[1];
         let raw = read_elems(codes, r0 * words, to_usize(nrows * words)?)?;
-        let raw = words_of(&raw);
-        for (row, out) in raw
-            .chunks_exact(to_usize(words)?.max(1))
-            .zip(unpacked.chunks_exact_mut(to_usize(cols)?.max(1)))
-        {
-            dequant::packed::unpack_row(row, bits, out);
-        }
+        CtCodes::Packed(words_of(&raw))
     } else {
         let raw = read_elems(codes, r0 * cols, count)?;
-        unpacked.iter_mut().zip(raw).for_each(|(o, b)| *o = b as i8);
-    }
+        CtCodes::Unpacked(raw.into_iter().map(|b| b as i8).collect())
+    };
     let mut scales = Vec::new();
     if per_tensor {
         arith::scale_values(scale.dtype, &read_elems(scale, 0, 1)?, &mut scales);
@@ -573,7 +585,7 @@ fn ct_int_piece(
         }
     };
     Ok(CtIntPiece {
-        codes: unpacked,
+        codes,
         scales,
         zeros,
     })
