@@ -365,8 +365,12 @@ fn a_window_over_128_mib_is_refused_before_it_is_filled() {
             .source(safetensors_stream::SourceOptions::default().limits(limits));
         let out = at_limit.with_extension("lib.safetensors");
         let output = safetensors_stream::Output::File(out.clone());
-        let e = safetensors_stream::convert_blocking(&[at_limit.clone()], &output, &options)
-            .expect_err("over the lowered window");
+        let e = safetensors_stream::convert_blocking(
+            std::slice::from_ref(&at_limit),
+            &output,
+            &options,
+        )
+        .expect_err("over the lowered window");
         let safetensors_stream::ErrorKind::Limit(refusal) = e.kind() else {
             panic!("{codec}: not a limit: {e}");
         };
