@@ -17,10 +17,14 @@ then runs `convert IN -o OUT --no-sync -q` (with --dry-run: `convert IN
 peak RSS, wall, user and system time for each n, with the header's bytes
 and RSS / header bytes.
 
+    cargo build --release
     python3 benches/header_scale.py --binary target/release/safetensors-convert \
         --sizes 1000 10000 100000 1000000 --npz 1000 10000 100000 1000000 \
         --pt 1000 10000 100000 1000000 --manifest 1000 10000 100000 1000000 \
         --meta-mb 1 10 50 90 100
+
+One process at a time; each input is deleted once measured. While the
+file /work/QUIET exists (a quiet window) no run starts.
 
 Inputs are written under --dir (default: a temp folder) and removed after.
 """
@@ -169,8 +173,19 @@ def gen_pt(path, n, shared=False):
     return len(pkl)
 
 
+def wait_quiet():
+    """Starts nothing while the lead's quiet window (/work/QUIET, or
+    $QUIET_FILE) is open: peak RSS does not depend on the load, but the
+    lead's timings do on ours."""
+    import time
+    flag = os.environ.get("QUIET_FILE", "/work/QUIET")
+    while os.path.exists(flag):
+        time.sleep(20)
+
+
 def measure(cmd):
     """(peak RSS MiB, wall s, user s, system s) of one run."""
+    wait_quiet()
     r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stderr[-2000:]}")

@@ -16,7 +16,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::header::{Header, MAX_HEADER_LEN};
+use crate::header::Header;
+use crate::limits::{Limit, Limits};
 use crate::location::Location;
 use crate::{Error, ErrorKind, IndexError, JsonError, Result};
 
@@ -138,9 +139,15 @@ impl ShardIndex {
 
     /// Reads and parses the index file at `path` as a stream: a file that
     /// is not JSON (`/dev/zero`, a binary) fails at its first bad byte, one
-    /// that never ends at [`MAX_HEADER_LEN`] bytes; errors name the path.
+    /// that never ends at [`MAX_HEADER_LEN`](crate::header::MAX_HEADER_LEN) bytes; errors name the path.
     pub fn from_json_file(path: &Path) -> Result<ShardIndex> {
-        let raw: IndexText = json_file(path, "index file", |e| {
+        Self::from_json_file_within(path, &Limits::default())
+    }
+
+    /// [`from_json_file`](Self::from_json_file) refusing an index over the
+    /// caller's `index-bytes` limit.
+    pub fn from_json_file_within(path: &Path, limits: &Limits) -> Result<ShardIndex> {
+        let raw: IndexText = json_file(path, "index file", limits, |e| {
             IndexError::IndexJson(JsonError::new(e)).into()
         })?;
         Self::from_text(raw).map_err(|e| e.with_input(path.display()))
@@ -176,26 +183,27 @@ impl ShardIndex {
 
 /// Parses the JSON file at `path` as it is read, through a 64 KiB buffer:
 /// the parse stops at the first byte that cannot continue a JSON document,
-/// and at [`MAX_HEADER_LEN`] bytes (refused as too large). The whole text is
-/// never held, only what it parses into. `kind` words a syntax error.
+/// and past the `index-bytes` limit (by default [`MAX_HEADER_LEN`](crate::header::MAX_HEADER_LEN) bytes;
+/// refused, naming it). The whole text is never held, only what it parses
+/// into. `kind` words a syntax error.
 pub(crate) fn json_file<T: serde::de::DeserializeOwned>(
     path: &Path,
     what: &'static str,
+    limits: &Limits,
     kind: impl FnOnce(serde_json::Error) -> ErrorKind,
 ) -> Result<T> {
+    let cap = limits.get(Limit::IndexBytes);
     use std::io::Read;
     let on_path = |e: Error| e.with_input(path.display());
     let file = std::fs::File::open(path).map_err(|e| on_path(Error::io(e)))?;
     start_json_parse(0);
-    let counted = CountedJson(file.take(MAX_HEADER_LEN + 1));
+    let counted = CountedJson(file.take(cap.saturating_add(1)));
     let mut capped = std::io::BufReader::with_capacity(64 * 1024, counted);
     let parsed = serde_json::from_reader::<_, T>(&mut capped);
-    let read = MAX_HEADER_LEN + 1 - capped.get_ref().0.limit();
-    if read > MAX_HEADER_LEN {
-        return Err(on_path(Error::new(ErrorKind::FileTooLarge {
-            what,
-            limit: MAX_HEADER_LEN,
-        })));
+    let read = cap.saturating_add(1) - capped.get_ref().0.limit();
+    if read > cap {
+        let over = format!("the {what} is over {cap} bytes");
+        return Err(on_path(limits.refuse(Limit::IndexBytes, over)));
     }
     parsed.map_err(|e| match e.io_error_kind() {
         Some(_) => on_path(Error::io(e.into())),

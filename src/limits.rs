@@ -19,6 +19,7 @@
 //! | `expanded-view-bytes` | 4 MiB | a view's bytes written whatever its ratio | safe: output grows, not memory |
 //! | `expanded-file-bytes` | 64 MiB | a checkpoint's tensors' bytes written whatever their ratio | safe: output grows, not memory |
 //! | `dcp-metadata-bytes` | 512 MiB | a distributed checkpoint's `.metadata`, read whole | safe: memory grows with it |
+//! | `index-bytes` | 100000000 | a sharded checkpoint's `*.index.json` or a raw manifest | safe: memory grows with it (a manifest is held 4.5 times) |
 //! | `gguf-string-bytes` | 16 MiB | one GGUF metadata string (a chat template is a few KB) | safe: memory grows with it |
 //! | `decoder-window` | 128 MiB | the window (zstd) or dictionary (xz) a compressed input's decoder holds | safe: memory grows with it |
 //!
@@ -78,6 +79,9 @@ pub enum Limit {
     DecoderWindow,
     /// One GGUF metadata string value, in bytes.
     GgufStringBytes,
+    /// A sharded checkpoint's `*.index.json`, or a raw manifest, in bytes
+    /// (parsed as it is read: at most this plus one byte is read).
+    IndexBytes,
 }
 
 /// How a limit's value is written and read.
@@ -89,7 +93,7 @@ enum Unit {
 
 impl Limit {
     /// Every limit, in `--help`'s order.
-    pub const ALL: [Limit; 9] = [
+    pub const ALL: [Limit; 10] = [
         Limit::HeaderBytes,
         Limit::PickleBytes,
         Limit::PickleBudget,
@@ -99,6 +103,7 @@ impl Limit {
         Limit::DcpMetadataBytes,
         Limit::DecoderWindow,
         Limit::GgufStringBytes,
+        Limit::IndexBytes,
     ];
 
     /// Its name, as `--limit` and Python's `limits=` take it.
@@ -113,6 +118,7 @@ impl Limit {
             Limit::DcpMetadataBytes => "dcp-metadata-bytes",
             Limit::DecoderWindow => "decoder-window",
             Limit::GgufStringBytes => "gguf-string-bytes",
+            Limit::IndexBytes => "index-bytes",
         }
     }
 
@@ -128,6 +134,7 @@ impl Limit {
             Limit::DcpMetadataBytes => "dcp_metadata_bytes",
             Limit::DecoderWindow => "decoder_window",
             Limit::GgufStringBytes => "gguf_string_bytes",
+            Limit::IndexBytes => "index_bytes",
         }
     }
 
@@ -145,6 +152,7 @@ impl Limit {
             Limit::DcpMetadataBytes => "a distributed checkpoint's .metadata, read whole",
             Limit::DecoderWindow => "the window a zstd or xz decoder may hold",
             Limit::GgufStringBytes => "one GGUF metadata string's bytes",
+            Limit::IndexBytes => "a sharded checkpoint's index.json or a raw manifest",
         }
     }
 
@@ -160,6 +168,7 @@ impl Limit {
             Limit::DcpMetadataBytes => 512 << 20,
             Limit::DecoderWindow => 128 << 20,
             Limit::GgufStringBytes => 16 << 20,
+            Limit::IndexBytes => FORMAT_HEADER_BYTES,
         }
     }
 

@@ -41,6 +41,6 @@ impl SafetensorsSource {
     /// Opens `path` (a `.safetensors` file or a `.safetensors.index.json`), reading headers only.
     #[cfg(any(test, feature = "internals"))]
     pub fn open(path: &Path) -> Result<Self> {
-        Self::open_explained(path, say_what_it_is)
+        Self::open_explained(path, say_what_it_is, &crate::Limits::default())
     }
 }

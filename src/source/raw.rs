@@ -110,9 +110,17 @@ impl RawSpec {
     /// 100 MB, like a header; a file that is not JSON fails at its first bad
     /// byte); errors name the path.
     pub fn from_manifest_file(path: &std::path::Path) -> Result<RawSpec> {
-        let tensors: Vec<RawTensor> = crate::index::json_file(path, "raw manifest", |e| {
-            ErrorKind::Usage(format!("raw manifest: {e}"))
-        })?;
+        Self::from_manifest_file_within(path, &crate::Limits::default())
+    }
+
+    /// [`from_manifest_file`](Self::from_manifest_file) refusing a
+    /// manifest over the caller's `index-bytes` limit.
+    pub fn from_manifest_file_within(
+        path: &std::path::Path,
+        limits: &crate::Limits,
+    ) -> Result<RawSpec> {
+        let read = |e: serde_json::Error| ErrorKind::Usage(format!("raw manifest: {e}"));
+        let tensors: Vec<RawTensor> = crate::index::json_file(path, "raw manifest", limits, read)?;
         Ok(RawSpec {
             tensors,
             big_endian: false,

@@ -25,6 +25,7 @@ use crate::index::{
     check_against_shards, file_name, is_index_path, open_regular, Checkpoint, ShardIndex,
 };
 use crate::io_util::PositionalReader;
+use crate::limits::Limits;
 use crate::location::{Location, Opened};
 use crate::{Error, HeaderError, Result};
 
@@ -43,7 +44,7 @@ pub(crate) type Explain = fn(crate::Error, &Path) -> crate::Error;
 
 /// [`Checkpoint::open`], saying what a file of another format is by `explain`.
 pub(crate) fn open_checkpoint(path: &Path, rules: Rules, explain: Explain) -> Result<Checkpoint> {
-    let (index, files) = open_local(path, rules, explain)?;
+    let (index, files) = open_local(path, rules, explain, &Limits::default())?;
     let files = files.into_iter();
     Ok(Checkpoint {
         index,
@@ -59,12 +60,13 @@ fn open_local(
     path: &Path,
     rules: Rules,
     explain: Explain,
+    limits: &Limits,
 ) -> Result<(Option<ShardIndex>, LocalFiles)> {
     if !is_index_path(path) {
         let header = read_header_explained(path, rules, explain)?;
         return Ok((None, vec![(path.to_path_buf(), header)]));
     }
-    let index = ShardIndex::from_json_file(path)?;
+    let index = ShardIndex::from_json_file_within(path, limits)?;
     let dir = path.parent().unwrap_or(Path::new(""));
     let mut files = Vec::new();
     for name in index
@@ -90,7 +92,7 @@ pub(crate) const ROW: FormatRow = FormatRow {
     path: Some(ByPath {
         recognise: is_index_path,
         open: |p| {
-            let mut src = SafetensorsSource::open_explained(p.path, p.explain)?;
+            let mut src = SafetensorsSource::open_explained(p.path, p.explain, &p.options.limits)?;
             src.origin = p.origin;
             Ok(Box::new(src))
         },
@@ -202,8 +204,8 @@ struct Part {
 
 impl SafetensorsSource {
     /// [`SafetensorsSource::open`], saying what a file of another format is by `explain`.
-    pub(crate) fn open_explained(path: &Path, explain: Explain) -> Result<Self> {
-        let (index, files) = open_local(path, Rules::SOURCE, explain)?;
+    pub(crate) fn open_explained(path: &Path, explain: Explain, limits: &Limits) -> Result<Self> {
+        let (index, files) = open_local(path, Rules::SOURCE, explain, limits)?;
         let mut parts = Vec::with_capacity(files.len());
         let mut shards = Vec::new();
         for (shard, header) in files {

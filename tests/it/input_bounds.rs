@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use safetensors_stream::header::{Order, TensorMeta};
-use safetensors_stream::Dtype;
+use safetensors_stream::{Dtype, Limits};
 use serde_json::Value;
 use support::numpy::{build_zip, eocd, npy, put16, put32, write_file, zip64_eocd, ZipMember};
 
@@ -185,7 +185,46 @@ fn index_or_manifest_that_never_ends_fails_fast() {
     }
     file.write_all(b"{}").unwrap();
     drop(file);
-    refused(&big, &[], "file_too_large");
+    refused(&big, &[], "index_bytes");
+}
+
+#[test]
+fn the_index_and_manifest_cap_is_the_callers_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 2 KiB index (white space, then an object naming no shard).
+    let mut text = vec![b' '; 2048];
+    text.extend_from_slice(br#"{"metadata": {"total_size": 0}, "weight_map": {}}"#);
+    let index = write_file(dir.path(), "model.safetensors.index.json", &text);
+    refused(&index, &["--limit", "index-bytes=1KiB"], "index_bytes");
+    use safetensors_stream::index::ShardIndex;
+    let lowered = safetensors_stream::Limits::default()
+        .with(safetensors_stream::Limit::IndexBytes, 1024)
+        .unwrap();
+    let e = ShardIndex::from_json_file_within(&index, &lowered).unwrap_err();
+    let safetensors_stream::ErrorKind::Limit(refusal) = e.kind() else {
+        panic!("not a limit: {e}");
+    };
+    assert_eq!((refusal.limit, refusal.value), ("index-bytes", 1024));
+    assert_eq!(refusal.raise.as_deref(), Some("--limit index-bytes=2KiB"));
+    assert!(
+        e.to_string().contains("index file is over 1024 bytes"),
+        "{e}"
+    );
+    let parsed = ShardIndex::from_json_file_within(&index, &Limits::default()).unwrap();
+    assert!(parsed.weight_map.is_empty());
+    // A raw manifest is held to the same limit.
+    let dump = write_file(dir.path(), "dump.bin", &[0; 16]);
+    let manifest = br#"[{"name": "w", "dtype": "F32", "shape": [4], "offset": 0}]"#;
+    let manifest = write_file(dir.path(), "manifest.json", manifest);
+    let out = dir.path().join("dump.out.safetensors");
+    let m = manifest.to_str().unwrap();
+    let (code, kind) = convert_kind(
+        &dump,
+        &out,
+        &["--raw-manifest", m, "--limit", "index-bytes=16"],
+    );
+    assert_eq!((code, kind.as_deref()), (1, Some("index_bytes")));
+    accepted(&dump, &["--raw-manifest", m, "--limit", "index-bytes=64"]);
 }
 
 // ---- 17.8: a bomb stops at the planned length ---------------------------------
@@ -326,8 +365,12 @@ fn a_window_over_128_mib_is_refused_before_it_is_filled() {
             .source(safetensors_stream::SourceOptions::default().limits(limits));
         let out = at_limit.with_extension("lib.safetensors");
         let output = safetensors_stream::Output::File(out.clone());
-        let e = safetensors_stream::convert_blocking(&[at_limit.clone()], &output, &options)
-            .expect_err("over the lowered window");
+        let e = safetensors_stream::convert_blocking(
+            std::slice::from_ref(&at_limit),
+            &output,
+            &options,
+        )
+        .expect_err("over the lowered window");
         let safetensors_stream::ErrorKind::Limit(refusal) = e.kind() else {
             panic!("{codec}: not a limit: {e}");
         };

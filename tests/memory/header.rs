@@ -231,7 +231,12 @@ fn convert_one_metadata_string(value_json: &str, value: impl Fn(&str) -> bool) {
     let out = dir.path().join("out.safetensors");
     let options = ConvertOptions::default();
     let (report, peak) = measure(|| {
-        convert_blocking(&[path.clone()], &Output::File(out.clone()), &options).unwrap()
+        convert_blocking(
+            std::slice::from_ref(&path),
+            &Output::File(out.clone()),
+            &options,
+        )
+        .unwrap()
     });
     assert_eq!(report.tensors, 1);
     let written = read_file_header(&out, Rules::STRICT).unwrap();

@@ -26,7 +26,7 @@ use safetensors_stream::source::{RawSpec, RawTensor};
 /// The raw-dump reading of the inputs, if the flags ask for one.
 pub(crate) fn raw_spec(args: &InputArgs) -> Result<Option<RawSpec>, Error> {
     let mut spec = if let Some(manifest) = &args.raw_manifest {
-        RawSpec::from_manifest_file(manifest)?
+        RawSpec::from_manifest_file_within(manifest, &limits(args)?)?
     } else if let (Some(dtype), Some(shape)) = (args.raw_dtype, &args.raw_shape) {
         RawSpec {
             tensors: vec![RawTensor {

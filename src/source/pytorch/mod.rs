@@ -447,7 +447,7 @@ impl PyTorchSource {
     /// each tensor must be in the shard the `weight_map` says.
     pub(crate) fn open_index(path: &Path, options: &SourceOptions) -> Result<Self> {
         let input = path.display().to_string();
-        let index = ShardIndex::from_json_file(path)?;
+        let index = ShardIndex::from_json_file_within(path, &options.limits)?;
         let dir = path.parent().unwrap_or(Path::new(""));
         let mut parts = Vec::new();
         let mut shards = Vec::new();
