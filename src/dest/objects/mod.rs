@@ -3,6 +3,11 @@
 //! last: the index is the set's commit point. One file under
 //! [`MIN_PART`] bytes is a single PUT, sent at the commit.
 //!
+//! A shard written to its end is sealed in the background (its last part
+//! sent, every part acknowledged) while the next one fills, so that no
+//! shard's bytes wait for the commit; the commit then completes the
+//! uploads [`COMPLETIONS`] at a time (a server may take seconds over each).
+//!
 //! - [`upload`]: one object written as a multipart upload;
 //! - [`open_uploads`]: the uploads left open in a bucket, listed (and
 //!   aborted) by `convert uploads`.
@@ -26,7 +31,12 @@ use crate::Result;
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
 };
-use upload::PartUpload;
+use futures::StreamExt;
+use tokio::task::JoinHandle;
+use upload::{PartUpload, Sealed};
+
+/// Uploads completed at once at the commit.
+const COMPLETIONS: usize = 8;
 
 /// The objects of a plan being written.
 pub(crate) struct ObjectSet {
@@ -41,8 +51,8 @@ pub(crate) struct ObjectSet {
     upload: UploadConfig,
     /// Every upload started, to abort on failure.
     keys: Vec<u64>,
-    /// Uploads ready to complete, with their planned lengths.
-    ready: Vec<(PartUpload, u64)>,
+    /// Uploads written to their end, being sealed.
+    sealing: Vec<JoinHandle<Result<Sealed>>>,
     /// The bytes of the one object, when small.
     whole: Option<Vec<u8>>,
 }
@@ -77,7 +87,7 @@ impl ObjectSet {
             options,
             upload,
             keys: Vec::new(),
-            ready: Vec::new(),
+            sealing: Vec::new(),
             whole: None,
         })
     }
@@ -128,7 +138,10 @@ impl ObjectSet {
     pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
         match writer {
             OutWriter::Buffer(bytes) => self.whole = Some(bytes),
-            OutWriter::Upload(upload) => self.ready.push((upload, written.bytes)),
+            OutWriter::Upload(upload) => {
+                let sealed = tokio::spawn(upload.seal(written.bytes));
+                self.sealing.push(sealed);
+            }
             _ => unreachable!("an object set stages buffers and uploads"),
         }
     }
@@ -144,12 +157,10 @@ impl ObjectSet {
                 .put_opts(&object.path, PutPayload::from(bytes), options);
             put.await.map_err(|e| store_output_error(e, &object.url))?;
         }
-        for (upload, planned) in std::mem::take(&mut self.ready) {
-            if let Err(e) = upload.complete(planned).await {
-                // Those completed are off the pending list: only the rest go.
-                let _ = self.options.uploads.abort(&self.keys).await;
-                return Err(e);
-            }
+        if let Err(e) = self.complete_all().await {
+            // Those completed are off the pending list: only the rest go.
+            let _ = self.options.uploads.abort(&self.keys).await;
+            return Err(e);
         }
         let Some(index) = self.index.take() else {
             return Ok(None);
@@ -167,8 +178,37 @@ impl ObjectSet {
         }))
     }
 
+    /// Waits for every upload to be sealed, then completes them,
+    /// [`COMPLETIONS`] at a time; the first error is told (after every
+    /// completion sent has ended).
+    async fn complete_all(&mut self) -> Result<()> {
+        let mut sealed = Vec::with_capacity(self.sealing.len());
+        let mut first = None;
+        for handle in std::mem::take(&mut self.sealing) {
+            match handle.await {
+                Ok(Ok(s)) => sealed.push(s),
+                Ok(Err(e)) => _ = first.get_or_insert(e),
+                Err(join) => _ = first.get_or_insert(crate::Error::io(join.into())),
+            }
+        }
+        if let Some(e) = first {
+            return Err(e);
+        }
+        let completed = futures::stream::iter(sealed.into_iter().map(Sealed::complete))
+            .buffer_unordered(COMPLETIONS)
+            .collect::<Vec<Result<()>>>()
+            .await;
+        completed.into_iter().collect()
+    }
+
     /// Aborts every upload started; nothing of the set appears.
     pub(crate) async fn abort(self) {
+        for handle in &self.sealing {
+            handle.abort();
+        }
+        for handle in self.sealing {
+            let _ = handle.await;
+        }
         let _ = self.options.uploads.abort(&self.keys).await;
     }
 }
