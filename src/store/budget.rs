@@ -7,7 +7,7 @@
 //! acknowledged).
 //!
 //! The bound is deterministic: at any moment the bytes leased are at most
-//! [`Budget::total`] — by default [`DEFAULT_BUDGET`] (64 MiB) per process,
+//! [`Budget::total`] — by default [`DEFAULT_BUDGET`] (48 MiB) per process,
 //! `SAFETENSORS_STREAM_MEMORY` (a size, at least [`MIN_BUDGET`]) otherwise.
 //! What is optional waits for nothing: a window read ahead is sent only
 //! when its lease is free at once ([`Budget::try_lease`]). What a reader
@@ -30,8 +30,15 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The bytes in flight a process holds for object storage, by default.
-pub const DEFAULT_BUDGET: u64 = 64 << 20;
+/// The bytes in flight a process holds for object storage, by default:
+/// four 8 MiB upload parts and [`READ_RESERVE`] for reads. (A 16 MiB budget
+/// cut the scale benchmark's peak by 5 MiB only: the rest is the plan and
+/// the client.)
+pub const DEFAULT_BUDGET: u64 = 48 << 20;
+
+/// The parts' share when the budget is smaller than [`READ_RESERVE`] and a
+/// part (a budget of at least [`MIN_BUDGET`] never is).
+const PART_FLOOR: u64 = 1 << 20;
 
 /// How often a waiting lease asks the caches again.
 const RECLAIM_EVERY: Duration = Duration::from_millis(5);
@@ -53,6 +60,8 @@ pub trait Reclaim: Send + Sync {
 /// A budget of bytes shared by every reader and writer of objects.
 pub struct Budget {
     permits: Arc<Semaphore>,
+    /// Upload parts' share: the budget less [`READ_RESERVE`].
+    part_room: Arc<Semaphore>,
     total: u32,
     /// The most bytes leased at once so far (for tests and reports).
     peak: AtomicUsize,
@@ -62,7 +71,12 @@ pub struct Budget {
 
 impl std::fmt::Debug for Budget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Budget({} of {} bytes leased)", self.in_use(), self.total)
+        write!(
+            f,
+            "Budget({} of {} bytes leased)",
+            self.in_use(),
+            self.total
+        )
     }
 }
 
@@ -70,6 +84,8 @@ impl std::fmt::Debug for Budget {
 #[derive(Debug)]
 pub struct Lease {
     _permit: Option<OwnedSemaphorePermit>,
+    /// An upload part's, of its share.
+    _part: Option<OwnedSemaphorePermit>,
     bytes: u64,
 }
 
@@ -84,8 +100,12 @@ impl Budget {
     /// A budget of `total` bytes (at most 4 GiB - 1).
     pub fn new(total: u64) -> Arc<Budget> {
         let total = u32::try_from(total).unwrap_or(u32::MAX);
+        let parts = u64::from(total)
+            .saturating_sub(READ_RESERVE)
+            .max(PART_FLOOR);
         Arc::new(Budget {
             permits: Arc::new(Semaphore::new(total as usize)),
+            part_room: Arc::new(Semaphore::new(parts as usize)),
             total,
             peak: AtomicUsize::new(0),
             caches: Mutex::default(),
@@ -131,6 +151,7 @@ impl Budget {
             .fetch_max(self.in_use() as usize, Ordering::Relaxed);
         Lease {
             _permit: Some(permit),
+            _part: None,
             bytes,
         }
     }
@@ -158,6 +179,7 @@ impl Budget {
         if n == 0 {
             return Lease {
                 _permit: None,
+                _part: None,
                 bytes,
             };
         }
@@ -175,11 +197,19 @@ impl Budget {
         }
     }
 
-    /// A lease for an upload part of `bytes`: at most the budget less
-    /// [`READ_RESERVE`] (and at least 1 MiB).
+    /// A lease for an upload part of `bytes`: the parts leased at once
+    /// take at most the budget less [`READ_RESERVE`] (a part larger than
+    /// that is leased as that much).
     pub async fn lease_part(&self, bytes: u64) -> Lease {
-        let most = self.total().saturating_sub(READ_RESERVE).max(1 << 20);
-        let mut lease = self.lease(bytes.min(most)).await;
+        let share = u64::from(self.total)
+            .saturating_sub(READ_RESERVE)
+            .max(PART_FLOOR);
+        let n = bytes.min(share).min(u64::from(u32::MAX)) as u32;
+        let part_room = Arc::clone(&self.part_room);
+        // The semaphore is never closed.
+        let part = part_room.acquire_many_owned(n).await.expect("never closed");
+        let mut lease = self.lease(u64::from(n)).await;
+        lease._part = Some(part);
         lease.bytes = bytes;
         lease
     }

@@ -159,7 +159,11 @@ impl Sealed {
         // must not race it.
         let taken = self.registry.take(self.up.key);
         let up = &self.up;
-        let Err(e) = up.store.complete_multipart(&up.path, &up.id, self.parts).await else {
+        let Err(e) = up
+            .store
+            .complete_multipart(&up.path, &up.id, self.parts)
+            .await
+        else {
             return Ok(());
         };
         let failed = store_output_error(e, &self.up.url);
@@ -505,7 +509,15 @@ mod tests {
         };
         let path = ObjectPath::from("x.safetensors");
         let registry = PendingUploads::default();
-        let started = PartUpload::start(s.clone(), path, "memory:///x", len as u64, Attributes::new(), config, &registry);
+        let started = PartUpload::start(
+            s.clone(),
+            path,
+            "memory:///x",
+            len as u64,
+            Attributes::new(),
+            config,
+            &registry,
+        );
         let mut up = started.await.unwrap().with_budget(budget.clone());
         for chunk in vec![7u8; len].chunks(1 << 20) {
             up.write_all(chunk).await.unwrap();
