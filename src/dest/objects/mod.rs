@@ -111,7 +111,7 @@ impl ObjectSet {
             let upload =
                 PartUpload::start(store, path, url, len, attributes, config, registry).await?;
             self.keys.push(upload.key());
-            OutWriter::Upload(upload)
+            OutWriter::Upload(Box::new(upload))
         };
         Ok(Staged {
             writer,
@@ -135,7 +135,7 @@ impl ObjectSet {
         match writer {
             OutWriter::Buffer(bytes) => self.whole = Some(bytes),
             OutWriter::Upload(upload) => {
-                let sealed = tokio::spawn(upload.seal(written.bytes));
+                let sealed = tokio::spawn((*upload).seal(written.bytes));
                 self.sealing.push(sealed);
             }
             _ => unreachable!("an object set stages buffers and uploads"),
