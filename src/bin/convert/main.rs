@@ -65,9 +65,9 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// mimalloc's default second. Object storage moves its bytes through
 /// short-lived buffers (read windows, upload parts, dequantized pieces)
 /// freed on other threads than those that made them: at 150 MB/s a second
-/// of them stayed committed, and an S3 -> S3 conversion of the scale
-/// benchmark peaked at 225 MiB for 120 MiB in use (140 MiB with no delay;
-/// benches/scale/README.md). `MIMALLOC_PURGE_DELAY` still sets it.
+/// of them stayed committed: one worker (`--shard 1`) of an S3 -> S3
+/// `--dequantize` run of the scale benchmark's small preset peaked at
+/// 225 MiB, 140 MiB with no delay. `MIMALLOC_PURGE_DELAY` still sets it.
 fn purge_freed_memory_at_once() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mi_option_set takes no pointers; it is called before any
