@@ -21,7 +21,7 @@ pub(crate) enum OutWriter {
     Buffer(Vec<u8>),
     /// A multipart upload, completed at the commit.
     #[cfg(feature = "object-store")]
-    Upload(super::objects::upload::PartUpload),
+    Upload(Box<super::objects::upload::PartUpload>),
 }
 
 /// One output being written.

@@ -12,10 +12,12 @@
 //! arguments, so that no credential is ever on a command line; messages
 //! name the URL, never a credential.
 
+mod budget;
 mod credentials;
 mod open_uploads;
 mod parts;
 
+pub use budget::{Budget, Lease, Reclaim, DEFAULT_BUDGET, MIN_BUDGET, READ_RESERVE};
 pub use open_uploads::OpenUpload;
 pub(crate) use open_uploads::S3Uploads;
 pub use parts::{part_size, UploadConfig, IN_FLIGHT, MAX_PART, MAX_PARTS, MIN_PART, PART_SIZE};
@@ -30,6 +32,25 @@ use object_store::ObjectStore;
 use crate::error::store::StoreError;
 use crate::{Error, ErrorKind, Result};
 use object_store::aws::AmazonS3ConfigKey as K;
+
+/// Connections kept open while idle, per server, unless
+/// `AWS_POOL_MAX_IDLE_PER_HOST` says otherwise: each keeps its read buffer
+/// (up to ~400 KB once a large response went through it), and the 32
+/// header GETs of a sharded checkpoint's opening left 32 of them for the
+/// whole run (the client's default keeps every one).
+const IDLE_CONNECTIONS: usize = 8;
+
+/// `builder` keeping at most [`IDLE_CONNECTIONS`] idle connections, unless
+/// the environment set how many.
+fn few_idle_connections(
+    builder: object_store::aws::AmazonS3Builder,
+) -> object_store::aws::AmazonS3Builder {
+    let idle = K::Client(object_store::ClientConfigKey::PoolMaxIdlePerHost);
+    if builder.get_config_value(&idle).is_some() {
+        return builder;
+    }
+    builder.with_config(idle, IDLE_CONNECTIONS.to_string())
+}
 
 /// Whether `path` is shaped like a URL (`SCHEME://...`, or a scheme and
 /// one slash, `s3:/bucket/key`) rather than a local path: such an argument
@@ -292,7 +313,7 @@ impl Object {
         let (store, multipart): (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>) =
             match parsed.scheme() {
                 "s3" => {
-                    let builder = AmazonS3Builder::from_env().with_url(url);
+                    let builder = few_idle_connections(AmazonS3Builder::from_env().with_url(url));
                     let s = Arc::new(builder.clone().build().map_err(on_build)?);
                     let listing = open_uploads::S3Uploads::new(builder, s.clone(), parsed);
                     uploads = Some(Arc::new(listing));

@@ -3,6 +3,11 @@
 //! last: the index is the set's commit point. One file under
 //! [`MIN_PART`] bytes is a single PUT, sent at the commit.
 //!
+//! A shard written to its end is sealed in the background (its last part
+//! sent, every part acknowledged) while the next one fills, so that no
+//! shard's bytes wait for the commit; the commit then completes the
+//! uploads one after another.
+//!
 //! - [`upload`]: one object written as a multipart upload;
 //! - [`open_uploads`]: the uploads left open in a bucket, listed (and
 //!   aborted) by `convert uploads`.
@@ -26,7 +31,8 @@ use crate::Result;
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
 };
-use upload::PartUpload;
+use tokio::task::JoinHandle;
+use upload::{PartUpload, Sealed};
 
 /// The objects of a plan being written.
 pub(crate) struct ObjectSet {
@@ -41,8 +47,8 @@ pub(crate) struct ObjectSet {
     upload: UploadConfig,
     /// Every upload started, to abort on failure.
     keys: Vec<u64>,
-    /// Uploads ready to complete, with their planned lengths.
-    ready: Vec<(PartUpload, u64)>,
+    /// Uploads written to their end, being sealed.
+    sealing: Vec<JoinHandle<Result<Sealed>>>,
     /// The bytes of the one object, when small.
     whole: Option<Vec<u8>>,
 }
@@ -77,7 +83,7 @@ impl ObjectSet {
             options,
             upload,
             keys: Vec::new(),
-            ready: Vec::new(),
+            sealing: Vec::new(),
             whole: None,
         })
     }
@@ -105,7 +111,7 @@ impl ObjectSet {
             let upload =
                 PartUpload::start(store, path, url, len, attributes, config, registry).await?;
             self.keys.push(upload.key());
-            OutWriter::Upload(upload)
+            OutWriter::Upload(Box::new(upload))
         };
         Ok(Staged {
             writer,
@@ -128,7 +134,10 @@ impl ObjectSet {
     pub(crate) fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
         match writer {
             OutWriter::Buffer(bytes) => self.whole = Some(bytes),
-            OutWriter::Upload(upload) => self.ready.push((upload, written.bytes)),
+            OutWriter::Upload(upload) => {
+                let sealed = tokio::spawn((*upload).seal(written.bytes));
+                self.sealing.push(sealed);
+            }
             _ => unreachable!("an object set stages buffers and uploads"),
         }
     }
@@ -144,12 +153,10 @@ impl ObjectSet {
                 .put_opts(&object.path, PutPayload::from(bytes), options);
             put.await.map_err(|e| store_output_error(e, &object.url))?;
         }
-        for (upload, planned) in std::mem::take(&mut self.ready) {
-            if let Err(e) = upload.complete(planned).await {
-                // Those completed are off the pending list: only the rest go.
-                let _ = self.options.uploads.abort(&self.keys).await;
-                return Err(e);
-            }
+        if let Err(e) = self.complete_all().await {
+            // Those completed are off the pending list: only the rest go.
+            let _ = self.options.uploads.abort(&self.keys).await;
+            return Err(e);
         }
         let Some(index) = self.index.take() else {
             return Ok(None);
@@ -167,8 +174,38 @@ impl ObjectSet {
         }))
     }
 
+    /// Waits for every upload to be sealed, then completes them in order;
+    /// the first error is told.
+    async fn complete_all(&mut self) -> Result<()> {
+        let mut sealed = Vec::with_capacity(self.sealing.len());
+        let mut first = None;
+        for handle in std::mem::take(&mut self.sealing) {
+            match handle.await {
+                Ok(Ok(s)) => sealed.push(s),
+                Ok(Err(e)) => _ = first.get_or_insert(e),
+                Err(join) => _ = first.get_or_insert(crate::Error::io(join.into())),
+            }
+        }
+        if let Some(e) = first {
+            return Err(e);
+        }
+        // One at a time, in order: s3s-fs concatenates each in turn (4-8 s
+        // apiece); 8 sent at once waited past the client's 30 s timeout,
+        // and the retry of a completion done meanwhile was refused.
+        for upload in sealed {
+            upload.complete().await?;
+        }
+        Ok(())
+    }
+
     /// Aborts every upload started; nothing of the set appears.
     pub(crate) async fn abort(self) {
+        for handle in &self.sealing {
+            handle.abort();
+        }
+        for handle in self.sealing {
+            let _ = handle.await;
+        }
         let _ = self.options.uploads.abort(&self.keys).await;
     }
 }

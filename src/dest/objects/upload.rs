@@ -5,12 +5,20 @@
 //! [`PendingUploads`] until [`PendingUploads::abort_all`] aborts it.
 //!
 //! Memory: one part being filled plus at most `in flight` parts being
-//! sent, each [`part_size`](crate::store::part_size) bytes:
-//! `part_size x (in flight + 1)`, with the defaults
-//! ([`PART_SIZE`](crate::store::PART_SIZE), [`IN_FLIGHT`](crate::store::IN_FLIGHT))
-//! 72 MiB for any file up to 83 GB (8 MiB x 10,000 parts; a larger file has
-//! larger parts). Both are set by `SAFETENSORS_STREAM_PART_SIZE` and
+//! sent, each [`part_size`](crate::store::part_size) bytes, and each leased
+//! from the process's [`Budget`] (shared with the read windows and header
+//! fetches) before it starts filling and given back once acknowledged: at
+//! most `part_size x (in flight + 1)`, and at most what the budget leases
+//! ([`DEFAULT_BUDGET`](crate::store::DEFAULT_BUDGET) in all). With the
+//! defaults ([`PART_SIZE`](crate::store::PART_SIZE),
+//! [`IN_FLIGHT`](crate::store::IN_FLIGHT)) parts are 8 MiB for any file up
+//! to 83 GB (8 MiB x 10,000 parts; a larger file has larger parts). Both
+//! are set by `SAFETENSORS_STREAM_PART_SIZE` and
 //! `SAFETENSORS_STREAM_PARTS_IN_FLIGHT` ([`UploadConfig::from_env`]).
+//!
+//! An upload written to its end is sealed ([`PartUpload::seal`]): its last
+//! part sent and every part acknowledged, so that what waits for the
+//! commit is a list of part ids, not bytes ([`Sealed`]).
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +33,7 @@ use tokio::io::AsyncWrite;
 use tokio::task::JoinSet;
 
 use crate::error::store::{one_line, StoreError};
-use crate::store::{store_output_error, UploadConfig};
+use crate::store::{store_output_error, Budget, Lease, UploadConfig};
 use crate::{ErrorKind, Result};
 
 /// An upload still open: aborted by [`PendingUploads::abort_all`] unless
@@ -128,6 +136,43 @@ pub(crate) struct PartUpload {
     sent: Vec<Option<PartId>>,
     written: u64,
     failed: Option<object_store::Error>,
+    /// Where parts lease their bytes.
+    budget: Arc<Budget>,
+    /// The lease of the part being filled.
+    lease: Option<Lease>,
+    /// The lease of the next part, while it waits.
+    leasing: Option<futures::future::BoxFuture<'static, Lease>>,
+}
+
+/// An upload whose every part is acknowledged: completed at the commit.
+pub(crate) struct Sealed {
+    up: Pending,
+    registry: PendingUploads,
+    parts: Vec<PartId>,
+}
+
+impl Sealed {
+    /// Completes the upload: the object appears now, whole. On an error
+    /// the upload is aborted.
+    pub(crate) async fn complete(self) -> Result<()> {
+        // Off the pending list first: once complete is sent, a late abort
+        // must not race it.
+        let taken = self.registry.take(self.up.key);
+        let up = &self.up;
+        let Err(e) = up
+            .store
+            .complete_multipart(&up.path, &up.id, self.parts)
+            .await
+        else {
+            return Ok(());
+        };
+        let failed = store_output_error(e, &self.up.url);
+        // Not completed: aborted once (the abort's own failure is secondary).
+        if let Some(p) = taken {
+            let _ = p.abort().await;
+        }
+        Err(failed)
+    }
 }
 
 impl PartUpload {
@@ -166,7 +211,17 @@ impl PartUpload {
             sent: Vec::new(),
             written: 0,
             failed: None,
+            budget: Budget::process(),
+            lease: None,
+            leasing: None,
         })
+    }
+
+    /// Its parts leased from `budget` rather than the process's.
+    #[cfg(test)]
+    fn with_budget(mut self, budget: Arc<Budget>) -> PartUpload {
+        self.budget = budget;
+        self
     }
 
     /// This upload's key, for [`PendingUploads::abort`].
@@ -182,10 +237,13 @@ impl PartUpload {
         self.sent.push(None);
         let up = &self.up;
         let (store, path, id) = (up.store.clone(), up.path.clone(), up.id.clone());
+        // Given back once the part is acknowledged.
+        let lease = self.lease.take();
         self.sending.spawn(async move {
             let r = store
                 .put_part(&path, &id, idx, PutPayload::from_bytes(data))
                 .await;
+            drop(lease);
             (idx, r)
         });
     }
@@ -218,25 +276,27 @@ impl PartUpload {
     /// Sends the last part, waits for every part, and completes the upload
     /// if exactly `planned` bytes were written: the object appears now,
     /// whole. Otherwise, or on any error, the upload is aborted.
-    pub(crate) async fn complete(mut self, planned: u64) -> Result<()> {
-        let failed = match self.finish_parts(planned).await {
-            Ok(parts) => {
-                // Off the pending list first: once complete is sent, a late
-                // abort must not race it.
-                let taken = self.registry.take(self.up.key);
-                let up = &self.up;
-                let Err(e) = up.store.complete_multipart(&up.path, &up.id, parts).await else {
-                    return Ok(());
-                };
-                // Not completed: back on the list, to be aborted once.
-                self.registry.open().extend(taken);
-                store_output_error(e, &self.up.url)
+    #[cfg(test)]
+    pub(crate) async fn complete(self, planned: u64) -> Result<()> {
+        self.seal(planned).await?.complete().await
+    }
+
+    /// Sends the last part and waits for every part, if exactly `planned`
+    /// bytes were written: what is left is to complete it. Otherwise, or
+    /// on any error, the upload is aborted.
+    pub(crate) async fn seal(mut self, planned: u64) -> Result<Sealed> {
+        match self.finish_parts(planned).await {
+            Ok(parts) => Ok(Sealed {
+                up: self.up.clone(),
+                registry: self.registry.clone(),
+                parts,
+            }),
+            Err(failed) => {
+                // The abort's own failure is secondary: the first error is told.
+                let _ = self.abort().await;
+                Err(failed)
             }
-            Err(e) => e,
-        };
-        // The abort's own failure is secondary: the first error is told.
-        let _ = self.abort().await;
-        Err(failed)
+        }
     }
 
     /// Every part sent and acknowledged, and the length as planned.
@@ -296,6 +356,14 @@ impl AsyncWrite for PartUpload {
             ready!(this.poll_in_flight(cx, this.in_flight))?;
             this.send_filled();
         }
+        if this.lease.is_none() {
+            let (budget, bytes) = (Arc::clone(&this.budget), this.part_size as u64);
+            let leasing = this
+                .leasing
+                .get_or_insert_with(|| Box::pin(async move { budget.lease_part(bytes).await }));
+            this.lease = Some(ready!(leasing.as_mut().poll(cx)));
+            this.leasing = None;
+        }
         if this.filling.capacity() == 0 {
             this.filling.reserve(this.part_size);
         }
@@ -333,6 +401,9 @@ mod tests {
         completes: AtomicUsize,
         /// (part index, its length) of every part received.
         parts: std::sync::Mutex<Vec<(usize, usize)>>,
+        /// Parts being received now, and the most at once.
+        sending: AtomicUsize,
+        most_sending: AtomicUsize,
     }
 
     #[async_trait::async_trait]
@@ -355,6 +426,11 @@ mod tests {
             }
             let len = data.content_length();
             self.parts.lock().unwrap().push((part_idx, len));
+            let now = self.sending.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_sending.fetch_max(now, Ordering::SeqCst);
+            // A server's time to take a part: parts in flight overlap.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            self.sending.fetch_sub(1, Ordering::SeqCst);
             self.inner.put_part(path, id, part_idx, data).await
         }
         async fn complete_multipart(
@@ -376,7 +452,7 @@ mod tests {
         }
     }
 
-    use crate::store::MIN_PART;
+    use crate::store::{MIN_PART, READ_RESERVE};
 
     /// The smallest parts, two in flight: several parts from a few MiB.
     const SMALL: UploadConfig = UploadConfig {
@@ -419,6 +495,49 @@ mod tests {
             }
         }
         up.complete(len as u64).await
+    }
+
+    /// The most parts sent at once for an upload of six parts, four
+    /// allowed in flight, with parts leased from `budget`.
+    async fn most_sent_at_once(budget: Arc<Budget>) -> usize {
+        use tokio::io::AsyncWriteExt;
+        let s = store(usize::MAX);
+        let len = 6 * MIN_PART as usize + 1;
+        let config = UploadConfig {
+            part_size: MIN_PART,
+            in_flight: 4,
+        };
+        let path = ObjectPath::from("x.safetensors");
+        let registry = PendingUploads::default();
+        let started = PartUpload::start(
+            s.clone(),
+            path,
+            "memory:///x",
+            len as u64,
+            Attributes::new(),
+            config,
+            &registry,
+        );
+        let mut up = started.await.unwrap().with_budget(budget.clone());
+        for chunk in vec![7u8; len].chunks(1 << 20) {
+            up.write_all(chunk).await.unwrap();
+            assert!(budget.in_use() <= budget.total());
+        }
+        up.complete(len as u64).await.unwrap();
+        assert_eq!(budget.in_use(), 0, "every part's lease given back");
+        s.most_sending.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parts_filling_and_in_flight_stay_within_the_budget() {
+        // Room for two parts beside the reads' reserve: one filling and
+        // one sent, or two sent.
+        let budget = Budget::new(READ_RESERVE + 2 * MIN_PART);
+        assert!(most_sent_at_once(budget.clone()).await <= 2);
+        assert!(budget.peak() <= READ_RESERVE + 2 * MIN_PART);
+        assert!(budget.peak() >= 2 * MIN_PART);
+        // The same upload with room: four parts in flight at once.
+        assert!(most_sent_at_once(Budget::new(1 << 30)).await > 2);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

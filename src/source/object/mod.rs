@@ -35,7 +35,7 @@ use crate::header::read::read_header;
 use crate::header::{check_prefix, Header, Metadata, Rules, TensorMeta, PREFIX_LEN};
 use crate::index::{check_against_shards, is_index_path, Checkpoint, ShardIndex};
 use crate::location::{Location, Opened};
-use crate::store::{store_error, Object, ObjectUrl, Side};
+use crate::store::{store_error, Budget, Object, ObjectUrl, Side};
 use crate::{Error, ErrorKind, Result};
 
 /// The first range read of a safetensors object: most headers fit.
@@ -111,7 +111,8 @@ pub async fn open_checkpoint(url: &ObjectUrl, rules: Rules) -> Result<Checkpoint
 
 /// Shards whose headers are read at once when a sharded checkpoint is
 /// opened: 163 shards one after another took 30 s on a local server.
-/// Memory: each holds at most [`FIRST_RANGE`] bytes and its header.
+/// Memory: each holds at most [`FIRST_RANGE`] bytes, leased from the
+/// process's [`Budget`], and its header.
 const HEADERS_IN_FLIGHT: usize = 32;
 
 /// The largest index read from object storage.
@@ -291,8 +292,10 @@ impl Pinned {
         Ok((pinned, first))
     }
 
-    /// The shard at `loc`, pinned, and its header under `rules`.
+    /// The shard at `loc`, pinned, and its header under `rules`; its first
+    /// range is leased from the process's [`Budget`] until parsed.
     async fn shard(loc: Object, rules: Rules) -> Result<(Pinned, Header)> {
+        let _lease = Budget::process().lease(FIRST_RANGE).await;
         let (shard, first) = Pinned::first(loc).await?;
         let header = shard.header(first, rules).await?;
         Ok((shard, header))
@@ -445,7 +448,7 @@ impl ObjectSource {
             tensors: Vec::new(),
             ranges: Vec::new(),
             metadata: None,
-            windows: Arc::default(),
+            windows: windows::Windows::new(Budget::process()),
             runtime: tokio::runtime::Handle::current(),
             config,
             held: HashMap::new(),

@@ -14,7 +14,7 @@ use object_store::{
 
 use super::Pinned;
 use crate::header::Rules;
-use crate::store::{Object, ObjectUrl};
+use crate::store::{Budget, Object, ObjectUrl};
 
 /// [`InMemory`], each GET answered once another is in flight or after a
 /// few thousand turns of the runtime (so that GETs sent together overlap),
@@ -202,7 +202,7 @@ async fn small_reads_going_forward_are_coalesced_with_several_windows_in_flight(
     let path = ObjectPath::from("big.bin");
     store.inner.put(&path, data.clone().into()).await.unwrap();
     let object = Arc::new(Pinned::head(object(&store, "big.bin")).await.unwrap());
-    let windows = Arc::new(Windows::default());
+    let windows = Windows::new(Budget::new(1 << 30));
     let gets = store.gets.load(Ordering::SeqCst);
     let piece = 100 << 10;
     for start in (0..len).step_by(piece) {
@@ -222,4 +222,32 @@ async fn small_reads_going_forward_are_coalesced_with_several_windows_in_flight(
     let most = store.most.load(Ordering::SeqCst);
     assert!(most > 1, "one GET at a time");
     assert!(most <= AHEAD + 1, "{most} GETs at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_of_two_inputs_stay_within_their_shared_budget() {
+    use super::windows::{Windows, WINDOW};
+    let store = Arc::new(Counting::default());
+    let len = 6 * WINDOW as usize + 999;
+    let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
+    let path = ObjectPath::from("big.bin");
+    store.inner.put(&path, data.clone().into()).await.unwrap();
+    let object = Arc::new(Pinned::head(object(&store, "big.bin")).await.unwrap());
+    // Two windows and a half: one read's window and one read ahead at most.
+    let budget = Budget::new(5 * WINDOW / 2);
+    let (a, b) = (Windows::new(budget.clone()), Windows::new(budget.clone()));
+    let piece = 300 << 10;
+    for start in (0..len).step_by(piece) {
+        let end = (start + piece).min(len);
+        // Two inputs read side by side, each forward: each takes the
+        // other's windows back when it needs room.
+        for windows in [&a, &b] {
+            let got = windows.read(0, &object, start as u64, end as u64).await;
+            assert!(got.unwrap() == data[start..end], "bytes {start}..{end}");
+            let bytes = a.bytes() + b.bytes();
+            assert!(bytes <= budget.total(), "{bytes} bytes in windows");
+        }
+    }
+    assert!(budget.peak() <= budget.total());
+    assert!(budget.peak() > WINDOW, "never read ahead");
 }

@@ -12,8 +12,14 @@
 //! each rather than a window each.
 //!
 //! Memory is bounded: at most [`WINDOWS`] windows are held, the least
-//! recently used dropped first. Reads of more than [`WINDOW`] bytes go to
-//! the server as they are (a large tensor streams from its own GET).
+//! recently used dropped first, and every window held or on its way holds
+//! a lease of its bytes from the process's [`Budget`] (shared with shard
+//! headers and upload parts): a window is read ahead only when its lease
+//! is free at once, a window a read waits for takes the least recently
+//! used windows' leases first, and the windows held are dropped whenever
+//! another lease waits ([`Reclaim`]). Reads of more than [`WINDOW`] bytes
+//! go to the server as they are (a large tensor streams from its own GET;
+//! a dequantized piece is leased as a window is).
 
 use std::collections::VecDeque;
 use std::io;
@@ -25,6 +31,7 @@ use futures::FutureExt;
 
 use super::Pinned;
 use crate::source::span::ReadAt;
+use crate::store::{Budget, Lease, Reclaim};
 use crate::{Error, ErrorKind, Result};
 
 /// Bytes fetched per window.
@@ -35,18 +42,23 @@ pub(super) const WINDOWS: usize = 8;
 
 /// Windows read ahead, in flight at once, while reads go on forward: the
 /// next ones are on their way while this one is used. Memory, all told:
-/// `(WINDOWS + AHEAD) x WINDOW` (44 MiB), plus slices still being written.
+/// at most `(WINDOWS + AHEAD) x WINDOW` (44 MiB) and at most what the
+/// budget leases, plus slices still being written.
 pub(super) const AHEAD: usize = 3;
 
 /// A window on its way: its bytes, or `None` if its GET failed (the read
 /// that needs it then asks again, and reports the error).
 type Fetch = Shared<BoxFuture<'static, Option<Bytes>>>;
 
+/// A window held: (object, first byte, bytes, the lease of its bytes).
+type Held = (usize, u64, Bytes, Lease);
+
 /// The windows of one input's objects.
-#[derive(Default)]
 pub(super) struct Windows {
-    /// (object, first byte, bytes), the most recently used first.
-    held: Mutex<VecDeque<(usize, u64, Bytes)>>,
+    /// The bytes every window held or on its way is leased from.
+    budget: Arc<Budget>,
+    /// The windows held, the most recently used first.
+    held: Mutex<VecDeque<Held>>,
     /// Windows read ahead and not yet here: (object, first byte, end, fetch).
     coming: Mutex<Vec<(usize, u64, u64, Fetch)>>,
     /// Where the last read ended (object, byte): a read starting there goes on forward.
@@ -58,7 +70,40 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl Reclaim for Windows {
+    fn reclaim(&self) {
+        lock(&self.held).clear();
+    }
+}
+
 impl Windows {
+    /// No window yet; each will be leased from `budget`, which may take
+    /// back those held.
+    pub(super) fn new(budget: Arc<Budget>) -> Arc<Windows> {
+        let windows = Arc::new(Windows {
+            budget: Arc::clone(&budget),
+            held: Mutex::default(),
+            coming: Mutex::default(),
+            last_end: Mutex::default(),
+        });
+        let weak = Arc::downgrade(&windows);
+        budget.register(weak);
+        windows
+    }
+
+    /// A lease of `bytes` for a window a read waits for: the least
+    /// recently used windows held give theirs back first.
+    async fn lease(&self, bytes: u64) -> Lease {
+        loop {
+            if let Some(lease) = self.budget.try_lease(bytes) {
+                return lease;
+            }
+            if lock(&self.held).pop_back().is_none() {
+                return self.budget.lease(bytes).await;
+            }
+        }
+    }
+
     /// Bytes `start..end` of `object` (number `id` of its input), `end - start`
     /// at most [`WINDOW`]: from a window held or on its way, else from a new
     /// one. Reading forward, the next [`AHEAD`] windows are sent for too.
@@ -82,6 +127,7 @@ impl Windows {
                 let last = (start + ahead).min(object.size);
                 let last = self.next_known(id, start).map_or(last, |s| last.min(s));
                 let last = last.max(end);
+                let lease = self.lease(last - start).await;
                 let window = object.range_bytes(start, last).await?;
                 if (window.len() as u64) < end - start {
                     let changed = ErrorKind::InputChanged {
@@ -91,7 +137,7 @@ impl Windows {
                     return Err(Error::new(changed).with_input(&object.loc.url));
                 }
                 let bytes = window.slice(0..(end - start) as usize);
-                self.hold(id, start, window);
+                self.hold((id, start, window, lease));
                 bytes
             }
         };
@@ -107,9 +153,9 @@ impl Windows {
         lock(&self.last_end).replace((id, end)) == Some((id, start))
     }
 
-    fn hold(&self, id: usize, start: u64, window: Bytes) {
+    fn hold(&self, window: Held) {
         let mut held = lock(&self.held);
-        held.push_front((id, start, window));
+        held.push_front(window);
         held.truncate(WINDOWS);
     }
 
@@ -117,7 +163,7 @@ impl Windows {
         let mut held = lock(&self.held);
         let at = held
             .iter()
-            .position(|(o, s, b)| *o == id && *s <= start && end <= *s + b.len() as u64)?;
+            .position(|(o, s, b, _)| *o == id && *s <= start && end <= *s + b.len() as u64)?;
         let w = held.remove(at).expect("found");
         let bytes = w.2.slice((start - w.1) as usize..(end - w.1) as usize);
         held.push_front(w);
@@ -156,6 +202,10 @@ impl Windows {
                 return;
             }
             let last = (next + WINDOW).min(object.size);
+            // Read ahead only with bytes to spare.
+            let Some(lease) = self.budget.try_lease(last - next) else {
+                return;
+            };
             let (obj, first) = (Arc::clone(object), next);
             let fetch = async move { obj.range_bytes(first, last).await.ok() }
                 .boxed()
@@ -164,10 +214,13 @@ impl Windows {
             drop(coming);
             let me = Arc::clone(self);
             tokio::spawn(async move {
-                if let Some(window) = fetch.await {
-                    if window.len() as u64 == last - first {
-                        me.hold(id, first, window);
-                    }
+                let window = fetch.await;
+                // Held and no longer coming at once (locks taken in this
+                // order everywhere): never counted twice, nor read twice.
+                let mut held = lock(&me.held);
+                if let Some(window) = window.filter(|w| w.len() as u64 == last - first) {
+                    held.push_front((id, first, window, lease));
+                    held.truncate(WINDOWS);
                 }
                 lock(&me.coming).retain(|(o, s, _, _)| (*o, *s) != (id, first));
             });
@@ -181,13 +234,22 @@ impl Windows {
         (lock(&self.held).len(), lock(&self.coming).len())
     }
 
+    /// Bytes of the windows held and on their way, for the tests' bound.
+    #[cfg(test)]
+    pub(super) fn bytes(&self) -> u64 {
+        let held = lock(&self.held);
+        let coming = lock(&self.coming);
+        let held: u64 = held.iter().map(|w| w.2.len() as u64).sum();
+        held + coming.iter().map(|w| w.2 - w.1).sum::<u64>()
+    }
+
     /// The first byte of the first window of object `id` held or on its
     /// way that begins after byte `after`.
     fn next_known(&self, id: usize, after: u64) -> Option<u64> {
         let held = lock(&self.held);
         let here = held
             .iter()
-            .filter(|(o, s, _)| *o == id && *s > after)
+            .filter(|(o, s, ..)| *o == id && *s > after)
             .map(|w| w.1)
             .min();
         drop(held);
@@ -206,8 +268,8 @@ impl Windows {
         let held = lock(&self.held);
         let here = held
             .iter()
-            .find(|(o, s, b)| *o == id && *s <= at && at < *s + b.len() as u64);
-        if let Some((_, s, b)) = here {
+            .find(|(o, s, b, _)| *o == id && *s <= at && at < *s + b.len() as u64);
+        if let Some((_, s, b, _)) = here {
             return Some(s + b.len() as u64);
         }
         drop(held);
@@ -246,6 +308,7 @@ impl ReadAt for ObjectBytes {
         }
         let got = self.runtime.block_on(async {
             if end - offset > WINDOW {
+                let _lease = self.windows.budget.lease(end - offset).await;
                 self.object.range_bytes(offset, end).await
             } else {
                 self.windows.read(self.id, &self.object, offset, end).await
