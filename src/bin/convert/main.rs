@@ -67,8 +67,12 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// freed on other threads than those that made them: at 150 MB/s a second
 /// of them stayed committed: one worker (`--shard 1`) of an S3 -> S3
 /// `--dequantize` run of the scale benchmark's small preset peaked at
-/// 225 MiB, 140 MiB with no delay. `MIMALLOC_PURGE_DELAY` still sets it.
-fn purge_freed_memory_at_once() {
+/// 225 MiB, 140 MiB with no delay. Only for object storage: a local
+/// dequantization reuses its pieces' pages at once, and purging them made
+/// a 1 GiB compressed-tensors int4 conversion 3 x slower (0.77 s -> 3.12 s,
+/// idle machine). `MIMALLOC_PURGE_DELAY` still sets it. Called before the
+/// conversion starts any thread.
+pub(crate) fn purge_freed_memory_at_once() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mi_option_set takes no pointers; it is called before any
         // other thread is started.
@@ -81,7 +85,6 @@ fn purge_freed_memory_at_once() {
 
 pub(crate) fn main() -> ExitCode {
     raise_open_file_limit();
-    purge_freed_memory_at_once();
     if let Some(e) = std::env::args_os()
         .nth(1)
         .and_then(|a| cli::mistyped_subcommand(&a))

@@ -205,6 +205,10 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
     };
     // Each input parsed once, here: a file, a folder, `-`, or an object URL.
     let inputs = Location::parse_all(&args.inputs)?;
+    let objects = inputs.iter().any(|l| matches!(l, Location::Object(_)));
+    if objects || matches!(output, Output::Object(_)) {
+        super::purge_freed_memory_at_once();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
