@@ -159,17 +159,17 @@ impl NpzSource {
 fn plan_member(
     file: &File,
     cache: &mut BlockCache,
-    entry: ZipEntry,
+    entry: &ZipEntry,
     limit: u64,
     void_as: Option<crate::Dtype>,
 ) -> Result<(TensorMeta, Member)> {
-    let start = data_start_via(cache, file, &entry, limit)?;
+    let start = data_start_via(cache, file, entry, limit)?;
     let probed = match entry.method {
         // The npy header of a stored member is its first bytes, as they
         // lie in the file (`data_start_via` checked that its two sizes agree).
         Method::Stored => read_header_as(&mut cache.range(file, start, entry.compressed), void_as),
         Method::Deflated => {
-            let mut probe = MemberReader::new(file, &entry, start, 4096)?;
+            let mut probe = MemberReader::new(file, entry, start, 4096)?;
             read_header_as(&mut probe, void_as)
         }
     };
@@ -241,25 +241,39 @@ fn plan_members(
     void_as: Option<crate::Dtype>,
 ) -> Result<Arrays> {
     let total = entries.len();
-    let plan_all = |entries: Vec<ZipEntry>, capacity: usize| -> Result<Arrays> {
-        // `capacity`: room for this half and, in the first, the second's.
+    // Each half is listed in place, through a slice: no copy of the second
+    // half, and the directory's list is freed, whole, by the thread that
+    // made it (a million members' 56 MB freed by another thread stayed
+    // mapped in the allocator while the plan was built).
+    // `listing` has room for `entries` (and, in the first half's, for the
+    // second's), made by this thread: the helper's lists, freed here once
+    // appended, are not freed across threads into a heap whose thread has
+    // ended (the allocator then held their 52 MB through the plan).
+    let plan_all = |entries: &mut [ZipEntry], mut listing: Arrays| -> Result<Arrays> {
         // Local and npy headers, member after member, read a block at a time.
         let mut cache = BlockCache::default();
-        let mut listing = Arrays::with_capacity(capacity.max(entries.len()));
         for entry in entries {
-            let name = entry.name.strip_suffix(".npy").unwrap_or_default();
-            let name = name.to_string();
-            let (tensor, member) = plan_member(file, &mut cache, entry, limit, void_as)
-                .map_err(|e| e.with_tensor(name))?;
+            let (tensor, member) =
+                plan_member(file, &mut cache, entry, limit, void_as).map_err(|e| {
+                    let name = entry.name.strip_suffix(".npy").unwrap_or_default();
+                    e.with_tensor(name.to_string())
+                })?;
+            // The tensor holds the name now: the entry's goes as it is read.
+            drop(std::mem::take(&mut entry.name));
             listing.tensors.push(tensor);
             listing.members.push(member);
         }
         Ok(listing)
     };
     if total < LIST_IN_TWO {
-        return plan_all(entries, total);
+        return plan_all(&mut entries, Arrays::with_capacity(total));
     }
-    let second = std::sync::Mutex::new(Some(entries.split_off(entries.len() / 2)));
+    let (first, second) = entries.split_at_mut(total / 2);
+    let rooms = (
+        Arrays::with_capacity(total),
+        Arrays::with_capacity(second.len()),
+    );
+    let second = std::sync::Mutex::new(Some((second, rooms.1)));
     let take = || {
         second
             .lock()
@@ -270,14 +284,20 @@ fn plan_members(
     std::thread::scope(|s| {
         let helper = std::thread::Builder::new()
             .name("npz-listing".into())
-            .spawn_scoped(s, || plan_all(take(), 0));
-        let first = plan_all(entries, total);
+            .spawn_scoped(s, || {
+                let (entries, room) = take();
+                plan_all(entries, room)
+            });
+        let first = plan_all(first, rooms.0);
         // Joined here, not left to the scope: the thread is gone when we return.
         let rest = match helper {
             Ok(h) => h
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Err(_) => plan_all(take(), 0),
+            Err(_) => {
+                let (entries, room) = take();
+                plan_all(entries, room)
+            }
         };
         let (mut listing, rest) = (first?, rest?);
         listing.tensors.extend(rest.tensors);
