@@ -74,3 +74,8 @@ pub fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
     let peak = PEAK.load(Ordering::SeqCst).saturating_sub(base);
     (out, peak)
 }
+
+/// Bytes held now (allocated and not yet freed), counted from the process's start.
+pub fn live() -> usize {
+    CURRENT.load(Ordering::SeqCst)
+}

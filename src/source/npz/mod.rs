@@ -31,16 +31,53 @@ use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
 
 /// One member: where its bytes are and how to read them. Its dtype and
-/// shape are kept once, in the source's [`TensorMeta`] of the same index.
+/// shape are kept once, in the source's [`TensorMeta`] of the same index,
+/// and so is its name: the member is the tensor's name and `.npy` (only
+/// such members are listed), rebuilt when a reader or an error needs it.
+/// 48 bytes: a million members' listing was most of the process's peak
+/// when each kept its directory entry (a name of its own, its flags).
 #[derive(Debug)]
 struct Member {
-    entry: ZipEntry,
+    /// Its local header's offset (where its bytes begin, for the overlap check).
+    local_offset: u64,
+    /// Where its (compressed) bytes start, after the local header.
     start: u64,
+    compressed: u64,
+    uncompressed: u64,
     /// Offset of the array data inside the member's (inflated) bytes.
     data_offset: u64,
-    transform: Transform,
+    crc32: u32,
+    method: Method,
+    /// The byte swap's width, 0 for none: a [`Transform`] in one byte.
+    swap: u8,
     /// Fortran-order data whose bytes differ from C order's: read reordered.
     reorder: bool,
+}
+
+impl Member {
+    /// The directory entry this member was planned from, named `name`
+    /// (its tensor's): what [`MemberReader`] reads and its errors name.
+    fn entry(&self, tensor: &str) -> ZipEntry {
+        ZipEntry {
+            name: format!("{tensor}.npy"),
+            method: self.method,
+            // Read by no reader of a member: only the directory's checks use them.
+            flags: 0,
+            crc32: self.crc32,
+            compressed: self.compressed,
+            uncompressed: self.uncompressed,
+            local_offset: self.local_offset,
+        }
+    }
+
+    fn transform(&self) -> Transform {
+        match self.swap {
+            0 => Transform::Identity,
+            width => Transform::SwapBytes {
+                width: width as usize,
+            },
+        }
+    }
 }
 
 /// An `.npz` archive as a source.
@@ -107,8 +144,17 @@ impl NpzSource {
             members: listing.members,
         };
         // Two members sharing bytes: refused (see [`zip::check_overlaps`]).
-        let spans = src.members.iter().map(|m| zip::span(&m.entry, m.start));
-        zip::check_overlaps(spans.collect()).map_err(on_input)?;
+        // Compared through indices: no list of a span and a name per member.
+        let span = |k: usize| {
+            let m = &src.members[k];
+            // `data_start_via` checked that the end is inside the archive.
+            (
+                m.local_offset,
+                m.start + m.compressed,
+                src.tensors[k].name.as_str(),
+            )
+        };
+        zip::check_overlaps_of(src.members.len(), span, ".npy").map_err(on_input)?;
         Ok(src)
     }
 }
@@ -116,17 +162,17 @@ impl NpzSource {
 fn plan_member(
     file: &File,
     cache: &mut BlockCache,
-    entry: ZipEntry,
+    entry: &ZipEntry,
     limit: u64,
     void_as: Option<crate::Dtype>,
 ) -> Result<(TensorMeta, Member)> {
-    let start = data_start_via(cache, file, &entry, limit)?;
+    let start = data_start_via(cache, file, entry, limit)?;
     let probed = match entry.method {
         // The npy header of a stored member is its first bytes, as they
         // lie in the file (`data_start_via` checked that its two sizes agree).
         Method::Stored => read_header_as(&mut cache.range(file, start, entry.compressed), void_as),
         Method::Deflated => {
-            let mut probe = MemberReader::new(file, &entry, start, 4096)?;
+            let mut probe = MemberReader::new(file, entry, start, 4096)?;
             read_header_as(&mut probe, void_as)
         }
     };
@@ -147,11 +193,20 @@ fn plan_member(
         return Err(Error::new(ErrorKind::DataLength { expected, actual }));
     }
     let reorder = fortran_order && !super::npy::fortran::same_as_c_order(&tensor.shape);
+    let swap = match transform {
+        Transform::Identity => 0,
+        // 2, 4 or 8.
+        Transform::SwapBytes { width } => width as u8,
+    };
     let member = Member {
-        entry,
+        local_offset: entry.local_offset,
         start,
+        compressed: entry.compressed,
+        uncompressed: entry.uncompressed,
         data_offset,
-        transform,
+        crc32: entry.crc32,
+        method: entry.method,
+        swap,
         reorder,
     };
     Ok((tensor, member))
@@ -189,25 +244,39 @@ fn plan_members(
     void_as: Option<crate::Dtype>,
 ) -> Result<Arrays> {
     let total = entries.len();
-    let plan_all = |entries: Vec<ZipEntry>, capacity: usize| -> Result<Arrays> {
-        // `capacity`: room for this half and, in the first, the second's.
+    // Each half is listed in place, through a slice: no copy of the second
+    // half, and the directory's list is freed, whole, by the thread that
+    // made it (a million members' 56 MB freed by another thread stayed
+    // mapped in the allocator while the plan was built).
+    // `listing` has room for `entries` (and, in the first half's, for the
+    // second's), made by this thread: the helper's lists, freed here once
+    // appended, are not freed across threads into a heap whose thread has
+    // ended (the allocator then held their 52 MB through the plan).
+    let plan_all = |entries: &mut [ZipEntry], mut listing: Arrays| -> Result<Arrays> {
         // Local and npy headers, member after member, read a block at a time.
         let mut cache = BlockCache::default();
-        let mut listing = Arrays::with_capacity(capacity.max(entries.len()));
         for entry in entries {
-            let name = entry.name.strip_suffix(".npy").unwrap_or_default();
-            let name = name.to_string();
-            let (tensor, member) = plan_member(file, &mut cache, entry, limit, void_as)
-                .map_err(|e| e.with_tensor(name))?;
+            let (tensor, member) =
+                plan_member(file, &mut cache, entry, limit, void_as).map_err(|e| {
+                    let name = entry.name.strip_suffix(".npy").unwrap_or_default();
+                    e.with_tensor(name.to_string())
+                })?;
+            // The tensor holds the name now: the entry's goes as it is read.
+            drop(std::mem::take(&mut entry.name));
             listing.tensors.push(tensor);
             listing.members.push(member);
         }
         Ok(listing)
     };
     if total < LIST_IN_TWO {
-        return plan_all(entries, total);
+        return plan_all(&mut entries, Arrays::with_capacity(total));
     }
-    let second = std::sync::Mutex::new(Some(entries.split_off(entries.len() / 2)));
+    let (first, second) = entries.split_at_mut(total / 2);
+    let rooms = (
+        Arrays::with_capacity(total),
+        Arrays::with_capacity(second.len()),
+    );
+    let second = std::sync::Mutex::new(Some((second, rooms.1)));
     let take = || {
         second
             .lock()
@@ -218,14 +287,20 @@ fn plan_members(
     std::thread::scope(|s| {
         let helper = std::thread::Builder::new()
             .name("npz-listing".into())
-            .spawn_scoped(s, || plan_all(take(), 0));
-        let first = plan_all(entries, total);
+            .spawn_scoped(s, || {
+                let (entries, room) = take();
+                plan_all(entries, room)
+            });
+        let first = plan_all(first, rooms.0);
         // Joined here, not left to the scope: the thread is gone when we return.
         let rest = match helper {
             Ok(h) => h
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-            Err(_) => plan_all(take(), 0),
+            Err(_) => {
+                let (entries, room) = take();
+                plan_all(entries, room)
+            }
         };
         let (mut listing, rest) = (first?, rest?);
         listing.tensors.extend(rest.tensors);
@@ -282,18 +357,18 @@ impl Source for NpzSource {
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
         let m = &self.members[k];
-        if m.reorder || m.entry.method != Method::Stored {
+        if m.reorder || m.method != Method::Stored {
             return None;
         }
         let offset = m.start + m.data_offset;
         Some(FileSpan {
             file: self.file.clone(),
             offset,
-            len: m.entry.uncompressed - m.data_offset,
-            transform: m.transform,
+            len: m.uncompressed - m.data_offset,
+            transform: m.transform(),
             // The member's CRC covers its npy header too.
             crc: Some(CrcCheck {
-                expected: m.entry.crc32,
+                expected: m.crc32,
                 from: m.start,
             }),
         })
@@ -301,11 +376,11 @@ impl Source for NpzSource {
 
     fn open_blocking(&self, k: usize) -> Option<OpenBlocking> {
         let m = &self.members[k];
-        if m.reorder || m.entry.method != Method::Deflated {
+        if m.reorder || m.method != Method::Deflated {
             return None;
         }
-        let (file, entry, start) = (self.file.clone(), m.entry.clone(), m.start);
-        let (skip, transform) = (m.data_offset, m.transform);
+        let (file, entry, start) = (self.file.clone(), m.entry(&self.tensors[k].name), m.start);
+        let (skip, transform) = (m.data_offset, m.transform());
         Some(Box::new(move || {
             let mut r = MemberReader::new(file, &entry, start, 256 * 1024)?;
             r.skip = skip;
@@ -327,18 +402,19 @@ impl Source for NpzSource {
         }
         async move {
             let m = &self.members[k];
-            let (transform, reorder) = (m.transform, m.reorder);
+            let (transform, reorder) = (m.transform(), m.reorder);
+            let entry = m.entry(&self.tensors[k].name);
             let shape = &self.tensors[k].shape;
             let width = self.tensors[k].dtype.byte_width().unwrap_or(1) as usize;
             let file = self.file.try_clone()?;
             let reader: TensorReader<'_> = if !reorder {
-                let mut r = MemberReader::new(file, &m.entry, m.start, 256 * 1024)?;
+                let mut r = MemberReader::new(file, &entry, m.start, 256 * 1024)?;
                 r.skip = m.data_offset;
                 Box::pin(BlockingReader::new(r))
-            } else if m.entry.method == Method::Stored {
+            } else if m.method == Method::Stored {
                 // The reorder reads the member out of order, past the CRC
                 // check: check it first, in one forward pass.
-                let (entry, start) = (m.entry.clone(), m.start);
+                let start = m.start;
                 let check = file.try_clone()?;
                 tokio::task::spawn_blocking(move || -> Result<()> {
                     let mut r = MemberReader::new(check, &entry, start, 0)?;
@@ -354,7 +430,6 @@ impl Source for NpzSource {
                 )))
             } else {
                 // Reordering needs random access: inflate the member to a temp file first.
-                let entry = m.entry.clone();
                 let (start, data_offset, shape) = (m.start, m.data_offset, shape.clone());
                 let spooled = tokio::task::spawn_blocking(move || -> Result<File> {
                     let mut r = MemberReader::new(file, &entry, start, 256 * 1024)?;

@@ -89,12 +89,32 @@ pub(crate) fn span(e: &ZipEntry, start: u64) -> (u64, u64, &str) {
 /// Two members sharing bytes is the trick of non-recursive zip bombs (one
 /// compressed run, many names, a huge output): refused, in every reader of
 /// an archive, over the [`span`]s of the members it reads.
-pub(crate) fn check_overlaps(mut spans: Vec<(u64, u64, &str)>) -> Result<()> {
-    spans.sort_unstable();
-    for w in spans.windows(2) {
-        let ((_, end, a), (next, _, b)) = (w[0], w[1]);
+pub(crate) fn check_overlaps(spans: Vec<(u64, u64, &str)>) -> Result<()> {
+    check_overlaps_of(spans.len(), |k| spans[k], "")
+}
+
+/// [`check_overlaps`] of `n` members whose spans `span` gives by index,
+/// each name followed by `suffix` (an npz keeps its tensors' names, the
+/// members' without `.npy`): members are sorted as indices, with no list
+/// of spans, and the same pair is named as [`check_overlaps`] would.
+pub(crate) fn check_overlaps_of<'a>(
+    n: usize,
+    span: impl Fn(usize) -> (u64, u64, &'a str),
+    suffix: &str,
+) -> Result<()> {
+    let named = |k: usize| {
+        let (start, end, name) = span(k);
+        (start, end, name.bytes().chain(suffix.bytes()))
+    };
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_unstable_by(|&a, &b| {
+        let ((sa, ea, na), (sb, eb, nb)) = (named(a), named(b));
+        (sa, ea).cmp(&(sb, eb)).then_with(|| na.cmp(nb))
+    });
+    for w in order.windows(2) {
+        let ((_, end, a), (next, _, b)) = (span(w[0]), span(w[1]));
         if next < end {
-            let e = ZipError::Overlap(a.to_string(), b.to_string());
+            let e = ZipError::Overlap(format!("{a}{suffix}"), format!("{b}{suffix}"));
             return Err(zip_err(e).at_offset(next));
         }
     }

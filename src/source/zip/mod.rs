@@ -22,7 +22,7 @@ mod member;
 use crate::io_util::PositionalReader;
 #[cfg(any(test, feature = "internals"))]
 pub use member::data_start;
-pub(crate) use member::{check_overlaps, data_start_via, span, MemberReader};
+pub(crate) use member::{check_overlaps, check_overlaps_of, data_start_via, span, MemberReader};
 
 const EOCD_SIG: u32 = 0x0605_4b50;
 const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
