@@ -159,7 +159,7 @@ fn an_npz_of_60_000_arrays_opens_within_the_bound() {
     npz(60_000);
 }
 
-/// An npz of `n` one-float members named as `numpy.savez` names them:
+/// An npz of `n` one-float members ([`many_members`]):
 /// opening it (directory, local and npy headers) peaks under
 /// `peak_per_member` bytes a member and keeps under `held_per_member`.
 /// A million members converted peaked at 305 MiB of the README's 274 when
@@ -168,14 +168,7 @@ fn an_npz_of_60_000_arrays_opens_within_the_bound() {
 /// dtype, shape) and a 48-byte member.
 fn npz_per_member(n: usize) {
     let _g = crate::alloc::serial();
-    let members: Vec<ZipMember> = (0..n)
-        .map(|k| {
-            let data = npy("<f4", false, &[1], &(k as f32).to_le_bytes());
-            ZipMember::stored(&format!("arr_{k}.npy"), data)
-        })
-        .collect();
-    let (zip, _) = build_zip(&members);
-    drop(members);
+    let (zip, _) = many_members(n);
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("many.npz");
     std::fs::write(&path, &zip).unwrap();
@@ -184,7 +177,7 @@ fn npz_per_member(n: usize) {
     let (src, peak) = open_counted(&path, &SourceOptions::default());
     let held = crate::alloc::live().saturating_sub(before);
     assert_eq!(src.tensors().len(), n);
-    assert_eq!(src.tensors()[n - 1].name, format!("arr_{}", n - 1));
+    assert_eq!(src.tensors()[n - 1].name, format!("layer.{}.w", n - 1));
     let (peak_per, held_per) = (peak / n, held / n);
     eprintln!("npz of {n} members: {peak_per} bytes a member at the peak, {held_per} held");
     assert!(held_per <= 140, "{held_per} bytes held a member");
