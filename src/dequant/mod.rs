@@ -57,6 +57,18 @@ pub(crate) fn store_f32(values: &[f32], to: Dtype, out: &mut [u8]) {
     }
 }
 
+/// The tests' xorshift64 generator from a non-zero `seed`: random codes,
+/// blocks and scales, the same sequence on every run.
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -147,13 +147,7 @@ mod tests {
     fn tiles_on_every_path_are_the_reference() {
         use crate::cast::simd::{with_isa, Isa};
         let table = Table::new();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::dequant::xorshift(0x2545_f491_4f6c_dd1du64);
         for (rows, width, k0, count) in [
             (8, 1, 0, 32),
             (16, 3, 8, 40),
@@ -204,13 +198,7 @@ mod tests {
     #[test]
     fn matches_a_plain_reading_over_random_blocks() {
         let table = Table::new();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::dequant::xorshift(0x9e37_79b9_7f4a_7c15u64);
         for _ in 0..50 {
             let rows = 1 + (next() % 9) as usize;
             let width = 1 + (next() % 3) as usize;
@@ -245,13 +233,7 @@ mod tests {
     #[test]
     fn packed_rows_match_a_plain_reading() {
         let table = Table::new();
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::dequant::xorshift(0x2545_f491_4f6c_dd1du64);
         let (rows, cols) = (5usize, 96usize);
         let packed: Vec<u8> = (0..rows * cols / 2).map(|_| next() as u8).collect();
         let scales: Vec<u8> = (0..rows * cols / 32)

@@ -222,14 +222,7 @@ mod tests {
         words
     }
 
-    fn rng(mut seed: u64) -> impl FnMut() -> u64 {
-        move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        }
-    }
+    use crate::dequant::xorshift as rng;
 
     /// A scale of `dtype` from random bits: any value the dtype holds
     /// (NaNs, infinities, subnormals among them), or a plain number.
