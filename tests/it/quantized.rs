@@ -80,7 +80,9 @@ fn dequantize(case: &str, to: &str, out: &Path) -> Output {
     ])
 }
 
-const CASES: &[&str] = &[
+/// Every scheme of fixtures/quantized/, each checked here against its
+/// library (and, from its object, in tests/it/object_store/quantized.rs).
+pub(crate) const CASES: &[&str] = &[
     "fp8-block",
     "fp8-sharded",
     "fp8-compressed-tensors",

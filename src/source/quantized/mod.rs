@@ -40,13 +40,15 @@ use crate::{Dtype, Error, ErrorKind, Result};
 pub(crate) use recognize::{recognize, Found};
 
 /// Whether recognising the quantized weights reads tensor `name`'s bytes
-/// while planning (a bitsandbytes 4-bit `quant_state` record): a source
+/// while planning (a bitsandbytes 4-bit `quant_state` record, a
+/// compressed-tensors packed weight's `weight_shape`): a source
 /// whose reads wait on the runtime (an object) reads such tensors when it
 /// opens, as they are small ([`record::MAX_RECORD`] bytes at most).
 #[cfg_attr(not(feature = "object-store"), allow(dead_code))]
 pub(crate) fn read_while_planning(name: &str) -> bool {
     name.ends_with(".quant_state.bitsandbytes__nf4")
         || name.ends_with(".quant_state.bitsandbytes__fp4")
+        || name.ends_with(".weight_shape")
 }
 
 /// Values dequantized per piece: 1 Mi (4 MiB of f32, before storing).

@@ -6,22 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use crate::quantized::CASES;
 use crate::support::{fixtures, moto, stderr, BIN};
-
-/// Every scheme of fixtures/quantized/ (tests/it/quantized.rs checks them
-/// against their libraries).
-const CASES: &[&str] = &[
-    "fp8-block",
-    "fp8-sharded",
-    "fp8-compressed-tensors",
-    "gptq",
-    "gptq-8bit-v2",
-    "awq",
-    "bnb-int8",
-    "bnb-4bit",
-    "nvfp4-compressed-tensors",
-    "nvfp4-modelopt",
-];
 
 fn run(endpoint: &str, input: &dyn AsRef<std::ffi::OsStr>, out: &Path, extra: &[&str]) -> Output {
     Command::new(BIN)
