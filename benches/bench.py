@@ -907,6 +907,23 @@ class Bench:
         self.link(rows)
         return rows
 
+    def convert_workload(self, name, inputs, src, tools, verify):
+        """run_workload of `convert SRC -o model.safetensors` (one output file) against `tools`,
+        reading `inputs` (all their bytes counted); the rows linked to their references."""
+        dest = "model.safetensors"
+        rows = self.run_workload(
+            name,
+            inputs,
+            tools,
+            sum(Path(f).stat().st_size for f in inputs),
+            verify,
+            lambda o: [self.binary, src, "-q", "--no-sync", "-o", o / dest],
+            self.args.runs,
+            single_output=lambda o: o / dest,
+        )
+        self.link(rows)
+        return rows
+
     # -- inputs, generated once each
 
     def input(self, key, gen, *a):
@@ -934,19 +951,9 @@ class Bench:
         tools = self.cp_tools(src, dest) + [
             ("zlib inflate (python, 1 thread)", lambda o: [sys.executable, self.ref, "zlib", src, "-"], "inner"),
         ] + self.py_tool("npz", src, dest) + self.convert_tools(src, dest)
-        rows = self.run_workload(
-            "npz-deflated",
-            [src],
-            tools,
-            src.stat().st_size,
-            lambda o: verify_tensors(self.binary, o / dest, "npz", src),
-            lambda o: [self.binary, src, "-q", "--no-sync", "-o", o / dest],
-            self.args.runs,
-            single_output=lambda o: o / dest,
-        )
+        rows = self.convert_workload("npz-deflated", [src], src, tools, lambda o: verify_tensors(self.binary, o / dest, "npz", src))
         if not rows:
             return
-        self.link(rows)
         rows["zlib inflate (python, 1 thread)"].nbytes = unc
         rows["zlib inflate (python, 1 thread)"].cp_ref = None
         self.notes.append(
@@ -1011,22 +1018,9 @@ class Bench:
     def w_pytorch(self):
         src = self.input("pytorch_model.bin", gen_pytorch, self.size)
         dest = "model.safetensors"
-        rows = self.run_workload(
-            "pytorch",
-            [src],
-            self.cp_tools(src, dest) + self.convert_tools(src, dest),
-            src.stat().st_size,
-            lambda o: verify_tensors(self.binary, o / dest, "pytorch", src),
-            lambda o: [self.binary, src, "-q", "--no-sync", "-o", o / dest],
-            self.args.runs,
-            single_output=lambda o: o / dest,
-        )
-        if not rows:
-            return
-        self.link(rows)
-        self.ratio_target("pytorch", f"convert --no-sync / cp <= {T_PYTORCH}", rows["convert --no-sync"], rows["cp"], T_PYTORCH)
-        self.ratio_target("pytorch", f"convert (fsync) / cp+sync <= {T_PYTORCH}", rows["convert (fsync)"], rows["cp+sync"], T_PYTORCH)
-        self.rss_target("pytorch", rows)
+        tools = self.cp_tools(src, dest) + self.convert_tools(src, dest)
+        rows = self.convert_workload("pytorch", [src], src, tools, lambda o: verify_tensors(self.binary, o / dest, "pytorch", src))
+        self.copy_targets("pytorch", rows, T_PYTORCH)
 
     def w_gguf(self):
         """GGUF (llama.cpp) to BF16 safetensors: mixed Q4_K/Q6_K/Q8_0/F32, self.size bytes."""
@@ -1218,11 +1212,12 @@ class Bench:
         shown = f"{q:.2f}" + (f" (paired {paired:.2f})" if paired else "")
         self.targets.append((wl, label, shown, verdict))
 
-    def copy_targets(self, wl, rows):
+    def copy_targets(self, wl, rows, limit=T_COPY):
+        """convert against cp (--no-sync) and cp+sync (durable) at most `limit` times, and the RSS target."""
         if not rows:
             return
-        self.ratio_target(wl, f"convert --no-sync / cp <= {T_COPY}", rows["convert --no-sync"], rows["cp"], T_COPY)
-        self.ratio_target(wl, f"convert (fsync) / cp+sync <= {T_COPY}", rows["convert (fsync)"], rows["cp+sync"], T_COPY)
+        self.ratio_target(wl, f"convert --no-sync / cp <= {limit}", rows["convert --no-sync"], rows["cp"], limit)
+        self.ratio_target(wl, f"convert (fsync) / cp+sync <= {limit}", rows["convert (fsync)"], rows["cp+sync"], limit)
         self.rss_target(wl, rows)
 
     def rss_target(self, wl, rows, quiet=False):

@@ -15,7 +15,6 @@ against plain cp, fsync against cp+sync), and peak RSS <= 32 MiB (+ the header, 
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 T_FORMAT_CP = 1.25  # convert / cp: throughput >= 0.8 x cp (issue 43)
 
@@ -262,23 +261,11 @@ def _workload(bench, name, py, files, model_path, check, ref, note):
         p = subprocess.run([py, check, model_path, o / dest], capture_output=True, text=True)
         return "ok" if p.returncode == 0 else f"WRONG: {(p.stderr or p.stdout).strip()[-300:]}"
 
-    rows = bench.run_workload(
-        name,
-        files,
-        tools,
-        sum(Path(f).stat().st_size for f in files),
-        verify,
-        lambda o: [bench.binary, model_path, "-q", "--no-sync", "-o", o / dest],
-        bench.args.runs,
-        single_output=lambda o: o / dest,
-    )
+    rows = bench.convert_workload(name, files, model_path, tools, verify)
     if not rows:
         return
-    bench.link(rows)
     bench.notes.append(f"{name}: {note}")
-    bench.ratio_target(name, f"convert --no-sync / cp <= {T_FORMAT_CP} (0.8 x cp)", rows["convert --no-sync"], rows["cp"], T_FORMAT_CP)
-    bench.ratio_target(name, f"convert (fsync) / cp+sync <= {T_FORMAT_CP} (0.8 x cp)", rows["convert (fsync)"], rows["cp+sync"], T_FORMAT_CP)
-    bench.rss_target(name, rows)
+    bench.copy_targets(name, rows, T_FORMAT_CP)
 
 
 def w_onnx(bench, external: bool):

@@ -5,7 +5,7 @@
 
 use crate::hostile::{convert, floats, one_view, output_tensors, refused, write};
 use safetensors_stream::limits::{Limit, Limits};
-use safetensors_stream::source::open_input;
+use safetensors_stream::source::{open_input, Source};
 use safetensors_stream::{ErrorKind, SourceOptions};
 
 #[test]
@@ -94,17 +94,9 @@ fn the_library_takes_limits_in_its_source_options() {
     file.extend_from_slice(header);
     file.extend_from_slice(&floats(1));
     let path = tmp.path().join(write(tmp.path(), "one.safetensors", &file));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let notice = |_: &safetensors_stream::Note| {};
-    let open = |limits: Limits| {
-        let options = SourceOptions::default().limits(limits);
-        rt.block_on(open_input(&path, &options, &notice))
-    };
-    assert!(open(Limits::default()).is_ok());
+    assert!(open_under(&path, Limits::default()).is_ok());
     let lowered = Limits::default().with(Limit::HeaderBytes, 16).unwrap();
-    let e = open(lowered).err().expect("refused");
+    let e = open_under(&path, lowered).err().expect("refused");
     let ErrorKind::Limit(refusal) = e.kind() else {
         panic!("not a limit: {e}");
     };
@@ -112,6 +104,18 @@ fn the_library_takes_limits_in_its_source_options() {
     assert_eq!(refusal.raise.as_deref(), Some("--limit header-bytes=32"));
     assert_eq!(e.kind().name(), "header_bytes");
     assert!(e.to_string().contains("one.safetensors"), "{e}");
+}
+
+/// Opens the input at `path` through the library under `limits`.
+fn open_under(
+    path: &std::path::Path,
+    limits: Limits,
+) -> safetensors_stream::Result<Box<dyn Source>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let options = SourceOptions::default().limits(limits);
+    rt.block_on(open_input(path, &options, &|_| {}))
 }
 
 /// Copies fixture checkpoint `fsdp2` (its `.metadata` 8,598 bytes) into `dir`.
@@ -130,19 +134,11 @@ fn a_distributed_checkpoint_metadata_limit_is_the_callers() {
     let _g = crate::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let ckpt = dcp_checkpoint(tmp.path());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let notice = |_: &safetensors_stream::Note| {};
-    let open = |limits: Limits| {
-        let options = SourceOptions::default().limits(limits);
-        rt.block_on(open_input(&ckpt, &options, &notice))
-    };
-    assert!(open(Limits::default()).is_ok());
+    assert!(open_under(&ckpt, Limits::default()).is_ok());
     let lowered = Limits::default()
         .with(Limit::DcpMetadataBytes, 4096)
         .unwrap();
-    let e = open(lowered).err().expect("refused");
+    let e = open_under(&ckpt, lowered).err().expect("refused");
     let ErrorKind::Limit(refusal) = e.kind() else {
         panic!("not a limit: {e}");
     };
