@@ -83,8 +83,8 @@ impl<'de> Deserialize<'de> for Entries {
 
 /// What a weight_map entry costs held beyond its two names: in the list
 /// as read (48 bytes, room for twice that as it grows), then in the sorted
-/// map, and the allocator's share of four strings (6 million entries of 9
-/// bytes held 1.0 GB before they were charged).
+/// map, and the allocator's share of four strings (benches/README.md,
+/// "Costs charged per entry").
 const ENTRY_COST: usize = 224;
 
 thread_local! {

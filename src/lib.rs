@@ -77,8 +77,6 @@ pub mod convert;
 // `copy::write_shard` is `pub` for the `internals` feature.
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod copy;
-// Used by the GGUF and quantized-safetensors sources, which land next.
-#[allow(dead_code)]
 pub(crate) mod dequant;
 pub(crate) mod dest;
 pub(crate) mod dtype;

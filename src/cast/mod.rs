@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn known_values() {
-        // From numpy 2.4 and ml_dtypes 0.7 on this machine.
+        // As numpy 2.4 and ml_dtypes 0.7 compute them.
         assert_eq!(f32_to_bf16(0x7f80_0001), 0x7fc0);
         assert_eq!(f32_to_bf16(0xffa0_0000), 0xffc0);
         assert_eq!(f32_to_bf16(0x3f80_8000), 0x3f80); // tie to even

@@ -56,7 +56,9 @@ pub(crate) struct Piece<'a> {
 }
 
 /// Dequantizes output rows `[n0, n0 + nb)` into `out` (`nb * K` values,
-/// row-major), rounding each product as `scale_dtype` stores it.
+/// row-major), rounding each product as `scale_dtype` stores it: the
+/// reference the tests hold `rows_into` to.
+#[cfg(test)]
 pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f32]) {
     let k_len = p.groups.len();
     let mut rows = Rows::new(p, packing, scale_dtype, out.len() / k_len.max(1));

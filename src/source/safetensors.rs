@@ -189,13 +189,13 @@ pub struct SafetensorsSource {
     /// 8 bytes each, not a file index and a length too.
     offsets: Vec<u64>,
     /// Per file, in order: its first tensor and the end of its data.
-    parts: Vec<Part>,
+    parts: Vec<FileShare>,
     metadata: Option<Metadata>,
 }
 
 /// One file's share of the listing (tensors are listed file by file).
 #[derive(Debug)]
-struct Part {
+struct FileShare {
     /// Index of the file's first tensor.
     first: usize,
     /// Absolute offset of the end of the file's data: its length.
@@ -255,7 +255,7 @@ impl SafetensorsSource {
             if let Some(md) = header.metadata {
                 src.metadata.get_or_insert_with(Metadata::new).extend(md);
             }
-            src.parts.push(Part {
+            src.parts.push(FileShare {
                 first: src.tensors.len(),
                 data_end: file_len,
             });

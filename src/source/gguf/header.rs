@@ -29,13 +29,12 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 /// What a key-value costs held, beyond its key (kept twice: in the list
 /// and in the set that finds a second one) and its string: the entry, the
 /// set's slot and the allocator's share, and its copy in the output's
-/// `__metadata__` with `--gguf-metadata` (measured: 170 and 210 bytes;
-/// 3 million key-values of 19 bytes held 524 MB before they were charged).
+/// `__metadata__` with `--gguf-metadata` (what was measured:
+/// benches/README.md, "Costs charged per entry").
 const KV_COST: u64 = 384;
 /// What a tensor costs held, beyond its name (kept three times: the info,
 /// the set of names, the listing) and its dimensions (twice): the info,
-/// the listing's entry, the set's slot (1.5 million tensors of 37 bytes
-/// held 529 MB before they were charged).
+/// the listing's entry, the set's slot.
 const TENSOR_COST: u64 = 320;
 
 /// A metadata value. Arrays are summarised, never held: a vocabulary of

@@ -161,7 +161,7 @@ impl Storages {
 }
 
 /// One checkpoint file, parsed and located.
-struct Part {
+struct CheckpointFile {
     file: File,
     len: u64,
     tree: Tree,
@@ -289,12 +289,17 @@ fn as_limit(e: Error, limits: &crate::limits::Limits) -> Error {
     }
 }
 
-fn open_part(file: File, len: u64, name: &str, options: &SourceOptions) -> Result<Part> {
+fn open_part(file: File, len: u64, name: &str, options: &SourceOptions) -> Result<CheckpointFile> {
     let limits = &options.limits;
     open_part_within(file, len, name, options).map_err(|e| as_limit(e, limits))
 }
 
-fn open_part_within(file: File, len: u64, name: &str, options: &SourceOptions) -> Result<Part> {
+fn open_part_within(
+    file: File,
+    len: u64,
+    name: &str,
+    options: &SourceOptions,
+) -> Result<CheckpointFile> {
     let naming = &naming(options);
     let limits = &options.limits;
     let max_pickle = limits.get(Limit::PickleBytes);
@@ -307,7 +312,7 @@ fn open_part_within(file: File, len: u64, name: &str, options: &SourceOptions) -
         let c = legacy::open(&file, len, max_pickle, |n| pickle_limits(n, limits))?;
         let storages = legacy::locate(&file, len, &c, &model::all_storages(&c.main)?)?;
         let tree = model::tensors(&c.main, naming, &storages)?;
-        return Ok(Part {
+        return Ok(CheckpointFile {
             file,
             len,
             tree,
@@ -340,7 +345,7 @@ fn open_part_within(file: File, len: u64, name: &str, options: &SourceOptions) -
     let tree = model::tensors(&p, naming, &c.storages)?;
     drop(p);
     freed(large);
-    Ok(Part {
+    Ok(CheckpointFile {
         file,
         len,
         tree,
@@ -493,7 +498,11 @@ impl PyTorchSource {
         Ok(src)
     }
 
-    fn from_parts(input: &str, parts: Vec<Part>, options: &SourceOptions) -> Result<Self> {
+    fn from_parts(
+        input: &str,
+        parts: Vec<CheckpointFile>,
+        options: &SourceOptions,
+    ) -> Result<Self> {
         let mut src = PyTorchSource {
             origin: None,
             input: input.to_string(),

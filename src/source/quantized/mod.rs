@@ -57,13 +57,13 @@ pub(crate) const PIECE_ELEMENTS: u64 = 1 << 20;
 /// The longest row dequantized. A piece is at least one row, and a row is
 /// held whole with its codes and scales: at 2 Mi values that is about 24
 /// MiB. A real weight's rows are its input features, tens of thousands;
-/// a longer row is refused rather than held (a 17 MB GPTQ file whose one
-/// row was 2^26 values held 796 MB).
+/// a longer row is refused rather than held (a small file can claim a row
+/// of any length: benches/README.md, "Costs charged per entry").
 pub(crate) const ROW_MAX: u64 = 2 * PIECE_ELEMENTS;
 
 /// One tensor of an input, where its bytes are.
 #[derive(Debug, Clone)]
-pub(crate) struct Part {
+pub(crate) struct TensorAt {
     /// Its name in the input.
     pub name: String,
     /// Its dtype.
@@ -79,56 +79,56 @@ pub(crate) struct Part {
 pub(crate) enum Kind {
     /// FP8 E4M3 codes times a float scale per tile.
     Fp8 {
-        weight: Part,
-        scale: Part,
+        weight: TensorAt,
+        scale: TensorAt,
         tiling: crate::dequant::fp8::Tiling,
         /// FBGEMM's row-wise FP8 (`quant_method: fbgemm_fp8`): the same arithmetic.
         fbgemm: bool,
     },
     /// GPTQ packed codes, zeros and scales, with an optional `g_idx`.
     Gptq {
-        qweight: Part,
-        qzeros: Part,
-        scales: Part,
-        g_idx: Option<Part>,
+        qweight: TensorAt,
+        qzeros: TensorAt,
+        scales: TensorAt,
+        g_idx: Option<TensorAt>,
         packing: crate::dequant::gptq::Packing,
         /// Input columns per group, when there is no `g_idx`.
         group_size: u64,
     },
     /// AutoAWQ GEMM packed codes, zeros and scales.
     Awq {
-        qweight: Part,
-        qzeros: Part,
-        scales: Part,
+        qweight: TensorAt,
+        qzeros: TensorAt,
+        scales: TensorAt,
         group_size: u64,
     },
     /// bitsandbytes LLM.int8: int8 codes and a row absmax.
-    Int8 { weight: Part, scb: Part },
+    Int8 { weight: TensorAt, scb: TensorAt },
     /// NVFP4 (ModelOpt or compressed-tensors): packed E2M1 codes, an E4M3
     /// scale per 16, and a per-tensor scale.
     Nvfp4 {
-        weight: Part,
-        scale: Part,
-        global: Part,
+        weight: TensorAt,
+        scale: TensorAt,
+        global: TensorAt,
         variant: crate::dequant::nvfp4::Variant,
     },
     /// bitsandbytes NF4/FP4: packed codes, a block absmax (itself
     /// quantized, with nested statistics, when `nested` is there).
     FourBit {
-        weight: Part,
-        absmax: Part,
+        weight: TensorAt,
+        absmax: TensorAt,
         /// `nested_absmax` and `nested_quant_map`.
-        nested: Option<(Part, Part)>,
+        nested: Option<(TensorAt, TensorAt)>,
         record: record::Record,
     },
     /// compressed-tensors integer codes: packed into I32 words
     /// (`pack-quantized`) or one I8 an element (`int-quantized`), with
     /// scales, optional zero points and an optional `g_idx`.
     CtInt {
-        codes: Part,
-        scale: Part,
-        zeros: Option<Part>,
-        g_idx: Option<Part>,
+        codes: TensorAt,
+        scale: TensorAt,
+        zeros: Option<TensorAt>,
+        g_idx: Option<TensorAt>,
         /// Bits per code; `packed` says whether codes and zero points are packed.
         bits: u32,
         packed: bool,
@@ -140,12 +140,12 @@ pub(crate) enum Kind {
     },
     /// compressed-tensors `mxfp4-pack-quantized`: packed E2M1 codes and an
     /// E8M0 scale per 32 along the row.
-    CtMxfp4 { weight: Part, scale: Part },
+    CtMxfp4 { weight: TensorAt, scale: TensorAt },
     /// gpt-oss MXFP4 experts: `*_blocks` and their E8M0 `*_scales`,
     /// dequantized transposed to `[experts, groups * 32, rows]`.
     Mxfp4 {
-        blocks: Part,
-        scales: Part,
+        blocks: TensorAt,
+        scales: TensorAt,
         geometry: mxfp4::Geometry,
     },
 }

@@ -11,7 +11,7 @@
 //! whole-row reads of at most [`READ_BYTES`], so each band costs a few
 //! reads, not one per row.
 
-use super::{Part, QuantError};
+use super::{QuantError, TensorAt};
 use crate::dequant::arith::E8M0_NAN;
 use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES};
 use crate::{Error, ErrorKind, Result};
@@ -78,8 +78,8 @@ impl Bands {
     /// rows]` view into `out`.
     pub(crate) fn rows(
         &mut self,
-        blocks: &Part,
-        scales: &Part,
+        blocks: &TensorAt,
+        scales: &TensorAt,
         v0: u64,
         v1: u64,
         out: &mut [f32],
@@ -113,7 +113,14 @@ impl Bands {
 
     /// Reads block columns `[g0, g0 + width)` of expert `e`, and refuses a
     /// NaN scale in them.
-    fn load(&mut self, blocks: &Part, scales: &Part, e: u64, g0: u64, width: u64) -> Result<()> {
+    fn load(
+        &mut self,
+        blocks: &TensorAt,
+        scales: &TensorAt,
+        e: u64,
+        g0: u64,
+        width: u64,
+    ) -> Result<()> {
         self.held = None;
         let Geometry { rows, groups, .. } = self.geo;
         let first_row = e * rows;
@@ -159,7 +166,7 @@ impl Bands {
 /// row after row.
 #[allow(clippy::too_many_arguments)]
 fn read_band(
-    p: &Part,
+    p: &TensorAt,
     first_row: u64,
     rows: u64,
     groups: u64,
@@ -201,7 +208,7 @@ fn read_band(
 }
 
 /// `buf.len()` bytes of `p` from byte `at` of its data, checked to lie in it.
-fn read_at(p: &Part, at: u64, buf: &mut [u8]) -> Result<()> {
+fn read_at(p: &TensorAt, at: u64, buf: &mut [u8]) -> Result<()> {
     if at
         .checked_add(buf.len() as u64)
         .is_none_or(|end| end > p.span.len)

@@ -3,7 +3,7 @@
 
 use std::io::{self, Read};
 
-use super::{Kind, Part, QuantError, Weight, PIECE_ELEMENTS};
+use super::{Kind, QuantError, TensorAt, Weight, PIECE_ELEMENTS};
 use crate::dequant::{self, arith};
 use crate::source::BlockingPart;
 use crate::{Dtype, Error, ErrorKind, Result};
@@ -448,16 +448,16 @@ fn to_usize(v: u64) -> Result<usize> {
     usize::try_from(v).map_err(|_| too_large())
 }
 
-fn width(p: &Part) -> u64 {
+fn width(p: &TensorAt) -> u64 {
     p.dtype.bits() / 8
 }
 
-fn scale_elems(p: &Part) -> u64 {
+fn scale_elems(p: &TensorAt) -> u64 {
     p.shape.iter().product()
 }
 
 /// `count` elements of `p` from element `first`, as bytes (checked to lie in its span).
-fn read_elems(p: &Part, first: u64, count: usize) -> Result<Vec<u8>> {
+fn read_elems(p: &TensorAt, first: u64, count: usize) -> Result<Vec<u8>> {
     let w = width(p);
     let len = count as u64 * w;
     if (first * w)
@@ -474,7 +474,7 @@ fn read_elems(p: &Part, first: u64, count: usize) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn short(p: &Part) -> Error {
+fn short(p: &TensorAt) -> Error {
     let e = QuantError::Shape {
         scheme: "read",
         actual: p.shape.clone(),
@@ -484,7 +484,7 @@ fn short(p: &Part) -> Error {
 }
 
 /// From every row of the matrix `p`, the bytes of columns `[c0, c0 + n)`, row after row.
-fn read_column_bytes(p: &Part, c0: u64, n: u64) -> Result<Vec<u8>> {
+fn read_column_bytes(p: &TensorAt, c0: u64, n: u64) -> Result<Vec<u8>> {
     let [rows, cols] = [p.shape[0], p.shape[1]];
     let n = n.min(cols.saturating_sub(c0));
     let mut buf = vec![0u8; to_usize(rows)? * to_usize(n * width(p))?];
@@ -493,7 +493,7 @@ fn read_column_bytes(p: &Part, c0: u64, n: u64) -> Result<Vec<u8>> {
 }
 
 /// [`read_column_bytes`] into `buf`, `rows * n` elements of `p` long.
-fn read_column_bytes_into(p: &Part, c0: u64, n: u64, buf: &mut [u8]) -> Result<()> {
+fn read_column_bytes_into(p: &TensorAt, c0: u64, n: u64, buf: &mut [u8]) -> Result<()> {
     let cols = p.shape[1];
     let w = width(p);
     let row_len = to_usize(n * w)?;
@@ -512,7 +512,7 @@ fn read_column_bytes_into(p: &Part, c0: u64, n: u64, buf: &mut [u8]) -> Result<(
 
 /// [`read_column_bytes`] of an I32 matrix, as words: read into the words
 /// themselves (no second buffer), then taken as little-endian.
-fn read_columns(p: &Part, c0: u64, n: u64) -> Result<Vec<u32>> {
+fn read_columns(p: &TensorAt, c0: u64, n: u64) -> Result<Vec<u32>> {
     let [rows, cols] = [p.shape[0], p.shape[1]];
     let n = n.min(cols.saturating_sub(c0));
     let mut words = vec![0u32; to_usize(rows)? * to_usize(n)?];
@@ -540,9 +540,9 @@ enum CtCodes {
 /// Reads rows `[r0, r1)` of a compressed-tensors integer weight.
 #[allow(clippy::too_many_arguments)]
 fn ct_int_piece(
-    codes: &Part,
-    scale: &Part,
-    zeros: Option<&Part>,
+    codes: &TensorAt,
+    scale: &TensorAt,
+    zeros: Option<&TensorAt>,
     bits: u32,
     packed: bool,
     groups: u64,
@@ -593,7 +593,7 @@ fn ct_int_piece(
 
 /// Refuses an E8M0 scale of 0xFF (NaN) among `raw`, elements of `p` from
 /// element `first`: a scale a scheme multiplies by must be a number.
-fn refuse_e8m0_nan(p: &Part, first: u64, raw: &[u8]) -> Result<()> {
+fn refuse_e8m0_nan(p: &TensorAt, first: u64, raw: &[u8]) -> Result<()> {
     let Some(i) = raw.iter().position(|&b| b == arith::E8M0_NAN) else {
         return Ok(());
     };
@@ -617,7 +617,7 @@ fn words_of(bytes: &[u8]) -> Vec<u32> {
 
 /// Each input column's group: `g_idx` (every entry checked against the
 /// scales' `groups`), else column / `group_size`.
-fn gptq_groups(g_idx: Option<&Part>, groups: u64, k: u64, group_size: u64) -> Result<Vec<u32>> {
+fn gptq_groups(g_idx: Option<&TensorAt>, groups: u64, k: u64, group_size: u64) -> Result<Vec<u32>> {
     let Some(g) = g_idx else {
         return (0..k)
             .map(|c| u32::try_from(c / group_size.max(1)).map_err(|_| too_large()))

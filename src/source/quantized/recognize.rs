@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::config::{self, QuantConfig};
-use super::{refuse, Kind, Part, QuantError, Weight};
+use super::{refuse, Kind, QuantError, TensorAt, Weight};
 use crate::dequant::bnb::FourBitType;
 use crate::dequant::fp8::Tiling;
 use crate::dequant::gptq::Packing;
@@ -90,7 +90,7 @@ struct Names<'s> {
 }
 
 impl<'s> Names<'s> {
-    fn part(&self, name: &str) -> Result<Option<((usize, usize), Part)>> {
+    fn part(&self, name: &str) -> Result<Option<((usize, usize), TensorAt)>> {
         let Some(&(s, k)) = self.at.get(name) else {
             return Ok(None);
         };
@@ -102,7 +102,7 @@ impl<'s> Names<'s> {
             );
             return Err(refuse(e, source.input_name(), name));
         };
-        let part = Part {
+        let part = TensorAt {
             name: name.to_string(),
             dtype: t.dtype,
             shape: t.shape.clone(),
@@ -208,7 +208,7 @@ pub(crate) fn recognize<'s>(sources: &'s [Box<dyn Source + 's>]) -> Result<Found
 type Recognised = Option<((usize, usize), Vec<(usize, usize)>, Weight)>;
 
 fn check_dtype(
-    p: &Part,
+    p: &TensorAt,
     allowed: &[Dtype],
     expected: &'static str,
     scheme: &'static str,
@@ -225,7 +225,7 @@ fn check_dtype(
     Err(refuse(e, input, &p.name))
 }
 
-fn bad_shape(p: &Part, scheme: &'static str, expected: String, input: &str) -> crate::Error {
+fn bad_shape(p: &TensorAt, scheme: &'static str, expected: String, input: &str) -> crate::Error {
     let e = QuantError::Shape {
         scheme,
         actual: p.shape.clone(),
@@ -234,11 +234,11 @@ fn bad_shape(p: &Part, scheme: &'static str, expected: String, input: &str) -> c
     refuse(e, input, &p.name)
 }
 
-fn groups_error(p: &Part, scheme: &'static str, detail: String, input: &str) -> crate::Error {
+fn groups_error(p: &TensorAt, scheme: &'static str, detail: String, input: &str) -> crate::Error {
     refuse(QuantError::Groups { scheme, detail }, input, &p.name)
 }
 
-fn matrix(p: &Part, scheme: &'static str, input: &str) -> Result<[u64; 2]> {
+fn matrix(p: &TensorAt, scheme: &'static str, input: &str) -> Result<[u64; 2]> {
     match p.shape[..] {
         [r, c] => Ok([r, c]),
         _ => Err(bad_shape(
@@ -256,7 +256,7 @@ fn required(
     scheme: &'static str,
     input: &str,
     of: &str,
-) -> Result<((usize, usize), Part)> {
+) -> Result<((usize, usize), TensorAt)> {
     match names.part(&name)? {
         Some(found) => Ok(found),
         None => Err(refuse(
@@ -505,7 +505,7 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
 /// Input columns per group: `k / groups`, which must divide, and agree with
 /// the config's `group_size` when it gives one.
 fn group_size(
-    scales: &Part,
+    scales: &TensorAt,
     groups: u64,
     k: u64,
     config: &QuantConfig,
@@ -943,7 +943,7 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
 }
 
 /// The `[rows, columns]` a `weight_shape` tensor (I32 or I64, two values) holds.
-fn weight_shape(p: &Part, scheme: &'static str, input: &str) -> Result<[u64; 2]> {
+fn weight_shape(p: &TensorAt, scheme: &'static str, input: &str) -> Result<[u64; 2]> {
     check_dtype(p, &[Dtype::I32, Dtype::I64], "I32 or I64", scheme, input)?;
     let width = p.dtype.bits() / 8;
     if p.shape != [2] || p.span.len != 2 * width {
