@@ -1,16 +1,21 @@
-//! Opening an input: a file, standard input or an object's stream (which
-//! of them is [`super::open`]'s to say, from the input's location),
-//! recognised by the format table (by path, by the options, by its first bytes),
-//! unwrapped if compressed, and opened by its format's row, from the file
-//! or, for what can only be read forward, from the stream (which the row
-//! may spool to a temp file).
+//! Opening an input from its [`Location`]: the one place a location's kind
+//! is dispatched on. A file (or the checkpoint a folder stands for),
+//! standard input and an object streamed whole are recognised by the
+//! format table (by path, by the options, by its first bytes), unwrapped if
+//! compressed, and opened by its format's row, from the file or, for what
+//! can only be read forward, from the stream (which the row may spool to a
+//! temp file); a safetensors object goes to its ranged source
+//! ([`super::object`]). What comes back reports every file or object it
+//! read ([`Source::opened`]): the location opened, which travels into the
+//! source with its input ([`super::format::FileInput::origin`]), and what
+//! the source read beyond it (an index's shards).
 //!
 //! Layer: source, near the top of it: may import the table, detection, the
 //! codecs, the header and index layers and below. No source imports this.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncReadExt;
 
@@ -19,14 +24,114 @@ pub(crate) use super::format::Notice;
 use super::codec::{decoder, Codec};
 use super::detect::{say_what_it_is, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::format::{FileInput, FormatRow, PathInput, Stream, StreamInput, Unwrap};
-use super::table::Table;
-#[cfg(any(test, feature = "object-store"))]
-use super::table::FORMATS;
+use super::table::{Table, FORMATS, WRAPS};
 use super::{Source, SourceOptions, TensorReader};
-use crate::location::Opened;
-use crate::{Error, ErrorKind, Result};
+use crate::location::{Location, Opened};
+use crate::{Error, ErrorKind, Note, Result};
 
-/// A local path (`-` for standard input: [`super::open`] says which),
+/// Opens `path` (`-` for standard input, an object URL, a folder for the
+/// checkpoint in it) as a source of tensors, as a conversion opens it:
+/// quantized weights are read as the options ask.
+pub async fn open_input(
+    path: &Path,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let mut opened = open_inputs(&[path.to_path_buf()], options, notice).await?;
+    let one = opened.pop().filter(|_| opened.is_empty());
+    one.ok_or_else(|| Error::new(ErrorKind::Usage("one input opened as several".into())))
+}
+
+/// Opens every input at `paths` (files of any supported kind, folders for
+/// the checkpoint in them, object URLs, or `-`), each parsed once into the
+/// [`Location`] it names: [`open_locations`].
+pub async fn open_inputs(
+    paths: &[PathBuf],
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Vec<Box<dyn Source>>> {
+    open_locations(&Location::parse_all(paths)?, options, notice).await
+}
+
+/// Opens every input at `locations`, reading headers only; then applies
+/// the table's wraps to them all (quantized weights, whose scales may lie
+/// in any input). Each source reports the files and objects it read
+/// ([`Source::opened`]).
+pub async fn open_locations(
+    locations: &[Location],
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Vec<Box<dyn Source>>> {
+    let mut sources = Vec::with_capacity(locations.len());
+    for location in locations {
+        sources.push(open_location(location, options, notice).await?);
+    }
+    WRAPS
+        .iter()
+        .try_fold(sources, |sources, wrap| wrap(sources, options, notice))
+}
+
+/// Opens `location` as a source of tensors, reading headers only (and
+/// no wrap: [`open_locations`] applies them).
+pub async fn open_location(
+    location: &Location,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    match location {
+        Location::Stdio => {
+            let stdin = Some(Opened::stdin());
+            open_path(FORMATS, Path::new("-"), stdin, options, notice).await
+        }
+        Location::File(path) => open_file(path, options, notice).await,
+        Location::Folder(path) => {
+            // A folder a format reads as a whole (a distributed
+            // checkpoint) is its own input; else the one checkpoint in it.
+            // It reports the files it read; the folder has no version.
+            let folder = super::resolve_folder(path)?;
+            let file = &folder.path;
+            if file == path {
+                return open_path(FORMATS, path, None, options, notice).await;
+            }
+            match crate::folder::passed_over_notice(path, &folder) {
+                Some(said) => notice(&Note::Info(said)),
+                None => {
+                    let (dir, file_shown) = (path.display(), file.display());
+                    notice(&Note::Info(format!("{dir}: reading {file_shown}")));
+                }
+            }
+            open_file(file, options, notice).await
+        }
+        #[cfg(feature = "object-store")]
+        Location::Object(url) => {
+            use super::object::{open_object, ObjectInput};
+            match open_object(url, options).await? {
+                ObjectInput::Ranged(source) => Ok(source),
+                ObjectInput::Whole {
+                    reader,
+                    stem,
+                    size,
+                    etag,
+                } => {
+                    let origin = Opened::object(url, size, etag);
+                    open_reader(reader, url, stem, origin, options, notice).await
+                }
+            }
+        }
+    }
+}
+
+/// A local file, of any format (an index too).
+async fn open_file(
+    path: &Path,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let origin = Some(Opened::file(path));
+    open_path(FORMATS, path, origin, options, notice).await
+}
+
+/// A local path (`-` for standard input: [`open_location`] says which),
 /// opened by its format's row in `table`.
 pub(crate) async fn open_path(
     table: Table,

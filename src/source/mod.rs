@@ -73,7 +73,6 @@ pub(crate) mod npz;
 #[cfg(feature = "object-store")]
 pub mod object;
 pub mod onnx;
-mod open;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
 pub(crate) mod pytorch;
 #[cfg_attr(not(feature = "internals"), allow(unreachable_pub))]
@@ -98,9 +97,9 @@ pub use format::FormatRow;
 pub use freed_memory::FreedMemoryHook;
 pub use gguf::GgufOptions;
 pub use hf::Names;
+pub use input::{open_input, open_inputs, open_location, open_locations};
 pub use memory::MemorySource;
 pub use npy::NpyOptions;
-pub use open::{open_input, open_inputs, open_location, open_locations};
 pub use pytorch::row::TorchOptions;
 pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};

@@ -11,7 +11,6 @@ use safetensors_stream::convert::{
 use safetensors_stream::header::Order;
 use safetensors_stream::location::Location;
 use safetensors_stream::observe::Progress;
-use safetensors_stream::plan::PlanOptions;
 use safetensors_stream::source::{FreedMemoryHook, SourceOptions};
 use safetensors_stream::units::HumanBytes;
 use safetensors_stream::{Dtype, Error, ErrorKind, Limits, Note, Warning};
@@ -24,9 +23,9 @@ use super::progress::{Bar, Lines};
 use safetensors_stream::source::{RawSpec, RawTensor};
 
 /// The raw-dump reading of the inputs, if the flags ask for one.
-pub(crate) fn raw_spec(args: &InputArgs) -> Result<Option<RawSpec>, Error> {
+fn raw_spec(args: &InputArgs, limits: &Limits) -> Result<Option<RawSpec>, Error> {
     let mut spec = if let Some(manifest) = &args.raw_manifest {
-        RawSpec::from_manifest_file_within(manifest, &limits(args)?)?
+        RawSpec::from_manifest_file_within(manifest, limits)?
     } else if let (Some(dtype), Some(shape)) = (args.raw_dtype, &args.raw_shape) {
         RawSpec {
             tensors: vec![RawTensor {
@@ -68,7 +67,8 @@ fn options(
 ) -> Result<ConvertOptions, Error> {
     // Fields are set in place: the options are `#[non_exhaustive]`, so
     // no struct literal, and the setters are for chained use.
-    let mut plan = PlanOptions::default();
+    let mut options = ConvertOptions::default();
+    let plan = &mut options.plan;
     plan.include = args.include.clone();
     plan.exclude = args.exclude.clone();
     plan.renames = args.rename.clone();
@@ -85,10 +85,8 @@ fn options(
     plan.casts = args.cast.clone();
     plan.cast_all = args.cast_all;
     plan.expect_plan = args.expect_plan.clone();
-    let mut options = ConvertOptions::default();
-    options.source = source_options(&args.input)?;
+    set_source_options(&mut options.source, &args.input)?;
     options.notice = Some(Arc::new(move |note: &Note| notes.say(note)));
-    options.plan = plan;
     options.sink.buffer_size = usize::try_from(args.buffer_size).unwrap_or(usize::MAX);
     options.sync = !args.no_sync;
     options.progress = progress;
@@ -112,8 +110,18 @@ fn dequantize_to(args: &InputArgs) -> Option<Dtype> {
 
 pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
     let mut options = SourceOptions::default();
+    set_source_options(&mut options, args)?;
+    Ok(options)
+}
+
+/// Sets `options` as the input flags say (`--limit`s over the defaults).
+fn set_source_options(options: &mut SourceOptions, args: &InputArgs) -> Result<(), Error> {
+    for text in &args.limits {
+        let set = options.limits.set_text(text);
+        set.map_err(|e| Error::new(ErrorKind::Usage(e.to_string())))?;
+    }
     options.name = args.name.clone();
-    options.raw = raw_spec(args)?;
+    options.raw = raw_spec(args, &options.limits)?;
     options.npy.skip_non_npy = args.skip_non_npy;
     options.npy.void_as = args.npy_void_as;
     options.torch.dedupe_tied = args.dedupe_tied;
@@ -123,19 +131,7 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
     options.gguf.metadata = args.gguf_metadata;
     options.freed_memory = FreedMemoryHook::new(super::collect_freed_memory);
     options.names = args.names;
-    options.limits = limits(args)?;
-    Ok(options)
-}
-
-/// The limits `--limit` sets, over the defaults.
-fn limits(args: &InputArgs) -> Result<Limits, Error> {
-    let mut limits = Limits::default();
-    for text in &args.limits {
-        limits
-            .set_text(text)
-            .map_err(|e| Error::new(ErrorKind::Usage(e.to_string())))?;
-    }
-    Ok(limits)
+    Ok(())
 }
 
 /// Notes go to stderr as lines, or into the JSON report when there is one.
