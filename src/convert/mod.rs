@@ -314,9 +314,7 @@ async fn write_outputs(
                 sink_options: options.sink,
                 watch: &watch,
                 direct: direct.map(|out| Direct {
-                    writeback: options
-                        .sync
-                        .then(|| Writeback::new(out.clone()).on_landed()),
+                    writeback: options.sync.then(|| Writeback::on_landed(out.clone())),
                     out,
                 }),
                 overflows: Some(overflows),

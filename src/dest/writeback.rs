@@ -30,9 +30,10 @@ impl Writeback {
         }
     }
 
-    /// The copy's "bytes landed" callback: [`Writeback::landed`].
-    pub(crate) fn on_landed(self) -> Arc<dyn Fn(u64) + Send + Sync> {
-        Arc::new(move |n| self.landed(n))
+    /// The copy's "bytes landed" callback for `file`: [`Writeback::landed`].
+    pub(crate) fn on_landed(file: Arc<File>) -> Arc<dyn Fn(u64) + Send + Sync> {
+        let writeback = Writeback::new(file);
+        Arc::new(move |n| writeback.landed(n))
     }
 
     /// `n` more bytes are in the file (from any thread).
