@@ -173,10 +173,10 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
     copy.sink.finish().await
 }
 
-/// A shard being copied.
 /// What work beside the sink gives: bytes copied, or the job that failed.
 type Beside = std::result::Result<Copied, JobError>;
 
+/// A shard being copied.
 struct Copy<'a, W> {
     sink: Sink<W>,
     shard: &'a ShardPlan,

@@ -73,11 +73,13 @@ impl Codec {
 
 /// zstd's window limit as the log2 it takes: `window` rounded down to a
 /// power of two, within what zstd accepts (1 KiB to 2 GiB).
+#[cfg(feature = "zstd")]
 fn zstd_window_log(window: u64) -> u32 {
     (63 - window.max(1).leading_zeros()).clamp(10, 31)
 }
 
 /// What liblzma may take beyond the dictionary: its state and buffers.
+#[cfg(feature = "xz")]
 const XZ_STATE: u64 = 1 << 20;
 
 /// A decoder that accepts concatenated members (pigz, pbzip2, multi-frame
