@@ -36,7 +36,12 @@ def build(tree, n):
     if "CARGO_TARGET_DIR" in env:
         env["CARGO_TARGET_DIR"] = os.path.join(env["CARGO_TARGET_DIR"], f"hops-{n}")
     target = env.get("CARGO_TARGET_DIR", os.path.join(tree, "target"))
-    subprocess.run(["cargo", "build", "--quiet", "--bin", "safetensors-convert"], cwd=tree, env=env, check=True)
+    # The crate's own line tables, whatever the environment says of the dev
+    # profile's debug info (CARGO_PROFILE_DEV_DEBUG=0 leaves callgrind no
+    # file to put a function in: 0 hops): the dependencies build as they are.
+    debug = 'profile.dev.package.safetensors-stream.debug="line-tables-only"'
+    cmd = ["cargo", "build", "--quiet", "--bin", "safetensors-convert", "--config", debug]
+    subprocess.run(cmd, cwd=tree, env=env, check=True)
     return os.path.join(target, "debug", "safetensors-convert")
 
 
