@@ -80,8 +80,16 @@ pub async fn open_location(
 ) -> Result<Box<dyn Source>> {
     match location {
         Location::Stdio => {
-            let stdin = Some(Opened::stdin());
-            open_path(FORMATS, Path::new("-"), stdin, options, notice).await
+            let stream = StreamInput {
+                reader: Box::pin(tokio::io::stdin()),
+                path: None,
+                input: "-",
+                name: None,
+                options,
+                notice,
+                origin: Some(Opened::stdin()),
+            };
+            open_stream(FORMATS, stream, 0).await
         }
         Location::File(path) => open_file(path, options, notice).await,
         Location::Folder(path) => {
@@ -113,8 +121,19 @@ pub async fn open_location(
                     size,
                     etag,
                 } => {
-                    let origin = Opened::object(url, size, etag);
-                    open_reader(reader, url, stem, origin, options, notice).await
+                    // Opened exactly as standard input is: detected,
+                    // decompressed, spooled when its format needs seeking;
+                    // a raw dump is named after the object's own name.
+                    let stream = StreamInput {
+                        reader,
+                        path: Some(Path::new(url.name())),
+                        input: url.as_str(),
+                        name: stem,
+                        options,
+                        notice,
+                        origin: Some(Opened::object(url, size, etag)),
+                    };
+                    open_stream(FORMATS, stream, 0).await
                 }
             }
         }
@@ -131,8 +150,7 @@ async fn open_file(
     open_path(FORMATS, path, origin, options, notice).await
 }
 
-/// A local path (`-` for standard input: [`open_location`] says which),
-/// opened by its format's row in `table`.
+/// A local path, opened by its format's row in `table`.
 pub(crate) async fn open_path(
     table: Table,
     path: &Path,
@@ -141,19 +159,6 @@ pub(crate) async fn open_path(
     notice: Notice<'_>,
 ) -> Result<Box<dyn Source>> {
     let input = path.display().to_string();
-    if path.as_os_str() == "-" {
-        let stdin: TensorReader<'static> = Box::pin(tokio::io::stdin());
-        let stream = StreamInput {
-            reader: stdin,
-            path: None,
-            input: &input,
-            name: None,
-            options,
-            notice,
-            origin,
-        };
-        return open_stream(table, stream, 0).await;
-    }
     if let Some(row) = table.by_path(path) {
         let explain = say_what_it_is;
         return (row.open)(PathInput {
@@ -276,31 +281,6 @@ async fn sniff(mut r: TensorReader<'static>) -> Result<(Vec<u8>, TensorReader<'s
     first.truncate(got);
     let replay = std::io::Cursor::new(first.clone());
     Ok((first, Box::pin(replay.chain(r))))
-}
-
-/// Opens a forward-only input read from `reader` (an object streamed
-/// whole) exactly as standard input is opened: detected, decompressed,
-/// spooled when its format needs seeking. `stem` names a lone .npy array;
-/// the object's own name (not its URL) is what a raw dump is named after.
-#[cfg(feature = "object-store")]
-pub(crate) async fn open_reader(
-    reader: TensorReader<'static>,
-    url: &crate::store::ObjectUrl,
-    stem: Option<String>,
-    origin: Opened,
-    options: &SourceOptions,
-    notice: Notice<'_>,
-) -> Result<Box<dyn Source>> {
-    let stream = StreamInput {
-        reader,
-        path: Some(Path::new(url.name())),
-        input: url.as_str(),
-        name: stem,
-        options,
-        notice,
-        origin: Some(origin),
-    };
-    open_stream(FORMATS, stream, 0).await
 }
 
 /// Opens a forward-only input by its format's row: as it comes, or
