@@ -294,6 +294,16 @@ dispatch! { quant2, quant2;
         = 0;
 }
 dispatch! { quant2, quant2;
+    /// GPTQ 4-bit, 8 output rows at once: row `j`'s word `w` at
+    /// `words[w * stride + j]`, column `k`'s group `groups[k]`, the rows'
+    /// zero points and scales of group `g` at `zeros[8g..8g + 8]`,
+    /// `scales[8g..8g + 8]`; `out` the 8 rows of `out.len() / 8` columns.
+    /// Returns the columns done in each row (whole words; 0 on the
+    /// reference path).
+    fn int4_rows8(words: &[u32], stride: usize, groups: &[u32], zeros: &[f32], scales: &[f32], dtype: Dtype, out: &mut [f32]) -> usize
+        = 0;
+}
+dispatch! { quant2, quant2;
     /// One AutoAWQ 4-bit output row: column `k`'s code the nibble at
     /// `shift` of `words[k * stride]`, `(q - zeros[g]) * scales[g]` for
     /// `g = k / group_size`, rounded as `dtype` stores it. Returns the

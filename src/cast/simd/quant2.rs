@@ -147,6 +147,71 @@ fn int4_row_as<const ROUND: u8>(
     done
 }
 
+/// GPTQ 4-bit, 8 output rows at once: word `w` of row `j` at
+/// `words[w * stride + j]` (the 8 rows' words side by side in the packed
+/// matrix, one 32-byte load), holding input columns `8w..8w + 8`, low bits
+/// first; column `k` is in group `groups[k]`, whose zero points and scales
+/// for the 8 rows are `zeros[8g..8g + 8]`, `scales[8g..8g + 8]`. Each
+/// value `(q - zero) * scale` rounded as `dtype` stores it, as
+/// [`int4_row`] computes it: a column of 8 rows at a time (no gather, as
+/// each group's values are a vector across the rows), then transposed in
+/// registers. `out` holds the 8 rows, `out.len() / 8` columns each. Whole
+/// words; returns the columns done in each row.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn int4_rows8(
+    words: &[u32],
+    stride: usize,
+    groups: &[u32],
+    zeros: &[f32],
+    scales: &[f32],
+    dtype: Dtype,
+    out: &mut [f32],
+) -> usize {
+    match dtype {
+        Dtype::F32 => int4_rows8_as::<0>(words, stride, groups, zeros, scales, out),
+        Dtype::BF16 => int4_rows8_as::<1>(words, stride, groups, zeros, scales, out),
+        Dtype::F16 => int4_rows8_as::<2>(words, stride, groups, zeros, scales, out),
+        _ => 0,
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_rows8_as<const ROUND: u8>(
+    words: &[u32],
+    stride: usize,
+    groups: &[u32],
+    zeros: &[f32],
+    scales: &[f32],
+    out: &mut [f32],
+) -> usize {
+    let cols = out.len() / 8;
+    let n = groups.len().min(cols) / 8;
+    let mask = _mm256_set1_epi32(0xf);
+    for w in 0..n {
+        let word: [u32; 8] = words[w * stride..w * stride + 8]
+            .try_into()
+            .expect("8 words");
+        let word: __m256i = bytemuck::cast(word);
+        let g = &groups[8 * w..8 * w + 8];
+        // Column `8w + s` of the 8 rows: lane `j` is row `j`'s.
+        let columns: [__m256; 8] = std::array::from_fn(|s| {
+            let q = _mm256_and_si256(
+                _mm256_srlv_epi32(word, _mm256_set1_epi32(4 * s as i32)),
+                mask,
+            );
+            let at = g[s] as usize * 8;
+            let (z, sc) = (eight(&zeros[at..]), eight(&scales[at..]));
+            let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), sc);
+            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v)))
+        });
+        for (j, row) in transpose8(columns).into_iter().enumerate() {
+            put(&mut out[j * cols + 8 * w..], row);
+        }
+    }
+    8 * n
+}
+
 /// MXFP4 packed along the row (compressed-tensors): for the elements of
 /// `out` from `packed`'s first byte on (low nibble first), in blocks of 32
 /// from a block's start, `book[scales[j]][q]` (a row of the reference's
