@@ -43,6 +43,8 @@ impl Packing {
 pub(crate) struct Piece<'a> {
     /// The first output row.
     pub n0: usize,
+    /// Output rows in the piece (`nb`).
+    pub rows: usize,
     /// `[K / per_word][nb]`: from each packed row, the words of columns `n0..n0 + nb`.
     pub qweight: &'a [u32],
     /// `[groups][zero_words]`: from each group, the zero words from `n0 / per_word` on.
@@ -59,7 +61,7 @@ pub(crate) struct Piece<'a> {
 /// row-major), rounding each product as `scale_dtype` stores it.
 pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f32]) {
     let k_len = p.groups.len();
-    let mut rows = Rows::new(p, packing, scale_dtype, out.len() / k_len.max(1));
+    let mut rows = Rows::new(p, packing, scale_dtype, p.rows);
     for (i, out_row) in out.chunks_exact_mut(k_len.max(1)).enumerate() {
         rows.row(i, out_row);
     }
@@ -71,14 +73,16 @@ const STEP: usize = 8192;
 /// Columns of the 8 rows a tile of [`rows_into`] holds as `f32`: 32 KiB.
 const TILE_COLS: usize = 1024;
 
-/// [`rows`], stored as `to` straight into `out` (`nb * K` elements of
-/// `to`), a few rows at a time through `scratch`, so that the `f32`s never
-/// leave the cache: the same bytes as [`rows`] then [`super::store_f32`].
-/// 4-bit rows go 8 at a time on the vector path (one load of 8 rows'
-/// words, side by side in the packed matrix, instead of a strided load
-/// per row and word).
+/// [`rows`] from the piece's row `first` on, as many as `out` holds,
+/// stored as `to` straight into `out` (`K` elements of `to` a row), a few
+/// rows at a time through `scratch`, so that the `f32`s never leave the
+/// cache: the same bytes as [`rows`] then [`super::store_f32`]. 4-bit
+/// rows go 8 at a time on the vector path (one load of 8 rows' words,
+/// side by side in the packed matrix, instead of a strided load per row
+/// and word).
 pub(crate) fn rows_into(
     p: &Piece,
+    first: usize,
     packing: Packing,
     scale_dtype: Dtype,
     to: Dtype,
@@ -88,22 +92,22 @@ pub(crate) fn rows_into(
     let k_len = p.groups.len().max(1);
     let width = (to.bits() / 8) as usize;
     let row_bytes = k_len * width;
-    let nb = out.len() / row_bytes;
-    let mut rows = Rows::new(p, packing, scale_dtype, nb);
-    let mut i = 0;
-    while i < nb {
-        if i + 8 <= nb && rows.tile(i, to, scratch, &mut out[i * row_bytes..(i + 8) * row_bytes])
-        {
+    let end = first + out.len() / row_bytes;
+    let mut rows = Rows::new(p, packing, scale_dtype, p.rows);
+    let mut i = first;
+    while i < end {
+        let at = (i - first) * row_bytes;
+        if i + 8 <= end && rows.tile(i, to, scratch, &mut out[at..at + 8 * row_bytes]) {
             i += 8;
             continue;
         }
-        let per = (STEP / k_len).clamp(1, nb - i);
+        let per = (STEP / k_len).clamp(1, end - i);
         scratch.clear();
         scratch.resize(per * k_len, 0.0);
         for (j, out_row) in scratch.chunks_exact_mut(k_len).enumerate() {
             rows.row(i + j, out_row);
         }
-        super::store_f32(scratch, to, &mut out[i * row_bytes..(i + per) * row_bytes]);
+        super::store_f32(scratch, to, &mut out[at..at + per * row_bytes]);
         i += per;
     }
 }
@@ -309,6 +313,7 @@ mod tests {
                 .collect();
             let p = Piece {
                 n0,
+                rows: 3,
                 qweight: &words,
                 zeros: &zeros,
                 zero_words: 1,
@@ -335,7 +340,7 @@ mod tests {
                     for isa in Isa::available() {
                         let mut got = vec![0u8; values.len() * width];
                         let mut scratch = Vec::new();
-                        with_isa(isa, || rows_into(&p, packing, dtype, to, &mut scratch, &mut got));
+                        with_isa(isa, || rows_into(&p, 0, packing, dtype, to, &mut scratch, &mut got));
                         prop_assert!(got == stored, "{:?} {} -> {}", isa, dtype, to);
                     }
                 }
@@ -359,6 +364,7 @@ mod tests {
             wide in any::<bool>(),
             act_order in any::<bool>(),
             v1 in any::<bool>(),
+            split in 0usize..21,
         ) {
             use crate::cast::simd::{with_isa, Isa};
             let mut next = crate::dequant::xorshift(seed);
@@ -382,6 +388,7 @@ mod tests {
                 .collect();
             let p = Piece {
                 n0,
+                rows: nb,
                 qweight: &qweight,
                 zeros: &zeros,
                 zero_words,
@@ -399,8 +406,13 @@ mod tests {
                     for isa in Isa::available() {
                         let mut got = vec![0u8; want.len()];
                         let mut scratch = Vec::new();
-                        with_isa(isa, || rows_into(&p, packing, dtype, to, &mut scratch, &mut got));
+                        with_isa(isa, || rows_into(&p, 0, packing, dtype, to, &mut scratch, &mut got));
                         prop_assert!(got == want, "{:?} {} -> {}", isa, dtype, to);
+                        // From a later row on: those rows' bytes.
+                        let first = split % nb;
+                        let mut tail = vec![0u8; want.len() - first * k_len * width];
+                        with_isa(isa, || rows_into(&p, first, packing, dtype, to, &mut scratch, &mut tail));
+                        prop_assert!(tail[..] == want[first * k_len * width..], "{:?} from {}", isa, first);
                     }
                 }
             }
@@ -427,6 +439,7 @@ mod tests {
             .collect();
         let p = Piece {
             n0,
+            rows: nb,
             qweight: &qweight,
             zeros: &zeros,
             zero_words: 1,
@@ -444,6 +457,7 @@ mod tests {
         let mut got = vec![0u8; want.len()];
         rows_into(
             &p,
+            0,
             packing,
             Dtype::F16,
             Dtype::BF16,
@@ -467,6 +481,7 @@ mod tests {
         let groups = [0u32; 8];
         let p = Piece {
             n0: 0,
+            rows: 2,
             qweight: &qweight,
             zeros: &zeros,
             zero_words: 1,

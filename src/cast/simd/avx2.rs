@@ -89,6 +89,14 @@ fn f16_lanes(x: __m256i) -> (__m256i, __m256i) {
     (h, _mm256_andnot_si256(inf_in, inf_out))
 }
 
+/// [`f32_to_f16`](super::super::scalar::f32_to_f16) of each lane, in its
+/// low 16 bits.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn f16_bits(x: __m256i) -> __m256i {
+    f16_lanes(x).0
+}
+
 /// F16 bits (zero-extended lanes) to F32 bits: F16C is exact for every
 /// number; NaN lanes (which F16C quiets) keep their payload, as numpy does.
 #[inline]

@@ -334,6 +334,15 @@ dispatch! { quant2, quant2;
     fn mxfp4_transposed(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k0: usize, book: &[[f32; 16]; 256], out: &mut [f32]) -> bool
         = false;
 }
+dispatch! { quant2, quant2;
+    /// [`mxfp4_transposed`] stored as `to` (F32, BF16 or F16) straight
+    /// into `out`, no lookup and no transpose. False (nothing written)
+    /// unless `k0` and the output rows are multiples of 8 and `rows` of
+    /// 16, and on the reference path.
+    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
+    fn mxfp4_transposed_as(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k0: usize, book: &[[f32; 16]; 256], to: Dtype, out: &mut [u8]) -> bool
+        = false;
+}
 
 #[cfg(test)]
 mod tests;

@@ -355,6 +355,132 @@ pub(super) fn mxfp4_transposed(
     true
 }
 
+/// [`mxfp4_transposed`] stored as `to` (F32, BF16 or F16, little-endian)
+/// straight into `out` (`out.len() / width` elements). No table lookup
+/// and no transpose: 8 source rows' words side by side make a vector
+/// whose lane `j` holds 8 codes of row `j`, so each code position is a
+/// vector of 8 output columns of one output row, and a block's 32 codes
+/// share the 8 rows' scales. Each value is the code's E2M1 value
+/// (magnitude permuted from 8, the sign its bit 3) times the scale's
+/// factor, read from the table (`book[e][2]`, code 2 being 1.0): the
+/// product is exact, as the table's is (E2M1 has 2 significant bits, the
+/// factor is a power of two), or the same infinity, or the same default
+/// NaN (`0 * inf`, scale 0xFF); the tests compare every scale and code.
+/// A BF16 value's bits are the f32's high half (exact, so rounding keeps
+/// them; a NaN is the default one, whose low half is zero). 16 source
+/// rows at a time: all or nothing, false (nothing written) unless `k0`
+/// and the output rows are multiples of 8 and `rows` of 16.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn mxfp4_transposed_as(
+    blocks: &[u8],
+    scales: &[u8],
+    width: usize,
+    rows: usize,
+    k0: usize,
+    book: &[[f32; 16]; 256],
+    to: Dtype,
+    out: &mut [u8],
+) -> bool {
+    let band = Band {
+        blocks,
+        scales,
+        width,
+        rows,
+        book,
+    };
+    match to {
+        Dtype::F32 => mxfp4_transposed_out::<0>(&band, k0, out),
+        Dtype::BF16 => mxfp4_transposed_out::<1>(&band, k0, out),
+        Dtype::F16 => mxfp4_transposed_out::<2>(&band, k0, out),
+        _ => false,
+    }
+}
+
+/// [`mxfp4_transposed_as`]'s band.
+struct Band<'a> {
+    blocks: &'a [u8],
+    scales: &'a [u8],
+    width: usize,
+    rows: usize,
+    book: &'a [[f32; 16]; 256],
+}
+
+impl Band<'_> {
+    /// The 4 bytes (8 codes) at `byte` of source rows `r..r + 8`, a row a lane.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn words(&self, r: usize, byte: usize) -> __m256i {
+        let row_bytes = self.width * 16;
+        let w: [u32; 8] = std::array::from_fn(|j| {
+            let at = (r + j) * row_bytes + byte;
+            u32::from_le_bytes(self.blocks[at..at + 4].try_into().expect("4 bytes"))
+        });
+        bytemuck::cast(w)
+    }
+
+    /// The factors of block `block` of source rows `r..r + 8`.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn factors(&self, r: usize, block: usize) -> __m256 {
+        let f: [f32; 8] =
+            std::array::from_fn(|j| self.book[usize::from(self.scales[(r + j) * self.width + block])][2]);
+        bytemuck::cast(f)
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> bool {
+    let w = if OUT == 0 { 4 } else { 2 };
+    let rows = b.rows;
+    let count = out.len() / w / rows.max(1);
+    if k0 % 8 != 0 || count % 8 != 0 || rows % 16 != 0 || count * rows * w != out.len() {
+        return false;
+    }
+    // E2M1 magnitudes, codes 0 to 7.
+    let magnitude = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
+    let (nibble, sign) = (_mm256_set1_epi32(0xf), _mm256_set1_epi32(i32::MIN));
+    let value = |word: __m256i, slot: i32, factor: __m256| {
+        let q = _mm256_and_si256(_mm256_srlv_epi32(word, _mm256_set1_epi32(4 * slot)), nibble);
+        let m = _mm256_permutevar8x32_ps(magnitude, q);
+        let s = _mm256_and_si256(_mm256_slli_epi32::<28>(q), sign);
+        let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
+        _mm256_castps_si256(_mm256_mul_ps(code, factor))
+    };
+    for rb in (0..rows).step_by(16) {
+        let mut block = usize::MAX;
+        let (mut fa, mut fb) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for kg in (0..count).step_by(8) {
+            let k = k0 + kg;
+            if k / 32 != block {
+                block = k / 32;
+                (fa, fb) = (b.factors(rb, block), b.factors(rb + 8, block));
+            }
+            let (wa, wb) = (b.words(rb, k / 2), b.words(rb + 8, k / 2));
+            for slot in 0..8 {
+                let (a, c) = (value(wa, slot, fa), value(wb, slot, fb));
+                let at = ((kg + slot as usize) * rows + rb) * w;
+                match OUT {
+                    0 => {
+                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
+                        out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
+                    }
+                    _ => {
+                        let (a, c) = match OUT {
+                            1 => (_mm256_srli_epi32::<16>(a), _mm256_srli_epi32::<16>(c)),
+                            _ => (super::avx2::f16_bits(a), super::avx2::f16_bits(c)),
+                        };
+                        let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, c));
+                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&h));
+                    }
+                }
+            }
+        }
+    }
+    true
+}
+
 /// The 8 x 8 matrix of rows `v` transposed: lane `i` of result `j` is
 /// lane `j` of `v[i]`.
 #[inline]

@@ -66,6 +66,19 @@ impl Bands {
         (BAND_BYTES / per_column).clamp(1, geo.groups.max(1))
     }
 
+    /// Output rows a part of the weight starts at a multiple of: a band's
+    /// when every expert is whole bands, else an expert's (a part then
+    /// never reads a band of its neighbour's).
+    pub(crate) fn part_rows(geo: Geometry) -> u64 {
+        let width = Self::width(geo);
+        let codes = geo.groups.saturating_mul(BLOCK as u64).max(1);
+        match geo.groups % width {
+            0 => width * BLOCK as u64,
+            _ => codes,
+        }
+        .clamp(1, 1 << 20)
+    }
+
     #[cfg(test)]
     pub(crate) fn narrow(geo: Geometry, width: u64) -> Self {
         Bands {
@@ -75,15 +88,20 @@ impl Bands {
     }
 
     /// Dequantizes output rows `[v0, v1)` of the `[experts * groups * 32,
-    /// rows]` view into `out`.
+    /// rows]` view into `out`, as `to` (F32, BF16 or F16; through
+    /// `scratch` off the vector path).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn rows(
         &mut self,
         blocks: &Part,
         scales: &Part,
         v0: u64,
         v1: u64,
-        out: &mut [f32],
+        to: crate::Dtype,
+        scratch: &mut Vec<f32>,
+        out: &mut [u8],
     ) -> Result<()> {
+        let w = (to.bits() / 8) as usize;
         let codes = self.geo.groups * BLOCK as u64;
         let rows = usize::try_from(self.geo.rows).map_err(|_| too_large())?;
         let mut v = v0;
@@ -105,7 +123,8 @@ impl Bands {
                 rows,
             };
             let k_in_band = (k - g0 * BLOCK as u64) as usize;
-            mxfp4::transposed_rows(&band, &self.table, k_in_band, &mut out[at..at + n]);
+            let out = &mut out[at * w..(at + n) * w];
+            mxfp4::transposed_rows_into(&band, &self.table, k_in_band, to, scratch, out);
             v += count;
         }
         Ok(())
