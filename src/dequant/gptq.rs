@@ -70,9 +70,6 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
 /// Output rows a step of [`rows_into`] holds as `f32`: 32 KiB, in L1.
 const STEP: usize = 8192;
 
-/// Columns of the 8 rows a tile of [`rows_into`] holds as `f32`: 32 KiB.
-const TILE_COLS: usize = 1024;
-
 /// [`rows`] from the piece's row `first` on, as many as `out` holds,
 /// stored as `to` straight into `out` (`K` elements of `to` a row), a few
 /// rows at a time through `scratch`, so that the `f32`s never leave the
@@ -97,7 +94,7 @@ pub(crate) fn rows_into(
     let mut i = first;
     while i < end {
         let at = (i - first) * row_bytes;
-        if i + 8 <= end && rows.tile(i, to, scratch, &mut out[at..at + 8 * row_bytes]) {
+        if i + 8 <= end && rows.tile(i, to, &mut out[at..at + 8 * row_bytes]) {
             i += 8;
             continue;
         }
@@ -158,12 +155,15 @@ impl<'a> Rows<'a> {
     }
 
     /// Rows `i..i + 8` of the piece stored as `to` into `out` (their
-    /// bytes), a tile of [`TILE_COLS`] columns at a time through
-    /// `scratch`: false, with nothing written, off the 4-bit vector path.
-    fn tile(&mut self, i: usize, to: Dtype, scratch: &mut Vec<f32>, out: &mut [u8]) -> bool {
+    /// bytes), straight from the vector kernel's registers: false, with
+    /// nothing written, off the 4-bit vector path.
+    fn tile(&mut self, i: usize, to: Dtype, out: &mut [u8]) -> bool {
         let (p, packing, nb) = (self.p, self.packing, self.nb);
         let k_len = p.groups.len();
-        if packing.bits != 4 || k_len < 8 || crate::cast::simd::isa() == crate::cast::simd::Isa::Scalar {
+        if packing.bits != 4
+            || k_len < 8
+            || crate::cast::simd::isa() == crate::cast::simd::Isa::Scalar
+        {
             return false;
         }
         let per = packing.per_word();
@@ -181,33 +181,30 @@ impl<'a> Rows<'a> {
                 self.tile_scales[g * 8 + j] = p.scales[g * nb + i + j];
             }
         }
+        let done = crate::cast::simd::int4_rows8(
+            &p.qweight[i..],
+            nb,
+            p.groups,
+            &self.tile_zeros,
+            &self.tile_scales,
+            self.scale_dtype,
+            to,
+            out,
+        );
+        if done == 0 {
+            return false;
+        }
+        // A row's last columns short of a word: as the reference.
         let width = (to.bits() / 8) as usize;
-        for c0 in (0..k_len).step_by(TILE_COLS) {
-            let c1 = (c0 + TILE_COLS).min(k_len);
-            let cols = c1 - c0;
-            scratch.clear();
-            scratch.resize(8 * cols, 0.0);
-            let done = crate::cast::simd::int4_rows8(
-                &p.qweight[c0 / per * nb + i..],
-                nb,
-                &p.groups[c0..c1],
-                &self.tile_zeros,
-                &self.tile_scales,
-                self.scale_dtype,
-                scratch,
-            );
-            // A row's last columns short of a word: as the reference.
-            for (j, row) in scratch.chunks_exact_mut(cols).enumerate() {
-                for (c, o) in row.iter_mut().enumerate().skip(done) {
-                    let k = c0 + c;
-                    let word = p.qweight[k / per * nb + i + j];
-                    let q = packing.code(word, k % per);
-                    let g = p.groups[k] as usize;
-                    let (z, scale) = (self.tile_zeros[g * 8 + j], self.tile_scales[g * 8 + j]);
-                    *o = super::arith::stored_as(self.scale_dtype, (q as f32 - z) * scale);
-                }
-                let at = j * k_len + c0;
-                super::store_f32(row, to, &mut out[at * width..(at + cols) * width]);
+        for j in 0..8 {
+            for k in done..k_len {
+                let word = p.qweight[k / per * nb + i + j];
+                let q = packing.code(word, k % per);
+                let g = p.groups[k] as usize;
+                let (z, scale) = (self.tile_zeros[g * 8 + j], self.tile_scales[g * 8 + j]);
+                let v = super::arith::stored_as(self.scale_dtype, (q as f32 - z) * scale);
+                let at = (j * k_len + k) * width;
+                super::store_f32(&[v], to, &mut out[at..at + width]);
             }
         }
         true
@@ -352,7 +349,7 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(24))]
 
         /// Pieces of 8 rows and more (the vector path's tiles of 8 rows,
-        /// the rest row by row), rows wider than a tile's columns and
+        /// the rest row by row), rows of over 1024 columns
         /// ending in part of a word, groups in runs or in any order, from
         /// any first row (zero words shared across tiles): every path's
         /// bytes those of the reference's values stored after.
@@ -368,7 +365,7 @@ mod tests {
         ) {
             use crate::cast::simd::{with_isa, Isa};
             let mut next = crate::dequant::xorshift(seed);
-            let k_len = if wide { TILE_COLS + 8 * 3 + 5 } else { 43 };
+            let k_len: usize = if wide { 1024 + 8 * 3 + 5 } else { 43 };
             let n_groups = 5;
             let groups: Vec<u32> = (0..k_len as u32)
                 .map(|k| match act_order {

@@ -195,7 +195,9 @@ mod tests {
                 rows: *rows,
             };
             let mut values = vec![0f32; count * rows];
-            with_isa(Isa::Scalar, || transposed_rows(&band, &table, *k0, &mut values));
+            with_isa(Isa::Scalar, || {
+                transposed_rows(&band, &table, *k0, &mut values)
+            });
             for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
                 let w = (to.bits() / 8) as usize;
                 let mut want = vec![0u8; values.len() * w];

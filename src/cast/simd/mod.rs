@@ -297,10 +297,12 @@ dispatch! { quant2, quant2;
     /// GPTQ 4-bit, 8 output rows at once: row `j`'s word `w` at
     /// `words[w * stride + j]`, column `k`'s group `groups[k]`, the rows'
     /// zero points and scales of group `g` at `zeros[8g..8g + 8]`,
-    /// `scales[8g..8g + 8]`; `out` the 8 rows of `out.len() / 8` columns.
+    /// `scales[8g..8g + 8]`; each value rounded as `dtype` stores it, then
+    /// stored as `to` into `out`, the 8 rows of `groups.len()` elements.
     /// Returns the columns done in each row (whole words; 0 on the
     /// reference path).
-    fn int4_rows8(words: &[u32], stride: usize, groups: &[u32], zeros: &[f32], scales: &[f32], dtype: Dtype, out: &mut [f32]) -> usize
+    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
+    fn int4_rows8(words: &[u32], stride: usize, groups: &[u32], zeros: &[f32], scales: &[f32], dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
         = 0;
 }
 dispatch! { quant2, quant2;

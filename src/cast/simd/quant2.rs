@@ -155,8 +155,11 @@ fn int4_row_as<const ROUND: u8>(
 /// value `(q - zero) * scale` rounded as `dtype` stores it, as
 /// [`int4_row`] computes it: a column of 8 rows at a time (no gather, as
 /// each group's values are a vector across the rows), then transposed in
-/// registers. `out` holds the 8 rows, `out.len() / 8` columns each. Whole
-/// words; returns the columns done in each row.
+/// registers and stored as `to` (F32, BF16 or F16, little-endian) by the
+/// store path's own lane conversions. `out` holds the 8 rows of
+/// `groups.len()` elements of `to`. Whole words; returns the columns done
+/// in each row.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn int4_rows8(
     words: &[u32],
@@ -165,48 +168,82 @@ pub(super) fn int4_rows8(
     zeros: &[f32],
     scales: &[f32],
     dtype: Dtype,
-    out: &mut [f32],
+    to: Dtype,
+    out: &mut [u8],
 ) -> usize {
-    match dtype {
-        Dtype::F32 => int4_rows8_as::<0>(words, stride, groups, zeros, scales, out),
-        Dtype::BF16 => int4_rows8_as::<1>(words, stride, groups, zeros, scales, out),
-        Dtype::F16 => int4_rows8_as::<2>(words, stride, groups, zeros, scales, out),
+    let t = Tile {
+        words,
+        stride,
+        groups,
+        zeros,
+        scales,
+    };
+    match (dtype, to) {
+        (Dtype::F32, Dtype::F32) => int4_rows8_as::<0, 0>(&t, out),
+        (Dtype::F32, Dtype::BF16) => int4_rows8_as::<0, 1>(&t, out),
+        (Dtype::F32, Dtype::F16) => int4_rows8_as::<0, 2>(&t, out),
+        (Dtype::BF16, Dtype::F32) => int4_rows8_as::<1, 0>(&t, out),
+        (Dtype::BF16, Dtype::BF16) => int4_rows8_as::<1, 1>(&t, out),
+        (Dtype::BF16, Dtype::F16) => int4_rows8_as::<1, 2>(&t, out),
+        (Dtype::F16, Dtype::F32) => int4_rows8_as::<2, 0>(&t, out),
+        (Dtype::F16, Dtype::BF16) => int4_rows8_as::<2, 1>(&t, out),
+        (Dtype::F16, Dtype::F16) => int4_rows8_as::<2, 2>(&t, out),
         _ => 0,
     }
 }
 
+/// [`int4_rows8`]'s inputs.
+struct Tile<'a> {
+    words: &'a [u32],
+    stride: usize,
+    groups: &'a [u32],
+    zeros: &'a [f32],
+    scales: &'a [f32],
+}
+
+/// `ROUND`: the scales' dtype (0 F32, 1 BF16, 2 F16); `OUT`: the output's.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn int4_rows8_as<const ROUND: u8>(
-    words: &[u32],
-    stride: usize,
-    groups: &[u32],
-    zeros: &[f32],
-    scales: &[f32],
-    out: &mut [f32],
-) -> usize {
-    let cols = out.len() / 8;
-    let n = groups.len().min(cols) / 8;
+fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> usize {
+    let width = if OUT == 0 { 4 } else { 2 };
+    let cols = t.groups.len();
+    if out.len() < 8 * cols * width {
+        return 0;
+    }
+    let n = cols / 8;
     let mask = _mm256_set1_epi32(0xf);
     for w in 0..n {
-        let word: [u32; 8] = words[w * stride..w * stride + 8]
+        let word: [u32; 8] = t.words[w * t.stride..w * t.stride + 8]
             .try_into()
             .expect("8 words");
         let word: __m256i = bytemuck::cast(word);
-        let g = &groups[8 * w..8 * w + 8];
+        let g = &t.groups[8 * w..8 * w + 8];
         // Column `8w + s` of the 8 rows: lane `j` is row `j`'s.
-        let columns: [__m256; 8] = std::array::from_fn(|s| {
+        let mut columns = [_mm256_setzero_ps(); 8];
+        for (s, c) in columns.iter_mut().enumerate() {
             let q = _mm256_and_si256(
-                _mm256_srlv_epi32(word, _mm256_set1_epi32(4 * s as i32)),
+                _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * s as i32)),
                 mask,
             );
             let at = g[s] as usize * 8;
-            let (z, sc) = (eight(&zeros[at..]), eight(&scales[at..]));
+            let (z, sc) = (eight(&t.zeros[at..]), eight(&t.scales[at..]));
             let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), sc);
-            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v)))
-        });
+            *c = _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v)));
+        }
         for (j, row) in transpose8(columns).into_iter().enumerate() {
-            put(&mut out[j * cols + 8 * w..], row);
+            let at = (j * cols + 8 * w) * width;
+            let v = _mm256_castps_si256(row);
+            match OUT {
+                0 => out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&v)),
+                _ => {
+                    let h = match OUT {
+                        1 => super::avx2::bf16_bits(v),
+                        _ => super::avx2::f16_bits(v),
+                    };
+                    let h = super::avx2::narrow(h);
+                    out[at..at + 16].copy_from_slice(bytemuck::bytes_of(&h));
+                }
+            }
         }
     }
     8 * n
@@ -412,10 +449,11 @@ impl Band<'_> {
     #[target_feature(enable = "avx2,f16c")]
     fn words(&self, r: usize, byte: usize) -> __m256i {
         let row_bytes = self.width * 16;
-        let w: [u32; 8] = std::array::from_fn(|j| {
+        let mut w = [0u32; 8];
+        for (j, w) in w.iter_mut().enumerate() {
             let at = (r + j) * row_bytes + byte;
-            u32::from_le_bytes(self.blocks[at..at + 4].try_into().expect("4 bytes"))
-        });
+            *w = u32::from_le_bytes(self.blocks[at..at + 4].try_into().expect("4 bytes"));
+        }
         bytemuck::cast(w)
     }
 
@@ -423,10 +461,26 @@ impl Band<'_> {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     fn factors(&self, r: usize, block: usize) -> __m256 {
-        let f: [f32; 8] =
-            std::array::from_fn(|j| self.book[usize::from(self.scales[(r + j) * self.width + block])][2]);
+        let mut f = [0f32; 8];
+        for (j, f) in f.iter_mut().enumerate() {
+            *f = self.book[usize::from(self.scales[(r + j) * self.width + block])][2];
+        }
         bytemuck::cast(f)
     }
+}
+
+/// Code `slot` (0 to 7) of each lane's word, its E2M1 value (magnitude
+/// permuted from the 8, sign its bit 3) times `factor`, as f32 bits.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn e2m1_times(word: __m256i, slot: i32, factor: __m256) -> __m256i {
+    let magnitude = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
+    let shifted = _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * slot));
+    let q = _mm256_and_si256(shifted, _mm256_set1_epi32(0xf));
+    let m = _mm256_permutevar8x32_ps(magnitude, q);
+    let s = _mm256_and_si256(_mm256_slli_epi32::<28>(q), _mm256_set1_epi32(i32::MIN));
+    let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
+    _mm256_castps_si256(_mm256_mul_ps(code, factor))
 }
 
 #[inline]
@@ -438,16 +492,6 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
     if k0 % 8 != 0 || count % 8 != 0 || rows % 16 != 0 || count * rows * w != out.len() {
         return false;
     }
-    // E2M1 magnitudes, codes 0 to 7.
-    let magnitude = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
-    let (nibble, sign) = (_mm256_set1_epi32(0xf), _mm256_set1_epi32(i32::MIN));
-    let value = |word: __m256i, slot: i32, factor: __m256| {
-        let q = _mm256_and_si256(_mm256_srlv_epi32(word, _mm256_set1_epi32(4 * slot)), nibble);
-        let m = _mm256_permutevar8x32_ps(magnitude, q);
-        let s = _mm256_and_si256(_mm256_slli_epi32::<28>(q), sign);
-        let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
-        _mm256_castps_si256(_mm256_mul_ps(code, factor))
-    };
     for rb in (0..rows).step_by(16) {
         let mut block = usize::MAX;
         let (mut fa, mut fb) = (_mm256_setzero_ps(), _mm256_setzero_ps());
@@ -459,7 +503,7 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
             }
             let (wa, wb) = (b.words(rb, k / 2), b.words(rb + 8, k / 2));
             for slot in 0..8 {
-                let (a, c) = (value(wa, slot, fa), value(wb, slot, fb));
+                let (a, c) = (e2m1_times(wa, slot, fa), e2m1_times(wb, slot, fb));
                 let at = ((kg + slot as usize) * rows + rb) * w;
                 match OUT {
                     0 => {
@@ -471,7 +515,8 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
                             1 => (_mm256_srli_epi32::<16>(a), _mm256_srli_epi32::<16>(c)),
                             _ => (super::avx2::f16_bits(a), super::avx2::f16_bits(c)),
                         };
-                        let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, c));
+                        let h =
+                            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, c));
                         out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&h));
                     }
                 }

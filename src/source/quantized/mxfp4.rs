@@ -16,12 +16,13 @@ use crate::dequant::arith::E8M0_NAN;
 use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES};
 use crate::{Error, ErrorKind, Result};
 
-/// The most block bytes a band holds.
-pub(crate) const BAND_BYTES: u64 = 4 << 20;
+/// The most block bytes a band holds: two part readers side by side each
+/// hold one (4 MiB bands took a 1 GiB gpt-oss tensor's process to 35 MiB).
+pub(crate) const BAND_BYTES: u64 = 3 << 20;
 
 /// The most bytes one read of whole rows takes, when a band is narrower
 /// than the expert.
-const READ_BYTES: u64 = 1 << 20;
+const READ_BYTES: u64 = 512 << 10;
 
 /// The geometry of one MXFP4 weight: `blocks` `[experts, rows, groups, 16]`.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +64,11 @@ impl Bands {
     /// Block columns a band holds.
     fn width(geo: Geometry) -> u64 {
         let per_column = geo.rows.saturating_mul(BLOCK_BYTES as u64).max(1);
-        (BAND_BYTES / per_column).clamp(1, geo.groups.max(1))
+        let most = (BAND_BYTES / per_column).clamp(1, geo.groups.max(1));
+        // As many bands as that takes, of one width (gpt-oss's 90 block
+        // columns: three of 30, not 34, 34 and 22).
+        let bands = geo.groups.max(1).div_ceil(most);
+        geo.groups.max(1).div_ceil(bands)
     }
 
     /// Output rows a part of the weight starts at a multiple of: a band's
