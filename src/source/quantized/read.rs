@@ -429,6 +429,11 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
                 reader.step = match &*reader.w.kind {
                     // Whole tiles of the vector kernel.
                     Kind::Mxfp4 { .. } => (reader.step / PART_SHARE / 8 * 8).max(8),
+                    // A strip of words as long as the part (8 MiB of
+                    // output: 512 rows of 8192 columns, reads of 2 KiB a
+                    // packed row, 2 MiB of words held): its pieces are cut
+                    // to the copy engine's chunk whatever the strip.
+                    Kind::Gptq { .. } => reader.step,
                     _ => (reader.step / PART_SHARE).max(1),
                 };
                 let r: crate::source::BlockingRead = Box::new(reader);
