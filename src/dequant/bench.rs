@@ -110,6 +110,7 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
             let groups: Vec<u32> = (0..cols as u32).map(|k| k / 128).collect();
             let p = super::gptq::Piece {
                 n0: 0,
+                rows,
                 qweight: &words[..cols / 8 * rows],
                 zeros: &words[..cols / 128 * rows.div_ceil(8)],
                 zero_words: rows.div_ceil(8),
@@ -122,7 +123,7 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
             };
             // As the reader runs it: stored as BF16 a few rows at a time.
             let mut scratch = Vec::new();
-            super::gptq::rows_into(&p, packing, Dtype::F16, Dtype::BF16, &mut scratch, out);
+            super::gptq::rows_into(&p, 0, packing, Dtype::F16, Dtype::BF16, &mut scratch, out);
             return;
         }
         "AWQ int4" => {

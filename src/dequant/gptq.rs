@@ -43,6 +43,8 @@ impl Packing {
 pub(crate) struct Piece<'a> {
     /// The first output row.
     pub n0: usize,
+    /// Output rows in the piece (`nb`).
+    pub rows: usize,
     /// `[K / per_word][nb]`: from each packed row, the words of columns `n0..n0 + nb`.
     pub qweight: &'a [u32],
     /// `[groups][zero_words]`: from each group, the zero words from `n0 / per_word` on.
@@ -61,7 +63,7 @@ pub(crate) struct Piece<'a> {
 #[cfg(test)]
 pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f32]) {
     let k_len = p.groups.len();
-    let mut rows = Rows::new(p, packing, scale_dtype, out.len() / k_len.max(1));
+    let mut rows = Rows::new(p, packing, scale_dtype, p.rows);
     for (i, out_row) in out.chunks_exact_mut(k_len.max(1)).enumerate() {
         rows.row(i, out_row);
     }
@@ -70,11 +72,16 @@ pub(crate) fn rows(p: &Piece, packing: Packing, scale_dtype: Dtype, out: &mut [f
 /// Output rows a step of [`rows_into`] holds as `f32`: 32 KiB, in L1.
 const STEP: usize = 8192;
 
-/// [`rows`], stored as `to` straight into `out` (`nb * K` elements of
-/// `to`), a few rows at a time through `scratch`, so that the `f32`s never
-/// leave the cache: the same bytes as [`rows`] then [`super::store_f32`].
+/// [`rows`] from the piece's row `first` on, as many as `out` holds,
+/// stored as `to` straight into `out` (`K` elements of `to` a row), a few
+/// rows at a time through `scratch`, so that the `f32`s never leave the
+/// cache: the same bytes as [`rows`] then [`super::store_f32`]. 4-bit
+/// rows go 8 at a time on the vector path (one load of 8 rows' words,
+/// side by side in the packed matrix, instead of a strided load per row
+/// and word).
 pub(crate) fn rows_into(
     p: &Piece,
+    first: usize,
     packing: Packing,
     scale_dtype: Dtype,
     to: Dtype,
@@ -83,16 +90,24 @@ pub(crate) fn rows_into(
 ) {
     let k_len = p.groups.len().max(1);
     let width = (to.bits() / 8) as usize;
-    let nb = out.len() / width / k_len;
-    let per = (STEP / k_len).max(1);
-    let mut rows = Rows::new(p, packing, scale_dtype, nb);
-    for (step, out) in out.chunks_mut(per * k_len * width).enumerate() {
-        scratch.clear();
-        scratch.resize(out.len() / width, 0.0);
-        for (j, out_row) in scratch.chunks_exact_mut(k_len).enumerate() {
-            rows.row(step * per + j, out_row);
+    let row_bytes = k_len * width;
+    let end = first + out.len() / row_bytes;
+    let mut rows = Rows::new(p, packing, scale_dtype, p.rows);
+    let mut i = first;
+    while i < end {
+        let at = (i - first) * row_bytes;
+        if i + 8 <= end && rows.tile(i, to, &mut out[at..at + 8 * row_bytes]) {
+            i += 8;
+            continue;
         }
-        super::store_f32(scratch, to, out);
+        let per = (STEP / k_len).clamp(1, end - i);
+        scratch.clear();
+        scratch.resize(per * k_len, 0.0);
+        for (j, out_row) in scratch.chunks_exact_mut(k_len).enumerate() {
+            rows.row(i + j, out_row);
+        }
+        super::store_f32(scratch, to, &mut out[at..at + per * row_bytes]);
+        i += per;
     }
 }
 
@@ -111,6 +126,9 @@ struct Rows<'a> {
     table: Vec<f32>,
     zeros: Vec<f32>,
     scales: Vec<f32>,
+    /// A tile's zero points and scales, `[group][8 rows]`.
+    tile_zeros: Vec<f32>,
+    tile_scales: Vec<f32>,
 }
 
 impl<'a> Rows<'a> {
@@ -133,7 +151,65 @@ impl<'a> Rows<'a> {
             table: vec![0f32; if tabled { groups * levels } else { 0 }],
             zeros: Vec::new(),
             scales: Vec::new(),
+            tile_zeros: Vec::new(),
+            tile_scales: Vec::new(),
         }
+    }
+
+    /// Rows `i..i + 8` of the piece stored as `to` into `out` (their
+    /// bytes), straight from the vector kernel's registers: false, with
+    /// nothing written, off the 4-bit vector path.
+    fn tile(&mut self, i: usize, to: Dtype, out: &mut [u8]) -> bool {
+        let (p, packing, nb) = (self.p, self.packing, self.nb);
+        let k_len = p.groups.len();
+        if packing.bits != 4
+            || k_len < 8
+            || crate::cast::simd::isa() == crate::cast::simd::Isa::Scalar
+        {
+            return false;
+        }
+        let per = packing.per_word();
+        let groups = self.per_group.len();
+        self.tile_zeros.clear();
+        self.tile_zeros.resize(groups * 8, 0.0);
+        self.tile_scales.clear();
+        self.tile_scales.resize(groups * 8, 0.0);
+        for j in 0..8 {
+            let n = p.n0 + i + j;
+            let (zero_word, zero_slot) = (n / per - self.first_word, n % per);
+            for g in 0..groups {
+                let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
+                self.tile_zeros[g * 8 + j] = (stored + packing.zero_offset) as f32;
+                self.tile_scales[g * 8 + j] = p.scales[g * nb + i + j];
+            }
+        }
+        let done = crate::cast::simd::int4_rows8(
+            &p.qweight[i..],
+            nb,
+            p.groups,
+            &self.tile_zeros,
+            &self.tile_scales,
+            self.scale_dtype,
+            to,
+            out,
+        );
+        if done == 0 {
+            return false;
+        }
+        // A row's last columns short of a word: as the reference.
+        let width = (to.bits() / 8) as usize;
+        for j in 0..8 {
+            for k in done..k_len {
+                let word = p.qweight[k / per * nb + i + j];
+                let q = packing.code(word, k % per);
+                let g = p.groups[k] as usize;
+                let (z, scale) = (self.tile_zeros[g * 8 + j], self.tile_scales[g * 8 + j]);
+                let v = super::arith::stored_as(self.scale_dtype, (q as f32 - z) * scale);
+                let at = (j * k_len + k) * width;
+                super::store_f32(&[v], to, &mut out[at..at + width]);
+            }
+        }
+        true
     }
 
     /// Row `i` of the piece (output row `n0 + i`) into `out_row` (`K` values).
@@ -236,6 +312,7 @@ mod tests {
                 .collect();
             let p = Piece {
                 n0,
+                rows: 3,
                 qweight: &words,
                 zeros: &zeros,
                 zero_words: 1,
@@ -262,8 +339,79 @@ mod tests {
                     for isa in Isa::available() {
                         let mut got = vec![0u8; values.len() * width];
                         let mut scratch = Vec::new();
-                        with_isa(isa, || rows_into(&p, packing, dtype, to, &mut scratch, &mut got));
+                        with_isa(isa, || rows_into(&p, 0, packing, dtype, to, &mut scratch, &mut got));
                         prop_assert!(got == stored, "{:?} {} -> {}", isa, dtype, to);
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Pieces of 8 rows and more (the vector path's tiles of 8 rows,
+        /// the rest row by row), rows of over 1024 columns
+        /// ending in part of a word, groups in runs or in any order, from
+        /// any first row (zero words shared across tiles): every path's
+        /// bytes those of the reference's values stored after.
+        #[test]
+        fn tiles_of_eight_rows_store_what_the_rows_are(
+            seed in 1u64..u64::MAX,
+            nb in 8usize..21,
+            n0 in 0usize..12,
+            wide in any::<bool>(),
+            act_order in any::<bool>(),
+            v1 in any::<bool>(),
+            split in 0usize..21,
+        ) {
+            use crate::cast::simd::{with_isa, Isa};
+            let mut next = crate::dequant::xorshift(seed);
+            let k_len: usize = if wide { 1024 + 8 * 3 + 5 } else { 43 };
+            let n_groups = 5;
+            let groups: Vec<u32> = (0..k_len as u32)
+                .map(|k| match act_order {
+                    true => (next() % n_groups as u64) as u32,
+                    false => k * n_groups as u32 / k_len as u32,
+                })
+                .collect();
+            let words_per_row = k_len.div_ceil(8);
+            let qweight: Vec<u32> = (0..words_per_row * nb).map(|_| next() as u32).collect();
+            let zero_words = (n0 + nb - 1) / 8 - n0 / 8 + 1;
+            let zeros: Vec<u32> = (0..n_groups * zero_words).map(|_| next() as u32).collect();
+            let scales: Vec<f32> = (0..n_groups * nb)
+                .map(|i| match i % 7 {
+                    0 => f32::from_bits(next() as u32),
+                    _ => (next() % 4096) as f32 / 64.0 - 32.0,
+                })
+                .collect();
+            let p = Piece {
+                n0,
+                rows: nb,
+                qweight: &qweight,
+                zeros: &zeros,
+                zero_words,
+                scales: &scales,
+                groups: &groups,
+            };
+            let packing = Packing { bits: 4, zero_offset: u32::from(v1) };
+            for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
+                let mut values = vec![0f32; nb * k_len];
+                with_isa(Isa::Scalar, || rows(&p, packing, dtype, &mut values));
+                for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+                    let width = (to.bits() / 8) as usize;
+                    let mut want = vec![0u8; values.len() * width];
+                    crate::dequant::store_f32(&values, to, &mut want);
+                    for isa in Isa::available() {
+                        let mut got = vec![0u8; want.len()];
+                        let mut scratch = Vec::new();
+                        with_isa(isa, || rows_into(&p, 0, packing, dtype, to, &mut scratch, &mut got));
+                        prop_assert!(got == want, "{:?} {} -> {}", isa, dtype, to);
+                        // From a later row on: those rows' bytes.
+                        let first = split % nb;
+                        let mut tail = vec![0u8; want.len() - first * k_len * width];
+                        with_isa(isa, || rows_into(&p, first, packing, dtype, to, &mut scratch, &mut tail));
+                        prop_assert!(tail[..] == want[first * k_len * width..], "{:?} from {}", isa, first);
                     }
                 }
             }
@@ -290,6 +438,7 @@ mod tests {
             .collect();
         let p = Piece {
             n0,
+            rows: nb,
             qweight: &qweight,
             zeros: &zeros,
             zero_words: 1,
@@ -307,6 +456,7 @@ mod tests {
         let mut got = vec![0u8; want.len()];
         rows_into(
             &p,
+            0,
             packing,
             Dtype::F16,
             Dtype::BF16,
@@ -330,6 +480,7 @@ mod tests {
         let groups = [0u32; 8];
         let p = Piece {
             n0: 0,
+            rows: 2,
             qweight: &qweight,
             zeros: &zeros,
             zero_words: 1,

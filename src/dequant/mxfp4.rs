@@ -90,6 +90,27 @@ pub(crate) fn transposed_rows(band: &Band, table: &Table, k0: usize, out: &mut [
     }
 }
 
+/// [`transposed_rows`] stored as `to` (F32, BF16 or F16) into `out`: on
+/// the vector path straight from the registers, else through `scratch`.
+/// The same bytes as [`transposed_rows`] then [`super::store_f32`].
+pub(crate) fn transposed_rows_into(
+    band: &Band,
+    table: &Table,
+    k0: usize,
+    to: crate::Dtype,
+    scratch: &mut Vec<f32>,
+    out: &mut [u8],
+) {
+    let (blocks, scales, width, rows) = (band.blocks, band.scales, band.width, band.rows);
+    if crate::cast::simd::mxfp4_transposed_as(blocks, scales, width, rows, k0, &table.0, to, out) {
+        return;
+    }
+    scratch.clear();
+    scratch.resize(out.len() / (to.bits() / 8) as usize, 0.0);
+    transposed_rows(band, table, k0, scratch);
+    super::store_f32(scratch, to, out);
+}
+
 /// compressed-tensors' `mxfp4-pack-quantized` (`MXFP4PackedCompressor`):
 /// rows of `cols` codes packed two a byte, low nibble first, an E8M0 scale
 /// per 32 along the row, no transpose. The library decodes the scale as
@@ -138,6 +159,59 @@ mod tests {
         f32::from_bits(crate::cast::bf16_to_f32(crate::cast::f32_to_bf16(
             v.to_bits(),
         )))
+    }
+
+    /// Stored straight as each output dtype: tiles of 16 source rows (the
+    /// direct kernel's), of 8 (through the f32 tile), ragged ones, and
+    /// every code under every scale byte (0xFF included), on every path:
+    /// the reference's values stored after, byte for byte.
+    #[test]
+    fn stored_rows_on_every_path_are_the_reference_stored() {
+        use crate::cast::simd::{with_isa, Isa};
+        use crate::Dtype;
+        let table = Table::new();
+        let mut next = crate::dequant::xorshift(0x9e37_79b9_7f4a_7c15u64);
+        let every: Vec<u8> = (0..256 * 16).map(|i| (i * 7) as u8).collect();
+        let every_scale: Vec<u8> = (0..=255).collect();
+        let mut cases = vec![(every, every_scale, 256, 1, 0, 32)];
+        for (rows, width, k0, count) in [
+            (16, 3, 8, 40),
+            (32, 2, 56, 8),
+            (48, 1, 0, 32),
+            (24, 2, 16, 16),
+            (16, 2, 3, 16),
+        ] {
+            let blocks: Vec<u8> = (0..rows * width * 16).map(|_| next() as u8).collect();
+            let scales: Vec<u8> = (0..rows * width)
+                .map(|i| (i * 37 + next() as usize) as u8)
+                .collect();
+            cases.push((blocks, scales, rows, width, k0, count));
+        }
+        for (blocks, scales, rows, width, k0, count) in &cases {
+            let band = Band {
+                blocks,
+                scales,
+                width: *width,
+                rows: *rows,
+            };
+            let mut values = vec![0f32; count * rows];
+            with_isa(Isa::Scalar, || {
+                transposed_rows(&band, &table, *k0, &mut values)
+            });
+            for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+                let w = (to.bits() / 8) as usize;
+                let mut want = vec![0u8; values.len() * w];
+                crate::dequant::store_f32(&values, to, &mut want);
+                for isa in Isa::available() {
+                    let mut got = vec![0u8; want.len()];
+                    let mut scratch = Vec::new();
+                    with_isa(isa, || {
+                        transposed_rows_into(&band, &table, *k0, to, &mut scratch, &mut got)
+                    });
+                    assert!(got == want, "{isa:?} {to} rows {rows} k0 {k0}");
+                }
+            }
+        }
     }
 
     /// Whole 8 x 8 tiles (the vector kernel's) and ragged ones, every

@@ -89,6 +89,22 @@ fn f16_lanes(x: __m256i) -> (__m256i, __m256i) {
     (h, _mm256_andnot_si256(inf_in, inf_out))
 }
 
+/// [`f32_to_bf16`](super::super::scalar::f32_to_bf16) of each lane, in
+/// its low 16 bits.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn bf16_bits(x: __m256i) -> __m256i {
+    bf16_lanes(x).0
+}
+
+/// [`f32_to_f16`](super::super::scalar::f32_to_f16) of each lane, in its
+/// low 16 bits.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn f16_bits(x: __m256i) -> __m256i {
+    f16_lanes(x).0
+}
+
 /// F16 bits (zero-extended lanes) to F32 bits: F16C is exact for every
 /// number; NaN lanes (which F16C quiets) keep their payload, as numpy does.
 #[inline]
@@ -247,7 +263,7 @@ fn e4m3_lanes(codes: __m128i) -> __m256i {
 /// Eight 32-bit lanes below 2^16 as eight `u16`s.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn narrow(v: __m256i) -> __m128i {
+pub(super) fn narrow(v: __m256i) -> __m128i {
     _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
 }
 
@@ -258,7 +274,17 @@ fn narrow(v: __m256i) -> __m128i {
 pub(super) fn stored_as<const ROUND: u8>(v: __m256i) -> __m256i {
     match ROUND {
         1 => _mm256_slli_epi32::<16>(bf16_lanes(v).0),
-        2 => f16_widen(narrow(f16_lanes(v).0)),
+        2 => {
+            let f = _mm256_castsi256_ps(v);
+            match _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(f, f)) {
+                // No NaN: F16C rounds every number to nearest even and
+                // widens it back exactly, as `f16_lanes` and `f16_widen` do.
+                0 => _mm256_castps_si256(_mm256_cvtph_ps(_mm256_cvtps_ph::<
+                    _MM_FROUND_TO_NEAREST_INT,
+                >(f))),
+                _ => f16_widen(narrow(f16_lanes(v).0)),
+            }
+        }
         _ => v,
     }
 }

@@ -294,6 +294,18 @@ dispatch! { quant2, quant2;
         = 0;
 }
 dispatch! { quant2, quant2;
+    /// GPTQ 4-bit, 8 output rows at once: row `j`'s word `w` at
+    /// `words[w * stride + j]`, column `k`'s group `groups[k]`, the rows'
+    /// zero points and scales of group `g` at `zeros[8g..8g + 8]`,
+    /// `scales[8g..8g + 8]`; each value rounded as `dtype` stores it, then
+    /// stored as `to` into `out`, the 8 rows of `groups.len()` elements.
+    /// Returns the columns done in each row (whole words; 0 on the
+    /// reference path).
+    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
+    fn int4_rows8(words: &[u32], stride: usize, groups: &[u32], zeros: &[f32], scales: &[f32], dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
+        = 0;
+}
+dispatch! { quant2, quant2;
     /// One AutoAWQ 4-bit output row: column `k`'s code the nibble at
     /// `shift` of `words[k * stride]`, `(q - zeros[g]) * scales[g]` for
     /// `g = k / group_size`, rounded as `dtype` stores it. Returns the
@@ -322,6 +334,15 @@ dispatch! { quant2, quant2;
     /// True when done, false (nothing written) unless `k0`, the output rows
     /// and `rows` are multiples of 8, and on the reference path.
     fn mxfp4_transposed(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k0: usize, book: &[[f32; 16]; 256], out: &mut [f32]) -> bool
+        = false;
+}
+dispatch! { quant2, quant2;
+    /// [`mxfp4_transposed`] stored as `to` (F32, BF16 or F16) straight
+    /// into `out`, no lookup and no transpose. False (nothing written)
+    /// unless `k0` and the output rows are multiples of 8 and `rows` of
+    /// 16, and on the reference path.
+    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
+    fn mxfp4_transposed_as(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k0: usize, book: &[[f32; 16]; 256], to: Dtype, out: &mut [u8]) -> bool
         = false;
 }
 

@@ -4,6 +4,15 @@
 //! once as the reference rounds it. Code books are looked up with two
 //! 8-lane permutes, per-group values with gathers: lookups are exact, so
 //! only the arithmetic around them needs care, and it is the reference's.
+//!
+//! The layouts whose codes run down the packed matrix (GPTQ: 8 input
+//! columns a word, output rows side by side; gpt-oss MXFP4: the expert
+//! transposed) take 8 or 16 output rows at once: their words are one
+//! load (GPTQ) or 8 short ones (MXFP4), and each code position of them is
+//! a vector across the rows. GPTQ transposes those in registers to store
+//! rows; transposed MXFP4's vectors already are output rows. Both store
+//! the output dtype from the register, by the store path's own lane
+//! conversions, with no `f32` buffer between.
 
 use std::arch::x86_64::*;
 
@@ -147,6 +156,108 @@ fn int4_row_as<const ROUND: u8>(
     done
 }
 
+/// GPTQ 4-bit, 8 output rows at once: word `w` of row `j` at
+/// `words[w * stride + j]` (the 8 rows' words side by side in the packed
+/// matrix, one 32-byte load), holding input columns `8w..8w + 8`, low bits
+/// first; column `k` is in group `groups[k]`, whose zero points and scales
+/// for the 8 rows are `zeros[8g..8g + 8]`, `scales[8g..8g + 8]`. Each
+/// value `(q - zero) * scale` rounded as `dtype` stores it, as
+/// [`int4_row`] computes it: a column of 8 rows at a time (no gather, as
+/// each group's values are a vector across the rows), then transposed in
+/// registers and stored as `to` (F32, BF16 or F16, little-endian) by the
+/// store path's own lane conversions. `out` holds the 8 rows of
+/// `groups.len()` elements of `to`. Whole words; returns the columns done
+/// in each row.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn int4_rows8(
+    words: &[u32],
+    stride: usize,
+    groups: &[u32],
+    zeros: &[f32],
+    scales: &[f32],
+    dtype: Dtype,
+    to: Dtype,
+    out: &mut [u8],
+) -> usize {
+    let t = Tile {
+        words,
+        stride,
+        groups,
+        zeros,
+        scales,
+    };
+    match (dtype, to) {
+        (Dtype::F32, Dtype::F32) => int4_rows8_as::<0, 0>(&t, out),
+        (Dtype::F32, Dtype::BF16) => int4_rows8_as::<0, 1>(&t, out),
+        (Dtype::F32, Dtype::F16) => int4_rows8_as::<0, 2>(&t, out),
+        (Dtype::BF16, Dtype::F32) => int4_rows8_as::<1, 0>(&t, out),
+        (Dtype::BF16, Dtype::BF16) => int4_rows8_as::<1, 1>(&t, out),
+        (Dtype::BF16, Dtype::F16) => int4_rows8_as::<1, 2>(&t, out),
+        (Dtype::F16, Dtype::F32) => int4_rows8_as::<2, 0>(&t, out),
+        (Dtype::F16, Dtype::BF16) => int4_rows8_as::<2, 1>(&t, out),
+        (Dtype::F16, Dtype::F16) => int4_rows8_as::<2, 2>(&t, out),
+        _ => 0,
+    }
+}
+
+/// [`int4_rows8`]'s inputs.
+struct Tile<'a> {
+    words: &'a [u32],
+    stride: usize,
+    groups: &'a [u32],
+    zeros: &'a [f32],
+    scales: &'a [f32],
+}
+
+/// `ROUND`: the scales' dtype (0 F32, 1 BF16, 2 F16); `OUT`: the output's.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> usize {
+    let width = if OUT == 0 { 4 } else { 2 };
+    let cols = t.groups.len();
+    if out.len() < 8 * cols * width {
+        return 0;
+    }
+    let n = cols / 8;
+    let mask = _mm256_set1_epi32(0xf);
+    for w in 0..n {
+        let word: [u32; 8] = t.words[w * t.stride..w * t.stride + 8]
+            .try_into()
+            .expect("8 words");
+        let word: __m256i = bytemuck::cast(word);
+        let g = &t.groups[8 * w..8 * w + 8];
+        // Column `8w + s` of the 8 rows: lane `j` is row `j`'s.
+        let mut columns = [_mm256_setzero_ps(); 8];
+        for (s, c) in columns.iter_mut().enumerate() {
+            let q = _mm256_and_si256(
+                _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * s as i32)),
+                mask,
+            );
+            let at = g[s] as usize * 8;
+            let (z, sc) = (eight(&t.zeros[at..]), eight(&t.scales[at..]));
+            let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), sc);
+            *c = _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v)));
+        }
+        for (j, row) in transpose8(columns).into_iter().enumerate() {
+            let at = (j * cols + 8 * w) * width;
+            let v = _mm256_castps_si256(row);
+            match OUT {
+                0 => out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&v)),
+                _ => {
+                    let h = match OUT {
+                        1 => super::avx2::bf16_bits(v),
+                        _ => super::avx2::f16_bits(v),
+                    };
+                    let h = super::avx2::narrow(h);
+                    out[at..at + 16].copy_from_slice(bytemuck::bytes_of(&h));
+                }
+            }
+        }
+    }
+    8 * n
+}
+
 /// MXFP4 packed along the row (compressed-tensors): for the elements of
 /// `out` from `packed`'s first byte on (low nibble first), in blocks of 32
 /// from a block's start, `book[scales[j]][q]` (a row of the reference's
@@ -284,6 +395,140 @@ pub(super) fn mxfp4_transposed(
             for (j, col) in transpose8(v).into_iter().enumerate() {
                 let at = (kg + j) * rows + rb;
                 put(&mut out[at..at + 8], col);
+            }
+        }
+    }
+    true
+}
+
+/// [`mxfp4_transposed`] stored as `to` (F32, BF16 or F16, little-endian)
+/// straight into `out` (`out.len() / width` elements). No table lookup
+/// and no transpose: 8 source rows' words side by side make a vector
+/// whose lane `j` holds 8 codes of row `j`, so each code position is a
+/// vector of 8 output columns of one output row, and a block's 32 codes
+/// share the 8 rows' scales. Each value is the code's E2M1 value
+/// (magnitude permuted from 8, the sign its bit 3) times the scale's
+/// factor, read from the table (`book[e][2]`, code 2 being 1.0): the
+/// product is exact, as the table's is (E2M1 has 2 significant bits, the
+/// factor is a power of two), or the same infinity, or the same default
+/// NaN (`0 * inf`, scale 0xFF); the tests compare every scale and code.
+/// A BF16 value's bits are the f32's high half (exact, so rounding keeps
+/// them; a NaN is the default one, whose low half is zero). 16 source
+/// rows at a time: all or nothing, false (nothing written) unless `k0`
+/// and the output rows are multiples of 8 and `rows` of 16.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn mxfp4_transposed_as(
+    blocks: &[u8],
+    scales: &[u8],
+    width: usize,
+    rows: usize,
+    k0: usize,
+    book: &[[f32; 16]; 256],
+    to: Dtype,
+    out: &mut [u8],
+) -> bool {
+    let band = Band {
+        blocks,
+        scales,
+        width,
+        rows,
+        book,
+    };
+    match to {
+        Dtype::F32 => mxfp4_transposed_out::<0>(&band, k0, out),
+        Dtype::BF16 => mxfp4_transposed_out::<1>(&band, k0, out),
+        Dtype::F16 => mxfp4_transposed_out::<2>(&band, k0, out),
+        _ => false,
+    }
+}
+
+/// [`mxfp4_transposed_as`]'s band.
+struct Band<'a> {
+    blocks: &'a [u8],
+    scales: &'a [u8],
+    width: usize,
+    rows: usize,
+    book: &'a [[f32; 16]; 256],
+}
+
+impl Band<'_> {
+    /// The 4 bytes (8 codes) at `byte` of source rows `r..r + 8`, a row a lane.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn words(&self, r: usize, byte: usize) -> __m256i {
+        let row_bytes = self.width * 16;
+        let mut w = [0u32; 8];
+        for (j, w) in w.iter_mut().enumerate() {
+            let at = (r + j) * row_bytes + byte;
+            *w = u32::from_le_bytes(self.blocks[at..at + 4].try_into().expect("4 bytes"));
+        }
+        bytemuck::cast(w)
+    }
+
+    /// The factors of block `block` of source rows `r..r + 8`.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn factors(&self, r: usize, block: usize) -> __m256 {
+        let mut f = [0f32; 8];
+        for (j, f) in f.iter_mut().enumerate() {
+            *f = self.book[usize::from(self.scales[(r + j) * self.width + block])][2];
+        }
+        bytemuck::cast(f)
+    }
+}
+
+/// Code `slot` (0 to 7) of each lane's word, its E2M1 value (magnitude
+/// permuted from the 8, sign its bit 3) times `factor`, as f32 bits.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn e2m1_times(word: __m256i, slot: i32, factor: __m256) -> __m256i {
+    let magnitude = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
+    let shifted = _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * slot));
+    let q = _mm256_and_si256(shifted, _mm256_set1_epi32(0xf));
+    let m = _mm256_permutevar8x32_ps(magnitude, q);
+    let s = _mm256_and_si256(_mm256_slli_epi32::<28>(q), _mm256_set1_epi32(i32::MIN));
+    let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
+    _mm256_castps_si256(_mm256_mul_ps(code, factor))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> bool {
+    let w = if OUT == 0 { 4 } else { 2 };
+    let rows = b.rows;
+    let count = out.len() / w / rows.max(1);
+    if k0 % 8 != 0 || count % 8 != 0 || rows % 16 != 0 || count * rows * w != out.len() {
+        return false;
+    }
+    for rb in (0..rows).step_by(16) {
+        let mut block = usize::MAX;
+        let (mut fa, mut fb) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for kg in (0..count).step_by(8) {
+            let k = k0 + kg;
+            if k / 32 != block {
+                block = k / 32;
+                (fa, fb) = (b.factors(rb, block), b.factors(rb + 8, block));
+            }
+            let (wa, wb) = (b.words(rb, k / 2), b.words(rb + 8, k / 2));
+            for slot in 0..8 {
+                let (a, c) = (e2m1_times(wa, slot, fa), e2m1_times(wb, slot, fb));
+                let at = ((kg + slot as usize) * rows + rb) * w;
+                match OUT {
+                    0 => {
+                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
+                        out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
+                    }
+                    _ => {
+                        let (a, c) = match OUT {
+                            1 => (_mm256_srli_epi32::<16>(a), _mm256_srli_epi32::<16>(c)),
+                            _ => (super::avx2::f16_bits(a), super::avx2::f16_bits(c)),
+                        };
+                        let h =
+                            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, c));
+                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&h));
+                    }
+                }
             }
         }
     }

@@ -16,12 +16,13 @@ use crate::dequant::arith::E8M0_NAN;
 use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES};
 use crate::{Error, ErrorKind, Result};
 
-/// The most block bytes a band holds.
-pub(crate) const BAND_BYTES: u64 = 4 << 20;
+/// The most block bytes a band holds: two part readers side by side each
+/// hold one (4 MiB bands took a 1 GiB gpt-oss tensor's process to 35 MiB).
+pub(crate) const BAND_BYTES: u64 = 3 << 20;
 
 /// The most bytes one read of whole rows takes, when a band is narrower
 /// than the expert.
-const READ_BYTES: u64 = 1 << 20;
+const READ_BYTES: u64 = 512 << 10;
 
 /// The geometry of one MXFP4 weight: `blocks` `[experts, rows, groups, 16]`.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +64,24 @@ impl Bands {
     /// Block columns a band holds.
     fn width(geo: Geometry) -> u64 {
         let per_column = geo.rows.saturating_mul(BLOCK_BYTES as u64).max(1);
-        (BAND_BYTES / per_column).clamp(1, geo.groups.max(1))
+        let most = (BAND_BYTES / per_column).clamp(1, geo.groups.max(1));
+        // As many bands as that takes, of one width (gpt-oss's 90 block
+        // columns: three of 30, not 34, 34 and 22).
+        let bands = geo.groups.max(1).div_ceil(most);
+        geo.groups.max(1).div_ceil(bands)
+    }
+
+    /// Output rows a part of the weight starts at a multiple of: a band's
+    /// when every expert is whole bands, else an expert's (a part then
+    /// never reads a band of its neighbour's).
+    pub(crate) fn part_rows(geo: Geometry) -> u64 {
+        let width = Self::width(geo);
+        let codes = geo.groups.saturating_mul(BLOCK as u64).max(1);
+        match geo.groups % width {
+            0 => width * BLOCK as u64,
+            _ => codes,
+        }
+        .clamp(1, 1 << 20)
     }
 
     #[cfg(test)]
@@ -75,15 +93,20 @@ impl Bands {
     }
 
     /// Dequantizes output rows `[v0, v1)` of the `[experts * groups * 32,
-    /// rows]` view into `out`.
+    /// rows]` view into `out`, as `to` (F32, BF16 or F16; through
+    /// `scratch` off the vector path).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn rows(
         &mut self,
         blocks: &TensorAt,
         scales: &TensorAt,
         v0: u64,
         v1: u64,
-        out: &mut [f32],
+        to: crate::Dtype,
+        scratch: &mut Vec<f32>,
+        out: &mut [u8],
     ) -> Result<()> {
+        let w = (to.bits() / 8) as usize;
         let codes = self.geo.groups * BLOCK as u64;
         let rows = usize::try_from(self.geo.rows).map_err(|_| too_large())?;
         let mut v = v0;
@@ -105,7 +128,8 @@ impl Bands {
                 rows,
             };
             let k_in_band = (k - g0 * BLOCK as u64) as usize;
-            mxfp4::transposed_rows(&band, &self.table, k_in_band, &mut out[at..at + n]);
+            let out = &mut out[at * w..(at + n) * w];
+            mxfp4::transposed_rows_into(&band, &self.table, k_in_band, to, scratch, out);
             v += count;
         }
         Ok(())

@@ -24,6 +24,9 @@ pub(crate) struct DequantReader {
     bands: Option<super::mxfp4::Bands>,
     /// compressed-tensors MXFP4's table of values, made on the first piece.
     table: Option<dequant::mxfp4::Table>,
+    /// GPTQ's strip of words, zero words and scales, read once for the
+    /// pieces in it.
+    strip: Option<GptqStrip>,
     /// The current piece's bytes, and how many were handed out.
     bytes: Vec<u8>,
     pos: usize,
@@ -64,6 +67,7 @@ impl DequantReader {
             groups: None,
             bands: None,
             table: None,
+            strip: None,
             bytes: Vec::new(),
             pos: 0,
             values: Vec::new(),
@@ -80,11 +84,25 @@ impl DequantReader {
         Ok((self.row, r1, len))
     }
 
-    /// Dequantizes the next piece into `out`, its length ([`Self::next_rows`]):
-    /// every kind writes each of its bytes.
-    fn next_piece(&mut self, out: &mut [u8]) -> Result<()> {
+    /// Rows a piece is cut in when the caller's buffer holds less than a
+    /// whole one, so that it is made in that buffer (no copy through
+    /// `bytes`): the vector kernels' tile (8 rows of MXFP4, GPTQ), else a
+    /// row. `None`: AWQ, whose pieces read their strip of words afresh,
+    /// and are kept whole.
+    fn unit(&self) -> Option<u64> {
+        match &*self.w.kind {
+            Kind::Awq { .. } => None,
+            Kind::Mxfp4 { .. } | Kind::Gptq { .. } => Some(8),
+            _ => Some(1),
+        }
+    }
+
+    /// Dequantizes the next piece's rows up to `r1` (at most
+    /// [`Self::next_rows`]'s) into `out`, their length: every kind writes
+    /// each of its bytes.
+    fn next_piece(&mut self, r1: u64, out: &mut [u8]) -> Result<()> {
         let [_, cols] = self.w.shape;
-        let (r0, r1, _) = self.next_rows()?;
+        let r0 = self.row;
         let count = usize::try_from((r1 - r0) * cols).map_err(|_| too_large())?;
         let width = (self.to.bits() / 8) as usize;
         let kind = self.w.kind.clone();
@@ -152,24 +170,34 @@ impl DequantReader {
                     )?);
                 }
                 let groups = self.groups.as_deref().expect("set above");
-                let nb = r1 - r0;
-                let per = packing.per_word() as u64;
-                let qw = read_columns(qweight, r0, nb)?;
-                let (z0, z1) = (r0 / per, (r1 - 1) / per + 1);
-                let zeros = read_columns(qzeros, z0, z1 - z0)?;
-                let raw = read_column_bytes(scales, r0, nb)?;
-                let mut sv = Vec::new();
-                arith::scale_values(scales.dtype, &raw, &mut sv);
+                let held = self.strip.as_ref();
+                if !held.is_some_and(|s| s.s0 <= r0 && r1 <= s.s1) {
+                    let s1 = r0.saturating_add(self.step).max(r1);
+                    let s1 = s1.min(self.w.shape[0]).min(self.end).max(r1);
+                    self.strip = None;
+                    self.strip = Some(GptqStrip::read(qweight, qzeros, scales, *packing, r0, s1)?);
+                }
+                let s = self.strip.as_ref().expect("read above");
                 let piece = dequant::gptq::Piece {
-                    n0: to_usize(r0)?,
-                    qweight: &qw,
-                    zeros: &zeros,
-                    zero_words: to_usize(z1 - z0)?,
-                    scales: &sv,
+                    n0: to_usize(s.s0)?,
+                    rows: to_usize(s.s1 - s.s0)?,
+                    qweight: &s.qweight,
+                    zeros: &s.zeros,
+                    zero_words: s.zero_words,
+                    scales: &s.scales,
                     groups,
                 };
+                let first = to_usize(r0 - s.s0)?;
                 let (values, bytes) = (&mut self.values, &mut *out);
-                dequant::gptq::rows_into(&piece, *packing, scales.dtype, self.to, values, bytes);
+                dequant::gptq::rows_into(
+                    &piece,
+                    first,
+                    *packing,
+                    scales.dtype,
+                    self.to,
+                    values,
+                    bytes,
+                );
             }
             Kind::Awq {
                 qweight,
@@ -328,17 +356,14 @@ impl DequantReader {
                 let bands = self
                     .bands
                     .get_or_insert_with(|| super::mxfp4::Bands::new(*geometry));
-                // 8 output rows at a time (the vector kernel's tile) through
-                // `values`, stored while they are in the cache.
+                // 8 output rows at a time (the vector kernel's tile), stored
+                // straight into `out` (through `values` off the vector path).
                 let (cols, mut r, mut at) = (to_usize(cols)?, r0, 0);
                 while r < r1 {
                     let e = (r / 8 + 1).saturating_mul(8).min(r1);
                     let n = to_usize(e - r)? * cols;
-                    self.values.resize(n, 0.0);
-                    self.values.truncate(n);
-                    bands.rows(blocks, scales, r, e, &mut self.values)?;
                     let out = &mut out[at * width..(at + n) * width];
-                    dequant::store_f32(&self.values, self.to, out);
+                    bands.rows(blocks, scales, r, e, self.to, &mut self.values, out)?;
                     (r, at) = (e, at + n);
                 }
             }
@@ -367,12 +392,11 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
     }
     let align = match &*w.kind {
         Kind::Fp8 { tiling, .. } => tiling.rows.clamp(1, 1 << 16),
-        // An MXFP4 reader holds a band of an expert's blocks beside its
-        // piece: two part readers at once peaked at 38 MiB against 23 MiB
-        // for one (benches/bench.py --quantized, 1 GiB of gpt-oss experts),
-        // over the 32 MiB bound. One reader a tensor keeps it; a real
-        // checkpoint's layers (two such tensors each) busy the other core.
-        Kind::Mxfp4 { .. } => return None,
+        // An MXFP4 reader holds a band of an expert's blocks: parts of
+        // whole bands, so that no two readers read one. (Two part readers
+        // peaked at 38 MiB when each also copied its pieces through a
+        // buffer of its own; pieces are now made in the copy engine's.)
+        Kind::Mxfp4 { geometry, .. } => super::mxfp4::Bands::part_rows(*geometry),
         _ => 128,
     };
     let per_part = (target / row_bytes).max(1).next_multiple_of(align);
@@ -402,7 +426,16 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
-                reader.step = (reader.step / PART_SHARE).max(1);
+                reader.step = match &*reader.w.kind {
+                    // Whole tiles of the vector kernel.
+                    Kind::Mxfp4 { .. } => (reader.step / PART_SHARE / 8 * 8).max(8),
+                    // A strip of words as long as the part (8 MiB of
+                    // output: 512 rows of 8192 columns, reads of 2 KiB a
+                    // packed row, 2 MiB of words held): its pieces are cut
+                    // to the copy engine's chunk whatever the strip.
+                    Kind::Gptq { .. } => reader.step,
+                    _ => (reader.step / PART_SHARE).max(1),
+                };
                 let r: crate::source::BlockingRead = Box::new(reader);
                 Ok((r, crate::transform::Transform::Identity))
             }),
@@ -418,24 +451,79 @@ impl Read for DequantReader {
             if self.row >= self.end.min(self.w.shape[0]) {
                 return Ok(0);
             }
-            let (_, _, len) = self.next_rows().map_err(Error::into_io)?;
-            // A caller's buffer that holds the whole piece gets it made in
-            // place: no copy through `bytes`.
-            if let Some(out) = buf.get_mut(..len) {
-                self.next_piece(out).map_err(Error::into_io)?;
-                return Ok(len);
+            let (r0, r1, len) = self.next_rows().map_err(Error::into_io)?;
+            let row_bytes = len / usize::try_from(r1 - r0).unwrap_or(usize::MAX).max(1);
+            // A caller's buffer that holds the whole piece, or whole units
+            // of its rows, gets them made in place: no copy through
+            // `bytes`. The copy engine's chunks are not a multiple of the
+            // pieces: a whole piece only, once the first was made, would
+            // go through `bytes` nearly every time.
+            let unit = self.unit();
+            let fit = (buf.len() / row_bytes.max(1)) as u64;
+            let rows = match unit {
+                Some(u) => (fit / u * u).min(r1 - r0),
+                None if fit >= r1 - r0 => r1 - r0,
+                None => 0,
+            };
+            if rows > 0 {
+                let n = rows as usize * row_bytes;
+                self.next_piece(r0 + rows, &mut buf[..n])
+                    .map_err(Error::into_io)?;
+                return Ok(n);
             }
+            // Less than a unit left in the caller's buffer: one unit (or
+            // the whole piece) through `bytes`.
+            let end = unit.map_or(r1, |u| (r0 + u).min(r1));
+            let len = (end - r0) as usize * row_bytes;
             let mut bytes = std::mem::take(&mut self.bytes);
             self.pos = 0;
             bytes.resize(len, 0);
             bytes.truncate(len);
-            self.next_piece(&mut bytes).map_err(Error::into_io)?;
+            self.next_piece(end, &mut bytes).map_err(Error::into_io)?;
             self.bytes = bytes;
         }
         let n = (self.bytes.len() - self.pos).min(buf.len());
         buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
+    }
+}
+
+/// GPTQ's words, zero words and scales of output rows `[s0, s1)`.
+struct GptqStrip {
+    s0: u64,
+    s1: u64,
+    qweight: Vec<u32>,
+    zeros: Vec<u32>,
+    zero_words: usize,
+    scales: Vec<f32>,
+}
+
+impl GptqStrip {
+    fn read(
+        qweight: &Part,
+        qzeros: &Part,
+        scales: &Part,
+        packing: dequant::gptq::Packing,
+        s0: u64,
+        s1: u64,
+    ) -> Result<Self> {
+        let nb = s1 - s0;
+        let per = packing.per_word() as u64;
+        let qw = read_columns(qweight, s0, nb)?;
+        let (z0, z1) = (s0 / per, (s1 - 1) / per + 1);
+        let zeros = read_columns(qzeros, z0, z1 - z0)?;
+        let raw = read_column_bytes(scales, s0, nb)?;
+        let mut sv = Vec::new();
+        arith::scale_values(scales.dtype, &raw, &mut sv);
+        Ok(GptqStrip {
+            s0,
+            s1,
+            qweight: qw,
+            zeros,
+            zero_words: to_usize(z1 - z0)?,
+            scales: sv,
+        })
     }
 }
 
