@@ -378,20 +378,33 @@ impl Windows {
         let (spans, next) = self.batch(&s, from);
         s.sent_to = s.sent_to.max(next);
         s.refill_at = from + (next - from) / 2;
-        let mut coming = lock(&self.coming);
+        // Leased first (held, then coming: the order of the locks).
+        let mut leased = Vec::with_capacity(spans.len());
         for ((o, first), last) in spans {
-            let object = &s.objects[o];
             let mine = o == id && first <= start && end <= last;
-            let lease = match mine && needed {
-                true => None,
-                false => match self.budget.try_lease(last - first) {
-                    Some(lease) => Some(lease),
-                    None => continue,
-                },
-            };
-            self.send(&mut coming, o, object, first, last, lease);
+            if mine && needed {
+                leased.push((o, first, last, None));
+            } else if let Some(lease) = self.lease_now(last - first) {
+                leased.push((o, first, last, Some(lease)));
+            }
+        }
+        let mut coming = lock(&self.coming);
+        for (o, first, last, lease) in leased {
+            self.send(&mut coming, o, &s.objects[o], first, last, lease);
         }
         true
+    }
+
+    /// A lease of `bytes` if one can be had without waiting: the least
+    /// recently used windows held give theirs back first (those read
+    /// already, as expected reads go on).
+    fn lease_now(&self, bytes: u64) -> Option<Lease> {
+        loop {
+            if let Some(lease) = self.budget.try_lease(bytes) {
+                return Some(lease);
+            }
+            lock(&self.held).pop_back()?;
+        }
     }
 
     /// The spans to fetch for the expected reads from position `from` not
