@@ -28,8 +28,10 @@
 //! a lease of its bytes from the process's [`Budget`] (shared with shard
 //! headers and upload parts): a window is read ahead only when its lease
 //! is free at once, a window a read waits for takes the least recently
-//! used windows' leases first, and the windows held are dropped whenever
-//! another lease waits ([`Reclaim`]). Reads of more than [`WINDOW`] bytes
+//! used windows' leases first, and the least recently used windows held
+//! are dropped, one every few milliseconds, while another lease waits
+//! ([`Reclaim`]); read ahead leaves an upload's share of the budget free
+//! ([`Budget::try_lease_spare`]). Reads of more than [`WINDOW`] bytes
 //! go to the server as they are (a large tensor streams from its own GET;
 //! a dequantized piece is leased as a window is).
 
@@ -63,8 +65,7 @@ pub(super) const GAP: u64 = 1 << 20;
 
 /// Windows read ahead, in flight at once, while reads go on forward: the
 /// next ones are on their way while this one is used. Memory, all told:
-/// at most `(WINDOWS + AHEAD) x WINDOW` (44 MiB) and at most what the
-/// budget leases, plus slices still being written.
+/// at most what the budget leases, plus slices still being written.
 pub(super) const AHEAD: usize = 3;
 
 /// A window on its way: its bytes and their lease, or `None` if its GET
@@ -87,6 +88,8 @@ struct Schedule {
     sent_to: usize,
     /// A read at or past this position sends for the next batch.
     refill_at: usize,
+    /// The position of the last expected read.
+    cursor: usize,
 }
 
 impl Schedule {
@@ -99,6 +102,15 @@ impl Schedule {
         let p = *self.by_place.get(after.checked_sub(1)?)?;
         let (o, s, e) = self.order[p];
         (o == id && s <= start && end <= e).then_some(p)
+    }
+
+    /// Whether no expected read from position `p` on starts in
+    /// `start..end` of object `o`: a window there is spent.
+    fn spent(&self, p: usize, o: usize, start: u64, end: u64) -> bool {
+        let place = |q: usize| (self.order[q].0, self.order[q].1);
+        let from = self.by_place.partition_point(|&q| place(q) < (o, start));
+        let within = self.by_place[from..].iter().take_while(|&&q| place(q) < (o, end));
+        within.into_iter().all(|&q| q < p)
     }
 }
 
@@ -165,8 +177,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Reclaim for Windows {
+    /// Drops the least recently used window held (asked again every few
+    /// milliseconds while a lease waits): the batch just read ahead stays.
     fn reclaim(&self) {
-        lock(&self.held).clear();
+        lock(&self.held).pop_back();
     }
 }
 
@@ -186,14 +200,26 @@ impl Windows {
         windows
     }
 
-    /// A lease of `bytes` for a window a read waits for: the least
-    /// recently used windows held give theirs back first.
+    /// A lease of `bytes` for a window a read waits for: the windows held
+    /// give theirs back first, those no expected read needs any more
+    /// before the least recently used.
     async fn lease(&self, bytes: u64) -> Lease {
         loop {
             if let Some(lease) = self.budget.try_lease(bytes) {
                 return lease;
             }
-            if lock(&self.held).pop_back().is_none() {
+            let dropped = {
+                let s = lock(&self.schedule);
+                let mut held = lock(&self.held);
+                let spent = held.iter().rposition(|(o, first, window, _)| {
+                    s.spent(s.cursor, *o, *first, first + window.len() as u64)
+                });
+                match spent {
+                    Some(at) => held.remove(at),
+                    None => held.pop_back(),
+                }
+            };
+            if dropped.is_none() {
                 return self.budget.lease(bytes).await;
             }
         }
@@ -299,7 +325,7 @@ impl Windows {
             }
             let last = (next + WINDOW).min(object.size);
             // Read ahead only with bytes to spare.
-            let Some(lease) = self.budget.try_lease(last - next) else {
+            let Some(lease) = self.budget.try_lease_spare(last - next) else {
                 return;
             };
             self.send(&mut coming, id, object, next, last, Some(lease));
@@ -357,6 +383,7 @@ impl Windows {
             by_place,
             sent_to: 0,
             refill_at: 0,
+            cursor: 0,
         };
     }
 
@@ -369,6 +396,7 @@ impl Windows {
         let Some(p) = s.position(id, start, end) else {
             return false;
         };
+        s.cursor = p;
         let needed = self.covered_to(id, start).is_none_or(|e| e < end);
         let from = match needed {
             true => p,
@@ -384,7 +412,7 @@ impl Windows {
             let mine = o == id && first <= start && end <= last;
             if mine && needed {
                 leased.push((o, first, last, None));
-            } else if let Some(lease) = self.lease_now(last - first) {
+            } else if let Some(lease) = self.lease_now(last - first, &s, p) {
                 leased.push((o, first, last, Some(lease)));
             }
         }
@@ -395,15 +423,20 @@ impl Windows {
         true
     }
 
-    /// A lease of `bytes` if one can be had without waiting: the least
-    /// recently used windows held give theirs back first (those read
-    /// already, as expected reads go on).
-    fn lease_now(&self, bytes: u64) -> Option<Lease> {
+    /// A lease of `bytes` for reading ahead, if one can be had without
+    /// waiting: the least recently used windows held that no read expected
+    /// from position `p` of `s` on needs give theirs back first (giving
+    /// back those still needed cost each its bytes read again).
+    fn lease_now(&self, bytes: u64, s: &Schedule, p: usize) -> Option<Lease> {
         loop {
-            if let Some(lease) = self.budget.try_lease(bytes) {
+            if let Some(lease) = self.budget.try_lease_spare(bytes) {
                 return Some(lease);
             }
-            lock(&self.held).pop_back()?;
+            let mut held = lock(&self.held);
+            let spent = held.iter().rposition(|(o, first, window, _)| {
+                s.spent(p, *o, *first, first + window.len() as u64)
+            })?;
+            held.remove(spent);
         }
     }
 
