@@ -28,10 +28,10 @@ use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
 use crate::plan::{Plan, ShardPlan};
 use crate::store::{store_output_error, Object, ObjectUrl, Side, UploadConfig, MIN_PART};
 use crate::Result;
+use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
 };
-use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::task::JoinHandle;
 use upload::{PartUpload, Sealed};
 

@@ -304,7 +304,11 @@ async fn many_tensors(
         map.join(",")
     );
     let path = ObjectPath::from("m/model.safetensors.index.json");
-    store.inner.put(&path, index.into_bytes().into()).await.unwrap();
+    store
+        .inner
+        .put(&path, index.into_bytes().into())
+        .await
+        .unwrap();
     let index = object(store, "m/model.safetensors.index.json");
     let mut src = super::ObjectSource::open_index(Pinned::head(index).await.unwrap())
         .await
@@ -361,11 +365,18 @@ async fn many_small_tensors_in_name_order_are_read_by_few_large_gets_several_at_
     let total = (shards * per * len) as u64;
     assert!(gets <= 2 * shards, "{gets} GETs: {ranges:?}");
     assert!(ranges.iter().all(|&r| r <= WINDOW), "{ranges:?}");
-    assert!(ranges.iter().sum::<u64>() <= total + total / 8, "{ranges:?}");
+    assert!(
+        ranges.iter().sum::<u64>() <= total + total / 8,
+        "{ranges:?}"
+    );
     // Several in flight: a batch's spans at once.
     let most = store.most.load(Ordering::SeqCst);
     assert!(most > 1, "one GET at a time");
-    assert!(budget.peak() <= 2 * BATCH + WINDOW, "{} leased", budget.peak());
+    assert!(
+        budget.peak() <= 2 * BATCH + WINDOW,
+        "{} leased",
+        budget.peak()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,7 +109,9 @@ impl Schedule {
     fn spent(&self, p: usize, o: usize, start: u64, end: u64) -> bool {
         let place = |q: usize| (self.order[q].0, self.order[q].1);
         let from = self.by_place.partition_point(|&q| place(q) < (o, start));
-        let within = self.by_place[from..].iter().take_while(|&&q| place(q) < (o, end));
+        let within = self.by_place[from..]
+            .iter()
+            .take_while(|&&q| place(q) < (o, end));
         within.into_iter().all(|&q| q < p)
     }
 }

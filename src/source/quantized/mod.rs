@@ -192,7 +192,11 @@ impl Kind {
                 zeros,
                 g_idx,
                 ..
-            } => [codes, scale].into_iter().chain(zeros).chain(g_idx).collect(),
+            } => [codes, scale]
+                .into_iter()
+                .chain(zeros)
+                .chain(g_idx)
+                .collect(),
             Kind::Mxfp4 { blocks, scales, .. } => vec![blocks, scales],
         }
     }
