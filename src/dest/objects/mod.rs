@@ -200,19 +200,8 @@ impl ObjectSet {
         // waited for, so that the first error is told with none left
         // half-sent; after one, none more is sent (those left stay on the
         // pending list, which the caller aborts).
-        let mut left = sealed.into_iter();
-        let mut running = FuturesUnordered::new();
-        loop {
-            while first.is_none() && running.len() < COMPLETES_AT_ONCE {
-                let Some(upload) = left.next() else { break };
-                running.push(upload.complete());
-            }
-            match running.next().await {
-                Some(Err(e)) => _ = first.get_or_insert(e),
-                Some(Ok(())) => {}
-                None => return first.map_or(Ok(()), Err),
-            }
-        }
+        let each = sealed.into_iter().map(Sealed::complete);
+        at_most(COMPLETES_AT_ONCE, each).await
     }
 
     /// Aborts every upload started; nothing of the set appears.
@@ -224,6 +213,29 @@ impl ObjectSet {
             let _ = handle.await;
         }
         let _ = self.options.uploads.abort(&self.keys).await;
+    }
+}
+
+/// Runs the futures of `each`, `n` at a time, each to its end; after the
+/// first error none more is started (a future never polled has done
+/// nothing). The first error is returned.
+async fn at_most<F>(n: usize, each: impl IntoIterator<Item = F>) -> Result<()>
+where
+    F: std::future::Future<Output = Result<()>>,
+{
+    let mut left = each.into_iter();
+    let mut running = FuturesUnordered::new();
+    let mut first = None;
+    loop {
+        while first.is_none() && running.len() < n.max(1) {
+            let Some(next) = left.next() else { break };
+            running.push(next);
+        }
+        match running.next().await {
+            Some(Err(e)) => _ = first.get_or_insert(e),
+            Some(Ok(())) => {}
+            None => return first.map_or(Ok(()), Err),
+        }
     }
 }
 
@@ -252,5 +264,57 @@ async fn check_shard_objects(
     match expected {
         Some(expected) => record::check_records(expected, &records),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::at_most;
+    use crate::{Error, ErrorKind};
+
+    /// Runs 5 completions 2 at a time, `failing` (if any) failing at
+    /// once, the others after a few turns: (result, started, most at once).
+    async fn run(failing: Option<usize>) -> (crate::Result<()>, usize, usize) {
+        let (started, running, most) = (
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+            AtomicUsize::new(0),
+        );
+        let each = (0..5).map(|k| {
+            let (started, running, most) = (&started, &running, &most);
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                if failing != Some(k) {
+                    for _ in 0..3 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                running.fetch_sub(1, Ordering::SeqCst);
+                match failing == Some(k) {
+                    true => Err(Error::new(ErrorKind::Usage(format!("upload {k}")))),
+                    false => Ok(()),
+                }
+            }
+        });
+        let result = at_most(2, each).await;
+        assert_eq!(running.load(Ordering::SeqCst), 0, "each ran to its end");
+        (result, started.into_inner(), most.into_inner())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn completions_run_two_at_a_time_and_none_starts_after_an_error() {
+        let (result, started, most) = run(None).await;
+        assert!(result.is_ok());
+        assert_eq!((started, most), (5, 2));
+        // The second fails while the first still runs: that one ends, and
+        // none of the three left starts.
+        let (result, started, most) = run(Some(1)).await;
+        let e = result.unwrap_err();
+        assert!(e.to_string().contains("upload 1"), "{e}");
+        assert_eq!((started, most), (2, 2));
     }
 }
