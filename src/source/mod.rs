@@ -255,6 +255,12 @@ pub trait Source: Send {
     /// byte length; the sink checks and names the tensor if it does not.
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>>;
 
+    /// Says that tensors `order` are read next, in this order: a source
+    /// whose reads are requests (an object's ranged GETs) sends for them
+    /// ahead, many adjacent ones by one request. A hint only: tensors may
+    /// still be opened in any order. Nothing by default.
+    fn will_read(&self, _order: &[usize]) {}
+
     /// Checks the input did not change length since it was opened: called
     /// after every tensor is written, before the output is committed. Its
     /// ranges were validated against the length at open; a file that grew

@@ -44,11 +44,11 @@ const PART_FLOOR: u64 = 1 << 20;
 const RECLAIM_EVERY: Duration = Duration::from_millis(5);
 
 /// The smallest budget: one upload part of the default size filling, and
-/// one read window (`source::object`'s 4 MiB), with room to spare.
+/// one read window (`source::object`'s 8 MiB).
 pub const MIN_BUDGET: u64 = 16 << 20;
 
 /// The part of the budget an upload's filling part never takes: room for
-/// the reads that fill it (four 4 MiB windows).
+/// the reads that fill it (two 8 MiB windows).
 pub const READ_RESERVE: u64 = 16 << 20;
 
 /// A holder of leases it can give back on demand (a cache).
@@ -67,6 +67,9 @@ pub struct Budget {
     peak: AtomicUsize,
     /// Caches asked to give back their leases while a lease waits.
     caches: Mutex<Vec<Weak<dyn Reclaim>>>,
+    /// Whether an upload part was ever leased: read-ahead then leaves the
+    /// parts' share free ([`Budget::try_lease_spare`]).
+    uploading: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Budget {
@@ -109,6 +112,7 @@ impl Budget {
             total,
             peak: AtomicUsize::new(0),
             caches: Mutex::default(),
+            uploading: Default::default(),
         })
     }
 
@@ -205,6 +209,7 @@ impl Budget {
             .saturating_sub(READ_RESERVE)
             .max(PART_FLOOR);
         let n = bytes.min(share).min(u64::from(u32::MAX)) as u32;
+        self.uploading.store(true, Ordering::Relaxed);
         let part_room = Arc::clone(&self.part_room);
         // The semaphore is never closed.
         let part = part_room.acquire_many_owned(n).await.expect("never closed");
@@ -212,6 +217,21 @@ impl Budget {
         lease._part = Some(part);
         lease.bytes = bytes;
         lease
+    }
+
+    /// `bytes` leased for what is optional (reading ahead) if they are free
+    /// now and, once an upload is under way, the parts' share not leased
+    /// yet stays free: reads ahead never make a part wait (a waiting part
+    /// takes windows back, which were then read again).
+    pub fn try_lease_spare(&self, bytes: u64) -> Option<Lease> {
+        if self.uploading.load(Ordering::Relaxed) {
+            let free = self.permits.available_permits() as u64;
+            let parts_free = self.part_room.available_permits() as u64;
+            if free < u64::from(self.clamp(bytes)) + parts_free {
+                return None;
+            }
+        }
+        self.try_lease(bytes)
     }
 
     /// `bytes` leased if they are free now.

@@ -545,6 +545,15 @@ impl Source for ObjectSource {
         Some(each.collect::<Vec<_>>().join(","))
     }
 
+    fn will_read(&self, order: &[usize]) {
+        // Those read from windows; a large tensor streams from its own GET.
+        let small =
+            |&(_, start, end): &(usize, u64, u64)| start < end && end - start <= SMALL_TENSOR;
+        let ranges = order.iter().filter_map(|&k| self.ranges.get(k).copied());
+        self.windows
+            .expect(&self.objects, ranges.filter(small).collect());
+    }
+
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
         let (id, start, end) = self.ranges[k];
         let object = &self.objects[id];

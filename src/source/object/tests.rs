@@ -27,6 +27,8 @@ pub(super) struct Counting {
     pub(super) most: AtomicUsize,
     pub(super) gets: AtomicUsize,
     pub(super) heads: AtomicUsize,
+    /// The length of each ranged GET, in the order sent.
+    pub(super) ranges: std::sync::Mutex<Vec<u64>>,
 }
 
 impl std::fmt::Display for Counting {
@@ -65,6 +67,9 @@ impl ObjectStore for Counting {
             &self.gets
         };
         counter.fetch_add(1, Ordering::SeqCst);
+        if let Some(object_store::GetRange::Bounded(r)) = &options.range {
+            self.ranges.lock().unwrap().push(r.end - r.start);
+        }
         let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(now, Ordering::SeqCst);
         // Waits a while (up to a quarter second, not a count of yields: on a busy
@@ -250,4 +255,144 @@ async fn windows_of_two_inputs_stay_within_their_shared_budget() {
     }
     assert!(budget.peak() <= budget.total());
     assert!(budget.peak() > WINDOW, "never read ahead");
+}
+
+/// A safetensors file of U8 tensors `names`, `len` bytes each, laid in
+/// this order, each filled with its number among them (plus `first`).
+fn many(names: &[String], len: usize, first: usize) -> Vec<u8> {
+    let entries: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let (a, b) = (i * len, (i + 1) * len);
+            format!(r#""{n}":{{"dtype":"U8","shape":[{len}],"data_offsets":[{a},{b}]}}"#)
+        })
+        .collect();
+    let mut header = format!("{{{}}}", entries.join(","));
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    for i in 0..names.len() {
+        bytes.extend(std::iter::repeat_n((first + i) as u8, len));
+    }
+    bytes
+}
+
+/// A checkpoint of `shards` objects of `per` tensors `t0`, `t1`, ... (in
+/// that order across the objects) of `len` bytes each, opened from its
+/// index with windows leased from `budget`.
+async fn many_tensors(
+    store: &Arc<Counting>,
+    shards: usize,
+    per: usize,
+    len: usize,
+    budget: Arc<Budget>,
+) -> super::ObjectSource {
+    let mut map = Vec::new();
+    for s in 0..shards {
+        let names: Vec<String> = (s * per..(s + 1) * per).map(|k| format!("t{k}")).collect();
+        let path = ObjectPath::from(format!("m/s{s}.safetensors"));
+        let file = many(&names, len, s * per);
+        store.inner.put(&path, file.into()).await.unwrap();
+        map.extend(names.iter().map(|n| format!(r#""{n}":"s{s}.safetensors""#)));
+    }
+    let total = shards * per * len;
+    let index = format!(
+        r#"{{"metadata":{{"total_size":{total}}},"weight_map":{{{}}}}}"#,
+        map.join(",")
+    );
+    let path = ObjectPath::from("m/model.safetensors.index.json");
+    store
+        .inner
+        .put(&path, index.into_bytes().into())
+        .await
+        .unwrap();
+    let index = object(store, "m/model.safetensors.index.json");
+    let mut src = super::ObjectSource::open_index(Pinned::head(index).await.unwrap())
+        .await
+        .unwrap();
+    src.windows = super::windows::Windows::new(budget);
+    src
+}
+
+/// Reads tensors `order` of `src` as the copy does, told the order first;
+/// checks each one's bytes, and after each the bytes leased.
+async fn read_in_order(src: &mut super::ObjectSource, order: &[usize], budget: &Budget) {
+    use crate::source::Source;
+    use tokio::io::AsyncReadExt;
+    src.will_read(order);
+    for &k in order {
+        let name = src.tensors()[k].name.clone();
+        let number: usize = name[1..].parse().unwrap();
+        let len = src.tensors()[k].byte_len().unwrap() as usize;
+        let mut data = src.open(k).await.unwrap();
+        let mut got = Vec::new();
+        data.reader.read_to_end(&mut got).await.unwrap();
+        assert!(got == vec![number as u8; len], "tensor {name}");
+        let leased = budget.in_use();
+        assert!(leased <= budget.total(), "{leased} bytes leased");
+    }
+}
+
+/// The tensors of `src`, in the order the output writes them: by name
+/// (`t0`, `t1`, `t10`, `t100`, ...), far from the objects' order.
+fn name_order(src: &super::ObjectSource) -> Vec<usize> {
+    use crate::source::Source;
+    let mut order: Vec<usize> = (0..src.tensors().len()).collect();
+    order.sort_by(|&a, &b| src.tensors()[a].name.cmp(&src.tensors()[b].name));
+    order
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_small_tensors_in_name_order_are_read_by_few_large_gets_several_at_once() {
+    use super::windows::{BATCH, WINDOW};
+    let store = Arc::new(Counting::default());
+    // 3 objects of 1,000 tensors of 8 KiB: 24 MiB, read in name order.
+    let (shards, per, len) = (3, 1000, 8 << 10);
+    let budget = Budget::new(1 << 30);
+    let mut src = many_tensors(&store, shards, per, len, budget.clone()).await;
+    let order = name_order(&src);
+    let gets = store.gets.load(Ordering::SeqCst);
+    let before = store.ranges.lock().unwrap().len();
+    read_in_order(&mut src, &order, &budget).await;
+    let ranges = store.ranges.lock().unwrap()[before..].to_vec();
+    let gets = store.gets.load(Ordering::SeqCst) - gets;
+    assert_eq!(gets, ranges.len());
+    // Each object's 8 MiB of tensors (and its header's few bytes): one or
+    // two GETs of whole windows, not 3,000 of 8 KiB (one per tensor).
+    let total = (shards * per * len) as u64;
+    assert!(gets <= 2 * shards, "{gets} GETs: {ranges:?}");
+    assert!(ranges.iter().all(|&r| r <= WINDOW), "{ranges:?}");
+    assert!(
+        ranges.iter().sum::<u64>() <= total + total / 8,
+        "{ranges:?}"
+    );
+    // Several in flight: a batch's spans at once.
+    let most = store.most.load(Ordering::SeqCst);
+    assert!(most > 1, "one GET at a time");
+    assert!(
+        budget.peak() <= 2 * BATCH + WINDOW,
+        "{} leased",
+        budget.peak()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expected_reads_stay_within_a_small_budget() {
+    use crate::store::MIN_BUDGET;
+    let store = Arc::new(Counting::default());
+    // 4 objects of 6 MiB, read in name order through the smallest budget.
+    let (shards, per, len) = (4, 768, 8 << 10);
+    let budget = Budget::new(MIN_BUDGET);
+    let mut src = many_tensors(&store, shards, per, len, budget.clone()).await;
+    let order = name_order(&src);
+    let before = store.ranges.lock().unwrap().len();
+    read_in_order(&mut src, &order, &budget).await;
+    assert!(budget.peak() <= budget.total(), "{} leased", budget.peak());
+    // Windows dropped for room may be asked again: still a few GETs per
+    // object, not one per tensor (3,072).
+    let gets = store.ranges.lock().unwrap().len() - before;
+    assert!(gets <= 8 * shards, "{gets} GETs");
 }

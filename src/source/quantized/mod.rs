@@ -64,6 +64,8 @@ pub(crate) const ROW_MAX: u64 = 2 * PIECE_ELEMENTS;
 /// One tensor of an input, where its bytes are.
 #[derive(Debug, Clone)]
 pub(crate) struct TensorAt {
+    /// Its input and its index there.
+    pub at: (usize, usize),
     /// Its name in the input.
     pub name: String,
     /// Its dtype.
@@ -151,6 +153,56 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The tensors it is read from.
+    pub(crate) fn parts(&self) -> Vec<&TensorAt> {
+        match self {
+            Kind::Fp8 { weight, scale, .. } | Kind::CtMxfp4 { weight, scale } => {
+                vec![weight, scale]
+            }
+            Kind::Nvfp4 {
+                weight,
+                scale,
+                global,
+                ..
+            } => vec![weight, scale, global],
+            Kind::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                g_idx,
+                ..
+            } => [qweight, qzeros, scales].into_iter().chain(g_idx).collect(),
+            Kind::Awq {
+                qweight,
+                qzeros,
+                scales,
+                ..
+            } => vec![qweight, qzeros, scales],
+            Kind::Int8 { weight, scb } => vec![weight, scb],
+            Kind::FourBit {
+                weight,
+                absmax,
+                nested,
+                ..
+            } => {
+                let nested = nested.iter().flat_map(|(a, b)| [a, b]);
+                [weight, absmax].into_iter().chain(nested).collect()
+            }
+            Kind::CtInt {
+                codes,
+                scale,
+                zeros,
+                g_idx,
+                ..
+            } => [codes, scale]
+                .into_iter()
+                .chain(zeros)
+                .chain(g_idx)
+                .collect(),
+            Kind::Mxfp4 { blocks, scales, .. } => vec![blocks, scales],
+        }
+    }
+
     /// The scheme's name, for `inspect` and notices.
     pub(crate) fn scheme(&self) -> &'static str {
         match self {
@@ -247,6 +299,8 @@ enum Entry {
 /// An input whose quantized weights are listed and read dequantized.
 pub struct QuantizedSource<'a> {
     inner: Box<dyn Source + 'a>,
+    /// The inner source's number among the inputs.
+    s: usize,
     tensors: Vec<TensorMeta>,
     entries: Vec<Entry>,
     to: Dtype,
@@ -275,6 +329,7 @@ impl<'a> QuantizedSource<'a> {
         }
         QuantizedSource {
             inner,
+            s,
             tensors,
             entries,
             to,
@@ -313,6 +368,21 @@ impl Source for QuantizedSource<'_> {
 
     fn check_unchanged(&self) -> Result<()> {
         self.inner.check_unchanged()
+    }
+
+    fn will_read(&self, order: &[usize]) {
+        // A dequantized weight reads its tensors of this input.
+        let mut inner = Vec::with_capacity(order.len());
+        for &k in order {
+            match &self.entries[k] {
+                Entry::Pass(i) => inner.push(*i),
+                Entry::Dequant(w) => {
+                    let mine = w.kind.parts().into_iter().filter(|p| p.at.0 == self.s);
+                    inner.extend(mine.map(|p| p.at.1));
+                }
+            }
+        }
+        self.inner.will_read(&inner);
     }
 
     fn open_ahead(&self, k: usize) -> Option<Result<TensorData<'static>>> {

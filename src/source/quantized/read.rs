@@ -501,9 +501,9 @@ struct GptqStrip {
 
 impl GptqStrip {
     fn read(
-        qweight: &Part,
-        qzeros: &Part,
-        scales: &Part,
+        qweight: &TensorAt,
+        qzeros: &TensorAt,
+        scales: &TensorAt,
         packing: dequant::gptq::Packing,
         s0: u64,
         s1: u64,

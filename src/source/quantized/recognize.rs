@@ -103,6 +103,7 @@ impl<'s> Names<'s> {
             return Err(refuse(e, source.input_name(), name));
         };
         let part = TensorAt {
+            at: (s, k),
             name: name.to_string(),
             dtype: t.dtype,
             shape: t.shape.clone(),
