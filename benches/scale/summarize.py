@@ -105,6 +105,16 @@ def tables(runs, meta):
         t.row("fan-out S3 -> S3, 1 worker", "fanout-1"),
         t.row("fan-out S3 -> S3, 2 workers", "fanout-2", t.ratio("fanout-2", "fanout-1"),
               "wall time over 1 worker's (target <= 0.6)"),
+        t.row("fan-out local -> local, 1 worker", "local-fanout-1"),
+        t.row("fan-out local -> local, 2 workers", "local-fanout-2",
+              t.ratio("local-fanout-2", "local-fanout-1"),
+              "wall time over 1 worker's (no server: target <= 0.6)"),
+        t.row("Dask driver, LocalCluster of 2, S3 -> S3", "dask", t.ratio("dask", "fanout-1"),
+              "wall time over the 1-worker fan-out's"),
+        t.row("Dask, one `convert --shard` SIGKILLed mid-shard", "dask-kill",
+              note="retried; output byte-equal"),
+        t.row("Dask, an input object replaced mid-run", "dask-replaced",
+              note="refused: driver failed, no index committed"),
     ]
     lines += [r for r in rows if r]
     parts = [("boto3-down", "boto3 download"), ("boto3-up", "boto3 upload"),

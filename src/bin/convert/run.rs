@@ -309,7 +309,9 @@ async fn job(
         return Ok(Outcome::Planned(planned.render()));
     }
     let started = std::time::Instant::now();
-    let plan = plan_sources(&sources, opts)?;
+    let mut plan = plan_sources(&sources, opts)?;
+    // A worker (`--shard K`) keeps only its shard's plan through the copy.
+    plan.keep_only(opts.part);
     super::return_freed_memory(tensors);
     let mut report = convert_planned(&mut sources, &plan, output, opts).await?;
     // The run's time, planning included.
