@@ -47,6 +47,10 @@ CONV=(--dequantize --max-shard-size "$SHARD")
 index=model.safetensors.index.json
 preset=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["synthetic"]["preset"])' "$IN/config.json")
 
+case " $ONLY " in *" dask"*)
+    "$PY" -c 'import dask.distributed' ||
+        { echo "ONLY has Dask runs: install dask[distributed] into PYTHON's venv" >&2; exit 2; } ;;
+esac
 mkdir -p "$W"
 rm -rf "$W/s3/root" "$W/ref" "$W/out" "$W/down"
 cleanup() {
@@ -244,6 +248,8 @@ for round in $(seq "$ROUNDS"); do
                 exit 1
             fi
             restore_input
+            grep -q "the plan changed" "$W/dask.log" ||
+                { echo "dask-replaced: the driver failed, but not on the replaced input" >&2; exit 1; }
             [ ! -e "$bucket/repl/$index" ] ||
                 { echo "dask-replaced: an index was committed" >&2; exit 1; }
             echo "dask-replaced: refused, no index committed" >&2

@@ -47,13 +47,14 @@ class Table:
         """The largest peak of any one process over the rounds, MiB."""
         return max(r[1] for r in self.runs[label]) / 1024
 
-    def row(self, name, label, ratio="", note=""):
+    def row(self, name, label, ratio="", note="", wrote=True):
+        """One table row; `wrote=False` for a run that must write nothing (no throughput)."""
         if not self.has(label):
             return None
         s = self.secs(label)
         spread = [r[0] for r in self.runs[label]]
         rng = f"{min(spread):.2f}-{max(spread):.2f}" if len(spread) > 1 else ""
-        mibs = f"{self.out_bytes / MIB / s:.1f} MiB/s" if s > 0 else ""
+        mibs = f"{self.out_bytes / MIB / s:.1f} MiB/s" if s > 0 and wrote else ""
         return (f"| {name} | {s:.2f} s | {rng} | {mibs} | {self.rss(label):.0f} MiB "
                 f"| {self.cpu(label, 2)} | {self.cpu(label, 3)} | {ratio} | {note} |")
 
@@ -114,7 +115,7 @@ def tables(runs, meta):
         t.row("Dask, one `convert --shard` SIGKILLed mid-shard", "dask-kill",
               note="retried; output byte-equal"),
         t.row("Dask, an input object replaced mid-run", "dask-replaced",
-              note="refused: driver failed, no index committed"),
+              note="refused: driver failed, no index committed", wrote=False),
     ]
     lines += [r for r in rows if r]
     parts = [("boto3-down", "boto3 download"), ("boto3-up", "boto3 upload"),
