@@ -20,6 +20,8 @@
 #   fanout-1    the Indexed Job's commands (dry run, --shard K, --index-only), S3 -> S3, 1 worker
 #   fanout-2    the same with 2 worker processes
 #   local-fanout-1, local-fanout-2  the same local -> local (no server to be the limit)
+#   stride-1, stride-2, local-stride-1, local-stride-2  the same with one process a worker
+#               (--shard K --shard-stride WORKERS: each plans once), S3 -> S3 and local
 #   dask        deploy/dask_fanout.py, a LocalCluster of 2 workers, S3 -> S3 (PYTHON needs dask)
 #   dask-kill   the same, one `convert --shard` SIGKILLed mid-shard: retried, output byte-equal
 #   dask-replaced  the same, one input object replaced mid-run: refused, no index committed
@@ -118,8 +120,14 @@ fanout() { # LABEL WORKERS INPUT OUTPUT
     plan=$(/usr/bin/time -v -o "$W/time.fan.plan" "$B" "${args[@]}" --dry-run --json)
     n=$(echo "$plan" | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["outputs"]))')
     id=$(echo "$plan" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["plan_id"])')
-    seq "$n" | xargs -P "$workers" -I {} /usr/bin/time -v -o "$W/time.fan.{}" \
-        "$B" "${args[@]}" --expect-plan "$id" --shard {} --quiet
+    case $label in
+    *stride*) # one process a worker, each planning once: --shard K --shard-stride WORKERS
+        seq "$workers" | xargs -P "$workers" -I {} /usr/bin/time -v -o "$W/time.fan.{}" \
+            "$B" "${args[@]}" --expect-plan "$id" --shard {} --shard-stride "$workers" --quiet ;;
+    *) # one process a shard, as the Indexed Job runs them
+        seq "$n" | xargs -P "$workers" -I {} /usr/bin/time -v -o "$W/time.fan.{}" \
+            "$B" "${args[@]}" --expect-plan "$id" --shard {} --quiet ;;
+    esac
     /usr/bin/time -v -o "$W/time.fan.index" "$B" "${args[@]}" --expect-plan "$id" --index-only --quiet
     read -r cpu rss <<<"$(cpu_rss "$W"/time.fan.*)"
     echo "$round $label $(echo "$(date +%s.%N) - $t0" | bc) $rss $cpu" \
@@ -235,9 +243,12 @@ for round in $(seq "$ROUNDS"); do
         fanout-1|fanout-2)
             fanout "$what" "${what#fanout-}" "s3://input/ds/$index" s3://output/fan/model.safetensors
             same "$bucket/fan" ;;
-        local-fanout-1|local-fanout-2)
-            fanout "$what" "${what#local-fanout-}" "$IN/$index" "$out/model.safetensors"
+        local-fanout-1|local-fanout-2|local-stride-1|local-stride-2)
+            fanout "$what" "${what##*-}" "$IN/$index" "$out/model.safetensors"
             same "$out" ;;
+        stride-1|stride-2)
+            fanout "$what" "${what#stride-}" "s3://input/ds/$index" s3://output/fan/model.safetensors
+            same "$bucket/fan" ;;
         dask) dask dask s3://output/dask/model.safetensors; same "$bucket/dask" ;;
         dask-kill)
             dask dask-kill s3://output/kill/model.safetensors kill

@@ -87,6 +87,15 @@ pub enum Part {
     /// Shard K only (1-based: the K of `-0000K-of-0000N`), no index.
     /// Running it twice writes the same bytes.
     Shard(usize),
+    /// Shards `first`, `first + step`, `first + 2 * step`, ... (1-based),
+    /// no index: worker `first` of `step` workers, in one process that
+    /// plans once for all its shards (`--shard K --shard-stride N`).
+    Stride {
+        /// The first shard written, 1-based.
+        first: usize,
+        /// Shards between two written, at least 1.
+        step: usize,
+    },
     /// No shard: check that every planned shard is there at its planned
     /// length, then write the index. A plan of one file has no index: the
     /// file is checked, and nothing is written, so a fan-out's last step is
@@ -99,10 +108,13 @@ impl Part {
     pub fn check(self, plan: &Plan) -> Result<()> {
         let count = plan.shards.len();
         match self {
-            Part::Shard(k) if !(1..=count).contains(&k) => {
+            Part::Shard(k) | Part::Stride { first: k, .. } if !(1..=count).contains(&k) => {
                 let s = if count == 1 { "" } else { "s" };
                 let msg = format!("--shard {k}: the plan has {count} shard{s} (numbered from 1)");
                 Err(ErrorKind::Usage(msg).into())
+            }
+            Part::Stride { step: 0, .. } => {
+                Err(ErrorKind::Usage("--shard-stride 0: the stride is at least 1".into()).into())
             }
             _ => Ok(()),
         }
@@ -113,6 +125,9 @@ impl Part {
         match self {
             Part::All => true,
             Part::Shard(k) => k == index + 1,
+            Part::Stride { first, step } => {
+                index + 1 >= first && step > 0 && (index + 1 - first) % step == 0
+            }
             Part::IndexOnly => false,
         }
     }
@@ -125,7 +140,7 @@ impl Part {
 
 impl Plan {
     /// Drops the shards a run writing `part` does not write: a fan-out
-    /// worker (`--shard K`) keeps shard K's entries, refs and header bytes,
+    /// worker (`--shard K`, or `--shard-stride`'s shards) keeps its shards' entries, refs and header bytes,
     /// and the others become empty shells, so it holds one shard's plan
     /// through the copy, not all of them (at 92k tensors in 7 shards the
     /// plan held 10 MB of entries and 5.5 MB of header bytes). Their count
@@ -153,7 +168,7 @@ impl Plan {
     /// # Ok::<(), safetensors_stream::Error>(())
     /// ```
     pub fn keep_only(&mut self, part: Part) {
-        if !matches!(part, Part::Shard(_)) {
+        if !matches!(part, Part::Shard(_) | Part::Stride { .. }) {
             return;
         }
         for (index, shard) in self.shards.iter_mut().enumerate() {
@@ -198,5 +213,12 @@ mod tests {
         assert!(Part::Shard(2).writes_shard(1));
         assert!(!Part::Shard(2).writes_shard(0) && !Part::Shard(2).writes_index());
         assert!(!Part::IndexOnly.writes_shard(0) && Part::IndexOnly.writes_index());
+        let second_of_three = Part::Stride { first: 2, step: 3 };
+        let written: Vec<usize> = (0..9)
+            .filter(|&i| second_of_three.writes_shard(i))
+            .collect();
+        assert_eq!(written, [1, 4, 7]);
+        assert!(!second_of_three.writes_index());
+        assert!(!Part::Stride { first: 2, step: 0 }.writes_shard(1));
     }
 }

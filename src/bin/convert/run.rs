@@ -94,8 +94,15 @@ fn options(
     options.progress = progress;
     options.checksum = args.checksum.is_some();
     options.overwrite_input = args.overwrite_input;
+    let index = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     options.part = match (args.shard, args.index_only) {
-        (Some(k), _) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
+        (Some(k), _) => match args.shard_stride {
+            Some(n) => Part::Stride {
+                first: index(k),
+                step: index(n),
+            },
+            None => Part::Shard(index(k)),
+        },
         (None, true) => Part::IndexOnly,
         (None, false) => Part::All,
     };
