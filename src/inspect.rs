@@ -406,6 +406,105 @@ fn cast_of<'a, L: Listed>(
     Some((from, dtype.as_str()))
 }
 
+/// A plan's output files as JSON, serialized as they are written out
+/// (`--dry-run --json`'s `outputs`): each file's fields, its tensors in
+/// order with offsets, sources and casts. The same text [`plan_to_json`]'s
+/// `outputs` makes (keys in the same, sorted order), without building its
+/// tree: at 92k tensors that tree took a fan-out driver's dry run from
+/// 114 MiB to 229.
+pub struct PlanFilesJson<'a, L> {
+    /// The plan.
+    pub plan: &'a crate::plan::Plan,
+    /// Each shard's output path.
+    pub paths: &'a [String],
+    /// The sources it was made from.
+    pub sources: &'a [L],
+}
+
+impl<L: Listed> serde::Serialize for PlanFilesJson<'_, L> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = ser.serialize_seq(Some(self.plan.shards.len().min(self.paths.len())))?;
+        for (shard, path) in self.plan.shards.iter().zip(self.paths) {
+            let h = shard.header.header();
+            seq.serialize_element(&FileJson {
+                data_bytes: h.data_len(),
+                file_len: h.file_len(),
+                header_len: h.header_len,
+                metadata: &h.metadata,
+                path,
+                tensors: TensorsJson {
+                    shard,
+                    sources: self.sources,
+                },
+            })?;
+        }
+        seq.end()
+    }
+}
+
+/// One output file; fields in the sorted order `json!` gives them.
+#[derive(serde::Serialize)]
+#[serde(bound = "")]
+struct FileJson<'a, L: Listed> {
+    data_bytes: u64,
+    file_len: u64,
+    header_len: u64,
+    metadata: &'a Option<crate::header::Metadata>,
+    path: &'a str,
+    tensors: TensorsJson<'a, L>,
+}
+
+struct TensorsJson<'a, L> {
+    shard: &'a crate::plan::ShardPlan,
+    sources: &'a [L],
+}
+
+impl<L: Listed> serde::Serialize for TensorsJson<'_, L> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let h = self.shard.header.header();
+        let mut seq = ser.serialize_seq(Some(h.tensors.len()))?;
+        for (t, r) in h.tensors.iter().zip(&self.shard.refs) {
+            let src = &self.sources[r.source()];
+            seq.serialize_element(&TensorJson {
+                cast: cast_of(r, t.meta.dtype, src).map(|(from, to)| CastJson { from, to }),
+                data_offsets: [t.begin, t.end],
+                dtype: t.meta.dtype.as_str(),
+                name: &t.meta.name,
+                shape: &t.meta.shape,
+                source: SourceJson {
+                    input: src.input(),
+                    name: &src.tensors()[r.index()].name,
+                },
+            })?;
+        }
+        seq.end()
+    }
+}
+
+#[derive(serde::Serialize)]
+struct TensorJson<'a> {
+    cast: Option<CastJson<'a>>,
+    data_offsets: [u64; 2],
+    dtype: &'a str,
+    name: &'a str,
+    shape: &'a [u64],
+    source: SourceJson<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct CastJson<'a> {
+    from: &'a str,
+    to: &'a str,
+}
+
+#[derive(serde::Serialize)]
+struct SourceJson<'a> {
+    input: &'a str,
+    name: &'a str,
+}
+
 /// A plan as JSON, for `--dry-run --json`: every output file with its
 /// tensors in order, offsets, sources and casts.
 pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sources: &[L]) -> Value {

@@ -9,7 +9,7 @@
 #      - S3 -> S3, one process, one 8 MB output object in 5 MiB parts (a multipart upload);
 #      - S3 -> S3 fanned out as the Indexed Job runs it: a dry run for the plan id, then
 #        2 worker processes taking the shards (--shard K --expect-plan ID), then --index-only
-#        (the commit point);
+#        (the commit point); and again with one process a worker (--shard-stride 2);
 #   3. local -> local fanned out the same way.
 # The server is stopped and every file removed on exit.
 #
@@ -42,7 +42,12 @@ fanout() {
     n=$(echo "$plan" | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["outputs"]))')
     id=$(echo "$plan" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["plan_id"])')
     [ "$n" -gt 2 ] || { echo "expected several output shards, the plan has $n" >&2; exit 1; }
-    seq "$n" | xargs -P 2 -I {} "$B" "$@" "${CONV[@]}" --expect-plan "$id" --shard {} --quiet
+    case ${STRIDE:-} in
+    "") seq "$n" | xargs -P 2 -I {} "$B" "$@" "${CONV[@]}" --expect-plan "$id" --shard {} --quiet ;;
+    *) # one process a worker: --shard K --shard-stride 2
+        seq 2 | xargs -P 2 -I {} "$B" "$@" "${CONV[@]}" --expect-plan "$id" --shard {} \
+            --shard-stride 2 --quiet ;;
+    esac
     "$B" "$@" "${CONV[@]}" --expect-plan "$id" --index-only --quiet
 }
 started=$SECONDS
@@ -74,6 +79,8 @@ grep -q '"e_tag":"[0-9a-f]*-2"' \
     { echo "the 8 MB object was not uploaded in 2 parts" >&2; exit 1; }
 fanout "s3://input/ds/$index" -o s3://output/ds/model.safetensors
 check "s3 -> s3, 2 workers" "$D/ref" "$D/s3/root/output/ds"
+STRIDE=1 fanout "s3://input/ds/$index" -o s3://output/stride/model.safetensors
+check "s3 -> s3, 2 strided workers (--shard-stride 2)" "$D/ref" "$D/s3/root/output/stride"
 echo "s3 runs: $((SECONDS - t)) s"
 
 # 3. The same fan-out, local -> local.

@@ -19,6 +19,12 @@
 #   awscli      `aws s3 cp --recursive`, the same two transfers
 #   fanout-1    the Indexed Job's commands (dry run, --shard K, --index-only), S3 -> S3, 1 worker
 #   fanout-2    the same with 2 worker processes
+#   local-fanout-1, local-fanout-2  the same local -> local (no server to be the limit)
+#   stride-1, stride-2, local-stride-1, local-stride-2  the same with one process a worker
+#               (--shard K --shard-stride WORKERS: each plans once), S3 -> S3 and local
+#   dask        deploy/dask_fanout.py, a LocalCluster of 2 workers, S3 -> S3 (PYTHON needs dask)
+#   dask-kill   the same, one `convert --shard` SIGKILLed mid-shard: retried, output byte-equal
+#   dask-replaced  the same, one input object replaced mid-run: refused, no index committed
 # The input is uploaded once through the S3 API (s3_server.sh put): s3s-fs then keeps its
 # ETags, as a real store does, and every client reads the same objects.
 #
@@ -37,12 +43,16 @@ PY=${PYTHON:-python3}
 AWS=${AWS:-$(dirname "$PY")/aws}
 ROUNDS=${ROUNDS:-3}
 SHARD=${SHARD:-500MB}
-ONLY=${ONLY:-cp local cp-sync local-sync plan-local plan-s3 s3 s3-in s3-out boto3 awscli fanout-1 fanout-2}
+ONLY=${ONLY:-cp local cp-sync local-sync plan-local plan-s3 s3 s3-in s3-out boto3 awscli fanout-1 fanout-2 local-fanout-1 local-fanout-2 dask dask-kill dask-replaced}
 README=${README:-$here/README.md}
 CONV=(--dequantize --max-shard-size "$SHARD")
 index=model.safetensors.index.json
 preset=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["synthetic"]["preset"])' "$IN/config.json")
 
+case " $ONLY " in *" dask"*)
+    "$PY" -c 'import dask.distributed' ||
+        { echo "ONLY has Dask runs: install dask[distributed] into PYTHON's venv" >&2; exit 2; } ;;
+esac
 mkdir -p "$W"
 rm -rf "$W/s3/root" "$W/ref" "$W/out" "$W/down"
 cleanup() {
@@ -102,21 +112,80 @@ combined() {
 # A fan-out of WORKERS processes, S3 -> S3, as the Indexed Job runs it: the wall time of the
 # whole (plan, shards, index), the largest peak RSS of any one of its processes, their CPU
 # seconds summed.
-fanout() {
-    local workers=$1 plan n id t0 c0 args cpu rss
-    args=("s3://input/ds/$index" -o s3://output/fan/model.safetensors "${CONV[@]}")
+fanout() { # LABEL WORKERS INPUT OUTPUT
+    local label=$1 workers=$2 plan n id t0 c0 args cpu rss
+    args=("$3" -o "$4" "${CONV[@]}")
     t0=$(date +%s.%N)
     c0=$(server_cpu)
     plan=$(/usr/bin/time -v -o "$W/time.fan.plan" "$B" "${args[@]}" --dry-run --json)
     n=$(echo "$plan" | "$PY" -c 'import json,sys; print(len(json.load(sys.stdin)["outputs"]))')
     id=$(echo "$plan" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["plan_id"])')
-    seq "$n" | xargs -P "$workers" -I {} /usr/bin/time -v -o "$W/time.fan.{}" \
-        "$B" "${args[@]}" --expect-plan "$id" --shard {} --quiet
+    case $label in
+    *stride*) # one process a worker, each planning once: --shard K --shard-stride WORKERS
+        seq "$workers" | xargs -P "$workers" -I {} /usr/bin/time -v -o "$W/time.fan.{}" \
+            "$B" "${args[@]}" --expect-plan "$id" --shard {} --shard-stride "$workers" --quiet ;;
+    *) # one process a shard, as the Indexed Job runs them
+        seq "$n" | xargs -P "$workers" -I {} /usr/bin/time -v -o "$W/time.fan.{}" \
+            "$B" "${args[@]}" --expect-plan "$id" --shard {} --quiet ;;
+    esac
     /usr/bin/time -v -o "$W/time.fan.index" "$B" "${args[@]}" --expect-plan "$id" --index-only --quiet
     read -r cpu rss <<<"$(cpu_rss "$W"/time.fan.*)"
-    echo "$round fanout-$workers $(echo "$(date +%s.%N) - $t0" | bc) $rss $cpu" \
+    echo "$round $label $(echo "$(date +%s.%N) - $t0" | bc) $rss $cpu" \
         "$(echo "$(server_cpu) - $c0" | bc)" | tee -a "$W/raw.tsv"
     rm -f "$W"/time.fan.*
+}
+# The Dask driver (deploy/dask_fanout.py, a LocalCluster of 2 worker processes), S3 -> S3:
+# LABEL DEST [DISRUPT]. Wall time of the whole (the cluster's start included); peak RSS: the
+# largest convert process (sampled from /proc every 0.2 s: they run under Dask's workers).
+# DISRUPT, run beside it 3 s after the first shard's process started: `kill` SIGKILLs one
+# `convert --shard` process (Dask retries its task, the retry writes the same bytes);
+# `replace` puts other bytes under one input object (the shards that read it and the
+# index refuse: the driver must fail and commit nothing).
+dask() {
+    local label=$1 dest=$2 disrupt=${3:-} t0 pid rc=0 peak=0 r p victim= seen=
+    t0=$(date +%s.%N)
+    "$PY" "$here/../../deploy/dask_fanout.py" --workers 2 --convert "$B" -- \
+        "s3://input/ds/$index" -o "$dest" "${CONV[@]}" 2>"$W/dask.log" &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        victim=
+        for p in $(pgrep -f -- "$B .*--shard" || true); do
+            r=$(awk '/VmHWM/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)
+            [ "${r:-0}" -gt "$peak" ] && peak=$r
+            victim=$p
+        done
+        [ -n "${victim:-}" ] && [ -z "${seen:-}" ] && seen=$SECONDS
+        if [ -n "$disrupt" ] && [ -n "${seen:-}" ] && [ $((SECONDS - seen)) -ge 3 ]; then
+            case $disrupt in
+            kill) [ -z "$victim" ] || { kill -KILL "$victim" && disrupt= &&
+                echo "killed convert $victim mid-shard" >&2; } ;;
+            replace) replace_input; disrupt= ;;
+            esac
+        fi
+        sleep 0.2
+    done
+    wait "$pid" || rc=$?
+    echo "$round $label $(echo "$(date +%s.%N) - $t0" | bc) $peak" | tee -a "$W/raw.tsv"
+    tail -3 "$W/dask.log" >&2
+    return "$rc"
+}
+# Another version of the input's last shard under its key (one data byte changed: a valid
+# file, another ETag), then, once the run is over, the original put back (restore_input).
+last_shard=$(cd "$IN" && ls model-*.safetensors | tail -1)
+replace_input() {
+    cp "$IN/$last_shard" "$W/replaced.safetensors"
+    local size
+    size=$(stat -c %s "$W/replaced.safetensors")
+    printf '\x01' | dd of="$W/replaced.safetensors" bs=1 seek=$((size - 1)) conv=notrunc status=none
+    mkdir -p "$W/replaced" && mv "$W/replaced.safetensors" "$W/replaced/$last_shard"
+    "$here/s3_server.sh" put "$W/replaced" s3://input/ds
+    rm -rf "$W/replaced"
+    echo "replaced s3://input/ds/$last_shard mid-run" >&2
+}
+restore_input() {
+    mkdir -p "$W/restore" && cp "$IN/$last_shard" "$W/restore/"
+    "$here/s3_server.sh" put "$W/restore" s3://input/ds
+    rm -rf "$W/restore"
 }
 same() { # DIR: byte-equal to the reference, file for file
     diff -r -q "$W/ref" "$1" || { echo "$1 differs from the reference" >&2; exit 1; }
@@ -171,7 +240,31 @@ for round in $(seq "$ROUNDS"); do
             timed aws-up "$AWS" s3 cp --recursive --quiet "$W/ref" s3://output/aws
             combined awscli aws-down aws-up
             same "$bucket/aws" ;;
-        fanout-1|fanout-2) fanout "${what#fanout-}"; same "$bucket/fan" ;;
+        fanout-1|fanout-2)
+            fanout "$what" "${what#fanout-}" "s3://input/ds/$index" s3://output/fan/model.safetensors
+            same "$bucket/fan" ;;
+        local-fanout-1|local-fanout-2|local-stride-1|local-stride-2)
+            fanout "$what" "${what##*-}" "$IN/$index" "$out/model.safetensors"
+            same "$out" ;;
+        stride-1|stride-2)
+            fanout "$what" "${what#stride-}" "s3://input/ds/$index" s3://output/fan/model.safetensors
+            same "$bucket/fan" ;;
+        dask) dask dask s3://output/dask/model.safetensors; same "$bucket/dask" ;;
+        dask-kill)
+            dask dask-kill s3://output/kill/model.safetensors kill
+            same "$bucket/kill" ;;
+        dask-replaced)
+            if dask dask-replaced s3://output/repl/model.safetensors replace; then
+                echo "dask-replaced: the driver committed a set although an input was replaced" >&2
+                exit 1
+            fi
+            restore_input
+            grep -q "the plan changed" "$W/dask.log" ||
+                { echo "dask-replaced: the driver failed, but not on the replaced input" >&2; exit 1; }
+            [ ! -e "$bucket/repl/$index" ] ||
+                { echo "dask-replaced: an index was committed" >&2; exit 1; }
+            echo "dask-replaced: refused, no index committed" >&2
+            rm -rf "$bucket/repl" ;;
         *) echo "unknown configuration $what" >&2; exit 2 ;;
         esac
     done

@@ -47,13 +47,14 @@ class Table:
         """The largest peak of any one process over the rounds, MiB."""
         return max(r[1] for r in self.runs[label]) / 1024
 
-    def row(self, name, label, ratio="", note=""):
+    def row(self, name, label, ratio="", note="", wrote=True):
+        """One table row; `wrote=False` for a run that must write nothing (no throughput)."""
         if not self.has(label):
             return None
         s = self.secs(label)
         spread = [r[0] for r in self.runs[label]]
         rng = f"{min(spread):.2f}-{max(spread):.2f}" if len(spread) > 1 else ""
-        mibs = f"{self.out_bytes / MIB / s:.1f} MiB/s" if s > 0 else ""
+        mibs = f"{self.out_bytes / MIB / s:.1f} MiB/s" if s > 0 and wrote else ""
         return (f"| {name} | {s:.2f} s | {rng} | {mibs} | {self.rss(label):.0f} MiB "
                 f"| {self.cpu(label, 2)} | {self.cpu(label, 3)} | {ratio} | {note} |")
 
@@ -105,6 +106,22 @@ def tables(runs, meta):
         t.row("fan-out S3 -> S3, 1 worker", "fanout-1"),
         t.row("fan-out S3 -> S3, 2 workers", "fanout-2", t.ratio("fanout-2", "fanout-1"),
               "wall time over 1 worker's (target <= 0.6)"),
+        t.row("fan-out local -> local, 1 worker", "local-fanout-1"),
+        t.row("fan-out local -> local, 2 workers", "local-fanout-2",
+              t.ratio("local-fanout-2", "local-fanout-1"),
+              "wall time over 1 worker's (no server: target <= 0.6)"),
+        t.row("fan-out S3 -> S3, 1 process (`--shard-stride`)", "stride-1"),
+        t.row("fan-out S3 -> S3, 2 processes (`--shard-stride 2`)", "stride-2",
+              t.ratio("stride-2", "stride-1"), "wall time over 1 process's (target <= 0.6)"),
+        t.row("fan-out local, 1 process (`--shard-stride`)", "local-stride-1"),
+        t.row("fan-out local, 2 processes (`--shard-stride 2`)", "local-stride-2",
+              t.ratio("local-stride-2", "local-stride-1"), "wall time over 1 process's"),
+        t.row("Dask driver, LocalCluster of 2, S3 -> S3", "dask", t.ratio("dask", "fanout-1"),
+              "wall time over the 1-worker fan-out's"),
+        t.row("Dask, one `convert --shard` SIGKILLed mid-shard", "dask-kill",
+              note="retried; output byte-equal"),
+        t.row("Dask, an input object replaced mid-run", "dask-replaced",
+              note="refused: driver failed, no index committed", wrote=False),
     ]
     lines += [r for r in rows if r]
     parts = [("boto3-down", "boto3 download"), ("boto3-up", "boto3 upload"),

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::report::{cast_notes, plan_warnings};
 use super::{plan_sources, ConvertOptions, Output};
 use crate::error::note::fresh_notes;
-use crate::inspect::{plan_to_json, render_plan};
+use crate::inspect::{render_plan, PlanFilesJson};
 use crate::plan::{plan_id, Plan};
 use crate::source::{Listed, Source};
 use crate::{Note, Result, Warning};
@@ -75,6 +75,22 @@ pub fn dry_run<'a>(
     })
 }
 
+/// `--dry-run --json`'s line; fields in sorted order.
+#[derive(Serialize)]
+#[serde(bound = "")]
+struct DryRunJson<'a, L: Listed> {
+    // As `Value`s: their keys sorted, as the line always had them.
+    casts: serde_json::Value,
+    data_bytes: u64,
+    file_bytes: u64,
+    ok: bool,
+    outputs: PlanFilesJson<'a, L>,
+    plan_id: String,
+    renames: serde_json::Value,
+    tensors: usize,
+    warnings: Vec<String>,
+}
+
 /// A tensor whose output name is not its input name.
 #[derive(Serialize)]
 struct Rename<'a> {
@@ -109,15 +125,26 @@ impl DryRun<'_> {
     /// `warnings` the warnings followed by the `notes` told while opening
     /// and planning, as text, but for a warning listed already.
     pub fn to_json(&self, notes: &[Note]) -> String {
-        let mut v = plan_to_json(&self.plan, &self.outputs, self.sources);
-        v["plan_id"] = json!(self.plan_id());
-        v["casts"] = json!(cast_notes(&self.plan));
-        v["renames"] = json!(self.renames());
         let warnings = self.warnings.iter().map(Warning::to_string);
         let fresh = fresh_notes(notes, &self.warnings);
-        v["warnings"] = json!(warnings.chain(fresh).collect::<Vec<_>>());
-        v["ok"] = json!(true);
-        v.to_string()
+        // Serialized as written, not as a `Value` tree (which held ~2 KB a
+        // tensor); the keys in the sorted order such a tree gives them.
+        let line = DryRunJson {
+            casts: json!(cast_notes(&self.plan)),
+            data_bytes: self.plan.data_len(),
+            file_bytes: self.plan.file_len(),
+            ok: true,
+            outputs: PlanFilesJson {
+                plan: &self.plan,
+                paths: &self.outputs,
+                sources: self.sources,
+            },
+            plan_id: self.plan_id(),
+            renames: json!(self.renames()),
+            tensors: self.plan.tensor_count(),
+            warnings: warnings.chain(fresh).collect(),
+        };
+        serde_json::to_string(&line).expect("a plan serializes to JSON")
     }
 
     /// The plan for people: every output file with its tensors, then one

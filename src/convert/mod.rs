@@ -137,7 +137,8 @@ pub async fn convert_sources(
     options: &ConvertOptions,
 ) -> Result<Report> {
     let started = std::time::Instant::now();
-    let plan = plan_sources(sources, options)?;
+    let mut plan = plan_sources(sources, options)?;
+    plan.keep_only(options.part);
     write_planned(sources, &plan, output, options, started).await
 }
 

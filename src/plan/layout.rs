@@ -9,8 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::header::encode::encode_entries;
 use crate::index::{IndexMetadata, ShardIndex, INDEX_SUFFIX};
-use crate::plan::Plan;
+use crate::plan::{Plan, ShardPlan};
 use crate::{Error, ErrorKind, Result};
 
 /// Whether the output names a folder to write into: its name ends in `/`.
@@ -86,6 +87,15 @@ pub enum Part {
     /// Shard K only (1-based: the K of `-0000K-of-0000N`), no index.
     /// Running it twice writes the same bytes.
     Shard(usize),
+    /// Shards `first`, `first + step`, `first + 2 * step`, ... (1-based),
+    /// no index: worker `first` of `step` workers, in one process that
+    /// plans once for all its shards (`--shard K --shard-stride N`).
+    Stride {
+        /// The first shard written, 1-based.
+        first: usize,
+        /// Shards between two written, at least 1.
+        step: usize,
+    },
     /// No shard: check that every planned shard is there at its planned
     /// length, then write the index. A plan of one file has no index: the
     /// file is checked, and nothing is written, so a fan-out's last step is
@@ -98,10 +108,13 @@ impl Part {
     pub fn check(self, plan: &Plan) -> Result<()> {
         let count = plan.shards.len();
         match self {
-            Part::Shard(k) if !(1..=count).contains(&k) => {
+            Part::Shard(k) | Part::Stride { first: k, .. } if !(1..=count).contains(&k) => {
                 let s = if count == 1 { "" } else { "s" };
                 let msg = format!("--shard {k}: the plan has {count} shard{s} (numbered from 1)");
                 Err(ErrorKind::Usage(msg).into())
+            }
+            Part::Stride { step: 0, .. } => {
+                Err(ErrorKind::Usage("--shard-stride 0: the stride is at least 1".into()).into())
             }
             _ => Ok(()),
         }
@@ -112,6 +125,9 @@ impl Part {
         match self {
             Part::All => true,
             Part::Shard(k) => k == index + 1,
+            Part::Stride { first, step } => {
+                index + 1 >= first && step > 0 && (index + 1 - first) % step == 0
+            }
             Part::IndexOnly => false,
         }
     }
@@ -119,6 +135,58 @@ impl Part {
     /// Whether this run writes the index (when the plan has one).
     pub fn writes_index(self) -> bool {
         matches!(self, Part::All | Part::IndexOnly)
+    }
+}
+
+impl Plan {
+    /// Drops the shards a run writing `part` does not write: a fan-out
+    /// worker (`--shard K`, or `--shard-stride`'s shards) keeps its shards' entries, refs and header bytes,
+    /// and the others become empty shells, so it holds one shard's plan
+    /// through the copy, not all of them (at 92k tensors in 7 shards the
+    /// plan held 10 MB of entries and 5.5 MB of header bytes). Their count
+    /// stays, which is all a worker needs of them: the `-of-0000N` in every
+    /// name. Call it after the plan id is checked (it is made from every
+    /// shard's header); [`Plan::tensor_count`] and [`Plan::data_len`] then
+    /// count what this run writes. [`Part::All`] and [`Part::IndexOnly`]
+    /// (which checks every shard's length) keep everything.
+    ///
+    /// ```
+    /// use safetensors_stream::{Dtype, header::TensorMeta, source::Listing};
+    /// use safetensors_stream::plan::{plan, PlanOptions};
+    /// use safetensors_stream::convert::Part;
+    ///
+    /// let input = Listing {
+    ///     input: "a.safetensors".into(),
+    ///     tensors: (0..4).map(|i| TensorMeta::new(format!("t{i}"), Dtype::U8, [8])).collect(),
+    ///     metadata: None,
+    /// };
+    /// let mut p = plan(&[input], &PlanOptions::default().max_shard_size(Some(16)))?;
+    /// assert_eq!((p.shards.len(), p.tensor_count()), (2, 4));
+    /// p.keep_only(Part::Shard(2));
+    /// assert_eq!((p.shards.len(), p.tensor_count()), (2, 2));
+    /// assert!(p.shards[0].refs.is_empty() && p.shards[1].refs.len() == 2);
+    /// # Ok::<(), safetensors_stream::Error>(())
+    /// ```
+    pub fn keep_only(&mut self, part: Part) {
+        if !matches!(part, Part::Shard(_) | Part::Stride { .. }) {
+            return;
+        }
+        for (index, shard) in self.shards.iter_mut().enumerate() {
+            if !part.writes_shard(index) {
+                *shard = ShardPlan::shell();
+            }
+        }
+    }
+}
+
+impl ShardPlan {
+    /// A shard this run does not write: no tensor, no metadata.
+    fn shell() -> ShardPlan {
+        let header = encode_entries(Vec::new(), None).expect("an empty header encodes");
+        ShardPlan {
+            header,
+            refs: Vec::new(),
+        }
     }
 }
 
@@ -145,5 +213,12 @@ mod tests {
         assert!(Part::Shard(2).writes_shard(1));
         assert!(!Part::Shard(2).writes_shard(0) && !Part::Shard(2).writes_index());
         assert!(!Part::IndexOnly.writes_shard(0) && Part::IndexOnly.writes_index());
+        let second_of_three = Part::Stride { first: 2, step: 3 };
+        let written: Vec<usize> = (0..9)
+            .filter(|&i| second_of_three.writes_shard(i))
+            .collect();
+        assert_eq!(written, [1, 4, 7]);
+        assert!(!second_of_three.writes_index());
+        assert!(!Part::Stride { first: 2, step: 0 }.writes_shard(1));
     }
 }

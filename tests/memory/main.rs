@@ -20,6 +20,7 @@ mod header;
 mod hostile;
 mod limits;
 mod numpy;
+mod plan;
 mod quantized;
 
 #[global_allocator]

@@ -122,6 +122,10 @@ pub struct ConvertArgs {
     /// makes, byte-identical to it, and no index: one worker of a fan-out.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Many machines")]
     pub shard: Option<u64>,
+    /// With --shard K: write shards K, K+N, K+2N, ... in this one process, which plans
+    /// once for all of them: worker K of N when a fan-out has fewer workers than shards.
+    #[arg(long, value_name = "N", requires = "shard", value_parser = clap::value_parser!(u64).range(1..), help_heading = "Many machines")]
+    pub shard_stride: Option<u64>,
     /// Write only the index, after checking that every planned shard is there at its
     /// planned length: the commit point of a fan-out.
     #[arg(long, conflicts_with = "shard", help_heading = "Many machines")]

@@ -92,8 +92,15 @@ fn options(
     options.progress = progress;
     options.checksum = args.checksum.is_some();
     options.overwrite_input = args.overwrite_input;
+    let index = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
     options.part = match (args.shard, args.index_only) {
-        (Some(k), _) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
+        (Some(k), _) => match args.shard_stride {
+            Some(n) => Part::Stride {
+                first: index(k),
+                step: index(n),
+            },
+            None => Part::Shard(index(k)),
+        },
         (None, true) => Part::IndexOnly,
         (None, false) => Part::All,
     };
@@ -305,7 +312,9 @@ async fn job(
         return Ok(Outcome::Planned(planned.render()));
     }
     let started = std::time::Instant::now();
-    let plan = plan_sources(&sources, opts)?;
+    let mut plan = plan_sources(&sources, opts)?;
+    // A worker (`--shard K`) keeps only its shard's plan through the copy.
+    plan.keep_only(opts.part);
     super::return_freed_memory(tensors);
     let mut report = convert_planned(&mut sources, &plan, output, opts).await?;
     // The run's time, planning included.

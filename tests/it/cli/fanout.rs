@@ -64,6 +64,46 @@ fn shards_written_one_by_one_plus_the_index_equal_one_run() {
 }
 
 #[test]
+fn two_strided_workers_plus_the_index_equal_one_run() {
+    let whole = tempfile::tempdir().unwrap();
+    let files = full_run(whole.path());
+    let n = files.len() - 1;
+    assert!(n >= 3, "the fixture must make several shards: {files:?}");
+    let parts = tempfile::tempdir().unwrap();
+    let out = parts.path().join("model.safetensors");
+    // Worker 2 of 2 first: shards 2, 4, ...; no index.
+    let o = convert(&out, &["--shard", "2", "--shard-stride", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let have = listing(parts.path());
+    let even: Vec<&String> = files[..n].iter().skip(1).step_by(2).collect();
+    assert_eq!(
+        have.iter().collect::<Vec<_>>(),
+        even,
+        "worker 2 of 2 writes shards 2, 4, ..."
+    );
+    let o = convert(&out, &["--shard", "1", "--shard-stride", "2"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        listing(parts.path()).len(),
+        n,
+        "no index from a strided run"
+    );
+    let o = convert(&out, &["--index-only"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(listing(parts.path()), files);
+    for f in &files {
+        assert!(
+            std::fs::read(whole.path().join(f)).unwrap()
+                == std::fs::read(parts.path().join(f)).unwrap(),
+            "{f} differs"
+        );
+    }
+    // A stride without --shard is a usage error.
+    let o = convert(&out, &["--shard-stride", "2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
 fn the_index_is_refused_naming_a_missing_or_short_shard() {
     let dir = tempfile::tempdir().unwrap();
     let files = full_run(dir.path());
