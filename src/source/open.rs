@@ -13,6 +13,7 @@ use super::input::{self, Notice};
 use super::table::{FORMATS, WRAPS};
 use super::{Source, SourceOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::limits::Limit;
 use crate::location::{Location, Opened};
 use crate::Note;
 
@@ -61,6 +62,25 @@ pub async fn open_locations(
 /// Opens `location` as a source of tensors, reading headers only (and
 /// no wrap: [`open_locations`] applies them).
 pub async fn open_location(
+    location: &Location,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let source = open_location_unchecked(location, options, notice).await?;
+    // Every format's listing, counted in one place (formats that know
+    // their count early refuse it before listing).
+    let listed = source.tensors().len() as u64;
+    if listed > options.limits.get(Limit::TensorCount) {
+        let what = format!("it lists {listed} tensors");
+        return Err(options
+            .limits
+            .refuse(Limit::TensorCount, what)
+            .with_input(location));
+    }
+    Ok(source)
+}
+
+async fn open_location_unchecked(
     location: &Location,
     options: &SourceOptions,
     notice: Notice<'_>,
