@@ -22,6 +22,7 @@
 //! | `index-bytes` | 100000000 | a sharded checkpoint's `*.index.json` or a raw manifest | safe: memory grows with it (a manifest is held 4.5 times) |
 //! | `gguf-string-bytes` | 16 MiB | one GGUF metadata string (a chat template is a few KB) | safe: memory grows with it |
 //! | `decoder-window` | 128 MiB | the window (zstd) or dictionary (xz) a compressed input's decoder holds | safe: memory grows with it |
+//! | `hdf5-chunk-row-bytes` | 64 MiB | one row of an HDF5 dataset's chunks, held while it is streamed in order | safe: memory grows with it |
 //! | `tensor-count` | 16777216 | the tensors one input lists (any format) | safe: memory grows with it (a few hundred bytes a tensor) |
 //! | `decompression-ratio` | 10000 | bytes a compressed input (gzip, zstd, xz, bzip2) or a deflated zip member inflates to per compressed byte, past its first 64 MiB | safe: output grows, not memory |
 //!
@@ -84,6 +85,9 @@ pub enum Limit {
     /// A sharded checkpoint's `*.index.json`, or a raw manifest, in bytes
     /// (parsed as it is read: at most this plus one byte is read).
     IndexBytes,
+    /// One row of an HDF5 dataset's chunks, in bytes: held while the
+    /// dataset is streamed in row-major order.
+    Hdf5ChunkRowBytes,
     /// Tensors one input may list, whatever its format.
     TensorCount,
     /// Bytes a compressed input or a deflated zip member may inflate to
@@ -105,7 +109,7 @@ enum Unit {
 
 impl Limit {
     /// Every limit, in `--help`'s order.
-    pub const ALL: [Limit; 12] = [
+    pub const ALL: [Limit; 13] = [
         Limit::HeaderBytes,
         Limit::PickleBytes,
         Limit::PickleBudget,
@@ -116,6 +120,7 @@ impl Limit {
         Limit::DecoderWindow,
         Limit::GgufStringBytes,
         Limit::IndexBytes,
+        Limit::Hdf5ChunkRowBytes,
         Limit::TensorCount,
         Limit::DecompressionRatio,
     ];
@@ -133,6 +138,7 @@ impl Limit {
             Limit::DecoderWindow => "decoder-window",
             Limit::GgufStringBytes => "gguf-string-bytes",
             Limit::IndexBytes => "index-bytes",
+            Limit::Hdf5ChunkRowBytes => "hdf5-chunk-row-bytes",
             Limit::TensorCount => "tensor-count",
             Limit::DecompressionRatio => "decompression-ratio",
         }
@@ -151,6 +157,7 @@ impl Limit {
             Limit::DecoderWindow => "decoder_window",
             Limit::GgufStringBytes => "gguf_string_bytes",
             Limit::IndexBytes => "index_bytes",
+            Limit::Hdf5ChunkRowBytes => "hdf5_chunk_row_bytes",
             Limit::TensorCount => "tensor_count",
             Limit::DecompressionRatio => "decompression_ratio",
         }
@@ -171,6 +178,7 @@ impl Limit {
             Limit::DecoderWindow => "the window a zstd or xz decoder may hold",
             Limit::GgufStringBytes => "one GGUF metadata string's bytes",
             Limit::IndexBytes => "a sharded checkpoint's index.json or a raw manifest",
+            Limit::Hdf5ChunkRowBytes => "one row of an HDF5 dataset's chunks, held while streamed",
             Limit::TensorCount => "tensors one input may list",
             Limit::DecompressionRatio => {
                 "inflated bytes per compressed byte (streams, zip members) past 64 MiB"
@@ -191,6 +199,7 @@ impl Limit {
             Limit::DecoderWindow => 128 << 20,
             Limit::GgufStringBytes => 16 << 20,
             Limit::IndexBytes => FORMAT_HEADER_BYTES,
+            Limit::Hdf5ChunkRowBytes => 64 << 20,
             // Above what a 100,000,000-byte safetensors header can list
             // (about 1.5 million one-dimensional tensors): no valid
             // input we know of comes near it.
