@@ -34,6 +34,11 @@
 //! 128 deep (serde_json's), at most 64 dimensions (numpy's), a pickle's
 //! MARKs, memo and value counts (scaled to its length), and the memory a
 //! header may make us hold (3 times its bytes + 64 MiB, whatever it claims).
+//! So are the lengths of names and keys (64 KiB in HDF5, MsgPack, ONNX and
+//! GGUF; 4 KiB for an ONNX `external_data` entry), nesting depths, and a
+//! GGUF array's length, which is read through (its first three items
+//! kept) and bounded by the file's bytes: none holds memory a caller
+//! would trade.
 //!
 //! ```
 //! use safetensors_stream::limits::{Limit, Limits};
