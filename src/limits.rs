@@ -22,6 +22,9 @@
 //! | `index-bytes` | 100000000 | a sharded checkpoint's `*.index.json` or a raw manifest | safe: memory grows with it (a manifest is held 4.5 times) |
 //! | `gguf-string-bytes` | 16 MiB | one GGUF metadata string (a chat template is a few KB) | safe: memory grows with it |
 //! | `decoder-window` | 128 MiB | the window (zstd) or dictionary (xz) a compressed input's decoder holds | safe: memory grows with it |
+//! | `hdf5-chunk-row-bytes` | 64 MiB | one row of an HDF5 dataset's chunks, held while it is streamed in order | safe: memory grows with it |
+//! | `tensor-count` | 16777216 | the tensors one input lists (any format) | safe: memory grows with it (a few hundred bytes a tensor) |
+//! | `decompression-ratio` | 10000 | bytes a compressed input (gzip, zstd, xz, bzip2) or a deflated zip member inflates to per compressed byte, past its first 64 MiB | safe: output grows, not memory |
 //!
 //! Raising a memory limit raises what a hostile input can make the process
 //! hold by about as much; raising an expansion limit lets a few stored
@@ -31,6 +34,11 @@
 //! 128 deep (serde_json's), at most 64 dimensions (numpy's), a pickle's
 //! MARKs, memo and value counts (scaled to its length), and the memory a
 //! header may make us hold (3 times its bytes + 64 MiB, whatever it claims).
+//! So are the lengths of names and keys (64 KiB in HDF5, MsgPack, ONNX and
+//! GGUF; 4 KiB for an ONNX `external_data` entry), nesting depths, and a
+//! GGUF array's length, which is read through (its first three items
+//! kept) and bounded by the file's bytes: none holds memory a caller
+//! would trade.
 //!
 //! ```
 //! use safetensors_stream::limits::{Limit, Limits};
@@ -82,7 +90,20 @@ pub enum Limit {
     /// A sharded checkpoint's `*.index.json`, or a raw manifest, in bytes
     /// (parsed as it is read: at most this plus one byte is read).
     IndexBytes,
+    /// One row of an HDF5 dataset's chunks, in bytes: held while the
+    /// dataset is streamed in row-major order.
+    Hdf5ChunkRowBytes,
+    /// Tensors one input may list, whatever its format.
+    TensorCount,
+    /// Bytes a compressed input or a deflated zip member may inflate to
+    /// per compressed byte, once past its first
+    /// [`RATIO_ALLOWANCE`] bytes (a small tensor of zeros is fine).
+    DecompressionRatio,
 }
+
+/// Inflated bytes any stream or member may reach whatever its ratio:
+/// the `decompression-ratio` limit counts beyond them.
+pub const RATIO_ALLOWANCE: u64 = 64 << 20;
 
 /// How a limit's value is written and read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +114,7 @@ enum Unit {
 
 impl Limit {
     /// Every limit, in `--help`'s order.
-    pub const ALL: [Limit; 10] = [
+    pub const ALL: [Limit; 13] = [
         Limit::HeaderBytes,
         Limit::PickleBytes,
         Limit::PickleBudget,
@@ -104,6 +125,9 @@ impl Limit {
         Limit::DecoderWindow,
         Limit::GgufStringBytes,
         Limit::IndexBytes,
+        Limit::Hdf5ChunkRowBytes,
+        Limit::TensorCount,
+        Limit::DecompressionRatio,
     ];
 
     /// Its name, as `--limit` and Python's `limits=` take it.
@@ -119,6 +143,9 @@ impl Limit {
             Limit::DecoderWindow => "decoder-window",
             Limit::GgufStringBytes => "gguf-string-bytes",
             Limit::IndexBytes => "index-bytes",
+            Limit::Hdf5ChunkRowBytes => "hdf5-chunk-row-bytes",
+            Limit::TensorCount => "tensor-count",
+            Limit::DecompressionRatio => "decompression-ratio",
         }
     }
 
@@ -135,6 +162,9 @@ impl Limit {
             Limit::DecoderWindow => "decoder_window",
             Limit::GgufStringBytes => "gguf_string_bytes",
             Limit::IndexBytes => "index_bytes",
+            Limit::Hdf5ChunkRowBytes => "hdf5_chunk_row_bytes",
+            Limit::TensorCount => "tensor_count",
+            Limit::DecompressionRatio => "decompression_ratio",
         }
     }
 
@@ -153,6 +183,11 @@ impl Limit {
             Limit::DecoderWindow => "the window a zstd or xz decoder may hold",
             Limit::GgufStringBytes => "one GGUF metadata string's bytes",
             Limit::IndexBytes => "a sharded checkpoint's index.json or a raw manifest",
+            Limit::Hdf5ChunkRowBytes => "one row of an HDF5 dataset's chunks, held while streamed",
+            Limit::TensorCount => "tensors one input may list",
+            Limit::DecompressionRatio => {
+                "inflated bytes per compressed byte (streams, zip members) past 64 MiB"
+            }
         }
     }
 
@@ -169,6 +204,14 @@ impl Limit {
             Limit::DecoderWindow => 128 << 20,
             Limit::GgufStringBytes => 16 << 20,
             Limit::IndexBytes => FORMAT_HEADER_BYTES,
+            Limit::Hdf5ChunkRowBytes => 64 << 20,
+            // Above what a 100,000,000-byte safetensors header can list
+            // (about 1.5 million one-dimensional tensors): no valid
+            // input we know of comes near it.
+            Limit::TensorCount => 1 << 24,
+            // Deflate (gzip, zip members) cannot pass 1032 to 1: only a
+            // zstd, xz or bzip2 stream of mostly zeros goes beyond.
+            Limit::DecompressionRatio => 10_000,
         }
     }
 
@@ -182,7 +225,7 @@ impl Limit {
 
     fn unit(self) -> Unit {
         match self {
-            Limit::ExpansionRatio => Unit::Count,
+            Limit::ExpansionRatio | Limit::TensorCount | Limit::DecompressionRatio => Unit::Count,
             _ => Unit::Bytes,
         }
     }

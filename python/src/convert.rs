@@ -40,6 +40,7 @@ fn raw_spec(
     byte_order: &str,
     manifest: Option<PathBuf>,
     allow_trailing: bool,
+    limits: &safetensors_stream::Limits,
 ) -> Result<Option<RawSpec>, Error> {
     let big_endian = match byte_order {
         "little" => false,
@@ -56,7 +57,7 @@ fn raw_spec(
                 "raw_manifest names each tensor's dtype: give it or raw_dtype, not both".into(),
             ))
         }
-        (Some(path), None, _) => RawSpec::from_manifest_file(&path)?,
+        (Some(path), None, _) => RawSpec::from_manifest_file_within(&path, limits)?,
         (None, Some(dtype), Some(shape)) => RawSpec {
             tensors: vec![RawTensor {
                 name: name.clone().unwrap_or_default(),
@@ -242,6 +243,14 @@ pub(crate) fn convert(
         (None, true) => Part::IndexOnly,
         (None, false) => Part::All,
     };
+    // Limits first: the raw manifest is read under them.
+    for (limit, value) in &limits {
+        options
+            .source
+            .limits
+            .set_named(limit, value)
+            .map_err(|e| err(usage_error(pythonic(&e.to_string()))))?;
+    }
     options.source.raw = raw_spec(
         &name,
         raw_dtype.as_deref(),
@@ -250,6 +259,7 @@ pub(crate) fn convert(
         raw_byte_order,
         raw_manifest,
         raw_allow_trailing,
+        &options.source.limits,
     )
     .map_err(err)?;
     options.source.npy.skip_non_npy = skip_non_npy;
@@ -259,13 +269,6 @@ pub(crate) fn convert(
     options.source.torch.root = pt_root;
     options.source.torch.allow_expanded_views = allow_expanded_views;
     options.source.gguf.metadata = gguf_metadata;
-    for (limit, value) in &limits {
-        options
-            .source
-            .limits
-            .set_named(limit, value)
-            .map_err(|e| err(usage_error(pythonic(&e.to_string()))))?;
-    }
     options.source.names = match names.as_deref() {
         None | Some("stored") => Names::Stored,
         Some("hf") => Names::Hf,

@@ -99,6 +99,10 @@ def test_raw_dumps(tmp_path):
     dump.write_bytes(b"\0" * 4 + a.tobytes()[:12])
     sts.convert(dump, out, raw_manifest=manifest)
     assert tensors_of(out)[0] == {"x": ("F32", [3], a.tobytes()[:12])}
+    # The manifest is read under the caller's limits: index-bytes below its length refuses it.
+    with pytest.raises(sts.BadInputError) as e:
+        sts.convert(dump, out, raw_manifest=manifest, limits={"index-bytes": 16})
+    assert 'limits={"index-bytes": "32"}' in str(e.value), str(e.value)
     with pytest.raises(sts.UsageError, match="both raw_dtype and raw_shape"):
         sts.convert(dump, out, raw_dtype="F32")
 

@@ -87,13 +87,4 @@ pub enum Hdf5Error {
         /// The end of file address.
         eof: u64,
     },
-    /// A chunked dataset whose chunks are so wide that one row of chunks,
-    /// which is what streaming it in order takes, is over the limit.
-    #[error("a row of chunks takes {need} bytes to stream in order; the limit is {limit}")]
-    ChunkRow {
-        /// The bytes one row of chunks decodes to.
-        need: u64,
-        /// The limit.
-        limit: u64,
-    },
 }

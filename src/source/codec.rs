@@ -7,7 +7,10 @@
 use tokio::io::{AsyncRead, BufReader};
 
 use super::TensorReader;
-use crate::limits::{Limit, Limits};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::limits::{Limit, Limits, RATIO_ALLOWANCE};
 use crate::{Error, ErrorKind, Result};
 
 /// The compressions we unwrap.
@@ -96,6 +99,11 @@ pub(crate) fn decoder(
     limits: &Limits,
 ) -> Result<TensorReader<'static>> {
     let window = limits.get(Limit::DecoderWindow);
+    let consumed = Arc::new(AtomicU64::new(0));
+    let raw: TensorReader<'static> = Box::pin(Counted {
+        inner: raw,
+        count: consumed.clone(),
+    });
     let buf = BufReader::with_capacity(256 * 1024, raw);
     let decoded: TensorReader<'static> = match codec {
         #[cfg(feature = "gzip")]
@@ -135,15 +143,42 @@ pub(crate) fn decoder(
         inner: decoded,
         codec,
         limits: *limits,
+        consumed,
+        produced: 0,
     }))
+}
+
+/// The compressed bytes read, counted for the `decompression-ratio` limit.
+struct Counted {
+    inner: TensorReader<'static>,
+    count: Arc<AtomicU64>,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = self.inner.as_mut().poll_read(cx, buf);
+        let read = (buf.filled().len() - before) as u64;
+        self.count.fetch_add(read, Ordering::Relaxed);
+        polled
+    }
 }
 
 /// Turns a decoder's I/O errors into bad-input errors naming the codec.
 struct DecodeErrors {
     inner: TensorReader<'static>,
     codec: Codec,
-    /// Whose `decoder-window` a refusal names.
+    /// Whose `decoder-window` and `decompression-ratio` a refusal names.
     limits: Limits,
+    /// Compressed bytes the decoder has read (its buffer's included: a
+    /// ratio counted a little low, never high).
+    consumed: Arc<AtomicU64>,
+    /// Bytes decoded so far.
+    produced: u64,
 }
 
 impl AsyncRead for DecodeErrors {
@@ -153,7 +188,23 @@ impl AsyncRead for DecodeErrors {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         let (codec, limits) = (self.codec, self.limits);
-        self.inner.as_mut().poll_read(cx, buf).map_err(|e| {
+        let before = buf.filled().len();
+        let polled = self.inner.as_mut().poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = polled {
+            self.produced += (buf.filled().len() - before) as u64;
+            let consumed = self.consumed.load(Ordering::Relaxed);
+            let ratio = limits.get(Limit::DecompressionRatio);
+            if self.produced > RATIO_ALLOWANCE && self.produced > consumed.saturating_mul(ratio) {
+                let what = format!(
+                    "the {} stream inflates {consumed} bytes to more than {}",
+                    codec.name(),
+                    self.produced
+                );
+                let refused = limits.refuse(Limit::DecompressionRatio, what);
+                return std::task::Poll::Ready(Err(refused.into_io()));
+            }
+        }
+        polled.map_err(|e| {
             if e.get_ref().is_some_and(|i| i.is::<Error>())
                 || e.kind() != std::io::ErrorKind::InvalidData
                     && e.kind() != std::io::ErrorKind::Other

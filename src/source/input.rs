@@ -26,6 +26,7 @@ use super::detect::{say_what_it_is, FILE_SNIFF_LEN, SNIFF_LEN};
 use super::format::{FileInput, FormatRow, PathInput, Stream, StreamInput, Unwrap};
 use super::table::{Table, FORMATS, WRAPS};
 use super::{Source, SourceOptions, TensorReader};
+use crate::limits::Limit;
 use crate::location::{Location, Opened};
 use crate::{Error, ErrorKind, Note, Result};
 
@@ -74,6 +75,25 @@ pub async fn open_locations(
 /// Opens `location` as a source of tensors, reading headers only (and
 /// no wrap: [`open_locations`] applies them).
 pub async fn open_location(
+    location: &Location,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let source = open_location_unchecked(location, options, notice).await?;
+    // Every format's listing, counted in one place (formats that know
+    // their count early refuse it before listing).
+    let listed = source.tensors().len() as u64;
+    if listed > options.limits.get(Limit::TensorCount) {
+        let what = format!("it lists {listed} tensors");
+        return Err(options
+            .limits
+            .refuse(Limit::TensorCount, what)
+            .with_input(location));
+    }
+    Ok(source)
+}
+
+async fn open_location_unchecked(
     location: &Location,
     options: &SourceOptions,
     notice: Notice<'_>,

@@ -548,3 +548,36 @@ fn a_metadata_string_over_the_callers_limit_is_refused_naming_it() {
     assert!(!out.exists());
     assert!(run("gguf-string-bytes=100").status.success());
 }
+
+#[test]
+fn a_tensor_count_over_the_callers_limit_is_refused_before_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut b = Builder::new(3, 3, 0, false);
+    for (k, name) in ["a", "b", "c"].iter().enumerate() {
+        b.tensor(name, &[8], 0, 32 * k as u64);
+    }
+    let path = dir.path().join("three.gguf");
+    std::fs::write(&path, b.data(&[0u8; 96])).unwrap();
+    let notice = |_: &safetensors_stream::Note| {};
+    let open = |limit: u64| {
+        let limits = safetensors_stream::Limits::default()
+            .with(safetensors_stream::Limit::TensorCount, limit)
+            .unwrap();
+        block_on(open_input(
+            &path,
+            &SourceOptions::default().limits(limits),
+            &notice,
+        ))
+    };
+    assert!(open(3).is_ok(), "at the limit");
+    let e = open(2).err().expect("over the limit");
+    let ErrorKind::Limit(refusal) = e.kind() else {
+        panic!("not a limit: {e}");
+    };
+    assert_eq!((refusal.limit, refusal.value), ("tensor-count", 2));
+    // Refused by the header's count (its offset), not once listed.
+    assert!(
+        e.to_string().contains("the GGUF header lists 3 tensors"),
+        "{e}"
+    );
+}

@@ -433,3 +433,47 @@ fn transpose_bf16(data: &[u8], rows: usize, cols: usize) -> Vec<u8> {
     }
     out
 }
+
+#[test]
+fn a_row_of_chunks_over_the_callers_limit_is_refused_at_open() {
+    use safetensors_stream::{Limit, Limits};
+    let input = fixture("hdf5/chunked.h5");
+    let open = |limits: Limits| {
+        let options = SourceOptions::default().limits(limits);
+        block_on(open_input(&input, &options, &|_| {}))
+    };
+    // The default's 64 MiB holds the fixture's rows; 16 bytes holds none.
+    assert!(open(Limits::default()).is_ok());
+    let tight = Limits::default()
+        .with(Limit::Hdf5ChunkRowBytes, 16)
+        .unwrap();
+    let e = open(tight).err().expect("a row of chunks over 16 bytes");
+    let ErrorKind::Limit(refusal) = e.kind() else {
+        panic!("not a limit: {e}");
+    };
+    assert_eq!(refusal.limit, "hdf5-chunk-row-bytes");
+    assert_eq!(
+        refusal.raise.as_deref(),
+        Some("--limit hdf5-chunk-row-bytes=32")
+    );
+    assert!(e.to_string().contains("a row of chunks takes"), "{e}");
+    // Through the binary: named in the JSON report.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    let o = Command::new(env!("CARGO_BIN_EXE_safetensors-convert"))
+        .arg(&input)
+        .args([
+            "--limit",
+            "hdf5-chunk-row-bytes=16",
+            "--report",
+            "json",
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("\"hdf5_chunk_row_bytes\""), "{stderr}");
+    assert!(!out.exists());
+}

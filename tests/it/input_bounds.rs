@@ -665,3 +665,107 @@ fn validate_says_what_a_file_that_is_not_safetensors_is() {
         );
     }
 }
+
+// ---- the tensor count and the decompression ratio are the caller's -------------------
+
+/// Converts `input` through the library under `limits`; the limit that
+/// refused it, with how to raise it (`None`: converted).
+fn library_refusal(input: &Path, limits: Limits) -> Option<(String, Option<String>)> {
+    let options = safetensors_stream::ConvertOptions::default()
+        .source(safetensors_stream::SourceOptions::default().limits(limits));
+    let out = input.with_extension("lib.safetensors");
+    let output = safetensors_stream::Output::File(out.clone());
+    let done = safetensors_stream::convert_blocking(
+        std::slice::from_ref(&input.to_path_buf()),
+        &output,
+        &options,
+    );
+    match done {
+        Ok(_) => {
+            std::fs::remove_file(&out).unwrap();
+            None
+        }
+        Err(e) => {
+            assert!(!out.exists(), "no output after a refusal");
+            let safetensors_stream::ErrorKind::Limit(refusal) = e.kind() else {
+                panic!("not a limit: {e}");
+            };
+            Some((refusal.limit.to_string(), refusal.raise.clone()))
+        }
+    }
+}
+
+#[test]
+fn tensor_count_is_the_callers_limit_in_every_listing() {
+    use safetensors_stream::Limit;
+    let dir = tempfile::tempdir().unwrap();
+    let three = |t: &str| (TensorMeta::new(t, Dtype::F32, [1]), vec![0; 4]);
+    let (_, st) = support::reference::build_file(
+        &[three("a"), three("b"), three("c")],
+        None,
+        Order::Canonical,
+    );
+    let st = write_file(dir.path(), "three.safetensors", &st);
+    let members: Vec<ZipMember> = ["a", "b", "c"]
+        .iter()
+        .map(|t| ZipMember::stored(&format!("{t}.npy"), npy("<f4", false, &[1], &[0; 4])))
+        .collect();
+    let npz = write_file(dir.path(), "three.npz", &build_zip(&members).0);
+    for input in [&st, &npz] {
+        // Three tensors: the default admits them, and so does a limit of 3.
+        accepted(input, &[]);
+        std::fs::remove_file(input.with_extension("out.safetensors")).unwrap();
+        accepted(input, &["--limit", "tensor-count=3"]);
+        std::fs::remove_file(input.with_extension("out.safetensors")).unwrap();
+        refused(input, &["--limit", "tensor-count=2"], "tensor_count");
+        let two = Limits::default().with(Limit::TensorCount, 2).unwrap();
+        assert_eq!(
+            library_refusal(input, two),
+            Some((
+                "tensor-count".to_string(),
+                Some("--limit tensor-count=4".to_string())
+            )),
+            "{}",
+            input.display()
+        );
+        assert_eq!(library_refusal(input, Limits::default()), None);
+    }
+}
+
+#[test]
+fn decompression_ratio_is_the_callers_limit_for_streams_and_zip_members() {
+    use safetensors_stream::Limit;
+    let dir = tempfile::tempdir().unwrap();
+    // 72 MiB of zeros (past the 64 MiB any stream may inflate to):
+    // deflate makes them about 1000 times smaller.
+    let zeros = npy("|u1", false, &[72 << 20], &vec![0; 72 << 20]);
+    let npz = build_zip(&[ZipMember::deflated("z.npy", zeros.clone())]).0;
+    let npz = write_file(dir.path(), "zeros.npz", &npz);
+    let gz = write_file(dir.path(), "zeros.npy.gz", &gzip(&zeros));
+    for input in [&npz, &gz] {
+        accepted(input, &[]);
+        std::fs::remove_file(input.with_extension("out.safetensors")).unwrap();
+        refused(
+            input,
+            &["--limit", "decompression-ratio=100"],
+            "decompression_ratio",
+        );
+        let low = Limits::default()
+            .with(Limit::DecompressionRatio, 100)
+            .unwrap();
+        assert_eq!(
+            library_refusal(input, low),
+            Some((
+                "decompression-ratio".to_string(),
+                Some("--limit decompression-ratio=200".to_string())
+            )),
+            "{}",
+            input.display()
+        );
+    }
+    // A small stream inflates as much as it likes: 4 MiB of zeros pass
+    // the lowest ratio.
+    let small = npy("|u1", false, &[4 << 20], &vec![0; 4 << 20]);
+    let small = write_file(dir.path(), "small.npy.gz", &gzip(&small));
+    accepted(&small, &["--limit", "decompression-ratio=1"]);
+}

@@ -153,12 +153,18 @@ fn listing_an_npz_of_many_members_costs_a_bounded_multiple_of_its_directory() {
         "central directory {n} bytes, listing peak {peak} bytes ({:.2}x)",
         peak as f64 / n as f64
     );
-    // 5.75x: each member's entry (its name, sizes, offsets), its tensor
+    // 3.93x: each member's entry (its name, sizes, offsets), its tensor
     // (name, dtype, shape), both halves' lists while the second is appended
-    // to the first (which has room for it). 7.49x when each half was
-    // collected as results, then copied into the source with the shape
-    // cloned and the npy header's descr kept.
-    assert!(peak <= 6 * n, "peak {peak} for a directory of {n} bytes");
+    // to the first (which has room for it). 4.38x when the directory's
+    // list grew by doubling (a copy and its predecessor at once; now
+    // reserved for the entries counted first), 5.75x when each member
+    // kept its entry, 7.49x when each half was collected as results, then
+    // copied into the source with the shape cloned and the npy header's
+    // descr kept.
+    assert!(
+        peak * 5 <= 21 * n,
+        "peak {peak} for a directory of {n} bytes"
+    );
 }
 
 /// A safetensors file whose header is `json` and whose data is `data`.

@@ -409,6 +409,11 @@ impl<R: Read> Parser<R> {
             };
             return Err(gguf(e).at_offset(16));
         }
+        // The caller's count, refused before any tensor is listed.
+        if n_tensors > self.limits.get(Limit::TensorCount) {
+            let what = format!("the GGUF header lists {n_tensors} tensors");
+            return Err(self.limits.refuse(Limit::TensorCount, what).at_offset(8));
+        }
         let mut tensors = Vec::new();
         let mut names = std::collections::HashSet::new();
         for _ in 0..n_tensors {

@@ -6,7 +6,7 @@
 //! row's are read, decoded ([`super::filters`]) and copied into a buffer
 //! of that many whole rows of the dataset, which is then served in order.
 //! Memory is that buffer and one chunk: a row of chunks is refused at
-//! open if over [`ROW_LIMIT`]. Chunks never written read as the fill value.
+//! open if over the caller's `hdf5-chunk-row-bytes` limit (64 MiB). Chunks never written read as the fill value.
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -18,10 +18,8 @@ use super::dataset::{ChunkIndex, Filter};
 use super::error::Hdf5Error;
 use super::filters::decode;
 use super::read::{bad, malformed, Geometry};
+use crate::limits::{Limit, Limits};
 use crate::{Error, Result};
-
-/// The most bytes one row of chunks may take.
-pub(crate) const ROW_LIMIT: u64 = 64 << 20;
 
 /// One stored chunk.
 #[derive(Debug, Clone)]
@@ -54,6 +52,7 @@ pub(crate) fn list_chunks(
     shape: &[u64],
     chunk: &[u64],
     width: usize,
+    limits: &Limits,
 ) -> Result<Vec<Chunk>> {
     let logical = chunk_bytes(chunk, width);
     let mut out = Vec::new();
@@ -106,11 +105,9 @@ pub(crate) fn list_chunks(
         return Err(malformed(e, w[1].addr));
     }
     let row = row_bytes(shape, chunk, width);
-    if row > ROW_LIMIT {
-        return Err(Error::new(Hdf5Error::ChunkRow {
-            need: row,
-            limit: ROW_LIMIT,
-        }));
+    if row > limits.get(Limit::Hdf5ChunkRowBytes) {
+        let what = format!("a row of chunks takes {row} bytes to stream in order");
+        return Err(limits.refuse(Limit::Hdf5ChunkRowBytes, what));
     }
     Ok(out)
 }

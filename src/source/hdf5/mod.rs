@@ -62,6 +62,7 @@ use super::format::{FileInput, FormatRow, Stream};
 use super::{BlockingRead, Source, Stamp};
 use crate::error::note::Note;
 use crate::header::TensorMeta;
+use crate::limits::Limits;
 use crate::transform::Transform;
 use crate::{Error, Result};
 
@@ -80,7 +81,7 @@ pub(crate) const ROW: FormatRow = FormatRow {
 /// Opens the file, says how many links were skipped, and names its
 /// tensors as PyTorch does when `--names hf` asks.
 fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
-    let mut src = Hdf5Source::open(o.file, o.len, o.input)?;
+    let mut src = Hdf5Source::open_within(o.file, o.len, o.input, &o.options.limits)?;
     src.origin = o.origin;
     if src.places.skipped > 0 {
         (o.notice)(&Note::Info(format!(
@@ -121,7 +122,13 @@ pub struct Hdf5Places {
 impl Hdf5Source {
     /// Lists the datasets of the HDF5 file `file`, `len` bytes long.
     pub fn open(file: File, len: u64, input: &str) -> Result<Self> {
-        let listed = list(&file, len).map_err(|e| e.with_input(input))?;
+        Self::open_within(file, len, input, &Limits::default())
+    }
+
+    /// [`open`](Self::open) under the caller's limits (a row of chunks
+    /// over `hdf5-chunk-row-bytes` is refused).
+    pub fn open_within(file: File, len: u64, input: &str, limits: &Limits) -> Result<Self> {
+        let listed = list(&file, len, limits).map_err(|e| e.with_input(input))?;
         let stamp = Stamp::of(&file, len);
         let places = Hdf5Places {
             data: listed.data,
@@ -175,7 +182,7 @@ struct Listed {
     skipped: u64,
 }
 
-fn list(file: &File, len: u64) -> Result<Listed> {
+fn list(file: &File, len: u64, limits: &Limits) -> Result<Listed> {
     let mut geo = Geometry {
         file,
         len,
@@ -230,7 +237,8 @@ fn list(file: &File, len: u64) -> Result<Listed> {
                 Data::Held(Arc::new(bytes))
             }
             Layout::Chunked { chunk, index } => {
-                let chunks = list_chunks(geo, index, &d.shape, &chunk, width).map_err(named)?;
+                let chunks =
+                    list_chunks(geo, index, &d.shape, &chunk, width, limits).map_err(named)?;
                 let per_chunk = chunk.iter().fold(width as u64, |a, &c| a.saturating_mul(c));
                 let stored = per_chunk.saturating_mul(chunks.len() as u64);
                 unwritten = unwritten.saturating_add(byte_len.saturating_sub(stored));

@@ -27,6 +27,7 @@ use super::{
 };
 use crate::error::zip::ZipError;
 use crate::header::TensorMeta;
+use crate::limits::Limit;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
 
@@ -309,6 +310,29 @@ fn plan_members(
     })
 }
 
+/// Every deflated member's declared inflation against the caller's
+/// `decompression-ratio` (its reader refuses a byte past the declared
+/// size, so the declaration is what it writes): refused before any is
+/// read. Stored members write what they hold.
+fn check_ratios(entries: &[ZipEntry], limits: &crate::Limits) -> Result<()> {
+    let ratio = limits.get(Limit::DecompressionRatio);
+    for e in entries {
+        let inflated = e.uncompressed;
+        if e.method == Method::Deflated
+            && inflated > crate::limits::RATIO_ALLOWANCE
+            && inflated > e.compressed.saturating_mul(ratio)
+        {
+            let what = format!(
+                "member {} inflates {} bytes to {inflated}",
+                e.name, e.compressed
+            );
+            let refused = limits.refuse(Limit::DecompressionRatio, what);
+            return Err(refused.at_offset(e.local_offset));
+        }
+    }
+    Ok(())
+}
+
 /// The zip row of the format table: an .npz, or a PyTorch checkpoint,
 /// told apart by their members (archives are spooled from a stream).
 pub(crate) const ROW: FormatRow = FormatRow {
@@ -324,6 +348,14 @@ pub(crate) const ROW: FormatRow = FormatRow {
 fn open_zip(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     // Read once: its names tell an npz from a PyTorch checkpoint.
     let directory = zip::read_directory(&o.file, o.len).map_err(|e| e.with_input(o.input))?;
+    // Each member may be a tensor: the caller's count, before any is listed.
+    let members = directory.0.len() as u64;
+    let limits = &o.options.limits;
+    if members > limits.get(Limit::TensorCount) {
+        let what = format!("the archive holds {members} members");
+        return Err(limits.refuse(Limit::TensorCount, what).with_input(o.input));
+    }
+    check_ratios(&directory.0, limits).map_err(|e| e.with_input(o.input))?;
     if !pytorch::is_torch_directory(&directory.0) {
         let mut npz = NpzSource::open_listed(o.file, o.len, directory, o.input, o.options)?;
         npz.origin = o.origin;
