@@ -95,6 +95,7 @@ def convert(
     raw_manifest: PathLike | None = None,
     raw_allow_trailing: bool = False,
     shard: int | None = None,
+    shard_stride: int | None = None,
     index_only: bool = False,
     expect_plan: str | None = None,
     buffer_size: int | str | None = None,

@@ -59,6 +59,7 @@ def convert(
     raw_manifest: str | None = None,
     raw_allow_trailing: bool = False,
     shard: int | None = None,
+    shard_stride: int | None = None,
     index_only: bool = False,
     expect_plan: str | None = None,
     buffer_size: str | None = None,

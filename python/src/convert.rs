@@ -150,7 +150,7 @@ impl Progress for PyProgress {
     overwrite_input=false, npy_void_as=None, dry_run=false, dedupe_tied=false, pt_root=None,
     allow_expanded_views=false, dequantize=false, dequantize_to=None, gguf_metadata=false, names=None,
     raw_dtype=None, raw_shape=None, raw_offset=0, raw_byte_order="little", raw_manifest=None,
-    raw_allow_trailing=false, shard=None, index_only=false, expect_plan=None,
+    raw_allow_trailing=false, shard=None, shard_stride=None, index_only=false, expect_plan=None,
     buffer_size=None, limits=Vec::new(), progress=None))]
 #[allow(clippy::too_many_arguments)] // one keyword per CLI flag
 pub(crate) fn convert(
@@ -190,6 +190,7 @@ pub(crate) fn convert(
     raw_manifest: Option<PathBuf>,
     raw_allow_trailing: bool,
     shard: Option<u64>,
+    shard_stride: Option<u64>,
     index_only: bool,
     expect_plan: Option<String>,
     buffer_size: Option<String>,
@@ -239,10 +240,24 @@ pub(crate) fn convert(
                 "shard is 1-based (the K of -0000K-of-0000N), not 0".into(),
             )))
         }
-        (Some(k), false) => Part::Shard(usize::try_from(k).unwrap_or(usize::MAX)),
+        (Some(k), false) => {
+            let index = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+            match shard_stride {
+                Some(n) => Part::Stride {
+                    first: index(k),
+                    step: index(n),
+                },
+                None => Part::Shard(index(k)),
+            }
+        }
         (None, true) => Part::IndexOnly,
         (None, false) => Part::All,
     };
+    if shard_stride.is_some() && shard.is_none() {
+        return Err(err(usage_error(
+            "shard_stride N goes with shard K: worker K of N writes shards K, K+N, ...".into(),
+        )));
+    }
     // Limits first: the raw manifest is read under them.
     for (limit, value) in &limits {
         options

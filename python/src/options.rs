@@ -56,6 +56,7 @@ pub const CONVERT_OPTIONS: &[ConvertOption] = &[
     opt("order", "order", Kind::Text),
     opt("max-shard-size", "max_shard_size", Kind::Text),
     opt("shard", "shard", Kind::Number),
+    opt("shard-stride", "shard_stride", Kind::Number),
     opt("index-only", "index_only", Kind::Switch),
     opt("expect-plan", "expect_plan", Kind::Text),
     opt("overwrite-input", "overwrite_input", Kind::Switch),

@@ -52,7 +52,7 @@ def test_the_signature_is_the_table():
     # The ones issue 42 found missing.
     for kw in ["dedupe_tied", "dequantize_to", "pt_root", "gguf_metadata", "raw_dtype", "raw_shape",
                "raw_offset", "raw_byte_order", "raw_manifest", "raw_allow_trailing", "progress",
-               "shard", "index_only", "expect_plan", "buffer_size"]:
+               "shard", "shard_stride", "index_only", "expect_plan", "buffer_size"]:
         assert kw in params
 
 
@@ -125,6 +125,25 @@ def test_a_fan_out_by_shard_index_only_and_expect_plan(tmp_path, fixtures):
     with pytest.raises(sts.BadInputError) as e:  # the inputs are not what the plan saw
         sts.convert(src, part, max_shard_size="100B", shard=1, expect_plan="0" * 16)
     assert "expect_plan" in str(e.value) and "--" not in str(e.value)
+
+
+def test_a_strided_fan_out_writes_the_same_shards(tmp_path, fixtures):
+    src = fixtures / "example/model-input.safetensors"
+    whole = tmp_path / "whole/model.safetensors"
+    whole.parent.mkdir()
+    sts.convert(src, whole, max_shard_size="100B")
+    plan = sts.convert(src, whole, max_shard_size="100B", dry_run=True)["plan_id"]
+    names = sorted(p.name for p in whole.parent.iterdir())
+    part = tmp_path / "part/model.safetensors"
+    part.parent.mkdir()
+    for k in (1, 2):  # worker K of 2 writes shards K, K+2, ...
+        sts.convert(src, part, max_shard_size="100B", shard=k, shard_stride=2, expect_plan=plan)
+    sts.convert(src, part, max_shard_size="100B", index_only=True, expect_plan=plan)
+    for name in names:
+        assert (part.parent / name).read_bytes() == (whole.parent / name).read_bytes(), name
+    with pytest.raises(sts.UsageError) as e:
+        sts.convert(src, part, max_shard_size="100B", shard_stride=2)
+    assert "shard_stride" in str(e.value) and "--" not in str(e.value)
 
 
 def test_messages_name_keywords_not_flags(tmp_path, fixtures):
