@@ -131,8 +131,15 @@ impl NpzSource {
             }
             array
         });
+        let large = entries.len() >= LARGE_DIRECTORY;
         let listing =
             plan_members(&file, entries, dir_start, options.npy.void_as).map_err(on_input)?;
+        // The directory's list and names are freed now, some by the
+        // listing's helper thread: the caller may hand them back before
+        // planning allocates as much again.
+        if large {
+            options.freed_memory.call();
+        }
         if let Some(e) = not_an_array {
             return Err(e);
         }
@@ -231,6 +238,10 @@ impl Arrays {
 
 /// Members at least this many are listed on two threads.
 const LIST_IN_TWO: usize = 2048;
+
+/// Members from which the freed directory is worth handing back at once
+/// (the binary's own threshold between phases).
+const LARGE_DIRECTORY: usize = 100_000;
 
 /// Each member's local and npy headers read and checked, in directory
 /// order; the first error, in that order, names its tensor. Many members
