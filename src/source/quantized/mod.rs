@@ -62,6 +62,11 @@ pub(crate) const PIECE_ELEMENTS: u64 = 1 << 20;
 pub(crate) const ROW_MAX: u64 = 2 * PIECE_ELEMENTS;
 
 /// One tensor of an input, where its bytes are.
+///
+/// A [`QuantizedSource`] keeps the records of its own tensors without
+/// their name and shape (empty: the inner source lists them at `at`) and
+/// restores them for reading ([`QuantizedSource::dressed`]): 92k copies
+/// of names were most of a DeepSeek-V3 conversion's heap.
 #[derive(Debug, Clone)]
 pub(crate) struct TensorAt {
     /// Its input and its index there.
@@ -203,6 +208,66 @@ impl Kind {
         }
     }
 
+    /// Calls `f` on each tensor it is read from, mutably ([`Kind::parts`]).
+    fn each_part_mut(&mut self, mut f: impl FnMut(&mut TensorAt)) {
+        match self {
+            Kind::Fp8 { weight, scale, .. } | Kind::CtMxfp4 { weight, scale } => {
+                f(weight);
+                f(scale);
+            }
+            Kind::Int8 { weight, scb } => {
+                f(weight);
+                f(scb);
+            }
+            Kind::Mxfp4 { blocks, scales, .. } => {
+                f(blocks);
+                f(scales);
+            }
+            Kind::Nvfp4 {
+                weight,
+                scale,
+                global,
+                ..
+            } => [weight, scale, global].into_iter().for_each(f),
+            Kind::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                g_idx,
+                ..
+            } => [qweight, qzeros, scales]
+                .into_iter()
+                .chain(g_idx)
+                .for_each(f),
+            Kind::Awq {
+                qweight,
+                qzeros,
+                scales,
+                ..
+            } => [qweight, qzeros, scales].into_iter().for_each(f),
+            Kind::FourBit {
+                weight,
+                absmax,
+                nested,
+                ..
+            } => {
+                let nested = nested.iter_mut().flat_map(|(a, b)| [a, b]);
+                [weight, absmax].into_iter().chain(nested).for_each(f)
+            }
+            Kind::CtInt {
+                codes,
+                scale,
+                zeros,
+                g_idx,
+                ..
+            } => [codes, scale]
+                .into_iter()
+                .chain(zeros)
+                .chain(g_idx)
+                .for_each(f),
+        }
+    }
+
     /// The scheme's name, for `inspect` and notices.
     pub(crate) fn scheme(&self) -> &'static str {
         match self {
@@ -227,7 +292,8 @@ impl Kind {
 /// A quantized weight: the plain tensor it becomes, and how it is stored.
 #[derive(Debug, Clone)]
 pub(crate) struct Weight {
-    /// The output name (`...proj.weight`).
+    /// The output name (`...proj.weight`); empty in a [`QuantizedSource`]'s
+    /// entry, whose listing holds it.
     pub name: String,
     /// Rows and columns of the full-precision weight.
     pub shape: [u64; 2],
@@ -319,8 +385,17 @@ impl<'a> QuantizedSource<'a> {
         let mut entries = Vec::new();
         for (k, t) in inner.tensors().iter().enumerate() {
             if homed.peek().is_some_and(|(at, _)| *at == k) {
-                let (_, w) = homed.next().expect("peeked");
-                tensors.push(TensorMeta::new(w.name.clone(), to, w.dims()));
+                let (_, mut w) = homed.next().expect("peeked");
+                let dims = w.dims();
+                // The listing holds the name; the entry needs none.
+                let name = std::mem::take(&mut w.name);
+                tensors.push(TensorMeta::new(name, to, dims));
+                Arc::make_mut(&mut w.kind).each_part_mut(|p| {
+                    if p.at.0 == s {
+                        p.name = String::new();
+                        p.shape = Vec::new();
+                    }
+                });
                 entries.push(Entry::Dequant(w));
             } else if !found.is_consumed(s, k) {
                 tensors.push(t.clone());
@@ -336,8 +411,23 @@ impl<'a> QuantizedSource<'a> {
         }
     }
 
+    /// `w` with the names and shapes of this input's tensors, which its
+    /// entry keeps only as indices ([`TensorAt`]).
+    fn dressed(&self, w: &Weight) -> Weight {
+        let mut w = w.clone();
+        let listed = self.inner.tensors();
+        Arc::make_mut(&mut w.kind).each_part_mut(|p| {
+            if p.at.0 == self.s {
+                let t = &listed[p.at.1];
+                p.name.clone_from(&t.name);
+                p.shape.clone_from(&t.shape);
+            }
+        });
+        w
+    }
+
     fn reader(&self, w: &Weight) -> read::DequantReader {
-        read::DequantReader::new(w.clone(), self.to)
+        read::DequantReader::new(self.dressed(w), self.to)
     }
 }
 
@@ -425,7 +515,7 @@ impl Source for QuantizedSource<'_> {
     fn open_blocking_parts(&self, k: usize, target: u64) -> Option<Vec<super::BlockingPart>> {
         match &self.entries[k] {
             Entry::Pass(inner) => self.inner.open_blocking_parts(*inner, target),
-            Entry::Dequant(w) => read::parts(w, self.to, target),
+            Entry::Dequant(w) => read::parts(&self.dressed(w), self.to, target),
         }
     }
 
