@@ -82,6 +82,10 @@ pub(crate) struct TensorAt {
 }
 
 /// How one quantized weight is stored.
+///
+/// Every variant is at most two [`TensorAt`]s inline, FP8's size (the
+/// common scheme at scale, one `Arc<Kind>` per weight): the rarer
+/// schemes' further tensors are boxed.
 #[derive(Debug, Clone)]
 pub(crate) enum Kind {
     /// FP8 E4M3 codes times a float scale per tile.
@@ -95,9 +99,9 @@ pub(crate) enum Kind {
     /// GPTQ packed codes, zeros and scales, with an optional `g_idx`.
     Gptq {
         qweight: TensorAt,
-        qzeros: TensorAt,
+        qzeros: Box<TensorAt>,
         scales: TensorAt,
-        g_idx: Option<TensorAt>,
+        g_idx: Option<Box<TensorAt>>,
         packing: crate::dequant::gptq::Packing,
         /// Input columns per group, when there is no `g_idx`.
         group_size: u64,
@@ -105,7 +109,7 @@ pub(crate) enum Kind {
     /// AutoAWQ GEMM packed codes, zeros and scales.
     Awq {
         qweight: TensorAt,
-        qzeros: TensorAt,
+        qzeros: Box<TensorAt>,
         scales: TensorAt,
         group_size: u64,
     },
@@ -116,7 +120,7 @@ pub(crate) enum Kind {
     Nvfp4 {
         weight: TensorAt,
         scale: TensorAt,
-        global: TensorAt,
+        global: Box<TensorAt>,
         variant: crate::dequant::nvfp4::Variant,
     },
     /// bitsandbytes NF4/FP4: packed codes, a block absmax (itself
@@ -125,8 +129,8 @@ pub(crate) enum Kind {
         weight: TensorAt,
         absmax: TensorAt,
         /// `nested_absmax` and `nested_quant_map`.
-        nested: Option<(TensorAt, TensorAt)>,
-        record: record::Record,
+        nested: Option<Box<(TensorAt, TensorAt)>>,
+        record: Box<record::Record>,
     },
     /// compressed-tensors integer codes: packed into I32 words
     /// (`pack-quantized`) or one I8 an element (`int-quantized`), with
@@ -134,8 +138,8 @@ pub(crate) enum Kind {
     CtInt {
         codes: TensorAt,
         scale: TensorAt,
-        zeros: Option<TensorAt>,
-        g_idx: Option<TensorAt>,
+        zeros: Option<Box<TensorAt>>,
+        g_idx: Option<Box<TensorAt>>,
         /// Bits per code; `packed` says whether codes and zero points are packed.
         bits: u32,
         packed: bool,
@@ -169,20 +173,23 @@ impl Kind {
                 scale,
                 global,
                 ..
-            } => vec![weight, scale, global],
+            } => vec![weight, scale, &**global],
             Kind::Gptq {
                 qweight,
                 qzeros,
                 scales,
                 g_idx,
                 ..
-            } => [qweight, qzeros, scales].into_iter().chain(g_idx).collect(),
+            } => [qweight, &**qzeros, scales]
+                .into_iter()
+                .chain(g_idx.as_deref())
+                .collect(),
             Kind::Awq {
                 qweight,
                 qzeros,
                 scales,
                 ..
-            } => vec![qweight, qzeros, scales],
+            } => vec![qweight, &**qzeros, scales],
             Kind::Int8 { weight, scb } => vec![weight, scb],
             Kind::FourBit {
                 weight,
@@ -190,7 +197,7 @@ impl Kind {
                 nested,
                 ..
             } => {
-                let nested = nested.iter().flat_map(|(a, b)| [a, b]);
+                let nested = nested.iter().flat_map(|n| [&n.0, &n.1]);
                 [weight, absmax].into_iter().chain(nested).collect()
             }
             Kind::CtInt {
@@ -201,8 +208,8 @@ impl Kind {
                 ..
             } => [codes, scale]
                 .into_iter()
-                .chain(zeros)
-                .chain(g_idx)
+                .chain(zeros.as_deref())
+                .chain(g_idx.as_deref())
                 .collect(),
             Kind::Mxfp4 { blocks, scales, .. } => vec![blocks, scales],
         }
@@ -228,30 +235,33 @@ impl Kind {
                 scale,
                 global,
                 ..
-            } => [weight, scale, global].into_iter().for_each(f),
+            } => [weight, scale, &mut **global].into_iter().for_each(f),
             Kind::Gptq {
                 qweight,
                 qzeros,
                 scales,
                 g_idx,
                 ..
-            } => [qweight, qzeros, scales]
+            } => [qweight, &mut **qzeros, scales]
                 .into_iter()
-                .chain(g_idx)
+                .chain(g_idx.as_deref_mut())
                 .for_each(f),
             Kind::Awq {
                 qweight,
                 qzeros,
                 scales,
                 ..
-            } => [qweight, qzeros, scales].into_iter().for_each(f),
+            } => [qweight, &mut **qzeros, scales].into_iter().for_each(f),
             Kind::FourBit {
                 weight,
                 absmax,
                 nested,
                 ..
             } => {
-                let nested = nested.iter_mut().flat_map(|(a, b)| [a, b]);
+                let nested = nested.iter_mut().flat_map(|n| {
+                    let (a, b) = &mut **n;
+                    [a, b]
+                });
                 [weight, absmax].into_iter().chain(nested).for_each(f)
             }
             Kind::CtInt {
@@ -262,8 +272,8 @@ impl Kind {
                 ..
             } => [codes, scale]
                 .into_iter()
-                .chain(zeros)
-                .chain(g_idx)
+                .chain(zeros.as_deref_mut())
+                .chain(g_idx.as_deref_mut())
                 .for_each(f),
         }
     }
