@@ -22,6 +22,7 @@ mod limits;
 mod numpy;
 mod plan;
 mod quantized;
+mod records;
 
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;

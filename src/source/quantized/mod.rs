@@ -62,6 +62,11 @@ pub(crate) const PIECE_ELEMENTS: u64 = 1 << 20;
 pub(crate) const ROW_MAX: u64 = 2 * PIECE_ELEMENTS;
 
 /// One tensor of an input, where its bytes are.
+///
+/// A [`QuantizedSource`] keeps the records of its own tensors without
+/// their name and shape (empty: the inner source lists them at `at`) and
+/// restores them for reading ([`QuantizedSource::dressed`]): 92k copies
+/// of names were most of a DeepSeek-V3 conversion's heap.
 #[derive(Debug, Clone)]
 pub(crate) struct TensorAt {
     /// Its input and its index there.
@@ -77,6 +82,10 @@ pub(crate) struct TensorAt {
 }
 
 /// How one quantized weight is stored.
+///
+/// Every variant is at most two [`TensorAt`]s inline, FP8's size (the
+/// common scheme at scale, one `Arc<Kind>` per weight): the rarer
+/// schemes' further tensors are boxed.
 #[derive(Debug, Clone)]
 pub(crate) enum Kind {
     /// FP8 E4M3 codes times a float scale per tile.
@@ -90,9 +99,9 @@ pub(crate) enum Kind {
     /// GPTQ packed codes, zeros and scales, with an optional `g_idx`.
     Gptq {
         qweight: TensorAt,
-        qzeros: TensorAt,
+        qzeros: Box<TensorAt>,
         scales: TensorAt,
-        g_idx: Option<TensorAt>,
+        g_idx: Option<Box<TensorAt>>,
         packing: crate::dequant::gptq::Packing,
         /// Input columns per group, when there is no `g_idx`.
         group_size: u64,
@@ -100,7 +109,7 @@ pub(crate) enum Kind {
     /// AutoAWQ GEMM packed codes, zeros and scales.
     Awq {
         qweight: TensorAt,
-        qzeros: TensorAt,
+        qzeros: Box<TensorAt>,
         scales: TensorAt,
         group_size: u64,
     },
@@ -111,7 +120,7 @@ pub(crate) enum Kind {
     Nvfp4 {
         weight: TensorAt,
         scale: TensorAt,
-        global: TensorAt,
+        global: Box<TensorAt>,
         variant: crate::dequant::nvfp4::Variant,
     },
     /// bitsandbytes NF4/FP4: packed codes, a block absmax (itself
@@ -120,8 +129,8 @@ pub(crate) enum Kind {
         weight: TensorAt,
         absmax: TensorAt,
         /// `nested_absmax` and `nested_quant_map`.
-        nested: Option<(TensorAt, TensorAt)>,
-        record: record::Record,
+        nested: Option<Box<(TensorAt, TensorAt)>>,
+        record: Box<record::Record>,
     },
     /// compressed-tensors integer codes: packed into I32 words
     /// (`pack-quantized`) or one I8 an element (`int-quantized`), with
@@ -129,8 +138,8 @@ pub(crate) enum Kind {
     CtInt {
         codes: TensorAt,
         scale: TensorAt,
-        zeros: Option<TensorAt>,
-        g_idx: Option<TensorAt>,
+        zeros: Option<Box<TensorAt>>,
+        g_idx: Option<Box<TensorAt>>,
         /// Bits per code; `packed` says whether codes and zero points are packed.
         bits: u32,
         packed: bool,
@@ -164,20 +173,23 @@ impl Kind {
                 scale,
                 global,
                 ..
-            } => vec![weight, scale, global],
+            } => vec![weight, scale, &**global],
             Kind::Gptq {
                 qweight,
                 qzeros,
                 scales,
                 g_idx,
                 ..
-            } => [qweight, qzeros, scales].into_iter().chain(g_idx).collect(),
+            } => [qweight, &**qzeros, scales]
+                .into_iter()
+                .chain(g_idx.as_deref())
+                .collect(),
             Kind::Awq {
                 qweight,
                 qzeros,
                 scales,
                 ..
-            } => vec![qweight, qzeros, scales],
+            } => vec![qweight, &**qzeros, scales],
             Kind::Int8 { weight, scb } => vec![weight, scb],
             Kind::FourBit {
                 weight,
@@ -185,7 +197,7 @@ impl Kind {
                 nested,
                 ..
             } => {
-                let nested = nested.iter().flat_map(|(a, b)| [a, b]);
+                let nested = nested.iter().flat_map(|n| [&n.0, &n.1]);
                 [weight, absmax].into_iter().chain(nested).collect()
             }
             Kind::CtInt {
@@ -196,10 +208,73 @@ impl Kind {
                 ..
             } => [codes, scale]
                 .into_iter()
-                .chain(zeros)
-                .chain(g_idx)
+                .chain(zeros.as_deref())
+                .chain(g_idx.as_deref())
                 .collect(),
             Kind::Mxfp4 { blocks, scales, .. } => vec![blocks, scales],
+        }
+    }
+
+    /// Calls `f` on each tensor it is read from, mutably ([`Kind::parts`]).
+    fn each_part_mut(&mut self, mut f: impl FnMut(&mut TensorAt)) {
+        match self {
+            Kind::Fp8 { weight, scale, .. } | Kind::CtMxfp4 { weight, scale } => {
+                f(weight);
+                f(scale);
+            }
+            Kind::Int8 { weight, scb } => {
+                f(weight);
+                f(scb);
+            }
+            Kind::Mxfp4 { blocks, scales, .. } => {
+                f(blocks);
+                f(scales);
+            }
+            Kind::Nvfp4 {
+                weight,
+                scale,
+                global,
+                ..
+            } => [weight, scale, &mut **global].into_iter().for_each(f),
+            Kind::Gptq {
+                qweight,
+                qzeros,
+                scales,
+                g_idx,
+                ..
+            } => [qweight, &mut **qzeros, scales]
+                .into_iter()
+                .chain(g_idx.as_deref_mut())
+                .for_each(f),
+            Kind::Awq {
+                qweight,
+                qzeros,
+                scales,
+                ..
+            } => [qweight, &mut **qzeros, scales].into_iter().for_each(f),
+            Kind::FourBit {
+                weight,
+                absmax,
+                nested,
+                ..
+            } => {
+                let nested = nested.iter_mut().flat_map(|n| {
+                    let (a, b) = &mut **n;
+                    [a, b]
+                });
+                [weight, absmax].into_iter().chain(nested).for_each(f)
+            }
+            Kind::CtInt {
+                codes,
+                scale,
+                zeros,
+                g_idx,
+                ..
+            } => [codes, scale]
+                .into_iter()
+                .chain(zeros.as_deref_mut())
+                .chain(g_idx.as_deref_mut())
+                .for_each(f),
         }
     }
 
@@ -227,7 +302,8 @@ impl Kind {
 /// A quantized weight: the plain tensor it becomes, and how it is stored.
 #[derive(Debug, Clone)]
 pub(crate) struct Weight {
-    /// The output name (`...proj.weight`).
+    /// The output name (`...proj.weight`); empty in a [`QuantizedSource`]'s
+    /// entry, whose listing holds it.
     pub name: String,
     /// Rows and columns of the full-precision weight.
     pub shape: [u64; 2],
@@ -319,8 +395,17 @@ impl<'a> QuantizedSource<'a> {
         let mut entries = Vec::new();
         for (k, t) in inner.tensors().iter().enumerate() {
             if homed.peek().is_some_and(|(at, _)| *at == k) {
-                let (_, w) = homed.next().expect("peeked");
-                tensors.push(TensorMeta::new(w.name.clone(), to, w.dims()));
+                let (_, mut w) = homed.next().expect("peeked");
+                let dims = w.dims();
+                // The listing holds the name; the entry needs none.
+                let name = std::mem::take(&mut w.name);
+                tensors.push(TensorMeta::new(name, to, dims));
+                Arc::make_mut(&mut w.kind).each_part_mut(|p| {
+                    if p.at.0 == s {
+                        p.name = String::new();
+                        p.shape = Vec::new();
+                    }
+                });
                 entries.push(Entry::Dequant(w));
             } else if !found.is_consumed(s, k) {
                 tensors.push(t.clone());
@@ -336,8 +421,23 @@ impl<'a> QuantizedSource<'a> {
         }
     }
 
+    /// `w` with the names and shapes of this input's tensors, which its
+    /// entry keeps only as indices ([`TensorAt`]).
+    fn dressed(&self, w: &Weight) -> Weight {
+        let mut w = w.clone();
+        let listed = self.inner.tensors();
+        Arc::make_mut(&mut w.kind).each_part_mut(|p| {
+            if p.at.0 == self.s {
+                let t = &listed[p.at.1];
+                p.name.clone_from(&t.name);
+                p.shape.clone_from(&t.shape);
+            }
+        });
+        w
+    }
+
     fn reader(&self, w: &Weight) -> read::DequantReader {
-        read::DequantReader::new(w.clone(), self.to)
+        read::DequantReader::new(self.dressed(w), self.to)
     }
 }
 
@@ -425,7 +525,7 @@ impl Source for QuantizedSource<'_> {
     fn open_blocking_parts(&self, k: usize, target: u64) -> Option<Vec<super::BlockingPart>> {
         match &self.entries[k] {
             Entry::Pass(inner) => self.inner.open_blocking_parts(*inner, target),
-            Entry::Dequant(w) => read::parts(w, self.to, target),
+            Entry::Dequant(w) => read::parts(&self.dressed(w), self.to, target),
         }
     }
 

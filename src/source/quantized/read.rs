@@ -163,7 +163,7 @@ impl DequantReader {
             } => {
                 if self.groups.is_none() {
                     self.groups = Some(gptq_groups(
-                        g_idx.as_ref(),
+                        g_idx.as_deref(),
                         scales.shape[0],
                         cols,
                         *group_size,
@@ -262,7 +262,7 @@ impl DequantReader {
                 let packed = read_elems(weight, e0 / 2, to_usize(e1.div_ceil(2) - e0 / 2)?)?;
                 let (b0, b1) = (e0 / record.blocksize, (e1 - 1) / record.blocksize + 1);
                 let raw = read_elems(absmax, b0, to_usize(b1 - b0)?)?;
-                let scales = match (nested, record.nested) {
+                let scales = match (nested.as_deref(), record.nested) {
                     (Some((nabs, nmap)), Some((nbs, offset))) => {
                         let (g0, g1) = (b0 / nbs, (b1 - 1) / nbs + 1);
                         let mut groups = Vec::new();
@@ -300,12 +300,12 @@ impl DequantReader {
                 group_size,
             } => {
                 if self.groups.is_none() {
-                    self.groups = Some(gptq_groups(g_idx.as_ref(), *groups, cols, *group_size)?);
+                    self.groups = Some(gptq_groups(g_idx.as_deref(), *groups, cols, *group_size)?);
                 }
                 let piece = ct_int_piece(
                     codes,
                     scale,
-                    zeros.as_ref(),
+                    zeros.as_deref(),
                     *bits,
                     *packed,
                     *groups,

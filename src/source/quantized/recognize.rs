@@ -416,7 +416,7 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
             shape: [n, k],
             kind: Arc::new(Kind::Awq {
                 qweight,
-                qzeros,
+                qzeros: Box::new(qzeros),
                 scales,
                 group_size,
             }),
@@ -493,9 +493,9 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
         shape: [n, k],
         kind: Arc::new(Kind::Gptq {
             qweight,
-            qzeros,
+            qzeros: Box::new(qzeros),
             scales,
-            g_idx,
+            g_idx: g_idx.map(Box::new),
             packing: Packing { bits, zero_offset },
             group_size,
         }),
@@ -656,8 +656,8 @@ fn four_bit(
         kind: Arc::new(Kind::FourBit {
             weight,
             absmax,
-            nested,
-            record,
+            nested: nested.map(Box::new),
+            record: Box::new(record),
         }),
     };
     Ok(Some((wat, used, w)))
@@ -723,7 +723,7 @@ fn nvfp4(
         kind: Arc::new(Kind::Nvfp4 {
             weight,
             scale,
-            global,
+            global: Box::new(global),
             variant,
         }),
     };
@@ -931,8 +931,8 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
         kind: Arc::new(Kind::CtInt {
             codes,
             scale,
-            zeros,
-            g_idx,
+            zeros: zeros.map(Box::new),
+            g_idx: g_idx.map(Box::new),
             bits,
             packed,
             groups,

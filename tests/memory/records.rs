@@ -1,0 +1,84 @@
+//! What an opened FP8 checkpoint holds per quantized weight once
+//! `--dequantize` wraps it: the records the wrapper keeps beside the inner
+//! source's own listing (benches/scale/README.md, "Memory, the fan-out and
+//! the local limit": at DeepSeek-V3's 92k tensors they were most of a
+//! process's heap after planning).
+//!
+//! Print the figure with `cargo test --test memory records -- --nocapture`.
+
+use std::path::Path;
+
+use safetensors::tensor::TensorView;
+use safetensors::Dtype as St;
+use safetensors_stream::convert::{open_inputs, ConvertOptions};
+use safetensors_stream::{Dtype, SourceOptions};
+
+use crate::alloc::{live, serial};
+
+/// Quantized weights in the synthetic file.
+const WEIGHTS: usize = 4000;
+
+/// Bytes the wrapper may hold per weight, above the plain source's own:
+/// measured 433 (the listed tensor's `TensorMeta` with its name and
+/// shape, the weight's entry and its `Kind` of two `TensorAt`s); it was
+/// 840 when each record copied its tensors' names and shapes, the entry
+/// the weight's name, and every `Kind` took the size of its largest
+/// variant.
+const PER_WEIGHT: usize = 480;
+
+/// DeepSeek-V3's names and layout: an E4M3 weight and its F32
+/// `weight_scale_inv` of 128x128 blocks, per expert projection.
+fn write_fp8(path: &Path) {
+    let codes = vec![0x38u8; 16 * 16];
+    let scale = 1.0f32.to_le_bytes();
+    let mut views = Vec::with_capacity(2 * WEIGHTS);
+    for i in 0..WEIGHTS {
+        let prefix = format!("model.layers.{}.mlp.experts.{}.down_proj", i / 256, i % 256);
+        views.push((
+            format!("{prefix}.weight"),
+            TensorView::new(St::F8_E4M3, vec![16, 16], &codes).unwrap(),
+        ));
+        views.push((
+            format!("{prefix}.weight_scale_inv"),
+            TensorView::new(St::F32, vec![1, 1], &scale).unwrap(),
+        ));
+    }
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
+/// Live heap bytes held by the opened sources of `input`.
+fn held(input: &Path, dequantize: bool) -> usize {
+    let mut options = ConvertOptions::default();
+    if dequantize {
+        options.source = SourceOptions::default().dequantize(Some(Dtype::BF16));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let before = live();
+    let sources = rt
+        .block_on(open_inputs(&[input.to_path_buf()], &options))
+        .unwrap();
+    let held = live() - before;
+    assert_eq!(sources.len(), 1);
+    let listed = sources[0].tensors().len();
+    assert_eq!(listed, if dequantize { WEIGHTS } else { 2 * WEIGHTS });
+    held
+}
+
+#[test]
+fn the_quantized_fp8_wrapper_holds_a_few_hundred_bytes_per_weight() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("fp8.safetensors");
+    write_fp8(&input);
+    let plain = held(&input, false);
+    let wrapped = held(&input, true);
+    let per_weight = wrapped.saturating_sub(plain) / WEIGHTS;
+    println!(
+        "{WEIGHTS} FP8 weights: plain source {} B a weight, the wrapper {per_weight} B more",
+        plain / WEIGHTS
+    );
+    assert!(per_weight < PER_WEIGHT, "{per_weight} B a weight");
+}
