@@ -14,6 +14,7 @@ mod mapped;
 pub(crate) mod policy;
 mod pool;
 mod positional;
+mod relay;
 pub(crate) mod route;
 mod spans;
 mod verbatim;
@@ -33,6 +34,7 @@ use job::{jobs, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
 use policy::CopyPolicy;
 use policy::Way;
 use pool::write_parallel;
+use relay::{Relay, Relayed};
 use route::{routes, Route};
 use spans::copy_spans;
 
@@ -199,16 +201,33 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         let mut jobs: Vec<Option<Job>> = jobs.into_iter().map(Some).collect();
         let mut r = 0;
         while r < routes.len() {
-            // Routes of bytes in files go in one trip to the blocking pool.
-            let group = routes[r..]
+            // Into the sink, tensors from blocking readers go as one run.
+            let relayed = routes[r..]
                 .iter()
-                .take_while(|x| x.in_files())
-                .count()
-                .max(1);
+                .take_while(|x| matches!(x, Route::Stream { job, .. } if matches!(jobs[*job], Some(Job::Reader(_)))))
+                .count();
+            // Routes of bytes in files go in one trip to the blocking pool.
+            let group = match relayed {
+                0 => routes[r..]
+                    .iter()
+                    .take_while(|x| x.in_files())
+                    .count()
+                    .max(1),
+                n => n,
+            };
             let group = &routes[r..r + group];
             r += group.len();
             let first = group[0].jobs().start;
             let done = match &group[0] {
+                Route::Stream { .. } if relayed > 0 => {
+                    let readers = (first..first + relayed)
+                        .map(|i| match jobs[i].take() {
+                            Some(Job::Reader(r)) => r,
+                            _ => unreachable!("a run of readers, each routed once"),
+                        })
+                        .collect();
+                    self.relay(start + first, readers).await
+                }
                 Route::Stream { job, ahead } => self.stream(start + job, *ahead, sources).await,
                 // A run of tensors from blocking readers straight into the
                 // output file, several at once, each at its planned offset;
@@ -305,6 +324,41 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         Ok(Vec::from_iter(
             (count > 0).then_some(Overflow { job: 0, count }),
         ))
+    }
+
+    /// Tensors `k..` from blocking readers, through the sink: read on one
+    /// thread of the blocking pool, their bytes written as they come, in
+    /// pieces of many tensors ([`relay`]).
+    async fn relay(
+        &mut self,
+        k: usize,
+        readers: Vec<ReaderJob>,
+    ) -> std::result::Result<Vec<Overflow>, JobError> {
+        let count = readers.len();
+        let (header, watch) = (self.shard.header.shared(), self.to.watch.clone());
+        let started = move |i: usize| watch.tensor(&header.tensors[k + i].meta.name);
+        let mut relay = Relay::start(readers, self.to.sink_options.buffer_size, started);
+        let mut bytes = 0u64;
+        loop {
+            match relay.next().await {
+                Some(Relayed::Piece { bytes: piece, job }) => {
+                    let wrote = self.sink.write_external(&piece).await;
+                    wrote.map_err(|e| JobError::new(job, e))?;
+                    bytes += piece.len() as u64;
+                    relay.give_back(piece);
+                }
+                Some(Relayed::Done(done)) => {
+                    let overflows = done?;
+                    let recorded = self.sink.record_external(count, bytes);
+                    recorded.map_err(|e| JobError::new(0, e))?;
+                    return Ok(overflows);
+                }
+                None => {
+                    let lost = std::io::Error::other("a blocking reader stopped without its end");
+                    return Err(JobError::new(0, Error::io(lost)));
+                }
+            }
+        }
     }
 
     /// Runs `work` on the blocking pool, where it writes the next `count`

@@ -199,6 +199,14 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         flushed.map_err(|e| write_error(&self.output, e))
     }
 
+    /// Writes bytes of the next planned tensors that went through the
+    /// element pipeline elsewhere (a blocking thread's, which checked their
+    /// lengths); [`Sink::record_external`] then counts those tensors.
+    pub(crate) async fn write_external(&mut self, bytes: &[u8]) -> Result<()> {
+        let wrote = self.writer.write_all(bytes).await;
+        wrote.map_err(|e| write_error(&self.output, e))
+    }
+
     /// Records that the next `count` planned tensors were written to the
     /// sink's destination by other means (a kernel copy into the same file),
     /// `bytes` in all; those must be exactly their planned lengths.
