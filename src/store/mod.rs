@@ -52,6 +52,25 @@ fn few_idle_connections(
     builder.with_config(idle, IDLE_CONNECTIONS.to_string())
 }
 
+/// How long one request completing a multipart upload may take: S3 says
+/// completing a large upload "could take several minutes" (it keeps the
+/// connection alive meanwhile), and a server that copies the parts into
+/// the object (s3s-fs) takes seconds per GB, more with several at once.
+/// The client's 30 s default, meant for one part, would give up on it and
+/// retry a completion that may have succeeded meanwhile: the retry is then
+/// refused (the upload is gone) and a committed shard reported failed.
+const COMPLETE_TIMEOUT: &str = "15m";
+
+/// `builder` whose requests may take [`COMPLETE_TIMEOUT`]: the client
+/// completing uploads, never the one sending parts (a stalled part is
+/// still retried after the usual timeout).
+fn slow_completions(
+    builder: object_store::aws::AmazonS3Builder,
+) -> object_store::aws::AmazonS3Builder {
+    let timeout = K::Client(object_store::ClientConfigKey::Timeout);
+    builder.with_config(timeout, COMPLETE_TIMEOUT)
+}
+
 /// Whether `path` is shaped like a URL (`SCHEME://...`, or a scheme and
 /// one slash, `s3:/bucket/key`) rather than a local path: such an argument
 /// is never written or read as a local file. Whether the URL is one we can
@@ -379,6 +398,18 @@ impl Object {
             path,
             ..self.clone()
         }
+    }
+
+    /// The multipart API for completing uploads: on S3 a client of the
+    /// same store whose requests may take [`COMPLETE_TIMEOUT`]; `None`
+    /// elsewhere (the parts' own client completes them).
+    pub(crate) fn completer(&self) -> Result<Option<Arc<dyn MultipartStore>>> {
+        let Some(uploads) = &self.uploads else {
+            return Ok(None);
+        };
+        let built = slow_completions(uploads.builder().clone()).build();
+        let store = built.map_err(|e| store_output_error(e, &self.url))?;
+        Ok(Some(Arc::new(store)))
     }
 
     /// The multipart API, or a usage error for a read-only store.

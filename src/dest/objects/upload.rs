@@ -149,9 +149,19 @@ pub(crate) struct Sealed {
     up: Pending,
     registry: PendingUploads,
     parts: Vec<PartId>,
+    /// The client that completes it: the parts' own unless
+    /// [`Sealed::completed_by`] says otherwise.
+    completer: Arc<dyn MultipartStore>,
 }
 
 impl Sealed {
+    /// Completed through `store` (the same store's client with a longer
+    /// request timeout: the object's `completer`).
+    pub(crate) fn completed_by(mut self, store: Arc<dyn MultipartStore>) -> Sealed {
+        self.completer = store;
+        self
+    }
+
     /// Completes the upload: the object appears now, whole. On an error
     /// the upload is aborted.
     pub(crate) async fn complete(self) -> Result<()> {
@@ -159,8 +169,8 @@ impl Sealed {
         // must not race it.
         let taken = self.registry.take(self.up.key);
         let up = &self.up;
-        let Err(e) = up
-            .store
+        let Err(e) = self
+            .completer
             .complete_multipart(&up.path, &up.id, self.parts)
             .await
         else {
@@ -290,6 +300,7 @@ impl PartUpload {
                 up: self.up.clone(),
                 registry: self.registry.clone(),
                 parts,
+                completer: self.up.store.clone(),
             }),
             Err(failed) => {
                 // The abort's own failure is secondary: the first error is told.
