@@ -103,7 +103,9 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
                 blocksize: 64,
                 dtype: Dtype::BF16,
             };
-            super::bnb::four_bit(&p, values);
+            // As the reader runs it: stored as BF16 straight from the kernel.
+            super::bnb::four_bit_into(&p, Dtype::BF16, &mut Vec::new(), out);
+            return;
         }
         "GPTQ int4" => {
             // `[K / 8][rows]` words, `[K / 128][rows]` scales and zero words.

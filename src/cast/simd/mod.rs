@@ -50,6 +50,18 @@
 //! it yet.
 
 #[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod lanes;
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod by_dtype;
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod books;
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod ggml;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -230,9 +242,7 @@ dispatch! {
         = false;
 }
 
-// AVX-512 CPUs take the AVX2 kernel: a row's products go to the store
-// 8 at a time either way, and a wider one would only be tested there.
-dispatch! { avx2, avx2;
+dispatch! {
     /// [`e4m3_row`] stored as `to` (F32, BF16 or F16, little-endian) into
     /// `out`: each product rounded as `dtype` stores it, then cast once,
     /// from the register it was made in. False if there is no vector path
@@ -263,14 +273,13 @@ dispatch! { ggml512, ggml2;
     /// GGUF Q6_K blocks (210 bytes, 256 elements each).
     fn q6_k(blocks: &[u8], out: &mut [f32]) -> bool = false;
 }
-// Q5_K and IQ4_XS take the AVX2 kernel on AVX-512 too: the wider one
-// would only be tested on a CPU that has it, and these kernels are bound
-// by the scalar scale decoding and the stores more than by the lanes.
-dispatch! { ggml2, ggml2;
+dispatch! { ggml512, ggml2;
     /// GGUF Q5_K blocks (176 bytes, 256 elements each), their scales
     /// decoded by `scales`.
     fn q5_k(blocks: &[u8], out: &mut [f32], scales: KScales) -> bool = false;
 }
+// IQ4_XS takes the AVX2 kernel on AVX-512 too: it is bound by the
+// scalar scale decoding and the stores more than by the lanes.
 dispatch! { ggml2, ggml2;
     /// GGUF IQ4_XS blocks (136 bytes, 256 elements each), the nibbles
     /// looked up in `table`.
@@ -284,6 +293,16 @@ dispatch! { quant2, quant2;
     /// first). Returns the elements done (whole runs of 8; 0 on the
     /// reference path): the caller does the rest.
     fn four_bit(book: &[f32; 16], packed: &[u8], absmax: f32, dtype: Dtype, out: &mut [f32]) -> usize
+        = 0;
+}
+dispatch! {
+    /// bitsandbytes NF4/FP4, whole blocks of `blocksize` elements (a
+    /// multiple of 16, else nothing is done) from `packed`'s first byte
+    /// (high nibble first), block `j` times `absmax[j]`: each value rounded
+    /// as `dtype` stores it, stored as `to` into `out`. Returns the
+    /// elements done (0 on the reference path).
+    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
+    fn four_bit_as(book: &[f32; 16], packed: &[u8], absmax: &[f32], blocksize: usize, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
         = 0;
 }
 dispatch! { quant2, quant2;

@@ -44,14 +44,11 @@ pub(super) fn pack4_row_as(
         zeros,
         scales,
     };
-    match (dtype, to) {
-        (Dtype::F32, Dtype::F32) => row_as::<0, 0>(&row, out),
-        (Dtype::BF16, Dtype::F32) => row_as::<1, 0>(&row, out),
-        (Dtype::F16, Dtype::F32) => row_as::<2, 0>(&row, out),
-        (Dtype::BF16, Dtype::BF16) => row_as::<1, 1>(&row, out),
-        (Dtype::F16, Dtype::F16) => row_as::<2, 2>(&row, out),
-        _ => 0,
+    // The rounded value is the output's bits only as F32 or as itself.
+    if to != Dtype::F32 && to != dtype {
+        return 0;
     }
+    by_dtypes!(dtype, to, row_as(&row, out), 0)
 }
 
 /// `zeros[g]` and `scales[g]` for 8 columns of groups `g`: broadcast when

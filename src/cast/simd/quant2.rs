@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::stored_as;
+use super::avx2::{f16_lanes, put_as, stored_as};
 use crate::Dtype;
 
 #[inline]
@@ -70,12 +70,7 @@ pub(super) fn four_bit(
     dtype: Dtype,
     out: &mut [f32],
 ) -> usize {
-    match dtype {
-        Dtype::F32 => four_bit_as::<0>(book, packed, absmax, out),
-        Dtype::BF16 => four_bit_as::<1>(book, packed, absmax, out),
-        Dtype::F16 => four_bit_as::<2>(book, packed, absmax, out),
-        _ => 0,
-    }
+    by_dtype!(dtype, four_bit_as(book, packed, absmax, out), 0)
 }
 
 #[inline]
@@ -115,12 +110,11 @@ pub(super) fn int4_row(
     dtype: Dtype,
     out: &mut [f32],
 ) -> usize {
-    match dtype {
-        Dtype::F32 => int4_row_as::<0>(words, stride, groups, zeros, scales, out),
-        Dtype::BF16 => int4_row_as::<1>(words, stride, groups, zeros, scales, out),
-        Dtype::F16 => int4_row_as::<2>(words, stride, groups, zeros, scales, out),
-        _ => 0,
-    }
+    by_dtype!(
+        dtype,
+        int4_row_as(words, stride, groups, zeros, scales, out),
+        0
+    )
 }
 
 #[inline]
@@ -187,18 +181,7 @@ pub(super) fn int4_rows8(
         zeros,
         scales,
     };
-    match (dtype, to) {
-        (Dtype::F32, Dtype::F32) => int4_rows8_as::<0, 0>(&t, out),
-        (Dtype::F32, Dtype::BF16) => int4_rows8_as::<0, 1>(&t, out),
-        (Dtype::F32, Dtype::F16) => int4_rows8_as::<0, 2>(&t, out),
-        (Dtype::BF16, Dtype::F32) => int4_rows8_as::<1, 0>(&t, out),
-        (Dtype::BF16, Dtype::BF16) => int4_rows8_as::<1, 1>(&t, out),
-        (Dtype::BF16, Dtype::F16) => int4_rows8_as::<1, 2>(&t, out),
-        (Dtype::F16, Dtype::F32) => int4_rows8_as::<2, 0>(&t, out),
-        (Dtype::F16, Dtype::BF16) => int4_rows8_as::<2, 1>(&t, out),
-        (Dtype::F16, Dtype::F16) => int4_rows8_as::<2, 2>(&t, out),
-        _ => 0,
-    }
+    by_dtypes!(dtype, to, int4_rows8_as(&t, out), 0)
 }
 
 /// [`int4_rows8`]'s inputs.
@@ -241,18 +224,7 @@ fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> us
         }
         for (j, row) in transpose8(columns).into_iter().enumerate() {
             let at = (j * cols + 8 * w) * width;
-            let v = _mm256_castps_si256(row);
-            match OUT {
-                0 => out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&v)),
-                _ => {
-                    let h = match OUT {
-                        1 => super::avx2::bf16_bits(v),
-                        _ => super::avx2::f16_bits(v),
-                    };
-                    let h = super::avx2::narrow(h);
-                    out[at..at + 16].copy_from_slice(bytemuck::bytes_of(&h));
-                }
-            }
+            put_as::<ROUND, OUT>(_mm256_castps_si256(row), &mut out[at..]);
         }
     }
     8 * n
@@ -313,12 +285,7 @@ pub(super) fn awq_row(
         zeros,
         scales,
     };
-    match dtype {
-        Dtype::F32 => awq_row_as::<0>(&row, out),
-        Dtype::BF16 => awq_row_as::<1>(&row, out),
-        Dtype::F16 => awq_row_as::<2>(&row, out),
-        _ => 0,
-    }
+    by_dtype!(dtype, awq_row_as(&row, out), 0)
 }
 
 /// [`awq_row`]'s arguments.
@@ -435,12 +402,7 @@ pub(super) fn mxfp4_transposed_as(
         rows,
         book,
     };
-    match to {
-        Dtype::F32 => mxfp4_transposed_out::<0>(&band, k0, out),
-        Dtype::BF16 => mxfp4_transposed_out::<1>(&band, k0, out),
-        Dtype::F16 => mxfp4_transposed_out::<2>(&band, k0, out),
-        _ => false,
-    }
+    by_dtype!(to, mxfp4_transposed_out(&band, k0, out), false)
 }
 
 /// [`mxfp4_transposed_as`]'s band.
@@ -522,7 +484,7 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
                     _ => {
                         let (a, c) = match OUT {
                             1 => (_mm256_srli_epi32::<16>(a), _mm256_srli_epi32::<16>(c)),
-                            _ => (super::avx2::f16_bits(a), super::avx2::f16_bits(c)),
+                            _ => (f16_lanes(a).0, f16_lanes(c).0),
                         };
                         let h =
                             _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, c));
