@@ -31,6 +31,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -161,7 +162,15 @@ def kernel_table(repo: Path, filters):
         print(f"| {what} | " + " | ".join(cells) + f" | {AMN_GELEM_S} |")
 
 
+def wait_quiet():
+    """Starts nothing while the lead's quiet window (/work/QUIET, or $QUIET_FILE) is open."""
+    flag = os.environ.get("QUIET_FILE", "/work/QUIET")
+    while os.path.exists(flag):
+        time.sleep(20)
+
+
 def run_workload(name, tools, tmp: Path, runs: int, inputs):
+    wait_quiet()
     bench.warm(inputs)
     subprocess.run(["sync"], check=True)
     times = {t: [] for t, _ in tools}
@@ -170,6 +179,7 @@ def run_workload(name, tools, tmp: Path, runs: int, inputs):
     for r in range(runs):
         order = tools[r % len(tools):] + tools[: r % len(tools)]
         this = {}
+        wait_quiet()
         for tool, cmd in order:
             subprocess.run(["sync"], check=True)
             wall, (kib, _, _), rc, _, err = bench.timed(cmd, tmp, tmp / "time.txt")

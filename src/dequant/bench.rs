@@ -157,7 +157,9 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
                 width,
                 rows: cols,
             };
-            super::mxfp4::transposed_rows(&band, &table, 0, values);
+            // As the reader runs it: stored as BF16 straight from the kernel.
+            super::mxfp4::transposed_rows_into(&band, &table, 0, Dtype::BF16, &mut Vec::new(), out);
+            return;
         }
         other => panic!("no 4-bit kernel {other}"),
     }

@@ -180,6 +180,11 @@ mod tests {
             (48, 1, 0, 32),
             (24, 2, 16, 16),
             (16, 2, 3, 16),
+            // 64 codes of 16 rows at a time (one 32-byte load a row), then
+            // 8 at a time at the rows' end.
+            (32, 4, 8, 96),
+            (16, 3, 0, 96),
+            (48, 4, 40, 88),
         ] {
             let blocks: Vec<u8> = (0..rows * width * 16).map(|_| next() as u8).collect();
             let scales: Vec<u8> = (0..rows * width)

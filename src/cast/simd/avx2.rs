@@ -211,12 +211,11 @@ pub(super) fn has_nan(v: V) -> bool {
     _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_UNORD_Q>(f, f)) != 0
 }
 
-/// F16C's rounding of each `f32` lane to F16 bits, zero-extended.
+/// F16C's rounding of each `f32` lane to F16 bits.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn cvtps_ph(v: V) -> V {
-    let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(v));
-    _mm256_cvtepu16_epi32(h)
+pub(super) fn cvtps_ph_h(v: V) -> H {
+    _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(v))
 }
 
 /// F16C's widening of F16 bits to `f32` bits.

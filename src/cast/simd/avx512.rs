@@ -210,13 +210,11 @@ pub(super) fn has_nan(v: V) -> bool {
     _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(_mm512_castsi512_ps(v), _mm512_castsi512_ps(v)) != 0
 }
 
-/// F16C's rounding of each `f32` lane to F16 bits, zero-extended.
+/// F16C's rounding of each `f32` lane to F16 bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")]
-pub(super) fn cvtps_ph(v: V) -> V {
-    _mm512_cvtepu16_epi32(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(
-        _mm512_castsi512_ps(v),
-    ))
+pub(super) fn cvtps_ph_h(v: V) -> H {
+    _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm512_castsi512_ps(v))
 }
 
 /// F16C's widening of F16 bits to `f32` bits.

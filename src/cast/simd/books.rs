@@ -47,17 +47,35 @@ macro_rules! book_kernels {
                 .zip(out.chunks_exact_mut(blocksize * width))
                 .zip(absmax);
             for ((p, o), &a) in blocks {
-                let scale = splatf(a);
-                for (b, o) in p.chunks_exact(8).zip(o.chunks_exact_mut(16 * width)) {
-                    let codes = u8_parts(nibbles_high_first(b));
-                    for (j, q) in codes.into_iter().enumerate() {
-                        let v = stored_as::<R>(mulf(look_up(&book, q), scale));
-                        put_as::<R, O>(v, &mut o[j * LANES * width..]);
-                    }
+                // A finite absmax makes no NaN (the books hold none): the
+                // lanes skip the NaN patches.
+                match a.is_finite() {
+                    true => four_bit_block::<R, O, true>(&book, p, splatf(a), o),
+                    false => four_bit_block::<R, O, false>(&book, p, splatf(a), o),
                 }
                 done += blocksize;
             }
             done
+        }
+
+        /// One block of [`four_bit_blocks`], its products known not to be
+        /// NaN if `CLEAN`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        fn four_bit_block<const R: u8, const O: u8, const CLEAN: bool>(
+            book: &Book,
+            packed: &[u8],
+            scale: V,
+            out: &mut [u8],
+        ) {
+            let width = if O == 0 { 4 } else { 2 };
+            for (b, o) in packed.chunks_exact(8).zip(out.chunks_exact_mut(16 * width)) {
+                let codes = u8_parts(nibbles_high_first(b));
+                for (j, q) in codes.into_iter().enumerate() {
+                    let v = rounded::<R, CLEAN>(mulf(look_up(book, q), scale));
+                    put_rounded::<R, O, CLEAN>(v, &mut o[j * LANES * width..]);
+                }
+            }
         }
 
         /// bitsandbytes 4-bit, whole blocks of `blocksize` elements from

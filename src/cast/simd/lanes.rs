@@ -16,8 +16,8 @@
 //!   `narrow16(V) -> H` (lanes below 2^16), `pack(a, b) -> V` (the
 //!   `2 * LANES` low halves of `a` then `b`, in order), `bytes(&[u8; LANES])`
 //!   and `widen8` (codes to lanes, zero-extended);
-//! - `mulf`, `cvtf` (i32 to f32), `splatf`, `has_nan`, `cvtps_ph` (F16C's
-//!   rounding of each lane, zero-extended) and `cvtph_ps` (F16C's widening).
+//! - `mulf`, `cvtf` (i32 to f32), `splatf`, `has_nan`, `cvtps_ph_h` (F16C's
+//!   rounding of each lane to `H`) and `cvtph_ps` (F16C's widening).
 //!
 //! Every body is the same arithmetic at either width, so the bits are the
 //! same; only the number of lanes and how a select is made differ.
@@ -26,6 +26,13 @@
 /// $feat)]`, over the primitives in scope.
 macro_rules! lane_kernels {
     ($feat:literal) => {
+        /// F16C's rounding of each `f32` lane to F16 bits, zero-extended.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        fn cvtps_ph(v: V) -> V {
+            widen16(cvtps_ph_h(v))
+        }
+
         /// [`f32_to_bf16`](crate::cast::scalar::f32_to_bf16) of each lane
         /// (in its low 16 bits), and the lanes that overflowed to infinity.
         #[inline]
@@ -189,7 +196,7 @@ macro_rules! lane_kernels {
         /// `S.1111.111` the positive quiet NaN.
         #[inline]
         #[target_feature(enable = $feat)]
-        fn e4m3_lanes(codes: &[u8; LANES]) -> V {
+        fn e4m3_lanes<const CLEAN: bool>(codes: &[u8; LANES]) -> V {
             let c = widen8(codes);
             let m = and(c, splat(0x7f));
             let normal = add(slli::<20>(m), splat(120 << 23));
@@ -197,23 +204,44 @@ macro_rules! lane_kernels {
             let subnormal = gt(splat(8), m);
             let magnitude = blend(subnormal, normal, small);
             let sign = slli::<24>(and(c, splat(0x80)));
+            if CLEAN {
+                return or(magnitude, sign);
+            }
             let nan = eq(m, splat(0x7f));
             blend(nan, or(magnitude, sign), splat(0x7fc0_0000))
         }
 
+        /// [`f32_to_bf16`](crate::cast::scalar::f32_to_bf16) of lanes known
+        /// not to be NaN: the rounding alone.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        fn bf16_not_nan(x: V) -> V {
+            let odd = and(srli::<16>(x), splat(1));
+            srli::<16>(add(x, add(odd, splat(0x7fff))))
+        }
+
         /// `f32` lanes as a tensor of the scales' dtype (`ROUND`: 0 F32,
         /// 1 BF16, 2 F16) stores them: rounded to it and widened back.
+        #[allow(dead_code)] // on AVX-512: the AVX2-only kernels (quant2, pack4) take them
         #[inline]
         #[target_feature(enable = $feat)]
         pub(super) fn stored_as<const ROUND: u8>(v: V) -> V {
+            rounded::<ROUND, false>(v)
+        }
+
+        /// [`stored_as`], of lanes known not to be NaN if `CLEAN`.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(super) fn rounded<const ROUND: u8, const CLEAN: bool>(v: V) -> V {
             match ROUND {
+                1 if CLEAN => slli::<16>(bf16_not_nan(v)),
                 1 => slli::<16>(bf16_lanes(v).0),
-                2 => match has_nan(v) {
+                2 => match CLEAN || !has_nan(v) {
                     // No NaN: F16C rounds every number to nearest even and
                     // widens it back exactly, as `f16_lanes` and
                     // `f16_widen` do.
-                    false => cvtph_ps(narrow16(cvtps_ph(v))),
-                    true => f16_widen(narrow16(f16_lanes(v).0)),
+                    true => cvtph_ps(cvtps_ph_h(v)),
+                    false => f16_widen(narrow16(f16_lanes(v).0)),
                 },
                 _ => v,
             }
@@ -223,34 +251,32 @@ macro_rules! lane_kernels {
         /// bits.
         #[inline]
         #[target_feature(enable = $feat)]
-        fn e4m3_times<const ROUND: u8>(codes: &[u8; LANES], scale: V) -> V {
-            stored_as::<ROUND>(mulf(e4m3_lanes(codes), scale))
+        fn e4m3_times<const ROUND: u8, const CLEAN: bool>(codes: &[u8; LANES], scale: V) -> V {
+            rounded::<ROUND, CLEAN>(mulf(e4m3_lanes::<CLEAN>(codes), scale))
         }
 
         /// `v` (rounded as `R` says: 0 F32, 1 BF16, 2 F16; a NaN lane a
-        /// quiet one, as products are) stored as `O` says into `out`'s
-        /// first `LANES` elements, as `store_f32` stores it: a value
-        /// already of the output's dtype is its bits.
+        /// quiet one, as products are; none if `CLEAN`) stored as `O` says
+        /// into `out`'s first `LANES` elements, as `store_f32` stores it: a
+        /// value already of the output's dtype is its bits; without NaN,
+        /// F16C's rounding, or BF16's without the NaN lanes' patch.
         #[inline]
         #[target_feature(enable = $feat)]
-        pub(super) fn put_as<const R: u8, const O: u8>(v: V, out: &mut [u8]) {
-            match O {
-                0 => store(out, v),
-                1 => store_h(
-                    out,
-                    narrow16(if R == 1 {
-                        srli::<16>(v)
-                    } else {
-                        bf16_lanes(v).0
-                    }),
-                ),
+        pub(super) fn put_rounded<const R: u8, const O: u8, const CLEAN: bool>(
+            v: V,
+            out: &mut [u8],
+        ) {
+            let h = match O {
+                0 => return store(out, v),
+                1 if R == 1 => srli::<16>(v),
+                1 if CLEAN => bf16_not_nan(v),
+                1 => bf16_lanes(v).0,
                 // F16C narrows an F16 value back exactly, a quiet NaN
                 // keeping its payload as `f16_lanes` does.
-                _ => store_h(
-                    out,
-                    narrow16(if R == 2 { cvtps_ph(v) } else { f16_lanes(v).0 }),
-                ),
-            }
+                _ if R == 2 || CLEAN => return store_h(out, cvtps_ph_h(v)),
+                _ => f16_lanes(v).0,
+            };
+            store_h(out, narrow16(h));
         }
 
         /// `LANES` codes times `scale`, rounded as `ROUND` says, then
@@ -258,13 +284,17 @@ macro_rules! lane_kernels {
         /// (`LANES` elements or fewer).
         #[inline]
         #[target_feature(enable = $feat)]
-        fn e4m3_put<const ROUND: u8, const OUT: u8>(codes: &[u8; LANES], scale: V, out: &mut [u8]) {
-            let v = e4m3_times::<ROUND>(codes, scale);
+        fn e4m3_put<const ROUND: u8, const OUT: u8, const CLEAN: bool>(
+            codes: &[u8; LANES],
+            scale: V,
+            out: &mut [u8],
+        ) {
+            let v = e4m3_times::<ROUND, CLEAN>(codes, scale);
             if out.len() == LANES * if OUT == 0 { 4 } else { 2 } {
-                put_as::<ROUND, OUT>(v, out);
+                put_rounded::<ROUND, OUT, CLEAN>(v, out);
             } else {
                 let mut whole = [0u8; 4 * LANES];
-                put_as::<ROUND, OUT>(v, &mut whole);
+                put_rounded::<ROUND, OUT, CLEAN>(v, &mut whole);
                 let n = out.len();
                 out.copy_from_slice(&whole[..n]);
             }
@@ -291,19 +321,38 @@ macro_rules! lane_kernels {
                 .zip(out.chunks_mut(block * width))
                 .zip(scales);
             for ((codes, out), &scale) in blocks {
-                let scale = splatf(scale);
-                let mut c = codes.chunks_exact(LANES);
-                let mut o = out.chunks_exact_mut(LANES * width);
-                for (c, o) in (&mut c).zip(&mut o) {
-                    let c: &[u8; LANES] = c.try_into().expect("chunks_exact gives LANES");
-                    e4m3_put::<ROUND, OUT>(c, scale, o);
+                // No NaN code and a finite scale: no product is NaN (an
+                // infinity needs a code of 0 to make one), so the lanes
+                // skip the NaN patches. Real weights have no NaN codes.
+                let nan_code = codes.iter().fold(false, |a, &c| a | (c & 0x7f == 0x7f));
+                match scale.is_finite() && !nan_code {
+                    true => e4m3_block::<ROUND, OUT, true>(codes, splatf(scale), out),
+                    false => e4m3_block::<ROUND, OUT, false>(codes, splatf(scale), out),
                 }
-                let (c, o) = (c.remainder(), o.into_remainder());
-                if !c.is_empty() {
-                    let mut padded = [0u8; LANES];
-                    padded[..c.len()].copy_from_slice(c);
-                    e4m3_put::<ROUND, OUT>(&padded, scale, o);
-                }
+            }
+        }
+
+        /// One block of [`e4m3_blocks_as`]: whole runs of `LANES`, the last
+        /// few codes padded.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        fn e4m3_block<const ROUND: u8, const OUT: u8, const CLEAN: bool>(
+            codes: &[u8],
+            scale: V,
+            out: &mut [u8],
+        ) {
+            let width = if OUT == 0 { 4 } else { 2 };
+            let mut c = codes.chunks_exact(LANES);
+            let mut o = out.chunks_exact_mut(LANES * width);
+            for (c, o) in (&mut c).zip(&mut o) {
+                let c: &[u8; LANES] = c.try_into().expect("chunks_exact gives LANES");
+                e4m3_put::<ROUND, OUT, CLEAN>(c, scale, o);
+            }
+            let (c, o) = (c.remainder(), o.into_remainder());
+            if !c.is_empty() {
+                let mut padded = [0u8; LANES];
+                padded[..c.len()].copy_from_slice(c);
+                e4m3_put::<ROUND, OUT, CLEAN>(&padded, scale, o);
             }
         }
 

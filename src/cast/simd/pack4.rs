@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::stored_as;
+use super::avx2::{put_rounded, stored_as};
 use crate::Dtype;
 
 /// One row's codes and the values of its groups.
@@ -91,22 +91,8 @@ fn row_as<const ROUND: u8, const OUT: u8>(r: &Row, out: &mut [u8]) -> usize {
         let (z, s) = group_values(r.zeros, r.scales, g);
         let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), s);
         let v = stored_as::<ROUND>(_mm256_castps_si256(v));
-        match OUT {
-            // A BF16 value in an f32's high half: those 16 bits are it.
-            1 => {
-                let h = _mm256_srli_epi32::<16>(v);
-                let h =
-                    _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-                o.copy_from_slice(bytemuck::bytes_of(&h));
-            }
-            // An F16 value widened: F16C narrows every number back exactly,
-            // and a product's NaN is quiet, which it keeps as it is.
-            2 => {
-                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(v));
-                o.copy_from_slice(bytemuck::bytes_of(&h));
-            }
-            _ => o.copy_from_slice(bytemuck::bytes_of(&v)),
-        }
+        // Where the output is the scales' dtype, the rounded value's bits.
+        put_rounded::<ROUND, OUT, false>(v, o);
         done += 8;
     }
     done

@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{f16_lanes, put_as, stored_as};
+use super::avx2::{f16_lanes, pack, put_rounded, rounded, srli, store, stored_as};
 use crate::Dtype;
 
 #[inline]
@@ -198,10 +198,23 @@ struct Tile<'a> {
 #[target_feature(enable = "avx2,f16c")]
 fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> usize {
     let width = if OUT == 0 { 4 } else { 2 };
-    let cols = t.groups.len();
-    if out.len() < 8 * cols * width {
+    if out.len() < 8 * t.groups.len() * width {
         return 0;
     }
+    // Finite scales make no NaN (`q - zero` is a small integer): the lanes
+    // skip the NaN patches.
+    match t.scales.iter().all(|s| s.is_finite()) {
+        true => int4_tile::<ROUND, OUT, true>(t, out),
+        false => int4_tile::<ROUND, OUT, false>(t, out),
+    }
+}
+
+/// [`int4_rows8_as`], its values known not to be NaN if `CLEAN`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_tile<const ROUND: u8, const OUT: u8, const CLEAN: bool>(t: &Tile, out: &mut [u8]) -> usize {
+    let width = if OUT == 0 { 4 } else { 2 };
+    let cols = t.groups.len();
     let n = cols / 8;
     let mask = _mm256_set1_epi32(0xf);
     for w in 0..n {
@@ -220,11 +233,11 @@ fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> us
             let at = g[s] as usize * 8;
             let (z, sc) = (eight(&t.zeros[at..]), eight(&t.scales[at..]));
             let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), sc);
-            *c = _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v)));
+            *c = _mm256_castsi256_ps(rounded::<ROUND, CLEAN>(_mm256_castps_si256(v)));
         }
         for (j, row) in transpose8(columns).into_iter().enumerate() {
             let at = (j * cols + 8 * w) * width;
-            put_as::<ROUND, OUT>(_mm256_castps_si256(row), &mut out[at..]);
+            put_rounded::<ROUND, OUT, CLEAN>(_mm256_castps_si256(row), &mut out[at..]);
         }
     }
     8 * n
@@ -428,6 +441,19 @@ impl Band<'_> {
         bytemuck::cast(w)
     }
 
+    /// [`Band::words`] at `byte`, `byte + 4`, ... `byte + 28` (64 codes):
+    /// 32 bytes of each of the 8 rows, transposed in registers.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn words8(&self, r: usize, byte: usize) -> [__m256i; 8] {
+        let row_bytes = self.width * 16;
+        let v: [__m256; 8] = std::array::from_fn(|j| {
+            let at = (r + j) * row_bytes + byte;
+            bytemuck::pod_read_unaligned(&self.blocks[at..at + 32])
+        });
+        transpose8(v).map(|w| bytemuck::cast(w))
+    }
+
     /// The factors of block `block` of source rows `r..r + 8`.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
@@ -447,9 +473,9 @@ impl Band<'_> {
 fn e2m1_times(word: __m256i, slot: i32, factor: __m256) -> __m256i {
     let magnitude = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
     let shifted = _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * slot));
-    let q = _mm256_and_si256(shifted, _mm256_set1_epi32(0xf));
-    let m = _mm256_permutevar8x32_ps(magnitude, q);
-    let s = _mm256_and_si256(_mm256_slli_epi32::<28>(q), _mm256_set1_epi32(i32::MIN));
+    // The permute reads each lane's low 3 bits, the sign is bit 3: no mask.
+    let m = _mm256_permutevar8x32_ps(magnitude, shifted);
+    let s = _mm256_and_si256(_mm256_slli_epi32::<28>(shifted), _mm256_set1_epi32(i32::MIN));
     let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
     _mm256_castps_si256(_mm256_mul_ps(code, factor))
 }
@@ -466,35 +492,59 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
     for rb in (0..rows).step_by(16) {
         let mut block = usize::MAX;
         let (mut fa, mut fb) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for kg in (0..count).step_by(8) {
-            let k = k0 + kg;
-            if k / 32 != block {
-                block = k / 32;
-                (fa, fb) = (b.factors(rb, block), b.factors(rb + 8, block));
-            }
-            let (wa, wb) = (b.words(rb, k / 2), b.words(rb + 8, k / 2));
-            for slot in 0..8 {
-                let (a, c) = (e2m1_times(wa, slot, fa), e2m1_times(wb, slot, fb));
-                let at = ((kg + slot as usize) * rows + rb) * w;
-                match OUT {
-                    0 => {
-                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
-                        out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
-                    }
-                    _ => {
-                        let (a, c) = match OUT {
-                            1 => (_mm256_srli_epi32::<16>(a), _mm256_srli_epi32::<16>(c)),
-                            _ => (f16_lanes(a).0, f16_lanes(c).0),
-                        };
-                        let h =
-                            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, c));
-                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&h));
-                    }
+        let mut kg = 0;
+        while kg < count {
+            // 64 codes of the 16 rows at once where the rows have them,
+            // else 8.
+            let wide = kg + 64 <= count && (k0 + kg) / 2 + 32 <= b.width * 16;
+            let (was, wbs) = match wide {
+                true => (b.words8(rb, (k0 + kg) / 2), b.words8(rb + 8, (k0 + kg) / 2)),
+                false => {
+                    let at = (k0 + kg) / 2;
+                    let (a, c) = (b.words(rb, at), b.words(rb + 8, at));
+                    ([a; 8], [c; 8])
                 }
+            };
+            let groups = if wide { 8 } else { 1 };
+            for (wa, wb) in was.into_iter().zip(wbs).take(groups) {
+                let k = k0 + kg;
+                if k / 32 != block {
+                    block = k / 32;
+                    (fa, fb) = (b.factors(rb, block), b.factors(rb + 8, block));
+                }
+                mxfp4_group::<OUT>(wa, wb, (fa, fb), ((kg * rows + rb) * w, rows * w), out);
+                kg += 8;
             }
         }
     }
     true
+}
+
+/// One group of 8 codes of 16 source rows (`wa`, `wb`: 8 rows each, a
+/// row a lane) times the rows' factors, stored as `OUT` says: output row
+/// `slot` of the group at `at + slot * step` bytes of `out`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn mxfp4_group<const OUT: u8>(
+    wa: __m256i,
+    wb: __m256i,
+    (fa, fb): (__m256, __m256),
+    (at, step): (usize, usize),
+    out: &mut [u8],
+) {
+    for slot in 0..8 {
+        let (a, c) = (e2m1_times(wa, slot, fa), e2m1_times(wb, slot, fb));
+        let at = at + slot as usize * step;
+        match OUT {
+            0 => {
+                out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
+                out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
+            }
+            // A BF16 value's bits are the exact f32's high half.
+            1 => store(&mut out[at..], pack(srli::<16>(a), srli::<16>(c))),
+            _ => store(&mut out[at..], pack(f16_lanes(a).0, f16_lanes(c).0)),
+        }
+    }
 }
 
 /// The 8 x 8 matrix of rows `v` transposed: lane `i` of result `j` is
