@@ -18,16 +18,7 @@ pub fn fp8_rows(
     to: Dtype,
     out: &mut [u8],
 ) {
-    let tiling = super::fp8::Tiling {
-        rows: block,
-        cols: block,
-    };
-    let s = super::fp8::Scales {
-        values: scales,
-        cols: cols.div_ceil(block as usize),
-        tiling,
-        dtype: scale_dtype,
-    };
+    let s = block_scales(scales, cols, block, scale_dtype);
     super::fp8::rows(codes, cols, 0, &s, values);
     super::store_f32(values, to, out);
 }
@@ -43,17 +34,21 @@ pub fn fp8_rows_into(
     to: Dtype,
     out: &mut [u8],
 ) {
-    let tiling = super::fp8::Tiling {
-        rows: block,
-        cols: block,
-    };
-    let s = super::fp8::Scales {
+    let s = block_scales(scales, cols, block, scale_dtype);
+    super::fp8::rows_into(codes, cols, 0, &s, to, &mut Vec::new(), out);
+}
+
+/// `scales` of `block` x `block` tiles over a weight of `cols` columns.
+fn block_scales(scales: &[f32], cols: usize, block: u64, dtype: Dtype) -> super::fp8::Scales<'_> {
+    super::fp8::Scales {
         values: scales,
         cols: cols.div_ceil(block as usize),
-        tiling,
-        dtype: scale_dtype,
-    };
-    super::fp8::rows_into(codes, cols, 0, &s, to, &mut Vec::new(), out);
+        tiling: super::fp8::Tiling {
+            rows: block,
+            cols: block,
+        },
+        dtype,
+    }
 }
 
 /// Whole blocks of the ggml type named `name` (`Q4_K`), dequantized into

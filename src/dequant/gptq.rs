@@ -183,16 +183,14 @@ impl<'a> Rows<'a> {
                 self.tile_scales[g * 8 + j] = p.scales[g * nb + i + j];
             }
         }
-        let done = crate::cast::simd::int4_rows8(
-            &p.qweight[i..],
-            nb,
-            p.groups,
-            &self.tile_zeros,
-            &self.tile_scales,
-            self.scale_dtype,
-            to,
-            out,
-        );
+        let tile = crate::cast::simd::Int4Tile {
+            words: &p.qweight[i..],
+            stride: nb,
+            groups: p.groups,
+            zeros: &self.tile_zeros,
+            scales: &self.tile_scales,
+        };
+        let done = crate::cast::simd::int4_rows8(&tile, self.scale_dtype, to, out);
         if done == 0 {
             return false;
         }
@@ -379,9 +377,12 @@ mod tests {
             let qweight: Vec<u32> = (0..words_per_row * nb).map(|_| next() as u32).collect();
             let zero_words = (n0 + nb - 1) / 8 - n0 / 8 + 1;
             let zeros: Vec<u32> = (0..n_groups * zero_words).map(|_| next() as u32).collect();
+            // Every other case an infinity or a NaN among the scales (the
+            // tiles' path with the NaN patches; finite ones take the other).
             let scales: Vec<f32> = (0..n_groups * nb)
                 .map(|i| match i % 7 {
                     0 => f32::from_bits(next() as u32),
+                    3 if seed % 2 == 0 => [f32::INFINITY, f32::NAN][(next() % 2) as usize],
                     _ => (next() % 4096) as f32 / 64.0 - 32.0,
                 })
                 .collect();

@@ -154,6 +154,13 @@ pub(super) fn pack(a: V, b: V) -> V {
     _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, b))
 }
 
+/// `a`'s 16-bit values then `b`'s.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn join(a: H, b: H) -> V {
+    _mm256_set_m128i(b, a)
+}
+
 /// [`LANES`] bytes in the low half of a register.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]

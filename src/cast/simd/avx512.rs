@@ -150,6 +150,13 @@ pub(super) fn pack(a: V, b: V) -> V {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(narrow16(a)), narrow16(b))
 }
 
+/// `a`'s 16-bit values then `b`'s.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")]
+pub(super) fn join(a: H, b: H) -> V {
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b)
+}
+
 /// [`LANES`] bytes in a register.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")]

@@ -69,7 +69,22 @@ macro_rules! book_kernels {
             out: &mut [u8],
         ) {
             let width = if O == 0 { 4 } else { 2 };
-            for (b, o) in packed.chunks_exact(8).zip(out.chunks_exact_mut(16 * width)) {
+            // 32 codes at a time, two vectors a store; then 16.
+            let mut p32 = packed.chunks_exact(16);
+            let mut o32 = out.chunks_exact_mut(32 * width);
+            for (b, o) in (&mut p32).zip(&mut o32) {
+                let low = u8_parts(nibbles_high_first(b));
+                let high = u8_parts(nibbles_high_first(&b[8..]));
+                let mut v = [splat(0); 32 / LANES];
+                for (v, q) in v.iter_mut().zip(low.into_iter().chain(high)) {
+                    *v = rounded::<R, CLEAN>(mulf(look_up(book, q), scale));
+                }
+                for (j, pair) in v.chunks_exact(2).enumerate() {
+                    put_rounded2::<R, O, CLEAN>(pair[0], pair[1], &mut o[j * 2 * LANES * width..]);
+                }
+            }
+            let rest = p32.remainder().chunks_exact(8);
+            for (b, o) in rest.zip(o32.into_remainder().chunks_exact_mut(16 * width)) {
                 let codes = u8_parts(nibbles_high_first(b));
                 for (j, q) in codes.into_iter().enumerate() {
                     let v = rounded::<R, CLEAN>(mulf(look_up(book, q), scale));

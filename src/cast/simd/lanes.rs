@@ -13,7 +13,7 @@
 //!   (lanes of `a` not in `b`), `count`;
 //! - `load(&[u8]) -> V`, `store(&mut [u8], V)`, `load_h`, `store_h`
 //!   (`LANES * 2` bytes), `widen16(H) -> V` (zero-extended),
-//!   `narrow16(V) -> H` (lanes below 2^16), `pack(a, b) -> V` (the
+//!   `narrow16(V) -> H` (lanes below 2^16), `join(H, H) -> V`, `pack(a, b) -> V` (the
 //!   `2 * LANES` low halves of `a` then `b`, in order), `bytes(&[u8; LANES])`
 //!   and `widen8` (codes to lanes, zero-extended);
 //! - `mulf`, `cvtf` (i32 to f32), `splatf`, `has_nan`, `cvtps_ph_h` (F16C's
@@ -192,11 +192,11 @@ macro_rules! lane_kernels {
 
         /// E4M3 codes to their F32 values, as the reference's table has
         /// them: `S.EEEE.MMM` is `2^(E-7) * 1.MMM` (the bits moved into
-        /// place and rebiased), `E = 0` is `MMM * 2^-9` (exact in F32),
-        /// `S.1111.111` the positive quiet NaN.
+        /// place and rebiased), `E = 0` is `MMM * 2^-9` (exact in F32);
+        /// `S.1111.111` (NaN) some number, and the NaN lanes.
         #[inline]
         #[target_feature(enable = $feat)]
-        fn e4m3_lanes<const CLEAN: bool>(codes: &[u8; LANES]) -> V {
+        fn e4m3_lanes(codes: &[u8; LANES]) -> (V, M) {
             let c = widen8(codes);
             let m = and(c, splat(0x7f));
             let normal = add(slli::<20>(m), splat(120 << 23));
@@ -204,11 +204,7 @@ macro_rules! lane_kernels {
             let subnormal = gt(splat(8), m);
             let magnitude = blend(subnormal, normal, small);
             let sign = slli::<24>(and(c, splat(0x80)));
-            if CLEAN {
-                return or(magnitude, sign);
-            }
-            let nan = eq(m, splat(0x7f));
-            blend(nan, or(magnitude, sign), splat(0x7fc0_0000))
+            (or(magnitude, sign), eq(m, splat(0x7f)))
         }
 
         /// [`f32_to_bf16`](crate::cast::scalar::f32_to_bf16) of lanes known
@@ -252,7 +248,16 @@ macro_rules! lane_kernels {
         #[inline]
         #[target_feature(enable = $feat)]
         fn e4m3_times<const ROUND: u8, const CLEAN: bool>(codes: &[u8; LANES], scale: V) -> V {
-            rounded::<ROUND, CLEAN>(mulf(e4m3_lanes::<CLEAN>(codes), scale))
+            let (value, nan) = e4m3_lanes(codes);
+            let product = mulf(value, scale);
+            if CLEAN {
+                return rounded::<ROUND, true>(product);
+            }
+            // A NaN code's product is the code's NaN (the positive quiet
+            // one), whatever the scale, as the reference
+            // (`arith::e4m3_times`) has it: no NaN of two operands is left
+            // to the order the compiler gives a product's operands.
+            rounded::<ROUND, false>(blend(nan, product, splat(0x7fc0_0000)))
         }
 
         /// `v` (rounded as `R` says: 0 F32, 1 BF16, 2 F16; a NaN lane a
@@ -266,17 +271,49 @@ macro_rules! lane_kernels {
             v: V,
             out: &mut [u8],
         ) {
-            let h = match O {
-                0 => return store(out, v),
+            match O {
+                0 => store(out, v),
+                // F16C narrows an F16 value back exactly, a quiet NaN
+                // keeping its payload as `f16_lanes` does.
+                2 if R == 2 || CLEAN => store_h(out, cvtps_ph_h(v)),
+                _ => store_h(out, narrow16(half_lanes::<R, O, CLEAN>(v))),
+            }
+        }
+
+        /// [`put_rounded`] of `a` then `b` (`2 * LANES` elements), the
+        /// 16-bit values packed into one store.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(super) fn put_rounded2<const R: u8, const O: u8, const CLEAN: bool>(
+            a: V,
+            b: V,
+            out: &mut [u8],
+        ) {
+            match O {
+                0 => {
+                    store(out, a);
+                    store(&mut out[4 * LANES..], b);
+                }
+                2 if R == 2 || CLEAN => store(out, join(cvtps_ph_h(a), cvtps_ph_h(b))),
+                _ => store(
+                    out,
+                    pack(half_lanes::<R, O, CLEAN>(a), half_lanes::<R, O, CLEAN>(b)),
+                ),
+            }
+        }
+
+        /// [`put_rounded`]'s 16-bit values (`O` 1 or 2), in the lanes' low
+        /// halves.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        fn half_lanes<const R: u8, const O: u8, const CLEAN: bool>(v: V) -> V {
+            match O {
                 1 if R == 1 => srli::<16>(v),
                 1 if CLEAN => bf16_not_nan(v),
                 1 => bf16_lanes(v).0,
-                // F16C narrows an F16 value back exactly, a quiet NaN
-                // keeping its payload as `f16_lanes` does.
-                _ if R == 2 || CLEAN => return store_h(out, cvtps_ph_h(v)),
+                _ if R == 2 || CLEAN => cvtps_ph(v),
                 _ => f16_lanes(v).0,
-            };
-            store_h(out, narrow16(h));
+            }
         }
 
         /// `LANES` codes times `scale`, rounded as `ROUND` says, then
@@ -342,8 +379,17 @@ macro_rules! lane_kernels {
             out: &mut [u8],
         ) {
             let width = if OUT == 0 { 4 } else { 2 };
-            let mut c = codes.chunks_exact(LANES);
-            let mut o = out.chunks_exact_mut(LANES * width);
+            // Two vectors a store, then one, then the last few codes.
+            let mut c2 = codes.chunks_exact(2 * LANES);
+            let mut o2 = out.chunks_exact_mut(2 * LANES * width);
+            for (c, o) in (&mut c2).zip(&mut o2) {
+                let (a, b) = c.split_at(LANES);
+                let a = e4m3_times::<ROUND, CLEAN>(a.try_into().expect("LANES codes"), scale);
+                let b = e4m3_times::<ROUND, CLEAN>(b.try_into().expect("LANES codes"), scale);
+                put_rounded2::<ROUND, OUT, CLEAN>(a, b, o);
+            }
+            let mut c = c2.remainder().chunks_exact(LANES);
+            let mut o = o2.into_remainder().chunks_exact_mut(LANES * width);
             for (c, o) in (&mut c).zip(&mut o) {
                 let c: &[u8; LANES] = c.try_into().expect("chunks_exact gives LANES");
                 e4m3_put::<ROUND, OUT, CLEAN>(c, scale, o);

@@ -13,15 +13,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{put_rounded, stored_as};
+use super::Pack4Row as Row;
 use crate::Dtype;
-
-/// One row's codes and the values of its groups.
-struct Row<'a> {
-    words: &'a [u32],
-    group_of: &'a [u32],
-    zeros: &'a [f32],
-    scales: &'a [f32],
-}
 
 /// One 4-bit row: column `k` is nibble `k` of `words` (unsigned), in group
 /// `group_of[k]`; each value `(q - zeros[g]) * scales[g]` rounded as
@@ -29,26 +22,12 @@ struct Row<'a> {
 /// must be F32 or `dtype`; else nothing is done. Whole words; returns the
 /// columns done.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn pack4_row_as(
-    words: &[u32],
-    group_of: &[u32],
-    zeros: &[f32],
-    scales: &[f32],
-    dtype: Dtype,
-    to: Dtype,
-    out: &mut [u8],
-) -> usize {
-    let row = Row {
-        words,
-        group_of,
-        zeros,
-        scales,
-    };
+pub(super) fn pack4_row_as(row: &Row, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize {
     // The rounded value is the output's bits only as F32 or as itself.
     if to != Dtype::F32 && to != dtype {
         return 0;
     }
-    by_dtypes!(dtype, to, row_as(&row, out), 0)
+    by_dtypes!(dtype, to, row_as(row, out), 0)
 }
 
 /// `zeros[g]` and `scales[g]` for 8 columns of groups `g`: broadcast when

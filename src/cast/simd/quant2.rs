@@ -16,7 +16,10 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{f16_lanes, pack, put_rounded, rounded, srli, store, stored_as};
+use super::avx2::{
+    book16, f16_lanes, look_up, pack, put_rounded, put_rounded2, rounded, srli, store, stored_as,
+};
+use super::{AwqRow, Int4Tile as Tile};
 use crate::Dtype;
 
 #[inline]
@@ -34,14 +37,21 @@ fn eight(v: &[f32]) -> __m256 {
     bytemuck::cast(a)
 }
 
-/// `book[i]` for each lane's `i` (0 to 15): the low and high halves of
-/// the book permuted by the low 3 bits, chosen by bit 3.
+/// `book[i]` for each lane's `i` (0 to 15), as `f32`s.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn look_up(low: __m256, high: __m256, i: __m256i) -> __m256 {
-    let a = _mm256_permutevar8x32_ps(low, i);
-    let b = _mm256_permutevar8x32_ps(high, i);
-    _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(i)))
+fn look_up_in(book: &[f32; 16], i: __m256i) -> __m256 {
+    _mm256_castsi256_ps(look_up(&book16(book), i))
+}
+
+/// `v` rounded as `ROUND` says, into `out`'s first 8 values.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn put_stored<const ROUND: u8>(out: &mut [f32], v: __m256) {
+    put(
+        out,
+        _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
+    );
 }
 
 /// The 8 nibbles of 4 bytes `b`, in element order: each byte's high
@@ -81,15 +91,12 @@ fn four_bit_as<const ROUND: u8>(
     absmax: f32,
     out: &mut [f32],
 ) -> usize {
-    let (low, high) = (eight(&book[..8]), eight(&book[8..]));
+    let book = book16(book);
     let scale = _mm256_set1_ps(absmax);
     let mut done = 0;
     for (b, o) in packed.chunks_exact(4).zip(out.chunks_exact_mut(8)) {
-        let v = _mm256_mul_ps(look_up(low, high, nibbles::<true>(b)), scale);
-        put(
-            o,
-            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
-        );
+        let v = _mm256_castsi256_ps(look_up(&book, nibbles::<true>(b)));
+        put_stored::<ROUND>(o, _mm256_mul_ps(v, scale));
         done += 8;
     }
     done
@@ -141,10 +148,7 @@ fn int4_row_as<const ROUND: u8>(
         );
         let (z, s) = super::pack4::group_values(zeros, scales, g);
         let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), s);
-        put(
-            o,
-            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
-        );
+        put_stored::<ROUND>(o, v);
         done += 8;
     }
     done
@@ -162,35 +166,9 @@ fn int4_row_as<const ROUND: u8>(
 /// store path's own lane conversions. `out` holds the 8 rows of
 /// `groups.len()` elements of `to`. Whole words; returns the columns done
 /// in each row.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn int4_rows8(
-    words: &[u32],
-    stride: usize,
-    groups: &[u32],
-    zeros: &[f32],
-    scales: &[f32],
-    dtype: Dtype,
-    to: Dtype,
-    out: &mut [u8],
-) -> usize {
-    let t = Tile {
-        words,
-        stride,
-        groups,
-        zeros,
-        scales,
-    };
-    by_dtypes!(dtype, to, int4_rows8_as(&t, out), 0)
-}
-
-/// [`int4_rows8`]'s inputs.
-struct Tile<'a> {
-    words: &'a [u32],
-    stride: usize,
-    groups: &'a [u32],
-    zeros: &'a [f32],
-    scales: &'a [f32],
+pub(super) fn int4_rows8(t: &Tile, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize {
+    by_dtypes!(dtype, to, int4_rows8_as(t, out), 0)
 }
 
 /// `ROUND`: the scales' dtype (0 F32, 1 BF16, 2 F16); `OUT`: the output's.
@@ -216,31 +194,53 @@ fn int4_tile<const ROUND: u8, const OUT: u8, const CLEAN: bool>(t: &Tile, out: &
     let width = if OUT == 0 { 4 } else { 2 };
     let cols = t.groups.len();
     let n = cols / 8;
-    let mask = _mm256_set1_epi32(0xf);
-    for w in 0..n {
-        let word: [u32; 8] = t.words[w * t.stride..w * t.stride + 8]
-            .try_into()
-            .expect("8 words");
-        let word: __m256i = bytemuck::cast(word);
-        let g = &t.groups[8 * w..8 * w + 8];
-        // Column `8w + s` of the 8 rows: lane `j` is row `j`'s.
-        let mut columns = [_mm256_setzero_ps(); 8];
-        for (s, c) in columns.iter_mut().enumerate() {
-            let q = _mm256_and_si256(
-                _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * s as i32)),
-                mask,
-            );
-            let at = g[s] as usize * 8;
-            let (z, sc) = (eight(&t.zeros[at..]), eight(&t.scales[at..]));
-            let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), sc);
-            *c = _mm256_castsi256_ps(rounded::<ROUND, CLEAN>(_mm256_castps_si256(v)));
+    // Two words (16 columns) of the 8 rows at a time, each row's 16
+    // values one store; then the last word.
+    let mut w = 0;
+    while w + 2 <= n {
+        let a = transpose8(int4_columns::<ROUND, CLEAN>(t, w));
+        let b = transpose8(int4_columns::<ROUND, CLEAN>(t, w + 1));
+        for (j, (a, b)) in a.into_iter().zip(b).enumerate() {
+            let at = (j * cols + 8 * w) * width;
+            let (a, b) = (_mm256_castps_si256(a), _mm256_castps_si256(b));
+            put_rounded2::<ROUND, OUT, CLEAN>(a, b, &mut out[at..]);
         }
-        for (j, row) in transpose8(columns).into_iter().enumerate() {
+        w += 2;
+    }
+    if w < n {
+        for (j, row) in transpose8(int4_columns::<ROUND, CLEAN>(t, w))
+            .into_iter()
+            .enumerate()
+        {
             let at = (j * cols + 8 * w) * width;
             put_rounded::<ROUND, OUT, CLEAN>(_mm256_castps_si256(row), &mut out[at..]);
         }
     }
     8 * n
+}
+
+/// Columns `8w..8w + 8` of the tile's 8 rows, rounded as `ROUND` says:
+/// lane `j` of column `s` is row `j`'s.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_columns<const ROUND: u8, const CLEAN: bool>(t: &Tile, w: usize) -> [__m256; 8] {
+    let word: [u32; 8] = t.words[w * t.stride..w * t.stride + 8]
+        .try_into()
+        .expect("8 words");
+    let word: __m256i = bytemuck::cast(word);
+    let g = &t.groups[8 * w..8 * w + 8];
+    let mut columns = [_mm256_setzero_ps(); 8];
+    for (s, c) in columns.iter_mut().enumerate() {
+        let q = _mm256_and_si256(
+            _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * s as i32)),
+            _mm256_set1_epi32(0xf),
+        );
+        let at = g[s] as usize * 8;
+        let (z, sc) = (eight(&t.zeros[at..]), eight(&t.scales[at..]));
+        let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), sc);
+        *c = _mm256_castsi256_ps(rounded::<ROUND, CLEAN>(_mm256_castps_si256(v)));
+    }
+    columns
 }
 
 /// MXFP4 packed along the row (compressed-tensors): for the elements of
@@ -264,10 +264,7 @@ pub(super) fn mxfp4_row(
             break;
         };
         let row = &book[usize::from(e)];
-        put(
-            o,
-            look_up(eight(&row[..8]), eight(&row[8..]), nibbles::<false>(b)),
-        );
+        put(o, look_up_in(row, nibbles::<false>(b)));
         done += 8;
     }
     done
@@ -278,37 +275,9 @@ pub(super) fn mxfp4_row(
 /// `k / group_size` of zero point `zeros[g]` and scale `scales[g]`; each
 /// value `(q - zero) * scale` rounded as `dtype` stores it. Whole runs of
 /// 8 columns; returns the columns done.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn awq_row(
-    words: &[u32],
-    stride: usize,
-    shift: u32,
-    group_size: usize,
-    zeros: &[f32],
-    scales: &[f32],
-    dtype: Dtype,
-    out: &mut [f32],
-) -> usize {
-    let row = AwqRow {
-        words,
-        stride,
-        shift,
-        group_size: group_size.max(1),
-        zeros,
-        scales,
-    };
-    by_dtype!(dtype, awq_row_as(&row, out), 0)
-}
-
-/// [`awq_row`]'s arguments.
-struct AwqRow<'a> {
-    words: &'a [u32],
-    stride: usize,
-    shift: u32,
-    group_size: usize,
-    zeros: &'a [f32],
-    scales: &'a [f32],
+pub(super) fn awq_row(row: &AwqRow, dtype: Dtype, out: &mut [f32]) -> usize {
+    by_dtype!(dtype, awq_row_as(row, out), 0)
 }
 
 #[inline]
@@ -323,14 +292,12 @@ fn awq_row_as<const ROUND: u8>(r: &AwqRow, out: &mut [f32]) -> usize {
             _mm256_srl_epi32(bytemuck::cast(w), shift),
             _mm256_set1_epi32(0xf),
         );
-        let z: [f32; 8] = k.map(|k| r.zeros[k / r.group_size]);
-        let s: [f32; 8] = k.map(|k| r.scales[k / r.group_size]);
+        let group_size = r.group_size.max(1);
+        let z: [f32; 8] = k.map(|k| r.zeros[k / group_size]);
+        let s: [f32; 8] = k.map(|k| r.scales[k / group_size]);
         let diff = _mm256_sub_ps(_mm256_cvtepi32_ps(q), bytemuck::cast(z));
         let v = _mm256_mul_ps(diff, bytemuck::cast(s));
-        put(
-            o,
-            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
-        );
+        put_stored::<ROUND>(o, v);
         done += 8;
     }
     done
@@ -366,11 +333,7 @@ pub(super) fn mxfp4_transposed(
                 let r = rb + j;
                 let at = r * row_bytes + byte;
                 let row = &book[usize::from(scales[r * width + block])];
-                look_up(
-                    eight(&row[..8]),
-                    eight(&row[8..]),
-                    nibbles::<false>(&blocks[at..at + 4]),
-                )
+                look_up_in(row, nibbles::<false>(&blocks[at..at + 4]))
             });
             for (j, col) in transpose8(v).into_iter().enumerate() {
                 let at = (kg + j) * rows + rb;
@@ -475,7 +438,10 @@ fn e2m1_times(word: __m256i, slot: i32, factor: __m256) -> __m256i {
     let shifted = _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * slot));
     // The permute reads each lane's low 3 bits, the sign is bit 3: no mask.
     let m = _mm256_permutevar8x32_ps(magnitude, shifted);
-    let s = _mm256_and_si256(_mm256_slli_epi32::<28>(shifted), _mm256_set1_epi32(i32::MIN));
+    let s = _mm256_and_si256(
+        _mm256_slli_epi32::<28>(shifted),
+        _mm256_set1_epi32(i32::MIN),
+    );
     let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
     _mm256_castps_si256(_mm256_mul_ps(code, factor))
 }
