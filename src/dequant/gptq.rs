@@ -370,6 +370,9 @@ mod tests {
             let groups: Vec<u32> = (0..k_len as u32)
                 .map(|k| match act_order {
                     true => (next() % n_groups as u64) as u32,
+                    // Groups of whole words (the tiles' looked-up path)
+                    // every third case, else across words.
+                    false if seed % 3 == 0 => k / 8 * 8 * n_groups as u32 / k_len as u32,
                     false => k * n_groups as u32 / k_len as u32,
                 })
                 .collect();
@@ -413,6 +416,59 @@ mod tests {
                         let mut tail = vec![0u8; want.len() - first * k_len * width];
                         with_isa(isa, || rows_into(&p, first, packing, dtype, to, &mut scratch, &mut tail));
                         prop_assert!(tail[..] == want[first * k_len * width..], "{:?} from {}", isa, first);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Groups of 128 columns (whole words: the tiles' looked-up books),
+    /// 19 rows from row 5 (two tiles and 3 rows), a row ending in part of
+    /// a word, scales finite or not: every path's bytes those of the
+    /// reference's values stored after, each scales' and output dtype.
+    #[test]
+    fn tiles_of_whole_word_groups_store_what_the_rows_are() {
+        use crate::cast::simd::{with_isa, Isa};
+        let (k_len, nb, n0) = (1029usize, 19usize, 5usize);
+        let mut next = crate::dequant::xorshift(0x51_7cc1_b727_220a);
+        let groups: Vec<u32> = (0..k_len as u32).map(|k| k / 128).collect();
+        let n_groups = k_len.div_ceil(128);
+        let qweight: Vec<u32> = (0..k_len.div_ceil(8) * nb).map(|_| next() as u32).collect();
+        let zero_words = (n0 + nb - 1) / 8 - n0 / 8 + 1;
+        let zeros: Vec<u32> = (0..n_groups * zero_words).map(|_| next() as u32).collect();
+        for special in [None, Some(f32::INFINITY), Some(f32::NAN)] {
+            let mut scales: Vec<f32> = (0..n_groups * nb)
+                .map(|_| (next() % 4096) as f32 / 64.0 - 32.0)
+                .collect();
+            if let Some(x) = special {
+                scales[n_groups * 9 + 2] = x;
+            }
+            let p = Piece {
+                n0,
+                rows: nb,
+                qweight: &qweight,
+                zeros: &zeros,
+                zero_words,
+                scales: &scales,
+                groups: &groups,
+            };
+            let packing = Packing {
+                bits: 4,
+                zero_offset: 1,
+            };
+            for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
+                let mut values = vec![0f32; nb * k_len];
+                with_isa(Isa::Scalar, || rows(&p, packing, dtype, &mut values));
+                for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+                    let width = (to.bits() / 8) as usize;
+                    let mut want = vec![0u8; values.len() * width];
+                    crate::dequant::store_f32(&values, to, &mut want);
+                    for isa in Isa::available() {
+                        let mut got = vec![0u8; want.len()];
+                        with_isa(isa, || {
+                            rows_into(&p, 0, packing, dtype, to, &mut Vec::new(), &mut got)
+                        });
+                        assert!(got == want, "{isa:?} {dtype} -> {to}, {special:?}");
                     }
                 }
             }

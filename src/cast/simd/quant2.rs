@@ -9,15 +9,23 @@
 //! columns a word, output rows side by side; gpt-oss MXFP4: the expert
 //! transposed) take 8 or 16 output rows at once: their words are one
 //! load (GPTQ) or 8 short ones (MXFP4), and each code position of them is
-//! a vector across the rows. GPTQ transposes those in registers to store
-//! rows; transposed MXFP4's vectors already are output rows. Both store
-//! the output dtype from the register, by the store path's own lane
-//! conversions, with no `f32` buffer between.
+//! a vector across the rows (MXFP4 reads 64 codes of 8 rows at once and
+//! transposes the words). GPTQ with groups of whole words (no act-order)
+//! makes each row's 16 possible values of each group once per tile, as
+//! the output's bits, and looks each word's 8 codes up in them (the F16
+//! rounding, F16C's slowest instructions, once per value instead of once
+//! per element); otherwise it computes columns across the rows and
+//! transposes them in registers. Transposed MXFP4's vectors already are
+//! output rows. All store the output dtype from the register, by the store
+//! path's own lane conversions, with no `f32` buffer between. The bitsandbytes
+//! blocks the reader takes are `books`' (every width); the `four_bit` here
+//! is the `f32` one the reference path's tails use.
 
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    book16, f16_lanes, look_up, pack, put_rounded, put_rounded2, rounded, srli, store, stored_as,
+    book16, f16_lanes, half_lanes, look_up, narrow16, pack, put_rounded, put_rounded2, rounded,
+    srli, store, store_h, stored_as,
 };
 use super::{AwqRow, Int4Tile as Tile};
 use crate::Dtype;
@@ -181,10 +189,76 @@ fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> us
     }
     // Finite scales make no NaN (`q - zero` is a small integer): the lanes
     // skip the NaN patches.
-    match t.scales.iter().all(|s| s.is_finite()) {
-        true => int4_tile::<ROUND, OUT, true>(t, out),
-        false => int4_tile::<ROUND, OUT, false>(t, out),
+    let clean = t.scales.iter().all(|s| s.is_finite());
+    // Each word's 8 columns in one group (groups of whole words, as
+    // without act-order): each row's 16 values of each group made once,
+    // then looked up.
+    let uniform = t.groups.chunks_exact(8).all(|g| g.iter().all(|&x| x == g[0]));
+    match (uniform, clean) {
+        (true, true) => int4_tile_lut::<ROUND, OUT, true>(t, out),
+        (true, false) => int4_tile_lut::<ROUND, OUT, false>(t, out),
+        (false, true) => int4_tile::<ROUND, OUT, true>(t, out),
+        (false, false) => int4_tile::<ROUND, OUT, false>(t, out),
     }
+}
+
+/// [`int4_rows8_as`] where each word's columns are in one group: for each
+/// group, the 16 values `(q - zero) * scale` of each of the 8 rows (made
+/// as [`int4_columns`] makes one, rounded, then as the output's lanes),
+/// transposed into a 16-entry book per row; then each row's words, 8 codes
+/// a word, looked up in their group's book. Known not to be NaN if
+/// `CLEAN`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_tile_lut<const ROUND: u8, const OUT: u8, const CLEAN: bool>(
+    t: &Tile,
+    out: &mut [u8],
+) -> usize {
+    let width = if OUT == 0 { 4 } else { 2 };
+    let cols = t.groups.len();
+    let n = cols / 8;
+    // `books[8g + j]`: row `j`'s values of group `g`.
+    let mut books = Vec::with_capacity(t.zeros.len());
+    for (z, s) in t.zeros.chunks_exact(8).zip(t.scales.chunks_exact(8)) {
+        let (z, s) = (eight(z), eight(s));
+        let column = |q: usize| {
+            let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_set1_ps(q as f32), z), s);
+            let v = rounded::<ROUND, CLEAN>(_mm256_castps_si256(v));
+            let v = if OUT == 0 { v } else { half_lanes::<ROUND, OUT, CLEAN>(v) };
+            _mm256_castsi256_ps(v)
+        };
+        let low = transpose8(std::array::from_fn(column));
+        let high = transpose8(std::array::from_fn(|q| column(q + 8)));
+        books.extend(low.into_iter().zip(high));
+    }
+    let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    // Row `j`'s 8 values of word `w`, as the output's lanes.
+    let word = |j: usize, w: usize| {
+        let codes = _mm256_srlv_epi32(_mm256_set1_epi32(t.words[w * t.stride + j] as i32), shifts);
+        look_up(&books[t.groups[8 * w] as usize * 8 + j], codes)
+    };
+    for (j, row) in out.chunks_exact_mut(cols * width).take(8).enumerate() {
+        let mut w = 0;
+        while w + 2 <= n {
+            let (a, b) = (word(j, w), word(j, w + 1));
+            match OUT {
+                0 => {
+                    store(&mut row[32 * w..], a);
+                    store(&mut row[32 * w + 32..], b);
+                }
+                _ => store(&mut row[16 * w..], pack(a, b)),
+            }
+            w += 2;
+        }
+        if w < n {
+            let a = word(j, w);
+            match OUT {
+                0 => store(&mut row[32 * w..], a),
+                _ => store_h(&mut row[16 * w..], narrow16(a)),
+            }
+        }
+    }
+    8 * n
 }
 
 /// [`int4_rows8_as`], its values known not to be NaN if `CLEAN`.
