@@ -363,7 +363,6 @@ mod tests {
             v1 in any::<bool>(),
             split in 0usize..21,
         ) {
-            use crate::cast::simd::{with_isa, Isa};
             let mut next = crate::dequant::xorshift(seed);
             let k_len: usize = if wide { 1024 + 8 * 3 + 5 } else { 43 };
             let n_groups = 5;
@@ -399,27 +398,41 @@ mod tests {
                 groups: &groups,
             };
             let packing = Packing { bits: 4, zero_offset: u32::from(v1) };
-            for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
-                let mut values = vec![0f32; nb * k_len];
-                with_isa(Isa::Scalar, || rows(&p, packing, dtype, &mut values));
-                for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
-                    let width = (to.bits() / 8) as usize;
-                    let mut want = vec![0u8; values.len() * width];
-                    crate::dequant::store_f32(&values, to, &mut want);
-                    for isa in Isa::available() {
-                        let mut got = vec![0u8; want.len()];
-                        let mut scratch = Vec::new();
-                        with_isa(isa, || rows_into(&p, 0, packing, dtype, to, &mut scratch, &mut got));
-                        prop_assert!(got == want, "{:?} {} -> {}", isa, dtype, to);
-                        // From a later row on: those rows' bytes.
-                        let first = split % nb;
-                        let mut tail = vec![0u8; want.len() - first * k_len * width];
-                        with_isa(isa, || rows_into(&p, first, packing, dtype, to, &mut scratch, &mut tail));
-                        prop_assert!(tail[..] == want[first * k_len * width..], "{:?} from {}", isa, first);
+            // From the first row, and from a later one on: those rows' bytes.
+            for first in [0, split % nb] {
+                let mismatch = first_mismatch(&p, packing, first);
+                prop_assert!(mismatch.is_none(), "{:?}", mismatch);
+            }
+        }
+    }
+
+    /// Every path's bytes of the piece's rows from `first` on (`rows_into`)
+    /// against the reference's values stored after, for each scales' and
+    /// output dtype: the first that differ, named.
+    fn first_mismatch(p: &Piece, packing: Packing, first: usize) -> Option<String> {
+        use crate::cast::simd::{with_isa, Isa};
+        let k_len = p.groups.len();
+        for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
+            let mut values = vec![0f32; p.rows * k_len];
+            with_isa(Isa::Scalar, || rows(p, packing, dtype, &mut values));
+            for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+                let width = (to.bits() / 8) as usize;
+                let mut want = vec![0u8; values.len() * width];
+                crate::dequant::store_f32(&values, to, &mut want);
+                let want = &want[first * k_len * width..];
+                for isa in Isa::available() {
+                    let mut got = vec![0u8; want.len()];
+                    let mut scratch = Vec::new();
+                    with_isa(isa, || {
+                        rows_into(p, first, packing, dtype, to, &mut scratch, &mut got)
+                    });
+                    if got != want {
+                        return Some(format!("{isa:?} {dtype} -> {to} from row {first}"));
                     }
                 }
             }
         }
+        None
     }
 
     /// Groups of 128 columns (whole words: the tiles' looked-up books),
@@ -428,7 +441,6 @@ mod tests {
     /// reference's values stored after, each scales' and output dtype.
     #[test]
     fn tiles_of_whole_word_groups_store_what_the_rows_are() {
-        use crate::cast::simd::{with_isa, Isa};
         let (k_len, nb, n0) = (1029usize, 19usize, 5usize);
         let mut next = crate::dequant::xorshift(0x51_7cc1_b727_220a);
         let groups: Vec<u32> = (0..k_len as u32).map(|k| k / 128).collect();
@@ -456,22 +468,8 @@ mod tests {
                 bits: 4,
                 zero_offset: 1,
             };
-            for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
-                let mut values = vec![0f32; nb * k_len];
-                with_isa(Isa::Scalar, || rows(&p, packing, dtype, &mut values));
-                for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
-                    let width = (to.bits() / 8) as usize;
-                    let mut want = vec![0u8; values.len() * width];
-                    crate::dequant::store_f32(&values, to, &mut want);
-                    for isa in Isa::available() {
-                        let mut got = vec![0u8; want.len()];
-                        with_isa(isa, || {
-                            rows_into(&p, 0, packing, dtype, to, &mut Vec::new(), &mut got)
-                        });
-                        assert!(got == want, "{isa:?} {dtype} -> {to}, {special:?}");
-                    }
-                }
-            }
+            let mismatch = first_mismatch(&p, packing, 0);
+            assert!(mismatch.is_none(), "{mismatch:?}, {special:?}");
         }
     }
 

@@ -193,7 +193,10 @@ fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> us
     // Each word's 8 columns in one group (groups of whole words, as
     // without act-order): each row's 16 values of each group made once,
     // then looked up.
-    let uniform = t.groups.chunks_exact(8).all(|g| g.iter().all(|&x| x == g[0]));
+    let uniform = t
+        .groups
+        .chunks_exact(8)
+        .all(|g| g.iter().all(|&x| x == g[0]));
     match (uniform, clean) {
         (true, true) => int4_tile_lut::<ROUND, OUT, true>(t, out),
         (true, false) => int4_tile_lut::<ROUND, OUT, false>(t, out),
@@ -224,7 +227,11 @@ fn int4_tile_lut<const ROUND: u8, const OUT: u8, const CLEAN: bool>(
         let column = |q: usize| {
             let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_set1_ps(q as f32), z), s);
             let v = rounded::<ROUND, CLEAN>(_mm256_castps_si256(v));
-            let v = if OUT == 0 { v } else { half_lanes::<ROUND, OUT, CLEAN>(v) };
+            let v = if OUT == 0 {
+                v
+            } else {
+                half_lanes::<ROUND, OUT, CLEAN>(v)
+            };
             _mm256_castsi256_ps(v)
         };
         let low = transpose8(std::array::from_fn(column));
@@ -488,7 +495,7 @@ impl Band<'_> {
             let at = (r + j) * row_bytes + byte;
             bytemuck::pod_read_unaligned(&self.blocks[at..at + 32])
         });
-        transpose8(v).map(|w| bytemuck::cast(w))
+        transpose8(v).map(bytemuck::cast)
     }
 
     /// The factors of block `block` of source rows `r..r + 8`.
