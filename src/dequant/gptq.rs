@@ -369,8 +369,8 @@ mod tests {
             let groups: Vec<u32> = (0..k_len as u32)
                 .map(|k| match act_order {
                     true => (next() % n_groups as u64) as u32,
-                    // Groups of whole words (the tiles' looked-up path)
-                    // every third case, else across words.
+                    // Groups of whole words every third case, else
+                    // across words.
                     false if seed % 3 == 0 => k / 8 * 8 * n_groups as u32 / k_len as u32,
                     false => k * n_groups as u32 / k_len as u32,
                 })
@@ -435,7 +435,7 @@ mod tests {
         None
     }
 
-    /// Groups of 128 columns (whole words: the tiles' looked-up books),
+    /// Groups of 128 columns (whole words, as without act-order),
     /// 19 rows from row 5 (two tiles and 3 rows), a row ending in part of
     /// a word, scales finite or not: every path's bytes those of the
     /// reference's values stored after, each scales' and output dtype.

@@ -194,8 +194,7 @@ mod tests {
             (48, 1, 0, 32),
             (24, 2, 16, 16),
             (16, 2, 3, 16),
-            // 64 codes of 16 rows at a time (one 32-byte load a row), then
-            // 8 at a time at the rows' end.
+            // Longer bands, across several blocks.
             (32, 4, 8, 96),
             (16, 3, 0, 96),
             (48, 4, 40, 88),

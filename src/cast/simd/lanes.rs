@@ -306,7 +306,7 @@ macro_rules! lane_kernels {
         /// halves.
         #[inline]
         #[target_feature(enable = $feat)]
-        pub(super) fn half_lanes<const R: u8, const O: u8, const CLEAN: bool>(v: V) -> V {
+        fn half_lanes<const R: u8, const O: u8, const CLEAN: bool>(v: V) -> V {
             match O {
                 1 if R == 1 => srli::<16>(v),
                 1 if CLEAN => bf16_not_nan(v),

@@ -9,14 +9,8 @@
 //! columns a word, output rows side by side; gpt-oss MXFP4: the expert
 //! transposed) take 8 or 16 output rows at once: their words are one
 //! load (GPTQ) or 8 short ones (MXFP4), and each code position of them is
-//! a vector across the rows (MXFP4 reads 64 codes of 8 rows at once and
-//! transposes the words). GPTQ with groups of whole words (no act-order)
-//! makes each row's 16 possible values of each group once per tile, as
-//! the output's bits, and looks each word's 8 codes up in them (the F16
-//! rounding, F16C's slowest instructions, once per value instead of once
-//! per element); otherwise it computes columns across the rows and
-//! transposes them in registers. Transposed MXFP4's vectors already are
-//! output rows. All store the output dtype from the register, by the store
+//! a vector across the rows. GPTQ transposes those in registers to store
+//! rows; transposed MXFP4's vectors already are output rows. All store the output dtype from the register, by the store
 //! path's own lane conversions, with no `f32` buffer between. The bitsandbytes
 //! blocks the reader takes are `books`' (every width); the `four_bit` here
 //! is the `f32` one the reference path's tails use.
@@ -24,8 +18,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    book16, f16_lanes, half_lanes, look_up, narrow16, pack, put_rounded, put_rounded2, rounded,
-    srli, store, store_h, stored_as,
+    book16, f16_lanes, look_up, pack, put_rounded, put_rounded2, rounded, srli, store, stored_as,
 };
 use super::{AwqRow, Int4Tile as Tile};
 use crate::Dtype;
@@ -189,83 +182,10 @@ fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> us
     }
     // Finite scales make no NaN (`q - zero` is a small integer): the lanes
     // skip the NaN patches.
-    let clean = t.scales.iter().all(|s| s.is_finite());
-    // Each word's 8 columns in one group (groups of whole words, as
-    // without act-order): each row's 16 values of each group made once,
-    // then looked up.
-    let uniform = t
-        .groups
-        .chunks_exact(8)
-        .all(|g| g.iter().all(|&x| x == g[0]));
-    match (uniform, clean) {
-        (true, true) => int4_tile_lut::<ROUND, OUT, true>(t, out),
-        (true, false) => int4_tile_lut::<ROUND, OUT, false>(t, out),
-        (false, true) => int4_tile::<ROUND, OUT, true>(t, out),
-        (false, false) => int4_tile::<ROUND, OUT, false>(t, out),
+    match t.scales.iter().all(|s| s.is_finite()) {
+        true => int4_tile::<ROUND, OUT, true>(t, out),
+        false => int4_tile::<ROUND, OUT, false>(t, out),
     }
-}
-
-/// [`int4_rows8_as`] where each word's columns are in one group: for each
-/// group, the 16 values `(q - zero) * scale` of each of the 8 rows (made
-/// as [`int4_columns`] makes one, rounded, then as the output's lanes),
-/// transposed into a 16-entry book per row; then each row's words, 8 codes
-/// a word, looked up in their group's book. Known not to be NaN if
-/// `CLEAN`.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn int4_tile_lut<const ROUND: u8, const OUT: u8, const CLEAN: bool>(
-    t: &Tile,
-    out: &mut [u8],
-) -> usize {
-    let width = if OUT == 0 { 4 } else { 2 };
-    let cols = t.groups.len();
-    let n = cols / 8;
-    // `books[8g + j]`: row `j`'s values of group `g`.
-    let mut books = Vec::with_capacity(t.zeros.len());
-    for (z, s) in t.zeros.chunks_exact(8).zip(t.scales.chunks_exact(8)) {
-        let (z, s) = (eight(z), eight(s));
-        let column = |q: usize| {
-            let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_set1_ps(q as f32), z), s);
-            let v = rounded::<ROUND, CLEAN>(_mm256_castps_si256(v));
-            let v = if OUT == 0 {
-                v
-            } else {
-                half_lanes::<ROUND, OUT, CLEAN>(v)
-            };
-            _mm256_castsi256_ps(v)
-        };
-        let low = transpose8(std::array::from_fn(column));
-        let high = transpose8(std::array::from_fn(|q| column(q + 8)));
-        books.extend(low.into_iter().zip(high));
-    }
-    let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    // Row `j`'s 8 values of word `w`, as the output's lanes.
-    let word = |j: usize, w: usize| {
-        let codes = _mm256_srlv_epi32(_mm256_set1_epi32(t.words[w * t.stride + j] as i32), shifts);
-        look_up(&books[t.groups[8 * w] as usize * 8 + j], codes)
-    };
-    for (j, row) in out.chunks_exact_mut(cols * width).take(8).enumerate() {
-        let mut w = 0;
-        while w + 2 <= n {
-            let (a, b) = (word(j, w), word(j, w + 1));
-            match OUT {
-                0 => {
-                    store(&mut row[32 * w..], a);
-                    store(&mut row[32 * w + 32..], b);
-                }
-                _ => store(&mut row[16 * w..], pack(a, b)),
-            }
-            w += 2;
-        }
-        if w < n {
-            let a = word(j, w);
-            match OUT {
-                0 => store(&mut row[32 * w..], a),
-                _ => store_h(&mut row[16 * w..], narrow16(a)),
-            }
-        }
-    }
-    8 * n
 }
 
 /// [`int4_rows8_as`], its values known not to be NaN if `CLEAN`.
@@ -485,19 +405,6 @@ impl Band<'_> {
         bytemuck::cast(w)
     }
 
-    /// [`Band::words`] at `byte`, `byte + 4`, ... `byte + 28` (64 codes):
-    /// 32 bytes of each of the 8 rows, transposed in registers.
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    fn words8(&self, r: usize, byte: usize) -> [__m256i; 8] {
-        let row_bytes = self.width * 16;
-        let v: [__m256; 8] = std::array::from_fn(|j| {
-            let at = (r + j) * row_bytes + byte;
-            bytemuck::pod_read_unaligned(&self.blocks[at..at + 32])
-        });
-        transpose8(v).map(bytemuck::cast)
-    }
-
     /// The factors of block `block` of source rows `r..r + 8`.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
@@ -539,59 +446,29 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
     for rb in (0..rows).step_by(16) {
         let mut block = usize::MAX;
         let (mut fa, mut fb) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut kg = 0;
-        while kg < count {
-            // 64 codes of the 16 rows at once where the rows have them,
-            // else 8.
-            let wide = kg + 64 <= count && (k0 + kg) / 2 + 32 <= b.width * 16;
-            let (was, wbs) = match wide {
-                true => (b.words8(rb, (k0 + kg) / 2), b.words8(rb + 8, (k0 + kg) / 2)),
-                false => {
-                    let at = (k0 + kg) / 2;
-                    let (a, c) = (b.words(rb, at), b.words(rb + 8, at));
-                    ([a; 8], [c; 8])
+        for kg in (0..count).step_by(8) {
+            let k = k0 + kg;
+            if k / 32 != block {
+                block = k / 32;
+                (fa, fb) = (b.factors(rb, block), b.factors(rb + 8, block));
+            }
+            let (wa, wb) = (b.words(rb, k / 2), b.words(rb + 8, k / 2));
+            for slot in 0..8 {
+                let (a, c) = (e2m1_times(wa, slot, fa), e2m1_times(wb, slot, fb));
+                let at = ((kg + slot as usize) * rows + rb) * w;
+                match OUT {
+                    0 => {
+                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
+                        out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
+                    }
+                    // A BF16 value's bits are the exact f32's high half.
+                    1 => store(&mut out[at..], pack(srli::<16>(a), srli::<16>(c))),
+                    _ => store(&mut out[at..], pack(f16_lanes(a).0, f16_lanes(c).0)),
                 }
-            };
-            let groups = if wide { 8 } else { 1 };
-            for (wa, wb) in was.into_iter().zip(wbs).take(groups) {
-                let k = k0 + kg;
-                if k / 32 != block {
-                    block = k / 32;
-                    (fa, fb) = (b.factors(rb, block), b.factors(rb + 8, block));
-                }
-                mxfp4_group::<OUT>(wa, wb, (fa, fb), ((kg * rows + rb) * w, rows * w), out);
-                kg += 8;
             }
         }
     }
     true
-}
-
-/// One group of 8 codes of 16 source rows (`wa`, `wb`: 8 rows each, a
-/// row a lane) times the rows' factors, stored as `OUT` says: output row
-/// `slot` of the group at `at + slot * step` bytes of `out`.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn mxfp4_group<const OUT: u8>(
-    wa: __m256i,
-    wb: __m256i,
-    (fa, fb): (__m256, __m256),
-    (at, step): (usize, usize),
-    out: &mut [u8],
-) {
-    for slot in 0..8 {
-        let (a, c) = (e2m1_times(wa, slot, fa), e2m1_times(wb, slot, fb));
-        let at = at + slot as usize * step;
-        match OUT {
-            0 => {
-                out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
-                out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
-            }
-            // A BF16 value's bits are the exact f32's high half.
-            1 => store(&mut out[at..], pack(srli::<16>(a), srli::<16>(c))),
-            _ => store(&mut out[at..], pack(f16_lanes(a).0, f16_lanes(c).0)),
-        }
-    }
 }
 
 /// The 8 x 8 matrix of rows `v` transposed: lane `i` of result `j` is
