@@ -4,6 +4,7 @@ the scalar reference (`SAFETENSORS_STREAM_KERNELS=scalar`), each against the sam
 `--no-sync` copy of a plain safetensors file of max(input, output) bytes.
 
     python3 benches/kernels_e2e.py --binary target/release/convert [--size-gib 1] [--runs 5] [--kernels]
+        [--baseline OTHER_BINARY] [--only fp8-bf16,gptq-bf16]
 
 `--kernels` first prints the Gelem/s of every kernel on every path this CPU has (scalar, AVX2,
 AVX-512), from `cargo bench --features internals --bench kernels` in this checkout, beside amn's
@@ -31,6 +32,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -161,18 +163,34 @@ def kernel_table(repo: Path, filters):
         print(f"| {what} | " + " | ".join(cells) + f" | {AMN_GELEM_S} |")
 
 
+def wait_quiet():
+    """Starts nothing while the lead's quiet window (/work/QUIET, or $QUIET_FILE) is open."""
+    flag = os.environ.get("QUIET_FILE", "/work/QUIET")
+    while os.path.exists(flag):
+        time.sleep(20)
+
+
+# A second binary (`--baseline`), run interleaved beside the vector path as `baseline`.
+BASELINE = None
+
+
 def run_workload(name, tools, tmp: Path, runs: int, inputs):
+    if BASELINE:
+        tools = tools + [("baseline", [BASELINE, *cmd[1:]]) for t, cmd in tools if t == "vector"]
+    wait_quiet()
     bench.warm(inputs)
     subprocess.run(["sync"], check=True)
     times = {t: [] for t, _ in tools}
     rss = {t: [] for t, _ in tools}
+    cpu = {t: [] for t, _ in tools}
     ratios = {t: [] for t, _ in tools}
     for r in range(runs):
         order = tools[r % len(tools):] + tools[: r % len(tools)]
         this = {}
+        wait_quiet()
         for tool, cmd in order:
             subprocess.run(["sync"], check=True)
-            wall, (kib, _, _), rc, _, err = bench.timed(cmd, tmp, tmp / "time.txt")
+            wall, (kib, user, sys_s), rc, _, err = bench.timed(cmd, tmp, tmp / "time.txt")
             if rc != 0:
                 sys.exit(f"{name}: {tool} failed: {err.strip()[-400:]}")
             for out in tmp.glob("out-*"):
@@ -181,12 +199,14 @@ def run_workload(name, tools, tmp: Path, runs: int, inputs):
             this[tool] = wall
             times[tool].append(wall)
             rss[tool].append(kib / 1024)
+            cpu[tool].append(user + sys_s)
         for tool in this:
             ratios[tool].append(this[tool] / this["copy"])
     for tool, _ in tools:
         print(
             f"| {name} | {tool} | {statistics.median(times[tool]):.3f} | "
-            f"{statistics.median(ratios[tool]):.2f} | {max(rss[tool]):.1f} |"
+            f"{statistics.median(ratios[tool]):.2f} | {max(rss[tool]):.1f} | "
+            f"{statistics.median(cpu[tool]):.2f} |"
         )
 
 
@@ -198,6 +218,8 @@ def main():
     ap.add_argument("--tmpdir", type=Path, default=None)
     ap.add_argument("--only", default="f32-bf16,bf16-f32,fp8-bf16,gptq-bf16,nf4-bf16,mxfp4-bf16,gguf-bf16",
                     help="comma-separated workloads (default: all)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a second binary (say, the base commit's) run interleaved as `baseline`")
     ap.add_argument("--kernels", action="store_true",
                     help="first, the Gelem/s table of every kernel and path (cargo bench, this checkout)")
     a = ap.parse_args()
@@ -209,8 +231,10 @@ def main():
     binary = a.binary.resolve()
     scalar = ["env", "SAFETENSORS_STREAM_KERNELS=scalar", binary]
     print(f"load average at start: {os.getloadavg()}")
-    print("| workload | tool | median s | paired x copy | peak RSS MiB |")
-    print("|---|---|---:|---:|---:|")
+    global BASELINE
+    BASELINE = a.baseline.resolve() if a.baseline else None
+    print("| workload | tool | median s | paired x copy | peak RSS MiB | user+sys s |")
+    print("|---|---|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(dir=a.tmpdir) as tmp:
         tmp = Path(tmp)
         if "f32-bf16" in a.only:

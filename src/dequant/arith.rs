@@ -29,6 +29,20 @@ pub(crate) fn e4m3_to_f32(b: u8) -> f32 {
     E4M3[usize::from(b)]
 }
 
+/// An E4M3 code's value times `scale`, in f32: a NaN code gives its own
+/// NaN (positive, quiet) whatever the scale. Spelt out because when both
+/// operands of a product are NaN, x86 returns the first one's, and the
+/// compiler may swap a product's operands (it did, between the scalar and
+/// vector paths): only the code's NaN is taken, never the scale's.
+pub(crate) fn e4m3_times(code: u8, scale: f32) -> f32 {
+    let x = e4m3_to_f32(code);
+    if x.is_nan() {
+        x
+    } else {
+        x * scale
+    }
+}
+
 /// The E8M0 scale byte that means NaN (OCP MX spec).
 pub(crate) const E8M0_NAN: u8 = 0xff;
 

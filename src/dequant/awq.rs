@@ -50,16 +50,15 @@ pub(crate) fn rows(p: &Piece, scale_dtype: Dtype, out: &mut [f32]) {
         scales.extend((0..groups).map(|g| p.scales[g * nb + i]));
         let shift = 4 * NIBBLE_OF[n % 8] as u32;
         let words = &p.qweight[w..];
-        let done = crate::cast::simd::awq_row(
+        let row = crate::cast::simd::AwqRow {
             words,
-            p.words,
+            stride: p.words,
             shift,
-            p.group_size,
-            &zeros,
-            &scales,
-            scale_dtype,
-            out_row,
-        );
+            group_size: p.group_size,
+            zeros: &zeros,
+            scales: &scales,
+        };
+        let done = crate::cast::simd::awq_row(&row, scale_dtype, out_row);
         for (k, o) in out_row.iter_mut().enumerate().skip(done) {
             let g = k / p.group_size;
             let q = code(p.qweight[k * p.words + w], n);

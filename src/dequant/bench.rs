@@ -18,16 +18,7 @@ pub fn fp8_rows(
     to: Dtype,
     out: &mut [u8],
 ) {
-    let tiling = super::fp8::Tiling {
-        rows: block,
-        cols: block,
-    };
-    let s = super::fp8::Scales {
-        values: scales,
-        cols: cols.div_ceil(block as usize),
-        tiling,
-        dtype: scale_dtype,
-    };
+    let s = block_scales(scales, cols, block, scale_dtype);
     super::fp8::rows(codes, cols, 0, &s, values);
     super::store_f32(values, to, out);
 }
@@ -43,17 +34,21 @@ pub fn fp8_rows_into(
     to: Dtype,
     out: &mut [u8],
 ) {
-    let tiling = super::fp8::Tiling {
-        rows: block,
-        cols: block,
-    };
-    let s = super::fp8::Scales {
+    let s = block_scales(scales, cols, block, scale_dtype);
+    super::fp8::rows_into(codes, cols, 0, &s, to, &mut Vec::new(), out);
+}
+
+/// `scales` of `block` x `block` tiles over a weight of `cols` columns.
+fn block_scales(scales: &[f32], cols: usize, block: u64, dtype: Dtype) -> super::fp8::Scales<'_> {
+    super::fp8::Scales {
         values: scales,
         cols: cols.div_ceil(block as usize),
-        tiling,
-        dtype: scale_dtype,
-    };
-    super::fp8::rows_into(codes, cols, 0, &s, to, &mut Vec::new(), out);
+        tiling: super::fp8::Tiling {
+            rows: block,
+            cols: block,
+        },
+        dtype,
+    }
 }
 
 /// Whole blocks of the ggml type named `name` (`Q4_K`), dequantized into
@@ -103,7 +98,9 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
                 blocksize: 64,
                 dtype: Dtype::BF16,
             };
-            super::bnb::four_bit(&p, values);
+            // As the reader runs it: stored as BF16 straight from the kernel.
+            super::bnb::four_bit_into(&p, Dtype::BF16, &mut Vec::new(), out);
+            return;
         }
         "GPTQ int4" => {
             // `[K / 8][rows]` words, `[K / 128][rows]` scales and zero words.
@@ -155,7 +152,9 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
                 width,
                 rows: cols,
             };
-            super::mxfp4::transposed_rows(&band, &table, 0, values);
+            // As the reader runs it: stored as BF16 straight from the kernel.
+            super::mxfp4::transposed_rows_into(&band, &table, 0, Dtype::BF16, &mut Vec::new(), out);
+            return;
         }
         other => panic!("no 4-bit kernel {other}"),
     }

@@ -137,6 +137,60 @@ mod tests {
         }
     }
 
+    /// Stored straight from the registers (whole blocks from a block's
+    /// start) and the rest after: every code pair, every corner absmax,
+    /// each scales' dtype and output dtype, from a block's start or not,
+    /// ending inside a block, on every path: the scalar reference's
+    /// values stored after, byte for byte.
+    #[test]
+    fn stored_blocks_on_every_path_are_the_reference_stored() {
+        use crate::cast::simd::{with_isa, Isa};
+        use crate::Dtype;
+        let packed: Vec<u8> = (0..=255u8).chain((0..=255u8).rev()).collect();
+        let absmax: Vec<f32> = (0..600u32)
+            .map(|i| match i % 9 {
+                0 => f32::from_bits(0x7fc0_0001 | (i << 31)),
+                1 => f32::from_bits(0x7f7f_ffff),
+                2 => f32::from_bits(0x0000_0003),
+                3 => -0.0,
+                4 => f32::INFINITY,
+                _ => f32::from_bits(i.wrapping_mul(0x9e37_79b9) & 0xbfff_ffff),
+            })
+            .collect();
+        for kind in [FourBitType::Nf4, FourBitType::Fp4] {
+            for dtype in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+                for (blocksize, first) in
+                    [(16u64, 0u64), (64, 0), (64, 128), (256, 0), (64, 6), (8, 0)]
+                {
+                    let len = packed.len() * 2 - first as usize - 22;
+                    let p = FourBit {
+                        kind,
+                        packed: &packed[first as usize / 2..],
+                        first,
+                        absmax: &absmax[(first / blocksize) as usize..],
+                        blocksize,
+                        dtype,
+                    };
+                    let mut values = vec![0f32; len];
+                    with_isa(Isa::Scalar, || four_bit(&p, &mut values));
+                    for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+                        let width = (to.bits() / 8) as usize;
+                        let mut want = vec![0u8; len * width];
+                        crate::dequant::store_f32(&values, to, &mut want);
+                        for isa in Isa::available() {
+                            let mut got = vec![0u8; want.len()];
+                            with_isa(isa, || four_bit_into(&p, to, &mut Vec::new(), &mut got));
+                            assert!(
+                                got == want,
+                                "{isa:?} {kind:?} {dtype} -> {to}, blocks of {blocksize} from {first}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn scales_each_row_by_its_absmax_over_127() {
         let mut out = [0f32; 4];
@@ -240,7 +294,29 @@ pub(crate) fn four_bit(p: &FourBit, out: &mut [f32]) {
 /// thousand at a time through `scratch`, so that the `f32`s never leave
 /// the cache: the same bytes as [`four_bit`] then [`super::store_f32`].
 pub(crate) fn four_bit_into(p: &FourBit, to: crate::Dtype, scratch: &mut Vec<f32>, out: &mut [u8]) {
-    four_bit_steps(p, to, 8192, scratch, out);
+    let width = (to.bits() / 8) as usize;
+    // From a block's start on the vector path: whole blocks straight from
+    // the registers, no `f32` step.
+    let done = match p.first % p.blocksize.max(1) {
+        0 => crate::cast::simd::four_bit_as(
+            &p.kind.book(),
+            p.packed,
+            p.absmax,
+            usize::try_from(p.blocksize).unwrap_or(0),
+            p.dtype,
+            to,
+            out,
+        ),
+        _ => 0,
+    };
+    let first = p.first + done as u64;
+    let rest = FourBit {
+        packed: &p.packed[done / 2..],
+        first,
+        absmax: &p.absmax[(first / p.blocksize - p.first / p.blocksize) as usize..],
+        ..*p
+    };
+    four_bit_steps(&rest, to, 8192, scratch, &mut out[done * width..]);
 }
 
 /// [`four_bit_into`] in steps of `step` elements.

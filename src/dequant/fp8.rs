@@ -49,7 +49,7 @@ pub(crate) fn rows(codes: &[u8], cols: usize, r0: u64, s: &Scales, out: &mut [f3
         let blocks = row.chunks(cb).zip(out_row.chunks_mut(cb)).zip(srow);
         for ((codes, outs), &scale) in blocks {
             for (&code, o) in codes.iter().zip(outs) {
-                let v = super::arith::e4m3_to_f32(code) * scale;
+                let v = super::arith::e4m3_times(code, scale);
                 *o = super::arith::stored_as(s.dtype, v);
             }
         }
@@ -231,7 +231,7 @@ mod tests {
                 };
                 let want = run(Isa::Scalar);
                 for (c, w) in want.iter().enumerate() {
-                    let v = crate::dequant::arith::e4m3_to_f32(c as u8) * values[0];
+                    let v = crate::dequant::arith::e4m3_times(c as u8, values[0]);
                     let r = crate::dequant::arith::stored_as(dtype, v).to_bits();
                     assert_eq!(*w, r, "the reference itself, code {c:#x}");
                 }

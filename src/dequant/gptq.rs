@@ -183,16 +183,14 @@ impl<'a> Rows<'a> {
                 self.tile_scales[g * 8 + j] = p.scales[g * nb + i + j];
             }
         }
-        let done = crate::cast::simd::int4_rows8(
-            &p.qweight[i..],
-            nb,
-            p.groups,
-            &self.tile_zeros,
-            &self.tile_scales,
-            self.scale_dtype,
-            to,
-            out,
-        );
+        let tile = crate::cast::simd::Int4Tile {
+            words: &p.qweight[i..],
+            stride: nb,
+            groups: p.groups,
+            zeros: &self.tile_zeros,
+            scales: &self.tile_scales,
+        };
+        let done = crate::cast::simd::int4_rows8(&tile, self.scale_dtype, to, out);
         if done == 0 {
             return false;
         }
@@ -365,13 +363,15 @@ mod tests {
             v1 in any::<bool>(),
             split in 0usize..21,
         ) {
-            use crate::cast::simd::{with_isa, Isa};
             let mut next = crate::dequant::xorshift(seed);
             let k_len: usize = if wide { 1024 + 8 * 3 + 5 } else { 43 };
             let n_groups = 5;
             let groups: Vec<u32> = (0..k_len as u32)
                 .map(|k| match act_order {
                     true => (next() % n_groups as u64) as u32,
+                    // Groups of whole words every third case, else
+                    // across words.
+                    false if seed % 3 == 0 => k / 8 * 8 * n_groups as u32 / k_len as u32,
                     false => k * n_groups as u32 / k_len as u32,
                 })
                 .collect();
@@ -379,9 +379,12 @@ mod tests {
             let qweight: Vec<u32> = (0..words_per_row * nb).map(|_| next() as u32).collect();
             let zero_words = (n0 + nb - 1) / 8 - n0 / 8 + 1;
             let zeros: Vec<u32> = (0..n_groups * zero_words).map(|_| next() as u32).collect();
+            // Every other case an infinity or a NaN among the scales (the
+            // tiles' path with the NaN patches; finite ones take the other).
             let scales: Vec<f32> = (0..n_groups * nb)
                 .map(|i| match i % 7 {
                     0 => f32::from_bits(next() as u32),
+                    3 if seed % 2 == 0 => [f32::INFINITY, f32::NAN][(next() % 2) as usize],
                     _ => (next() % 4096) as f32 / 64.0 - 32.0,
                 })
                 .collect();
@@ -395,26 +398,78 @@ mod tests {
                 groups: &groups,
             };
             let packing = Packing { bits: 4, zero_offset: u32::from(v1) };
-            for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
-                let mut values = vec![0f32; nb * k_len];
-                with_isa(Isa::Scalar, || rows(&p, packing, dtype, &mut values));
-                for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
-                    let width = (to.bits() / 8) as usize;
-                    let mut want = vec![0u8; values.len() * width];
-                    crate::dequant::store_f32(&values, to, &mut want);
-                    for isa in Isa::available() {
-                        let mut got = vec![0u8; want.len()];
-                        let mut scratch = Vec::new();
-                        with_isa(isa, || rows_into(&p, 0, packing, dtype, to, &mut scratch, &mut got));
-                        prop_assert!(got == want, "{:?} {} -> {}", isa, dtype, to);
-                        // From a later row on: those rows' bytes.
-                        let first = split % nb;
-                        let mut tail = vec![0u8; want.len() - first * k_len * width];
-                        with_isa(isa, || rows_into(&p, first, packing, dtype, to, &mut scratch, &mut tail));
-                        prop_assert!(tail[..] == want[first * k_len * width..], "{:?} from {}", isa, first);
+            // From the first row, and from a later one on: those rows' bytes.
+            for first in [0, split % nb] {
+                let mismatch = first_mismatch(&p, packing, first);
+                prop_assert!(mismatch.is_none(), "{:?}", mismatch);
+            }
+        }
+    }
+
+    /// Every path's bytes of the piece's rows from `first` on (`rows_into`)
+    /// against the reference's values stored after, for each scales' and
+    /// output dtype: the first that differ, named.
+    fn first_mismatch(p: &Piece, packing: Packing, first: usize) -> Option<String> {
+        use crate::cast::simd::{with_isa, Isa};
+        let k_len = p.groups.len();
+        for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
+            let mut values = vec![0f32; p.rows * k_len];
+            with_isa(Isa::Scalar, || rows(p, packing, dtype, &mut values));
+            for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
+                let width = (to.bits() / 8) as usize;
+                let mut want = vec![0u8; values.len() * width];
+                crate::dequant::store_f32(&values, to, &mut want);
+                let want = &want[first * k_len * width..];
+                for isa in Isa::available() {
+                    let mut got = vec![0u8; want.len()];
+                    let mut scratch = Vec::new();
+                    with_isa(isa, || {
+                        rows_into(p, first, packing, dtype, to, &mut scratch, &mut got)
+                    });
+                    if got != want {
+                        return Some(format!("{isa:?} {dtype} -> {to} from row {first}"));
                     }
                 }
             }
+        }
+        None
+    }
+
+    /// Groups of 128 columns (whole words, as without act-order),
+    /// 19 rows from row 5 (two tiles and 3 rows), a row ending in part of
+    /// a word, scales finite or not: every path's bytes those of the
+    /// reference's values stored after, each scales' and output dtype.
+    #[test]
+    fn tiles_of_whole_word_groups_store_what_the_rows_are() {
+        let (k_len, nb, n0) = (1029usize, 19usize, 5usize);
+        let mut next = crate::dequant::xorshift(0x51_7cc1_b727_220a);
+        let groups: Vec<u32> = (0..k_len as u32).map(|k| k / 128).collect();
+        let n_groups = k_len.div_ceil(128);
+        let qweight: Vec<u32> = (0..k_len.div_ceil(8) * nb).map(|_| next() as u32).collect();
+        let zero_words = (n0 + nb - 1) / 8 - n0 / 8 + 1;
+        let zeros: Vec<u32> = (0..n_groups * zero_words).map(|_| next() as u32).collect();
+        for special in [None, Some(f32::INFINITY), Some(f32::NAN)] {
+            let mut scales: Vec<f32> = (0..n_groups * nb)
+                .map(|_| (next() % 4096) as f32 / 64.0 - 32.0)
+                .collect();
+            if let Some(x) = special {
+                scales[n_groups * 9 + 2] = x;
+            }
+            let p = Piece {
+                n0,
+                rows: nb,
+                qweight: &qweight,
+                zeros: &zeros,
+                zero_words,
+                scales: &scales,
+                groups: &groups,
+            };
+            let packing = Packing {
+                bits: 4,
+                zero_offset: 1,
+            };
+            let mismatch = first_mismatch(&p, packing, 0);
+            assert!(mismatch.is_none(), "{mismatch:?}, {special:?}");
         }
     }
 

@@ -161,6 +161,20 @@ mod tests {
         )))
     }
 
+    /// Random codes of `rows` source rows of `width` blocks, and scale
+    /// bytes of every kind.
+    fn random_band(
+        next: &mut impl FnMut() -> u64,
+        rows: usize,
+        width: usize,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let blocks: Vec<u8> = (0..rows * width * 16).map(|_| next() as u8).collect();
+        let scales: Vec<u8> = (0..rows * width)
+            .map(|i| (i * 37 + next() as usize) as u8)
+            .collect();
+        (blocks, scales)
+    }
+
     /// Stored straight as each output dtype: tiles of 16 source rows (the
     /// direct kernel's), of 8 (through the f32 tile), ragged ones, and
     /// every code under every scale byte (0xFF included), on every path:
@@ -180,11 +194,12 @@ mod tests {
             (48, 1, 0, 32),
             (24, 2, 16, 16),
             (16, 2, 3, 16),
+            // Longer bands, across several blocks.
+            (32, 4, 8, 96),
+            (16, 3, 0, 96),
+            (48, 4, 40, 88),
         ] {
-            let blocks: Vec<u8> = (0..rows * width * 16).map(|_| next() as u8).collect();
-            let scales: Vec<u8> = (0..rows * width)
-                .map(|i| (i * 37 + next() as usize) as u8)
-                .collect();
+            let (blocks, scales) = random_band(&mut next, rows, width);
             cases.push((blocks, scales, rows, width, k0, count));
         }
         for (blocks, scales, rows, width, k0, count) in &cases {
@@ -229,10 +244,7 @@ mod tests {
             (8, 2, 3, 16),
             (12, 1, 0, 8),
         ] {
-            let blocks: Vec<u8> = (0..rows * width * 16).map(|_| next() as u8).collect();
-            let scales: Vec<u8> = (0..rows * width)
-                .map(|i| (i * 37 + next() as usize) as u8)
-                .collect();
+            let (blocks, scales) = random_band(&mut next, rows, width);
             let band = Band {
                 blocks: &blocks,
                 scales: &scales,

@@ -138,8 +138,13 @@ fn vector_row(p: &Rows, r: usize, to: Dtype, out: &mut [u8], shifted: &mut Vec<f
     shifted.extend((0..p.groups).map(|g| zeros.map_or(0.0, |z| f32::from(z[g])) + 8.0));
     let words = &words[r * per_row..(r + 1) * per_row];
     let scales = &p.scales[r * p.groups..(r + 1) * p.groups];
-    let kernel = crate::cast::simd::pack4_row_as;
-    kernel(words, p.group_of, shifted, scales, p.dtype, to, out)
+    let row = crate::cast::simd::Pack4Row {
+        words,
+        group_of: p.group_of,
+        zeros: shifted,
+        scales,
+    };
+    crate::cast::simd::pack4_row_as(&row, p.dtype, to, out)
 }
 
 /// Columns `[first, cols)` of row `r` by the reference, into `out`.

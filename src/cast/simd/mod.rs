@@ -4,10 +4,15 @@
 //!
 //! # Mechanism
 //!
-//! `std::arch` intrinsics in `#[target_feature]` functions (a file per
-//! instruction set and family: `avx2`, `avx512` for casts and FP8, `ggml2`,
-//! `ggml512` for GGUF blocks), picked once per process by
-//! `is_x86_feature_detected!`. Not a crate, for three reasons:
+//! `std::arch` intrinsics in `#[target_feature]` functions, picked once per
+//! process by `is_x86_feature_detected!`. Where the arithmetic is the same
+//! at every width it is written once, as a macro over a handful of lane
+//! primitives (`lanes`: casts and FP8; `books`: NF4/FP4; `ggml`: GGUF
+//! blocks), which `avx2` (8 lanes) and `avx512` (16 lanes, mask registers)
+//! define and expand (`ggml2`, `ggml512` for the GGUF ones); `by_dtype`
+//! picks a kernel's const-generic instance for run-time dtypes. The layouts
+//! whose vectors run across rows (`quant2`: GPTQ, AWQ, MXFP4; `pack4`) have
+//! an AVX2 kernel only. Not a crate, for three reasons:
 //!
 //! - **Bits.** Every kernel must give the reference's bits, NaN payloads
 //!   included. The hardware conversions differ exactly there (F16C's
@@ -43,12 +48,26 @@
 //! many elements it did; the caller does the rest with the reference.
 //! The tests compare every path the test machine's CPU has with the
 //! reference; a path above it is capped to it, so the AVX-512 kernels are
-//! exercised only on a CPU with AVX-512 (the 2-core VM of round 4 had AVX2
-//! only). Q5_K and IQ4_XS take their AVX2 kernel on AVX-512 CPUs too.
+//! exercised only on a CPU with AVX-512 (the 2-core VMs of rounds 4 to 6
+//! had AVX2 only; the AVX-512 bodies are the AVX2 ones, expanded over other
+//! primitives). IQ4_XS and the `quant2`/`pack4` kernels take their AVX2
+//! kernel on AVX-512 CPUs too.
 //! aarch64 has NEON in its baseline, so LLVM vectorises the reference
 //! loops there without a run-time choice; no hand-written path exists for
 //! it yet.
 
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod lanes;
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod by_dtype;
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod books;
+#[cfg(target_arch = "x86_64")]
+#[macro_use]
+mod ggml;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
@@ -230,15 +249,47 @@ dispatch! {
         = false;
 }
 
-// AVX-512 CPUs take the AVX2 kernel: a row's products go to the store
-// 8 at a time either way, and a wider one would only be tested there.
-dispatch! { avx2, avx2;
+dispatch! {
     /// [`e4m3_row`] stored as `to` (F32, BF16 or F16, little-endian) into
     /// `out`: each product rounded as `dtype` stores it, then cast once,
     /// from the register it was made in. False if there is no vector path
     /// (then nothing was written).
     fn e4m3_row_as(codes: &[u8], scales: &[f32], block: usize, dtype: Dtype, to: Dtype, out: &mut [u8]) -> bool
         = false;
+}
+
+/// GPTQ 4-bit, 8 output rows: row `j`'s word `w` at `words[w * stride +
+/// j]` (input columns `8w..8w + 8`, low bits first), column `k`'s group
+/// `groups[k]`, the rows' zero points and scales of group `g` at
+/// `zeros[8g..8g + 8]`, `scales[8g..8g + 8]`.
+pub(crate) struct Int4Tile<'a> {
+    pub words: &'a [u32],
+    pub stride: usize,
+    pub groups: &'a [u32],
+    pub zeros: &'a [f32],
+    pub scales: &'a [f32],
+}
+
+/// One AutoAWQ 4-bit output row: input column `k`'s code the nibble at
+/// `shift` of `words[k * stride]`, in group `k / group_size` of zero point
+/// `zeros[g]` and scale `scales[g]`.
+pub(crate) struct AwqRow<'a> {
+    pub words: &'a [u32],
+    pub stride: usize,
+    pub shift: u32,
+    pub group_size: usize,
+    pub zeros: &'a [f32],
+    pub scales: &'a [f32],
+}
+
+/// One compressed-tensors 4-bit row: column `k` nibble `k` of `words`
+/// (low first), in group `group_of[k]` of zero point `zeros[g]` and scale
+/// `scales[g]`.
+pub(crate) struct Pack4Row<'a> {
+    pub words: &'a [u32],
+    pub group_of: &'a [u32],
+    pub zeros: &'a [f32],
+    pub scales: &'a [f32],
 }
 
 /// A K-quant block's sub-block scales and minimums (`d * sc`, `dmin * m`),
@@ -263,14 +314,13 @@ dispatch! { ggml512, ggml2;
     /// GGUF Q6_K blocks (210 bytes, 256 elements each).
     fn q6_k(blocks: &[u8], out: &mut [f32]) -> bool = false;
 }
-// Q5_K and IQ4_XS take the AVX2 kernel on AVX-512 too: the wider one
-// would only be tested on a CPU that has it, and these kernels are bound
-// by the scalar scale decoding and the stores more than by the lanes.
-dispatch! { ggml2, ggml2;
+dispatch! { ggml512, ggml2;
     /// GGUF Q5_K blocks (176 bytes, 256 elements each), their scales
     /// decoded by `scales`.
     fn q5_k(blocks: &[u8], out: &mut [f32], scales: KScales) -> bool = false;
 }
+// IQ4_XS takes the AVX2 kernel on AVX-512 too: it is bound by the
+// scalar scale decoding and the stores more than by the lanes.
 dispatch! { ggml2, ggml2;
     /// GGUF IQ4_XS blocks (136 bytes, 256 elements each), the nibbles
     /// looked up in `table`.
@@ -286,6 +336,16 @@ dispatch! { quant2, quant2;
     fn four_bit(book: &[f32; 16], packed: &[u8], absmax: f32, dtype: Dtype, out: &mut [f32]) -> usize
         = 0;
 }
+dispatch! {
+    /// bitsandbytes NF4/FP4, whole blocks of `blocksize` elements (a
+    /// multiple of 16, else nothing is done) from `packed`'s first byte
+    /// (high nibble first), block `j` times `absmax[j]`: each value rounded
+    /// as `dtype` stores it, stored as `to` into `out`. Returns the
+    /// elements done (0 on the reference path).
+    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
+    fn four_bit_as(book: &[f32; 16], packed: &[u8], absmax: &[f32], blocksize: usize, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
+        = 0;
+}
 dispatch! { quant2, quant2;
     /// One GPTQ 4-bit output row: word `w` at `words[w * stride]`, column
     /// `k`'s group `groups[k]`, `(q - zeros[g]) * scales[g]` rounded as
@@ -294,32 +354,24 @@ dispatch! { quant2, quant2;
         = 0;
 }
 dispatch! { quant2, quant2;
-    /// GPTQ 4-bit, 8 output rows at once: row `j`'s word `w` at
-    /// `words[w * stride + j]`, column `k`'s group `groups[k]`, the rows'
-    /// zero points and scales of group `g` at `zeros[8g..8g + 8]`,
-    /// `scales[8g..8g + 8]`; each value rounded as `dtype` stores it, then
-    /// stored as `to` into `out`, the 8 rows of `groups.len()` elements.
-    /// Returns the columns done in each row (whole words; 0 on the
-    /// reference path).
-    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
-    fn int4_rows8(words: &[u32], stride: usize, groups: &[u32], zeros: &[f32], scales: &[f32], dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
+    /// GPTQ 4-bit, the 8 output rows of `t` at once, each value
+    /// `(q - zero) * scale` rounded as `dtype` stores it, then stored as
+    /// `to` into `out`, the 8 rows of `groups.len()` elements. Returns the
+    /// columns done in each row (whole words; 0 on the reference path).
+    fn int4_rows8(t: &Int4Tile, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
         = 0;
 }
 dispatch! { quant2, quant2;
-    /// One AutoAWQ 4-bit output row: column `k`'s code the nibble at
-    /// `shift` of `words[k * stride]`, `(q - zeros[g]) * scales[g]` for
-    /// `g = k / group_size`, rounded as `dtype` stores it. Returns the
-    /// columns done (whole runs of 8).
-    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
-    fn awq_row(words: &[u32], stride: usize, shift: u32, group_size: usize, zeros: &[f32], scales: &[f32], dtype: Dtype, out: &mut [f32]) -> usize
+    /// One AutoAWQ 4-bit output row `r`: `(q - zero) * scale` rounded as
+    /// `dtype` stores it. Returns the columns done (whole runs of 8).
+    fn awq_row(r: &AwqRow, dtype: Dtype, out: &mut [f32]) -> usize
         = 0;
 }
 dispatch! { pack4, pack4;
-    /// One compressed-tensors 4-bit row (nibble `k` of `words`, low first,
-    /// in group `group_of[k]`): `(q - zeros[g]) * scales[g]` rounded as
-    /// `dtype` stores it, written as `to` (F32 or `dtype`, else nothing is
-    /// done) into `out`. Returns the columns done (whole words).
-    fn pack4_row_as(words: &[u32], group_of: &[u32], zeros: &[f32], scales: &[f32], dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
+    /// One compressed-tensors 4-bit row `r`: `(q - zero) * scale` rounded
+    /// as `dtype` stores it, written as `to` (F32 or `dtype`, else nothing
+    /// is done) into `out`. Returns the columns done (whole words).
+    fn pack4_row_as(r: &Pack4Row, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
         = 0;
 }
 dispatch! { quant2, quant2;

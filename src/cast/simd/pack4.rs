@@ -12,16 +12,9 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::stored_as;
+use super::avx2::{put_rounded, stored_as};
+use super::Pack4Row as Row;
 use crate::Dtype;
-
-/// One row's codes and the values of its groups.
-struct Row<'a> {
-    words: &'a [u32],
-    group_of: &'a [u32],
-    zeros: &'a [f32],
-    scales: &'a [f32],
-}
 
 /// One 4-bit row: column `k` is nibble `k` of `words` (unsigned), in group
 /// `group_of[k]`; each value `(q - zeros[g]) * scales[g]` rounded as
@@ -29,29 +22,12 @@ struct Row<'a> {
 /// must be F32 or `dtype`; else nothing is done. Whole words; returns the
 /// columns done.
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn pack4_row_as(
-    words: &[u32],
-    group_of: &[u32],
-    zeros: &[f32],
-    scales: &[f32],
-    dtype: Dtype,
-    to: Dtype,
-    out: &mut [u8],
-) -> usize {
-    let row = Row {
-        words,
-        group_of,
-        zeros,
-        scales,
-    };
-    match (dtype, to) {
-        (Dtype::F32, Dtype::F32) => row_as::<0, 0>(&row, out),
-        (Dtype::BF16, Dtype::F32) => row_as::<1, 0>(&row, out),
-        (Dtype::F16, Dtype::F32) => row_as::<2, 0>(&row, out),
-        (Dtype::BF16, Dtype::BF16) => row_as::<1, 1>(&row, out),
-        (Dtype::F16, Dtype::F16) => row_as::<2, 2>(&row, out),
-        _ => 0,
+pub(super) fn pack4_row_as(row: &Row, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize {
+    // The rounded value is the output's bits only as F32 or as itself.
+    if to != Dtype::F32 && to != dtype {
+        return 0;
     }
+    by_dtypes!(dtype, to, row_as(row, out), 0)
 }
 
 /// `zeros[g]` and `scales[g]` for 8 columns of groups `g`: broadcast when
@@ -94,22 +70,8 @@ fn row_as<const ROUND: u8, const OUT: u8>(r: &Row, out: &mut [u8]) -> usize {
         let (z, s) = group_values(r.zeros, r.scales, g);
         let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), s);
         let v = stored_as::<ROUND>(_mm256_castps_si256(v));
-        match OUT {
-            // A BF16 value in an f32's high half: those 16 bits are it.
-            1 => {
-                let h = _mm256_srli_epi32::<16>(v);
-                let h =
-                    _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
-                o.copy_from_slice(bytemuck::bytes_of(&h));
-            }
-            // An F16 value widened: F16C narrows every number back exactly,
-            // and a product's NaN is quiet, which it keeps as it is.
-            2 => {
-                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_castsi256_ps(v));
-                o.copy_from_slice(bytemuck::bytes_of(&h));
-            }
-            _ => o.copy_from_slice(bytemuck::bytes_of(&v)),
-        }
+        // Where the output is the scales' dtype, the rounded value's bits.
+        put_rounded::<ROUND, OUT, false>(v, o);
         done += 8;
     }
     done

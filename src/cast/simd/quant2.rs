@@ -10,13 +10,17 @@
 //! transposed) take 8 or 16 output rows at once: their words are one
 //! load (GPTQ) or 8 short ones (MXFP4), and each code position of them is
 //! a vector across the rows. GPTQ transposes those in registers to store
-//! rows; transposed MXFP4's vectors already are output rows. Both store
-//! the output dtype from the register, by the store path's own lane
-//! conversions, with no `f32` buffer between.
+//! rows; transposed MXFP4's vectors already are output rows. All store the output dtype from the register, by the store
+//! path's own lane conversions, with no `f32` buffer between. The bitsandbytes
+//! blocks the reader takes are `books`' (every width); the `four_bit` here
+//! is the `f32` one the reference path's tails use.
 
 use std::arch::x86_64::*;
 
-use super::avx2::stored_as;
+use super::avx2::{
+    book16, f16_lanes, look_up, pack, put_rounded, put_rounded2, rounded, srli, store, stored_as,
+};
+use super::{AwqRow, Int4Tile as Tile};
 use crate::Dtype;
 
 #[inline]
@@ -34,14 +38,21 @@ fn eight(v: &[f32]) -> __m256 {
     bytemuck::cast(a)
 }
 
-/// `book[i]` for each lane's `i` (0 to 15): the low and high halves of
-/// the book permuted by the low 3 bits, chosen by bit 3.
+/// `book[i]` for each lane's `i` (0 to 15), as `f32`s.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn look_up(low: __m256, high: __m256, i: __m256i) -> __m256 {
-    let a = _mm256_permutevar8x32_ps(low, i);
-    let b = _mm256_permutevar8x32_ps(high, i);
-    _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(i)))
+fn look_up_in(book: &[f32; 16], i: __m256i) -> __m256 {
+    _mm256_castsi256_ps(look_up(&book16(book), i))
+}
+
+/// `v` rounded as `ROUND` says, into `out`'s first 8 values.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn put_stored<const ROUND: u8>(out: &mut [f32], v: __m256) {
+    put(
+        out,
+        _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
+    );
 }
 
 /// The 8 nibbles of 4 bytes `b`, in element order: each byte's high
@@ -70,12 +81,7 @@ pub(super) fn four_bit(
     dtype: Dtype,
     out: &mut [f32],
 ) -> usize {
-    match dtype {
-        Dtype::F32 => four_bit_as::<0>(book, packed, absmax, out),
-        Dtype::BF16 => four_bit_as::<1>(book, packed, absmax, out),
-        Dtype::F16 => four_bit_as::<2>(book, packed, absmax, out),
-        _ => 0,
-    }
+    by_dtype!(dtype, four_bit_as(book, packed, absmax, out), 0)
 }
 
 #[inline]
@@ -86,15 +92,12 @@ fn four_bit_as<const ROUND: u8>(
     absmax: f32,
     out: &mut [f32],
 ) -> usize {
-    let (low, high) = (eight(&book[..8]), eight(&book[8..]));
+    let book = book16(book);
     let scale = _mm256_set1_ps(absmax);
     let mut done = 0;
     for (b, o) in packed.chunks_exact(4).zip(out.chunks_exact_mut(8)) {
-        let v = _mm256_mul_ps(look_up(low, high, nibbles::<true>(b)), scale);
-        put(
-            o,
-            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
-        );
+        let v = _mm256_castsi256_ps(look_up(&book, nibbles::<true>(b)));
+        put_stored::<ROUND>(o, _mm256_mul_ps(v, scale));
         done += 8;
     }
     done
@@ -115,12 +118,11 @@ pub(super) fn int4_row(
     dtype: Dtype,
     out: &mut [f32],
 ) -> usize {
-    match dtype {
-        Dtype::F32 => int4_row_as::<0>(words, stride, groups, zeros, scales, out),
-        Dtype::BF16 => int4_row_as::<1>(words, stride, groups, zeros, scales, out),
-        Dtype::F16 => int4_row_as::<2>(words, stride, groups, zeros, scales, out),
-        _ => 0,
-    }
+    by_dtype!(
+        dtype,
+        int4_row_as(words, stride, groups, zeros, scales, out),
+        0
+    )
 }
 
 #[inline]
@@ -147,10 +149,7 @@ fn int4_row_as<const ROUND: u8>(
         );
         let (z, s) = super::pack4::group_values(zeros, scales, g);
         let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), s);
-        put(
-            o,
-            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
-        );
+        put_stored::<ROUND>(o, v);
         done += 8;
     }
     done
@@ -168,46 +167,9 @@ fn int4_row_as<const ROUND: u8>(
 /// store path's own lane conversions. `out` holds the 8 rows of
 /// `groups.len()` elements of `to`. Whole words; returns the columns done
 /// in each row.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn int4_rows8(
-    words: &[u32],
-    stride: usize,
-    groups: &[u32],
-    zeros: &[f32],
-    scales: &[f32],
-    dtype: Dtype,
-    to: Dtype,
-    out: &mut [u8],
-) -> usize {
-    let t = Tile {
-        words,
-        stride,
-        groups,
-        zeros,
-        scales,
-    };
-    match (dtype, to) {
-        (Dtype::F32, Dtype::F32) => int4_rows8_as::<0, 0>(&t, out),
-        (Dtype::F32, Dtype::BF16) => int4_rows8_as::<0, 1>(&t, out),
-        (Dtype::F32, Dtype::F16) => int4_rows8_as::<0, 2>(&t, out),
-        (Dtype::BF16, Dtype::F32) => int4_rows8_as::<1, 0>(&t, out),
-        (Dtype::BF16, Dtype::BF16) => int4_rows8_as::<1, 1>(&t, out),
-        (Dtype::BF16, Dtype::F16) => int4_rows8_as::<1, 2>(&t, out),
-        (Dtype::F16, Dtype::F32) => int4_rows8_as::<2, 0>(&t, out),
-        (Dtype::F16, Dtype::BF16) => int4_rows8_as::<2, 1>(&t, out),
-        (Dtype::F16, Dtype::F16) => int4_rows8_as::<2, 2>(&t, out),
-        _ => 0,
-    }
-}
-
-/// [`int4_rows8`]'s inputs.
-struct Tile<'a> {
-    words: &'a [u32],
-    stride: usize,
-    groups: &'a [u32],
-    zeros: &'a [f32],
-    scales: &'a [f32],
+pub(super) fn int4_rows8(t: &Tile, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize {
+    by_dtypes!(dtype, to, int4_rows8_as(t, out), 0)
 }
 
 /// `ROUND`: the scales' dtype (0 F32, 1 BF16, 2 F16); `OUT`: the output's.
@@ -215,47 +177,71 @@ struct Tile<'a> {
 #[target_feature(enable = "avx2,f16c")]
 fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> usize {
     let width = if OUT == 0 { 4 } else { 2 };
-    let cols = t.groups.len();
-    if out.len() < 8 * cols * width {
+    if out.len() < 8 * t.groups.len() * width {
         return 0;
     }
+    // Finite scales make no NaN (`q - zero` is a small integer): the lanes
+    // skip the NaN patches.
+    match t.scales.iter().all(|s| s.is_finite()) {
+        true => int4_tile::<ROUND, OUT, true>(t, out),
+        false => int4_tile::<ROUND, OUT, false>(t, out),
+    }
+}
+
+/// [`int4_rows8_as`], its values known not to be NaN if `CLEAN`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_tile<const ROUND: u8, const OUT: u8, const CLEAN: bool>(t: &Tile, out: &mut [u8]) -> usize {
+    let width = if OUT == 0 { 4 } else { 2 };
+    let cols = t.groups.len();
     let n = cols / 8;
-    let mask = _mm256_set1_epi32(0xf);
-    for w in 0..n {
-        let word: [u32; 8] = t.words[w * t.stride..w * t.stride + 8]
-            .try_into()
-            .expect("8 words");
-        let word: __m256i = bytemuck::cast(word);
-        let g = &t.groups[8 * w..8 * w + 8];
-        // Column `8w + s` of the 8 rows: lane `j` is row `j`'s.
-        let mut columns = [_mm256_setzero_ps(); 8];
-        for (s, c) in columns.iter_mut().enumerate() {
-            let q = _mm256_and_si256(
-                _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * s as i32)),
-                mask,
-            );
-            let at = g[s] as usize * 8;
-            let (z, sc) = (eight(&t.zeros[at..]), eight(&t.scales[at..]));
-            let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), sc);
-            *c = _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v)));
-        }
-        for (j, row) in transpose8(columns).into_iter().enumerate() {
+    // Two words (16 columns) of the 8 rows at a time, each row's 16
+    // values one store; then the last word.
+    let mut w = 0;
+    while w + 2 <= n {
+        let a = transpose8(int4_columns::<ROUND, CLEAN>(t, w));
+        let b = transpose8(int4_columns::<ROUND, CLEAN>(t, w + 1));
+        for (j, (a, b)) in a.into_iter().zip(b).enumerate() {
             let at = (j * cols + 8 * w) * width;
-            let v = _mm256_castps_si256(row);
-            match OUT {
-                0 => out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&v)),
-                _ => {
-                    let h = match OUT {
-                        1 => super::avx2::bf16_bits(v),
-                        _ => super::avx2::f16_bits(v),
-                    };
-                    let h = super::avx2::narrow(h);
-                    out[at..at + 16].copy_from_slice(bytemuck::bytes_of(&h));
-                }
-            }
+            let (a, b) = (_mm256_castps_si256(a), _mm256_castps_si256(b));
+            put_rounded2::<ROUND, OUT, CLEAN>(a, b, &mut out[at..]);
+        }
+        w += 2;
+    }
+    if w < n {
+        for (j, row) in transpose8(int4_columns::<ROUND, CLEAN>(t, w))
+            .into_iter()
+            .enumerate()
+        {
+            let at = (j * cols + 8 * w) * width;
+            put_rounded::<ROUND, OUT, CLEAN>(_mm256_castps_si256(row), &mut out[at..]);
         }
     }
     8 * n
+}
+
+/// Columns `8w..8w + 8` of the tile's 8 rows, rounded as `ROUND` says:
+/// lane `j` of column `s` is row `j`'s.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn int4_columns<const ROUND: u8, const CLEAN: bool>(t: &Tile, w: usize) -> [__m256; 8] {
+    let word: [u32; 8] = t.words[w * t.stride..w * t.stride + 8]
+        .try_into()
+        .expect("8 words");
+    let word: __m256i = bytemuck::cast(word);
+    let g = &t.groups[8 * w..8 * w + 8];
+    let mut columns = [_mm256_setzero_ps(); 8];
+    for (s, c) in columns.iter_mut().enumerate() {
+        let q = _mm256_and_si256(
+            _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * s as i32)),
+            _mm256_set1_epi32(0xf),
+        );
+        let at = g[s] as usize * 8;
+        let (z, sc) = (eight(&t.zeros[at..]), eight(&t.scales[at..]));
+        let v = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(q), z), sc);
+        *c = _mm256_castsi256_ps(rounded::<ROUND, CLEAN>(_mm256_castps_si256(v)));
+    }
+    columns
 }
 
 /// MXFP4 packed along the row (compressed-tensors): for the elements of
@@ -279,10 +265,7 @@ pub(super) fn mxfp4_row(
             break;
         };
         let row = &book[usize::from(e)];
-        put(
-            o,
-            look_up(eight(&row[..8]), eight(&row[8..]), nibbles::<false>(b)),
-        );
+        put(o, look_up_in(row, nibbles::<false>(b)));
         done += 8;
     }
     done
@@ -293,42 +276,9 @@ pub(super) fn mxfp4_row(
 /// `k / group_size` of zero point `zeros[g]` and scale `scales[g]`; each
 /// value `(q - zero) * scale` rounded as `dtype` stores it. Whole runs of
 /// 8 columns; returns the columns done.
-#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,f16c")]
-pub(super) fn awq_row(
-    words: &[u32],
-    stride: usize,
-    shift: u32,
-    group_size: usize,
-    zeros: &[f32],
-    scales: &[f32],
-    dtype: Dtype,
-    out: &mut [f32],
-) -> usize {
-    let row = AwqRow {
-        words,
-        stride,
-        shift,
-        group_size: group_size.max(1),
-        zeros,
-        scales,
-    };
-    match dtype {
-        Dtype::F32 => awq_row_as::<0>(&row, out),
-        Dtype::BF16 => awq_row_as::<1>(&row, out),
-        Dtype::F16 => awq_row_as::<2>(&row, out),
-        _ => 0,
-    }
-}
-
-/// [`awq_row`]'s arguments.
-struct AwqRow<'a> {
-    words: &'a [u32],
-    stride: usize,
-    shift: u32,
-    group_size: usize,
-    zeros: &'a [f32],
-    scales: &'a [f32],
+pub(super) fn awq_row(row: &AwqRow, dtype: Dtype, out: &mut [f32]) -> usize {
+    by_dtype!(dtype, awq_row_as(row, out), 0)
 }
 
 #[inline]
@@ -343,14 +293,12 @@ fn awq_row_as<const ROUND: u8>(r: &AwqRow, out: &mut [f32]) -> usize {
             _mm256_srl_epi32(bytemuck::cast(w), shift),
             _mm256_set1_epi32(0xf),
         );
-        let z: [f32; 8] = k.map(|k| r.zeros[k / r.group_size]);
-        let s: [f32; 8] = k.map(|k| r.scales[k / r.group_size]);
+        let group_size = r.group_size.max(1);
+        let z: [f32; 8] = k.map(|k| r.zeros[k / group_size]);
+        let s: [f32; 8] = k.map(|k| r.scales[k / group_size]);
         let diff = _mm256_sub_ps(_mm256_cvtepi32_ps(q), bytemuck::cast(z));
         let v = _mm256_mul_ps(diff, bytemuck::cast(s));
-        put(
-            o,
-            _mm256_castsi256_ps(stored_as::<ROUND>(_mm256_castps_si256(v))),
-        );
+        put_stored::<ROUND>(o, v);
         done += 8;
     }
     done
@@ -386,11 +334,7 @@ pub(super) fn mxfp4_transposed(
                 let r = rb + j;
                 let at = r * row_bytes + byte;
                 let row = &book[usize::from(scales[r * width + block])];
-                look_up(
-                    eight(&row[..8]),
-                    eight(&row[8..]),
-                    nibbles::<false>(&blocks[at..at + 4]),
-                )
+                look_up_in(row, nibbles::<false>(&blocks[at..at + 4]))
             });
             for (j, col) in transpose8(v).into_iter().enumerate() {
                 let at = (kg + j) * rows + rb;
@@ -435,12 +379,7 @@ pub(super) fn mxfp4_transposed_as(
         rows,
         book,
     };
-    match to {
-        Dtype::F32 => mxfp4_transposed_out::<0>(&band, k0, out),
-        Dtype::BF16 => mxfp4_transposed_out::<1>(&band, k0, out),
-        Dtype::F16 => mxfp4_transposed_out::<2>(&band, k0, out),
-        _ => false,
-    }
+    by_dtype!(to, mxfp4_transposed_out(&band, k0, out), false)
 }
 
 /// [`mxfp4_transposed_as`]'s band.
@@ -485,9 +424,12 @@ impl Band<'_> {
 fn e2m1_times(word: __m256i, slot: i32, factor: __m256) -> __m256i {
     let magnitude = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
     let shifted = _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * slot));
-    let q = _mm256_and_si256(shifted, _mm256_set1_epi32(0xf));
-    let m = _mm256_permutevar8x32_ps(magnitude, q);
-    let s = _mm256_and_si256(_mm256_slli_epi32::<28>(q), _mm256_set1_epi32(i32::MIN));
+    // The permute reads each lane's low 3 bits, the sign is bit 3: no mask.
+    let m = _mm256_permutevar8x32_ps(magnitude, shifted);
+    let s = _mm256_and_si256(
+        _mm256_slli_epi32::<28>(shifted),
+        _mm256_set1_epi32(i32::MIN),
+    );
     let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
     _mm256_castps_si256(_mm256_mul_ps(code, factor))
 }
@@ -519,15 +461,9 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
                         out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
                         out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
                     }
-                    _ => {
-                        let (a, c) = match OUT {
-                            1 => (_mm256_srli_epi32::<16>(a), _mm256_srli_epi32::<16>(c)),
-                            _ => (super::avx2::f16_bits(a), super::avx2::f16_bits(c)),
-                        };
-                        let h =
-                            _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, c));
-                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&h));
-                    }
+                    // A BF16 value's bits are the exact f32's high half.
+                    1 => store(&mut out[at..], pack(srli::<16>(a), srli::<16>(c))),
+                    _ => store(&mut out[at..], pack(f16_lanes(a).0, f16_lanes(c).0)),
                 }
             }
         }
