@@ -3,9 +3,12 @@
 //! each (plus the table's control bytes), not a second copy of every name
 //! or a 16-byte `&str` per entry.
 
+use std::cmp::Reverse;
 use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
+
+use super::{Order, TensorEntry};
 
 /// Names seen so far, as `u32` indices into a list the caller owns.
 pub(crate) struct NameIndex {
@@ -108,6 +111,34 @@ pub(crate) fn first_name_problem<'a>(
         (_, Some((first, again))) => Some(NameProblem::Repeat(first, again)),
         _ => None,
     }
+}
+
+/// Checks `entries`' names (none `__metadata__`, none given twice) and
+/// returns the order `layout` puts them in, `order[k]` being the index of
+/// the entry that goes k-th (applied by [`super::encode::permute`]);
+/// `None` when they stay as given.
+///
+/// The reference's `prepare()` sorts by dtype descending, then name
+/// ascending by UTF-8 bytes (so `a.10` < `a.2`): a stable sort by dtype
+/// of the names' order, which the check needs anyway; tensors of one
+/// dtype (the usual case) are not sorted again.
+pub(crate) fn layout_order(
+    entries: &[TensorEntry],
+    layout: Order,
+) -> Result<Option<Vec<u32>>, NameProblem> {
+    let name_of = |i: usize| entries[i].meta.name.as_str();
+    let mut order = name_order(entries.len(), name_of);
+    if let Some(problem) = first_name_problem(&order, name_of) {
+        return Err(problem);
+    }
+    if !matches!(layout, Order::Canonical) {
+        return Ok(None);
+    }
+    let key = |&i: &u32| Reverse(entries[i as usize].meta.dtype);
+    if !order.is_sorted_by_key(key) {
+        order.sort_by_key(key);
+    }
+    Ok(Some(order))
 }
 
 #[cfg(test)]

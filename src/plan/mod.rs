@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 pub use crate::cast::Cast;
-use crate::header::encode::{canonical_from_names, encode_entries, permute};
-use crate::header::names::{first_name_problem, name_order, NameProblem};
+use crate::header::encode::{encode_entries, permute};
+use crate::header::names::{layout_order, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
 use crate::rename::Renamer;
 use crate::source::Listed;
@@ -164,10 +164,9 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     if entries.is_empty() && !options.allow_empty {
         return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
     }
-    let mut order = name_order(entries.len(), |i| &entries[i].meta.name);
-    check_unique(&entries, &refs, listings, &order)?;
-    if options.order == Order::Canonical {
-        canonical_from_names(&mut order, |i| entries[i].meta.dtype);
+    let order = layout_order(&entries, options.order)
+        .map_err(|p| name_error(p, &entries, &refs, listings))?;
+    if let Some(order) = order {
         permute(order, |i, j| {
             entries.swap(i, j);
             refs.swap(i, j);
@@ -353,28 +352,23 @@ fn cast_all(to: Option<Dtype>, from: Dtype) -> Option<Cast> {
     Cast::new(from, to?).ok().filter(|_| from.is_float())
 }
 
-fn check_unique<L: Listed>(
+/// A name the header cannot take, said with the inputs it comes from.
+fn name_error<L: Listed>(
+    problem: NameProblem,
     entries: &[TensorEntry],
     refs: &[TensorRef],
     listings: &[L],
-    by_name: &[u32],
-) -> Result<()> {
-    match first_name_problem(by_name, |i| &entries[i].meta.name) {
-        None => Ok(()),
-        Some(NameProblem::Reserved(at)) => Err(Error::new(HeaderError::ReservedName)
-            .with_input(listings[refs[at].source()].input())
-            .with_tensor(entries[at].meta.name.clone())),
-        Some(NameProblem::Repeat(first, again)) => {
-            let inputs = (
-                listings[refs[first].source()].input().to_string(),
-                listings[refs[again].source()].input().to_string(),
-            );
-            Err(HeaderError::DuplicateTensor {
-                name: entries[again].meta.name.clone(),
-                inputs: Some(inputs),
-            }
-            .into())
+) -> Error {
+    let input = |at: usize| listings[refs[at].source as usize].input();
+    match problem {
+        NameProblem::Reserved(at) => Error::new(HeaderError::ReservedName)
+            .with_input(input(at))
+            .with_tensor(entries[at].meta.name.clone()),
+        NameProblem::Repeat(first, again) => HeaderError::DuplicateTensor {
+            name: entries[again].meta.name.clone(),
+            inputs: Some((input(first).to_string(), input(again).to_string())),
         }
+        .into(),
     }
 }
 
