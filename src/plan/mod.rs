@@ -135,6 +135,30 @@ impl Plan {
     pub fn tensor_count(&self) -> usize {
         self.shards.iter().map(|s| s.refs.len()).sum()
     }
+
+    /// Refuses a plan whose tensors `listings` do not all have, of its
+    /// shape and dtype (or its cast's): a plan made from other inputs of
+    /// the same shape would write their bytes under its names.
+    pub(crate) fn check_made_from<L: Listed>(&self, listings: &[L]) -> Result<()> {
+        for shard in &self.shards {
+            for (r, t) in shard.refs.iter().zip(&shard.header.header().tensors) {
+                let meta = listings
+                    .get(r.source as usize)
+                    .and_then(|l| l.tensors().get(r.index as usize));
+                let fits = meta.is_some_and(|m| {
+                    let dtype = r.cast.map_or(m.dtype, |c| c.to());
+                    r.cast.is_none_or(|c| c.from() == m.dtype)
+                        && dtype == t.meta.dtype
+                        && m.shape == t.meta.shape
+                });
+                if !fits {
+                    let e = usage("the plan was not made from these sources".into());
+                    return Err(e.with_tensor(t.meta.name.clone()));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Plans the conversion of `listings` under `options`.

@@ -14,7 +14,6 @@
 //! codecs, the header and index layers and below. No source imports this.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncReadExt;
@@ -215,7 +214,7 @@ pub(crate) async fn open_path(
     }
     let len = meta.len();
     let mut first = [0u8; FILE_SNIFF_LEN];
-    let got = read_prefix(&file, &mut first).map_err(on_input)?;
+    let got = crate::io_util::fill_at(&file, &mut first, 0).map_err(on_input)?;
     let first = &first[..got];
     let asked = table.asked(options);
     let named = |c: Codec| {
@@ -257,10 +256,6 @@ fn is_stream(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     t.is_fifo() || t.is_socket() || t.is_char_device()
-}
-
-fn read_prefix(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
-    crate::io_util::fill_with(buf, |rest, at| file.read_at(rest, at as u64))
 }
 
 /// No format claims `first`: a broken download said for what it is (an
