@@ -8,7 +8,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
-use super::{Order, TensorEntry};
+use super::{Order, TensorEntry, TensorMeta};
 
 /// Names seen so far, as `u32` indices into a list the caller owns.
 pub(crate) struct NameIndex {
@@ -51,6 +51,16 @@ impl NameIndex {
             .insert_unique(hash, index, |&i| hasher.hash_one(name_of(i as usize)));
         None
     }
+}
+
+/// The first name in `tensors` that an earlier one already has.
+pub(crate) fn first_repeated(tensors: &[TensorMeta]) -> Option<String> {
+    // Indices into the list (4 bytes each, no copies of the names).
+    let mut seen = NameIndex::with_capacity(tensors.len());
+    tensors.iter().enumerate().find_map(|(k, t)| {
+        seen.insert(k, &t.name, |i| tensors[i].name.as_str())
+            .map(|_| t.name.clone())
+    })
 }
 
 /// A list's indices sorted by name, ties by index: what both the check for
