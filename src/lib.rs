@@ -90,7 +90,6 @@ pub mod limits;
 pub mod location;
 pub mod observe;
 pub mod plan;
-pub(crate) mod rename;
 mod setters;
 pub mod sink;
 pub mod source;

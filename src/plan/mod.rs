@@ -12,13 +12,15 @@ pub use crate::cast::Cast;
 use crate::header::encode::{encode_entries, permute};
 use crate::header::names::{layout_order, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
-use crate::rename::Renamer;
 use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
 pub use id::plan_id;
 
 mod id;
+mod rename;
 mod ties;
+
+use rename::Renamer;
 
 crate::setters::options! {
     /// What to take from the inputs and how to lay it out.

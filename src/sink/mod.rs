@@ -77,7 +77,11 @@ pub struct Sink<W> {
 
 impl<W: AsyncWrite + Unpin> Sink<W> {
     /// Writes `header`'s bytes to `writer` and readies the sink for its tensors.
-    pub async fn start(mut writer: W, header: &EncodedHeader, options: SinkOptions) -> Result<Self> {
+    pub async fn start(
+        mut writer: W,
+        header: &EncodedHeader,
+        options: SinkOptions,
+    ) -> Result<Self> {
         // (No output name yet: the caller names it.)
         let written = header.write_to(&mut writer).await.map_err(Error::io)?;
         Ok(Sink {

@@ -198,19 +198,20 @@ pub(crate) async fn open_path(
         .map_err(on_input)?;
     let meta = file.metadata().map_err(on_input)?;
     let name = tensor_name(path, options);
+    let stream = |reader, name, origin| StreamInput {
+        reader,
+        path: Some(path),
+        input: &input,
+        name,
+        options,
+        notice,
+        origin,
+    };
     if is_stream(&meta) {
         // A pipe, FIFO, socket or character device (`convert <(zcat x.npz)`):
         // positional reads fail on it, so it is read forward like stdin.
-        let stream = StreamInput {
-            reader: Box::pin(tokio::fs::File::from_std(file)),
-            path: Some(path),
-            input: &input,
-            name,
-            options,
-            notice,
-            origin,
-        };
-        return open_stream(table, stream, 0).await;
+        let reader = Box::pin(tokio::fs::File::from_std(file));
+        return open_stream(table, stream(reader, name, origin), 0).await;
     }
     let len = meta.len();
     let mut first = [0u8; FILE_SNIFF_LEN];
@@ -225,16 +226,8 @@ pub(crate) async fn open_path(
     let codec = Codec::recognise(first).filter(|&c| unwrap == Unwrap::ByMagic || named(c));
     if let Some(codec) = codec {
         let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
-        let stream = StreamInput {
-            reader: decoder(codec, raw, &options.limits).map_err(|e| e.with_input(&input))?,
-            path: Some(path),
-            input: &input,
-            name,
-            options,
-            notice,
-            origin,
-        };
-        return open_stream(table, stream, 1).await;
+        let reader = decoder(codec, raw, &options.limits).map_err(|e| e.with_input(&input))?;
+        return open_stream(table, stream(reader, name, origin), 1).await;
     }
     let Some(row) = asked.or_else(|| table.by_content(first)) else {
         return Err(unknown(first).with_input(&input));
