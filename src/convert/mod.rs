@@ -330,14 +330,14 @@ async fn write_outputs(
 /// when opened; a streamed .npy holds one tensor, so this rarely bites.)
 fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
     let mut last: Vec<Option<usize>> = vec![None; sources.len()];
-    for r in plan.shards.iter().flat_map(|s| &s.refs) {
-        let s = &sources[r.source()];
+    for p in plan.shards.iter().flat_map(|s| s.planned(0)) {
+        let s = &sources[p.source];
         if s.access() == Access::Sequential {
-            if last[r.source()].is_some_and(|l| l >= r.index()) {
+            if last[p.source].is_some_and(|l| l >= p.index) {
                 let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
                 return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(s.input_name()));
             }
-            last[r.source()] = Some(r.index());
+            last[p.source] = Some(p.index);
         }
     }
     Ok(())

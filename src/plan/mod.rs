@@ -110,6 +110,35 @@ impl ShardPlan {
     pub fn file_len(&self) -> u64 {
         self.header.header().file_len()
     }
+
+    /// Its tensors from the `from`th, in offset order, each with where it
+    /// comes from: the header's entries and the refs are two parallel
+    /// lists (one entry each, not three copies), joined here.
+    pub(crate) fn planned(&self, from: usize) -> impl Iterator<Item = Planned<'_>> {
+        let entries = &self.header.header().tensors[from..];
+        self.refs[from..]
+            .iter()
+            .zip(entries)
+            .map(|(r, entry)| Planned {
+                source: r.source as usize,
+                index: r.index as usize,
+                cast: r.cast,
+                entry,
+            })
+    }
+}
+
+/// An output tensor and where it comes from ([`ShardPlan::planned`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Planned<'a> {
+    /// Index of the source in the input list.
+    pub(crate) source: usize,
+    /// Index of the tensor in that source's listing.
+    pub(crate) index: usize,
+    /// The cast applied on the way, if any.
+    pub(crate) cast: Option<Cast>,
+    /// Its entry in the shard's header: output name, dtype, shape, offsets.
+    pub(crate) entry: &'a TensorEntry,
 }
 
 /// The whole job: one shard, or several.
@@ -142,21 +171,18 @@ impl Plan {
     /// shape and dtype (or its cast's): a plan made from other inputs of
     /// the same shape would write their bytes under its names.
     pub(crate) fn check_made_from<L: Listed>(&self, listings: &[L]) -> Result<()> {
-        for shard in &self.shards {
-            for (r, t) in shard.refs.iter().zip(&shard.header.header().tensors) {
-                let meta = listings
-                    .get(r.source as usize)
-                    .and_then(|l| l.tensors().get(r.index as usize));
-                let fits = meta.is_some_and(|m| {
-                    let dtype = r.cast.map_or(m.dtype, |c| c.to());
-                    r.cast.is_none_or(|c| c.from() == m.dtype)
-                        && dtype == t.meta.dtype
-                        && m.shape == t.meta.shape
-                });
-                if !fits {
-                    let e = usage("the plan was not made from these sources".into());
-                    return Err(e.with_tensor(t.meta.name.clone()));
-                }
+        for p in self.shards.iter().flat_map(|s| s.planned(0)) {
+            let meta = listings
+                .get(p.source)
+                .and_then(|l| l.tensors().get(p.index));
+            let t = &p.entry.meta;
+            let fits = meta.is_some_and(|m| {
+                let dtype = p.cast.map_or(m.dtype, |c| c.to());
+                p.cast.is_none_or(|c| c.from() == m.dtype) && dtype == t.dtype && m.shape == t.shape
+            });
+            if !fits {
+                let e = usage("the plan was not made from these sources".into());
+                return Err(e.with_tensor(t.name.clone()));
             }
         }
         Ok(())
