@@ -5,20 +5,9 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::names::{layout_order, NameProblem};
+use super::names::{layout_order, NameProblem, Order};
 use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
 use crate::{Error, HeaderError, Result};
-
-/// Which order tensors take in the data buffer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Order {
-    /// The reference writer's order: dtype descending, then name by UTF-8 bytes.
-    /// Output is byte-identical to `safetensors.save_file`.
-    #[default]
-    Canonical,
-    /// The caller's order, as given. A valid file, but not the reference's bytes.
-    AsGiven,
-}
 
 /// Bytes of header JSON gathered per write in [`EncodedHeader::write_to`].
 const PIECE: usize = 64 * 1024;

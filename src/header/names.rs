@@ -1,14 +1,17 @@
-//! A set of tensor names that holds no name: indices into the caller's
-//! list, hashed by the name they point at. A million names cost 4 bytes
-//! each (plus the table's control bytes), not a second copy of every name
-//! or a 16-byte `&str` per entry.
+//! A header's tensor names: the checks (none reserved, none twice) and
+//! the order the tensors are laid out in ([`Order`], [`layout_order`]),
+//! from a list of indices sorted by name; and a set of names that holds
+//! no name ([`NameIndex`]): indices into the caller's list, hashed by the
+//! name they point at. A million names cost 4 bytes each (plus the
+//! table's control bytes), not a second copy of every name or a 16-byte
+//! `&str` per entry.
 
 use std::cmp::Reverse;
 use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
-use super::{Order, TensorEntry, TensorMeta};
+use super::{TensorEntry, TensorMeta};
 
 /// Names seen so far, as `u32` indices into a list the caller owns.
 pub(crate) struct NameIndex {
@@ -121,6 +124,17 @@ pub(crate) fn first_name_problem<'a>(
         (_, Some((first, again))) => Some(NameProblem::Repeat(first, again)),
         _ => None,
     }
+}
+
+/// Which order tensors take in the data buffer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// The reference writer's order: dtype descending, then name by UTF-8 bytes.
+    /// Output is byte-identical to `safetensors.save_file`.
+    #[default]
+    Canonical,
+    /// The caller's order, as given. A valid file, but not the reference's bytes.
+    AsGiven,
 }
 
 /// Checks `entries`' names (none `__metadata__`, none given twice) and
