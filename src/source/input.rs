@@ -197,12 +197,12 @@ pub(crate) async fn open_path(
         .map_err(|e| on_input(std::io::Error::other(e)))?
         .map_err(on_input)?;
     let meta = file.metadata().map_err(on_input)?;
-    let name = tensor_name(path, options);
-    let stream = |reader, name, origin| StreamInput {
-        reader,
+    let at = FileInput {
+        file,
+        len: meta.len(),
         path: Some(path),
         input: &input,
-        name,
+        name: tensor_name(path, options),
         options,
         notice,
         origin,
@@ -210,12 +210,10 @@ pub(crate) async fn open_path(
     if is_stream(&meta) {
         // A pipe, FIFO, socket or character device (`convert <(zcat x.npz)`):
         // positional reads fail on it, so it is read forward like stdin.
-        let reader = Box::pin(tokio::fs::File::from_std(file));
-        return open_stream(table, stream(reader, name, origin), 0).await;
+        return open_stream(table, at.read_forward(), 0).await;
     }
-    let len = meta.len();
     let mut first = [0u8; FILE_SNIFF_LEN];
-    let got = crate::io_util::fill_at(&file, &mut first, 0).map_err(on_input)?;
+    let got = crate::io_util::fill_at(&at.file, &mut first, 0).map_err(on_input)?;
     let first = &first[..got];
     let asked = table.asked(options);
     let named = |c: Codec| {
@@ -225,23 +223,15 @@ pub(crate) async fn open_path(
     let unwrap = asked.map_or(Unwrap::ByMagic, |row| row.unwrap);
     let codec = Codec::recognise(first).filter(|&c| unwrap == Unwrap::ByMagic || named(c));
     if let Some(codec) = codec {
-        let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
-        let reader = decoder(codec, raw, &options.limits).map_err(|e| e.with_input(&input))?;
-        return open_stream(table, stream(reader, name, origin), 1).await;
+        let mut stream = at.read_forward();
+        stream.reader =
+            decoder(codec, stream.reader, &options.limits).map_err(|e| e.with_input(&input))?;
+        return open_stream(table, stream, 1).await;
     }
     let Some(row) = asked.or_else(|| table.by_content(first)) else {
         return Err(unknown(first).with_input(&input));
     };
-    (row.file)(FileInput {
-        file,
-        len,
-        path: Some(path),
-        input: &input,
-        name,
-        options,
-        notice,
-        origin,
-    })
+    (row.file)(at)
 }
 
 /// True for what can only be read forward: pipes, FIFOs, sockets, devices.
@@ -329,22 +319,8 @@ async fn open_row_stream(row: &FormatRow, stream: StreamInput<'_>) -> Result<Box
     match row.stream {
         Stream::Read(open) => open(stream).await,
         Stream::Refused(refusal) => Err(refusal().with_input(stream.input)),
-        Stream::Spool(why) => {
-            let (input, options, notice) = (stream.input, stream.options, stream.notice);
-            let (name, origin) = (stream.name.clone(), stream.origin.clone());
-            // It plans nothing before its end: spooled whole.
-            let (file, len) = stream.spool(why, None).await?;
-            (row.file)(FileInput {
-                file,
-                len,
-                path: None,
-                input,
-                name,
-                options,
-                notice,
-                origin,
-            })
-        }
+        // It plans nothing before its end: spooled whole.
+        Stream::Spool(why) => (row.file)(stream.spooled(why, None).await?),
     }
 }
 
