@@ -16,7 +16,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use crate::io_util::fill_with;
+use crate::io_util::{fill_at, fill_with};
 
 /// Bytes read ahead at once by a reader moving forward; the most a
 /// [`BlockCache::prefetch`] reads.
@@ -116,7 +116,7 @@ impl BlockCache {
         // Forget the old block first: a failed read leaves nothing stale.
         (self.owner, self.start, self.len) = (address(file), at, 0);
         let block = &mut self.block[..want];
-        self.len = fill_with(block, |rest, done| file.read_at(rest, at + done as u64))?;
+        self.len = fill_at(file, block, at)?;
         self.at_end = self.len < want;
         Ok(())
     }

@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 
 use crate::header::Header;
 use crate::index::Checkpoint;
+use crate::plan::Planned;
 
 /// True if `path` names a PyTorch shard index (`pytorch_model.bin.index.json`):
 /// `inspect` and `validate` read it (and its shards) through the PyTorch
@@ -389,21 +390,17 @@ pub fn to_json(cp: &Checkpoint) -> Value {
     v
 }
 
-/// What becomes of the tensor `r` takes from `source` on its way to the
-/// output's `dtype`, as `(from, to)`: its type as stored when the source
-/// converts it (a GGUF `Q4_K`, dequantized), else the dtype its cast is
-/// from; `None` when it is written as it is.
-fn cast_of<'a, L: Listed>(
-    r: &crate::plan::TensorRef,
-    dtype: crate::Dtype,
-    source: &'a L,
-) -> Option<(&'a str, &'static str)> {
-    let from = match (source.stored_as(r.index()), r.cast()) {
+/// What becomes of the tensor `p` takes from `source` on its way to the
+/// output, as `(from, to)`: its type as stored when the source converts
+/// it (a GGUF `Q4_K`, dequantized), else the dtype its cast is from;
+/// `None` when it is written as it is.
+fn cast_of<'a, L: Listed>(p: &Planned, source: &'a L) -> Option<(&'a str, &'static str)> {
+    let from = match (source.stored_as(p.index), p.cast) {
         (Some(stored), _) => stored,
         (None, Some(c)) => c.from().as_str(),
         (None, None) => return None,
     };
-    Some((from, dtype.as_str()))
+    Some((from, p.entry.meta.dtype.as_str()))
 }
 
 /// A plan's output files as JSON, serialized as they are written out
@@ -465,17 +462,17 @@ impl<L: Listed> serde::Serialize for TensorsJson<'_, L> {
         use serde::ser::SerializeSeq;
         let h = self.shard.header.header();
         let mut seq = ser.serialize_seq(Some(h.tensors.len()))?;
-        for (t, r) in h.tensors.iter().zip(&self.shard.refs) {
-            let src = &self.sources[r.source()];
+        for p in self.shard.planned(0) {
+            let (t, src) = (p.entry, &self.sources[p.source]);
             seq.serialize_element(&TensorJson {
-                cast: cast_of(r, t.meta.dtype, src).map(|(from, to)| CastJson { from, to }),
+                cast: cast_of(&p, src).map(|(from, to)| CastJson { from, to }),
                 data_offsets: [t.begin, t.end],
                 dtype: t.meta.dtype.as_str(),
                 name: &t.meta.name,
                 shape: &t.meta.shape,
                 source: SourceJson {
                     input: src.input(),
-                    name: &src.tensors()[r.index()].name,
+                    name: &src.tensors()[p.index].name,
                 },
             })?;
         }
@@ -514,19 +511,17 @@ pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sourc
         .zip(paths)
         .map(|(shard, path)| {
             let h = shard.header.header();
-            let tensors: Vec<Value> = h
-                .tensors
-                .iter()
-                .zip(&shard.refs)
-                .map(|(t, r)| {
-                    let src = &sources[r.source()];
+            let tensors: Vec<Value> = shard
+                .planned(0)
+                .map(|p| {
+                    let (t, src) = (p.entry, &sources[p.source]);
                     json!({
                         "name": t.meta.name,
                         "dtype": t.meta.dtype.as_str(),
                         "shape": t.meta.shape,
                         "data_offsets": [t.begin, t.end],
-                        "source": {"input": src.input(), "name": src.tensors()[r.index()].name},
-                        "cast": cast_of(r, t.meta.dtype, src).map(|(from, to)| json!({"from": from, "to": to})),
+                        "source": {"input": src.input(), "name": src.tensors()[p.index].name},
+                        "cast": cast_of(&p, src).map(|(from, to)| json!({"from": from, "to": to})),
                     })
                 })
                 .collect();
@@ -579,9 +574,9 @@ fn write_plan<L: Listed>(
             ByteCount(h.header_len),
             ByteCount(h.file_len())
         );
-        for (t, r) in h.tensors.iter().zip(&shard.refs) {
-            let src = &sources[r.source()];
-            let cast = cast_of(r, t.meta.dtype, src)
+        for p in shard.planned(0) {
+            let (t, src) = (p.entry, &sources[p.source]);
+            let cast = cast_of(&p, src)
                 .map(|(from, to)| format!("  cast {from} -> {to}"))
                 .unwrap_or_default();
             let _ = writeln!(
@@ -593,7 +588,7 @@ fn write_plan<L: Listed>(
                 t.begin,
                 t.end,
                 src.input(),
-                src.tensors()[r.index()].name
+                src.tensors()[p.index].name
             );
         }
     }

@@ -25,6 +25,13 @@ pub(crate) fn fill_with(
     Ok(got)
 }
 
+/// Reads `file` from `at` until `buf` is full or the file ends, by
+/// positional reads; returns the bytes read.
+pub(crate) fn fill_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    fill_with(buf, |rest, done| file.read_at(rest, at + done as u64))
+}
+
 /// Reads `r` until `buf` is full or `r` ends; returns the bytes read.
 pub(crate) fn fill<R: io::Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     fill_with(buf, |rest, _| r.read(rest))

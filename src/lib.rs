@@ -90,7 +90,6 @@ pub mod limits;
 pub mod location;
 pub mod observe;
 pub mod plan;
-pub(crate) mod rename;
 mod setters;
 pub mod sink;
 pub mod source;
@@ -105,7 +104,7 @@ pub use dtype::{ByteLenError, Dtype, UnknownDtype};
 pub use error::{
     printable_line, Category, DcpError, Error, ErrorKind, HeaderError, IndexError, JsonError,
     LimitExceeded, Note, NoticeFn, PickleError, PyTorchError, Result, Span, StorageShape,
-    StoreError, Warning, ZipError, ZipFeature, MAX_MESSAGE_CHARS,
+    StoreError, TextError, Warning, ZipError, ZipFeature, MAX_MESSAGE_CHARS,
 };
 pub use header::Order;
 pub use header::TensorMeta;

@@ -35,7 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     ("location", &["store", "folder", "location"]),
     ("header", &["header", "index"]),
-    ("plan+source", &["plan", "source", "rename"]),
+    ("plan+source", &["plan", "source"]),
     ("copy", &["copy", "sink", "observe"]),
     ("dest", &["dest"]),
     ("job", &["convert", "writer", "array", "inspect"]),

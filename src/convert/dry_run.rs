@@ -164,14 +164,14 @@ impl DryRun<'_> {
         self.plan
             .shards
             .iter()
-            .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
-            .filter_map(|(r, t)| {
-                let source = &self.sources[r.source()];
-                let from = &source.tensors()[r.index()].name;
-                (*from != t.meta.name).then(|| Rename {
+            .flat_map(|s| s.planned(0))
+            .filter_map(|p| {
+                let source = &self.sources[p.source];
+                let (from, to) = (&source.tensors()[p.index].name, &p.entry.meta.name);
+                (from != to).then(|| Rename {
                     input: source.input(),
                     from,
-                    to: &t.meta.name,
+                    to,
                 })
             })
             .collect()

@@ -196,7 +196,7 @@ pub async fn convert_planned(
     output: &Output,
     options: &ConvertOptions,
 ) -> Result<Report> {
-    check_refs(plan, sources)?;
+    plan.check_made_from(sources)?;
     let started = std::time::Instant::now();
     write_planned(sources, plan, output, options, started).await
 }
@@ -249,31 +249,6 @@ async fn write_planned(
         casts: cast_notes(plan),
         warnings,
     })
-}
-
-/// Every tensor a plan takes is one `sources` have, of its shape and
-/// dtype (or its cast's): a plan made from other sources is refused.
-fn check_refs(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
-    for shard in &plan.shards {
-        for (r, t) in shard.refs.iter().zip(&shard.header.header().tensors) {
-            let meta = sources
-                .get(r.source())
-                .and_then(|s| s.tensors().get(r.index()));
-            let fits = meta.is_some_and(|m| {
-                let dtype = r.cast().map_or(m.dtype, |c| c.to());
-                r.cast().is_none_or(|c| c.from() == m.dtype)
-                    && dtype == t.meta.dtype
-                    && m.shape == t.meta.shape
-            });
-            if !fits {
-                let e = Error::new(ErrorKind::Usage(
-                    "the plan was not made from these sources".into(),
-                ));
-                return Err(e.with_tensor(t.meta.name.clone()));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Writes the plan where the checked output resolved to, one protocol for
@@ -355,14 +330,14 @@ async fn write_outputs(
 /// when opened; a streamed .npy holds one tensor, so this rarely bites.)
 fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
     let mut last: Vec<Option<usize>> = vec![None; sources.len()];
-    for r in plan.shards.iter().flat_map(|s| &s.refs) {
-        let s = &sources[r.source()];
+    for p in plan.shards.iter().flat_map(|s| s.planned(0)) {
+        let s = &sources[p.source];
         if s.access() == Access::Sequential {
-            if last[r.source()].is_some_and(|l| l >= r.index()) {
+            if last[p.source].is_some_and(|l| l >= p.index) {
                 let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
                 return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(s.input_name()));
             }
-            last[r.source()] = Some(r.index());
+            last[p.source] = Some(p.index);
         }
     }
     Ok(())

@@ -84,10 +84,10 @@ impl Report {
 pub(crate) fn cast_notes(plan: &Plan) -> Vec<CastNote> {
     plan.shards
         .iter()
-        .flat_map(|s| s.refs.iter().zip(&s.header.header().tensors))
-        .filter_map(|(r, t)| {
-            r.cast().map(|c| CastNote {
-                tensor: t.meta.name.clone(),
+        .flat_map(|s| s.planned(0))
+        .filter_map(|p| {
+            p.cast.map(|c| CastNote {
+                tensor: p.entry.meta.name.clone(),
                 from: c.from(),
                 to: c.to(),
             })
@@ -128,13 +128,11 @@ fn tied_written_twice(plan: &Plan, s: usize, source: &dyn Source) -> Option<Warn
         .collect();
     // Each group's selected members: (index in the input, output name, bytes).
     let mut selected: Vec<Vec<(usize, &str, u64)>> = vec![Vec::new(); groups.len()];
-    let planned = plan
-        .shards
-        .iter()
-        .flat_map(|sh| sh.refs.iter().zip(&sh.header.header().tensors));
-    for (r, t) in planned.filter(|(r, _)| r.source() == s) {
-        if let Some(&g) = group_of.get(&r.index()) {
-            selected[g].push((r.index(), &t.meta.name, t.end - t.begin));
+    let planned = plan.shards.iter().flat_map(|sh| sh.planned(0));
+    for p in planned.filter(|p| p.source == s) {
+        if let Some(&g) = group_of.get(&p.index) {
+            let t = p.entry;
+            selected[g].push((p.index, &t.meta.name, t.end - t.begin));
         }
     }
     let (mut repeats, mut bytes) = (Vec::new(), 0u64);

@@ -111,29 +111,26 @@ const WINDOW: usize = 16384;
 /// The jobs of the tensors of `shard` from `start`, up to [`WINDOW`].
 pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + '_>]) -> Vec<Job> {
     tell_order(shard, start, sources);
-    let header = shard.header.header();
-    let tensors = &header.tensors[start..];
-    shard.refs[start..]
-        .iter()
-        .zip(tensors)
+    let data_start = shard.header.header().data_start();
+    shard
+        .planned(start)
         .take(WINDOW)
-        .map(|(r, t)| {
-            let source = &sources[r.source()];
-            let cast = r.cast();
-            if let Some(span) = source.file_span(r.index()) {
+        .map(|p| {
+            let (source, cast, t) = (&sources[p.source], p.cast, p.entry);
+            if let Some(span) = source.file_span(p.index) {
                 return Job::Span(SpanJob { span, cast });
             }
-            let at = header.data_start() + t.begin;
+            let at = data_start + t.begin;
             // A large tensor's parts, without a cast: each part's bytes are its output's.
             let parts = cast
                 .is_none()
-                .then(|| source.open_blocking_parts(r.index(), PART_BYTES))
+                .then(|| source.open_blocking_parts(p.index, PART_BYTES))
                 .flatten()
-                .filter(|p| p.iter().map(|p| p.len).sum::<u64>() == t.len());
+                .filter(|parts| parts.iter().map(|p| p.len).sum::<u64>() == t.len());
             if let Some(parts) = parts {
                 return Job::Reader(ReaderJob { parts, at, cast });
             }
-            match source.open_blocking(r.index()) {
+            match source.open_blocking(p.index) {
                 Some(open) => Job::Reader(ReaderJob::whole(open, t.len(), at, cast)),
                 None => Job::Stream,
             }
@@ -145,8 +142,8 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
 /// in order ([`Source::will_read`]): an object's then come by few GETs.
 fn tell_order(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + '_>]) {
     let mut order: Vec<Vec<usize>> = vec![Vec::new(); sources.len()];
-    for r in shard.refs[start..].iter().take(WINDOW) {
-        order[r.source()].push(r.index());
+    for p in shard.planned(start).take(WINDOW) {
+        order[p.source].push(p.index);
     }
     for (source, order) in sources.iter().zip(order) {
         if !order.is_empty() {

@@ -147,6 +147,7 @@ pub(crate) fn check(
     }
     let shown = path.display().to_string();
     // A folder named as one (`out/`) is written into, and made if missing.
+    let mut replaced = None;
     if !names_folder(path) {
         match resolve(path)? {
             Target::Stdout => return stdout(&shown),
@@ -155,14 +156,16 @@ pub(crate) fn check(
                 check_stream_output(&shown, shards, false)?;
                 return Ok((Resolved::Stream(Some(at), shown), Vec::new()));
             }
-            Target::Replace(_) => {}
+            Target::Replace(at) => replaced = Some(at),
         }
     }
     let (files, index) = shard_paths(path, shards);
+    // One file is `path` itself, resolved just now; shards are resolved each.
+    let mut replaced = replaced.filter(|_| index.is_none());
     let mut warnings = check_file_names(&files, index.is_some())?;
     let read = read_files(read);
     let mut check_one = |file: PathBuf| -> Result<(PathBuf, PathBuf)> {
-        let (dest, warned) = check_file(&file, &read, overwrite_input)?;
+        let (dest, warned) = check_file(&file, replaced.take(), &read, overwrite_input)?;
         warnings.extend(warned);
         Ok((file, dest))
     };
@@ -247,9 +250,11 @@ fn check_stream_output(shown: &str, shards: usize, terminal: bool) -> Result<()>
 }
 
 /// One file of the output: its name, what is there now, its folder.
-/// Returns the file it replaces (links followed) and warnings.
+/// Returns the file it replaces (links followed; `replaced` when that is
+/// known already) and warnings.
 fn check_file(
     file: &Path,
+    replaced: Option<PathBuf>,
     read: &[(String, u64, u64)],
     overwrite_input: bool,
 ) -> Result<(PathBuf, Vec<Warning>)> {
@@ -259,7 +264,10 @@ fn check_file(
         let msg = format!("the file name is {name_len} bytes; the limit is {NAME_MAX}");
         return Err(Error::new(ErrorKind::OutputName(msg)).with_output(shown));
     }
-    let dest = target::replaced(file)?;
+    let dest = match replaced {
+        Some(dest) => dest,
+        None => target::replaced(file)?,
+    };
     let mut warnings = Vec::new();
     if let Ok(now) = std::fs::metadata(&dest) {
         let mut same = read

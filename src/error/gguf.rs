@@ -27,19 +27,9 @@ pub enum GgufError {
         /// Bytes left after the count.
         left: u64,
     },
-    /// A string or name longer than its limit.
-    #[error("{what} of {len} bytes exceeds the limit of {limit}")]
-    TooLong {
-        /// What it is.
-        what: &'static str,
-        /// Its claimed length.
-        len: u64,
-        /// The limit.
-        limit: u64,
-    },
-    /// A string that is not UTF-8.
-    #[error("{0} is not valid UTF-8")]
-    NotUtf8(&'static str),
+    /// A string longer than its limit, or not UTF-8.
+    #[error(transparent)]
+    Text(#[from] super::text::TextError),
     /// A metadata value type outside 0..=12.
     #[error("metadata key {key:?} has unknown value type {ty}")]
     ValueType {

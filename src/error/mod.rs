@@ -24,6 +24,7 @@ pub mod onnx;
 pub(crate) mod pickle;
 pub(crate) mod quantized;
 pub(crate) mod store;
+pub(crate) mod text;
 pub(crate) mod zip;
 
 pub use dcp::DcpError;
@@ -34,6 +35,7 @@ pub use limit::LimitExceeded;
 pub use note::{Note, NoticeFn, Warning};
 pub use pickle::{PickleError, PyTorchError, StorageShape};
 pub use store::StoreError;
+pub use text::TextError;
 pub use zip::{ZipError, ZipFeature};
 
 use std::fmt;

@@ -26,19 +26,9 @@ pub enum MsgpackError {
     /// A map key that is neither a string nor an integer.
     #[error("a map key is {0}, not a string")]
     KeyType(&'static str),
-    /// A string longer than its limit.
-    #[error("{what} of {len} bytes exceeds the limit of {limit}")]
-    TooLong {
-        /// What it is.
-        what: &'static str,
-        /// Its length.
-        len: u64,
-        /// The limit.
-        limit: u64,
-    },
-    /// A string that is not UTF-8.
-    #[error("{0} is not valid UTF-8")]
-    NotUtf8(&'static str),
+    /// A string longer than its limit, or not UTF-8.
+    #[error(transparent)]
+    Text(#[from] super::text::TextError),
     /// Two tensors of one name (`{"a.b": x}` and `{"a": {"b": y}}`).
     #[error("tensor {0:?} appears twice")]
     DuplicateTensor(String),

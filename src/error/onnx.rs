@@ -42,19 +42,9 @@ pub enum OnnxError {
         /// Bytes left.
         left: u64,
     },
-    /// A string longer than its limit.
-    #[error("{what} of {len} bytes exceeds the limit of {limit}")]
-    TooLong {
-        /// What it is.
-        what: &'static str,
-        /// Its length.
-        len: u64,
-        /// The limit.
-        limit: u64,
-    },
-    /// A string that is not UTF-8.
-    #[error("{0} is not valid UTF-8")]
-    NotUtf8(&'static str),
+    /// A string longer than its limit, or not UTF-8.
+    #[error(transparent)]
+    Text(#[from] super::text::TextError),
     /// An initializer without a name.
     #[error("an initializer has no name")]
     NoName,

@@ -1,23 +1,16 @@
 //! Byte-exact header encoding: the layout the reference writer produces.
 
-use std::cmp::Reverse;
-use std::io::Write;
+use std::io::{self, Write};
 use std::sync::{Arc, OnceLock};
 
-use super::names::{first_name_problem, name_order, NameProblem};
-use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
-use crate::{Dtype, Error, HeaderError, Result};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-/// Which order tensors take in the data buffer.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Order {
-    /// The reference writer's order: dtype descending, then name by UTF-8 bytes.
-    /// Output is byte-identical to `safetensors.save_file`.
-    #[default]
-    Canonical,
-    /// The caller's order, as given. A valid file, but not the reference's bytes.
-    AsGiven,
-}
+use super::names::{layout_order, NameProblem, Order};
+use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
+use crate::{Error, HeaderError, Result};
+
+/// Bytes of header JSON gathered per write in [`EncodedHeader::write_to`].
+const PIECE: usize = 64 * 1024;
 
 /// A header laid out and encoded: the model and its exact bytes.
 ///
@@ -75,13 +68,29 @@ impl EncodedHeader {
         self.header.clone()
     }
 
-    /// The bytes, if [`EncodedHeader::bytes`] has written them.
-    pub(crate) fn written(&self) -> Option<&[u8]> {
-        self.bytes.get().map(Vec::as_slice)
+    /// Writes the bytes to `writer` and returns their length: those of
+    /// [`EncodedHeader::bytes`] if written already, else pieces of about
+    /// 64 KiB made from the entries as they go, never a second whole copy
+    /// of a large header.
+    pub(crate) async fn write_to<W: AsyncWrite + Unpin>(&self, writer: &mut W) -> io::Result<u64> {
+        if let Some(bytes) = self.bytes.get() {
+            writer.write_all(bytes).await?;
+            return Ok(self.len());
+        }
+        let mut piece = Vec::with_capacity(PIECE + 4096);
+        let mut pieces = self.pieces();
+        loop {
+            piece.clear();
+            let more = pieces.next_piece(&mut piece, PIECE);
+            writer.write_all(&piece).await?;
+            if !more {
+                return Ok(self.len());
+            }
+        }
     }
 
     /// The bytes as pieces, for a writer that need not hold them all.
-    pub(crate) fn pieces(&self) -> Pieces<'_> {
+    fn pieces(&self) -> Pieces<'_> {
         Pieces {
             header: &self.header,
             stage: Stage::Start,
@@ -195,7 +204,7 @@ impl<'a> MetadataCursor<'a> {
 impl Pieces<'_> {
     /// Appends to `buf` until it holds at least `min` bytes or the header
     /// is complete; returns whether more is to come.
-    pub(crate) fn next_piece(&mut self, buf: &mut Vec<u8>, min: usize) -> bool {
+    fn next_piece(&mut self, buf: &mut Vec<u8>, min: usize) -> bool {
         let tensors = &self.header.tensors;
         let before = buf.len();
         if let Stage::Start = self.stage {
@@ -260,8 +269,6 @@ pub fn encode(
     metadata: Option<Metadata>,
     layout: Order,
 ) -> Result<EncodedHeader> {
-    let mut order = name_order(tensors.len(), |i| &tensors[i].name);
-    check_names(&tensors, &order)?;
     let mut entries: Vec<TensorEntry> = tensors
         .into_iter()
         .map(|meta| TensorEntry {
@@ -270,8 +277,8 @@ pub fn encode(
             end: 0,
         })
         .collect();
-    if layout == Order::Canonical {
-        canonical_from_names(&mut order, |i| entries[i].meta.dtype);
+    let order = layout_order(&entries, layout).map_err(|p| name_error(&entries, p))?;
+    if let Some(order) = order {
         permute(order, |i, j| entries.swap(i, j));
     }
     encode_entries(entries, metadata)
@@ -315,20 +322,7 @@ pub(crate) fn encode_entries(
     })
 }
 
-/// Turns a [`name_order`] of some tensors into the order the reference's
-/// `prepare()` sorts them into: dtype descending, then name ascending by
-/// UTF-8 bytes (so `a.10` < `a.2`); ties (equal names, refused elsewhere)
-/// keep their order. `order[k]` is then the index of the tensor that goes
-/// k-th. A stable sort by dtype keeps the names' order within each dtype,
-/// and tensors of one dtype (the usual case) are not sorted again.
-pub(crate) fn canonical_from_names(order: &mut [u32], dtype_of: impl Fn(usize) -> Dtype) {
-    let key = |&i: &u32| Reverse(dtype_of(i as usize));
-    if !order.is_sorted_by_key(key) {
-        order.sort_by_key(key);
-    }
-}
-
-/// Applies `order` (as [`canonical_order`] returns it) in place by swaps, so
+/// Applies `order` (as [`layout_order`] returns it) in place by swaps, so
 /// that item k ends where `order[k]` was; `swap` moves every list that runs
 /// in parallel. No second copy of the items: a million of them is big.
 pub(crate) fn permute(mut order: Vec<u32>, mut swap: impl FnMut(usize, usize)) {
@@ -349,18 +343,16 @@ pub(crate) fn permute(mut order: Vec<u32>, mut swap: impl FnMut(usize, usize)) {
     }
 }
 
-fn check_names(tensors: &[TensorMeta], order: &[u32]) -> Result<()> {
-    let problem = first_name_problem(order, |i| &tensors[i].name);
+fn name_error(entries: &[TensorEntry], problem: NameProblem) -> Error {
     let (kind, at) = match problem {
-        None => return Ok(()),
-        Some(NameProblem::Reserved(at)) => (HeaderError::ReservedName, at),
-        Some(NameProblem::Repeat(_, at)) => {
-            let name = tensors[at].name.clone();
+        NameProblem::Reserved(at) => (HeaderError::ReservedName, at),
+        NameProblem::Repeat(_, at) => {
+            let name = entries[at].meta.name.clone();
             let inputs = None;
             (HeaderError::DuplicateTensor { name, inputs }, at)
         }
     };
-    Err(Error::new(kind).with_tensor(tensors[at].name.clone()))
+    Error::new(kind).with_tensor(entries[at].meta.name.clone())
 }
 
 /// Packs the tensors from offset 0, in their order, with no gaps.

@@ -15,7 +15,8 @@ mod validate;
 
 use std::collections::BTreeMap;
 
-pub use encode::{encode, EncodedHeader, Order};
+pub use encode::{encode, EncodedHeader};
+pub use names::Order;
 pub use read::read_header;
 pub use validate::{
     check_file_len, check_prefix, parse_file_bytes, parse_header, parse_header_json, Mode, Rules,

@@ -1,11 +1,17 @@
-//! A set of tensor names that holds no name: indices into the caller's
-//! list, hashed by the name they point at. A million names cost 4 bytes
-//! each (plus the table's control bytes), not a second copy of every name
-//! or a 16-byte `&str` per entry.
+//! A header's tensor names: the checks (none reserved, none twice) and
+//! the order the tensors are laid out in ([`Order`], [`layout_order`]),
+//! from a list of indices sorted by name; and a set of names that holds
+//! no name ([`NameIndex`]): indices into the caller's list, hashed by the
+//! name they point at. A million names cost 4 bytes each (plus the
+//! table's control bytes), not a second copy of every name or a 16-byte
+//! `&str` per entry.
 
+use std::cmp::Reverse;
 use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
+
+use super::{TensorEntry, TensorMeta};
 
 /// Names seen so far, as `u32` indices into a list the caller owns.
 pub(crate) struct NameIndex {
@@ -48,6 +54,16 @@ impl NameIndex {
             .insert_unique(hash, index, |&i| hasher.hash_one(name_of(i as usize)));
         None
     }
+}
+
+/// The first name in `tensors` that an earlier one already has.
+pub(crate) fn first_repeated(tensors: &[TensorMeta]) -> Option<String> {
+    // Indices into the list (4 bytes each, no copies of the names).
+    let mut seen = NameIndex::with_capacity(tensors.len());
+    tensors.iter().enumerate().find_map(|(k, t)| {
+        seen.insert(k, &t.name, |i| tensors[i].name.as_str())
+            .map(|_| t.name.clone())
+    })
 }
 
 /// A list's indices sorted by name, ties by index: what both the check for
@@ -108,6 +124,45 @@ pub(crate) fn first_name_problem<'a>(
         (_, Some((first, again))) => Some(NameProblem::Repeat(first, again)),
         _ => None,
     }
+}
+
+/// Which order tensors take in the data buffer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// The reference writer's order: dtype descending, then name by UTF-8 bytes.
+    /// Output is byte-identical to `safetensors.save_file`.
+    #[default]
+    Canonical,
+    /// The caller's order, as given. A valid file, but not the reference's bytes.
+    AsGiven,
+}
+
+/// Checks `entries`' names (none `__metadata__`, none given twice) and
+/// returns the order `layout` puts them in, `order[k]` being the index of
+/// the entry that goes k-th (applied by [`super::encode::permute`]);
+/// `None` when they stay as given.
+///
+/// The reference's `prepare()` sorts by dtype descending, then name
+/// ascending by UTF-8 bytes (so `a.10` < `a.2`): a stable sort by dtype
+/// of the names' order, which the check needs anyway; tensors of one
+/// dtype (the usual case) are not sorted again.
+pub(crate) fn layout_order(
+    entries: &[TensorEntry],
+    layout: Order,
+) -> Result<Option<Vec<u32>>, NameProblem> {
+    let name_of = |i: usize| entries[i].meta.name.as_str();
+    let mut order = name_order(entries.len(), name_of);
+    if let Some(problem) = first_name_problem(&order, name_of) {
+        return Err(problem);
+    }
+    if !matches!(layout, Order::Canonical) {
+        return Ok(None);
+    }
+    let key = |&i: &u32| Reverse(entries[i as usize].meta.dtype);
+    if !order.is_sorted_by_key(key) {
+        order.sort_by_key(key);
+    }
+    Ok(Some(order))
 }
 
 #[cfg(test)]

@@ -9,16 +9,18 @@ use std::collections::HashMap;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 pub use crate::cast::Cast;
-use crate::header::encode::{canonical_from_names, encode_entries, permute};
-use crate::header::names::{first_name_problem, name_order, NameProblem};
+use crate::header::encode::{encode_entries, permute};
+use crate::header::names::{layout_order, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
-use crate::rename::Renamer;
 use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
 pub use id::plan_id;
 
 mod id;
+mod rename;
 mod ties;
+
+use rename::Renamer;
 
 crate::setters::options! {
     /// What to take from the inputs and how to lay it out.
@@ -108,6 +110,35 @@ impl ShardPlan {
     pub fn file_len(&self) -> u64 {
         self.header.header().file_len()
     }
+
+    /// Its tensors from the `from`th, in offset order, each with where it
+    /// comes from: the header's entries and the refs are two parallel
+    /// lists (one entry each, not three copies), joined here.
+    pub(crate) fn planned(&self, from: usize) -> impl Iterator<Item = Planned<'_>> {
+        let entries = &self.header.header().tensors[from..];
+        self.refs[from..]
+            .iter()
+            .zip(entries)
+            .map(|(r, entry)| Planned {
+                source: r.source as usize,
+                index: r.index as usize,
+                cast: r.cast,
+                entry,
+            })
+    }
+}
+
+/// An output tensor and where it comes from ([`ShardPlan::planned`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Planned<'a> {
+    /// Index of the source in the input list.
+    pub(crate) source: usize,
+    /// Index of the tensor in that source's listing.
+    pub(crate) index: usize,
+    /// The cast applied on the way, if any.
+    pub(crate) cast: Option<Cast>,
+    /// Its entry in the shard's header: output name, dtype, shape, offsets.
+    pub(crate) entry: &'a TensorEntry,
 }
 
 /// The whole job: one shard, or several.
@@ -134,6 +165,27 @@ impl Plan {
     /// Number of tensors over all shards.
     pub fn tensor_count(&self) -> usize {
         self.shards.iter().map(|s| s.refs.len()).sum()
+    }
+
+    /// Refuses a plan whose tensors `listings` do not all have, of its
+    /// shape and dtype (or its cast's): a plan made from other inputs of
+    /// the same shape would write their bytes under its names.
+    pub(crate) fn check_made_from<L: Listed>(&self, listings: &[L]) -> Result<()> {
+        for p in self.shards.iter().flat_map(|s| s.planned(0)) {
+            let meta = listings
+                .get(p.source)
+                .and_then(|l| l.tensors().get(p.index));
+            let t = &p.entry.meta;
+            let fits = meta.is_some_and(|m| {
+                let dtype = p.cast.map_or(m.dtype, |c| c.to());
+                p.cast.is_none_or(|c| c.from() == m.dtype) && dtype == t.dtype && m.shape == t.shape
+            });
+            if !fits {
+                let e = usage("the plan was not made from these sources".into());
+                return Err(e.with_tensor(t.name.clone()));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -164,10 +216,9 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     if entries.is_empty() && !options.allow_empty {
         return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
     }
-    let mut order = name_order(entries.len(), |i| &entries[i].meta.name);
-    check_unique(&entries, &refs, listings, &order)?;
-    if options.order == Order::Canonical {
-        canonical_from_names(&mut order, |i| entries[i].meta.dtype);
+    let order = layout_order(&entries, options.order)
+        .map_err(|p| name_error(p, &entries, &refs, listings))?;
+    if let Some(order) = order {
         permute(order, |i, j| {
             entries.swap(i, j);
             refs.swap(i, j);
@@ -353,28 +404,23 @@ fn cast_all(to: Option<Dtype>, from: Dtype) -> Option<Cast> {
     Cast::new(from, to?).ok().filter(|_| from.is_float())
 }
 
-fn check_unique<L: Listed>(
+/// A name the header cannot take, said with the inputs it comes from.
+fn name_error<L: Listed>(
+    problem: NameProblem,
     entries: &[TensorEntry],
     refs: &[TensorRef],
     listings: &[L],
-    by_name: &[u32],
-) -> Result<()> {
-    match first_name_problem(by_name, |i| &entries[i].meta.name) {
-        None => Ok(()),
-        Some(NameProblem::Reserved(at)) => Err(Error::new(HeaderError::ReservedName)
-            .with_input(listings[refs[at].source()].input())
-            .with_tensor(entries[at].meta.name.clone())),
-        Some(NameProblem::Repeat(first, again)) => {
-            let inputs = (
-                listings[refs[first].source()].input().to_string(),
-                listings[refs[again].source()].input().to_string(),
-            );
-            Err(HeaderError::DuplicateTensor {
-                name: entries[again].meta.name.clone(),
-                inputs: Some(inputs),
-            }
-            .into())
+) -> Error {
+    let input = |at: usize| listings[refs[at].source as usize].input();
+    match problem {
+        NameProblem::Reserved(at) => Error::new(HeaderError::ReservedName)
+            .with_input(input(at))
+            .with_tensor(entries[at].meta.name.clone()),
+        NameProblem::Repeat(first, again) => HeaderError::DuplicateTensor {
+            name: entries[again].meta.name.clone(),
+            inputs: Some((input(first).to_string(), input(again).to_string())),
         }
+        .into(),
     }
 }
 

@@ -26,9 +26,6 @@ use elements::{ChunkBuffer, Elements, Pump};
 /// enough to keep memory flat.
 pub const DEFAULT_BUFFER_SIZE: usize = 4 << 20;
 
-/// Bytes of header JSON gathered per write.
-const HEADER_PIECE: usize = 64 * 1024;
-
 /// How the sink buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -80,35 +77,23 @@ pub struct Sink<W> {
 
 impl<W: AsyncWrite + Unpin> Sink<W> {
     /// Writes `header`'s bytes to `writer` and readies the sink for its tensors.
-    pub async fn start(writer: W, header: &EncodedHeader, options: SinkOptions) -> Result<Self> {
-        let mut sink = Sink {
+    pub async fn start(
+        mut writer: W,
+        header: &EncodedHeader,
+        options: SinkOptions,
+    ) -> Result<Self> {
+        // (No output name yet: the caller names it.)
+        let written = header.write_to(&mut writer).await.map_err(Error::io)?;
+        Ok(Sink {
             writer,
             planned: header.shared(),
             next: 0,
             buf: ChunkBuffer::default(),
             buffer_size: options.buffer_size.max(1),
-            written: header.len(),
+            written,
             output: None,
             overflowed: 0,
-        };
-        // (No output name yet: the caller names it.) The header's bytes in
-        // pieces of about 64 KiB, written from its entries as they go: never
-        // a second whole copy of a large header.
-        if let Some(bytes) = header.written() {
-            sink.writer.write_all(bytes).await.map_err(Error::io)?;
-            return Ok(sink);
-        }
-        let mut piece = Vec::with_capacity(HEADER_PIECE + 4096);
-        let mut pieces = header.pieces();
-        loop {
-            piece.clear();
-            let more = pieces.next_piece(&mut piece, HEADER_PIECE);
-            sink.writer.write_all(&piece).await.map_err(Error::io)?;
-            if !more {
-                break;
-            }
-        }
-        Ok(sink)
+        })
     }
 
     /// Names the output in errors about writing (`out.safetensors`, `-`).

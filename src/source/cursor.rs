@@ -74,9 +74,7 @@ impl<F: Borrow<File>> FileCursor<F> {
     fn refill(&mut self) -> io::Result<()> {
         let want = (self.end - self.pos).min(BUF as u64) as usize;
         self.buf.resize(want, 0);
-        let got = crate::io_util::fill_with(&mut self.buf, |rest, at| {
-            self.file.borrow().read_at(rest, self.pos + at as u64)
-        })?;
+        let got = crate::io_util::fill_at(self.file.borrow(), &mut self.buf, self.pos)?;
         self.buf.truncate(got);
         self.buf_at = self.pos;
         if got == 0 {

@@ -201,14 +201,41 @@ pub(crate) struct StreamInput<'a> {
     pub(crate) origin: Option<Opened>,
 }
 
-impl StreamInput<'_> {
+impl<'a> FileInput<'a> {
+    /// The same input read forward from its start (a pipe or FIFO, where
+    /// positional reads fail; a compressed file, to unwrap).
+    pub(crate) fn read_forward(self) -> StreamInput<'a> {
+        StreamInput {
+            reader: Box::pin(tokio::fs::File::from_std(self.file)),
+            path: self.path,
+            input: self.input,
+            name: self.name,
+            options: self.options,
+            notice: self.notice,
+            origin: self.origin,
+        }
+    }
+}
+
+impl<'a> StreamInput<'a> {
     /// Says why the stream is spooled, then spools it, reading at most
-    /// `planned` bytes (plus one, to see there are more) when known.
-    pub(crate) async fn spool(self, why: &str, planned: Option<u64>) -> Result<(File, u64)> {
+    /// `planned` bytes (plus one, to see there are more) when known: the
+    /// same input as a file, with no path of its own.
+    pub(crate) async fn spooled(self, why: &str, planned: Option<u64>) -> Result<FileInput<'a>> {
         (self.notice)(&spooling(self.input, why));
-        spool(self.reader, planned)
+        let (file, len) = spool(self.reader, planned)
             .await
-            .map_err(|e| e.with_input(self.input))
+            .map_err(|e| e.with_input(self.input))?;
+        Ok(FileInput {
+            file,
+            len,
+            path: None,
+            input: self.input,
+            name: self.name,
+            options: self.options,
+            notice: self.notice,
+            origin: self.origin,
+        })
     }
 }
 

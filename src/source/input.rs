@@ -14,7 +14,6 @@
 //! codecs, the header and index layers and below. No source imports this.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncReadExt;
@@ -198,24 +197,23 @@ pub(crate) async fn open_path(
         .map_err(|e| on_input(std::io::Error::other(e)))?
         .map_err(on_input)?;
     let meta = file.metadata().map_err(on_input)?;
-    let name = tensor_name(path, options);
+    let at = FileInput {
+        file,
+        len: meta.len(),
+        path: Some(path),
+        input: &input,
+        name: tensor_name(path, options),
+        options,
+        notice,
+        origin,
+    };
     if is_stream(&meta) {
         // A pipe, FIFO, socket or character device (`convert <(zcat x.npz)`):
         // positional reads fail on it, so it is read forward like stdin.
-        let stream = StreamInput {
-            reader: Box::pin(tokio::fs::File::from_std(file)),
-            path: Some(path),
-            input: &input,
-            name,
-            options,
-            notice,
-            origin,
-        };
-        return open_stream(table, stream, 0).await;
+        return open_stream(table, at.read_forward(), 0).await;
     }
-    let len = meta.len();
     let mut first = [0u8; FILE_SNIFF_LEN];
-    let got = read_prefix(&file, &mut first).map_err(on_input)?;
+    let got = crate::io_util::fill_at(&at.file, &mut first, 0).map_err(on_input)?;
     let first = &first[..got];
     let asked = table.asked(options);
     let named = |c: Codec| {
@@ -225,31 +223,15 @@ pub(crate) async fn open_path(
     let unwrap = asked.map_or(Unwrap::ByMagic, |row| row.unwrap);
     let codec = Codec::recognise(first).filter(|&c| unwrap == Unwrap::ByMagic || named(c));
     if let Some(codec) = codec {
-        let raw: TensorReader<'static> = Box::pin(tokio::fs::File::from_std(file));
-        let stream = StreamInput {
-            reader: decoder(codec, raw, &options.limits).map_err(|e| e.with_input(&input))?,
-            path: Some(path),
-            input: &input,
-            name,
-            options,
-            notice,
-            origin,
-        };
+        let mut stream = at.read_forward();
+        stream.reader =
+            decoder(codec, stream.reader, &options.limits).map_err(|e| e.with_input(&input))?;
         return open_stream(table, stream, 1).await;
     }
     let Some(row) = asked.or_else(|| table.by_content(first)) else {
         return Err(unknown(first).with_input(&input));
     };
-    (row.file)(FileInput {
-        file,
-        len,
-        path: Some(path),
-        input: &input,
-        name,
-        options,
-        notice,
-        origin,
-    })
+    (row.file)(at)
 }
 
 /// True for what can only be read forward: pipes, FIFOs, sockets, devices.
@@ -257,10 +239,6 @@ fn is_stream(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     t.is_fifo() || t.is_socket() || t.is_char_device()
-}
-
-fn read_prefix(file: &File, buf: &mut [u8]) -> std::io::Result<usize> {
-    crate::io_util::fill_with(buf, |rest, at| file.read_at(rest, at as u64))
 }
 
 /// No format claims `first`: a broken download said for what it is (an
@@ -341,22 +319,8 @@ async fn open_row_stream(row: &FormatRow, stream: StreamInput<'_>) -> Result<Box
     match row.stream {
         Stream::Read(open) => open(stream).await,
         Stream::Refused(refusal) => Err(refusal().with_input(stream.input)),
-        Stream::Spool(why) => {
-            let (input, options, notice) = (stream.input, stream.options, stream.notice);
-            let (name, origin) = (stream.name.clone(), stream.origin.clone());
-            // It plans nothing before its end: spooled whole.
-            let (file, len) = stream.spool(why, None).await?;
-            (row.file)(FileInput {
-                file,
-                len,
-                path: None,
-                input,
-                name,
-                options,
-                notice,
-                origin,
-            })
-        }
+        // It plans nothing before its end: spooled whole.
+        Stream::Spool(why) => (row.file)(stream.spooled(why, None).await?),
     }
 }
 

@@ -345,21 +345,21 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
 fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
     async move {
         let spec = layout(o.options, o.path)?;
-        let (input, origin) = (o.input, o.origin.clone());
+        let input = o.input;
         if spec.tensors.len() == 1 {
             let mut src = RawSource::from_stream(o.reader, input, &spec)?;
-            src.origin = origin;
+            src.origin = o.origin;
             return Ok(Box::new(src) as Box<dyn Source>);
         }
         let planned = (!spec.allow_trailing)
             .then(|| spec.planned_len())
             .transpose()
             .map_err(|e| e.with_input(input))?;
-        let (file, len) = o
-            .spool("a multi-tensor dump needs random access", planned)
+        let f = o
+            .spooled("a multi-tensor dump needs random access", planned)
             .await?;
-        let mut src = RawSource::from_file(file, len, input, &spec)?;
-        src.origin = origin;
+        let mut src = RawSource::from_file(f.file, f.len, input, &spec)?;
+        src.origin = f.origin;
         Ok(Box::new(src) as Box<dyn Source>)
     }
     .boxed()

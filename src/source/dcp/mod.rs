@@ -45,6 +45,7 @@ use super::blocking::BlockingReader;
 use super::{OpenBlocking, Source, SourceOptions, Stamp, StoredPiece, TensorData};
 use crate::error::dcp::DcpError;
 use crate::error::note::{Note, Notice, Warning};
+use crate::header::names::first_repeated;
 use crate::header::{Metadata, TensorMeta};
 use crate::limits::{Limit, Limits};
 use crate::source::pytorch::model;
@@ -334,15 +335,6 @@ fn check(
         chunks: placed,
         axis: cut_axis(shape, chunks),
     })
-}
-
-/// The first name given to two tensors (the metadata's dict had one twice).
-fn first_repeated(tensors: &[TensorMeta]) -> Option<String> {
-    let mut seen = std::collections::HashSet::new();
-    tensors
-        .iter()
-        .find(|t| !seen.insert(t.name.as_str()))
-        .map(|t| t.name.clone())
 }
 
 impl Source for DcpSource {

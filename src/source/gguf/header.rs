@@ -17,6 +17,7 @@ use std::io::Read;
 
 use super::error::GgufError;
 use crate::dequant::ggml::{GgmlType, Kind};
+use crate::error::text::TextError;
 use crate::limits::{Limit, Limits};
 use crate::{Error, ErrorKind, Result};
 
@@ -275,7 +276,7 @@ impl<R: Read> Parser<R> {
         let at = self.pos;
         let len = self.u64(what)?;
         if len > limit {
-            return Err(gguf(GgufError::TooLong { what, len, limit }).at_offset(at));
+            return Err(gguf(TextError::TooLong { what, len, limit }.into()).at_offset(at));
         }
         if len > self.left() {
             return Err(gguf(GgufError::Truncated(what)).at_offset(at));
@@ -304,7 +305,7 @@ impl<R: Read> Parser<R> {
             return Err(gguf(GgufError::Truncated(what)).at_offset(at));
         }
         self.pos += len;
-        String::from_utf8(buf).map_err(|_| gguf(GgufError::NotUtf8(what)).at_offset(at))
+        String::from_utf8(buf).map_err(|_| gguf(TextError::NotUtf8(what).into()).at_offset(at))
     }
 
     /// A metadata string value, at most the `gguf-string-bytes` limit.

@@ -77,7 +77,7 @@ pub(crate) fn read_header<'f>(geo: Geometry<'f>, addr: u64) -> Result<Vec<Messag
         let size = f.uint(1 << (flags & 3))?;
         let start = f.at();
         let body = geo.block("an object header", start, size)?;
-        messages_v2(body, flags, &mut messages, &mut blocks)?;
+        read_messages(body, Some(flags), &mut messages, &mut blocks)?;
         let mut budget = Budget::default();
         budget.take(start, size)?;
         while let Some((at, len)) = blocks.pop() {
@@ -86,7 +86,7 @@ pub(crate) fn read_header<'f>(geo: Geometry<'f>, addr: u64) -> Result<Vec<Messag
             block.signature("OCHK")?;
             let n = block.left().saturating_sub(4); // the checksum
             let body = block.sub(n, "an object header continuation")?;
-            messages_v2(body, flags, &mut messages, &mut blocks)?;
+            read_messages(body, Some(flags), &mut messages, &mut blocks)?;
         }
         return Ok(messages);
     }
@@ -110,7 +110,7 @@ pub(crate) fn read_header<'f>(geo: Geometry<'f>, addr: u64) -> Result<Vec<Messag
     while let Some((at, len)) = blocks.pop() {
         budget.take(at, len)?;
         let body = geo.block("an object header", at, len)?;
-        messages_v1(body, &mut messages, &mut blocks)?;
+        read_messages(body, None, &mut messages, &mut blocks)?;
     }
     Ok(messages)
 }
@@ -122,41 +122,29 @@ fn continuation(m: &mut Fields<'_>, blocks: &mut Vec<(u64, u64)>) -> Result<()> 
     Ok(())
 }
 
-fn messages_v1<'f>(
+/// The messages of one header block: version 1 (`v2_flags` `None`: a 2-byte
+/// kind, 3 reserved bytes) or version 2 (a 1-byte kind, then a creation order
+/// when its header's flags say so).
+fn read_messages<'f>(
     mut f: Fields<'f>,
+    v2_flags: Option<u8>,
     out: &mut Vec<Message<'f>>,
     blocks: &mut Vec<(u64, u64)>,
 ) -> Result<()> {
-    while f.left() >= 8 {
-        let kind = f.u16()?;
-        let size = usize::from(f.u16()?);
-        let flags = f.u8()?;
-        f.skip(3)?;
-        let mut body = f.sub(size, "a header message")?;
-        if kind == kind::CONTINUATION {
-            continuation(&mut body, blocks)?;
-        } else if kind != 0 {
-            out.push(Message { kind, flags, body });
-        }
-    }
-    Ok(())
-}
-
-fn messages_v2<'f>(
-    mut f: Fields<'f>,
-    header_flags: u8,
-    out: &mut Vec<Message<'f>>,
-    blocks: &mut Vec<(u64, u64)>,
-) -> Result<()> {
-    let prefix = if header_flags & 0x04 != 0 { 6 } else { 4 };
+    let (prefix, skip) = match v2_flags {
+        None => (8, 3),
+        Some(flags) if flags & 0x04 != 0 => (6, 2), // creation order
+        Some(_) => (4, 0),
+    };
     // What is left at the end, shorter than a message's prefix, is a gap.
     while f.left() >= prefix {
-        let kind = u16::from(f.u8()?);
+        let kind = match v2_flags {
+            None => f.u16()?,
+            Some(_) => u16::from(f.u8()?),
+        };
         let size = usize::from(f.u16()?);
         let flags = f.u8()?;
-        if header_flags & 0x04 != 0 {
-            f.skip(2)?; // creation order
-        }
+        f.skip(skip)?;
         let mut body = f.sub(size, "a header message")?;
         if kind == kind::CONTINUATION {
             continuation(&mut body, blocks)?;

@@ -4,7 +4,7 @@
 //! leading `/` (`bert/tf_bert_model/bert/embeddings/word_embeddings/weight:0`,
 //! `layers/dense/vars/0`). Attributes (Keras' `layer_names`,
 //! `weight_names`) are not needed for that and are not read; `--names hf`
-//! (`crate::rename`) maps a transformers TF file's paths to PyTorch names.
+//! (`source::hf::tf`) maps a transformers TF file's paths to PyTorch names.
 //!
 //! The reader is our own, of the part of HDF5 that h5py and libhdf5 write
 //! by default and a little more: superblocks 0 to 3, object headers 1

@@ -40,16 +40,22 @@ impl<'f> Geometry<'f> {
     pub(crate) fn check(&self, what: &'static str, at: u64, len: u64) -> Result<()> {
         match at.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(bad(
-                Hdf5Error::PastEnd {
-                    what,
-                    at,
-                    len,
-                    file_len: self.len,
-                },
-                at,
-            )),
+            _ => Err(self.past_end(what, at, len)),
         }
+    }
+
+    /// `len` bytes at `at` that run past the end of the file.
+    fn past_end(&self, what: &'static str, at: u64, len: u64) -> Error {
+        let file_len = self.len;
+        bad(
+            Hdf5Error::PastEnd {
+                what,
+                at,
+                len,
+                file_len,
+            },
+            at,
+        )
     }
 
     /// Reads `len` bytes at `at`: inside the file and at most [`MAX_BLOCK`].
@@ -67,15 +73,7 @@ impl<'f> Geometry<'f> {
     /// Reads up to `len` bytes at `at`, fewer where the file ends first.
     pub(crate) fn block_upto(&self, what: &'static str, at: u64, len: u64) -> Result<Fields<'f>> {
         if at >= self.len {
-            return Err(bad(
-                Hdf5Error::PastEnd {
-                    what,
-                    at,
-                    len,
-                    file_len: self.len,
-                },
-                at,
-            ));
+            return Err(self.past_end(what, at, len));
         }
         self.block(what, at, len.min(self.len - at))
     }

@@ -13,6 +13,7 @@ use rmp::Marker;
 use super::ndarray::{read_ndarray, Ndarray};
 use super::read::{bad, int_value, map_len, marker, read_be, truncated};
 use crate::error::msgpack::MsgpackError;
+use crate::error::text::TextError;
 use crate::header::TensorMeta;
 use crate::source::cursor::FileCursor;
 use crate::{Error, Result};
@@ -138,17 +139,17 @@ impl Walk<'_> {
             }
         };
         if len > KEY_LIMIT {
-            let e = MsgpackError::TooLong {
+            let e = TextError::TooLong {
                 what: "a map key",
                 len,
                 limit: KEY_LIMIT,
             };
-            return Err(bad(e, at));
+            return Err(bad(e.into(), at));
         }
         self.check_fits(len, "a map key", at)?;
         let mut b = vec![0u8; len as usize];
         std::io::Read::read_exact(&mut self.c, &mut b)?;
-        String::from_utf8(b).map_err(|_| bad(MsgpackError::NotUtf8("a map key"), at))
+        String::from_utf8(b).map_err(|_| bad(TextError::NotUtf8("a map key").into(), at))
     }
 
     /// Refuses a length that runs past the end of the file.

@@ -8,6 +8,7 @@ use std::fs::File;
 
 use super::super::cursor::FileCursor;
 use crate::error::onnx::OnnxError;
+use crate::error::text::TextError;
 use crate::{Error, Result};
 
 /// A field's value as the wire carries it.
@@ -149,7 +150,7 @@ pub(crate) fn small_bytes<F: Borrow<File>>(
     what: &'static str,
 ) -> Result<Vec<u8>> {
     if len > limit {
-        return Err(bad(OnnxError::TooLong { what, len, limit }, start));
+        return Err(bad(TextError::TooLong { what, len, limit }.into(), start));
     }
     let back = c.position();
     c.seek(start);
@@ -168,7 +169,7 @@ pub(crate) fn small_string<F: Borrow<File>>(
     what: &'static str,
 ) -> Result<String> {
     String::from_utf8(small_bytes(c, start, len, limit, what)?)
-        .map_err(|_| bad(OnnxError::NotUtf8(what), start))
+        .map_err(|_| bad(TextError::NotUtf8(what).into(), start))
 }
 
 /// The number of varints packed in `[start, start + len)`, each checked to

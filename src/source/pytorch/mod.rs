@@ -34,7 +34,7 @@ use super::{
     file_range, BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData,
 };
 use crate::dtype::numel;
-use crate::header::names::NameIndex;
+use crate::header::names::first_repeated;
 use crate::header::{Metadata, TensorMeta};
 use crate::index::ShardIndex;
 use crate::io_util::PositionalReader;
@@ -407,16 +407,6 @@ fn join<T>(all: &mut Vec<T>, mut more: Vec<T>, total: usize) {
         all.append(&mut more);
     }
     all.reserve_exact(total.saturating_sub(all.len()));
-}
-
-/// The first name in `tensors` that an earlier one already has.
-fn first_repeated(tensors: &[TensorMeta]) -> Option<String> {
-    // Indices into the list (4 bytes each, no copies of the names).
-    let mut seen = NameIndex::with_capacity(tensors.len());
-    tensors.iter().enumerate().find_map(|(k, t)| {
-        seen.insert(k, &t.name, |i| tensors[i].name.as_str())
-            .map(|_| t.name.clone())
-    })
 }
 
 /// Past this many tensors on shared storages, ties are looked for only

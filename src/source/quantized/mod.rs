@@ -161,121 +161,72 @@ pub(crate) enum Kind {
     },
 }
 
+/// Calls `$f` on each tensor a [`Kind`] is read from, in order: the one
+/// list of every scheme's tensors, by reference or (`mut`) by mutable
+/// reference as `$kind` is.
+macro_rules! each_part {
+    ($kind:expr, $f:expr $(, $mut:ident)?) => {{
+        let mut f = $f;
+        match $kind {
+            Kind::Fp8 { weight: a, scale: b, .. }
+            | Kind::CtMxfp4 { weight: a, scale: b }
+            | Kind::Int8 { weight: a, scb: b }
+            | Kind::Mxfp4 { blocks: a, scales: b, .. } => {
+                f(a);
+                f(b);
+            }
+            Kind::Nvfp4 { weight, scale, global, .. } => {
+                f(weight);
+                f(scale);
+                f(&$($mut)? **global);
+            }
+            Kind::Gptq { qweight, qzeros, scales, g_idx, .. } => {
+                f(qweight);
+                f(&$($mut)? **qzeros);
+                f(scales);
+                if let Some(g) = g_idx {
+                    f(&$($mut)? **g);
+                }
+            }
+            Kind::Awq { qweight, qzeros, scales, .. } => {
+                f(qweight);
+                f(&$($mut)? **qzeros);
+                f(scales);
+            }
+            Kind::FourBit { weight, absmax, nested, .. } => {
+                f(weight);
+                f(absmax);
+                if let Some(n) = nested {
+                    let (x, y) = &$($mut)? **n;
+                    f(x);
+                    f(y);
+                }
+            }
+            Kind::CtInt { codes, scale, zeros, g_idx, .. } => {
+                f(codes);
+                f(scale);
+                if let Some(z) = zeros {
+                    f(&$($mut)? **z);
+                }
+                if let Some(g) = g_idx {
+                    f(&$($mut)? **g);
+                }
+            }
+        }
+    }};
+}
+
 impl Kind {
     /// The tensors it is read from.
     pub(crate) fn parts(&self) -> Vec<&TensorAt> {
-        match self {
-            Kind::Fp8 { weight, scale, .. } | Kind::CtMxfp4 { weight, scale } => {
-                vec![weight, scale]
-            }
-            Kind::Nvfp4 {
-                weight,
-                scale,
-                global,
-                ..
-            } => vec![weight, scale, &**global],
-            Kind::Gptq {
-                qweight,
-                qzeros,
-                scales,
-                g_idx,
-                ..
-            } => [qweight, &**qzeros, scales]
-                .into_iter()
-                .chain(g_idx.as_deref())
-                .collect(),
-            Kind::Awq {
-                qweight,
-                qzeros,
-                scales,
-                ..
-            } => vec![qweight, &**qzeros, scales],
-            Kind::Int8 { weight, scb } => vec![weight, scb],
-            Kind::FourBit {
-                weight,
-                absmax,
-                nested,
-                ..
-            } => {
-                let nested = nested.iter().flat_map(|n| [&n.0, &n.1]);
-                [weight, absmax].into_iter().chain(nested).collect()
-            }
-            Kind::CtInt {
-                codes,
-                scale,
-                zeros,
-                g_idx,
-                ..
-            } => [codes, scale]
-                .into_iter()
-                .chain(zeros.as_deref())
-                .chain(g_idx.as_deref())
-                .collect(),
-            Kind::Mxfp4 { blocks, scales, .. } => vec![blocks, scales],
-        }
+        let mut parts = Vec::with_capacity(4);
+        each_part!(self, |p| parts.push(p));
+        parts
     }
 
     /// Calls `f` on each tensor it is read from, mutably ([`Kind::parts`]).
-    fn each_part_mut(&mut self, mut f: impl FnMut(&mut TensorAt)) {
-        match self {
-            Kind::Fp8 { weight, scale, .. } | Kind::CtMxfp4 { weight, scale } => {
-                f(weight);
-                f(scale);
-            }
-            Kind::Int8 { weight, scb } => {
-                f(weight);
-                f(scb);
-            }
-            Kind::Mxfp4 { blocks, scales, .. } => {
-                f(blocks);
-                f(scales);
-            }
-            Kind::Nvfp4 {
-                weight,
-                scale,
-                global,
-                ..
-            } => [weight, scale, &mut **global].into_iter().for_each(f),
-            Kind::Gptq {
-                qweight,
-                qzeros,
-                scales,
-                g_idx,
-                ..
-            } => [qweight, &mut **qzeros, scales]
-                .into_iter()
-                .chain(g_idx.as_deref_mut())
-                .for_each(f),
-            Kind::Awq {
-                qweight,
-                qzeros,
-                scales,
-                ..
-            } => [qweight, &mut **qzeros, scales].into_iter().for_each(f),
-            Kind::FourBit {
-                weight,
-                absmax,
-                nested,
-                ..
-            } => {
-                let nested = nested.iter_mut().flat_map(|n| {
-                    let (a, b) = &mut **n;
-                    [a, b]
-                });
-                [weight, absmax].into_iter().chain(nested).for_each(f)
-            }
-            Kind::CtInt {
-                codes,
-                scale,
-                zeros,
-                g_idx,
-                ..
-            } => [codes, scale]
-                .into_iter()
-                .chain(zeros.as_deref_mut())
-                .chain(g_idx.as_deref_mut())
-                .for_each(f),
-        }
+    fn each_part_mut(&mut self, f: impl FnMut(&mut TensorAt)) {
+        each_part!(self, f, mut)
     }
 
     /// The scheme's name, for `inspect` and notices.

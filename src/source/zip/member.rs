@@ -1,88 +1,23 @@
-//! A member of a zip archive: where its bytes start (its local header
-//! checked against the directory), the span it covers, and its bytes as
-//! a reader that inflates, bounds and checks them.
+//! A member of a zip archive once its start is known: the span it covers
+//! (no two may share bytes), and its bytes as a reader that inflates,
+//! bounds and checks them.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 
 use flate2::read::DeflateDecoder;
 
-use super::{
-    apply_zip64_extra, decode_name, u16_at, u32_at, zip_err, Method, ZipEntry, LOCAL_LEN, LOCAL_SIG,
-};
-use crate::block_cache::BlockCache;
+use super::{check_stored_sizes, zip_err, Method, ZipEntry};
 use crate::error::zip::ZipError;
 use crate::io_util::PositionalReader;
 use crate::{Error, ErrorKind, Result};
 
-/// Where a member's bytes start: after its local header, whose name and
-/// extra lengths may differ from the central directory's. The local header
-/// must otherwise describe the same member as the directory: same name,
-/// method, CRC and sizes (a reader that walks local headers would see
-/// another file, or another length, than one that reads the directory);
-/// and a stored member's two sizes must agree ([`check_stored_sizes`]).
-#[cfg(any(test, feature = "internals"))]
-pub fn data_start(file: &File, e: &ZipEntry, dir_offset_limit: u64) -> Result<u64> {
-    data_start_via(&mut BlockCache::default(), file, e, dir_offset_limit)
-}
-
-/// [`data_start`] with reads through `cache`: members one after the other
-/// cost a read per block, not two per member.
-pub(crate) fn data_start_via(
-    cache: &mut BlockCache,
-    file: &File,
-    e: &ZipEntry,
-    dir_offset_limit: u64,
-) -> Result<u64> {
-    let mut h = [0u8; LOCAL_LEN as usize];
-    let mut read_exact_at = |buf: &mut [u8], at: u64| {
-        cache
-            .read_exact_at(file, buf, at)
-            .map_err(|e| Error::io(e).at_offset(at))
-    };
-    read_exact_at(&mut h, e.local_offset)?;
-    if u32_at(&h, 0) != LOCAL_SIG {
-        let bad = ZipError::LocalSignature(e.name.clone());
-        return Err(zip_err(bad).at_offset(e.local_offset));
-    }
-    let (name_len, extra_len) = (u16_at(&h, 26) as u64, u16_at(&h, 28) as u64);
-    let start = e.local_offset + LOCAL_LEN + name_len + extra_len;
-    if start
-        .checked_add(e.compressed)
-        .is_none_or(|end| end > dir_offset_limit)
-    {
-        let past = ZipError::PastEnd(e.name.clone());
-        return Err(zip_err(past).at_offset(e.local_offset));
-    }
-    // Both lengths are u16 and lie before the member's bytes, inside the file.
-    let mut var = vec![0u8; (name_len + extra_len) as usize];
-    read_exact_at(&mut var, e.local_offset + LOCAL_LEN)?;
-    check_local_header(e, &h, &var).map_err(|err| err.at_offset(e.local_offset))?;
-    check_stored_sizes(e).map_err(|err| err.at_offset(e.local_offset))?;
-    Ok(start)
-}
-
-/// A stored member is its bytes: both of its sizes must agree. One whose
-/// uncompressed size is the larger would be read past its end, from bytes
-/// that belong to another member or to none. A deflated member's sizes
-/// differ, as they should.
-pub(crate) fn check_stored_sizes(e: &ZipEntry) -> Result<()> {
-    if e.method != Method::Stored || e.compressed == e.uncompressed {
-        return Ok(());
-    }
-    Err(zip_err(ZipError::StoredSizes {
-        member: e.name.clone(),
-        compressed: e.compressed,
-        uncompressed: e.uncompressed,
-    }))
-}
-
 /// Member `e`'s bytes in the archive, from its local header to the end of
-/// its data (which starts at `start`, as [`data_start_via`] found it), and
+/// its data (which starts at `start`, as [`super::data_start_via`] found it), and
 /// its name: what [`check_overlaps`] compares. Even an empty member has
 /// its local header.
 pub(crate) fn span(e: &ZipEntry, start: u64) -> (u64, u64, &str) {
-    // `data_start_via` checked that the end is inside the archive.
+    // `super::data_start_via` checked that the end is inside the archive.
     (e.local_offset, start + e.compressed, e.name.as_str())
 }
 
@@ -117,61 +52,6 @@ pub(crate) fn check_overlaps_of<'a>(
             let e = ZipError::Overlap(format!("{a}{suffix}"), format!("{b}{suffix}"));
             return Err(zip_err(e).at_offset(next));
         }
-    }
-    Ok(())
-}
-
-/// The local header `h` (its fixed part) and `var` (name, extra) against
-/// the directory's entry `e`.
-fn check_local_header(e: &ZipEntry, h: &[u8], var: &[u8]) -> Result<()> {
-    let flags = u16_at(h, 6);
-    let name_len = u16_at(h, 26) as usize;
-    let local_name = decode_name(&var[..name_len], flags & (1 << 11) != 0);
-    if local_name != e.name {
-        return Err(zip_err(ZipError::LocalName {
-            member: e.name.clone(),
-            local: local_name,
-        }));
-    }
-    let method = u16_at(h, 8);
-    let dir_method = match e.method {
-        Method::Stored => 0,
-        Method::Deflated => 8,
-    };
-    if method != dir_method {
-        return Err(zip_err(ZipError::LocalMethod {
-            member: e.name.clone(),
-            directory: dir_method,
-            local: method,
-        }));
-    }
-    let mut local = ZipEntry {
-        name: local_name,
-        method: e.method,
-        flags,
-        crc32: u32_at(h, 14),
-        compressed: u32_at(h, 18) as u64,
-        uncompressed: u32_at(h, 22) as u64,
-        local_offset: e.local_offset,
-    };
-    apply_zip64_extra(&mut local, &var[name_len..])?;
-    // With a data descriptor (flag bit 3) the local fields may be left 0,
-    // the real values following the data; any other value must agree.
-    let deferred = flags & (1 << 3) != 0;
-    let differs = |local: u64, dir: u64| local != dir && !(deferred && local == 0);
-    if differs(local.compressed, e.compressed) || differs(local.uncompressed, e.uncompressed) {
-        return Err(zip_err(ZipError::LocalSizes {
-            member: e.name.clone(),
-            directory: (e.compressed, e.uncompressed),
-            local: (local.compressed, local.uncompressed),
-        }));
-    }
-    if differs(local.crc32 as u64, e.crc32 as u64) {
-        return Err(zip_err(ZipError::LocalCrc {
-            member: e.name.clone(),
-            directory: e.crc32,
-            local: local.crc32,
-        }));
     }
     Ok(())
 }
