@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::gather::{copy_batches_parallel, copy_gathered, Scratch};
 use super::job::{Copied, JobError, Overflow, SpanJob};
+use super::pipelined::{copy_pipelined, PIPELINE_MIN};
 use super::policy::Way;
 use super::positional::{copy_buffered, crc_until, CHECKED_CHUNK};
 use super::route::Route;
@@ -78,9 +79,18 @@ pub(crate) fn copy_spans(
                 progress(copied.bytes);
             }
             Route::Buffered(k) => {
+                let job = &jobs[*k];
+                // A large one on two threads, straight to the file.
+                let pipelined = if pipelines(job) {
+                    flushed(&mut w)?;
+                    copy_pipelined(job, out, buffer_size, &mut progress)
+                } else {
+                    None
+                };
                 let (buf, cache) = (&mut s.buf, &mut s.cache);
-                let copied =
-                    copy_buffered(&jobs[*k], &mut w, buf, cache, buffer_size, &mut progress);
+                let copied = pipelined.unwrap_or_else(|| {
+                    copy_buffered(job, &mut w, buf, cache, buffer_size, &mut progress)
+                });
                 let (n, count) = copied.map_err(|e| JobError::new(*k, on_out(e)))?;
                 if count > 0 {
                     overflows.push(Overflow { job: *k, count });
@@ -99,6 +109,13 @@ pub(crate) fn copy_spans(
         overflows,
         chose,
     })
+}
+
+/// A tensor read through the buffer is large enough to be read and cast
+/// on one core while the other writes ([`super::pipelined`]); a checksummed
+/// member's CRC must see its header first, and goes through the buffer.
+fn pipelines(job: &SpanJob) -> bool {
+    job.span.crc.is_none() && job.span.len >= PIPELINE_MIN
 }
 
 /// Copies batches of small tensors one after another through `w`.
