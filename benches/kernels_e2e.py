@@ -4,6 +4,7 @@ the scalar reference (`SAFETENSORS_STREAM_KERNELS=scalar`), each against the sam
 `--no-sync` copy of a plain safetensors file of max(input, output) bytes.
 
     python3 benches/kernels_e2e.py --binary target/release/convert [--size-gib 1] [--runs 5] [--kernels]
+        [--baseline OTHER_BINARY] [--no-scalar] [--only f32-bf16,bf16-f32,...]
 
 `--kernels` first prints the Gelem/s of every kernel on every path this CPU has (scalar, AVX2,
 AVX-512), from `cargo bench --features internals --bench kernels` in this checkout, beside amn's
@@ -198,6 +199,9 @@ def main():
     ap.add_argument("--tmpdir", type=Path, default=None)
     ap.add_argument("--only", default="f32-bf16,bf16-f32,fp8-bf16,gptq-bf16,nf4-bf16,mxfp4-bf16,gguf-bf16",
                     help="comma-separated workloads (default: all)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another binary (main's) run on its vector path beside, in the same rounds")
+    ap.add_argument("--no-scalar", action="store_true", help="leave out the scalar reference runs")
     ap.add_argument("--kernels", action="store_true",
                     help="first, the Gelem/s table of every kernel and path (cargo bench, this checkout)")
     a = ap.parse_args()
@@ -208,6 +212,18 @@ def main():
     size = int(a.size_gib * bench.GIB)
     binary = a.binary.resolve()
     scalar = ["env", "SAFETENSORS_STREAM_KERNELS=scalar", binary]
+    baseline = a.baseline.resolve() if a.baseline else None
+
+    def run(name, tools, tmp, runs, inputs):
+        """`tools` as written below, less the scalar runs (`--no-scalar`), plus the baseline's
+        vector run: its command is the vector one's with the other binary."""
+        if baseline:
+            vector = dict(tools)["vector"]
+            tools = tools + [("baseline", [baseline if c == binary else c for c in vector])]
+        if a.no_scalar:
+            tools = [t for t in tools if t[0] != "scalar"]
+        run_workload(name, tools, tmp, runs, inputs)
+
     print(f"load average at start: {os.getloadavg()}")
     print("| workload | tool | median s | paired x copy | peak RSS MiB |")
     print("|---|---|---:|---:|---:|")
@@ -222,7 +238,7 @@ def main():
                 ("vector", [binary, *args, "--cast-all", "BF16"]),
                 ("scalar", [*scalar, *args, "--cast-all", "BF16"]),
             ]
-            run_workload("F32 -> BF16", tools, tmp, a.runs, [src])
+            run("F32 -> BF16", tools, tmp, a.runs, [src])
             src.unlink()
         if "bf16-f32" in a.only:
             # `size` bytes of BF16 in, twice that out: the copy is of the output's size.
@@ -235,7 +251,7 @@ def main():
                 ("vector", [binary, *args]),
                 ("scalar", [*scalar, *args]),
             ]
-            run_workload("BF16 -> F32", tools, tmp, a.runs, [src, big])
+            run("BF16 -> F32", tools, tmp, a.runs, [src, big])
             src.unlink()
             big.unlink()
         if "nf4-bf16" in a.only:
@@ -250,7 +266,7 @@ def main():
                 ("vector", [binary, *args]),
                 ("scalar", [*scalar, *args]),
             ]
-            run_workload("NF4 -> BF16", tools, tmp, a.runs, [src, big])
+            run("NF4 -> BF16", tools, tmp, a.runs, [src, big])
             src.unlink()
             big.unlink()
             (tmp / "config.json").unlink()
@@ -279,7 +295,7 @@ def main():
                 ("vector", [binary, *args]),
                 ("scalar", [*scalar, *args]),
             ]
-            run_workload(title, tools, tmp, a.runs, [src, big])
+            run(title, tools, tmp, a.runs, [src, big])
             src.unlink()
             big.unlink()
             config_path.unlink(missing_ok=True)
@@ -294,7 +310,7 @@ def main():
                 ("vector", [binary, *args]),
                 ("scalar", [*scalar, *args]),
             ]
-            run_workload("GGUF Q4_K/Q6_K -> BF16", tools, tmp, a.runs, [src, big])
+            run("GGUF Q4_K/Q6_K -> BF16", tools, tmp, a.runs, [src, big])
     print(f"load average at end: {os.getloadavg()}")
 
 
