@@ -331,4 +331,46 @@ mod tests {
             );
         }
     }
+
+    /// A large cast between small ones: the small ones' bytes, gathered in
+    /// the buffered writer, land before the large one's, which the two
+    /// threads write straight to the file, and the one after lands after.
+    #[test]
+    fn a_pipelined_cast_lands_between_the_buffered_ones() {
+        use crate::cast::Cast;
+        use crate::transform::Transform;
+        use std::io::Write;
+        let counts = [100usize, PIPELINE_MIN as usize / 4 + 1000, 100];
+        let bytes: Vec<u8> = (0..counts.iter().sum::<usize>() as u32)
+            .flat_map(|i| (i.wrapping_mul(2_654_435_761) >> 1).to_le_bytes())
+            .collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bytes).unwrap();
+        let file = std::sync::Arc::new(f);
+        let cast = Cast::new(crate::Dtype::F32, crate::Dtype::BF16).unwrap();
+        let (mut jobs, mut want, mut at) = (Vec::new(), Vec::new(), 0);
+        for n in counts {
+            let input = &bytes[at..at + 4 * n];
+            let mut out = vec![0u8; 2 * n];
+            cast.apply(input, &mut out);
+            want.extend_from_slice(&out);
+            let span = FileSpan {
+                file: file.clone(),
+                offset: at as u64,
+                len: 4 * n as u64,
+                transform: Transform::Identity,
+                crc: None,
+            };
+            jobs.push(SpanJob {
+                span,
+                cast: Some(cast),
+            });
+            at += 4 * n;
+        }
+        assert_eq!(routed(&jobs), [0, 1, 2].map(Route::Buffered));
+        assert!(pipelines(&jobs[1]) && !pipelines(&jobs[0]));
+        let (result, got) = copy(&jobs);
+        assert_eq!(result.unwrap(), want.len() as u64);
+        assert!(got == want);
+    }
 }
