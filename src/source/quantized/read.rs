@@ -2,6 +2,7 @@
 //! reader that any thread may drive.
 
 use std::io::{self, Read};
+use std::sync::{Arc, OnceLock};
 
 use super::{Kind, QuantError, TensorAt, Weight, PIECE_ELEMENTS};
 use crate::dequant::{self, arith};
@@ -18,8 +19,10 @@ pub(crate) struct DequantReader {
     end: u64,
     /// Rows per piece.
     step: u64,
-    /// Each input column's group (GPTQ), read on the first piece.
-    groups: Option<Vec<u32>>,
+    /// Each input column's group (GPTQ, compressed-tensors), made on the
+    /// first piece: shared by the parts of one weight ([`parts_of`]), so
+    /// that it is made (and `g_idx` read) about once a tensor.
+    groups: Arc<OnceLock<Vec<u32>>>,
     /// The MXFP4 band held, made on the first piece.
     bands: Option<super::mxfp4::Bands>,
     /// compressed-tensors MXFP4's table of values, made on the first piece.
@@ -73,7 +76,7 @@ impl DequantReader {
             row: rows.start,
             end: rows.end,
             step,
-            groups: None,
+            groups: Arc::default(),
             bands: None,
             table: None,
             strip: None,
@@ -179,15 +182,9 @@ impl DequantReader {
                 packing,
                 group_size,
             } => {
-                if self.groups.is_none() {
-                    self.groups = Some(gptq_groups(
-                        g_idx.as_deref(),
-                        scales.shape[0],
-                        cols,
-                        *group_size,
-                    )?);
-                }
-                let groups = self.groups.as_deref().expect("set above");
+                let groups = once(&self.groups, || {
+                    gptq_groups(g_idx.as_deref(), scales.shape[0], cols, *group_size)
+                })?;
                 let held = self.strip.as_ref();
                 if !held.is_some_and(|s| s.s0 <= r0 && r1 <= s.s1) {
                     let s1 = r0.saturating_add(self.step).max(r1);
@@ -321,9 +318,9 @@ impl DequantReader {
                 per_tensor,
                 group_size,
             } => {
-                if self.groups.is_none() {
-                    self.groups = Some(gptq_groups(g_idx.as_deref(), *groups, cols, *group_size)?);
-                }
+                let group_of = once(&self.groups, || {
+                    gptq_groups(g_idx.as_deref(), *groups, cols, *group_size)
+                })?;
                 let piece = ct_int_piece(
                     codes,
                     scale,
@@ -350,7 +347,7 @@ impl DequantReader {
                     scales: &piece.scales,
                     zeros: piece.zeros.as_deref(),
                     groups: to_usize(*groups)?,
-                    group_of: self.groups.as_deref().expect("set above"),
+                    group_of,
                     dtype: scale.dtype,
                 };
                 let (values, bytes) = (&mut self.values, &mut *out);
@@ -441,13 +438,16 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     let row_bytes = cols * (to.bits() / 8);
     let mut parts = Vec::new();
     let mut r0 = 0;
+    // One group table for every part.
+    let groups = Arc::<OnceLock<Vec<u32>>>::default();
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
-        let w = w.clone();
+        let (w, groups) = (w.clone(), groups.clone());
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
+                reader.groups = groups;
                 reader.step = match &*reader.w.kind {
                     // Whole tiles of the vector kernel.
                     Kind::Mxfp4 { .. } => (reader.step / PART_SHARE / 8 * 8).max(8),
@@ -570,6 +570,16 @@ fn decode_scales(dtype: Dtype, raw: &[u8], out: &mut Vec<f32>) {
     for v in out.iter_mut() {
         *v = f32::from_bits(u32::from_le(v.to_bits()));
     }
+}
+
+/// The value `cell` holds, made by `make` if it holds none yet (two part
+/// readers that both find it empty make the same table; one is kept).
+fn once<T>(cell: &OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = make()?;
+    Ok(cell.get_or_init(|| v))
 }
 
 /// The first `n` elements of `buf`, grown (zeroed) to hold them if it is
