@@ -4,7 +4,7 @@ the scalar reference (`SAFETENSORS_STREAM_KERNELS=scalar`), each against the sam
 `--no-sync` copy of a plain safetensors file of max(input, output) bytes.
 
     python3 benches/kernels_e2e.py --binary target/release/convert [--size-gib 1] [--runs 5] [--kernels]
-        [--baseline OTHER_BINARY] [--only fp8-bf16,gptq-bf16]
+        [--baseline OTHER_BINARY] [--no-scalar] [--only fp8-bf16,gptq-bf16]
 
 `--kernels` first prints the Gelem/s of every kernel on every path this CPU has (scalar, AVX2,
 AVX-512), from `cargo bench --features internals --bench kernels` in this checkout, beside amn's
@@ -172,11 +172,14 @@ def wait_quiet():
 
 # A second binary (`--baseline`), run interleaved beside the vector path as `baseline`.
 BASELINE = None
+NO_SCALAR = False
 
 
 def run_workload(name, tools, tmp: Path, runs: int, inputs):
     if BASELINE:
         tools = tools + [("baseline", [BASELINE, *cmd[1:]]) for t, cmd in tools if t == "vector"]
+    if NO_SCALAR:
+        tools = [t for t in tools if t[0] != "scalar"]
     wait_quiet()
     bench.warm(inputs)
     subprocess.run(["sync"], check=True)
@@ -220,6 +223,7 @@ def main():
                     help="comma-separated workloads (default: all)")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="a second binary (say, the base commit's) run interleaved as `baseline`")
+    ap.add_argument("--no-scalar", action="store_true", help="leave out the scalar reference runs")
     ap.add_argument("--kernels", action="store_true",
                     help="first, the Gelem/s table of every kernel and path (cargo bench, this checkout)")
     a = ap.parse_args()
@@ -231,8 +235,9 @@ def main():
     binary = a.binary.resolve()
     scalar = ["env", "SAFETENSORS_STREAM_KERNELS=scalar", binary]
     print(f"load average at start: {os.getloadavg()}")
-    global BASELINE
+    global BASELINE, NO_SCALAR
     BASELINE = a.baseline.resolve() if a.baseline else None
+    NO_SCALAR = a.no_scalar
     print("| workload | tool | median s | paired x copy | peak RSS MiB | user+sys s |")
     print("|---|---|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory(dir=a.tmpdir) as tmp:

@@ -16,6 +16,13 @@
 //! `EFAULT` (reported as a tensor too short), never a `SIGBUS`. The window
 //! is unmapped before the next is made, which keeps the mapped pages (they
 //! count in the resident set) to one window.
+//!
+//! Nothing that computes reads a mapping: casts, byte swaps and
+//! dequantization read their input with positional reads, which fail
+//! with an error on a shrunk file. A cast's read is no longer on its
+//! critical path (it runs on the other core while this one writes,
+//! [`super::pipelined`]), so a mapping would save a copy no one waits
+//! for, at the price of a `SIGBUS` on a file truncated under us.
 
 use std::fs::File;
 use std::io::{self, Seek};

@@ -11,6 +11,7 @@ mod gather;
 pub(crate) mod job;
 #[allow(unsafe_code)]
 mod mapped;
+mod pipelined;
 pub(crate) mod policy;
 mod pool;
 mod positional;

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::gather::{copy_batches_parallel, copy_gathered, Scratch};
 use super::job::{Copied, JobError, Overflow, SpanJob};
+use super::pipelined::{copy_pipelined, PIPELINE_MIN};
 use super::policy::Way;
 use super::positional::{copy_buffered, crc_until, CHECKED_CHUNK};
 use super::route::Route;
@@ -78,9 +79,18 @@ pub(crate) fn copy_spans(
                 progress(copied.bytes);
             }
             Route::Buffered(k) => {
+                let job = &jobs[*k];
+                // A large one on two threads, straight to the file.
+                let pipelined = if pipelines(job) {
+                    flushed(&mut w)?;
+                    copy_pipelined(job, out, buffer_size, &mut progress)
+                } else {
+                    None
+                };
                 let (buf, cache) = (&mut s.buf, &mut s.cache);
-                let copied =
-                    copy_buffered(&jobs[*k], &mut w, buf, cache, buffer_size, &mut progress);
+                let copied = pipelined.unwrap_or_else(|| {
+                    copy_buffered(job, &mut w, buf, cache, buffer_size, &mut progress)
+                });
                 let (n, count) = copied.map_err(|e| JobError::new(*k, on_out(e)))?;
                 if count > 0 {
                     overflows.push(Overflow { job: *k, count });
@@ -99,6 +109,13 @@ pub(crate) fn copy_spans(
         overflows,
         chose,
     })
+}
+
+/// A tensor read through the buffer is large enough to be read and cast
+/// on one core while the other writes ([`super::pipelined`]); a checksummed
+/// member's CRC must see its header first, and goes through the buffer.
+fn pipelines(job: &SpanJob) -> bool {
+    job.span.crc.is_none() && job.span.len >= PIPELINE_MIN
 }
 
 /// Copies batches of small tensors one after another through `w`.
@@ -313,5 +330,47 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// A large cast between small ones: the small ones' bytes, gathered in
+    /// the buffered writer, land before the large one's, which the two
+    /// threads write straight to the file, and the one after lands after.
+    #[test]
+    fn a_pipelined_cast_lands_between_the_buffered_ones() {
+        use crate::cast::Cast;
+        use crate::transform::Transform;
+        use std::io::Write;
+        let counts = [100usize, PIPELINE_MIN as usize / 4 + 1000, 100];
+        let bytes: Vec<u8> = (0..counts.iter().sum::<usize>() as u32)
+            .flat_map(|i| (i.wrapping_mul(2_654_435_761) >> 1).to_le_bytes())
+            .collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&bytes).unwrap();
+        let file = std::sync::Arc::new(f);
+        let cast = Cast::new(crate::Dtype::F32, crate::Dtype::BF16).unwrap();
+        let (mut jobs, mut want, mut at) = (Vec::new(), Vec::new(), 0);
+        for n in counts {
+            let input = &bytes[at..at + 4 * n];
+            let mut out = vec![0u8; 2 * n];
+            cast.apply(input, &mut out);
+            want.extend_from_slice(&out);
+            let span = FileSpan {
+                file: file.clone(),
+                offset: at as u64,
+                len: 4 * n as u64,
+                transform: Transform::Identity,
+                crc: None,
+            };
+            jobs.push(SpanJob {
+                span,
+                cast: Some(cast),
+            });
+            at += 4 * n;
+        }
+        assert_eq!(routed(&jobs), [0, 1, 2].map(Route::Buffered));
+        assert!(pipelines(&jobs[1]) && !pipelines(&jobs[0]));
+        let (result, got) = copy(&jobs);
+        assert_eq!(result.unwrap(), want.len() as u64);
+        assert!(got == want);
     }
 }

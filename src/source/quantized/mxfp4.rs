@@ -201,7 +201,8 @@ fn read_band(
 ) -> Result<()> {
     let row_bytes = groups * unit;
     let slice = width * unit;
-    out.clear();
+    // Every byte is read into below: the buffer (kept from band to band) is
+    // not zeroed again, only where it grows.
     out.resize(usize::try_from(rows * slice).map_err(|_| too_large())?, 0);
     if width == groups {
         // The whole rows: one read.

@@ -2,6 +2,7 @@
 //! reader that any thread may drive.
 
 use std::io::{self, Read};
+use std::sync::{Arc, OnceLock};
 
 use super::{Kind, QuantError, TensorAt, Weight, PIECE_ELEMENTS};
 use crate::dequant::{self, arith};
@@ -18,8 +19,10 @@ pub(crate) struct DequantReader {
     end: u64,
     /// Rows per piece.
     step: u64,
-    /// Each input column's group (GPTQ), read on the first piece.
-    groups: Option<Vec<u32>>,
+    /// Each input column's group (GPTQ, compressed-tensors), made on the
+    /// first piece: shared by the parts of one weight ([`parts_of`]), so
+    /// that it is made (and `g_idx` read) about once a tensor.
+    groups: Arc<OnceLock<Vec<u32>>>,
     /// The MXFP4 band held, made on the first piece.
     bands: Option<super::mxfp4::Bands>,
     /// compressed-tensors MXFP4's table of values, made on the first piece.
@@ -33,6 +36,15 @@ pub(crate) struct DequantReader {
     /// The current piece as `f32` before it is stored (FP8 stores straight
     /// into `bytes`: this is then the scalar path's cache-sized step).
     values: Vec<f32>,
+    /// The current piece's input bytes (codes, packed words), read into
+    /// this one buffer piece after piece: it is zeroed only where it grows.
+    input: Vec<u8>,
+    /// The current piece's scale bytes, likewise kept.
+    raw_scales: Vec<u8>,
+    /// Those scales decoded.
+    scales: Vec<f32>,
+    /// NF4/FP4's nested code table (256 values), read on the first piece.
+    nested_code: Option<Vec<f32>>,
 }
 
 impl DequantReader {
@@ -64,13 +76,17 @@ impl DequantReader {
             row: rows.start,
             end: rows.end,
             step,
-            groups: None,
+            groups: Arc::default(),
             bands: None,
             table: None,
             strip: None,
             bytes: Vec::new(),
             pos: 0,
             values: Vec::new(),
+            input: Vec::new(),
+            raw_scales: Vec::new(),
+            scales: Vec::new(),
+            nested_code: None,
         }
     }
 
@@ -127,16 +143,21 @@ impl DequantReader {
                 tiling,
                 ..
             } => {
-                let codes = read_elems(weight, r0 * cols, count)?;
+                let codes = read_elems_in(weight, r0 * cols, count, &mut self.input)?;
                 let scale_cols = cols.div_ceil(tiling.cols).max(1);
                 let (s0, s1) = (r0 / tiling.rows, (r1 - 1) / tiling.rows + 1);
                 let scale_count = scale_elems(scale).min(s1 * scale_cols) - s0 * scale_cols;
-                let raw = read_elems(scale, s0 * scale_cols, to_usize(scale_count)?)?;
+                let raw = read_elems_in(
+                    scale,
+                    s0 * scale_cols,
+                    to_usize(scale_count)?,
+                    &mut self.raw_scales,
+                )?;
                 if scale.dtype == Dtype::F8_E8M0 {
-                    refuse_e8m0_nan(scale, s0 * scale_cols, &raw)?;
+                    refuse_e8m0_nan(scale, s0 * scale_cols, raw)?;
                 }
-                let mut scales = Vec::new();
-                arith::scale_values(scale.dtype, &raw, &mut scales);
+                let scales = &mut self.scales;
+                arith::scale_values(scale.dtype, raw, scales);
                 // A per-tensor scale ([] or [1]) covers every row: one value.
                 let scale_cols = if scales.len() == 1 {
                     1
@@ -144,14 +165,14 @@ impl DequantReader {
                     to_usize(scale_cols)?
                 };
                 let scales = dequant::fp8::Scales {
-                    values: &scales,
+                    values: scales,
                     cols: scale_cols,
                     tiling: *tiling,
                     dtype: scale.dtype,
                 };
                 let cols = to_usize(cols)?;
                 let (values, bytes) = (&mut self.values, &mut *out);
-                dequant::fp8::rows_into(&codes, cols, r0, &scales, self.to, values, bytes);
+                dequant::fp8::rows_into(codes, cols, r0, &scales, self.to, values, bytes);
             }
             Kind::Gptq {
                 qweight,
@@ -161,28 +182,24 @@ impl DequantReader {
                 packing,
                 group_size,
             } => {
-                if self.groups.is_none() {
-                    self.groups = Some(gptq_groups(
-                        g_idx.as_deref(),
-                        scales.shape[0],
-                        cols,
-                        *group_size,
-                    )?);
-                }
-                let groups = self.groups.as_deref().expect("set above");
+                let groups = once(&self.groups, || {
+                    gptq_groups(g_idx.as_deref(), scales.shape[0], cols, *group_size)
+                })?;
                 let held = self.strip.as_ref();
                 if !held.is_some_and(|s| s.s0 <= r0 && r1 <= s.s1) {
                     let s1 = r0.saturating_add(self.step).max(r1);
                     let s1 = s1.min(self.w.shape[0]).min(self.end).max(r1);
-                    self.strip = None;
-                    self.strip = Some(GptqStrip::read(qweight, qzeros, scales, *packing, r0, s1)?);
+                    // The held strip's buffers are read into again.
+                    let mut strip = self.strip.take().unwrap_or_default();
+                    strip.read(qweight, qzeros, scales, *packing, r0, s1)?;
+                    self.strip = Some(strip);
                 }
                 let s = self.strip.as_ref().expect("read above");
                 let piece = dequant::gptq::Piece {
                     n0: to_usize(s.s0)?,
                     rows: to_usize(s.s1 - s.s0)?,
-                    qweight: &s.qweight,
-                    zeros: &s.zeros,
+                    qweight: &s.qweight[..s.lens[0]],
+                    zeros: &s.zeros[..s.lens[1]],
                     zero_words: s.zero_words,
                     scales: &s.scales,
                     groups,
@@ -259,30 +276,32 @@ impl DequantReader {
                 record,
             } => {
                 let (e0, e1) = (r0 * cols, r1 * cols);
-                let packed = read_elems(weight, e0 / 2, to_usize(e1.div_ceil(2) - e0 / 2)?)?;
+                let packed_len = to_usize(e1.div_ceil(2) - e0 / 2)?;
+                let packed = read_elems_in(weight, e0 / 2, packed_len, &mut self.input)?;
                 let (b0, b1) = (e0 / record.blocksize, (e1 - 1) / record.blocksize + 1);
-                let raw = read_elems(absmax, b0, to_usize(b1 - b0)?)?;
-                let scales = match (nested.as_deref(), record.nested) {
+                let raw = read_elems_in(absmax, b0, to_usize(b1 - b0)?, &mut self.raw_scales)?;
+                match (nested.as_deref(), record.nested) {
                     (Some((nabs, nmap)), Some((nbs, offset))) => {
                         let (g0, g1) = (b0 / nbs, (b1 - 1) / nbs + 1);
                         let mut groups = Vec::new();
                         let graw = read_elems(nabs, g0, to_usize(g1 - g0)?)?;
                         arith::scale_values(Dtype::F32, &graw, &mut groups);
-                        let mut code = Vec::new();
-                        arith::scale_values(Dtype::F32, &read_elems(nmap, 0, 256)?, &mut code);
-                        dequant::bnb::nested_absmax(&raw, b0, &code, &groups, nbs, offset)
+                        if self.nested_code.is_none() {
+                            let mut code = Vec::new();
+                            arith::scale_values(Dtype::F32, &read_elems(nmap, 0, 256)?, &mut code);
+                            self.nested_code = Some(code);
+                        }
+                        let code = self.nested_code.as_deref().expect("read above");
+                        self.scales =
+                            dequant::bnb::nested_absmax(raw, b0, code, &groups, nbs, offset);
                     }
-                    _ => {
-                        let mut v = Vec::new();
-                        arith::scale_values(Dtype::F32, &raw, &mut v);
-                        v
-                    }
-                };
+                    _ => arith::scale_values(Dtype::F32, raw, &mut self.scales),
+                }
                 let piece = dequant::bnb::FourBit {
                     kind: record.kind,
-                    packed: &packed,
+                    packed,
                     first: e0,
-                    absmax: &scales,
+                    absmax: &self.scales,
                     blocksize: record.blocksize,
                     dtype: record.dtype,
                 };
@@ -299,9 +318,9 @@ impl DequantReader {
                 per_tensor,
                 group_size,
             } => {
-                if self.groups.is_none() {
-                    self.groups = Some(gptq_groups(g_idx.as_deref(), *groups, cols, *group_size)?);
-                }
+                let group_of = once(&self.groups, || {
+                    gptq_groups(g_idx.as_deref(), *groups, cols, *group_size)
+                })?;
                 let piece = ct_int_piece(
                     codes,
                     scale,
@@ -328,7 +347,7 @@ impl DequantReader {
                     scales: &piece.scales,
                     zeros: piece.zeros.as_deref(),
                     groups: to_usize(*groups)?,
-                    group_of: self.groups.as_deref().expect("set above"),
+                    group_of,
                     dtype: scale.dtype,
                 };
                 let (values, bytes) = (&mut self.values, &mut *out);
@@ -419,13 +438,16 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     let row_bytes = cols * (to.bits() / 8);
     let mut parts = Vec::new();
     let mut r0 = 0;
+    // One group table for every part.
+    let groups = Arc::<OnceLock<Vec<u32>>>::default();
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
-        let w = w.clone();
+        let (w, groups) = (w.clone(), groups.clone());
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
+                reader.groups = groups;
                 reader.step = match &*reader.w.kind {
                     // Whole tiles of the vector kernel.
                     Kind::Mxfp4 { .. } => (reader.step / PART_SHARE / 8 * 8).max(8),
@@ -490,41 +512,84 @@ impl Read for DequantReader {
 }
 
 /// GPTQ's words, zero words and scales of output rows `[s0, s1)`.
+#[derive(Default)]
 struct GptqStrip {
     s0: u64,
     s1: u64,
+    /// The words: the first `lens[0]` hold this strip's (the buffer is
+    /// kept from strip to strip, and only grows).
     qweight: Vec<u32>,
+    /// The zero words: the first `lens[1]`.
     zeros: Vec<u32>,
+    lens: [usize; 2],
     zero_words: usize,
     scales: Vec<f32>,
+    /// The scales' bytes as read.
+    raw: Vec<u8>,
 }
 
 impl GptqStrip {
+    /// Reads the strip of rows `[s0, s1)` into this one's buffers.
     fn read(
+        &mut self,
         qweight: &TensorAt,
         qzeros: &TensorAt,
         scales: &TensorAt,
         packing: dequant::gptq::Packing,
         s0: u64,
         s1: u64,
-    ) -> Result<Self> {
+    ) -> Result<()> {
         let nb = s1 - s0;
         let per = packing.per_word() as u64;
-        let qw = read_columns(qweight, s0, nb)?;
+        let qw = read_columns_in(qweight, s0, nb, &mut self.qweight)?;
         let (z0, z1) = (s0 / per, (s1 - 1) / per + 1);
-        let zeros = read_columns(qzeros, z0, z1 - z0)?;
-        let raw = read_column_bytes(scales, s0, nb)?;
-        let mut sv = Vec::new();
-        arith::scale_values(scales.dtype, &raw, &mut sv);
-        Ok(GptqStrip {
-            s0,
-            s1,
-            qweight: qw,
-            zeros,
-            zero_words: to_usize(z1 - z0)?,
-            scales: sv,
-        })
+        let zeros = read_columns_in(qzeros, z0, z1 - z0, &mut self.zeros)?;
+        let raw = read_column_bytes_in(scales, s0, nb, &mut self.raw)?;
+        decode_scales(scales.dtype, raw, &mut self.scales);
+        self.lens = [qw, zeros];
+        (self.s0, self.s1) = (s0, s1);
+        self.zero_words = to_usize(z1 - z0)?;
+        Ok(())
     }
+}
+
+/// `raw` scales of `dtype` decoded into `out` (its length made theirs):
+/// F16 and BF16 through the casts' vector path, the values
+/// [`arith::scale_values`] gives (either cast to F32 is exact; perf put
+/// that per-element decoding at 2 % of a GPTQ weight's CPU), the others by it.
+fn decode_scales(dtype: Dtype, raw: &[u8], out: &mut Vec<f32>) {
+    let Some(cast) = matches!(dtype, Dtype::F16 | Dtype::BF16)
+        .then(|| crate::cast::Cast::new(dtype, Dtype::F32).ok())
+        .flatten()
+    else {
+        return arith::scale_values(dtype, raw, out);
+    };
+    out.resize(raw.len() / 2, 0.0);
+    cast.apply(&raw[..out.len() * 2], bytemuck::cast_slice_mut(out));
+    // The cast stores little-endian words.
+    for v in out.iter_mut() {
+        *v = f32::from_bits(u32::from_le(v.to_bits()));
+    }
+}
+
+/// The value `cell` holds, made by `make` if it holds none yet (two part
+/// readers that both find it empty make the same table; one is kept).
+fn once<T>(cell: &OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if let Some(v) = cell.get() {
+        return Ok(v);
+    }
+    let v = make()?;
+    Ok(cell.get_or_init(|| v))
+}
+
+/// The first `n` elements of `buf`, grown (zeroed) to hold them if it is
+/// shorter: a buffer kept from piece to piece is zeroed once, not each time
+/// it is read into.
+fn first_of<T: Copy + Default>(buf: &mut Vec<T>, n: usize) -> &mut [T] {
+    if buf.len() < n {
+        buf.resize(n, T::default());
+    }
+    &mut buf[..n]
 }
 
 fn too_large() -> Error {
@@ -546,6 +611,19 @@ fn scale_elems(p: &TensorAt) -> u64 {
 
 /// `count` elements of `p` from element `first`, as bytes (checked to lie in its span).
 fn read_elems(p: &TensorAt, first: u64, count: usize) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    read_elems_in(p, first, count, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`read_elems`] into the front of `buf` (kept by the caller from piece
+/// to piece): those bytes.
+fn read_elems_in<'a>(
+    p: &TensorAt,
+    first: u64,
+    count: usize,
+    buf: &'a mut Vec<u8>,
+) -> Result<&'a [u8]> {
     let w = width(p);
     let len = count as u64 * w;
     if (first * w)
@@ -554,10 +632,10 @@ fn read_elems(p: &TensorAt, first: u64, count: usize) -> Result<Vec<u8>> {
     {
         return Err(short(p));
     }
-    let mut buf = vec![0u8; count * w as usize];
+    let buf = first_of(buf, to_usize(len)?);
     p.span
         .bytes
-        .read_exact_at(&mut buf, p.span.offset + first * w)
+        .read_exact_at(buf, p.span.offset + first * w)
         .map_err(|e| Error::io(e).with_tensor(&p.name))?;
     Ok(buf)
 }
@@ -573,10 +651,25 @@ fn short(p: &TensorAt) -> Error {
 
 /// From every row of the matrix `p`, the bytes of columns `[c0, c0 + n)`, row after row.
 fn read_column_bytes(p: &TensorAt, c0: u64, n: u64) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    read_column_bytes_in(p, c0, n, &mut buf)?;
+    Ok(buf)
+}
+
+/// [`read_column_bytes`] into the front of `buf` (kept by the caller): those bytes.
+fn read_column_bytes_in<'a>(
+    p: &TensorAt,
+    c0: u64,
+    n: u64,
+    buf: &'a mut Vec<u8>,
+) -> Result<&'a [u8]> {
     let [rows, cols] = [p.shape[0], p.shape[1]];
     let n = n.min(cols.saturating_sub(c0));
-    let mut buf = vec![0u8; to_usize(rows)? * to_usize(n * width(p))?];
-    read_column_bytes_into(p, c0, n, &mut buf)?;
+    let len = to_usize(rows)?
+        .checked_mul(to_usize(n * width(p))?)
+        .ok_or_else(too_large)?;
+    let buf = first_of(buf, len);
+    read_column_bytes_into(p, c0, n, buf)?;
     Ok(buf)
 }
 
@@ -601,14 +694,26 @@ fn read_column_bytes_into(p: &TensorAt, c0: u64, n: u64, buf: &mut [u8]) -> Resu
 /// [`read_column_bytes`] of an I32 matrix, as words: read into the words
 /// themselves (no second buffer), then taken as little-endian.
 fn read_columns(p: &TensorAt, c0: u64, n: u64) -> Result<Vec<u32>> {
+    let mut words = Vec::new();
+    let len = read_columns_in(p, c0, n, &mut words)?;
+    words.truncate(len);
+    Ok(words)
+}
+
+/// [`read_columns`] into the front of `words` (kept by the caller): how
+/// many words were read.
+fn read_columns_in(p: &TensorAt, c0: u64, n: u64, words: &mut Vec<u32>) -> Result<usize> {
     let [rows, cols] = [p.shape[0], p.shape[1]];
     let n = n.min(cols.saturating_sub(c0));
-    let mut words = vec![0u32; to_usize(rows)? * to_usize(n)?];
-    read_column_bytes_into(p, c0, n, bytemuck::cast_slice_mut(&mut words))?;
-    for w in &mut words {
+    let len = to_usize(rows)?
+        .checked_mul(to_usize(n)?)
+        .ok_or_else(too_large)?;
+    let words = first_of(words, len);
+    read_column_bytes_into(p, c0, n, bytemuck::cast_slice_mut(words))?;
+    for w in words.iter_mut() {
         *w = u32::from_le(*w);
     }
-    Ok(words)
+    Ok(len)
 }
 
 /// A piece of a compressed-tensors integer weight: codes, scales and zero
@@ -754,6 +859,26 @@ mod tests {
                 0 => return out,
                 n => out.extend_from_slice(&buf[..n]),
             }
+        }
+    }
+
+    #[test]
+    fn scales_decode_as_scale_values_does() {
+        // Every F16 and BF16 pattern (NaN payloads, subnormals, signed
+        // zeros), and an odd count; F32 and E4M3 go through scale_values.
+        let every: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        for (dtype, raw) in [
+            (Dtype::F16, &every[..]),
+            (Dtype::BF16, &every[..]),
+            (Dtype::F16, &every[..14]),
+            (Dtype::F32, &every[..]),
+            (Dtype::F8_E4M3, &every[..256]),
+        ] {
+            let (mut want, mut got) = (Vec::new(), vec![7.0; 3]);
+            arith::scale_values(dtype, raw, &mut want);
+            decode_scales(dtype, raw, &mut got);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{dtype}");
         }
     }
 
