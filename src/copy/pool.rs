@@ -3,7 +3,7 @@
 //! are part of a storage or strided) read [`READERS`] at once, each on a
 //! thread of its own, and written at their planned offsets in the output
 //! file, so that every core works. Each tensor goes through the one element
-//! pipeline ([`Elements`]) exactly as the async sink drives it, in a
+//! pipeline ([`Pump`]) exactly as the async sink drives it, in a
 //! bounded buffer of its own: memory is [`READERS`] x (buffer + reader).
 //! Errors are those of the sequential path ([`in_order`]).
 
@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use super::job::{Failed, JobError, Overflow, ReaderJob};
 use crate::cast::Cast;
 use crate::io_util::fill;
-use crate::sink::elements::{ChunkBuffer, Elements, Pump};
+use crate::sink::elements::{ChunkBuffer, Pump};
 use crate::source::OpenBlocking;
 use crate::Error;
 
@@ -58,10 +58,9 @@ pub(crate) fn write_parallel(
                 started(task.job);
             }
             let (mut reader, transform) = open()?;
-            let elements = Elements::new(task.len, transform, task.cast);
-            let mut pump = Pump::new(elements, buf, budget);
+            let mut pump = Pump::new(task.len, transform, task.cast, buf, budget);
             let mut at = task.at;
-            while let Some(input) = pump.input() {
+            while let Some(input) = pump.next()? {
                 if earlier_failed() {
                     return Ok(None);
                 }
@@ -71,7 +70,6 @@ pub(crate) fn write_parallel(
                     .map_err(|e| Error::io(e).with_output(out_name))?;
                 at += bytes.len() as u64;
                 progress(bytes.len() as u64);
-                pump.check_full()?;
             }
             let more = reader.read(&mut [0u8; 1])? != 0;
             Ok(Some(pump.finish(more)?))

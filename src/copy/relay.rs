@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use super::job::{JobError, Overflow, ReaderJob};
 use crate::io_util::fill;
-use crate::sink::elements::{ChunkBuffer, Elements, Pump};
+use crate::sink::elements::{ChunkBuffer, Pump};
 use crate::Error;
 
 /// Bytes of output a piece holds: large enough that a message carries many
@@ -193,8 +193,13 @@ fn read_part(
         Ok(opened) => opened,
         Err(e) => return Ok(Err(e)),
     };
-    let mut pump = Pump::new(Elements::new(len, transform, cast), buf, budget);
-    while let Some(input) = pump.input() {
+    let mut pump = Pump::new(len, transform, cast, buf, budget);
+    loop {
+        let input = match pump.next() {
+            Ok(Some(input)) => input,
+            Ok(None) => break,
+            Err(e) => return Ok(Err(e)),
+        };
         let got = match fill(&mut reader, input) {
             Ok(got) => got,
             Err(e) => return Ok(Err(Error::io(e))),
@@ -202,9 +207,6 @@ fn read_part(
         match pump.process(got) {
             Ok(bytes) => out.push(bytes, job)?,
             Err(e) => return Ok(Err(e)),
-        }
-        if let Err(e) = pump.check_full() {
-            return Ok(Err(e));
         }
     }
     let more = match std::io::Read::read(&mut reader, &mut [0u8; 1]) {

@@ -229,14 +229,17 @@ impl ChunkBuffer {
 /// too short or too long, and on the final checks:
 ///
 /// ```text
-/// while let Some(input) = pump.input() {     // the next chunk's room
+/// let mut pump = Pump::new(len, transform, cast, buf, budget);
+/// while let Some(input) = pump.next()? {     // the last chunk was whole? room for the next
 ///     let got = read(input)?;                // fill it (fewer at the end)
 ///     let bytes = pump.process(got)?;        // through the pipeline
 ///     write(bytes)?;
-///     pump.check_full()?;                    // a short chunk ends it
 /// }
 /// let overflowed = pump.finish(more_bytes)?; // past its end? checks
 /// ```
+///
+/// The step between chunks ([`Pump::next`]) and the pipeline's set-up are
+/// here, not in each driver: only the reads and writes are the drivers' own.
 pub(crate) struct Pump<'b> {
     elements: Elements,
     input: &'b mut [u8],
@@ -248,8 +251,16 @@ pub(crate) struct Pump<'b> {
 }
 
 impl<'b> Pump<'b> {
-    /// The loop of `elements`, in `buf`, within a budget of `buffer_size` bytes.
-    pub(crate) fn new(elements: Elements, buf: &'b mut ChunkBuffer, buffer_size: usize) -> Self {
+    /// The loop of a tensor planned at `out_len` output bytes under
+    /// `transform` and `cast`, in `buf`, within a budget of `buffer_size` bytes.
+    pub(crate) fn new(
+        out_len: u64,
+        transform: Transform,
+        cast: Option<Cast>,
+        buf: &'b mut ChunkBuffer,
+        buffer_size: usize,
+    ) -> Self {
+        let elements = Elements::new(out_len, transform, cast);
         let (in_cap, out_cap) = elements.chunk_sizes(buffer_size);
         let (_, input, output) = buf.split(0, in_cap, out_cap);
         Pump {
@@ -262,8 +273,16 @@ impl<'b> Pump<'b> {
         }
     }
 
-    /// Room for the next chunk, to fill; `None` once every byte came.
-    pub(crate) fn input(&mut self) -> Option<&mut [u8]> {
+    /// After the last chunk's bytes are written (if any): a chunk that
+    /// came short means the tensor's bytes ended early; else room for the
+    /// next chunk, to fill, or `None` once every byte came.
+    pub(crate) fn next(&mut self) -> Result<Option<&mut [u8]>> {
+        self.check_full()?;
+        Ok(self.input())
+    }
+
+    /// Room for the next chunk; `None` once every byte came.
+    fn input(&mut self) -> Option<&mut [u8]> {
         if self.elements.left() == 0 {
             return None;
         }
@@ -278,9 +297,8 @@ impl<'b> Pump<'b> {
             .process(&mut self.input[..got], &mut *self.output)
     }
 
-    /// After the chunk's bytes are written: a chunk that came short means
-    /// the tensor's bytes ended early.
-    pub(crate) fn check_full(&self) -> Result<()> {
+    /// A chunk that came short means the tensor's bytes ended early.
+    fn check_full(&self) -> Result<()> {
         match self.got < self.want {
             true => Err(self.elements.too_short()),
             false => Ok(()),

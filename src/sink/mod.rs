@@ -20,7 +20,7 @@ use crate::io_util::fill_async;
 use crate::source::TensorData;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
-use elements::{ChunkBuffer, Elements, Pump};
+use elements::{ChunkBuffer, Pump};
 
 /// The default buffer: large enough that per-call costs vanish, small
 /// enough to keep memory flat.
@@ -149,16 +149,14 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             return Err(ErrorKind::PastPlan.into());
         };
         let copied = async {
-            let elements = Elements::new(len, transform, cast);
             // The buffer grows to at most buffer_size over the sink's life.
-            let mut pump = Pump::new(elements, &mut self.buf, self.buffer_size);
-            while let Some(input) = pump.input() {
+            let mut pump = Pump::new(len, transform, cast, &mut self.buf, self.buffer_size);
+            while let Some(input) = pump.next()? {
                 let got = fill_async(&mut reader, input).await?;
                 let bytes = pump.process(got)?;
                 let wrote = self.writer.write_all(bytes).await;
                 wrote.map_err(|e| write_error(&self.output, e))?;
                 self.written += bytes.len() as u64;
-                pump.check_full()?;
             }
             let more = reader.read(&mut [0u8; 1]).await? != 0;
             self.overflowed += pump.finish(more)?;
