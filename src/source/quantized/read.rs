@@ -611,8 +611,15 @@ fn scale_elems(p: &TensorAt) -> u64 {
 
 /// `count` elements of `p` from element `first`, as bytes (checked to lie in its span).
 fn read_elems(p: &TensorAt, first: u64, count: usize) -> Result<Vec<u8>> {
+    owned(|buf| Ok(read_elems_in(p, first, count, buf)?.len()))
+}
+
+/// The bytes a `*_in` reader puts at the front of a buffer of their own:
+/// `fill` answers how many (a fresh buffer is sized to exactly those).
+fn owned(fill: impl FnOnce(&mut Vec<u8>) -> Result<usize>) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
-    read_elems_in(p, first, count, &mut buf)?;
+    let n = fill(&mut buf)?;
+    buf.truncate(n);
     Ok(buf)
 }
 
@@ -651,9 +658,7 @@ fn short(p: &TensorAt) -> Error {
 
 /// From every row of the matrix `p`, the bytes of columns `[c0, c0 + n)`, row after row.
 fn read_column_bytes(p: &TensorAt, c0: u64, n: u64) -> Result<Vec<u8>> {
-    let mut buf = Vec::new();
-    read_column_bytes_in(p, c0, n, &mut buf)?;
-    Ok(buf)
+    owned(|buf| Ok(read_column_bytes_in(p, c0, n, buf)?.len()))
 }
 
 /// [`read_column_bytes`] into the front of `buf` (kept by the caller): those bytes.
