@@ -104,13 +104,22 @@ pub(crate) struct Overflow {
     pub(crate) count: u64,
 }
 
-/// Tensors looked at per call: a model of a million small tensors is
-/// routed and copied in windows, each in one trip to the blocking pool.
-const WINDOW: usize = 16384;
+/// Tensors whose jobs are built at once: a model of a million small tensors
+/// is routed and copied in windows, each in one trip to the blocking pool.
+/// A job holds its tensor's reader, opened (a dequantized weight's is ~400
+/// bytes of boxes): 16,384 of them were 7.4 MB of an S3 -> S3 run's peak
+/// heap at DeepSeek-V3's structure (benches/scale/README.md, session 7);
+/// 2,048 hold under 1 MB and still make few trips.
+const WINDOW: usize = 2048;
+
+/// Tensors whose reads a source is told of at once ([`tell_order`]): more
+/// than a window, so that an object's GETs run ahead across the windows'
+/// edges (the order costs a few words a tensor).
+const ORDER_WINDOW: usize = 16384;
 
 /// The jobs of the tensors of `shard` from `start`, up to [`WINDOW`].
+/// The sources must have been told their order ([`tell_order`]).
 pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + '_>]) -> Vec<Job> {
-    tell_order(shard, start, sources);
     let data_start = shard.header.header().data_start();
     shard
         .planned(start)
@@ -138,11 +147,16 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
         .collect()
 }
 
-/// Tells each source which of its tensors the window from `start` reads,
-/// in order ([`Source::will_read`]): an object's then come by few GETs.
-fn tell_order(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + '_>]) {
+/// Tells each source which of its tensors the shard reads from `start`,
+/// up to [`ORDER_WINDOW`], in order ([`Source::will_read`]): an object's
+/// then come by few GETs. Returns where the order told ends.
+pub(crate) fn tell_order(
+    shard: &ShardPlan,
+    start: usize,
+    sources: &[Box<dyn Source + '_>],
+) -> usize {
     let mut order: Vec<Vec<usize>> = vec![Vec::new(); sources.len()];
-    for p in shard.planned(start).take(WINDOW) {
+    for p in shard.planned(start).take(ORDER_WINDOW) {
         order[p.source].push(p.index);
     }
     for (source, order) in sources.iter().zip(order) {
@@ -150,6 +164,7 @@ fn tell_order(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + '_>])
             source.will_read(&order);
         }
     }
+    start + ORDER_WINDOW
 }
 
 /// Files for the copy routes' tests.
