@@ -106,7 +106,8 @@ fn conversion_peak(dir: &Path, weights: usize) -> usize {
         .build()
         .unwrap();
     let out = Output::File(dir.join(format!("out-{weights}.safetensors")));
-    let (report, peak) = peak_during(|| rt.block_on(convert(&[input.clone()], &out, &options)));
+    let (report, peak) =
+        peak_during(|| rt.block_on(convert(std::slice::from_ref(&input), &out, &options)));
     report.unwrap();
     peak
 }
