@@ -62,12 +62,14 @@ impl DequantReader {
         // the others' (a gpt-oss expert's 5760 columns: 1 MiB of BF16, the
         // copy engine's chunk, which then takes them whole).
         // GPTQ and AWQ read their words as a strip of the packed matrix's
-        // columns, a positional read per packed row: pieces of 4 x the rows
-        // make those reads 4 x longer and 4 x fewer (at 64 rows, 256-byte
+        // columns, a positional read per packed row: pieces of 8 x (AWQ 4 x)
+        // the rows make those reads that much longer and fewer (at 64 rows, 256-byte
         // reads were half the CPU time of a 1 GiB GPTQ weight).
         let step = match &*w.kind {
             Kind::Mxfp4 { .. } if step >= 16 => step / 2 / 8 * 8,
-            Kind::Gptq { .. } | Kind::Awq { .. } => step.saturating_mul(STRIP_ROWS),
+            Kind::Gptq { .. } => step.saturating_mul(STRIP_ROWS),
+            // AWQ's pieces go whole through `bytes` when cut: kept at 4 x.
+            Kind::Awq { .. } => step.saturating_mul(4),
             _ => step,
         };
         DequantReader {
@@ -416,6 +418,9 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
         // peaked at 38 MiB when each also copied its pieces through a
         // buffer of its own; pieces are now made in the copy engine's.)
         Kind::Mxfp4 { geometry, .. } => super::mxfp4::Bands::part_rows(*geometry),
+        // A part holds a whole strip of GPTQ words (`STRIP_ROWS`), so that
+        // its reads of a packed row are as long as the strip.
+        Kind::Gptq { .. } => 128 * STRIP_ROWS,
         _ => 128,
     };
     let per_part = (target / row_bytes).max(1).next_multiple_of(align);
@@ -423,9 +428,9 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
     (parts.len() > 1).then_some(parts)
 }
 
-/// GPTQ's and AWQ's pieces: this many times the others' rows (see
+/// GPTQ's pieces: this many times the others' rows (see
 /// [`DequantReader::rows`]).
-const STRIP_ROWS: u64 = 4;
+const STRIP_ROWS: u64 = 8;
 
 /// The copy engine reads two parts at once (its `READERS`, a layer above):
 /// each part reader takes pieces this many times smaller, so that the two
@@ -451,10 +456,11 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
                 reader.step = match &*reader.w.kind {
                     // Whole tiles of the vector kernel.
                     Kind::Mxfp4 { .. } => (reader.step / PART_SHARE / 8 * 8).max(8),
-                    // A strip of words as long as the part (8 MiB of
-                    // output: 512 rows of 8192 columns, reads of 2 KiB a
-                    // packed row, 2 MiB of words held): its pieces are cut
-                    // to the copy engine's chunk whatever the strip.
+                    // A strip of words as long as the part (16 MiB of
+                    // output: 1024 rows of 8192 columns, reads of 4 KiB a
+                    // packed row, 4 MiB of words held; at 2 KiB, 147k
+                    // reads were 14 % of a 1 GiB weight's CPU): its pieces
+                    // are cut to the copy engine's chunk whatever the strip.
                     Kind::Gptq { .. } => reader.step,
                     _ => (reader.step / PART_SHARE).max(1),
                 };
