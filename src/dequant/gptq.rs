@@ -129,6 +129,9 @@ struct Rows<'a> {
     /// A tile's zero points and scales, `[group][8 rows]`.
     tile_zeros: Vec<f32>,
     tile_scales: Vec<f32>,
+    /// The group of each block of 32 columns (the tiles' lookup), made on
+    /// the first tile.
+    runs: Option<Vec<u32>>,
 }
 
 impl<'a> Rows<'a> {
@@ -153,6 +156,7 @@ impl<'a> Rows<'a> {
             scales: Vec::new(),
             tile_zeros: Vec::new(),
             tile_scales: Vec::new(),
+            runs: None,
         }
     }
 
@@ -183,12 +187,16 @@ impl<'a> Rows<'a> {
                 self.tile_scales[g * 8 + j] = p.scales[g * nb + i + j];
             }
         }
+        let runs = self
+            .runs
+            .get_or_insert_with(|| crate::cast::simd::int4_runs(p.groups));
         let tile = crate::cast::simd::Int4Tile {
             words: &p.qweight[i..],
             stride: nb,
             groups: p.groups,
             zeros: &self.tile_zeros,
             scales: &self.tile_scales,
+            runs,
         };
         let done = crate::cast::simd::int4_rows8(&tile, self.scale_dtype, to, out);
         if done == 0 {
