@@ -19,10 +19,8 @@ pub(crate) struct DequantReader {
     end: u64,
     /// Rows per piece.
     step: u64,
-    /// Each input column's group (GPTQ, compressed-tensors), made on the
-    /// first piece: shared by the parts of one weight ([`parts_of`]), so
-    /// that it is made (and `g_idx` read) about once a tensor.
-    groups: Arc<OnceLock<Vec<u32>>>,
+    /// What the readers of one weight's parts share ([`parts_of`]).
+    shared: Arc<Shared>,
     /// The MXFP4 band held, made on the first piece.
     bands: Option<super::mxfp4::Bands>,
     /// compressed-tensors MXFP4's table of values, made on the first piece.
@@ -78,7 +76,7 @@ impl DequantReader {
             row: rows.start,
             end: rows.end,
             step,
-            groups: Arc::default(),
+            shared: Arc::default(),
             bands: None,
             table: None,
             strip: None,
@@ -184,15 +182,21 @@ impl DequantReader {
                 packing,
                 group_size,
             } => {
-                let groups = once(&self.groups, || {
+                let groups = once(&self.shared.groups, || {
                     gptq_groups(g_idx.as_deref(), scales.shape[0], cols, *group_size)
+                })?;
+                let runs = once(&self.shared.runs, || {
+                    Ok(crate::cast::simd::int4_runs(groups))
                 })?;
                 let held = self.strip.as_ref();
                 if !held.is_some_and(|s| s.s0 <= r0 && r1 <= s.s1) {
                     let s1 = r0.saturating_add(self.step).max(r1);
                     let s1 = s1.min(self.w.shape[0]).min(self.end).max(r1);
-                    // The held strip's buffers are read into again.
-                    let mut strip = self.strip.take().unwrap_or_default();
+                    // The held strip's buffers are read into again, else
+                    // those a finished part left.
+                    let mut strip = self.strip.take();
+                    strip = strip.or_else(|| self.shared.strips.lock().ok()?.pop());
+                    let mut strip = strip.unwrap_or_default();
                     strip.read(qweight, qzeros, scales, *packing, r0, s1)?;
                     self.strip = Some(strip);
                 }
@@ -205,6 +209,7 @@ impl DequantReader {
                     zero_words: s.zero_words,
                     scales: &s.scales,
                     groups,
+                    runs,
                 };
                 let first = to_usize(r0 - s.s0)?;
                 let (values, bytes) = (&mut self.values, &mut *out);
@@ -320,7 +325,7 @@ impl DequantReader {
                 per_tensor,
                 group_size,
             } => {
-                let group_of = once(&self.groups, || {
+                let group_of = once(&self.shared.groups, || {
                     gptq_groups(g_idx.as_deref(), *groups, cols, *group_size)
                 })?;
                 let piece = ct_int_piece(
@@ -444,15 +449,15 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     let mut parts = Vec::new();
     let mut r0 = 0;
     // One group table for every part.
-    let groups = Arc::<OnceLock<Vec<u32>>>::default();
+    let shared = Arc::<Shared>::default();
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
-        let (w, groups) = (w.clone(), groups.clone());
+        let (w, shared) = (w.clone(), shared.clone());
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
-                reader.groups = groups;
+                reader.shared = shared;
                 reader.step = match &*reader.w.kind {
                     // Whole tiles of the vector kernel.
                     Kind::Mxfp4 { .. } => (reader.step / PART_SHARE / 8 * 8).max(8),
@@ -514,6 +519,30 @@ impl Read for DequantReader {
         buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
+    }
+}
+
+/// What the readers of one weight's parts share: tables made once a
+/// weight, and GPTQ strips' buffers.
+#[derive(Default)]
+struct Shared {
+    /// Each input column's group (GPTQ, compressed-tensors), made on the
+    /// first piece, so that it is made (and `g_idx` read) about once a
+    /// tensor.
+    groups: OnceLock<Vec<u32>>,
+    /// GPTQ's blocks of 32 columns in one group (the vector kernel's).
+    runs: OnceLock<Vec<u32>>,
+    /// The strips of finished part readers, taken by the next ones: a
+    /// strip's 4 MiB of words were zeroed afresh by each part (3 % of a
+    /// 1 GiB weight's CPU). At most one a reader at once.
+    strips: std::sync::Mutex<Vec<GptqStrip>>,
+}
+
+impl Drop for DequantReader {
+    fn drop(&mut self) {
+        if let (Some(strip), Ok(mut spare)) = (self.strip.take(), self.shared.strips.lock()) {
+            spare.push(strip);
+        }
     }
 }
 
