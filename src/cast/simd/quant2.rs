@@ -10,7 +10,10 @@
 //! transposed) take 8 or 16 output rows at once: their words are one
 //! load (GPTQ) or 8 short ones (MXFP4), and each code position of them is
 //! a vector across the rows. GPTQ transposes those in registers to store
-//! rows; transposed MXFP4's vectors already are output rows. All store the output dtype from the register, by the store
+//! rows, or, stored as a 16-bit dtype where 32 columns share a group,
+//! looks each row's values up in a table of the group's 16 (made by the
+//! same lane operations, so the same bits) with byte shuffles, no
+//! arithmetic a value; transposed MXFP4's vectors already are output rows. All store the output dtype from the register, by the store
 //! path's own lane conversions, with no `f32` buffer between. The bitsandbytes
 //! blocks the reader takes are `books`' (every width); the `four_bit` here
 //! is the `f32` one the reference path's tails use.
