@@ -113,6 +113,7 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
                 zero_words: rows.div_ceil(8),
                 scales: &scales[..cols / 128 * rows],
                 groups: &groups,
+                runs: &crate::cast::simd::int4_runs(&groups),
             };
             let packing = super::gptq::Packing {
                 bits: 4,

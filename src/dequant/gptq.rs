@@ -55,6 +55,8 @@ pub(crate) struct Piece<'a> {
     pub scales: &'a [f32],
     /// The group of each input column (`K` entries, each below the groups).
     pub groups: &'a [u32],
+    /// [`crate::cast::simd::int4_runs`] of `groups`: made once a weight.
+    pub runs: &'a [u32],
 }
 
 /// Dequantizes output rows `[n0, n0 + nb)` into `out` (`nb * K` values,
@@ -173,22 +175,31 @@ impl<'a> Rows<'a> {
         self.tile_zeros.clear();
         self.tile_zeros.resize(groups * 8, 0.0);
         self.tile_scales.clear();
-        self.tile_scales.resize(groups * 8, 0.0);
-        for j in 0..8 {
-            let n = p.n0 + i + j;
-            let (zero_word, zero_slot) = (n / per - self.first_word, n % per);
-            for g in 0..groups {
-                let stored = packing.code(p.zeros[g * p.zero_words + zero_word], zero_slot);
-                self.tile_zeros[g * 8 + j] = (stored + packing.zero_offset) as f32;
-                self.tile_scales[g * 8 + j] = p.scales[g * nb + i + j];
+        for g in 0..groups {
+            let at = g * nb + i;
+            self.tile_scales.extend_from_slice(&p.scales[at..at + 8]);
+        }
+        let n = p.n0 + i;
+        let zero_word = n / per - self.first_word;
+        // Rows from a multiple of 8: their zero points are one word's 8
+        // codes in each group (no division a row).
+        let slots: [usize; 8] = std::array::from_fn(|j| (n % per + j) % per);
+        let words: [usize; 8] = std::array::from_fn(|j| (n + j) / per - n / per + zero_word);
+        for (g, zeros) in self.tile_zeros.chunks_exact_mut(8).enumerate() {
+            let group = &p.zeros[g * p.zero_words..];
+            for (j, z) in zeros.iter_mut().enumerate() {
+                let stored = packing.code(group[words[j]], slots[j]);
+                *z = (stored + packing.zero_offset) as f32;
             }
         }
+        let runs = p.runs;
         let tile = crate::cast::simd::Int4Tile {
             words: &p.qweight[i..],
             stride: nb,
             groups: p.groups,
             zeros: &self.tile_zeros,
             scales: &self.tile_scales,
+            runs,
         };
         let done = crate::cast::simd::int4_rows8(&tile, self.scale_dtype, to, out);
         if done == 0 {
@@ -316,6 +327,7 @@ mod tests {
                 zero_words: 1,
                 scales: &scales,
                 groups: &groups,
+                runs: &crate::cast::simd::int4_runs(&groups),
             };
             for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
                 let run = |isa| {
@@ -396,6 +408,7 @@ mod tests {
                 zero_words,
                 scales: &scales,
                 groups: &groups,
+                runs: &crate::cast::simd::int4_runs(&groups),
             };
             let packing = Packing { bits: 4, zero_offset: u32::from(v1) };
             // From the first row, and from a later one on: those rows' bytes.
@@ -463,6 +476,7 @@ mod tests {
                 zero_words,
                 scales: &scales,
                 groups: &groups,
+                runs: &crate::cast::simd::int4_runs(&groups),
             };
             let packing = Packing {
                 bits: 4,
@@ -470,6 +484,70 @@ mod tests {
             };
             let mismatch = first_mismatch(&p, packing, 0);
             assert!(mismatch.is_none(), "{mismatch:?}, {special:?}");
+        }
+    }
+
+    /// The tiles' lookup (64 columns a step, each 32 in one group): groups
+    /// of 16 to 128 columns and one for the row (some blocks of 32 in two
+    /// groups, which are computed), blocks whose groups come back out of
+    /// order (act-order in runs of 32), rows ending in words short of a
+    /// step and in part of a word, zero points from a row of 8 or across
+    /// two words, scales finite or not: every path's bytes those of the
+    /// reference's values stored after.
+    #[test]
+    fn tiles_look_up_blocks_of_one_group() {
+        let mut next = crate::dequant::xorshift(0x6c0c_2b1d_93e5_a7f1);
+        let nb = 16;
+        for (k_len, n0) in [(512usize, 8usize), (64 * 3 + 8 * 3 + 5, 3)] {
+            let blocks = k_len.div_ceil(32) as u32;
+            let runs: Vec<Vec<u32>> = vec![
+                (0..k_len as u32).map(|k| k / 16).collect(),
+                (0..k_len as u32).map(|k| k / 32).collect(),
+                (0..k_len as u32).map(|k| k / 48).collect(),
+                (0..k_len as u32).map(|k| k / 64).collect(),
+                (0..k_len as u32).map(|k| k / 128).collect(),
+                vec![0; k_len],
+                // Blocks of 32 in groups 2, 0, 2, 1, 0, 2, ...
+                (0..k_len as u32)
+                    .map(|k| [2, 0, 2, 1, 0][(k / 32) as usize % 5])
+                    .collect(),
+            ];
+            for groups in runs {
+                let n_groups = *groups.iter().max().unwrap() as usize + 1;
+                assert!(n_groups <= blocks as usize * 2);
+                let qweight: Vec<u32> =
+                    (0..k_len.div_ceil(8) * nb).map(|_| next() as u32).collect();
+                let zero_words = (n0 + nb - 1) / 8 - n0 / 8 + 1;
+                let zeros: Vec<u32> = (0..n_groups * zero_words).map(|_| next() as u32).collect();
+                for special in [None, Some(f32::NAN), Some(f32::NEG_INFINITY)] {
+                    let mut scales: Vec<f32> = (0..n_groups * nb)
+                        .map(|_| (next() % 4096) as f32 / 64.0 - 32.0)
+                        .collect();
+                    if let Some(x) = special {
+                        scales[nb * (n_groups - 1) + 9] = x;
+                    }
+                    let p = Piece {
+                        n0,
+                        rows: nb,
+                        qweight: &qweight,
+                        zeros: &zeros,
+                        zero_words,
+                        scales: &scales,
+                        groups: &groups,
+                        runs: &crate::cast::simd::int4_runs(&groups),
+                    };
+                    for v1 in [false, true] {
+                        let packing = Packing {
+                            bits: 4,
+                            zero_offset: u32::from(v1),
+                        };
+                        for first in [0, 8] {
+                            let mismatch = first_mismatch(&p, packing, first);
+                            assert!(mismatch.is_none(), "{mismatch:?}, K {k_len}, {special:?}");
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -499,6 +577,7 @@ mod tests {
             zero_words: 1,
             scales: &scales,
             groups: &groups,
+            runs: &crate::cast::simd::int4_runs(&groups),
         };
         let packing = Packing {
             bits: 4,
@@ -541,6 +620,7 @@ mod tests {
             zero_words: 1,
             scales: &scales,
             groups: &groups,
+            runs: &crate::cast::simd::int4_runs(&groups),
         };
         let mut out = [0f32; 16];
         let v1 = Packing {

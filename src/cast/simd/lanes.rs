@@ -303,10 +303,10 @@ macro_rules! lane_kernels {
         }
 
         /// [`put_rounded`]'s 16-bit values (`O` 1 or 2), in the lanes' low
-        /// halves.
+        /// halves (the high ones zero).
         #[inline]
         #[target_feature(enable = $feat)]
-        fn half_lanes<const R: u8, const O: u8, const CLEAN: bool>(v: V) -> V {
+        pub(super) fn half_lanes<const R: u8, const O: u8, const CLEAN: bool>(v: V) -> V {
             match O {
                 1 if R == 1 => srli::<16>(v),
                 1 if CLEAN => bf16_not_nan(v),

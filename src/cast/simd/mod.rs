@@ -261,13 +261,31 @@ dispatch! {
 /// GPTQ 4-bit, 8 output rows: row `j`'s word `w` at `words[w * stride +
 /// j]` (input columns `8w..8w + 8`, low bits first), column `k`'s group
 /// `groups[k]`, the rows' zero points and scales of group `g` at
-/// `zeros[8g..8g + 8]`, `scales[8g..8g + 8]`.
+/// `zeros[8g..8g + 8]`, `scales[8g..8g + 8]`; `runs[b]` the group of
+/// columns `32b..32b + 32` when they are all in one, else [`MIXED`]
+/// (whole blocks only; see [`int4_runs`]).
 pub(crate) struct Int4Tile<'a> {
     pub words: &'a [u32],
     pub stride: usize,
     pub groups: &'a [u32],
     pub zeros: &'a [f32],
     pub scales: &'a [f32],
+    pub runs: &'a [u32],
+}
+
+/// An [`Int4Tile`] block of 32 columns in more than one group.
+pub(crate) const MIXED: u32 = u32::MAX;
+
+/// [`Int4Tile::runs`] of columns in `groups`: each whole block of 32
+/// columns' one group, or [`MIXED`].
+pub(crate) fn int4_runs(groups: &[u32]) -> Vec<u32> {
+    groups
+        .chunks_exact(32)
+        .map(|b| match b.iter().all(|&g| g == b[0]) {
+            true => b[0],
+            false => MIXED,
+        })
+        .collect()
 }
 
 /// One AutoAWQ 4-bit output row: input column `k`'s code the nibble at

@@ -10,7 +10,10 @@
 //! transposed) take 8 or 16 output rows at once: their words are one
 //! load (GPTQ) or 8 short ones (MXFP4), and each code position of them is
 //! a vector across the rows. GPTQ transposes those in registers to store
-//! rows; transposed MXFP4's vectors already are output rows. All store the output dtype from the register, by the store
+//! rows, or, stored as a 16-bit dtype where 32 columns share a group,
+//! looks each row's values up in a table of the group's 16 (made by the
+//! same lane operations, so the same bits) with byte shuffles, no
+//! arithmetic a value; transposed MXFP4's vectors already are output rows. All store the output dtype from the register, by the store
 //! path's own lane conversions, with no `f32` buffer between. The bitsandbytes
 //! blocks the reader takes are `books`' (every width); the `four_bit` here
 //! is the `f32` one the reference path's tails use.
@@ -18,9 +21,10 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    book16, f16_lanes, look_up, pack, put_rounded, put_rounded2, rounded, srli, store, stored_as,
+    book16, f16_lanes, half_lanes, look_up, pack, put_rounded, put_rounded2, rounded, srli, store,
+    stored_as,
 };
-use super::{AwqRow, Int4Tile as Tile};
+use super::{AwqRow, Int4Tile as Tile, MIXED};
 use crate::Dtype;
 
 #[inline]
@@ -182,23 +186,60 @@ fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> us
     }
     // Finite scales make no NaN (`q - zero` is a small integer): the lanes
     // skip the NaN patches.
-    match t.scales.iter().all(|s| s.is_finite()) {
+    match t.scales.iter().fold(true, |all, s| all & s.is_finite()) {
         true => int4_tile::<ROUND, OUT, true>(t, out),
         false => int4_tile::<ROUND, OUT, false>(t, out),
     }
 }
 
-/// [`int4_rows8_as`], its values known not to be NaN if `CLEAN`.
+/// [`int4_rows8_as`], its values known not to be NaN if `CLEAN`. Stored
+/// as a 16-bit dtype, 64 columns at a time are looked up (see
+/// [`looked_up`]) where each 32 of them are in one group; the rest, and
+/// F32, computed a column of rows at a time ([`computed`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn int4_tile<const ROUND: u8, const OUT: u8, const CLEAN: bool>(t: &Tile, out: &mut [u8]) -> usize {
+    let n = t.groups.len() / 8;
+    let mut w = 0;
+    if OUT != 0 {
+        let mut books = Books::default();
+        while w + 8 <= n {
+            let run = |b: usize| t.runs.get(b).copied().unwrap_or(MIXED);
+            let (ga, gb) = (run(w / 4), run(w / 4 + 1));
+            if ga == MIXED || gb == MIXED {
+                computed::<ROUND, OUT, CLEAN>(t, w, w + 8, out);
+            } else {
+                let a = match books.find(ga) {
+                    Some(a) => a,
+                    None => books.make::<ROUND, OUT, CLEAN>(t, ga, books.find(gb)),
+                };
+                let b = match books.find(gb) {
+                    Some(b) => b,
+                    None => books.make::<ROUND, OUT, CLEAN>(t, gb, Some(a)),
+                };
+                looked_up(t, w, &books.books[a], &books.books[b], out);
+            }
+            w += 8;
+        }
+    }
+    computed::<ROUND, OUT, CLEAN>(t, w, n, out);
+    8 * n
+}
+
+/// Words `[w, end)` of the tile's 8 rows: two words' columns of the rows
+/// at a time ([`int4_columns`]), transposed in registers, each row's 16
+/// values one store; then the last word.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn computed<const ROUND: u8, const OUT: u8, const CLEAN: bool>(
+    t: &Tile,
+    mut w: usize,
+    end: usize,
+    out: &mut [u8],
+) {
     let width = if OUT == 0 { 4 } else { 2 };
     let cols = t.groups.len();
-    let n = cols / 8;
-    // Two words (16 columns) of the 8 rows at a time, each row's 16
-    // values one store; then the last word.
-    let mut w = 0;
-    while w + 2 <= n {
+    while w + 2 <= end {
         let a = transpose8(int4_columns::<ROUND, CLEAN>(t, w));
         let b = transpose8(int4_columns::<ROUND, CLEAN>(t, w + 1));
         for (j, (a, b)) in a.into_iter().zip(b).enumerate() {
@@ -208,7 +249,7 @@ fn int4_tile<const ROUND: u8, const OUT: u8, const CLEAN: bool>(t: &Tile, out: &
         }
         w += 2;
     }
-    if w < n {
+    if w < end {
         for (j, row) in transpose8(int4_columns::<ROUND, CLEAN>(t, w))
             .into_iter()
             .enumerate()
@@ -217,7 +258,143 @@ fn int4_tile<const ROUND: u8, const OUT: u8, const CLEAN: bool>(t: &Tile, out: &
             put_rounded::<ROUND, OUT, CLEAN>(_mm256_castps_si256(row), &mut out[at..]);
         }
     }
-    8 * n
+}
+
+/// One group's 16 possible values in each of the tile's 8 rows, as the
+/// 16-bit output: row `j`'s low bytes (`[j][0]`) and high bytes (`[j][1]`)
+/// by code, each 16 bytes repeated in both halves of the register (the
+/// byte shuffle looks up within each half).
+type Book = [[__m256i; 2]; 8];
+
+/// The books of the last two groups looked up in, and their groups.
+struct Books {
+    groups: [u32; 2],
+    books: [Book; 2],
+}
+
+impl Default for Books {
+    fn default() -> Self {
+        let zero: __m256i = bytemuck::Zeroable::zeroed();
+        Books {
+            groups: [MIXED; 2],
+            books: [[[zero; 2]; 8]; 2],
+        }
+    }
+}
+
+impl Books {
+    fn find(&self, g: u32) -> Option<usize> {
+        self.groups.iter().position(|&h| h == g)
+    }
+
+    /// Group `g`'s book made into a slot other than `keep`'s: each row's
+    /// `(q - zero) * scale` for the 16 codes `q`, rounded and stored as
+    /// [`computed`] does it (the same operations on the same operands, so
+    /// the same bits, NaN payloads included), split into low and high
+    /// bytes. Returns the slot.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn make<const ROUND: u8, const OUT: u8, const CLEAN: bool>(
+        &mut self,
+        t: &Tile,
+        g: u32,
+        keep: Option<usize>,
+    ) -> usize {
+        let at = usize::from(keep == Some(0));
+        // `packus` interleaves the halves of its two operands: codes 0..8
+        // in the low half, 8..16 in the high one.
+        let qa = _mm256_setr_ps(0.0, 1.0, 2.0, 3.0, 8.0, 9.0, 10.0, 11.0);
+        let qb = _mm256_setr_ps(4.0, 5.0, 6.0, 7.0, 12.0, 13.0, 14.0, 15.0);
+        // Within each half: the 8 low bytes, then the 8 high ones.
+        let split = _mm256_setr_epi8(
+            0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3,
+            5, 7, 9, 11, 13, 15,
+        );
+        let first = g as usize * 8;
+        let values = |q: __m256, z: __m256, s: __m256| {
+            let v = _mm256_castps_si256(_mm256_mul_ps(_mm256_sub_ps(q, z), s));
+            half_lanes::<ROUND, OUT, CLEAN>(rounded::<ROUND, CLEAN>(v))
+        };
+        for (j, book) in self.books[at].iter_mut().enumerate() {
+            let z = _mm256_set1_ps(t.zeros[first + j]);
+            let s = _mm256_set1_ps(t.scales[first + j]);
+            let halves = _mm256_packus_epi32(values(qa, z, s), values(qb, z, s));
+            let bytes = _mm256_shuffle_epi8(halves, split);
+            *book = [
+                _mm256_permute4x64_epi64::<0b10_00_10_00>(bytes),
+                _mm256_permute4x64_epi64::<0b11_01_11_01>(bytes),
+            ];
+        }
+        self.groups[at] = g;
+        at
+    }
+}
+
+/// Words `w..w + 8` (64 columns) of the tile's 8 rows, columns `8w..8w +
+/// 32` looked up in book `a`, the next 32 in `b`, stored as 16-bit values.
+/// A row's 8 words are gathered into one register, the even words in its
+/// low half and the odd ones in its high half: then each nibble is a byte
+/// index in the half of the register the byte shuffle looks up in, and
+/// interleaving the looked-up low and high bytes puts 16 consecutive
+/// columns in one register, in order. No arithmetic, 4 shuffles of
+/// lookup and 4 of interleaving a row of 64.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn looked_up(t: &Tile, w: usize, a: &Book, b: &Book, out: &mut [u8]) {
+    let cols = t.groups.len();
+    // Rows 0..4 (`HIGH` false) or 4..8 of words `w + 2m`, `w + 2m + 1`.
+    let pair = |m: usize, high: bool| {
+        let half = |k: usize| {
+            let at = (w + k) * t.stride + 4 * usize::from(high);
+            let v: [u32; 4] = t.words[at..at + 4].try_into().expect("4 words");
+            bytemuck::cast::<_, __m128i>(v)
+        };
+        _mm256_set_m128i(half(2 * m + 1), half(2 * m))
+    };
+    // The words of the rows 16 on, which the tile after next reads: its
+    // cache lines fetched while this one computes. A strip's packed rows
+    // lie 4 KiB and more apart (one page each), where no hardware
+    // prefetcher follows, and by the time its later tiles come the
+    // strip has left the cache (the output written since is larger).
+    for k in 0..8 {
+        let at = (w + k) * t.stride + 16;
+        if let Some(word) = t.words.get(at) {
+            prefetch(word);
+        }
+    }
+    let nibble = _mm256_set1_epi8(0x0f);
+    for high in [false, true] {
+        let c: [__m256i; 4] = std::array::from_fn(|m| pair(m, high));
+        let t0 = _mm256_unpacklo_epi32(c[0], c[1]);
+        let t1 = _mm256_unpackhi_epi32(c[0], c[1]);
+        let t2 = _mm256_unpacklo_epi32(c[2], c[3]);
+        let t3 = _mm256_unpackhi_epi32(c[2], c[3]);
+        let rows = [
+            _mm256_unpacklo_epi64(t0, t2),
+            _mm256_unpackhi_epi64(t0, t2),
+            _mm256_unpacklo_epi64(t1, t3),
+            _mm256_unpackhi_epi64(t1, t3),
+        ];
+        for (i, r) in rows.into_iter().enumerate() {
+            let j = i + 4 * usize::from(high);
+            let lo = _mm256_and_si256(r, nibble);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(r), nibble);
+            let at = (j * cols + 8 * w) * 2;
+            let out = &mut out[at..at + 128];
+            for (k, (idx, book)) in [
+                (_mm256_unpacklo_epi8(lo, hi), &a[j]),
+                (_mm256_unpackhi_epi8(lo, hi), &b[j]),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let low = _mm256_shuffle_epi8(book[0], idx);
+                let high = _mm256_shuffle_epi8(book[1], idx);
+                store(&mut out[64 * k..], _mm256_unpacklo_epi8(low, high));
+                store(&mut out[64 * k + 32..], _mm256_unpackhi_epi8(low, high));
+            }
+        }
+    }
 }
 
 /// Columns `8w..8w + 8` of the tile's 8 rows, rounded as `ROUND` says:
@@ -469,6 +646,15 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
         }
     }
     true
+}
+
+/// A hint that `word`'s cache line is read soon: fetched into L2 (and
+/// not L1, which the tile's stores pass through).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn prefetch(word: &u32) {
+    let p: *const u32 = word;
+    _mm_prefetch::<_MM_HINT_T1>(p.cast())
 }
 
 /// The 8 x 8 matrix of rows `v` transposed: lane `i` of result `j` is

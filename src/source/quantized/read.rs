@@ -19,10 +19,8 @@ pub(crate) struct DequantReader {
     end: u64,
     /// Rows per piece.
     step: u64,
-    /// Each input column's group (GPTQ, compressed-tensors), made on the
-    /// first piece: shared by the parts of one weight ([`parts_of`]), so
-    /// that it is made (and `g_idx` read) about once a tensor.
-    groups: Arc<OnceLock<Vec<u32>>>,
+    /// What the readers of one weight's parts share ([`parts_of`]).
+    shared: Arc<Shared>,
     /// The MXFP4 band held, made on the first piece.
     bands: Option<super::mxfp4::Bands>,
     /// compressed-tensors MXFP4's table of values, made on the first piece.
@@ -62,12 +60,14 @@ impl DequantReader {
         // the others' (a gpt-oss expert's 5760 columns: 1 MiB of BF16, the
         // copy engine's chunk, which then takes them whole).
         // GPTQ and AWQ read their words as a strip of the packed matrix's
-        // columns, a positional read per packed row: pieces of 4 x the rows
-        // make those reads 4 x longer and 4 x fewer (at 64 rows, 256-byte
+        // columns, a positional read per packed row: pieces of 8 x (AWQ 4 x)
+        // the rows make those reads that much longer and fewer (at 64 rows, 256-byte
         // reads were half the CPU time of a 1 GiB GPTQ weight).
         let step = match &*w.kind {
             Kind::Mxfp4 { .. } if step >= 16 => step / 2 / 8 * 8,
-            Kind::Gptq { .. } | Kind::Awq { .. } => step.saturating_mul(STRIP_ROWS),
+            Kind::Gptq { .. } => step.saturating_mul(STRIP_ROWS),
+            // AWQ's pieces go whole through `bytes` when cut: kept at 4 x.
+            Kind::Awq { .. } => step.saturating_mul(4),
             _ => step,
         };
         DequantReader {
@@ -76,7 +76,7 @@ impl DequantReader {
             row: rows.start,
             end: rows.end,
             step,
-            groups: Arc::default(),
+            shared: Arc::default(),
             bands: None,
             table: None,
             strip: None,
@@ -182,15 +182,21 @@ impl DequantReader {
                 packing,
                 group_size,
             } => {
-                let groups = once(&self.groups, || {
+                let groups = once(&self.shared.groups, || {
                     gptq_groups(g_idx.as_deref(), scales.shape[0], cols, *group_size)
+                })?;
+                let runs = once(&self.shared.runs, || {
+                    Ok(crate::cast::simd::int4_runs(groups))
                 })?;
                 let held = self.strip.as_ref();
                 if !held.is_some_and(|s| s.s0 <= r0 && r1 <= s.s1) {
                     let s1 = r0.saturating_add(self.step).max(r1);
                     let s1 = s1.min(self.w.shape[0]).min(self.end).max(r1);
-                    // The held strip's buffers are read into again.
-                    let mut strip = self.strip.take().unwrap_or_default();
+                    // The held strip's buffers are read into again, else
+                    // those a finished part left.
+                    let mut strip = self.strip.take();
+                    strip = strip.or_else(|| self.shared.strips.lock().ok()?.pop());
+                    let mut strip = strip.unwrap_or_default();
                     strip.read(qweight, qzeros, scales, *packing, r0, s1)?;
                     self.strip = Some(strip);
                 }
@@ -203,6 +209,7 @@ impl DequantReader {
                     zero_words: s.zero_words,
                     scales: &s.scales,
                     groups,
+                    runs,
                 };
                 let first = to_usize(r0 - s.s0)?;
                 let (values, bytes) = (&mut self.values, &mut *out);
@@ -318,7 +325,7 @@ impl DequantReader {
                 per_tensor,
                 group_size,
             } => {
-                let group_of = once(&self.groups, || {
+                let group_of = once(&self.shared.groups, || {
                     gptq_groups(g_idx.as_deref(), *groups, cols, *group_size)
                 })?;
                 let piece = ct_int_piece(
@@ -416,6 +423,9 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
         // peaked at 38 MiB when each also copied its pieces through a
         // buffer of its own; pieces are now made in the copy engine's.)
         Kind::Mxfp4 { geometry, .. } => super::mxfp4::Bands::part_rows(*geometry),
+        // A part holds a whole strip of GPTQ words (`STRIP_ROWS`), so that
+        // its reads of a packed row are as long as the strip.
+        Kind::Gptq { .. } => 128 * STRIP_ROWS,
         _ => 128,
     };
     let per_part = (target / row_bytes).max(1).next_multiple_of(align);
@@ -423,9 +433,9 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
     (parts.len() > 1).then_some(parts)
 }
 
-/// GPTQ's and AWQ's pieces: this many times the others' rows (see
+/// GPTQ's pieces: this many times the others' rows (see
 /// [`DequantReader::rows`]).
-const STRIP_ROWS: u64 = 4;
+const STRIP_ROWS: u64 = 8;
 
 /// The copy engine reads two parts at once (its `READERS`, a layer above):
 /// each part reader takes pieces this many times smaller, so that the two
@@ -439,22 +449,23 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     let mut parts = Vec::new();
     let mut r0 = 0;
     // One group table for every part.
-    let groups = Arc::<OnceLock<Vec<u32>>>::default();
+    let shared = Arc::<Shared>::default();
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
-        let (w, groups) = (w.clone(), groups.clone());
+        let (w, shared) = (w.clone(), shared.clone());
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
-                reader.groups = groups;
+                reader.shared = shared;
                 reader.step = match &*reader.w.kind {
                     // Whole tiles of the vector kernel.
                     Kind::Mxfp4 { .. } => (reader.step / PART_SHARE / 8 * 8).max(8),
-                    // A strip of words as long as the part (8 MiB of
-                    // output: 512 rows of 8192 columns, reads of 2 KiB a
-                    // packed row, 2 MiB of words held): its pieces are cut
-                    // to the copy engine's chunk whatever the strip.
+                    // A strip of words as long as the part (16 MiB of
+                    // output: 1024 rows of 8192 columns, reads of 4 KiB a
+                    // packed row, 4 MiB of words held; at 2 KiB, 147k
+                    // reads were 14 % of a 1 GiB weight's CPU): its pieces
+                    // are cut to the copy engine's chunk whatever the strip.
                     Kind::Gptq { .. } => reader.step,
                     _ => (reader.step / PART_SHARE).max(1),
                 };
@@ -508,6 +519,30 @@ impl Read for DequantReader {
         buf[..n].copy_from_slice(&self.bytes[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
+    }
+}
+
+/// What the readers of one weight's parts share: tables made once a
+/// weight, and GPTQ strips' buffers.
+#[derive(Default)]
+struct Shared {
+    /// Each input column's group (GPTQ, compressed-tensors), made on the
+    /// first piece, so that it is made (and `g_idx` read) about once a
+    /// tensor.
+    groups: OnceLock<Vec<u32>>,
+    /// GPTQ's blocks of 32 columns in one group (the vector kernel's).
+    runs: OnceLock<Vec<u32>>,
+    /// The strips of finished part readers, taken by the next ones: a
+    /// strip's 4 MiB of words were zeroed afresh by each part (3 % of a
+    /// 1 GiB weight's CPU). At most one a reader at once.
+    strips: std::sync::Mutex<Vec<GptqStrip>>,
+}
+
+impl Drop for DequantReader {
+    fn drop(&mut self) {
+        if let (Some(strip), Ok(mut spare)) = (self.strip.take(), self.shared.strips.lock()) {
+            spare.push(strip);
+        }
     }
 }
 
