@@ -12,9 +12,10 @@
 //! changes (only their documentation, to name the format). The folder
 //! `source/<format>/` holds:
 //!
-//! - **the source**: a type implementing [`Source`] (the listing: names,
-//!   dtypes, shapes, metadata from headers alone; then each tensor's bytes
-//!   on demand), read positionally from a [`std::fs::File`];
+//! - **the source**: a type implementing [`Source`]: it holds one
+//!   [`Listing`] (input name, tensors, metadata, from headers alone) that
+//!   [`Source::listing`] returns, then gives each tensor's bytes on demand,
+//!   read positionally from a [`std::fs::File`];
 //! - **its row**, `pub(crate) const ROW: FormatRow` (see `source/format.rs`):
 //!   `FormatRow::new(name, describe, open_file, stream)` plus how it is
 //!   recognised: `magic` (a test on the first bytes, up to
@@ -204,20 +205,66 @@ pub enum Access {
 
 /// A stream of tensors.
 ///
-/// Implementors list their tensors up front and open any of them on
-/// demand. [`Source::open`] may be called in any order when
-/// [`Source::access`] is [`Access::Random`], and only in listing order,
-/// each index once, when it is [`Access::Sequential`].
+/// Implementors list their tensors up front, in one [`Listing`] they hold
+/// ([`Source::listing`]), and open any of them on demand. [`Source::open`]
+/// may be called in any order when [`Source::access`] is
+/// [`Access::Random`], and only in listing order, each index once, when it
+/// is [`Access::Sequential`].
+///
+/// The name, tensors and metadata are read from the listing
+/// ([`Source::input_name`], [`Source::tensors`], [`Source::metadata`]), so a
+/// source states them once instead of writing three getters over fields
+/// of its own:
+///
+/// ```
+/// use futures::future::{BoxFuture, FutureExt};
+/// use safetensors_stream::header::TensorMeta;
+/// use safetensors_stream::source::{Listing, Source, TensorData};
+/// use safetensors_stream::{Dtype, Result};
+///
+/// /// Tensors of zeros, made up as they are read.
+/// struct Zeros(Listing);
+///
+/// impl Source for Zeros {
+///     fn listing(&self) -> &Listing {
+///         &self.0
+///     }
+///     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+///         let len = self.0.tensors[k].byte_len().unwrap_or(0);
+///         async move { Ok(TensorData::new(tokio::io::repeat(0).take(len))) }.boxed()
+///     }
+/// }
+/// # use tokio::io::AsyncReadExt;
+///
+/// let mut listing = Listing::new("zeros");
+/// listing.tensors.push(TensorMeta::new("w", Dtype::F32, vec![2, 3]));
+/// let zeros = Zeros(listing);
+/// assert_eq!(zeros.input_name(), "zeros");
+/// assert_eq!(zeros.tensors()[0].name, "w");
+/// assert!(zeros.metadata().is_none());
+/// ```
 pub trait Source: Send {
-    /// How the input is named in messages (`model.npz`, `-` for stdin).
-    fn input_name(&self) -> &str;
+    /// What the source lists, from headers alone: how the input is named
+    /// in messages (`model.npz`, `-` for stdin), its tensors in its own
+    /// order, its `__metadata__`. The one listing getter a source writes.
+    fn listing(&self) -> &Listing;
 
-    /// The tensors, in the input's own order.
-    fn tensors(&self) -> &[TensorMeta];
+    /// How the input is named in messages: the listing's
+    /// [`input`](Listing::input). Not overridden by the sources here.
+    fn input_name(&self) -> &str {
+        &self.listing().input
+    }
 
-    /// The input's `__metadata__`, if it has one.
+    /// The tensors, in the input's own order: the listing's
+    /// [`tensors`](Listing::tensors).
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.listing().tensors
+    }
+
+    /// The input's `__metadata__`, if it has one: the listing's
+    /// [`metadata`](Listing::metadata).
     fn metadata(&self) -> Option<&Metadata> {
-        None
+        self.listing().metadata.as_ref()
     }
 
     /// Whether the tensors are named as a PyTorch model names them by
@@ -246,9 +293,20 @@ pub trait Source: Send {
         None
     }
 
-    /// Whether tensors can be opened in any order.
+    /// The source this one wraps, when it lists another's tensors renamed
+    /// or dequantized (`--names hf`, quantized safetensors): then how it
+    /// can be read ([`Source::access`]), what it read ([`Source::opened`],
+    /// [`Source::identity`], [`Source::check_unchanged`]) and the config
+    /// beside it ([`Source::config_beside`]) are the wrapped source's,
+    /// without a getter forwarding each. None by default.
+    fn wrapped(&self) -> Option<&dyn Source> {
+        None
+    }
+
+    /// Whether tensors can be opened in any order: in any order by
+    /// default, or as the wrapped source can be.
     fn access(&self) -> Access {
-        Access::Random
+        self.wrapped().map_or(Access::Random, |w| w.access())
     }
 
     /// Opens tensor `k`'s bytes. The reader must yield exactly the tensor's
@@ -266,7 +324,7 @@ pub trait Source: Send {
     /// ranges were validated against the length at open; a file that grew
     /// or shrank under us is being rewritten, and its copy is refused.
     fn check_unchanged(&self) -> Result<()> {
-        Ok(())
+        self.wrapped().map_or(Ok(()), |w| w.check_unchanged())
     }
 
     /// Opens tensor `k` ahead of time, if the source can while another of
@@ -304,7 +362,7 @@ pub trait Source: Send {
     /// sees another version of an input refuses instead of mixing versions.
     /// `None` where the input has no identity to give (standard input).
     fn identity(&self) -> Option<String> {
-        None
+        self.wrapped()?.identity()
     }
 
     /// Where tensor `k`'s bytes lie in a file, if they lie there as they
@@ -332,7 +390,7 @@ pub trait Source: Send {
     /// read it itself (an object's sibling); `None` where it is a file to
     /// read beside the input's path, or there is none.
     fn config_beside(&self) -> Option<&[u8]> {
-        None
+        self.wrapped()?.config_beside()
     }
 
     /// Every file or object this source read, each with its identity as
@@ -342,7 +400,7 @@ pub trait Source: Send {
     /// that no output replaces an input. None by default (a source made in
     /// memory); a source that wraps another reports the other's.
     fn opened(&self) -> Vec<crate::location::Opened> {
-        Vec::new()
+        self.wrapped().map_or_else(Vec::new, |w| w.opened())
     }
 
     /// The pieces tensor `k` is stored in, when the input cuts it (a
@@ -536,8 +594,10 @@ impl Listed for Box<dyn Source + '_> {
     }
 }
 
-/// A source's listing, detached from its I/O: what the planner reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a source lists from headers alone, before any tensor's bytes:
+/// every source holds one ([`Source::listing`]), and what the planner
+/// reads of a source is its listing (detached with [`Listing::of`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listing {
     /// How the input is named in messages.
     pub input: String,
@@ -548,13 +608,19 @@ pub struct Listing {
 }
 
 impl Listing {
-    /// The listing of `source`.
-    pub fn of(source: &dyn Source) -> Listing {
+    /// An empty listing of the input named `input`: no tensors, no
+    /// metadata.
+    pub fn new(input: impl Into<String>) -> Listing {
         Listing {
-            input: source.input_name().to_string(),
-            tensors: source.tensors().to_vec(),
-            metadata: source.metadata().cloned(),
+            input: input.into(),
+            tensors: Vec::new(),
+            metadata: None,
         }
+    }
+
+    /// The listing of `source`, detached from it (a copy).
+    pub fn of(source: &dyn Source) -> Listing {
+        source.listing().clone()
     }
 }
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
 use super::format::{FileInput, FormatRow, Stream, StreamInput, Unwrap};
-use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
+use super::{file_range, Access, FileSpan, Listing, Source, TensorData, TensorReader};
 use crate::error::Span;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
@@ -223,8 +223,7 @@ enum Data {
 pub struct RawSource {
     /// The location it was opened from, reported first by `opened`.
     origin: Option<crate::location::Opened>,
-    input: String,
-    tensors: Vec<TensorMeta>,
+    listing: Listing,
     placed: Vec<Placed>,
     transform: Vec<Transform>,
     allow_trailing: bool,
@@ -234,8 +233,7 @@ pub struct RawSource {
 impl std::fmt::Debug for RawSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RawSource")
-            .field("input", &self.input)
-            .field("tensors", &self.tensors)
+            .field("listing", &self.listing)
             .finish()
     }
 }
@@ -249,8 +247,11 @@ impl RawSource {
             .collect();
         let src = RawSource {
             origin: None,
-            input: input.to_string(),
-            tensors,
+            listing: Listing {
+                input: input.to_string(),
+                tensors,
+                metadata: None,
+            },
             placed,
             transform,
             allow_trailing: spec.allow_trailing,
@@ -370,12 +371,8 @@ impl Source for RawSource {
         self.origin.iter().cloned().collect()
     }
 
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn access(&self) -> Access {
@@ -394,7 +391,7 @@ impl Source for RawSource {
 
     fn check_unchanged(&self) -> Result<()> {
         match &self.data {
-            Data::File(f, opened) => super::unchanged(f, opened, &self.input),
+            Data::File(f, opened) => super::unchanged(f, opened, &self.listing.input),
             Data::Stream { .. } => Ok(()),
         }
     }
