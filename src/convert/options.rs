@@ -59,7 +59,7 @@ pub struct ConvertOptions {
 impl Default for ConvertOptions {
     fn default() -> Self {
         ConvertOptions {
-            source: SourceOptions::default(),
+            source: SourceOptions::DEFAULT,
             plan: PlanOptions::default(),
             sink: SinkOptions::default(),
             sync: true,

@@ -23,6 +23,9 @@ use std::fmt;
 pub struct FreedMemoryHook(Option<fn()>);
 
 impl FreedMemoryHook {
+    /// No hook: nothing is called (the default).
+    pub const NONE: FreedMemoryHook = FreedMemoryHook(None);
+
     /// A hook calling `hand_back`, from the thread that opens the input.
     pub fn new(hand_back: fn()) -> FreedMemoryHook {
         FreedMemoryHook(Some(hand_back))

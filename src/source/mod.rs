@@ -481,42 +481,43 @@ crate::setters::options! {
     ///     .npy(NpyOptions::default().void_as(Some(Dtype::BF16)))
     ///     .torch(TorchOptions::default().root(Some("model".into())));
     /// assert_eq!(options.npy.void_as, Some(Dtype::BF16));
+    /// assert_eq!(SourceOptions::DEFAULT, SourceOptions::default());
     /// ```
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct SourceOptions {
         /// Read every input as a raw dump laid out like this (dtype, shape and
         /// offset per tensor); compressed dumps are unwrapped when their name
         /// ends in .gz, .zst, .xz or .bz2.
-        pub raw: Option<raw::RawSpec>,
+        pub raw: Option<raw::RawSpec> = None,
         /// The tensor name for a single-array input (.npy), instead of the file stem.
-        pub name: Option<String>,
+        pub name: Option<String> = None,
         /// Numpy inputs (.npy, .npz).
-        pub npy: npy::NpyOptions,
+        pub npy: npy::NpyOptions = npy::NpyOptions::DEFAULT,
         /// PyTorch checkpoints.
-        pub torch: pytorch::row::TorchOptions,
+        pub torch: pytorch::row::TorchOptions = pytorch::row::TorchOptions::DEFAULT,
         /// GGUF files.
-        pub gguf: gguf::GgufOptions,
+        pub gguf: gguf::GgufOptions = gguf::GgufOptions::DEFAULT,
         /// Quantized tensors (GGUF blocks; FP8, GPTQ, AWQ, bitsandbytes and NVFP4
         /// weights in safetensors) are dequantized to this dtype: F32, F16 or
         /// BF16 (`--dequantize`, `--dequantize-to`). GGUF inputs are always
         /// dequantized, to BF16 when this is `None`; quantized safetensors are
         /// copied as they are when it is `None`.
-        pub dequantize: Option<crate::Dtype>,
+        pub dequantize: Option<crate::Dtype> = None,
         /// Only the listing (names, dtypes, shapes, metadata) is wanted, as by
         /// `inspect`: a safetensors stream (`-`) is read up to the end of its
         /// header instead of spooled whole, and its data cannot be read.
-        pub listing_only: bool,
+        pub listing_only: bool = false,
         /// Called between the phases of opening a large input, once a phase
         /// freed much memory (`convert` hands it back to the system then).
-        pub freed_memory: FreedMemoryHook,
+        pub freed_memory: FreedMemoryHook = FreedMemoryHook::NONE,
         /// TensorFlow (HDF5) and Flax (MessagePack) checkpoints of
         /// transformers: name, lay out and shape the tensors as the PyTorch
         /// model's state dict ([`Names::Hf`], `--names hf`); other inputs
         /// are refused with it.
-        pub names: Names,
+        pub names: Names = Names::Stored,
         /// The bounds on what an input may make us build or write
         /// ([`Limits`](crate::limits::Limits), `--limit`).
-        pub limits: crate::limits::Limits,
+        pub limits: crate::limits::Limits = crate::limits::Limits::DEFAULT,
     }
 }
 

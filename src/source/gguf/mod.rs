@@ -117,11 +117,11 @@ impl GgufSource {
 
 crate::setters::options! {
     /// How GGUF files are read.
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct GgufOptions {
         /// Copy the scalar metadata keys into `__metadata__` as strings
         /// (`--gguf-metadata`); array values are left out and counted.
-        pub metadata: bool,
+        pub metadata: bool = false,
     }
 }
 

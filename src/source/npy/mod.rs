@@ -216,13 +216,13 @@ fn eof_is_bad(e: std::io::Error, at: u64) -> Error {
 
 crate::setters::options! {
     /// How numpy inputs (.npy files, .npz members) are read.
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct NpyOptions {
         /// Read void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
         /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
-        pub void_as: Option<crate::Dtype>,
+        pub void_as: Option<crate::Dtype> = None,
         /// Skip npz members that are not `.npy` arrays instead of refusing the archive.
-        pub skip_non_npy: bool,
+        pub skip_non_npy: bool = false,
     }
 }
 
