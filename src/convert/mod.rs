@@ -111,12 +111,15 @@ pub async fn open_inputs(
 /// Opens every input at `locations`, reading headers only. Each source
 /// reports the files and objects it read ([`Source::opened`]): what the
 /// output is checked against.
-pub async fn open_locations(
-    locations: &[Location],
-    options: &ConvertOptions,
-) -> Result<Vec<Box<dyn Source>>> {
-    let notice: Notice<'_> = options.notice.as_deref().unwrap_or(&|_| {});
-    crate::source::open_locations(locations, &options.source, notice).await
+///
+/// Not `async` itself: it hands back the sources' own opening, with the
+/// options' notice (none: nothing is told), for the caller to await.
+pub fn open_locations<'a>(
+    locations: &'a [Location],
+    options: &'a ConvertOptions,
+) -> impl std::future::Future<Output = Result<Vec<Box<dyn Source>>>> + Send + 'a {
+    let notice: Notice<'a> = options.notice.as_deref().unwrap_or(&|_| {});
+    crate::source::open_locations(locations, &options.source, notice)
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,
