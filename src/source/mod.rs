@@ -47,6 +47,26 @@
 //! scales may lie in any input) is not a row but a `format::Wrap` listed
 //! in `table::WRAPS`, applied to every set of opened inputs.
 
+/// The [`Source`] getters of a source of one file or one stream (npy,
+/// raw), answered by its `self.data.backing()`, a [`FileOrStream`]: in
+/// the `impl Source` of each (a macro, as the trait cannot provide them
+/// without a public getter of the backing).
+macro_rules! file_or_stream_getters {
+    () => {
+        fn access(&self) -> Access {
+            self.data.backing().access()
+        }
+
+        fn identity(&self) -> Option<String> {
+            self.data.backing().identity()
+        }
+
+        fn check_unchanged(&self) -> Result<()> {
+            self.data.backing().check_unchanged(&self.listing.input)
+        }
+    };
+}
+
 // The parsers below keep `pub` items the `internals` feature re-exports for
 // the tests, benchmarks and fuzz targets; without it they are crate-only.
 pub(crate) mod backed;
@@ -682,6 +702,29 @@ impl Stamp {
 pub(crate) fn identities<'a>(stamps: impl IntoIterator<Item = &'a Stamp>) -> Option<String> {
     let all: Vec<String> = stamps.into_iter().map(Stamp::identity).collect();
     (!all.is_empty()).then(|| all.join(","))
+}
+
+/// A source of one file or one stream (npy, raw), by the file it opened and
+/// how that was then (`None`: a stream): its answers to
+/// [`Source::access`], [`Source::identity`] and [`Source::check_unchanged`].
+pub(crate) struct FileOrStream<'a>(pub(crate) Option<(&'a std::fs::File, &'a Stamp)>);
+
+impl FileOrStream<'_> {
+    pub(crate) fn access(&self) -> Access {
+        match self.0 {
+            Some(_) => Access::Random,
+            None => Access::Sequential,
+        }
+    }
+
+    pub(crate) fn identity(&self) -> Option<String> {
+        self.0.map(|(_, opened)| opened.identity())
+    }
+
+    pub(crate) fn check_unchanged(&self, input: &str) -> Result<()> {
+        self.0
+            .map_or(Ok(()), |(file, opened)| unchanged(file, opened, input))
+    }
 }
 
 /// The check behind [`Source::check_unchanged`] for one file.

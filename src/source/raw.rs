@@ -10,7 +10,9 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
 use super::format::{FileInput, FormatRow, Stream, StreamInput, Unwrap};
-use super::{file_range, Access, FileSpan, Listing, Source, TensorData, TensorReader};
+use super::{
+    file_range, Access, FileOrStream, FileSpan, Listing, Source, TensorData, TensorReader,
+};
 use crate::error::Span;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
@@ -219,6 +221,15 @@ enum Data {
     },
 }
 
+impl Data {
+    fn backing(&self) -> FileOrStream<'_> {
+        FileOrStream(match self {
+            Data::File(file, opened) => Some((file, opened)),
+            Data::Stream { .. } => None,
+        })
+    }
+}
+
 /// A raw dump as a source.
 pub struct RawSource {
     /// The location it was opened from, reported first by `opened`.
@@ -375,26 +386,7 @@ impl Source for RawSource {
         &self.listing
     }
 
-    fn access(&self) -> Access {
-        match self.data {
-            Data::File(..) => Access::Random,
-            Data::Stream { .. } => Access::Sequential,
-        }
-    }
-
-    fn identity(&self) -> Option<String> {
-        match &self.data {
-            Data::File(_, opened) => Some(opened.identity()),
-            Data::Stream { .. } => None,
-        }
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        match &self.data {
-            Data::File(f, opened) => super::unchanged(f, opened, &self.listing.input),
-            Data::Stream { .. } => Ok(()),
-        }
-    }
+    file_or_stream_getters!();
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
         let Data::File(file, _) = &self.data else {

@@ -16,7 +16,9 @@ use self::fortran::{same_as_c_order, FortranReader};
 use self::header::{parse_header_text_as, parse_prelude, read_header_as, NpyHeader, Prelude};
 use super::blocking::BlockingReader;
 use super::format::{spooling, FileInput, FormatRow, Stream, StreamInput};
-use super::{file_range, Access, FileSpan, Listing, Source, TensorData, TensorReader};
+use super::{
+    file_range, Access, FileOrStream, FileSpan, Listing, Source, TensorData, TensorReader,
+};
 use crate::header::TensorMeta;
 use crate::io_util::PositionalReader;
 use crate::Dtype;
@@ -33,6 +35,15 @@ enum Data {
     },
     /// A forward-only stream positioned at the data; taken on first open.
     Stream(Option<TensorReader<'static>>),
+}
+
+impl Data {
+    fn backing(&self) -> FileOrStream<'_> {
+        FileOrStream(match self {
+            Data::File { file, opened, .. } => Some((file, opened)),
+            Data::Stream(_) => None,
+        })
+    }
 }
 
 /// One `.npy` array as a source of one tensor.
@@ -272,26 +283,7 @@ impl Source for NpySource {
         &self.listing
     }
 
-    fn access(&self) -> Access {
-        match self.data {
-            Data::File { .. } => Access::Random,
-            Data::Stream(_) => Access::Sequential,
-        }
-    }
-
-    fn identity(&self) -> Option<String> {
-        match &self.data {
-            Data::File { opened, .. } => Some(opened.identity()),
-            Data::Stream(_) => None,
-        }
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        match &self.data {
-            Data::File { file, opened, .. } => super::unchanged(file, opened, &self.listing.input),
-            Data::Stream(_) => Ok(()),
-        }
-    }
+    file_or_stream_getters!();
 
     fn file_span(&self, _k: usize) -> Option<FileSpan> {
         match &self.data {
