@@ -61,7 +61,7 @@ impl Default for ConvertOptions {
         ConvertOptions {
             source: SourceOptions::DEFAULT,
             plan: PlanOptions::default(),
-            sink: SinkOptions::default(),
+            sink: SinkOptions::DEFAULT,
             sync: true,
             notice: None,
             progress: None,
