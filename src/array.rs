@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::header::{Rules, TensorMeta};
 use crate::source::read_file_header;
-use crate::source::{Source, TensorData};
+use crate::source::{Listing, Source, TensorData};
 use crate::{Dtype, Error, ErrorKind, Result};
 
 /// A Rust element type with a safetensors dtype.
@@ -149,16 +149,14 @@ impl<T: Element> AsyncRead for ElementReader<'_, T> {
 /// ```
 #[derive(Default)]
 pub struct ArraySource<'a> {
-    input: String,
-    tensors: Vec<TensorMeta>,
+    listing: Listing,
     arrays: Vec<Box<dyn ArrayBytes + 'a>>,
 }
 
 impl std::fmt::Debug for ArraySource<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ArraySource")
-            .field("input", &self.input)
-            .field("tensors", &self.tensors)
+            .field("listing", &self.listing)
             .finish()
     }
 }
@@ -167,7 +165,7 @@ impl<'a> ArraySource<'a> {
     /// An empty source named `input` in messages.
     pub fn new(input: impl Into<String>) -> Self {
         ArraySource {
-            input: input.into(),
+            listing: Listing::new(input),
             ..Default::default()
         }
     }
@@ -181,19 +179,15 @@ impl<'a> ArraySource<'a> {
         let shape: Vec<u64> = view.shape().iter().map(|&d| d as u64).collect();
         let meta = TensorMeta::new(name, T::DTYPE, shape);
         meta.byte_len()?;
-        self.tensors.push(meta);
+        self.listing.tensors.push(meta);
         self.arrays.push(Box::new(view.into_dyn()));
         Ok(self)
     }
 }
 
 impl Source for ArraySource<'_> {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {

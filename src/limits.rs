@@ -192,7 +192,7 @@ impl Limit {
     }
 
     /// Its default value.
-    pub fn default_value(self) -> u64 {
+    pub const fn default_value(self) -> u64 {
         match self {
             Limit::HeaderBytes => FORMAT_HEADER_BYTES,
             Limit::PickleBytes => 128 << 20,
@@ -296,13 +296,22 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            values: Limit::ALL.map(Limit::default_value),
-        }
+        Limits::DEFAULT
     }
 }
 
 impl Limits {
+    /// Every limit at its default, as a constant.
+    pub const DEFAULT: Limits = {
+        let mut values = [0; Limit::ALL.len()];
+        let mut i = 0;
+        while i < values.len() {
+            values[i] = Limit::ALL[i].default_value();
+            i += 1;
+        }
+        Limits { values }
+    };
+
     fn slot(limit: Limit) -> usize {
         Limit::ALL
             .iter()

@@ -22,8 +22,35 @@ macro_rules! setters {
 
 /// Declares an options struct (`#[non_exhaustive]`) and a setter per
 /// field from one list: each field is named once, and none can lack its
-/// setter.
+/// setter. Where every field is written `pub name: Type = default`, the
+/// defaults stand beside the fields and make a constant, `Type::DEFAULT`,
+/// which `Default::default()` returns: options nested in options are then
+/// one constant, not a call per struct at run time.
 macro_rules! options {
+    (
+        $(#[$meta:meta])*
+        pub struct $ty:ident {
+            $( $(#[$fmeta:meta])* pub $field:ident : $fty:ty = $default:expr ),* $(,)?
+        }
+    ) => {
+        $crate::setters::options! {
+            $(#[$meta])*
+            pub struct $ty {
+                $( $(#[$fmeta])* pub $field: $fty ),*
+            }
+        }
+
+        impl $ty {
+            #[doc = concat!("The defaults, as a constant: what `", stringify!($ty), "::default()` returns.")]
+            pub const DEFAULT: $ty = $ty { $( $field: $default ),* };
+        }
+
+        impl Default for $ty {
+            fn default() -> Self {
+                Self::DEFAULT
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         pub struct $ty:ident {

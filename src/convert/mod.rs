@@ -111,12 +111,15 @@ pub async fn open_inputs(
 /// Opens every input at `locations`, reading headers only. Each source
 /// reports the files and objects it read ([`Source::opened`]): what the
 /// output is checked against.
-pub async fn open_locations(
-    locations: &[Location],
-    options: &ConvertOptions,
-) -> Result<Vec<Box<dyn Source>>> {
-    let notice: Notice<'_> = options.notice.as_deref().unwrap_or(&|_| {});
-    crate::source::open_locations(locations, &options.source, notice).await
+///
+/// Not `async` itself: it hands back the sources' own opening, with the
+/// options' notice (none: nothing is told), for the caller to await.
+pub fn open_locations<'a>(
+    locations: &'a [Location],
+    options: &'a ConvertOptions,
+) -> impl std::future::Future<Output = Result<Vec<Box<dyn Source>>>> + Send + 'a {
+    let notice: Notice<'a> = options.notice.as_deref().unwrap_or(&|_| {});
+    crate::source::open_locations(locations, &options.source, notice)
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,
@@ -138,9 +141,20 @@ pub async fn convert_sources(
 ) -> Result<Report> {
     let started = std::time::Instant::now();
     let mut plan = plan_sources(sources, options)?;
+    let large = plan.tensor_count() >= LARGE_PLAN;
     plan.keep_only(options.part);
+    // Planning a large input frees about as much as it keeps (the
+    // listings' copies, the layout's scratch), some on other threads: the
+    // caller may hand it back before the copy allocates its buffers.
+    if large {
+        options.source.freed_memory.call();
+    }
     write_planned(sources, &plan, output, options, started).await
 }
+
+/// Tensors from which a plan counts as large: its making frees tens of MB
+/// ([`FreedMemoryHook`](crate::source::FreedMemoryHook) is then called).
+const LARGE_PLAN: usize = 100_000;
 
 /// [`convert_sources`]: the sources say what they read, so the paths they
 /// were opened from are no longer needed (nor looked at).
@@ -155,9 +169,9 @@ pub async fn convert_opened(
 }
 
 /// [`convert_sources`] in two steps: `plan` is made by [`plan_sources`] from
-/// these `sources` under these `options`, and may be looked at (or the
-/// memory its making freed, as the `convert` binary does) before anything
-/// is written. [`Report::seconds`] counts from this call.
+/// these `sources` under these `options` (or elsewhere: a worker of a
+/// fan-out loads the plan the others use), and may be looked at before
+/// anything is written. [`Report::seconds`] counts from this call.
 ///
 /// A plan whose tensors are not in `sources` is refused before anything is
 /// written (a plan of other sources of the same shape writes their

@@ -59,9 +59,9 @@ pub struct ConvertOptions {
 impl Default for ConvertOptions {
     fn default() -> Self {
         ConvertOptions {
-            source: SourceOptions::default(),
+            source: SourceOptions::DEFAULT,
             plan: PlanOptions::default(),
-            sink: SinkOptions::default(),
+            sink: SinkOptions::DEFAULT,
             sync: true,
             notice: None,
             progress: None,

@@ -197,6 +197,9 @@ pub(crate) struct ChunkBuffer {
 }
 
 impl ChunkBuffer {
+    /// No buffer yet (the first tensor's split allocates it).
+    pub(crate) const EMPTY: ChunkBuffer = ChunkBuffer { buf: Vec::new() };
+
     /// An input buffer of `in_cap` bytes after `lead` bytes of room, and an
     /// output buffer of `out_cap`.
     pub(crate) fn split(

@@ -12,6 +12,7 @@ pub(crate) mod elements;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use futures::FutureExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::cast::Cast;
@@ -34,11 +35,21 @@ pub struct SinkOptions {
     pub buffer_size: usize,
 }
 
+impl SinkOptions {
+    /// The default, as a constant: buffers of [`DEFAULT_BUFFER_SIZE`].
+    ///
+    /// ```
+    /// use safetensors_stream::sink::SinkOptions;
+    /// assert_eq!(SinkOptions::DEFAULT, SinkOptions::default());
+    /// ```
+    pub const DEFAULT: SinkOptions = SinkOptions {
+        buffer_size: DEFAULT_BUFFER_SIZE,
+    };
+}
+
 impl Default for SinkOptions {
     fn default() -> Self {
-        SinkOptions {
-            buffer_size: DEFAULT_BUFFER_SIZE,
-        }
+        SinkOptions::DEFAULT
     }
 }
 
@@ -88,7 +99,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             writer,
             planned: header.shared(),
             next: 0,
-            buf: ChunkBuffer::default(),
+            buf: ChunkBuffer::EMPTY,
             buffer_size: options.buffer_size.max(1),
             written,
             output: None,
@@ -177,9 +188,13 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
 
     /// Flushes the writer, so that bytes then written to the same file by
     /// other means (see [`Sink::record_external`]) land after the sink's.
-    pub(crate) async fn flush(&mut self) -> Result<()> {
-        let flushed = self.writer.flush().await;
-        flushed.map_err(|e| write_error(&self.output, e))
+    ///
+    /// Not `async` itself: the writer's flush, its error named, for the
+    /// caller to await.
+    pub(crate) fn flush(&mut self) -> impl std::future::Future<Output = Result<()>> + '_ {
+        let output = &self.output;
+        let flushed = self.writer.flush();
+        flushed.map(move |r| r.map_err(|e| write_error(output, e)))
     }
 
     /// Writes bytes of the next planned tensors that went through the

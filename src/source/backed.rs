@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 
 use super::blocking::BlockingReader;
-use super::{BlockingRead, FileSpan, OpenBlocking, Source, Stamp, TensorData};
+use super::{BlockingRead, FileSpan, Listing, OpenBlocking, Source, Stamp, TensorData};
 use crate::header::TensorMeta;
 use crate::location::Opened;
 use crate::transform::Transform;
@@ -24,12 +24,11 @@ use crate::Result;
 pub struct FileBacked<P> {
     /// The location it was opened from, reported first by `opened`.
     pub(crate) origin: Option<Opened>,
-    input: String,
+    listing: Listing,
     /// The input first, then any file it names (ONNX external data).
     files: Vec<Arc<File>>,
     /// Each file as it was when opened, in the same order.
     stamps: Vec<Stamp>,
-    tensors: Vec<TensorMeta>,
     /// The format's own: where each tensor's bytes are, and what else it keeps.
     pub(crate) places: P,
 }
@@ -62,10 +61,13 @@ impl<P> FileBacked<P> {
         let (files, stamps) = files.into_iter().unzip();
         FileBacked {
             origin: None,
-            input: input.to_string(),
+            listing: Listing {
+                input: input.to_string(),
+                tensors,
+                metadata: None,
+            },
             files,
             stamps,
-            tensors,
             places,
         }
     }
@@ -77,12 +79,8 @@ impl<P> FileBacked<P> {
 }
 
 impl<P: Places> Source for FileBacked<P> {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn identity(&self) -> Option<String> {
@@ -95,7 +93,7 @@ impl<P: Places> Source for FileBacked<P> {
 
     fn check_unchanged(&self) -> Result<()> {
         for (f, stamp) in self.files.iter().zip(&self.stamps) {
-            super::unchanged(f, stamp, &self.input)?;
+            super::unchanged(f, stamp, &self.listing.input)?;
         }
         Ok(())
     }

@@ -6,10 +6,11 @@ use std::fmt;
 /// Called by a source between the phases of opening a large input, once a
 /// phase has freed much memory the next does not reuse (a pickle's bytes
 /// before its values are built, its values before its tensors are
-/// checked). The `convert` binary answers with its allocator's collect
-/// (mimalloc keeps freed pages a while, so each phase's peak would add the
-/// last's); a library user may pass its own allocator's, or nothing (the
-/// default: nothing is called).
+/// checked), and by `convert::convert_sources` between planning a large
+/// input and writing it. The `convert` binary answers with its allocator's
+/// collect (mimalloc keeps freed pages a while, so each phase's peak would
+/// add the last's); a library user may pass its own allocator's, or nothing
+/// (the default: nothing is called).
 ///
 /// ```
 /// use safetensors_stream::source::{FreedMemoryHook, SourceOptions};
@@ -23,6 +24,9 @@ use std::fmt;
 pub struct FreedMemoryHook(Option<fn()>);
 
 impl FreedMemoryHook {
+    /// No hook: nothing is called (the default).
+    pub const NONE: FreedMemoryHook = FreedMemoryHook(None);
+
     /// A hook calling `hand_back`, from the thread that opens the input.
     pub fn new(hand_back: fn()) -> FreedMemoryHook {
         FreedMemoryHook(Some(hand_back))

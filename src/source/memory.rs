@@ -3,7 +3,7 @@
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::{Source, TensorData};
+use super::{Listing, Source, TensorData};
 use crate::header::{Metadata, TensorMeta};
 use crate::{Dtype, Error, ErrorKind, Result};
 
@@ -20,17 +20,15 @@ use crate::{Dtype, Error, ErrorKind, Result};
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct MemorySource {
-    input: String,
-    tensors: Vec<TensorMeta>,
+    listing: Listing,
     data: Vec<Vec<u8>>,
-    metadata: Option<Metadata>,
 }
 
 impl MemorySource {
     /// An empty source named `input` in messages.
     pub fn new(input: impl Into<String>) -> Self {
         MemorySource {
-            input: input.into(),
+            listing: Listing::new(input),
             ..Default::default()
         }
     }
@@ -50,32 +48,24 @@ impl MemorySource {
                 expected,
                 actual: data.len() as u64,
             })
-            .with_input(&self.input)
+            .with_input(&self.listing.input)
             .with_tensor(meta.name));
         }
-        self.tensors.push(meta);
+        self.listing.tensors.push(meta);
         self.data.push(data);
         Ok(self)
     }
 
     /// Sets the metadata.
     pub fn set_metadata(&mut self, metadata: Option<Metadata>) -> &mut Self {
-        self.metadata = metadata;
+        self.listing.metadata = metadata;
         self
     }
 }
 
 impl Source for MemorySource {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn metadata(&self) -> Option<&Metadata> {
-        self.metadata.as_ref()
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {

@@ -12,9 +12,10 @@
 //! changes (only their documentation, to name the format). The folder
 //! `source/<format>/` holds:
 //!
-//! - **the source**: a type implementing [`Source`] (the listing: names,
-//!   dtypes, shapes, metadata from headers alone; then each tensor's bytes
-//!   on demand), read positionally from a [`std::fs::File`];
+//! - **the source**: a type implementing [`Source`]: it holds one
+//!   [`Listing`] (input name, tensors, metadata, from headers alone) that
+//!   [`Source::listing`] returns, then gives each tensor's bytes on demand,
+//!   read positionally from a [`std::fs::File`];
 //! - **its row**, `pub(crate) const ROW: FormatRow` (see `source/format.rs`):
 //!   `FormatRow::new(name, describe, open_file, stream)` plus how it is
 //!   recognised: `magic` (a test on the first bytes, up to
@@ -45,6 +46,26 @@
 //! stored inside another's tensors (quantized safetensors weights, whose
 //! scales may lie in any input) is not a row but a `format::Wrap` listed
 //! in `table::WRAPS`, applied to every set of opened inputs.
+
+/// The [`Source`] getters of a source of one file or one stream (npy,
+/// raw), answered by its `self.data.backing()`, a [`FileOrStream`]: in
+/// the `impl Source` of each (a macro, as the trait cannot provide them
+/// without a public getter of the backing).
+macro_rules! file_or_stream_getters {
+    () => {
+        fn access(&self) -> Access {
+            self.data.backing().access()
+        }
+
+        fn identity(&self) -> Option<String> {
+            self.data.backing().identity()
+        }
+
+        fn check_unchanged(&self) -> Result<()> {
+            self.data.backing().check_unchanged(&self.listing.input)
+        }
+    };
+}
 
 // The parsers below keep `pub` items the `internals` feature re-exports for
 // the tests, benchmarks and fuzz targets; without it they are crate-only.
@@ -204,20 +225,66 @@ pub enum Access {
 
 /// A stream of tensors.
 ///
-/// Implementors list their tensors up front and open any of them on
-/// demand. [`Source::open`] may be called in any order when
-/// [`Source::access`] is [`Access::Random`], and only in listing order,
-/// each index once, when it is [`Access::Sequential`].
+/// Implementors list their tensors up front, in one [`Listing`] they hold
+/// ([`Source::listing`]), and open any of them on demand. [`Source::open`]
+/// may be called in any order when [`Source::access`] is
+/// [`Access::Random`], and only in listing order, each index once, when it
+/// is [`Access::Sequential`].
+///
+/// The name, tensors and metadata are read from the listing
+/// ([`Source::input_name`], [`Source::tensors`], [`Source::metadata`]), so a
+/// source states them once instead of writing three getters over fields
+/// of its own:
+///
+/// ```
+/// use futures::future::{BoxFuture, FutureExt};
+/// use safetensors_stream::header::TensorMeta;
+/// use safetensors_stream::source::{Listing, Source, TensorData};
+/// use safetensors_stream::{Dtype, Result};
+///
+/// /// Tensors of zeros, made up as they are read.
+/// struct Zeros(Listing);
+///
+/// impl Source for Zeros {
+///     fn listing(&self) -> &Listing {
+///         &self.0
+///     }
+///     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
+///         let len = self.0.tensors[k].byte_len().unwrap_or(0);
+///         async move { Ok(TensorData::new(tokio::io::repeat(0).take(len))) }.boxed()
+///     }
+/// }
+/// # use tokio::io::AsyncReadExt;
+///
+/// let mut listing = Listing::new("zeros");
+/// listing.tensors.push(TensorMeta::new("w", Dtype::F32, vec![2, 3]));
+/// let zeros = Zeros(listing);
+/// assert_eq!(zeros.input_name(), "zeros");
+/// assert_eq!(zeros.tensors()[0].name, "w");
+/// assert!(zeros.metadata().is_none());
+/// ```
 pub trait Source: Send {
-    /// How the input is named in messages (`model.npz`, `-` for stdin).
-    fn input_name(&self) -> &str;
+    /// What the source lists, from headers alone: how the input is named
+    /// in messages (`model.npz`, `-` for stdin), its tensors in its own
+    /// order, its `__metadata__`. The one listing getter a source writes.
+    fn listing(&self) -> &Listing;
 
-    /// The tensors, in the input's own order.
-    fn tensors(&self) -> &[TensorMeta];
+    /// How the input is named in messages: the listing's
+    /// [`input`](Listing::input). Not overridden by the sources here.
+    fn input_name(&self) -> &str {
+        &self.listing().input
+    }
 
-    /// The input's `__metadata__`, if it has one.
+    /// The tensors, in the input's own order: the listing's
+    /// [`tensors`](Listing::tensors).
+    fn tensors(&self) -> &[TensorMeta] {
+        &self.listing().tensors
+    }
+
+    /// The input's `__metadata__`, if it has one: the listing's
+    /// [`metadata`](Listing::metadata).
     fn metadata(&self) -> Option<&Metadata> {
-        None
+        self.listing().metadata.as_ref()
     }
 
     /// Whether the tensors are named as a PyTorch model names them by
@@ -246,9 +313,20 @@ pub trait Source: Send {
         None
     }
 
-    /// Whether tensors can be opened in any order.
+    /// The source this one wraps, when it lists another's tensors renamed
+    /// or dequantized (`--names hf`, quantized safetensors): then how it
+    /// can be read ([`Source::access`]), what it read ([`Source::opened`],
+    /// [`Source::identity`], [`Source::check_unchanged`]) and the config
+    /// beside it ([`Source::config_beside`]) are the wrapped source's,
+    /// without a getter forwarding each. None by default.
+    fn wrapped(&self) -> Option<&dyn Source> {
+        None
+    }
+
+    /// Whether tensors can be opened in any order: in any order by
+    /// default, or as the wrapped source can be.
     fn access(&self) -> Access {
-        Access::Random
+        self.wrapped().map_or(Access::Random, |w| w.access())
     }
 
     /// Opens tensor `k`'s bytes. The reader must yield exactly the tensor's
@@ -266,7 +344,7 @@ pub trait Source: Send {
     /// ranges were validated against the length at open; a file that grew
     /// or shrank under us is being rewritten, and its copy is refused.
     fn check_unchanged(&self) -> Result<()> {
-        Ok(())
+        self.wrapped().map_or(Ok(()), |w| w.check_unchanged())
     }
 
     /// Opens tensor `k` ahead of time, if the source can while another of
@@ -304,7 +382,7 @@ pub trait Source: Send {
     /// sees another version of an input refuses instead of mixing versions.
     /// `None` where the input has no identity to give (standard input).
     fn identity(&self) -> Option<String> {
-        None
+        self.wrapped()?.identity()
     }
 
     /// Where tensor `k`'s bytes lie in a file, if they lie there as they
@@ -332,7 +410,7 @@ pub trait Source: Send {
     /// read it itself (an object's sibling); `None` where it is a file to
     /// read beside the input's path, or there is none.
     fn config_beside(&self) -> Option<&[u8]> {
-        None
+        self.wrapped()?.config_beside()
     }
 
     /// Every file or object this source read, each with its identity as
@@ -342,7 +420,7 @@ pub trait Source: Send {
     /// that no output replaces an input. None by default (a source made in
     /// memory); a source that wraps another reports the other's.
     fn opened(&self) -> Vec<crate::location::Opened> {
-        Vec::new()
+        self.wrapped().map_or_else(Vec::new, |w| w.opened())
     }
 
     /// The pieces tensor `k` is stored in, when the input cuts it (a
@@ -423,42 +501,43 @@ crate::setters::options! {
     ///     .npy(NpyOptions::default().void_as(Some(Dtype::BF16)))
     ///     .torch(TorchOptions::default().root(Some("model".into())));
     /// assert_eq!(options.npy.void_as, Some(Dtype::BF16));
+    /// assert_eq!(SourceOptions::DEFAULT, SourceOptions::default());
     /// ```
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct SourceOptions {
         /// Read every input as a raw dump laid out like this (dtype, shape and
         /// offset per tensor); compressed dumps are unwrapped when their name
         /// ends in .gz, .zst, .xz or .bz2.
-        pub raw: Option<raw::RawSpec>,
+        pub raw: Option<raw::RawSpec> = None,
         /// The tensor name for a single-array input (.npy), instead of the file stem.
-        pub name: Option<String>,
+        pub name: Option<String> = None,
         /// Numpy inputs (.npy, .npz).
-        pub npy: npy::NpyOptions,
+        pub npy: npy::NpyOptions = npy::NpyOptions::DEFAULT,
         /// PyTorch checkpoints.
-        pub torch: pytorch::row::TorchOptions,
+        pub torch: pytorch::row::TorchOptions = pytorch::row::TorchOptions::DEFAULT,
         /// GGUF files.
-        pub gguf: gguf::GgufOptions,
+        pub gguf: gguf::GgufOptions = gguf::GgufOptions::DEFAULT,
         /// Quantized tensors (GGUF blocks; FP8, GPTQ, AWQ, bitsandbytes and NVFP4
         /// weights in safetensors) are dequantized to this dtype: F32, F16 or
         /// BF16 (`--dequantize`, `--dequantize-to`). GGUF inputs are always
         /// dequantized, to BF16 when this is `None`; quantized safetensors are
         /// copied as they are when it is `None`.
-        pub dequantize: Option<crate::Dtype>,
+        pub dequantize: Option<crate::Dtype> = None,
         /// Only the listing (names, dtypes, shapes, metadata) is wanted, as by
         /// `inspect`: a safetensors stream (`-`) is read up to the end of its
         /// header instead of spooled whole, and its data cannot be read.
-        pub listing_only: bool,
+        pub listing_only: bool = false,
         /// Called between the phases of opening a large input, once a phase
         /// freed much memory (`convert` hands it back to the system then).
-        pub freed_memory: FreedMemoryHook,
+        pub freed_memory: FreedMemoryHook = FreedMemoryHook::NONE,
         /// TensorFlow (HDF5) and Flax (MessagePack) checkpoints of
         /// transformers: name, lay out and shape the tensors as the PyTorch
         /// model's state dict ([`Names::Hf`], `--names hf`); other inputs
         /// are refused with it.
-        pub names: Names,
+        pub names: Names = Names::Stored,
         /// The bounds on what an input may make us build or write
         /// ([`Limits`](crate::limits::Limits), `--limit`).
-        pub limits: crate::limits::Limits,
+        pub limits: crate::limits::Limits = crate::limits::Limits::DEFAULT,
     }
 }
 
@@ -536,8 +615,10 @@ impl Listed for Box<dyn Source + '_> {
     }
 }
 
-/// A source's listing, detached from its I/O: what the planner reads.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a source lists from headers alone, before any tensor's bytes:
+/// every source holds one ([`Source::listing`]), and what the planner
+/// reads of a source is its listing (detached with [`Listing::of`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Listing {
     /// How the input is named in messages.
     pub input: String,
@@ -548,13 +629,19 @@ pub struct Listing {
 }
 
 impl Listing {
-    /// The listing of `source`.
-    pub fn of(source: &dyn Source) -> Listing {
+    /// An empty listing of the input named `input`: no tensors, no
+    /// metadata.
+    pub fn new(input: impl Into<String>) -> Listing {
         Listing {
-            input: source.input_name().to_string(),
-            tensors: source.tensors().to_vec(),
-            metadata: source.metadata().cloned(),
+            input: input.into(),
+            tensors: Vec::new(),
+            metadata: None,
         }
+    }
+
+    /// The listing of `source`, detached from it (a copy).
+    pub fn of(source: &dyn Source) -> Listing {
+        source.listing().clone()
     }
 }
 
@@ -615,6 +702,29 @@ impl Stamp {
 pub(crate) fn identities<'a>(stamps: impl IntoIterator<Item = &'a Stamp>) -> Option<String> {
     let all: Vec<String> = stamps.into_iter().map(Stamp::identity).collect();
     (!all.is_empty()).then(|| all.join(","))
+}
+
+/// A source of one file or one stream (npy, raw), by the file it opened and
+/// how that was then (`None`: a stream): its answers to
+/// [`Source::access`], [`Source::identity`] and [`Source::check_unchanged`].
+pub(crate) struct FileOrStream<'a>(pub(crate) Option<(&'a std::fs::File, &'a Stamp)>);
+
+impl FileOrStream<'_> {
+    pub(crate) fn access(&self) -> Access {
+        match self.0 {
+            Some(_) => Access::Random,
+            None => Access::Sequential,
+        }
+    }
+
+    pub(crate) fn identity(&self) -> Option<String> {
+        self.0.map(|(_, opened)| opened.identity())
+    }
+
+    pub(crate) fn check_unchanged(&self, input: &str) -> Result<()> {
+        self.0
+            .map_or(Ok(()), |(file, opened)| unchanged(file, opened, input))
+    }
 }
 
 /// The check behind [`Source::check_unchanged`] for one file.

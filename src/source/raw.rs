@@ -10,7 +10,9 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
 use super::format::{FileInput, FormatRow, Stream, StreamInput, Unwrap};
-use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
+use super::{
+    file_range, Access, FileOrStream, FileSpan, Listing, Source, TensorData, TensorReader,
+};
 use crate::error::Span;
 use crate::header::TensorMeta;
 use crate::transform::Transform;
@@ -219,12 +221,20 @@ enum Data {
     },
 }
 
+impl Data {
+    fn backing(&self) -> FileOrStream<'_> {
+        FileOrStream(match self {
+            Data::File(file, opened) => Some((file, opened)),
+            Data::Stream { .. } => None,
+        })
+    }
+}
+
 /// A raw dump as a source.
 pub struct RawSource {
     /// The location it was opened from, reported first by `opened`.
     origin: Option<crate::location::Opened>,
-    input: String,
-    tensors: Vec<TensorMeta>,
+    listing: Listing,
     placed: Vec<Placed>,
     transform: Vec<Transform>,
     allow_trailing: bool,
@@ -234,8 +244,7 @@ pub struct RawSource {
 impl std::fmt::Debug for RawSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RawSource")
-            .field("input", &self.input)
-            .field("tensors", &self.tensors)
+            .field("listing", &self.listing)
             .finish()
     }
 }
@@ -249,8 +258,11 @@ impl RawSource {
             .collect();
         let src = RawSource {
             origin: None,
-            input: input.to_string(),
-            tensors,
+            listing: Listing {
+                input: input.to_string(),
+                tensors,
+                metadata: None,
+            },
             placed,
             transform,
             allow_trailing: spec.allow_trailing,
@@ -370,34 +382,11 @@ impl Source for RawSource {
         self.origin.iter().cloned().collect()
     }
 
-    fn input_name(&self) -> &str {
-        &self.input
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn access(&self) -> Access {
-        match self.data {
-            Data::File(..) => Access::Random,
-            Data::Stream { .. } => Access::Sequential,
-        }
-    }
-
-    fn identity(&self) -> Option<String> {
-        match &self.data {
-            Data::File(_, opened) => Some(opened.identity()),
-            Data::Stream { .. } => None,
-        }
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        match &self.data {
-            Data::File(f, opened) => super::unchanged(f, opened, &self.input),
-            Data::Stream { .. } => Ok(()),
-        }
-    }
+    file_or_stream_getters!();
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
         let Data::File(file, _) = &self.data else {

@@ -17,10 +17,10 @@ use tokio::io::AsyncReadExt;
 
 use super::format::{spooling, ByPath, FileInput, FormatRow, Stream, StreamInput};
 use super::spool::spool;
-use super::{file_range, FileSpan, Source, TensorData, TensorReader};
+use super::{file_range, FileSpan, Listing, Source, TensorData, TensorReader};
 use crate::header::read::{read_header, read_path_header};
 use crate::header::{check_file_len, check_prefix, parse_header_json};
-use crate::header::{Header, Metadata, Rules, TensorMeta};
+use crate::header::{Header, Metadata, Rules};
 use crate::index::{
     check_against_shards, file_name, is_index_path, open_regular, Checkpoint, ShardIndex,
 };
@@ -176,13 +176,13 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
 pub struct SafetensorsSource {
     /// The location it was opened from, reported first by `opened`.
     origin: Option<crate::location::Opened>,
-    input: String,
+    /// Shards' metadata merged in shard order (usually they are all equal).
+    listing: Listing,
     files: Vec<Arc<File>>,
     /// Each file as it was when opened.
     opened: Vec<super::Stamp>,
     /// The shards an index named, as opened (none for one file).
     shards: Vec<Opened>,
-    tensors: Vec<TensorMeta>,
     /// Where each tensor's bytes start in its file. A tensor ends where the
     /// next one of its file starts (a header's tensors tile its data, checked
     /// on open) and the file is found from `parts`: a million tensors carry
@@ -190,7 +190,6 @@ pub struct SafetensorsSource {
     offsets: Vec<u64>,
     /// Per file, in order: its first tensor and the end of its data.
     parts: Vec<FileShare>,
-    metadata: Option<Metadata>,
 }
 
 /// One file's share of the listing (tensors are listed file by file).
@@ -239,29 +238,31 @@ impl SafetensorsSource {
         let count = parts.iter().map(|(_, h)| h.tensors.len()).sum();
         let mut src = SafetensorsSource {
             origin: None,
-            input,
+            listing: Listing {
+                input,
+                tensors: Vec::with_capacity(count),
+                metadata: None,
+            },
             files: Vec::with_capacity(parts.len()),
             opened: Vec::with_capacity(parts.len()),
             shards: Vec::new(),
-            tensors: Vec::with_capacity(count),
             offsets: Vec::with_capacity(count),
             parts: Vec::with_capacity(parts.len()),
-            metadata: None,
         };
         for (file, header) in parts {
             let (start, file_len) = (header.data_start(), header.file_len());
             src.opened.push(super::Stamp::of(&file, file_len));
-            // Shards' metadata merge in shard order; usually they are all equal.
             if let Some(md) = header.metadata {
-                src.metadata.get_or_insert_with(Metadata::new).extend(md);
+                let metadata = src.listing.metadata.get_or_insert_with(Metadata::new);
+                metadata.extend(md);
             }
             src.parts.push(FileShare {
-                first: src.tensors.len(),
+                first: src.listing.tensors.len(),
                 data_end: file_len,
             });
             for t in header.tensors {
                 src.offsets.push(start + t.begin);
-                src.tensors.push(t.meta);
+                src.listing.tensors.push(t.meta);
             }
             src.files.push(Arc::new(file));
         }
@@ -290,16 +291,8 @@ impl SafetensorsSource {
 }
 
 impl Source for SafetensorsSource {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn metadata(&self) -> Option<&Metadata> {
-        self.metadata.as_ref()
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn identity(&self) -> Option<String> {
@@ -312,7 +305,7 @@ impl Source for SafetensorsSource {
 
     fn check_unchanged(&self) -> Result<()> {
         for (f, opened) in self.files.iter().zip(&self.opened) {
-            super::unchanged(f, opened, &self.input)?;
+            super::unchanged(f, opened, &self.listing.input)?;
         }
         Ok(())
     }

@@ -15,7 +15,9 @@ use futures::future::BoxFuture;
 use safetensors_stream::convert::{convert_sources, ConvertOptions, Output};
 use safetensors_stream::observe::Progress;
 use safetensors_stream::plan::Plan;
-use safetensors_stream::source::{BlockingRead, OpenBlocking, Source, TensorData, Transform};
+use safetensors_stream::source::{
+    BlockingRead, Listing, OpenBlocking, Source, TensorData, Transform,
+};
 use safetensors_stream::{convert_blocking, Dtype, Error, PlanOptions, SinkOptions, TensorMeta};
 use support::numpy::{build_zip, npy, tensors_of, ZipMember};
 use support::{block_on, pattern};
@@ -196,7 +198,7 @@ struct Flight {
 /// A source whose tensors only a blocking reader gives, each of which
 /// waits (up to a minute) at its first read for another to be in flight.
 struct Rendezvous {
-    tensors: Vec<TensorMeta>,
+    listing: Listing,
     data: Vec<Arc<Vec<u8>>>,
     flight: Arc<Flight>,
 }
@@ -235,11 +237,8 @@ impl Read for Gate {
 }
 
 impl Source for Rendezvous {
-    fn input_name(&self) -> &str {
-        "rendezvous"
-    }
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
     fn open(&mut self, k: usize) -> BoxFuture<'_, safetensors_stream::Result<TensorData<'_>>> {
         let data = self.data[k].as_ref().clone();
@@ -271,9 +270,13 @@ fn rendezvous_if(meet: bool) -> (Box<dyn Source>, Arc<Flight>) {
     });
     let n = [100_000, 3, 250_000, 77];
     let source = Rendezvous {
-        tensors: (0..4)
-            .map(|i| TensorMeta::new(format!("t{i}"), Dtype::F32, [n[i] as u64]))
-            .collect(),
+        listing: Listing {
+            input: "rendezvous".into(),
+            tensors: (0..4)
+                .map(|i| TensorMeta::new(format!("t{i}"), Dtype::F32, [n[i] as u64]))
+                .collect(),
+            metadata: None,
+        },
         data: (0..4)
             .map(|i| Arc::new(compressible(i as u64, n[i])))
             .collect(),

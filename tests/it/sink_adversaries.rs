@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use safetensors_stream::convert::{convert, convert_sources, ConvertOptions, Output};
-use safetensors_stream::header::{encode, Metadata, Order, TensorMeta};
+use safetensors_stream::header::{encode, Order, TensorMeta};
 use safetensors_stream::internals::write_shard;
 use safetensors_stream::internals::SafetensorsSource;
 use safetensors_stream::plan::{plan, PlanOptions, ShardPlan};
@@ -230,7 +230,7 @@ fn a_writer_that_fails_after_n_bytes_gives_an_io_error_naming_the_output() {
 /// A source of `tensors` whose reader for tensor `fail_tensor` fails with an
 /// I/O error after `fail_after` bytes; every other tensor is delivered whole.
 struct Failing {
-    tensors: Vec<TensorMeta>,
+    listing: Listing,
     data: Vec<Vec<u8>>,
     fail_tensor: usize,
     fail_after: usize,
@@ -260,11 +260,8 @@ impl AsyncRead for FailingReader<'_> {
 }
 
 impl Source for Failing {
-    fn input_name(&self) -> &str {
-        "failing-input"
-    }
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
     fn open(&mut self, k: usize) -> BoxFuture<'_, safetensors_stream::Result<TensorData<'_>>> {
         let fail_at = (k == self.fail_tensor).then_some(self.fail_after);
@@ -285,10 +282,14 @@ fn failing(fail_tensor: usize, fail_after: usize) -> Failing {
         .map(|i| T::new(&format!("t{i}"), Dtype::U8, &[1000]))
         .collect();
     Failing {
-        tensors: ts
-            .iter()
-            .map(|t| TensorMeta::new(t.name.clone(), t.dtype, t.shape.clone()))
-            .collect(),
+        listing: Listing {
+            input: "failing-input".into(),
+            tensors: ts
+                .iter()
+                .map(|t| TensorMeta::new(t.name.clone(), t.dtype, t.shape.clone()))
+                .collect(),
+            metadata: None,
+        },
         data: ts.into_iter().map(|t| t.data).collect(),
         fail_tensor,
         fail_after,
@@ -412,7 +413,7 @@ fn an_input_truncated_after_opening_fails_without_leaving_a_file() {
 
 /// Claims `claim` bytes of U8 for tensor "liar" but delivers `give`.
 struct Liar {
-    tensors: Vec<TensorMeta>,
+    listing: Listing,
     honest: Vec<u8>,
     lie: Vec<u8>,
 }
@@ -420,10 +421,14 @@ struct Liar {
 impl Liar {
     fn new(claim: u64, give: usize) -> Liar {
         Liar {
-            tensors: vec![
-                TensorMeta::new("honest", Dtype::F32, [4]),
-                TensorMeta::new("liar", Dtype::U8, [claim]),
-            ],
+            listing: Listing {
+                input: "liar.bin".into(),
+                tensors: vec![
+                    TensorMeta::new("honest", Dtype::F32, [4]),
+                    TensorMeta::new("liar", Dtype::U8, [claim]),
+                ],
+                metadata: None,
+            },
             honest: vec![1; 16],
             lie: vec![7; give],
         }
@@ -431,14 +436,8 @@ impl Liar {
 }
 
 impl Source for Liar {
-    fn input_name(&self) -> &str {
-        "liar.bin"
-    }
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-    fn metadata(&self) -> Option<&Metadata> {
-        None
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
     fn open(&mut self, k: usize) -> BoxFuture<'_, safetensors_stream::Result<TensorData<'_>>> {
         let bytes: &[u8] = if k == 0 { &self.honest } else { &self.lie };
@@ -746,14 +745,8 @@ impl AsyncRead for Trickle<'_> {
 struct TrickleSource(MemorySource, Vec<Vec<u8>>);
 
 impl Source for TrickleSource {
-    fn input_name(&self) -> &str {
-        self.0.input_name()
-    }
-    fn tensors(&self) -> &[TensorMeta] {
-        self.0.tensors()
-    }
-    fn metadata(&self) -> Option<&Metadata> {
-        self.0.metadata()
+    fn listing(&self) -> &Listing {
+        self.0.listing()
     }
     fn open(&mut self, k: usize) -> BoxFuture<'_, safetensors_stream::Result<TensorData<'_>>> {
         let data = &self.1[k];
@@ -853,11 +846,8 @@ fn the_library_futures_are_send() {
 struct Counted(MemorySource, std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
 impl Source for Counted {
-    fn input_name(&self) -> &str {
-        self.0.input_name()
-    }
-    fn tensors(&self) -> &[TensorMeta] {
-        self.0.tensors()
+    fn listing(&self) -> &Listing {
+        self.0.listing()
     }
     fn open(&mut self, k: usize) -> BoxFuture<'_, safetensors_stream::Result<TensorData<'_>>> {
         self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -38,9 +38,7 @@ const LIMIT: usize = 16 << 20;
 
 /// Eight tensors of mixed dtypes that together hold `total` bytes; their
 /// bytes are generated as they are read, in 1 MiB blocks of one value.
-struct Generated {
-    tensors: Vec<TensorMeta>,
-}
+struct Generated(Listing);
 
 const DTYPES: [Dtype; 8] = [
     Dtype::F32,
@@ -65,7 +63,11 @@ impl Generated {
                 TensorMeta::new(format!("layer.{k}.weight"), *d, [each / width / 1024, 1024])
             })
             .collect();
-        Generated { tensors }
+        Generated(Listing {
+            input: "generated".into(),
+            tensors,
+            metadata: None,
+        })
     }
 }
 
@@ -99,14 +101,11 @@ impl AsyncRead for GenReader {
 }
 
 impl Source for Generated {
-    fn input_name(&self) -> &str {
-        "generated"
-    }
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
+    fn listing(&self) -> &Listing {
+        &self.0
     }
     fn open(&mut self, k: usize) -> BoxFuture<'_, safetensors_stream::Result<TensorData<'_>>> {
-        let len = self.tensors[k].byte_len().unwrap();
+        let len = self.0.tensors[k].byte_len().unwrap();
         async move { Ok(TensorData::new(GenReader { k, pos: 0, len })) }.boxed()
     }
 }

@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
 use safetensors_stream::convert::{
-    convert_planned, dry_run, open_locations, plan_sources, ConvertOptions, Output, Part, Report,
+    convert_sources, dry_run, open_locations, ConvertOptions, Output, Part, Report,
 };
 use safetensors_stream::header::Order;
 use safetensors_stream::location::Location;
@@ -311,14 +311,9 @@ async fn job(
         }
         return Ok(Outcome::Planned(planned.render()));
     }
-    let started = std::time::Instant::now();
-    let mut plan = plan_sources(&sources, opts)?;
-    // A worker (`--shard K`) keeps only its shard's plan through the copy.
-    plan.keep_only(opts.part);
-    super::return_freed_memory(tensors);
-    let mut report = convert_planned(&mut sources, &plan, output, opts).await?;
-    // The run's time, planning included.
-    report.seconds = started.elapsed().as_secs_f64();
+    // Planned, and the memory planning freed handed back when the plan is
+    // large (the sources' FreedMemoryHook), then written.
+    let report = convert_sources(&mut sources, output, opts).await?;
     Ok(Outcome::Done(report))
 }
 

@@ -42,7 +42,7 @@ use self::item::{Form, Item};
 use self::layout::{check_tiling, cut_axis, Chunk};
 use self::metadata::{Entry, Stored};
 use super::blocking::BlockingReader;
-use super::{OpenBlocking, Source, SourceOptions, Stamp, StoredPiece, TensorData};
+use super::{Listing, OpenBlocking, Source, SourceOptions, Stamp, StoredPiece, TensorData};
 use crate::error::dcp::DcpError;
 use crate::error::note::{Note, Notice, Warning};
 use crate::header::names::first_repeated;
@@ -67,8 +67,8 @@ struct Layout {
 /// A distributed checkpoint as a source.
 #[derive(Debug)]
 pub(crate) struct DcpSource {
-    input: String,
-    tensors: Vec<TensorMeta>,
+    /// Its metadata is `{"format": "pt"}`, as PyTorch's own conversion writes.
+    listing: Listing,
     layouts: Vec<Layout>,
     /// The `.distcp` files the chunks name, by index, and their names.
     files: Vec<Arc<File>>,
@@ -81,7 +81,6 @@ pub(crate) struct DcpSource {
     /// the plan id and the output-is-input check cover.
     read: Vec<Opened>,
     skipped: Vec<String>,
-    metadata: Metadata,
 }
 
 fn bad(e: DcpError) -> Error {
@@ -272,15 +271,17 @@ impl DcpSource {
         metadata.insert("format".into(), "pt".into());
         Ok(DcpSource {
             read,
-            input: input.to_string(),
-            tensors,
+            listing: Listing {
+                input: input.to_string(),
+                tensors,
+                metadata: Some(metadata),
+            },
             layouts,
             files: files.opened.into_iter().map(|(f, _)| f).collect(),
             names,
             stamps,
             handles,
             skipped,
-            metadata,
         })
     }
 
@@ -291,7 +292,7 @@ impl DcpSource {
 
     /// Tensor `k`'s chunks and cut axis, as [`Assembly`] reads them.
     fn plan(&self, k: usize) -> Plan {
-        let t = &self.tensors[k];
+        let t = &self.listing.tensors[k];
         let l = &self.layouts[k];
         let pieces = l
             .chunks
@@ -338,16 +339,8 @@ fn check(
 }
 
 impl Source for DcpSource {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn metadata(&self) -> Option<&Metadata> {
-        Some(&self.metadata)
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn identity(&self) -> Option<String> {
@@ -360,7 +353,7 @@ impl Source for DcpSource {
 
     fn check_unchanged(&self) -> Result<()> {
         for (f, stamp) in self.handles.iter().zip(&self.stamps) {
-            super::unchanged(f, stamp, &self.input)?;
+            super::unchanged(f, stamp, &self.listing.input)?;
         }
         Ok(())
     }

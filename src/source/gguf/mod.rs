@@ -23,9 +23,9 @@ use self::dequant_reader::DequantReader;
 use self::header::{read_header_within, GgufHeader, TensorInfo};
 use super::blocking::BlockingReader;
 use super::format::{FileInput, FormatRow, Stream};
-use super::{BlockingRead, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
+use super::{BlockingRead, FileSpan, Listing, OpenBlocking, Source, SourceOptions, TensorData};
 use crate::dequant::ggml::Kind;
-use crate::header::{Metadata, TensorMeta};
+use crate::header::TensorMeta;
 use crate::io_util::PositionalReader;
 use crate::transform::Transform;
 use crate::{Dtype, Result};
@@ -35,12 +35,10 @@ use crate::{Dtype, Result};
 pub struct GgufSource {
     /// The location it was opened from, reported first by `opened`.
     origin: Option<crate::location::Opened>,
-    input: String,
+    listing: Listing,
     file: Arc<File>,
     opened: super::Stamp,
     header: GgufHeader,
-    tensors: Vec<TensorMeta>,
-    metadata: Option<Metadata>,
     skipped_arrays: usize,
 }
 
@@ -79,12 +77,14 @@ impl GgufSource {
         });
         Ok(GgufSource {
             origin: None,
-            input: input.to_string(),
+            listing: Listing {
+                input: input.to_string(),
+                tensors,
+                metadata,
+            },
             opened: super::Stamp::of(&file, len),
             file: Arc::new(file),
             header,
-            tensors,
-            metadata,
             skipped_arrays,
         })
     }
@@ -117,11 +117,11 @@ impl GgufSource {
 
 crate::setters::options! {
     /// How GGUF files are read.
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct GgufOptions {
         /// Copy the scalar metadata keys into `__metadata__` as strings
         /// (`--gguf-metadata`); array values are left out and counted.
-        pub metadata: bool,
+        pub metadata: bool = false,
     }
 }
 
@@ -157,16 +157,8 @@ impl Source for GgufSource {
         self.origin.iter().cloned().collect()
     }
 
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn metadata(&self) -> Option<&Metadata> {
-        self.metadata.as_ref()
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     /// A quantized tensor's ggml type (`Q4_K`), dequantized to its dtype.
@@ -180,7 +172,7 @@ impl Source for GgufSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        super::unchanged(&self.file, &self.opened, &self.input)
+        super::unchanged(&self.file, &self.opened, &self.listing.input)
     }
 
     fn open(&mut self, k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
@@ -191,7 +183,7 @@ impl Source for GgufSource {
                 return Ok(TensorData::new(reader).with_transform(transform));
             }
             let t = self.info(k);
-            let transform = self.transform(self.tensors[k].dtype);
+            let transform = self.transform(self.listing.tensors[k].dtype);
             let reader = super::file_range(&self.file, t.offset, t.len).await?;
             Ok(TensorData::new(reader).with_transform(transform))
         }
@@ -205,7 +197,7 @@ impl Source for GgufSource {
         }
         let (file, ty, offset) = (self.file.clone(), t.ty, t.offset);
         let blocks = t.elements() / ty.block_elems;
-        let to = self.tensors[k].dtype;
+        let to = self.listing.tensors[k].dtype;
         Some(Box::new(move || {
             let r = DequantReader::new(file, ty, to, offset, blocks);
             Ok((Box::new(r) as BlockingRead, Transform::Identity))
@@ -219,13 +211,13 @@ impl Source for GgufSource {
             return None;
         }
         let ty = t.ty;
-        let block_out = ty.block_elems * self.tensors[k].dtype.byte_width()?;
+        let block_out = ty.block_elems * self.listing.tensors[k].dtype.byte_width()?;
         let blocks = t.elements() / ty.block_elems;
         if blocks.checked_mul(block_out)? <= target {
             return None;
         }
         let per_part = (target / block_out).max(1);
-        let to = self.tensors[k].dtype;
+        let to = self.listing.tensors[k].dtype;
         let mut parts = Vec::new();
         let mut b0 = 0;
         while b0 < blocks {
@@ -272,7 +264,7 @@ mod tests {
         let len = file.metadata().unwrap().len();
         let source = GgufSource::open(file, len, path, &SourceOptions::default()).unwrap();
         let mut split = 0;
-        for k in 0..source.tensors.len() {
+        for k in 0..source.tensors().len() {
             let Some(open) = source.open_blocking(k) else {
                 continue;
             };
@@ -295,7 +287,7 @@ mod tests {
                 assert!(
                     joined == whole,
                     "{} in parts of {blocks} blocks",
-                    source.tensors[k].name
+                    source.tensors()[k].name
                 );
             }
         }

@@ -33,8 +33,8 @@ use self::tf::Layout;
 use super::blocking::BlockingReader;
 use super::format::Notice;
 use super::npy::fortran::FortranReader;
-use super::{Access, BlockingRead, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
-use crate::header::{Metadata, TensorMeta};
+use super::{BlockingRead, FileSpan, Listing, OpenBlocking, Source, SourceOptions, TensorData};
+use crate::header::TensorMeta;
 use crate::transform::Transform;
 use crate::{Error, ErrorKind, Result};
 
@@ -72,7 +72,8 @@ struct Mapped {
 /// PyTorch model's.
 pub(crate) struct HfNames {
     inner: Box<dyn Source>,
-    tensors: Vec<TensorMeta>,
+    /// The inner source's name and metadata, its tensors as mapped.
+    listing: Listing,
     map: Vec<Mapped>,
 }
 
@@ -169,9 +170,14 @@ pub(crate) fn hf_names(src: Box<dyn Source>, convention: Convention) -> Result<B
         tensors.push(TensorMeta::new(name, t.dtype, shape));
         map.push(Mapped { k, reversed, conv });
     }
+    let listing = Listing {
+        input: src.input_name().to_string(),
+        tensors,
+        metadata: src.metadata().cloned(),
+    };
     Ok(Box::new(HfNames {
         inner: src,
-        tensors,
+        listing,
         map,
     }))
 }
@@ -181,8 +187,8 @@ impl HfNames {
     /// reader over its file range, or over a temporary copy of its bytes.
     fn reversed(&self, j: usize) -> Option<OpenBlocking> {
         let m = self.map[j];
-        let mut shape = self.tensors[j].shape.clone();
-        let width = self.tensors[j].dtype.byte_width().unwrap_or(1) as usize;
+        let mut shape = self.listing.tensors[j].shape.clone();
+        let width = self.listing.tensors[j].dtype.byte_width().unwrap_or(1) as usize;
         if m.conv {
             // Reversed, the kernel reads (out, in, kw, kh); each window is then turned.
             shape.swap(2, 3);
@@ -226,36 +232,16 @@ impl HfNames {
 }
 
 impl Source for HfNames {
-    fn input_name(&self) -> &str {
-        self.inner.input_name()
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn names_mapped(&self) -> bool {
         true
     }
 
-    fn metadata(&self) -> Option<&Metadata> {
-        self.inner.metadata()
-    }
-
-    fn access(&self) -> Access {
-        self.inner.access()
-    }
-
-    fn identity(&self) -> Option<String> {
-        self.inner.identity()
-    }
-
-    fn opened(&self) -> Vec<crate::location::Opened> {
-        self.inner.opened()
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        self.inner.check_unchanged()
+    fn wrapped(&self) -> Option<&dyn Source> {
+        Some(self.inner.as_ref())
     }
 
     fn file_span(&self, j: usize) -> Option<FileSpan> {
@@ -284,7 +270,7 @@ impl Source for HfNames {
                 let e = Error::new(ErrorKind::Usage(
                     "--names hf: this input cannot be transposed".into(),
                 ));
-                e.with_tensor(self.tensors[j].name.as_str())
+                e.with_tensor(self.listing.tensors[j].name.as_str())
             })?;
             let (r, transform): (BlockingRead, Transform) = tokio::task::spawn_blocking(open)
                 .await

@@ -16,7 +16,9 @@ use self::fortran::{same_as_c_order, FortranReader};
 use self::header::{parse_header_text_as, parse_prelude, read_header_as, NpyHeader, Prelude};
 use super::blocking::BlockingReader;
 use super::format::{spooling, FileInput, FormatRow, Stream, StreamInput};
-use super::{file_range, Access, FileSpan, Source, TensorData, TensorReader};
+use super::{
+    file_range, Access, FileOrStream, FileSpan, Listing, Source, TensorData, TensorReader,
+};
 use crate::header::TensorMeta;
 use crate::io_util::PositionalReader;
 use crate::Dtype;
@@ -35,12 +37,21 @@ enum Data {
     Stream(Option<TensorReader<'static>>),
 }
 
+impl Data {
+    fn backing(&self) -> FileOrStream<'_> {
+        FileOrStream(match self {
+            Data::File { file, opened, .. } => Some((file, opened)),
+            Data::Stream(_) => None,
+        })
+    }
+}
+
 /// One `.npy` array as a source of one tensor.
 pub struct NpySource {
     /// The location it was opened from, reported first by `opened`.
     origin: Option<crate::location::Opened>,
-    input: String,
-    tensors: [TensorMeta; 1],
+    /// Its one tensor.
+    listing: Listing,
     header: NpyHeader,
     data: Data,
 }
@@ -48,8 +59,7 @@ pub struct NpySource {
 impl std::fmt::Debug for NpySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NpySource")
-            .field("input", &self.input)
-            .field("tensor", &self.tensors[0])
+            .field("listing", &self.listing)
             .field("header", &self.header)
             .finish()
     }
@@ -74,7 +84,7 @@ impl NpySource {
         let end_of_header = prelude.data_start();
         let src = Self::assemble(input, name, header)?;
         let actual = len - end_of_header;
-        let expected = src.tensors[0].byte_len()?;
+        let expected = src.listing.tensors[0].byte_len()?;
         if actual != expected {
             let e = Error::new(ErrorKind::DataLength { expected, actual });
             return Err(on_input(e.at_offset(end_of_header)));
@@ -146,8 +156,11 @@ impl NpySource {
         meta.byte_len().map_err(|e| e.with_input(input))?;
         Ok(NpySource {
             origin: None,
-            input: input.to_string(),
-            tensors: [meta],
+            listing: Listing {
+                input: input.to_string(),
+                tensors: vec![meta],
+                metadata: None,
+            },
             header,
             data: Data::Stream(None),
         })
@@ -175,16 +188,16 @@ impl NpySource {
         else {
             return Ok(self);
         };
-        let expected = self.tensors[0].byte_len()?;
+        let expected = self.listing.tensors[0].byte_len()?;
         let (file, len) = super::spool::spool(reader, Some(expected))
             .await
-            .map_err(|e| e.with_input(&self.input))?;
+            .map_err(|e| e.with_input(&self.listing.input))?;
         if len != expected {
             let e = Error::new(ErrorKind::DataLength {
                 expected,
                 actual: len,
             });
-            return Err(e.with_input(&self.input));
+            return Err(e.with_input(&self.listing.input));
         }
         self.data = Data::File {
             opened: super::Stamp::of(&file, len),
@@ -214,13 +227,13 @@ fn eof_is_bad(e: std::io::Error, at: u64) -> Error {
 
 crate::setters::options! {
     /// How numpy inputs (.npy files, .npz members) are read.
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct NpyOptions {
         /// Read void elements (`<V2`, `|V1`, as `np.save` writes ml_dtypes'
         /// types) as this dtype, of the same width (`--npy-void-as`); refused otherwise.
-        pub void_as: Option<crate::Dtype>,
+        pub void_as: Option<crate::Dtype> = None,
         /// Skip npz members that are not `.npy` arrays instead of refusing the archive.
-        pub skip_non_npy: bool,
+        pub skip_non_npy: bool = false,
     }
 }
 
@@ -266,41 +279,18 @@ impl Source for NpySource {
         self.origin.iter().cloned().collect()
     }
 
-    fn input_name(&self) -> &str {
-        &self.input
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn access(&self) -> Access {
-        match self.data {
-            Data::File { .. } => Access::Random,
-            Data::Stream(_) => Access::Sequential,
-        }
-    }
-
-    fn identity(&self) -> Option<String> {
-        match &self.data {
-            Data::File { opened, .. } => Some(opened.identity()),
-            Data::Stream(_) => None,
-        }
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        match &self.data {
-            Data::File { file, opened, .. } => super::unchanged(file, opened, &self.input),
-            Data::Stream(_) => Ok(()),
-        }
-    }
+    file_or_stream_getters!();
 
     fn file_span(&self, _k: usize) -> Option<FileSpan> {
         match &self.data {
             Data::File { file, offset, .. } if !self.needs_random_access() => Some(FileSpan {
                 file: file.clone(),
                 offset: *offset,
-                len: self.tensors[0].byte_len().ok()?,
+                len: self.listing.tensors[0].byte_len().ok()?,
                 transform: self.header.transform,
                 crc: None,
             }),
@@ -309,7 +299,7 @@ impl Source for NpySource {
     }
 
     fn open(&mut self, _k: usize) -> BoxFuture<'_, Result<TensorData<'_>>> {
-        let len = self.tensors[0].byte_len();
+        let len = self.listing.tensors[0].byte_len();
         let transform = self.header.transform;
         let reorder = self.needs_random_access();
         let shape = self.header.shape.clone();

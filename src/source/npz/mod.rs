@@ -23,7 +23,8 @@ const AHEAD_DEPTH: usize = 2;
 use super::npy::fortran::FortranReader;
 use super::npy::header::{read_header_as, NpyHeader};
 use super::{
-    BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData, TensorReader,
+    BlockingRead, CrcCheck, FileSpan, Listing, OpenBlocking, Source, SourceOptions, TensorData,
+    TensorReader,
 };
 use crate::error::zip::ZipError;
 use crate::header::TensorMeta;
@@ -86,11 +87,10 @@ impl Member {
 pub struct NpzSource {
     /// The location it was opened from, reported first by `opened`.
     origin: Option<crate::location::Opened>,
-    input: String,
+    listing: Listing,
     file: Arc<File>,
     /// The archive as it was when opened.
     opened: super::Stamp,
-    tensors: Vec<TensorMeta>,
     members: Vec<Member>,
 }
 
@@ -132,7 +132,7 @@ impl NpzSource {
             array
         });
         let large = entries.len() >= LARGE_DIRECTORY;
-        let listing =
+        let arrays =
             plan_members(&file, entries, dir_start, options.npy.void_as).map_err(on_input)?;
         // The directory's list and names are freed now, some by the
         // listing's helper thread: the caller may hand them back before
@@ -145,11 +145,14 @@ impl NpzSource {
         }
         let src = NpzSource {
             origin: None,
-            input: input.to_string(),
+            listing: Listing {
+                input: input.to_string(),
+                tensors: arrays.tensors,
+                metadata: None,
+            },
             opened,
             file,
-            tensors: listing.tensors,
-            members: listing.members,
+            members: arrays.members,
         };
         // Two members sharing bytes: refused (see [`zip::check_overlaps`]).
         // Compared through indices: no list of a span and a name per member.
@@ -159,7 +162,7 @@ impl NpzSource {
             (
                 m.local_offset,
                 m.start + m.compressed,
-                src.tensors[k].name.as_str(),
+                src.listing.tensors[k].name.as_str(),
             )
         };
         zip::check_overlaps_of(src.members.len(), span, ".npy").map_err(on_input)?;
@@ -382,12 +385,8 @@ impl Source for NpzSource {
         self.origin.iter().cloned().collect()
     }
 
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn identity(&self) -> Option<String> {
@@ -395,7 +394,7 @@ impl Source for NpzSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        super::unchanged(&self.file, &self.opened, &self.input)
+        super::unchanged(&self.file, &self.opened, &self.listing.input)
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {
@@ -422,7 +421,11 @@ impl Source for NpzSource {
         if m.reorder || m.method != Method::Deflated {
             return None;
         }
-        let (file, entry, start) = (self.file.clone(), m.entry(&self.tensors[k].name), m.start);
+        let (file, entry, start) = (
+            self.file.clone(),
+            m.entry(&self.listing.tensors[k].name),
+            m.start,
+        );
         let (skip, transform) = (m.data_offset, m.transform());
         Some(Box::new(move || {
             let mut r = MemberReader::new(file, &entry, start, 256 * 1024)?;
@@ -446,9 +449,9 @@ impl Source for NpzSource {
         async move {
             let m = &self.members[k];
             let (transform, reorder) = (m.transform(), m.reorder);
-            let entry = m.entry(&self.tensors[k].name);
-            let shape = &self.tensors[k].shape;
-            let width = self.tensors[k].dtype.byte_width().unwrap_or(1) as usize;
+            let entry = m.entry(&self.listing.tensors[k].name);
+            let shape = &self.listing.tensors[k].shape;
+            let width = self.listing.tensors[k].dtype.byte_width().unwrap_or(1) as usize;
             let file = self.file.try_clone()?;
             let reader: TensorReader<'_> = if !reorder {
                 let mut r = MemberReader::new(file, &entry, m.start, 256 * 1024)?;

@@ -29,10 +29,10 @@ use std::path::Path;
 
 use super::detect::{detect, Format};
 use super::span::{ByteSpan, ReadAt};
-use super::{Source, SourceOptions, TensorData, TensorReader};
+use super::{Listing, Source, SourceOptions, TensorData, TensorReader};
 use crate::error::store::{one_line, StoreError};
 use crate::header::read::read_header;
-use crate::header::{check_prefix, Header, Metadata, Rules, TensorMeta, PREFIX_LEN};
+use crate::header::{check_prefix, Header, Metadata, Rules, PREFIX_LEN};
 use crate::index::{check_against_shards, is_index_path, Checkpoint, ShardIndex};
 use crate::location::{Location, Opened};
 use crate::store::{store_error, Budget, Object, ObjectUrl, Side};
@@ -394,7 +394,8 @@ const MAX_CONFIG_LEN: u64 = 16 << 20;
 
 /// A safetensors object, or a sharded checkpoint's objects, read by ranges.
 pub(crate) struct ObjectSource {
-    input: String,
+    /// Shards' metadata merged in shard order, as for local shards.
+    listing: Listing,
     /// The index object, for a sharded checkpoint.
     index: Option<Pinned>,
     /// The objects whose tensors it lists.
@@ -403,10 +404,8 @@ pub(crate) struct ObjectSource {
     /// its tensors ([`Source::byte_span`]): one a span was 5.6 MB of 92k
     /// dequantized weights' records.
     spans: Vec<Arc<dyn ReadAt>>,
-    tensors: Vec<TensorMeta>,
     /// Each tensor's object and absolute byte range in it.
     ranges: Vec<(usize, u64, u64)>,
-    metadata: Option<Metadata>,
     /// Windows of the objects' bytes, shared by every read.
     windows: Arc<windows::Windows>,
     /// The runtime the objects were opened on, for blocking readers.
@@ -445,16 +444,17 @@ impl ObjectSource {
         parts: Vec<(Pinned, Header)>,
         config: Option<Vec<u8>>,
     ) -> ObjectSource {
+        // Sized once: grown by doubling, the lists of 92k tensors held
+        // 2.4 MB of room they never used.
+        let count = parts.iter().map(|(_, h)| h.tensors.len()).sum();
+        let mut listing = Listing::new(input);
+        listing.tensors.reserve_exact(count);
         let mut src = ObjectSource {
-            input,
+            listing,
             index: None,
             objects: Vec::with_capacity(parts.len()),
             spans: Vec::with_capacity(parts.len()),
-            // Sized once: grown by doubling, the lists of 92k tensors held
-            // 2.4 MB of room they never used.
-            tensors: Vec::with_capacity(parts.iter().map(|(_, h)| h.tensors.len()).sum()),
-            ranges: Vec::with_capacity(parts.iter().map(|(_, h)| h.tensors.len()).sum()),
-            metadata: None,
+            ranges: Vec::with_capacity(count),
             windows: windows::Windows::new(Budget::process()),
             runtime: tokio::runtime::Handle::current(),
             config,
@@ -462,15 +462,15 @@ impl ObjectSource {
         };
         for (index, (object, header)) in parts.into_iter().enumerate() {
             let start = header.data_start();
-            // Shards' metadata merge in shard order, as for local shards.
             if let Some(md) = header.metadata {
-                src.metadata.get_or_insert_with(Metadata::new).extend(md);
+                let metadata = src.listing.metadata.get_or_insert_with(Metadata::new);
+                metadata.extend(md);
             }
             for t in header.tensors {
                 // Checked against the object's length by the header's rules.
                 src.ranges
                     .push((index, start + t.begin, start + t.begin + t.len()));
-                src.tensors.push(t.meta);
+                src.listing.tensors.push(t.meta);
             }
             let object = Arc::new(object);
             src.spans.push(Arc::new(windows::ObjectBytes {
@@ -487,7 +487,7 @@ impl ObjectSource {
     /// Reads the tensors that planning reads (small records), so that
     /// planning, on the runtime's own thread, never waits for a GET.
     async fn read_held(&mut self) -> Result<()> {
-        for (k, t) in self.tensors.iter().enumerate() {
+        for (k, t) in self.listing.tensors.iter().enumerate() {
             let (o, start, end) = self.ranges[k];
             if super::quantized::read_while_planning(&t.name)
                 && end - start <= super::quantized::record::MAX_RECORD
@@ -533,16 +533,8 @@ impl ReadAt for Held {
 }
 
 impl Source for ObjectSource {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn metadata(&self) -> Option<&Metadata> {
-        self.metadata.as_ref()
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn opened(&self) -> Vec<Opened> {

@@ -31,7 +31,8 @@ pub(crate) use self::zipfmt::is_torch_zip as is_torch_directory;
 use super::blocking::BlockingReader;
 use super::zip::{read_directory, MemberReader, Method, ZipEntry};
 use super::{
-    file_range, BlockingRead, CrcCheck, FileSpan, OpenBlocking, Source, SourceOptions, TensorData,
+    file_range, BlockingRead, CrcCheck, FileSpan, Listing, OpenBlocking, Source, SourceOptions,
+    TensorData,
 };
 use crate::dtype::numel;
 use crate::header::names::first_repeated;
@@ -177,16 +178,15 @@ struct CheckpointFile {
 pub(crate) struct PyTorchSource {
     /// The location it was opened from, reported first by `opened`.
     pub(crate) origin: Option<crate::location::Opened>,
-    input: String,
+    /// Its metadata is `{"format": "pt"}`.
+    listing: Listing,
     files: Vec<Arc<File>>,
     stamps: Vec<super::Stamp>,
     /// The shards an index named, as opened (none for one file).
     shards: Vec<crate::location::Opened>,
-    tensors: Vec<TensorMeta>,
     placed: Vec<Place>,
     /// The strides of the views that are not contiguous.
     strides: Strides,
-    metadata: Metadata,
     skipped: usize,
     skipped_paths: Vec<String>,
     /// Storages whose whole member passed its CRC-32: views that split a
@@ -495,14 +495,16 @@ impl PyTorchSource {
     ) -> Result<Self> {
         let mut src = PyTorchSource {
             origin: None,
-            input: input.to_string(),
+            listing: Listing {
+                input: input.to_string(),
+                tensors: Vec::new(),
+                metadata: Some(Metadata::from([("format".into(), "pt".into())])),
+            },
             files: Vec::with_capacity(parts.len()),
             stamps: Vec::with_capacity(parts.len()),
             shards: Vec::new(),
-            tensors: Vec::new(),
             placed: Vec::new(),
             strides: Vec::new(),
-            metadata: Metadata::new(),
             skipped: 0,
             skipped_paths: Vec::new(),
             verified: Verified::default(),
@@ -522,7 +524,6 @@ impl PyTorchSource {
         // Tensors whose storage another tensor views too: the only ones
         // that may be tied (few, or none).
         let mut shared: Vec<u32> = Vec::new();
-        src.metadata.insert("format".into(), "pt".into());
         for (fi, mut part) in parts.into_iter().enumerate() {
             let mut tree = std::mem::take(&mut part.tree);
             src.skipped += tree.skipped;
@@ -542,11 +543,11 @@ impl PyTorchSource {
                 }
                 *seen = seen.saturating_add(1).min(2);
             }
-            let base = src.tensors.len() as u32;
+            let base = src.listing.tensors.len() as u32;
             let on_shared = tree.places.iter().map(|p| views[p.storage as usize] > 1);
             let on_shared = on_shared.enumerate().filter(|&(_, s)| s);
             shared.extend(on_shared.map(|(k, _)| base + k as u32));
-            join(&mut src.tensors, tree.tensors, count);
+            join(&mut src.listing.tensors, tree.tensors, count);
             join(&mut src.placed, tree.places, count);
             let strides = tree.strides.into_iter();
             src.strides.extend(strides.map(|(k, s)| (base + k, s)));
@@ -555,7 +556,7 @@ impl PyTorchSource {
             src.storages.push((part.storages, part.data_prefix));
             src.big_endian.push(part.big_endian);
         }
-        if let Some(name) = first_repeated(&src.tensors) {
+        if let Some(name) = first_repeated(&src.listing.tensors) {
             return Err(Error::new(HeaderError::DuplicateTensor {
                 name,
                 inputs: None,
@@ -577,10 +578,10 @@ impl PyTorchSource {
         // Without `--dedupe-tied` the groups only feed a notice: a
         // checkpoint of many shared views gets none rather than the cost.
         if options.torch.dedupe_tied || shared.len() <= MAX_SHARED_FOR_NOTICE {
-            src.tied = tied(&src.tensors, &src.placed, &src.strides, &shared);
+            src.tied = tied(&src.listing.tensors, &src.placed, &src.strides, &shared);
         }
         // Contiguous views are read as bytes: their strides are moot.
-        let (tensors, placed) = (&src.tensors, &src.placed);
+        let (tensors, placed) = (&src.listing.tensors, &src.placed);
         src.strides.retain(|(k, s)| {
             let k = *k as usize;
             !model::view(&tensors[k], placed[k], Some(s)).is_contiguous()
@@ -640,7 +641,7 @@ impl PyTorchSource {
 
     /// Tensor `k`'s view of its storage; a contiguous one gets C strides.
     fn view(&self, k: usize) -> View {
-        model::view(&self.tensors[k], self.placed[k], self.stride(k))
+        model::view(&self.listing.tensors[k], self.placed[k], self.stride(k))
     }
 
     /// Tensor `k`'s strides, unless it is contiguous.
@@ -650,12 +651,12 @@ impl PyTorchSource {
 
     fn transform(&self, k: usize) -> Transform {
         let big = self.big_endian[self.placed[k].file as usize];
-        Transform::to_little_endian(self.tensors[k].dtype, big)
+        Transform::to_little_endian(self.listing.tensors[k].dtype, big)
     }
 
     /// Tensor `k`'s first byte in its file and its length.
     fn span(&self, k: usize) -> (u64, u64) {
-        let t = &self.tensors[k];
+        let t = &self.listing.tensors[k];
         let w = model::width(t.dtype);
         let len = numel(&t.shape).unwrap_or(0) * w;
         (self.storage(k).start + self.placed[k].offset * w, len)
@@ -671,16 +672,8 @@ impl PyTorchSource {
 }
 
 impl Source for PyTorchSource {
-    fn input_name(&self) -> &str {
-        &self.input
-    }
-
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn metadata(&self) -> Option<&Metadata> {
-        Some(&self.metadata)
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
     fn identity(&self) -> Option<String> {
@@ -704,7 +697,7 @@ impl Source for PyTorchSource {
 
     fn check_unchanged(&self) -> Result<()> {
         for (f, stamp) in self.files.iter().zip(&self.stamps) {
-            super::unchanged(f, stamp, &self.input)?;
+            super::unchanged(f, stamp, &self.listing.input)?;
         }
         Ok(())
     }

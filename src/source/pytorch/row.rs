@@ -10,21 +10,21 @@ use crate::{Error, ErrorKind, Note, PyTorchError, Result, Warning};
 
 crate::setters::options! {
     /// How PyTorch checkpoints are read.
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct TorchOptions {
         /// Write one tensor of each group of identical views and record the
         /// dropped names in the metadata (`--dedupe-tied`): the first selected
         /// name of each group in the checkpoint's order is kept, after filters
         /// and renames (see `plan::ties` for the rule's source).
-        pub dedupe_tied: bool,
+        pub dedupe_tied: bool = false,
         /// Convert only the value under this key (dotted for nested dicts),
         /// named without it (`--pt-root`).
-        pub root: Option<String>,
+        pub root: Option<String> = None,
         /// Write tensors whose views reach more bytes than their storage holds
         /// (stride-0 or overlapping expansions), and more than 16x the
         /// checkpoint's storage bytes in all (`--allow-expanded-views`);
         /// refused by default, as a few bytes can otherwise plan terabytes.
-        pub allow_expanded_views: bool,
+        pub allow_expanded_views: bool = false,
     }
 }
 

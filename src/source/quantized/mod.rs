@@ -31,9 +31,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::{ByteSpan, FileSpan, OpenBlocking, Source, SourceOptions, TensorData};
+use super::{ByteSpan, FileSpan, Listing, OpenBlocking, Source, SourceOptions, TensorData};
 use crate::error::note::{Note, Notice};
-use crate::header::{Metadata, TensorMeta};
+use crate::header::TensorMeta;
 use crate::transform::Transform;
 use crate::{Dtype, Error, ErrorKind, Result};
 
@@ -328,7 +328,8 @@ pub struct QuantizedSource<'a> {
     inner: Box<dyn Source + 'a>,
     /// The inner source's number among the inputs.
     s: usize,
-    tensors: Vec<TensorMeta>,
+    /// The inner source's name and metadata; its weights listed dequantized.
+    listing: Listing,
     entries: Vec<Entry>,
     to: Dtype,
 }
@@ -371,10 +372,15 @@ impl<'a> QuantizedSource<'a> {
             exact
         }
         let (tensors, entries) = (exact(tensors), exact(entries));
+        let listing = Listing {
+            input: inner.input_name().to_string(),
+            tensors,
+            metadata: inner.metadata().cloned(),
+        };
         QuantizedSource {
             inner,
             s,
-            tensors,
+            listing,
             entries,
             to,
         }
@@ -401,32 +407,12 @@ impl<'a> QuantizedSource<'a> {
 }
 
 impl Source for QuantizedSource<'_> {
-    fn input_name(&self) -> &str {
-        self.inner.input_name()
+    fn listing(&self) -> &Listing {
+        &self.listing
     }
 
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-
-    fn metadata(&self) -> Option<&Metadata> {
-        self.inner.metadata()
-    }
-
-    fn access(&self) -> super::Access {
-        self.inner.access()
-    }
-
-    fn identity(&self) -> Option<String> {
-        self.inner.identity()
-    }
-
-    fn opened(&self) -> Vec<crate::location::Opened> {
-        self.inner.opened()
-    }
-
-    fn check_unchanged(&self) -> Result<()> {
-        self.inner.check_unchanged()
+    fn wrapped(&self) -> Option<&dyn Source> {
+        Some(self.inner.as_ref())
     }
 
     fn will_read(&self, order: &[usize]) {
@@ -500,10 +486,6 @@ impl Source for QuantizedSource<'_> {
             Entry::Pass(inner) => self.inner.byte_span(*inner),
             Entry::Dequant(_) => None,
         }
-    }
-
-    fn config_beside(&self) -> Option<&[u8]> {
-        self.inner.config_beside()
     }
 }
 

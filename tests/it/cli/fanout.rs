@@ -29,28 +29,21 @@ fn full_run(dir: &Path) -> Vec<String> {
     listing(dir)
 }
 
-#[test]
-fn shards_written_one_by_one_plus_the_index_equal_one_run() {
+/// A fan-out against one run: `workers` write the plan into a fresh folder
+/// (given the output path and the shards one full run writes, in order),
+/// then `--index-only` writes the index; the folder must then hold exactly
+/// the full run's files, byte for byte. Returns the fan-out's folder.
+fn fan_out_equals_one_run(workers: impl FnOnce(&Path, &[String])) -> tempfile::TempDir {
     let whole = tempfile::tempdir().unwrap();
     let files = full_run(whole.path());
-    let n = files.len() - 1;
-    assert!(n >= 3, "the fixture must make several shards: {files:?}");
-
+    let shards = &files[..files.len() - 1];
+    assert!(
+        shards.len() >= 3,
+        "the fixture must make several shards: {files:?}"
+    );
     let parts = tempfile::tempdir().unwrap();
     let out = parts.path().join("model.safetensors");
-    // Out of order, and one twice: each run is independent and repeatable.
-    let mut order: Vec<usize> = (1..=n).rev().collect();
-    order.push(1);
-    for (i, k) in order.into_iter().enumerate() {
-        let o = convert(&out, &["--shard", &k.to_string()]);
-        assert_eq!(o.status.code(), Some(0), "shard {k}: {}", stderr(&o));
-        let have = listing(parts.path());
-        assert!(
-            have.iter().all(|f| !f.ends_with(".index.json")),
-            "no index from a --shard run: {have:?}"
-        );
-        assert_eq!(have.len(), (i + 1).min(n), "{have:?}");
-    }
+    workers(&out, shards);
     let o = convert(&out, &["--index-only"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(listing(parts.path()), files);
@@ -61,45 +54,55 @@ fn shards_written_one_by_one_plus_the_index_equal_one_run() {
             "{f} differs"
         );
     }
+    parts
+}
+
+/// One worker's run writing to `out` with `args`: it succeeds and writes
+/// no index. The files in `out`'s folder after it.
+fn worker(out: &Path, args: &[&str]) -> Vec<String> {
+    let o = convert(out, args);
+    assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+    let have = listing(out.parent().unwrap());
+    assert!(
+        have.iter().all(|f| !f.ends_with(".index.json")),
+        "no index from a worker's run ({args:?}): {have:?}"
+    );
+    have
+}
+
+#[test]
+fn shards_written_one_by_one_plus_the_index_equal_one_run() {
+    fan_out_equals_one_run(|out, shards| {
+        let n = shards.len();
+        // Out of order, and one twice: each run is independent and repeatable.
+        let mut order: Vec<usize> = (1..=n).rev().collect();
+        order.push(1);
+        for (i, k) in order.into_iter().enumerate() {
+            let have = worker(out, &["--shard", &k.to_string()]);
+            assert_eq!(have.len(), (i + 1).min(n), "{have:?}");
+        }
+    });
 }
 
 #[test]
 fn two_strided_workers_plus_the_index_equal_one_run() {
-    let whole = tempfile::tempdir().unwrap();
-    let files = full_run(whole.path());
-    let n = files.len() - 1;
-    assert!(n >= 3, "the fixture must make several shards: {files:?}");
-    let parts = tempfile::tempdir().unwrap();
-    let out = parts.path().join("model.safetensors");
-    // Worker 2 of 2 first: shards 2, 4, ...; no index.
-    let o = convert(&out, &["--shard", "2", "--shard-stride", "2"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let have = listing(parts.path());
-    let even: Vec<&String> = files[..n].iter().skip(1).step_by(2).collect();
-    assert_eq!(
-        have.iter().collect::<Vec<_>>(),
-        even,
-        "worker 2 of 2 writes shards 2, 4, ..."
-    );
-    let o = convert(&out, &["--shard", "1", "--shard-stride", "2"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert_eq!(
-        listing(parts.path()).len(),
-        n,
-        "no index from a strided run"
-    );
-    let o = convert(&out, &["--index-only"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert_eq!(listing(parts.path()), files);
-    for f in &files {
-        assert!(
-            std::fs::read(whole.path().join(f)).unwrap()
-                == std::fs::read(parts.path().join(f)).unwrap(),
-            "{f} differs"
+    let parts = fan_out_equals_one_run(|out, shards| {
+        // Worker 2 of 2 first: shards 2, 4, ...
+        let have = worker(out, &["--shard", "2", "--shard-stride", "2"]);
+        let even: Vec<&String> = shards.iter().skip(1).step_by(2).collect();
+        assert_eq!(
+            have.iter().collect::<Vec<_>>(),
+            even,
+            "worker 2 of 2 writes shards 2, 4, ..."
         );
-    }
+        let have = worker(out, &["--shard", "1", "--shard-stride", "2"]);
+        assert_eq!(have, shards, "worker 1 of 2 writes the others");
+    });
     // A stride without --shard is a usage error.
-    let o = convert(&out, &["--shard-stride", "2"]);
+    let o = convert(
+        &parts.path().join("model.safetensors"),
+        &["--shard-stride", "2"],
+    );
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
