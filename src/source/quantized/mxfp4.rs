@@ -44,6 +44,9 @@ pub(crate) struct Bands {
     /// The expert and first block column of the band held.
     held: Option<(u64, u64)>,
     blocks: Vec<u8>,
+    /// The band's scales as read, row after row.
+    read_scales: Vec<u8>,
+    /// Those block column after block column, as [`Band`] takes them.
     scales: Vec<u8>,
 }
 
@@ -56,6 +59,7 @@ impl Bands {
             width,
             held: None,
             blocks: Vec::new(),
+            read_scales: Vec::new(),
             scales: Vec::new(),
         }
     }
@@ -166,9 +170,9 @@ impl Bands {
             g0,
             width,
             1,
-            &mut self.scales,
+            &mut self.read_scales,
         )?;
-        if let Some(i) = self.scales.iter().position(|&s| s == E8M0_NAN) {
+        if let Some(i) = self.read_scales.iter().position(|&s| s == E8M0_NAN) {
             let (r, j) = (i as u64 / width, i as u64 % width);
             let element = (first_row + r) * groups + g0 + j;
             let e = QuantError::Unsupported(format!(
@@ -179,6 +183,15 @@ impl Bands {
             return Err(Error::new(ErrorKind::Quantized(e))
                 .with_tensor(&scales.name)
                 .at_offset(scales.span.offset + element));
+        }
+        // Block column after block column: the kernel takes 16 rows' scales
+        // of a block with one load.
+        let (rows, width) = (rows as usize, width as usize);
+        self.scales.resize(self.read_scales.len(), 0);
+        for (r, row) in self.read_scales.chunks_exact(width).enumerate() {
+            for (j, &s) in row.iter().enumerate() {
+                self.scales[j * rows + r] = s;
+            }
         }
         self.held = Some((e, g0));
         Ok(())
