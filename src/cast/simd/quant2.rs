@@ -496,7 +496,20 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
         Lanes::Packed => ((0, 8), (4, 12)),
     };
     let k1 = k0 + count;
+    let row_bytes = b.width * 16;
+    // The first and last blocks' bytes of a row: the lines a tile reads.
+    let (first, last) = (k0 / 32 * 16, (k1.max(k0 + 1) - 1) / 32 * 16);
     for rb in (0..rows).step_by(16) {
+        // The lines of the tile after next: its rows are a band row apart
+        // (480 bytes in gpt-oss's bands) and each is read for a few blocks,
+        // not a stride the hardware's prefetcher follows.
+        if rb + 2 * 16 < rows {
+            for r in rb + 2 * 16..rb + 3 * 16 {
+                let at = b.blocks.as_ptr().wrapping_add(r * row_bytes);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(first) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(last) as *const i8);
+            }
+        }
         // Output row `k`'s 16 values of this tile, from code `slot` of
         // words `xa` and `xc`.
         let mut put = |k: usize, xa: __m256i, xc: __m256i, slot: i32, fa: __m256, fc: __m256| {
