@@ -392,18 +392,19 @@ struct Band<'a> {
 }
 
 impl Band<'_> {
-    /// Block `block` of rows `lo..lo + 4` (low half) and `hi..hi + 4`
-    /// (high half), loaded 16 bytes a row: result `p`'s lane `j` is word
-    /// `p` (codes `8p..8p + 8`) of the lane's row.
+    /// Block `block` of rows `lo + step * i` (low half) and `hi + step * i`
+    /// (high half), `i` 0 to 3, loaded 16 bytes a row: result `p`'s lane
+    /// `j` is word `p` (codes `8p..8p + 8`) of the lane's row.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn words(&self, lo: usize, hi: usize, block: usize) -> [__m256i; 4] {
+    fn words(&self, (lo, hi, step): (usize, usize, usize), block: usize) -> [__m256i; 4] {
         let row_bytes = self.width * 16;
         let load = |r: usize| -> __m128i {
             let at = r * row_bytes + block * 16;
             bytemuck::pod_read_unaligned(&self.blocks[at..at + 16])
         };
-        let y: [__m256i; 4] = std::array::from_fn(|i| _mm256_set_m128i(load(hi + i), load(lo + i)));
+        let y: [__m256i; 4] =
+            std::array::from_fn(|i| _mm256_set_m128i(load(hi + step * i), load(lo + step * i)));
         // A 4 x 4 transpose of 32-bit words in each half.
         let t0 = _mm256_unpacklo_epi32(y[0], y[1]);
         let t1 = _mm256_unpackhi_epi32(y[0], y[1]);
@@ -418,10 +419,11 @@ impl Band<'_> {
     }
 
     /// The factors of block `block` of source rows `r..r + 16` as two
-    /// vectors of 8 lanes, each lane's row as [`Lanes`] puts it.
+    /// vectors of 8 lanes, each lane's row as [`Lanes`] puts it, each
+    /// beside its negation.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn factors(&self, r: usize, block: usize, lanes: Lanes) -> (__m256, __m256) {
+    fn factors(&self, r: usize, block: usize, lanes: Lanes) -> (Factor, Factor) {
         let at = block * self.rows + r;
         let e: __m128i = bytemuck::pod_read_unaligned(&self.scales[at..at + 16]);
         let e = match lanes {
@@ -430,6 +432,11 @@ impl Band<'_> {
             Lanes::Packed => _mm_shuffle_epi8(
                 e,
                 _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15),
+            ),
+            // Even rows in the low 8 bytes, odd ones high.
+            Lanes::Pairs => _mm_shuffle_epi8(
+                e,
+                _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15),
             ),
         };
         let factor = |e: __m128i| {
@@ -440,37 +447,57 @@ impl Band<'_> {
                 _mm256_cmpeq_epi32(e, _mm256_setzero_si256()),
                 _mm256_set1_epi32(0x0040_0000),
             );
-            _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32::<23>(e), zero))
+            let f = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32::<23>(e), zero));
+            (f, _mm256_xor_ps(f, _mm256_set1_ps(-0.0)))
         };
         (factor(e), factor(_mm_srli_si128::<8>(e)))
     }
 }
 
-/// Which source rows of a tile of 16 the lanes of its two vectors hold:
-/// `Straight`, rows 0-7 then 8-15 (F32, stored as they are); `Packed`,
-/// rows 0-3 and 8-11 then 4-7 and 12-15, so that packing them to 16 bits
-/// (`packus`, which interleaves 128-bit halves) puts the rows in order.
+/// Which source rows of a tile of 16 the lanes of its two vectors hold,
+/// and so how they are stored: `Straight`, rows 0-7 then 8-15 (F32, as
+/// they are); `Packed`, rows 0-3 and 8-11 then 4-7 and 12-15, so that
+/// packing them to 16 bits (`packus`, which interleaves 128-bit halves)
+/// puts the rows in order (F16); `Pairs`, even rows then odd ones, so
+/// that the first's high halves shifted down beside the second's make
+/// the rows in order (BF16: one shift and one blend for 16 values).
 #[derive(Clone, Copy)]
 enum Lanes {
     Straight,
     Packed,
+    Pairs,
 }
 
-/// Code `slot` (0 to 7) of each lane's word, its E2M1 value (magnitude
-/// permuted from the 8, sign its bit 3) times `factor`, as f32 bits.
+impl Lanes {
+    /// The two vectors' rows, as [`Band::words`] takes them.
+    fn rows(self) -> [(usize, usize, usize); 2] {
+        match self {
+            Lanes::Straight => [(0, 4, 1), (8, 12, 1)],
+            Lanes::Packed => [(0, 8, 1), (4, 12, 1)],
+            Lanes::Pairs => [(0, 8, 2), (1, 9, 2)],
+        }
+    }
+}
+
+/// A lane's factor and its negation.
+type Factor = (__m256, __m256);
+
+/// Code `slot` (0 to 7) of each lane's word, its E2M1 value times
+/// `factor`, as f32 bits: the magnitude permuted from the 8, times the
+/// factor or its negation as the code's bit 3 says (the same product as
+/// the signed value's times the factor, NaN included: `0 * inf` is the
+/// default NaN whatever the signs).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn e2m1_times(word: __m256i, slot: i32, factor: __m256) -> __m256i {
+fn e2m1_times(word: __m256i, slot: i32, factor: Factor) -> __m256i {
     let magnitude = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
     let shifted = _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * slot));
-    // The permute reads each lane's low 3 bits, the sign is bit 3: no mask.
+    // The permute reads each lane's low 3 bits, the blend bit 31 (the
+    // code's bit 3 shifted up): no masks.
     let m = _mm256_permutevar8x32_ps(magnitude, shifted);
-    let s = _mm256_and_si256(
-        _mm256_slli_epi32::<28>(shifted),
-        _mm256_set1_epi32(i32::MIN),
-    );
-    let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
-    _mm256_castps_si256(_mm256_mul_ps(code, factor))
+    let sign = _mm256_castsi256_ps(_mm256_slli_epi32::<28>(shifted));
+    let f = _mm256_blendv_ps(factor.0, factor.1, sign);
+    _mm256_castps_si256(_mm256_mul_ps(m, f))
 }
 
 #[inline]
@@ -485,16 +512,12 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
     if b.blocks.len() < rows * b.width * 16 || b.scales.len() < rows * b.width {
         return false;
     }
-    let lanes = if OUT == 0 {
-        Lanes::Straight
-    } else {
-        Lanes::Packed
+    let lanes = match OUT {
+        0 => Lanes::Straight,
+        1 => Lanes::Pairs,
+        _ => Lanes::Packed,
     };
-    // The first rows of each vector's low and high halves.
-    let ((a_lo, a_hi), (c_lo, c_hi)) = match lanes {
-        Lanes::Straight => ((0, 4), (8, 12)),
-        Lanes::Packed => ((0, 8), (4, 12)),
-    };
+    let [a_rows, c_rows] = lanes.rows();
     let k1 = k0 + count;
     let row_bytes = b.width * 16;
     // The first and last blocks' bytes of a row: the lines a tile reads.
@@ -512,7 +535,7 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
         }
         // Output row `k`'s 16 values of this tile, from code `slot` of
         // words `xa` and `xc`.
-        let mut put = |k: usize, xa: __m256i, xc: __m256i, slot: i32, fa: __m256, fc: __m256| {
+        let mut put = |k: usize, xa: __m256i, xc: __m256i, slot: i32, fa: Factor, fc: Factor| {
             let (a, c) = (e2m1_times(xa, slot, fa), e2m1_times(xc, slot, fc));
             let at = ((k - k0) * rows + rb) * w;
             match OUT {
@@ -520,11 +543,9 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
                     out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
                     out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
                 }
-                // A BF16 value's bits are the exact f32's high half.
-                1 => store(
-                    &mut out[at..],
-                    _mm256_packus_epi32(srli::<16>(a), srli::<16>(c)),
-                ),
+                // A BF16 value's bits are the exact f32's high half: an
+                // even row's shifted down, the next row's kept in place.
+                1 => store(&mut out[at..], _mm256_blend_epi16::<0xAA>(srli::<16>(a), c)),
                 _ => store(
                     &mut out[at..],
                     _mm256_packus_epi32(f16_lanes(a).0, f16_lanes(c).0),
@@ -537,8 +558,9 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
             let block = k / 32;
             let block_end = ((block + 1) * 32).min(k1);
             let (fa, fc) = b.factors(rb, block, lanes);
-            let wa = b.words(rb + a_lo, rb + a_hi, block);
-            let wc = b.words(rb + c_lo, rb + c_hi, block);
+            let at = |(lo, hi, step): (usize, usize, usize)| (rb + lo, rb + hi, step);
+            let wa = b.words(at(a_rows), block);
+            let wc = b.words(at(c_rows), block);
             while k < block_end {
                 // Codes `[k, word_end)` of word `p` (8 codes a word).
                 let p = k % 32 / 8;
