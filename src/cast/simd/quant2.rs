@@ -8,7 +8,7 @@
 //! The layouts whose codes run down the packed matrix (GPTQ: 8 input
 //! columns a word, output rows side by side; gpt-oss MXFP4: the expert
 //! transposed) take 8 or 16 output rows at once: their words are one
-//! load (GPTQ) or 8 short ones (MXFP4), and each code position of them is
+//! load (GPTQ) or a 16-byte block a row transposed in registers (MXFP4), and each code position of them is
 //! a vector across the rows. GPTQ transposes those in registers to store
 //! rows; transposed MXFP4's vectors already are output rows. All store the output dtype from the register, by the store
 //! path's own lane conversions, with no `f32` buffer between. The bitsandbytes

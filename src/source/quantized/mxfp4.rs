@@ -6,7 +6,8 @@
 //! source row. The reader keeps one band of the expert (block columns
 //! `[g0, g0 + width)` of all its rows, at most [`BAND_BYTES`]) and serves
 //! pieces from it: a gpt-oss-120b expert (5760 rows of 90 blocks, 8.3 MB)
-//! is two bands of 45 block columns. An expert that fits in a band is read
+//! is three bands of 30 block columns. Its scales are held block column
+//! after block column, as the kernel loads them. An expert that fits in a band is read
 //! with one positional read; bands of a wider expert are copied out of
 //! whole-row reads of at most [`READ_BYTES`], so each band costs a few
 //! reads, not one per row.
