@@ -49,6 +49,10 @@ pub(crate) struct Bands {
     read_scales: Vec<u8>,
     /// Those block column after block column, as [`Band`] takes them.
     scales: Vec<u8>,
+    /// Whole rows as read, kept from band to band (a fresh 512 KiB buffer
+    /// a band was zeroed, and mapped and unmapped by the allocator, each
+    /// time).
+    rows_read: Vec<u8>,
 }
 
 impl Bands {
@@ -62,6 +66,7 @@ impl Bands {
             blocks: Vec::new(),
             read_scales: Vec::new(),
             scales: Vec::new(),
+            rows_read: Vec::new(),
         }
     }
 
@@ -162,6 +167,7 @@ impl Bands {
             width,
             BLOCK_BYTES as u64,
             &mut self.blocks,
+            &mut self.rows_read,
         )?;
         read_band(
             scales,
@@ -172,6 +178,7 @@ impl Bands {
             width,
             1,
             &mut self.read_scales,
+            &mut self.rows_read,
         )?;
         if let Some(i) = self.read_scales.iter().position(|&s| s == E8M0_NAN) {
             let (r, j) = (i as u64 / width, i as u64 % width);
@@ -201,7 +208,7 @@ impl Bands {
 
 /// Columns `[g0, g0 + width)` (of `unit` bytes each) of rows `[first_row,
 /// first_row + rows)` of `p`, a `[.., groups]` array of units, into `out`,
-/// row after row.
+/// row after row; `buf` holds the whole rows read.
 #[allow(clippy::too_many_arguments)]
 fn read_band(
     p: &TensorAt,
@@ -212,6 +219,7 @@ fn read_band(
     width: u64,
     unit: u64,
     out: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
 ) -> Result<()> {
     let row_bytes = groups * unit;
     let slice = width * unit;
@@ -230,12 +238,16 @@ fn read_band(
         return Ok(());
     }
     let per_read = (READ_BYTES / row_bytes).max(1);
-    let mut buf = Vec::new();
     let mut r = 0;
     while r < rows {
         let n = per_read.min(rows - r);
-        buf.resize((n * row_bytes) as usize, 0);
-        read_at(p, (first_row + r) * row_bytes, &mut buf)?;
+        // Every byte is read into: zeroed only where it grows.
+        let len = (n * row_bytes) as usize;
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let buf = &mut buf[..len];
+        read_at(p, (first_row + r) * row_bytes, buf)?;
         for (i, row) in buf.chunks_exact(row_bytes as usize).enumerate() {
             let from = (g0 * unit) as usize;
             let to = ((r as usize) + i) * slice as usize;
