@@ -223,6 +223,30 @@ fn four_bit(bencher: Bencher, case: Case<&str>) {
     });
 }
 
+/// gpt-oss MXFP4 to BF16 on the end-to-end shape: a gpt-oss-120b expert
+/// band (5760 source rows of 30 blocks, 2.8 MB, past L2), its 960 output
+/// rows (11,520 B apart) made in the part reader's pieces of 40 rows,
+/// `piece/call` saying the piece's output rows and each kernel call's.
+fn mxfp4_band_cases() -> Vec<Case<&'static str>> {
+    on_each_path(&["40/8", "40/40", "32/32", "64/64", "88/88"])
+}
+
+#[divan::bench(args = mxfp4_band_cases())]
+fn mxfp4_band(bencher: Bencher, case: Case<&str>) {
+    let (rows, width) = (5760, 30);
+    let raw = pattern(rows * width * 16);
+    let (piece, call) = case.what.split_once('/').expect("piece/call");
+    let (piece, call) = (piece.parse().unwrap(), call.parse().unwrap());
+    let mut out = vec![0u8; piece * rows * 2];
+    bencher
+        .counter(ItemsCount::new(rows * width * 32))
+        .bench_local(|| {
+            with_isa(case.isa, || {
+                dequant::mxfp4_band(black_box(&raw), rows, width, piece, call, &mut out)
+            })
+        });
+}
+
 #[divan::bench(args = [2, 4, 8])]
 fn swap_bytes(bencher: Bencher, width: usize) {
     let mut buf = pattern(BUF);

@@ -78,6 +78,46 @@ pub fn ggml_block(name: &str) -> (usize, usize) {
     (ty.block_bytes as usize, ty.block_elems as usize)
 }
 
+/// gpt-oss MXFP4 as the reader runs it on a gpt-oss-120b expert band:
+/// `rows` source rows (5760) of `width` blocks (a band of 30), all its
+/// `width * 32` output rows made in pieces of `piece` rows (the part
+/// reader's 40), each piece through calls of `call` output rows (8 or
+/// the piece), stored as BF16 into `out` (a piece's bytes, the copy
+/// engine's chunk). `raw` holds the band's `rows * width * 16` bytes.
+/// Returns the elements made.
+pub fn mxfp4_band(
+    raw: &[u8],
+    rows: usize,
+    width: usize,
+    piece: usize,
+    call: usize,
+    out: &mut [u8],
+) -> usize {
+    let table = super::mxfp4::Table::new();
+    let exps: Vec<u8> = (0..rows * width).map(|i| 120 + (i % 13) as u8).collect();
+    let band = super::mxfp4::Band {
+        blocks: &raw[..rows * width * 16],
+        scales: &exps,
+        width,
+        rows,
+    };
+    let codes = width * 32;
+    let mut scratch = Vec::new();
+    let mut k = 0;
+    while k < codes {
+        let end = (k + piece).min(codes);
+        let mut c = k;
+        while c < end {
+            let e = (c + call).min(end);
+            let out = &mut out[(c - k) * rows * 2..(e - k) * rows * 2];
+            super::mxfp4::transposed_rows_into(&band, &table, c, Dtype::BF16, &mut scratch, out);
+            c = e;
+        }
+        k = end;
+    }
+    codes * rows
+}
+
 /// The 4-bit schemes' kernels on `n` elements of a weight of `cols`
 /// columns (`n` a multiple of `cols`, `cols` of 128), from bytes `raw`
 /// (codes, words; reused as each scheme needs), dequantized into `values`

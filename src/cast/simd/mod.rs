@@ -400,7 +400,8 @@ dispatch! { quant2, quant2;
 }
 dispatch! { quant2, quant2;
     /// gpt-oss MXFP4 transposed: output rows `[k0, k0 + out.len() / rows)`
-    /// of an expert's `rows` source rows of `width` blocks, `book[scale][q]`.
+    /// of an expert's `rows` source rows of `width` blocks (scales block
+    /// column after block column, `[width][rows]`), `book[scale][q]`.
     /// True when done, false (nothing written) unless `k0`, the output rows
     /// and `rows` are multiples of 8, and on the reference path.
     fn mxfp4_transposed(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k0: usize, book: &[[f32; 16]; 256], out: &mut [f32]) -> bool
@@ -408,11 +409,10 @@ dispatch! { quant2, quant2;
 }
 dispatch! { quant2, quant2;
     /// [`mxfp4_transposed`] stored as `to` (F32, BF16 or F16) straight
-    /// into `out`, no lookup and no transpose. False (nothing written)
-    /// unless `k0` and the output rows are multiples of 8 and `rows` of
-    /// 16, and on the reference path.
-    #[allow(clippy::too_many_arguments)] // the kernel's, passed through
-    fn mxfp4_transposed_as(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k0: usize, book: &[[f32; 16]; 256], to: Dtype, out: &mut [u8]) -> bool
+    /// into `out`, no table lookup, each row's block loaded once, any `k0`
+    /// and number of output rows. False (nothing written) unless `rows` is
+    /// a multiple of 16, and on the reference path.
+    fn mxfp4_transposed_as(blocks: &[u8], scales: &[u8], width: usize, rows: usize, k0: usize, to: Dtype, out: &mut [u8]) -> bool
         = false;
 }
 

@@ -8,7 +8,7 @@
 //! The layouts whose codes run down the packed matrix (GPTQ: 8 input
 //! columns a word, output rows side by side; gpt-oss MXFP4: the expert
 //! transposed) take 8 or 16 output rows at once: their words are one
-//! load (GPTQ) or 8 short ones (MXFP4), and each code position of them is
+//! load (GPTQ) or a 16-byte block a row transposed in registers (MXFP4), and each code position of them is
 //! a vector across the rows. GPTQ transposes those in registers to store
 //! rows, or, stored as a 16-bit dtype where 32 columns share a group,
 //! looks each row's values up in a table of the group's 16 (made by the
@@ -21,7 +21,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    book16, f16_lanes, half_lanes, look_up, pack, put_rounded, put_rounded2, rounded, srli, store,
+    book16, f16_lanes, half_lanes, look_up, put_rounded, put_rounded2, rounded, srli, store,
     stored_as,
 };
 use super::{AwqRow, Int4Tile as Tile, MIXED};
@@ -483,8 +483,9 @@ fn awq_row_as<const ROUND: u8>(r: &AwqRow, out: &mut [f32]) -> usize {
 
 /// gpt-oss MXFP4, transposed: output rows `[k0, k0 + out.len() / rows)`
 /// of an expert whose `rows` source rows each hold `width` blocks
-/// (`width * 16` bytes of `blocks`, low nibble first, `width` bytes of
-/// `scales`); output row `k`, column `r` is `book[scale][code k of row r]`.
+/// (`width * 16` bytes of `blocks`, low nibble first; `scales` block
+/// column after block column, `[width][rows]`); output row `k`, column
+/// `r` is `book[scale][code k of row r]`.
 /// 8 codes of 8 source rows at a time, looked up then transposed in
 /// registers. All or nothing: false (nothing written) unless `k0`, the
 /// output rows and `rows` are multiples of 8.
@@ -510,7 +511,7 @@ pub(super) fn mxfp4_transposed(
             let v: [__m256; 8] = std::array::from_fn(|j| {
                 let r = rb + j;
                 let at = r * row_bytes + byte;
-                let row = &book[usize::from(scales[r * width + block])];
+                let row = &book[usize::from(scales[block * rows + r])];
                 look_up_in(row, nibbles::<false>(&blocks[at..at + 4]))
             });
             for (j, col) in transpose8(v).into_iter().enumerate() {
@@ -523,21 +524,22 @@ pub(super) fn mxfp4_transposed(
 }
 
 /// [`mxfp4_transposed`] stored as `to` (F32, BF16 or F16, little-endian)
-/// straight into `out` (`out.len() / width` elements). No table lookup
-/// and no transpose: 8 source rows' words side by side make a vector
-/// whose lane `j` holds 8 codes of row `j`, so each code position is a
-/// vector of 8 output columns of one output row, and a block's 32 codes
-/// share the 8 rows' scales. Each value is the code's E2M1 value
-/// (magnitude permuted from 8, the sign its bit 3) times the scale's
-/// factor, read from the table (`book[e][2]`, code 2 being 1.0): the
-/// product is exact, as the table's is (E2M1 has 2 significant bits, the
-/// factor is a power of two), or the same infinity, or the same default
-/// NaN (`0 * inf`, scale 0xFF); the tests compare every scale and code.
-/// A BF16 value's bits are the f32's high half (exact, so rounding keeps
-/// them; a NaN is the default one, whose low half is zero). 16 source
-/// rows at a time: all or nothing, false (nothing written) unless `k0`
-/// and the output rows are multiples of 8 and `rows` of 16.
-#[allow(clippy::too_many_arguments)]
+/// straight into `out` (`out.len() / width` elements). No table lookup:
+/// 16 source rows at a time, each row's 16-byte block loaded once and
+/// transposed in registers into 4 words a lane (lane `j` holding 8 codes
+/// of its row), so that each code position is a vector of 8 output
+/// columns of one output row, and a block's 32 codes share the rows'
+/// scales. Each value is the code's E2M1 value (magnitude permuted from
+/// 8, the sign its bit 3) times the scale's factor `2^(e - 127)`, made
+/// from the scale byte's bits (`e << 23`, 0 the subnormal `2^-127`, 0xFF
+/// the infinity transformers makes of it): the table's `book[e][2]` (code
+/// 2 being 1.0), the product exact, as the table's is (E2M1 has 2
+/// significant bits, the factor is a power of two), or the same infinity,
+/// or the same default NaN (`0 * inf`); the tests compare every scale and
+/// code. A BF16 value's bits are the f32's high half (exact, so rounding
+/// keeps them; a NaN is the default one, whose low half is zero). Any
+/// `k0` and number of output rows; all or nothing: false (nothing
+/// written) unless `rows` is a multiple of 16.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn mxfp4_transposed_as(
     blocks: &[u8],
@@ -545,7 +547,6 @@ pub(super) fn mxfp4_transposed_as(
     width: usize,
     rows: usize,
     k0: usize,
-    book: &[[f32; 16]; 256],
     to: Dtype,
     out: &mut [u8],
 ) -> bool {
@@ -554,61 +555,126 @@ pub(super) fn mxfp4_transposed_as(
         scales,
         width,
         rows,
-        book,
     };
     by_dtype!(to, mxfp4_transposed_out(&band, k0, out), false)
 }
 
-/// [`mxfp4_transposed_as`]'s band.
+/// [`mxfp4_transposed_as`]'s band: `scales` block column after block
+/// column (`[width][rows]`).
 struct Band<'a> {
     blocks: &'a [u8],
     scales: &'a [u8],
     width: usize,
     rows: usize,
-    book: &'a [[f32; 16]; 256],
 }
 
 impl Band<'_> {
-    /// The 4 bytes (8 codes) at `byte` of source rows `r..r + 8`, a row a lane.
+    /// Block `block` of rows `lo + step * i` (low half) and `hi + step * i`
+    /// (high half), `i` 0 to 3, loaded 16 bytes a row: result `p`'s lane
+    /// `j` is word `p` (codes `8p..8p + 8`) of the lane's row.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn words(&self, r: usize, byte: usize) -> __m256i {
+    fn words(&self, (lo, hi, step): (usize, usize, usize), block: usize) -> [__m256i; 4] {
         let row_bytes = self.width * 16;
-        let mut w = [0u32; 8];
-        for (j, w) in w.iter_mut().enumerate() {
-            let at = (r + j) * row_bytes + byte;
-            *w = u32::from_le_bytes(self.blocks[at..at + 4].try_into().expect("4 bytes"));
-        }
-        bytemuck::cast(w)
+        let load = |r: usize| -> __m128i {
+            let at = r * row_bytes + block * 16;
+            bytemuck::pod_read_unaligned(&self.blocks[at..at + 16])
+        };
+        let y: [__m256i; 4] =
+            std::array::from_fn(|i| _mm256_set_m128i(load(hi + step * i), load(lo + step * i)));
+        // A 4 x 4 transpose of 32-bit words in each half.
+        let t0 = _mm256_unpacklo_epi32(y[0], y[1]);
+        let t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+        let t2 = _mm256_unpacklo_epi32(y[2], y[3]);
+        let t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+        [
+            _mm256_unpacklo_epi64(t0, t2),
+            _mm256_unpackhi_epi64(t0, t2),
+            _mm256_unpacklo_epi64(t1, t3),
+            _mm256_unpackhi_epi64(t1, t3),
+        ]
     }
 
-    /// The factors of block `block` of source rows `r..r + 8`.
+    /// The factors of block `block` of source rows `r..r + 16` as two
+    /// vectors of 8 lanes, each lane's row as [`Lanes`] puts it, each
+    /// beside its negation.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    fn factors(&self, r: usize, block: usize) -> __m256 {
-        let mut f = [0f32; 8];
-        for (j, f) in f.iter_mut().enumerate() {
-            *f = self.book[usize::from(self.scales[(r + j) * self.width + block])][2];
-        }
-        bytemuck::cast(f)
+    fn factors(&self, r: usize, block: usize, lanes: Lanes) -> (Factor, Factor) {
+        let at = block * self.rows + r;
+        let e: __m128i = bytemuck::pod_read_unaligned(&self.scales[at..at + 16]);
+        let e = match lanes {
+            Lanes::Straight => e,
+            // Rows 0-3 and 8-11 in the low 8 bytes, 4-7 and 12-15 high.
+            Lanes::Packed => _mm_shuffle_epi8(
+                e,
+                _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15),
+            ),
+            // Even rows in the low 8 bytes, odd ones high.
+            Lanes::Pairs => _mm_shuffle_epi8(
+                e,
+                _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15),
+            ),
+        };
+        let factor = |e: __m128i| {
+            let e = _mm256_cvtepu8_epi32(e);
+            // 2^(e - 127) is e's bits as an exponent, but for e = 0: 2^-127,
+            // a subnormal (0xFF: the infinity, as the table holds).
+            let zero = _mm256_and_si256(
+                _mm256_cmpeq_epi32(e, _mm256_setzero_si256()),
+                _mm256_set1_epi32(0x0040_0000),
+            );
+            let f = _mm256_castsi256_ps(_mm256_or_si256(_mm256_slli_epi32::<23>(e), zero));
+            (f, _mm256_xor_ps(f, _mm256_set1_ps(-0.0)))
+        };
+        (factor(e), factor(_mm_srli_si128::<8>(e)))
     }
 }
 
-/// Code `slot` (0 to 7) of each lane's word, its E2M1 value (magnitude
-/// permuted from the 8, sign its bit 3) times `factor`, as f32 bits.
+/// Which source rows of a tile of 16 the lanes of its two vectors hold,
+/// and so how they are stored: `Straight`, rows 0-7 then 8-15 (F32, as
+/// they are); `Packed`, rows 0-3 and 8-11 then 4-7 and 12-15, so that
+/// packing them to 16 bits (`packus`, which interleaves 128-bit halves)
+/// puts the rows in order (F16); `Pairs`, even rows then odd ones, so
+/// that the first's high halves shifted down beside the second's make
+/// the rows in order (BF16: one shift and one blend for 16 values).
+#[derive(Clone, Copy)]
+enum Lanes {
+    Straight,
+    Packed,
+    Pairs,
+}
+
+impl Lanes {
+    /// The two vectors' rows, as [`Band::words`] takes them.
+    fn rows(self) -> [(usize, usize, usize); 2] {
+        match self {
+            Lanes::Straight => [(0, 4, 1), (8, 12, 1)],
+            Lanes::Packed => [(0, 8, 1), (4, 12, 1)],
+            Lanes::Pairs => [(0, 8, 2), (1, 9, 2)],
+        }
+    }
+}
+
+/// A lane's factor and its negation.
+type Factor = (__m256, __m256);
+
+/// Code `slot` (0 to 7) of each lane's word, its E2M1 value times
+/// `factor`, as f32 bits: the magnitude permuted from the 8, times the
+/// factor or its negation as the code's bit 3 says (the same product as
+/// the signed value's times the factor, NaN included: `0 * inf` is the
+/// default NaN whatever the signs).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn e2m1_times(word: __m256i, slot: i32, factor: __m256) -> __m256i {
+fn e2m1_times(word: __m256i, slot: i32, factor: Factor) -> __m256i {
     let magnitude = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
     let shifted = _mm256_srl_epi32(word, _mm_cvtsi32_si128(4 * slot));
-    // The permute reads each lane's low 3 bits, the sign is bit 3: no mask.
+    // The permute reads each lane's low 3 bits, the blend bit 31 (the
+    // code's bit 3 shifted up): no masks.
     let m = _mm256_permutevar8x32_ps(magnitude, shifted);
-    let s = _mm256_and_si256(
-        _mm256_slli_epi32::<28>(shifted),
-        _mm256_set1_epi32(i32::MIN),
-    );
-    let code = _mm256_or_ps(m, _mm256_castsi256_ps(s));
-    _mm256_castps_si256(_mm256_mul_ps(code, factor))
+    let sign = _mm256_castsi256_ps(_mm256_slli_epi32::<28>(shifted));
+    let f = _mm256_blendv_ps(factor.0, factor.1, sign);
+    _mm256_castps_si256(_mm256_mul_ps(m, f))
 }
 
 #[inline]
@@ -617,31 +683,76 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
     let w = if OUT == 0 { 4 } else { 2 };
     let rows = b.rows;
     let count = out.len() / w / rows.max(1);
-    if k0 % 8 != 0 || count % 8 != 0 || rows % 16 != 0 || count * rows * w != out.len() {
+    if rows % 16 != 0 || count * rows * w != out.len() {
         return false;
     }
+    if b.blocks.len() < rows * b.width * 16 || b.scales.len() < rows * b.width {
+        return false;
+    }
+    let lanes = match OUT {
+        0 => Lanes::Straight,
+        1 => Lanes::Pairs,
+        _ => Lanes::Packed,
+    };
+    let [a_rows, c_rows] = lanes.rows();
+    let k1 = k0 + count;
+    let row_bytes = b.width * 16;
+    // The first and last blocks' bytes of a row: the lines a tile reads.
+    let (first, last) = (k0 / 32 * 16, (k1.max(k0 + 1) - 1) / 32 * 16);
     for rb in (0..rows).step_by(16) {
-        let mut block = usize::MAX;
-        let (mut fa, mut fb) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for kg in (0..count).step_by(8) {
-            let k = k0 + kg;
-            if k / 32 != block {
-                block = k / 32;
-                (fa, fb) = (b.factors(rb, block), b.factors(rb + 8, block));
+        // The lines of the tile after next: its rows are a band row apart
+        // (480 bytes in gpt-oss's bands) and each is read for a few blocks,
+        // not a stride the hardware's prefetcher follows.
+        if rb + 2 * 16 < rows {
+            for r in rb + 2 * 16..rb + 3 * 16 {
+                let at = b.blocks.as_ptr().wrapping_add(r * row_bytes);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(first) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(last) as *const i8);
             }
-            let (wa, wb) = (b.words(rb, k / 2), b.words(rb + 8, k / 2));
-            for slot in 0..8 {
-                let (a, c) = (e2m1_times(wa, slot, fa), e2m1_times(wb, slot, fb));
-                let at = ((kg + slot as usize) * rows + rb) * w;
-                match OUT {
-                    0 => {
-                        out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
-                        out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
-                    }
-                    // A BF16 value's bits are the exact f32's high half.
-                    1 => store(&mut out[at..], pack(srli::<16>(a), srli::<16>(c))),
-                    _ => store(&mut out[at..], pack(f16_lanes(a).0, f16_lanes(c).0)),
+        }
+        // Output row `k`'s 16 values of this tile, from code `slot` of
+        // words `xa` and `xc`.
+        let mut put = |k: usize, xa: __m256i, xc: __m256i, slot: i32, fa: Factor, fc: Factor| {
+            let (a, c) = (e2m1_times(xa, slot, fa), e2m1_times(xc, slot, fc));
+            let at = ((k - k0) * rows + rb) * w;
+            match OUT {
+                0 => {
+                    out[at..at + 32].copy_from_slice(bytemuck::bytes_of(&a));
+                    out[at + 32..at + 64].copy_from_slice(bytemuck::bytes_of(&c));
                 }
+                // A BF16 value's bits are the exact f32's high half: an
+                // even row's shifted down, the next row's kept in place.
+                1 => store(&mut out[at..], _mm256_blend_epi16::<0xAA>(srli::<16>(a), c)),
+                _ => store(
+                    &mut out[at..],
+                    _mm256_packus_epi32(f16_lanes(a).0, f16_lanes(c).0),
+                ),
+            }
+        };
+        let mut k = k0;
+        while k < k1 {
+            // The rest of block `block` in this call, from one load of it.
+            let block = k / 32;
+            let block_end = ((block + 1) * 32).min(k1);
+            let (fa, fc) = b.factors(rb, block, lanes);
+            let at = |(lo, hi, step): (usize, usize, usize)| (rb + lo, rb + hi, step);
+            let wa = b.words(at(a_rows), block);
+            let wc = b.words(at(c_rows), block);
+            while k < block_end {
+                // Codes `[k, word_end)` of word `p` (8 codes a word).
+                let p = k % 32 / 8;
+                let word_end = ((k / 8 + 1) * 8).min(block_end);
+                let (xa, xc) = (wa[p], wc[p]);
+                if k % 8 == 0 && word_end - k == 8 {
+                    for slot in 0..8 {
+                        put(k + slot as usize, xa, xc, slot, fa, fc);
+                    }
+                } else {
+                    for k in k..word_end {
+                        put(k, xa, xc, (k % 8) as i32, fa, fc);
+                    }
+                }
+                k = word_end;
             }
         }
     }

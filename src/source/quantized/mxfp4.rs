@@ -6,7 +6,8 @@
 //! source row. The reader keeps one band of the expert (block columns
 //! `[g0, g0 + width)` of all its rows, at most [`BAND_BYTES`]) and serves
 //! pieces from it: a gpt-oss-120b expert (5760 rows of 90 blocks, 8.3 MB)
-//! is two bands of 45 block columns. An expert that fits in a band is read
+//! is three bands of 30 block columns. Its scales are held block column
+//! after block column, as the kernel loads them. An expert that fits in a band is read
 //! with one positional read; bands of a wider expert are copied out of
 //! whole-row reads of at most [`READ_BYTES`], so each band costs a few
 //! reads, not one per row.
@@ -44,7 +45,14 @@ pub(crate) struct Bands {
     /// The expert and first block column of the band held.
     held: Option<(u64, u64)>,
     blocks: Vec<u8>,
+    /// The band's scales as read, row after row.
+    read_scales: Vec<u8>,
+    /// Those block column after block column, as [`Band`] takes them.
     scales: Vec<u8>,
+    /// Whole rows as read, kept from band to band (a fresh 512 KiB buffer
+    /// a band was zeroed, and mapped and unmapped by the allocator, each
+    /// time).
+    rows_read: Vec<u8>,
 }
 
 impl Bands {
@@ -56,7 +64,9 @@ impl Bands {
             width,
             held: None,
             blocks: Vec::new(),
+            read_scales: Vec::new(),
             scales: Vec::new(),
+            rows_read: Vec::new(),
         }
     }
 
@@ -157,6 +167,7 @@ impl Bands {
             width,
             BLOCK_BYTES as u64,
             &mut self.blocks,
+            &mut self.rows_read,
         )?;
         read_band(
             scales,
@@ -166,9 +177,10 @@ impl Bands {
             g0,
             width,
             1,
-            &mut self.scales,
+            &mut self.read_scales,
+            &mut self.rows_read,
         )?;
-        if let Some(i) = self.scales.iter().position(|&s| s == E8M0_NAN) {
+        if let Some(i) = self.read_scales.iter().position(|&s| s == E8M0_NAN) {
             let (r, j) = (i as u64 / width, i as u64 % width);
             let element = (first_row + r) * groups + g0 + j;
             let e = QuantError::Unsupported(format!(
@@ -180,6 +192,15 @@ impl Bands {
                 .with_tensor(&scales.name)
                 .at_offset(scales.span.offset + element));
         }
+        // Block column after block column: the kernel takes 16 rows' scales
+        // of a block with one load.
+        let (rows, width) = (rows as usize, width as usize);
+        self.scales.resize(self.read_scales.len(), 0);
+        for (r, row) in self.read_scales.chunks_exact(width).enumerate() {
+            for (j, &s) in row.iter().enumerate() {
+                self.scales[j * rows + r] = s;
+            }
+        }
         self.held = Some((e, g0));
         Ok(())
     }
@@ -187,7 +208,7 @@ impl Bands {
 
 /// Columns `[g0, g0 + width)` (of `unit` bytes each) of rows `[first_row,
 /// first_row + rows)` of `p`, a `[.., groups]` array of units, into `out`,
-/// row after row.
+/// row after row; `buf` holds the whole rows read.
 #[allow(clippy::too_many_arguments)]
 fn read_band(
     p: &TensorAt,
@@ -198,6 +219,7 @@ fn read_band(
     width: u64,
     unit: u64,
     out: &mut Vec<u8>,
+    buf: &mut Vec<u8>,
 ) -> Result<()> {
     let row_bytes = groups * unit;
     let slice = width * unit;
@@ -216,12 +238,16 @@ fn read_band(
         return Ok(());
     }
     let per_read = (READ_BYTES / row_bytes).max(1);
-    let mut buf = Vec::new();
     let mut r = 0;
     while r < rows {
         let n = per_read.min(rows - r);
-        buf.resize((n * row_bytes) as usize, 0);
-        read_at(p, (first_row + r) * row_bytes, &mut buf)?;
+        // Every byte is read into: zeroed only where it grows.
+        let len = (n * row_bytes) as usize;
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let buf = &mut buf[..len];
+        read_at(p, (first_row + r) * row_bytes, buf)?;
         for (i, row) in buf.chunks_exact(row_bytes as usize).enumerate() {
             let from = (g0 * unit) as usize;
             let to = ((r as usize) + i) * slice as usize;

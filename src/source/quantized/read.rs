@@ -56,15 +56,15 @@ impl DequantReader {
     pub(crate) fn rows(w: Weight, to: Dtype, rows: std::ops::Range<u64>) -> Self {
         let cols = w.shape[1].max(1);
         let step = (PIECE_ELEMENTS / cols).max(1);
-        // MXFP4's pieces in whole 8-row tiles of its vector kernel, half
-        // the others' (a gpt-oss expert's 5760 columns: 1 MiB of BF16, the
-        // copy engine's chunk, which then takes them whole).
+        // MXFP4's pieces are made in the caller's buffer whatever their
+        // rows (`unit`): as long as the others', so that one kernel call
+        // fills a whole copy-engine chunk (a gpt-oss expert's 5760 columns:
+        // 91 rows of BF16 a MiB), each source block loaded once for them.
         // GPTQ and AWQ read their words as a strip of the packed matrix's
         // columns, a positional read per packed row: pieces of 8 x (AWQ 4 x)
         // the rows make those reads that much longer and fewer (at 64 rows, 256-byte
         // reads were half the CPU time of a 1 GiB GPTQ weight).
         let step = match &*w.kind {
-            Kind::Mxfp4 { .. } if step >= 16 => step / 2 / 8 * 8,
             Kind::Gptq { .. } => step.saturating_mul(STRIP_ROWS),
             // AWQ's pieces go whole through `bytes` when cut: kept at 4 x.
             Kind::Awq { .. } => step.saturating_mul(4),
@@ -102,13 +102,13 @@ impl DequantReader {
 
     /// Rows a piece is cut in when the caller's buffer holds less than a
     /// whole one, so that it is made in that buffer (no copy through
-    /// `bytes`): the vector kernels' tile (8 rows of MXFP4, GPTQ), else a
-    /// row. `None`: AWQ, whose pieces read their strip of words afresh,
-    /// and are kept whole.
+    /// `bytes`): the vector kernels' tile (8 rows of GPTQ), else a row
+    /// (MXFP4's kernel takes any rows). `None`: AWQ, whose pieces read
+    /// their strip of words afresh, and are kept whole.
     fn unit(&self) -> Option<u64> {
         match &*self.w.kind {
             Kind::Awq { .. } => None,
-            Kind::Mxfp4 { .. } | Kind::Gptq { .. } => Some(8),
+            Kind::Gptq { .. } => Some(8),
             _ => Some(1),
         }
     }
@@ -120,7 +120,6 @@ impl DequantReader {
         let [_, cols] = self.w.shape;
         let r0 = self.row;
         let count = usize::try_from((r1 - r0) * cols).map_err(|_| too_large())?;
-        let width = (self.to.bits() / 8) as usize;
         let kind = self.w.kind.clone();
         // These are stored straight into `out`, a few rows at a time; the
         // others through `values`, the whole piece.
@@ -382,16 +381,11 @@ impl DequantReader {
                 let bands = self
                     .bands
                     .get_or_insert_with(|| super::mxfp4::Bands::new(*geometry));
-                // 8 output rows at a time (the vector kernel's tile), stored
-                // straight into `out` (through `values` off the vector path).
-                let (cols, mut r, mut at) = (to_usize(cols)?, r0, 0);
-                while r < r1 {
-                    let e = (r / 8 + 1).saturating_mul(8).min(r1);
-                    let n = to_usize(e - r)? * cols;
-                    let out = &mut out[at * width..(at + n) * width];
-                    bands.rows(blocks, scales, r, e, self.to, &mut self.values, out)?;
-                    (r, at) = (e, at + n);
-                }
+                // The whole piece in one call: the vector kernel loads each
+                // source row's block once for all its output rows (8 rows a
+                // call cost 1.6 x the time). Stored straight into `out`
+                // (through `values`, 8 rows at a time, off the vector path).
+                bands.rows(blocks, scales, r0, r1, self.to, &mut self.values, out)?;
             }
         }
         if !direct {
@@ -459,8 +453,9 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
                 reader.shared = shared;
                 reader.step = match &*reader.w.kind {
-                    // Whole tiles of the vector kernel.
-                    Kind::Mxfp4 { .. } => (reader.step / PART_SHARE / 8 * 8).max(8),
+                    // Made in the copy engine's chunk, whatever their rows
+                    // (its band is what the part reader holds): a chunk a call.
+                    Kind::Mxfp4 { .. } => reader.step,
                     // A strip of words as long as the part (16 MiB of
                     // output: 1024 rows of 8192 columns, reads of 4 KiB a
                     // packed row, 4 MiB of words held; at 2 KiB, 147k
