@@ -43,7 +43,7 @@ fn write(path: &Path, tensors: &[(&str, St, Vec<usize>, &[u8])]) {
 
 /// The caller holds [`crate::alloc::serial`] from its first line: its
 /// input, built beforehand, counts in no other test's peak.
-fn dequantize_peak(input: &Path, out: &Path) -> usize {
+pub(crate) fn dequantize_peak(input: &Path, out: &Path) -> usize {
     let mut options = ConvertOptions::default();
     options.source = SourceOptions::default().dequantize(Some(Dtype::BF16));
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -10,10 +10,10 @@ use std::path::Path;
 
 use safetensors::tensor::TensorView;
 use safetensors::Dtype as St;
-use safetensors_stream::convert::{convert, open_inputs, ConvertOptions, Output};
+use safetensors_stream::convert::{open_inputs, ConvertOptions};
 use safetensors_stream::{Dtype, SourceOptions};
 
-use crate::alloc::{live, peak_during, serial};
+use crate::alloc::{live, serial};
 
 /// Quantized weights in the synthetic file.
 const WEIGHTS: usize = 4000;
@@ -99,17 +99,8 @@ const PEAK_PER_WEIGHT: usize = 1100;
 fn conversion_peak(dir: &Path, weights: usize) -> usize {
     let input = dir.join(format!("fp8-{weights}.safetensors"));
     write_fp8_weights(&input, weights);
-    let mut options = ConvertOptions::default();
-    options.source = SourceOptions::default().dequantize(Some(Dtype::BF16));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let out = Output::File(dir.join(format!("out-{weights}.safetensors")));
-    let (report, peak) =
-        peak_during(|| rt.block_on(convert(std::slice::from_ref(&input), &out, &options)));
-    report.unwrap();
-    peak
+    let out = dir.join(format!("out-{weights}.safetensors"));
+    crate::quantized::dequantize_peak(&input, &out)
 }
 
 #[test]
