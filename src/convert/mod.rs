@@ -141,20 +141,14 @@ pub async fn convert_sources(
 ) -> Result<Report> {
     let started = std::time::Instant::now();
     let mut plan = plan_sources(sources, options)?;
-    let large = plan.tensor_count() >= LARGE_PLAN;
+    let tensors = plan.tensor_count();
     plan.keep_only(options.part);
     // Planning a large input frees about as much as it keeps (the
     // listings' copies, the layout's scratch), some on other threads: the
     // caller may hand it back before the copy allocates its buffers.
-    if large {
-        options.source.freed_memory.call();
-    }
+    options.source.freed_memory.after_phase(tensors);
     write_planned(sources, &plan, output, options, started).await
 }
-
-/// Tensors from which a plan counts as large: its making frees tens of MB
-/// ([`FreedMemoryHook`](crate::source::FreedMemoryHook) is then called).
-const LARGE_PLAN: usize = 100_000;
 
 /// [`convert_sources`]: the sources say what they read, so the paths they
 /// were opened from are no longer needed (nor looked at).

@@ -38,6 +38,29 @@ impl FreedMemoryHook {
             hand_back()
         }
     }
+
+    /// Tells the caller a phase over `tensors` tensors (opening their
+    /// headers, planning them) freed memory, when there are enough for it
+    /// to be worth handing back: [`LARGE_PHASE`](Self::LARGE_PHASE) or more.
+    /// For a few tensors a hand-back only costs: the pages it returns are
+    /// soon faulted in again.
+    ///
+    /// ```
+    /// use safetensors_stream::source::FreedMemoryHook;
+    ///
+    /// FreedMemoryHook::new(|| println!("handed back")).after_phase(1_000_000);
+    /// FreedMemoryHook::new(|| unreachable!()).after_phase(10);
+    /// ```
+    pub fn after_phase(self, tensors: usize) {
+        if tensors >= Self::LARGE_PHASE {
+            self.call()
+        }
+    }
+
+    /// Tensors from which a phase frees tens of MB ([`Self::after_phase`]):
+    /// a header of a million tensors is 72 MB of text, and planning
+    /// allocates as much again.
+    pub const LARGE_PHASE: usize = 100_000;
 }
 
 impl fmt::Debug for FreedMemoryHook {

@@ -29,25 +29,14 @@ use cli::{Cli, Command, InspectArgs, UploadsArgs, ValidateArgs};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Hands memory freed so far back to the system now, rather than after
-/// mimalloc's purge delay, when the inputs hold `tensors` tensors or more.
-/// Called between phases: opening a header of a million tensors frees its
-/// 72 MB text, and planning allocates as much again, often on another
-/// thread whose heap would not reuse those pages in time (the peak then
-/// varied from run to run). For a small header the purge only costs: the
-/// pages it hands back are soon faulted in again (benches/README.md, "Copy
-/// path", the small-members paragraph).
-pub(crate) fn return_freed_memory(tensors: usize) {
-    const WORTH_IT_FROM: usize = 100_000;
-    if tensors >= WORTH_IT_FROM {
-        collect_freed_memory();
-    }
-}
-
 /// Hands memory freed so far back to the system now: this binary's answer
 /// to a source's [`FreedMemoryHook`] (a large checkpoint freeing its
-/// pickle between the phases of its opening), and to
-/// [`return_freed_memory`].
+/// pickle between the phases of its opening, a large input's opening or
+/// planning: [`FreedMemoryHook::after_phase`]). Called now rather than
+/// after mimalloc's purge delay: the next phase often allocates on another
+/// thread, whose heap would not reuse those pages in time (the peak then
+/// varied from run to run; benches/README.md, "Copy path", the
+/// small-members paragraph, for why not for small headers).
 pub(crate) fn collect_freed_memory() {
     // SAFETY: mi_collect takes no pointers and may be called from any
     // thread at any time; `true` also purges memory other threads freed.

@@ -297,10 +297,10 @@ async fn job(
 ) -> Result<Outcome, Error> {
     let mut sources = open_locations(inputs, opts).await?;
     let tensors = sources.iter().map(|s| s.tensors().len()).sum();
-    super::return_freed_memory(tensors);
+    opts.source.freed_memory.after_phase(tensors);
     if args.dry_run {
         let planned = dry_run(&sources, output, opts)?;
-        super::return_freed_memory(tensors);
+        opts.source.freed_memory.after_phase(tensors);
         if args.json || args.report == Some(ReportFormat::Json) {
             let mut line = planned.to_json(&notes.collected());
             line.push('\n');
