@@ -19,12 +19,12 @@ use crate::alloc::{live, serial};
 const WEIGHTS: usize = 4000;
 
 /// Bytes the wrapper may hold per weight, above the plain source's own:
-/// measured 433 (the listed tensor's `TensorMeta` with its name and
-/// shape, the weight's entry and its `Kind` of two `TensorAt`s); it was
-/// 840 when each record copied its tensors' names and shapes, the entry
-/// the weight's name, and every `Kind` took the size of its largest
-/// variant.
-const PER_WEIGHT: usize = 480;
+/// measured 166 (the listed tensor's `TensorMeta` with its name and
+/// shape, the weight's entry of its two tensors' indices); it was 433
+/// with an `Arc<Kind>` of two `TensorAt`s a weight, 840 when each record
+/// copied its tensors' names and shapes, the entry the weight's name, and
+/// every `Kind` took the size of its largest variant.
+const PER_WEIGHT: usize = 200;
 
 /// DeepSeek-V3's names and layout: an E4M3 weight and its F32
 /// `weight_scale_inv` of 128x128 blocks, per expert projection.
