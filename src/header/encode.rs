@@ -89,6 +89,27 @@ impl EncodedHeader {
         }
     }
 
+    /// Calls `f` on the bytes in order, pieces of about 64 KiB made from
+    /// the entries as they go (or the bytes, if made already): a digest of
+    /// a plan's headers ([`plan_id`](crate::plan::plan_id)) then holds no
+    /// copy of them (5.5 MB at DeepSeek-V3's 46k output tensors, kept
+    /// through the whole copy when [`EncodedHeader::bytes`] made them).
+    pub(crate) fn each_piece(&self, mut f: impl FnMut(&[u8])) {
+        if let Some(bytes) = self.bytes.get() {
+            return f(bytes);
+        }
+        let mut piece = Vec::with_capacity(PIECE + 4096);
+        let mut pieces = self.pieces();
+        loop {
+            piece.clear();
+            let more = pieces.next_piece(&mut piece, PIECE);
+            f(&piece);
+            if !more {
+                return;
+            }
+        }
+    }
+
     /// The bytes as pieces, for a writer that need not hold them all.
     fn pieces(&self) -> Pieces<'_> {
         Pieces {
@@ -531,6 +552,11 @@ mod tests {
         for md in metadata {
             let enc = encode(tensors.clone(), md, Order::Canonical).unwrap();
             let whole = written_whole(enc.header());
+            // Made as they go, without keeping the bytes.
+            let mut each = Vec::new();
+            enc.each_piece(|piece| each.extend_from_slice(piece));
+            assert_eq!(each, whole);
+            assert!(enc.bytes.get().is_none(), "each_piece keeps no copy");
             // Parts of strings and single entries per piece, then all at once.
             for min in [1, 3, 7, 64, usize::MAX] {
                 let (mut all, mut piece) = (Vec::new(), Vec::new());

@@ -53,9 +53,10 @@ pub fn plan_id<L: Listed>(listings: &[L], plan: &Plan) -> String {
     }
     digest.update(plan.shards.len().to_le_bytes());
     for shard in &plan.shards {
-        let header = shard.header.bytes();
-        digest.update(header.len().to_le_bytes());
-        digest.update(header);
+        // Its length and bytes, hashed a piece at a time (never held whole).
+        let len = shard.header.len() as usize;
+        digest.update(len.to_le_bytes());
+        shard.header.each_piece(|piece| digest.update(piece));
     }
     let bytes = digest.finalize();
     bytes[..16].iter().map(|b| format!("{b:02x}")).collect()
