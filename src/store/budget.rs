@@ -7,7 +7,7 @@
 //! acknowledged).
 //!
 //! The bound is deterministic: at any moment the bytes leased are at most
-//! [`Budget::total`] — by default [`DEFAULT_BUDGET`] (48 MiB) per process,
+//! [`Budget::total`] — by default [`DEFAULT_BUDGET`] (40 MiB) per process,
 //! `SAFETENSORS_STREAM_MEMORY` (a size, at least [`MIN_BUDGET`]) otherwise.
 //! What is optional waits for nothing: a window read ahead is sent only
 //! when its lease is free at once ([`Budget::try_lease`]). What a reader
@@ -31,10 +31,11 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The bytes in flight a process holds for object storage, by default:
-/// four 8 MiB upload parts and [`READ_RESERVE`] for reads. (A 16 MiB budget
-/// cut the scale benchmark's peak by 5 MiB only: the rest is the plan and
-/// the client.)
-pub const DEFAULT_BUDGET: u64 = 48 << 20;
+/// four 8 MiB upload parts and [`READ_RESERVE`] for reads. 48 MiB (two
+/// 8 MiB windows for reads) put the scale benchmark's S3 -> S3 peak at
+/// 121-125 MiB; two 4 MiB windows, 107-110 MiB, as fast on s3s-fs
+/// (benches/scale/README.md, session 8).
+pub const DEFAULT_BUDGET: u64 = 40 << 20;
 
 /// The parts' share when the budget is smaller than [`READ_RESERVE`] and a
 /// part (a budget of at least [`MIN_BUDGET`] never is).
@@ -44,12 +45,12 @@ const PART_FLOOR: u64 = 1 << 20;
 const RECLAIM_EVERY: Duration = Duration::from_millis(5);
 
 /// The smallest budget: one upload part of the default size filling, and
-/// one read window (`source::object`'s 8 MiB).
+/// read windows (`source::object`'s 4 MiB).
 pub const MIN_BUDGET: u64 = 16 << 20;
 
 /// The part of the budget an upload's filling part never takes: room for
-/// the reads that fill it (two 8 MiB windows).
-pub const READ_RESERVE: u64 = 16 << 20;
+/// the reads that fill it (two 4 MiB windows).
+pub const READ_RESERVE: u64 = 8 << 20;
 
 /// A holder of leases it can give back on demand (a cache).
 pub trait Reclaim: Send + Sync {

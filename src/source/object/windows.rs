@@ -48,8 +48,11 @@ use crate::source::span::ReadAt;
 use crate::store::{Budget, Lease, Reclaim};
 use crate::{Error, ErrorKind, Result};
 
-/// Bytes fetched per window, at most: `aws s3 cp`'s part size.
-pub(super) const WINDOW: u64 = 8 << 20;
+/// Bytes fetched per window, at most: two fit in the budget's
+/// [`READ_RESERVE`](crate::store::READ_RESERVE) (8 MiB windows, `aws s3
+/// cp`'s part size, put 8 MiB more on the scale benchmark's peak and read
+/// no faster from s3s-fs).
+pub(super) const WINDOW: u64 = 4 << 20;
 
 /// Windows held at once, over all the objects of an input (their bytes are
 /// bounded by the budget: many are small spans of expected reads).
