@@ -471,8 +471,8 @@ impl<L: Listed> serde::Serialize for TensorsJson<'_, L> {
                 name: &t.meta.name,
                 shape: &t.meta.shape,
                 source: SourceJson {
-                    input: src.input(),
-                    name: &src.tensors()[p.index].name,
+                    input: &src.listing().input,
+                    name: &src.listing().tensors[p.index].name,
                 },
             })?;
         }
@@ -520,7 +520,7 @@ pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sourc
                         "dtype": t.meta.dtype.as_str(),
                         "shape": t.meta.shape,
                         "data_offsets": [t.begin, t.end],
-                        "source": {"input": src.input(), "name": src.tensors()[p.index].name},
+                        "source": {"input": src.listing().input, "name": src.listing().tensors[p.index].name},
                         "cast": cast_of(&p, src).map(|(from, to)| json!({"from": from, "to": to})),
                     })
                 })
@@ -587,8 +587,8 @@ fn write_plan<L: Listed>(
                 t.meta.shape,
                 t.begin,
                 t.end,
-                src.input(),
-                src.tensors()[p.index].name
+                src.listing().input,
+                src.listing().tensors[p.index].name
             );
         }
     }

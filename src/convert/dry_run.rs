@@ -166,10 +166,10 @@ impl DryRun<'_> {
             .iter()
             .flat_map(|s| s.planned(0))
             .filter_map(|p| {
-                let source = &self.sources[p.source];
-                let (from, to) = (&source.tensors()[p.index].name, &p.entry.meta.name);
+                let source = self.sources[p.source].listing();
+                let (from, to) = (&source.tensors[p.index].name, &p.entry.meta.name);
                 (from != to).then(|| Rename {
-                    input: source.input(),
+                    input: &source.input,
                     from,
                     to,
                 })

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 pub use crate::cast::Cast;
-use crate::header::encode::{encode_entries, permute};
-use crate::header::names::{layout_order, NameProblem};
+use crate::header::encode::encode_entries;
+use crate::header::names::{lay_out, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
 use crate::source::Listed;
 use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
@@ -24,46 +24,46 @@ use rename::Renamer;
 
 crate::setters::options! {
     /// What to take from the inputs and how to lay it out.
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct PlanOptions {
         /// Keep only tensors whose (input) name matches one of these globs; all when empty.
-        pub include: Vec<String>,
+        pub include: Vec<String> = Vec::new(),
         /// Drop tensors whose (input) name matches one of these globs.
-        pub exclude: Vec<String>,
+        pub exclude: Vec<String> = Vec::new(),
         /// Exact renames `(from, to)` of input names, applied after filtering;
         /// each must match a tensor. A name given here is final: the prefix
         /// stripping and regex renames below skip it (`prefix` still applies).
-        pub renames: Vec<(String, String)>,
+        pub renames: Vec<(String, String)> = Vec::new(),
         /// Removed from the start of every selected name that has it
         /// (`--strip-prefix`), after the exact renames; must match a tensor.
-        pub strip_prefix: Option<String>,
+        pub strip_prefix: Option<String> = None,
         /// Regex renames `(pattern, replacement)` (`--rename-regex`), after the
         /// prefix stripping, each in turn over the name the previous one left;
         /// every match is replaced (`$1`, `${name}` refer to groups); each must
         /// match a tensor. All renames, in order: an exact `renames` entry
         /// gives the final name; other names lose `strip_prefix`, then pass
         /// through each regex; `prefix` comes last.
-        pub rename_regex: Vec<(String, String)>,
+        pub rename_regex: Vec<(String, String)> = Vec::new(),
         /// Prepended to every output name, after renames.
-        pub prefix: Option<String>,
+        pub prefix: Option<String> = None,
         /// Accept a plan with no tensor; otherwise it is
         /// [`ErrorKind::NothingSelected`], naming the filters.
-        pub allow_empty: bool,
+        pub allow_empty: bool = false,
         /// Metadata entries that override the inputs' (`--metadata K=V`).
-        pub metadata: Vec<(String, String)>,
+        pub metadata: Vec<(String, String)> = Vec::new(),
         /// Canonical (the reference's bytes) or the inputs' order.
-        pub order: Order,
+        pub order: Order = Order::Canonical,
         /// Split into shards of at most this many tensor bytes.
-        pub max_shard_size: Option<u64>,
+        pub max_shard_size: Option<u64> = None,
         /// Casts by dtype (`--cast F32=BF16`); each pair must be one [`Cast::new`] accepts.
-        pub casts: Vec<(Dtype, Dtype)>,
+        pub casts: Vec<(Dtype, Dtype)> = Vec::new(),
         /// Cast every floating tensor (F64, F32, F16, BF16) to this dtype (`--cast-all`);
         /// `casts` take precedence.
-        pub cast_all: Option<Dtype>,
+        pub cast_all: Option<Dtype> = None,
         /// Refuse to plan unless the plan's id is this one (`--expect-plan`):
         /// the workers of a fan-out then all write one version of the inputs.
         /// See [`plan_id`].
-        pub expect_plan: Option<String>,
+        pub expect_plan: Option<String> = None,
     }
 }
 
@@ -174,7 +174,7 @@ impl Plan {
         for p in self.shards.iter().flat_map(|s| s.planned(0)) {
             let meta = listings
                 .get(p.source)
-                .and_then(|l| l.tensors().get(p.index));
+                .and_then(|l| l.listing().tensors.get(p.index));
             let t = &p.entry.meta;
             let fits = meta.is_some_and(|m| {
                 let dtype = p.cast.map_or(m.dtype, |c| c.to());
@@ -216,14 +216,8 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     if entries.is_empty() && !options.allow_empty {
         return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
     }
-    let order = layout_order(&entries, options.order)
+    lay_out(&mut entries, options.order, |i, j| refs.swap(i, j))
         .map_err(|p| name_error(p, &entries, &refs, listings))?;
-    if let Some(order) = order {
-        permute(order, |i, j| {
-            entries.swap(i, j);
-            refs.swap(i, j);
-        });
-    }
     let groups = split_shards(entries, refs, options.max_shard_size)?;
     let last = groups.len().saturating_sub(1);
     let mut shards = Vec::with_capacity(groups.len());
@@ -261,7 +255,7 @@ fn globs(patterns: &[String], flag: &str) -> Result<Option<GlobSet>> {
 
 /// Why nothing was selected: the filters that matched nothing, or empty inputs.
 fn nothing_selected<L: Listed>(listings: &[L], o: &PlanOptions) -> String {
-    if listings.iter().all(|l| l.tensors().is_empty()) {
+    if listings.iter().all(|l| l.listing().tensors.is_empty()) {
         return match listings.len() {
             1 => "the input holds no tensors".to_string(),
             n => format!("none of the {n} inputs holds a tensor"),
@@ -289,11 +283,11 @@ fn nothing_selected<L: Listed>(listings: &[L], o: &PlanOptions) -> String {
     };
     let names: Vec<String> = listings
         .iter()
-        .flat_map(|l| l.tensors())
+        .flat_map(|l| &l.listing().tensors)
         .map(|t| format!("{:?}", t.name))
         .take(3)
         .collect();
-    let total: usize = listings.iter().map(|l| l.tensors().len()).sum();
+    let total: usize = listings.iter().map(|l| l.listing().tensors.len()).sum();
     let more = if total > names.len() { ", ..." } else { "" };
     format!(
         "the filters {} select no tensor of the inputs{hint}; their names are {}{more} ({})",
@@ -320,11 +314,11 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Selected> {
     let mut patterns = Renamer::new(o.strip_prefix.as_deref(), &o.rename_regex)?;
     let casts = cast_rules(o)?;
     // Room for every tensor: what filters leave out is never touched.
-    let count = listings.iter().map(|l| l.tensors().len()).sum();
+    let count = listings.iter().map(|l| l.listing().tensors.len()).sum();
     let mut entries = Vec::with_capacity(count);
     let mut refs = Vec::with_capacity(count);
     for (source, listing) in listings.iter().enumerate() {
-        for (index, meta) in listing.tensors().iter().enumerate() {
+        for (index, meta) in listing.listing().tensors.iter().enumerate() {
             let keep = include.as_ref().is_none_or(|g| g.is_match(&meta.name))
                 && !exclude.as_ref().is_some_and(|g| g.is_match(&meta.name));
             if !keep {
@@ -411,7 +405,7 @@ fn name_error<L: Listed>(
     refs: &[TensorRef],
     listings: &[L],
 ) -> Error {
-    let input = |at: usize| listings[refs[at].source as usize].input();
+    let input = |at: usize| listings[refs[at].source as usize].listing().input.as_str();
     match problem {
         NameProblem::Reserved(at) => Error::new(HeaderError::ReservedName)
             .with_input(input(at))
@@ -429,7 +423,10 @@ fn name_error<L: Listed>(
 /// file without `__metadata__` round-trips to identical bytes.
 fn merge_metadata<L: Listed>(listings: &[L], overrides: &[(String, String)]) -> Option<Metadata> {
     let mut merged: Option<Metadata> = None;
-    for md in listings.iter().filter_map(|l| l.metadata()) {
+    for md in listings
+        .iter()
+        .filter_map(|l| l.listing().metadata.as_ref())
+    {
         merged
             .get_or_insert_with(Metadata::new)
             .extend(md.iter().map(|(k, v)| (k.clone(), v.clone())));
