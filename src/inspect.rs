@@ -423,7 +423,7 @@ impl<L: Listed> serde::Serialize for PlanFilesJson<'_, L> {
         use serde::ser::SerializeSeq;
         let mut seq = ser.serialize_seq(Some(self.plan.shards.len().min(self.paths.len())))?;
         for (shard, path) in self.plan.shards.iter().zip(self.paths) {
-            let h = shard.header.header();
+            let h = &*shard.header.header;
             seq.serialize_element(&FileJson {
                 data_bytes: h.data_len(),
                 file_len: h.file_len(),
@@ -460,7 +460,7 @@ struct TensorsJson<'a, L> {
 impl<L: Listed> serde::Serialize for TensorsJson<'_, L> {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
-        let h = self.shard.header.header();
+        let h = &*self.shard.header.header;
         let mut seq = ser.serialize_seq(Some(h.tensors.len()))?;
         for p in self.shard.planned(0) {
             let (t, src) = (p.entry, &self.sources[p.source]);
@@ -510,7 +510,7 @@ pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sourc
         .iter()
         .zip(paths)
         .map(|(shard, path)| {
-            let h = shard.header.header();
+            let h = &*shard.header.header;
             let tensors: Vec<Value> = shard
                 .planned(0)
                 .map(|p| {
@@ -566,7 +566,7 @@ fn write_plan<L: Listed>(
     sources: &[L],
 ) {
     for (shard, path) in plan.shards.iter().zip(paths) {
-        let h = shard.header.header();
+        let h = &*shard.header.header;
         let _ = writeln!(
             out,
             "{path}: {}, header {}, file {}",

@@ -98,7 +98,7 @@ pub(crate) fn cast_notes(plan: &Plan) -> Vec<CastNote> {
 /// Warnings about a plan of `sources`: headers the Hugging Face Hub would
 /// refuse, tied weights written more than once.
 pub(crate) fn plan_warnings(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Vec<Warning> {
-    let lens = plan.shards.iter().map(|s| s.header.header().header_len);
+    let lens = plan.shards.iter().map(|s| s.header.header.header_len);
     let hub = lens
         .filter(|&len| len > HUB_HEADER_LIMIT)
         .map(|bytes| Warning::HubHeader {

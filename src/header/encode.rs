@@ -24,7 +24,9 @@ const PIECE: usize = 64 * 1024;
 /// list of names and lengths for that).
 #[derive(Debug, Clone)]
 pub struct EncodedHeader {
-    header: Arc<Header>,
+    /// The laid-out header: what [`EncodedHeader::header`] returns, read
+    /// in the crate without the getter. Never replaced: the bytes are its.
+    pub(crate) header: Arc<Header>,
     bytes: OnceLock<Vec<u8>>,
 }
 

@@ -108,14 +108,14 @@ pub struct ShardPlan {
 impl ShardPlan {
     /// The file's total length.
     pub fn file_len(&self) -> u64 {
-        self.header.header().file_len()
+        self.header.header.file_len()
     }
 
     /// Its tensors from the `from`th, in offset order, each with where it
     /// comes from: the header's entries and the refs are two parallel
     /// lists (one entry each, not three copies), joined here.
     pub(crate) fn planned(&self, from: usize) -> impl Iterator<Item = Planned<'_>> {
-        let entries = &self.header.header().tensors[from..];
+        let entries = &self.header.header.tensors[from..];
         self.refs[from..]
             .iter()
             .zip(entries)
@@ -151,10 +151,7 @@ pub struct Plan {
 impl Plan {
     /// Tensor bytes over all shards (headers excluded): an index's `total_size`.
     pub fn data_len(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.header.header().data_len())
-            .sum()
+        self.shards.iter().map(|s| s.header.header.data_len()).sum()
     }
 
     /// Bytes of every output file, headers included.
