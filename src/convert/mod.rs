@@ -15,7 +15,7 @@ use crate::copy::policy::CopyPolicy;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
 #[cfg(feature = "object-store")]
 pub use crate::dest::objects::{open_uploads, PendingUploads};
-use crate::dest::staged::Destination;
+use crate::dest::staged;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
 use crate::dest::Resolved;
@@ -277,7 +277,7 @@ async fn write_outputs(
         #[cfg(feature = "object-store")]
         uploads: options.uploads.clone(),
     };
-    let mut dest = Destination::open(resolved, plan, dest_options).await?;
+    let mut dest = staged::open(resolved, plan, dest_options).await?;
     // This conversion's copy decisions, shard after shard.
     let mut policy = CopyPolicy::new(options.routes, options.checksum);
     let shards = async {
