@@ -26,7 +26,7 @@ use crate::location::{Location, Opened};
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
 use crate::plan::{plan, Plan};
-use crate::source::{Access, Source};
+use crate::source::Source;
 use crate::{Error, ErrorKind, Result, Warning};
 pub use dry_run::{dry_run, DryRun};
 pub use options::ConvertOptions;
@@ -123,11 +123,10 @@ pub fn open_locations<'a>(
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,
-/// before a data byte is read. `--dry-run` stops here.
+/// before a data byte is read ([`plan`], which also refuses an order that
+/// a forward-only source cannot be read in). `--dry-run` stops here.
 pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) -> Result<Plan> {
-    let plan = plan(sources, &options.plan)?;
-    check_access(&plan, sources)?;
-    Ok(plan)
+    plan(sources, &options.plan)
 }
 
 /// Converts already-opened sources into `output`, after the checks
@@ -331,22 +330,4 @@ async fn write_outputs(
             Err(e)
         }
     }
-}
-
-/// A source that reads only forward must be asked for its tensors in its
-/// own order. (Inputs whose format needs random access are spooled to disk
-/// when opened; a streamed .npy holds one tensor, so this rarely bites.)
-fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
-    let mut last: Vec<Option<usize>> = vec![None; sources.len()];
-    for p in plan.shards.iter().flat_map(|s| s.planned(0)) {
-        let s = &sources[p.source];
-        if s.access() == Access::Sequential {
-            if last[p.source].is_some_and(|l| l >= p.index) {
-                let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
-                return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(s.input_name()));
-            }
-            last[p.source] = Some(p.index);
-        }
-    }
-    Ok(())
 }

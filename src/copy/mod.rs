@@ -349,7 +349,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         readers: Vec<ReaderJob>,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
         let count = readers.len();
-        let (header, watch) = (self.shard.header.shared(), self.to.watch.clone());
+        let (header, watch) = (self.shard.header.header.clone(), self.to.watch.clone());
         let started = move |i: usize| watch.tensor(&header.tensors[k + i].meta.name);
         let mut relay = Relay::start(readers, self.to.sink_options.buffer_size, started);
         let mut bytes = 0u64;

@@ -65,11 +65,6 @@ impl EncodedHeader {
         (header, bytes)
     }
 
-    /// The header, shared.
-    pub(crate) fn shared(&self) -> Arc<Header> {
-        self.header.clone()
-    }
-
     /// Writes the bytes to `writer` and returns their length: those of
     /// [`EncodedHeader::bytes`] if written already, else pieces of about
     /// 64 KiB made from the entries as they go, never a second whole copy

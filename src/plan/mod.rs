@@ -12,7 +12,7 @@ pub use crate::cast::Cast;
 use crate::header::encode::encode_entries;
 use crate::header::names::{lay_out, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
-use crate::source::Listed;
+use crate::source::{Access, Listed};
 use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
 pub use id::plan_id;
 
@@ -164,6 +164,26 @@ impl Plan {
         self.shards.iter().map(|s| s.refs.len()).sum()
     }
 
+    /// A source that reads only forward must be asked for its tensors in
+    /// its own order. (Inputs whose format needs random access are spooled
+    /// to disk when opened; a streamed .npy holds one tensor, so this
+    /// rarely bites.)
+    fn check_access<L: Listed>(&self, listings: &[L]) -> Result<()> {
+        let mut last: Vec<Option<usize>> = vec![None; listings.len()];
+        for p in self.shards.iter().flat_map(|s| s.planned(0)) {
+            let l = &listings[p.source];
+            if let Access::Sequential = l.access() {
+                if last[p.source].is_some_and(|l| l >= p.index) {
+                    let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
+                    let e = Error::new(ErrorKind::ReadOnce(msg));
+                    return Err(e.with_input(&l.listing().input));
+                }
+                last[p.source] = Some(p.index);
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses a plan whose tensors `listings` do not all have, of its
     /// shape and dtype (or its cast's): a plan made from other inputs of
     /// the same shape would write their bytes under its names.
@@ -186,7 +206,9 @@ impl Plan {
     }
 }
 
-/// Plans the conversion of `listings` under `options`.
+/// Plans the conversion of `listings` under `options`. An input that can
+/// be read only forward ([`Listed::access`]) must be read in its own order:
+/// a plan that asks for its tensors in another is refused.
 ///
 /// ```
 /// use safetensors_stream::{Dtype, header::TensorMeta, plan::{plan, PlanOptions}, source::Listing};
@@ -230,6 +252,7 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     }
     let plan = Plan { shards };
     id::check_expected(listings, &plan, options.expect_plan.as_deref())?;
+    plan.check_access(listings)?;
     Ok(plan)
 }
 

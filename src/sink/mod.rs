@@ -97,7 +97,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         let written = header.write_to(&mut writer).await.map_err(Error::io)?;
         Ok(Sink {
             writer,
-            planned: header.shared(),
+            planned: header.header.clone(),
             next: 0,
             buf: ChunkBuffer::EMPTY,
             buffer_size: options.buffer_size.max(1),

@@ -554,6 +554,13 @@ pub trait Listed {
         None
     }
 
+    /// How its tensors can be read ([`Source::access`]): a plan asks a
+    /// forward-only input for its tensors in its own order. Any order by
+    /// default.
+    fn access(&self) -> Access {
+        Access::Random
+    }
+
     /// Groups of its tensors (indices into its listing's tensors, each group
     /// in the input's order) that are the same bytes, reported when
     /// `--dedupe-tied` asks: the planner writes the first selected member
@@ -578,6 +585,10 @@ impl Listed for Listing {
 impl Listed for Box<dyn Source + '_> {
     fn listing(&self) -> &Listing {
         Source::listing(self.as_ref())
+    }
+
+    fn access(&self) -> Access {
+        Source::access(self.as_ref())
     }
     /// The versions of every file and object the source reports it read
     /// ([`Source::opened`]: an index and each of its shards), in order;
