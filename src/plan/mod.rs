@@ -12,7 +12,7 @@ pub use crate::cast::Cast;
 use crate::header::encode::encode_entries;
 use crate::header::names::{lay_out, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
-use crate::source::{Access, Listed};
+use crate::source::{Access, Listed, Listing};
 use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
 pub use id::plan_id;
 
@@ -229,14 +229,17 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     // The output's entries and their refs, as two parallel lists that are
     // sorted and split together: each entry is built once, in the place the
     // output header keeps it (a million-tensor plan held three copies).
-    let (mut entries, mut refs) = select(listings, options)?;
-    let mut metadata = merge_metadata(listings, &options.metadata);
+    // What the planner reads of each input: its listing (its name,
+    // tensors and metadata), as plain data.
+    let lists: Vec<&Listing> = listings.iter().map(Listed::listing).collect();
+    let (mut entries, mut refs) = select(&lists, options)?;
+    let mut metadata = merge_metadata(&lists, &options.metadata);
     ties::dedupe(listings, &mut entries, &mut refs, &mut metadata);
     if entries.is_empty() && !options.allow_empty {
-        return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
+        return Err(ErrorKind::NothingSelected(nothing_selected(&lists, options)).into());
     }
     lay_out(&mut entries, options.order, |i, j| refs.swap(i, j))
-        .map_err(|p| name_error(p, &entries, &refs, listings))?;
+        .map_err(|p| name_error(p, &entries, &refs, &lists))?;
     let groups = split_shards(entries, refs, options.max_shard_size)?;
     let last = groups.len().saturating_sub(1);
     let mut shards = Vec::with_capacity(groups.len());
@@ -274,8 +277,8 @@ fn globs(patterns: &[String], flag: &str) -> Result<Option<GlobSet>> {
 }
 
 /// Why nothing was selected: the filters that matched nothing, or empty inputs.
-fn nothing_selected<L: Listed>(listings: &[L], o: &PlanOptions) -> String {
-    if listings.iter().all(|l| l.listing().tensors.is_empty()) {
+fn nothing_selected(listings: &[&Listing], o: &PlanOptions) -> String {
+    if listings.iter().all(|l| l.tensors.is_empty()) {
         return match listings.len() {
             1 => "the input holds no tensors".to_string(),
             n => format!("none of the {n} inputs holds a tensor"),
@@ -303,11 +306,11 @@ fn nothing_selected<L: Listed>(listings: &[L], o: &PlanOptions) -> String {
     };
     let names: Vec<String> = listings
         .iter()
-        .flat_map(|l| &l.listing().tensors)
+        .flat_map(|l| &l.tensors)
         .map(|t| format!("{:?}", t.name))
         .take(3)
         .collect();
-    let total: usize = listings.iter().map(|l| l.listing().tensors.len()).sum();
+    let total: usize = listings.iter().map(|l| l.tensors.len()).sum();
     let more = if total > names.len() { ", ..." } else { "" };
     format!(
         "the filters {} select no tensor of the inputs{hint}; their names are {}{more} ({})",
@@ -322,7 +325,7 @@ fn usage(msg: String) -> Error {
 }
 
 /// Filters, renames and prefixes, in the inputs' order.
-fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Selected> {
+fn select(listings: &[&Listing], o: &PlanOptions) -> Result<Selected> {
     let include = globs(&o.include, "--include")?;
     let exclude = globs(&o.exclude, "--exclude")?;
     let renames: HashMap<&str, &str> = o
@@ -334,11 +337,11 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Selected> {
     let mut patterns = Renamer::new(o.strip_prefix.as_deref(), &o.rename_regex)?;
     let casts = cast_rules(o)?;
     // Room for every tensor: what filters leave out is never touched.
-    let count = listings.iter().map(|l| l.listing().tensors.len()).sum();
+    let count = listings.iter().map(|l| l.tensors.len()).sum();
     let mut entries = Vec::with_capacity(count);
     let mut refs = Vec::with_capacity(count);
     for (source, listing) in listings.iter().enumerate() {
-        for (index, meta) in listing.listing().tensors.iter().enumerate() {
+        for (index, meta) in listing.tensors.iter().enumerate() {
             let keep = include.as_ref().is_none_or(|g| g.is_match(&meta.name))
                 && !exclude.as_ref().is_some_and(|g| g.is_match(&meta.name));
             if !keep {
@@ -419,13 +422,13 @@ fn cast_all(to: Option<Dtype>, from: Dtype) -> Option<Cast> {
 }
 
 /// A name the header cannot take, said with the inputs it comes from.
-fn name_error<L: Listed>(
+fn name_error(
     problem: NameProblem,
     entries: &[TensorEntry],
     refs: &[TensorRef],
-    listings: &[L],
+    listings: &[&Listing],
 ) -> Error {
-    let input = |at: usize| listings[refs[at].source as usize].listing().input.as_str();
+    let input = |at: usize| listings[refs[at].source as usize].input.as_str();
     match problem {
         NameProblem::Reserved(at) => Error::new(HeaderError::ReservedName)
             .with_input(input(at))
@@ -441,12 +444,9 @@ fn name_error<L: Listed>(
 /// Inputs' metadata in input order (later wins), then the overrides.
 /// `None` when no input has metadata and there are no overrides, so that a
 /// file without `__metadata__` round-trips to identical bytes.
-fn merge_metadata<L: Listed>(listings: &[L], overrides: &[(String, String)]) -> Option<Metadata> {
+fn merge_metadata(listings: &[&Listing], overrides: &[(String, String)]) -> Option<Metadata> {
     let mut merged: Option<Metadata> = None;
-    for md in listings
-        .iter()
-        .filter_map(|l| l.listing().metadata.as_ref())
-    {
+    for md in listings.iter().filter_map(|l| l.metadata.as_ref()) {
         merged
             .get_or_insert_with(Metadata::new)
             .extend(md.iter().map(|(k, v)| (k.clone(), v.clone())));
