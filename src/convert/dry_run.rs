@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::json;
 
-use super::report::{cast_notes, plan_warnings};
+use super::report::plan_warnings;
 use super::{plan_sources, ConvertOptions, Output};
 use crate::error::note::fresh_notes;
 use crate::inspect::{render_plan, PlanFilesJson};
@@ -130,7 +130,7 @@ impl DryRun<'_> {
         // Serialized as written, not as a `Value` tree (which held ~2 KB a
         // tensor); the keys in the sorted order such a tree gives them.
         let line = DryRunJson {
-            casts: json!(cast_notes(&self.plan)),
+            casts: json!(self.plan.cast_notes()),
             data_bytes: self.plan.data_len(),
             file_bytes: self.plan.file_len(),
             ok: true,

@@ -25,13 +25,14 @@ pub use crate::error::NoticeFn;
 use crate::location::{Location, Opened};
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
+pub use crate::plan::CastNote;
 use crate::plan::{plan, Plan};
 use crate::source::Source;
 use crate::{Error, ErrorKind, Result, Warning};
 pub use dry_run::{dry_run, DryRun};
 pub use options::ConvertOptions;
-use report::{cast_notes, plan_warnings};
-pub use report::{CastNote, Report};
+use report::plan_warnings;
+pub use report::Report;
 
 /// Converts the inputs at `inputs` (files of any supported kind, folders
 /// for the checkpoint in them, object URLs, or `-` for standard input)
@@ -248,12 +249,12 @@ async fn write_planned(
     tell(&overflows);
     warnings.extend(overflows);
     Ok(Report {
-        inputs: sources.iter().map(|s| s.input_name().to_string()).collect(),
+        inputs: sources.iter().map(|s| s.listing().input.clone()).collect(),
         outputs,
         tensors: plan.tensor_count(),
         data_bytes: plan.data_len(),
         seconds: started.elapsed().as_secs_f64(),
-        casts: cast_notes(plan),
+        casts: plan.cast_notes(),
         warnings,
     })
 }

@@ -154,11 +154,9 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
             to.sink_options.buffer_size(size)
         }
     };
-    let sink = Sink::start(writer, &shard.header, sink_options)
-        .await
-        .map_err(|e| e.with_output(to.name))?;
+    let sink = Sink::start_named(writer, &shard.header, sink_options, to.name).await?;
     let mut copy = Copy {
-        sink: sink.with_output_name(to.name),
+        sink,
         shard,
         to: &to,
         ahead: None,

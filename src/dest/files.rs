@@ -267,7 +267,7 @@ impl FileSet {
         options: DestOptions,
     ) -> Result<FileSet> {
         let index = index.filter(|_| options.part.writes_index());
-        if options.part == Part::IndexOnly {
+        if let Part::IndexOnly = options.part {
             check_shard_files(plan, &shards, options.plan_id.as_deref())?;
         }
         let written = shards.iter().enumerate();

@@ -274,7 +274,7 @@ pub fn encode(
             end: 0,
         })
         .collect();
-    lay_out(&mut entries, layout, |_, _| {}).map_err(|p| name_error(&entries, p))?;
+    lay_out::<()>(&mut entries, layout, &mut []).map_err(|p| name_error(&entries, p))?;
     encode_entries(entries, metadata)
 }
 

@@ -138,17 +138,20 @@ pub enum Order {
 }
 
 /// Checks `entries`' names (none `__metadata__`, none given twice) and
-/// puts them in the order `layout` lays them out, by swaps; `also(i, j)`
-/// swaps every list that runs in parallel with them (a plan's refs).
-pub(crate) fn lay_out(
+/// puts them in the order `layout` lays them out, by swaps, and `parallel`
+/// (a list that runs beside them, as a plan's refs; empty for none) with
+/// them.
+pub(crate) fn lay_out<T>(
     entries: &mut [TensorEntry],
     layout: Order,
-    mut also: impl FnMut(usize, usize),
+    parallel: &mut [T],
 ) -> Result<(), NameProblem> {
     if let Some(order) = layout_order(entries, layout)? {
         permute(order, |i, j| {
             entries.swap(i, j);
-            also(i, j);
+            if !parallel.is_empty() {
+                parallel.swap(i, j);
+            }
         });
     }
     Ok(())

@@ -141,6 +141,24 @@ pub(crate) struct Planned<'a> {
     pub(crate) entry: &'a TensorEntry,
 }
 
+/// A cast that a conversion applies.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CastNote {
+    /// The output tensor.
+    pub tensor: String,
+    /// Its dtype in the input.
+    #[serde(serialize_with = "as_text")]
+    pub from: Dtype,
+    /// Its dtype in the output.
+    #[serde(serialize_with = "as_text")]
+    pub to: Dtype,
+}
+
+/// A dtype in JSON: its name (`"F16"`).
+fn as_text<S: serde::Serializer>(dtype: &Dtype, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(dtype)
+}
+
 /// The whole job: one shard, or several.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -162,6 +180,21 @@ impl Plan {
     /// Number of tensors over all shards.
     pub fn tensor_count(&self) -> usize {
         self.shards.iter().map(|s| s.refs.len()).sum()
+    }
+
+    /// The casts the plan applies, tensor by tensor, for reports.
+    pub fn cast_notes(&self) -> Vec<CastNote> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.planned(0))
+            .filter_map(|p| {
+                p.cast.map(|c| CastNote {
+                    tensor: p.entry.meta.name.clone(),
+                    from: c.from(),
+                    to: c.to(),
+                })
+            })
+            .collect()
     }
 
     /// A source that reads only forward must be asked for its tensors in
@@ -238,7 +271,7 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     if entries.is_empty() && !options.allow_empty {
         return Err(ErrorKind::NothingSelected(nothing_selected(&lists, options)).into());
     }
-    lay_out(&mut entries, options.order, |i, j| refs.swap(i, j))
+    lay_out(&mut entries, options.order, &mut refs)
         .map_err(|p| name_error(p, &entries, &refs, &lists))?;
     let groups = split_shards(entries, refs, options.max_shard_size)?;
     let last = groups.len().saturating_sub(1);

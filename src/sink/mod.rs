@@ -107,6 +107,20 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         })
     }
 
+    /// [`Sink::start`] for the output named `name`: every error about
+    /// writing names it, the header's too.
+    pub(crate) async fn start_named(
+        writer: W,
+        header: &EncodedHeader,
+        options: SinkOptions,
+        name: &str,
+    ) -> Result<Self> {
+        let sink = Sink::start(writer, header, options).await;
+        Ok(sink
+            .map_err(|e| e.with_output(name))?
+            .with_output_name(name))
+    }
+
     /// Names the output in errors about writing (`out.safetensors`, `-`).
     pub fn with_output_name(mut self, name: impl Into<String>) -> Self {
         self.output = Some(name.into());
