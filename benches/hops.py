@@ -3,6 +3,7 @@
 
     python benches/hops.py                  # this checkout
     python benches/hops.py . ../old-tree    # this checkout and another (a git worktree)
+    python benches/hops.py --edges          # also print every hop, grouped by file pair
 
 For each tree: builds its `convert` without optimisation (nothing inlined,
 so every call the code makes is a call in the binary), runs
@@ -90,11 +91,16 @@ def call_graph(path):
     return file_of, edges
 
 
-def count(tree, cg):
+def short(function):
+    """A function's path without its crate and generic arguments."""
+    return re.sub(r"<[^<>]*>", "", re.sub(r"<[^<>]*>", "", function or "")).removeprefix("safetensors_stream::")
+
+
+def count(tree, cg, show_edges=False):
     src = os.path.join(os.path.realpath(tree), "src") + os.sep
     file_of, edges = call_graph(cg)
     hops, files, entered, resolved = 0, set(), collections.Counter(), 0
-    pairs = set()
+    pairs = collections.defaultdict(list)
     for (caller, callee), calls in edges.items():
         a, b = file_of.get(caller), file_of.get(callee)
         if callee and callee.endswith("target::resolve"):
@@ -104,19 +110,27 @@ def count(tree, cg):
         files.update((a, b))
         if a != b:
             hops += 1
-            pairs.add((a, b))
+            pairs[(a[len(src):], b[len(src):])].append((short(caller), short(callee)))
             entered[b[len(src):]] += 1
     top = ", ".join(f"{f} {n}" for f, n in entered.most_common(4))
     print(f"{tree}: {hops} hops, {len(pairs)} file pairs, {len(files)} files; "
           f"output path resolved {resolved} times; entered most: {top}")
+    if show_edges:
+        for (a, b), calls in sorted(pairs.items(), key=lambda p: (-len(p[1]), p[0])):
+            print(f"  {len(calls):3} {a} -> {b}")
+            for caller, callee in sorted(calls):
+                print(f"        {caller} -> {callee}")
 
 
 def main():
-    trees = sys.argv[1:] or [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+    args = sys.argv[1:]
+    show_edges = "--edges" in args
+    args = [a for a in args if a != "--edges"]
+    trees = args or [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
     for n, tree in enumerate(trees):
         binary = build(tree, n)
         with tempfile.TemporaryDirectory() as tmp:
-            count(tree, profile(tree, binary, tmp))
+            count(tree, profile(tree, binary, tmp), show_edges)
 
 
 if __name__ == "__main__":

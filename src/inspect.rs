@@ -423,7 +423,7 @@ impl<L: Listed> serde::Serialize for PlanFilesJson<'_, L> {
         use serde::ser::SerializeSeq;
         let mut seq = ser.serialize_seq(Some(self.plan.shards.len().min(self.paths.len())))?;
         for (shard, path) in self.plan.shards.iter().zip(self.paths) {
-            let h = shard.header.header();
+            let h = &*shard.header.header;
             seq.serialize_element(&FileJson {
                 data_bytes: h.data_len(),
                 file_len: h.file_len(),
@@ -460,7 +460,7 @@ struct TensorsJson<'a, L> {
 impl<L: Listed> serde::Serialize for TensorsJson<'_, L> {
     fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
-        let h = self.shard.header.header();
+        let h = &*self.shard.header.header;
         let mut seq = ser.serialize_seq(Some(h.tensors.len()))?;
         for p in self.shard.planned(0) {
             let (t, src) = (p.entry, &self.sources[p.source]);
@@ -471,8 +471,8 @@ impl<L: Listed> serde::Serialize for TensorsJson<'_, L> {
                 name: &t.meta.name,
                 shape: &t.meta.shape,
                 source: SourceJson {
-                    input: src.input(),
-                    name: &src.tensors()[p.index].name,
+                    input: &src.listing().input,
+                    name: &src.listing().tensors[p.index].name,
                 },
             })?;
         }
@@ -510,7 +510,7 @@ pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sourc
         .iter()
         .zip(paths)
         .map(|(shard, path)| {
-            let h = shard.header.header();
+            let h = &*shard.header.header;
             let tensors: Vec<Value> = shard
                 .planned(0)
                 .map(|p| {
@@ -520,7 +520,7 @@ pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sourc
                         "dtype": t.meta.dtype.as_str(),
                         "shape": t.meta.shape,
                         "data_offsets": [t.begin, t.end],
-                        "source": {"input": src.input(), "name": src.tensors()[p.index].name},
+                        "source": {"input": src.listing().input, "name": src.listing().tensors[p.index].name},
                         "cast": cast_of(&p, src).map(|(from, to)| json!({"from": from, "to": to})),
                     })
                 })
@@ -566,7 +566,7 @@ fn write_plan<L: Listed>(
     sources: &[L],
 ) {
     for (shard, path) in plan.shards.iter().zip(paths) {
-        let h = shard.header.header();
+        let h = &*shard.header.header;
         let _ = writeln!(
             out,
             "{path}: {}, header {}, file {}",
@@ -587,8 +587,8 @@ fn write_plan<L: Listed>(
                 t.meta.shape,
                 t.begin,
                 t.end,
-                src.input(),
-                src.tensors()[p.index].name
+                src.listing().input,
+                src.listing().tensors[p.index].name
             );
         }
     }

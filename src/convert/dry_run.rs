@@ -6,7 +6,7 @@
 use serde::Serialize;
 use serde_json::json;
 
-use super::report::{cast_notes, plan_warnings};
+use super::report::plan_warnings;
 use super::{plan_sources, ConvertOptions, Output};
 use crate::error::note::fresh_notes;
 use crate::inspect::{render_plan, PlanFilesJson};
@@ -130,7 +130,7 @@ impl DryRun<'_> {
         // Serialized as written, not as a `Value` tree (which held ~2 KB a
         // tensor); the keys in the sorted order such a tree gives them.
         let line = DryRunJson {
-            casts: json!(cast_notes(&self.plan)),
+            casts: json!(self.plan.cast_notes()),
             data_bytes: self.plan.data_len(),
             file_bytes: self.plan.file_len(),
             ok: true,
@@ -166,10 +166,10 @@ impl DryRun<'_> {
             .iter()
             .flat_map(|s| s.planned(0))
             .filter_map(|p| {
-                let source = &self.sources[p.source];
-                let (from, to) = (&source.tensors()[p.index].name, &p.entry.meta.name);
+                let source = self.sources[p.source].listing();
+                let (from, to) = (&source.tensors[p.index].name, &p.entry.meta.name);
                 (from != to).then(|| Rename {
-                    input: source.input(),
+                    input: &source.input,
                     from,
                     to,
                 })

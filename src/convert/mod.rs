@@ -15,7 +15,7 @@ use crate::copy::policy::CopyPolicy;
 use crate::copy::{copy_shard, Direct, Shard, Watch};
 #[cfg(feature = "object-store")]
 pub use crate::dest::objects::{open_uploads, PendingUploads};
-use crate::dest::staged::Destination;
+use crate::dest::staged;
 use crate::dest::writeback::Writeback;
 use crate::dest::writer::DestOptions;
 use crate::dest::Resolved;
@@ -25,13 +25,14 @@ pub use crate::error::NoticeFn;
 use crate::location::{Location, Opened};
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
+pub use crate::plan::CastNote;
 use crate::plan::{plan, Plan};
-use crate::source::{Access, Source};
+use crate::source::Source;
 use crate::{Error, ErrorKind, Result, Warning};
 pub use dry_run::{dry_run, DryRun};
 pub use options::ConvertOptions;
-use report::{cast_notes, plan_warnings};
-pub use report::{CastNote, Report};
+use report::plan_warnings;
+pub use report::Report;
 
 /// Converts the inputs at `inputs` (files of any supported kind, folders
 /// for the checkpoint in them, object URLs, or `-` for standard input)
@@ -123,11 +124,10 @@ pub fn open_locations<'a>(
 }
 
 /// Plans the conversion of opened sources: the whole layout, every header,
-/// before a data byte is read. `--dry-run` stops here.
+/// before a data byte is read ([`plan`], which also refuses an order that
+/// a forward-only source cannot be read in). `--dry-run` stops here.
 pub fn plan_sources(sources: &[Box<dyn Source + '_>], options: &ConvertOptions) -> Result<Plan> {
-    let plan = plan(sources, &options.plan)?;
-    check_access(&plan, sources)?;
-    Ok(plan)
+    plan(sources, &options.plan)
 }
 
 /// Converts already-opened sources into `output`, after the checks
@@ -249,12 +249,12 @@ async fn write_planned(
     tell(&overflows);
     warnings.extend(overflows);
     Ok(Report {
-        inputs: sources.iter().map(|s| s.input_name().to_string()).collect(),
+        inputs: sources.iter().map(|s| s.listing().input.clone()).collect(),
         outputs,
         tensors: plan.tensor_count(),
         data_bytes: plan.data_len(),
         seconds: started.elapsed().as_secs_f64(),
-        casts: cast_notes(plan),
+        casts: plan.cast_notes(),
         warnings,
     })
 }
@@ -277,7 +277,7 @@ async fn write_outputs(
         #[cfg(feature = "object-store")]
         uploads: options.uploads.clone(),
     };
-    let mut dest = Destination::open(resolved, plan, dest_options).await?;
+    let mut dest = staged::open(resolved, plan, dest_options).await?;
     // This conversion's copy decisions, shard after shard.
     let mut policy = CopyPolicy::new(options.routes, options.checksum);
     let shards = async {
@@ -331,22 +331,4 @@ async fn write_outputs(
             Err(e)
         }
     }
-}
-
-/// A source that reads only forward must be asked for its tensors in its
-/// own order. (Inputs whose format needs random access are spooled to disk
-/// when opened; a streamed .npy holds one tensor, so this rarely bites.)
-fn check_access(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Result<()> {
-    let mut last: Vec<Option<usize>> = vec![None; sources.len()];
-    for p in plan.shards.iter().flat_map(|s| s.planned(0)) {
-        let s = &sources[p.source];
-        if s.access() == Access::Sequential {
-            if last[p.source].is_some_and(|l| l >= p.index) {
-                let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
-                return Err(Error::new(ErrorKind::ReadOnce(msg)).with_input(s.input_name()));
-            }
-            last[p.source] = Some(p.index);
-        }
-    }
-    Ok(())
 }

@@ -60,13 +60,13 @@ impl Default for ConvertOptions {
     fn default() -> Self {
         ConvertOptions {
             source: SourceOptions::DEFAULT,
-            plan: PlanOptions::default(),
+            plan: PlanOptions::DEFAULT,
             sink: SinkOptions::DEFAULT,
             sync: true,
             notice: None,
             progress: None,
             checksum: false,
-            routes: Routes::default(),
+            routes: Routes::ALL,
             overwrite_input: false,
             part: Part::All,
             #[cfg(feature = "object-store")]
@@ -93,7 +93,7 @@ impl ConvertOptions {
     /// byte goes through the async sink; the output is the same either way.
     #[must_use]
     pub fn fast_path(mut self, on: bool) -> Self {
-        self.routes = if on { Routes::default() } else { Routes::NONE };
+        self.routes = if on { Routes::ALL } else { Routes::NONE };
         self
     }
 

@@ -1,5 +1,6 @@
 //! What a conversion did, and what a plan says before it is carried out:
-//! the casts it applies, the warnings it deserves.
+//! the warnings it deserves (the casts it applies are the plan's own,
+//! [`Plan::cast_notes`]).
 
 use std::collections::HashMap;
 
@@ -8,27 +9,9 @@ use serde::Serialize;
 use crate::dest::WrittenFile;
 use crate::error::note::fresh_notes;
 use crate::header::HUB_HEADER_LIMIT;
-use crate::plan::Plan;
+use crate::plan::{CastNote, Plan};
 use crate::source::Source;
-use crate::{Dtype, Note, Warning};
-
-/// A cast that a conversion applies.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CastNote {
-    /// The output tensor.
-    pub tensor: String,
-    /// Its dtype in the input.
-    #[serde(serialize_with = "as_text")]
-    pub from: Dtype,
-    /// Its dtype in the output.
-    #[serde(serialize_with = "as_text")]
-    pub to: Dtype,
-}
-
-/// A dtype in JSON: its name (`"F16"`).
-fn as_text<S: serde::Serializer>(dtype: &Dtype, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(dtype)
-}
+use crate::{Note, Warning};
 
 /// What a conversion did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -80,25 +63,10 @@ impl Report {
     }
 }
 
-/// The casts a plan applies, for reports.
-pub(crate) fn cast_notes(plan: &Plan) -> Vec<CastNote> {
-    plan.shards
-        .iter()
-        .flat_map(|s| s.planned(0))
-        .filter_map(|p| {
-            p.cast.map(|c| CastNote {
-                tensor: p.entry.meta.name.clone(),
-                from: c.from(),
-                to: c.to(),
-            })
-        })
-        .collect()
-}
-
 /// Warnings about a plan of `sources`: headers the Hugging Face Hub would
 /// refuse, tied weights written more than once.
 pub(crate) fn plan_warnings(plan: &Plan, sources: &[Box<dyn Source + '_>]) -> Vec<Warning> {
-    let lens = plan.shards.iter().map(|s| s.header.header().header_len);
+    let lens = plan.shards.iter().map(|s| s.header.header.header_len);
     let hub = lens
         .filter(|&len| len > HUB_HEADER_LIMIT)
         .map(|bytes| Warning::HubHeader {

@@ -120,7 +120,7 @@ const ORDER_WINDOW: usize = 16384;
 /// The jobs of the tensors of `shard` from `start`, up to [`WINDOW`].
 /// The sources must have been told their order ([`tell_order`]).
 pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + '_>]) -> Vec<Job> {
-    let data_start = shard.header.header().data_start();
+    let data_start = shard.header.header.data_start();
     shard
         .planned(start)
         .take(WINDOW)

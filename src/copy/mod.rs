@@ -154,11 +154,9 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
             to.sink_options.buffer_size(size)
         }
     };
-    let sink = Sink::start(writer, &shard.header, sink_options)
-        .await
-        .map_err(|e| e.with_output(to.name))?;
+    let sink = Sink::start_named(writer, &shard.header, sink_options, to.name).await?;
     let mut copy = Copy {
-        sink: sink.with_output_name(to.name),
+        sink,
         shard,
         to: &to,
         ahead: None,
@@ -254,7 +252,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
                             _ => unreachable!("each job is routed once, by its kind"),
                         })
                         .collect();
-                    let (count, header) = (readers.len(), self.shard.header.header());
+                    let (count, header) = (readers.len(), &*self.shard.header.header);
                     let entries = &header.tensors[start + run.start..start + run.end];
                     let bytes: u64 = entries.iter().map(|t| t.len()).sum();
                     let end = header.data_start() + entries.last().map_or(0, |t| t.end);
@@ -286,7 +284,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
                         })
                         .collect();
                     let routes: Vec<Route> = group.iter().map(|x| x.counted_from(first)).collect();
-                    let tensors = &self.shard.header.header().tensors[start + first..start + end];
+                    let tensors = &self.shard.header.header.tensors[start + first..start + end];
                     let mut run = self.to.watch.run(tensors);
                     self.beside_the_sink(spans.len(), move |out, name, landed, size| {
                         copy_spans(out, name, &spans, &routes, size, |n| {
@@ -318,7 +316,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         let (shard, r) = (self.shard, &self.shard.refs[k]);
         self.to
             .watch
-            .tensor(&shard.header.header().tensors[k].meta.name);
+            .tensor(&shard.header.header.tensors[k].meta.name);
         let prefetched = self.ahead.take().filter(|(at, _)| *at == k);
         if let (Some(next), true) = (shard.refs.get(k + 1), ahead) {
             if let Some(data) = sources[next.source()].open_ahead(next.index()) {
@@ -349,7 +347,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
         readers: Vec<ReaderJob>,
     ) -> std::result::Result<Vec<Overflow>, JobError> {
         let count = readers.len();
-        let (header, watch) = (self.shard.header.shared(), self.to.watch.clone());
+        let (header, watch) = (self.shard.header.header.clone(), self.to.watch.clone());
         let started = move |i: usize| watch.tensor(&header.tensors[k + i].meta.name);
         let mut relay = Relay::start(readers, self.to.sink_options.buffer_size, started);
         let mut bytes = 0u64;
@@ -417,7 +415,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
     /// Tells of tensor `k`'s cast overflowing `count` values to infinity.
     fn overflowed(&self, k: usize, count: u64) {
         if let (Some(list), Some(c)) = (self.to.overflows, self.shard.refs[k].cast()) {
-            let tensor = self.shard.header.header().tensors[k].meta.name.clone();
+            let tensor = self.shard.header.header.tensors[k].meta.name.clone();
             let (from, to) = (c.from(), c.to());
             let overflow = Warning::Overflow {
                 tensor,
@@ -435,7 +433,7 @@ impl<W: AsyncWrite + Unpin> Copy<'_, W> {
     /// tensor as the input knows it (and as it is written, if renamed).
     fn name_error(&self, k: usize, error: Error, sources: &[Box<dyn Source + '_>]) -> Error {
         let r: &TensorRef = &self.shard.refs[k];
-        let out_name = &self.shard.header.header().tensors[k].meta.name;
+        let out_name = &self.shard.header.header.tensors[k].meta.name;
         let Some(source) = sources.get(r.source()) else {
             return error.set_tensor(out_name);
         };

@@ -39,11 +39,14 @@ pub struct Routes {
 
 impl Default for Routes {
     fn default() -> Self {
-        Routes::all(true)
+        Routes::ALL
     }
 }
 
 impl Routes {
+    /// Every route on: the default, as a constant.
+    pub(crate) const ALL: Routes = Routes::all(true);
+
     /// Every route off: everything through the async sink, as into
     /// anything written forward only (a stream, an object, a checksummed
     /// file).

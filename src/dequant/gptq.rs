@@ -319,16 +319,8 @@ mod tests {
                 .enumerate()
                 .map(|(i, &b)| if i % 5 == 0 { f32::from_bits(b) } else { (b % 4096) as f32 / 64.0 - 32.0 })
                 .collect();
-            let p = Piece {
-                n0,
-                rows: 3,
-                qweight: &words,
-                zeros: &zeros,
-                zero_words: 1,
-                scales: &scales,
-                groups: &groups,
-                runs: &crate::cast::simd::int4_runs(&groups),
-            };
+            let runs = crate::cast::simd::int4_runs(&groups);
+            let p = piece((n0, 3), &words, &zeros, &scales, &groups, &runs);
             for dtype in [Dtype::F16, Dtype::BF16, Dtype::F32] {
                 let run = |isa| {
                     let mut out = vec![0f32; 3 * k_len];
@@ -400,22 +392,36 @@ mod tests {
                     _ => (next() % 4096) as f32 / 64.0 - 32.0,
                 })
                 .collect();
-            let p = Piece {
-                n0,
-                rows: nb,
-                qweight: &qweight,
-                zeros: &zeros,
-                zero_words,
-                scales: &scales,
-                groups: &groups,
-                runs: &crate::cast::simd::int4_runs(&groups),
-            };
+            let runs = crate::cast::simd::int4_runs(&groups);
+            let p = piece((n0, nb), &qweight, &zeros, &scales, &groups, &runs);
             let packing = Packing { bits: 4, zero_offset: u32::from(v1) };
             // From the first row, and from a later one on: those rows' bytes.
             for first in [0, split % nb] {
                 let mismatch = first_mismatch(&p, packing, first);
                 prop_assert!(mismatch.is_none(), "{:?}", mismatch);
             }
+        }
+    }
+
+    /// A piece of 4-bit words: rows `n0..n0 + rows` over these lists, its
+    /// zero words those that cover its rows, `runs` its groups' runs.
+    fn piece<'a>(
+        (n0, rows): (usize, usize),
+        qweight: &'a [u32],
+        zeros: &'a [u32],
+        scales: &'a [f32],
+        groups: &'a [u32],
+        runs: &'a [u32],
+    ) -> Piece<'a> {
+        Piece {
+            n0,
+            rows,
+            qweight,
+            zeros,
+            zero_words: (n0 + rows - 1) / 8 - n0 / 8 + 1,
+            scales,
+            groups,
+            runs,
         }
     }
 
@@ -468,16 +474,8 @@ mod tests {
             if let Some(x) = special {
                 scales[n_groups * 9 + 2] = x;
             }
-            let p = Piece {
-                n0,
-                rows: nb,
-                qweight: &qweight,
-                zeros: &zeros,
-                zero_words,
-                scales: &scales,
-                groups: &groups,
-                runs: &crate::cast::simd::int4_runs(&groups),
-            };
+            let runs = crate::cast::simd::int4_runs(&groups);
+            let p = piece((n0, nb), &qweight, &zeros, &scales, &groups, &runs);
             let packing = Packing {
                 bits: 4,
                 zero_offset: 1,
@@ -526,16 +524,8 @@ mod tests {
                     if let Some(x) = special {
                         scales[nb * (n_groups - 1) + 9] = x;
                     }
-                    let p = Piece {
-                        n0,
-                        rows: nb,
-                        qweight: &qweight,
-                        zeros: &zeros,
-                        zero_words,
-                        scales: &scales,
-                        groups: &groups,
-                        runs: &crate::cast::simd::int4_runs(&groups),
-                    };
+                    let runs = crate::cast::simd::int4_runs(&groups);
+                    let p = piece((n0, nb), &qweight, &zeros, &scales, &groups, &runs);
                     for v1 in [false, true] {
                         let packing = Packing {
                             bits: 4,
@@ -569,16 +559,8 @@ mod tests {
         let scales: Vec<f32> = (0..32 * nb)
             .map(|_| (next() % 1000) as f32 / 997.0)
             .collect();
-        let p = Piece {
-            n0,
-            rows: nb,
-            qweight: &qweight,
-            zeros: &zeros,
-            zero_words: 1,
-            scales: &scales,
-            groups: &groups,
-            runs: &crate::cast::simd::int4_runs(&groups),
-        };
+        let runs = crate::cast::simd::int4_runs(&groups);
+        let p = piece((n0, nb), &qweight, &zeros, &scales, &groups, &runs);
         let packing = Packing {
             bits: 4,
             zero_offset: 1,
@@ -612,16 +594,8 @@ mod tests {
         let zeros = [7 | (15 << 4)];
         let scales = [0.5f32, 2.0];
         let groups = [0u32; 8];
-        let p = Piece {
-            n0: 0,
-            rows: 2,
-            qweight: &qweight,
-            zeros: &zeros,
-            zero_words: 1,
-            scales: &scales,
-            groups: &groups,
-            runs: &crate::cast::simd::int4_runs(&groups),
-        };
+        let runs = crate::cast::simd::int4_runs(&groups);
+        let p = piece((0, 2), &qweight, &zeros, &scales, &groups, &runs);
         let mut out = [0f32; 16];
         let v1 = Packing {
             bits: 4,

@@ -8,6 +8,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use futures::future::BoxFuture;
 use tempfile::{NamedTempFile, TempPath};
 use tokio::io::AsyncWriteExt;
 
@@ -17,7 +18,7 @@ use super::writer::{DestOptions, OutWriter, Staged};
 use super::WrittenFile;
 use crate::observe::sha256_hex;
 use crate::plan::layout::{check_shard_len, index_json, names_folder, Part};
-use crate::plan::Plan;
+use crate::plan::{Plan, ShardPlan};
 use crate::{Error, Result};
 
 /// Temp files are named `.TARGET.XXXXXX.convert-tmp` (TARGET cut to fit
@@ -266,7 +267,7 @@ impl FileSet {
         options: DestOptions,
     ) -> Result<FileSet> {
         let index = index.filter(|_| options.part.writes_index());
-        if options.part == Part::IndexOnly {
+        if let Part::IndexOnly = options.part {
             check_shard_files(plan, &shards, options.plan_id.as_deref())?;
         }
         let written = shards.iter().enumerate();
@@ -375,6 +376,26 @@ fn check_shard_files(
         .map(|(p, _)| Ok((p.display().to_string(), record::read_file(p)?)))
         .collect::<Result<Vec<_>>>()?;
     record::check_records(expected, &records)
+}
+
+impl super::writer::Destination for FileSet {
+    fn stage<'a>(&'a mut self, index: usize, _: &'a ShardPlan) -> BoxFuture<'a, Result<Staged>> {
+        Box::pin(std::future::ready(FileSet::stage(self, index)))
+    }
+
+    fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
+        FileSet::finish(self, writer, written)
+    }
+
+    fn commit<'a>(self: Box<Self>, plan: &'a Plan) -> BoxFuture<'a, Result<Option<WrittenFile>>> {
+        Box::pin(FileSet::commit(*self, plan))
+    }
+
+    /// Dropped: the staged files are deleted, then the folders made for them.
+    fn abort(self: Box<Self>) -> BoxFuture<'static, ()> {
+        drop(self);
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// Folders this run created for its output, innermost last. Dropping it

@@ -1,14 +1,41 @@
-//! What every destination hands the copy: the writer of one staged
-//! output (a file, standard output, a buffer, an upload), and the file
-//! itself where there is one.
+//! What every destination is: the protocol it follows ([`Destination`]),
+//! and what it hands the copy: the writer of one staged output (a file,
+//! standard output, a buffer, an upload), and the file itself where there
+//! is one.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use futures::future::BoxFuture;
 use tokio::io::AsyncWrite;
 
+use super::WrittenFile;
 use crate::plan::layout::Part;
+use crate::plan::{Plan, ShardPlan};
+use crate::Result;
+
+/// A set of outputs being written: each kind (files, a stream, objects) is
+/// one implementation, driven the same way by the conversion: each shard
+/// staged, written and finished, then all committed together, or all
+/// abandoned. A new kind of destination is one more implementation.
+pub(crate) trait Destination: Send {
+    /// Starts writing shard `index` of the plan.
+    fn stage<'a>(&'a mut self, index: usize, shard: &'a ShardPlan)
+        -> BoxFuture<'a, Result<Staged>>;
+
+    /// Takes back a staged output's writer once its bytes are all written
+    /// (and flushed), with what the report says of it.
+    fn finish(&mut self, writer: OutWriter, written: &WrittenFile);
+
+    /// Makes every output appear together (the index last, where there is
+    /// one); returns the index's line of the report, if it wrote one.
+    fn commit<'a>(self: Box<Self>, plan: &'a Plan) -> BoxFuture<'a, Result<Option<WrittenFile>>>;
+
+    /// Abandons every output: nothing staged appears (what a stream has
+    /// sent stays sent).
+    fn abort(self: Box<Self>) -> BoxFuture<'static, ()>;
+}
 
 /// The writer of one staged output.
 pub(crate) enum OutWriter {

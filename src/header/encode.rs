@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use super::names::{layout_order, NameProblem, Order};
+use super::names::{lay_out, NameProblem, Order};
 use super::{Header, Metadata, TensorEntry, TensorMeta, MAX_HEADER_LEN};
 use crate::{Error, HeaderError, Result};
 
@@ -24,7 +24,9 @@ const PIECE: usize = 64 * 1024;
 /// list of names and lengths for that).
 #[derive(Debug, Clone)]
 pub struct EncodedHeader {
-    header: Arc<Header>,
+    /// The laid-out header: what [`EncodedHeader::header`] returns, read
+    /// in the crate without the getter. Never replaced: the bytes are its.
+    pub(crate) header: Arc<Header>,
     bytes: OnceLock<Vec<u8>>,
 }
 
@@ -61,11 +63,6 @@ impl EncodedHeader {
         let bytes = self.bytes.into_inner().expect("written just now");
         let header = Arc::try_unwrap(self.header).unwrap_or_else(|shared| (*shared).clone());
         (header, bytes)
-    }
-
-    /// The header, shared.
-    pub(crate) fn shared(&self) -> Arc<Header> {
-        self.header.clone()
     }
 
     /// Writes the bytes to `writer` and returns their length: those of
@@ -298,10 +295,7 @@ pub fn encode(
             end: 0,
         })
         .collect();
-    let order = layout_order(&entries, layout).map_err(|p| name_error(&entries, p))?;
-    if let Some(order) = order {
-        permute(order, |i, j| entries.swap(i, j));
-    }
+    lay_out::<()>(&mut entries, layout, &mut []).map_err(|p| name_error(&entries, p))?;
     encode_entries(entries, metadata)
 }
 
@@ -341,27 +335,6 @@ pub(crate) fn encode_entries(
         header: Arc::new(header),
         bytes: OnceLock::new(),
     })
-}
-
-/// Applies `order` (as [`layout_order`] returns it) in place by swaps, so
-/// that item k ends where `order[k]` was; `swap` moves every list that runs
-/// in parallel. No second copy of the items: a million of them is big.
-pub(crate) fn permute(mut order: Vec<u32>, mut swap: impl FnMut(usize, usize)) {
-    const DONE: u32 = u32::MAX;
-    for start in 0..order.len() {
-        // Follow the cycle through `start`: each step brings the item that
-        // belongs at `at` there, and carries the displaced one along.
-        let mut at = start;
-        while order[at] != DONE {
-            let from = order[at] as usize;
-            order[at] = DONE;
-            if from == start {
-                break;
-            }
-            swap(at, from);
-            at = from;
-        }
-    }
 }
 
 fn name_error(entries: &[TensorEntry], problem: NameProblem) -> Error {

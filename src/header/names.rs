@@ -1,5 +1,5 @@
 //! A header's tensor names: the checks (none reserved, none twice) and
-//! the order the tensors are laid out in ([`Order`], [`layout_order`]),
+//! the order the tensors are laid out in ([`Order`], [`lay_out`]),
 //! from a list of indices sorted by name; and a set of names that holds
 //! no name ([`NameIndex`]): indices into the caller's list, hashed by the
 //! name they point at. A million names cost 4 bytes each (plus the
@@ -138,18 +138,33 @@ pub enum Order {
 }
 
 /// Checks `entries`' names (none `__metadata__`, none given twice) and
-/// returns the order `layout` puts them in, `order[k]` being the index of
-/// the entry that goes k-th (applied by [`super::encode::permute`]);
-/// `None` when they stay as given.
+/// puts them in the order `layout` lays them out, by swaps, and `parallel`
+/// (a list that runs beside them, as a plan's refs; empty for none) with
+/// them.
+pub(crate) fn lay_out<T>(
+    entries: &mut [TensorEntry],
+    layout: Order,
+    parallel: &mut [T],
+) -> Result<(), NameProblem> {
+    if let Some(order) = layout_order(entries, layout)? {
+        permute(order, |i, j| {
+            entries.swap(i, j);
+            if !parallel.is_empty() {
+                parallel.swap(i, j);
+            }
+        });
+    }
+    Ok(())
+}
+
+/// The order `layout` puts `entries` in, `order[k]` being the index of the
+/// entry that goes k-th; `None` when they stay as given.
 ///
 /// The reference's `prepare()` sorts by dtype descending, then name
 /// ascending by UTF-8 bytes (so `a.10` < `a.2`): a stable sort by dtype
 /// of the names' order, which the check needs anyway; tensors of one
 /// dtype (the usual case) are not sorted again.
-pub(crate) fn layout_order(
-    entries: &[TensorEntry],
-    layout: Order,
-) -> Result<Option<Vec<u32>>, NameProblem> {
+fn layout_order(entries: &[TensorEntry], layout: Order) -> Result<Option<Vec<u32>>, NameProblem> {
     let name_of = |i: usize| entries[i].meta.name.as_str();
     let mut order = name_order(entries.len(), name_of);
     if let Some(problem) = first_name_problem(&order, name_of) {
@@ -163,6 +178,28 @@ pub(crate) fn layout_order(
         order.sort_by_key(key);
     }
     Ok(Some(order))
+}
+
+/// Applies `order` (a permutation, as [`layout_order`] returns) in place by
+/// swaps, so that item k ends where `order[k]` was; `swap` moves every list
+/// that runs in parallel. No second copy of the items: a million of them
+/// is big.
+pub(crate) fn permute(mut order: Vec<u32>, mut swap: impl FnMut(usize, usize)) {
+    const DONE: u32 = u32::MAX;
+    for start in 0..order.len() {
+        // Follow the cycle through `start`: each step brings the item that
+        // belongs at `at` there, and carries the displaced one along.
+        let mut at = start;
+        while order[at] != DONE {
+            let from = order[at] as usize;
+            order[at] = DONE;
+            if from == start {
+                break;
+            }
+            swap(at, from);
+            at = from;
+        }
+    }
 }
 
 #[cfg(test)]

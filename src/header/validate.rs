@@ -1,8 +1,8 @@
 //! Validation of a header against the file it heads: every rule of the
 //! format, in the reference reader's order, plus the strict extras.
 
-use super::encode::permute;
 use super::json::{parse_json, RawTensor};
+use super::names::permute;
 use super::{Header, TensorEntry, MAX_HEADER_LEN, PREFIX_LEN};
 use crate::error::Span;
 use crate::{Error, HeaderError, Result};

@@ -85,33 +85,32 @@ pub(crate) fn check_expected<L: Listed>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::header::{Metadata, TensorMeta};
+    use crate::header::TensorMeta;
     use crate::plan::{plan, PlanOptions};
+    use crate::source::Listing;
     use crate::Dtype;
 
     /// A listing with an identity, as an opened file has.
-    struct Identified(&'static str, Vec<TensorMeta>);
+    struct Identified(&'static str, Listing);
 
     impl Listed for Identified {
-        fn input(&self) -> &str {
-            "in.safetensors"
-        }
-        fn tensors(&self) -> &[TensorMeta] {
+        fn listing(&self) -> &Listing {
             &self.1
-        }
-        fn metadata(&self) -> Option<&Metadata> {
-            None
         }
         fn identity(&self) -> Option<String> {
             Some(self.0.to_string())
         }
     }
 
+    /// One F32 tensor `w` of an input of this `identity`.
+    fn identified(identity: &'static str) -> [Identified; 1] {
+        let mut listing = Listing::new("in.safetensors");
+        listing.tensors.push(TensorMeta::new("w", Dtype::F32, [4]));
+        [Identified(identity, listing)]
+    }
+
     fn id(identity: &'static str, options: &PlanOptions) -> String {
-        let listings = [Identified(
-            identity,
-            vec![TensorMeta::new("w", Dtype::F32, [4])],
-        )];
+        let listings = identified(identity);
         plan_id(&listings, &plan(&listings, options).unwrap())
     }
 
@@ -131,10 +130,7 @@ mod tests {
 
     #[test]
     fn an_unexpected_plan_is_refused_naming_both_ids() {
-        let listings = [Identified(
-            "len=8",
-            vec![TensorMeta::new("w", Dtype::F32, [4])],
-        )];
+        let listings = identified("len=8");
         let p = plan(&listings, &PlanOptions::default()).unwrap();
         let own = plan_id(&listings, &p);
         assert!(check_expected(&listings, &p, None).is_ok());

@@ -62,7 +62,7 @@ pub(crate) fn index_json(plan: &Plan, paths: &[PathBuf]) -> Vec<u8> {
     let mut weight_map = std::collections::BTreeMap::new();
     for (shard, path) in plan.shards.iter().zip(paths) {
         let file = path.file_name().unwrap_or_default().to_string_lossy();
-        for t in &shard.header.header().tensors {
+        for t in &shard.header.header.tensors {
             weight_map.insert(t.meta.name.clone(), file.to_string());
         }
     }

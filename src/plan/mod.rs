@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
 pub use crate::cast::Cast;
-use crate::header::encode::{encode_entries, permute};
-use crate::header::names::{layout_order, NameProblem};
+use crate::header::encode::encode_entries;
+use crate::header::names::{lay_out, NameProblem};
 use crate::header::{EncodedHeader, Metadata, Order, TensorEntry};
-use crate::source::Listed;
+use crate::source::{Access, Listed, Listing};
 use crate::{Dtype, Error, ErrorKind, HeaderError, Result};
 pub use id::plan_id;
 
@@ -24,46 +24,46 @@ use rename::Renamer;
 
 crate::setters::options! {
     /// What to take from the inputs and how to lay it out.
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct PlanOptions {
         /// Keep only tensors whose (input) name matches one of these globs; all when empty.
-        pub include: Vec<String>,
+        pub include: Vec<String> = Vec::new(),
         /// Drop tensors whose (input) name matches one of these globs.
-        pub exclude: Vec<String>,
+        pub exclude: Vec<String> = Vec::new(),
         /// Exact renames `(from, to)` of input names, applied after filtering;
         /// each must match a tensor. A name given here is final: the prefix
         /// stripping and regex renames below skip it (`prefix` still applies).
-        pub renames: Vec<(String, String)>,
+        pub renames: Vec<(String, String)> = Vec::new(),
         /// Removed from the start of every selected name that has it
         /// (`--strip-prefix`), after the exact renames; must match a tensor.
-        pub strip_prefix: Option<String>,
+        pub strip_prefix: Option<String> = None,
         /// Regex renames `(pattern, replacement)` (`--rename-regex`), after the
         /// prefix stripping, each in turn over the name the previous one left;
         /// every match is replaced (`$1`, `${name}` refer to groups); each must
         /// match a tensor. All renames, in order: an exact `renames` entry
         /// gives the final name; other names lose `strip_prefix`, then pass
         /// through each regex; `prefix` comes last.
-        pub rename_regex: Vec<(String, String)>,
+        pub rename_regex: Vec<(String, String)> = Vec::new(),
         /// Prepended to every output name, after renames.
-        pub prefix: Option<String>,
+        pub prefix: Option<String> = None,
         /// Accept a plan with no tensor; otherwise it is
         /// [`ErrorKind::NothingSelected`], naming the filters.
-        pub allow_empty: bool,
+        pub allow_empty: bool = false,
         /// Metadata entries that override the inputs' (`--metadata K=V`).
-        pub metadata: Vec<(String, String)>,
+        pub metadata: Vec<(String, String)> = Vec::new(),
         /// Canonical (the reference's bytes) or the inputs' order.
-        pub order: Order,
+        pub order: Order = Order::Canonical,
         /// Split into shards of at most this many tensor bytes.
-        pub max_shard_size: Option<u64>,
+        pub max_shard_size: Option<u64> = None,
         /// Casts by dtype (`--cast F32=BF16`); each pair must be one [`Cast::new`] accepts.
-        pub casts: Vec<(Dtype, Dtype)>,
+        pub casts: Vec<(Dtype, Dtype)> = Vec::new(),
         /// Cast every floating tensor (F64, F32, F16, BF16) to this dtype (`--cast-all`);
         /// `casts` take precedence.
-        pub cast_all: Option<Dtype>,
+        pub cast_all: Option<Dtype> = None,
         /// Refuse to plan unless the plan's id is this one (`--expect-plan`):
         /// the workers of a fan-out then all write one version of the inputs.
         /// See [`plan_id`].
-        pub expect_plan: Option<String>,
+        pub expect_plan: Option<String> = None,
     }
 }
 
@@ -108,14 +108,14 @@ pub struct ShardPlan {
 impl ShardPlan {
     /// The file's total length.
     pub fn file_len(&self) -> u64 {
-        self.header.header().file_len()
+        self.header.header.file_len()
     }
 
     /// Its tensors from the `from`th, in offset order, each with where it
     /// comes from: the header's entries and the refs are two parallel
     /// lists (one entry each, not three copies), joined here.
     pub(crate) fn planned(&self, from: usize) -> impl Iterator<Item = Planned<'_>> {
-        let entries = &self.header.header().tensors[from..];
+        let entries = &self.header.header.tensors[from..];
         self.refs[from..]
             .iter()
             .zip(entries)
@@ -141,6 +141,24 @@ pub(crate) struct Planned<'a> {
     pub(crate) entry: &'a TensorEntry,
 }
 
+/// A cast that a conversion applies.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CastNote {
+    /// The output tensor.
+    pub tensor: String,
+    /// Its dtype in the input.
+    #[serde(serialize_with = "as_text")]
+    pub from: Dtype,
+    /// Its dtype in the output.
+    #[serde(serialize_with = "as_text")]
+    pub to: Dtype,
+}
+
+/// A dtype in JSON: its name (`"F16"`).
+fn as_text<S: serde::Serializer>(dtype: &Dtype, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(dtype)
+}
+
 /// The whole job: one shard, or several.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -151,10 +169,7 @@ pub struct Plan {
 impl Plan {
     /// Tensor bytes over all shards (headers excluded): an index's `total_size`.
     pub fn data_len(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|s| s.header.header().data_len())
-            .sum()
+        self.shards.iter().map(|s| s.header.header.data_len()).sum()
     }
 
     /// Bytes of every output file, headers included.
@@ -167,6 +182,41 @@ impl Plan {
         self.shards.iter().map(|s| s.refs.len()).sum()
     }
 
+    /// The casts the plan applies, tensor by tensor, for reports.
+    pub fn cast_notes(&self) -> Vec<CastNote> {
+        self.shards
+            .iter()
+            .flat_map(|s| s.planned(0))
+            .filter_map(|p| {
+                p.cast.map(|c| CastNote {
+                    tensor: p.entry.meta.name.clone(),
+                    from: c.from(),
+                    to: c.to(),
+                })
+            })
+            .collect()
+    }
+
+    /// A source that reads only forward must be asked for its tensors in
+    /// its own order. (Inputs whose format needs random access are spooled
+    /// to disk when opened; a streamed .npy holds one tensor, so this
+    /// rarely bites.)
+    fn check_access<L: Listed>(&self, listings: &[L]) -> Result<()> {
+        let mut last: Vec<Option<usize>> = vec![None; listings.len()];
+        for p in self.shards.iter().flat_map(|s| s.planned(0)) {
+            let l = &listings[p.source];
+            if let Access::Sequential = l.access() {
+                if last[p.source].is_some_and(|l| l >= p.index) {
+                    let msg = "this input can only be read forward, and the output order differs from its order; use --order input";
+                    let e = Error::new(ErrorKind::ReadOnce(msg));
+                    return Err(e.with_input(&l.listing().input));
+                }
+                last[p.source] = Some(p.index);
+            }
+        }
+        Ok(())
+    }
+
     /// Refuses a plan whose tensors `listings` do not all have, of its
     /// shape and dtype (or its cast's): a plan made from other inputs of
     /// the same shape would write their bytes under its names.
@@ -174,7 +224,7 @@ impl Plan {
         for p in self.shards.iter().flat_map(|s| s.planned(0)) {
             let meta = listings
                 .get(p.source)
-                .and_then(|l| l.tensors().get(p.index));
+                .and_then(|l| l.listing().tensors.get(p.index));
             let t = &p.entry.meta;
             let fits = meta.is_some_and(|m| {
                 let dtype = p.cast.map_or(m.dtype, |c| c.to());
@@ -189,7 +239,9 @@ impl Plan {
     }
 }
 
-/// Plans the conversion of `listings` under `options`.
+/// Plans the conversion of `listings` under `options`. An input that can
+/// be read only forward ([`Listed::access`]) must be read in its own order:
+/// a plan that asks for its tensors in another is refused.
 ///
 /// ```
 /// use safetensors_stream::{Dtype, header::TensorMeta, plan::{plan, PlanOptions}, source::Listing};
@@ -210,20 +262,17 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     // The output's entries and their refs, as two parallel lists that are
     // sorted and split together: each entry is built once, in the place the
     // output header keeps it (a million-tensor plan held three copies).
-    let (mut entries, mut refs) = select(listings, options)?;
-    let mut metadata = merge_metadata(listings, &options.metadata);
+    // What the planner reads of each input: its listing (its name,
+    // tensors and metadata), as plain data.
+    let lists: Vec<&Listing> = listings.iter().map(Listed::listing).collect();
+    let (mut entries, mut refs) = select(&lists, options)?;
+    let mut metadata = merge_metadata(&lists, &options.metadata);
     ties::dedupe(listings, &mut entries, &mut refs, &mut metadata);
     if entries.is_empty() && !options.allow_empty {
-        return Err(ErrorKind::NothingSelected(nothing_selected(listings, options)).into());
+        return Err(ErrorKind::NothingSelected(nothing_selected(&lists, options)).into());
     }
-    let order = layout_order(&entries, options.order)
-        .map_err(|p| name_error(p, &entries, &refs, listings))?;
-    if let Some(order) = order {
-        permute(order, |i, j| {
-            entries.swap(i, j);
-            refs.swap(i, j);
-        });
-    }
+    lay_out(&mut entries, options.order, &mut refs)
+        .map_err(|p| name_error(p, &entries, &refs, &lists))?;
     let groups = split_shards(entries, refs, options.max_shard_size)?;
     let last = groups.len().saturating_sub(1);
     let mut shards = Vec::with_capacity(groups.len());
@@ -239,6 +288,7 @@ pub fn plan<L: Listed>(listings: &[L], options: &PlanOptions) -> Result<Plan> {
     }
     let plan = Plan { shards };
     id::check_expected(listings, &plan, options.expect_plan.as_deref())?;
+    plan.check_access(listings)?;
     Ok(plan)
 }
 
@@ -260,8 +310,8 @@ fn globs(patterns: &[String], flag: &str) -> Result<Option<GlobSet>> {
 }
 
 /// Why nothing was selected: the filters that matched nothing, or empty inputs.
-fn nothing_selected<L: Listed>(listings: &[L], o: &PlanOptions) -> String {
-    if listings.iter().all(|l| l.tensors().is_empty()) {
+fn nothing_selected(listings: &[&Listing], o: &PlanOptions) -> String {
+    if listings.iter().all(|l| l.tensors.is_empty()) {
         return match listings.len() {
             1 => "the input holds no tensors".to_string(),
             n => format!("none of the {n} inputs holds a tensor"),
@@ -289,11 +339,11 @@ fn nothing_selected<L: Listed>(listings: &[L], o: &PlanOptions) -> String {
     };
     let names: Vec<String> = listings
         .iter()
-        .flat_map(|l| l.tensors())
+        .flat_map(|l| &l.tensors)
         .map(|t| format!("{:?}", t.name))
         .take(3)
         .collect();
-    let total: usize = listings.iter().map(|l| l.tensors().len()).sum();
+    let total: usize = listings.iter().map(|l| l.tensors.len()).sum();
     let more = if total > names.len() { ", ..." } else { "" };
     format!(
         "the filters {} select no tensor of the inputs{hint}; their names are {}{more} ({})",
@@ -308,7 +358,7 @@ fn usage(msg: String) -> Error {
 }
 
 /// Filters, renames and prefixes, in the inputs' order.
-fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Selected> {
+fn select(listings: &[&Listing], o: &PlanOptions) -> Result<Selected> {
     let include = globs(&o.include, "--include")?;
     let exclude = globs(&o.exclude, "--exclude")?;
     let renames: HashMap<&str, &str> = o
@@ -320,11 +370,11 @@ fn select<L: Listed>(listings: &[L], o: &PlanOptions) -> Result<Selected> {
     let mut patterns = Renamer::new(o.strip_prefix.as_deref(), &o.rename_regex)?;
     let casts = cast_rules(o)?;
     // Room for every tensor: what filters leave out is never touched.
-    let count = listings.iter().map(|l| l.tensors().len()).sum();
+    let count = listings.iter().map(|l| l.tensors.len()).sum();
     let mut entries = Vec::with_capacity(count);
     let mut refs = Vec::with_capacity(count);
     for (source, listing) in listings.iter().enumerate() {
-        for (index, meta) in listing.tensors().iter().enumerate() {
+        for (index, meta) in listing.tensors.iter().enumerate() {
             let keep = include.as_ref().is_none_or(|g| g.is_match(&meta.name))
                 && !exclude.as_ref().is_some_and(|g| g.is_match(&meta.name));
             if !keep {
@@ -405,13 +455,13 @@ fn cast_all(to: Option<Dtype>, from: Dtype) -> Option<Cast> {
 }
 
 /// A name the header cannot take, said with the inputs it comes from.
-fn name_error<L: Listed>(
+fn name_error(
     problem: NameProblem,
     entries: &[TensorEntry],
     refs: &[TensorRef],
-    listings: &[L],
+    listings: &[&Listing],
 ) -> Error {
-    let input = |at: usize| listings[refs[at].source as usize].input();
+    let input = |at: usize| listings[refs[at].source as usize].input.as_str();
     match problem {
         NameProblem::Reserved(at) => Error::new(HeaderError::ReservedName)
             .with_input(input(at))
@@ -427,9 +477,9 @@ fn name_error<L: Listed>(
 /// Inputs' metadata in input order (later wins), then the overrides.
 /// `None` when no input has metadata and there are no overrides, so that a
 /// file without `__metadata__` round-trips to identical bytes.
-fn merge_metadata<L: Listed>(listings: &[L], overrides: &[(String, String)]) -> Option<Metadata> {
+fn merge_metadata(listings: &[&Listing], overrides: &[(String, String)]) -> Option<Metadata> {
     let mut merged: Option<Metadata> = None;
-    for md in listings.iter().filter_map(|l| l.metadata()) {
+    for md in listings.iter().filter_map(|l| l.metadata.as_ref()) {
         merged
             .get_or_insert_with(Metadata::new)
             .extend(md.iter().map(|(k, v)| (k.clone(), v.clone())));

@@ -88,25 +88,16 @@ pub(super) fn dedupe<L: Listed>(
 mod tests {
     use crate::header::{Metadata, TensorMeta};
     use crate::plan::{plan, Plan, PlanOptions};
-    use crate::source::Listed;
+    use crate::source::{Listed, Listing};
     use crate::Dtype;
 
     /// A checkpoint whose tensors 0 and 2 are one storage view (GPT-2's
     /// `wte` registered before `lm_head`, which sorts first).
-    struct Tied {
-        tensors: Vec<TensorMeta>,
-        metadata: Metadata,
-    }
+    struct Tied(Listing);
 
     impl Listed for Tied {
-        fn input(&self) -> &str {
-            "gpt2.bin"
-        }
-        fn tensors(&self) -> &[TensorMeta] {
-            &self.tensors
-        }
-        fn metadata(&self) -> Option<&Metadata> {
-            Some(&self.metadata)
+        fn listing(&self) -> &Listing {
+            &self.0
         }
         fn tied_groups(&self) -> Vec<Vec<usize>> {
             vec![vec![0, 2]]
@@ -115,10 +106,11 @@ mod tests {
 
     fn gpt2(third: &str) -> Tied {
         let t = |n: &str| TensorMeta::new(n, Dtype::F32, [4, 2]);
-        Tied {
+        Tied(Listing {
+            input: "gpt2.bin".into(),
             tensors: vec![t("wte.weight"), t("h.0.w"), t(third)],
-            metadata: [("format".to_string(), "pt".to_string())].into(),
-        }
+            metadata: Some([("format".to_string(), "pt".to_string())].into()),
+        })
     }
 
     fn names(p: &Plan) -> Vec<String> {

@@ -20,6 +20,8 @@ use crate::{Error, ErrorKind, Result};
 #[derive(Debug, Clone)]
 pub(crate) struct Elements {
     transform: Transform,
+    /// The transform's unit: chunks are cut at multiples of it.
+    unit: usize,
     cast: Option<Cast>,
     crc: Option<Crc>,
     /// Input bytes the tensor has (the plan counts output bytes).
@@ -67,6 +69,7 @@ impl Elements {
         };
         Elements {
             transform,
+            unit: transform.unit(),
             cast,
             crc: None,
             in_len,
@@ -101,7 +104,7 @@ impl Elements {
     /// of the transform's and the cast's unit), no larger than the tensor.
     pub(crate) fn chunk_sizes(&self, buffer_size: usize) -> (usize, usize) {
         let (iw, ow) = self.cast.map_or((1, 1), |c| (c.in_width(), c.out_width()));
-        let unit = self.transform.unit().max(iw);
+        let unit = self.unit.max(iw);
         // Input and cast output share the budget.
         let share = match self.cast {
             Some(_) => buffer_size / (iw + ow),
@@ -133,8 +136,7 @@ impl Elements {
         if let Some(crc) = &mut self.crc {
             crc.hasher.update(input);
         }
-        let unit = self.transform.unit();
-        let whole = input.len() / unit * unit;
+        let whole = input.len() / self.unit * self.unit;
         self.transform.apply(&mut input[..whole]);
         Ok(match self.cast {
             Some(c) => {

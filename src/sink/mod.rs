@@ -97,7 +97,7 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
         let written = header.write_to(&mut writer).await.map_err(Error::io)?;
         Ok(Sink {
             writer,
-            planned: header.shared(),
+            planned: header.header.clone(),
             next: 0,
             buf: ChunkBuffer::EMPTY,
             buffer_size: options.buffer_size.max(1),
@@ -105,6 +105,20 @@ impl<W: AsyncWrite + Unpin> Sink<W> {
             output: None,
             overflowed: 0,
         })
+    }
+
+    /// [`Sink::start`] for the output named `name`: every error about
+    /// writing names it, the header's too.
+    pub(crate) async fn start_named(
+        writer: W,
+        header: &EncodedHeader,
+        options: SinkOptions,
+        name: &str,
+    ) -> Result<Self> {
+        let sink = Sink::start(writer, header, options).await;
+        Ok(sink
+            .map_err(|e| e.with_output(name))?
+            .with_output_name(name))
     }
 
     /// Names the output in errors about writing (`out.safetensors`, `-`).

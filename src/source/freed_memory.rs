@@ -28,7 +28,7 @@ impl FreedMemoryHook {
     pub const NONE: FreedMemoryHook = FreedMemoryHook(None);
 
     /// A hook calling `hand_back`, from the thread that opens the input.
-    pub fn new(hand_back: fn()) -> FreedMemoryHook {
+    pub const fn new(hand_back: fn()) -> FreedMemoryHook {
         FreedMemoryHook(Some(hand_back))
     }
 

@@ -541,22 +541,27 @@ crate::setters::options! {
     }
 }
 
-/// What the planner reads of an input: its name, tensors and metadata.
-/// Sources are listed as they are, without copying a million names.
+/// What the planner reads of an input: its [`Listing`] (name, tensors,
+/// metadata), and what an opened source adds to it. Sources are listed as
+/// they are, without copying a million names.
 pub trait Listed {
-    /// How the input is named in messages.
-    fn input(&self) -> &str;
-    /// Its tensors in its own order.
-    fn tensors(&self) -> &[TensorMeta];
-    /// Its metadata.
-    fn metadata(&self) -> Option<&Metadata>;
+    /// Its input's name, its tensors in its own order, its metadata.
+    fn listing(&self) -> &Listing;
+
     /// Its identity as of its opening ([`Source::identity`]); a detached
     /// listing has none.
     fn identity(&self) -> Option<String> {
         None
     }
 
-    /// Groups of its tensors (indices into [`Listed::tensors`], each group
+    /// How its tensors can be read ([`Source::access`]): a plan asks a
+    /// forward-only input for its tensors in its own order. Any order by
+    /// default.
+    fn access(&self) -> Access {
+        Access::Random
+    }
+
+    /// Groups of its tensors (indices into its listing's tensors, each group
     /// in the input's order) that are the same bytes, reported when
     /// `--dedupe-tied` asks: the planner writes the first selected member
     /// of each and records the others in the metadata.
@@ -572,26 +577,18 @@ pub trait Listed {
 }
 
 impl Listed for Listing {
-    fn input(&self) -> &str {
-        &self.input
-    }
-    fn tensors(&self) -> &[TensorMeta] {
-        &self.tensors
-    }
-    fn metadata(&self) -> Option<&Metadata> {
-        self.metadata.as_ref()
+    fn listing(&self) -> &Listing {
+        self
     }
 }
 
 impl Listed for Box<dyn Source + '_> {
-    fn input(&self) -> &str {
-        self.input_name()
+    fn listing(&self) -> &Listing {
+        Source::listing(self.as_ref())
     }
-    fn tensors(&self) -> &[TensorMeta] {
-        Source::tensors(self.as_ref())
-    }
-    fn metadata(&self) -> Option<&Metadata> {
-        Source::metadata(self.as_ref())
+
+    fn access(&self) -> Access {
+        Source::access(self.as_ref())
     }
     /// The versions of every file and object the source reports it read
     /// ([`Source::opened`]: an index and each of its shards), in order;

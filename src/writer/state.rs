@@ -30,7 +30,7 @@ impl WriterState {
         let tensors: Vec<TensorMeta> = tensors.into_iter().collect();
         let header = encode(tensors, options.metadata.clone(), options.order)?;
         let written = header.bytes().len() as u64;
-        let current = header.header().tensors.first().map(elements_for);
+        let current = header.header.tensors.first().map(elements_for);
         Ok(WriterState {
             header,
             next: 0,
@@ -50,7 +50,7 @@ impl WriterState {
     }
 
     pub(super) fn header(&self) -> &Header {
-        self.header.header()
+        &self.header.header
     }
 
     pub(super) fn order(&self) -> impl Iterator<Item = &str> + '_ {
@@ -72,7 +72,7 @@ impl WriterState {
             let Some(current) = &mut self.current else {
                 return Err(self.misplaced(name, None));
             };
-            if self.header.header().tensors[self.next].meta.name == name {
+            if self.header.header.tensors[self.next].meta.name == name {
                 // `pass` counts nothing when it refuses.
                 if let Err(e) = current.pass(len) {
                     return Err(e.with_tensor(name).with_output(self.output_name()));
@@ -101,7 +101,7 @@ impl WriterState {
     /// The error for bytes of `name` arriving while tensor `pending` (if
     /// any) still wants bytes, or after the last tensor.
     fn misplaced(&self, name: &str, pending: Option<usize>) -> Error {
-        let tensors = &self.header.header().tensors;
+        let tensors = &self.header.header.tensors;
         let kind = match tensors.iter().position(|t| t.meta.name == name) {
             None => ErrorKind::TensorNotFound(name.to_string()),
             Some(_) => ErrorKind::WriteOrder {
@@ -123,8 +123,8 @@ impl WriterState {
         let Some(current) = &self.current else {
             return Ok(());
         };
-        let missing = self.header.header().tensors.len() - self.next;
-        let name = &self.header.header().tensors[self.next].meta.name;
+        let missing = self.header.header.tensors.len() - self.next;
+        let name = &self.header.header.tensors[self.next].meta.name;
         let e = match current.left() < current.in_len() {
             true => current.too_short(),
             false => Error::new(ErrorKind::Unfinished { missing }),

@@ -121,6 +121,10 @@ pub(crate) fn source_options(args: &InputArgs) -> Result<SourceOptions, Error> {
     Ok(options)
 }
 
+/// The binary's hook: memory freed between phases goes back to the system
+/// at once ([`super::collect_freed_memory`]).
+const HAND_BACK_FREED_MEMORY: FreedMemoryHook = FreedMemoryHook::new(super::collect_freed_memory);
+
 /// Sets `options` as the input flags say (`--limit`s over the defaults).
 fn set_source_options(options: &mut SourceOptions, args: &InputArgs) -> Result<(), Error> {
     for text in &args.limits {
@@ -136,7 +140,7 @@ fn set_source_options(options: &mut SourceOptions, args: &InputArgs) -> Result<(
     options.torch.allow_expanded_views = args.allow_expanded_views;
     options.dequantize = dequantize_to(args);
     options.gguf.metadata = args.gguf_metadata;
-    options.freed_memory = FreedMemoryHook::new(super::collect_freed_memory);
+    options.freed_memory = HAND_BACK_FREED_MEMORY;
     options.names = args.names;
     Ok(())
 }

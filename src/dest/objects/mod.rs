@@ -28,6 +28,7 @@ use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
 use crate::plan::{Plan, ShardPlan};
 use crate::store::{store_output_error, Object, ObjectUrl, Side, UploadConfig, MIN_PART};
 use crate::Result;
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
@@ -275,6 +276,28 @@ async fn check_shard_objects(
     match expected {
         Some(expected) => record::check_records(expected, &records),
         None => Ok(()),
+    }
+}
+
+impl crate::dest::writer::Destination for ObjectSet {
+    fn stage<'a>(
+        &'a mut self,
+        index: usize,
+        shard: &'a ShardPlan,
+    ) -> BoxFuture<'a, Result<Staged>> {
+        Box::pin(ObjectSet::stage(self, index, shard))
+    }
+
+    fn finish(&mut self, writer: OutWriter, written: &WrittenFile) {
+        ObjectSet::finish(self, writer, written)
+    }
+
+    fn commit<'a>(self: Box<Self>, plan: &'a Plan) -> BoxFuture<'a, Result<Option<WrittenFile>>> {
+        Box::pin(ObjectSet::commit(*self, plan))
+    }
+
+    fn abort(self: Box<Self>) -> BoxFuture<'static, ()> {
+        Box::pin(ObjectSet::abort(*self))
     }
 }
 

@@ -332,7 +332,7 @@ fn check_ratios(entries: &[ZipEntry], limits: &crate::Limits) -> Result<()> {
     let ratio = limits.get(Limit::DecompressionRatio);
     for e in entries {
         let inflated = e.uncompressed;
-        if e.method == Method::Deflated
+        if matches!(e.method, Method::Deflated)
             && inflated > crate::limits::RATIO_ALLOWANCE
             && inflated > e.compressed.saturating_mul(ratio)
         {
