@@ -361,10 +361,15 @@ macro_rules! lane_kernels {
                 // No NaN code and a finite scale: no product is NaN (an
                 // infinity needs a code of 0 to make one), so the lanes
                 // skip the NaN patches. Real weights have no NaN codes.
+                // The scale times 2^8 finite too: clean blocks decode their
+                // codes as F16 bits, 2^-8 times their values (see
+                // `e4m3_over_256`), and take the scale 2^8 times larger.
                 let nan_code = codes.iter().fold(false, |a, &c| a | (c & 0x7f == 0x7f));
-                match scale.is_finite() && !nan_code {
-                    true => e4m3_block::<ROUND, OUT, true>(codes, splatf(scale), out),
-                    false => e4m3_block::<ROUND, OUT, false>(codes, splatf(scale), out),
+                let scaled = scale * 256.0;
+                let (s, s256) = (splatf(scale), splatf(scaled));
+                match scaled.is_finite() && !nan_code {
+                    true => e4m3_block::<ROUND, OUT, true>(codes, s, s256, out),
+                    false => e4m3_block::<ROUND, OUT, false>(codes, s, s256, out),
                 }
             }
         }
@@ -376,6 +381,7 @@ macro_rules! lane_kernels {
         fn e4m3_block<const ROUND: u8, const OUT: u8, const CLEAN: bool>(
             codes: &[u8],
             scale: V,
+            scale_256: V,
             out: &mut [u8],
         ) {
             let width = if OUT == 0 { 4 } else { 2 };
@@ -383,9 +389,25 @@ macro_rules! lane_kernels {
             let mut c2 = codes.chunks_exact(2 * LANES);
             let mut o2 = out.chunks_exact_mut(2 * LANES * width);
             for (c, o) in (&mut c2).zip(&mut o2) {
-                let (a, b) = c.split_at(LANES);
-                let a = e4m3_times::<ROUND, CLEAN>(a.try_into().expect("LANES codes"), scale);
-                let b = e4m3_times::<ROUND, CLEAN>(b.try_into().expect("LANES codes"), scale);
+                let (a, b) = match CLEAN {
+                    // Decoded two vectors at once in 16-bit lanes: the
+                    // same products (2^-8 x code times 2^8 x scale is the
+                    // one real number, rounded once), a third of the work.
+                    true => {
+                        let (a, b) = e4m3_over_256(c.try_into().expect("2 x LANES codes"));
+                        (
+                            rounded::<ROUND, true>(mulf(a, scale_256)),
+                            rounded::<ROUND, true>(mulf(b, scale_256)),
+                        )
+                    }
+                    false => {
+                        let (a, b) = c.split_at(LANES);
+                        (
+                            e4m3_times::<ROUND, CLEAN>(a.try_into().expect("LANES codes"), scale),
+                            e4m3_times::<ROUND, CLEAN>(b.try_into().expect("LANES codes"), scale),
+                        )
+                    }
+                };
                 put_rounded2::<ROUND, OUT, CLEAN>(a, b, o);
             }
             let mut c = c2.remainder().chunks_exact(LANES);
