@@ -289,6 +289,70 @@ mod tests {
         }
     }
 
+    /// Blocks without a NaN code under a scale whose 2^8 multiple is
+    /// finite decode two vectors of codes at once as F16 bits (2^-8 of the
+    /// code's value) times the scale times 2^8: every other code in each
+    /// lane of that step, under the corner scales (subnormal, the largest
+    /// whose 2^8 multiple is finite, those whose multiple is not: the
+    /// other path) and 240 more, each scale dtype into each output dtype,
+    /// bit for bit the reference.
+    #[test]
+    fn clean_blocks_decode_two_vectors_at_once_as_the_reference() {
+        use crate::cast::simd::{with_isa, Isa};
+        let not_nan: Vec<u8> = (0..=255u8).filter(|c| c & 0x7f != 0x7f).collect();
+        let cols: usize = 512 + 3; // whole steps of 2 x 16 lanes, then tails
+        let codes: Vec<u8> = (0..2 * cols)
+            .map(|i| not_nan[(i * 37 + i / cols) % not_nan.len()])
+            .collect();
+        let corner = [
+            0x0000_0001,
+            0x8000_0001,
+            0x7b7f_ffff,
+            0x7b80_0000,
+            0xfb80_0000,
+        ];
+        let extra = (0..240u32).map(|i| i.wrapping_mul(0x9e37_79b9));
+        let all: Vec<u32> = SCALES.iter().copied().chain(corner).chain(extra).collect();
+        const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::BF16, Dtype::F16];
+        for block in [64, 128, cols] {
+            let blocks = cols.div_ceil(block);
+            for first in 0..all.len() {
+                let values: Vec<f32> = (0..2 * blocks)
+                    .map(|j| f32::from_bits(all[(first + j) % all.len()]))
+                    .collect();
+                for (dtype, to) in DTYPES.iter().flat_map(|d| DTYPES.map(|t| (*d, t))) {
+                    let tiling = Tiling {
+                        rows: 1,
+                        cols: block as u64,
+                    };
+                    let s = Scales {
+                        values: &values,
+                        cols: blocks,
+                        tiling,
+                        dtype,
+                    };
+                    let width = (to.bits() / 8) as usize;
+                    let mut want = vec![0u8; codes.len() * width];
+                    let mut reference = vec![0f32; codes.len()];
+                    for (i, (c, v)) in codes.iter().zip(&mut reference).enumerate() {
+                        let scale = values[(i / cols) * blocks + (i % cols) / block];
+                        let product = crate::dequant::arith::e4m3_times(*c, scale);
+                        *v = crate::dequant::arith::stored_as(dtype, product);
+                    }
+                    crate::dequant::store_f32(&reference, to, &mut want);
+                    for isa in Isa::available() {
+                        let mut got = vec![0u8; codes.len() * width];
+                        with_isa(isa, || {
+                            rows_into(&codes, cols, 0, &s, to, &mut Vec::new(), &mut got)
+                        });
+                        let what = format!("{isa:?} blocks of {block} {dtype} -> {to}");
+                        assert!(got == want, "{what}, scales from {first}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn rows_into_stores_what_rows_then_store_f32_does() {
         use crate::cast::simd::{with_isa, Isa};

@@ -232,6 +232,25 @@ pub(super) fn cvtph_ps(h: H) -> V {
     _mm256_castps_si256(_mm256_cvtph_ps(h))
 }
 
+/// `2 x LANES` E4M3 codes as `f32` lanes, each exactly 2^-8 times the
+/// code's value (NaN codes, 0x7f and 0xff, are not told apart: callers
+/// have none). Why: shifted into 16-bit lanes an E4M3 code is the F16 of
+/// 2^-8 times its value (sign on top, the 4-bit exponent and 3-bit
+/// mantissa where F16's low exponent bits and high mantissa bits are;
+/// subnormals too, F16's being 2^8 times smaller in the same steps), and
+/// F16C widens it exactly: 16 codes in 8 instructions, where decoding
+/// 8 lanes of 32 bits takes 11.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+pub(super) fn e4m3_over_256(codes: &[u8; 2 * LANES]) -> (V, V) {
+    let c = _mm256_cvtepu8_epi16(load_h(codes));
+    let sign = _mm256_and_si256(_mm256_slli_epi16::<8>(c), _mm256_set1_epi16(i16::MIN));
+    let magnitude = _mm256_and_si256(_mm256_slli_epi16::<7>(c), _mm256_set1_epi16(0x3f80));
+    let h = _mm256_or_si256(sign, magnitude);
+    let (low, high) = (_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+    (cvtph_ps(low), cvtph_ps(high))
+}
+
 /// The 16 entries of a code book: its low and high halves.
 pub(super) type Book = (__m256, __m256);
 

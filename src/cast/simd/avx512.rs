@@ -231,6 +231,19 @@ pub(super) fn cvtph_ps(h: H) -> V {
     _mm512_castps_si512(_mm512_cvtph_ps(h))
 }
 
+/// `2 x LANES` E4M3 codes as `f32` lanes, each exactly 2^-8 times the
+/// code's value: the AVX2 kernel's `e4m3_over_256`, in 512-bit registers.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,f16c")]
+pub(super) fn e4m3_over_256(codes: &[u8; 2 * LANES]) -> (V, V) {
+    let c = _mm512_cvtepu8_epi16(load_h(codes));
+    let sign = _mm512_and_si512(_mm512_slli_epi16::<8>(c), _mm512_set1_epi16(i16::MIN));
+    let magnitude = _mm512_and_si512(_mm512_slli_epi16::<7>(c), _mm512_set1_epi16(0x3f80));
+    let h = _mm512_or_si512(sign, magnitude);
+    let (low, high) = (_mm512_castsi512_si256(h), _mm512_extracti64x4_epi64::<1>(h));
+    (cvtph_ps(low), cvtph_ps(high))
+}
+
 /// The 16 entries of a code book, one register.
 pub(super) type Book = __m512;
 
