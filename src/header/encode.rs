@@ -89,8 +89,8 @@ impl EncodedHeader {
     /// Calls `f` on the bytes in order, pieces of about 64 KiB made from
     /// the entries as they go (or the bytes, if made already): a digest of
     /// a plan's headers ([`plan_id`](crate::plan::plan_id)) then holds no
-    /// copy of them (5.5 MB at DeepSeek-V3's 46k output tensors, kept
-    /// through the whole copy when [`EncodedHeader::bytes`] made them).
+    /// copy of them (a copy [`EncodedHeader::bytes`] would keep through the
+    /// whole run, megabytes at DeepSeek-V3's tensor count).
     pub(crate) fn each_piece(&self, mut f: impl FnMut(&[u8])) {
         if let Some(bytes) = self.bytes.get() {
             return f(bytes);

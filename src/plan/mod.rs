@@ -710,4 +710,40 @@ mod tests {
         };
         assert_eq!(names(&plan(&[a], &o).unwrap(), 0), ["z", "a"]);
     }
+
+    /// A listing read only forward, as a piped .npy is.
+    struct Forward(Listing);
+
+    impl Listed for Forward {
+        fn listing(&self) -> &Listing {
+            &self.0
+        }
+        fn access(&self) -> Access {
+            Access::Sequential
+        }
+    }
+
+    #[test]
+    fn a_forward_only_input_is_planned_in_its_own_order_only() {
+        let piped = || {
+            Forward(listing(
+                "stdin",
+                &[("z", Dtype::U8, 1), ("a", Dtype::U8, 1)],
+            ))
+        };
+        let e = plan(&[piped()], &PlanOptions::default()).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::ReadOnce(_)), "{e}");
+        assert_eq!(e.input(), Some("stdin"));
+        let as_given = PlanOptions {
+            order: Order::AsGiven,
+            ..Default::default()
+        };
+        assert_eq!(names(&plan(&[piped()], &as_given).unwrap(), 0), ["z", "a"]);
+        // Already in canonical order: nothing to refuse.
+        let sorted = Forward(listing(
+            "stdin",
+            &[("a", Dtype::U8, 1), ("z", Dtype::U8, 1)],
+        ));
+        assert!(plan(&[sorted], &PlanOptions::default()).is_ok());
+    }
 }

@@ -31,10 +31,9 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The bytes in flight a process holds for object storage, by default:
-/// four 8 MiB upload parts and [`READ_RESERVE`] for reads. 48 MiB (two
-/// 8 MiB windows for reads) put the scale benchmark's S3 -> S3 peak at
-/// 121-125 MiB; two 4 MiB windows, 107-110 MiB, as fast on s3s-fs
-/// (benches/scale/README.md, session 8).
+/// four 8 MiB upload parts and [`READ_RESERVE`] for reads. Sized so that a
+/// process converting S3 -> S3 stays under 128 MiB at DeepSeek-V3's
+/// tensor count (the scale benchmark, benches/scale/README.md).
 pub const DEFAULT_BUDGET: u64 = 40 << 20;
 
 /// The parts' share when the budget is smaller than [`READ_RESERVE`] and a

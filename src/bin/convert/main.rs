@@ -64,7 +64,7 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 ///
 /// Measured again once dequantized weights reach the sink in batches
 /// (`copy::relay`, no buffer per tensor): the buffers freed are then the
-/// 8 MiB windows and upload parts, ~4,000 `madvise` in a run (49,000
+/// read windows and upload parts, ~4,000 `madvise` in a run (49,000
 /// before). The small preset S3 -> S3: a delay of 10 ms saved 0.7 CPU-s of
 /// 8.8 (their pages faulted in again) for 14 MiB more peak (166 against
 /// 152 MiB, load ~8): with a peak over the 128 MiB target, 0 stays.

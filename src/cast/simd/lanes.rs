@@ -17,7 +17,9 @@
 //!   `2 * LANES` low halves of `a` then `b`, in order), `bytes(&[u8; LANES])`
 //!   and `widen8` (codes to lanes, zero-extended);
 //! - `mulf`, `cvtf` (i32 to f32), `splatf`, `has_nan`, `cvtps_ph_h` (F16C's
-//!   rounding of each lane to `H`) and `cvtph_ps` (F16C's widening).
+//!   rounding of each lane to `H`), `cvtph_ps` (F16C's widening) and
+//!   `e4m3_over_256` (`2 * LANES` E4M3 codes as F16 bits, 2^-8 x each value,
+//!   widened to two `V`s of f32).
 //!
 //! Every body is the same arithmetic at either width, so the bits are the
 //! same; only the number of lanes and how a select is made differ.
@@ -342,8 +344,8 @@ macro_rules! lane_kernels {
         /// each `f32` product (rounded as the scales' dtype, `ROUND`) goes
         /// from the register it was made in to its one cast, as the
         /// reference's `rows` then `store_f32` round it. Whole runs of
-        /// `LANES` as fixed-size loads and stores; a block's last few codes
-        /// padded.
+        /// `LANES` as fixed-size loads and stores; only a block shorter than
+        /// `LANES` padded.
         #[inline]
         #[target_feature(enable = $feat)]
         fn e4m3_blocks_as<const ROUND: u8, const OUT: u8>(
@@ -364,8 +366,8 @@ macro_rules! lane_kernels {
                 // The scale times 2^8 finite too: clean blocks decode their
                 // codes as F16 bits, 2^-8 times their values (see
                 // `e4m3_over_256`), and take the scale 2^8 times larger.
-                // (Folded as bytes: a fold of `bool`s was widened to 32-bit
-                // lanes, 8% of the kernel's time.)
+                // (Folded as bytes: a fold of `bool`s is widened to 32-bit
+                // lanes.)
                 let nan_code = codes
                     .iter()
                     .fold(0u8, |a, &c| a | u8::from(c | 0x80 == 0xff))
@@ -379,8 +381,8 @@ macro_rules! lane_kernels {
             }
         }
 
-        /// One block of [`e4m3_blocks_as`]: whole runs of `LANES`, the last
-        /// few codes padded.
+        /// One block of [`e4m3_blocks_as`]: whole runs of `LANES`, then the
+        /// block's last `LANES` codes again (a block shorter than that padded).
         #[inline]
         #[target_feature(enable = $feat)]
         fn e4m3_block<const ROUND: u8, const OUT: u8, const CLEAN: bool>(

@@ -49,9 +49,9 @@ use crate::store::{Budget, Lease, Reclaim};
 use crate::{Error, ErrorKind, Result};
 
 /// Bytes fetched per window, at most: two fit in the budget's
-/// [`READ_RESERVE`](crate::store::READ_RESERVE) (8 MiB windows, `aws s3
-/// cp`'s part size, put 8 MiB more on the scale benchmark's peak and read
-/// no faster from s3s-fs).
+/// [`READ_RESERVE`](crate::store::READ_RESERVE). Smaller than `aws s3
+/// cp`'s 8 MiB parts, for the peak memory of a whole S3 -> S3 run
+/// (benches/scale/README.md has the trade measured).
 pub(super) const WINDOW: u64 = 4 << 20;
 
 /// Windows held at once, over all the objects of an input (their bytes are

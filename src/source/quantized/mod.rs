@@ -323,9 +323,10 @@ enum Entry {
     Dequant(Weight),
     /// An FP8 weight whose codes and scales are both the inner source's:
     /// kept as their indices, its [`Kind`] made when it is read
-    /// ([`QuantizedSource::dressed`]). The common case at scale: an
-    /// `Arc<Kind>` of two [`TensorAt`]s was 262 B a weight (320 in the
-    /// allocator's size class), 15 MB of DeepSeek-V3's 46k weights.
+    /// (`QuantizedSource::fp8_weight`). The common case at scale (every
+    /// weight of DeepSeek-V3's 46k): a record of two indices where an
+    /// `Arc<Kind>` of two [`TensorAt`]s would copy names and shapes the
+    /// inner listing already holds.
     Fp8(Fp8At),
 }
 
