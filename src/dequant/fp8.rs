@@ -122,6 +122,20 @@ fn rows_as(codes: &[u8], cols: usize, r0: u64, s: &Scales, to: Dtype, out: &mut 
 mod tests {
     use super::*;
 
+    /// Scales of one row of `blocks` blocks of `block` columns each.
+    fn one_row(values: &[f32], blocks: usize, block: usize, dtype: Dtype) -> Scales<'_> {
+        let tiling = Tiling {
+            rows: 1,
+            cols: block as u64,
+        };
+        Scales {
+            values,
+            cols: blocks,
+            tiling,
+            dtype,
+        }
+    }
+
     #[test]
     fn each_code_takes_its_blocks_scale() {
         // 3 rows x 4 columns, blocks of 2x2: scales [[1, 2], [4, 8]].
@@ -185,16 +199,7 @@ mod tests {
                 let values: Vec<f32> = (0..2 * blocks)
                     .map(|j| f32::from_bits(SCALES[j % SCALES.len()]))
                     .collect();
-                let tiling = Tiling {
-                    rows: 1,
-                    cols: block as u64,
-                };
-                let s = Scales {
-                    values: &values,
-                    cols: blocks,
-                    tiling,
-                    dtype,
-                };
+                let s = one_row(&values, blocks, block, dtype);
                 let run = |isa| {
                     let mut out = vec![0f32; 2 * cols];
                     with_isa(isa, || rows(&codes, cols, 0, &s, &mut out));
@@ -218,12 +223,7 @@ mod tests {
         for scale in SCALES.iter().chain(&extra) {
             for dtype in [Dtype::F32, Dtype::BF16, Dtype::F16] {
                 let values = [f32::from_bits(*scale)];
-                let s = Scales {
-                    values: &values,
-                    cols: 1,
-                    tiling: Tiling { rows: 1, cols: 256 },
-                    dtype,
-                };
+                let s = one_row(&values, 1, 256, dtype);
                 let run = |isa| {
                     let mut out = vec![0f32; 256];
                     with_isa(isa, || rows(&codes, 256, 0, &s, &mut out));
@@ -261,15 +261,7 @@ mod tests {
                     .map(|j| f32::from_bits(all[(first + j) % all.len()]))
                     .collect();
                 for (dtype, to) in DTYPES.iter().flat_map(|d| DTYPES.map(|t| (*d, t))) {
-                    let s = Scales {
-                        values: &values,
-                        cols: blocks,
-                        tiling: Tiling {
-                            rows: 1,
-                            cols: block as u64,
-                        },
-                        dtype,
-                    };
+                    let s = one_row(&values, blocks, block, dtype);
                     let width = (to.bits() / 8) as usize;
                     let mut want = vec![0u8; codes.len() * width];
                     with_isa(Isa::Scalar, || {
@@ -321,16 +313,7 @@ mod tests {
                     .map(|j| f32::from_bits(all[(first + j) % all.len()]))
                     .collect();
                 for (dtype, to) in DTYPES.iter().flat_map(|d| DTYPES.map(|t| (*d, t))) {
-                    let tiling = Tiling {
-                        rows: 1,
-                        cols: block as u64,
-                    };
-                    let s = Scales {
-                        values: &values,
-                        cols: blocks,
-                        tiling,
-                        dtype,
-                    };
+                    let s = one_row(&values, blocks, block, dtype);
                     let width = (to.bits() / 8) as usize;
                     let mut want = vec![0u8; codes.len() * width];
                     let mut reference = vec![0f32; codes.len()];
