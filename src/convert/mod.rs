@@ -169,7 +169,8 @@ pub async fn convert_opened(
 ///
 /// A plan whose tensors are not in `sources` is refused before anything is
 /// written (a plan of other sources of the same shape writes their
-/// tensors' bytes under its names: make it from these).
+/// tensors' bytes under its names: make it from these), and so is one that
+/// asks a forward-only source for its tensors in another order.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {

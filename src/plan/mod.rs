@@ -219,7 +219,8 @@ impl Plan {
 
     /// Refuses a plan whose tensors `listings` do not all have, of its
     /// shape and dtype (or its cast's): a plan made from other inputs of
-    /// the same shape would write their bytes under its names.
+    /// the same shape would write their bytes under its names; and one
+    /// that reads a forward-only input out of its order.
     pub(crate) fn check_made_from<L: Listed>(&self, listings: &[L]) -> Result<()> {
         for p in self.shards.iter().flat_map(|s| s.planned(0)) {
             let meta = listings
@@ -235,7 +236,9 @@ impl Plan {
                 return Err(e.with_tensor(t.name.clone()));
             }
         }
-        Ok(())
+        // A plan made elsewhere (from a detached listing, which reads in
+        // any order) may ask a forward-only input for another order.
+        self.check_access(listings)
     }
 }
 
@@ -745,5 +748,15 @@ mod tests {
             &[("a", Dtype::U8, 1), ("z", Dtype::U8, 1)],
         ));
         assert!(plan(&[sorted], &PlanOptions::default()).is_ok());
+    }
+
+    #[test]
+    fn a_plan_made_elsewhere_is_refused_to_a_forward_only_input() {
+        let listed = listing("stdin", &[("z", Dtype::U8, 1), ("a", Dtype::U8, 1)]);
+        let p = plan(std::slice::from_ref(&listed), &PlanOptions::default()).unwrap();
+        p.check_made_from(std::slice::from_ref(&listed)).unwrap();
+        let e = p.check_made_from(&[Forward(listed)]).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::ReadOnce(_)), "{e}");
+        assert_eq!(e.input(), Some("stdin"));
     }
 }
