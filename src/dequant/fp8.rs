@@ -136,6 +136,38 @@ mod tests {
         }
     }
 
+    /// `n` scales taken in turn from the bit patterns `all`, from its `first`.
+    fn scales_in_turn(all: &[u32], first: usize, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|j| f32::from_bits(all[(first + j) % all.len()]))
+            .collect()
+    }
+
+    /// Each scale dtype with each output dtype.
+    fn dtype_pairs() -> impl Iterator<Item = (Dtype, Dtype)> {
+        const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::BF16, Dtype::F16];
+        DTYPES.into_iter().flat_map(|d| DTYPES.map(|t| (d, t)))
+    }
+
+    /// Asserts that `rows_into` writes `want` on every path this machine has.
+    fn rows_into_on_every_path(
+        codes: &[u8],
+        cols: usize,
+        s: &Scales,
+        to: Dtype,
+        want: &[u8],
+        what: &str,
+    ) {
+        use crate::cast::simd::{with_isa, Isa};
+        for isa in Isa::available() {
+            let mut got = vec![0u8; want.len()];
+            with_isa(isa, || {
+                rows_into(codes, cols, 0, s, to, &mut Vec::new(), &mut got)
+            });
+            assert!(got == want, "{isa:?} {what}");
+        }
+    }
+
     #[test]
     fn each_code_takes_its_blocks_scale() {
         // 3 rows x 4 columns, blocks of 2x2: scales [[1, 2], [4, 8]].
@@ -196,9 +228,7 @@ mod tests {
             for block in [1, 3, 8, 16, 17, 128, 259] {
                 let blocks = cols.div_ceil(block);
                 // Each block its scale, the scales taken in turn.
-                let values: Vec<f32> = (0..2 * blocks)
-                    .map(|j| f32::from_bits(SCALES[j % SCALES.len()]))
-                    .collect();
+                let values = scales_in_turn(&SCALES, 0, 2 * blocks);
                 let s = one_row(&values, blocks, block, dtype);
                 let run = |isa| {
                     let mut out = vec![0f32; 2 * cols];
@@ -253,14 +283,11 @@ mod tests {
         let codes: Vec<u8> = (0..2 * cols).map(|i| (i * 7 + i / cols) as u8).collect();
         let extra: Vec<u32> = (0..240u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
         let all: Vec<u32> = SCALES.iter().chain(&extra).copied().collect();
-        const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::BF16, Dtype::F16];
         for block in [1, 3, 8, 17, 128, 259] {
             let blocks = cols.div_ceil(block);
             for first in (0..all.len()).step_by(2 * blocks.min(all.len() / 2)) {
-                let values: Vec<f32> = (0..2 * blocks)
-                    .map(|j| f32::from_bits(all[(first + j) % all.len()]))
-                    .collect();
-                for (dtype, to) in DTYPES.iter().flat_map(|d| DTYPES.map(|t| (*d, t))) {
+                let values = scales_in_turn(&all, first, 2 * blocks);
+                for (dtype, to) in dtype_pairs() {
                     let s = one_row(&values, blocks, block, dtype);
                     let width = (to.bits() / 8) as usize;
                     let mut want = vec![0u8; codes.len() * width];
@@ -269,13 +296,8 @@ mod tests {
                         rows(&codes, cols, 0, &s, &mut values);
                         crate::dequant::store_f32(&values, to, &mut want);
                     });
-                    for isa in Isa::available() {
-                        let mut got = vec![0u8; codes.len() * width];
-                        with_isa(isa, || {
-                            rows_into(&codes, cols, 0, &s, to, &mut Vec::new(), &mut got)
-                        });
-                        assert!(got == want, "{isa:?} blocks of {block} {dtype} -> {to}");
-                    }
+                    let what = format!("blocks of {block} {dtype} -> {to}");
+                    rows_into_on_every_path(&codes, cols, &s, to, &want, &what);
                 }
             }
         }
@@ -290,7 +312,6 @@ mod tests {
     /// bit for bit the reference.
     #[test]
     fn clean_blocks_decode_two_vectors_at_once_as_the_reference() {
-        use crate::cast::simd::{with_isa, Isa};
         let not_nan: Vec<u8> = (0..=255u8).filter(|c| c & 0x7f != 0x7f).collect();
         let cols: usize = 512 + 3; // whole steps of 2 x 16 lanes, then tails
         let codes: Vec<u8> = (0..2 * cols)
@@ -305,14 +326,11 @@ mod tests {
         ];
         let extra = (0..240u32).map(|i| i.wrapping_mul(0x9e37_79b9));
         let all: Vec<u32> = SCALES.iter().copied().chain(corner).chain(extra).collect();
-        const DTYPES: [Dtype; 3] = [Dtype::F32, Dtype::BF16, Dtype::F16];
         for block in [64, 128, cols] {
             let blocks = cols.div_ceil(block);
             for first in 0..all.len() {
-                let values: Vec<f32> = (0..2 * blocks)
-                    .map(|j| f32::from_bits(all[(first + j) % all.len()]))
-                    .collect();
-                for (dtype, to) in DTYPES.iter().flat_map(|d| DTYPES.map(|t| (*d, t))) {
+                let values = scales_in_turn(&all, first, 2 * blocks);
+                for (dtype, to) in dtype_pairs() {
                     let s = one_row(&values, blocks, block, dtype);
                     let width = (to.bits() / 8) as usize;
                     let mut want = vec![0u8; codes.len() * width];
@@ -323,14 +341,8 @@ mod tests {
                         *v = crate::dequant::arith::stored_as(dtype, product);
                     }
                     crate::dequant::store_f32(&reference, to, &mut want);
-                    for isa in Isa::available() {
-                        let mut got = vec![0u8; codes.len() * width];
-                        with_isa(isa, || {
-                            rows_into(&codes, cols, 0, &s, to, &mut Vec::new(), &mut got)
-                        });
-                        let what = format!("{isa:?} blocks of {block} {dtype} -> {to}");
-                        assert!(got == want, "{what}, scales from {first}");
-                    }
+                    let what = format!("blocks of {block} {dtype} -> {to}, scales from {first}");
+                    rows_into_on_every_path(&codes, cols, &s, to, &want, &what);
                 }
             }
         }
