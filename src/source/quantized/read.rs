@@ -382,9 +382,9 @@ impl DequantReader {
                     .bands
                     .get_or_insert_with(|| super::mxfp4::Bands::new(*geometry));
                 // The whole piece in one call: the vector kernel loads each
-                // source row's block once for all its output rows (8 rows a
-                // call cost 1.6 x the time). Stored straight into `out`
-                // (through `values`, 8 rows at a time, off the vector path).
+                // source row's block once for all its output rows. Stored
+                // straight into `out` (through `values`, 8 rows at a time,
+                // off the vector path).
                 bands.rows(blocks, scales, r0, r1, self.to, &mut self.values, out)?;
             }
         }
