@@ -575,6 +575,12 @@ impl Source for QuantizedSource<'_> {
     }
 }
 
+/// The error for a piece whose length this machine cannot address.
+fn too_large() -> Error {
+    let e = QuantError::Unsupported("a piece too large for this machine's addresses".into());
+    Error::new(ErrorKind::Quantized(e))
+}
+
 /// A [`QuantError`] about tensor `tensor` of `input`.
 pub(crate) fn refuse(e: QuantError, input: &str, tensor: &str) -> Error {
     Error::new(ErrorKind::Quantized(e))

@@ -4,7 +4,7 @@
 use std::io::{self, Read};
 use std::sync::{Arc, OnceLock};
 
-use super::{Kind, QuantError, TensorAt, Weight, PIECE_ELEMENTS};
+use super::{too_large, Kind, QuantError, TensorAt, Weight, PIECE_ELEMENTS};
 use crate::dequant::{self, arith};
 use crate::source::BlockingPart;
 use crate::{Dtype, Error, ErrorKind, Result};
@@ -620,11 +620,6 @@ fn first_of<T: Copy + Default>(buf: &mut Vec<T>, n: usize) -> &mut [T] {
         buf.resize(n, T::default());
     }
     &mut buf[..n]
-}
-
-fn too_large() -> Error {
-    let e = QuantError::Unsupported("a piece too large for this machine's addresses".into());
-    Error::new(ErrorKind::Quantized(e))
 }
 
 fn to_usize(v: u64) -> Result<usize> {
