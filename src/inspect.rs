@@ -537,9 +537,8 @@ pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sourc
 }
 
 /// A plan for people: per output file, its tensors in order. Built at its
-/// exact size, which a first pass counts: a million tensors' plan is 88 MB
-/// of text, for which a doubling `String` would reserve 128 MB and hold
-/// both buffers while it moves (issue 25 bounds `--dry-run`'s memory).
+/// exact size, which a first pass counts: a doubling `String` holds both
+/// buffers while it moves (issue 25 bounds `--dry-run`'s memory).
 pub fn render_plan<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sources: &[L]) -> String {
     let mut len = ByteCounter(0);
     write_plan(&mut len, plan, paths, sources);

@@ -106,10 +106,8 @@ pub(crate) struct Overflow {
 
 /// Tensors whose jobs are built at once: a model of a million small tensors
 /// is routed and copied in windows, each in one trip to the blocking pool.
-/// A job holds its tensor's reader, opened (a dequantized weight's is ~400
-/// bytes of boxes): 16,384 of them were 7.4 MB of an S3 -> S3 run's peak
-/// heap at DeepSeek-V3's structure (benches/scale/README.md, session 7);
-/// 2,048 hold under 1 MB and still make few trips.
+/// A job holds its tensor's reader, opened, so a window bounds the peak
+/// heap and still makes few trips (benches/scale/README.md, session 7).
 const WINDOW: usize = 2048;
 
 /// Tensors whose reads a source is told of at once ([`tell_order`]): more

@@ -8,12 +8,11 @@
 //! kernel-bound steps one after another: `pread` (a memory copy out of the
 //! page cache), the cast, and `write` (a memory copy into the output's page
 //! cache), plus, when a cast's output chunk was smaller than the buffered
-//! writer, a fourth copy into that writer. BF16 -> F32 took 1.36 x the
-//! copy of its output's bytes on scalar and vector paths alike: the
-//! arithmetic was not the limit, the serial path was. Here the `write`,
-//! which a plain copy pays too, is all the writing thread does; reading
-//! and casting happen on the other core at the same time, and the cast
-//! writes straight into the buffer that is written (no copy between).
+//! writer, a fourth copy into that writer: the arithmetic was not the
+//! limit, the serial path was (benches/results-cast-pipeline.md). Here the
+//! `write`, which a plain copy pays too, is all the writing thread does;
+//! reading and casting happen on the other core at the same time, and the
+//! cast writes straight into the buffer that is written (no copy between).
 //!
 //! Why not cast from a mapping of the input (one memory copy fewer, as
 //! [`super::mapped`] copies verbatim bytes): our code would then read the
@@ -22,7 +21,7 @@
 //! copy is hidden behind the write anyway.
 //!
 //! Pieces are sized for the cache: a piece's input and output fit in a
-//! core's L2 (1 MiB on the machine measured) while it is cast, and are
+//! core's L2 while it is cast, and are
 //! written while still in the shared L3. A few pieces are in flight at
 //! once ([`IN_FLIGHT`]), so a short stall of either thread does not stop
 //! the other; memory is that many pieces and one input piece, within the

@@ -6,13 +6,11 @@
 //! gathered into pieces of [`PIECE`] bytes, many small tensors a piece,
 //! which the sink writes as they come.
 //!
-//! One tensor at a time, each through a bridge of its own (a trip to the
-//! blocking pool per chunk, and one more for its end; a fresh 1 MiB buffer
-//! zeroed per tensor), the 46k dequantized weights of the scale benchmark's
-//! small preset (DeepSeek-V3's structure), S3 -> S3, cost 23 CPU-s for
-//! 3 GB: 530k futex calls, 49k `madvise` (each buffer handed back to the
-//! system as it was freed) and as many page faults zeroing the next one.
-//! Here a run costs one trip to the pool, and a message per piece; the
+//! Why not a bridge per tensor (a trip to the blocking pool per chunk, a
+//! fresh buffer zeroed per tensor): for many small tensors, its futex
+//! calls, `madvise`s and page faults cost more CPU than the bytes
+//! (benches/README.md, "Figures behind the comments"). Here a run costs
+//! one trip to the pool, and a message per piece; the
 //! pieces go round between the thread and the sink, allocated once.
 //!
 //! Memory: [`PIECES`] pieces and the pipeline's chunk buffer (at most

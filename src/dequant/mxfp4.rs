@@ -93,10 +93,9 @@ pub(crate) fn transposed_rows(band: &Band, table: &Table, k0: usize, out: &mut [
 
 /// [`transposed_rows`] stored as `to` (F32, BF16 or F16) into `out`: on
 /// the vector path straight from the registers, in one call (it loads each
-/// row's block once for all the output rows: 8 rows a call took 1.6 x the
-/// time on a gpt-oss band); else 8 output rows at a time through
-/// `scratch`, which stays small. The same bytes as [`transposed_rows`]
-/// then [`super::store_f32`].
+/// row's block once for all the output rows); else 8 output rows at a
+/// time through `scratch`, which stays small. The same bytes as
+/// [`transposed_rows`] then [`super::store_f32`].
 pub(crate) fn transposed_rows_into(
     band: &Band,
     table: &Table,

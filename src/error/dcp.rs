@@ -8,14 +8,6 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DcpError {
-    /// `.metadata` is larger than we read.
-    #[error(".metadata is {size} bytes; more than the {limit} we read")]
-    MetadataTooLarge {
-        /// Its size.
-        size: u64,
-        /// The limit.
-        limit: u64,
-    },
     /// A value of the metadata is not what torch writes there.
     #[error("metadata: {what} is {found}, expected {expected}")]
     Shape {

@@ -330,23 +330,17 @@ impl std::error::Error for Error {
     }
 }
 
-impl From<ErrorKind> for Error {
-    fn from(kind: ErrorKind) -> Self {
-        Error::new(kind)
-    }
+/// An [`ErrorKind`], or an enum it nests, as an [`Error`] with no context.
+macro_rules! error_from {
+    ($($kind:ty),*) => {$(
+        impl From<$kind> for Error {
+            fn from(kind: $kind) -> Self {
+                Error::new(kind)
+            }
+        }
+    )*};
 }
-
-impl From<HeaderError> for Error {
-    fn from(e: HeaderError) -> Self {
-        Error::new(e)
-    }
-}
-
-impl From<IndexError> for Error {
-    fn from(e: IndexError) -> Self {
-        Error::new(e)
-    }
-}
+error_from!(ErrorKind, HeaderError, IndexError);
 
 impl From<io::Error> for Error {
     fn from(err: io::Error) -> Self {

@@ -142,8 +142,7 @@ impl Plan {
     /// Drops the shards a run writing `part` does not write: a fan-out
     /// worker (`--shard K`, or `--shard-stride`'s shards) keeps its shards' entries, refs and header bytes,
     /// and the others become empty shells, so it holds one shard's plan
-    /// through the copy, not all of them (at 92k tensors in 7 shards the
-    /// plan held 10 MB of entries and 5.5 MB of header bytes). Their count
+    /// through the copy, not all of them. Their count
     /// stays, which is all a worker needs of them: the `-of-0000N` in every
     /// name. Call it after the plan id is checked (it is made from every
     /// shard's header); [`Plan::tensor_count`] and [`Plan::data_len`] then

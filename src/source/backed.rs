@@ -92,10 +92,7 @@ impl<P: Places> Source for FileBacked<P> {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        for (f, stamp) in self.files.iter().zip(&self.stamps) {
-            super::unchanged(f, stamp, &self.listing.input)?;
-        }
-        Ok(())
+        super::all_unchanged(&self.files, &self.stamps, &self.listing.input)
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {

@@ -70,8 +70,8 @@ impl Codec {
 // caller's `decoder-window` limit, by default 128 MiB: the most `zstd
 // --long` and `zstd --ultra -22` use, twice `xz -9`'s. A stream declares
 // its window in its header and the decoder fills that much memory as it
-// goes, so without a limit a 78 kB `.xz` declaring 256 MiB held 276 MB
-// resident. gzip's window is 32 KiB and bzip2's blocks 900 kB at most:
+// goes, so without a limit a tiny `.xz` holds what it declares. gzip's
+// window is 32 KiB and bzip2's blocks 900 kB at most:
 // they need no limit.
 
 /// zstd's window limit as the log2 it takes: `window` rounded down to a

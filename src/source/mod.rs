@@ -724,6 +724,18 @@ impl FileOrStream<'_> {
     }
 }
 
+/// [`unchanged`] for each of a source's files, beside how it was opened.
+pub(crate) fn all_unchanged(
+    files: &[Arc<std::fs::File>],
+    stamps: &[Stamp],
+    input: &str,
+) -> Result<()> {
+    files
+        .iter()
+        .zip(stamps)
+        .try_for_each(|(f, stamp)| unchanged(f, stamp, input))
+}
+
 /// The check behind [`Source::check_unchanged`] for one file.
 pub(crate) fn unchanged(file: &std::fs::File, opened: &Stamp, input: &str) -> Result<()> {
     let meta = file.metadata()?;

@@ -40,9 +40,7 @@ pub struct RawTensor {
 /// ([`charge_json`](crate::index::charge_json)) as the parse holds it: the
 /// entry in the list (twice, while the list moves as it grows) and the
 /// name's block (the allocator's 16-byte granules). The source's own copy
-/// comes once the parse is over and the text gone (a million entries of
-/// 80 bytes: 255 MB at the peak of the whole opening, measured by
-/// tests/memory/giants.rs).
+/// comes once the parse is over and the text gone.
 fn charged_name<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
     let name = String::deserialize(d)?;
     let entry = std::mem::size_of::<RawTensor>() as u64;

@@ -51,23 +51,12 @@ pub(crate) fn collect_freed_memory() {
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// Memory freed is handed back to the system at once rather than after
-/// mimalloc's default second. Object storage moves its bytes through
-/// short-lived buffers (read windows, upload parts, dequantized pieces)
-/// freed on other threads than those that made them: at 150 MB/s a second
-/// of them stayed committed: one worker (`--shard 1`) of an S3 -> S3
-/// `--dequantize` run of the scale benchmark's small preset peaked at
-/// 225 MiB, 140 MiB with no delay. Only for object storage: a local
-/// dequantization reuses its pieces' pages at once, and purging them made
-/// a 1 GiB compressed-tensors int4 conversion 3 x slower (0.77 s -> 3.12 s,
-/// idle machine). `MIMALLOC_PURGE_DELAY` still sets it. Called before the
-/// conversion starts any thread.
-///
-/// Measured again once dequantized weights reach the sink in batches
-/// (`copy::relay`, no buffer per tensor): the buffers freed are then the
-/// read windows and upload parts, ~4,000 `madvise` in a run (49,000
-/// before). The small preset S3 -> S3: a delay of 10 ms saved 0.7 CPU-s of
-/// 8.8 (their pages faulted in again) for 14 MiB more peak (166 against
-/// 152 MiB, load ~8): with a peak over the 128 MiB target, 0 stays.
+/// mimalloc's default second, for object storage only: its short-lived
+/// buffers (read windows, upload parts) are freed on other threads than
+/// those that made them, and a second of them stayed committed; a local
+/// dequantization reuses its pages at once and is slower purged
+/// (benches/README.md, "Figures behind the comments").
+/// `MIMALLOC_PURGE_DELAY` still sets it. Called before any thread starts.
 pub(crate) fn purge_freed_memory_at_once() {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: mi_option_set takes no pointers; it is called before any

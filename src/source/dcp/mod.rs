@@ -352,10 +352,7 @@ impl Source for DcpSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        for (f, stamp) in self.handles.iter().zip(&self.stamps) {
-            super::unchanged(f, stamp, &self.listing.input)?;
-        }
-        Ok(())
+        super::all_unchanged(&self.handles, &self.stamps, &self.listing.input)
     }
 
     /// Every tensor is assembled from its chunks' items on the calling

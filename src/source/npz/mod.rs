@@ -259,14 +259,10 @@ fn plan_members(
     void_as: Option<crate::Dtype>,
 ) -> Result<Arrays> {
     let total = entries.len();
-    // Each half is listed in place, through a slice: no copy of the second
-    // half, and the directory's list is freed, whole, by the thread that
-    // made it (a million members' 56 MB freed by another thread stayed
-    // mapped in the allocator while the plan was built).
-    // `listing` has room for `entries` (and, in the first half's, for the
-    // second's), made by this thread: the helper's lists, freed here once
-    // appended, are not freed across threads into a heap whose thread has
-    // ended (the allocator then held their 52 MB through the plan).
+    // Each half is listed in place, through a slice, and every list is
+    // freed by the thread that made it: memory freed across threads stayed
+    // mapped in the allocator while the plan was built. `listing` has room
+    // for `entries` (and, in the first half's, for the second's).
     let plan_all = |entries: &mut [ZipEntry], mut listing: Arrays| -> Result<Arrays> {
         // Local and npy headers, member after member, read a block at a time.
         let mut cache = BlockCache::default();

@@ -401,8 +401,7 @@ pub(crate) struct ObjectSource {
     /// The objects whose tensors it lists.
     objects: Vec<Arc<Pinned>>,
     /// Each object's bytes for positional reads, shared by the spans of
-    /// its tensors ([`Source::byte_span`]): one a span was 5.6 MB of 92k
-    /// dequantized weights' records.
+    /// its tensors ([`Source::byte_span`]) rather than one a span.
     spans: Vec<Arc<dyn ReadAt>>,
     /// Each tensor's object and absolute byte range in it.
     ranges: Vec<(usize, u64, u64)>,
@@ -444,8 +443,7 @@ impl ObjectSource {
         parts: Vec<(Pinned, Header)>,
         config: Option<Vec<u8>>,
     ) -> ObjectSource {
-        // Sized once: grown by doubling, the lists of 92k tensors held
-        // 2.4 MB of room they never used.
+        // Sized once: lists grown by doubling hold room never used.
         let count = parts.iter().map(|(_, h)| h.tensors.len()).sum();
         let mut listing = Listing::new(input);
         listing.tensors.reserve_exact(count);

@@ -141,6 +141,21 @@ pub(super) fn safetensors(name: &str, len: usize) -> Vec<u8> {
     bytes
 }
 
+/// The index object `m/model.safetensors.index.json` of a weight map's
+/// entries (`"name":"file"`) and the shards' total tensor bytes.
+async fn put_index(store: &Counting, map: &[String], total: usize) {
+    let index = format!(
+        r#"{{"metadata":{{"total_size":{total}}},"weight_map":{{{}}}}}"#,
+        map.join(",")
+    );
+    let path = ObjectPath::from("m/model.safetensors.index.json");
+    store
+        .inner
+        .put(&path, index.into_bytes().into())
+        .await
+        .unwrap();
+}
+
 /// A sharded checkpoint of `shards` objects `m/sK.safetensors` (tensor
 /// `tK`) and its index `m/model.safetensors.index.json`.
 async fn checkpoint(store: &Arc<Counting>, shards: usize) {
@@ -152,16 +167,7 @@ async fn checkpoint(store: &Arc<Counting>, shards: usize) {
         map.push(format!(r#""t{k}":"s{k}.safetensors""#));
     }
     let total: usize = (0..shards).map(|k| 4 + k).sum();
-    let index = format!(
-        r#"{{"metadata":{{"total_size":{total}}},"weight_map":{{{}}}}}"#,
-        map.join(",")
-    );
-    let path = ObjectPath::from("m/model.safetensors.index.json");
-    store
-        .inner
-        .put(&path, index.into_bytes().into())
-        .await
-        .unwrap();
+    put_index(store, &map, total).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -299,16 +305,7 @@ async fn many_tensors(
         map.extend(names.iter().map(|n| format!(r#""{n}":"s{s}.safetensors""#)));
     }
     let total = shards * per * len;
-    let index = format!(
-        r#"{{"metadata":{{"total_size":{total}}},"weight_map":{{{}}}}}"#,
-        map.join(",")
-    );
-    let path = ObjectPath::from("m/model.safetensors.index.json");
-    store
-        .inner
-        .put(&path, index.into_bytes().into())
-        .await
-        .unwrap();
+    put_index(store, &map, total).await;
     let index = object(store, "m/model.safetensors.index.json");
     let mut src = super::ObjectSource::open_index(Pinned::head(index).await.unwrap())
         .await

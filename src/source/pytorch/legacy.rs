@@ -11,7 +11,7 @@ use std::os::unix::fs::FileExt;
 
 use super::model::StorageDecl;
 use super::pickle::{unpickle, Limits, Node, Pickled};
-use super::{Located, Storages};
+use super::{bad, Located, Storages};
 use crate::{Error, ErrorKind, PickleError, PyTorchError, Result};
 
 /// The magic number the first pickle holds, as `LONG1` bytes after `PROTO n`.
@@ -35,10 +35,6 @@ pub(crate) struct LegacyCheckpoint {
     pub keys: Vec<String>,
     /// Where the first storage's count is.
     pub data_start: u64,
-}
-
-fn bad(e: PyTorchError) -> Error {
-    Error::new(ErrorKind::PyTorch(e))
 }
 
 /// Reads the five pickles from the start of `file` (`len` bytes): at

@@ -225,6 +225,7 @@ fn expansion_allowed(bytes: u64, stored: u64, factor: u64, allowance: u64) -> bo
     bytes <= stored.saturating_mul(factor).max(allowance)
 }
 
+/// A [`PyTorchError`] as an [`Error`], for this module and its children.
 fn bad(e: PyTorchError) -> Error {
     Error::new(ErrorKind::PyTorch(e))
 }
@@ -696,10 +697,7 @@ impl Source for PyTorchSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        for (f, stamp) in self.files.iter().zip(&self.stamps) {
-            super::unchanged(f, stamp, &self.listing.input)?;
-        }
-        Ok(())
+        super::all_unchanged(&self.files, &self.stamps, &self.listing.input)
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {

@@ -12,7 +12,7 @@ use std::borrow::Cow;
 
 use super::pickle::{Budget, Global, Id, Node, Pickled};
 use super::strided::{c_strides, View};
-use super::Storages;
+use super::{bad, Storages};
 use crate::header::names::NameIndex;
 use crate::header::TensorMeta;
 use crate::{Dtype, Error, ErrorKind, PickleError, PyTorchError, Result, StorageShape};
@@ -135,10 +135,6 @@ const SHAPES: &str = "shapes and strides";
 
 /// Skipped leaves listed by path; past this only the count grows.
 pub const MAX_SKIPPED_PATHS: usize = 1000;
-
-fn bad(e: PyTorchError) -> Error {
-    Error::new(ErrorKind::PyTorch(e))
-}
 
 /// The safetensors twin of a `torch` dtype, or why there is none.
 pub fn torch_dtype(name: &str) -> std::result::Result<Dtype, PyTorchError> {

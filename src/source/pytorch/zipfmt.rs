@@ -6,11 +6,11 @@
 use std::fs::File;
 use std::io::Read;
 
-use super::{Located, Storages};
+use super::{bad, Located, Storages};
 use crate::block_cache::BlockCache;
 use crate::io_util::PositionalReader;
 use crate::source::zip::{check_overlaps, data_start_via, span, MemberReader, Method, ZipEntry};
-use crate::{Error, ErrorKind, PyTorchError, Result};
+use crate::{Error, PyTorchError, Result};
 
 /// The most bytes a `data.pkl` may have: the pickle is an index of the
 /// tensors, never their data, but torch spends ~100 bytes a tensor on it
@@ -32,10 +32,6 @@ pub(crate) struct ZipCheckpoint {
     pub data_prefix: String,
     /// The most bytes [`read_pickle`] reads of `data.pkl`.
     pub max_pickle: u64,
-}
-
-fn bad(e: PyTorchError) -> Error {
-    Error::new(ErrorKind::PyTorch(e))
 }
 
 /// True if a zip's members say it is a PyTorch checkpoint (or TorchScript

@@ -412,8 +412,8 @@ impl<'a> QuantizedSource<'a> {
                 entries.push(Entry::Pass(k));
             }
         }
-        // Grown by doubling: at 46k weights, 2 MB of room never used (moved
-        // into lists of their size: mimalloc shrinks in place under 2 x).
+        // Moved into lists of their size: a doubled list's unused room
+        // stays (mimalloc shrinks in place under 2 x).
         fn exact<T>(grown: Vec<T>) -> Vec<T> {
             let mut exact = Vec::with_capacity(grown.len());
             exact.extend(grown);
@@ -573,6 +573,12 @@ impl Source for QuantizedSource<'_> {
             Entry::Dequant(_) | Entry::Fp8(_) => None,
         }
     }
+}
+
+/// The error for a piece whose length this machine cannot address.
+fn too_large() -> Error {
+    let e = QuantError::Unsupported("a piece too large for this machine's addresses".into());
+    Error::new(ErrorKind::Quantized(e))
 }
 
 /// A [`QuantError`] about tensor `tensor` of `input`.

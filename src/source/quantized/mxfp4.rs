@@ -12,7 +12,7 @@
 //! whole-row reads of at most [`READ_BYTES`], so each band costs a few
 //! reads, not one per row.
 
-use super::{QuantError, TensorAt};
+use super::{too_large, QuantError, TensorAt};
 use crate::dequant::arith::E8M0_NAN;
 use crate::dequant::mxfp4::{self, Band, Table, BLOCK, BLOCK_BYTES};
 use crate::{Error, ErrorKind, Result};
@@ -275,9 +275,4 @@ fn read_at(p: &TensorAt, at: u64, buf: &mut [u8]) -> Result<()> {
         .bytes
         .read_exact_at(buf, p.span.offset + at)
         .map_err(|e| Error::io(e).with_tensor(&p.name))
-}
-
-fn too_large() -> Error {
-    let e = QuantError::Unsupported("a piece too large for this machine's addresses".into());
-    Error::new(ErrorKind::Quantized(e))
 }

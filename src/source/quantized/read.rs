@@ -4,7 +4,7 @@
 use std::io::{self, Read};
 use std::sync::{Arc, OnceLock};
 
-use super::{Kind, QuantError, TensorAt, Weight, PIECE_ELEMENTS};
+use super::{too_large, Kind, QuantError, TensorAt, Weight, PIECE_ELEMENTS};
 use crate::dequant::{self, arith};
 use crate::source::BlockingPart;
 use crate::{Dtype, Error, ErrorKind, Result};
@@ -382,9 +382,9 @@ impl DequantReader {
                     .bands
                     .get_or_insert_with(|| super::mxfp4::Bands::new(*geometry));
                 // The whole piece in one call: the vector kernel loads each
-                // source row's block once for all its output rows (8 rows a
-                // call cost 1.6 x the time). Stored straight into `out`
-                // (through `values`, 8 rows at a time, off the vector path).
+                // source row's block once for all its output rows. Stored
+                // straight into `out` (through `values`, 8 rows at a time,
+                // off the vector path).
                 bands.rows(blocks, scales, r0, r1, self.to, &mut self.values, out)?;
             }
         }
@@ -620,11 +620,6 @@ fn first_of<T: Copy + Default>(buf: &mut Vec<T>, n: usize) -> &mut [T] {
         buf.resize(n, T::default());
     }
     &mut buf[..n]
-}
-
-fn too_large() -> Error {
-    let e = QuantError::Unsupported("a piece too large for this machine's addresses".into());
-    Error::new(ErrorKind::Quantized(e))
 }
 
 fn to_usize(v: u64) -> Result<usize> {
