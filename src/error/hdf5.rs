@@ -49,6 +49,13 @@ pub enum Hdf5Error {
     /// More B-tree nodes, objects or chunks than the file has room for.
     #[error("more {0} than the file has room for")]
     TooMany(&'static str),
+    /// A listing that read more metadata than the file could hold without
+    /// reaching the same blocks again and again (see `ReadBudget`).
+    #[error("listing the file read over {limit} bytes of metadata (8 times the file, plus 64 MiB): its structures reach the same blocks again and again (B-tree nodes or groups linked from many places)")]
+    Rereads {
+        /// The bound.
+        limit: u64,
+    },
     /// A name that is not UTF-8.
     #[error("a link name is not UTF-8: {0:?}")]
     NotUtf8(String),

@@ -119,4 +119,9 @@ pub enum OnnxError {
     /// `length` that is not a number or runs past the file.
     #[error("external data: {0}")]
     External(String),
+    /// Two initializers whose external data shares bytes: a model of a few
+    /// KB naming one big file's bytes many times would write it again and
+    /// again (onnx's own writer gives each tensor its own bytes).
+    #[error("initializers {0:?} and {1:?} share bytes of their external data")]
+    Overlap(String, String),
 }

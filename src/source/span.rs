@@ -55,3 +55,42 @@ pub struct ByteSpan {
     /// The tensor's length in bytes.
     pub len: u64,
 }
+
+/// The first two spans that share bytes, in file order: `(a, b, at)` with
+/// `a` and `b` the callers' indices (the fourth item of each span) and `at`
+/// where `b` starts. Each span is `(file, start, end, index)`: spans of
+/// different files never overlap, nor do empty ones. A small header whose
+/// tensors all name the same bytes would otherwise write them again and
+/// again, an output of any size from a small input.
+pub(crate) fn first_overlap<F: Ord + Copy>(
+    mut spans: Vec<(F, u64, u64, usize)>,
+) -> Option<(usize, usize, u64)> {
+    spans.retain(|&(_, start, end, _)| end > start);
+    spans.sort_unstable();
+    // Sorted by start, any overlap shows between neighbours.
+    spans.windows(2).find_map(|w| {
+        let ((file, _, end, a), (next_file, next, _, b)) = (w[0], w[1]);
+        (file == next_file && next < end).then_some((a, b, next))
+    })
+}
+
+#[cfg(test)]
+mod overlap_tests {
+    use super::first_overlap;
+
+    #[test]
+    fn neighbours_in_file_order_are_compared_and_empty_spans_skipped() {
+        assert_eq!(first_overlap::<u8>(vec![(0, 0, 4, 0), (0, 4, 8, 1)]), None);
+        assert_eq!(
+            first_overlap(vec![(0, 4, 8, 7), (0, 0, 6, 3)]),
+            Some((3, 7, 4))
+        );
+        // The same bytes of two files; a long span over a short one.
+        assert_eq!(first_overlap(vec![(0, 0, 8, 0), (1, 0, 8, 1)]), None);
+        assert_eq!(
+            first_overlap(vec![(0, 0, 100, 0), (0, 10, 20, 1), (0, 30, 40, 2)]),
+            Some((0, 1, 10))
+        );
+        assert_eq!(first_overlap(vec![(0, 5, 5, 0), (0, 0, 8, 1)]), None);
+    }
+}

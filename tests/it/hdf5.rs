@@ -15,7 +15,8 @@ use std::process::Command;
 use crate::support;
 use crate::support::convert_bytes as convert;
 use safetensors_stream::convert::ConvertOptions;
-use safetensors_stream::source::{open_input, Names, SourceOptions};
+use safetensors_stream::source::hdf5::Hdf5Source;
+use safetensors_stream::source::{open_input, Names, Source, SourceOptions};
 use safetensors_stream::{Category, Error, ErrorKind, SinkOptions};
 use support::{block_on, fixtures};
 
@@ -132,6 +133,28 @@ fn what_the_reader_does_not_read_is_refused_by_name() {
         "{e}"
     );
     assert!(e.offset().is_some(), "{e}");
+}
+
+#[test]
+fn structures_reached_again_and_again_are_listed_once_or_refused() {
+    let hostile = |name: &str| fixture(&format!("fuzz-regressions/hdf5_file/{name}"));
+    // latest.h5 under 40 groups, each linking the next twice: 2^40 paths
+    // to one dataset in 4 KB (out of memory before). Each group is walked
+    // once, under its first path; the second links are skipped and counted.
+    let path = hostile("groups-2pow40-paths.h5");
+    let file = std::fs::File::open(&path).unwrap();
+    let len = file.metadata().unwrap().len();
+    let src = Hdf5Source::open(file, len, "groups.h5").unwrap();
+    let names: Vec<&str> = src.tensors().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, [["l0"; 40].join("/")]);
+    assert_eq!(src.skipped(), 40);
+    // chunked.h5 with "plain"'s chunk B-tree replaced by a level-1 root
+    // whose two children are one leaf: its chunks would be listed twice
+    // (65,535 children of a 65,535-entry leaf in 5 MB: 540 MB listed).
+    let e = open_err(&hostile("btree-leaf-shared.h5"));
+    assert!(matches!(e.kind(), ErrorKind::Hdf5(_)), "{e}");
+    assert!(e.to_string().contains("a B-tree node reached twice"), "{e}");
+    assert_eq!(e.tensor(), Some("plain"), "{e}");
 }
 
 #[test]

@@ -19,6 +19,7 @@ use super::error::GgufError;
 use crate::dequant::ggml::{GgmlType, Kind};
 use crate::error::text::TextError;
 use crate::limits::{Limit, Limits};
+use crate::source::span::first_overlap;
 use crate::{Error, ErrorKind, Result};
 
 /// Longest key or tensor name read (ggml's names are at most 64 bytes).
@@ -659,19 +660,16 @@ fn locate(name: String, dims: Vec<u64>, ty: GgmlType, place: Place) -> Result<Te
 /// Two tensors sharing bytes are refused (a small file would otherwise
 /// dequantize to any size).
 fn check_overlaps(tensors: &[TensorInfo]) -> Result<()> {
-    let mut spans: Vec<(u64, u64, usize)> = tensors
+    let spans = tensors
         .iter()
         .enumerate()
-        .filter(|(_, t)| t.len > 0)
-        .map(|(k, t)| (t.offset, t.offset + t.len, k))
+        .map(|(k, t)| ((), t.offset, t.offset + t.len, k))
         .collect();
-    spans.sort_unstable();
-    for w in spans.windows(2) {
-        let ((_, end, a), (next, _, b)) = (w[0], w[1]);
-        if next < end {
+    match first_overlap(spans) {
+        None => Ok(()),
+        Some((a, b, next)) => {
             let (a, b) = (tensors[a].name.clone(), tensors[b].name.clone());
-            return Err(gguf(GgufError::Overlap(a, b)).at_offset(next));
+            Err(gguf(GgufError::Overlap(a, b)).at_offset(next))
         }
     }
-    Ok(())
 }

@@ -3,7 +3,11 @@
 //! each is returned with the key before it (a chunk's size, filter mask
 //! and offsets). A node's level must be one less than its parent's, so a
 //! walk ends; the nodes visited are counted against what the file has
-//! room for, so a tree whose nodes point at each other cannot make it long.
+//! room for, so a tree whose nodes point at each other cannot make it long,
+//! and a node reached twice is refused (a tree has no shared children:
+//! sharing would list the same leaves again and again).
+
+use std::collections::HashSet;
 
 use super::error::Hdf5Error;
 use super::read::{bad, malformed, Fields, Geometry};
@@ -33,11 +37,15 @@ pub(crate) fn leaves(
     let mut budget = geo.len / (node_header + key_size as u64) + 1;
     let mut out = Vec::new();
     let mut stack = vec![(root, None::<u8>)];
+    let mut seen = HashSet::new();
     while let Some((addr, want_level)) = stack.pop() {
         if budget == 0 {
             return Err(bad(Hdf5Error::TooMany("B-tree nodes"), addr));
         }
         budget -= 1;
+        if !seen.insert(addr) {
+            return Err(malformed("a B-tree node reached twice", addr));
+        }
         let mut head = geo.block("a B-tree node", addr, node_header)?;
         head.signature("TREE")?;
         let ty = head.u8()?;

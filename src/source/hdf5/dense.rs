@@ -206,9 +206,14 @@ impl Heap {
         }
         let offset = f.uint(self.offset_bytes)?;
         let len = f.uint(self.length_bytes)?;
+        // The blocks tile the heap's address space in order (each starts
+        // where the one before ends), so their ends ascend: a binary search,
+        // not a scan per ID (a million IDs over a million blocks).
+        let first_ending_after =
+            blocks.partition_point(|&(start, size, _)| start.saturating_add(size) <= offset);
         let block = blocks
-            .iter()
-            .find(|(start, size, _)| offset >= *start && offset - start < *size);
+            .get(first_ending_after)
+            .filter(|(start, size, _)| offset >= *start && offset - start < *size);
         let Some(&(start, size, Some(addr))) = block else {
             let e = format!(
                 "a heap object at offset {offset}, in no block of the heap at {}",

@@ -6,7 +6,10 @@
 //! (`libver="latest"`) hold link messages in their header, or, past a few
 //! members, in a fractal heap (`dense`). Soft and
 //! external links are skipped and counted: they name another object,
-//! whose data is listed under its own path if it is in the file.
+//! whose data is listed under its own path if it is in the file. So is a
+//! second hard link to an object: each group is walked, and each dataset
+//! listed, once, under the first path that reaches it (groups linking the
+//! next one twice, forty deep, would otherwise make 2^40 paths).
 
 use std::collections::HashSet;
 
@@ -31,8 +34,10 @@ pub(crate) struct Found<'f> {
 #[derive(Default)]
 pub(crate) struct Walked<'f> {
     pub(crate) objects: Vec<Found<'f>>,
-    /// Soft and external links.
+    /// Soft and external links, and hard links to an object reached before.
     pub(crate) links_skipped: u64,
+    /// The objects reached so far, by header address.
+    reached: HashSet<u64>,
 }
 
 /// Walks the groups from `root`: every object that is not a group, with
@@ -41,6 +46,7 @@ pub(crate) struct Walked<'f> {
 pub(crate) fn walk(geo: Geometry<'_>, root: u64) -> Result<Walked<'_>> {
     let mut out = Walked::default();
     let mut on_path = HashSet::new();
+    out.reached.insert(root);
     let messages = read_header(geo, root)?;
     group(geo, root, messages, "", 0, &mut on_path, &mut out)?;
     Ok(out)
@@ -77,8 +83,11 @@ fn group<'f>(
     let members = members(geo, messages)?;
     for m in members {
         let (name, child) = match m {
-            Member::Hard(name, child) => (name, child),
-            Member::Skipped => {
+            // A group that contains itself is refused below, not skipped.
+            Member::Hard(name, child) if on_path.contains(&child) || out.reached.insert(child) => {
+                (name, child)
+            }
+            Member::Hard(..) | Member::Skipped => {
                 out.links_skipped += 1;
                 continue;
             }
@@ -88,6 +97,8 @@ fn group<'f>(
         } else {
             format!("{path}/{name}")
         };
+        // Paths are built, not read: a long one reached many times is charged.
+        geo.budget.charge(child_path.len() as u64, child)?;
         let messages = read_header(geo, child)?;
         if is_group(&messages) {
             group(geo, child, messages, &child_path, depth + 1, on_path, out)?;

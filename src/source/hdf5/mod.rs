@@ -56,9 +56,10 @@ use std::sync::Arc;
 
 use self::chunks::{list_chunks, Chunked, ChunkedReader};
 use self::dataset::{read_dataset, Layout};
-use self::read::{bad, Geometry};
+use self::read::{bad, Geometry, ReadBudget};
 use super::backed::{FileBacked, Places};
 use super::format::{FileInput, FormatRow, Stream};
+use super::span::first_overlap;
 use super::{BlockingRead, Source, Stamp};
 use crate::error::note::Note;
 use crate::header::TensorMeta;
@@ -85,7 +86,7 @@ fn open_file(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     src.origin = o.origin;
     if src.places.skipped > 0 {
         (o.notice)(&Note::Info(format!(
-            "{}: skipped {} soft or external links and objects that are not datasets",
+            "{}: skipped {} soft or external links, links to an object listed before, and objects that are not datasets",
             o.input, src.places.skipped
         )));
     }
@@ -139,8 +140,9 @@ impl Hdf5Source {
         Ok(FileBacked::new(input, files, listed.tensors, places))
     }
 
-    /// Soft and external links and objects that are not datasets (a
-    /// committed datatype), which are not read.
+    /// Soft and external links, hard links to an object listed before
+    /// (each is listed once, under its first path), and objects that are
+    /// not datasets (a committed datatype), which are not read.
     pub fn skipped(&self) -> u64 {
         self.places.skipped
     }
@@ -183,11 +185,13 @@ struct Listed {
 }
 
 fn list(file: &File, len: u64, limits: &Limits) -> Result<Listed> {
+    let budget = ReadBudget::for_file(len);
     let mut geo = Geometry {
         file,
         len,
         offset_size: 8,
         length_size: 8,
+        budget: &budget,
     };
     let sb = superblock::read_superblock(geo)?;
     geo.offset_size = sb.offset_size;
@@ -264,7 +268,36 @@ fn list(file: &File, len: u64, limits: &Limits) -> Result<Listed> {
         out.tensors.push(meta);
         out.data.push(data);
     }
+    check_shared_bytes(&out)?;
     Ok(out)
+}
+
+/// Refuses two datasets, or two chunks, whose stored bytes overlap:
+/// libhdf5 gives each its own, and records naming one compressed chunk (or
+/// one run of the file) again and again would write it again and again, an
+/// output of any size from a small file.
+fn check_shared_bytes(listed: &Listed) -> Result<()> {
+    let mut spans = Vec::new();
+    for (k, data) in listed.data.iter().enumerate() {
+        match data {
+            Data::Span { offset, len } => spans.push(((), *offset, offset.saturating_add(*len), k)),
+            Data::Chunked(c) => {
+                let chunks = c.chunks.iter();
+                spans.extend(chunks.map(|ch| ((), ch.addr, ch.addr.saturating_add(ch.size), k)));
+            }
+            Data::Held(_) | Data::Fill { .. } => {}
+        }
+    }
+    let Some((a, b, at)) = first_overlap(spans) else {
+        return Ok(());
+    };
+    let name = |k: usize| listed.tensors[k].name.as_str();
+    let e = error::Hdf5Error::Malformed(format!(
+        "datasets {:?} and {:?} share stored bytes",
+        name(a),
+        name(b)
+    ));
+    Err(bad(e, at).with_tensor(name(b)))
 }
 
 /// `len` bytes of one element repeated.

@@ -3,6 +3,7 @@
 //! allocated, then parsed by [`Fields`], which knows the file offset of
 //! every byte it reads so that errors name it.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
@@ -13,6 +14,48 @@ use crate::{Error, Result};
 /// local heap, a B-tree node): far above what h5py writes, and a bound on
 /// what a header's claim can make us allocate.
 pub(crate) const MAX_BLOCK: u64 = 16 << 20;
+
+/// What every block read costs beyond its bytes: a structure of many tiny
+/// blocks read again and again is bounded by their number too.
+const READ_COST: u64 = 32;
+
+/// The metadata listing one file may read, in all: 8 times its bytes plus
+/// 64 MiB. A well-formed file's listing reads each block about once (a few
+/// header prefixes twice); a hostile one that reaches the same blocks again
+/// and again (B-tree nodes sharing children, groups linking one object or
+/// one group many times, a chain of groups each linking the next twice:
+/// 2^n paths) stops here, in time and in memory (what the listing holds is
+/// copied from what it read), instead of multiplying.
+#[derive(Debug)]
+pub(crate) struct ReadBudget {
+    spent: Cell<u64>,
+    limit: u64,
+}
+
+impl ReadBudget {
+    /// The budget of a file of `len` bytes.
+    pub(crate) fn for_file(len: u64) -> Self {
+        ReadBudget {
+            spent: Cell::new(0),
+            limit: len.saturating_mul(8).saturating_add(64 << 20),
+        }
+    }
+
+    /// Charges `bytes` (read, or built from what was read) at `at`.
+    pub(crate) fn charge(&self, bytes: u64, at: u64) -> Result<()> {
+        let spent = self
+            .spent
+            .get()
+            .saturating_add(bytes)
+            .saturating_add(READ_COST);
+        self.spent.set(spent);
+        if spent > self.limit {
+            let limit = self.limit;
+            return Err(bad(Hdf5Error::Rereads { limit }, at));
+        }
+        Ok(())
+    }
+}
 
 /// An error at a byte offset of the file.
 pub(crate) fn bad(e: Hdf5Error, at: u64) -> Error {
@@ -33,6 +76,8 @@ pub(crate) struct Geometry<'f> {
     pub(crate) offset_size: u8,
     /// Bytes of a length.
     pub(crate) length_size: u8,
+    /// What the listing has read, and may.
+    pub(crate) budget: &'f ReadBudget,
 }
 
 impl<'f> Geometry<'f> {
@@ -58,13 +103,15 @@ impl<'f> Geometry<'f> {
         )
     }
 
-    /// Reads `len` bytes at `at`: inside the file and at most [`MAX_BLOCK`].
+    /// Reads `len` bytes at `at`: inside the file, at most [`MAX_BLOCK`], and
+    /// within the listing's [`ReadBudget`].
     pub(crate) fn block(&self, what: &'static str, at: u64, len: u64) -> Result<Fields<'f>> {
         self.check(what, at, len)?;
         if len > MAX_BLOCK {
             let e = Hdf5Error::Unsupported(format!("{what} of {len} bytes (over {MAX_BLOCK})"));
             return Err(bad(e, at));
         }
+        self.budget.charge(len, at)?;
         let mut buf = vec![0u8; len as usize];
         self.file.read_exact_at(&mut buf, at)?;
         Ok(Fields::new(buf, at, what, *self))
@@ -186,5 +233,33 @@ impl<'f> Fields<'f> {
         let at = self.at();
         let buf = self.bytes(n)?.to_vec();
         Ok(Fields::new(buf, at, what, self.geo))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn reading_the_same_block_again_and_again_stops_at_the_budget() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&[0u8; 4096]).unwrap();
+        let budget = ReadBudget::for_file(4096);
+        let geo = Geometry {
+            file: &f,
+            len: 4096,
+            offset_size: 8,
+            length_size: 8,
+            budget: &budget,
+        };
+        let limit = 8 * 4096 + (64 << 20);
+        for _ in 0..limit / (4096 + READ_COST) {
+            geo.block("a block", 0, 4096).unwrap();
+        }
+        let e = geo.block("a block", 0, 4096).err().unwrap();
+        let refused = matches!(e.kind(), crate::ErrorKind::Hdf5(Hdf5Error::Rereads { limit: l }) if *l == limit);
+        assert!(refused, "{e}");
+        assert_eq!(e.offset(), Some(0));
     }
 }

@@ -18,6 +18,7 @@ use super::wire::{bad, count_packed_varints, next_field, small_string, Field, Va
 use crate::error::onnx::OnnxError;
 use crate::header::TensorMeta;
 use crate::source::cursor::FileCursor;
+use crate::source::span::first_overlap;
 use crate::{Error, Result};
 
 /// The longest initializer name read.
@@ -82,11 +83,33 @@ pub(crate) fn read_model(file: &File, len: u64, externals: ExternalFiles) -> Res
             walk.graph(start, start + len)?;
         }
     }
+    check_external_overlaps(&walk.out)?;
     Ok(Model {
         initializers: walk.out,
         externals: walk.externals,
         sparse: walk.sparse,
     })
+}
+
+/// Refuses two initializers whose external data shares bytes (their data
+/// in the model itself lies in fields of their own: it cannot).
+fn check_external_overlaps(initializers: &[Initializer]) -> Result<()> {
+    let spans = initializers
+        .iter()
+        .enumerate()
+        .filter_map(|(k, init)| match init.data {
+            Data::Span { file, offset, len } if file > 0 => Some((file, offset, offset + len, k)),
+            _ => None,
+        })
+        .collect();
+    match first_overlap(spans) {
+        None => Ok(()),
+        Some((a, b, _)) => {
+            let name = |k: usize| initializers[k].meta.name.clone();
+            let e = OnnxError::Overlap(name(a), name(b));
+            Err(Error::new(e).with_tensor(name(b)))
+        }
+    }
 }
 
 struct Walk<'f> {
