@@ -55,7 +55,7 @@
 //! `unsafe` blocks (the core library forbids them).
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::prelude::*;
@@ -144,8 +144,10 @@ impl HeldBytes {
     }
 
     /// Writes every byte to the descriptor `fd` by `write(2)` from the
-    /// export's pointer: the kernel reads them; Rust does not.
-    pub(crate) fn write_fd(&self, fd: RawFd) -> io::Result<()> {
+    /// export's pointer: the kernel reads them; Rust does not. Borrowed: it
+    /// stays open for as long as the call, and the caller's to close.
+    pub(crate) fn write_fd(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let fd = fd.as_raw_fd();
         let len = self.len();
         let mut at = 0;
         while at < len {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, FromRawFd};
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
@@ -236,7 +236,7 @@ impl NativeWriter {
         let done = match out {
             Out::File(w) if direct => {
                 let held = &held;
-                py.detach(|| w.write_with(name, len, |file| held.write_fd(file.as_raw_fd())))
+                py.detach(|| w.write_with(name, len, |file| held.write_fd(file.as_fd())))
             }
             Out::File(w) => {
                 let bytes = held.copy_all(py, scratch)?;
