@@ -32,6 +32,7 @@ use object_store::{Attributes, MultipartId, PutPayload};
 use tokio::io::AsyncWrite;
 use tokio::task::JoinSet;
 
+use super::early::Early;
 use crate::error::store::{one_line, StoreError};
 use crate::store::{store_output_error, Budget, Lease, UploadConfig};
 use crate::{ErrorKind, Result};
@@ -67,6 +68,8 @@ pub struct PendingUploads(Arc<Registry>);
 struct Registry {
     open: Mutex<Vec<Pending>>,
     next_key: AtomicU64,
+    /// Shards that may be completed before the commit: undone on abort.
+    early: Mutex<Vec<Arc<Early>>>,
 }
 
 impl std::fmt::Debug for PendingUploads {
@@ -94,10 +97,32 @@ impl PendingUploads {
         Some(open.swap_remove(at))
     }
 
+    fn early(&self) -> MutexGuard<'_, Vec<Arc<Early>>> {
+        self.0.early.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a shard that may be completed before the commit.
+    pub(crate) fn add_early(&self, early: Arc<Early>) {
+        self.early().push(early);
+    }
+
+    /// Forgets the shards of a set now committed: no abort undoes them.
+    pub(crate) fn committed(&self, set: &[Arc<Early>]) {
+        self.early()
+            .retain(|e| !set.iter().any(|s| Arc::ptr_eq(e, s)));
+    }
+
     /// Aborts every upload registered and neither completed nor aborted
-    /// (each once); errors are returned, first one first, after trying
-    /// them all.
+    /// (each once), and deletes the objects of shards completed before a
+    /// commit that did not come; errors are returned, first one first,
+    /// after trying them all.
     pub async fn abort_all(&self) -> Result<()> {
+        let early = std::mem::take(&mut *self.early());
+        for shard in early {
+            if shard.abandon() {
+                shard.undo().await;
+            }
+        }
         let all = std::mem::take(&mut *self.open());
         abort_each(all).await
     }
