@@ -3,7 +3,8 @@
 
     phases.py --server-pid PID --watch DIR [--every 0.1] -- CMD...
 
-Runs CMD and samples, every EVERY seconds, its CPU seconds (user + sys, /proc of the process),
+Runs CMD and samples, every EVERY seconds, its CPU seconds (user + sys, /proc of it and of
+every process under it),
 the server's (PID: s3s-fs), and which files have appeared under DIR (s3s-fs writes an object
 there only when its CompleteMultipartUpload or PUT is done). Prints one line of figures:
 - wall: CMD's wall time;
@@ -12,26 +13,51 @@ there only when its CompleteMultipartUpload or PUT is done). Prints one line of 
 - tail: wall - copy, the wait for completions after the copy;
 - first / last: when the first and the last object appeared;
 - client / server CPU seconds, in all and within the tail.
-Then the objects, each with when it appeared. Linux only.
+Then, on standard error, the objects, each with when it appeared. Linux only.
 """
 
 import argparse
 import os
 import subprocess
+import sys
 import time
 
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid):
+def stat(pid):
+    """(ppid, CPU seconds of it and of its children it has waited for), or None once gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    # utime, stime are the 14th and 15th fields; after the ")" they are the 12th and 13th.
-    # (CMD's last sample is its CPU: once it has exited, poll() has reaped it.)
-    return (int(fields[11]) + int(fields[12])) / TICK
+    # After the ")": ppid is the 2nd field; utime, stime, cutime, cstime the 12th to 15th.
+    return int(fields[1]), sum(int(x) for x in fields[11:15]) / TICK
+
+
+def cpu_seconds(pid):
+    """CPU seconds of pid, or None once gone."""
+    got = stat(pid)
+    return got and got[1]
+
+
+def tree_cpu(root):
+    """CPU seconds of root and every process under it (a child reaped counts in its parent's)."""
+    stats = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            got = stat(int(name))
+            if got:
+                stats[int(name)] = got
+    total = 0.0
+    for pid, (ppid, cpu) in stats.items():
+        p = pid
+        while p in stats and p != root:
+            p = stats[p][0]
+        if p == root:
+            total += cpu
+    return total
 
 
 def objects(root):
@@ -59,7 +85,7 @@ def main():
     client = 0.0
     while child.poll() is None:
         now = time.monotonic() - t0
-        client = cpu_seconds(child.pid) or client
+        client = max(client, tree_cpu(child.pid))
         samples.append((now, client, cpu_seconds(a.server_pid) - s0))
         for path in objects(a.watch) - before - appeared.keys():
             appeared[path] = now
@@ -79,7 +105,7 @@ def main():
         f"({server - server_at_copy:.1f} in the tail), exit {child.returncode}"
     )
     for path, t in sorted(appeared.items(), key=lambda kv: kv[1]):
-        print(f"  {t:7.2f} s  {os.path.relpath(path, a.watch)}  {os.path.getsize(path)} B")
+        print(f"  {t:7.2f} s  {os.path.relpath(path, a.watch)}", file=sys.stderr)
 
 
 if __name__ == "__main__":
