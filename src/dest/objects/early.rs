@@ -8,7 +8,7 @@
 //! commit those seconds follow the copy, done here they overlap it.
 //!
 //! A run that fails, or ends on a signal, deletes the objects it completed
-//! early ([`Early::undo`], from the set's abort and from
+//! early ([`Undo::undo`], from the set's abort and from
 //! [`PendingUploads::abort_all`](super::PendingUploads::abort_all)), so it
 //! leaves what was there before, as when every completion waited for the
 //! commit; only a killed run (SIGKILL) can leave them: whole shards without
@@ -20,7 +20,7 @@ use object_store::multipart::MultipartStore;
 use object_store::{GetOptions, ObjectStoreExt};
 use tokio::sync::Semaphore;
 
-use super::upload::Sealed;
+use super::upload::{Sealed, Undo};
 use crate::store::Object;
 use crate::Result;
 
@@ -106,10 +106,12 @@ impl Early {
         state.sent = !state.abandoned;
         state.sent
     }
+}
 
+impl Undo for Early {
     /// Refuses any completion from now on; true when one was sent already
-    /// (then the caller [`Early::undo`]es it).
-    pub(crate) fn abandon(&self) -> bool {
+    /// (then the caller [`Undo::undo`]es it).
+    fn abandon(&self) -> bool {
         let mut state = self.state();
         state.abandoned = true;
         state.sent
@@ -118,9 +120,11 @@ impl Early {
     /// Once the completion sent has ended, deletes the object it made
     /// (best effort: the run's own error is the one told). Its key held
     /// nothing before.
-    pub(crate) async fn undo(&self) {
-        let _ended = self.completing.lock().await;
-        let _ = self.object.store.delete(&self.object.path).await;
+    fn undo(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ended = self.completing.lock().await;
+            let _ = self.object.store.delete(&self.object.path).await;
+        })
     }
 }
 

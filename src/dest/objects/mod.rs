@@ -40,7 +40,7 @@ use object_store::{
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use upload::{PartUpload, Sealed};
+use upload::{PartUpload, Sealed, Undo};
 
 /// Uploads completed at once at the commit (and early, by the shards
 /// whose key was free): 4 rather than 2 took the small scale preset's 7

@@ -32,7 +32,6 @@ use object_store::{Attributes, MultipartId, PutPayload};
 use tokio::io::AsyncWrite;
 use tokio::task::JoinSet;
 
-use super::early::Early;
 use crate::error::store::{one_line, StoreError};
 use crate::store::{store_output_error, Budget, Lease, UploadConfig};
 use crate::{ErrorKind, Result};
@@ -69,7 +68,17 @@ struct Registry {
     open: Mutex<Vec<Pending>>,
     next_key: AtomicU64,
     /// Shards that may be completed before the commit: undone on abort.
-    early: Mutex<Vec<Arc<Early>>>,
+    early: Mutex<Vec<Arc<dyn Undo>>>,
+}
+
+/// A shard that may be completed before its set's commit (the set's
+/// `early` completion): what [`PendingUploads::abort_all`] undoes.
+pub(crate) trait Undo: Send + Sync {
+    /// Refuses any completion from now on; true when one was sent already.
+    fn abandon(&self) -> bool;
+
+    /// Once the completion sent has ended, deletes the object it made.
+    fn undo(&self) -> futures::future::BoxFuture<'_, ()>;
 }
 
 impl std::fmt::Debug for PendingUploads {
@@ -97,19 +106,22 @@ impl PendingUploads {
         Some(open.swap_remove(at))
     }
 
-    fn early(&self) -> MutexGuard<'_, Vec<Arc<Early>>> {
+    fn early(&self) -> MutexGuard<'_, Vec<Arc<dyn Undo>>> {
         self.0.early.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Registers a shard that may be completed before the commit.
-    pub(crate) fn add_early(&self, early: Arc<Early>) {
+    pub(crate) fn add_early(&self, early: Arc<dyn Undo>) {
         self.early().push(early);
     }
 
     /// Forgets the shards of a set now committed: no abort undoes them.
-    pub(crate) fn committed(&self, set: &[Arc<Early>]) {
-        self.early()
-            .retain(|e| !set.iter().any(|s| Arc::ptr_eq(e, s)));
+    pub(crate) fn committed<T: Undo>(&self, set: &[Arc<T>]) {
+        let of_set = |e: &Arc<dyn Undo>| {
+            set.iter()
+                .any(|s| std::ptr::addr_eq(Arc::as_ptr(e), Arc::as_ptr(s)))
+        };
+        self.early().retain(|e| !of_set(e));
     }
 
     /// Aborts every upload registered and neither completed nor aborted
