@@ -5,13 +5,16 @@
 //!
 //! A shard written to its end is sealed in the background (its last part
 //! sent, every part acknowledged) while the next one fills, so that no
-//! shard's bytes wait for the commit; the commit then completes the
-//! uploads, four at a time.
+//! shard's bytes wait for the commit, and completed there too when its key
+//! holds no object ([`early`]); the commit then completes the others, four
+//! at a time.
 //!
 //! - [`upload`]: one object written as a multipart upload;
+//! - [`early`]: a new shard completed as soon as it is sealed;
 //! - [`open_uploads`]: the uploads left open in a bucket, listed (and
 //!   aborted) by `convert uploads`.
 
+mod early;
 mod open_uploads;
 pub(crate) mod upload;
 
@@ -28,18 +31,30 @@ use crate::plan::layout::{check_shard_len, index_json, shard_paths, Part};
 use crate::plan::{Plan, ShardPlan};
 use crate::store::{store_output_error, Object, ObjectUrl, Side, UploadConfig, MIN_PART};
 use crate::Result;
+use early::{Early, Outcome};
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::{
     Attribute, Attributes, GetOptions, ObjectStore, ObjectStoreExt, PutOptions, PutPayload,
 };
+use std::sync::Arc;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use upload::{PartUpload, Sealed};
+use upload::{PartUpload, Sealed, Undo};
 
-/// Uploads completed at once at the commit: 4 rather than 2 took the
-/// small scale preset's 7 shards from 63.5 to 51.4 s S3 -> S3 on s3s-fs
-/// (medians of 2, benches/scale/README.md); 7 did not do better than 4.
+/// Uploads completed at once at the commit (and early, by the shards
+/// whose key was free): 4 rather than 2 took the small scale preset's 7
+/// shards from 63.5 to 51.4 s S3 -> S3 on s3s-fs (medians of 2,
+/// benches/scale/README.md); 7 did not do better than 4.
 const COMPLETES_AT_ONCE: usize = 4;
+
+/// A shard's upload written to its end, being sealed (and completed, when
+/// early) in the background.
+struct Finishing {
+    task: JoinHandle<Result<Outcome>>,
+    /// Its early completion, for a shard of a set.
+    early: Option<Arc<Early>>,
+}
 
 /// The objects of a plan being written.
 pub(crate) struct ObjectSet {
@@ -55,7 +70,13 @@ pub(crate) struct ObjectSet {
     /// Every upload started, to abort on failure.
     keys: Vec<u64>,
     /// Uploads written to their end, being sealed.
-    sealing: Vec<JoinHandle<Result<Sealed>>>,
+    finishing: Vec<Finishing>,
+    /// The client that completes uploads (on S3 one whose requests may
+    /// take longer: [`Object::completer`]); `None`: the parts' own.
+    completer: Option<Arc<dyn object_store::multipart::MultipartStore>>,
+    /// Early completions at once, for a set with an index; `None` for one
+    /// object, which is the output itself and appears only at the commit.
+    early: Option<Arc<Semaphore>>,
     /// The bytes of the one object, when small.
     whole: Option<Vec<u8>>,
 }
@@ -80,9 +101,13 @@ impl ObjectSet {
         if options.part == Part::IndexOnly {
             check_shard_objects(plan, &objects, options.plan_id.as_deref()).await?;
         }
+        let early = index_path
+            .is_some()
+            .then(|| Arc::new(Semaphore::new(COMPLETES_AT_ONCE)));
         let index = index_path
             .filter(|_| options.part.writes_index())
             .map(|p| sibling(&p));
+        let completer = base.completer()?;
         Ok(ObjectSet {
             objects,
             index,
@@ -90,7 +115,9 @@ impl ObjectSet {
             options,
             upload,
             keys: Vec::new(),
-            sealing: Vec::new(),
+            finishing: Vec::new(),
+            completer,
+            early,
             whole: None,
         })
     }
@@ -142,11 +169,30 @@ impl ObjectSet {
         match writer {
             OutWriter::Buffer(bytes) => self.whole = Some(bytes),
             OutWriter::Upload(upload) => {
-                let sealed = tokio::spawn((*upload).seal(written.bytes));
-                self.sealing.push(sealed);
+                let early = self.early_completion(&written.path);
+                let then = early.clone();
+                let bytes = written.bytes;
+                let task = tokio::spawn(async move {
+                    let sealed = (*upload).seal(bytes).await?;
+                    match then {
+                        Some(early) => early.complete_if_free(sealed).await,
+                        None => Ok(Outcome::Sealed(sealed)),
+                    }
+                });
+                self.finishing.push(Finishing { task, early });
             }
             _ => unreachable!("an object set stages buffers and uploads"),
         }
+    }
+
+    /// The early completion of the shard at `url`, in a set.
+    fn early_completion(&self, url: &str) -> Option<Arc<Early>> {
+        let at_once = self.early.clone()?;
+        let object = self.objects.iter().find(|o| o.url == url)?.clone();
+        let early = Early::new(object, self.completer.clone(), at_once);
+        // A signal drops the set without its abort: the registry undoes it.
+        self.options.uploads.add_early(early.clone());
+        Some(early)
     }
 
     /// Sends the small object, completes every upload in order, then
@@ -160,12 +206,16 @@ impl ObjectSet {
                 .put_opts(&object.path, PutPayload::from(bytes), options);
             put.await.map_err(|e| store_output_error(e, &object.url))?;
         }
-        if let Err(e) = self.complete_all().await {
-            // Those completed are off the pending list: only the rest go.
-            let _ = self.options.uploads.abort(&self.keys).await;
-            return Err(e);
-        }
+        let early = match self.complete_all().await {
+            Ok(early) => early,
+            Err(e) => {
+                // Those completed are off the pending list: only the rest go.
+                let _ = self.options.uploads.abort(&self.keys).await;
+                return Err(e);
+            }
+        };
         let Some(index) = self.index.take() else {
+            self.options.uploads.committed(&early);
             return Ok(None);
         };
         let bytes = index_json(plan, &self.names);
@@ -173,6 +223,7 @@ impl ObjectSet {
         let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
         let put = index.store.put(&index.path, PutPayload::from(bytes));
         put.await.map_err(|e| store_output_error(e, &index.url))?;
+        self.options.uploads.committed(&early);
         Ok(Some(WrittenFile {
             path: index.url,
             bytes: len,
@@ -181,21 +232,39 @@ impl ObjectSet {
         }))
     }
 
-    /// Waits for every upload to be sealed, then completes them,
-    /// [`COMPLETES_AT_ONCE`] at a time; the first error is told.
-    async fn complete_all(&mut self) -> Result<()> {
-        let mut sealed = Vec::with_capacity(self.sealing.len());
+    /// Waits for every upload to be sealed (or completed early), then
+    /// completes the others, [`COMPLETES_AT_ONCE`] at a time: the shards'
+    /// early completions. The first error is told, and then the objects
+    /// completed early are deleted.
+    async fn complete_all(&mut self) -> Result<Vec<Arc<Early>>> {
+        let mut sealed = Vec::with_capacity(self.finishing.len());
+        let mut early = Vec::new();
         let mut first = None;
-        for handle in std::mem::take(&mut self.sealing) {
-            match handle.await {
-                Ok(Ok(s)) => sealed.push(s),
+        for finishing in std::mem::take(&mut self.finishing) {
+            early.extend(finishing.early);
+            match finishing.task.await {
+                Ok(Ok(Outcome::Sealed(s))) => sealed.push(s),
+                Ok(Ok(Outcome::Completed)) => {}
                 Ok(Err(e)) => _ = first.get_or_insert(e),
                 Err(join) => _ = first.get_or_insert(crate::Error::io(join.into())),
             }
         }
-        if let Some(e) = first {
-            return Err(e);
+        if first.is_none() {
+            first = self.complete_sealed(sealed).await.err();
         }
+        let Some(e) = first else {
+            return Ok(early);
+        };
+        for shard in early {
+            if shard.abandon() {
+                shard.undo().await;
+            }
+        }
+        Err(e)
+    }
+
+    /// Completes `sealed`, [`COMPLETES_AT_ONCE`] at a time.
+    async fn complete_sealed(&self, sealed: Vec<Sealed>) -> Result<()> {
         // A few at a time: a server may take seconds over each (s3s-fs
         // concatenates the parts: 1.4 s for 477 MiB, two at once 2.4 s),
         // S3 minutes for a large object. On S3 they go through a client
@@ -205,25 +274,31 @@ impl ObjectSet {
         // waited for, so that the first error is told with none left
         // half-sent; after one, none more is sent (those left stay on the
         // pending list, which the caller aborts).
-        let completer = match self.objects.first() {
-            Some(object) => object.completer()?,
-            None => None,
-        };
-        let each = sealed.into_iter().map(|s| match &completer {
+        let each = sealed.into_iter().map(|s| match &self.completer {
             Some(store) => s.completed_by(store.clone()).complete(),
             None => s.complete(),
         });
         at_most(COMPLETES_AT_ONCE, each).await
     }
 
-    /// Aborts every upload started; nothing of the set appears.
+    /// Aborts every upload started, and deletes the objects completed
+    /// early: nothing of the set appears.
     pub(crate) async fn abort(self) {
-        for handle in &self.sealing {
-            handle.abort();
+        let mut sent = Vec::new();
+        for finishing in &self.finishing {
+            match &finishing.early {
+                // Its completion may be on the server: waited for, undone.
+                Some(early) if early.abandon() => sent.push(early.clone()),
+                _ => finishing.task.abort(),
+            }
         }
-        for handle in self.sealing {
-            let _ = handle.await;
+        for finishing in self.finishing {
+            let _ = finishing.task.await;
         }
+        for early in sent {
+            early.undo().await;
+        }
+        // (The registry's shards are this set's: abandoned, undone above.)
         let _ = self.options.uploads.abort(&self.keys).await;
     }
 }

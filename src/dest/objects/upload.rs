@@ -67,6 +67,18 @@ pub struct PendingUploads(Arc<Registry>);
 struct Registry {
     open: Mutex<Vec<Pending>>,
     next_key: AtomicU64,
+    /// Shards that may be completed before the commit: undone on abort.
+    early: Mutex<Vec<Arc<dyn Undo>>>,
+}
+
+/// A shard that may be completed before its set's commit (the set's
+/// `early` completion): what [`PendingUploads::abort_all`] undoes.
+pub(crate) trait Undo: Send + Sync {
+    /// Refuses any completion from now on; true when one was sent already.
+    fn abandon(&self) -> bool;
+
+    /// Once the completion sent has ended, deletes the object it made.
+    fn undo(&self) -> futures::future::BoxFuture<'_, ()>;
 }
 
 impl std::fmt::Debug for PendingUploads {
@@ -94,10 +106,35 @@ impl PendingUploads {
         Some(open.swap_remove(at))
     }
 
+    fn early(&self) -> MutexGuard<'_, Vec<Arc<dyn Undo>>> {
+        self.0.early.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a shard that may be completed before the commit.
+    pub(crate) fn add_early(&self, early: Arc<dyn Undo>) {
+        self.early().push(early);
+    }
+
+    /// Forgets the shards of a set now committed: no abort undoes them.
+    pub(crate) fn committed<T: Undo>(&self, set: &[Arc<T>]) {
+        let of_set = |e: &Arc<dyn Undo>| {
+            set.iter()
+                .any(|s| std::ptr::addr_eq(Arc::as_ptr(e), Arc::as_ptr(s)))
+        };
+        self.early().retain(|e| !of_set(e));
+    }
+
     /// Aborts every upload registered and neither completed nor aborted
-    /// (each once); errors are returned, first one first, after trying
-    /// them all.
+    /// (each once), and deletes the objects of shards completed before a
+    /// commit that did not come; errors are returned, first one first,
+    /// after trying them all.
     pub async fn abort_all(&self) -> Result<()> {
+        let early = std::mem::take(&mut *self.early());
+        for shard in early {
+            if shard.abandon() {
+                shard.undo().await;
+            }
+        }
         let all = std::mem::take(&mut *self.open());
         abort_each(all).await
     }
