@@ -828,47 +828,32 @@ impl Codes {
     ) {
         let book =
             |bytes: [u8; 16]| _mm256_broadcastsi128_si256(bytemuck::cast::<_, __m128i>(bytes));
-        let books = (book(E2M1_BF16_BIASED[0]), book(E2M1_BF16_BIASED[1]));
-        let nibble = _mm256_set1_epi8(0x0f);
-        // Over a borrowed array: iterating arrays of vectors by value
-        // (`into_iter`) kept a counter of their own, and more instructions.
-        for (p, &y) in columns.iter().enumerate() {
+        let (low, high) = (book(E2M1_BF16_BIASED[0]), book(E2M1_BF16_BIASED[1]));
+        let (nibble, magnitude) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(0x7fff));
+        for (p, y) in columns.into_iter().enumerate() {
             let code = first + 4 * p;
             if !WHOLE && (code + 4 <= k || code >= end) {
                 continue;
             }
             // Low nibbles: codes `4p` and `4p + 2` of the rows; high: the odd.
-            let low = _mm256_and_si256(y, nibble);
-            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(y), nibble);
-            self.pair::<WHOLE>(books, low, code, (k, end), out);
-            self.pair::<WHOLE>(books, high, code + 1, (k, end), out);
-        }
-    }
-
-    /// Codes `code` and `code + 2` of the rows, whose code numbers are the
-    /// bytes of `x` (as [`Band::columns`] places them), looked up in the
-    /// low and high bytes of `books` and stored if in `[k, end)`.
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    fn pair<const WHOLE: bool>(
-        &self,
-        (low, high): (__m256i, __m256i),
-        x: __m256i,
-        code: usize,
-        (k, end): (usize, usize),
-        out: &mut [u8],
-    ) {
-        let (l, h) = (_mm256_shuffle_epi8(low, x), _mm256_shuffle_epi8(high, x));
-        let magnitude = _mm256_set1_epi16(0x7fff);
-        let mut put = |code: usize, v: __m256i| {
-            if WHOLE || (k <= code && code < end) {
-                let taken = _mm256_min_epu16(_mm256_and_si256(v, magnitude), self.term);
-                let at = ((code - self.k0) * self.rows + self.rb) * 2;
-                store(&mut out[at..], _mm256_sub_epi16(v, taken));
+            let nibbles = [
+                _mm256_and_si256(y, nibble),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(y), nibble),
+            ];
+            for (odd, x) in nibbles.into_iter().enumerate() {
+                let (l, h) = (_mm256_shuffle_epi8(low, x), _mm256_shuffle_epi8(high, x));
+                let pair = [_mm256_unpacklo_epi8(l, h), _mm256_unpackhi_epi8(l, h)];
+                for (second, v) in pair.into_iter().enumerate() {
+                    let code = code + 2 * second + odd;
+                    if !WHOLE && (code < k || code >= end) {
+                        continue;
+                    }
+                    let taken = _mm256_min_epu16(_mm256_and_si256(v, magnitude), self.term);
+                    let at = ((code - self.k0) * self.rows + self.rb) * 2;
+                    store(&mut out[at..], _mm256_sub_epi16(v, taken));
+                }
             }
-        };
-        put(code, _mm256_unpacklo_epi8(l, h));
-        put(code + 2, _mm256_unpackhi_epi8(l, h));
+        }
     }
 }
 
