@@ -226,23 +226,41 @@ fn four_bit(bencher: Bencher, case: Case<&str>) {
 /// gpt-oss MXFP4 to BF16 on the end-to-end shape: a gpt-oss-120b expert
 /// band (5760 source rows of 30 blocks, 2.8 MB, past L2), its 960 output
 /// rows (11,520 B apart) made in the part reader's pieces of 40 rows,
-/// `piece/call` saying the piece's output rows and each kernel call's.
+/// `piece/call` saying the piece's output rows and each kernel call's;
+/// `float`: a scale in every tile past BF16's normal range, so every tile
+/// takes the float path (as main's kernel did every tile) instead of the
+/// exponent one.
 fn mxfp4_band_cases() -> Vec<Case<&'static str>> {
-    on_each_path(&["40/8", "40/40", "32/32", "64/64", "88/88"])
+    on_each_path(&[
+        "40/8",
+        "40/40",
+        "32/32",
+        "64/64",
+        "88/88",
+        "91/91",
+        "40/40 float",
+        "88/88 float",
+        "91/91 float",
+    ])
 }
 
 #[divan::bench(args = mxfp4_band_cases())]
 fn mxfp4_band(bencher: Bencher, case: Case<&str>) {
     let (rows, width) = (5760, 30);
     let raw = pattern(rows * width * 16);
-    let (piece, call) = case.what.split_once('/').expect("piece/call");
+    let (shape, extreme) = match case.what.split_once(' ') {
+        Some((shape, _)) => (shape, true),
+        None => (case.what, false),
+    };
+    let (piece, call) = shape.split_once('/').expect("piece/call");
     let (piece, call) = (piece.parse().unwrap(), call.parse().unwrap());
     let mut out = vec![0u8; piece * rows * 2];
     bencher
         .counter(ItemsCount::new(rows * width * 32))
         .bench_local(|| {
             with_isa(case.isa, || {
-                dequant::mxfp4_band(black_box(&raw), rows, width, piece, call, &mut out)
+                let (raw, shape) = (black_box(&raw[..]), (rows, width));
+                dequant::mxfp4_band(raw, shape, (piece, call), extreme, &mut out)
             })
         });
 }

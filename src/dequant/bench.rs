@@ -84,17 +84,23 @@ pub fn ggml_block(name: &str) -> (usize, usize) {
 /// reader's 40), each piece through calls of `call` output rows (8 or
 /// the piece), stored as BF16 into `out` (a piece's bytes, the copy
 /// engine's chunk). `raw` holds the band's `rows * width * 16` bytes.
-/// Returns the elements made.
+/// Scales 120 to 132, or with `extreme` one row in 16 at 253 (its large
+/// codes overflow to infinity), which keeps every tile on the float path
+/// a BF16 output otherwise leaves. Returns the elements made.
 pub fn mxfp4_band(
     raw: &[u8],
-    rows: usize,
-    width: usize,
-    piece: usize,
-    call: usize,
+    (rows, width): (usize, usize),
+    (piece, call): (usize, usize),
+    extreme: bool,
     out: &mut [u8],
 ) -> usize {
     let table = super::mxfp4::Table::new();
-    let exps: Vec<u8> = (0..rows * width).map(|i| 120 + (i % 13) as u8).collect();
+    let exps: Vec<u8> = (0..rows * width)
+        .map(|i| match extreme && i % 16 == 5 {
+            true => 253,
+            false => 120 + (i % 13) as u8,
+        })
+        .collect();
     let band = super::mxfp4::Band {
         blocks: &raw[..rows * width * 16],
         scales: &exps,

@@ -189,7 +189,6 @@ mod tests {
     /// the reference's values stored after, byte for byte.
     #[test]
     fn stored_rows_on_every_path_are_the_reference_stored() {
-        use crate::cast::simd::{with_isa, Isa};
         use crate::Dtype;
         let table = Table::new();
         let mut next = crate::dequant::xorshift(0x9e37_79b9_7f4a_7c15u64);
@@ -231,23 +230,78 @@ mod tests {
                 width: *width,
                 rows: *rows,
             };
-            let mut values = vec![0f32; count * rows];
-            with_isa(Isa::Scalar, || {
-                transposed_rows(&band, &table, *k0, &mut values)
-            });
             for to in [Dtype::F32, Dtype::BF16, Dtype::F16] {
-                let w = (to.bits() / 8) as usize;
-                let mut want = vec![0u8; values.len() * w];
-                crate::dequant::store_f32(&values, to, &mut want);
-                for isa in Isa::available() {
-                    let mut got = vec![0u8; want.len()];
-                    let mut scratch = Vec::new();
-                    with_isa(isa, || {
-                        transposed_rows_into(&band, &table, *k0, to, &mut scratch, &mut got)
-                    });
-                    assert!(got == want, "{isa:?} {to} rows {rows} k0 {k0}");
-                }
+                assert_stored_on_every_path(&band, &table, *k0, *count, to);
             }
+        }
+    }
+
+    /// Output rows `[k0, k0 + count)` of `band` stored as `to` on every
+    /// path: the scalar reference's values stored after, byte for byte.
+    fn assert_stored_on_every_path(
+        band: &Band,
+        table: &Table,
+        k0: usize,
+        count: usize,
+        to: crate::Dtype,
+    ) {
+        use crate::cast::simd::{with_isa, Isa};
+        let rows = band.rows;
+        let mut values = vec![0f32; count * rows];
+        with_isa(Isa::Scalar, || {
+            transposed_rows(band, table, k0, &mut values)
+        });
+        let w = (to.bits() / 8) as usize;
+        let mut want = vec![0u8; values.len() * w];
+        crate::dequant::store_f32(&values, to, &mut want);
+        for isa in Isa::available() {
+            let mut got = vec![0u8; want.len()];
+            let mut scratch = Vec::new();
+            with_isa(isa, || {
+                transposed_rows_into(band, table, k0, to, &mut scratch, &mut got)
+            });
+            assert!(
+                got == want,
+                "{isa:?} {to} rows {rows} k0 {k0} count {count}"
+            );
+        }
+    }
+
+    /// BF16 by exponent (a tile of 16 rows whose block's scales are all 2
+    /// to 252: no float arithmetic) and the float path beside it: tiles
+    /// under one scale at or past those limits (subnormal products at 0
+    /// and 1, infinities from 253, 0xFF's), tiles of the two limits
+    /// alternating, and tiles in range but for one row past them; each
+    /// tile every byte of codes, so every code under its scales. Whole
+    /// blocks, and pieces starting and ending mid-word: every path the
+    /// reference's bytes.
+    #[test]
+    fn bf16_tiles_at_the_scale_limits_are_the_reference() {
+        let table = Table::new();
+        let limits = [0u8, 1, 2, 3, 126, 127, 128, 251, 252, 253, 254, 255];
+        let mut tiles: Vec<[u8; 16]> = limits.iter().map(|&e| [e; 16]).collect();
+        tiles.push(std::array::from_fn(|r| [2, 252][r % 2]));
+        for past in [0, 1, 253, 254, 255] {
+            let mut tile = [127u8; 16];
+            tile[5] = past;
+            tiles.push(tile);
+        }
+        let (rows, width) = (16 * tiles.len(), 2);
+        let blocks: Vec<u8> = (0..rows * width * 16).map(|i| i as u8).collect();
+        // `[width][rows]`; the second block column's rows turned by 3.
+        let mut scales = vec![0u8; width * rows];
+        for (i, e) in scales.iter_mut().enumerate() {
+            let (j, r) = (i / rows, i % rows);
+            *e = tiles[r / 16][(r + 3 * j) % 16];
+        }
+        let band = Band {
+            blocks: &blocks,
+            scales: &scales,
+            width,
+            rows,
+        };
+        for (k0, count) in [(0, 64), (0, 32), (5, 50), (33, 3), (31, 2), (62, 1), (4, 4)] {
+            assert_stored_on_every_path(&band, &table, k0, count, crate::Dtype::BF16);
         }
     }
 

@@ -537,9 +537,12 @@ pub(super) fn mxfp4_transposed(
 /// significant bits, the factor is a power of two), or the same infinity,
 /// or the same default NaN (`0 * inf`); the tests compare every scale and
 /// code. A BF16 value's bits are the f32's high half (exact, so rounding
-/// keeps them; a NaN is the default one, whose low half is zero). Any
-/// `k0` and number of output rows; all or nothing: false (nothing
-/// written) unless `rows` is a multiple of 16.
+/// keeps them; a NaN is the default one, whose low half is zero). As
+/// BF16, a tile's block whose scales are all 2 to 252 (every value normal
+/// or zero) is made by [`bf16_by_exponent`] instead, 16-bit integer lanes
+/// and byte shuffles, no multiply. Any `k0` and number of output rows;
+/// all or nothing: false (nothing written) unless `rows` is a multiple of
+/// 16.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn mxfp4_transposed_as(
     blocks: &[u8],
@@ -677,6 +680,183 @@ fn e2m1_times(word: __m256i, slot: i32, factor: Factor) -> __m256i {
     _mm256_castps_si256(_mm256_mul_ps(m, f))
 }
 
+/// What [`bf16_by_exponent`]'s table adds to a nonzero code's BF16 bits,
+/// so that one unsigned `min` tells it from a zero: at least 16000, so that
+/// each row's term `BF16_BIAS - ((e - 127) << 7)` is not negative for the
+/// smallest scale (2); at most 16191, so that the largest magnitude
+/// (6.0's 0x40C0) plus it stays under the sign bit. Every nonzero code's
+/// sum (0.5's 0x3F00 and up, plus it) is then above every term.
+const BF16_BIAS: u16 = 0x3F00;
+
+/// The E2M1 codes as [`bf16_by_exponent`] looks them up: the value's BF16
+/// bits (the sign at bit 15, code 8 being -0), plus [`BF16_BIAS`] when not
+/// a zero; low bytes (`[0]`) and high bytes (`[1]`) by code.
+const E2M1_BF16_BIASED: [[u8; 16]; 2] = {
+    let magnitude = [0.0f32, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+    let mut t = [[0u8; 16]; 2];
+    let mut code = 0;
+    while code < 16 {
+        // Exact: an E2M1 value has 2 significant bits.
+        let bits = (magnitude[code % 8].to_bits() >> 16) as u16;
+        let biased = if bits == 0 { 0 } else { bits + BF16_BIAS };
+        let value = biased | ((code as u16 >> 3) << 15);
+        t[0][code] = value as u8;
+        t[1][code] = (value >> 8) as u8;
+        code += 1;
+    }
+    t
+};
+
+impl Band<'_> {
+    /// Whether every value of block `block` of source rows `r..r + 16` is
+    /// a normal BF16 number or a zero: scales 2 to 252, for the codes'
+    /// magnitudes 0.5 to 6 take the exponent `e - 127` to biased exponents
+    /// `e - 1` to `e + 2` (1 to 254 allowed). Else (subnormal products,
+    /// overflow to infinity, 0xFF) the float path makes them.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn bf16_normal(&self, r: usize, block: usize) -> bool {
+        let at = block * self.rows + r;
+        let e: __m128i = bytemuck::pod_read_unaligned(&self.scales[at..at + 16]);
+        let clamped = _mm_min_epu8(_mm_max_epu8(e, _mm_set1_epi8(2)), _mm_set1_epi8(-4));
+        _mm_movemask_epi8(_mm_cmpeq_epi8(clamped, e)) == 0xFFFF
+    }
+
+    /// Block `block` of source rows `r..r + 16`, bytes transposed: result
+    /// `p` holds bytes `2p` and `2p + 1` (codes `4p..4p + 4`) of the rows,
+    /// each byte of the rows a 64-bit quarter, rows `r..r + 8` in the low
+    /// half and `r + 8..r + 16` in the high one: byte `2p` of the rows
+    /// first in each half.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn columns(&self, r: usize, block: usize) -> [__m256i; 8] {
+        let row_bytes = self.width * 16;
+        let load = |r: usize| -> __m128i {
+            let at = r * row_bytes + block * 16;
+            bytemuck::pod_read_unaligned(&self.blocks[at..at + 16])
+        };
+        let z: [__m256i; 8] =
+            std::array::from_fn(|i| _mm256_set_m128i(load(r + i + 8), load(r + i)));
+        // Interleaving rows in pairs, fours, eights: bytes, then 16-bit
+        // pairs of rows, then 32-bit fours (an 8 x 16 transpose a half).
+        let a: [[__m256i; 2]; 4] = std::array::from_fn(|i| {
+            let (x, y) = (z[2 * i], z[2 * i + 1]);
+            [_mm256_unpacklo_epi8(x, y), _mm256_unpackhi_epi8(x, y)]
+        });
+        // `b[j][h]`: rows `4j..4j + 4` of bytes `8h..8h + 4`, `8h + 4..8h + 8`.
+        let b: [[[__m256i; 2]; 2]; 2] = std::array::from_fn(|j| {
+            std::array::from_fn(|h| {
+                let (x, y) = (a[2 * j][h], a[2 * j + 1][h]);
+                [_mm256_unpacklo_epi16(x, y), _mm256_unpackhi_epi16(x, y)]
+            })
+        });
+        // Bytes `8h + 4g + 2m` and the next: result `4h + 2g + m`.
+        std::array::from_fn(|p| {
+            let (h, g, m) = (p / 4, p / 2 % 2, p % 2);
+            let (x, y) = (b[0][h][g], b[1][h][g]);
+            match m {
+                0 => _mm256_unpacklo_epi32(x, y),
+                _ => _mm256_unpackhi_epi32(x, y),
+            }
+        })
+    }
+}
+
+/// Codes `[k, end)` (in block `block`) of source rows `rb..rb + 16` as
+/// BF16, their block's scales all [`Band::bf16_normal`], into output rows
+/// counted from `k0`. No float arithmetic: a code's value times `2^(e -
+/// 127)` is exact and normal, so its BF16 bits are the code's with `e -
+/// 127` added to the exponent field, `(e - 127) << 7` on the bits (a zero
+/// kept as it is). Each code is looked up (byte shuffles, 32 a shuffle)
+/// in [`E2M1_BF16_BIASED`], and each row's term `BF16_BIAS - ((e - 127)
+/// << 7)` taken off a nonzero code's magnitude, nothing off a zero's:
+/// `v - min(v & 0x7FFF, term)`, as the biased magnitude is 0 for a zero
+/// and above every term otherwise. The same bits as the float path (the
+/// tests compare every code under scales at and past the limits).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn bf16_by_exponent(
+    b: &Band,
+    (rb, block): (usize, usize),
+    (k, end): (usize, usize),
+    k0: usize,
+    out: &mut [u8],
+) {
+    let at = block * b.rows + rb;
+    let e: __m128i = bytemuck::pod_read_unaligned(&b.scales[at..at + 16]);
+    let term = _mm256_sub_epi16(
+        _mm256_set1_epi16((BF16_BIAS + (127 << 7)) as i16),
+        _mm256_slli_epi16::<7>(_mm256_cvtepu8_epi16(e)),
+    );
+    let columns = b.columns(rb, block);
+    let first = block * 32;
+    let codes = Codes {
+        term,
+        rows: b.rows,
+        rb,
+        k0,
+    };
+    if k == first && end == first + 32 {
+        codes.store::<true>(columns, first, (k, end), out);
+    } else {
+        codes.store::<false>(columns, first, (k, end), out);
+    }
+}
+
+/// A tile's block as [`bf16_by_exponent`] stores it: its rows' terms,
+/// and where its output goes (source rows `rb..rb + 16` of `rows`, output
+/// rows counted from code `k0`).
+struct Codes {
+    term: __m256i,
+    rows: usize,
+    rb: usize,
+    k0: usize,
+}
+
+impl Codes {
+    /// Codes `[k, end)` of the block whose first code is `first`, its bytes
+    /// as [`Band::columns`] makes them; `WHOLE`: the whole block, no code
+    /// checked.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn store<const WHOLE: bool>(
+        &self,
+        columns: [__m256i; 8],
+        first: usize,
+        (k, end): (usize, usize),
+        out: &mut [u8],
+    ) {
+        let book =
+            |bytes: [u8; 16]| _mm256_broadcastsi128_si256(bytemuck::cast::<_, __m128i>(bytes));
+        let (low, high) = (book(E2M1_BF16_BIASED[0]), book(E2M1_BF16_BIASED[1]));
+        let (nibble, magnitude) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(0x7fff));
+        for (p, y) in columns.into_iter().enumerate() {
+            let code = first + 4 * p;
+            if !WHOLE && (code + 4 <= k || code >= end) {
+                continue;
+            }
+            // Low nibbles: codes `4p` and `4p + 2` of the rows; high: the odd.
+            let nibbles = [
+                _mm256_and_si256(y, nibble),
+                _mm256_and_si256(_mm256_srli_epi16::<4>(y), nibble),
+            ];
+            for (odd, x) in nibbles.into_iter().enumerate() {
+                let (l, h) = (_mm256_shuffle_epi8(low, x), _mm256_shuffle_epi8(high, x));
+                let pair = [_mm256_unpacklo_epi8(l, h), _mm256_unpackhi_epi8(l, h)];
+                for (second, v) in pair.into_iter().enumerate() {
+                    let code = code + 2 * second + odd;
+                    if !WHOLE && (code < k || code >= end) {
+                        continue;
+                    }
+                    let taken = _mm256_min_epu16(_mm256_and_si256(v, magnitude), self.term);
+                    let at = ((code - self.k0) * self.rows + self.rb) * 2;
+                    store(&mut out[at..], _mm256_sub_epi16(v, taken));
+                }
+            }
+        }
+    }
+}
+
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> bool {
@@ -712,7 +892,7 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
         }
         // Output row `k`'s 16 values of this tile, from code `slot` of
         // words `xa` and `xc`.
-        let mut put = |k: usize, xa: __m256i, xc: __m256i, slot: i32, fa: Factor, fc: Factor| {
+        let put = |out: &mut [u8], k: usize, (xa, xc): (__m256i, __m256i), slot, (fa, fc)| {
             let (a, c) = (e2m1_times(xa, slot, fa), e2m1_times(xc, slot, fc));
             let at = ((k - k0) * rows + rb) * w;
             match OUT {
@@ -734,7 +914,12 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
             // The rest of block `block` in this call, from one load of it.
             let block = k / 32;
             let block_end = ((block + 1) * 32).min(k1);
-            let (fa, fc) = b.factors(rb, block, lanes);
+            if OUT == 1 && b.bf16_normal(rb, block) {
+                bf16_by_exponent(b, (rb, block), (k, block_end), k0, out);
+                k = block_end;
+                continue;
+            }
+            let factors = b.factors(rb, block, lanes);
             let at = |(lo, hi, step): (usize, usize, usize)| (rb + lo, rb + hi, step);
             let wa = b.words(at(a_rows), block);
             let wc = b.words(at(c_rows), block);
@@ -742,14 +927,14 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
                 // Codes `[k, word_end)` of word `p` (8 codes a word).
                 let p = k % 32 / 8;
                 let word_end = ((k / 8 + 1) * 8).min(block_end);
-                let (xa, xc) = (wa[p], wc[p]);
+                let words = (wa[p], wc[p]);
                 if k % 8 == 0 && word_end - k == 8 {
                     for slot in 0..8 {
-                        put(k + slot as usize, xa, xc, slot, fa, fc);
+                        put(out, k + slot as usize, words, slot, factors);
                     }
                 } else {
                     for k in k..word_end {
-                        put(k, xa, xc, (k % 8) as i32, fa, fc);
+                        put(out, k, words, (k % 8) as i32, factors);
                     }
                 }
                 k = word_end;

@@ -21,7 +21,8 @@ pub(crate) struct DequantReader {
     step: u64,
     /// What the readers of one weight's parts share ([`parts_of`]).
     shared: Arc<Shared>,
-    /// The MXFP4 band held, made on the first piece.
+    /// The MXFP4 band held: on the first piece, one a finished part left,
+    /// else made.
     bands: Option<super::mxfp4::Bands>,
     /// compressed-tensors MXFP4's table of values, made on the first piece.
     table: Option<dequant::mxfp4::Table>,
@@ -378,6 +379,9 @@ impl DequantReader {
                 scales,
                 geometry,
             } => {
+                if self.bands.is_none() {
+                    self.bands = self.shared.bands.lock().ok().and_then(|mut s| s.pop());
+                }
                 let bands = self
                     .bands
                     .get_or_insert_with(|| super::mxfp4::Bands::new(*geometry));
@@ -531,12 +535,20 @@ struct Shared {
     /// strip's 4 MiB of words were zeroed afresh by each part (3 % of a
     /// 1 GiB weight's CPU). At most one a reader at once.
     strips: std::sync::Mutex<Vec<GptqStrip>>,
+    /// The MXFP4 bands of finished part readers, taken by the next ones: a
+    /// band's 3 MiB of buffers were zeroed (and faulted in) afresh by each
+    /// part. Those of one weight, so a band's `held` still says what its
+    /// buffers hold. At most one a reader at once.
+    bands: std::sync::Mutex<Vec<super::mxfp4::Bands>>,
 }
 
 impl Drop for DequantReader {
     fn drop(&mut self) {
         if let (Some(strip), Ok(mut spare)) = (self.strip.take(), self.shared.strips.lock()) {
             spare.push(strip);
+        }
+        if let (Some(bands), Ok(mut spare)) = (self.bands.take(), self.shared.bands.lock()) {
+            spare.push(bands);
         }
     }
 }
