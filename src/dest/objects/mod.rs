@@ -195,8 +195,9 @@ impl ObjectSet {
         Some(early)
     }
 
-    /// Sends the small object, completes every upload in order, then
-    /// writes the index; on a failure, aborts every upload not completed.
+    /// Sends the small object, completes every upload not completed early,
+    /// then writes the index; on a failure, aborts every upload not
+    /// completed and deletes the shards completed early.
     pub(crate) async fn commit(mut self, plan: &Plan) -> Result<Option<WrittenFile>> {
         if let Some(bytes) = self.whole.take() {
             let object = &self.objects[0];
@@ -222,7 +223,11 @@ impl ObjectSet {
         let len = bytes.len() as u64;
         let sha256 = self.options.checksum.then(|| sha256_hex(&bytes));
         let put = index.store.put(&index.path, PutPayload::from(bytes));
-        put.await.map_err(|e| store_output_error(e, &index.url))?;
+        if let Err(e) = put.await {
+            // No index, no set: the shards that appeared early go too.
+            undo_early(early).await;
+            return Err(store_output_error(e, &index.url));
+        }
         self.options.uploads.committed(&early);
         Ok(Some(WrittenFile {
             path: index.url,
@@ -255,11 +260,7 @@ impl ObjectSet {
         let Some(e) = first else {
             return Ok(early);
         };
-        for shard in early {
-            if shard.abandon() {
-                shard.undo().await;
-            }
-        }
+        undo_early(early).await;
         Err(e)
     }
 
@@ -351,6 +352,17 @@ async fn check_shard_objects(
     match expected {
         Some(expected) => record::check_records(expected, &records),
         None => Ok(()),
+    }
+}
+
+/// Deletes the shards completed early (each once its completion has
+/// ended), refusing any completion still to come: a set that fails leaves
+/// none of its new objects.
+async fn undo_early(early: Vec<Arc<Early>>) {
+    for shard in early {
+        if shard.abandon() {
+            shard.undo().await;
+        }
     }
 }
 
