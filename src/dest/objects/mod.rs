@@ -40,7 +40,7 @@ use object_store::{
 use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use upload::{PartUpload, Sealed, Undo};
+use upload::{undo_all, PartUpload, Sealed, Undo};
 
 /// Uploads completed at once at the commit (and early, by the shards
 /// whose key was free): 4 rather than 2 took the small scale preset's 7
@@ -225,7 +225,7 @@ impl ObjectSet {
         let put = index.store.put(&index.path, PutPayload::from(bytes));
         if let Err(e) = put.await {
             // No index, no set: the shards that appeared early go too.
-            undo_early(early).await;
+            undo_all(early).await;
             return Err(store_output_error(e, &index.url));
         }
         self.options.uploads.committed(&early);
@@ -260,7 +260,7 @@ impl ObjectSet {
         let Some(e) = first else {
             return Ok(early);
         };
-        undo_early(early).await;
+        undo_all(early).await;
         Err(e)
     }
 
@@ -352,17 +352,6 @@ async fn check_shard_objects(
     match expected {
         Some(expected) => record::check_records(expected, &records),
         None => Ok(()),
-    }
-}
-
-/// Deletes the shards completed early (each once its completion has
-/// ended), refusing any completion still to come: a set that fails leaves
-/// none of its new objects.
-async fn undo_early(early: Vec<Arc<Early>>) {
-    for shard in early {
-        if shard.abandon() {
-            shard.undo().await;
-        }
     }
 }
 

@@ -81,6 +81,17 @@ pub(crate) trait Undo: Send + Sync {
     fn undo(&self) -> futures::future::BoxFuture<'_, ()>;
 }
 
+/// Refuses any completion still to come of each shard, and deletes the
+/// objects of those already sent (each once its completion has ended): a
+/// set that fails leaves none of its new objects.
+pub(crate) async fn undo_all<T: Undo + ?Sized>(shards: Vec<Arc<T>>) {
+    for shard in shards {
+        if shard.abandon() {
+            shard.undo().await;
+        }
+    }
+}
+
 impl std::fmt::Debug for PendingUploads {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "PendingUploads({} open)", self.open().len())
@@ -130,11 +141,7 @@ impl PendingUploads {
     /// after trying them all.
     pub async fn abort_all(&self) -> Result<()> {
         let early = std::mem::take(&mut *self.early());
-        for shard in early {
-            if shard.abandon() {
-                shard.undo().await;
-            }
-        }
+        undo_all(early).await;
         let all = std::mem::take(&mut *self.open());
         abort_each(all).await
     }
