@@ -42,6 +42,7 @@ use self::item::{Form, Item};
 use self::layout::{check_tiling, cut_axis, Chunk};
 use self::metadata::{Entry, Stored};
 use super::blocking::BlockingReader;
+use super::span::first_overlap;
 use super::{Listing, OpenBlocking, Source, SourceOptions, Stamp, StoredPiece, TensorData};
 use crate::error::dcp::DcpError;
 use crate::error::note::{Note, Notice, Warning};
@@ -174,24 +175,22 @@ fn place(files: &mut Files, e: &Entry, chunk: &Chunk, stored: Option<&Stored>) -
 
 /// Refuses two items sharing bytes of a file (torch writes each once).
 fn check_items_apart(layouts: &[Layout], tensors: &[TensorMeta], names: &[String]) -> Result<()> {
-    let mut all: Vec<(Item, usize)> = layouts
+    let all: Vec<(Item, usize)> = layouts
         .iter()
         .enumerate()
         .flat_map(|(k, l)| l.chunks.iter().map(move |(_, item)| (*item, k)))
-        .filter(|(item, _)| item.length > 0)
         .collect();
-    all.sort_unstable_by_key(|(i, _)| (i.file, i.offset));
-    for w in all.windows(2) {
-        let ((a, ka), (b, kb)) = (w[0], w[1]);
-        if a.file == b.file && a.offset + a.length > b.offset {
-            return Err(bad(DcpError::ItemOverlap {
-                file: names[a.file as usize].clone(),
-                first: tensors[ka].name.clone(),
-                second: tensors[kb].name.clone(),
-            }));
-        }
-    }
-    Ok(())
+    let spans = all.iter().enumerate();
+    let spans = spans.map(|(j, (i, _))| (i.file, i.offset, i.offset + i.length, j));
+    let Some((a, b, _)) = first_overlap(spans.collect()) else {
+        return Ok(());
+    };
+    let ((item, ka), (_, kb)) = (all[a], all[b]);
+    Err(bad(DcpError::ItemOverlap {
+        file: names[item.file as usize].clone(),
+        first: tensors[ka].name.clone(),
+        second: tensors[kb].name.clone(),
+    }))
 }
 
 impl DcpSource {
