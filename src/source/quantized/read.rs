@@ -195,7 +195,7 @@ impl DequantReader {
                     // The held strip's buffers are read into again, else
                     // those a finished part left.
                     let mut strip = self.strip.take();
-                    strip = strip.or_else(|| self.shared.strips.lock().ok()?.pop());
+                    strip = strip.or_else(|| self.shared.strips.take());
                     let mut strip = strip.unwrap_or_default();
                     strip.read(qweight, qzeros, scales, *packing, r0, s1)?;
                     self.strip = Some(strip);
@@ -380,7 +380,7 @@ impl DequantReader {
                 geometry,
             } => {
                 if self.bands.is_none() {
-                    self.bands = self.shared.bands.lock().ok().and_then(|mut s| s.pop());
+                    self.bands = self.shared.bands.take();
                 }
                 let bands = self
                     .bands
@@ -534,22 +534,42 @@ struct Shared {
     /// The strips of finished part readers, taken by the next ones: a
     /// strip's 4 MiB of words were zeroed afresh by each part (3 % of a
     /// 1 GiB weight's CPU). At most one a reader at once.
-    strips: std::sync::Mutex<Vec<GptqStrip>>,
+    strips: Spares<GptqStrip>,
     /// The MXFP4 bands of finished part readers, taken by the next ones: a
     /// band's 3 MiB of buffers were zeroed (and faulted in) afresh by each
     /// part. Those of one weight, so a band's `held` still says what its
     /// buffers hold. At most one a reader at once.
-    bands: std::sync::Mutex<Vec<super::mxfp4::Bands>>,
+    bands: Spares<super::mxfp4::Bands>,
+}
+
+/// Buffers finished part readers leave for the next ones of the same
+/// weight (at most one a reader at once).
+struct Spares<T>(std::sync::Mutex<Vec<T>>);
+
+impl<T> Default for Spares<T> {
+    fn default() -> Self {
+        Spares(std::sync::Mutex::new(Vec::new()))
+    }
+}
+
+impl<T> Spares<T> {
+    /// One a finished reader left, if any.
+    fn take(&self) -> Option<T> {
+        self.0.lock().ok()?.pop()
+    }
+
+    /// Leaves `spare` (if any) for the next reader.
+    fn give(&self, spare: Option<T>) {
+        if let (Some(spare), Ok(mut all)) = (spare, self.0.lock()) {
+            all.push(spare);
+        }
+    }
 }
 
 impl Drop for DequantReader {
     fn drop(&mut self) {
-        if let (Some(strip), Ok(mut spare)) = (self.strip.take(), self.shared.strips.lock()) {
-            spare.push(strip);
-        }
-        if let (Some(bands), Ok(mut spare)) = (self.bands.take(), self.shared.bands.lock()) {
-            spare.push(bands);
-        }
+        self.shared.strips.give(self.strip.take());
+        self.shared.bands.give(self.bands.take());
     }
 }
 
