@@ -69,8 +69,8 @@ pub enum Hdf5Error {
         /// What its filters gave (at most one past the expected length).
         actual: u64,
     },
-    /// A chunk whose deflate stream is corrupt.
-    #[error("chunk at {offsets:?}: deflate: {detail}")]
+    /// A chunk whose deflate or LZF stream is corrupt.
+    #[error("chunk at {offsets:?}: {detail}")]
     Inflate {
         /// The chunk's first element.
         offsets: Vec<u64>,

@@ -216,6 +216,10 @@ pub enum ZipError {
     /// A member of an .npz that is not an .npy array.
     #[error("member {0:?} is not an .npy array (pass --skip-non-npy to skip it)")]
     NotAnArray(String),
+    /// A Keras 3 `.keras` archive (`model.save`): its weights are an HDF5
+    /// file inside it, which is read once extracted.
+    #[error("a Keras 3 .keras archive (model.save): its weights are the member \"model.weights.h5\", an HDF5 file; extract it (`unzip MODEL.keras model.weights.h5`) and convert that")]
+    KerasArchive,
 
     // ---- what this reader does not do, and what the bytes read say ----------------
     /// A well-formed archive that uses a feature this reader does not

@@ -20,7 +20,7 @@ use safetensors_stream::source::{open_input, Names, Source, SourceOptions};
 use safetensors_stream::{Category, Error, ErrorKind, SinkOptions};
 use support::{block_on, fixtures};
 
-const CASES: [(&str, &str); 8] = [
+const CASES: [(&str, &str); 10] = [
     ("hdf5/keras2.h5", "hdf5/expected/keras2.safetensors"),
     ("hdf5/keras3.weights.h5", "hdf5/expected/keras3.safetensors"),
     ("hdf5/chunked.h5", "hdf5/expected/chunked.safetensors"),
@@ -31,6 +31,14 @@ const CASES: [(&str, &str); 8] = [
     (
         "hdf5/track_order.h5",
         "hdf5/expected/track_order.safetensors",
+    ),
+    // h5py's LZF, alone and with shuffle and fletcher32, and chunks it left unfiltered.
+    ("hdf5/filters.h5", "hdf5/expected/filters.safetensors"),
+    // libver="latest" chunked datasets: fixed array chunk indexes, paged and
+    // filtered, and data layout version 5.
+    (
+        "hdf5/fixed_array.h5",
+        "hdf5/expected/fixed_array.safetensors",
     ),
 ];
 
@@ -133,6 +141,56 @@ fn what_the_reader_does_not_read_is_refused_by_name() {
         "{e}"
     );
     assert!(e.offset().is_some(), "{e}");
+}
+
+#[test]
+fn datasets_safetensors_cannot_hold_are_refused_saying_why_and_which() {
+    let cases = [
+        (
+            "string.h5",
+            "s",
+            "a fixed-length string (datatype class 3; safetensors holds only numeric tensors)",
+        ),
+        (
+            "vlen.h5",
+            "s",
+            "a variable-length type, as h5py writes `str` and `vlen_dtype`",
+        ),
+        (
+            "complex.h5",
+            "c",
+            "a compound type, as h5py writes complex numbers",
+        ),
+        // Read as its fill value before: zeros where the data was.
+        (
+            "external.h5",
+            "x",
+            "external storage (h5py's `external=`: the data is in raw files outside the HDF5 file",
+        ),
+    ];
+    for (name, dataset, says) in cases {
+        let e = open_err(&fixture(&format!("hdf5/refused/{name}")));
+        assert!(matches!(e.kind(), ErrorKind::Hdf5(_)), "{name}: {e}");
+        let text = e.to_string();
+        assert!(text.contains(says), "{name}: {text}");
+        assert!(text.contains("is not supported"), "{name}: {text}");
+        assert_eq!(e.tensor(), Some(dataset), "{name}: {text}");
+    }
+}
+
+#[test]
+fn a_keras_archive_is_refused_saying_to_extract_its_weights() {
+    let e = open_err(&fixture("hdf5/m.keras"));
+    let text = e.to_string();
+    assert!(matches!(e.kind(), ErrorKind::Zip(_)), "{text}");
+    assert!(
+        text.contains("a Keras 3 .keras archive (model.save): its weights are the member \"model.weights.h5\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("unzip MODEL.keras model.weights.h5"),
+        "{text}"
+    );
 }
 
 #[test]

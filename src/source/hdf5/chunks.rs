@@ -16,6 +16,7 @@ use std::sync::Arc;
 use super::btree::{key_fields, leaves};
 use super::dataset::{ChunkIndex, Filter};
 use super::error::Hdf5Error;
+use super::farray::fixed_array_chunks;
 use super::filters::decode;
 use super::read::{bad, malformed, Geometry};
 use crate::limits::{Limit, Limits};
@@ -45,11 +46,13 @@ pub(crate) struct Chunked {
     pub(crate) chunks: Arc<Vec<Chunk>>,
 }
 
-/// Lists the chunks of a dataset of `shape` in chunks of `chunk`.
+/// Lists the chunks of a dataset of `shape` (at most `max_shape`) in
+/// chunks of `chunk`.
 pub(crate) fn list_chunks(
     geo: Geometry<'_>,
     index: ChunkIndex,
     shape: &[u64],
+    max_shape: &[u64],
     chunk: &[u64],
     width: usize,
     limits: &Limits,
@@ -68,6 +71,18 @@ pub(crate) fn list_chunks(
                     size,
                     mask,
                 });
+            }
+        }
+        ChunkIndex::FixedArray(header) => {
+            for c in fixed_array_chunks(geo, header, max_shape, chunk, logical)? {
+                // A chunk past the shape (written before a shrink) is not
+                // the dataset's: h5py does not read it either.
+                if c.offsets.iter().zip(shape).any(|(&o, &s)| o >= s) {
+                    continue;
+                }
+                check_size(c.size, logical, c.addr)?;
+                geo.check("a chunk", c.addr, c.size)?;
+                out.push(c);
             }
         }
         ChunkIndex::BTree(root) if geo.undefined(root) => {}

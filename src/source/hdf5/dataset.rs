@@ -16,6 +16,8 @@ const MAX_RANK: usize = 64;
 pub(crate) enum Filter {
     /// zlib (HDF5's "deflate", h5py's `compression="gzip"`).
     Deflate,
+    /// h5py's LZF (filter 32000, `compression="lzf"`).
+    Lzf,
     /// Bytes regrouped by their place in an element, of this width.
     Shuffle(usize),
     /// A 4-byte checksum after the data (not verified: stripped).
@@ -27,7 +29,10 @@ pub(crate) enum Filter {
 pub(crate) enum ChunkIndex {
     /// A version 1 B-tree (layout version 3, h5py's default).
     BTree(u64),
-    /// One chunk holding the whole dataset (layout version 4).
+    /// A fixed array, whose header is here (layout version 4 or 5, a
+    /// dataset of fixed maximum shape).
+    FixedArray(u64),
+    /// One chunk holding the whole dataset (layout version 4 or 5).
     Single {
         addr: u64,
         size: Option<u64>,
@@ -50,6 +55,8 @@ pub(crate) enum Layout {
 #[derive(Debug)]
 pub(crate) struct Dataset {
     pub(crate) shape: Vec<u64>,
+    /// The most it may grow to (the shape when the file gives none).
+    pub(crate) max_shape: Vec<u64>,
     pub(crate) dtype: Dtype,
     pub(crate) big_endian: bool,
     pub(crate) layout: Layout,
@@ -81,6 +88,15 @@ pub(crate) fn read_dataset(
             kind::LAYOUT => layout = Some(read_layout(geo, f)?),
             kind::FILTERS => filters = Some(pipeline(f)?),
             kind::FILL => fill = fill_value(f)?,
+            kind::EXTERNAL_FILES => {
+                // The layout then says "contiguous, never written": the
+                // bytes are in other files, and reading it as its fill
+                // value would be silently wrong.
+                let e = Hdf5Error::Unsupported(
+                    "external storage (h5py's `external=`: the data is in raw files outside the HDF5 file, which this reader does not open; `h5repack` copies it in)".into(),
+                );
+                return Err(bad(e, f.at()));
+            }
             kind::FILL_OLD if fill.is_none() => {
                 let size = f.u32()? as usize;
                 fill = Some(f.bytes(size)?.to_vec());
@@ -92,7 +108,7 @@ pub(crate) fn read_dataset(
         return Ok(None);
     };
     let missing = |what: &str| malformed(format!("a dataset without a {what} message"), header);
-    let shape = shape.ok_or_else(|| missing("dataspace"))?;
+    let (shape, max_shape) = shape.ok_or_else(|| missing("dataspace"))?;
     let (dtype, width, big_endian) = dtype.ok_or_else(|| missing("datatype"))?;
     let fill = match fill {
         Some(v) if v.len() == width => v,
@@ -120,6 +136,7 @@ pub(crate) fn read_dataset(
     }
     Ok(Some(Dataset {
         shape,
+        max_shape,
         dtype,
         big_endian,
         layout,
@@ -129,7 +146,8 @@ pub(crate) fn read_dataset(
     }))
 }
 
-fn dataspace(f: &mut Fields<'_>) -> Result<Vec<u64>> {
+/// The shape, and the maximum shape (the shape when none is stored).
+fn dataspace(f: &mut Fields<'_>) -> Result<(Vec<u64>, Vec<u64>)> {
     let at = f.at();
     let version = f.u8()?;
     let rank = usize::from(f.u8()?);
@@ -156,8 +174,14 @@ fn dataspace(f: &mut Fields<'_>) -> Result<Vec<u64>> {
             at,
         ));
     }
-    let _ = flags; // maximum sizes (and v1 permutations) follow, not needed
-    (0..rank).map(|_| f.length()).collect()
+    let shape: Vec<u64> = (0..rank).map(|_| f.length()).collect::<Result<_>>()?;
+    // Maximum sizes follow when flag 1 is set (then v1's permutation, not read).
+    let max_shape = if flags & 1 != 0 {
+        (0..rank).map(|_| f.length()).collect::<Result<_>>()?
+    } else {
+        shape.clone()
+    };
+    Ok((shape, max_shape))
 }
 
 /// The dtype, its width in bytes and whether it is big-endian.
@@ -225,9 +249,25 @@ fn datatype(f: &mut Fields<'_>) -> Result<(Dtype, usize, bool)> {
                 && values == [0, 1];
             return Ok((if is_bool { Dtype::BOOL } else { base }, width, big));
         }
-        c => return Err(unsupported(format!("datatype class {c}"))),
+        c => return Err(unsupported(unheld_class(c))),
     };
     Ok((dtype, size, big))
+}
+
+/// Why datatype class `class` has no safetensors dtype.
+fn unheld_class(class: u8) -> String {
+    let what = match class {
+        2 => "a time type",
+        3 => "a fixed-length string",
+        4 => "a bitfield",
+        5 => "an opaque type",
+        6 => "a compound type, as h5py writes complex numbers",
+        7 => "an object or region reference",
+        9 => "a variable-length type, as h5py writes `str` and `vlen_dtype`",
+        10 => "an array type",
+        _ => "an unknown type",
+    };
+    format!("{what} (datatype class {class}; safetensors holds only numeric tensors)")
 }
 
 /// An enumeration member's name: null-terminated, padded to 8 bytes
@@ -251,7 +291,10 @@ fn enum_name(f: &mut Fields<'_>, version: u8) -> Result<String> {
 fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
     let at = f.at();
     let version = f.u8()?;
-    if !(3..=4).contains(&version) {
+    // Version 5 (libhdf5 2.0's `libver="latest"`) is version 4's fields;
+    // it only changes how chunk indexes other than a single chunk encode
+    // filtered chunks' sizes, and those indexes are refused below.
+    if !(3..=5).contains(&version) {
         let e = Hdf5Error::Version {
             what: "data layout",
             version,
@@ -290,6 +333,10 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
             }
             let chunk = chunk_dims(f, dims, width, at)?;
             let index = match f.u8()? {
+                3 => {
+                    f.skip(1)?; // page bits: the array's header says them again
+                    ChunkIndex::FixedArray(f.addr()?)
+                }
                 1 => {
                     let (size, mask) = if flags & 0x02 != 0 {
                         (Some(f.length()?), f.u32()?)
@@ -305,13 +352,12 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
                 other => {
                     let name = match other {
                         2 => "the implicit chunk index",
-                        3 => "the fixed array chunk index",
                         4 => "the extensible array chunk index",
                         5 => "the version 2 B-tree chunk index",
                         _ => "an unknown chunk index",
                     };
                     let e = Hdf5Error::Unsupported(format!(
-                        "{name} (libver=\"latest\" with chunks; h5py's default writes a version 1 B-tree)"
+                        "{name} (libver=\"v110\" or \"latest\" with a `maxshape` of None: unlimited dimensions; a fixed maximum shape, or h5py's default libver, is read)"
                     ));
                     return Err(bad(e, at));
                 }
@@ -319,7 +365,12 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
             Ok(Layout::Chunked { chunk, index })
         }
         c => {
-            let e = Hdf5Error::Unsupported(format!("layout class {c}"));
+            let what = if c == 3 {
+                "a virtual dataset (layout class 3: its data is in other datasets)".into()
+            } else {
+                format!("layout class {c}")
+            };
+            let e = Hdf5Error::Unsupported(what);
             Err(bad(e, at))
         }
     }
@@ -375,6 +426,7 @@ fn pipeline(f: &mut Fields<'_>) -> Result<Vec<Filter>> {
             1 => Filter::Deflate,
             2 => Filter::Shuffle(data.first().copied().unwrap_or(1).max(1) as usize),
             3 => Filter::Fletcher32,
+            32000 => Filter::Lzf,
             _ => {
                 let name = match id {
                     4 => "szip".to_string(),

@@ -1,6 +1,7 @@
 //! The filters h5py applies to chunks by default or on request, undone:
-//! deflate (zlib, `compression="gzip"`), shuffle, and fletcher32 (whose
-//! 4-byte checksum is stripped, not verified). Each chunk decodes to
+//! deflate (zlib, `compression="gzip"`), h5py's own LZF (filter 32000,
+//! `compression="lzf"`), shuffle, and fletcher32 (whose 4-byte checksum
+//! is stripped, not verified). Each chunk decodes to
 //! exactly its logical size: inflating stops one byte past it, so a chunk
 //! that claims to expand without end costs one chunk of memory.
 
@@ -13,7 +14,7 @@ use super::dataset::Filter;
 pub(crate) enum DecodeError {
     /// Its bytes, decoded, are this long (at most one past the expected).
     Length(u64),
-    /// Its deflate stream is corrupt.
+    /// Its deflate or LZF stream is corrupt: the filter, and why.
     Inflate(String),
 }
 
@@ -34,6 +35,7 @@ pub(crate) fn decode(
         let now = data.as_deref().unwrap_or(raw);
         data = Some(match *f {
             Filter::Deflate => inflate(now, logical)?,
+            Filter::Lzf => unlzf(now, logical)?,
             Filter::Shuffle(width) => unshuffle(now, width),
             Filter::Fletcher32 => {
                 let n = now.len().checked_sub(4).ok_or(DecodeError::Length(0))?;
@@ -61,7 +63,54 @@ fn inflate(raw: &[u8], logical: usize) -> Result<Vec<u8>, DecodeError> {
     flate2::bufread::ZlibDecoder::new(raw)
         .take(logical as u64 + 1)
         .read_to_end(&mut out)
-        .map_err(|e| DecodeError::Inflate(e.to_string()))?;
+        .map_err(|e| DecodeError::Inflate(format!("deflate: {e}")))?;
+    Ok(out)
+}
+
+/// Decompresses an LZF stream (liblzf's format, which h5py's filter
+/// writes with no header of its own) to at most `logical + 1` bytes. Each
+/// control byte is either a run of literals (under 32: that many plus one
+/// follow) or a copy from earlier output (length in its top 3 bits, plus
+/// a byte when they are all set, plus 2; distance in its low 5 bits and
+/// the next byte, plus 1).
+fn unlzf(raw: &[u8], logical: usize) -> Result<Vec<u8>, DecodeError> {
+    let corrupt = |why: &str| DecodeError::Inflate(format!("lzf: {why}"));
+    let cap = logical + 1;
+    let mut out = Vec::with_capacity(cap);
+    let mut at = 0;
+    let next = |at: &mut usize| {
+        let b = raw.get(*at).copied().map(usize::from);
+        *at += 1;
+        b.ok_or_else(|| corrupt("a copy cut short"))
+    };
+    while at < raw.len() {
+        let ctrl = next(&mut at)?;
+        let room = cap - out.len();
+        if ctrl < 32 {
+            let run = raw
+                .get(at..at + ctrl + 1)
+                .ok_or_else(|| corrupt("a literal run past the end"))?;
+            at += run.len();
+            out.extend_from_slice(&run[..run.len().min(room)]);
+        } else {
+            let mut len = ctrl >> 5;
+            if len == 7 {
+                len += next(&mut at)?;
+            }
+            let back = ((ctrl & 0x1f) << 8) + next(&mut at)? + 1;
+            let from = out
+                .len()
+                .checked_sub(back)
+                .ok_or_else(|| corrupt("a copy from before the start"))?;
+            // A copy may overlap what it writes (a run of one byte): one at a time.
+            for i in from..from + (len + 2).min(room) {
+                out.push(out[i]);
+            }
+        }
+        if out.len() == cap {
+            return Err(DecodeError::Length(cap as u64));
+        }
+    }
     Ok(out)
 }
 
@@ -123,6 +172,43 @@ mod tests {
             decode(&stored, &filters, 0, 5),
             Err(DecodeError::Length(4))
         ));
+    }
+
+    #[test]
+    fn lzf_literals_and_overlapping_copies_decode_as_liblzf_writes_them() {
+        // "abc" as literals, then 5 bytes from 3 back (overlapping what it
+        // writes), then a long copy (length 7 + 3 + 2 = 12) of the byte
+        // just written.
+        let raw = [2, b'a', b'b', b'c', 0x60, 2, 0xe0, 3, 0];
+        let want = b"abcabcabbbbbbbbbbbbb";
+        assert_eq!(decode(&raw, &[Filter::Lzf], 0, want.len()).unwrap(), want);
+        // One byte short of the logical size: the length error.
+        assert!(matches!(
+            decode(&raw, &[Filter::Lzf], 0, want.len() + 1),
+            Err(DecodeError::Length(20))
+        ));
+        // Output past the logical size stops one byte past it.
+        assert!(matches!(
+            decode(&raw, &[Filter::Lzf], 0, 10),
+            Err(DecodeError::Length(11))
+        ));
+    }
+
+    #[test]
+    fn corrupt_lzf_is_refused_not_read_out_of_bounds() {
+        for (raw, why) in [
+            (&[5, b'a'][..], "a literal run past the end"),
+            (
+                &[2, b'a', b'b', b'c', 0x60, 9],
+                "a copy from before the start",
+            ),
+            (&[2, b'a', b'b', b'c', 0xe0], "a copy cut short"),
+        ] {
+            match decode(raw, &[Filter::Lzf], 0, 64) {
+                Err(DecodeError::Inflate(d)) => assert_eq!(d, format!("lzf: {why}")),
+                other => panic!("{raw:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub(crate) mod kind {
     pub(crate) const FILL_OLD: u16 = 0x04;
     pub(crate) const FILL: u16 = 0x05;
     pub(crate) const LINK: u16 = 0x06;
+    pub(crate) const EXTERNAL_FILES: u16 = 0x07;
     pub(crate) const LAYOUT: u16 = 0x08;
     pub(crate) const FILTERS: u16 = 0x0b;
     pub(crate) const CONTINUATION: u16 = 0x10;

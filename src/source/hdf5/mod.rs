@@ -12,11 +12,13 @@
 //! over a local heap) and new-style ones (link messages, in the header
 //! or, for many links, in a fractal heap indexed by a version 2 B-tree),
 //! contiguous, compact and chunked layouts (chunks indexed by a version 1
-//! B-tree, or a single chunk), the filters deflate, shuffle and
-//! fletcher32, integers, floats (f16, bf16, f32, f64) and h5py's bool.
-//! What it does not read (the newer chunk indexes that
-//! `libver="latest"` writes for chunked datasets, other filters,
-//! compound, string and variable-length types) is refused by name.
+//! B-tree, a single chunk, or a fixed array: `farray`), the filters
+//! deflate, LZF, shuffle and fletcher32, integers, floats (f16, bf16, f32,
+//! f64) and h5py's bool. What it does not read (the extensible array and
+//! version 2 B-tree chunk indexes `libver="latest"` writes for unlimited
+//! dimensions, other filters, external raw storage, virtual datasets) and
+//! what safetensors cannot hold (compound, string, variable-length and
+//! reference types) are refused by name.
 //!
 //! Why not a crate: a binding to libhdf5 (`hdf5`, `hdf5-metno`) needs the C
 //! library at build time, which a fresh machine with only the registry
@@ -44,6 +46,7 @@ mod btree;
 mod chunks;
 mod dataset;
 mod dense;
+mod farray;
 mod filters;
 mod group;
 mod header;
@@ -241,8 +244,8 @@ fn list(file: &File, len: u64, limits: &Limits) -> Result<Listed> {
                 Data::Held(Arc::new(bytes))
             }
             Layout::Chunked { chunk, index } => {
-                let chunks =
-                    list_chunks(geo, index, &d.shape, &chunk, width, limits).map_err(named)?;
+                let chunks = list_chunks(geo, index, &d.shape, &d.max_shape, &chunk, width, limits)
+                    .map_err(named)?;
                 let per_chunk = chunk.iter().fold(width as u64, |a, &c| a.saturating_mul(c));
                 let stored = per_chunk.saturating_mul(chunks.len() as u64);
                 unwritten = unwritten.saturating_add(byte_len.saturating_sub(stored));

@@ -355,6 +355,13 @@ pub(crate) const ROW: FormatRow = FormatRow {
     )
 };
 
+/// Whether the archive is what Keras 3's `model.save("m.keras")` writes:
+/// `config.json`, `metadata.json` and the weights as `model.weights.h5`.
+fn is_keras_archive(entries: &[ZipEntry]) -> bool {
+    let has = |name: &str| entries.iter().any(|e| e.name == name);
+    has("model.weights.h5") && has("config.json")
+}
+
 fn open_zip(o: FileInput<'_>) -> Result<Box<dyn Source>> {
     // Read once: its names tell an npz from a PyTorch checkpoint.
     let directory = zip::read_directory(&o.file, o.len).map_err(|e| e.with_input(o.input))?;
@@ -366,6 +373,10 @@ fn open_zip(o: FileInput<'_>) -> Result<Box<dyn Source>> {
         return Err(limits.refuse(Limit::TensorCount, what).with_input(o.input));
     }
     check_ratios(&directory.0, limits).map_err(|e| e.with_input(o.input))?;
+    if is_keras_archive(&directory.0) {
+        let e = Error::new(ErrorKind::Zip(ZipError::KerasArchive));
+        return Err(e.with_input(o.input));
+    }
     if !pytorch::is_torch_directory(&directory.0) {
         let mut npz = NpzSource::open_listed(o.file, o.len, directory, o.input, o.options)?;
         npz.origin = o.origin;
