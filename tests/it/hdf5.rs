@@ -20,7 +20,7 @@ use safetensors_stream::source::{open_input, Names, Source, SourceOptions};
 use safetensors_stream::{Category, Error, ErrorKind, SinkOptions};
 use support::{block_on, fixtures};
 
-const CASES: [(&str, &str); 10] = [
+const CASES: [(&str, &str); 12] = [
     ("hdf5/keras2.h5", "hdf5/expected/keras2.safetensors"),
     ("hdf5/keras3.weights.h5", "hdf5/expected/keras3.safetensors"),
     ("hdf5/chunked.h5", "hdf5/expected/chunked.safetensors"),
@@ -39,6 +39,16 @@ const CASES: [(&str, &str); 10] = [
     (
         "hdf5/fixed_array.h5",
         "hdf5/expected/fixed_array.safetensors",
+    ),
+    // ... with one unlimited dimension: extensible arrays, and super blocks.
+    (
+        "hdf5/extensible_array.h5",
+        "hdf5/expected/extensible_array.safetensors",
+    ),
+    // ... with two: version 2 B-trees of chunk records.
+    (
+        "hdf5/btree2_index.h5",
+        "hdf5/expected/btree2_index.safetensors",
     ),
 ];
 

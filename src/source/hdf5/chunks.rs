@@ -13,26 +13,16 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use super::bt2index::btree2_chunks;
 use super::btree::{key_fields, leaves};
-use super::dataset::{ChunkIndex, Filter};
+use super::dataset::{Chunk, ChunkIndex, ChunkShape, Filter};
+use super::earray::extensible_array_chunks;
 use super::error::Hdf5Error;
 use super::farray::fixed_array_chunks;
 use super::filters::decode;
 use super::read::{bad, malformed, Geometry};
 use crate::limits::{Limit, Limits};
 use crate::{Error, Result};
-
-/// One stored chunk.
-#[derive(Debug, Clone)]
-pub(crate) struct Chunk {
-    /// Its first element's index.
-    pub(crate) offsets: Vec<u64>,
-    pub(crate) addr: u64,
-    /// Its bytes in the file (filtered).
-    pub(crate) size: u64,
-    /// Bit i set: filter i was not applied.
-    pub(crate) mask: u32,
-}
 
 /// A chunked dataset: what reading it needs.
 #[derive(Debug, Clone)]
@@ -73,17 +63,25 @@ pub(crate) fn list_chunks(
                 });
             }
         }
-        ChunkIndex::FixedArray(header) => {
-            for c in fixed_array_chunks(geo, header, max_shape, chunk, logical)? {
-                // A chunk past the shape (written before a shrink) is not
-                // the dataset's: h5py does not read it either.
-                if c.offsets.iter().zip(shape).any(|(&o, &s)| o >= s) {
-                    continue;
-                }
-                check_size(c.size, logical, c.addr)?;
-                geo.check("a chunk", c.addr, c.size)?;
-                out.push(c);
-            }
+        // Never written: all fill value.
+        ChunkIndex::FixedArray(header)
+        | ChunkIndex::ExtensibleArray(header)
+        | ChunkIndex::Btree2(header)
+            if geo.undefined(header) => {}
+        ChunkIndex::FixedArray(header)
+        | ChunkIndex::ExtensibleArray(header)
+        | ChunkIndex::Btree2(header) => {
+            let read = match index {
+                ChunkIndex::FixedArray(_) => fixed_array_chunks,
+                ChunkIndex::ExtensibleArray(_) => extensible_array_chunks,
+                _ => btree2_chunks,
+            };
+            let s = ChunkShape {
+                max_shape,
+                chunk,
+                logical,
+            };
+            out = inside_shape(geo, read(geo, header, &s)?, shape, logical)?;
         }
         ChunkIndex::BTree(root) if geo.undefined(root) => {}
         ChunkIndex::BTree(root) => {
@@ -123,6 +121,27 @@ pub(crate) fn list_chunks(
     if row > limits.get(Limit::Hdf5ChunkRowBytes) {
         let what = format!("a row of chunks takes {row} bytes to stream in order");
         return Err(limits.refuse(Limit::Hdf5ChunkRowBytes, what));
+    }
+    Ok(out)
+}
+
+/// The chunks of a newer index inside `shape`, each checked against its
+/// logical size and the file. A chunk past the shape (written before the
+/// dataset shrank) is not the dataset's: h5py does not read it either.
+fn inside_shape(
+    geo: Geometry<'_>,
+    listed: Vec<Chunk>,
+    shape: &[u64],
+    logical: u64,
+) -> Result<Vec<Chunk>> {
+    let mut out = Vec::new();
+    for c in listed {
+        if c.offsets.iter().zip(shape).any(|(&o, &s)| o >= s) {
+            continue;
+        }
+        check_size(c.size, logical, c.addr)?;
+        geo.check("a chunk", c.addr, c.size)?;
+        out.push(c);
     }
     Ok(out)
 }

@@ -24,6 +24,27 @@ pub(crate) enum Filter {
     Fletcher32,
 }
 
+/// One stored chunk (listed by `chunks` from one of the indexes).
+#[derive(Debug, Clone)]
+pub(crate) struct Chunk {
+    /// Its first element's index.
+    pub(crate) offsets: Vec<u64>,
+    pub(crate) addr: u64,
+    /// Its bytes in the file (filtered).
+    pub(crate) size: u64,
+    /// Bit i set: filter i was not applied.
+    pub(crate) mask: u32,
+}
+
+/// What a chunk index's entries are read against: the dataset's maximum
+/// shape, its chunks' shape, and a chunk's bytes before filters.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChunkShape<'a> {
+    pub(crate) max_shape: &'a [u64],
+    pub(crate) chunk: &'a [u64],
+    pub(crate) logical: u64,
+}
+
 /// Where a chunked dataset's chunks are listed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum ChunkIndex {
@@ -32,6 +53,10 @@ pub(crate) enum ChunkIndex {
     /// A fixed array, whose header is here (layout version 4 or 5, a
     /// dataset of fixed maximum shape).
     FixedArray(u64),
+    /// An extensible array (one unlimited dimension), whose header is here.
+    ExtensibleArray(u64),
+    /// A version 2 B-tree (more than one unlimited dimension), whose header is here.
+    Btree2(u64),
     /// One chunk holding the whole dataset (layout version 4 or 5).
     Single {
         addr: u64,
@@ -333,9 +358,18 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
             }
             let chunk = chunk_dims(f, dims, width, at)?;
             let index = match f.u8()? {
+                // Each array's or tree's parameters: its header says them again.
                 3 => {
-                    f.skip(1)?; // page bits: the array's header says them again
+                    f.skip(1)?;
                     ChunkIndex::FixedArray(f.addr()?)
+                }
+                4 => {
+                    f.skip(5)?;
+                    ChunkIndex::ExtensibleArray(f.addr()?)
+                }
+                5 => {
+                    f.skip(6)?;
+                    ChunkIndex::Btree2(f.addr()?)
                 }
                 1 => {
                     let (size, mask) = if flags & 0x02 != 0 {
@@ -352,12 +386,10 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
                 other => {
                     let name = match other {
                         2 => "the implicit chunk index",
-                        4 => "the extensible array chunk index",
-                        5 => "the version 2 B-tree chunk index",
                         _ => "an unknown chunk index",
                     };
                     let e = Hdf5Error::Unsupported(format!(
-                        "{name} (libver=\"v110\" or \"latest\" with a `maxshape` of None: unlimited dimensions; a fixed maximum shape, or h5py's default libver, is read)"
+                        "{name} (libver=\"v110\" or \"latest\" with space allocated early, H5D_ALLOC_TIME_EARLY; h5py's default allocation is read)"
                     ));
                     return Err(bad(e, at));
                 }

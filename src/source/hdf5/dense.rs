@@ -235,6 +235,32 @@ impl Heap {
 /// The heap IDs of a name index (a B-tree v2 of type 5), each with where
 /// its record is, in the tree's order (by the names' hashes).
 fn name_index(geo: Geometry<'_>, at: u64, id_len: usize) -> Result<Vec<(Vec<u8>, u64)>> {
+    let tree = btree2_records(geo, at, |ty, record| {
+        ty == NAME_INDEX && record == 4 + id_len as u64
+    })?;
+    // Each record: the name's hash, then the heap ID.
+    Ok(tree
+        .records
+        .into_iter()
+        .map(|(bytes, at)| (bytes[4..].to_vec(), at))
+        .collect())
+}
+
+/// A version 2 B-tree's records, each's bytes and where it is, in the
+/// tree's order.
+pub(crate) struct Btree2 {
+    /// The tree's record type (5: link names, 10 and 11: chunks).
+    pub(crate) ty: u8,
+    pub(crate) records: Vec<(Vec<u8>, u64)>,
+}
+
+/// Reads every record of the version 2 B-tree whose header is at `at`, if
+/// `wanted(type, record length)` (else it is malformed where it is found).
+pub(crate) fn btree2_records(
+    geo: Geometry<'_>,
+    at: u64,
+    wanted: impl Fn(u8, u64) -> bool,
+) -> Result<Btree2> {
     let o = u64::from(geo.offset_size);
     let len = 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + o + 2 + u64::from(geo.length_size);
     let mut f = geo.block("a B-tree v2 header", at, len)?;
@@ -255,8 +281,8 @@ fn name_index(geo: Geometry<'_>, at: u64, id_len: usize) -> Result<Vec<(Vec<u8>,
     let root = f.addr()?;
     let root_records = u64::from(f.u16()?);
     let total = f.length()?;
-    if ty != NAME_INDEX || record != 4 + id_len as u64 {
-        let e = format!("a link index of type {ty} with records of {record} bytes");
+    if !wanted(ty, record) {
+        let e = format!("a B-tree v2 of type {ty} with records of {record} bytes");
         return Err(malformed(e, at));
     }
     if depth > MAX_DEPTH || node_size <= NODE_PREFIX + record || total > geo.len {
@@ -288,8 +314,7 @@ fn name_index(geo: Geometry<'_>, at: u64, id_len: usize) -> Result<Vec<(Vec<u8>,
         node.skip(2)?; // version, type
         for _ in 0..records {
             let at = node.at();
-            node.skip(4)?; // the name's hash
-            out.push((node.bytes(id_len)?.to_vec(), at));
+            out.push((node.bytes(record as usize)?.to_vec(), at));
         }
         let mut children = Vec::new();
         if level > 0 {
@@ -308,7 +333,7 @@ fn name_index(geo: Geometry<'_>, at: u64, id_len: usize) -> Result<Vec<(Vec<u8>,
         let e = format!("a B-tree v2 of {total} records holding {}", out.len());
         return Err(malformed(e, at));
     }
-    Ok(out)
+    Ok(Btree2 { ty, records: out })
 }
 
 /// The widths of an internal node's child pointers, as libhdf5 derives

@@ -12,11 +12,12 @@
 //! over a local heap) and new-style ones (link messages, in the header
 //! or, for many links, in a fractal heap indexed by a version 2 B-tree),
 //! contiguous, compact and chunked layouts (chunks indexed by a version 1
-//! B-tree, a single chunk, or a fixed array: `farray`), the filters
-//! deflate, LZF, shuffle and fletcher32, integers, floats (f16, bf16, f32,
-//! f64) and h5py's bool. What it does not read (the extensible array and
-//! version 2 B-tree chunk indexes `libver="latest"` writes for unlimited
-//! dimensions, other filters, external raw storage, virtual datasets) and
+//! B-tree, a single chunk, a fixed array (`farray`), an extensible array
+//! (`earray`) or a version 2 B-tree (`bt2index`)), the filters deflate,
+//! LZF, shuffle and fletcher32, integers, floats (f16, bf16, f32, f64) and
+//! h5py's bool. What it does not read (the implicit chunk index, paged
+//! extensible arrays, other filters, external raw storage, virtual
+//! datasets) and
 //! what safetensors cannot hold (compound, string, variable-length and
 //! reference types) are refused by name.
 //!
@@ -42,10 +43,12 @@
 //! Recognised by content: HDF5's 8-byte signature at the start of the file
 //! ([`looks_like_hdf5`]).
 
+mod bt2index;
 mod btree;
 mod chunks;
 mod dataset;
 mod dense;
+mod earray;
 mod farray;
 mod filters;
 mod group;
