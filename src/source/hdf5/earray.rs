@@ -173,8 +173,9 @@ fn super_block(geo: Geometry<'_>, h: &Header, at: u64, blocks: u64) -> Result<Ve
 
 /// The order of a chunk grid whose one unlimited dimension comes first.
 struct Swizzled {
-    /// Chunks per dimension of the others, and their chunks' sizes.
+    /// Chunks per dimension of the others, their product, and their chunks' sizes.
     rest: Vec<u64>,
+    cells: u64,
     rest_chunk: Vec<u64>,
     unlimited: usize,
     unlimited_chunk: u64,
@@ -201,8 +202,13 @@ impl Swizzled {
         if rest.contains(&0) {
             return Ok(None);
         }
+        let Some(cells) = rest.iter().try_fold(1u64, |a, &g| a.checked_mul(g)) else {
+            let e = format!("a grid of {rest:?} chunks beside the unlimited dimension");
+            return Err(malformed(e, at));
+        };
         Ok(Some(Swizzled {
             rest,
+            cells,
             rest_chunk,
             unlimited,
             unlimited_chunk,
@@ -212,9 +218,9 @@ impl Swizzled {
     /// The first element's index of chunk `i`: the unlimited dimension's
     /// index is `i` over the others' count, the others' row-major in the rest.
     fn offsets(&self, i: u64) -> Vec<u64> {
-        let cells: u64 = self.rest.iter().product();
-        let mut offsets = grid_offsets(i % cells, &self.rest, &self.rest_chunk);
-        offsets.insert(self.unlimited, (i / cells) * self.unlimited_chunk);
+        let mut offsets = grid_offsets(i % self.cells, &self.rest, &self.rest_chunk);
+        let unlimited = (i / self.cells).saturating_mul(self.unlimited_chunk);
+        offsets.insert(self.unlimited, unlimited);
         offsets
     }
 }

@@ -123,7 +123,8 @@ pub(crate) fn fixed_array_chunks(
         Ok(())
     };
     if count <= page {
-        let mut f = geo.block("a fixed array's entries", block + prefix, count * entry_len)?;
+        let len = count.saturating_mul(entry_len); // the file's length bounds it
+        let mut f = geo.block("a fixed array's entries", block + prefix, len)?;
         for i in 0..count {
             keep(i, &mut f)?;
         }
