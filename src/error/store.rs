@@ -39,6 +39,21 @@ pub enum StoreError {
         /// The most bytes read whole.
         limit: u64,
     },
+    /// A GET's body held other than the bytes of the range it answered: a
+    /// server that sends more (read no further than the first byte too
+    /// many) or fewer than its own `Content-Range` says.
+    #[error(
+        "the server answered a GET of bytes {start}..{end} with {sent} bytes{}",
+        if *sent > *end - *start { " or more" } else { "" }
+    )]
+    BodyLength {
+        /// The range asked for.
+        start: u64,
+        /// Its end (exclusive).
+        end: u64,
+        /// The bytes the body held (where it ran over: when reading stopped).
+        sent: u64,
+    },
     /// An upload ended with other than its planned bytes.
     #[error("{written} bytes written, {planned} planned")]
     UploadLength {

@@ -226,6 +226,41 @@ fn structures_reached_again_and_again_are_listed_once_or_refused() {
 }
 
 #[test]
+fn version_2_b_trees_and_heaps_reaching_a_node_twice_are_refused() {
+    // dense.h5's name index and heap rewritten by
+    // scripts/hostile_hdf5_btree2.py (checksums recomputed). Before, the
+    // shared leaf was read until the records outnumbered the file's
+    // length (a 100 MB file: 4.7 GB, then out of memory), the root that is
+    // its own child failed on a signature, and the heap naming one direct
+    // block twice was accepted.
+    let hostile = |name: &str| fixture(&format!("fuzz-regressions/hdf5_file/{name}"));
+    for (name, refusal, at) in [
+        ("bt2-leaf-shared.h5", "a B-tree v2 node reached twice", 6044),
+        (
+            "bt2-root-own-child.h5",
+            "a B-tree v2 node reached twice",
+            6065,
+        ),
+        (
+            "heap-direct-block-twice.h5",
+            "a fractal heap direct block listed twice",
+            6069,
+        ),
+        ("bt2-depth-lie.h5", "no BTIN signature", 5020),
+        (
+            "bt2-count-lie.h5",
+            "a B-tree v2 node of 400 records in 512 bytes",
+            5020,
+        ),
+    ] {
+        let e = open_err(&hostile(name));
+        assert!(matches!(e.kind(), ErrorKind::Hdf5(_)), "{name}: {e}");
+        assert!(e.to_string().contains(refusal), "{name}: {e}");
+        assert_eq!(e.offset(), Some(at), "{name}: {e}");
+    }
+}
+
+#[test]
 fn dense_groups_list_their_links_by_name_and_skip_soft_ones() {
     // 60 layers through a heap of several direct blocks; 2,100 soft links
     // through a B-tree of depth 2, all skipped.

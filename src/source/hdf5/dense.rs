@@ -12,7 +12,10 @@
 //! one the root indirect block (`FHIB`) lists. What groups of up to
 //! several thousand links use is read; heaps with filters, with indirect
 //! blocks below the root, and huge or tiny objects are refused by name.
-//! Every count and size is checked against the file before it is used.
+//! Every count and size is checked against the file before it is used,
+//! and no node of the index, nor any direct block, is reached twice.
+
+use std::collections::HashSet;
 
 use super::error::Hdf5Error;
 use super::read::{bad, malformed, Fields, Geometry};
@@ -164,6 +167,9 @@ impl Heap {
         f.skip(1 + geo.offset_size as usize + self.offset_bytes)?;
         let mut out = Vec::with_capacity(direct as usize);
         let mut offset = 0u64;
+        // Each block holds its own part of the heap: one address in two
+        // slots would give one object two IDs, and two blocks one header.
+        let mut seen = HashSet::new();
         for row in 0..rows {
             let size = if row == 0 {
                 self.start_block
@@ -171,8 +177,13 @@ impl Heap {
                 self.start_block << (row - 1)
             };
             for _ in 0..self.width {
+                let at = f.at();
                 let addr = f.addr()?;
-                out.push((offset, size, (!geo.undefined(addr)).then_some(addr)));
+                let addr = (!geo.undefined(addr)).then_some(addr);
+                if addr.is_some_and(|a| !seen.insert(a)) {
+                    return Err(malformed("a fractal heap direct block listed twice", at));
+                }
+                out.push((offset, size, addr));
                 offset = offset.saturating_add(size);
             }
         }
@@ -285,7 +296,8 @@ pub(crate) fn btree2_records(
         let e = format!("a B-tree v2 of type {ty} with records of {record} bytes");
         return Err(malformed(e, at));
     }
-    if depth > MAX_DEPTH || node_size <= NODE_PREFIX + record || total > geo.len {
+    // Every record takes its bytes in some node: no file holds more.
+    if depth > MAX_DEPTH || node_size <= NODE_PREFIX + record || total > geo.len / record {
         let e =
             format!("a B-tree v2 of depth {depth}, nodes of {node_size} bytes, {total} records");
         return Err(malformed(e, at));
@@ -295,6 +307,9 @@ pub(crate) fn btree2_records(
     let mut stack = vec![(root, root_records, depth)];
     // Every node holds at least one record, so no tree visits more nodes than records.
     let mut budget = total + 1;
+    // A tree shares no nodes: one reached again (from two parents, or from
+    // itself) would list its records again, as often as it is named.
+    let mut seen = HashSet::new();
     while let Some((addr, records, level)) = stack.pop() {
         if budget == 0 || out.len() as u64 > total {
             return Err(bad(Hdf5Error::TooMany("B-tree v2 nodes"), addr));
@@ -302,6 +317,9 @@ pub(crate) fn btree2_records(
         budget -= 1;
         if geo.undefined(addr) && records == 0 {
             continue; // an empty tree
+        }
+        if !seen.insert(addr) {
+            return Err(malformed("a B-tree v2 node reached twice", addr));
         }
         let ptr = sizes.pointer(level);
         let len = 6 + records * record + if level > 0 { (records + 1) * ptr } else { 0 };

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, GetResult, ObjectStoreExt};
 
@@ -170,10 +171,90 @@ impl Pinned {
             ..Default::default()
         };
         match self.loc.store.get_opts(&self.loc.path, options).await {
-            Ok(got) => Ok(Got::Response(got)),
+            Ok(got) => Ok(Got::Response(self.same_etag(got)?)),
             Err(e) if ignores_range(&e) => Ok(Got::Held(slice(self.whole_object().await?))),
             Err(e) => Err(self.error(e)),
         }
+    }
+
+    /// `got`, unless its ETag is not the one pinned: a server that ignores
+    /// `If-Match` answers with the object as it is now, which would mix
+    /// with the bytes already read of the object as planned.
+    fn same_etag(&self, got: GetResult) -> Result<GetResult> {
+        match (&self.etag, &got.meta.e_tag) {
+            (Some(pinned), Some(now)) if pinned != now => {
+                Err(Error::new(ErrorKind::InputModified).with_input(&self.loc.url))
+            }
+            _ => Ok(got),
+        }
+    }
+
+    /// The body of `got`, which answers bytes `start..end`, as a stream
+    /// that fails as soon as the body runs past the range (never buffering
+    /// what a lying server keeps sending) or ends before it ends.
+    fn exact_body(
+        &self,
+        got: GetResult,
+        start: u64,
+        end: u64,
+    ) -> BoxStream<'static, Result<Bytes>> {
+        let url = self.loc.url.clone();
+        let wrong = move |sent: u64| {
+            let kind = ErrorKind::ObjectStore(StoreError::BodyLength { start, end, sent });
+            Error::new(kind).with_input(&url)
+        };
+        let url = self.loc.url.clone();
+        let body = got.into_stream().map_err(move |e| match e {
+            object_store::Error::Precondition { .. } => {
+                Error::new(ErrorKind::InputModified).with_input(&url)
+            }
+            e => store_error(e, &url),
+        });
+        let want = end - start;
+        // The body, until its last byte has been read and its end seen.
+        futures::stream::try_unfold((Some(body), 0u64), move |(body, sent)| {
+            let wrong = wrong.clone();
+            async move {
+                let Some(mut body) = body else {
+                    return Ok(None);
+                };
+                let Some(bytes) = body.try_next().await? else {
+                    return if sent < want {
+                        Err(wrong(sent))
+                    } else {
+                        Ok(None)
+                    };
+                };
+                let sent = sent + bytes.len() as u64;
+                if sent > want {
+                    return Err(wrong(sent));
+                }
+                if sent < want {
+                    return Ok(Some((bytes, (Some(body), sent))));
+                }
+                // The range is whole: the body must end here, before its
+                // last bytes are given (a reader stops asking once it has them).
+                match body.try_next().await? {
+                    Some(more) => Err(wrong(sent + more.len() as u64)),
+                    None => Ok(Some((bytes, (None, sent)))),
+                }
+            }
+        })
+        .boxed()
+    }
+
+    /// The body of `got` (bytes `start..end`) in memory: exactly its bytes,
+    /// in one piece (the client's own when it gave one, no copy).
+    async fn collect_exact(&self, got: GetResult, start: u64, end: u64) -> Result<Bytes> {
+        let mut body = self.exact_body(got, start, end);
+        let mut parts: Vec<Bytes> = Vec::new();
+        while let Some(bytes) = body.try_next().await? {
+            parts.push(bytes);
+        }
+        if parts.len() == 1 {
+            return Ok(parts.swap_remove(0));
+        }
+        Ok(Bytes::from(parts.concat()))
     }
 
     /// The whole object, by one GET (once), from a server that ignores
@@ -193,19 +274,8 @@ impl Pinned {
                     ..Default::default()
                 };
                 let got = self.loc.store.get_opts(&self.loc.path, options).await;
-                let bytes = got
-                    .map_err(|e| self.error(e))?
-                    .bytes()
-                    .await
-                    .map_err(|e| self.error(e))?;
-                if bytes.len() as u64 != self.size {
-                    let changed = ErrorKind::InputChanged {
-                        opened: self.size,
-                        now: bytes.len() as u64,
-                    };
-                    return Err(Error::new(changed).with_input(&self.loc.url));
-                }
-                Ok(bytes)
+                let got = self.same_etag(got.map_err(|e| self.error(e))?)?;
+                self.collect_exact(got, 0, self.size).await
             })
             .await
     }
@@ -230,7 +300,7 @@ impl Pinned {
             return Ok(Bytes::new());
         }
         match self.get(start, end).await? {
-            Got::Response(got) => got.bytes().await.map_err(|e| self.error(e)),
+            Got::Response(got) => self.collect_exact(got, start, end).await,
             Got::Held(bytes) => Ok(bytes),
         }
     }
@@ -255,9 +325,9 @@ impl Pinned {
 
     /// Pins the object at `loc` by one GET of its first [`FIRST_RANGE`]
     /// bytes: the answer gives its length and ETag too, so no HEAD is
-    /// needed. Where that GET is not answered so (a server ignoring ranges,
-    /// an empty object), a HEAD pins it and the first range is read as
-    /// usual, so that its errors are those of a HEAD.
+    /// needed. Where that GET is refused (a server ignoring ranges, an
+    /// empty object), a HEAD pins it and the first range is read as usual,
+    /// so that its errors are those of a HEAD.
     async fn first(loc: Object) -> Result<(Pinned, Vec<u8>)> {
         let options = GetOptions {
             range: Some(GetRange::Bounded(0..FIRST_RANGE)),
@@ -267,11 +337,8 @@ impl Pinned {
             Ok(got) => {
                 let (size, etag) = (got.meta.size, got.meta.e_tag.clone());
                 let pinned = Pinned::new(loc, etag, size);
-                let first = got.bytes().await.map_err(|e| pinned.error(e))?;
-                if first.len() as u64 == size.min(FIRST_RANGE) {
-                    return Ok((pinned, first.to_vec()));
-                }
-                return Pinned::head_then_first(pinned.loc).await;
+                let first = pinned.collect_exact(got, 0, size.min(FIRST_RANGE)).await?;
+                return Ok((pinned, first.to_vec()));
             }
             Err(e) => ignores_range(&e),
         };
@@ -374,13 +441,7 @@ impl Pinned {
             Got::Response(got) => got,
             Got::Held(bytes) => return Ok(Box::pin(std::io::Cursor::new(bytes))),
         };
-        let url = self.loc.url.clone();
-        let stream = got.into_stream().map_err(move |e| match e {
-            object_store::Error::Precondition { .. } => {
-                std::io::Error::other(format!("{url}: the object was replaced while being read"))
-            }
-            e => std::io::Error::other(one_line(&e)),
-        });
+        let stream = self.exact_body(got, start, end).map_err(Error::into_io);
         Ok(Box::pin(tokio_util::io::StreamReader::new(stream)))
     }
 }

@@ -44,7 +44,7 @@ use futures::FutureExt;
 use super::Pinned;
 use crate::source::span::ReadAt;
 use crate::store::{Budget, Lease, Reclaim};
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, Result};
 
 /// Bytes fetched per window, at most: two fit in the budget's
 /// [`READ_RESERVE`](crate::store::READ_RESERVE). Smaller than `aws s3
@@ -253,14 +253,8 @@ impl Windows {
                 let last = self.next_known(id, start).map_or(last, |s| last.min(s));
                 let last = last.max(end);
                 let lease = self.lease(last - start).await;
+                // Exactly `last - start` bytes (`range_bytes` refuses a body of any other length).
                 let window = object.range_bytes(start, last).await?;
-                if (window.len() as u64) < end - start {
-                    let changed = ErrorKind::InputChanged {
-                        opened: object.size,
-                        now: start + window.len() as u64,
-                    };
-                    return Err(Error::new(changed).with_input(&object.loc.url));
-                }
                 let bytes = window.slice(0..(end - start) as usize);
                 self.hold((id, start, window, Arc::new(lease)));
                 bytes

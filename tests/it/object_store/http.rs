@@ -20,6 +20,32 @@ struct Served {
     ignore_range: bool,
     /// GETs answered.
     gets: std::sync::atomic::AtomicUsize,
+    /// How the server lies, and to which GETs (by their number from 1 and
+    /// the bytes they ask for).
+    lie: Option<(Lie, LiedTo)>,
+    /// Body bytes sent, in all.
+    sent: std::sync::atomic::AtomicUsize,
+}
+
+/// Which GETs a hostile server lies to: by their number (from 1) and the
+/// bytes they ask for.
+type LiedTo = fn(usize, usize) -> bool;
+
+/// A hostile server's answer to a GET.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Lie {
+    /// The range's bytes and 1,000 more, `Content-Length` saying so.
+    MoreBytes,
+    /// One byte fewer than the range, `Content-Length` saying so.
+    FewerBytes,
+    /// The range's `Content-Range` and bytes, then junk that never ends
+    /// (up to 256 MiB, until the client hangs up), under a `Content-Length`
+    /// of 1 TiB (object_store refuses a body without one).
+    EndlessBody,
+    /// The next range's bytes, under a `Content-Range` saying so.
+    OtherRange,
+    /// `If-Match` ignored: the object as it is now, another ETag and bytes.
+    Replaced,
 }
 
 impl Served {
@@ -29,7 +55,20 @@ impl Served {
             ranges: Mutex::new(Vec::new()),
             ignore_range,
             gets: Default::default(),
+            lie: None,
+            sent: Default::default(),
         })
+    }
+
+    fn lying(
+        bytes: Vec<u8>,
+        ignore_range: bool,
+        lie: Lie,
+        when: fn(usize, usize) -> bool,
+    ) -> Arc<Served> {
+        let mut served = Arc::into_inner(Served::new("\"v1\"", bytes, ignore_range)).unwrap();
+        served.lie = Some((lie, when));
+        Arc::new(served)
     }
 }
 
@@ -69,6 +108,14 @@ fn answer(conn: TcpStream, served: &Served) {
     let common = format!(
         "ETag: {etag}\r\nLast-Modified: Thu, 01 Jan 2026 00:00:00 GMT\r\nConnection: close\r\n"
     );
+    // One object: nothing beside it (no config.json).
+    if !line.contains(".safetensors ") {
+        let _ = write!(
+            out,
+            "HTTP/1.1 404 Not Found\r\n{common}Content-Length: 0\r\n\r\n"
+        );
+        return;
+    }
     if if_match.is_some_and(|m| m != etag) {
         let _ = write!(
             out,
@@ -84,13 +131,13 @@ fn answer(conn: TcpStream, served: &Served) {
         );
         return;
     }
-    served
+    let get = 1 + served
         .gets
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if served.ignore_range {
         range = None;
     }
-    let (start, end) = match &range {
+    let (mut start, mut end) = match &range {
         Some(r) => {
             served.ranges.lock().unwrap().push(r.clone());
             let (a, b) = r.trim_start_matches("bytes=").split_once('-').unwrap();
@@ -107,16 +154,55 @@ fn answer(conn: TcpStream, served: &Served) {
     } else {
         "200 OK"
     };
+    let lie = served
+        .lie
+        .filter(|(_, when)| when(get, end - start))
+        .map(|(lie, _)| lie);
+    let (mut common, mut bytes, mut body_len) = (common, bytes, Some(end - start));
+    match lie {
+        Some(Lie::MoreBytes) => body_len = Some(end - start + 1000),
+        Some(Lie::FewerBytes) => body_len = Some(end - start - 1),
+        Some(Lie::EndlessBody) => body_len = None,
+        Some(Lie::OtherRange) => (start, end) = (start + 1, (end + 1).min(bytes.len())),
+        Some(Lie::Replaced) => {
+            common = common.replace(&etag, "\"v2\"");
+            bytes.iter_mut().for_each(|b| *b = !*b);
+        }
+        None => {}
+    }
+    let length = body_len.unwrap_or(1 << 40);
     let _ = write!(
         out,
-        "HTTP/1.1 {status}\r\n{common}Content-Length: {}\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
-        end - start,
+        "HTTP/1.1 {status}\r\n{common}Content-Length: {length}\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
         start,
         end.saturating_sub(1),
         bytes.len()
     );
-    let _ = out.write_all(&bytes[start..end]);
+    bytes.resize(bytes.len() + 1000, 0xaa);
+    let sent = match body_len {
+        Some(n) => out.write_all(&bytes[start..start + n]).map(|_| n),
+        None => out
+            .write_all(&bytes[start..end])
+            .and_then(|_| send_forever(&mut out)),
+    };
+    let sent = sent.unwrap_or(0);
+    served
+        .sent
+        .fetch_add(sent, std::sync::atomic::Ordering::SeqCst);
     let _ = reader.read(&mut [0u8; 1]);
+}
+
+/// Junk until the client hangs up (or 256 MiB): the bytes sent.
+fn send_forever(out: &mut TcpStream) -> std::io::Result<usize> {
+    let junk = vec![0xaa; 64 << 10];
+    let mut sent = 0;
+    while sent < 256 << 20 {
+        if out.write_all(&junk).is_err() {
+            break;
+        }
+        sent += junk.len();
+    }
+    Ok(sent)
 }
 
 fn convert(args: &[&str]) -> Output {
@@ -179,4 +265,91 @@ fn a_server_ignoring_range_is_named_for_a_big_object() {
         "{msg}"
     );
     assert_eq!(msg.lines().count(), 1, "{msg}");
+}
+
+/// A safetensors object of a small tensor (read from a window) and a large
+/// one (read by a GET of its own), past the first range.
+fn two_tensors() -> Vec<u8> {
+    let (small, large) = (300_000, 2 << 20);
+    let header = format!(
+        r#"{{"small":{{"dtype":"U8","shape":[{small}],"data_offsets":[0,{small}]}},"large":{{"dtype":"U8","shape":[{large}],"data_offsets":[{small},{}]}}}}"#,
+        small + large
+    );
+    let mut header = header.into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header);
+    bytes.extend((0..small + large).map(|i| (i % 251) as u8));
+    bytes
+}
+
+#[test]
+fn a_lying_server_is_refused_by_name_and_the_output_left_alone() {
+    let object = two_tensors();
+    let first = |get: usize, _: usize| get == 1;
+    let later = |get: usize, _: usize| get > 1;
+    let window = |get: usize, len: usize| get > 1 && len <= 1 << 20;
+    let own_get = |_: usize, len: usize| len > 1 << 20;
+    let whole = |get: usize, _: usize| get > 1;
+    let large = 2 << 20;
+    // Each refused naming the input, with these words.
+    let cases: Vec<(Lie, LiedTo, bool, String)> = vec![
+        (
+            Lie::MoreBytes,
+            first,
+            false,
+            "bytes 0..100000 with 101000 bytes or more".into(),
+        ),
+        (Lie::MoreBytes, window, false, "bytes or more".into()),
+        (
+            Lie::MoreBytes,
+            own_get,
+            false,
+            format!("with {} bytes or more", large + 1000),
+        ),
+        (
+            Lie::FewerBytes,
+            first,
+            false,
+            "bytes 0..100000 with 99999 bytes".into(),
+        ),
+        (Lie::FewerBytes, window, false, "GET of bytes".into()),
+        (
+            Lie::FewerBytes,
+            own_get,
+            false,
+            format!("with {} bytes", large - 1),
+        ),
+        (Lie::EndlessBody, first, false, "bytes or more".into()),
+        (
+            Lie::EndlessBody,
+            own_get,
+            false,
+            "bytes 300152..2397304 with".into(),
+        ),
+        (Lie::EndlessBody, whole, true, "bytes or more".into()),
+        (Lie::OtherRange, later, false, "Requested".into()),
+        (Lie::Replaced, later, false, "modified".into()),
+        (Lie::Replaced, whole, true, "modified".into()),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (lie, when, ignore_range, refusal) in cases {
+        let served = Served::lying(object.clone(), ignore_range, lie, when);
+        let url = format!("{}/m/model.safetensors", serve(served.clone()));
+        let out = dir.path().join("out.safetensors");
+        let o = convert(&[&url, "-o", out.to_str().unwrap(), "--no-sync"]);
+        let msg = stderr(&o);
+        let case = format!("{lie:?} (ignoring Range: {ignore_range})");
+        // 3: the store's fault; 1: the input changed.
+        let code = if lie == Lie::Replaced { 1 } else { 3 };
+        assert_eq!(o.status.code(), Some(code), "{case}: {msg}");
+        assert!(
+            msg.contains(&url) && msg.contains(&refusal),
+            "{case}: {msg}"
+        );
+        assert!(!out.exists(), "{case}: an output was left");
+        // The body that does not end is read no further than the range.
+        let sent = served.sent.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(sent < 64 << 20, "{case}: {sent} bytes sent");
+    }
 }
