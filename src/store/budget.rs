@@ -16,10 +16,11 @@
 //! [`Reclaim`], asked to drop what it holds while a lease waits), and an
 //! upload's parts in flight always come back (they need no more memory to
 //! finish), so a conversion progresses with [`MIN_BUDGET`]: one part
-//! filling and one window read. A part is leased at most
-//! `total -` [`READ_RESERVE`] bytes (a part larger than that, from a
+//! filling and one window read. Parts take at most the budget less its
+//! reads' share ([`read_share`]: 16 MiB of the default 40), and a part is
+//! leased at most that much (a part larger than that, from a
 //! `SAFETENSORS_STREAM_PART_SIZE` near the budget, is counted as that
-//! much), so that reads always find room beside it.
+//! much), so that reads always find room beside them.
 //!
 //! One per process ([`Budget::process`]): the target is a process's peak
 //! memory, whatever it converts. Tests make their own ([`Budget::new`]).
@@ -31,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// The bytes in flight a process holds for object storage, by default:
-/// four 8 MiB upload parts and [`READ_RESERVE`] for reads. Sized so that a
+/// three 8 MiB upload parts and 16 MiB for reads ([`read_share`]). Sized so that a
 /// process converting S3 -> S3 stays under 128 MiB at DeepSeek-V3's
 /// tensor count (the scale benchmark, benches/scale/README.md).
 pub const DEFAULT_BUDGET: u64 = 40 << 20;
@@ -47,9 +48,28 @@ const RECLAIM_EVERY: Duration = Duration::from_millis(5);
 /// read windows (`source::object`'s 4 MiB).
 pub const MIN_BUDGET: u64 = 16 << 20;
 
-/// The part of the budget an upload's filling part never takes: room for
-/// the reads that fill it (two 4 MiB windows).
+/// The least of the budget that upload parts never take: room for the
+/// reads that fill them (two 4 MiB windows).
 pub const READ_RESERVE: u64 = 8 << 20;
+
+/// The share of a budget of `total` bytes that upload parts never take:
+/// two fifths of it, at least [`READ_RESERVE`]; 16 MiB of the default
+/// 40, three 8 MiB parts beside it.
+///
+/// Why not less: S3 -> S3 on the scale benchmark, the copy's one reading
+/// thread waited on GETs for three quarters of the copy, often with no
+/// other GET in flight, while the parts' share sat mostly unleased
+/// (benches/scale/README.md, session 10): reads ahead are what the
+/// conversion waits on, and the parts keep up with two in flight.
+///
+/// ```
+/// use safetensors_stream::store::{read_share, DEFAULT_BUDGET, MIN_BUDGET, READ_RESERVE};
+/// assert_eq!(read_share(DEFAULT_BUDGET), 16 << 20);
+/// assert_eq!(read_share(MIN_BUDGET), READ_RESERVE);
+/// ```
+pub fn read_share(total: u64) -> u64 {
+    (total / 5 * 2).max(READ_RESERVE)
+}
 
 /// A holder of leases it can give back on demand (a cache).
 pub trait Reclaim: Send + Sync {
@@ -60,8 +80,10 @@ pub trait Reclaim: Send + Sync {
 /// A budget of bytes shared by every reader and writer of objects.
 pub struct Budget {
     permits: Arc<Semaphore>,
-    /// Upload parts' share: the budget less [`READ_RESERVE`].
+    /// Upload parts' share, the budget less [`read_share`], as permits.
     part_room: Arc<Semaphore>,
+    /// The same share in bytes: the most one part is leased.
+    part_share: u64,
     total: u32,
     /// The most bytes leased at once so far (for tests and reports).
     peak: AtomicUsize,
@@ -104,11 +126,12 @@ impl Budget {
     pub fn new(total: u64) -> Arc<Budget> {
         let total = u32::try_from(total).unwrap_or(u32::MAX);
         let parts = u64::from(total)
-            .saturating_sub(READ_RESERVE)
+            .saturating_sub(read_share(total.into()))
             .max(PART_FLOOR);
         Arc::new(Budget {
             permits: Arc::new(Semaphore::new(total as usize)),
             part_room: Arc::new(Semaphore::new(parts as usize)),
+            part_share: parts,
             total,
             peak: AtomicUsize::new(0),
             caches: Mutex::default(),
@@ -202,13 +225,10 @@ impl Budget {
     }
 
     /// A lease for an upload part of `bytes`: the parts leased at once
-    /// take at most the budget less [`READ_RESERVE`] (a part larger than
+    /// take at most the budget less [`read_share`] (a part larger than
     /// that is leased as that much).
     pub async fn lease_part(&self, bytes: u64) -> Lease {
-        let share = u64::from(self.total)
-            .saturating_sub(READ_RESERVE)
-            .max(PART_FLOOR);
-        let n = bytes.min(share).min(u64::from(u32::MAX)) as u32;
+        let n = bytes.min(self.part_share).min(u64::from(u32::MAX)) as u32;
         self.uploading.store(true, Ordering::Relaxed);
         let part_room = Arc::clone(&self.part_room);
         // The semaphore is never closed.
@@ -267,5 +287,23 @@ mod tests {
         assert_eq!(waiting.await.unwrap(), 100);
         assert_eq!(budget.peak(), 10);
         assert_eq!(budget.in_use(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_default_budget_leases_three_parts_and_keeps_the_rest_for_reads() {
+        use crate::store::PART_SIZE;
+        use futures::FutureExt;
+        let budget = Budget::new(DEFAULT_BUDGET);
+        let mut parts = Vec::new();
+        for _ in 0..3 {
+            parts.push(budget.lease_part(PART_SIZE).await);
+        }
+        let fourth = tokio::time::timeout(Duration::from_millis(50), budget.lease_part(PART_SIZE));
+        assert!(fourth.await.is_err(), "a fourth part leased");
+        // Reads find their share free beside the parts.
+        let reads = budget.try_lease(read_share(DEFAULT_BUDGET));
+        assert!(reads.is_some(), "{budget:?}");
+        drop(parts.pop());
+        assert!(budget.lease_part(PART_SIZE).now_or_never().is_some());
     }
 }

@@ -17,7 +17,7 @@ mod credentials;
 mod open_uploads;
 mod parts;
 
-pub use budget::{Budget, Lease, Reclaim, DEFAULT_BUDGET, MIN_BUDGET, READ_RESERVE};
+pub use budget::{read_share, Budget, Lease, Reclaim, DEFAULT_BUDGET, MIN_BUDGET, READ_RESERVE};
 pub use open_uploads::OpenUpload;
 pub(crate) use open_uploads::S3Uploads;
 pub use parts::{part_size, UploadConfig, IN_FLIGHT, MAX_PART, MAX_PARTS, MIN_PART, PART_SIZE};
