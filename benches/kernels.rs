@@ -265,36 +265,6 @@ fn mxfp4_band(bencher: Bencher, case: Case<&str>) {
         });
 }
 
-/// GPTQ int4 to BF16 on the end-to-end shape (kernels_e2e.py's weight, K
-/// = 8192): a part reader's strip of 1024 output rows (4 MiB of words,
-/// past L2), made in the copy engine's 1 MiB chunks of 64 rows, each
-/// chunk copied on into a 64 MiB ring (the `pwrite`'s traffic; `alone`:
-/// not copied, the kernel's time only).
-fn gptq_strip_cases() -> Vec<Case<&'static str>> {
-    on_each_path(&["1024x8192", "1024x8192 alone"])
-}
-
-#[divan::bench(args = gptq_strip_cases())]
-fn gptq_strip(bencher: Bencher, case: Case<&str>) {
-    let (nb, cols, chunk) = (1024, 8192, 64);
-    let raw = pattern(cols / 8 * nb * 4);
-    let mut out = vec![0u8; chunk * cols * 2];
-    let mut sink = vec![
-        0u8;
-        if case.what.ends_with("alone") {
-            0
-        } else {
-            64 << 20
-        }
-    ];
-    bencher.counter(ItemsCount::new(nb * cols)).bench_local(|| {
-        with_isa(case.isa, || {
-            let raw = black_box(&raw[..]);
-            dequant::gptq_strip(raw, (nb, cols), chunk, &mut out, &mut sink)
-        })
-    });
-}
-
 #[divan::bench(args = [2, 4, 8])]
 fn swap_bytes(bencher: Bencher, width: usize) {
     let mut buf = pattern(BUF);

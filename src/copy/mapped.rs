@@ -55,42 +55,6 @@ const ALIGN: u64 = 2 << 20;
 /// "Copy path").
 pub(super) const WRITE_PIECE: usize = 128 * 1024;
 
-/// Bytes from output offset `at` to the next multiple of [`WRITE_PIECE`]
-/// (a whole piece from one): where every copy cuts its writes.
-pub(super) fn to_piece_end(at: u64) -> usize {
-    WRITE_PIECE - (at % WRITE_PIECE as u64) as usize
-}
-
-/// Writes all of `bytes` to `out` at offset `at` in pieces that end on
-/// multiples of [`WRITE_PIECE`] in the output (the first one shorter), as
-/// the kernel copy writes: the output's page-cache folios are then no
-/// larger than a piece. Written whole, the blocking readers' 1 MiB chunks
-/// made folios of 1 MiB, whose first touch now and then faulted on the
-/// host: `perf` put 49 % of a 1 GiB GPTQ weight's CPU in that copy, where
-/// the plain copy spends 29 % of a quarter the time
-/// (benches/results-kernels.md, "Round 12").
-pub(crate) fn write_all_at_in_pieces(out: &File, bytes: &[u8], at: u64) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    in_pieces(bytes, at, |piece, here| out.write_all_at(piece, here))
-}
-
-/// `bytes` (bound for offset `at`) handed to `write` piece by piece, each
-/// with its offset, cut as [`write_all_at_in_pieces`] says.
-fn in_pieces(
-    bytes: &[u8],
-    at: u64,
-    mut write: impl FnMut(&[u8], u64) -> io::Result<()>,
-) -> io::Result<()> {
-    let mut done = 0;
-    while done < bytes.len() {
-        let here = at + done as u64;
-        let n = to_piece_end(here).min(bytes.len() - done);
-        write(&bytes[done..done + n], here)?;
-        done += n;
-    }
-    Ok(())
-}
-
 /// Copies `len` bytes of `src` from `offset` to `out` at its offset.
 /// Returns `Ok(false)` without writing anything when the source cannot be
 /// mapped (a special file), so the caller copies another way. Why a copy
@@ -119,7 +83,7 @@ pub(crate) fn copy_mapped(
         };
         let mut from = (at - base) as usize;
         while from < map_len {
-            let piece = to_piece_end(out_start + done);
+            let piece = WRITE_PIECE - ((out_start + done) % WRITE_PIECE as u64) as usize;
             // The first piece short, and the one before each new window.
             let n = window
                 .write_to(out, from, (map_len - from).min(piece))
@@ -228,35 +192,6 @@ mod tests {
     use crate::copy::job::testing::{contents, source};
     use crate::ErrorKind;
     use std::io::Write;
-
-    #[test]
-    fn pieces_end_on_multiples_of_the_write_piece_in_the_output() {
-        let bytes: Vec<u8> = (0..3 * WRITE_PIECE + 1000).map(|i| i as u8).collect();
-        for at in [0, 88, WRITE_PIECE as u64 - 6, 5 * WRITE_PIECE as u64] {
-            let mut pieces = Vec::new();
-            in_pieces(&bytes, at, |piece, here| {
-                pieces.push((here, piece.to_vec()));
-                Ok(())
-            })
-            .unwrap();
-            // Every piece but the last ends on a multiple, and none is longer.
-            for (here, piece) in &pieces[..pieces.len() - 1] {
-                assert_eq!(
-                    (here + piece.len() as u64) % WRITE_PIECE as u64,
-                    0,
-                    "at {at}"
-                );
-            }
-            assert!(pieces.iter().all(|(_, p)| p.len() <= WRITE_PIECE));
-            // Together, every byte once, each at its own offset.
-            assert_eq!(pieces[0].0, at);
-            for pair in pieces.windows(2) {
-                assert_eq!(pair[0].0 + pair[0].1.len() as u64, pair[1].0);
-            }
-            let joined: Vec<u8> = pieces.into_iter().flat_map(|(_, p)| p).collect();
-            assert_eq!(joined, bytes);
-        }
-    }
 
     #[test]
     fn windows_after_the_first_start_on_a_huge_page() {

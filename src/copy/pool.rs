@@ -9,11 +9,11 @@
 
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::job::{Failed, JobError, Overflow, ReaderJob};
-use super::mapped::write_all_at_in_pieces;
 use crate::cast::Cast;
 use crate::io_util::fill;
 use crate::sink::elements::{ChunkBuffer, Pump};
@@ -66,7 +66,7 @@ pub(crate) fn write_parallel(
                 }
                 let got = fill(&mut reader, input)?;
                 let bytes = pump.process(got)?;
-                write_all_at_in_pieces(out, bytes, at)
+                out.write_all_at(bytes, at)
                     .map_err(|e| Error::io(e).with_output(out_name))?;
                 at += bytes.len() as u64;
                 progress(bytes.len() as u64);
@@ -190,7 +190,6 @@ mod tests {
     use crate::transform::Transform;
     use crate::ErrorKind;
     use std::io::{self, Cursor};
-    use std::os::unix::fs::FileExt;
     use std::sync::{Arc, Condvar};
     use std::time::Duration;
 

@@ -20,7 +20,7 @@
 use std::fs::File;
 use std::io::Write;
 
-use super::mapped::{copy_mapped, to_piece_end, WRITE_PIECE};
+use super::mapped::{copy_mapped, WRITE_PIECE};
 use super::policy::Way;
 use super::positional::read_exact_at;
 use crate::sink::elements::too_short;
@@ -153,7 +153,7 @@ impl Run<'_> {
         let mut buf = vec![0u8; WRITE_PIECE];
         let mut done = part.start;
         while done < part.end {
-            let piece = to_piece_end(out_at + done - part.start);
+            let piece = WRITE_PIECE - ((out_at + done - part.start) % WRITE_PIECE as u64) as usize;
             let n = ((part.end - done) as usize).min(piece);
             let at = self.offset + done;
             read_exact_at(None, self.src, &mut buf[..n], at, self.len, done)

@@ -124,63 +124,6 @@ pub fn mxfp4_band(
     codes * rows
 }
 
-/// GPTQ int4 to BF16 on the end-to-end shape: a part reader's strip of
-/// `nb` output rows of `cols` columns (`[cols / 8][nb]` words from `raw`,
-/// groups of 128, F16 scales), made `chunk` rows at a time into `out` (the
-/// copy engine's chunk), each chunk then copied into `sink` at the next
-/// place round it (the `pwrite` into the page cache, whose traffic evicts
-/// the strip from the cache between chunks, as in the converter; an empty
-/// `sink` takes none). Returns the elements made.
-pub fn gptq_strip(
-    raw: &[u8],
-    (nb, cols): (usize, usize),
-    chunk: usize,
-    out: &mut [u8],
-    sink: &mut [u8],
-) -> usize {
-    let words: &[u32] = bytemuck::cast_slice(&raw[..cols / 8 * nb * 4]);
-    let groups: Vec<u32> = (0..cols as u32).map(|k| k / 128).collect();
-    let scales: Vec<f32> = (0..cols / 128 * nb)
-        .map(|i| 0.25 + (i % 7) as f32)
-        .collect();
-    let p = super::gptq::Piece {
-        n0: 0,
-        rows: nb,
-        qweight: words,
-        zeros: &words[..cols / 128 * nb.div_ceil(8)],
-        zero_words: nb.div_ceil(8),
-        scales: &scales,
-        groups: &groups,
-        runs: &crate::cast::simd::int4_runs(&groups),
-    };
-    let packing = super::gptq::Packing {
-        bits: 4,
-        zero_offset: 1,
-    };
-    let (mut scratch, mut at) = (Vec::new(), 0);
-    let out = &mut out[..chunk * cols * 2];
-    for first in (0..nb).step_by(chunk) {
-        super::gptq::rows_into(
-            &p,
-            first,
-            packing,
-            Dtype::F16,
-            Dtype::BF16,
-            &mut scratch,
-            out,
-        );
-        if sink.len() < out.len() {
-            continue;
-        }
-        if at + out.len() > sink.len() {
-            at = 0;
-        }
-        sink[at..at + out.len()].copy_from_slice(out);
-        at += out.len();
-    }
-    nb * cols
-}
-
 /// The 4-bit schemes' kernels on `n` elements of a weight of `cols`
 /// columns (`n` a multiple of `cols`, `cols` of 128), from bytes `raw`
 /// (codes, words; reused as each scheme needs), dequantized into `values`

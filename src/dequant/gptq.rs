@@ -80,7 +80,7 @@ const STEP: usize = 8192;
 /// cache: the same bytes as [`rows`] then [`super::store_f32`]. 4-bit
 /// rows go 8 at a time on the vector path (one load of 8 rows' words,
 /// side by side in the packed matrix, instead of a strided load per row
-/// and word), the tiles of `out` a band of words at a time.
+/// and word).
 pub(crate) fn rows_into(
     p: &Piece,
     first: usize,
@@ -95,13 +95,13 @@ pub(crate) fn rows_into(
     let row_bytes = k_len * width;
     let end = first + out.len() / row_bytes;
     let mut rows = Rows::new(p, packing, scale_dtype, p.rows);
-    let tiled = (end - first) / 8 * 8;
     let mut i = first;
-    if rows.tiles(first, to, &mut out[..tiled * row_bytes]) {
-        i += tiled;
-    }
     while i < end {
         let at = (i - first) * row_bytes;
+        if i + 8 <= end && rows.tile(i, to, &mut out[at..at + 8 * row_bytes]) {
+            i += 8;
+            continue;
+        }
         let per = (STEP / k_len).clamp(1, end - i);
         scratch.clear();
         scratch.resize(per * k_len, 0.0);
@@ -128,17 +128,10 @@ struct Rows<'a> {
     table: Vec<f32>,
     zeros: Vec<f32>,
     scales: Vec<f32>,
-    /// The tiles' zero points and scales, `[tile][group][8 rows]`.
+    /// A tile's zero points and scales, `[group][8 rows]`.
     tile_zeros: Vec<f32>,
     tile_scales: Vec<f32>,
 }
-
-/// Words of the packed matrix a chunk's tiles take in turn ([`Rows::tiles`]):
-/// 512 input columns, so that the tiles after the first find their words
-/// in the cache (64 packed rows of them: 16 KiB for 64 output rows), where
-/// a tile over all `K` columns left them to be read from memory again by
-/// the next, 1024 packed rows (each a page of the strip) later.
-const BAND: usize = 64;
 
 impl<'a> Rows<'a> {
     fn new(p: &'a Piece<'a>, packing: Packing, scale_dtype: Dtype, nb: usize) -> Self {
@@ -165,66 +158,23 @@ impl<'a> Rows<'a> {
         }
     }
 
-    /// The piece's rows from `i` on, as many whole tiles of 8 as `out`
-    /// holds, stored as `to` into `out` (their bytes) straight from the
-    /// vector kernel's registers, the tiles taking the packed matrix a
-    /// [`BAND`] of words at a time; each row's last columns short of a
-    /// word as the reference. False, with nothing written, off the 4-bit
-    /// vector path.
-    fn tiles(&mut self, i: usize, to: Dtype, out: &mut [u8]) -> bool {
-        let (p, packing) = (self.p, self.packing);
+    /// Rows `i..i + 8` of the piece stored as `to` into `out` (their
+    /// bytes), straight from the vector kernel's registers: false, with
+    /// nothing written, off the 4-bit vector path.
+    fn tile(&mut self, i: usize, to: Dtype, out: &mut [u8]) -> bool {
+        let (p, packing, nb) = (self.p, self.packing, self.nb);
         let k_len = p.groups.len();
-        let width = (to.bits() / 8) as usize;
-        let tile_bytes = 8 * k_len * width;
-        let count = out.len() / tile_bytes.max(1);
         if packing.bits != 4
             || k_len < 8
-            || count == 0
             || crate::cast::simd::isa() == crate::cast::simd::Isa::Scalar
         {
             return false;
         }
-        let finite: Vec<bool> = (0..count).map(|t| self.tile_values(t, i + 8 * t)).collect();
-        let groups = self.per_group.len();
-        let words = k_len / packing.per_word();
-        let mut done = 0;
-        for band in (0..words).step_by(BAND) {
-            for (t, out) in out.chunks_exact_mut(tile_bytes).enumerate() {
-                let at = t * groups * 8..(t + 1) * groups * 8;
-                let tile = crate::cast::simd::Int4Tile {
-                    words: &p.qweight[i + 8 * t..],
-                    stride: self.nb,
-                    groups: p.groups,
-                    zeros: &self.tile_zeros[at.clone()],
-                    scales: &self.tile_scales[at],
-                    runs: p.runs,
-                    span: band..(band + BAND).min(words),
-                    finite: finite[t],
-                };
-                done = crate::cast::simd::int4_rows8(&tile, self.scale_dtype, to, out);
-                if done == 0 {
-                    return false;
-                }
-            }
-        }
-        // A row's last columns short of a word: as the reference.
-        for (t, out) in out.chunks_exact_mut(tile_bytes).enumerate() {
-            self.tail(i + 8 * t, t, done, to, out);
-        }
-        true
-    }
-
-    /// Tile `t`'s zero points and scales (its rows `i..i + 8`) into its
-    /// place in `tile_zeros` and `tile_scales` (grown to hold it): whether
-    /// every scale is finite.
-    fn tile_values(&mut self, t: usize, i: usize) -> bool {
-        let (p, packing, nb) = (self.p, self.packing, self.nb);
         let per = packing.per_word();
         let groups = self.per_group.len();
-        let at = t * groups * 8;
-        self.tile_zeros.truncate(at);
-        self.tile_zeros.resize(at + groups * 8, 0.0);
-        self.tile_scales.truncate(at);
+        self.tile_zeros.clear();
+        self.tile_zeros.resize(groups * 8, 0.0);
+        self.tile_scales.clear();
         for g in 0..groups {
             let at = g * nb + i;
             self.tile_scales.extend_from_slice(&p.scales[at..at + 8]);
@@ -235,36 +185,40 @@ impl<'a> Rows<'a> {
         // codes in each group (no division a row).
         let slots: [usize; 8] = std::array::from_fn(|j| (n % per + j) % per);
         let words: [usize; 8] = std::array::from_fn(|j| (n + j) / per - n / per + zero_word);
-        let zeros = self.tile_zeros[at..].chunks_exact_mut(8);
-        for (g, zeros) in zeros.enumerate() {
+        for (g, zeros) in self.tile_zeros.chunks_exact_mut(8).enumerate() {
             let group = &p.zeros[g * p.zero_words..];
             for (j, z) in zeros.iter_mut().enumerate() {
                 let stored = packing.code(group[words[j]], slots[j]);
                 *z = (stored + packing.zero_offset) as f32;
             }
         }
-        self.tile_scales[at..].iter().all(|s| s.is_finite())
-    }
-
-    /// Columns `done..K` of tile `t` (rows `i..i + 8`) as the reference
-    /// makes them, stored as `to` into `out` (the tile's bytes).
-    fn tail(&self, i: usize, t: usize, done: usize, to: Dtype, out: &mut [u8]) {
-        let (p, packing, nb) = (self.p, self.packing, self.nb);
-        let (k_len, per) = (p.groups.len(), packing.per_word());
+        let runs = p.runs;
+        let tile = crate::cast::simd::Int4Tile {
+            words: &p.qweight[i..],
+            stride: nb,
+            groups: p.groups,
+            zeros: &self.tile_zeros,
+            scales: &self.tile_scales,
+            runs,
+        };
+        let done = crate::cast::simd::int4_rows8(&tile, self.scale_dtype, to, out);
+        if done == 0 {
+            return false;
+        }
+        // A row's last columns short of a word: as the reference.
         let width = (to.bits() / 8) as usize;
-        let at = t * self.per_group.len() * 8;
-        let (zeros, scales) = (&self.tile_zeros[at..], &self.tile_scales[at..]);
         for j in 0..8 {
             for k in done..k_len {
                 let word = p.qweight[k / per * nb + i + j];
                 let q = packing.code(word, k % per);
                 let g = p.groups[k] as usize;
-                let (z, scale) = (zeros[g * 8 + j], scales[g * 8 + j]);
+                let (z, scale) = (self.tile_zeros[g * 8 + j], self.tile_scales[g * 8 + j]);
                 let v = super::arith::stored_as(self.scale_dtype, (q as f32 - z) * scale);
                 let at = (j * k_len + k) * width;
                 super::store_f32(&[v], to, &mut out[at..at + width]);
             }
         }
+        true
     }
 
     /// Row `i` of the piece (output row `n0 + i`) into `out_row` (`K` values).

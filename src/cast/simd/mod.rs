@@ -263,10 +263,7 @@ dispatch! {
 /// `groups[k]`, the rows' zero points and scales of group `g` at
 /// `zeros[8g..8g + 8]`, `scales[8g..8g + 8]`; `runs[b]` the group of
 /// columns `32b..32b + 32` when they are all in one, else [`MIXED`]
-/// (whole blocks only; see [`int4_runs`]). Only words `span` (input
-/// columns `8 * span.start..8 * span.end`) are made, so that a chunk's
-/// tiles can take the packed matrix a band of words at a time;
-/// `finite` says every scale is finite (the values hold no NaN).
+/// (whole blocks only; see [`int4_runs`]).
 pub(crate) struct Int4Tile<'a> {
     pub words: &'a [u32],
     pub stride: usize,
@@ -274,8 +271,6 @@ pub(crate) struct Int4Tile<'a> {
     pub zeros: &'a [f32],
     pub scales: &'a [f32],
     pub runs: &'a [u32],
-    pub span: std::ops::Range<usize>,
-    pub finite: bool,
 }
 
 /// An [`Int4Tile`] block of 32 columns in more than one group.
@@ -379,10 +374,8 @@ dispatch! { quant2, quant2;
 dispatch! { quant2, quant2;
     /// GPTQ 4-bit, the 8 output rows of `t` at once, each value
     /// `(q - zero) * scale` rounded as `dtype` stores it, then stored as
-    /// `to` into `out`, the 8 rows of `groups.len()` elements (the columns
-    /// of `t.span`'s words only). Returns the columns done in each row,
-    /// `8 * t.span.end` (0 on the reference path, and then nothing was
-    /// written).
+    /// `to` into `out`, the 8 rows of `groups.len()` elements. Returns the
+    /// columns done in each row (whole words; 0 on the reference path).
     fn int4_rows8(t: &Int4Tile, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize
         = 0;
 }

@@ -169,9 +169,8 @@ fn int4_row_as<const ROUND: u8>(
 /// each group's values are a vector across the rows), then transposed in
 /// registers and stored as `to` (F32, BF16 or F16, little-endian) by the
 /// store path's own lane conversions. `out` holds the 8 rows of
-/// `groups.len()` elements of `to`, of which the columns of `t.span`'s
-/// words are made. Whole words; returns the columns done in each row
-/// (`8 * t.span.end`).
+/// `groups.len()` elements of `to`. Whole words; returns the columns done
+/// in each row.
 #[target_feature(enable = "avx2,f16c")]
 pub(super) fn int4_rows8(t: &Tile, dtype: Dtype, to: Dtype, out: &mut [u8]) -> usize {
     by_dtypes!(dtype, to, int4_rows8_as(t, out), 0)
@@ -187,7 +186,7 @@ fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> us
     }
     // Finite scales make no NaN (`q - zero` is a small integer): the lanes
     // skip the NaN patches.
-    match t.finite {
+    match t.scales.iter().fold(true, |all, s| all & s.is_finite()) {
         true => int4_tile::<ROUND, OUT, true>(t, out),
         false => int4_tile::<ROUND, OUT, false>(t, out),
     }
@@ -200,8 +199,8 @@ fn int4_rows8_as<const ROUND: u8, const OUT: u8>(t: &Tile, out: &mut [u8]) -> us
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn int4_tile<const ROUND: u8, const OUT: u8, const CLEAN: bool>(t: &Tile, out: &mut [u8]) -> usize {
-    let n = t.span.end.min(t.groups.len() / 8);
-    let mut w = t.span.start.min(n);
+    let n = t.groups.len() / 8;
+    let mut w = 0;
     if OUT != 0 {
         let mut books = Books::default();
         while w + 8 <= n {
