@@ -48,19 +48,27 @@ pub(crate) fn list_chunks(
     limits: &Limits,
 ) -> Result<Vec<Chunk>> {
     let logical = chunk_bytes(chunk, width);
+    let s = ChunkShape {
+        max_shape,
+        chunk,
+        logical,
+    };
+    // A newer index's chunks, those inside the shape.
+    let newer =
+        |read: NewerIndex, header| inside_shape(geo, read(geo, header, &s)?, shape, logical);
     let mut out = Vec::new();
     match index {
         ChunkIndex::Single { addr, size, mask } => {
             if !geo.undefined(addr) {
                 let size = size.unwrap_or(logical);
-                check_size(size, logical, addr)?;
-                geo.check("a chunk", addr, size)?;
-                out.push(Chunk {
-                    offsets: vec![0; shape.len()],
+                let offsets = vec![0; shape.len()];
+                let c = Chunk {
+                    offsets,
                     addr,
                     size,
                     mask,
-                });
+                };
+                out.push(checked(geo, c, logical, addr)?);
             }
         }
         // Never written: all fill value.
@@ -68,21 +76,9 @@ pub(crate) fn list_chunks(
         | ChunkIndex::ExtensibleArray(header)
         | ChunkIndex::Btree2(header)
             if geo.undefined(header) => {}
-        ChunkIndex::FixedArray(header)
-        | ChunkIndex::ExtensibleArray(header)
-        | ChunkIndex::Btree2(header) => {
-            let read = match index {
-                ChunkIndex::FixedArray(_) => fixed_array_chunks,
-                ChunkIndex::ExtensibleArray(_) => extensible_array_chunks,
-                _ => btree2_chunks,
-            };
-            let s = ChunkShape {
-                max_shape,
-                chunk,
-                logical,
-            };
-            out = inside_shape(geo, read(geo, header, &s)?, shape, logical)?;
-        }
+        ChunkIndex::FixedArray(header) => out = newer(fixed_array_chunks, header)?,
+        ChunkIndex::ExtensibleArray(header) => out = newer(extensible_array_chunks, header)?,
+        ChunkIndex::Btree2(header) => out = newer(btree2_chunks, header)?,
         ChunkIndex::BTree(root) if geo.undefined(root) => {}
         ChunkIndex::BTree(root) => {
             let key = 8 + 8 * (shape.len() + 1);
@@ -101,14 +97,13 @@ pub(crate) fn list_chunks(
                         return Err(malformed(e, at));
                     }
                 }
-                check_size(size, logical, at)?;
-                geo.check("a chunk", leaf.child, size)?;
-                out.push(Chunk {
+                let c = Chunk {
                     offsets,
                     addr: leaf.child,
                     size,
                     mask,
-                });
+                };
+                out.push(checked(geo, c, logical, at)?);
             }
         }
     }
@@ -139,11 +134,22 @@ fn inside_shape(
         if c.offsets.iter().zip(shape).any(|(&o, &s)| o >= s) {
             continue;
         }
-        check_size(c.size, logical, c.addr)?;
-        geo.check("a chunk", c.addr, c.size)?;
-        out.push(c);
+        let at = c.addr;
+        out.push(checked(geo, c, logical, at)?);
     }
     Ok(out)
+}
+
+/// How a newer chunk index (fixed array, extensible array, version 2
+/// B-tree) is listed from its header.
+type NewerIndex = fn(Geometry<'_>, u64, &ChunkShape<'_>) -> Result<Vec<Chunk>>;
+
+/// `c`, once its stored size is one its filters can make (checked at `at`)
+/// and its bytes lie inside the file.
+fn checked(geo: Geometry<'_>, c: Chunk, logical: u64, at: u64) -> Result<Chunk> {
+    check_size(c.size, logical, at)?;
+    geo.check("a chunk", c.addr, c.size)?;
+    Ok(c)
 }
 
 /// Checks a stored chunk is no larger than its filters can make it:

@@ -317,8 +317,8 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
     let at = f.at();
     let version = f.u8()?;
     // Version 5 (libhdf5 2.0's `libver="latest"`) is version 4's fields;
-    // it only changes how chunk indexes other than a single chunk encode
-    // filtered chunks' sizes, and those indexes are refused below.
+    // it only changes how the array and tree chunk indexes size a filtered
+    // chunk's length, which their entries' own length tells (`farray`).
     if !(3..=5).contains(&version) {
         let e = Hdf5Error::Version {
             what: "data layout",

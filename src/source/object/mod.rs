@@ -182,9 +182,7 @@ impl Pinned {
     /// with the bytes already read of the object as planned.
     fn same_etag(&self, got: GetResult) -> Result<GetResult> {
         match (&self.etag, &got.meta.e_tag) {
-            (Some(pinned), Some(now)) if pinned != now => {
-                Err(Error::new(ErrorKind::InputModified).with_input(&self.loc.url))
-            }
+            (Some(pinned), Some(now)) if pinned != now => Err(modified(&self.loc.url)),
             _ => Ok(got),
         }
     }
@@ -204,12 +202,7 @@ impl Pinned {
             Error::new(kind).with_input(&url)
         };
         let url = self.loc.url.clone();
-        let body = got.into_stream().map_err(move |e| match e {
-            object_store::Error::Precondition { .. } => {
-                Error::new(ErrorKind::InputModified).with_input(&url)
-            }
-            e => store_error(e, &url),
-        });
+        let body = got.into_stream().map_err(move |e| read_error(e, &url));
         let want = end - start;
         // The body, until its last byte has been read and its end seen.
         futures::stream::try_unfold((Some(body), 0u64), move |(body, sent)| {
@@ -281,12 +274,7 @@ impl Pinned {
     }
 
     fn error(&self, e: object_store::Error) -> Error {
-        match e {
-            object_store::Error::Precondition { .. } => {
-                Error::new(ErrorKind::InputModified).with_input(&self.loc.url)
-            }
-            e => store_error(e, &self.loc.url),
-        }
+        read_error(e, &self.loc.url)
     }
 
     /// Bytes `start..end`, whole (for headers: small and bounded).
@@ -654,4 +642,18 @@ impl Source for ObjectSource {
     fn config_beside(&self) -> Option<&[u8]> {
         self.config.as_deref()
     }
+}
+
+/// A read of the object at `url` that failed: replaced since it was
+/// pinned (a failed `If-Match`), or the store's error.
+fn read_error(e: object_store::Error, url: &str) -> Error {
+    match e {
+        object_store::Error::Precondition { .. } => modified(url),
+        e => store_error(e, url),
+    }
+}
+
+/// The object at `url` is no longer the one pinned.
+fn modified(url: &str) -> Error {
+    Error::new(ErrorKind::InputModified).with_input(url)
 }
