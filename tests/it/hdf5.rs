@@ -20,7 +20,7 @@ use safetensors_stream::source::{open_input, Names, Source, SourceOptions};
 use safetensors_stream::{Category, Error, ErrorKind, SinkOptions};
 use support::{block_on, fixtures};
 
-const CASES: [(&str, &str); 12] = [
+const CASES: [(&str, &str); 13] = [
     ("hdf5/keras2.h5", "hdf5/expected/keras2.safetensors"),
     ("hdf5/keras3.weights.h5", "hdf5/expected/keras3.safetensors"),
     ("hdf5/chunked.h5", "hdf5/expected/chunked.safetensors"),
@@ -49,6 +49,11 @@ const CASES: [(&str, &str); 12] = [
     (
         "hdf5/btree2_index.h5",
         "hdf5/expected/btree2_index.safetensors",
+    ),
+    // The scaleoffset filter: integers of every width, D-scaled floats (the bytes h5py reads).
+    (
+        "hdf5/scaleoffset.h5",
+        "hdf5/expected/scaleoffset.safetensors",
     ),
 ];
 
@@ -306,10 +311,12 @@ fn corrupted_bytes_are_refused_or_read_never_a_panic() {
     // Each byte of the metadata set to 0xff and to 0x00 in turn: the file
     // either converts or is refused as bad input; a panic fails the test.
     let dir = tempfile::tempdir().unwrap();
+    // Read whole: their chunk indexes, or their chunks' scaleoffset headers, are far in.
     let newer_indexes = [
         "hdf5/fixed_array.h5",
         "hdf5/extensible_array.h5",
         "hdf5/btree2_index.h5",
+        "hdf5/scaleoffset.h5",
     ];
     for name in ["hdf5/latest.h5", "hdf5/chunked.h5", "hdf5/dense.h5"]
         .into_iter()

@@ -22,6 +22,69 @@ pub(crate) enum Filter {
     Shuffle(usize),
     /// A 4-byte checksum after the data (not verified: stripped).
     Fletcher32,
+    /// Values packed in fewer bits after subtracting their minimum.
+    ScaleOffset(ScaleOffset),
+}
+
+/// The parameters of a scaleoffset filter (HDF5's filter 6, h5py's
+/// `scaleoffset=`), from the 20 values libhdf5 stores with it: the
+/// element's kind, size and byte order, the decimal scale of floats, and
+/// the fill value, which stands for itself in the packed values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ScaleOffset {
+    pub(crate) float: bool,
+    /// Bytes per element: 1, 2, 4 or 8 (4 or 8 for floats).
+    pub(crate) size: usize,
+    pub(crate) big_endian: bool,
+    /// Floats: the decimal digits kept (h5py's `scaleoffset=D`).
+    pub(crate) decimals: i32,
+    /// Integers given every bit (`scaleoffset=8 * size`): stored as they are.
+    pub(crate) verbatim: bool,
+    /// The fill value's bits (the writer's little-endian order), if defined.
+    pub(crate) fill: Option<u64>,
+    /// Elements per chunk.
+    pub(crate) elements: u64,
+}
+
+impl ScaleOffset {
+    /// Reads the filter's client values (`H5Zscaleoffset.c`: scale type,
+    /// scale factor, elements, class, size, sign, order, fill defined,
+    /// fill value), or says what is not read.
+    pub(crate) fn from_values(v: &[u32]) -> Result<ScaleOffset, String> {
+        if v.len() != 20 {
+            return Err(format!(
+                "a scaleoffset filter with {} parameters (libhdf5 writes 20)",
+                v.len()
+            ));
+        }
+        let (scale_type, factor, class, size) = (v[0], v[1] as i32, v[3], v[4] as usize);
+        let float = match (class, scale_type) {
+            (0, 2) if matches!(size, 1 | 2 | 4 | 8) => false,
+            (1, 0) if matches!(size, 4 | 8) => true,
+            (1, 1) => return Err("the scaleoffset filter's E-scale method (libhdf5 cannot read it either)".into()),
+            _ => {
+                return Err(format!(
+                    "a scaleoffset filter of class {class}, scale type {scale_type}, {size}-byte elements"
+                ))
+            }
+        };
+        let bits = size as i32 * 8;
+        if !float && factor > bits {
+            return Err(format!(
+                "a scaleoffset filter keeping {factor} bits of {bits}"
+            ));
+        }
+        let fill = (v[7] == 1).then(|| u64::from(v[8]) | u64::from(v[9]) << 32);
+        Ok(ScaleOffset {
+            float,
+            size,
+            big_endian: v[6] == 1,
+            decimals: factor,
+            verbatim: !float && factor == bits,
+            fill,
+            elements: u64::from(v[2]),
+        })
+    }
 }
 
 /// One stored chunk (listed by `chunks` from one of the indexes).
@@ -459,11 +522,13 @@ fn pipeline(f: &mut Fields<'_>) -> Result<Vec<Filter>> {
             2 => Filter::Shuffle(data.first().copied().unwrap_or(1).max(1) as usize),
             3 => Filter::Fletcher32,
             32000 => Filter::Lzf,
+            6 => Filter::ScaleOffset(
+                ScaleOffset::from_values(&data).map_err(|e| bad(Hdf5Error::Unsupported(e), at))?,
+            ),
             _ => {
                 let name = match id {
                     4 => "szip".to_string(),
                     5 => "nbit".to_string(),
-                    6 => "scaleoffset".to_string(),
                     32000 => "lzf".to_string(),
                     32001 => "blosc".to_string(),
                     32015 => "zstd".to_string(),
