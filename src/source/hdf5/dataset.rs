@@ -120,6 +120,10 @@ pub(crate) enum ChunkIndex {
     ExtensibleArray(u64),
     /// A version 2 B-tree (more than one unlimited dimension), whose header is here.
     Btree2(u64),
+    /// No index (space allocated early, no filters, a fixed maximum
+    /// shape): every chunk of the maximum shape's grid, in row-major
+    /// order, one after another from this address.
+    Implicit(u64),
     /// One chunk holding the whole dataset (layout version 4 or 5).
     Single {
         addr: u64,
@@ -446,14 +450,10 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
                         mask,
                     }
                 }
+                // No index: the chunks lie in a row, from this address.
+                2 => ChunkIndex::Implicit(f.addr()?),
                 other => {
-                    let name = match other {
-                        2 => "the implicit chunk index",
-                        _ => "an unknown chunk index",
-                    };
-                    let e = Hdf5Error::Unsupported(format!(
-                        "{name} (libver=\"v110\" or \"latest\" with space allocated early, H5D_ALLOC_TIME_EARLY; h5py's default allocation is read)"
-                    ));
+                    let e = Hdf5Error::Unsupported(format!("chunk index type {other}"));
                     return Err(bad(e, at));
                 }
             };
