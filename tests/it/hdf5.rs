@@ -20,7 +20,7 @@ use safetensors_stream::source::{open_input, Names, Source, SourceOptions};
 use safetensors_stream::{Category, Error, ErrorKind, SinkOptions};
 use support::{block_on, fixtures};
 
-const CASES: [(&str, &str); 12] = [
+const CASES: [(&str, &str); 14] = [
     ("hdf5/keras2.h5", "hdf5/expected/keras2.safetensors"),
     ("hdf5/keras3.weights.h5", "hdf5/expected/keras3.safetensors"),
     ("hdf5/chunked.h5", "hdf5/expected/chunked.safetensors"),
@@ -50,6 +50,13 @@ const CASES: [(&str, &str); 12] = [
         "hdf5/btree2_index.h5",
         "hdf5/expected/btree2_index.safetensors",
     ),
+    // The scaleoffset filter: integers of every width, D-scaled floats (the bytes h5py reads).
+    (
+        "hdf5/scaleoffset.h5",
+        "hdf5/expected/scaleoffset.safetensors",
+    ),
+    // Space allocated early: no chunk index, the chunks in a row.
+    ("hdf5/implicit.h5", "hdf5/expected/implicit.safetensors"),
 ];
 
 fn fixture(p: &str) -> PathBuf {
@@ -279,6 +286,31 @@ fn dense_groups_list_their_links_by_name_and_skip_soft_ones() {
 }
 
 #[test]
+fn paged_extensible_array_data_blocks_are_read_page_by_page() {
+    // 140,000 one-byte chunks along the unlimited dimension (make_hdf5.py's
+    // paged_earray): those past 131,076 are in data blocks of 2 pages of
+    // 1,024, three pages written. Everything else is the fill value, 3.
+    let out = convert(
+        &fixture("hdf5/paged_earray.h5"),
+        &ConvertOptions::default().sync(false),
+    )
+    .unwrap();
+    let got = tensors(&out);
+    let (dtype, shape, data) = &got["sparse"];
+    assert_eq!((dtype.as_str(), shape.as_slice()), ("I8", &[140_000][..]));
+    let mut want = vec![3u8; 140_000];
+    want[0] = 1;
+    want[131_100] = 2;
+    want[135_000..135_010].fill(5);
+    want[139_999] = 9;
+    assert!(
+        data == &want,
+        "differs first at {:?}",
+        data.iter().zip(&want).position(|(a, b)| a != b)
+    );
+}
+
+#[test]
 fn every_cut_of_a_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     for name in [
@@ -306,15 +338,22 @@ fn corrupted_bytes_are_refused_or_read_never_a_panic() {
     // Each byte of the metadata set to 0xff and to 0x00 in turn: the file
     // either converts or is refused as bad input; a panic fails the test.
     let dir = tempfile::tempdir().unwrap();
+    // Read whole: their chunk indexes, or their chunks' scaleoffset headers, are far in.
     let newer_indexes = [
         "hdf5/fixed_array.h5",
         "hdf5/extensible_array.h5",
         "hdf5/btree2_index.h5",
+        "hdf5/scaleoffset.h5",
     ];
-    for name in ["hdf5/latest.h5", "hdf5/chunked.h5", "hdf5/dense.h5"]
-        .into_iter()
-        .chain(newer_indexes)
-    {
+    // The paged array's metadata (header, index and super block) is in its first 3000 bytes.
+    let others = [
+        "hdf5/latest.h5",
+        "hdf5/chunked.h5",
+        "hdf5/dense.h5",
+        "hdf5/implicit.h5",
+        "hdf5/paged_earray.h5",
+    ];
+    for name in others.into_iter().chain(newer_indexes) {
         let whole = std::fs::read(fixture(name)).unwrap();
         // The chunk indexes' blocks are past the first 3000 bytes: all of it.
         let (end, step) = if name.contains("dense") {

@@ -18,7 +18,7 @@ use super::btree::{key_fields, leaves};
 use super::dataset::{Chunk, ChunkIndex, ChunkShape, Filter};
 use super::earray::extensible_array_chunks;
 use super::error::Hdf5Error;
-use super::farray::fixed_array_chunks;
+use super::farray::{chunk_grid, fixed_array_chunks, grid_offsets};
 use super::filters::decode;
 use super::read::{bad, malformed, Geometry};
 use crate::limits::{Limit, Limits};
@@ -75,10 +75,12 @@ pub(crate) fn list_chunks(
         ChunkIndex::FixedArray(header)
         | ChunkIndex::ExtensibleArray(header)
         | ChunkIndex::Btree2(header)
+        | ChunkIndex::Implicit(header)
             if geo.undefined(header) => {}
         ChunkIndex::FixedArray(header) => out = newer(fixed_array_chunks, header)?,
         ChunkIndex::ExtensibleArray(header) => out = newer(extensible_array_chunks, header)?,
         ChunkIndex::Btree2(header) => out = newer(btree2_chunks, header)?,
+        ChunkIndex::Implicit(first) => out = newer(implicit_chunks, first)?,
         ChunkIndex::BTree(root) if geo.undefined(root) => {}
         ChunkIndex::BTree(root) => {
             let key = 8 + 8 * (shape.len() + 1);
@@ -138,6 +140,29 @@ fn inside_shape(
         out.push(checked(geo, c, logical, at)?);
     }
     Ok(out)
+}
+
+/// The chunks of a dataset without a chunk index (type 2, "implicit":
+/// what libhdf5 writes under `libver="v110"`/`"latest"` for space allocated
+/// early, `H5D_ALLOC_TIME_EARLY`, without filters): every chunk of the
+/// grid over the maximum shape, row-major, one after another from
+/// `first`. Their count is bounded by the file, which must hold them all.
+fn implicit_chunks(geo: Geometry<'_>, first: u64, s: &ChunkShape<'_>) -> Result<Vec<Chunk>> {
+    let grid = chunk_grid(s.max_shape, s.chunk);
+    let count = grid.iter().try_fold(1u64, |a, &g| a.checked_mul(g));
+    let total = count.and_then(|n| n.checked_mul(s.logical));
+    let (Some(count), Some(total)) = (count, total) else {
+        let e = format!("a grid of {grid:?} chunks of {} bytes", s.logical);
+        return Err(malformed(e, first));
+    };
+    geo.check("a dataset's chunks, stored in a row", first, total)?;
+    let chunk = |i: u64| Chunk {
+        offsets: grid_offsets(i, &grid, s.chunk),
+        addr: first + i * s.logical,
+        size: s.logical,
+        mask: 0,
+    };
+    Ok((0..count).map(chunk).collect())
 }
 
 /// How a newer chunk index (fixed array, extensible array, version 2

@@ -22,6 +22,69 @@ pub(crate) enum Filter {
     Shuffle(usize),
     /// A 4-byte checksum after the data (not verified: stripped).
     Fletcher32,
+    /// Values packed in fewer bits after subtracting their minimum.
+    ScaleOffset(ScaleOffset),
+}
+
+/// The parameters of a scaleoffset filter (HDF5's filter 6, h5py's
+/// `scaleoffset=`), from the 20 values libhdf5 stores with it: the
+/// element's kind, size and byte order, the decimal scale of floats, and
+/// the fill value, which stands for itself in the packed values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ScaleOffset {
+    pub(crate) float: bool,
+    /// Bytes per element: 1, 2, 4 or 8 (4 or 8 for floats).
+    pub(crate) size: usize,
+    pub(crate) big_endian: bool,
+    /// Floats: the decimal digits kept (h5py's `scaleoffset=D`).
+    pub(crate) decimals: i32,
+    /// Integers given every bit (`scaleoffset=8 * size`): stored as they are.
+    pub(crate) verbatim: bool,
+    /// The fill value's bits (the writer's little-endian order), if defined.
+    pub(crate) fill: Option<u64>,
+    /// Elements per chunk.
+    pub(crate) elements: u64,
+}
+
+impl ScaleOffset {
+    /// Reads the filter's client values (`H5Zscaleoffset.c`: scale type,
+    /// scale factor, elements, class, size, sign, order, fill defined,
+    /// fill value), or says what is not read.
+    pub(crate) fn from_values(v: &[u32]) -> Result<ScaleOffset, String> {
+        if v.len() != 20 {
+            return Err(format!(
+                "a scaleoffset filter with {} parameters (libhdf5 writes 20)",
+                v.len()
+            ));
+        }
+        let (scale_type, factor, class, size) = (v[0], v[1] as i32, v[3], v[4] as usize);
+        let float = match (class, scale_type) {
+            (0, 2) if matches!(size, 1 | 2 | 4 | 8) => false,
+            (1, 0) if matches!(size, 4 | 8) => true,
+            (1, 1) => return Err("the scaleoffset filter's E-scale method (libhdf5 cannot read it either)".into()),
+            _ => {
+                return Err(format!(
+                    "a scaleoffset filter of class {class}, scale type {scale_type}, {size}-byte elements"
+                ))
+            }
+        };
+        let bits = size as i32 * 8;
+        if !float && factor > bits {
+            return Err(format!(
+                "a scaleoffset filter keeping {factor} bits of {bits}"
+            ));
+        }
+        let fill = (v[7] == 1).then(|| u64::from(v[8]) | u64::from(v[9]) << 32);
+        Ok(ScaleOffset {
+            float,
+            size,
+            big_endian: v[6] == 1,
+            decimals: factor,
+            verbatim: !float && factor == bits,
+            fill,
+            elements: u64::from(v[2]),
+        })
+    }
 }
 
 /// One stored chunk (listed by `chunks` from one of the indexes).
@@ -57,6 +120,10 @@ pub(crate) enum ChunkIndex {
     ExtensibleArray(u64),
     /// A version 2 B-tree (more than one unlimited dimension), whose header is here.
     Btree2(u64),
+    /// No index (space allocated early, no filters, a fixed maximum
+    /// shape): every chunk of the maximum shape's grid, in row-major
+    /// order, one after another from this address.
+    Implicit(u64),
     /// One chunk holding the whole dataset (layout version 4 or 5).
     Single {
         addr: u64,
@@ -383,14 +450,10 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
                         mask,
                     }
                 }
+                // No index: the chunks lie in a row, from this address.
+                2 => ChunkIndex::Implicit(f.addr()?),
                 other => {
-                    let name = match other {
-                        2 => "the implicit chunk index",
-                        _ => "an unknown chunk index",
-                    };
-                    let e = Hdf5Error::Unsupported(format!(
-                        "{name} (libver=\"v110\" or \"latest\" with space allocated early, H5D_ALLOC_TIME_EARLY; h5py's default allocation is read)"
-                    ));
+                    let e = Hdf5Error::Unsupported(format!("chunk index type {other}"));
                     return Err(bad(e, at));
                 }
             };
@@ -459,11 +522,13 @@ fn pipeline(f: &mut Fields<'_>) -> Result<Vec<Filter>> {
             2 => Filter::Shuffle(data.first().copied().unwrap_or(1).max(1) as usize),
             3 => Filter::Fletcher32,
             32000 => Filter::Lzf,
+            6 => Filter::ScaleOffset(
+                ScaleOffset::from_values(&data).map_err(|e| bad(Hdf5Error::Unsupported(e), at))?,
+            ),
             _ => {
                 let name = match id {
                     4 => "szip".to_string(),
                     5 => "nbit".to_string(),
-                    6 => "scaleoffset".to_string(),
                     32000 => "lzf".to_string(),
                     32001 => "blosc".to_string(),
                     32015 => "zstd".to_string(),

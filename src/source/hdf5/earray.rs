@@ -12,13 +12,13 @@
 //! index block lists the first super blocks' data blocks directly (those
 //! of the first `2 log2(min_pointers)`), then the later super blocks,
 //! each of which lists its data blocks. Data blocks of more than
-//! `2^page_bits` entries are paged; those are refused by name (over a
-//! thousand chunks in one block: a dataset of some 10,000 chunks).
+//! `2^page_bits` entries are paged (libhdf5's parameters: from super block
+//! 13, past 131,076 chunks): the block holds no entries, its pages of
+//! `2^page_bits` follow it, and its super block says which were written.
 
 use super::dataset::{Chunk, ChunkShape};
-use super::error::Hdf5Error;
 use super::farray::{chunk_grid, grid_offsets, EntryFormat};
-use super::read::{bad, malformed, Geometry};
+use super::read::{malformed, Geometry};
 use crate::Result;
 
 /// The header's creation parameters and where its index block is.
@@ -86,33 +86,62 @@ pub(crate) fn extensible_array_chunks(
         }
         let blocks = 1u64 << (u / 2);
         let per_block = (1u64 << u.div_ceil(2)).saturating_mul(h.min_entries);
-        if per_block > 1u64 << h.page_bits {
-            let e = Hdf5Error::Unsupported(format!(
-                "a paged extensible array data block ({per_block} chunks)"
-            ));
-            return Err(bad(e, header));
-        }
-        let addrs: Vec<u64> = if u < direct_supers {
-            direct.by_ref().take(blocks as usize).collect()
+        let page = 1u64 << h.page_bits;
+        // A paged block's pages: each present if its bit is set in the super block.
+        let pages = if per_block > page {
+            per_block / page
         } else {
-            super_block(geo, &h, sblock_addrs[(u - direct_supers) as usize], blocks)?
+            0
         };
+        let (addrs, bitmaps) = if u < direct_supers {
+            if pages > 0 {
+                let e =
+                    format!("a paged data block ({per_block} entries) listed by the index block");
+                return Err(malformed(e, h.index_block));
+            }
+            (direct.by_ref().take(blocks as usize).collect(), Vec::new())
+        } else {
+            let at = sblock_addrs[(u - direct_supers) as usize];
+            super_block(geo, &h, at, blocks, pages)?
+        };
+        let block_prefix = prefix + u64::from(h.max_bits.div_ceil(8));
         for (k, block) in addrs.into_iter().enumerate() {
             let start = first.saturating_add((k as u64).saturating_mul(per_block));
             if geo.undefined(block) || start >= h.entries_set {
                 continue;
             }
-            let block_prefix = prefix + u64::from(h.max_bits.div_ceil(8));
             let n = per_block.min(h.entries_set - start);
-            let mut f = geo.block(
-                "an extensible array data block",
-                block,
-                block_prefix + n * h.entry_len,
-            )?;
-            f.signature("EADB")?;
-            f.skip(block_prefix as usize - 4)?;
-            for i in start..start + n {
-                keep(i, &mut f)?;
+            if pages == 0 {
+                let len = block_prefix + n * h.entry_len;
+                let mut f = geo.block("an extensible array data block", block, len)?;
+                f.signature("EADB")?;
+                f.skip(block_prefix as usize - 4)?;
+                for i in start..start + n {
+                    keep(i, &mut f)?;
+                }
+                continue;
+            }
+            // Paged: the block's prefix and checksum, then its pages, each
+            // of `page` entries and a checksum, written or not.
+            geo.block("an extensible array data block", block, block_prefix + 4)?
+                .signature("EADB")?;
+            let page_len = page * h.entry_len + 4;
+            for p in 0..pages.min(n.div_ceil(page)) {
+                // One run of bits over the super block's pages, block by block.
+                let bit = k as u64 * pages + p;
+                if bitmaps[(bit / 8) as usize] & (0x80 >> (bit % 8)) == 0 {
+                    continue;
+                }
+                let at = block + block_prefix + 4 + p * page_len;
+                let (from, count) = (start + p * page, page.min(n - p * page));
+                let mut f = geo.block(
+                    "an extensible array data block page",
+                    at,
+                    count * h.entry_len,
+                )?;
+                for i in from..from + count {
+                    keep(i, &mut f)?;
+                }
             }
         }
         first = first.saturating_add(blocks.saturating_mul(per_block));
@@ -157,18 +186,31 @@ fn read_header(geo: Geometry<'_>, at: u64) -> Result<Header> {
     })
 }
 
-/// The data block addresses a super block lists (all undefined when the
-/// super block was never written).
-fn super_block(geo: Geometry<'_>, h: &Header, at: u64, blocks: u64) -> Result<Vec<u64>> {
+/// The data block addresses a super block lists (none when the super
+/// block was never written), and, when its data blocks are paged (in
+/// `pages` pages each), the bitmap of their pages written: bit
+/// `block * pages + page`, the top bit of a byte first (libhdf5 sizes it a
+/// byte per 8 pages of each block).
+fn super_block(
+    geo: Geometry<'_>,
+    h: &Header,
+    at: u64,
+    blocks: u64,
+    pages: u64,
+) -> Result<(Vec<u64>, Vec<u8>)> {
     if geo.undefined(at) {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let prefix = 6 + u64::from(geo.offset_size) + u64::from(h.max_bits.div_ceil(8));
-    let len = prefix + blocks.saturating_mul(u64::from(geo.offset_size));
+    let bitmaps = blocks.saturating_mul(pages.div_ceil(8));
+    let addrs = blocks.saturating_mul(u64::from(geo.offset_size));
+    let len = prefix.saturating_add(bitmaps).saturating_add(addrs);
     let mut f = geo.block("an extensible array super block", at, len)?;
     f.signature("EASB")?;
     f.skip(prefix as usize - 4)?;
-    (0..blocks).map(|_| f.addr()).collect()
+    let bitmaps = f.bytes(bitmaps as usize)?.to_vec();
+    let addrs = (0..blocks).map(|_| f.addr()).collect::<Result<_>>()?;
+    Ok((addrs, bitmaps))
 }
 
 /// The order of a chunk grid whose one unlimited dimension comes first.

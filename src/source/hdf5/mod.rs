@@ -13,11 +13,10 @@
 //! or, for many links, in a fractal heap indexed by a version 2 B-tree),
 //! contiguous, compact and chunked layouts (chunks indexed by a version 1
 //! B-tree, a single chunk, a fixed array (`farray`), an extensible array
-//! (`earray`) or a version 2 B-tree (`bt2index`)), the filters deflate,
-//! LZF, shuffle and fletcher32, integers, floats (f16, bf16, f32, f64) and
-//! h5py's bool. What it does not read (the implicit chunk index, paged
-//! extensible arrays, other filters, external raw storage, virtual
-//! datasets) and
+//! (`earray`), a version 2 B-tree (`bt2index`), or none: the implicit
+//! index), the filters deflate, LZF, shuffle, fletcher32 and scaleoffset,
+//! integers, floats (f16, bf16, f32, f64) and h5py's bool. What it does
+//! not read (other filters, external raw storage, virtual datasets) and
 //! what safetensors cannot hold (compound, string, variable-length and
 //! reference types) are refused by name.
 //!
