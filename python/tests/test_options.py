@@ -189,3 +189,75 @@ def test_limits_are_a_dict_and_a_refusal_names_its_keyword(tmp_path, fixtures):
     assert out.exists()
     with pytest.raises(sts.UsageError, match="cannot be raised"):
         sts.convert(src, out, limits={"header-bytes": "200MB"})
+
+
+def zeros_npy_gz(tmp_path, n):
+    """An .npy.gz of ``n`` zero bytes: gzip makes 72 MiB about 70 KiB."""
+    import gzip
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(n, dtype=np.uint8))
+    path = tmp_path / "zeros.npy.gz"
+    path.write_bytes(gzip.compress(buf.getvalue(), compresslevel=1))
+    return path
+
+
+# Every limit from Python: (input, limits refusing it, the error's kind,
+# limits that let it through). The second set shows the first refused by
+# the limit named, not by any value at all: the expansion limits act in pairs
+# (a checkpoint is refused past BOTH its ratio and its bytes).
+LIMIT_CASES = {
+    "header-bytes": ("example/model.safetensors", {"header-bytes": 16}, "header_bytes", {}),
+    "pickle-bytes": ("pytorch/ok/tied.pt", {"pickle-bytes": 64}, "pickle_bytes", {}),
+    "pickle-budget": ("pytorch/ok/tied.pt", {"pickle-budget": 0}, "pickle_budget", {}),
+    "expansion-ratio": (
+        "pytorch/ok/tied.pt",
+        {"expansion-ratio": 2, "expanded-file-bytes": 0},
+        "py_torch",
+        {"expansion-ratio": 3, "expanded-file-bytes": 0},
+    ),
+    "expanded-view-bytes": (
+        "pytorch/ok/tied.pt",
+        {"expansion-ratio": 0, "expanded-view-bytes": 0},
+        "expanded_view",
+        {"expansion-ratio": 0},
+    ),
+    "expanded-file-bytes": (
+        "pytorch/ok/tied.pt",
+        {"expansion-ratio": 1, "expanded-file-bytes": 0},
+        "py_torch",
+        {"expansion-ratio": 1},
+    ),
+    "dcp-metadata-bytes": ("dcp/fsdp2", {"dcp-metadata-bytes": 4096}, "dcp_metadata_bytes", {}),
+    "decoder-window": ("compressed/arr.npy.xz", {"decoder-window": "4KiB"}, "decoder_window", {}),
+    "gguf-string-bytes": ("gguf/types_le.gguf", {"gguf-string-bytes": 1}, "gguf_string_bytes", {}),
+    "index-bytes": ("pytorch/ok/sharded/pytorch_model.bin.index.json", {"index-bytes": 16}, "index_bytes", {}),
+    "hdf5-chunk-row-bytes": ("hdf5/chunked.h5", {"hdf5-chunk-row-bytes": 16}, "hdf5_chunk_row_bytes", {}),
+    "tensor-count": ("example/model.safetensors", {"tensor-count": 1}, "tensor_count", {}),
+    "decompression-ratio": (None, {"decompression-ratio": 100}, "decompression_ratio", {}),
+}
+
+
+def test_every_limit_has_a_case_here():
+    """The cases above are every ``Limit::ALL``, by the names ``Limit::name`` gives."""
+    import pathlib
+    import re
+
+    source = (pathlib.Path(__file__).parents[2] / "src/limits.rs").read_text()
+    names = set(re.findall(r'Limit::\w+ => "([a-z0-9]+(?:-[a-z0-9]+)+)"', source))
+    assert names == set(LIMIT_CASES)
+
+
+@pytest.mark.parametrize("name", sorted(LIMIT_CASES))
+def test_each_limit_set_from_python_refuses_what_it_bounds(name, tmp_path, fixtures):
+    src, low, kind, through = LIMIT_CASES[name]
+    src = zeros_npy_gz(tmp_path, 72 << 20) if src is None else fixtures / src
+    out = tmp_path / "o.safetensors"
+    with pytest.raises(sts.Error) as e:
+        sts.convert(src, out, limits=low)
+    assert e.value.kind == kind, str(e.value)
+    assert f'limits={{"{name}"' in str(e.value) or kind in ("py_torch", "expanded_view"), str(e.value)
+    assert not out.exists()
+    sts.convert(src, out, limits=through)
+    assert out.exists()

@@ -81,7 +81,8 @@ impl StoreError {
 }
 
 /// The store's words for `e` on one line, with the fix when a plain http
-/// endpoint was refused.
+/// endpoint was refused, and the settings to change when a request timed
+/// out.
 #[cfg(feature = "object-store")]
 fn in_words(e: &object_store::Error) -> String {
     let mut msg = one_line(e);
@@ -89,6 +90,12 @@ fn in_words(e: &object_store::Error) -> String {
         msg.push_str(
             " (a plain http endpoint: set AWS_ALLOW_HTTP=true, or GOOGLE_ALLOW_HTTP / \
              AZURE_ALLOW_HTTP for gs:// and az://)",
+        );
+    }
+    if msg.contains("timed out") {
+        msg.push_str(
+            " (a slow or stalled server: SAFETENSORS_STREAM_TIMEOUT and \
+             SAFETENSORS_STREAM_MAX_RETRIES set how long to wait, and how often to try again)",
         );
     }
     msg

@@ -16,6 +16,7 @@ mod budget;
 mod credentials;
 mod open_uploads;
 mod parts;
+mod patience;
 
 pub use budget::{read_share, Budget, Lease, Reclaim, DEFAULT_BUDGET, MIN_BUDGET, READ_RESERVE};
 pub use open_uploads::OpenUpload;
@@ -61,14 +62,18 @@ fn few_idle_connections(
 /// refused (the upload is gone) and a committed shard reported failed.
 const COMPLETE_TIMEOUT: &str = "15m";
 
-/// `builder` whose requests may take [`COMPLETE_TIMEOUT`]: the client
+/// `builder` whose requests may take [`COMPLETE_TIMEOUT`], and be silent
+/// that long (a `read_timeout` set for reads would cut a completion the
+/// server answers only once it has copied the parts): the client
 /// completing uploads, never the one sending parts (a stalled part is
 /// still retried after the usual timeout).
 fn slow_completions(
     builder: object_store::aws::AmazonS3Builder,
 ) -> object_store::aws::AmazonS3Builder {
-    let timeout = K::Client(object_store::ClientConfigKey::Timeout);
-    builder.with_config(timeout, COMPLETE_TIMEOUT)
+    use object_store::ClientConfigKey::{ReadTimeout, Timeout};
+    builder
+        .with_config(K::Client(Timeout), COMPLETE_TIMEOUT)
+        .with_config(K::Client(ReadTimeout), COMPLETE_TIMEOUT)
 }
 
 /// Whether `path` is shaped like a URL (`SCHEME://...`, or a scheme and
@@ -317,9 +322,10 @@ impl Object {
     /// (nothing asked of the store yet).
     pub(crate) fn parse_as(url: &ObjectUrl, side: Side) -> Result<Object> {
         use object_store::aws::AmazonS3Builder;
-        use object_store::azure::MicrosoftAzureBuilder;
-        use object_store::gcp::GoogleCloudStorageBuilder;
+        use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+        use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
         use object_store::http::HttpBuilder;
+        use patience::Patience;
 
         let at = url;
         let (parsed, url) = (&url.parsed, url.as_str());
@@ -328,32 +334,42 @@ impl Object {
         let path = ObjectPath::from_url_path(key)
             .map_err(|e| bad(format!("not a valid object key: {e}")))?;
         let on_build = |e: object_store::Error| side.store_error(e, url);
+        let patience = |prefix| patience::Patience::from_env(prefix).map_err(bad);
         let mut uploads = None;
         let (store, multipart): (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>) =
             match parsed.scheme() {
                 "s3" => {
-                    let builder = few_idle_connections(AmazonS3Builder::from_env().with_url(url));
+                    let Patience { timeouts, retry } = patience(Some("AWS_"))?;
+                    let builder = timeouts.into_iter().fold(
+                        AmazonS3Builder::from_env().with_url(url).with_retry(retry),
+                        |b, (key, value)| b.with_config(K::Client(key), value),
+                    );
+                    let builder = few_idle_connections(builder);
                     let s = Arc::new(builder.clone().build().map_err(on_build)?);
                     let listing = open_uploads::S3Uploads::new(builder, s.clone(), parsed);
                     uploads = Some(Arc::new(listing));
                     (s.clone(), Some(s))
                 }
                 "gs" => {
-                    let s = Arc::new(
+                    let Patience { timeouts, retry } = patience(Some("GOOGLE_"))?;
+                    let builder = timeouts.into_iter().fold(
                         GoogleCloudStorageBuilder::from_env()
                             .with_url(url)
-                            .build()
-                            .map_err(on_build)?,
+                            .with_retry(retry),
+                        |b, (key, value)| b.with_config(GoogleConfigKey::Client(key), value),
                     );
+                    let s = Arc::new(builder.build().map_err(on_build)?);
                     (s.clone(), Some(s))
                 }
                 "az" => {
-                    let s = Arc::new(
+                    let Patience { timeouts, retry } = patience(Some("AZURE_"))?;
+                    let builder = timeouts.into_iter().fold(
                         MicrosoftAzureBuilder::from_env()
                             .with_url(url)
-                            .build()
-                            .map_err(on_build)?,
+                            .with_retry(retry),
+                        |b, (key, value)| b.with_config(AzureConfigKey::Client(key), value),
                     );
+                    let s = Arc::new(builder.build().map_err(on_build)?);
                     (s.clone(), Some(s))
                 }
                 "http" | "https" => {
@@ -362,11 +378,15 @@ impl Object {
                     // Plain http only when the URL says so.
                     let client = object_store::ClientOptions::new()
                         .with_allow_http(parsed.scheme() == "http");
-                    let s = HttpBuilder::new()
-                        .with_url(base)
-                        .with_client_options(client)
-                        .build()
-                        .map_err(on_build)?;
+                    let Patience { timeouts, retry } = patience(None)?;
+                    let builder = timeouts.into_iter().fold(
+                        HttpBuilder::new()
+                            .with_url(base)
+                            .with_client_options(client)
+                            .with_retry(retry),
+                        |b, (key, value)| b.with_config(key, value),
+                    );
+                    let s = builder.build().map_err(on_build)?;
                     (Arc::new(s), None)
                 }
                 other => return Err(bad(format!("unknown URL scheme {other:?}"))),

@@ -88,6 +88,7 @@ impl S3Uploads {
             ClientConfigKey::ProxyUrl,
             ClientConfigKey::Timeout,
             ClientConfigKey::ConnectTimeout,
+            ClientConfigKey::ReadTimeout,
         ] {
             if let Some(value) = client_key(key) {
                 options = options.with_config(key, value);

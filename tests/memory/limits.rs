@@ -104,6 +104,78 @@ fn the_library_takes_limits_in_its_source_options() {
     assert_eq!(refusal.raise.as_deref(), Some("--limit header-bytes=32"));
     assert_eq!(e.kind().name(), "header_bytes");
     assert!(e.to_string().contains("one.safetensors"), "{e}");
+    // The binary's --limit reaches the same check.
+    let lowered = ["--limit", "header-bytes=16"];
+    let msg = refused(tmp.path(), "one.safetensors", &lowered, "header_bytes");
+    assert!(msg.contains("--limit header-bytes=32"), "{msg}");
+}
+
+/// The PyTorch limits, each through the binary and the library, on fixture
+/// `tied.pt` (tensors viewing one storage: 72 bytes written of 24 stored).
+/// Each set of limits that refuses it comes with a set beside it that does
+/// not, so that the refusal is the named limit's: the expansion limits act
+/// in pairs (a view, and a checkpoint, is refused past its ratio AND its
+/// bytes).
+#[test]
+fn every_pytorch_limit_is_the_binarys_and_the_librarys() {
+    let _g = crate::alloc::serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pytorch/ok");
+    std::fs::copy(fixture.join("tied.pt"), tmp.path().join("tied.pt")).unwrap();
+    let path = tmp.path().join("tied.pt");
+    // (limits refusing it, the refusal's kind, limits letting it through)
+    let cases: [(&[&str], &str, &[&str]); 5] = [
+        (&["pickle-bytes=64"], "pickle_bytes", &["pickle-bytes=1MiB"]),
+        (
+            &["pickle-budget=0"],
+            "pickle_budget",
+            &["pickle-budget=8MiB"],
+        ),
+        (
+            &["expansion-ratio=2", "expanded-file-bytes=0"],
+            "py_torch",
+            &["expansion-ratio=3", "expanded-file-bytes=0"],
+        ),
+        (
+            &["expansion-ratio=1", "expanded-file-bytes=0"],
+            "py_torch",
+            &["expansion-ratio=1"],
+        ),
+        (
+            &["expansion-ratio=0", "expanded-view-bytes=0"],
+            "expanded_view",
+            &["expansion-ratio=0"],
+        ),
+    ];
+    let flags = |set: &[&str]| -> Vec<String> {
+        set.iter()
+            .flat_map(|s| ["--limit".to_string(), s.to_string()])
+            .collect()
+    };
+    let limits = |set: &[&str]| {
+        set.iter().fold(Limits::default(), |mut limits, s| {
+            limits.set_text(s).unwrap();
+            limits
+        })
+    };
+    for (low, kind, through) in cases {
+        let low_flags = flags(low);
+        let low_flags: Vec<&str> = low_flags.iter().map(String::as_str).collect();
+        let msg = refused(tmp.path(), "tied.pt", &low_flags, kind);
+        assert!(msg.contains("tied.pt"), "{low:?}: {msg}");
+        let e = open_under(&path, limits(low)).err().expect("refused");
+        assert_eq!(e.kind().name(), kind, "{low:?}: {e}");
+        if let Err(e) = open_under(&path, limits(through)) {
+            panic!("{through:?}: {e}");
+        }
+        let mut args = vec!["tied.pt".to_string(), "-o".into(), "out.safetensors".into()];
+        args.extend(flags(through));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = convert(tmp.path(), &args);
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "{through:?}: {stderr}");
+        std::fs::remove_file(tmp.path().join("out.safetensors")).unwrap();
+    }
 }
 
 /// Opens the input at `path` through the library under `limits`.

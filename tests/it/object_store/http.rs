@@ -46,6 +46,9 @@ enum Lie {
     OtherRange,
     /// `If-Match` ignored: the object as it is now, another ETag and bytes.
     Replaced,
+    /// The range's headers and the first half of its bytes, then nothing
+    /// until the client hangs up: a server that stalls mid-body.
+    Stall,
 }
 
 impl Served {
@@ -164,6 +167,7 @@ fn answer(conn: TcpStream, served: &Served) {
         Some(Lie::FewerBytes) => body_len = Some(end - start - 1),
         Some(Lie::EndlessBody) => body_len = None,
         Some(Lie::OtherRange) => (start, end) = (start + 1, (end + 1).min(bytes.len())),
+        Some(Lie::Stall) => {}
         Some(Lie::Replaced) => {
             common = common.replace(&etag, "\"v2\"");
             bytes.iter_mut().for_each(|b| *b = !*b);
@@ -179,6 +183,14 @@ fn answer(conn: TcpStream, served: &Served) {
         bytes.len()
     );
     bytes.resize(bytes.len() + 1000, 0xaa);
+    if lie == Some(Lie::Stall) {
+        let half = (end - start) / 2;
+        let _ = out.write_all(&bytes[start..start + half]);
+        let _ = out.flush();
+        // Blocks until the client gives up and closes the connection.
+        let _ = reader.read(&mut [0u8; 1]);
+        return;
+    }
     let sent = match body_len {
         Some(n) => out.write_all(&bytes[start..start + n]).map(|_| n),
         None => out
@@ -352,4 +364,82 @@ fn a_lying_server_is_refused_by_name_and_the_output_left_alone() {
         let sent = served.sent.load(std::sync::atomic::Ordering::SeqCst);
         assert!(sent < 64 << 20, "{case}: {sent} bytes sent");
     }
+}
+
+#[test]
+fn a_stalled_body_is_refused_within_the_timeout_and_retries_set() {
+    let object = two_tensors();
+    let first = |get: usize, _: usize| get == 1;
+    let every = |_: usize, _: usize| true;
+    let own_get = |_: usize, len: usize| len > 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    // (which GETs stall, retries, whether it converts, the GETs sent).
+    // Each stalled try gives up after the 1 s timeout set: the header's GET
+    // is tried once and once per retry. A retry asks for the rest of the
+    // range, from the byte the stall reached: past one stall (the large
+    // tensor's second try asks for its last 1 MiB, which does not stall),
+    // the object converts.
+    let cases: [(&str, LiedTo, &str, bool, Option<usize>); 5] = [
+        ("every GET", every, "0", false, Some(1)),
+        ("every GET", every, "2", false, Some(3)),
+        ("the large tensor's GET", own_get, "0", false, None),
+        ("the large tensor's GET", own_get, "1", true, None),
+        ("the first GET", first, "1", true, None),
+    ];
+    for (stalled, when, retries, converts, gets) in cases {
+        let served = Served::lying(object.clone(), false, Lie::Stall, when);
+        let url = format!("{}/m/model.safetensors", serve(served.clone()));
+        let out = dir.path().join("out.safetensors");
+        let started = std::time::Instant::now();
+        let o = Command::new(BIN)
+            .args([&url, "-o", out.to_str().unwrap(), "--no-sync"])
+            .env("SAFETENSORS_STREAM_TIMEOUT", "1s")
+            .env("SAFETENSORS_STREAM_MAX_RETRIES", retries)
+            .output()
+            .unwrap();
+        let took = started.elapsed();
+        let msg = stderr(&o);
+        let case = format!("{stalled} stalls, {retries} retries");
+        let sent = served.gets.load(std::sync::atomic::Ordering::SeqCst);
+        if let Some(gets) = gets {
+            assert_eq!(sent, gets, "{case}: GETs");
+        }
+        // Not object_store's 30 s a try (and 3 minutes of retries).
+        assert!(
+            took < std::time::Duration::from_secs(25),
+            "{case}: {took:?}"
+        );
+        if converts {
+            assert!(o.status.success(), "{case}: {msg}");
+            std::fs::remove_file(&out).unwrap();
+            continue;
+        }
+        // 3: the store's fault, named, the stall said; nothing written.
+        assert_eq!(o.status.code(), Some(3), "{case}: {msg}");
+        assert!(
+            msg.contains(&url) && msg.contains("timed out"),
+            "{case}: {msg}"
+        );
+        assert!(msg.contains("SAFETENSORS_STREAM_TIMEOUT"), "{case}: {msg}");
+        assert!(!out.exists(), "{case}: an output was left");
+    }
+}
+
+#[test]
+fn a_bad_timeout_is_a_usage_error_naming_its_variable() {
+    let served = Served::new("\"v1\"", two_tensors(), false);
+    let url = format!("{}/m/model.safetensors", serve(served));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.safetensors");
+    let o = Command::new(BIN)
+        .args([&url, "-o", out.to_str().unwrap()])
+        .env("SAFETENSORS_STREAM_RETRY_TIMEOUT", "soon")
+        .output()
+        .unwrap();
+    let msg = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{msg}");
+    assert!(
+        msg.contains("SAFETENSORS_STREAM_RETRY_TIMEOUT=\"soon\""),
+        "{msg}"
+    );
 }
