@@ -392,3 +392,31 @@ async fn expected_reads_stay_within_a_small_budget() {
     let gets = store.ranges.lock().unwrap().len() - before;
     assert!(gets <= 8 * shards, "{gets} GETs");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_batch_is_sent_for_at_the_first_read_of_this_one() {
+    use super::windows::BATCH;
+    use crate::source::Source;
+    use tokio::io::AsyncReadExt;
+    let store = Arc::new(Counting::default());
+    // One object of 4,096 tensors of 8 KiB (32 MiB: four batches), read in
+    // its order.
+    let (per, len) = (4096, 8 << 10);
+    let budget = Budget::new(1 << 30);
+    let mut src = many_tensors(&store, 1, per, len, budget.clone()).await;
+    let order: Vec<usize> = (0..per).collect();
+    let before = store.ranges.lock().unwrap().len();
+    src.will_read(&order);
+    // The first read sends its batch; the second, its first read once here,
+    // the next one: two batches on their way before a tenth of one is read.
+    for &k in &order[..2] {
+        let mut data = src.open(k).await.unwrap();
+        data.reader.read_to_end(&mut Vec::new()).await.unwrap();
+    }
+    let sent = || store.ranges.lock().unwrap()[before..].iter().sum::<u64>();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while sent() < 2 * BATCH && std::time::Instant::now() < until {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!(sent(), 2 * BATCH, "{:?}", store.ranges.lock().unwrap());
+}

@@ -14,9 +14,12 @@
 //! at once: their ranges, object by object, merged where less than [`GAP`]
 //! lies between them into spans of at most [`WINDOW`] bytes, up to
 //! [`BATCH`] bytes a batch, each span one GET, all in flight together; the
-//! next batch goes out once half of this one has been read, when the budget
-//! has room for it. Tensors are written in the output's order (by dtype,
-//! then name), not the objects': `experts.1`, `experts.10`, `experts.100`
+//! next batch goes out as soon as the first read of this one comes, with
+//! the room the budget has then, the span read soonest first (a batch on
+//! its way while one is read: sent at half of one, the reading thread
+//! waited on a GET with no other in flight 2-3 times as often,
+//! benches/scale/README.md, session 11). Tensors are written in the
+//! output's order (by dtype, then name), not the objects': `experts.1`, `experts.10`, `experts.100`
 //! lie far apart, so reading forward alone cost one small GET per tensor
 //! (2,671 GETs of ~590 KB for 163 objects dequantized; 92k, one at a time,
 //! for a plain reshard, whose F32 scales come first).
@@ -87,7 +90,8 @@ struct Schedule {
     by_place: Vec<usize>,
     /// Positions before this one have been sent for.
     sent_to: usize,
-    /// A read at or past this position sends for the next batch.
+    /// A read at or past this position sends for the next batch: the
+    /// first read of the batch last sent.
     refill_at: usize,
     /// The position of the last expected read.
     cursor: usize,
@@ -157,6 +161,26 @@ fn add_span(spans: &mut Spans, o: usize, start: u64, end: u64, room: u64) -> Opt
     }
     spans.insert((o, lo), hi);
     Some(added)
+}
+
+/// `spans`, the batch of expected reads `reads` of `s`, in the order
+/// their first read comes.
+fn soonest_first(
+    s: &Schedule,
+    reads: std::ops::Range<usize>,
+    spans: Spans,
+) -> Vec<((usize, u64), u64)> {
+    let mut firsts: BTreeMap<(usize, u64), usize> = BTreeMap::new();
+    for q in reads {
+        let (o, start, _) = s.order[q];
+        let span = spans.range(..=(o, start)).next_back();
+        if let Some((&key, _)) = span.filter(|((so, _), &e)| *so == o && start < e) {
+            firsts.entry(key).or_insert(q);
+        }
+    }
+    let mut ordered: Vec<_> = spans.into_iter().collect();
+    ordered.sort_by_key(|(key, _)| firsts.get(key).copied().unwrap_or(usize::MAX));
+    ordered
 }
 
 /// The windows of one input's objects.
@@ -386,8 +410,9 @@ impl Windows {
 
     /// For a read of `start..end` of object `id` among those expected:
     /// sends for the batch from it when no window has its bytes (its own
-    /// span waiting for a lease), and for the next batch once it is half
-    /// read (only with bytes to spare). Whether the read was expected.
+    /// span waiting for a lease), and for the next batch once the first
+    /// read of this one comes (only with bytes to spare). Whether the read
+    /// was expected.
     fn send_expected(self: &Arc<Self>, id: usize, start: u64, end: u64) -> bool {
         let mut s = lock(&self.schedule);
         let Some(p) = s.position(id, start, end) else {
@@ -402,10 +427,11 @@ impl Windows {
         };
         let (spans, next) = self.batch(&s, from);
         s.sent_to = s.sent_to.max(next);
-        s.refill_at = from + (next - from) / 2;
-        // Leased first (held, then coming: the order of the locks).
+        s.refill_at = from;
+        // Leased first (held, then coming: the order of the locks), the
+        // span read soonest first: with little room, it is the one to get it.
         let mut leased = Vec::with_capacity(spans.len());
-        for ((o, first), last) in spans {
+        for ((o, first), last) in soonest_first(&s, from..next, spans) {
             let mine = o == id && first <= start && end <= last;
             if mine && needed {
                 leased.push((o, first, last, None));
