@@ -3,25 +3,22 @@
 //! are part of a storage or strided) read [`READERS`] at once, each on a
 //! thread of its own, and written at their planned offsets in the output
 //! file, so that every core works. Each tensor goes through the one element
-//! pipeline ([`Elements`]) in chunks as the async sink drives it, and one
-//! writing thread writes the chunks the readers made: memory is
-//! [`IN_FLIGHT`] chunks and [`READERS`] readers (with a cast, and each
-//! reader's input chunk). Errors are those of the sequential path
-//! ([`in_order`]).
+//! pipeline ([`Pump`]) exactly as the async sink drives it, in a
+//! bounded buffer of its own: memory is [`READERS`] x (buffer + reader).
+//! Errors are those of the sequential path ([`in_order`]).
 
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Mutex;
 
 use super::job::{Failed, JobError, Overflow, ReaderJob};
 use crate::cast::Cast;
 use crate::io_util::fill;
-use crate::sink::elements::{ChunkBuffer, Elements};
+use crate::sink::elements::{ChunkBuffer, Pump};
 use crate::source::OpenBlocking;
-use crate::{Error, Result};
+use crate::Error;
 
 /// Tensors read at once: one a core on the machines this is tuned for.
 pub(crate) const READERS: usize = 2;
@@ -47,64 +44,38 @@ pub(crate) fn write_parallel(
 ) -> std::result::Result<Vec<Overflow>, JobError> {
     let budget = buffer_size.clamp(1, CHUNK);
     let tasks = tasks(jobs);
-    let output = &Output {
-        file: out,
-        name: out_name,
-        progress,
-        write_failed: AtomicUsize::new(usize::MAX),
-    };
-    let (done, write_failed) = std::thread::scope(|s| {
-        let (to_writer, pieces) = sync_channel::<Piece>(IN_FLIGHT);
-        let (to_workers, back) = sync_channel::<ChunkBuffer>(IN_FLIGHT);
-        let named = std::thread::Builder::new().name("write".into());
-        let writer = named
-            .spawn_scoped(s, move || output.write_pieces(&pieces, &to_workers))
-            .ok();
-        let landing = Landing {
-            output,
-            to_writer: writer.is_some().then_some(to_writer),
-            back: Mutex::new(back),
-            made: AtomicUsize::new(0),
-        };
-        let done = in_order(
-            tasks.len(),
-            "inflate",
-            Own::default,
-            |own, i, earlier_failed| {
-                // A part stops once one before it, or its own writing, failed.
-                let stop = || earlier_failed() || output.failed_by(i);
-                let task = &tasks[i];
-                let open = lock(&task.open).take().expect("each part is opened once");
-                if task.first {
-                    started(task.job);
+    // Each part on the chunk loop the sink drives too (`Pump`), each chunk
+    // written where it belongs. A part that stops because an earlier one
+    // failed has no overflows (`None`).
+    let done = in_order(
+        tasks.len(),
+        "inflate",
+        ChunkBuffer::default,
+        |buf, i, earlier_failed| {
+            let task = &tasks[i];
+            let open = lock(&task.open).take().expect("each part is opened once");
+            if task.first {
+                started(task.job);
+            }
+            let (mut reader, transform) = open()?;
+            let mut pump = Pump::new(task.len, transform, task.cast, buf, budget);
+            let mut at = task.at;
+            while let Some(input) = pump.next()? {
+                if earlier_failed() {
+                    return Ok(None);
                 }
-                let (reader, transform) = open()?;
-                let elements = Elements::new(task.len, transform, task.cast);
-                let part = Part {
-                    task: i,
-                    at: task.at,
-                    budget,
-                };
-                part.make(reader, elements, own, &landing, &stop)
-            },
-        );
-        // The writer ends once the last sender is gone; joined here, not
-        // left to the scope, so that no thread outlives the call.
-        drop(landing);
-        let write_failed = writer.and_then(|w| {
-            w.join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        });
-        (done, write_failed)
-    });
-    // The first failure in order, whether in making a part or in writing it.
-    let done = match (done, write_failed) {
-        (Err(f), Some(w)) if w.job < f.job => Err(w),
-        (Err(f), _) => Err(f),
-        (Ok(_), Some(w)) => Err(w),
-        (Ok(done), None) => Ok(done),
-    };
-    let done = done.map_err(|f| Failed::new(tasks[f.job].job, f.error))?;
+                let got = fill(&mut reader, input)?;
+                let bytes = pump.process(got)?;
+                out.write_all_at(bytes, at)
+                    .map_err(|e| Error::io(e).with_output(out_name))?;
+                at += bytes.len() as u64;
+                progress(bytes.len() as u64);
+            }
+            let more = reader.read(&mut [0u8; 1])? != 0;
+            Ok(Some(pump.finish(more)?))
+        },
+    )
+    .map_err(|f| Failed::new(tasks[f.job].job, f.error))?;
     let mut overflows: Vec<Overflow> = Vec::new();
     for (i, over) in done {
         let (job, count) = (tasks[i].job, over.unwrap_or(0));
@@ -115,184 +86,6 @@ pub(crate) fn write_parallel(
         }
     }
     Ok(overflows)
-}
-
-/// Chunks made and not yet written, at most: one each worker is making,
-/// one being written and one waiting, so that a short stall of either side
-/// does not stop the other.
-const IN_FLIGHT: usize = READERS + 2;
-
-/// One part being made: its task's index, where its bytes go, and the
-/// bytes a chunk may hold.
-struct Part {
-    task: usize,
-    at: u64,
-    budget: usize,
-}
-
-impl Part {
-    /// Makes the part from `reader`, chunk by chunk through `elements` as
-    /// the sink's `Pump` does (a short chunk means the tensor's bytes
-    /// ended early; a byte past its length is an error), each chunk landed
-    /// at its offset. Returns the cast's overflows, or `None` when `stop`
-    /// said to stop.
-    fn make(
-        mut self,
-        mut reader: crate::source::BlockingRead,
-        mut elements: Elements,
-        own: &mut Own,
-        landing: &Landing<'_>,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<Option<u64>> {
-        let (in_cap, out_cap) = elements.chunk_sizes(self.budget);
-        while elements.left() > 0 {
-            let buf = match stop() {
-                true => None,
-                false => landing.buffer(own),
-            };
-            let Some(mut buf) = buf else {
-                return Ok(None);
-            };
-            let want = elements.next_chunk(in_cap);
-            // With a cast (room for its output), read into the worker's own
-            // input and cast into the chunk; without, read into the chunk
-            // and changed there.
-            let (got, len) = match out_cap {
-                0 => {
-                    let input = buf.front(want);
-                    let got = fill(&mut reader, input)?;
-                    (got, elements.process(&mut input[..got], &mut [])?.len())
-                }
-                _ => {
-                    let input = own.input.front(want);
-                    let got = fill(&mut reader, input)?;
-                    let output = buf.front(out_cap);
-                    (got, elements.process(&mut input[..got], output)?.len())
-                }
-            };
-            let (task, at) = (self.task, self.at);
-            if !landing.land(own, Piece { task, at, buf, len })? {
-                return Ok(None);
-            }
-            self.at += len as u64;
-            if got < want {
-                return Err(elements.too_short());
-            }
-        }
-        if reader.read(&mut [0u8; 1])? != 0 {
-            return Err(elements.too_long());
-        }
-        Ok(Some(elements.finish()?))
-    }
-}
-
-/// A worker's buffers: a cast's input, and the chunk it writes itself when
-/// there is no writing thread.
-#[derive(Default)]
-struct Own {
-    input: ChunkBuffer,
-    chunk: Option<ChunkBuffer>,
-}
-
-/// A chunk made, to be written at `at`: the first `len` bytes of `buf`.
-struct Piece {
-    task: usize,
-    at: u64,
-    buf: ChunkBuffer,
-    len: usize,
-}
-
-/// The output file, as the workers and the writing thread share it.
-struct Output<'a> {
-    file: &'a File,
-    name: &'a str,
-    progress: &'a (dyn Fn(u64) + Sync),
-    /// The first part in order whose writing failed (`usize::MAX`: none).
-    write_failed: AtomicUsize,
-}
-
-impl Output<'_> {
-    /// Whether part `task`'s writing, or an earlier one's, failed.
-    fn failed_by(&self, task: usize) -> bool {
-        self.write_failed.load(Ordering::SeqCst) <= task
-    }
-
-    /// Writes `piece` at its offset and counts its bytes.
-    fn write(&self, piece: &mut Piece) -> Result<()> {
-        let bytes = piece.buf.front(piece.len);
-        self.file
-            .write_all_at(bytes, piece.at)
-            .map_err(|e| Error::io(e).with_output(self.name))?;
-        (self.progress)(piece.len as u64);
-        Ok(())
-    }
-
-    /// The writing thread: every piece written (but those of parts after
-    /// one whose writing failed), each buffer handed back. Returns the
-    /// first failure in the parts' order.
-    fn write_pieces(
-        &self,
-        pieces: &Receiver<Piece>,
-        back: &SyncSender<ChunkBuffer>,
-    ) -> Option<Failed<Error>> {
-        let mut failed: Option<Failed<Error>> = None;
-        while let Ok(mut piece) = pieces.recv() {
-            if !self.failed_by(piece.task) {
-                if let Err(e) = self.write(&mut piece) {
-                    self.write_failed.fetch_min(piece.task, Ordering::SeqCst);
-                    failed = Some(Failed::new(piece.task, e));
-                }
-            }
-            // Never blocks: no more buffers exist than the channel holds.
-            let _ = back.try_send(piece.buf);
-        }
-        failed
-    }
-}
-
-/// Where the workers' chunks go: to one writing thread, which writes each
-/// at its offset and hands its buffer back (two threads writing one file
-/// wait on its inode lock, issue 40: one writer does not), or, when that
-/// thread could not be started, each worker writes its own.
-struct Landing<'a> {
-    output: &'a Output<'a>,
-    to_writer: Option<SyncSender<Piece>>,
-    /// Buffers the writer has written, back; and how many were made.
-    back: Mutex<Receiver<ChunkBuffer>>,
-    made: AtomicUsize,
-}
-
-impl Landing<'_> {
-    /// A buffer for the next chunk: the worker's own, a new one while fewer
-    /// than [`IN_FLIGHT`] exist, else one the writer gives back. `None`
-    /// once the writer is gone (its panic is then the answer).
-    fn buffer(&self, own: &mut Own) -> Option<ChunkBuffer> {
-        if let Some(chunk) = own.chunk.take() {
-            return Some(chunk);
-        }
-        let more = |made| (made < IN_FLIGHT).then_some(made + 1);
-        if self
-            .made
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, more)
-            .is_ok()
-        {
-            return Some(ChunkBuffer::default());
-        }
-        lock(&self.back).recv().ok()
-    }
-
-    /// Hands `piece` to the writer, or writes it here without one. `false`
-    /// once the writer is gone.
-    fn land(&self, own: &mut Own, mut piece: Piece) -> Result<bool> {
-        match &self.to_writer {
-            Some(to_writer) => Ok(to_writer.send(piece).is_ok()),
-            None => {
-                self.output.write(&mut piece)?;
-                own.chunk = Some(piece.buf);
-                Ok(true)
-            }
-        }
-    }
 }
 
 /// One part of a job, as a worker takes it.
@@ -585,24 +378,6 @@ mod tests {
             write_parallel(&out, "out", vec![first, split], 4, &|_| {}, &|_| {}).unwrap_err();
         assert_eq!(i, 1, "{e}");
         assert!(e.to_string().contains("bad part"), "{e}");
-    }
-
-    /// Writing fails (a read-only output): the error is the first tensor's,
-    /// an I/O error naming the output, and every reader stops.
-    #[test]
-    fn a_failed_write_is_the_first_tensors_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("out");
-        std::fs::write(&path, b"").unwrap();
-        let read_only = File::open(&path).unwrap();
-        let jobs = (0..4)
-            .map(|i| job(i * 3000, scripted(vec![i as u8; 3000], None)))
-            .collect();
-        let JobError { job: i, error: e } =
-            write_parallel(&read_only, "out", jobs, 1024, &|_| {}, &|_| {}).unwrap_err();
-        assert_eq!(i, 0, "{e}");
-        assert!(matches!(e.kind(), ErrorKind::Io(_)), "{e}");
-        assert!(e.to_string().contains("out"), "{e}");
     }
 
     #[test]
