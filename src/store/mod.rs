@@ -325,7 +325,6 @@ impl Object {
         use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
         use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
         use object_store::http::HttpBuilder;
-        use patience::Patience;
 
         let at = url;
         let (parsed, url) = (&url.parsed, url.as_str());
@@ -339,10 +338,10 @@ impl Object {
         let (store, multipart): (Arc<dyn ObjectStore>, Option<Arc<dyn MultipartStore>>) =
             match parsed.scheme() {
                 "s3" => {
-                    let Patience { timeouts, retry } = patience(Some("AWS_"))?;
-                    let builder = timeouts.into_iter().fold(
-                        AmazonS3Builder::from_env().with_url(url).with_retry(retry),
-                        |b, (key, value)| b.with_config(K::Client(key), value),
+                    let builder = patience(Some("AWS_"))?.apply(
+                        AmazonS3Builder::from_env().with_url(url),
+                        AmazonS3Builder::with_retry,
+                        |b, key, value| b.with_config(K::Client(key), value),
                     );
                     let builder = few_idle_connections(builder);
                     let s = Arc::new(builder.clone().build().map_err(on_build)?);
@@ -351,23 +350,19 @@ impl Object {
                     (s.clone(), Some(s))
                 }
                 "gs" => {
-                    let Patience { timeouts, retry } = patience(Some("GOOGLE_"))?;
-                    let builder = timeouts.into_iter().fold(
-                        GoogleCloudStorageBuilder::from_env()
-                            .with_url(url)
-                            .with_retry(retry),
-                        |b, (key, value)| b.with_config(GoogleConfigKey::Client(key), value),
+                    let builder = patience(Some("GOOGLE_"))?.apply(
+                        GoogleCloudStorageBuilder::from_env().with_url(url),
+                        GoogleCloudStorageBuilder::with_retry,
+                        |b, key, value| b.with_config(GoogleConfigKey::Client(key), value),
                     );
                     let s = Arc::new(builder.build().map_err(on_build)?);
                     (s.clone(), Some(s))
                 }
                 "az" => {
-                    let Patience { timeouts, retry } = patience(Some("AZURE_"))?;
-                    let builder = timeouts.into_iter().fold(
-                        MicrosoftAzureBuilder::from_env()
-                            .with_url(url)
-                            .with_retry(retry),
-                        |b, (key, value)| b.with_config(AzureConfigKey::Client(key), value),
+                    let builder = patience(Some("AZURE_"))?.apply(
+                        MicrosoftAzureBuilder::from_env().with_url(url),
+                        MicrosoftAzureBuilder::with_retry,
+                        |b, key, value| b.with_config(AzureConfigKey::Client(key), value),
                     );
                     let s = Arc::new(builder.build().map_err(on_build)?);
                     (s.clone(), Some(s))
@@ -378,13 +373,12 @@ impl Object {
                     // Plain http only when the URL says so.
                     let client = object_store::ClientOptions::new()
                         .with_allow_http(parsed.scheme() == "http");
-                    let Patience { timeouts, retry } = patience(None)?;
-                    let builder = timeouts.into_iter().fold(
+                    let builder = patience(None)?.apply(
                         HttpBuilder::new()
                             .with_url(base)
-                            .with_client_options(client)
-                            .with_retry(retry),
-                        |b, (key, value)| b.with_config(key, value),
+                            .with_client_options(client),
+                        HttpBuilder::with_retry,
+                        HttpBuilder::with_config,
                     );
                     let s = builder.build().map_err(on_build)?;
                     (Arc::new(s), None)

@@ -88,6 +88,21 @@ impl Patience {
         }
         Ok(Patience { timeouts, retry })
     }
+
+    /// `builder` with these retries and timeouts, through its own setters
+    /// (`with_retry`, and `with_config` of a client key as the store's
+    /// builder wraps it): one fold for every kind of store.
+    pub(crate) fn apply<B>(
+        self,
+        builder: B,
+        with_retry: impl FnOnce(B, RetryConfig) -> B,
+        with_config: impl Fn(B, ClientConfigKey, String) -> B,
+    ) -> B {
+        let builder = with_retry(builder, self.retry);
+        self.timeouts
+            .into_iter()
+            .fold(builder, |b, (key, value)| with_config(b, key, value))
+    }
 }
 
 /// `value` of the variable `name` as a duration, in `object_store`'s

@@ -166,13 +166,6 @@ fn unscale(raw: &[u8], so: &ScaleOffset, logical: usize) -> Result<Vec<u8>, Deco
         .rev()
         .fold(0u64, |a, &b| a << 8 | u64::from(b));
     let body = &raw[SCALEOFFSET_HEADER..];
-    let values = unpack(body, minbits, so.size, logical / so.size).ok_or_else(|| {
-        corrupt(format!(
-            "{} bytes hold fewer than {} values of {minbits} bits",
-            body.len(),
-            logical / so.size
-        ))
-    })?;
     let mut out = Vec::with_capacity(logical);
     let full = minbits == 8 * so.size;
     let all_ones = if full {
@@ -180,7 +173,7 @@ fn unscale(raw: &[u8], so: &ScaleOffset, logical: usize) -> Result<Vec<u8>, Deco
     } else {
         (1u64 << minbits) - 1
     };
-    for v in values {
+    let each = |v: u64| {
         let value = match so.fill {
             _ if full => v,
             Some(fill) if v == all_ones => fill & width_mask(so.size),
@@ -193,35 +186,49 @@ fn unscale(raw: &[u8], so: &ScaleOffset, logical: usize) -> Result<Vec<u8>, Deco
         } else {
             out.extend_from_slice(element);
         }
-    }
+    };
+    unpack(body, minbits, so.size, logical / so.size, each).ok_or_else(|| {
+        corrupt(format!(
+            "{} bytes hold fewer than {} values of {minbits} bits",
+            body.len(),
+            logical / so.size
+        ))
+    })?;
     Ok(out)
 }
 
-/// `count` values of `minbits` bits, most significant bit first, or
-/// `None` if `body` is too short; with every bit (`minbits` the width),
-/// little-endian values as they are.
-fn unpack(body: &[u8], minbits: usize, size: usize, count: usize) -> Option<Vec<u64>> {
+/// Gives `each` the `count` values of `minbits` bits, most significant
+/// bit first, or `None` (before any) if `body` is too short; with every
+/// bit (`minbits` the width), little-endian values as they are. One value
+/// at a time: a chunk of 0-bit values has no body to bound a list by.
+fn unpack(
+    body: &[u8],
+    minbits: usize,
+    size: usize,
+    count: usize,
+    mut each: impl FnMut(u64),
+) -> Option<()> {
     if minbits == 8 * size {
-        let whole = body.get(..count * size)?;
+        let whole = body.get(..count.checked_mul(size)?)?;
         let le = |e: &[u8]| e.iter().rev().fold(0u64, |a, &b| a << 8 | u64::from(b));
-        return Some(whole.chunks_exact(size).map(le).collect());
+        whole.chunks_exact(size).map(le).for_each(each);
+        return Some(());
     }
     if (body.len() as u64) * 8 < (count as u64) * minbits as u64 {
         return None;
     }
     let mut bytes = body.iter();
     let (mut acc, mut have) = (0u128, 0usize);
-    let mut out = Vec::with_capacity(count);
     for _ in 0..count {
         while have < minbits {
             acc = acc << 8 | u128::from(*bytes.next()?);
             have += 8;
         }
         have -= minbits;
-        out.push((acc >> have) as u64 & ((1u64 << minbits) - 1));
+        each((acc >> have) as u64 & ((1u64 << minbits) - 1));
         acc &= (1u128 << have) - 1;
     }
-    Some(out)
+    Some(())
 }
 
 /// A packed value back to its element's bits: integers add the minimum
