@@ -156,6 +156,19 @@ fn implicit_chunks(geo: Geometry<'_>, first: u64, s: &ChunkShape<'_>) -> Result<
         return Err(malformed(e, first));
     };
     geo.check("a dataset's chunks, stored in a row", first, total)?;
+    // No index means no bytes that bound the listing: a chunk of one byte
+    // is an entry of some 60. Charged to the listing's budget (8 times the
+    // file plus 64 MiB) as if read, as every other index's entries are.
+    let entry = (std::mem::size_of::<Chunk>() + 8 * s.chunk.len()) as u64;
+    let listing = count.saturating_mul(entry);
+    if geo.budget.charge(listing, first).is_err() {
+        let e = format!(
+            "{count} chunks of {} bytes without an index (the listing would hold \
+             {entry} bytes a chunk, over 8 times the file plus 64 MiB)",
+            s.logical
+        );
+        return Err(bad(Hdf5Error::Unsupported(e), first));
+    }
     let chunk = |i: u64| Chunk {
         offsets: grid_offsets(i, &grid, s.chunk),
         addr: first + i * s.logical,
@@ -368,6 +381,36 @@ impl Read for ChunkedReader {
 #[cfg(test)]
 mod tests {
     use super::fill;
+
+    #[test]
+    fn chunks_without_an_index_are_listed_within_the_listing_budget() {
+        use super::super::read::ReadBudget;
+        use super::{implicit_chunks, ChunkShape, Geometry};
+        let file = tempfile::tempfile().unwrap();
+        // A file of one-byte chunks: 4,096 are listed, 2 M would make the
+        // listing hold ~120 MB, over 8 times the file plus 64 MiB.
+        for (len, listed) in [(4096u64, true), (2 << 20, false)] {
+            file.set_len(len).unwrap();
+            let budget = ReadBudget::for_file(len);
+            let geo = Geometry {
+                file: &file,
+                len,
+                offset_size: 8,
+                length_size: 8,
+                budget: &budget,
+            };
+            let max_shape = [len];
+            let shape = ChunkShape {
+                max_shape: &max_shape,
+                chunk: &[1],
+                logical: 1,
+            };
+            match implicit_chunks(geo, 0, &shape) {
+                Ok(chunks) => assert!(listed && chunks.len() as u64 == len),
+                Err(e) => assert!(!listed && e.to_string().contains("without an index"), "{e}"),
+            }
+        }
+    }
 
     #[test]
     fn fill_repeats_the_element_to_exactly_the_length() {
