@@ -34,8 +34,11 @@ def test_cast_shard_and_filters(tmp_path, fixtures):
     assert report["outputs"][-1]["path"].endswith(".index.json")
 
 
-# The CLI as `cargo test` (run first by .ci/run) or `cargo build` left it.
-CLI = os.environ.get("CONVERT_BIN") or str(FIXTURES.parent / "target/debug/safetensors-convert")
+# The CLI as `cargo test` (run first by .ci/run) or `cargo build` left it,
+# in the target folder cargo used (`CARGO_TARGET_DIR`, relative to the repo).
+CLI = os.environ.get("CONVERT_BIN") or str(
+    FIXTURES.parent / os.environ.get("CARGO_TARGET_DIR", "target") / "debug/safetensors-convert"
+)
 
 
 @pytest.mark.skipif(not os.path.exists(CLI), reason="build the CLI first (cargo build)")

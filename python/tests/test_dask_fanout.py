@@ -12,7 +12,9 @@ import pytest
 from safetensors.numpy import save_file
 
 REPO = Path(__file__).resolve().parents[2]
-CLI = os.environ.get("CONVERT_BIN") or str(REPO / "target/debug/safetensors-convert")
+CLI = os.environ.get("CONVERT_BIN") or str(
+    REPO / os.environ.get("CARGO_TARGET_DIR", "target") / "debug/safetensors-convert"
+)
 
 pytestmark = pytest.mark.skipif(not os.path.exists(CLI), reason=f"the CLI is not built ({CLI}): cargo build")
 
