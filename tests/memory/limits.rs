@@ -65,6 +65,7 @@ fn a_raised_limit_admits_a_view_refused_by_default() {
 
 #[test]
 fn limits_are_listed_in_help_and_bad_ones_are_usage_errors() {
+    let _g = crate::alloc::serial();
     let tmp = tempfile::tempdir().unwrap();
     let help = convert(tmp.path(), &["--help"]);
     let text = String::from_utf8_lossy(&help.stdout);
