@@ -202,7 +202,7 @@ fn check_size(size: u64, logical: u64, at: u64) -> Result<()> {
 }
 
 /// A chunk's logical bytes (saturating: checked against the limit).
-fn chunk_bytes(chunk: &[u64], width: usize) -> u64 {
+pub(crate) fn chunk_bytes(chunk: &[u64], width: usize) -> u64 {
     chunk.iter().fold(width as u64, |a, &d| a.saturating_mul(d))
 }
 

@@ -529,7 +529,6 @@ fn pipeline(f: &mut Fields<'_>) -> Result<Vec<Filter>> {
                 let name = match id {
                     4 => "szip".to_string(),
                     5 => "nbit".to_string(),
-                    32000 => "lzf".to_string(),
                     32001 => "blosc".to_string(),
                     32015 => "zstd".to_string(),
                     id => format!("number {id}"),

@@ -59,7 +59,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::sync::Arc;
 
-use self::chunks::{list_chunks, Chunked, ChunkedReader};
+use self::chunks::{chunk_bytes, list_chunks, Chunked, ChunkedReader};
 use self::dataset::{read_dataset, Layout};
 use self::read::{bad, Geometry, ReadBudget};
 use super::backed::{FileBacked, Places};
@@ -248,7 +248,7 @@ fn list(file: &File, len: u64, limits: &Limits) -> Result<Listed> {
             Layout::Chunked { chunk, index } => {
                 let chunks = list_chunks(geo, index, &d.shape, &d.max_shape, &chunk, width, limits)
                     .map_err(named)?;
-                let per_chunk = chunk.iter().fold(width as u64, |a, &c| a.saturating_mul(c));
+                let per_chunk = chunk_bytes(&chunk, width);
                 let stored = per_chunk.saturating_mul(chunks.len() as u64);
                 unwritten = unwritten.saturating_add(byte_len.saturating_sub(stored));
                 Data::Chunked(Chunked {
