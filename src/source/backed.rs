@@ -24,6 +24,9 @@ use crate::Result;
 pub struct FileBacked<P> {
     /// The location it was opened from, reported first by `opened`.
     pub(crate) origin: Option<Opened>,
+    /// Files it read beside its input (ONNX external data), reported by
+    /// `opened` after `origin`: an output must not replace them either.
+    pub(crate) beside: Vec<Opened>,
     listing: Listing,
     /// The input first, then any file it names (ONNX external data).
     files: Vec<Arc<File>>,
@@ -61,6 +64,7 @@ impl<P> FileBacked<P> {
         let (files, stamps) = files.into_iter().unzip();
         FileBacked {
             origin: None,
+            beside: Vec::new(),
             listing: Listing {
                 input: input.to_string(),
                 tensors,
@@ -88,7 +92,7 @@ impl<P: Places> Source for FileBacked<P> {
     }
 
     fn opened(&self) -> Vec<Opened> {
-        self.origin.iter().cloned().collect()
+        self.origin.iter().chain(&self.beside).cloned().collect()
     }
 
     fn check_unchanged(&self) -> Result<()> {

@@ -157,6 +157,33 @@ fn an_output_onto_a_shard_of_a_checkpoint_folder_is_refused() {
 }
 
 #[test]
+fn an_output_onto_an_onnx_models_external_data_is_refused() {
+    // The external file is read as much as the model: replacing it would
+    // lose the weights the model names.
+    let dir = tempfile::tempdir().unwrap();
+    let ext = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/external");
+    for f in ["model.onnx", "weights.bin"] {
+        std::fs::copy(ext.join(f), dir.path().join(f)).unwrap();
+    }
+    let (model, weights) = (
+        dir.path().join("model.onnx"),
+        dir.path().join("weights.bin"),
+    );
+    let before = tree(dir.path());
+    for dry in [None, Some("--dry-run")] {
+        let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> =
+            vec![&model, &"--report", &"json", &"-o", &weights];
+        if let Some(x) = &dry {
+            a.push(x);
+        }
+        let o = run(&a);
+        assert_eq!(code(&o), 2, "{dry:?}: {}", stderr(&o));
+        assert_eq!(error_kind(&o), "output_is_input");
+        assert_eq!(tree(dir.path()), before);
+    }
+}
+
+#[test]
 fn an_in_place_cast_with_overwrite_input_replaces_the_file_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.safetensors");

@@ -18,6 +18,8 @@ use crate::error::onnx::OnnxError;
 pub(crate) struct ExternalFile {
     /// Its location as the model spells it.
     pub(crate) location: String,
+    /// Where it was opened: the location resolved, links followed.
+    pub(crate) path: PathBuf,
     pub(crate) file: Arc<File>,
     pub(crate) len: u64,
     pub(crate) opened: Stamp,
@@ -66,22 +68,20 @@ impl ExternalFiles {
                 "location {location:?} leads out of the model's folder through a symbolic link"
             )));
         }
-        // Its type before opening it: opening a FIFO would block.
-        let meta = std::fs::metadata(&real)
-            .map_err(|e| refused(format!("location {location:?} cannot be opened: {e}")))?;
-        if !meta.is_file() {
-            return Err(refused(format!(
-                "location {location:?} is not a regular file"
-            )));
-        }
-        let file = File::open(&real)
-            .map_err(|e| refused(format!("location {location:?} cannot be opened: {e}")))?;
+        // Its type from the open handle, opened without blocking: a FIFO
+        // swapped in after the check above would block a plain open.
+        let file = crate::index::open_regular(&real).map_err(|e| {
+            refused(format!(
+                "location {location:?} is not a regular file, or cannot be opened: {e}"
+            ))
+        })?;
         let len = file
             .metadata()
             .map_err(|e| refused(format!("location {location:?}: {e}")))?
             .len();
         self.files.push(ExternalFile {
             location: location.to_string(),
+            path: real,
             opened: Stamp::of(&file, len),
             file: Arc::new(file),
             len,

@@ -42,6 +42,7 @@ use super::backed::{FileBacked, Places};
 use super::format::{FileInput, FormatRow, Stream};
 use super::{BlockingRead, Source, Stamp};
 use crate::error::note::Note;
+use crate::location::Opened;
 use crate::Result;
 
 /// The ONNX row of the format table: a `ModelProto` by its first fields;
@@ -92,7 +93,9 @@ impl OnnxSource {
         let model = read_model(&file, len, ExternalFiles::new(path)).map_err(on_input)?;
         let stamp = Stamp::of(&file, len);
         let mut files = vec![(Arc::new(file), stamp)];
+        let mut beside = Vec::new();
         for ext in model.externals.files {
+            beside.push(Opened::open_file(&ext.path, &ext.file));
             files.push((ext.file, ext.opened));
         }
         let (tensors, data) = model
@@ -104,7 +107,9 @@ impl OnnxSource {
             data,
             sparse: model.sparse,
         };
-        Ok(FileBacked::new(input, files, tensors, places))
+        let mut source = FileBacked::new(input, files, tensors, places);
+        source.beside = beside;
+        Ok(source)
     }
 
     /// Sparse initializers the model holds, which are not read.
