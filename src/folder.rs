@@ -80,10 +80,25 @@ pub(crate) fn resolve_folder(path: &Path) -> Result<Resolved> {
             ))
         }
     };
+    check_regular(&chosen).map_err(|e| e.with_input(&shown))?;
     Ok(Resolved {
         path: chosen,
         passed_over,
     })
+}
+
+/// The file a folder stands for must be a regular file (links followed):
+/// the user named the folder, not a FIFO in it, whose open would wait
+/// for a writer forever, nor a device (`/dev/zero` never ends).
+fn check_regular(chosen: &Path) -> Result<()> {
+    let meta = std::fs::metadata(chosen).map_err(Error::io)?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(Error::new(ErrorKind::FolderInput(format!(
+        "{} is not a regular file (a FIFO, device or socket); pass a file",
+        chosen.display()
+    ))))
 }
 
 /// A safetensors file or index (compressed or not).
@@ -136,5 +151,32 @@ fn list(names: &[&String]) -> String {
     match names.len() {
         n if n > 4 => format!("{}, and {} more", shown.join(", "), n - 4),
         _ => shown.join(", "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fifo_or_device_a_folder_would_stand_for_is_refused_without_opening_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model.safetensors");
+        let fifo = rustix::fs::FileType::Fifo;
+        let mode = rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR;
+        rustix::fs::mknodat(rustix::fs::CWD, &model, fifo, mode, 0).unwrap();
+        let e = resolve_folder(dir.path()).unwrap_err();
+        let refused = |e: &Error| matches!(e.kind(), ErrorKind::FolderInput(m) if m.contains("not a regular file"));
+        assert!(refused(&e), "{e}");
+        std::fs::remove_file(&model).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &model).unwrap();
+        let e = resolve_folder(dir.path()).unwrap_err();
+        assert!(refused(&e), "{e}");
+        // A link to a regular file (a Hub cache's snapshot to its blob) is followed.
+        let blobs = tempfile::tempdir().unwrap();
+        std::fs::write(blobs.path().join("blob"), b"").unwrap();
+        std::fs::remove_file(&model).unwrap();
+        std::os::unix::fs::symlink(blobs.path().join("blob"), &model).unwrap();
+        assert_eq!(resolve_folder(dir.path()).unwrap().path, model);
     }
 }
