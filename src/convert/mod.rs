@@ -329,7 +329,23 @@ async fn write_outputs(
         }
         Err(e) => {
             dest.abort().await;
-            Err(e)
+            Err(explained_by_a_changed_input(e, sources))
         }
+    }
+}
+
+/// A read that ran past the end of an input (an I/O error, unexpected end
+/// of file: a positional read of a chunk, a block, a view) is explained by
+/// the input having shrunk under us, when it did: that typed error (exit
+/// 1, the input and both lengths named, the tensor kept) instead of a bare
+/// I/O error that blames the environment.
+fn explained_by_a_changed_input(e: Error, sources: &[Box<dyn Source + '_>]) -> Error {
+    let eof =
+        matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof);
+    let changed = sources.iter().find_map(|s| s.check_unchanged().err());
+    match (eof.then_some(changed).flatten(), e.tensor()) {
+        (None, _) => e,
+        (Some(changed), Some(tensor)) => changed.with_tensor(tensor),
+        (Some(changed), None) => changed,
     }
 }

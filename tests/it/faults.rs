@@ -1029,6 +1029,36 @@ fn a_safetensors_input_that_grows_while_converting_is_refused() {
 }
 
 #[test]
+fn a_gguf_input_cut_short_while_dequantizing_is_refused_as_changed() {
+    // A dequantized tensor is read block by block with positional reads;
+    // one past the end of a file that shrank since it was opened is the
+    // input's fault, named as such (exit 1), not an I/O error (exit 3).
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.gguf");
+    std::fs::copy(support::fixtures().join("gguf/types_le.gguf"), &input).unwrap();
+    let out = dir.path().join("out.safetensors");
+    block_on(async {
+        // The dequantized tensors only: a plain one would be found short
+        // by the sink (typed already).
+        let mut opts = quick();
+        opts.plan.include = vec!["q*".into(), "iq*".into()];
+        let mut sources = open_inputs(std::slice::from_ref(&input), &opts)
+            .await
+            .unwrap();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&input)
+            .unwrap();
+        file.set_len(20_000).unwrap();
+        let e = convert_sources(&mut sources, &Output::File(out.clone()), &opts)
+            .await
+            .unwrap_err();
+        assert_changed(&e, &input, &out);
+        assert!(e.tensor().is_some(), "{e}");
+    });
+}
+
+#[test]
 fn an_npy_input_that_grows_while_converting_is_refused() {
     // Same for .npy: the data length (file length less header) was checked
     // against the shape when opened; appended bytes are past the tensor.
