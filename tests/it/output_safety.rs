@@ -184,6 +184,42 @@ fn an_output_onto_an_onnx_models_external_data_is_refused() {
 }
 
 #[test]
+fn an_output_onto_the_raw_manifest_is_refused() {
+    // The manifest is read as much as the dump; `-o` onto it (by a link
+    // too) would replace the description of the dump with its conversion.
+    let dir = tempfile::tempdir().unwrap();
+    let dump = write(dir.path(), "dump.bin", &pattern(3, 64));
+    let text = br#"[{"name": "a", "dtype": "F32", "shape": [16], "offset": 0}]"#;
+    let manifest = write(dir.path(), "m.json", text);
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&manifest, &link).unwrap();
+    let before = tree(dir.path());
+    for out in [&manifest, &link] {
+        let o = run(&[
+            &dump,
+            &"--raw-manifest",
+            &manifest,
+            &"--report",
+            &"json",
+            &"-o",
+            out,
+        ]);
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+        assert_eq!(error_kind(&o), "output_is_input");
+        assert_eq!(tree(dir.path()), before);
+    }
+    let o = run(&[
+        &dump,
+        &"--raw-manifest",
+        &manifest,
+        &"--overwrite-input",
+        &"-o",
+        &manifest,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
 fn an_in_place_cast_with_overwrite_input_replaces_the_file_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.safetensors");
