@@ -117,6 +117,23 @@ fn a_sharded_output_that_would_replace_an_input_index_or_shard_is_refused() {
     assert_eq!(std::fs::read(&shard_path).unwrap(), shard1);
 }
 
+/// `input -o out` is refused as an output onto a file read, by the real
+/// run and by `--dry-run`, and `dir` keeps its files as they were.
+fn assert_refused_onto_an_input(input: &Path, out: &Path, dir: &Path) {
+    let before = tree(dir);
+    for dry in [None, Some("--dry-run")] {
+        let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> =
+            vec![&input, &"--report", &"json", &"-o", &out];
+        if let Some(x) = &dry {
+            a.push(x);
+        }
+        let o = run(&a);
+        assert_eq!(code(&o), 2, "{} {dry:?}: {}", out.display(), stderr(&o));
+        assert_eq!(error_kind(&o), "output_is_input");
+        assert_eq!(tree(dir), before);
+    }
+}
+
 #[test]
 fn an_output_onto_a_shard_of_a_checkpoint_folder_is_refused() {
     // The folder stands for its index; the shards are what the source
@@ -132,23 +149,11 @@ fn an_output_onto_a_shard_of_a_checkpoint_folder_is_refused() {
         &set.join("m.safetensors"),
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    let before = tree(&set);
     for shard in [
         "m-00001-of-00002.safetensors",
         "m-00002-of-00002.safetensors",
     ] {
-        let out = set.join(shard);
-        for dry in [None, Some("--dry-run")] {
-            let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> =
-                vec![&set, &"--report", &"json", &"-o", &out];
-            if let Some(x) = &dry {
-                a.push(x);
-            }
-            let o = run(&a);
-            assert_eq!(code(&o), 2, "{shard} {dry:?}: {}", stderr(&o));
-            assert_eq!(error_kind(&o), "output_is_input");
-            assert_eq!(tree(&set), before);
-        }
+        assert_refused_onto_an_input(&set, &set.join(shard), &set);
     }
     // Asked for, a shard is replaced by the whole checkpoint.
     let out = set.join("m-00002-of-00002.safetensors");
@@ -169,18 +174,7 @@ fn an_output_onto_an_onnx_models_external_data_is_refused() {
         dir.path().join("model.onnx"),
         dir.path().join("weights.bin"),
     );
-    let before = tree(dir.path());
-    for dry in [None, Some("--dry-run")] {
-        let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> =
-            vec![&model, &"--report", &"json", &"-o", &weights];
-        if let Some(x) = &dry {
-            a.push(x);
-        }
-        let o = run(&a);
-        assert_eq!(code(&o), 2, "{dry:?}: {}", stderr(&o));
-        assert_eq!(error_kind(&o), "output_is_input");
-        assert_eq!(tree(dir.path()), before);
-    }
+    assert_refused_onto_an_input(&model, &weights, dir.path());
 }
 
 #[test]
