@@ -146,9 +146,71 @@ pub(crate) fn packed_rows(
     }
 }
 
+/// compressed-tensors' `mxfp6-pack-quantized` (`MXFP6PackedCompressor`):
+/// rows of `cols` E2M3 codes, four in three bytes (a little-endian 24-bit
+/// word, the first code in its low 6 bits), bit 5 the sign (so code 0x20 is
+/// -0.0), an E8M0 scale per 32 along the row. The library decodes a code from
+/// its table `kE2M3ToFloat` into BF16 (exact), the scale as `2.0 ** (e - 127)`
+/// in BF16, and multiplies in BF16: the exact product rounded to BF16.
+/// `scales` are checked not to hold 0xFF (NaN).
+pub(crate) fn fp6_packed_rows(packed: &[u8], scales: &[u8], cols: usize, out: &mut [f32]) {
+    let per_row = cols / BLOCK;
+    for ((row, srow), o) in packed
+        .chunks_exact(cols / 4 * 3)
+        .zip(scales.chunks_exact(per_row.max(1)))
+        .zip(out.chunks_exact_mut(cols))
+    {
+        for (q, (bytes, outs)) in row.chunks_exact(3).zip(o.chunks_exact_mut(4)).enumerate() {
+            let word = u32::from(bytes[0]) | u32::from(bytes[1]) << 8 | u32::from(bytes[2]) << 16;
+            let factor = e8m0_to_f32(srow[q * 4 / BLOCK]);
+            for (j, v) in outs.iter_mut().enumerate() {
+                let code = (word >> (6 * j)) & 0x3f;
+                let magnitude = E2M3_MAGNITUDES[(code & 0x1f) as usize];
+                let value = if code & 0x20 != 0 {
+                    -magnitude
+                } else {
+                    magnitude
+                };
+                *v = super::arith::stored_as(crate::Dtype::BF16, value * factor);
+            }
+        }
+    }
+}
+
+/// E2M3's magnitudes, as compressed-tensors' `kE2M3ToFloat`: `m / 8`
+/// (subnormal), then `(1 + m / 8) * 2^e` for `e` in 0..3.
+const E2M3_MAGNITUDES: [f32; 32] = {
+    let mut t = [0f32; 32];
+    let mut i = 0;
+    while i < 32 {
+        let m = (i % 8) as f32 / 8.0;
+        t[i] = match i / 8 {
+            0 => m,
+            e => (1.0 + m) * (1 << (e - 1)) as f32,
+        };
+        i += 1;
+    }
+    t
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fp6_codes_are_e2m3_with_a_sign_bit() {
+        // Codes 0x01 (1/8), 0x08 (1.0), 0x1f (7.5), 0x3f (-7.5) in one word;
+        // then 0x20 (-0.0) and three zeros; scale 2^1 for the first 32 columns.
+        let word: u32 = 0x01 | 0x08 << 6 | 0x1f << 12 | 0x3f << 18;
+        let mut packed = vec![0u8; 24];
+        packed[..3].copy_from_slice(&word.to_le_bytes()[..3]);
+        packed[3] = 0x20;
+        let mut out = [1f32; 32];
+        fp6_packed_rows(&packed, &[128], 32, &mut out);
+        assert_eq!(out[..4], [0.25, 2.0, 15.0, -15.0]);
+        assert!(out[4] == 0.0 && out[4].is_sign_negative());
+        assert!(out[5..].iter().all(|v| *v == 0.0 && v.is_sign_positive()));
+    }
 
     /// A second, plain reading of the format: element `[k][r]` of the
     /// transposed expert from the OCP definition of E2M1 and E8M0.

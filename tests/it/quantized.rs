@@ -98,6 +98,7 @@ pub(crate) const CASES: &[&str] = &[
     "int-quantized",
     "fbgemm-fp8",
     "mxfp4-compressed-tensors",
+    "ct-more",
 ];
 
 #[test]

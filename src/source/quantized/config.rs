@@ -46,6 +46,9 @@ pub(crate) struct GroupWeights {
     /// Bits per weight.
     #[serde(default)]
     pub num_bits: Option<u32>,
+    /// The `block` strategy's rows and columns per scale.
+    #[serde(default)]
+    pub block_structure: Option<[u64; 2]>,
 }
 
 impl QuantConfig {
@@ -60,6 +63,34 @@ impl QuantConfig {
         bits.sort_unstable();
         bits.dedup();
         bits
+    }
+
+    /// The FP8 scale block sizes the config declares: transformers'
+    /// `weight_block_size`, then each compressed-tensors group's
+    /// `block_structure` (llm-compressor's `FP8_BLOCK` is 128x128, but
+    /// any is allowed); DeepSeek-V3's 128x128 when it declares none.
+    pub(crate) fn block_sizes(&self) -> Vec<[u64; 2]> {
+        let mut sizes: Vec<[u64; 2]> = self.weight_block_size.into_iter().collect();
+        for size in self.group_blocks() {
+            if !sizes.contains(&size) {
+                sizes.push(size);
+            }
+        }
+        if sizes.is_empty() {
+            sizes.push([128, 128]);
+        }
+        sizes
+    }
+
+    /// The `block_structure`s compressed-tensors' config groups declare.
+    pub(crate) fn group_blocks(&self) -> Vec<[u64; 2]> {
+        let groups = self.config_groups.iter().flat_map(|g| g.values());
+        let mut sizes: Vec<[u64; 2]> = groups
+            .filter_map(|g| g.weights.as_ref()?.block_structure)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes
     }
 }
 

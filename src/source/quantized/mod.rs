@@ -95,6 +95,10 @@ pub(crate) enum Kind {
         tiling: crate::dequant::fp8::Tiling,
         /// FBGEMM's row-wise FP8 (`quant_method: fbgemm_fp8`): the same arithmetic.
         fbgemm: bool,
+        /// compressed-tensors `mxfp8-quantized`: U8 E8M0 exponents, one a
+        /// 32 columns, that `decompress_mx_scale` makes BF16 powers of two:
+        /// the product is rounded to BF16.
+        mx: bool,
     },
     /// GPTQ packed codes, zeros and scales, with an optional `g_idx`.
     Gptq {
@@ -148,10 +152,15 @@ pub(crate) enum Kind {
         per_tensor: bool,
         /// Columns per group, when there is no `g_idx`.
         group_size: u64,
+        /// Rows per row of scales: the block strategy's block height, else 1.
+        block_rows: u64,
     },
     /// compressed-tensors `mxfp4-pack-quantized`: packed E2M1 codes and an
     /// E8M0 scale per 32 along the row.
     CtMxfp4 { weight: TensorAt, scale: TensorAt },
+    /// compressed-tensors `mxfp6-pack-quantized`: E2M3 codes four in three
+    /// bytes and an E8M0 scale (U8 or `F8_E8M0`) per 32.
+    CtMxfp6 { weight: TensorAt, scale: TensorAt },
     /// gpt-oss MXFP4 experts: `*_blocks` and their E8M0 `*_scales`,
     /// dequantized transposed to `[experts, groups * 32, rows]`.
     Mxfp4 {
@@ -170,6 +179,7 @@ macro_rules! each_part {
         match $kind {
             Kind::Fp8 { weight: a, scale: b, .. }
             | Kind::CtMxfp4 { weight: a, scale: b }
+            | Kind::CtMxfp6 { weight: a, scale: b }
             | Kind::Int8 { weight: a, scb: b }
             | Kind::Mxfp4 { blocks: a, scales: b, .. } => {
                 f(a);
@@ -233,6 +243,7 @@ impl Kind {
     pub(crate) fn scheme(&self) -> &'static str {
         match self {
             Kind::Fp8 { fbgemm: true, .. } => "fbgemm-fp8",
+            Kind::Fp8 { mx: true, .. } => "mxfp8-quantized",
             Kind::Fp8 { .. } => "fp8",
             Kind::Gptq { .. } => "gptq",
             Kind::Awq { .. } => "awq",
@@ -240,6 +251,7 @@ impl Kind {
             Kind::Nvfp4 { .. } => "nvfp4",
             Kind::Mxfp4 { .. } => "mxfp4",
             Kind::CtMxfp4 { .. } => "mxfp4-pack-quantized",
+            Kind::CtMxfp6 { .. } => "mxfp6-pack-quantized",
             Kind::CtInt { packed: true, .. } => "pack-quantized",
             Kind::CtInt { packed: false, .. } => "int-quantized",
             Kind::FourBit { record, .. } => match record.kind {
@@ -345,6 +357,7 @@ struct Fp8At {
     scale: usize,
     tiling: crate::dequant::fp8::Tiling,
     fbgemm: bool,
+    mx: bool,
 }
 
 impl Fp8At {
@@ -356,11 +369,13 @@ impl Fp8At {
                 scale,
                 tiling,
                 fbgemm,
+                mx,
             } if weight.at.0 == s && scale.at.0 == s => Some(Fp8At {
                 weight: weight.at.1,
                 scale: scale.at.1,
                 tiling: *tiling,
                 fbgemm: *fbgemm,
+                mx: *mx,
             }),
             _ => None,
         }
@@ -470,6 +485,7 @@ impl<'a> QuantizedSource<'a> {
                 scale: at(fp8.scale),
                 tiling: fp8.tiling,
                 fbgemm: fp8.fbgemm,
+                mx: fp8.mx,
             }),
         }
     }

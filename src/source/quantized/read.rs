@@ -141,6 +141,7 @@ impl DequantReader {
                 weight,
                 scale,
                 tiling,
+                mx,
                 ..
             } => {
                 let codes = read_elems_in(weight, r0 * cols, count, &mut self.input)?;
@@ -153,11 +154,16 @@ impl DequantReader {
                     to_usize(scale_count)?,
                     &mut self.raw_scales,
                 )?;
-                if scale.dtype == Dtype::F8_E8M0 {
+                // MXFP8's U8 scales are E8M0 exponents, their values BF16.
+                let (decoded, dtype) = match *mx {
+                    true => (Dtype::F8_E8M0, Dtype::BF16),
+                    false => (scale.dtype, scale.dtype),
+                };
+                if decoded == Dtype::F8_E8M0 {
                     refuse_e8m0_nan(scale, s0 * scale_cols, raw)?;
                 }
                 let scales = &mut self.scales;
-                arith::scale_values(scale.dtype, raw, scales);
+                arith::scale_values(decoded, raw, scales);
                 // A per-tensor scale ([] or [1]) covers every row: one value.
                 let scale_cols = if scales.len() == 1 {
                     1
@@ -168,7 +174,7 @@ impl DequantReader {
                     values: scales,
                     cols: scale_cols,
                     tiling: *tiling,
-                    dtype: scale.dtype,
+                    dtype,
                 };
                 let cols = to_usize(cols)?;
                 let (values, bytes) = (&mut self.values, &mut *out);
@@ -324,6 +330,7 @@ impl DequantReader {
                 groups,
                 per_tensor,
                 group_size,
+                block_rows,
             } => {
                 let group_of = once(&self.shared.groups, || {
                     gptq_groups(g_idx.as_deref(), *groups, cols, *group_size)
@@ -336,6 +343,7 @@ impl DequantReader {
                     *packed,
                     *groups,
                     *per_tensor,
+                    *block_rows,
                     r0,
                     r1,
                     cols,
@@ -373,6 +381,13 @@ impl DequantReader {
                     table,
                     &mut self.values,
                 );
+            }
+            Kind::CtMxfp6 { weight, scale } => {
+                let packed = read_elems(weight, r0 * cols / 4 * 3, count / 4 * 3)?;
+                let per_row = cols / 32;
+                let raw = read_elems(scale, r0 * per_row, to_usize((r1 - r0) * per_row)?)?;
+                refuse_e8m0_nan(scale, r0 * per_row, &raw)?;
+                dequant::mxfp4::fp6_packed_rows(&packed, &raw, to_usize(cols)?, &mut self.values);
             }
             Kind::Mxfp4 {
                 blocks,
@@ -802,6 +817,7 @@ fn ct_int_piece(
     packed: bool,
     groups: u64,
     per_tensor: bool,
+    block_rows: u64,
     r0: u64,
     r1: u64,
     cols: u64,
@@ -821,11 +837,18 @@ fn ct_int_piece(
         arith::scale_values(scale.dtype, &read_elems(scale, 0, 1)?, &mut scales);
         scales = vec![scales[0]; to_usize(nrows)?];
     } else {
-        let raw = read_elems(scale, r0 * groups, to_usize(nrows * groups)?)?;
+        let raw = read_blocks(scale, groups, block_rows, r0, r1)?;
         arith::scale_values(scale.dtype, &raw, &mut scales);
     }
     let zeros = match zeros {
         None => None,
+        // One zero point, unpacked, as the one scale.
+        Some(z) if per_tensor => Some(vec![read_elems(z, 0, 1)?[0] as i8; to_usize(nrows)?]),
+        // A block's zero point, unpacked, as its scale.
+        Some(z) if block_rows > 1 => {
+            let raw = read_blocks(z, groups, block_rows, r0, r1)?;
+            Some(raw.into_iter().map(|b| b as i8).collect())
+        }
         Some(z) if packed => {
             let b = u64::from(bits);
             let (w0, w1) = (r0 * b / 32, (r1 * b).div_ceil(32));
@@ -844,6 +867,23 @@ fn ct_int_piece(
         scales,
         zeros,
     })
+}
+
+/// The elements of rows `[r0, r1)` of a weight, row after row, from `p`,
+/// a table of `groups` columns with a row for each `block_rows` of the
+/// weight's (1: a row each): each of its rows read once, then repeated.
+fn read_blocks(p: &TensorAt, groups: u64, block_rows: u64, r0: u64, r1: u64) -> Result<Vec<u8>> {
+    let (s0, s1) = (r0 / block_rows, r1.div_ceil(block_rows));
+    let raw = read_elems(p, s0 * groups, to_usize((s1 - s0) * groups)?)?;
+    if block_rows == 1 {
+        return Ok(raw);
+    }
+    let row_bytes = raw.len() / to_usize(s1 - s0)?.max(1);
+    let row = |r: u64| (r / block_rows - s0) as usize * row_bytes;
+    Ok((r0..r1)
+        .flat_map(|r| &raw[row(r)..row(r) + row_bytes])
+        .copied()
+        .collect())
 }
 
 /// Refuses an E8M0 scale of 0xFF (NaN) among `raw`, elements of `p` from

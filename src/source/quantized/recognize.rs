@@ -302,9 +302,17 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
         let dtypes = [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::F8_E8M0];
         check_dtype(&scale, &dtypes, "F32, F16, BF16 or F8_E8M0", S, &input)?;
     } else {
-        check_dtype(&scale, SCALE_DTYPES, "F32, F16 or BF16", S, &input)?;
+        let dtypes = [SCALE_DTYPES, &[Dtype::U8]].concat();
+        check_dtype(&scale, &dtypes, "F32, F16, BF16 or U8 (E8M0)", S, &input)?;
     }
     let [m, n] = matrix(&weight, S, &input)?;
+    // compressed-tensors `mxfp8-quantized` stores its E8M0 scales as U8, one
+    // a block of 32 columns (MX's block) and nothing else.
+    let mx = scale.dtype == Dtype::U8;
+    if mx && (n % 32 != 0 || scale.shape != [m, n / 32]) {
+        let expected = format!("[{m}, {}] (MXFP8: one E8M0 scale a 32 columns)", n / 32);
+        return Err(bad_shape(&scale, "mxfp8-quantized", expected, &input));
+    }
     let whole = Tiling {
         rows: m.max(1),
         cols: n.max(1),
@@ -326,16 +334,28 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
             }
         }
         [r, c] => {
-            let [br, bc] = names.config(wat.0)?.weight_block_size.unwrap_or([128, 128]);
-            if br == 0 || bc == 0 || r != m.div_ceil(br) || c != n.div_ceil(bc) {
-                let expected = format!(
-                    "[{}, {}] (blocks of {br}x{bc} over [{m}, {n}])",
-                    m.div_ceil(br.max(1)),
-                    n.div_ceil(bc.max(1))
-                );
-                return Err(bad_shape(&scale, S, expected, &input));
+            let sizes = names.config(wat.0)?.block_sizes();
+            let fits = |&&[br, bc]: &&[u64; 2]| {
+                br > 0 && bc > 0 && r == m.div_ceil(br) && c == n.div_ceil(bc)
+            };
+            match sizes.iter().filter(fits).collect::<Vec<_>>()[..] {
+                [&[br, bc]] => Tiling { rows: br, cols: bc },
+                [] => {
+                    let [br, bc] = sizes[0];
+                    let expected = format!(
+                        "[{}, {}] (blocks of {br}x{bc} over [{m}, {n}])",
+                        m.div_ceil(br.max(1)),
+                        n.div_ceil(bc.max(1))
+                    );
+                    return Err(bad_shape(&scale, S, expected, &input));
+                }
+                ref several => {
+                    let detail = format!(
+                        "blocks of {several:?} all fit; config.json's groups do not say which"
+                    );
+                    return Err(groups_error(&scale, S, detail, &input));
+                }
             }
-            Tiling { rows: br, cols: bc }
         }
         _ => {
             let expected = format!("[], [{m}], [{m}, groups] or [row blocks, column blocks]");
@@ -360,6 +380,7 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
             scale,
             tiling,
             fbgemm,
+            mx,
         }),
     };
     Ok(Some((wat, vec![wat, sat], w)))
@@ -861,29 +882,46 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
         let [rows, cols] = matrix(&codes, scheme, &input)?;
         (rows, cols, 8)
     };
+    // The block strategy's block of rows x columns a scale, as config.json's
+    // groups declare it, when the scale's shape is [row blocks, column
+    // blocks] and no other's (the edge blocks may be partial).
+    let fits = |[br, bc]: &[u64; 2]| {
+        *br > 0 && *bc > 0 && scale.shape == [rows.div_ceil(*br), cols.div_ceil(*bc)]
+    };
+    let block = match scale.shape[..] {
+        [r, _] if r != rows => names.config(cat.0)?.group_blocks().into_iter().find(fits),
+        _ => None,
+    };
     let (groups, per_tensor) = match scale.shape[..] {
         [] | [1] if rows != 1 => (1, true),
         [r] | [r, 1] if r == rows => (1, false),
         [r, g] if r == rows && g > 0 => (g, false),
+        [_, g] if block.is_some() => (g, false),
         _ => {
-            let expected = format!("[], [{rows}], [{rows}, 1] or [{rows}, groups]");
+            let expected = format!(
+                "[], [{rows}], [{rows}, 1], [{rows}, groups] or [row blocks, column blocks] of a block_structure config.json declares"
+            );
             return Err(bad_shape(&scale, scheme, expected, &input));
         }
     };
-    if cols % groups != 0 {
+    if block.is_none() && cols % groups != 0 {
         let detail = format!("{groups} groups do not divide the {cols} columns");
         return Err(groups_error(&scale, scheme, detail, &input));
     }
     let zeros = match names.part(&format!("{prefix}.weight_zero_point"))? {
         None => None,
         Some((zat, z)) => {
-            if per_tensor {
-                let e = QuantError::Unsupported(format!(
-                    "{scheme}: a zero point with a per-tensor scale"
-                ));
-                return Err(refuse(e, &input, &z.name));
-            }
-            if packed {
+            if per_tensor || block.is_some() {
+                // compressed-tensors packs zero points only for the group and
+                // channel strategies (PACK_ZP_STRATS): the tensor and block
+                // strategies' are I8 as they are, one a scale, in either format.
+                check_dtype(&z, &[Dtype::I8], "I8", scheme, &input)?;
+                let ok = z.shape == scale.shape || (per_tensor && matches!(z.shape[..], [] | [1]));
+                if !ok {
+                    let expected = format!("{:?} (one a scale)", scale.shape);
+                    return Err(bad_shape(&z, scheme, expected, &input));
+                }
+            } else if packed {
                 check_dtype(
                     &z,
                     &[Dtype::I32],
@@ -937,7 +975,11 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
             packed,
             groups,
             per_tensor,
-            group_size: (cols / groups).max(1),
+            group_size: match block {
+                Some([_, bc]) => bc,
+                None => (cols / groups).max(1),
+            },
+            block_rows: block.map_or(1, |[br, _]| br),
         }),
     };
     Ok(Some((cat, used, w)))
@@ -979,7 +1021,7 @@ fn weight_shape(p: &TensorAt, scheme: &'static str, input: &str) -> Result<[u64;
 
 /// compressed-tensors `mxfp4-pack-quantized`: `prefix.weight_packed` (U8
 /// `[rows, cols / 2]`) and `prefix.weight_scale` (E8M0 as U8 or F8_E8M0,
-/// `[rows, cols / 32]`).
+/// `[rows, cols / 32]`); or `mxfp6-pack-quantized`, `[rows, cols / 4 * 3]`.
 fn ct_mxfp4(names: &mut Names, prefix: &str, packed_name: &str) -> Result<Recognised> {
     const S: &str = "mxfp4-pack-quantized";
     let (wat, weight) = names.part(packed_name)?.expect("listed");
@@ -988,6 +1030,21 @@ fn ct_mxfp4(names: &mut Names, prefix: &str, packed_name: &str) -> Result<Recogn
         .part(&format!("{prefix}.weight_scale"))?
         .expect("checked");
     let [m, half] = matrix(&weight, S, &input)?;
+    // `mxfp6-pack-quantized` is stored the same way, but three bytes hold
+    // four codes: 24 bytes a scale, where MXFP4 has 16. An MXFP4 weight
+    // with too few scales has that shape too: config.json must declare
+    // 6-bit weights.
+    let fp6 = names.config(wat.0)?.group_bits().contains(&6);
+    if fp6
+        && matches!(scale.shape[..], [r, g] if r == m && g > 0 && g.checked_mul(24) == Some(half))
+    {
+        let w = Weight {
+            name: format!("{prefix}.weight"),
+            shape: [m, half / 3 * 4],
+            kind: Arc::new(Kind::CtMxfp6 { weight, scale }),
+        };
+        return Ok(Some((wat, vec![wat, sat], w)));
+    }
     let Some(n) = half.checked_mul(2) else {
         return Err(bad_shape(&weight, S, "[rows, columns / 2]".into(), &input));
     };
