@@ -44,6 +44,8 @@ pub(crate) struct DequantReader {
     scales: Vec<f32>,
     /// NF4/FP4's nested code table (256 values), read on the first piece.
     nested_code: Option<Vec<f32>>,
+    /// GPTQ's buffers kept from piece to piece.
+    gptq_scratch: dequant::gptq::Scratch,
 }
 
 impl DequantReader {
@@ -88,6 +90,7 @@ impl DequantReader {
             raw_scales: Vec::new(),
             scales: Vec::new(),
             nested_code: None,
+            gptq_scratch: Default::default(),
         }
     }
 
@@ -212,14 +215,14 @@ impl DequantReader {
                     runs,
                 };
                 let first = to_usize(r0 - s.s0)?;
-                let (values, bytes) = (&mut self.values, &mut *out);
+                let (scratch, bytes) = (&mut self.gptq_scratch, &mut *out);
                 dequant::gptq::rows_into(
                     &piece,
                     first,
                     *packing,
                     scales.dtype,
                     self.to,
-                    values,
+                    scratch,
                     bytes,
                 );
             }
