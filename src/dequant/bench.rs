@@ -166,7 +166,7 @@ pub fn four_bit(name: &str, raw: &[u8], cols: usize, values: &mut [f32], out: &m
                 zero_offset: 1,
             };
             // As the reader runs it: stored as BF16 a few rows at a time.
-            let mut scratch = super::gptq::Scratch::default();
+            let mut scratch = Vec::new();
             super::gptq::rows_into(&p, 0, packing, Dtype::F16, Dtype::BF16, &mut scratch, out);
             return;
         }

@@ -351,6 +351,17 @@ fn looked_up(t: &Tile, w: usize, a: &Book, b: &Book, out: &mut [u8]) {
         };
         _mm256_set_m128i(half(2 * m + 1), half(2 * m))
     };
+    // The words of the rows 16 on, which the tile after next reads: its
+    // cache lines fetched while this one computes. A strip's packed rows
+    // lie 4 KiB and more apart (one page each), where no hardware
+    // prefetcher follows, and by the time its later tiles come the
+    // strip has left the cache (the output written since is larger).
+    for k in 0..8 {
+        let at = (w + k) * t.stride + 16;
+        if let Some(word) = t.words.get(at) {
+            prefetch(word);
+        }
+    }
     let nibble = _mm256_set1_epi8(0x0f);
     for high in [false, true] {
         let c: [__m256i; 4] = std::array::from_fn(|m| pair(m, high));
@@ -931,6 +942,15 @@ fn mxfp4_transposed_out<const OUT: u8>(b: &Band, k0: usize, out: &mut [u8]) -> b
         }
     }
     true
+}
+
+/// A hint that `word`'s cache line is read soon: fetched into L2 (and
+/// not L1, which the tile's stores pass through).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn prefetch(word: &u32) {
+    let p: *const u32 = word;
+    _mm_prefetch::<_MM_HINT_T1>(p.cast())
 }
 
 /// The 8 x 8 matrix of rows `v` transposed: lane `i` of result `j` is

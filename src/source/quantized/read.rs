@@ -44,8 +44,6 @@ pub(crate) struct DequantReader {
     scales: Vec<f32>,
     /// NF4/FP4's nested code table (256 values), read on the first piece.
     nested_code: Option<Vec<f32>>,
-    /// GPTQ's buffers kept from piece to piece.
-    gptq_scratch: dequant::gptq::Scratch,
 }
 
 impl DequantReader {
@@ -90,7 +88,6 @@ impl DequantReader {
             raw_scales: Vec::new(),
             scales: Vec::new(),
             nested_code: None,
-            gptq_scratch: Default::default(),
         }
     }
 
@@ -221,14 +218,14 @@ impl DequantReader {
                     runs,
                 };
                 let first = to_usize(r0 - s.s0)?;
-                let (scratch, bytes) = (&mut self.gptq_scratch, &mut *out);
+                let (values, bytes) = (&mut self.values, &mut *out);
                 dequant::gptq::rows_into(
                     &piece,
                     first,
                     *packing,
                     scales.dtype,
                     self.to,
-                    scratch,
+                    values,
                     bytes,
                 );
             }
@@ -445,15 +442,7 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
         _ => 128,
     };
     let per_part = (target / row_bytes).max(1).next_multiple_of(align);
-    let first = match &*w.kind {
-        // The first GPTQ part half as long (in whole words of zero
-        // points): the two readers then read their strips (1024
-        // positional reads, no writing) half a part apart, each while the
-        // other writes, not both at once with the output idle.
-        Kind::Gptq { .. } => (per_part / 2 / 128 * 128).max(128),
-        _ => per_part,
-    };
-    let parts = parts_of(w, to, (first, per_part));
+    let parts = parts_of(w, to, per_part);
     (parts.len() > 1).then_some(parts)
 }
 
@@ -466,9 +455,8 @@ const STRIP_ROWS: u64 = 8;
 /// hold about what one whole-tensor reader held.
 const PART_SHARE: u64 = 2;
 
-/// Weight `w` read as `to` in parts of `per_part` rows, the first of
-/// `first` (the last shorter).
-fn parts_of(w: &Weight, to: Dtype, (first, per_part): (u64, u64)) -> Vec<BlockingPart> {
+/// Weight `w` read as `to` in parts of `per_part` rows (the last shorter).
+fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     let [rows, cols] = w.shape;
     let row_bytes = cols * (to.bits() / 8);
     let mut parts = Vec::new();
@@ -476,8 +464,7 @@ fn parts_of(w: &Weight, to: Dtype, (first, per_part): (u64, u64)) -> Vec<Blockin
     // One group table for every part.
     let shared = Arc::<Shared>::default();
     while r0 < rows {
-        let len = if r0 == 0 { first } else { per_part };
-        let r1 = r0.saturating_add(len.max(1)).min(rows);
+        let r1 = r0.saturating_add(per_part).min(rows);
         let (w, shared) = (w.clone(), shared.clone());
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
@@ -1034,19 +1021,15 @@ mod tests {
                     r.step = 5;
                     assert_eq!(read_all(r), whole, "{case} {} in bands of 1", w.name);
                 }
-                for rows in [1u64, 3, 128] {
+                for rows in [1, 3, 128] {
                     let mut joined = Vec::new();
-                    // The first part as long as the others, and half as long.
-                    for first in [rows, rows.div_ceil(2)] {
-                        for part in parts_of(w, Dtype::F32, (first, rows)) {
-                            let (mut r, _) = (part.open)().unwrap();
-                            let before = joined.len();
-                            r.read_to_end(&mut joined).unwrap();
-                            assert_eq!((joined.len() - before) as u64, part.len);
-                        }
-                        assert_eq!(joined, whole, "{case} {} in parts of {rows} rows", w.name);
-                        joined.clear();
+                    for part in parts_of(w, Dtype::F32, rows) {
+                        let (mut r, _) = (part.open)().unwrap();
+                        let before = joined.len();
+                        r.read_to_end(&mut joined).unwrap();
+                        assert_eq!((joined.len() - before) as u64, part.len);
                     }
+                    assert_eq!(joined, whole, "{case} {} in parts of {rows} rows", w.name);
                 }
                 for step in [1, 3, 7] {
                     let mut r = DequantReader::new(w.clone(), Dtype::F32);
