@@ -26,7 +26,7 @@ use crate::location::{Location, Opened};
 use crate::observe::ObservedWriter;
 pub use crate::plan::layout::{shard_paths, Part};
 pub use crate::plan::CastNote;
-use crate::plan::{plan, Plan};
+use crate::plan::{plan, Plan, ShardPlan};
 use crate::source::Source;
 use crate::{Error, ErrorKind, Result, Warning};
 pub use dry_run::{dry_run, DryRun};
@@ -260,6 +260,12 @@ async fn write_planned(
     })
 }
 
+/// The shard this run writes after shard `index`, if any.
+fn next_written(plan: &Plan, index: usize, part: Part) -> Option<&ShardPlan> {
+    let mut after = plan.shards.iter().enumerate().skip(index + 1);
+    after.find(|(i, _)| part.writes_shard(*i)).map(|(_, s)| s)
+}
+
 /// Writes the plan where the checked output resolved to, one protocol for
 /// files, streams and objects: each shard staged and written, the inputs
 /// checked unchanged, then all committed together, or all abandoned.
@@ -303,6 +309,7 @@ async fn write_outputs(
                     out,
                 }),
                 overflows: Some(overflows),
+                next: next_written(plan, index, options.part),
             };
             let copied = copy_shard(w, shard, sources, to, &mut policy).await?;
             let (writer, sha256) = copied.into_parts();

@@ -147,14 +147,22 @@ pub(crate) fn jobs(shard: &ShardPlan, start: usize, sources: &[Box<dyn Source + 
 
 /// Tells each source which of its tensors the shard reads from `start`,
 /// up to [`ORDER_WINDOW`], in order ([`Source::will_read`]): an object's
-/// then come by few GETs. Returns where the order told ends.
+/// then come by few GETs. Where the shard ends within them, the `next`
+/// shard's first tensors follow: their GETs are on their way while this
+/// shard's last reads are used and its upload is sealed, not sent after
+/// the next shard starts (benches/scale/README.md, session 12). Returns
+/// where the order told ends.
 pub(crate) fn tell_order(
     shard: &ShardPlan,
     start: usize,
     sources: &[Box<dyn Source + '_>],
+    next: Option<&ShardPlan>,
 ) -> usize {
     let mut order: Vec<Vec<usize>> = vec![Vec::new(); sources.len()];
-    for p in shard.planned(start).take(ORDER_WINDOW) {
+    let this = shard.planned(start).take(ORDER_WINDOW);
+    let left = ORDER_WINDOW.saturating_sub(shard.refs.len().saturating_sub(start));
+    let then = next.into_iter().flat_map(|n| n.planned(0).take(left));
+    for p in this.chain(then) {
         order[p.source].push(p.index);
     }
     for (source, order) in sources.iter().zip(order) {

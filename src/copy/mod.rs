@@ -54,6 +54,7 @@ pub async fn write_shard<W: AsyncWrite + Unpin>(
         watch: &Watch::default(),
         direct: None,
         overflows: None,
+        next: None,
     };
     let mut policy = CopyPolicy::SINK_ONLY;
     copy_shard(writer, shard, sources, to, &mut policy).await
@@ -131,6 +132,9 @@ pub(crate) struct Shard<'a> {
     pub(crate) direct: Option<Direct>,
     /// Where casts' overflows to infinity are told, as warnings.
     pub(crate) overflows: Option<&'a Mutex<Vec<Warning>>>,
+    /// The shard this run copies after this one, if any: its first reads
+    /// are told to the sources with this one's last ([`tell_order`]).
+    pub(crate) next: Option<&'a ShardPlan>,
 }
 
 /// Copies a shard's tensors into `writer` (and, with `to.direct`, straight
@@ -172,7 +176,7 @@ pub(crate) async fn copy_shard<W: AsyncWrite + Unpin>(
     let (mut k, mut told) = (0, 0);
     while k < shard.refs.len() {
         if k >= told {
-            told = tell_order(shard, k, sources);
+            told = tell_order(shard, k, sources, to.next);
         }
         let window = jobs(shard, k, sources);
         let routes = routes(&window, policy);
@@ -485,6 +489,7 @@ mod tests {
                 writeback: None,
             }),
             overflows: None,
+            next: None,
         };
         let writer = tokio::fs::File::from_std(out.try_clone().unwrap());
         let shard = &plan.shards[0];
@@ -517,5 +522,66 @@ mod tests {
         }
         assert!(outputs[0].ends_with(&data));
         assert!(outputs.iter().all(|o| *o == outputs[0]));
+    }
+
+    /// A source that records each order it is told.
+    struct Told {
+        inner: SafetensorsSource,
+        told: Arc<Mutex<Vec<Vec<usize>>>>,
+    }
+
+    impl Source for Told {
+        fn listing(&self) -> &crate::source::Listing {
+            self.inner.listing()
+        }
+        fn open(
+            &mut self,
+            k: usize,
+        ) -> futures::future::BoxFuture<'_, Result<crate::source::TensorData<'_>>> {
+            self.inner.open(k)
+        }
+        fn will_read(&self, order: &[usize]) {
+            self.told.lock().unwrap().push(order.to_vec());
+        }
+    }
+
+    /// Where a shard's tensors end within the order told, the next shard's
+    /// first ones follow, so that their reads are sent for before it starts.
+    #[test]
+    fn the_next_shards_first_reads_are_told_with_this_ones_last() {
+        // Four tensors of 64 bytes, two a shard, read in the order t3, t2, t1, t0.
+        let names = ["t3", "t2", "t1", "t0"];
+        let entries: Vec<String> = (0..4)
+            .map(|i| {
+                let (a, b) = (i * 64, i * 64 + 64);
+                format!(
+                    r#""{}":{{"dtype":"U8","shape":[64],"data_offsets":[{a},{b}]}}"#,
+                    names[i]
+                )
+            })
+            .collect();
+        let json = format!("{{{}}}", entries.join(","));
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(&(json.len() as u64).to_le_bytes()).unwrap();
+        file.write_all(json.as_bytes()).unwrap();
+        file.write_all(&[7u8; 256]).unwrap();
+        let told = Arc::new(Mutex::default());
+        let source = Told {
+            inner: SafetensorsSource::open(file.path()).unwrap(),
+            told: told.clone(),
+        };
+        let sources: Vec<Box<dyn Source>> = vec![Box::new(source)];
+        let options = PlanOptions::default().max_shard_size(Some(128));
+        let plan = plan(&sources, &options).unwrap();
+        assert_eq!(plan.shards.len(), 2);
+        let (first, second) = (&plan.shards[0], &plan.shards[1]);
+        let indices = |s: &ShardPlan| s.refs.iter().map(|r| r.index()).collect::<Vec<_>>();
+        let orders = [indices(first), indices(second)].concat();
+        assert_eq!(orders, [3, 2, 1, 0], "in name order");
+        job::tell_order(first, 0, &sources, Some(second));
+        job::tell_order(first, 1, &sources, None);
+        job::tell_order(second, 0, &sources, None);
+        let got = told.lock().unwrap().clone();
+        assert_eq!(got, [vec![3, 2, 1, 0], vec![2], vec![1, 0]]);
     }
 }
