@@ -178,6 +178,38 @@ fn an_output_onto_an_onnx_models_external_data_is_refused() {
 }
 
 #[test]
+fn an_output_onto_the_config_a_dequantization_reads_is_refused() {
+    // Dequantizing reads the model's config.json (its quantization_config):
+    // replacing it with the conversion would lose the model's config.
+    let dir = tempfile::tempdir().unwrap();
+    let gptq = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/quantized/gptq");
+    for f in ["model.safetensors", "config.json"] {
+        std::fs::copy(gptq.join(f), dir.path().join(f)).unwrap();
+    }
+    let (model, config) = (
+        dir.path().join("model.safetensors"),
+        dir.path().join("config.json"),
+    );
+    let before = tree(dir.path());
+    for dry in ["--quiet", "--dry-run"] {
+        let a: [&dyn AsRef<std::ffi::OsStr>; 8] = [
+            &model,
+            &"--dequantize",
+            &"--report",
+            &"json",
+            &dry,
+            &"-o",
+            &config,
+            &"--no-sync",
+        ];
+        let o = run(&a);
+        assert_eq!(code(&o), 2, "{dry}: {}", stderr(&o));
+        assert_eq!(error_kind(&o), "output_is_input");
+        assert_eq!(tree(dir.path()), before);
+    }
+}
+
+#[test]
 fn an_output_onto_the_raw_manifest_is_refused() {
     // The manifest is read as much as the dump; `-o` onto it (by a link
     // too) would replace the description of the dump with its conversion.

@@ -97,10 +97,9 @@ impl QuantConfig {
 /// The config of the model whose file or index is `input`: the
 /// `quantization_config` of the `config.json` beside it, if any.
 pub(crate) fn beside(input: &str) -> Result<QuantConfig, QuantError> {
-    let Some(dir) = Path::new(input).parent() else {
+    let Some(path) = path_beside(input) else {
         return Ok(QuantConfig::default());
     };
-    let path = dir.join("config.json");
     // A config is small; a huge one is not a model config.
     let text = match std::fs::metadata(&path) {
         Ok(m) if m.is_file() && m.len() <= 16 << 20 => match std::fs::read(&path) {
@@ -110,6 +109,11 @@ pub(crate) fn beside(input: &str) -> Result<QuantConfig, QuantError> {
         _ => return Ok(QuantConfig::default()),
     };
     parse(&text)
+}
+
+/// Where the `config.json` beside the file or index `input` would be.
+pub(crate) fn path_beside(input: &str) -> Option<std::path::PathBuf> {
+    Some(Path::new(input).parent()?.join("config.json"))
 }
 
 /// Parses a `config.json`'s text.

@@ -519,6 +519,18 @@ impl Source for QuantizedSource<'_> {
         Some(self.inner.as_ref())
     }
 
+    /// The inner source's, then the `config.json` beside a file input,
+    /// which dequantizing reads too: no output may replace it either.
+    fn opened(&self) -> Vec<crate::location::Opened> {
+        let mut opened = self.inner.opened();
+        let beside = self.inner.config_beside().is_none();
+        let config = beside.then(|| config::path_beside(self.inner.input_name()));
+        if let Some(path) = config.flatten().filter(|p| p.is_file()) {
+            opened.push(crate::location::Opened::file(&path));
+        }
+        opened
+    }
+
     fn will_read(&self, order: &[usize]) {
         // A dequantized weight reads its tensors of this input.
         let mut inner = Vec::with_capacity(order.len());
