@@ -728,3 +728,25 @@ fn an_f8_e8m0_tensor_is_copied_as_it_is_and_not_cast() {
     assert_eq!(run.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&run.stderr).contains("cannot cast F8_E8M0 to F32"));
 }
+
+#[test]
+fn hostile_compressed_tensors_blocks_and_mx_scales_are_refused_naming_the_tensor() {
+    // A block strategy's zero points not one a scale ([3, 2] scales).
+    let q1 = "model.layers.1.self_attn.q_proj";
+    let tmp = hostile("ct-more", |t| {
+        t.get_mut(&format!("{q1}.weight_zero_point")).unwrap().1 = vec![2, 3];
+    });
+    refused(
+        &tmp,
+        &format!("{q1}.weight_zero_point"),
+        "expected [3, 2] (one a scale)",
+    );
+    // MXFP8 scales that are not one a 32 columns of the [8, 64] weight.
+    let down = "model.layers.0.mlp.down_proj.weight_scale";
+    let tmp = hostile("ct-more", |t| t.get_mut(down).unwrap().1 = vec![2, 8]);
+    refused(&tmp, down, "MXFP8: one E8M0 scale a 32 columns");
+    // An MXFP6 scale of 0xFF, E8M0's NaN: no number to multiply by.
+    let gate = "model.layers.0.mlp.gate_proj.weight_scale";
+    let tmp = hostile("ct-more", |t| t.get_mut(gate).unwrap().2[3] = 0xFF);
+    refused(&tmp, gate, "E8M0 scale 3 is 0xFF, NaN");
+}
