@@ -120,10 +120,16 @@ fn a_sharded_output_that_would_replace_an_input_index_or_shard_is_refused() {
 /// `input -o out` is refused as an output onto a file read, by the real
 /// run and by `--dry-run`, and `dir` keeps its files as they were.
 fn assert_refused_onto_an_input(input: &Path, out: &Path, dir: &Path) {
+    assert_refused_onto_an_input_with(input, out, dir, &[]);
+}
+
+/// As [`assert_refused_onto_an_input`], with `flags` (`--dequantize`).
+fn assert_refused_onto_an_input_with(input: &Path, out: &Path, dir: &Path, flags: &[&str]) {
     let before = tree(dir);
     for dry in [None, Some("--dry-run")] {
         let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> =
             vec![&input, &"--report", &"json", &"-o", &out];
+        a.extend(flags.iter().map(|f| f as &dyn AsRef<std::ffi::OsStr>));
         if let Some(x) = &dry {
             a.push(x);
         }
@@ -165,11 +171,7 @@ fn an_output_onto_a_shard_of_a_checkpoint_folder_is_refused() {
 fn an_output_onto_an_onnx_models_external_data_is_refused() {
     // The external file is read as much as the model: replacing it would
     // lose the weights the model names.
-    let dir = tempfile::tempdir().unwrap();
-    let ext = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/onnx/external");
-    for f in ["model.onnx", "weights.bin"] {
-        std::fs::copy(ext.join(f), dir.path().join(f)).unwrap();
-    }
+    let dir = copied("fixtures/onnx/external", &["model.onnx", "weights.bin"]);
     let (model, weights) = (
         dir.path().join("model.onnx"),
         dir.path().join("weights.bin"),
@@ -181,32 +183,25 @@ fn an_output_onto_an_onnx_models_external_data_is_refused() {
 fn an_output_onto_the_config_a_dequantization_reads_is_refused() {
     // Dequantizing reads the model's config.json (its quantization_config):
     // replacing it with the conversion would lose the model's config.
-    let dir = tempfile::tempdir().unwrap();
-    let gptq = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/quantized/gptq");
-    for f in ["model.safetensors", "config.json"] {
-        std::fs::copy(gptq.join(f), dir.path().join(f)).unwrap();
-    }
+    let dir = copied(
+        "fixtures/quantized/gptq",
+        &["model.safetensors", "config.json"],
+    );
     let (model, config) = (
         dir.path().join("model.safetensors"),
         dir.path().join("config.json"),
     );
-    let before = tree(dir.path());
-    for dry in ["--quiet", "--dry-run"] {
-        let a: [&dyn AsRef<std::ffi::OsStr>; 8] = [
-            &model,
-            &"--dequantize",
-            &"--report",
-            &"json",
-            &dry,
-            &"-o",
-            &config,
-            &"--no-sync",
-        ];
-        let o = run(&a);
-        assert_eq!(code(&o), 2, "{dry}: {}", stderr(&o));
-        assert_eq!(error_kind(&o), "output_is_input");
-        assert_eq!(tree(dir.path()), before);
+    assert_refused_onto_an_input_with(&model, &config, dir.path(), &["--dequantize"]);
+}
+
+/// A temporary folder holding `files` of the fixture folder `fixture`.
+fn copied(fixture: &str, files: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join(fixture);
+    for f in files {
+        std::fs::copy(from.join(f), dir.path().join(f)).unwrap();
     }
+    dir
 }
 
 #[test]
