@@ -19,46 +19,26 @@ use crate::Dtype;
 #[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum HeaderError {
     // ---- the file's frame -------------------------------------------------
-    /// The file is shorter than the 8-byte length prefix.
     #[error("file is {len} bytes, shorter than the 8-byte header length")]
-    FileTooShort {
-        /// The file's length.
-        len: u64,
-    },
-    /// The header length exceeds the 100,000,000-byte limit.
+    FileTooShort { len: u64 },
     #[error("header length {len} exceeds the limit of {limit} bytes")]
-    HeaderTooLarge {
-        /// The claimed or computed header length.
-        len: u64,
-        /// The limit.
-        limit: u64,
-    },
+    HeaderTooLarge { len: u64, limit: u64 },
     /// Holding the header would take more memory than its budget: three
     /// times its length plus 64 MiB (entries that cost far more than their
     /// text, such as a million one-letter metadata keys or a shape of a
     /// million dimensions).
     #[error("header would take more than {limit} bytes of memory to hold (3 times its length + 64 MiB): refused")]
-    HeaderBudget {
-        /// The budget, in bytes.
-        limit: u64,
-    },
+    HeaderBudget { limit: u64 },
     /// The header runs past the end of the file.
     #[error("header claims {len} bytes but the file has only {available} after the length prefix")]
-    HeaderPastEnd {
-        /// Claimed header length.
-        len: u64,
-        /// Bytes actually present after the prefix.
-        available: u64,
-    },
-    /// The header is not UTF-8.
+    HeaderPastEnd { len: u64, available: u64 },
     #[error("header is not valid UTF-8")]
     HeaderNotUtf8,
-    /// The header is not JSON, or not of the expected schema.
     #[error("header JSON: {0}")]
     HeaderJson(#[source] JsonError),
-    /// Strict: the header's first byte is not `{`.
     #[error("header starts with byte 0x{0:02x}, not '{{' (strict mode)")]
     HeaderNotBrace(u8),
     /// Strict: something other than spaces follows the JSON object.
@@ -66,109 +46,60 @@ pub enum HeaderError {
     BadPadding(u8),
     /// Strict: a key appears twice in one JSON object.
     #[error("duplicate key {key:?} in {within} (strict mode)")]
-    DuplicateKey {
-        /// The repeated key.
-        key: String,
-        /// Where: "the header", "__metadata__" or a tensor's entry.
-        within: String,
-    },
+    DuplicateKey { key: String, within: String },
     /// Strict: a tensor's entry has a field other than dtype, shape, data_offsets.
     #[error("unknown field {field:?} in tensor {tensor:?} (strict mode)")]
-    UnknownField {
-        /// The tensor.
-        tensor: String,
-        /// The unexpected field.
-        field: String,
-    },
+    UnknownField { tensor: String, field: String },
 
     // ---- tensor layout ----------------------------------------------------
-    /// A tensor's `data_offsets` has its end before its begin.
     #[error("tensor {tensor:?} has data_offsets {span} with end before begin")]
-    InvertedOffsets {
-        /// The tensor.
-        tensor: String,
-        /// Its offsets.
-        span: Span,
-    },
+    InvertedOffsets { tensor: String, span: Span },
     /// Two tensors' byte ranges overlap.
     #[error("tensors {first:?} {first_span} and {second:?} {second_span} overlap")]
     Overlap {
-        /// The tensor that starts first.
         first: String,
-        /// Its range.
         first_span: Span,
-        /// The tensor that starts inside it.
         second: String,
-        /// Its range.
         second_span: Span,
     },
     /// Bytes that belong to no tensor lie between two tensors (or before the first).
     #[error("bytes [{begin},{end}) of the data buffer belong to no tensor (before {next:?})")]
-    Gap {
-        /// Start of the hole.
-        begin: u64,
-        /// End of the hole.
-        end: u64,
-        /// The tensor after the hole.
-        next: String,
-    },
-    /// A shape's element count, or its bit count, overflows 64 bits.
+    Gap { begin: u64, end: u64, next: String },
     #[error("tensor {tensor:?}: shape {shape:?} overflows 64 bits for {dtype}")]
     ShapeOverflow {
-        /// The tensor.
         tensor: String,
-        /// Its dtype.
         dtype: Dtype,
-        /// Its shape.
         shape: Vec<u64>,
     },
-    /// A sub-byte tensor whose bits do not fill whole bytes.
     #[error(
         "tensor {tensor:?}: {dtype} shape {shape:?} is {bits} bits, not a whole number of bytes"
     )]
     NotWholeBytes {
-        /// The tensor.
         tensor: String,
-        /// Its dtype.
         dtype: Dtype,
-        /// Its shape.
         shape: Vec<u64>,
-        /// Its bits.
         bits: u64,
     },
     /// A tensor's range length differs from its dtype and shape's byte length.
     #[error("tensor {tensor:?}: data_offsets {span} hold {} bytes but {dtype} {shape:?} needs {expected}", span.1 - span.0)]
     RangeLength {
-        /// The tensor.
         tensor: String,
-        /// Its dtype.
         dtype: Dtype,
-        /// Its shape.
         shape: Vec<u64>,
-        /// Its offsets.
         span: Span,
-        /// The byte length its dtype and shape need.
         expected: u64,
     },
     /// The file is not exactly 8 + header + data bytes long.
     #[error("file is {actual} bytes but its header describes {expected}")]
-    FileLength {
-        /// 8 + N + the data buffer's length.
-        expected: u64,
-        /// The real length.
-        actual: u64,
-    },
+    FileLength { expected: u64, actual: u64 },
 
     // ---- building a header --------------------------------------------------
-    /// A tensor may not be named `__metadata__`.
     #[error("a tensor may not be named \"__metadata__\"")]
     ReservedName,
     /// Two tensors have the same name.
     #[error("tensor name {name:?} is given twice{}", inputs_clause(.inputs))]
     DuplicateTensor {
-        /// The name.
         name: String,
-        /// The two inputs it came from, where known.
         inputs: Option<(String, String)>,
     },
 }

@@ -16,6 +16,7 @@ use super::JsonError;
 #[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum IndexError {
     /// A file an input names (a shard) is a FIFO, a device, a socket or a
     /// folder: refused before any read, which could block or never end.
@@ -24,43 +25,21 @@ pub enum IndexError {
     /// A `*.safetensors.index.json` that is not valid JSON of the expected shape.
     #[error("index JSON: {0}")]
     IndexJson(#[source] JsonError),
-    /// An index names a shard by a path, not a plain file name beside it.
     #[error("index names shard {0:?}, which is not a plain file name in the index's folder")]
     ShardName(String),
-    /// The index's weight_map names a tensor its shard does not hold.
     #[error("weight_map puts tensor {tensor:?} in {shard}, which does not hold it")]
-    IndexTensorMissing {
-        /// The tensor.
-        tensor: String,
-        /// The shard file.
-        shard: String,
-    },
-    /// A shard holds a tensor the weight_map does not assign to it.
+    IndexTensorMissing { tensor: String, shard: String },
     #[error("shard {shard} holds tensor {tensor:?}, which the weight_map {}", match .listed_in { Some(s) => format!("assigns to {s}"), None => "does not list".to_string() })]
     IndexTensorUnlisted {
-        /// The tensor.
         tensor: String,
-        /// The shard file holding it.
         shard: String,
-        /// Where the weight_map says it is, if anywhere.
         listed_in: Option<String>,
     },
     /// A sharded checkpoint names or holds one tensor twice: which copy is it?
     #[error("tensor {tensor:?} appears twice: {place}")]
-    IndexDuplicate {
-        /// The tensor.
-        tensor: String,
-        /// Where: "the weight_map lists it twice" or the two shards holding it.
-        place: String,
-    },
-    /// `metadata.total_size` differs from the sum of the shards' tensor bytes.
+    IndexDuplicate { tensor: String, place: String },
     #[error("index metadata.total_size is {declared} but the shards hold {actual} tensor bytes")]
-    IndexTotalSize {
-        /// What the index says.
-        declared: u64,
-        /// What the shards hold.
-        actual: u64,
-    },
+    IndexTotalSize { declared: u64, actual: u64 },
 }
 
 impl IndexError {

@@ -362,6 +362,7 @@ impl fmt::Display for Span {
 #[derive(Debug, thiserror::Error, strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum ErrorKind {
     /// The file's frame, its header's JSON and tensor layout, or a header
     /// being built breaks a rule: see [`HeaderError`].
@@ -369,52 +370,27 @@ pub enum ErrorKind {
     Header(#[from] HeaderError),
     /// A file read whole (an index, a raw manifest) is over its size limit.
     #[error("{what} is over the limit of {limit} bytes")]
-    FileTooLarge {
-        /// What the file is ("index file", "raw manifest").
-        what: &'static str,
-        /// The limit.
-        limit: u64,
-    },
+    FileTooLarge { what: &'static str, limit: u64 },
 
     // ---- streaming --------------------------------------------------------
-    /// A tensor's bytes are not the length its dtype and shape need.
     #[error("tensor data is {actual} bytes but its dtype and shape need {expected}")]
-    TensorLength {
-        /// Bytes needed.
-        expected: u64,
-        /// Bytes given.
-        actual: u64,
-    },
+    TensorLength { expected: u64, actual: u64 },
     /// A source (or a Writer's caller) delivered fewer bytes for a tensor
     /// than planned. Said of "the data": an input's, or the caller's own.
     #[error("the data ended after {actual} of the tensor's {expected} bytes")]
-    TensorTooShort {
-        /// Bytes planned.
-        expected: u64,
-        /// Bytes delivered.
-        actual: u64,
-    },
+    TensorTooShort { expected: u64, actual: u64 },
     /// A source (or a Writer's caller) delivered more bytes for a tensor than planned.
     #[error("the data holds more than the tensor's {expected} bytes")]
-    TensorTooLong {
-        /// Bytes planned.
-        expected: u64,
-    },
+    TensorTooLong { expected: u64 },
     /// The sink was finished before every planned tensor was written.
     #[error("{missing} planned tensors were never written")]
-    Unfinished {
-        /// How many are missing.
-        missing: usize,
-    },
+    Unfinished { missing: usize },
     /// More tensors were written than planned.
     #[error("a tensor was written after the plan's last one")]
     PastPlan,
-    /// Bytes for a tensor given out of the file's order (a [`Writer`](crate::Writer)).
     #[error("bytes for tensor {tensor:?} came {}; write tensors in the file's order", match .expected { Some((t, left)) => format!("while tensor {t:?} still needs {left} bytes"), None => "after every tensor was complete".to_string() })]
     WriteOrder {
-        /// The tensor the bytes were for.
         tensor: String,
-        /// The tensor still being written and the bytes it still needs, if any.
         expected: Option<(String, u64)>,
     },
     /// An option's value is invalid: a flag's value, a pattern, a rename
@@ -434,15 +410,11 @@ pub enum ErrorKind {
     ReadOnce(&'static str),
     /// A tensor asked for in memory is larger than this machine can address.
     #[error("tensor of {len} bytes is too large to hold in memory")]
-    TooLargeForMemory {
-        /// The tensor's byte length.
-        len: u64,
-    },
+    TooLargeForMemory { len: u64 },
     /// A blocking call was made from inside an async runtime, where it
     /// would stall the runtime's thread.
     #[error("{0} was called inside a tokio runtime; await its async form there")]
     BlockingInRuntime(&'static str),
-    /// The filters (or the inputs) leave no tensor to write; `--allow-empty` accepts that.
     #[error("no tensor selected: {0}; pass --allow-empty to write a file with no tensors")]
     NothingSelected(String),
     /// A folder given as input that does not hold exactly one checkpoint.
@@ -469,20 +441,10 @@ pub enum ErrorKind {
     NpyHeader(String),
     /// A numpy dtype with no safetensors equivalent, or not accepted.
     #[error("dtype {descr}: {reason}")]
-    UnsupportedDtype {
-        /// The numpy type string.
-        descr: String,
-        /// Why it is refused.
-        reason: String,
-    },
+    UnsupportedDtype { descr: String, reason: String },
     /// The data is not the length the header says.
     #[error("data is {actual} bytes but {expected} are expected{}", if .actual > .expected { " (a raw dump may pass --raw-allow-trailing)" } else { "" })]
-    DataLength {
-        /// What the header implies.
-        expected: u64,
-        /// What the input holds.
-        actual: u64,
-    },
+    DataLength { expected: u64, actual: u64 },
     /// A malformed zip archive (an .npz, a PyTorch checkpoint), one whose
     /// records disagree, one using a feature this reader does not
     /// implement, or bytes whose CRC-32 is not the archive's: see
@@ -492,11 +454,7 @@ pub enum ErrorKind {
     /// A safetensors file was expected (validate, an index's shard) and the
     /// input is something else that convert reads.
     #[error("{what}, not a safetensors file (convert reads it; validate the converted output)")]
-    NotSafetensors {
-        /// What it is: "an .npz (zip) archive", "a gzip-compressed file".
-        what: String,
-    },
-    /// The input's format is not recognised.
+    NotSafetensors { what: String },
     #[error(
         "unknown input format (first bytes {0}); for a raw dump give its dtype and shape (--raw-dtype, --raw-shape)"
     )]
@@ -512,22 +470,14 @@ pub enum ErrorKind {
     /// A compressed stream is corrupt or followed by something else.
     #[error("{codec}: {message}")]
     Decompress {
-        /// gzip, zstd, xz or bzip2.
         codec: &'static str,
-        /// What went wrong.
         message: String,
     },
 
-    /// An input changed length while it was being converted.
     #[error(
         "input was {opened} bytes when opened and is {now} bytes now: it changed while being read"
     )]
-    InputChanged {
-        /// Its length when opened.
-        opened: u64,
-        /// Its length after the copy.
-        now: u64,
-    },
+    InputChanged { opened: u64, now: u64 },
     /// An input was written to while being converted, at the same length
     /// (a file's modification or status-change time moved; an object's
     /// ETag no longer matches).
@@ -544,31 +494,17 @@ pub enum ErrorKind {
         "the plan changed: {found}, --expect-plan says {expected} \
          (an input was replaced since the plan was made, or the options differ); nothing written"
     )]
-    PlanMismatch {
-        /// The id expected.
-        expected: String,
-        /// What was found: `this run plans ID`, or what a shard records.
-        found: String,
-    },
+    PlanMismatch { expected: String, found: String },
     /// A stream being spooled holds more bytes than its headers plan: a
     /// compression bomb, or junk after the data. Reading stopped one byte
     /// past the plan.
     #[error("input holds more than the {expected} bytes its header plans (reading stopped there)")]
-    StreamTooLong {
-        /// Bytes planned.
-        expected: u64,
-    },
-    /// No tensor of that name.
+    StreamTooLong { expected: u64 },
     #[error("no tensor named {0:?}")]
     TensorNotFound(String),
     /// The tensor is not of the dtype asked for.
     #[error("tensor is {actual}, not {expected}")]
-    DtypeMismatch {
-        /// The dtype asked for.
-        expected: Dtype,
-        /// The tensor's.
-        actual: Dtype,
-    },
+    DtypeMismatch { expected: Dtype, actual: Dtype },
 
     // ---- PyTorch checkpoints --------------------------------------------------
     /// A pickle is malformed, breaks a limit or its budget, names a global
@@ -590,12 +526,7 @@ pub enum ErrorKind {
     /// `--index-only`: a shard of the plan is not there, or not at its planned
     /// length (its worker has not finished, or failed).
     #[error("shard {shard} is not written yet: {detail}")]
-    ShardNotWritten {
-        /// The shard's file name or URL.
-        shard: String,
-        /// What was found instead ("no such file", "12 bytes, planned 80").
-        detail: String,
-    },
+    ShardNotWritten { shard: String, detail: String },
     /// Object storage refused or failed a request (credentials, a missing
     /// bucket, the network). The message never holds a credential.
     #[error("object store: {0}")]
@@ -656,9 +587,6 @@ impl ErrorKind {
     pub fn category(&self) -> Category {
         use {ErrorKind as K, HeaderError as H, IndexError as I};
         match self {
-            K::Pickle(e) => e.category(),
-            K::PyTorch(e) => e.category(),
-            K::Zip(e) => e.category(),
             K::Io(_) | K::Interrupted(_) | K::ShardNotWritten { .. } | K::ObjectStore(_) => {
                 Category::Io
             }
@@ -703,6 +631,9 @@ impl ErrorKind {
             | K::Unfinished { .. }
             | K::PastPlan
             | K::NpyHeader(_)
+            | K::Pickle(_)
+            | K::PyTorch(_)
+            | K::Zip(_)
             | K::Gguf(_)
             | K::Hdf5(_)
             | K::Onnx(_)

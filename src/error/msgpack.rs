@@ -7,23 +7,19 @@
 /// escapes (`{:?}`).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum MsgpackError {
-    /// The file ends inside a value.
     #[error("the file ends inside {0}")]
     Truncated(&'static str),
-    /// Bytes after the top-level value.
     #[error("{0} bytes follow the top-level map")]
     Trailing(u64),
-    /// The top-level value is not a map.
     #[error("the top-level value is not a map")]
     NotAMap,
-    /// Byte 0xc1, which MessagePack never uses.
     #[error("byte 0xc1 is not a MessagePack marker")]
     Reserved,
     /// Maps and arrays nested deeper than the limit.
     #[error("maps nest deeper than {0} levels")]
     TooDeep(usize),
-    /// A map key that is neither a string nor an integer.
     #[error("a map key is {0}, not a string")]
     KeyType(&'static str),
     /// A string longer than its limit, or not UTF-8.
@@ -40,25 +36,12 @@ pub enum MsgpackError {
     /// or one numpy does not define.
     #[error("dtype {0:?} is not supported")]
     Dtype(String),
-    /// More dimensions than numpy's 64.
     #[error("more than 64 dimensions")]
     TooManyDims,
-    /// An array whose bytes are not what its shape and dtype make.
     #[error("data holds {actual} bytes; shape and dtype make {expected}")]
-    DataLength {
-        /// The tensor's byte length.
-        expected: u64,
-        /// The data's.
-        actual: u64,
-    },
-    /// An ext value whose declared length is not its content's.
+    DataLength { expected: u64, actual: u64 },
     #[error("ext value of {declared} bytes holds {actual}")]
-    ExtLength {
-        /// The ext header's length.
-        declared: u64,
-        /// The bytes its ndarray took.
-        actual: u64,
-    },
+    ExtLength { declared: u64, actual: u64 },
     /// A chunked array (`__msgpack_chunked_array__`) not as Flax writes it.
     #[error("chunked array: {0}")]
     Chunked(String),

@@ -12,47 +12,27 @@ use crate::Dtype;
 /// Something worth knowing that did not stop the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
+#[allow(missing_docs)] // a field its variant's doc names goes undocumented
 pub enum Warning {
     /// A header longer than the Hugging Face Hub accepts.
-    HubHeader {
-        /// The header's length.
-        bytes: u64,
-        /// What the Hub accepts.
-        limit: u64,
-    },
+    HubHeader { bytes: u64, limit: u64 },
     /// An output named like another format (its bytes are safetensors).
-    OutputExtension {
-        /// The output file.
-        output: String,
-        /// Its name's extension.
-        extension: String,
-    },
+    OutputExtension { output: String, extension: String },
     /// An output replaced whose other hard links keep the old bytes.
-    HardLinks {
-        /// The output file.
-        output: String,
-        /// How many other links it has.
-        others: u64,
-    },
+    HardLinks { output: String, others: u64 },
     /// Values of a checkpoint that are not tensors (numbers, strings,
     /// hyper-parameters), skipped.
     SkippedValues {
-        /// The checkpoint.
         input: String,
-        /// How many were skipped.
         count: usize,
         /// The paths of the first few.
         paths: Vec<String>,
     },
     /// Finite values of a tensor that a cast turned to infinity.
     Overflow {
-        /// The tensor, as written.
         tensor: String,
-        /// How many values.
         count: u64,
-        /// The dtype cast from.
         from: Dtype,
-        /// The dtype cast to.
         to: Dtype,
     },
     /// A clean-up after the run failed (an upload left open), as its error says.
@@ -62,7 +42,6 @@ pub enum Warning {
     /// key in the names, where `--pt-root KEY` takes one key's tensors
     /// named as a model's.
     TensorsUnderKeys {
-        /// The checkpoint.
         input: String,
         /// The top-level keys holding tensors, with how many, in order.
         keys: Vec<(String, usize)>,
@@ -73,7 +52,6 @@ pub enum Warning {
     /// weights: GPT-2's `lm_head.weight` and `transformer.wte.weight`),
     /// each written in full, where `--dedupe-tied` writes them once.
     TiedWrittenTwice {
-        /// The checkpoint.
         input: String,
         /// Each repeat as written, and the first name of its group: the
         /// name `--dedupe-tied` keeps.

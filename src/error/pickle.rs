@@ -2,23 +2,21 @@
 //! hostile opcode stream, a limit broken, a global refused, a budget
 //! spent) or the checkpoint built from it (storages, tensor rebuild calls,
 //! the archive's members, a view expanded past its storage). Each enum
-//! names and categorises its errors ([`PickleError::name`],
+//! names its errors ([`PickleError::name`],
 //! [`PyTorchError::name`]): the few that were kinds of their own keep
 //! their names (`pickle_global`, `pickle_budget`, `expanded_view`) and
 //! their words. Names from the file are quoted with escapes (`{:?}`).
-
-use super::Category;
 
 /// A pickle that is malformed, breaks a limit, or applies an opcode to a
 /// value of the wrong type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum PickleError {
     // ---- the opcode stream ----------------------------------------------------
     /// The bytes end inside an opcode or its argument.
     #[error("pickle ends inside an opcode")]
     Truncated,
-    /// An opcode no checkpoint uses.
     #[error("opcode 0x{0:02x} is not one a checkpoint uses: refused")]
     UnknownOpcode(u8),
     /// A PROTO newer than 5.
@@ -27,45 +25,33 @@ pub enum PickleError {
     /// A GLOBAL whose module or name line is too long or unterminated.
     #[error("GLOBAL name is not a short line")]
     GlobalLine,
-    /// STACK_GLOBAL over something other than two strs.
     #[error("STACK_GLOBAL needs two strs")]
     StackGlobalArgs,
-    /// A length that does not fit this machine's memory.
     #[error("length does not fit memory")]
     LengthTooLarge,
-    /// A LONG4 whose length is negative.
     #[error("LONG4 with a negative length")]
     NegativeLong4,
 
     // ---- text arguments ---------------------------------------------------------
-    /// A protocol-0 number that is not ASCII.
     #[error("a number is not ASCII")]
     NumberNotAscii,
-    /// A protocol-0 number that is not decimal digits.
     #[error("{0:?} is not a decimal number")]
     NotDecimal(String),
-    /// A FLOAT whose text is not a number.
     #[error("FLOAT is not a number")]
     FloatNotNumber,
-    /// A str that is not UTF-8.
     #[error("a str is not valid UTF-8")]
     StrNotUtf8,
-    /// A protocol-0 UNICODE string with a malformed `\u` escape.
     #[error("a bad \\u escape in a UNICODE string")]
     UnicodeEscape,
     /// A protocol-0 persistent id that is not text.
     #[error("PERSID is not text")]
     PersidNotText,
-    /// A protocol-0 persistent id that does not name a torch storage.
     #[error("a protocol-0 persistent id that is not a torch storage")]
     PersidNotStorage,
-    /// `_codecs.encode` without a str and an encoding.
     #[error("_codecs.encode needs a str and an encoding")]
     CodecsArgs,
-    /// `_codecs.encode` to an encoding other than latin1.
     #[error("_codecs.encode with encoding {0:?}")]
     CodecsEncoding(String),
-    /// latin1 text with a character latin1 has not.
     #[error("latin1 text above U+00FF")]
     NotLatin1,
 
@@ -73,7 +59,6 @@ pub enum PickleError {
     /// An opcode that pops more than the stack holds.
     #[error("stack underflow")]
     StackUnderflow,
-    /// A value popped where a MARK lies.
     #[error("a value was expected but the stack holds a MARK")]
     MarkNotValue,
     /// An opcode that needs a MARK, and none is on the stack.
@@ -82,7 +67,6 @@ pub enum PickleError {
     /// A memo key beyond what a position can address.
     #[error("memo key out of range")]
     MemoKeyRange,
-    /// A GET of a memo key no PUT stored.
     #[error("memo key {0} was never stored")]
     MemoKeyNeverStored(u64),
     /// MEMOIZE past the memo's addressable size.
@@ -90,45 +74,30 @@ pub enum PickleError {
     MemoOverflow,
 
     // ---- values of the wrong type -------------------------------------------------
-    /// SETITEMS over an odd number of values.
     #[error("SETITEMS with an odd number of values")]
     SetItemsOdd,
-    /// SETITEM(S) on a value that is not a dict.
     #[error("SETITEM on {0}, which is not a dict")]
     SetItemNotDict(&'static str),
     /// APPEND(S) or ADDITEMS on a value that is not a list or set.
     #[error("{op} on {kind}, which is not {expected}")]
     NotContainer {
-        /// The opcode ("APPEND", "ADDITEMS").
         op: &'static str,
-        /// What the value is.
         kind: &'static str,
-        /// What the opcode needs ("a list", "a set").
         expected: &'static str,
     },
     /// A global not on the allow-list: refused by name, nothing was
     /// imported or run. Said without the `pickle: ` prefix (its words name
     /// the pickle).
     #[error("pickle imports {module}.{name}, which is not allowed in a checkpoint (nothing was run){}", module_hint(.module))]
-    Global {
-        /// The module it names (`posix`, `builtins`, `__main__`).
-        module: String,
-        /// The name in that module (`system`, `eval`, `Net`).
-        name: String,
-    },
-    /// REDUCE of something other than an allowed global.
+    Global { module: String, name: String },
     #[error("REDUCE calls {0}, not an allowed global")]
     ReduceNotGlobal(&'static str),
-    /// REDUCE whose arguments are not a tuple.
     #[error("REDUCE arguments are not a tuple")]
     ReduceArgs,
-    /// `set()` of something other than a list.
     #[error("set() of something that is not a list")]
     SetArg,
-    /// `torch.Size` of something other than a tuple.
     #[error("torch.Size of something that is not a tuple")]
     SizeArg,
-    /// `bytearray` of something other than bytes.
     #[error("bytearray of something that is not bytes")]
     ByteArrayArg,
     /// An allowed global that may not be called where it is (its debug
@@ -147,31 +116,19 @@ pub enum PickleError {
     #[error(
         "pickle would build more than its budget of {limit} bytes of values ({what}): refused"
     )]
-    Budget {
-        /// The budget, in bytes.
-        limit: u64,
-        /// What was being built when it ran out.
-        what: &'static str,
-    },
-    /// More bytes of strings and bytes than the limit.
+    Budget { limit: u64, what: &'static str },
     #[error("strings and bytes exceed the limit of {0} bytes")]
     BytesLimit(u64),
-    /// More values than the limit.
     #[error("more than {0} values: refused")]
     ValuesLimit(u64),
-    /// More memo entries than the limit.
     #[error("more than {0} memo entries: refused")]
     MemoLimit(u64),
-    /// MARKs nested deeper than the limit.
     #[error("more than {0} nested MARKs: refused")]
     MarksLimit(u64),
-    /// More values than 32-bit positions address.
     #[error("more values than 32-bit positions address: refused")]
     Positions,
-    /// More values visited through shared references than the limit.
     #[error("more than {0} values reached through shared references: refused")]
     VisitsLimit(u64),
-    /// Values nested deeper than the limit.
     #[error("values nested deeper than {0}: refused")]
     DepthLimit(u64),
 }
@@ -196,11 +153,6 @@ impl PickleError {
         }
     }
 
-    /// Every pickle error is bad input.
-    pub fn category(&self) -> Category {
-        Category::BadInput
-    }
-
     /// What [`ErrorKind::Pickle`](super::ErrorKind::Pickle) says before
     /// the error's words: nothing for the two whose words name the pickle.
     pub(super) fn prefix(&self) -> &'static str {
@@ -215,42 +167,31 @@ impl PickleError {
 /// holds something this reader does not convert.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum PyTorchError {
     // ---- the container -----------------------------------------------------------
-    /// The pre-0.4 tar format.
     #[error("a tar archive (the format of torch before 0.4) is not supported: load it and save it again with a recent torch")]
     TarArchive,
-    /// A TorchScript archive, not a state dict.
     #[error("a TorchScript archive (constants.pkl, code/): load it with torch.jit.load and save its state_dict()")]
     TorchScript,
-    /// Not exactly one `data.pkl` member.
     #[error("{0} data.pkl members; a checkpoint has one")]
     DataPklCount(usize),
-    /// A member read whole that is larger than the limit.
     #[error("member {member:?} is {size} bytes; more than the {limit} we read")]
     MemberTooLarge {
-        /// The member.
         member: String,
-        /// Its uncompressed size.
         size: u64,
-        /// The limit.
         limit: u64,
     },
-    /// A `byteorder` member that is neither `little` nor `big`.
     #[error("byteorder is {0:?}, not little or big")]
     Byteorder(String),
-    /// A storage member that is compressed.
     #[error(
         "storage member {0:?} is compressed; torch.save stores them (unzip and re-zip with -0)"
     )]
     CompressedStorage(String),
-    /// A legacy checkpoint whose first pickle is not the magic number.
     #[error("legacy magic number missing")]
     LegacyMagic,
-    /// A legacy checkpoint of another protocol version.
     #[error("legacy protocol version is not 1001")]
     LegacyVersion,
-    /// A legacy checkpoint's storage key list that is not a list.
     #[error("storage key list is not a list")]
     KeyListNotList,
     /// A legacy checkpoint's storage key list holding a non-string.
@@ -258,7 +199,6 @@ pub enum PyTorchError {
     KeyListItemNotString,
 
     // ---- storages ------------------------------------------------------------------
-    /// A storage listed twice in the file.
     #[error("storage {0} is listed twice")]
     ListedTwice(String),
     /// The storages' keys, together, past what the table of storages
@@ -268,157 +208,101 @@ pub enum PyTorchError {
     /// A storage the pickle declares and the file lacks.
     #[error("storage {0} is not in the file")]
     NotInFile(String),
-    /// A storage the file lists and the pickle never declares.
     #[error("storage {0} is listed but the pickle never declares it")]
     NeverDeclared(String),
-    /// The file ends before a legacy storage's element count.
     #[error("file ends before storage {0}")]
     EndsBeforeStorage(String),
-    /// A storage whose bytes run past the end of the file.
     #[error("storage {0} runs past the end of the file")]
     StoragePastEnd(String),
-    /// A legacy storage whose count is not its tensors'.
     #[error("storage {key} holds {count} elements but its tensors declare {declared}")]
     StorageCount {
-        /// The storage.
         key: String,
-        /// Elements the file records.
         count: u64,
-        /// Elements its tensors declare.
         declared: u64,
     },
-    /// A storage whose bytes in the file are not what the pickle declares.
     #[error("storage {key} is {bytes} bytes in the file but {numel} elements of {elem} bytes in the pickle")]
     StorageSize {
-        /// The storage.
         key: String,
-        /// Its bytes in the file.
         bytes: u64,
-        /// Elements the pickle declares.
         numel: u64,
-        /// Bytes per element.
         elem: u64,
     },
-    /// A storage whose size in bytes overflows 64 bits.
     #[error("storage {0} size overflows")]
     StorageOverflow(String),
     /// A storage declared with two different types or sizes.
     #[error("storage {key} is declared twice, as {first} and as {second}")]
     DeclaredTwice {
-        /// The storage.
         key: String,
-        /// The first declaration.
         first: StorageShape,
-        /// The second.
         second: StorageShape,
     },
-    /// A tensor's storage argument that is not a persistent id.
     #[error("tensor storage is not a persistent id")]
     StorageNotPersistent,
-    /// A persistent id that is not a tuple.
     #[error("storage persistent id is not a tuple")]
     PersistentIdNotTuple,
-    /// A persistent id that is not `('storage', ...)`.
     #[error("persistent id is not a storage")]
     PersistentIdNotStorage,
-    /// A storage type that is not a storage class.
     #[error("storage type is not a storage class")]
     StorageTypeNotClass,
-    /// A storage key that is not a string.
     #[error("storage key is not a string")]
     StorageKeyNotString,
-    /// A storage location that is not a string.
     #[error("storage location is not a string")]
     LocationNotString,
     /// A storage on a device other than the CPU, CUDA and MPS.
     #[error("storage on device {0:?} is not supported")]
     Device(String),
-    /// A storage declared with legacy view metadata.
     #[error("a legacy storage view is not supported")]
     LegacyView,
-    /// A quantized storage class.
     #[error("quantized storage torch.{0}")]
     QuantizedStorage(String),
 
     // ---- tensors ---------------------------------------------------------------------
-    /// A tensor rebuild call whose arguments are not a tuple.
     #[error("tensor arguments are not a tuple")]
     ArgsNotTuple,
     /// An integer argument that is negative.
     #[error("{what} is negative ({value})")]
-    Negative {
-        /// The argument ("storage_offset", "size").
-        what: &'static str,
-        /// Its value.
-        value: i64,
-    },
+    Negative { what: &'static str, value: i64 },
     /// An integer argument that is something else.
     #[error("{0} is not an integer")]
     NotInteger(&'static str),
     /// A tuple argument that is something else.
     #[error("{0} is not a tuple")]
     NotTuple(&'static str),
-    /// Parameters wrapping parameters, too deep.
     #[error("parameters wrapped too deeply")]
     WrappedTooDeeply,
     /// A tensor kind refused (sparse, quantized, ...).
     #[error("{0} is not supported")]
     Unsupported(&'static str),
-    /// A parameter without its data argument.
     #[error("a parameter without data")]
     ParameterWithoutData,
-    /// A parameter whose data is not a tensor.
     #[error("a parameter whose data is not a tensor")]
     ParameterDataNotTensor,
-    /// `_rebuild_from_type_v2` with too few arguments.
     #[error("_rebuild_from_type_v2 needs 4 arguments")]
     FromTypeArgs,
-    /// A tensor subclass.
     #[error("a tensor subclass is not supported")]
     Subclass,
-    /// `_rebuild_from_type_v2` of something that is not a function.
     #[error("_rebuild_from_type_v2 of something not a function")]
     FromTypeNotFunction,
     /// A value in a tensor's place that is not one.
     #[error("not a tensor")]
     NotATensor,
-    /// `_rebuild_tensor_v3` without its dtype argument.
     #[error("_rebuild_tensor_v3 without a dtype")]
     V3WithoutDtype,
-    /// A tensor over an untyped storage, with no dtype of its own.
     #[error("an untyped storage without a dtype")]
     UntypedWithoutDtype,
-    /// A torch dtype with no safetensors twin.
     #[error("torch.{0} has no safetensors dtype")]
     NoSafetensorsDtype(String),
-    /// A quantized torch dtype.
     #[error("quantized dtype torch.{0}")]
     QuantizedDtype(String),
     /// A tensor with its conjugate or negative bit set.
     #[error("the {0} bit is set (call .resolve_{0}() before saving)")]
     BitSet(String),
-    /// A size and a stride of different lengths.
     #[error("size has {size} dims but stride has {stride}")]
-    StrideDims {
-        /// Dimensions of the size.
-        size: usize,
-        /// Dimensions of the stride.
-        stride: usize,
-    },
-    /// A view whose extent overflows 64 bits.
+    StrideDims { size: usize, stride: usize },
     #[error("view size overflows 64 bits")]
     ViewOverflow,
-    /// A view reaching past its storage.
     #[error("view reaches byte {needed} of storage {key}, which has {len}")]
-    ViewPastStorage {
-        /// Bytes the view reaches.
-        needed: u64,
-        /// The storage.
-        key: String,
-        /// Its bytes.
-        len: u64,
-    },
-    /// A tensor whose byte size overflows 64 bits.
+    ViewPastStorage { needed: u64, key: String, len: u64 },
     #[error("tensor size overflows 64 bits")]
     TensorOverflow,
     /// A tensor view that reaches more bytes than its storage holds many
@@ -426,54 +310,27 @@ pub enum PyTorchError {
     /// allowed. Said without the `PyTorch checkpoint: ` prefix.
     #[error("tensor is {tensor_bytes} bytes but views a storage of {storage_bytes}: expanded beyond {factor}x its storage (expansion-ratio) and past {allowance} bytes (expanded-view-bytes); pass --allow-expanded-views to write it, or raise the limit (--limit expanded-view-bytes={tensor_bytes})")]
     ExpandedView {
-        /// Bytes the tensor would write.
         tensor_bytes: u64,
-        /// Bytes of its storage.
         storage_bytes: u64,
-        /// The factor allowed.
         factor: u64,
-        /// Bytes a view may have whatever its factor.
         allowance: u64,
     },
-    /// A checkpoint whose tensors add up to many times its storage.
     #[error("its tensors add up to {planned} bytes, more than {factor}x its {stored} bytes of storage (expansion-ratio) and than {allowance} bytes (expanded-file-bytes); pass --allow-expanded-views to write them, or raise the limit (--limit expanded-file-bytes={planned})")]
     Expanded {
-        /// Bytes the tensors would write.
         planned: u64,
-        /// The factor allowed.
         factor: u64,
-        /// Bytes of storage.
         stored: u64,
-        /// Bytes the tensors may add up to whatever their factor.
         allowance: u64,
     },
 
     // ---- naming ------------------------------------------------------------------------
-    /// `--pt-root` names a key that is not there.
     #[error("--pt-root {root:?}: no key {part:?} there")]
-    RootMissing {
-        /// The root asked for.
-        root: String,
-        /// The part of it not found.
-        part: String,
-    },
-    /// `--pt-root` names a leaf value, not tensors.
+    RootMissing { root: String, part: String },
     #[error("--pt-root {root:?} holds {what}, not tensors")]
-    RootLeaf {
-        /// The root asked for.
-        root: String,
-        /// What it holds, described ("an int (3)").
-        what: String,
-    },
+    RootLeaf { root: String, what: String },
     /// A tensor where no name reaches it (a dict key, an object's arguments).
     #[error("a tensor {place} in {at:?}: no name reaches it, refused rather than dropped")]
-    Unnamed {
-        /// Where it is ("used as a dict key").
-        place: &'static str,
-        /// The name of the value it is in ("the top level" at the root).
-        at: String,
-    },
-    /// A tensor whose name would be empty.
+    Unnamed { place: &'static str, at: String },
     #[error("a tensor under an empty key: its name would be empty (pass --pt-root or --name)")]
     EmptyName,
 }
@@ -487,11 +344,6 @@ impl PyTorchError {
             PyTorchError::ExpandedView { .. } => "expanded_view",
             _ => "py_torch",
         }
-    }
-
-    /// Every PyTorch checkpoint error is bad input.
-    pub fn category(&self) -> Category {
-        Category::BadInput
     }
 
     /// What [`ErrorKind::PyTorch`](super::ErrorKind::PyTorch) says before

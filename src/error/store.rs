@@ -6,6 +6,7 @@
 /// The message never holds a credential.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum StoreError {
     /// No such object, or no such bucket.
     #[cfg(feature = "object-store")]
@@ -33,12 +34,7 @@ pub enum StoreError {
          one whole GET is {limit}): download it first, or use a server that supports \
          ranges"
     )]
-    RangesIgnored {
-        /// The object's bytes.
-        size: u64,
-        /// The most bytes read whole.
-        limit: u64,
-    },
+    RangesIgnored { size: u64, limit: u64 },
     /// A GET's body held other than the bytes of the range it answered: a
     /// server that sends more (read no further than the first byte too
     /// many) or fewer than its own `Content-Range` says.
@@ -46,22 +42,10 @@ pub enum StoreError {
         "the server answered a GET of bytes {start}..{end} with {sent} bytes{}",
         if *sent > *end - *start { " or more" } else { "" }
     )]
-    BodyLength {
-        /// The range asked for.
-        start: u64,
-        /// Its end (exclusive).
-        end: u64,
-        /// The bytes the body held (where it ran over: when reading stopped).
-        sent: u64,
-    },
+    BodyLength { start: u64, end: u64, sent: u64 },
     /// An upload ended with other than its planned bytes.
     #[error("{written} bytes written, {planned} planned")]
-    UploadLength {
-        /// Bytes sent.
-        written: u64,
-        /// Bytes planned.
-        planned: u64,
-    },
+    UploadLength { written: u64, planned: u64 },
     /// An upload failed, its own error already told.
     #[error("upload failed")]
     UploadFailed,

@@ -12,18 +12,15 @@
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum TextError {
     /// A string longer than its limit.
     #[error("{what} of {len} bytes exceeds the limit of {limit}")]
     TooLong {
-        /// What it is.
         what: &'static str,
-        /// Its length, as the file claims it.
         len: u64,
-        /// The limit.
         limit: u64,
     },
-    /// A string that is not UTF-8.
     #[error("{0} is not valid UTF-8")]
     NotUtf8(&'static str),
 }

@@ -8,28 +8,21 @@ use std::io;
 /// A zip archive that breaks the format, or whose records disagree.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum ZipError {
     // ---- the end records ------------------------------------------------------
     /// Shorter than an end-of-central-directory record.
     #[error("file too short for a zip archive")]
     TooShort,
-    /// No end-of-central-directory record where it must be.
     #[error(
         "no end-of-central-directory record in the last {searched} bytes; \
          the file looks truncated (an interrupted download or copy?)"
     )]
-    NoEndRecord {
-        /// The bytes at the end searched.
-        searched: u64,
-    },
-    /// An end record's entries on its disk and in all differ.
+    NoEndRecord { searched: u64 },
     #[error("{}end record counts {on_disk} entries on its disk but {total} in all", if *.zip64 { "zip64 " } else { "" })]
     DiskCounts {
-        /// The zip64 end record, not the classic one.
         zip64: bool,
-        /// Entries on this disk.
         on_disk: u64,
-        /// Entries in all.
         total: u64,
     },
     /// The classic and the zip64 end records place the directory apart.
@@ -38,136 +31,87 @@ pub enum ZipError {
         .classic.entries, .classic.size, .classic.offset, .zip64.entries, .zip64.size, .zip64.offset
     )]
     EndRecordsDisagree {
-        /// What the classic record says.
         classic: Directory,
-        /// What the zip64 record says.
         zip64: Directory,
     },
     /// Zip64 markers, and no zip64 locator before the end record.
     #[error("zip64 fields without a zip64 locator")]
     Zip64WithoutLocator,
-    /// The zip64 locator points outside the archive.
     #[error("zip64 end record offset {0} is outside the archive")]
     Zip64Outside(u64),
     /// No zip64 end record where the locator points.
     #[error("bad zip64 end-of-central-directory signature")]
     Zip64Signature,
-    /// The zip64 end record does not end at its locator.
     #[error("zip64 end record at {at} does not end at its locator ({locator})")]
-    Zip64Misplaced {
-        /// Where the record starts.
-        at: u64,
-        /// Where the locator starts.
-        locator: u64,
-    },
+    Zip64Misplaced { at: u64, locator: u64 },
 
     // ---- the central directory --------------------------------------------------
-    /// The directory does not end where the end record begins.
     #[error("central directory [{}, +{}) does not end where its end record begins ({end})", .directory.offset, .directory.size)]
-    DirectoryMisplaced {
-        /// The directory as the end record places it.
-        directory: Directory,
-        /// Where the end record begins.
-        end: u64,
-    },
+    DirectoryMisplaced { directory: Directory, end: u64 },
     /// More entries than the directory's bytes can hold.
     #[error("central directory claims {} entries in {} bytes", .0.entries, .0.size)]
     TooManyEntries(Directory),
-    /// The entries counted end elsewhere than the directory.
     #[error("the end record counts {entries} entries, which end at byte {end}, but the directory runs to {directory_end}")]
     EntryCount {
-        /// Entries counted.
         entries: u64,
-        /// Where they end.
         end: u64,
-        /// Where the directory ends.
         directory_end: u64,
     },
-    /// No central directory entry where one must begin.
     #[error("bad central directory entry signature")]
     EntrySignature,
-    /// The directory ends inside an entry.
     #[error("central directory ends inside an entry")]
     DirectoryTruncated,
     /// Two entries of one name.
     #[error("member {0:?} appears twice in the central directory")]
     DuplicateMember(String),
-    /// An extra field longer than its entry's room for it.
     #[error("extra field of member {0:?} overruns its entry")]
     ExtraOverrun(String),
     /// A zip64 extra without a field the entry marks as in it.
     #[error("zip64 extra of member {0:?} is too short")]
     Zip64ExtraShort(String),
-    /// A member whose bytes run into the central directory.
     #[error(
         "member {member:?} at offset {offset} with {len} bytes runs past the central directory"
     )]
     PastDirectory {
-        /// The member.
         member: String,
-        /// Its local header's offset.
         offset: u64,
-        /// Its compressed bytes.
         len: u64,
     },
 
     // ---- a member's local header --------------------------------------------------
-    /// No local header where the directory places one.
     #[error("bad local header signature for member {0:?}")]
     LocalSignature(String),
     /// A member whose local header and bytes run past the archive's end.
     #[error("member {0:?} runs past the end of its archive")]
     PastEnd(String),
-    /// The local header names the member otherwise.
     #[error("member {member:?} has local header name {local:?}")]
-    LocalName {
-        /// The directory's name.
-        member: String,
-        /// The local header's.
-        local: String,
-    },
-    /// The local header's compression method is not the directory's.
+    LocalName { member: String, local: String },
     #[error(
         "member {member:?} is method {directory} in the directory but {local} in its local header"
     )]
     LocalMethod {
-        /// The member.
         member: String,
-        /// The directory's method.
         directory: u16,
-        /// The local header's.
         local: u16,
     },
-    /// The local header's sizes are not the directory's.
     #[error("member {member:?} is {} bytes ({} inflated) in the directory but {} ({}) in its local header", .directory.0, .directory.1, .local.0, .local.1)]
     LocalSizes {
-        /// The member.
         member: String,
-        /// Compressed and uncompressed bytes, as the directory says.
         directory: (u64, u64),
-        /// The same, as the local header says.
         local: (u64, u64),
     },
-    /// The local header's CRC-32 is not the directory's.
     #[error("member {member:?} has CRC-32 {directory:08x} in the directory but {local:08x} in its local header")]
     LocalCrc {
-        /// The member.
         member: String,
-        /// The directory's CRC-32.
         directory: u32,
-        /// The local header's.
         local: u32,
     },
 
     // ---- a member's bytes ---------------------------------------------------------
-    /// A stored member's two sizes differ.
     #[error("stored member {member:?} has sizes {compressed} and {uncompressed}")]
     StoredSizes {
-        /// The member.
         member: String,
-        /// Its compressed size.
         compressed: u64,
-        /// Its uncompressed size.
         uncompressed: u64,
     },
     /// Two members sharing bytes (a zip bomb's trick).
@@ -175,45 +119,27 @@ pub enum ZipError {
     Overlap(String, String),
     /// Deflated bytes that do not inflate.
     #[error("member {member:?}: corrupt deflate data ({source})")]
-    CorruptDeflate {
-        /// The member.
-        member: String,
-        /// The inflater's error.
-        source: io::Error,
-    },
+    CorruptDeflate { member: String, source: io::Error },
     /// Deflated bytes that stop before their end marker.
     #[error(
         "member {member:?}: deflate data ends within its {compressed} compressed bytes ({source})"
     )]
     DeflateTruncated {
-        /// The member.
         member: String,
-        /// Its compressed bytes.
         compressed: u64,
-        /// The inflater's error.
         source: io::Error,
     },
-    /// A member that inflates to more than its declared size.
     #[error("member {member:?}: inflates past its declared {declared} bytes")]
-    InflatesPast {
-        /// The member.
-        member: String,
-        /// Its declared uncompressed size.
-        declared: u64,
-    },
+    InflatesPast { member: String, declared: u64 },
     /// A member that inflates to less than its declared size.
     #[error("member {member:?}: ends after {produced} of its declared {declared} bytes")]
     EndsEarly {
-        /// The member.
         member: String,
-        /// Bytes it inflated to.
         produced: u64,
-        /// Its declared uncompressed size.
         declared: u64,
     },
 
     // ---- an .npz's members ----------------------------------------------------------
-    /// A member of an .npz that is not an .npy array.
     #[error("member {0:?} is not an .npy array (pass --skip-non-npy to skip it)")]
     NotAnArray(String),
     /// A Keras 3 `.keras` archive (`model.save`): its weights are an HDF5
@@ -231,12 +157,7 @@ pub enum ZipError {
     /// where a member's bytes are read: the zip reader, or the copy path
     /// that reads a stored member's bytes directly).
     #[error("CRC-32 is {actual:08x}, the archive says {expected:08x}")]
-    CrcMismatch {
-        /// The CRC-32 of the bytes read.
-        actual: u32,
-        /// The CRC-32 the archive records.
-        expected: u32,
-    },
+    CrcMismatch { actual: u32, expected: u32 },
 }
 
 impl ZipError {
@@ -257,11 +178,6 @@ impl ZipError {
         }
     }
 
-    /// Every zip error is bad input.
-    pub fn category(&self) -> super::Category {
-        super::Category::BadInput
-    }
-
     /// What [`ErrorKind::Zip`](super::ErrorKind::Zip) says before the
     /// error's words: nothing for a CRC mismatch, whose words say "archive".
     pub(super) fn prefix(&self) -> &'static str {
@@ -276,14 +192,13 @@ impl ZipError {
 /// implement.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // a variant's message says what it and its fields are
 pub enum ZipFeature {
     /// An archive split over several disks.
     #[error("a multi-disk archive")]
     MultiDisk,
-    /// A compression method other than stored (0) and deflated (8).
     #[error("compression method {0} (only stored and deflated are read)")]
     Method(u16),
-    /// An encrypted member.
     #[error("encryption (member {0:?})")]
     Encryption(String),
 }
