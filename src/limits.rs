@@ -10,21 +10,8 @@
 //! and how to raise it (`--limit NAME=VALUE` on the command line,
 //! `limits={"NAME": VALUE}` in Python, [`Limits::set`] in Rust).
 //!
-//! | name | default | what it bounds | raise? |
-//! |---|---|---|---|
-//! | `header-bytes` | 100000000 | a safetensors header's length N | lower only: the format's own limit |
-//! | `pickle-bytes` | 128 MiB | a checkpoint's `data.pkl`, uncompressed | safe: memory grows with it |
-//! | `pickle-budget` | 48 MiB | values a pickle may build beyond 2x its own bytes | safe: memory grows with it |
-//! | `expansion-ratio` | 16 | output bytes per stored byte of a PyTorch view, and of a checkpoint | safe: output grows, not memory |
-//! | `expanded-view-bytes` | 4 MiB | a view's bytes written whatever its ratio | safe: output grows, not memory |
-//! | `expanded-file-bytes` | 64 MiB | a checkpoint's tensors' bytes written whatever their ratio | safe: output grows, not memory |
-//! | `dcp-metadata-bytes` | 512 MiB | a distributed checkpoint's `.metadata`, read whole | safe: memory grows with it |
-//! | `index-bytes` | 100000000 | a sharded checkpoint's `*.index.json` or a raw manifest | safe: memory grows with it (a manifest is held 4.5 times) |
-//! | `gguf-string-bytes` | 16 MiB | one GGUF metadata string (a chat template is a few KB) | safe: memory grows with it |
-//! | `decoder-window` | 128 MiB | the window (zstd) or dictionary (xz) a compressed input's decoder holds | safe: memory grows with it |
-//! | `hdf5-chunk-row-bytes` | 64 MiB | one row of an HDF5 dataset's chunks, held while it is streamed in order | safe: memory grows with it |
-//! | `tensor-count` | 16777216 | the tensors one input lists (any format) | safe: memory grows with it (a few hundred bytes a tensor) |
-//! | `decompression-ratio` | 10000 | bytes a compressed input (gzip, zstd, xz, bzip2) or a deflated zip member inflates to per compressed byte, past its first 64 MiB | safe: output grows, not memory |
+//! The limits, their defaults and which are safe to raise: the README,
+//! "Safety and guarantees", and [`Limit`]'s variants; `--help` lists them.
 //!
 //! Raising a memory limit raises what a hostile input can make the process
 //! hold by about as much; raising an expansion limit lets a few stored
@@ -105,6 +92,31 @@ pub enum Limit {
 /// the `decompression-ratio` limit counts beyond them.
 pub const RATIO_ALLOWANCE: u64 = 64 << 20;
 
+/// A limit's name, report kind, `--help` words, default and unit.
+type Row = (&'static str, &'static str, &'static str, u64, Unit);
+
+/// Every limit's [`Row`], in the enum's order (which is [`Limit::ALL`]'s).
+/// The `tensor-count` default is above what a 100,000,000-byte safetensors
+/// header can list (about 1.5 million one-dimensional tensors); deflate
+/// cannot pass 1032 to 1, so only a zstd, xz or bzip2 stream of mostly
+/// zeros nears the `decompression-ratio` default.
+#[rustfmt::skip]
+const ROWS: [Row; 13] = [
+    ("header-bytes", "header_bytes", "a safetensors header's bytes (the format's limit: lower only)", FORMAT_HEADER_BYTES, Unit::Bytes),
+    ("pickle-bytes", "pickle_bytes", "a PyTorch checkpoint's data.pkl, inflated", 128 << 20, Unit::Bytes),
+    ("pickle-budget", "pickle_budget", "bytes of values a pickle may build beyond 2x its size", 48 << 20, Unit::Bytes),
+    ("expansion-ratio", "expansion_ratio", "bytes a PyTorch view may write per byte of its storage", 16, Unit::Count),
+    ("expanded-view-bytes", "expanded_view_bytes", "bytes a PyTorch view may write whatever its ratio", 4 << 20, Unit::Bytes),
+    ("expanded-file-bytes", "expanded_file_bytes", "bytes a checkpoint's tensors may write whatever their ratio", 64 << 20, Unit::Bytes),
+    ("dcp-metadata-bytes", "dcp_metadata_bytes", "a distributed checkpoint's .metadata, read whole", 512 << 20, Unit::Bytes),
+    ("decoder-window", "decoder_window", "the window a zstd or xz decoder may hold", 128 << 20, Unit::Bytes),
+    ("gguf-string-bytes", "gguf_string_bytes", "one GGUF metadata string's bytes", 16 << 20, Unit::Bytes),
+    ("index-bytes", "index_bytes", "a sharded checkpoint's index.json or a raw manifest", FORMAT_HEADER_BYTES, Unit::Bytes),
+    ("hdf5-chunk-row-bytes", "hdf5_chunk_row_bytes", "one row of an HDF5 dataset's chunks, held while streamed", 64 << 20, Unit::Bytes),
+    ("tensor-count", "tensor_count", "tensors one input may list", 1 << 24, Unit::Count),
+    ("decompression-ratio", "decompression_ratio", "inflated bytes per compressed byte (streams, zip members) past 64 MiB", 10_000, Unit::Count),
+];
+
 /// How a limit's value is written and read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Unit {
@@ -130,89 +142,28 @@ impl Limit {
         Limit::DecompressionRatio,
     ];
 
+    fn row(self) -> &'static Row {
+        &ROWS[self as usize]
+    }
+
     /// Its name, as `--limit` and Python's `limits=` take it.
     pub fn name(self) -> &'static str {
-        match self {
-            Limit::HeaderBytes => "header-bytes",
-            Limit::PickleBytes => "pickle-bytes",
-            Limit::PickleBudget => "pickle-budget",
-            Limit::ExpansionRatio => "expansion-ratio",
-            Limit::ExpandedViewBytes => "expanded-view-bytes",
-            Limit::ExpandedFileBytes => "expanded-file-bytes",
-            Limit::DcpMetadataBytes => "dcp-metadata-bytes",
-            Limit::DecoderWindow => "decoder-window",
-            Limit::GgufStringBytes => "gguf-string-bytes",
-            Limit::IndexBytes => "index-bytes",
-            Limit::Hdf5ChunkRowBytes => "hdf5-chunk-row-bytes",
-            Limit::TensorCount => "tensor-count",
-            Limit::DecompressionRatio => "decompression-ratio",
-        }
+        self.row().0
     }
 
     /// The kind of its refusals in reports: its name in snake case.
     pub fn kind(self) -> &'static str {
-        match self {
-            Limit::HeaderBytes => "header_bytes",
-            Limit::PickleBytes => "pickle_bytes",
-            Limit::PickleBudget => "pickle_budget",
-            Limit::ExpansionRatio => "expansion_ratio",
-            Limit::ExpandedViewBytes => "expanded_view_bytes",
-            Limit::ExpandedFileBytes => "expanded_file_bytes",
-            Limit::DcpMetadataBytes => "dcp_metadata_bytes",
-            Limit::DecoderWindow => "decoder_window",
-            Limit::GgufStringBytes => "gguf_string_bytes",
-            Limit::IndexBytes => "index_bytes",
-            Limit::Hdf5ChunkRowBytes => "hdf5_chunk_row_bytes",
-            Limit::TensorCount => "tensor_count",
-            Limit::DecompressionRatio => "decompression_ratio",
-        }
+        self.row().1
     }
 
     /// What it bounds, in a few words (for `--help`).
     pub fn about(self) -> &'static str {
-        match self {
-            Limit::HeaderBytes => "a safetensors header's bytes (the format's limit: lower only)",
-            Limit::PickleBytes => "a PyTorch checkpoint's data.pkl, inflated",
-            Limit::PickleBudget => "bytes of values a pickle may build beyond 2x its size",
-            Limit::ExpansionRatio => "bytes a PyTorch view may write per byte of its storage",
-            Limit::ExpandedViewBytes => "bytes a PyTorch view may write whatever its ratio",
-            Limit::ExpandedFileBytes => {
-                "bytes a checkpoint's tensors may write whatever their ratio"
-            }
-            Limit::DcpMetadataBytes => "a distributed checkpoint's .metadata, read whole",
-            Limit::DecoderWindow => "the window a zstd or xz decoder may hold",
-            Limit::GgufStringBytes => "one GGUF metadata string's bytes",
-            Limit::IndexBytes => "a sharded checkpoint's index.json or a raw manifest",
-            Limit::Hdf5ChunkRowBytes => "one row of an HDF5 dataset's chunks, held while streamed",
-            Limit::TensorCount => "tensors one input may list",
-            Limit::DecompressionRatio => {
-                "inflated bytes per compressed byte (streams, zip members) past 64 MiB"
-            }
-        }
+        self.row().2
     }
 
     /// Its default value.
     pub const fn default_value(self) -> u64 {
-        match self {
-            Limit::HeaderBytes => FORMAT_HEADER_BYTES,
-            Limit::PickleBytes => 128 << 20,
-            Limit::PickleBudget => 48 << 20,
-            Limit::ExpansionRatio => 16,
-            Limit::ExpandedViewBytes => 4 << 20,
-            Limit::ExpandedFileBytes => 64 << 20,
-            Limit::DcpMetadataBytes => 512 << 20,
-            Limit::DecoderWindow => 128 << 20,
-            Limit::GgufStringBytes => 16 << 20,
-            Limit::IndexBytes => FORMAT_HEADER_BYTES,
-            Limit::Hdf5ChunkRowBytes => 64 << 20,
-            // Above what a 100,000,000-byte safetensors header can list
-            // (about 1.5 million one-dimensional tensors): no valid
-            // input we know of comes near it.
-            Limit::TensorCount => 1 << 24,
-            // Deflate (gzip, zip members) cannot pass 1032 to 1: only a
-            // zstd, xz or bzip2 stream of mostly zeros goes beyond.
-            Limit::DecompressionRatio => 10_000,
-        }
+        ROWS[self as usize].3
     }
 
     /// The most it may be set to: the format's own limit for a hard cap.
@@ -224,10 +175,7 @@ impl Limit {
     }
 
     fn unit(self) -> Unit {
-        match self {
-            Limit::ExpansionRatio | Limit::TensorCount | Limit::DecompressionRatio => Unit::Count,
-            _ => Unit::Bytes,
-        }
+        self.row().4
     }
 
     /// The limit named `name` (`pickle-budget`; Python's `pickle_budget`
@@ -306,22 +254,15 @@ impl Limits {
         let mut values = [0; Limit::ALL.len()];
         let mut i = 0;
         while i < values.len() {
-            values[i] = Limit::ALL[i].default_value();
+            values[i] = ROWS[i].3;
             i += 1;
         }
         Limits { values }
     };
 
-    fn slot(limit: Limit) -> usize {
-        Limit::ALL
-            .iter()
-            .position(|&l| l == limit)
-            .expect("every limit is in Limit::ALL")
-    }
-
     /// The value of `limit`.
     pub fn get(&self, limit: Limit) -> u64 {
-        self.values[Self::slot(limit)]
+        self.values[limit as usize]
     }
 
     /// Sets `limit` to `value`; refused above the limit's
@@ -335,7 +276,7 @@ impl Limits {
                 limit.ceiling()
             )));
         }
-        self.values[Self::slot(limit)] = value;
+        self.values[limit as usize] = value;
         Ok(())
     }
 
@@ -409,7 +350,8 @@ mod tests {
     #[test]
     fn names_parse_back_and_sizes_take_units() {
         let mut l = Limits::default();
-        for limit in Limit::ALL {
+        for (i, limit) in Limit::ALL.into_iter().enumerate() {
+            assert_eq!(limit as usize, i, "ALL is in the enum's order, as ROWS is");
             assert_eq!(Limit::from_name(limit.name()), Some(limit));
             assert_eq!(Limit::from_name(limit.kind()), Some(limit));
             let shown = limit.show(limit.default_value());
