@@ -37,7 +37,7 @@ pub enum Location {
     /// A local file (or a device, FIFO or socket).
     File(PathBuf),
     /// A local folder, standing for the one checkpoint in it
-    /// ([`resolve_input`](crate::source::resolve_input)).
+    /// ([`resolve_folder`](crate::source::resolve_folder)).
     Folder(PathBuf),
     /// Standard input (`-`).
     Stdio,

@@ -150,18 +150,6 @@ pub async fn convert_sources(
     write_planned(sources, &plan, output, options, started).await
 }
 
-/// [`convert_sources`]: the sources say what they read, so the paths they
-/// were opened from are no longer needed (nor looked at).
-#[deprecated(note = "use convert_sources: sources report the files they read")]
-pub async fn convert_opened(
-    _inputs: &[PathBuf],
-    sources: &mut [Box<dyn Source + '_>],
-    output: &Output,
-    options: &ConvertOptions,
-) -> Result<Report> {
-    convert_sources(sources, output, options).await
-}
-
 /// [`convert_sources`] in two steps: `plan` is made by [`plan_sources`] from
 /// these `sources` under these `options` (or elsewhere: a worker of a
 /// fan-out loads the plan the others use), and may be looked at before

@@ -2,14 +2,8 @@
 //! window of the source is handed to `write`, so the kernel copies from
 //! the source's page cache straight into the output's.
 //!
-//! Why not `copy_file_range`: on a filesystem without reflinks (ext4) it
-//! splices through a pipe, page by page, and pays more when the source and
-//! output offsets differ modulo the page size, which they nearly always do
-//! here (an npy header is 128 bytes, a safetensors header whatever its JSON
-//! needs). A mapped window handed to `write` beat both splicing and `cp`'s
-//! reads and writes, aligned or not, on the host first measured; on
-//! another `cp`'s way was faster, so [`super::verbatim`] times both and
-//! keeps the faster (benches/README.md, "Copy path").
+//! Why not `copy_file_range`, and why [`super::verbatim`] times this
+//! against `cp`'s way: `docs/internals.md`, "The copy path".
 //!
 //! Safety of the mapping: our code never reads it. Only the kernel does,
 //! inside `write`, so a source truncated under us makes `write` fail with
@@ -18,11 +12,8 @@
 //! count in the resident set) to one window.
 //!
 //! Nothing that computes reads a mapping: casts, byte swaps and
-//! dequantization read their input with positional reads, which fail
-//! with an error on a shrunk file. A cast's read is no longer on its
-//! critical path (it runs on the other core while this one writes,
-//! [`super::pipelined`]), so a mapping would save a copy no one waits
-//! for, at the price of a `SIGBUS` on a file truncated under us.
+//! dequantization use positional reads, which fail with an error on a
+//! shrunk file ([`super::pipelined`] says why a cast does not map).
 
 use std::fs::File;
 use std::io::{self, Seek};

@@ -3,16 +3,11 @@
 //! positional reads and runs them through the element pipeline, while the
 //! calling thread writes the pieces it has finished, in order.
 //!
-//! Why: `perf` on 1 GiB casts (issue 40) found the serial copy
-//! ([`super::positional::copy_buffered`]) spending its time in three
-//! kernel-bound steps one after another: `pread` (a memory copy out of the
-//! page cache), the cast, and `write` (a memory copy into the output's page
-//! cache), plus, when a cast's output chunk was smaller than the buffered
-//! writer, a fourth copy into that writer: the arithmetic was not the
-//! limit, the serial path was (benches/results-cast-pipeline.md). Here the
-//! `write`, which a plain copy pays too, is all the writing thread does;
-//! reading and casting happen on the other core at the same time, and the
-//! cast writes straight into the buffer that is written (no copy between).
+//! Why: the serial copy ([`super::positional::copy_buffered`]) runs
+//! `pread`, the cast and `write` one after another, each bound by the
+//! kernel or memory (benches/results-cast-pipeline.md). Here the writing
+//! thread only writes; the other core reads and casts straight into the
+//! buffer that is written.
 //!
 //! Why not cast from a mapping of the input (one memory copy fewer, as
 //! [`super::mapped`] copies verbatim bytes): our code would then read the

@@ -5,47 +5,8 @@
 //! reader. The planner needs only the listing; the sink pulls the bytes in
 //! plan order, which is generally not the input's order.
 //!
-//! # Adding an input format
-//!
-//! A format is one folder under `source/` and one row in the format table
-//! (`table::FORMATS` in `source/table.rs`); nothing in `convert/`, `dest/`, `copy/` or the CLI
-//! changes (only their documentation, to name the format). The folder
-//! `source/<format>/` holds:
-//!
-//! - **the source**: a type implementing [`Source`]: it holds one
-//!   [`Listing`] (input name, tensors, metadata, from headers alone) that
-//!   [`Source::listing`] returns, then gives each tensor's bytes on demand,
-//!   read positionally from a [`std::fs::File`];
-//! - **its row**, `pub(crate) const ROW: FormatRow` (see `source/format.rs`):
-//!   `FormatRow::new(name, describe, open_file, stream)` plus how it is
-//!   recognised: `magic` (a test on the first bytes, up to
-//!   `detect::FILE_SNIFF_LEN` from a file, `detect::SNIFF_LEN` from a
-//!   stream), `path` (an input recognised by its path alone, such as an
-//!   index JSON or a folder's metadata file, and how it is opened), or
-//!   `asked` (only when the options say so, as the raw dump); `unwrap` says
-//!   whether a compressed input of it is unwrapped by magic or by name;
-//!   `open_file` opens a regular file (or a spooled stream) from a
-//!   `FileInput`; `stream` says how a forward-only input is read:
-//!   `Stream::Read(f)` as it comes, `Stream::Spool(why)` spooled whole
-//!   first, or `Stream::Refused(error)`;
-//! - **its options**, when it takes any: one struct declared with
-//!   `crate::setters::options!` (as [`NpyOptions`], [`TorchOptions`],
-//!   [`GgufOptions`]), nested as one field of [`SourceOptions`] and
-//!   re-exported here; the CLI flag and the Python keyword set that field;
-//! - **its errors**: one enum of its own (as `GgufError`, `PickleError`,
-//!   `PyTorchError`), carried by one `ErrorKind` variant; the enum names
-//!   and categorises its variants itself (`name()`, `category()`), so
-//!   `error/mod.rs` gains one line, not one per failure;
-//! - **its fixtures** under `fixtures/<format>/`, with their expected
-//!   outputs, and its tests in `tests/it/`.
-//!
-//! Then add `pub(crate) mod <format>;` above and `&<format>::ROW` to
-//! `table::FORMATS`, where its magic cannot shadow an earlier row's
-//! (rows are tried in order, after the compression codecs). A zip-based
-//! format reads its members with `source::zip` (as npz and PyTorch do). A format
-//! stored inside another's tensors (quantized safetensors weights, whose
-//! scales may lie in any input) is not a row but a `format::Wrap` listed
-//! in `table::WRAPS`, applied to every set of opened inputs.
+//! Adding an input format (one folder under `source/`, one row in
+//! `table::FORMATS`): `docs/internals.md`, "Adding an input format".
 
 /// The [`Source`] getters of a source of one file or one stream (npy,
 /// raw), answered by its `self.data.backing()`, a [`FileOrStream`]: in
@@ -126,7 +87,7 @@ pub use quantized::{QuantError, QuantizedSource};
 pub use raw::{RawSpec, RawTensor};
 pub use span::{ByteSpan, ReadAt};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -139,28 +100,7 @@ use crate::Result;
 /// `path` itself when it is not a folder, or when it is a folder a format
 /// reads whole (a row recognises it by its path: a distributed
 /// checkpoint); else the one checkpoint in the folder (its index JSON, or
-/// its single model file).
-///
-/// ```
-/// use safetensors_stream::source::resolve_input;
-///
-/// let dir = tempfile::tempdir().unwrap();
-/// std::fs::write(dir.path().join("model.safetensors"), b"").unwrap();
-/// assert_eq!(resolve_input(dir.path())?, dir.path().join("model.safetensors"));
-/// std::fs::write(dir.path().join(".metadata"), b"").unwrap();
-/// assert_eq!(resolve_input(dir.path())?, dir.path()); // a distributed checkpoint
-///
-/// let two = tempfile::tempdir().unwrap();
-/// std::fs::write(two.path().join("model.safetensors"), b"").unwrap();
-/// std::fs::write(two.path().join("extra.npz"), b"").unwrap();
-/// assert!(resolve_input(two.path()).is_err()); // two model files: which one?
-/// # Ok::<(), safetensors_stream::Error>(())
-/// ```
-pub fn resolve_input(path: &Path) -> Result<PathBuf> {
-    resolve_folder(path).map(|r| r.path)
-}
-
-/// [`resolve_input`], also saying which files in another form it passed
+/// its single model file), saying which files in another form it passed
 /// over: the one folder resolution every driver calls.
 ///
 /// ```
@@ -172,6 +112,13 @@ pub fn resolve_input(path: &Path) -> Result<PathBuf> {
 /// let r = resolve_folder(dir.path())?;
 /// assert_eq!(r.path, dir.path().join("model.safetensors"));
 /// assert_eq!(r.passed_over, ["pytorch_model.bin"]);
+/// std::fs::write(dir.path().join(".metadata"), b"").unwrap();
+/// assert_eq!(resolve_folder(dir.path())?.path, dir.path()); // a distributed checkpoint
+///
+/// let two = tempfile::tempdir().unwrap();
+/// std::fs::write(two.path().join("model.safetensors"), b"").unwrap();
+/// std::fs::write(two.path().join("extra.npz"), b"").unwrap();
+/// assert!(resolve_folder(two.path()).is_err()); // two model files: which one?
 /// # Ok::<(), safetensors_stream::Error>(())
 /// ```
 pub fn resolve_folder(path: &Path) -> Result<Resolved> {
