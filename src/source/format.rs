@@ -111,11 +111,8 @@ pub(crate) struct ByPath {
 
 /// An input recognised by its path, being opened.
 pub(crate) struct PathInput<'a> {
-    /// The path.
     pub(crate) path: &'a Path,
-    /// The options.
     pub(crate) options: &'a SourceOptions,
-    /// Where notices go.
     pub(crate) notice: Notice<'a>,
     /// Says what a file it names is when it is not of the format ("an
     /// .npz, not a safetensors file"), from the whole table's detection,
@@ -164,7 +161,6 @@ pub(crate) enum Stream {
 pub(crate) struct FileInput<'a> {
     /// The file, at any position (sources read it positionally).
     pub(crate) file: File,
-    /// Its length.
     pub(crate) len: u64,
     /// Its path, when it has one of its own (not a spooled stream).
     pub(crate) path: Option<&'a Path>,
@@ -173,31 +169,23 @@ pub(crate) struct FileInput<'a> {
     /// The tensor name a single-array input takes: `--name`, else the
     /// file's name less its extensions; `None` when there is neither.
     pub(crate) name: Option<String>,
-    /// The options.
     pub(crate) options: &'a SourceOptions,
-    /// Where notices go.
     pub(crate) notice: Notice<'a>,
     /// The location it was opened from (standard input for a spooled
     /// stream), for the source to report first in [`Source::opened`].
     pub(crate) origin: Option<Opened>,
 }
 
-/// A forward-only input being opened as a format.
+/// A forward-only input being opened as a format: its fields as
+/// [`FileInput`]'s, but its bytes are a reader from the first, and its
+/// path (or URL) is `None` for standard input.
 pub(crate) struct StreamInput<'a> {
-    /// Its bytes, from the first.
     pub(crate) reader: TensorReader<'static>,
-    /// Its path or URL, when it has one (not standard input).
     pub(crate) path: Option<&'a Path>,
-    /// How the input is named in messages.
     pub(crate) input: &'a str,
-    /// The tensor name a single-array input takes, when its name gives one.
     pub(crate) name: Option<String>,
-    /// The options.
     pub(crate) options: &'a SourceOptions,
-    /// Where notices go.
     pub(crate) notice: Notice<'a>,
-    /// The location it was opened from, for the source to report first in
-    /// [`Source::opened`].
     pub(crate) origin: Option<Opened>,
 }
 

@@ -31,9 +31,7 @@ const DIRECT_RUN: u64 = 8 << 10;
 pub(crate) struct Piece {
     /// Its place in the global tensor.
     pub(crate) chunk: Chunk,
-    /// Its item.
     pub(crate) item: Item,
-    /// Its file.
     pub(crate) file: Arc<File>,
 }
 
@@ -42,9 +40,7 @@ pub(crate) struct Piece {
 pub(crate) struct Plan {
     /// The tensor's name, for messages.
     pub(crate) name: String,
-    /// Its dtype.
     pub(crate) dtype: Dtype,
-    /// Its global shape.
     pub(crate) shape: Vec<u64>,
     /// Its non-empty chunks, tiling it.
     pub(crate) pieces: Vec<Piece>,

@@ -28,7 +28,6 @@ pub(crate) struct Item {
     pub(crate) file: u32,
     /// Its first byte there.
     pub(crate) offset: u64,
-    /// Its length.
     pub(crate) length: u64,
     /// What its bytes are.
     pub(crate) form: Form,

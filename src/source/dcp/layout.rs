@@ -24,7 +24,6 @@ use crate::{Error, Result};
 pub(crate) struct Chunk {
     /// Its first element's index in the global tensor.
     pub(crate) offsets: Box<[u64]>,
-    /// Its sizes.
     pub(crate) sizes: Box<[u64]>,
 }
 

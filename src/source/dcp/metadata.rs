@@ -87,11 +87,8 @@ pub(crate) const ALLOW: Allow = Allow {
 /// One tensor as the metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Entry {
-    /// Its dotted name.
     pub(crate) name: String,
-    /// Its dtype.
     pub(crate) dtype: Dtype,
-    /// Its global shape.
     pub(crate) shape: Vec<u64>,
     /// Its chunks, each with its item's place (`None`: no storage entry).
     pub(crate) chunks: Vec<(Chunk, Option<Stored>)>,
@@ -104,7 +101,6 @@ pub(crate) struct Stored {
     pub(crate) path: String,
     /// The item's first byte there.
     pub(crate) offset: u64,
-    /// Its length.
     pub(crate) length: u64,
     /// The stream transforms it was written through (none: plain).
     pub(crate) transforms: Vec<String>,
@@ -114,7 +110,6 @@ pub(crate) struct Stored {
 /// its non-tensor values.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Parsed {
-    /// The tensors.
     pub(crate) tensors: Vec<Entry>,
     /// The non-tensor values (`BytesStorageMetadata`).
     pub(crate) skipped: Vec<String>,

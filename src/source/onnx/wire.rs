@@ -22,7 +22,6 @@ pub(crate) enum Value {
     Bytes {
         /// The first byte's offset.
         start: u64,
-        /// The length.
         len: u64,
     },
     /// Wire type 5.
