@@ -9,25 +9,10 @@
 //!   tensors into a file, piece by piece;
 //! - [`Error`] (its [`ErrorKind`] and [`Category`]), [`Dtype`], [`TensorMeta`].
 //!
-//! The modules below are for jobs the root does not cover:
-//! - [`header`]: the header's byte-exact encoding, and its parsing and
-//!   validation in strict and reference modes;
-//! - [`source`]: the [`Source`](source::Source) trait and opening any input
-//!   (`.npy`, `.npz`, PyTorch, raw dumps, safetensors, compressed or not),
-//!   listed from headers alone;
-//! - [`plan`]: the pure planner: filters, renames, casts, order, offsets, shards;
-//! - [`sink`]: the async writer of one planned file, one bounded buffer;
-//! - [`convert`](mod@convert): the whole job, and its pieces for callers
-//!   with their own sources ([`convert::convert_sources`]), and the plan
-//!   checked and shown without writing ([`convert::dry_run`]);
-//! - [`index`], [`inspect`]: sharded checkpoints and listings;
-//! - [`location`]: where an input is (a file, a folder, standard input, an
-//!   object), parsed once, and what a source reports it read;
-//! - [`observe`], [`units`]: progress callbacks, byte sizes.
-//! - `store` (the `object-store` feature, on with `cli`): the object-storage
-//!   client: which paths are object URLs, multipart part sizes; objects
-//!   are read by `source::object` (a checkpoint's headers by ranges) and
-//!   written by `convert` (`convert::PendingUploads`, `convert::open_uploads`).
+//! The public modules below are for jobs the root does not cover (a
+//! source of your own, the planner, the sink, headers, indexes,
+//! listings); `store` is the object-storage client (the `object-store`
+//! feature, on with `cli`).
 //!
 //! Supported platforms: Unix (Linux, macOS, the BSDs). Unchanged bytes go
 //! from a mapping of the source straight into `write`, one memory copy.

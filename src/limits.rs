@@ -15,17 +15,9 @@
 //!
 //! Raising a memory limit raises what a hostile input can make the process
 //! hold by about as much; raising an expansion limit lets a few stored
-//! bytes become that many written (the disk fills, memory does not grow).
-//! Bounds that are the formats' own or that protect the parsers'
-//! correctness are not limits and cannot be changed: JSON nested at most
-//! 128 deep (serde_json's), at most 64 dimensions (numpy's), a pickle's
-//! MARKs, memo and value counts (scaled to its length), and the memory a
-//! header may make us hold (3 times its bytes + 64 MiB, whatever it claims).
-//! So are the lengths of names and keys (64 KiB in HDF5, MsgPack, ONNX and
-//! GGUF; 4 KiB for an ONNX `external_data` entry), nesting depths, and a
-//! GGUF array's length, which is read through (its first three items
-//! kept) and bounded by the file's bytes: none holds memory a caller
-//! would trade.
+//! bytes become that many written. Bounds that are the formats' own or
+//! that protect the parsers' correctness are not limits and cannot be
+//! changed (the README, "Safety and guarantees", lists them).
 //!
 //! ```
 //! use safetensors_stream::limits::{Limit, Limits};

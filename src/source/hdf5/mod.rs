@@ -6,19 +6,12 @@
 //! `weight_names`) are not needed for that and are not read; `--names hf`
 //! (`source::hf::tf`) maps a transformers TF file's paths to PyTorch names.
 //!
-//! The reader is our own, of the part of HDF5 that h5py and libhdf5 write
-//! by default and a little more: superblocks 0 to 3, object headers 1
-//! and 2, old-style groups (symbol tables: a B-tree v1 of symbol nodes
-//! over a local heap) and new-style ones (link messages, in the header
-//! or, for many links, in a fractal heap indexed by a version 2 B-tree),
-//! contiguous, compact and chunked layouts (chunks indexed by a version 1
-//! B-tree, a single chunk, a fixed array (`farray`), an extensible array
-//! (`earray`), a version 2 B-tree (`bt2index`), or none: the implicit
-//! index), the filters deflate, LZF, shuffle, fletcher32 and scaleoffset,
-//! integers, floats (f16, bf16, f32, f64) and h5py's bool. What it does
-//! not read (other filters, external raw storage, virtual datasets) and
-//! what safetensors cannot hold (compound, string, variable-length and
-//! reference types) are refused by name.
+//! The reader is our own, of what h5py and libhdf5 write by default and a
+//! little more (the README's "HDF5 files" lists what is read and what is
+//! refused by name): superblocks 0 to 3, object headers 1 and 2, groups
+//! as symbol tables or link messages (`dense`: a fractal heap indexed by a
+//! version 2 B-tree), contiguous, compact and chunked layouts, each chunk
+//! index a module (`btree`, `farray`, `earray`, `bt2index`; or none).
 //!
 //! Why not a crate: a binding to libhdf5 (`hdf5`, `hdf5-metno`) needs the C
 //! library at build time, which a fresh machine with only the registry

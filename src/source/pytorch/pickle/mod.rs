@@ -21,14 +21,9 @@
 //! [`BUDGET_FLOOR`]; a value used again costs what building it again costs,
 //! so a DAG that expands to gigabytes is refused after a few MiB.
 //!
-//! The parts, each in its file:
-//! - `budget.rs`: the [`Limits`] and the [`Budget`] one pickle is read
-//!   under, which the tensor walk goes on spending;
-//! - `globals.rs`: what a pickle may name ([`Allow`], [`Global`], [`Class`]);
-//! - `arena.rs`: the values built ([`Pickled`], [`Node`]);
-//! - `memo.rs`: the machine's memo;
-//! - `machine.rs`: the machine's state and moves, and [`unpickle`];
-//! - `opcodes.rs`, `text.rs`, `reduce.rs`: what each opcode does.
+//! The parts, each a file with its own module doc: `budget`, `globals`,
+//! `arena`, `memo`, `machine`, and what each opcode does (`opcodes`,
+//! `text`, `reduce`).
 //!
 //! A reader of another pickle than a checkpoint's reuses the machine with
 //! its own [`Allow`] table ([`unpickle_with`]): a distributed checkpoint's
