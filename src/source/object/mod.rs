@@ -20,7 +20,7 @@ mod windows;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -238,16 +238,31 @@ impl Pinned {
 
     /// The body of `got` (bytes `start..end`) in memory: exactly its bytes,
     /// in one piece (the client's own when it gave one, no copy).
+    ///
+    /// Each piece is copied into the whole as it comes and dropped: the
+    /// client's pieces are slices of its read buffers (up to ~400 KiB
+    /// each), so keeping them until the body ends held a window's bytes
+    /// twice, outside the budget's lease (heaptrack, S3 -> S3 on the
+    /// scale benchmark: 15 MB of the heap's peak; benches/scale/README.md,
+    /// session 13).
     async fn collect_exact(&self, got: GetResult, start: u64, end: u64) -> Result<Bytes> {
         let mut body = self.exact_body(got, start, end);
-        let mut parts: Vec<Bytes> = Vec::new();
+        let Some(first) = body.try_next().await? else {
+            return Ok(Bytes::new());
+        };
+        // The range is asked for by us and bounded by the caller (a window,
+        // a checked header length, the whole-object limit), not by the body.
+        let want = (end - start) as usize;
+        if first.len() == want {
+            return Ok(first);
+        }
+        let mut whole = BytesMut::with_capacity(want);
+        whole.extend_from_slice(&first);
+        drop(first);
         while let Some(bytes) = body.try_next().await? {
-            parts.push(bytes);
+            whole.extend_from_slice(&bytes);
         }
-        if parts.len() == 1 {
-            return Ok(parts.swap_remove(0));
-        }
-        Ok(Bytes::from(parts.concat()))
+        Ok(whole.freeze())
     }
 
     /// The whole object, by one GET (once), from a server that ignores

@@ -420,3 +420,53 @@ async fn the_next_batch_is_sent_for_at_the_first_read_of_this_one() {
     }
     assert_eq!(sent(), 2 * BATCH, "{:?}", store.ranges.lock().unwrap());
 }
+
+/// A piece of a body, counted live (in `live`, the most at once in
+/// `most`) from when the body gives it until it is dropped.
+struct CountedPiece {
+    bytes: Vec<u8>,
+    live: Arc<AtomicUsize>,
+}
+
+impl AsRef<[u8]> for CountedPiece {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for CountedPiece {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_body_in_many_pieces_is_collected_whole_without_keeping_its_pieces() {
+    use bytes::Bytes;
+    use futures::StreamExt;
+    let store = Arc::new(Counting::default());
+    let data: Vec<u8> = (0..64 << 10).map(|i| (i % 251) as u8).collect();
+    let path = ObjectPath::from("pieces.bin");
+    store.inner.put(&path, data.clone().into()).await.unwrap();
+    let pinned = Pinned::head(object(&store, "pieces.bin")).await.unwrap();
+    let mut got = store.inner.get(&path).await.unwrap();
+    // The client's pieces: slices of its read buffers, 1 KiB each here.
+    let (live, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let pieces: Vec<Vec<u8>> = data.chunks(1 << 10).map(<[u8]>::to_vec).collect();
+    let counted = {
+        let (live, most) = (Arc::clone(&live), Arc::clone(&most));
+        futures::stream::iter(pieces).map(move |bytes| {
+            most.fetch_max(live.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            let live = Arc::clone(&live);
+            Ok(Bytes::from_owner(CountedPiece { bytes, live }))
+        })
+    };
+    got.payload = object_store::GetResultPayload::Stream(counted.boxed());
+    let whole = pinned.collect_exact(got, 0, data.len() as u64).await;
+    assert!(whole.unwrap() == data, "the bytes collected differ");
+    // Each piece copied and dropped as the next comes (the last kept while
+    // the body's end is awaited), not all 64 held until the end.
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 2, "{most} pieces held at once");
+    assert_eq!(live.load(Ordering::SeqCst), 0);
+}
