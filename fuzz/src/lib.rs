@@ -833,6 +833,7 @@ pub fn raw_spec(data: &[u8]) -> Option<(RawSpec, &[u8])> {
         tensors,
         big_endian: ctl & 4 != 0,
         allow_trailing: ctl & 8 != 0,
+        manifest: None,
     };
     Some((spec, rest))
 }

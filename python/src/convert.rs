@@ -65,8 +65,7 @@ fn raw_spec(
                 shape: RawSpec::parse_shape(shape)?,
                 offset,
             }],
-            big_endian: false,
-            allow_trailing: false,
+            ..RawSpec::default()
         },
         (None, Some(_), None) | (None, None, Some(_)) => {
             return Err(usage_error(

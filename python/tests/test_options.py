@@ -107,6 +107,27 @@ def test_raw_dumps(tmp_path):
         sts.convert(dump, out, raw_dtype="F32")
 
 
+def test_an_output_onto_the_raw_manifest_is_refused(tmp_path):
+    # The manifest is read as much as the dump: an output onto it (or a link
+    # to it) would replace the dump's description with its conversion.
+    dump = tmp_path / "w.bin"
+    dump.write_bytes(bytes(range(16)))
+    manifest = tmp_path / "m.json"
+    text = json.dumps([{"name": "x", "dtype": "U8", "shape": [16], "offset": 0}])
+    manifest.write_text(text)
+    (tmp_path / "link.json").symlink_to(manifest)
+    for out in (manifest, tmp_path / "link.json"):
+        with pytest.raises(sts.UsageError) as e:
+            sts.convert(dump, out, raw_manifest=manifest)
+        assert e.value.kind == "output_is_input", e.value
+        assert f"the input {manifest};" in str(e.value), str(e.value)
+        assert e.value.output == str(out), e.value.output
+        assert manifest.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "m.json", "w.bin"]
+    sts.convert(dump, manifest, raw_manifest=manifest, overwrite_input=True)
+    assert tensors_of(manifest)[0] == {"x": ("U8", [16], bytes(range(16)))}
+
+
 def test_a_fan_out_by_shard_index_only_and_expect_plan(tmp_path, fixtures):
     src = fixtures / "example/model-input.safetensors"
     whole = tmp_path / "whole/model.safetensors"
