@@ -90,11 +90,11 @@ pub(crate) fn resolve_folder(path: &Path) -> Result<Resolved> {
 /// Opens the file a folder stands for, which must be a regular file (links
 /// followed): the user named the folder, not a FIFO in it, whose open would
 /// wait for a writer forever, nor a device (`/dev/zero` never ends). Its
-/// type is the open handle's ([`crate::index::open_if_regular`]): the
+/// type is the open handle's ([`crate::io_util::open_if_regular`]): the
 /// resolution checks it, and the source reads the file this returns, so a
 /// FIFO swapped in between is refused too, never waited on.
 pub(crate) fn open_chosen(chosen: &Path) -> Result<std::fs::File> {
-    match crate::index::open_if_regular(chosen).map_err(Error::io)? {
+    match crate::io_util::open_if_regular(chosen).map_err(Error::io)? {
         Ok(file) => Ok(file),
         Err(what) => Err(Error::new(ErrorKind::FolderInput(format!(
             "{} is {what}, not a regular file; pass a file",
