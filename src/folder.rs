@@ -80,25 +80,27 @@ pub(crate) fn resolve_folder(path: &Path) -> Result<Resolved> {
             ))
         }
     };
-    check_regular(&chosen).map_err(|e| e.with_input(&shown))?;
+    drop(open_chosen(&chosen).map_err(|e| e.with_input(&shown))?);
     Ok(Resolved {
         path: chosen,
         passed_over,
     })
 }
 
-/// The file a folder stands for must be a regular file (links followed):
-/// the user named the folder, not a FIFO in it, whose open would wait
-/// for a writer forever, nor a device (`/dev/zero` never ends).
-fn check_regular(chosen: &Path) -> Result<()> {
-    let meta = std::fs::metadata(chosen).map_err(Error::io)?;
-    if meta.is_file() {
-        return Ok(());
+/// Opens the file a folder stands for, which must be a regular file (links
+/// followed): the user named the folder, not a FIFO in it, whose open would
+/// wait for a writer forever, nor a device (`/dev/zero` never ends). Its
+/// type is the open handle's ([`crate::io_util::open_if_regular`]): the
+/// resolution checks it, and the source reads the file this returns, so a
+/// FIFO swapped in between is refused too, never waited on.
+pub(crate) fn open_chosen(chosen: &Path) -> Result<std::fs::File> {
+    match crate::io_util::open_if_regular(chosen).map_err(Error::io)? {
+        Ok(file) => Ok(file),
+        Err(what) => Err(Error::new(ErrorKind::FolderInput(format!(
+            "{} is {what}, not a regular file; pass a file",
+            chosen.display()
+        )))),
     }
-    Err(Error::new(ErrorKind::FolderInput(format!(
-        "{} is not a regular file (a FIFO, device or socket); pass a file",
-        chosen.display()
-    ))))
 }
 
 /// A safetensors file or index (compressed or not).
@@ -168,6 +170,13 @@ mod tests {
         let e = resolve_folder(dir.path()).unwrap_err();
         let refused = |e: &Error| matches!(e.kind(), ErrorKind::FolderInput(m) if m.contains("not a regular file"));
         assert!(refused(&e), "{e}");
+        // The file the source reads is opened the same way: a FIFO swapped
+        // in after the resolution is refused by its handle, not waited on.
+        let e = open_chosen(&model).unwrap_err();
+        assert!(
+            e.to_string().contains("is a FIFO, not a regular file"),
+            "{e}"
+        );
         std::fs::remove_file(&model).unwrap();
         std::os::unix::fs::symlink("/dev/zero", &model).unwrap();
         let e = resolve_folder(dir.path()).unwrap_err();

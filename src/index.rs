@@ -219,41 +219,14 @@ pub(crate) fn json_file<T: serde::de::DeserializeOwned>(
 }
 
 /// Opens a file an input names (a shard of an index) for reading, refusing
-/// anything but a regular file without blocking: a FIFO would block the
-/// open (and every read) forever, a device never ends. The open is
-/// non-blocking and the type taken from the open handle (no race with a
-/// swap), then reads are made blocking again.
+/// anything but a regular file without blocking
+/// ([`open_if_regular`](crate::io_util::open_if_regular)).
 pub(crate) fn open_regular(path: &Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let on_path = |e: Error| e.with_input(path.display());
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| on_path(Error::io(e)))?;
-    let ty = file
-        .metadata()
-        .map_err(|e| on_path(Error::io(e)))?
-        .file_type();
-    let what = if ty.is_file() {
-        let flags = rustix::fs::fcntl_getfl(&file).map_err(|e| on_path(Error::io(e.into())))?;
-        rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)
-            .map_err(|e| on_path(Error::io(e.into())))?;
-        return Ok(file);
-    } else if ty.is_fifo() {
-        "a FIFO"
-    } else if ty.is_char_device() {
-        "a character device"
-    } else if ty.is_block_device() {
-        "a block device"
-    } else if ty.is_socket() {
-        "a socket"
-    } else if ty.is_dir() {
-        "a folder"
-    } else {
-        "not a regular file"
-    };
-    Err(on_path(Error::new(IndexError::NotRegularFile(what))))
+    match crate::io_util::open_if_regular(path).map_err(|e| on_path(Error::io(e)))? {
+        Ok(file) => Ok(file),
+        Err(what) => Err(on_path(Error::new(IndexError::NotRegularFile(what)))),
+    }
 }
 
 /// True if `path`'s file name ends in `.safetensors.index.json`.

@@ -1,6 +1,7 @@
 //! Reading until a buffer is full: the one loop every reader here needs,
 //! once for blocking readers and once for async ones; and a bounded range
-//! of a file read with positional reads, which every source shares.
+//! of a file read with positional reads, which every source shares; and
+//! the non-blocking open of a file an input names.
 
 use std::io;
 
@@ -90,6 +91,41 @@ impl<F: std::borrow::Borrow<std::fs::File>> io::Read for PositionalReader<F> {
         self.pos += n as u64;
         Ok(n)
     }
+}
+
+/// Opens `path` for reading: the file when it is a regular file (links
+/// followed), else what it is (`"a FIFO"`, ...) for the caller's refusal.
+/// A FIFO would block the open (and every read) forever, a device never
+/// ends: the open is non-blocking and the type taken from the open handle
+/// (no race with a swap between a look and the open), then reads are made
+/// blocking again.
+pub(crate) fn open_if_regular(
+    path: &std::path::Path,
+) -> std::io::Result<std::result::Result<std::fs::File, &'static str>> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let ty = file.metadata()?.file_type();
+    let what = if ty.is_file() {
+        let flags = rustix::fs::fcntl_getfl(&file)?;
+        rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)?;
+        return Ok(Ok(file));
+    } else if ty.is_fifo() {
+        "a FIFO"
+    } else if ty.is_char_device() {
+        "a character device"
+    } else if ty.is_block_device() {
+        "a block device"
+    } else if ty.is_socket() {
+        "a socket"
+    } else if ty.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
+    };
+    Ok(Err(what))
 }
 
 #[cfg(test)]

@@ -379,8 +379,10 @@ macro_rules! fixture_config {
 /// The `config.json` files `quantized_record` writes beside its model, the
 /// first byte of an input choosing one: every scheme's fixture config
 /// (the keys that pick a scheme, a bit width, a group or a block size), and
-/// no config at all (the tensors alone say the scheme).
-pub const QUANT_CONFIGS: [(&str, Option<&str>); 16] = [
+/// no config at all (the tensors alone say the scheme). The low four bits
+/// of the byte pick among the first sixteen, bit 6 among the rest
+/// ([`quant_config`]): inputs saved before the table grew keep theirs.
+pub const QUANT_CONFIGS: [(&str, Option<&str>); 18] = [
     ("none", None),
     fixture_config!("awq"),
     fixture_config!("bnb-4bit"),
@@ -404,14 +406,36 @@ pub const QUANT_CONFIGS: [(&str, Option<&str>); 16] = [
             "weight_block_size": [1, 1], "config_groups": {"g": {"weights": {"num_bits": 2}}}}}"#,
         ),
     ),
+    // The compressed-tensors block strategies, MXFP8 and MXFP6 (added
+    // session 12): one config declaring each.
+    fixture_config!("ct-more"),
+    // Hostile block structures and bit widths for the same tensors: empty,
+    // one-element and uneven blocks, blocks past 2^32, 3 and 6 bits.
+    (
+        "hostile-blocks",
+        Some(
+            r#"{"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {
+            "a": {"weights": {"num_bits": 4, "block_structure": [0, 32]}},
+            "b": {"weights": {"num_bits": 6, "block_structure": [1, 1]}},
+            "c": {"weights": {"num_bits": 8, "block_structure": [3, 7]}},
+            "d": {"weights": {"num_bits": 3, "block_structure": [4294967296, 1]}}}}}"#,
+        ),
+    ),
 ];
+
+/// The config an input's first byte picks: its low four bits, and bit 6
+/// for the entries past the sixteenth.
+pub fn quant_config(pick: u8) -> (&'static str, Option<&'static str>) {
+    let index = usize::from(pick & 15) | usize::from((pick >> 2) & 16);
+    QUANT_CONFIGS[index % QUANT_CONFIGS.len()]
+}
 
 impl Harness {
     /// `quantized_record`: a quantized safetensors checkpoint (MXFP4
     /// `*_blocks`/`*_scales` with E8M0 scales, compressed-tensors packs,
     /// FP8 of every tiling incl. FBGEMM's, NVFP4, GPTQ/AWQ, bitsandbytes
     /// records), dequantized. The first byte picks the `config.json`
-    /// written beside the model ([`QUANT_CONFIGS`], low four bits) and the
+    /// written beside the model ([`quant_config`]) and the
     /// dtype dequantized to (next two bits); the rest is `model.safetensors`.
     /// The scheme is recognised from the header and the config, every
     /// auxiliary (scales, zeros, `g_idx`, records) read and checked, every
@@ -423,7 +447,7 @@ impl Harness {
         let dir = self.dir.path().join("quantized");
         std::fs::create_dir_all(&dir).expect("a scratch model folder");
         let config = dir.join("config.json");
-        match QUANT_CONFIGS[usize::from(pick & 15)].1 {
+        match quant_config(pick).1 {
             Some(text) => std::fs::write(&config, text).expect("writing config.json"),
             None => match std::fs::remove_file(&config) {
                 Ok(()) => {}
@@ -833,6 +857,7 @@ pub fn raw_spec(data: &[u8]) -> Option<(RawSpec, &[u8])> {
         tensors,
         big_endian: ctl & 4 != 0,
         allow_trailing: ctl & 8 != 0,
+        manifest: None,
     };
     Some((spec, rest))
 }

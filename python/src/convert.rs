@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use std::ffi::CString;
 
-use pyo3::exceptions::PyUserWarning;
+use pyo3::exceptions::{PyKeyboardInterrupt, PySystemExit, PyUserWarning};
 use pyo3::prelude::*;
 use safetensors_stream::convert::{
     convert_sources as run, dry_run as plan, open_locations, ConvertOptions, Output, Part,
@@ -65,8 +65,7 @@ fn raw_spec(
                 shape: RawSpec::parse_shape(shape)?,
                 offset,
             }],
-            big_endian: false,
-            allow_trailing: false,
+            ..RawSpec::default()
         },
         (None, Some(_), None) | (None, None, Some(_)) => {
             return Err(usage_error(
@@ -83,13 +82,16 @@ fn raw_spec(
 /// Progress for a Python callable `progress(done, total, tensor)`: called
 /// when the plan is made, at most ten times a second while bytes move, and
 /// at the end. An exception it raises is reported as unraisable (the
-/// conversion goes on).
+/// conversion goes on), except a `KeyboardInterrupt` or `SystemExit` (Ctrl-C
+/// lands in the callback when it runs Python code): kept in `stop`, it ends
+/// the run ([`interrupted`]).
 struct PyProgress {
     callback: Py<PyAny>,
     total: AtomicU64,
     done: AtomicU64,
     last: Mutex<Instant>,
     tensor: Mutex<String>,
+    stop: Arc<Mutex<Option<PyErr>>>,
 }
 
 impl PyProgress {
@@ -98,11 +100,45 @@ impl PyProgress {
         let total = self.total.load(Ordering::Relaxed);
         let tensor = self.tensor.lock().map(|t| t.clone()).unwrap_or_default();
         Python::attach(|py| {
-            if let Err(e) = self.callback.call1(py, (done, total, tensor)) {
-                e.write_unraisable(py, Some(self.callback.bind(py)));
+            let Err(e) = self.callback.call1(py, (done, total, tensor)) else {
+                return;
+            };
+            let ends =
+                e.is_instance_of::<PyKeyboardInterrupt>(py) || e.is_instance_of::<PySystemExit>(py);
+            match self.stop.lock() {
+                Ok(mut stop) if ends => *stop = stop.take().or(Some(e)),
+                _ => e.write_unraisable(py, Some(self.callback.bind(py))),
             }
         });
     }
+}
+
+/// How often a run checks for Ctrl-C: Python runs its signal handlers
+/// only when it runs Python code, which a run holding no GIL never does.
+const SIGNAL_CHECK: Duration = Duration::from_millis(100);
+
+/// Resolves when the run must end: Ctrl-C (or another signal whose Python
+/// handler raises), or an exception the progress callback kept in `stop`.
+/// Signal handlers run on the main thread only: a run on another thread is
+/// ended by the callback's exception alone.
+async fn interrupted(stop: &Mutex<Option<PyErr>>) -> PyErr {
+    loop {
+        tokio::time::sleep(SIGNAL_CHECK).await;
+        if let Some(e) = stop.lock().ok().and_then(|mut s| s.take()) {
+            return e;
+        }
+        if let Err(e) = Python::attach(|py| py.check_signals()) {
+            return e;
+        }
+    }
+}
+
+/// Why a run ended without its report.
+enum Ended {
+    /// The library refused or failed.
+    Failed(Error),
+    /// Ctrl-C or the progress callback: the Python exception, raised as it is.
+    Interrupted(PyErr),
 }
 
 impl Progress for PyProgress {
@@ -303,6 +339,7 @@ pub(crate) fn convert(
         Ok(None) => dequantize.then_some(Dtype::BF16),
         Err(e) => return Err(err(e)),
     };
+    let stop = Arc::new(Mutex::new(None));
     options.progress = progress.map(|callback| {
         Arc::new(PyProgress {
             callback,
@@ -310,6 +347,7 @@ pub(crate) fn convert(
             done: AtomicU64::new(0),
             last: Mutex::new(Instant::now()),
             tensor: Mutex::new(String::new()),
+            stop: Arc::clone(&stop),
         }) as Arc<dyn Progress>
     });
     let collected = Arc::clone(&notices);
@@ -329,22 +367,46 @@ pub(crate) fn convert(
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(Error::io)?
+                .map_err(|e| Ended::Failed(Error::io(e)))?
                 .block_on(async {
                     let notices = || notices.lock().expect("notices lock").clone();
-                    let mut sources = open_locations(&inputs, &options).await?;
-                    if dry_run {
-                        let planned = plan(&sources, &output, &options)?;
-                        let warned = told_warnings(&notices(), planned.warnings());
-                        Ok((planned.to_json(&notices()), warned))
-                    } else {
-                        let report = run(&mut sources, &output, &options).await?;
-                        let warned = told_warnings(&notices(), &report.warnings);
-                        Ok((report.to_json(&notices()), warned))
-                    }
+                    let job = async {
+                        let mut sources = open_locations(&inputs, &options).await?;
+                        if dry_run {
+                            let planned = plan(&sources, &output, &options)?;
+                            let warned = told_warnings(&notices(), planned.warnings());
+                            Ok::<_, Error>((planned.to_json(&notices()), warned))
+                        } else {
+                            let report = run(&mut sources, &output, &options).await?;
+                            let warned = told_warnings(&notices(), &report.warnings);
+                            Ok((report.to_json(&notices()), warned))
+                        }
+                    };
+                    // Dropped when interrupted: what it staged is removed,
+                    // nothing is committed; then, as the CLI on a signal,
+                    // the multipart uploads it left open are aborted.
+                    let ended = tokio::select! {
+                        done = job => {
+                            // A callback's interruption the run outran:
+                            // raised still, the output complete.
+                            let kept = stop.lock().ok().and_then(|mut s| s.take());
+                            return match kept {
+                                Some(e) => Err(Ended::Interrupted(e)),
+                                None => done.map_err(Ended::Failed),
+                            };
+                        }
+                        e = interrupted(&stop) => e,
+                    };
+                    // The interruption is what is raised; a failed abort
+                    // leaves parts the bucket's lifecycle rule expires.
+                    let _ = options.uploads.abort_all().await;
+                    Err(Ended::Interrupted(ended))
                 })
         })
-        .map_err(err)?;
+        .map_err(|e| match e {
+            Ended::Failed(e) => err(e),
+            Ended::Interrupted(e) => e,
+        })?;
     for w in warnings {
         let text = CString::new(pythonic(&w.to_string()).replace('\0', " "))?;
         // Stack level 2: the warning names the caller's line, not the wrapper's.

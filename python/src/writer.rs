@@ -79,8 +79,20 @@ impl Write for PyFileWrite {
                 .call_method1("write", (PyBytes::new(py, buf),))
                 .map_err(io::Error::other)?;
             // Raw files may write less and say so; buffered ones return the
-            // full count or None.
-            Ok(n.extract::<usize>().unwrap_or(buf.len()).min(buf.len()))
+            // full count, and writers of our users' own often None. A count
+            // below 0 or above the bytes given, or no number, is a lie that
+            // would leave bytes out of the file unsaid.
+            if n.is_none() {
+                return Ok(buf.len());
+            }
+            match n.extract::<i128>() {
+                Ok(n) if (0..=buf.len() as i128).contains(&n) => Ok(n as usize),
+                _ => Err(io::Error::other(format!(
+                    "write() of {} bytes returned {}, not a count of the bytes written",
+                    buf.len(),
+                    n.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+                ))),
+            }
         })
     }
 

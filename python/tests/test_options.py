@@ -5,7 +5,11 @@ options as Python keywords."""
 
 import inspect
 import json
+import os
+import signal
 import struct
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -107,6 +111,27 @@ def test_raw_dumps(tmp_path):
         sts.convert(dump, out, raw_dtype="F32")
 
 
+def test_an_output_onto_the_raw_manifest_is_refused(tmp_path):
+    # The manifest is read as much as the dump: an output onto it (or a link
+    # to it) would replace the dump's description with its conversion.
+    dump = tmp_path / "w.bin"
+    dump.write_bytes(bytes(range(16)))
+    manifest = tmp_path / "m.json"
+    text = json.dumps([{"name": "x", "dtype": "U8", "shape": [16], "offset": 0}])
+    manifest.write_text(text)
+    (tmp_path / "link.json").symlink_to(manifest)
+    for out in (manifest, tmp_path / "link.json"):
+        with pytest.raises(sts.UsageError) as e:
+            sts.convert(dump, out, raw_manifest=manifest)
+        assert e.value.kind == "output_is_input", e.value
+        assert f"the input {manifest};" in str(e.value), str(e.value)
+        assert e.value.output == str(out), e.value.output
+        assert manifest.read_text() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "m.json", "w.bin"]
+    sts.convert(dump, manifest, raw_manifest=manifest, overwrite_input=True)
+    assert tensors_of(manifest)[0] == {"x": ("U8", [16], bytes(range(16)))}
+
+
 def test_a_fan_out_by_shard_index_only_and_expect_plan(tmp_path, fixtures):
     src = fixtures / "example/model-input.safetensors"
     whole = tmp_path / "whole/model.safetensors"
@@ -168,6 +193,61 @@ def test_progress_is_called_up_to_the_total(tmp_path, fixtures, capsys):
     assert calls[0][0] == 0 and calls[-1][0] == calls[-1][1] == out.stat().st_size
     sts.convert(fixtures / "example/model-input.safetensors", out, progress=True)
     assert "progress: " in capsys.readouterr().err
+
+
+def _paced_fifo(path, total, piece=1 << 20, pause=0.1):
+    """A FIFO at `path` fed `total` zero bytes a piece at a time (about
+    three seconds for 32 MiB), so that a run reading it lasts."""
+    os.mkfifo(path)
+
+    def feed():
+        try:
+            with open(path, "wb") as f:
+                for _ in range(total // piece):
+                    f.write(bytes(piece))
+                    f.flush()
+                    time.sleep(pause)
+        except BrokenPipeError:  # the run stopped reading
+            pass
+
+    threading.Thread(target=feed, daemon=True).start()
+
+
+def test_ctrl_c_mid_convert_raises_keyboard_interrupt_and_leaves_no_output(tmp_path):
+    # The run holds no GIL, so Python never ran its SIGINT handler: Ctrl-C
+    # waited for the whole conversion, which was committed, and only then
+    # raised. Now the run checks for signals and stops, its staged file removed.
+    total = 32 << 20
+    fifo = tmp_path / "dump.bin"
+    _paced_fifo(fifo, total)
+    out = tmp_path / "o.safetensors"
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sts.convert(fifo, out, raw_dtype="U8", raw_shape=(total,), name="x")
+    assert time.monotonic() - started < 1.5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dump.bin"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_keyboard_interrupt_in_the_progress_callback_ends_the_run(tmp_path, fixtures):
+    # Ctrl-C lands in the callback when Python code runs there: it was
+    # reported as unraisable and the run went on to commit its output.
+    def progress(done, total, tensor):
+        raise KeyboardInterrupt
+
+    total = 32 << 20
+    fifo = tmp_path / "dump.bin"
+    _paced_fifo(fifo, total)
+    out = tmp_path / "o.safetensors"
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sts.convert(fifo, out, raw_dtype="U8", raw_shape=(total,), name="x", progress=progress)
+    assert time.monotonic() - started < 1.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dump.bin"]
+    # Any other exception is reported as unraisable, and the run goes on.
+    sts.convert(fixtures / "example/model-input.safetensors", out, progress=lambda *a: 1 / 0)
+    assert out.exists()
 
 
 def test_output_may_be_left_out_of_a_dry_run(fixtures):

@@ -174,6 +174,38 @@ def test_to_a_file_object_without_fileno():
     assert ref.load(out.getvalue())["a"].tobytes() == b"xyz"
 
 
+class _Says:
+    """A file object whose write() keeps nothing and returns `said`."""
+
+    def __init__(self, said):
+        self.said = said
+
+    def write(self, data):
+        return self.said
+
+
+@pytest.mark.parametrize("said", [-5, 10**30, 4.0, "all"])
+def test_a_file_object_whose_write_lies_about_its_count_is_refused(said):
+    # A count below 0, above the bytes given or not a number was taken for
+    # "all written": the file lacked bytes and the writer said nothing.
+    with pytest.raises(sts.EnvironmentIOError, match="not a count of the bytes written"):
+        with sts.Writer(_Says(said), [("a", "U8", (3,))]) as w:
+            w.write("a", b"xyz")
+
+
+def test_a_file_object_whose_write_returns_none_wrote_everything():
+    # Writers of users' own often return nothing: it means every byte.
+    kept = []
+
+    class Keeps:
+        def write(self, data):
+            kept.append(bytes(data))
+
+    with sts.Writer(Keeps(), [("a", "U8", (3,))]) as w:
+        w.write("a", b"xyz")
+    assert ref.load(b"".join(kept))["a"].tobytes() == b"xyz"
+
+
 def test_to_stdout(tmp_path):
     import subprocess
 

@@ -224,12 +224,18 @@ fn check_objects(
 ) -> Result<(Resolved, Vec<Warning>)> {
     let (files, index) = object_names(url, shards);
     let objects_read = read.iter().filter_map(|o| match &o.location {
-        crate::location::Location::Object(input) => Some(input.as_str()),
+        crate::location::Location::Object(input) => Some(input),
         _ => None,
     });
-    let objects_read: Vec<&str> = objects_read.collect();
+    let objects_read: Vec<&ObjectUrl> = objects_read.collect();
+    // By the object addressed, not the text: `?x`, `%2E` or `S3://` spell
+    // the input too.
+    let is = |input: &ObjectUrl, out: &str| match ObjectUrl::parse(out) {
+        Ok(out) => input.same_object(&out),
+        Err(_) => input.as_str() == out,
+    };
     for out in files.iter().chain(&index).filter(|_| !overwrite) {
-        if let Some(input) = objects_read.iter().find(|i| *i == out) {
+        if let Some(input) = objects_read.iter().find(|i| is(i, out)) {
             let e = Error::new(ErrorKind::OutputIsInput(input.to_string()));
             return Err(e.with_output(out));
         }

@@ -127,7 +127,14 @@ async fn open_location_unchecked(
                     notice(&Note::Info(format!("{dir}: reading {file_shown}")));
                 }
             }
-            open_file(file, options, notice).await
+            if FORMATS.by_path(file).is_some() {
+                // An index: its row opens it, and its shards, as regular files.
+                return open_file(file, options, notice).await;
+            }
+            let opened =
+                crate::folder::open_chosen(file).map_err(|e| e.with_input(path.display()))?;
+            let origin = Some(Opened::open_file(file, &opened));
+            open_opened(FORMATS, file, opened, origin, options, notice).await
         }
         #[cfg(feature = "object-store")]
         Location::Object(url) => {
@@ -196,6 +203,20 @@ pub(crate) async fn open_path(
         .await
         .map_err(|e| on_input(std::io::Error::other(e)))?
         .map_err(on_input)?;
+    open_opened(table, path, file, origin, options, notice).await
+}
+
+/// `file`, open at `path`, by the format its content (or the options) says.
+async fn open_opened(
+    table: Table,
+    path: &Path,
+    file: File,
+    origin: Option<Opened>,
+    options: &SourceOptions,
+    notice: Notice<'_>,
+) -> Result<Box<dyn Source>> {
+    let input = path.display().to_string();
+    let on_input = |e: std::io::Error| Error::io(e).with_input(&input);
     let meta = file.metadata().map_err(on_input)?;
     let at = FileInput {
         file,

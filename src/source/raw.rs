@@ -83,6 +83,11 @@ pub struct RawSpec {
     pub big_endian: bool,
     /// Accept bytes after the last tensor.
     pub allow_trailing: bool,
+    /// The manifest file the tensors were read from
+    /// ([`from_manifest_file`](Self::from_manifest_file) sets it): read as
+    /// much as the dump, so the source reports it among the files it read
+    /// ([`Source::opened`]) and no output may replace it.
+    pub manifest: Option<std::path::PathBuf>,
 }
 
 impl RawSpec {
@@ -101,8 +106,7 @@ impl RawSpec {
             .map_err(|e| Error::new(ErrorKind::Usage(format!("raw manifest: {e}"))))?;
         Ok(RawSpec {
             tensors,
-            big_endian: false,
-            allow_trailing: false,
+            ..RawSpec::default()
         })
     }
 
@@ -123,8 +127,8 @@ impl RawSpec {
         let tensors: Vec<RawTensor> = crate::index::json_file(path, "raw manifest", limits, read)?;
         Ok(RawSpec {
             tensors,
-            big_endian: false,
-            allow_trailing: false,
+            manifest: Some(path.to_path_buf()),
+            ..RawSpec::default()
         })
     }
 
@@ -232,6 +236,8 @@ impl Data {
 pub struct RawSource {
     /// The location it was opened from, reported first by `opened`.
     origin: Option<crate::location::Opened>,
+    /// The manifest its layout was read from, reported after the dump.
+    manifest: Option<crate::location::Opened>,
     listing: Listing,
     placed: Vec<Placed>,
     transform: Vec<Transform>,
@@ -256,6 +262,7 @@ impl RawSource {
             .collect();
         let src = RawSource {
             origin: None,
+            manifest: spec.manifest.as_deref().map(crate::location::Opened::file),
             listing: Listing {
                 input: input.to_string(),
                 tensors,
@@ -376,8 +383,9 @@ fn open_stream(o: StreamInput<'_>) -> BoxFuture<'_, Result<Box<dyn Source>>> {
 }
 
 impl Source for RawSource {
+    /// The dump, then the manifest describing it.
     fn opened(&self) -> Vec<crate::location::Opened> {
-        self.origin.iter().cloned().collect()
+        self.origin.iter().chain(&self.manifest).cloned().collect()
     }
 
     fn listing(&self) -> &Listing {

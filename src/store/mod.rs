@@ -133,7 +133,28 @@ pub(crate) fn malformed(url: &str) -> Option<String> {
                 .to_string(),
         );
     }
+    if has_dot_segment(url) {
+        return Some(
+            "the key has a . or .. segment, which URL parsing resolves away (another object \
+             than the one named would be read or replaced): name the object by its key"
+                .to_string(),
+        );
+    }
     None
+}
+
+/// Whether the key of `url` (after `SCHEME://BUCKET/`) has a `.` or `..`
+/// segment, spelled `%2e` too. A URL's path loses them as it is parsed:
+/// `s3://b/p/../m.safetensors` addresses `m.safetensors`, which the check
+/// that an output is no input (comparing URLs as given) did not see.
+fn has_dot_segment(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let key = after_scheme.split_once('/').map_or("", |(_, key)| key);
+    let path = key.split(['?', '#']).next().unwrap_or_default();
+    path.split('/').any(|segment| {
+        let segment = segment.to_ascii_lowercase().replace("%2e", ".");
+        segment == "." || segment == ".."
+    })
 }
 
 /// Why an S3 store built from `builder` cannot work, said before any
@@ -210,6 +231,25 @@ impl ObjectUrl {
     /// The URL as given.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// Whether `other` addresses the same object, however spelled: the
+    /// scheme, the bucket (or host) and the key, percent-decoded, as the
+    /// store is asked for them; a port, user, query or fragment is no part
+    /// of an object's name (`s3://b/m.safetensors?x`, `S3://b/m%2Esafetensors`
+    /// and `s3://b/m.safetensors` are one object).
+    pub fn same_object(&self, other: &ObjectUrl) -> bool {
+        let addressed = |u: &ObjectUrl| {
+            let key = u.parsed.path().trim_start_matches('/');
+            let key =
+                ObjectPath::from_url_path(key).map_or_else(|_| key.to_string(), |p| p.to_string());
+            (
+                u.parsed.scheme().to_string(),
+                u.parsed.host_str().map(str::to_string),
+                key,
+            )
+        };
+        addressed(self) == addressed(other)
     }
 
     /// The object's own name: the key's last segment.
@@ -449,6 +489,49 @@ pub(crate) fn store_output_error(e: object_store::Error, url: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_with_dot_segments_are_refused_as_given() {
+        for url in [
+            "s3://b/p/../m.safetensors",
+            "s3://b/./m.safetensors",
+            "gs://b/p/%2E%2e/m.safetensors",
+            "https://host/a/../m.safetensors",
+        ] {
+            let e = ObjectUrl::parse(url).unwrap_err();
+            assert!(e.contains(". or .. segment"), "{url}: {e}");
+        }
+        // Dots inside a segment are a name's.
+        for url in ["s3://b/p/..m.safetensors", "s3://b/p.../m.safetensors"] {
+            assert_eq!(ObjectUrl::parse(url).unwrap().as_str(), url);
+        }
+    }
+
+    #[test]
+    fn one_object_spelled_many_ways_is_one_object() {
+        let url = |t: &str| ObjectUrl::parse(t).unwrap();
+        let m = url("s3://b/p/m.safetensors");
+        for same in [
+            "s3://b/p/m.safetensors?x=1",
+            "s3://b/p/m.safetensors#f",
+            "s3://b/p/m%2Esafetensors",
+            "s3://b/p/%6D.safetensors",
+            "S3://b/p/m.safetensors",
+            "s3://user@b/p/m.safetensors",
+            "s3://b:80/p/m.safetensors",
+        ] {
+            assert!(m.same_object(&url(same)), "{same}");
+        }
+        for other in [
+            "s3://c/p/m.safetensors",
+            "gs://b/p/m.safetensors",
+            "s3://b/p/M.safetensors",
+            "s3://b/m.safetensors",
+            "s3://b/p/m.safetensors.gz",
+        ] {
+            assert!(!m.same_object(&url(other)), "{other}");
+        }
+    }
 
     #[test]
     fn writing_failures_name_the_output() {

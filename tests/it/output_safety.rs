@@ -204,16 +204,24 @@ fn copied(fixture: &str, files: &[&str]) -> tempfile::TempDir {
     dir
 }
 
+/// A raw manifest's text: one F32 tensor of 16, the whole dump.
+const MANIFEST: &[u8] = br#"[{"name": "a", "dtype": "F32", "shape": [16], "offset": 0}]"#;
+
+/// A 64-byte dump, its manifest and a link to the manifest, in `dir`.
+fn dump_and_manifest(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let dump = write(dir, "dump.bin", &pattern(3, 64));
+    let manifest = write(dir, "m.json", MANIFEST);
+    let link = dir.join("link.json");
+    std::os::unix::fs::symlink(&manifest, &link).unwrap();
+    (dump, manifest, link)
+}
+
 #[test]
 fn an_output_onto_the_raw_manifest_is_refused() {
     // The manifest is read as much as the dump; `-o` onto it (by a link
     // too) would replace the description of the dump with its conversion.
     let dir = tempfile::tempdir().unwrap();
-    let dump = write(dir.path(), "dump.bin", &pattern(3, 64));
-    let text = br#"[{"name": "a", "dtype": "F32", "shape": [16], "offset": 0}]"#;
-    let manifest = write(dir.path(), "m.json", text);
-    let link = dir.path().join("link.json");
-    std::os::unix::fs::symlink(&manifest, &link).unwrap();
+    let (dump, manifest, link) = dump_and_manifest(dir.path());
     let before = tree(dir.path());
     for out in [&manifest, &link] {
         let o = run(&[
@@ -238,6 +246,46 @@ fn an_output_onto_the_raw_manifest_is_refused() {
         &manifest,
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+/// The library refuses an output onto the manifest a spec was read from,
+/// as it does one onto the dump: the raw source reports both as read.
+#[test]
+fn the_library_refuses_an_output_onto_the_raw_manifest() {
+    use safetensors_stream::convert::{convert_sources, open_inputs, ConvertOptions};
+    use safetensors_stream::source::{RawSpec, SourceOptions};
+    use safetensors_stream::ErrorKind;
+    let dir = tempfile::tempdir().unwrap();
+    let (dump, manifest, link) = dump_and_manifest(dir.path());
+    let spec = RawSpec::from_manifest_file(&manifest).unwrap();
+    assert_eq!(spec.manifest.as_deref(), Some(manifest.as_path()));
+    let opts = ConvertOptions::default()
+        .sync(false)
+        .source(SourceOptions::default().raw(Some(spec)));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let convert = |out: &Path, opts: &ConvertOptions| {
+        rt.block_on(async {
+            let mut sources = open_inputs(std::slice::from_ref(&dump), opts).await?;
+            let out = safetensors_stream::convert::Output::File(out.to_path_buf());
+            convert_sources(&mut sources, &out, opts).await
+        })
+    };
+    let shown = manifest.display().to_string();
+    for out in [&manifest, &link] {
+        let e = convert(out, &opts).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::OutputIsInput(i) if i == &shown),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&manifest).unwrap(), MANIFEST);
+    }
+    // Asked for, it is replaced by the conversion.
+    convert(&manifest, &opts.clone().overwrite_input(true)).unwrap();
+    let header = read_file_header(&manifest, Rules::STRICT).unwrap();
+    assert_eq!(header.tensors.len(), 1);
 }
 
 #[test]

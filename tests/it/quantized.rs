@@ -750,3 +750,28 @@ fn hostile_compressed_tensors_blocks_and_mx_scales_are_refused_naming_the_tensor
     let tmp = hostile("ct-more", |t| t.get_mut(gate).unwrap().2[3] = 0xFF);
     refused(&tmp, gate, "E8M0 scale 3 is 0xFF, NaN");
 }
+
+#[test]
+fn a_one_row_pack_quantized_weight_with_a_per_tensor_zero_point_is_dequantized() {
+    // With one row, a [1] scale is the tensor strategy's and the channel
+    // strategy's alike. compressed-tensors packs the zero point (I32, down
+    // the rows) for the group and channel strategies only, and stores the
+    // tensor strategy's as one I8: an I8 zero point of one value says the
+    // tensor strategy. The first row of ct-more's [16, 64] tensor-strategy
+    // weight (4 bits, asymmetric) is that weight's first row dequantized.
+    let tmp = hostile("ct-more", |t| {
+        let p = t.get_mut(&format!("{Q}.weight_packed")).unwrap();
+        p.1 = vec![1, 8];
+        p.2.truncate(32);
+        let s = t.get_mut(&format!("{Q}.weight_shape")).unwrap();
+        assert_eq!(s.0, "I64");
+        s.2 = [1i64, 64].iter().flat_map(|v| v.to_le_bytes()).collect();
+    });
+    let out = tmp.path().join("out.safetensors");
+    let model = tmp.path().join("model.safetensors");
+    let (_, got) = converted(&model, &out, &["--dequantize-to", "F32"]);
+    let want = tensors(&dir().join("ct-more/expected-F32.safetensors"));
+    let name = format!("{Q}.weight");
+    assert_eq!(got[&name].1, [1, 64]);
+    assert_eq!(got[&name].2, want[&name].2[..64 * 4]);
+}

@@ -760,7 +760,7 @@ fn raw_source_in_the_library() {
             },
         ],
         big_endian: true,
-        allow_trailing: false,
+        ..RawSpec::default()
     };
     let file = std::fs::File::open(&path).unwrap();
     let src = RawSource::from_file(file, 40, "lib.bin", &spec).unwrap();

@@ -34,8 +34,7 @@ fn raw_spec(args: &InputArgs, limits: &Limits) -> Result<Option<RawSpec>, Error>
                 shape: RawSpec::parse_shape(shape)?,
                 offset: args.raw_offset,
             }],
-            big_endian: false,
-            allow_trailing: false,
+            ..RawSpec::default()
         }
     } else {
         return Ok(None);
@@ -197,24 +196,6 @@ pub(crate) fn convert(args: &ConvertArgs) -> Result<ExitCode, Error> {
     })
 }
 
-/// The raw manifest is read as much as the dump it describes, but by the
-/// binary, not a source: an output onto it (links count: by device and
-/// inode) is refused here as one onto an input is, unless --overwrite-input.
-fn check_manifest_kept(args: &ConvertArgs, output: &Output) -> Result<(), Error> {
-    use std::os::unix::fs::MetadataExt;
-    let (Some(manifest), Output::File(out)) = (&args.input.raw_manifest, output) else {
-        return Ok(());
-    };
-    let id = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
-    match id(manifest) {
-        Some(m) if !args.overwrite_input && id(out) == Some(m) => {
-            let e = Error::new(ErrorKind::OutputIsInput(manifest.display().to_string()));
-            Err(e.with_output(out.display()))
-        }
-        _ => Ok(()),
-    }
-}
-
 fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
     let output = match args.output.as_deref() {
         Some(p) => Output::parse(p)?,
@@ -228,7 +209,6 @@ fn run(args: &ConvertArgs, notes: Notes) -> Result<ExitCode, Error> {
             Output::File(name)
         }
     };
-    check_manifest_kept(args, &output)?;
     // Each input parsed once, here: a file, a folder, `-`, or an object URL.
     let inputs = Location::parse_all(&args.inputs)?;
     let objects = inputs.iter().any(|l| matches!(l, Location::Object(_)));

@@ -892,8 +892,9 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
         [r, _] if r != rows => names.config(cat.0)?.group_blocks().into_iter().find(fits),
         _ => None,
     };
+    let zero_point = names.part(&format!("{prefix}.weight_zero_point"))?;
     let (groups, per_tensor) = match scale.shape[..] {
-        [] | [1] if rows != 1 => (1, true),
+        [] | [1] if rows != 1 || one_unpacked_zero(zero_point.as_ref().map(|z| &z.1)) => (1, true),
         [r] | [r, 1] if r == rows => (1, false),
         [r, g] if r == rows && g > 0 => (g, false),
         [_, g] if block.is_some() => (g, false),
@@ -908,7 +909,7 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
         let detail = format!("{groups} groups do not divide the {cols} columns");
         return Err(groups_error(&scale, scheme, detail, &input));
     }
-    let zeros = match names.part(&format!("{prefix}.weight_zero_point"))? {
+    let zeros = match zero_point {
         None => None,
         Some((zat, z)) => {
             if per_tensor || block.is_some() {
@@ -983,6 +984,16 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
         }),
     };
     Ok(Some((cat, used, w)))
+}
+
+/// Whether a one-row weight's single scale (`[]` or `[1]`, a tensor's and
+/// a row's alike) is the tensor strategy's: compressed-tensors packs the
+/// zero point (I32, down the rows) for the group and channel strategies
+/// only, by the config's strategy, and stores the tensor strategy's as one
+/// I8 as it is, in either format (`PackedQuantizationCompressor`). So no
+/// zero point, or one I8, is the tensor's; an I32 one the row's, packed.
+fn one_unpacked_zero(zero_point: Option<&TensorAt>) -> bool {
+    zero_point.is_none_or(|z| z.dtype == Dtype::I8 && matches!(z.shape[..], [] | [1]))
 }
 
 /// The `[rows, columns]` a `weight_shape` tensor (I32 or I64, two values) holds.

@@ -545,15 +545,27 @@ fn an_object_output_onto_a_shard_of_the_input_index_is_refused() {
         listing(dir.path()).len() - 1
     );
     let before = moto::get(ep, &b, shard.rsplit('/').next().unwrap()).unwrap();
-    // The index's shards are what its source read: each is an input.
-    for dry in [None, Some("--dry-run")] {
+    // The index's shards are what its source read: each is an input,
+    // however the URL spells it (they were compared as text: a query or
+    // an escaped dot replaced the shard).
+    let spellings = [
+        shard.clone(),
+        format!("{shard}?v=1"),
+        format!("{shard}#f"),
+        shard.replacen("s3://", "S3://", 1),
+        shard.replacen(".safetensors", "%2Esafetensors", 1),
+    ];
+    for (out, dry) in spellings
+        .iter()
+        .flat_map(|s| [(s, None), (s, Some("--dry-run"))])
+    {
         let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> =
-            vec![&index, &"--report", &"json", &"-o", &shard];
+            vec![&index, &"--report", &"json", &"-o", out];
         if let Some(x) = &dry {
             args.push(x);
         }
         let o = convert(ep, &args);
-        assert_eq!(o.status.code(), Some(2), "{dry:?}: {}", stderr(&o));
+        assert_eq!(o.status.code(), Some(2), "{out} {dry:?}: {}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
         assert_eq!(v["error"]["kind"], "output_is_input", "{v}");
     }
