@@ -25,8 +25,9 @@ pub struct Resolved {
     pub passed_over: Vec<String>,
 }
 
-/// `resolve_input`, also saying which files in another form it passed over
-/// (`source::resolve_folder` asks the format table first).
+/// The file a folder stands for (the path itself when it is no folder),
+/// and which files in another form it passed over (`source::resolve_folder`
+/// asks the format table first).
 pub(crate) fn resolve_folder(path: &Path) -> Result<Resolved> {
     if !path.is_dir() {
         return Ok(Resolved {
