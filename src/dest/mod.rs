@@ -227,15 +227,17 @@ fn check_objects(
         crate::location::Location::Object(input) => Some(input),
         _ => None,
     });
-    let objects_read: Vec<&ObjectUrl> = objects_read.collect();
     // By the object addressed, not the text: `?x`, `%2E` or `S3://` spell
-    // the input too.
-    let is = |input: &ObjectUrl, out: &str| match ObjectUrl::parse(out) {
-        Ok(out) => input.same_object(&out),
-        Err(_) => input.as_str() == out,
-    };
+    // the input too. Each looked up once: a set of 163 shards read into
+    // one of as many is no quadratic work.
+    let mut by_object = std::collections::HashMap::new();
+    for input in objects_read {
+        by_object.entry(input.addressed()).or_insert(input);
+    }
     for out in files.iter().chain(&index).filter(|_| !overwrite) {
-        if let Some(input) = objects_read.iter().find(|i| is(i, out)) {
+        // A name that is no object URL is no input's either (each parsed).
+        let out_url = ObjectUrl::parse(out).ok();
+        if let Some(input) = out_url.and_then(|o| by_object.get(&o.addressed()).copied()) {
             let e = Error::new(ErrorKind::OutputIsInput(input.to_string()));
             return Err(e.with_output(out));
         }

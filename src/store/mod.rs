@@ -239,17 +239,18 @@ impl ObjectUrl {
     /// of an object's name (`s3://b/m.safetensors?x`, `S3://b/m%2Esafetensors`
     /// and `s3://b/m.safetensors` are one object).
     pub fn same_object(&self, other: &ObjectUrl) -> bool {
-        let addressed = |u: &ObjectUrl| {
-            let key = u.parsed.path().trim_start_matches('/');
-            let key =
-                ObjectPath::from_url_path(key).map_or_else(|_| key.to_string(), |p| p.to_string());
-            (
-                u.parsed.scheme().to_string(),
-                u.parsed.host_str().map(str::to_string),
-                key,
-            )
-        };
-        addressed(self) == addressed(other)
+        self.addressed() == other.addressed()
+    }
+
+    /// What [`same_object`](Self::same_object) compares: the scheme, the
+    /// bucket (or host) and the key, percent-decoded; a key to look an
+    /// object up by among many.
+    pub(crate) fn addressed(&self) -> (String, Option<String>, String) {
+        let key = self.parsed.path().trim_start_matches('/');
+        let key =
+            ObjectPath::from_url_path(key).map_or_else(|_| key.to_string(), |p| p.to_string());
+        let bucket = self.parsed.host_str().map(str::to_string);
+        (self.parsed.scheme().to_string(), bucket, key)
     }
 
     /// The object's own name: the key's last segment.

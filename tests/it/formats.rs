@@ -288,6 +288,17 @@ fn external_data_stays_inside_the_models_folder() {
     std::os::unix::fs::symlink("../secret.bin", folder.join("a.bin")).unwrap();
     let e = open(&folder.join("handmade.onnx")).err().expect("refused");
     assert!(e.to_string().contains("symbolic link"), "{e}");
+    // A FIFO as the external file: refused by its open handle, never waited on.
+    std::fs::remove_file(folder.join("a.bin")).unwrap();
+    let fifo = rustix::fs::FileType::Fifo;
+    let mode = rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR;
+    rustix::fs::mknodat(rustix::fs::CWD, folder.join("a.bin"), fifo, mode, 0).unwrap();
+    let e = open(&folder.join("handmade.onnx")).err().expect("refused");
+    assert!(
+        e.to_string()
+            .contains("\"a.bin\" is a FIFO, not a regular file"),
+        "{e}"
+    );
     // Offsets and lengths past the end of the external file.
     std::fs::remove_file(folder.join("a.bin")).unwrap();
     std::fs::write(folder.join("a.bin"), [0u8; 10]).unwrap();

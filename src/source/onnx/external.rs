@@ -70,11 +70,14 @@ impl ExternalFiles {
         }
         // Its type from the open handle, opened without blocking: a FIFO
         // swapped in after the check above would block a plain open.
-        let file = crate::index::open_regular(&real).map_err(|e| {
-            refused(format!(
-                "location {location:?} is not a regular file, or cannot be opened: {e}"
-            ))
-        })?;
+        let cannot = |e| refused(format!("location {location:?} cannot be opened: {e}"));
+        let file = match crate::io_util::open_if_regular(&real).map_err(cannot)? {
+            Ok(file) => file,
+            Err(what) => {
+                let msg = format!("location {location:?} is {what}, not a regular file");
+                return Err(refused(msg));
+            }
+        };
         let len = file
             .metadata()
             .map_err(|e| refused(format!("location {location:?}: {e}")))?
