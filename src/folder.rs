@@ -15,7 +15,7 @@ const MODEL_EXTENSIONS: &[&str] = &["safetensors", "npz", "npy", "bin", "pt", "p
 const COMPRESSED: &[&str] = &["gz", "zst", "zstd", "xz", "bz2"];
 
 /// What a folder given as input stands for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Resolved {
     /// The file read: the input itself when it is no folder.
     pub path: PathBuf,
@@ -23,6 +23,11 @@ pub struct Resolved {
     /// (`pytorch_model.bin` beside `model.safetensors`), left out because
     /// safetensors is preferred; for a notice.
     pub passed_over: Vec<String>,
+    /// The file at `path` as the resolution opened it and found it a
+    /// regular file; `None` when `path` is the input itself. Reading this
+    /// handle, not `path` again, reads the file checked: a file swapped in
+    /// after the check is never read.
+    pub file: Option<std::fs::File>,
 }
 
 /// The file a folder stands for (the path itself when it is no folder),
@@ -33,6 +38,7 @@ pub(crate) fn resolve_folder(path: &Path) -> Result<Resolved> {
         return Ok(Resolved {
             path: path.to_path_buf(),
             passed_over: Vec::new(),
+            file: None,
         });
     }
     let shown = path.display().to_string();
@@ -81,20 +87,20 @@ pub(crate) fn resolve_folder(path: &Path) -> Result<Resolved> {
             ))
         }
     };
-    drop(open_chosen(&chosen).map_err(|e| e.with_input(&shown))?);
+    let file = open_chosen(&chosen).map_err(|e| e.with_input(&shown))?;
     Ok(Resolved {
         path: chosen,
         passed_over,
+        file: Some(file),
     })
 }
 
 /// Opens the file a folder stands for, which must be a regular file (links
 /// followed): the user named the folder, not a FIFO in it, whose open would
 /// wait for a writer forever, nor a device (`/dev/zero` never ends). Its
-/// type is the open handle's ([`crate::io_util::open_if_regular`]): the
-/// resolution checks it, and the source reads the file this returns, so a
-/// FIFO swapped in between is refused too, never waited on.
-pub(crate) fn open_chosen(chosen: &Path) -> Result<std::fs::File> {
+/// type is the open handle's ([`crate::io_util::open_if_regular`]), and the
+/// source reads that handle ([`Resolved::file`]).
+fn open_chosen(chosen: &Path) -> Result<std::fs::File> {
     match crate::io_util::open_if_regular(chosen).map_err(Error::io)? {
         Ok(file) => Ok(file),
         Err(what) => Err(Error::new(ErrorKind::FolderInput(format!(
@@ -171,8 +177,8 @@ mod tests {
         let e = resolve_folder(dir.path()).unwrap_err();
         let refused = |e: &Error| matches!(e.kind(), ErrorKind::FolderInput(m) if m.contains("not a regular file"));
         assert!(refused(&e), "{e}");
-        // The file the source reads is opened the same way: a FIFO swapped
-        // in after the resolution is refused by its handle, not waited on.
+        // The type is the handle's: a FIFO swapped in before the open is
+        // refused, not waited on.
         let e = open_chosen(&model).unwrap_err();
         assert!(
             e.to_string().contains("is a FIFO, not a regular file"),

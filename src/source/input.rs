@@ -115,11 +115,11 @@ async fn open_location_unchecked(
             // A folder a format reads as a whole (a distributed
             // checkpoint) is its own input; else the one checkpoint in it.
             // It reports the files it read; the folder has no version.
-            let folder = super::resolve_folder(path)?;
-            let file = &folder.path;
-            if file == path {
+            let mut folder = super::resolve_folder(path)?;
+            let Some(opened) = folder.file.take() else {
                 return open_path(FORMATS, path, None, options, notice).await;
-            }
+            };
+            let file = &folder.path;
             match crate::folder::passed_over_notice(path, &folder) {
                 Some(said) => notice(&Note::Info(said)),
                 None => {
@@ -131,8 +131,7 @@ async fn open_location_unchecked(
                 // An index: its row opens it, and its shards, as regular files.
                 return open_file(file, options, notice).await;
             }
-            let opened =
-                crate::folder::open_chosen(file).map_err(|e| e.with_input(path.display()))?;
+            // The handle the resolution checked: a file swapped in since is not read.
             let origin = Some(Opened::open_file(file, &opened));
             open_opened(FORMATS, file, opened, origin, options, notice).await
         }
@@ -412,6 +411,37 @@ mod tests {
             );
             assert_eq!(said, [words]);
         }
+    }
+
+    /// A folder's model file is read through the handle its resolution
+    /// opened and checked: a file renamed over it after the check (here
+    /// while the notice saying which file is read is told) is not read.
+    #[test]
+    fn a_folder_input_reads_the_file_its_resolution_opened() {
+        let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference");
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model.safetensors");
+        std::fs::copy(reference.join("dtype_u8.safetensors"), &model).unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let swap = other.path().join("swap");
+        std::fs::copy(reference.join("dtype_i8.safetensors"), &swap).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dtypes = |path: &Path, notice: Notice<'_>| {
+            let src = rt.block_on(open_input(path, &SourceOptions::default(), notice));
+            let src = src.unwrap();
+            src.tensors().iter().map(|t| t.dtype).collect::<Vec<_>>()
+        };
+        let swapped = dtypes(&swap, &|_| {});
+        let checked = dtypes(&model, &|_| {});
+        assert_ne!(swapped, checked);
+        let swap_now = |_: &Note| {
+            let _ = std::fs::rename(&swap, &model);
+        };
+        assert_eq!(dtypes(dir.path(), &swap_now), checked);
+        assert!(!swap.exists(), "the swap happened");
     }
 
     /// `open_input` lists a quantized checkpoint as a conversion writes

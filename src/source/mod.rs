@@ -127,6 +127,7 @@ pub fn resolve_folder(path: &Path) -> Result<Resolved> {
         return Ok(Resolved {
             path,
             passed_over: Vec::new(),
+            file: None,
         });
     }
     crate::folder::resolve_folder(path)
