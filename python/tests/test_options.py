@@ -126,6 +126,7 @@ def test_an_output_onto_the_raw_manifest_is_refused(tmp_path):
         assert e.value.kind == "output_is_input", e.value
         assert f"the input {manifest};" in str(e.value), str(e.value)
         assert e.value.output == str(out), e.value.output
+        assert e.value.input == str(manifest), e.value.input
         assert manifest.read_text() == text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "m.json", "w.bin"]
     sts.convert(dump, manifest, raw_manifest=manifest, overwrite_input=True)

@@ -337,7 +337,10 @@ mod tests {
             matches!(e.kind(), ErrorKind::OutputIsInput(i) if i == url.as_str()),
             "{e}"
         );
-        assert_eq!(e.output(), Some(url.as_str()));
+        assert_eq!(
+            (e.input(), e.output()),
+            (Some(url.as_str()), Some(url.as_str()))
+        );
         assert!(check_objects(&read, &url, 1, true).is_ok());
         // A sharded set clashes through its shard names.
         let shard = ObjectUrl::parse("s3://bucket/dir/model-00002-of-00002.safetensors").unwrap();

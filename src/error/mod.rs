@@ -148,9 +148,20 @@ impl Error {
     }
 
     /// The input (file name, `-` for standard input) the error is about,
-    /// if it is about an input.
+    /// if it is about an input. An output refused for being an input is
+    /// about both: its input is the one it would replace.
+    ///
+    /// ```
+    /// use safetensors_stream::{Error, ErrorKind};
+    ///
+    /// let e = Error::new(ErrorKind::OutputIsInput("m.npz".into())).with_output("link.npz");
+    /// assert_eq!((e.input(), e.output()), (Some("m.npz"), Some("link.npz")));
+    /// ```
     pub fn input(&self) -> Option<&str> {
-        self.file_on(Side::Input)
+        match &self.inner.kind {
+            ErrorKind::OutputIsInput(input) => Some(input),
+            _ => self.file_on(Side::Input),
+        }
     }
 
     /// The output (file name, `-` for standard output) the error is about,

@@ -22,10 +22,15 @@ fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
 
 /// The error kind of a failed run with `--report json` (one JSON object on stderr).
 fn error_kind(o: &Output) -> String {
+    error_json(o)["kind"].as_str().unwrap().to_string()
+}
+
+/// The `error` object of a failed run's JSON report.
+fn error_json(o: &Output) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_slice(&o.stderr)
         .unwrap_or_else(|e| panic!("{e}: not one JSON object: {}", stderr(o)));
     assert_eq!(v["ok"], false, "{v}");
-    v["error"]["kind"].as_str().unwrap().to_string()
+    v["error"].clone()
 }
 
 /// A small safetensors input (two U8 tensors), and what it converts to.
@@ -63,6 +68,12 @@ fn an_output_that_is_an_input_is_refused_and_nothing_changes() {
         let o = run(&a);
         assert_eq!(code(&o), 2, "{}: {}", out.display(), stderr(&o));
         assert_eq!(error_kind(&o), "output_is_input");
+        // Both sides named: the output refused and the input it is.
+        let e = error_json(&o);
+        let named = (e["input"].as_str(), e["output"].as_str());
+        let out_shown = out.display().to_string();
+        let input_shown = npz.display().to_string();
+        assert_eq!(named, (Some(&*input_shown), Some(&*out_shown)), "{e}");
         assert_eq!(std::fs::read(&npz).unwrap(), npz_bytes);
         assert!(std::fs::symlink_metadata(dir.path().join("link.npz"))
             .unwrap()
