@@ -58,6 +58,11 @@ pub enum OnnxError {
     /// A tensor whose data is in none of its fields.
     #[error("{elements} elements but no data (no raw_data, no {field}, no external data)")]
     NoData { elements: u64, field: &'static str },
+    /// A tensor whose data is in two of its fields (`raw_data`, its typed
+    /// field, external data): onnx's checker demands exactly one, and
+    /// readers differ on which one wins.
+    #[error("data in both {0} and {1}; a tensor has its data in one place")]
+    TwoDataFields(&'static str, &'static str),
     /// `raw_data` or external data whose length is not the tensor's.
     #[error("{what} holds {actual} bytes; dims and data_type make {expected}")]
     DataLength {

@@ -214,8 +214,9 @@ impl Walk<'_> {
             }
         }
         // The typed field is known once the type is (it may come last):
-        // a second walk counts its values.
-        if let (Ok(ty), false, None) = (onnx_type(t.data_type), t.external, t.raw) {
+        // a second walk counts its values (beside raw or external data
+        // too: data in two places is refused).
+        if let Ok(ty) = onnx_type(t.data_type) {
             self.c.seek(start);
             while let Some(f) = next_field(&mut self.c, end)? {
                 if f.number == ty.storage.field() {
@@ -315,6 +316,9 @@ impl Walk<'_> {
         let meta = TensorMeta::new(name, ty.dtype, t.dims.clone());
         let expected = meta.byte_len()?;
         let elements = t.dims.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+        if let Some((a, b)) = two_data_fields(&t, ty.storage.name()) {
+            return Err(bad(OnnxError::TwoDataFields(a, b), start));
+        }
         let data = if t.external {
             self.external(&t, expected, start)?
         } else if let Some((offset, len)) = t.raw {
@@ -400,4 +404,17 @@ impl Walk<'_> {
             len,
         })
     }
+}
+
+/// The first two of the places a tensor's data is given in, if it is given
+/// in two (`typed`: the name of the type's own typed field). An empty
+/// `raw_data` gives none.
+fn two_data_fields(t: &Fields, typed: &'static str) -> Option<(&'static str, &'static str)> {
+    let given = [
+        t.external.then_some("external data"),
+        t.raw.filter(|&(_, len)| len > 0).map(|_| "raw_data"),
+        (t.typed_values > 0).then_some(typed),
+    ];
+    let mut given = given.into_iter().flatten();
+    given.next().zip(given.next())
 }
