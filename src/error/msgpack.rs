@@ -25,6 +25,10 @@ pub enum MsgpackError {
     /// A string longer than its limit, or not UTF-8.
     #[error(transparent)]
     Text(#[from] super::text::TextError),
+    /// A map holding one key twice: Flax's reader (a Python dict) keeps
+    /// the last value only, so the first one's tensors are not the model's.
+    #[error("map key {0:?} appears twice in one map")]
+    DuplicateKey(String),
     /// Two tensors of one name (`{"a.b": x}` and `{"a": {"b": y}}`).
     #[error("tensor {0:?} appears twice")]
     DuplicateTensor(String),

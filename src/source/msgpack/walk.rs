@@ -24,6 +24,8 @@ pub(crate) const MAX_DEPTH: usize = 64;
 const KEY_LIMIT: u64 = 1 << 16;
 /// What one tensor's listing costs beyond its name and dims.
 const PER_TENSOR: u64 = 160;
+/// Bytes a map key held for the duplicate check costs beyond its text.
+const KEY_COST: u64 = 48;
 /// Paths of skipped leaves kept for the notice.
 const SKIPPED_SHOWN: usize = 8;
 /// The key that makes a map a chunked array (`flax.serialization._chunk`).
@@ -93,16 +95,31 @@ struct Walk<'f> {
 impl Walk<'_> {
     /// The `n` entries of a map that began at `at`, at nesting `depth`.
     fn map(&mut self, n: u64, depth: usize, at: u64) -> Result<()> {
+        let mut keys = HashSet::new();
         for i in 0..n {
+            let key_at = self.c.position();
             let key = self.key()?;
             if i == 0 && key == CHUNKED {
                 return self.chunked(n - 1, at);
+            }
+            self.charge_key(&key, key_at)?;
+            if !keys.insert(key.clone()) {
+                return Err(bad(MsgpackError::DuplicateKey(key), key_at));
             }
             let keep = self.push(&key);
             self.value(depth)?;
             self.pop(keep);
         }
         Ok(())
+    }
+
+    /// Counts a key a map's duplicate check holds (kept until the walk
+    /// ends) against the listing's memory bound.
+    fn charge_key(&mut self, key: &str, at: u64) -> Result<()> {
+        self.charged = self.charged.saturating_add(KEY_COST + key.len() as u64);
+        let metadata = self.c.position().saturating_sub(self.data);
+        crate::header::within_memory_bound(self.charged, metadata)
+            .map_err(|e| Error::new(e).at_offset(at))
     }
 
     /// Adds a key to the path; returns the length to cut back to.
