@@ -285,26 +285,57 @@ pub(crate) fn file_name(p: &Path) -> String {
 
 /// The weight_map and total_size must describe exactly what the shards
 /// hold: each shard by the name the index gives it, with its header.
-pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(String, &Header)]) -> Result<()> {
-    // Which file holds each tensor, by the file's position: 92k tensors
-    // at DeepSeek-V3's structure, so no name of a shard copied per tensor.
-    let held: usize = files.iter().map(|(_, h)| h.tensors.len()).sum();
+pub(crate) fn check_against_shards<'a>(
+    index: &ShardIndex,
+    files: &'a [(String, &'a Header)],
+) -> Result<()> {
+    let held = |(shard, h): &'a (String, &'a Header)| {
+        (
+            shard.as_str(),
+            h.tensors.iter().map(|t| t.meta.name.as_str()),
+        )
+    };
+    check_weight_map(index, files.iter().map(held), true)?;
+    let actual = files.iter().map(|(_, h)| h.data_len()).sum();
+    if index.metadata.total_size != actual {
+        return Err(IndexError::IndexTotalSize {
+            declared: index.metadata.total_size,
+            actual,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// The weight_map must say where each tensor of `shards` (each shard's
+/// name, in the index's words, and its tensors' names) is: each tensor held
+/// listed for the shard that holds it, in one shard only if
+/// `refuse_twice`, and each tensor listed held there.
+pub(crate) fn check_weight_map<'a, N: Iterator<Item = &'a str>>(
+    index: &ShardIndex,
+    shards: impl Iterator<Item = (&'a str, N)> + Clone,
+    refuse_twice: bool,
+) -> Result<()> {
+    // Which shard holds each tensor, by its position: 92k tensors at
+    // DeepSeek-V3's structure, so no name of a shard copied per tensor.
+    let held: usize = shards.clone().map(|(_, names)| names.count()).sum();
     let mut holder: HashMap<&str, usize> = HashMap::with_capacity(held);
-    for (k, (shard, header)) in files.iter().enumerate() {
-        for t in &header.tensors {
-            let name = t.meta.name.as_str();
-            if let Some(first) = holder.insert(name, k) {
+    let mut shard_names = Vec::new();
+    for (k, (shard, names)) in shards.enumerate() {
+        shard_names.push(shard);
+        for name in names {
+            if let Some(first) = holder.insert(name, k).filter(|_| refuse_twice) {
                 return Err(IndexError::IndexDuplicate {
                     tensor: name.to_string(),
-                    place: format!("shards {} and {shard} both hold it", files[first].0),
+                    place: format!("shards {} and {shard} both hold it", shard_names[first]),
                 }
                 .into());
             }
             let listed = index.weight_map.get(name);
-            if listed != Some(shard) {
+            if listed.map(String::as_str) != Some(shard) {
                 return Err(IndexError::IndexTensorUnlisted {
                     tensor: name.to_string(),
-                    shard: shard.clone(),
+                    shard: shard.to_string(),
                     listed_in: listed.cloned(),
                 }
                 .into());
@@ -316,7 +347,7 @@ pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(String, &Header
     // held is the listing searched for the one missing.
     if holder.len() != index.weight_map.len() {
         for (tensor, shard) in &index.weight_map {
-            if holder.get(tensor.as_str()).map(|&k| &files[k].0) != Some(shard) {
+            if holder.get(tensor.as_str()).map(|&k| shard_names[k]) != Some(shard) {
                 return Err(IndexError::IndexTensorMissing {
                     tensor: tensor.clone(),
                     shard: shard.clone(),
@@ -324,14 +355,6 @@ pub(crate) fn check_against_shards(index: &ShardIndex, files: &[(String, &Header
                 .into());
             }
         }
-    }
-    let actual = files.iter().map(|(_, h)| h.data_len()).sum();
-    if index.metadata.total_size != actual {
-        return Err(IndexError::IndexTotalSize {
-            declared: index.metadata.total_size,
-            actual,
-        }
-        .into());
     }
     Ok(())
 }

@@ -375,7 +375,14 @@ pub fn to_json(cp: &Checkpoint) -> Value {
                     })
                 })
                 .collect();
-            file_json(&path.to_string(), h, tensors)
+            json!({
+                "path": path.to_string(),
+                "header_len": h.header_len,
+                "file_len": h.file_len(),
+                "data_bytes": h.data_len(),
+                "metadata": h.metadata,
+                "tensors": tensors,
+            })
         })
         .collect();
     let mut v = json!({
@@ -405,10 +412,9 @@ fn cast_of<'a, L: Listed>(p: &Planned, source: &'a L) -> Option<(&'a str, &'stat
 
 /// A plan's output files as JSON, serialized as they are written out
 /// (`--dry-run --json`'s `outputs`): each file's fields, its tensors in
-/// order with offsets, sources and casts. The same text [`plan_to_json`]'s
-/// `outputs` makes (keys in the same, sorted order), without building its
-/// tree: at 92k tensors that tree took a fan-out driver's dry run from
-/// 114 MiB to 229.
+/// order with offsets, sources and casts, keys in sorted order. Serialized
+/// without building a `Value` tree: at 92k tensors that tree took a
+/// fan-out driver's dry run from 114 MiB to 229.
 pub struct PlanFilesJson<'a, L> {
     /// The plan.
     pub plan: &'a crate::plan::Plan,
@@ -502,40 +508,6 @@ struct SourceJson<'a> {
     name: &'a str,
 }
 
-/// A plan as JSON, for `--dry-run --json`: every output file with its
-/// tensors in order, offsets, sources and casts.
-pub fn plan_to_json<L: Listed>(plan: &crate::plan::Plan, paths: &[String], sources: &[L]) -> Value {
-    let files: Vec<Value> = plan
-        .shards
-        .iter()
-        .zip(paths)
-        .map(|(shard, path)| {
-            let h = &*shard.header.header;
-            let tensors: Vec<Value> = shard
-                .planned(0)
-                .map(|p| {
-                    let (t, src) = (p.entry, &sources[p.source]);
-                    json!({
-                        "name": t.meta.name,
-                        "dtype": t.meta.dtype.as_str(),
-                        "shape": t.meta.shape,
-                        "data_offsets": [t.begin, t.end],
-                        "source": {"input": src.listing().input, "name": src.listing().tensors[p.index].name},
-                        "cast": cast_of(&p, src).map(|(from, to)| json!({"from": from, "to": to})),
-                    })
-                })
-                .collect();
-            file_json(path, h, tensors)
-        })
-        .collect();
-    json!({
-        "outputs": files,
-        "tensors": plan.tensor_count(),
-        "data_bytes": plan.data_len(),
-        "file_bytes": plan.file_len(),
-    })
-}
-
 /// A plan for people: per output file, its tensors in order. Built at its
 /// exact size, which a first pass counts: a doubling `String` holds both
 /// buffers while it moves (issue 25 bounds `--dry-run`'s memory).
@@ -598,18 +570,6 @@ fn write_plan<L: Listed>(
         HumanBytes(plan.data_len()),
         HumanBytes(plan.file_len())
     );
-}
-
-/// One file's facts, shared by `inspect --json` and `--dry-run --json`.
-fn file_json(path: &str, h: &Header, tensors: Vec<Value>) -> Value {
-    json!({
-        "path": path,
-        "header_len": h.header_len,
-        "file_len": h.file_len(),
-        "data_bytes": h.data_len(),
-        "metadata": h.metadata,
-        "tensors": tensors,
-    })
 }
 
 #[cfg(test)]

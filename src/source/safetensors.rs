@@ -304,10 +304,7 @@ impl Source for SafetensorsSource {
     }
 
     fn check_unchanged(&self) -> Result<()> {
-        for (f, opened) in self.files.iter().zip(&self.opened) {
-            super::unchanged(f, opened, &self.listing.input)?;
-        }
-        Ok(())
+        super::all_unchanged(&self.files, &self.opened, &self.listing.input)
     }
 
     fn file_span(&self, k: usize) -> Option<FileSpan> {

@@ -408,6 +408,51 @@ async fn contiguous_tensors_lie_in_the_file_and_strided_ones_do_not() {
 
 /// `--pt-root` on a legacy checkpoint: storages outside the chosen value
 /// still have to be stepped over to find the ones inside it.
+/// A sharded checkpoint's `weight_map` must say where each tensor is: a
+/// tensor held in another shard than it says, and one it lists that no
+/// shard holds, are each refused by name (the safetensors index's words).
+#[test]
+fn a_weight_map_that_misplaces_a_tensor_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sharded = dir().join("ok/sharded");
+    let (first, second) = (
+        "pytorch_model-00001-of-00002.bin",
+        "pytorch_model-00002-of-00002.bin",
+    );
+    for shard in [first, second] {
+        std::fs::copy(sharded.join(shard), tmp.path().join(shard)).unwrap();
+    }
+    let index = tmp.path().join("pytorch_model.bin.index.json");
+    let refused = |map: Value| {
+        let json = serde_json::json!({"metadata": {"total_size": 168}, "weight_map": map});
+        std::fs::write(&index, json.to_string()).unwrap();
+        let r = convert(
+            &[index.as_os_str(), o("-o"), o("out.safetensors")],
+            tmp.path(),
+        );
+        assert_eq!(r.status.code(), Some(1));
+        String::from_utf8(r.stderr).unwrap()
+    };
+    let mut map = serde_json::json!({
+        "lm_head.weight": second,
+        "model.embed.weight": first,
+        "model.layers.0.weight": second,
+        "model.layers.1.weight": second,
+    });
+    let said = refused(map.clone());
+    let words = format!(
+        r#"shard {first} holds tensor "model.layers.0.weight", which the weight_map assigns to {second}"#
+    );
+    assert!(said.contains(&words), "{said}");
+    map["model.layers.0.weight"] = first.into();
+    map["model.extra"] = first.into();
+    let said = refused(map);
+    let words =
+        format!(r#"weight_map puts tensor "model.extra" in {first}, which does not hold it"#);
+    assert!(said.contains(&words), "{said}");
+    assert!(!tmp.path().join("out.safetensors").exists());
+}
+
 #[test]
 fn a_legacy_subtree_converts_past_storages_it_does_not_use() {
     let tmp = tempfile::tempdir().unwrap();

@@ -105,13 +105,18 @@ pub(crate) fn main() -> ExitCode {
     }
 }
 
+/// The runtime a subcommand's async calls run on: one thread, this one.
+fn runtime() -> Result<tokio::runtime::Runtime, Error> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    rt.map_err(Error::io)
+}
+
 /// `convert uploads [--abort] URL`: the open uploads under a prefix, one a
 /// line (key, upload id, when started), or as JSON.
 fn uploads(args: &UploadsArgs) -> Result<ExitCode, Error> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(Error::io)?;
+    let rt = runtime()?;
     let open = rt.block_on(safetensors_stream::convert::open_uploads(
         &args.url, args.abort,
     ))?;
@@ -339,9 +344,7 @@ fn is_pytorch_checkpoint(e: &Error) -> bool {
 }
 
 fn validate_as_converted(location: &Location) -> Result<(usize, u64), Error> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     let notice = |note: &Note| eprintln!("{}: {note}", name());
     let options = SourceOptions::default().freed_memory(FreedMemoryHook::new(collect_freed_memory));
     let source = rt.block_on(open_location(location, &options, &notice))?;
@@ -501,12 +504,9 @@ fn open_object_checkpoint(
     url: &safetensors_stream::store::ObjectUrl,
     rules: Rules,
 ) -> Result<Checkpoint, Error> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(safetensors_stream::source::object::open_checkpoint(
-            url, rules,
-        ))
+    runtime()?.block_on(safetensors_stream::source::object::open_checkpoint(
+        url, rules,
+    ))
 }
 
 /// Any other input, opened by the very code a conversion opens it with.
@@ -515,9 +515,7 @@ fn inspect_source(
     args: &InspectArgs,
     options: &SourceOptions,
 ) -> Result<Shown, Error> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     let notice = |note: &Note| eprintln!("{}: {note}", name());
     let source = rt.block_on(open_location(file, options, &notice))?;
     let listing = Listing::of(source.as_ref());

@@ -24,6 +24,19 @@
 //! Every body is the same arithmetic at either width, so the bits are the
 //! same; only the number of lanes and how a select is made differ.
 
+/// Declares each function `pub(super)`, inlined and compiled with
+/// `#[target_feature(enable = $feat)]`: the primitives, most of them one
+/// line, which the two attributes would otherwise outweigh.
+macro_rules! primitives {
+    ($feat:literal; $($(#[$doc:meta])* fn $name:ident $(<const $c:ident: $ct:ty>)?
+        ($($arg:ident: $ty:ty),*) $(-> $ret:ty)? $body:block)*) => {$(
+        $(#[$doc])*
+        #[inline]
+        #[target_feature(enable = $feat)]
+        pub(super) fn $name $(<const $c: $ct>)? ($($arg: $ty),*) $(-> $ret)? $body
+    )*};
+}
+
 /// Expands the width-independent kernels with `#[target_feature(enable =
 /// $feat)]`, over the primitives in scope.
 macro_rules! lane_kernels {

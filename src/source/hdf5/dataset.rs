@@ -5,7 +5,7 @@
 
 use super::error::Hdf5Error;
 use super::header::{kind, Message};
-use super::read::{bad, malformed, Fields, Geometry};
+use super::read::{bad, malformed, unknown_version, Fields, Geometry};
 use crate::{Dtype, Result};
 
 /// The most dimensions read (numpy's limit).
@@ -252,13 +252,7 @@ fn dataspace(f: &mut Fields<'_>) -> Result<(Vec<u64>, Vec<u64>)> {
                 return Err(bad(e, at));
             }
         }
-        v => {
-            let e = Hdf5Error::Version {
-                what: "dataspace",
-                version: v,
-            };
-            return Err(bad(e, at));
-        }
+        v => return Err(unknown_version("dataspace", v, at)),
     }
     if rank > MAX_RANK {
         return Err(malformed(
@@ -387,11 +381,7 @@ fn read_layout(geo: Geometry<'_>, f: &mut Fields<'_>) -> Result<Layout> {
     // it only changes how the array and tree chunk indexes size a filtered
     // chunk's length, which their entries' own length tells (`farray`).
     if !(3..=5).contains(&version) {
-        let e = Hdf5Error::Version {
-            what: "data layout",
-            version,
-        };
-        return Err(bad(e, at));
+        return Err(unknown_version("data layout", version, at));
     }
     match f.u8()? {
         0 => {
@@ -491,11 +481,7 @@ fn pipeline(f: &mut Fields<'_>) -> Result<Vec<Filter>> {
     if version == 1 {
         f.skip(6)?;
     } else if version != 2 {
-        let e = Hdf5Error::Version {
-            what: "filter pipeline",
-            version,
-        };
-        return Err(bad(e, at));
+        return Err(unknown_version("filter pipeline", version, at));
     }
     let mut out = Vec::new();
     for _ in 0..count {
@@ -552,13 +538,7 @@ fn fill_value(f: &mut Fields<'_>) -> Result<Option<Vec<u8>>> {
             defined || version == 1
         }
         3 => f.u8()? & 0x20 != 0,
-        v => {
-            let e = Hdf5Error::Version {
-                what: "fill value",
-                version: v,
-            };
-            return Err(bad(e, at));
-        }
+        v => return Err(unknown_version("fill value", v, at)),
     };
     if !defined || f.left() < 4 {
         return Ok(None);

@@ -71,14 +71,7 @@ impl Heap {
         let len = 14 + 12 * l + 3 * o + 8;
         let mut f = geo.block("a fractal heap header", at, len)?;
         f.signature("FRHP")?;
-        let version = f.u8()?;
-        if version != 0 {
-            let e = Hdf5Error::Version {
-                what: "fractal heap",
-                version,
-            };
-            return Err(bad(e, at + 4));
-        }
+        f.version("fractal heap", 0)?;
         let id_len = usize::from(f.u16()?);
         let filters = f.u16()?;
         let flags = f.u8()?;
@@ -276,14 +269,7 @@ pub(crate) fn btree2_records(
     let len = 4 + 1 + 1 + 4 + 2 + 2 + 1 + 1 + o + 2 + u64::from(geo.length_size);
     let mut f = geo.block("a B-tree v2 header", at, len)?;
     f.signature("BTHD")?;
-    let version = f.u8()?;
-    if version != 0 {
-        let e = Hdf5Error::Version {
-            what: "B-tree v2",
-            version,
-        };
-        return Err(bad(e, at + 4));
-    }
+    f.version("B-tree v2", 0)?;
     let ty = f.u8()?;
     let node_size = u64::from(f.u32()?);
     let record = u64::from(f.u16()?);

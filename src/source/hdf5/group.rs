@@ -159,14 +159,7 @@ fn members(geo: Geometry<'_>, messages: Vec<Message<'_>>) -> Result<Vec<Member>>
 /// A link message's member.
 fn link(f: &mut Fields<'_>) -> Result<Member> {
     let at = f.at();
-    let version = f.u8()?;
-    if version != 1 {
-        let e = Hdf5Error::Version {
-            what: "link message",
-            version,
-        };
-        return Err(bad(e, at));
-    }
+    f.version("link message", 1)?;
     let flags = f.u8()?;
     let link_type = if flags & 0x08 != 0 { f.u8()? } else { 0 };
     if flags & 0x04 != 0 {
@@ -203,14 +196,7 @@ fn symbol_table(geo: Geometry<'_>, btree: u64, heap: u64, out: &mut Vec<Member>)
         let node = leaf.child;
         let mut head = geo.block("a symbol node", node, 8)?;
         head.signature("SNOD")?;
-        let version = head.u8()?;
-        if version != 1 {
-            let e = Hdf5Error::Version {
-                what: "symbol node",
-                version,
-            };
-            return Err(bad(e, node + 4));
-        }
+        head.version("symbol node", 1)?;
         head.skip(1)?;
         let count = u64::from(head.u16()?);
         let entry = 2 * u64::from(geo.offset_size) + 4 + 4 + 16;
@@ -237,14 +223,7 @@ fn local_heap(geo: Geometry<'_>, at: u64) -> Result<Fields<'_>> {
     let len = 8 + u64::from(geo.length_size) * 2 + u64::from(geo.offset_size);
     let mut f = geo.block("a local heap", at, len)?;
     f.signature("HEAP")?;
-    let version = f.u8()?;
-    if version != 0 {
-        let e = Hdf5Error::Version {
-            what: "local heap",
-            version,
-        };
-        return Err(bad(e, at + 4));
-    }
+    f.version("local heap", 0)?;
     f.skip(3)?;
     let size = f.length()?;
     f.length()?; // the free list

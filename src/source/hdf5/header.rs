@@ -60,14 +60,7 @@ pub(crate) fn read_header<'f>(geo: Geometry<'f>, addr: u64) -> Result<Vec<Messag
     if first.left() >= 4 && geo.block("", addr, 4)?.rest() == b"OHDR" {
         let mut f = geo.block_upto("an object header", addr, 6 + 16 + 4 + 8)?;
         f.signature("OHDR")?;
-        let version = f.u8()?;
-        if version != 2 {
-            let e = Hdf5Error::Version {
-                what: "object header",
-                version,
-            };
-            return Err(bad(e, addr + 4));
-        }
+        f.version("object header", 2)?;
         let flags = f.u8()?;
         if flags & 0x20 != 0 {
             f.skip(16)?; // access, modification, change, birth times
@@ -92,14 +85,7 @@ pub(crate) fn read_header<'f>(geo: Geometry<'f>, addr: u64) -> Result<Vec<Messag
         return Ok(messages);
     }
     let mut f = first;
-    let version = f.u8()?;
-    if version != 1 {
-        let e = Hdf5Error::Version {
-            what: "object header",
-            version,
-        };
-        return Err(bad(e, addr));
-    }
+    f.version("object header", 1)?;
     f.skip(1)?;
     // The message count: the blocks' ends bound the messages instead.
     f.skip(2)?;

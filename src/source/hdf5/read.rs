@@ -62,6 +62,11 @@ pub(crate) fn bad(e: Hdf5Error, at: u64) -> Error {
     Error::new(e).at_offset(at)
 }
 
+/// A `what` of a `version` this reader does not read, at byte `at`.
+pub(crate) fn unknown_version(what: &'static str, version: u8, at: u64) -> Error {
+    bad(Hdf5Error::Version { what, version }, at)
+}
+
 /// A malformed structure at `at`.
 pub(crate) fn malformed(what: impl Into<String>, at: u64) -> Error {
     bad(Hdf5Error::Malformed(what.into()), at)
@@ -214,6 +219,16 @@ impl<'f> Fields<'f> {
             return Err(bad(Hdf5Error::Signature(sig), at));
         }
         Ok(())
+    }
+
+    /// The version byte here, which must be `version`: else the error of
+    /// a `what` of another version, at that byte.
+    pub(crate) fn version(&mut self, what: &'static str, version: u8) -> Result<()> {
+        let at = self.at();
+        match self.u8()? {
+            v if v == version => Ok(()),
+            v => Err(unknown_version(what, v, at)),
+        }
     }
 
     /// Every byte of the block, wherever the position is.

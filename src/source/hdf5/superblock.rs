@@ -3,7 +3,7 @@
 //! and 3 (`libver="latest"`); the file starts with it (no user block).
 
 use super::error::Hdf5Error;
-use super::read::{bad, Geometry};
+use super::read::{bad, unknown_version, Geometry};
 use crate::Result;
 
 /// HDF5's format signature, the file's first 8 bytes.
@@ -31,13 +31,7 @@ pub(crate) fn read_superblock(geo: Geometry<'_>) -> Result<Superblock> {
             (f.u8()?, f.u8()?)
         }
         2 | 3 => (f.u8()?, f.u8()?),
-        v => {
-            let e = Hdf5Error::Version {
-                what: "superblock",
-                version: v,
-            };
-            return Err(bad(e, 8));
-        }
+        v => return Err(unknown_version("superblock", v, 8)),
     };
     for (what, size) in [("offsets", offset_size), ("lengths", length_size)] {
         if ![2, 4, 8].contains(&size) {

@@ -37,11 +37,11 @@ use super::{
 use crate::dtype::numel;
 use crate::header::names::first_repeated;
 use crate::header::{Metadata, TensorMeta};
-use crate::index::ShardIndex;
+use crate::index::{check_weight_map, ShardIndex};
 use crate::io_util::PositionalReader;
 use crate::limits::Limit;
 use crate::transform::Transform;
-use crate::{Dtype, Error, ErrorKind, HeaderError, IndexError, PickleError, PyTorchError, Result};
+use crate::{Dtype, Error, ErrorKind, HeaderError, PickleError, PyTorchError, Result};
 
 /// Where one storage's bytes lie in its file.
 #[derive(Debug, Clone, Copy)]
@@ -459,31 +459,13 @@ impl PyTorchSource {
             let part = open_part(file, len, name, options).map_err(|e| e.with_input(&shown))?;
             parts.push(part);
         }
-        for part in &parts {
-            for t in &part.tree.tensors {
-                let listed = index.weight_map.get(&t.name);
-                if listed != Some(&part.name) {
-                    return Err(Error::new(IndexError::IndexTensorUnlisted {
-                        tensor: t.name.clone(),
-                        shard: part.name.clone(),
-                        listed_in: listed.cloned(),
-                    })
-                    .with_input(&input));
-                }
-            }
-        }
-        for (tensor, shard) in &index.weight_map {
-            let held = parts
-                .iter()
-                .any(|p| &p.name == shard && p.tree.tensors.iter().any(|t| &t.name == tensor));
-            if !held {
-                return Err(Error::new(IndexError::IndexTensorMissing {
-                    tensor: tensor.clone(),
-                    shard: shard.clone(),
-                })
-                .with_input(&input));
-            }
-        }
+        let held = parts.iter().map(|p| {
+            (
+                p.name.as_str(),
+                p.tree.tensors.iter().map(|t| t.name.as_str()),
+            )
+        });
+        check_weight_map(&index, held, false).map_err(|e| e.with_input(&input))?;
         let mut src = Self::from_parts(&input, parts, options).map_err(|e| e.with_input(&input))?;
         src.shards = shards;
         Ok(src)

@@ -208,72 +208,149 @@ pub(crate) fn recognize<'s>(sources: &'s [Box<dyn Source + 's>]) -> Result<Found
 /// A recognised weight: its home (input, index), the tensors it consumes, and it.
 type Recognised = Option<((usize, usize), Vec<(usize, usize)>, Weight)>;
 
-fn check_dtype(
-    p: &TensorAt,
-    allowed: &[Dtype],
-    expected: &'static str,
+/// One scheme's checks of the tensors of one input: each refusal names the
+/// scheme, the input and the tensor.
+struct Check {
     scheme: &'static str,
-    input: &str,
-) -> Result<()> {
-    if allowed.contains(&p.dtype) {
-        return Ok(());
+    input: String,
+}
+
+impl Check {
+    /// The checks of `scheme` on the input of the tensor `at`.
+    fn new(scheme: &'static str, names: &Names, at: (usize, usize)) -> Check {
+        let input = names.input(at.0).to_string();
+        Check { scheme, input }
     }
-    let e = QuantError::Dtype {
-        scheme,
-        actual: p.dtype,
-        expected,
-    };
-    Err(refuse(e, input, &p.name))
-}
 
-fn bad_shape(p: &TensorAt, scheme: &'static str, expected: String, input: &str) -> crate::Error {
-    let e = QuantError::Shape {
-        scheme,
-        actual: p.shape.clone(),
-        expected,
-    };
-    refuse(e, input, &p.name)
-}
+    /// The same input's checks, named as another scheme.
+    fn as_scheme(&self, scheme: &'static str) -> Check {
+        let input = self.input.clone();
+        Check { scheme, input }
+    }
 
-fn groups_error(p: &TensorAt, scheme: &'static str, detail: String, input: &str) -> crate::Error {
-    refuse(QuantError::Groups { scheme, detail }, input, &p.name)
-}
+    fn refuse(&self, e: QuantError, tensor: &str) -> crate::Error {
+        refuse(e, &self.input, tensor)
+    }
 
-fn matrix(p: &TensorAt, scheme: &'static str, input: &str) -> Result<[u64; 2]> {
-    match p.shape[..] {
-        [r, c] => Ok([r, c]),
-        _ => Err(bad_shape(
-            p,
+    fn dtype(&self, p: &TensorAt, allowed: &[Dtype], expected: &'static str) -> Result<()> {
+        if allowed.contains(&p.dtype) {
+            return Ok(());
+        }
+        let (scheme, actual) = (self.scheme, p.dtype);
+        let e = QuantError::Dtype {
             scheme,
-            "a matrix (2 dimensions)".into(),
-            input,
-        )),
+            actual,
+            expected,
+        };
+        Err(self.refuse(e, &p.name))
     }
-}
 
-fn required(
-    names: &Names,
-    name: String,
-    scheme: &'static str,
-    input: &str,
-    of: &str,
-) -> Result<((usize, usize), TensorAt)> {
-    match names.part(&name)? {
-        Some(found) => Ok(found),
-        None => Err(refuse(
-            QuantError::Missing {
+    fn shape(&self, p: &TensorAt, expected: impl Into<String>) -> crate::Error {
+        let (scheme, actual, expected) = (self.scheme, p.shape.clone(), expected.into());
+        self.refuse(
+            QuantError::Shape {
                 scheme,
-                missing: name,
+                actual,
+                expected,
             },
-            input,
-            of,
-        )),
+            &p.name,
+        )
+    }
+
+    fn groups(&self, p: &TensorAt, detail: String) -> crate::Error {
+        let scheme = self.scheme;
+        self.refuse(QuantError::Groups { scheme, detail }, &p.name)
+    }
+
+    fn matrix(&self, p: &TensorAt) -> Result<[u64; 2]> {
+        match p.shape[..] {
+            [r, c] => Ok([r, c]),
+            _ => Err(self.shape(p, "a matrix (2 dimensions)")),
+        }
+    }
+
+    /// Tensor `name`, which the weight `of` needs.
+    fn required(
+        &self,
+        names: &Names,
+        name: String,
+        of: &str,
+    ) -> Result<((usize, usize), TensorAt)> {
+        match names.part(&name)? {
+            Some(found) => Ok(found),
+            None => {
+                let (scheme, missing) = (self.scheme, name);
+                Err(self.refuse(QuantError::Missing { scheme, missing }, of))
+            }
+        }
+    }
+    /// Input columns per group: `k / groups`, which must divide, and agree with
+    /// the config's `group_size` when it gives one.
+    fn group_size(
+        &self,
+        scales: &TensorAt,
+        groups: u64,
+        k: u64,
+        config: &QuantConfig,
+    ) -> Result<u64> {
+        if groups == 0 || k % groups != 0 {
+            let detail = format!("{groups} groups do not divide the {k} input columns");
+            return Err(self.groups(scales, detail));
+        }
+        let size = k / groups;
+        if let Some(declared) = config.group_size {
+            let declared = if declared <= 0 { k } else { declared as u64 };
+            if declared != size {
+                let detail = format!(
+                    "{groups} groups of {size} columns, but config.json's group_size is {declared}"
+                );
+                return Err(self.groups(scales, detail));
+            }
+        }
+        Ok(size.max(1))
+    }
+
+    /// The `[rows, columns]` a `weight_shape` tensor (I32 or I64, two values) holds.
+    fn weight_shape(&self, p: &TensorAt) -> Result<[u64; 2]> {
+        self.dtype(p, &[Dtype::I32, Dtype::I64], "I32 or I64")?;
+        let width = p.dtype.bits() / 8;
+        if p.shape != [2] || p.span.len != 2 * width {
+            return Err(self.shape(p, "[2] (rows, columns)"));
+        }
+        let mut bytes = [0u8; 16];
+        let bytes = &mut bytes[..p.span.len as usize];
+        p.span
+            .bytes
+            .read_exact_at(bytes, p.span.offset)
+            .map_err(|e| {
+                crate::Error::io(e)
+                    .with_input(&self.input)
+                    .with_tensor(&p.name)
+            })?;
+        let value = |i: usize| -> i64 {
+            match width {
+                4 => i64::from(i32::from_le_bytes(
+                    bytes[i * 4..i * 4 + 4].try_into().expect("4"),
+                )),
+                _ => i64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8")),
+            }
+        };
+        match (u64::try_from(value(0)), u64::try_from(value(1))) {
+            (Ok(r), Ok(c)) if r.checked_mul(c).is_some() => Ok([r, c]),
+            _ => {
+                let e = QuantError::Shape {
+                    scheme: self.scheme,
+                    actual: vec![],
+                    expected: format!("two sizes, not [{}, {}]", value(0), value(1)),
+                };
+                Err(self.refuse(e, &p.name))
+            }
+        }
     }
 }
 
 /// FP8: `prefix.weight` (E4M3) and its scale `scale_name`.
 fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> {
-    const S: &str = "fp8";
     let wname = format!("{prefix}.weight");
     if !matches!(
         names.dtype(&wname),
@@ -295,23 +372,23 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
     if weight.dtype != Dtype::F8_E4M3 {
         return Ok(None);
     }
-    let input = names.input(wat.0).to_string();
+    let check = Check::new("fp8", names, wat);
     let (sat, scale) = names.part(scale_name)?.expect("listed");
     if scale_name.ends_with("_inv") {
         // DeepSeek's block scales, multiplied in f32: E8M0 ones too (NaN refused as read).
         let dtypes = [Dtype::F32, Dtype::F16, Dtype::BF16, Dtype::F8_E8M0];
-        check_dtype(&scale, &dtypes, "F32, F16, BF16 or F8_E8M0", S, &input)?;
+        check.dtype(&scale, &dtypes, "F32, F16, BF16 or F8_E8M0")?;
     } else {
         let dtypes = [SCALE_DTYPES, &[Dtype::U8]].concat();
-        check_dtype(&scale, &dtypes, "F32, F16, BF16 or U8 (E8M0)", S, &input)?;
+        check.dtype(&scale, &dtypes, "F32, F16, BF16 or U8 (E8M0)")?;
     }
-    let [m, n] = matrix(&weight, S, &input)?;
+    let [m, n] = check.matrix(&weight)?;
     // compressed-tensors `mxfp8-quantized` stores its E8M0 scales as U8, one
     // a block of 32 columns (MX's block) and nothing else.
     let mx = scale.dtype == Dtype::U8;
     if mx && (n % 32 != 0 || scale.shape != [m, n / 32]) {
         let expected = format!("[{m}, {}] (MXFP8: one E8M0 scale a 32 columns)", n / 32);
-        return Err(bad_shape(&scale, "mxfp8-quantized", expected, &input));
+        return Err(check.as_scheme("mxfp8-quantized").shape(&scale, expected));
     }
     let whole = Tiling {
         rows: m.max(1),
@@ -326,7 +403,7 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
         [r, c] if r == m && c > 0 => {
             if n % c != 0 {
                 let detail = format!("{c} scale columns do not divide the weight's {n} columns");
-                return Err(groups_error(&scale, S, detail, &input));
+                return Err(check.groups(&scale, detail));
             }
             Tiling {
                 rows: 1,
@@ -347,29 +424,31 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
                         m.div_ceil(br.max(1)),
                         n.div_ceil(bc.max(1))
                     );
-                    return Err(bad_shape(&scale, S, expected, &input));
+                    return Err(check.shape(&scale, expected));
                 }
                 ref several => {
                     let detail = format!(
                         "blocks of {several:?} all fit; config.json's groups do not say which"
                     );
-                    return Err(groups_error(&scale, S, detail, &input));
+                    return Err(check.groups(&scale, detail));
                 }
             }
         }
         _ => {
             let expected = format!("[], [{m}], [{m}, groups] or [row blocks, column blocks]");
-            return Err(bad_shape(&scale, S, expected, &input));
+            return Err(check.shape(&scale, expected));
         }
     };
     // FBGEMM (Meta's Llama 3.1 405B FP8): row-wise F32 scales, the code
     // times its row's scale in f32, as the other FP8 weights.
     let fbgemm = names.config(wat.0)?.quant_method.as_deref() == Some("fbgemm_fp8");
     if fbgemm {
-        check_dtype(&scale, &[Dtype::F32], "F32", "fbgemm-fp8", &input)?;
+        check
+            .as_scheme("fbgemm-fp8")
+            .dtype(&scale, &[Dtype::F32], "F32")?;
         if scale.shape != [m, 1] {
             let expected = format!("[{m}, 1] (one scale a row, as FBGEMM writes)");
-            return Err(bad_shape(&scale, "fbgemm-fp8", expected, &input));
+            return Err(check.as_scheme("fbgemm-fp8").shape(&scale, expected));
         }
     }
     let w = Weight {
@@ -390,48 +469,38 @@ fn fp8(names: &mut Names, prefix: &str, scale_name: &str) -> Result<Recognised> 
 fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
     let qname = format!("{prefix}.qweight");
     let (qat, qweight) = names.part(&qname)?.expect("listed");
-    let input = names.input(qat.0).to_string();
-    let (zat, qzeros) = required(names, format!("{prefix}.qzeros"), "gptq", &input, &qname)?;
-    let (sat, scales) = required(names, format!("{prefix}.scales"), "gptq", &input, &qname)?;
+    let check = Check::new("gptq", names, qat);
+    let (zat, qzeros) = check.required(names, format!("{prefix}.qzeros"), &qname)?;
+    let (sat, scales) = check.required(names, format!("{prefix}.scales"), &qname)?;
     let g_idx = names.part(&format!("{prefix}.g_idx"))?;
     let config = names.config(qat.0)?.clone();
-    let [qrows, qcols] = matrix(&qweight, "gptq", &input)?;
-    let [groups, n] = matrix(&scales, "gptq", &input)?;
+    let [qrows, qcols] = check.matrix(&qweight)?;
+    let [groups, n] = check.matrix(&scales)?;
     let awq = match config.quant_method.as_deref() {
         Some("awq") => true,
         Some("gptq") => false,
         _ => g_idx.is_none() && qcols != n && qcols.checked_mul(8) == Some(n),
     };
-    let scheme = if awq { "awq" } else { "gptq" };
-    check_dtype(&qweight, &[Dtype::I32], "I32", scheme, &input)?;
-    check_dtype(&qzeros, &[Dtype::I32], "I32", scheme, &input)?;
-    check_dtype(&scales, SCALE_DTYPES, "F16, F32 or BF16", scheme, &input)?;
+    let check = check.as_scheme(if awq { "awq" } else { "gptq" });
+    check.dtype(&qweight, &[Dtype::I32], "I32")?;
+    check.dtype(&qzeros, &[Dtype::I32], "I32")?;
+    check.dtype(&scales, SCALE_DTYPES, "F16, F32 or BF16")?;
     let mut used = vec![qat, zat, sat];
     let name = format!("{prefix}.weight");
     let bits = config.bits.unwrap_or(4);
     if awq {
         if bits != 4 {
             let e = QuantError::Unsupported(format!("awq: {bits}-bit weights (only 4-bit)"));
-            return Err(refuse(e, &input, &qname));
+            return Err(check.refuse(e, &qname));
         }
         let k = qrows;
         if qcols.checked_mul(8) != Some(n) {
-            return Err(bad_shape(
-                &qweight,
-                scheme,
-                format!("[in, {}] (scales' columns / 8)", n / 8),
-                &input,
-            ));
+            return Err(check.shape(&qweight, format!("[in, {}] (scales' columns / 8)", n / 8)));
         }
         if qzeros.shape != [groups, qcols] {
-            return Err(bad_shape(
-                &qzeros,
-                scheme,
-                format!("[{groups}, {qcols}]"),
-                &input,
-            ));
+            return Err(check.shape(&qzeros, format!("[{groups}, {qcols}]")));
         }
-        let group_size = group_size(&scales, groups, k, &config, scheme, &input)?;
+        let group_size = check.group_size(&scales, groups, k, &config)?;
         let w = Weight {
             name,
             shape: [n, k],
@@ -446,7 +515,7 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
     }
     let g_idx = match g_idx {
         Some((gat, g)) => {
-            check_dtype(&g, &[Dtype::I32], "I32", scheme, &input)?;
+            check.dtype(&g, &[Dtype::I32], "I32")?;
             used.push(gat);
             Some(g)
         }
@@ -466,44 +535,37 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
     };
     if ![2, 4, 8].contains(&bits) {
         let e = QuantError::Unsupported(format!("gptq: {bits}-bit weights (2, 4 and 8 are)"));
-        return Err(refuse(e, &input, &qname));
+        return Err(check.refuse(e, &qname));
     }
     let per = u64::from(32 / bits);
     let Some(k) = qrows.checked_mul(per) else {
         let expected = format!("[in * {bits} / 32, {n}] with in below 2^64");
-        return Err(bad_shape(&qweight, scheme, expected, &input));
+        return Err(check.shape(&qweight, expected));
     };
     if qcols != n {
-        return Err(bad_shape(
+        return Err(check.shape(
             &qweight,
-            scheme,
             format!("[in * {bits} / 32, {n}] (the scales' columns)"),
-            &input,
         ));
     }
     if qzeros.shape != [groups, n.div_ceil(per)] {
         let expected = format!("[{groups}, {}]", n.div_ceil(per));
-        return Err(bad_shape(&qzeros, scheme, expected, &input));
+        return Err(check.shape(&qzeros, expected));
     }
     if let Some(g) = &g_idx {
         if g.shape != [k] {
-            return Err(bad_shape(
-                g,
-                scheme,
-                format!("[{k}] (one group per input column)"),
-                &input,
-            ));
+            return Err(check.shape(g, format!("[{k}] (one group per input column)")));
         }
         // A group covers at least one input column: every piece reads all
         // groups' scales for its rows, so more would cost without a bound.
         if groups > k.max(1) {
             let detail = format!("{groups} groups of scales for {k} input columns");
-            return Err(groups_error(&scales, scheme, detail, &input));
+            return Err(check.groups(&scales, detail));
         }
     }
     let group_size = match g_idx {
         Some(_) => k.max(1), // g_idx decides; checked as it is read
-        None => group_size(&scales, groups, k, &config, scheme, &input)?,
+        None => check.group_size(&scales, groups, k, &config)?,
     };
     let zero_offset = match config.checkpoint_format.as_deref() {
         Some("gptq_v2") => 0,
@@ -524,36 +586,8 @@ fn packed(names: &mut Names, prefix: &str) -> Result<Recognised> {
     Ok(Some((qat, used, w)))
 }
 
-/// Input columns per group: `k / groups`, which must divide, and agree with
-/// the config's `group_size` when it gives one.
-fn group_size(
-    scales: &TensorAt,
-    groups: u64,
-    k: u64,
-    config: &QuantConfig,
-    scheme: &'static str,
-    input: &str,
-) -> Result<u64> {
-    if groups == 0 || k % groups != 0 {
-        let detail = format!("{groups} groups do not divide the {k} input columns");
-        return Err(groups_error(scales, scheme, detail, input));
-    }
-    let size = k / groups;
-    if let Some(declared) = config.group_size {
-        let declared = if declared <= 0 { k } else { declared as u64 };
-        if declared != size {
-            let detail = format!(
-                "{groups} groups of {size} columns, but config.json's group_size is {declared}"
-            );
-            return Err(groups_error(scales, scheme, detail, input));
-        }
-    }
-    Ok(size.max(1))
-}
-
 /// bitsandbytes LLM.int8: `prefix.weight` (I8) and `prefix.SCB`.
 fn int8(names: &mut Names, prefix: &str) -> Result<Recognised> {
-    const S: &str = "bitsandbytes-int8";
     let wname = format!("{prefix}.weight");
     if names.dtype(&wname).is_none() {
         return Ok(None);
@@ -561,13 +595,13 @@ fn int8(names: &mut Names, prefix: &str) -> Result<Recognised> {
     let Some((wat, weight)) = names.part(&wname)? else {
         return Ok(None);
     };
-    let input = names.input(wat.0).to_string();
+    let check = Check::new("bitsandbytes-int8", names, wat);
     let (sat, scb) = names.part(&format!("{prefix}.SCB"))?.expect("listed");
-    check_dtype(&weight, &[Dtype::I8], "I8", S, &input)?;
-    check_dtype(&scb, &[Dtype::F32], "F32", S, &input)?;
-    let [m, n] = matrix(&weight, S, &input)?;
+    check.dtype(&weight, &[Dtype::I8], "I8")?;
+    check.dtype(&scb, &[Dtype::F32], "F32")?;
+    let [m, n] = check.matrix(&weight)?;
     if scb.shape != [m] {
-        return Err(bad_shape(&scb, S, format!("[{m}] (one per row)"), &input));
+        return Err(check.shape(&scb, format!("[{m}] (one per row)")));
     }
     let mut used = vec![wat, sat];
     if let Some((fat, _)) = names.part(&format!("{prefix}.weight_format"))? {
@@ -590,19 +624,18 @@ fn four_bit(
     record_name: &str,
     kind: FourBitType,
 ) -> Result<Recognised> {
-    const S: &str = "bitsandbytes-4bit";
     let (rat, rec) = names.part(record_name)?.expect("listed");
-    let input = names.input(rat.0).to_string();
-    check_dtype(&rec, &[Dtype::U8], "U8", S, &input)?;
+    let check = Check::new("bitsandbytes-4bit", names, rat);
+    check.dtype(&rec, &[Dtype::U8], "U8")?;
     if rec.span.len > super::record::MAX_RECORD {
         let e = QuantError::Record(format!("{} bytes, more than a record holds", rec.span.len));
-        return Err(refuse(e, &input, record_name));
+        return Err(check.refuse(e, record_name));
     }
     if rec.span.bytes.waits_on_runtime() {
         // Planning runs on the async runtime's thread: an object's record is
         // read when the object is opened (`source::object`), never here.
         let e = QuantError::Unsupported("a record not read when its object was opened".into());
-        return Err(refuse(e, &input, record_name));
+        return Err(check.refuse(e, record_name));
     }
     let mut bytes = vec![0u8; rec.span.len as usize];
     rec.span
@@ -610,54 +643,44 @@ fn four_bit(
         .read_exact_at(&mut bytes, rec.span.offset)
         .map_err(|e| {
             crate::Error::io(e)
-                .with_input(&input)
+                .with_input(&check.input)
                 .with_tensor(record_name)
         })?;
-    let record = super::record::parse(&bytes, kind).map_err(|e| refuse(e, &input, record_name))?;
+    let record = super::record::parse(&bytes, kind).map_err(|e| check.refuse(e, record_name))?;
     let [rows, cols] = record.shape;
     let n = rows * cols; // checked by parse
     let wname = format!("{prefix}.weight");
-    let (wat, weight) = required(names, wname.clone(), S, &input, record_name)?;
-    check_dtype(&weight, &[Dtype::U8], "U8", S, &input)?;
+    let (wat, weight) = check.required(names, wname.clone(), record_name)?;
+    check.dtype(&weight, &[Dtype::U8], "U8")?;
     if weight.span.len != n.div_ceil(2) {
         let expected = format!(
             "{} bytes (two codes a byte for {rows} x {cols})",
             n.div_ceil(2)
         );
-        return Err(bad_shape(&weight, S, expected, &input));
+        return Err(check.shape(&weight, expected));
     }
     let blocks = n.div_ceil(record.blocksize);
-    let (aat, absmax) = required(names, format!("{wname}.absmax"), S, &input, record_name)?;
+    let (aat, absmax) = check.required(names, format!("{wname}.absmax"), record_name)?;
     let mut used = vec![rat, wat, aat];
     let nested = match record.nested {
         None => {
-            check_dtype(&absmax, &[Dtype::F32], "F32", S, &input)?;
+            check.dtype(&absmax, &[Dtype::F32], "F32")?;
             None
         }
         Some((nested_blocksize, _)) => {
-            check_dtype(&absmax, &[Dtype::U8], "U8 (nested statistics)", S, &input)?;
-            let (nat, nabs) = required(
-                names,
-                format!("{wname}.nested_absmax"),
-                S,
-                &input,
-                record_name,
-            )?;
-            let (mat, nmap) = required(
-                names,
-                format!("{wname}.nested_quant_map"),
-                S,
-                &input,
-                record_name,
-            )?;
-            check_dtype(&nabs, &[Dtype::F32], "F32", S, &input)?;
-            check_dtype(&nmap, &[Dtype::F32], "F32", S, &input)?;
+            check.dtype(&absmax, &[Dtype::U8], "U8 (nested statistics)")?;
+            let (nat, nabs) =
+                check.required(names, format!("{wname}.nested_absmax"), record_name)?;
+            let (mat, nmap) =
+                check.required(names, format!("{wname}.nested_quant_map"), record_name)?;
+            check.dtype(&nabs, &[Dtype::F32], "F32")?;
+            check.dtype(&nmap, &[Dtype::F32], "F32")?;
             let groups = blocks.div_ceil(nested_blocksize);
             if nabs.shape != [groups] {
-                return Err(bad_shape(&nabs, S, format!("[{groups}]"), &input));
+                return Err(check.shape(&nabs, format!("[{groups}]")));
             }
             if nmap.shape != [256] {
-                return Err(bad_shape(&nmap, S, "[256]".into(), &input));
+                return Err(check.shape(&nmap, "[256]"));
             }
             used.extend([nat, mat]);
             Some((nabs, nmap))
@@ -665,7 +688,7 @@ fn four_bit(
     };
     if absmax.shape != [blocks] {
         let expected = format!("[{blocks}] (one per {} elements)", record.blocksize);
-        return Err(bad_shape(&absmax, S, expected, &input));
+        return Err(check.shape(&absmax, expected));
     }
     // The stored code book: the library reads its own instead.
     if let Some((mat, _)) = names.part(&format!("{wname}.quant_map"))? {
@@ -693,46 +716,28 @@ fn nvfp4(
     packed_name: &str,
     global_suffix: &str,
 ) -> Result<Recognised> {
-    const S: &str = "nvfp4";
     let (wat, weight) = names.part(packed_name)?.expect("listed");
-    let input = names.input(wat.0).to_string();
-    let (sat, scale) = required(
-        names,
-        format!("{prefix}.weight_scale"),
-        S,
-        &input,
-        packed_name,
-    )?;
-    let (gat, global) = required(
-        names,
-        format!("{prefix}{global_suffix}"),
-        S,
-        &input,
-        packed_name,
-    )?;
-    check_dtype(&weight, &[Dtype::U8], "U8", S, &input)?;
-    check_dtype(&scale, &[Dtype::F8_E4M3], "F8_E4M3", S, &input)?;
-    check_dtype(&global, &[Dtype::F32], "F32", S, &input)?;
-    let [m, half] = matrix(&weight, S, &input)?;
+    let check = Check::new("nvfp4", names, wat);
+    let (sat, scale) = check.required(names, format!("{prefix}.weight_scale"), packed_name)?;
+    let (gat, global) = check.required(names, format!("{prefix}{global_suffix}"), packed_name)?;
+    check.dtype(&weight, &[Dtype::U8], "U8")?;
+    check.dtype(&scale, &[Dtype::F8_E4M3], "F8_E4M3")?;
+    check.dtype(&global, &[Dtype::F32], "F32")?;
+    let [m, half] = check.matrix(&weight)?;
     let Some(n) = half.checked_mul(2) else {
-        return Err(bad_shape(&weight, S, "[rows, columns / 2]".into(), &input));
+        return Err(check.shape(&weight, "[rows, columns / 2]"));
     };
     if n % 16 != 0 {
         let detail = format!("{n} columns are not whole blocks of 16");
-        return Err(groups_error(&weight, S, detail, &input));
+        return Err(check.groups(&weight, detail));
     }
     if scale.shape != [m, n / 16] {
-        return Err(bad_shape(
-            &scale,
-            S,
-            format!("[{m}, {}] (one per 16 columns)", n / 16),
-            &input,
-        ));
+        return Err(check.shape(&scale, format!("[{m}, {}] (one per 16 columns)", n / 16)));
     }
     let quotient = match global.shape[..] {
         [] => Dtype::BF16,
         [1] => Dtype::F32,
-        _ => return Err(bad_shape(&global, S, "[] or [1]".into(), &input)),
+        _ => return Err(check.shape(&global, "[] or [1]")),
     };
     let variant = match global_suffix {
         ".weight_scale_2" => crate::dequant::nvfp4::Variant::ModelOpt,
@@ -755,56 +760,43 @@ fn nvfp4(
 /// 16]`) and `prefix_scales` (U8 or F8_E8M0 `[experts, rows, groups]`),
 /// recognised when the scales are there or `config.json` says `mxfp4`.
 fn mxfp4(names: &mut Names, prefix: &str, blocks_name: &str) -> Result<Recognised> {
-    const S: &str = "mxfp4";
     let (bat, blocks) = names.part(blocks_name)?.expect("listed");
-    let input = names.input(bat.0).to_string();
+    let check = Check::new("mxfp4", names, bat);
     let scales_name = format!("{prefix}_scales");
     let declared = names.config(bat.0)?.quant_method.as_deref() == Some("mxfp4");
     if names.dtype(&scales_name).is_none() && !declared {
         return Ok(None); // some other tensor named `_blocks`
     }
-    let (sat, scales) = required(names, scales_name, S, &input, blocks_name)?;
-    check_dtype(&blocks, &[Dtype::U8], "U8", S, &input)?;
-    check_dtype(
+    let (sat, scales) = check.required(names, scales_name, blocks_name)?;
+    check.dtype(&blocks, &[Dtype::U8], "U8")?;
+    check.dtype(
         &scales,
         &[Dtype::U8, Dtype::F8_E8M0],
         "U8 or F8_E8M0 (E8M0 exponents)",
-        S,
-        &input,
     )?;
     let [experts, rows, groups] = match blocks.shape[..] {
         [e, r, g, 16] => [e, r, g],
         _ => {
-            let expected = "[experts, rows, blocks, 16] (32 codes, 16 bytes, a block)".into();
-            return Err(bad_shape(&blocks, S, expected, &input));
+            let expected = "[experts, rows, blocks, 16] (32 codes, 16 bytes, a block)";
+            return Err(check.shape(&blocks, expected));
         }
     };
     if scales.shape != [experts, rows, groups] {
         let expected = format!("[{experts}, {rows}, {groups}] (one per block)");
-        return Err(bad_shape(&scales, S, expected, &input));
+        return Err(check.shape(&scales, expected));
     }
     let codes = groups.checked_mul(32);
     let Some(view_rows) = codes.and_then(|c| c.checked_mul(experts)) else {
-        return Err(bad_shape(
-            &blocks,
-            S,
-            "fewer than 2^64 codes".into(),
-            &input,
-        ));
+        return Err(check.shape(&blocks, "fewer than 2^64 codes"));
     };
     if view_rows.checked_mul(rows).is_none() {
-        return Err(bad_shape(
-            &blocks,
-            S,
-            "fewer than 2^64 codes".into(),
-            &input,
-        ));
+        return Err(check.shape(&blocks, "fewer than 2^64 codes"));
     }
     if names.dtype(prefix).is_some() {
         let e = QuantError::Unsupported(format!(
             "mxfp4: {prefix} is both a tensor and the dequantized name of {blocks_name}"
         ));
-        return Err(refuse(e, &input, prefix));
+        return Err(check.refuse(e, prefix));
     }
     let w = Weight {
         name: prefix.to_string(),
@@ -833,31 +825,19 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
         "int-quantized"
     };
     let (cat, codes) = names.part(codes_name)?.expect("listed");
-    let input = names.input(cat.0).to_string();
-    let (sat, scale) = required(
-        names,
-        format!("{prefix}.weight_scale"),
-        scheme,
-        &input,
-        codes_name,
-    )?;
-    check_dtype(&scale, SCALE_DTYPES, "F32, F16 or BF16", scheme, &input)?;
+    let check = Check::new(scheme, names, cat);
+    let (sat, scale) = check.required(names, format!("{prefix}.weight_scale"), codes_name)?;
+    check.dtype(&scale, SCALE_DTYPES, "F32, F16 or BF16")?;
     let mut used = vec![cat, sat];
     let (rows, cols, bits) = if packed {
-        check_dtype(&codes, &[Dtype::I32], "I32", scheme, &input)?;
-        let [rows, words] = matrix(&codes, scheme, &input)?;
-        let (hat, shape) = required(
-            names,
-            format!("{prefix}.weight_shape"),
-            scheme,
-            &input,
-            codes_name,
-        )?;
+        check.dtype(&codes, &[Dtype::I32], "I32")?;
+        let [rows, words] = check.matrix(&codes)?;
+        let (hat, shape) = check.required(names, format!("{prefix}.weight_shape"), codes_name)?;
         used.push(hat);
-        let [r, cols] = weight_shape(&shape, scheme, &input)?;
+        let [r, cols] = check.weight_shape(&shape)?;
         if r != rows {
             let detail = format!("weight_shape says {r} rows");
-            return Err(bad_shape(&codes, scheme, detail, &input));
+            return Err(check.shape(&codes, detail));
         }
         let declared = names.config(cat.0)?.group_bits();
         let candidates = if declared.is_empty() {
@@ -874,12 +854,12 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
             let detail = format!(
                 "{words} words a row do not hold {cols} codes of one bit width config.json declares ({fits:?} fit)"
             );
-            return Err(groups_error(&codes, scheme, detail, &input));
+            return Err(check.groups(&codes, detail));
         };
         (rows, cols, bits)
     } else {
-        check_dtype(&codes, &[Dtype::I8], "I8", scheme, &input)?;
-        let [rows, cols] = matrix(&codes, scheme, &input)?;
+        check.dtype(&codes, &[Dtype::I8], "I8")?;
+        let [rows, cols] = check.matrix(&codes)?;
         (rows, cols, 8)
     };
     // The block strategy's block of rows x columns a scale, as config.json's
@@ -902,12 +882,12 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
             let expected = format!(
                 "[], [{rows}], [{rows}, 1], [{rows}, groups] or [row blocks, column blocks] of a block_structure config.json declares"
             );
-            return Err(bad_shape(&scale, scheme, expected, &input));
+            return Err(check.shape(&scale, expected));
         }
     };
     if block.is_none() && cols % groups != 0 {
         let detail = format!("{groups} groups do not divide the {cols} columns");
-        return Err(groups_error(&scale, scheme, detail, &input));
+        return Err(check.groups(&scale, detail));
     }
     let zeros = match zero_point {
         None => None,
@@ -916,32 +896,26 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
                 // compressed-tensors packs zero points only for the group and
                 // channel strategies (PACK_ZP_STRATS): the tensor and block
                 // strategies' are I8 as they are, one a scale, in either format.
-                check_dtype(&z, &[Dtype::I8], "I8", scheme, &input)?;
+                check.dtype(&z, &[Dtype::I8], "I8")?;
                 let ok = z.shape == scale.shape || (per_tensor && matches!(z.shape[..], [] | [1]));
                 if !ok {
                     let expected = format!("{:?} (one a scale)", scale.shape);
-                    return Err(bad_shape(&z, scheme, expected, &input));
+                    return Err(check.shape(&z, expected));
                 }
             } else if packed {
-                check_dtype(
-                    &z,
-                    &[Dtype::I32],
-                    "I32 (packed down the rows)",
-                    scheme,
-                    &input,
-                )?;
+                check.dtype(&z, &[Dtype::I32], "I32 (packed down the rows)")?;
                 let word_rows = rows.saturating_mul(u64::from(bits)).div_ceil(32);
                 if z.shape != [word_rows, groups] {
                     let expected = format!(
                         "[{word_rows}, {groups}] ({rows} zero points of {bits} bits packed down each column)"
                     );
-                    return Err(bad_shape(&z, scheme, expected, &input));
+                    return Err(check.shape(&z, expected));
                 }
             } else {
-                check_dtype(&z, &[Dtype::I8], "I8", scheme, &input)?;
+                check.dtype(&z, &[Dtype::I8], "I8")?;
                 let ok = z.shape == [rows, groups] || (groups == 1 && z.shape == [rows]);
                 if !ok {
-                    return Err(bad_shape(&z, scheme, format!("[{rows}, {groups}]"), &input));
+                    return Err(check.shape(&z, format!("[{rows}, {groups}]")));
                 }
             }
             used.push(zat);
@@ -951,14 +925,9 @@ fn ct_int(names: &mut Names, prefix: &str, codes_name: &str, packed: bool) -> Re
     let g_idx = match names.part(&format!("{prefix}.weight_g_idx"))? {
         None => None,
         Some((gat, g)) => {
-            check_dtype(&g, &[Dtype::I32], "I32", scheme, &input)?;
+            check.dtype(&g, &[Dtype::I32], "I32")?;
             if g.shape != [cols] {
-                return Err(bad_shape(
-                    &g,
-                    scheme,
-                    format!("[{cols}] (a group per column)"),
-                    &input,
-                ));
+                return Err(check.shape(&g, format!("[{cols}] (a group per column)")));
             }
             used.push(gat);
             Some(g)
@@ -996,51 +965,16 @@ fn one_unpacked_zero(zero_point: Option<&TensorAt>) -> bool {
     zero_point.is_none_or(|z| z.dtype == Dtype::I8 && matches!(z.shape[..], [] | [1]))
 }
 
-/// The `[rows, columns]` a `weight_shape` tensor (I32 or I64, two values) holds.
-fn weight_shape(p: &TensorAt, scheme: &'static str, input: &str) -> Result<[u64; 2]> {
-    check_dtype(p, &[Dtype::I32, Dtype::I64], "I32 or I64", scheme, input)?;
-    let width = p.dtype.bits() / 8;
-    if p.shape != [2] || p.span.len != 2 * width {
-        return Err(bad_shape(p, scheme, "[2] (rows, columns)".into(), input));
-    }
-    let mut bytes = [0u8; 16];
-    let bytes = &mut bytes[..p.span.len as usize];
-    p.span
-        .bytes
-        .read_exact_at(bytes, p.span.offset)
-        .map_err(|e| crate::Error::io(e).with_input(input).with_tensor(&p.name))?;
-    let value = |i: usize| -> i64 {
-        match width {
-            4 => i64::from(i32::from_le_bytes(
-                bytes[i * 4..i * 4 + 4].try_into().expect("4"),
-            )),
-            _ => i64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8")),
-        }
-    };
-    match (u64::try_from(value(0)), u64::try_from(value(1))) {
-        (Ok(r), Ok(c)) if r.checked_mul(c).is_some() => Ok([r, c]),
-        _ => {
-            let e = QuantError::Shape {
-                scheme,
-                actual: vec![],
-                expected: format!("two sizes, not [{}, {}]", value(0), value(1)),
-            };
-            Err(refuse(e, input, &p.name))
-        }
-    }
-}
-
 /// compressed-tensors `mxfp4-pack-quantized`: `prefix.weight_packed` (U8
 /// `[rows, cols / 2]`) and `prefix.weight_scale` (E8M0 as U8 or F8_E8M0,
 /// `[rows, cols / 32]`); or `mxfp6-pack-quantized`, `[rows, cols / 4 * 3]`.
 fn ct_mxfp4(names: &mut Names, prefix: &str, packed_name: &str) -> Result<Recognised> {
-    const S: &str = "mxfp4-pack-quantized";
     let (wat, weight) = names.part(packed_name)?.expect("listed");
-    let input = names.input(wat.0).to_string();
+    let check = Check::new("mxfp4-pack-quantized", names, wat);
     let (sat, scale) = names
         .part(&format!("{prefix}.weight_scale"))?
         .expect("checked");
-    let [m, half] = matrix(&weight, S, &input)?;
+    let [m, half] = check.matrix(&weight)?;
     // `mxfp6-pack-quantized` is stored the same way, but three bytes hold
     // four codes: 24 bytes a scale, where MXFP4 has 16. An MXFP4 weight
     // with too few scales has that shape too: config.json must declare
@@ -1057,15 +991,15 @@ fn ct_mxfp4(names: &mut Names, prefix: &str, packed_name: &str) -> Result<Recogn
         return Ok(Some((wat, vec![wat, sat], w)));
     }
     let Some(n) = half.checked_mul(2) else {
-        return Err(bad_shape(&weight, S, "[rows, columns / 2]".into(), &input));
+        return Err(check.shape(&weight, "[rows, columns / 2]"));
     };
     if n % 32 != 0 {
         let detail = format!("{n} columns are not whole blocks of 32");
-        return Err(groups_error(&weight, S, detail, &input));
+        return Err(check.groups(&weight, detail));
     }
     if scale.shape != [m, n / 32] {
         let expected = format!("[{m}, {}] (one per 32 columns)", n / 32);
-        return Err(bad_shape(&scale, S, expected, &input));
+        return Err(check.shape(&scale, expected));
     }
     let w = Weight {
         name: format!("{prefix}.weight"),
