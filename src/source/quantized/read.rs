@@ -33,6 +33,10 @@ pub(crate) struct DequantReader {
     /// reader writes (see [`DequantReader::read_ahead`]), or buffers to
     /// read it into.
     ahead: Option<GptqStrip>,
+    /// The rows of the part this reader's thread is likely to read next
+    /// (the copy engine's readers take parts in turn), whose first strip
+    /// is read ahead during this part's last one; `None`: the last part.
+    then: Option<std::ops::Range<u64>>,
     /// The current piece's bytes, and how many were handed out.
     bytes: Vec<u8>,
     pos: usize,
@@ -86,6 +90,7 @@ impl DequantReader {
             table: None,
             strip: None,
             ahead: None,
+            then: None,
             bytes: Vec::new(),
             pos: 0,
             values: Vec::new(),
@@ -481,11 +486,16 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
         let (w, shared) = (w.clone(), shared.clone());
+        // The part after the next: the one this part's thread takes when
+        // the copy engine's readers keep pace.
+        let later = r1.saturating_add(per_part.saturating_mul(PART_SHARE - 1));
+        let then = (later < rows).then(|| later..later.saturating_add(per_part).min(rows));
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
                 reader.shared = shared;
+                reader.then = then;
                 reader.step = match &*reader.w.kind {
                     // Made in the copy engine's chunk, whatever their rows
                     // (its band is what the part reader holds): a chunk a call.
@@ -517,49 +527,69 @@ impl DequantReader {
     }
 
     /// Makes the GPTQ strip of rows `[s0, s1)` the held one: the one read
-    /// ahead if it is that strip (its reads finished here), else read now
-    /// into the buffers of the one read ahead, of the held one, or of a
-    /// finished part. The held strip's buffers are then the next ahead's.
+    /// ahead if it is that strip, by this reader or by one of an earlier
+    /// part (its reads finished here), else read now into the buffers of
+    /// the one read ahead, of the held one, or of a finished part. Of the
+    /// buffers this reader had, one is the next ahead's, the other left.
     fn read_strip(&mut self, words: &StripOf, s0: u64, s1: u64) -> Result<()> {
-        let held = self.strip.take();
-        let (mut strip, spare) = match self.ahead.take() {
-            Some(ahead) => (ahead, held),
+        let mut mine = [self.ahead.take(), self.strip.take()];
+        let begun = mine
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|s| s.is_begun(s0, s1)))
+            .and_then(Option::take);
+        let mut strip = match begun.or_else(|| self.shared.strips.take_begun(s0, s1)) {
+            Some(strip) => strip,
             None => {
-                let strip = held.or_else(|| self.shared.strips.take());
-                (strip.unwrap_or_default(), None)
+                let buffers = mine.iter_mut().find_map(Option::take);
+                let strip = buffers.or_else(|| self.shared.strips.take_idle());
+                let mut strip = strip.unwrap_or_default();
+                strip.begin(words, s0, s1)?;
+                strip
             }
         };
-        // One read ahead for other rows (a piece that straddled the held
-        // strip's end) is read again.
-        if !strip.is_begun(s0, s1) {
-            strip.begin(words, s0, s1)?;
-        }
         strip.read_rest(words)?;
         self.strip = Some(strip);
-        self.ahead = spare;
+        // Both kept when the strip came from another part: one is left.
+        let (keep, extra) = match mine {
+            [Some(a), b] => (Some(a), b),
+            [None, b] => (b, None),
+        };
+        self.ahead = keep;
+        self.shared.strips.give(extra);
         Ok(())
+    }
+
+    /// The strip to read ahead while the held one is made: the next of
+    /// this part's, else the first of the part its thread likely reads
+    /// next; `None` if there is none.
+    fn next_strip(&self) -> Option<(u64, u64)> {
+        let s0 = self.strip.as_ref()?.s1;
+        if s0 < self.end.min(self.w.shape[0]) {
+            return Some((s0, self.strip_end(s0)));
+        }
+        let then = self.then.as_ref()?;
+        let s1 = then.start.saturating_add(self.step).min(then.end);
+        (then.start < s1).then_some((then.start, s1.min(self.w.shape[0])))
     }
 
     /// While another part reader writes the output (this one's chunk is
     /// ready and would wait for that write: ext4 takes the file's lock for
-    /// each), reads the GPTQ strip after the held one, a packed row at a
-    /// time, asking between reads. The reads were a burst of a thousand
-    /// between two chunks, the output idle while both readers made
-    /// theirs at once; here they take the place of the wait. A failed read
-    /// ahead is left for the strip's own read to meet and report.
+    /// each), reads the next GPTQ strip ([`Self::next_strip`]), a packed
+    /// row at a time, asking between reads. The reads were a burst of a
+    /// thousand between two chunks, the output idle while both readers
+    /// made theirs at once; here they take the place of the wait. A failed
+    /// read ahead is left for the strip's own read to meet and report.
     fn read_ahead(&mut self, words: &StripOf) {
         if !crate::copy::another_writes() {
             return;
         }
-        let Some(held) = &self.strip else { return };
-        let (s0, s1) = (held.s1, self.strip_end(held.s1));
-        if s0 >= s1 {
+        let Some((s0, s1)) = self.next_strip() else {
             return;
-        }
+        };
         let spare = &self.shared.strips;
         let ahead = self
             .ahead
-            .get_or_insert_with(|| spare.take().unwrap_or_default());
+            .get_or_insert_with(|| spare.take_idle().unwrap_or_default());
         let begun = ahead.is_begun(s0, s1);
         if !begun && (ahead.failed(s0, s1) || ahead.begin(words, s0, s1).is_err()) {
             return;
@@ -658,6 +688,24 @@ impl<T> Spares<T> {
         if let (Some(spare), Ok(mut all)) = (spare, self.0.lock()) {
             all.push(spare);
         }
+    }
+}
+
+impl Spares<GptqStrip> {
+    /// One a finished reader left begun for rows `[s0, s1)`, if any.
+    fn take_begun(&self, s0: u64, s1: u64) -> Option<GptqStrip> {
+        let mut all = self.0.lock().ok()?;
+        let at = all.iter().position(|s| s.is_begun(s0, s1))?;
+        Some(all.swap_remove(at))
+    }
+
+    /// One a finished reader left, not one begun for a part's rows if
+    /// another will do (its reads are kept for that part's reader).
+    fn take_idle(&self) -> Option<GptqStrip> {
+        let mut all = self.0.lock().ok()?;
+        let last = all.len().checked_sub(1)?;
+        let at = all.iter().position(|s| s.reads.is_none());
+        Some(all.swap_remove(at.unwrap_or(last)))
     }
 }
 
