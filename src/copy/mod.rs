@@ -34,9 +34,6 @@ use crate::{Error, Result, Warning};
 use job::{jobs, tell_order, Copied, Job, JobError, Overflow, ReaderJob, SpanJob};
 use policy::CopyPolicy;
 use policy::Way;
-pub(crate) use pool::another_writes;
-#[cfg(test)]
-pub(crate) use pool::while_another_writes;
 use pool::write_parallel;
 use relay::{Relay, Relayed};
 use route::{routes, Route};

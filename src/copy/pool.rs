@@ -10,18 +10,18 @@
 //! The readers write one file, and ext4 takes its inode lock for each
 //! `pwrite`: a reader whose chunk is ready while the other writes spins on
 //! that lock. A reader may spend that wait on work it has to do anyway
-//! (GPTQ reads its next strip of words then): [`another_writes`] tells it.
+//! (GPTQ reads its next strip of words then): [`Writing`] counts the
+//! writes, and `another_writes` tells the reader.
 
-use std::cell::RefCell;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use super::job::{Failed, JobError, Overflow, ReaderJob};
 use crate::cast::Cast;
-use crate::io_util::fill;
+use crate::io_util::{fill, Writing};
 use crate::sink::elements::{ChunkBuffer, Pump};
 use crate::source::OpenBlocking;
 use crate::Error;
@@ -50,14 +50,14 @@ pub(crate) fn write_parallel(
 ) -> std::result::Result<Vec<Overflow>, JobError> {
     let budget = buffer_size.clamp(1, CHUNK);
     let tasks = tasks(jobs);
-    let writing = Arc::new(AtomicUsize::new(0));
+    let writing = Writing::default();
     // Each part on the chunk loop the sink drives too (`Pump`), each chunk
     // written where it belongs. A part that stops because an earlier one
     // failed has no overflows (`None`).
     let done = in_order(
         tasks.len(),
         "inflate",
-        || (ChunkBuffer::default(), Watching::start(&writing)),
+        || (ChunkBuffer::default(), writing.watch()),
         |(buf, _), i, earlier_failed| {
             let task = &tasks[i];
             let open = lock(&task.open).take().expect("each part is opened once");
@@ -73,10 +73,9 @@ pub(crate) fn write_parallel(
                 }
                 let got = fill(&mut reader, input)?;
                 let bytes = pump.process(got)?;
-                writing.fetch_add(1, Ordering::Relaxed);
-                let wrote = out.write_all_at(bytes, at);
-                writing.fetch_sub(1, Ordering::Relaxed);
-                wrote.map_err(|e| Error::io(e).with_output(out_name))?;
+                writing
+                    .during(|| out.write_all_at(bytes, at))
+                    .map_err(|e| Error::io(e).with_output(out_name))?;
                 at += bytes.len() as u64;
                 progress(bytes.len() as u64);
             }
@@ -95,50 +94,6 @@ pub(crate) fn write_parallel(
         }
     }
     Ok(overflows)
-}
-
-thread_local! {
-    /// The count of [`write_parallel`]'s threads inside a `pwrite` of its
-    /// output, on the threads that call it and its helpers while they do.
-    static WRITING: RefCell<Option<Arc<AtomicUsize>>> = const { RefCell::new(None) };
-}
-
-/// Whether, on a thread of [`write_parallel`] that is not writing (one
-/// making its next chunk), another of its threads is inside a `pwrite`: a
-/// chunk ready now would wait for that write (its lock), so a reader may
-/// first do work it will need later, a little at a time, asking again
-/// between. Always `false` elsewhere.
-pub(crate) fn another_writes() -> bool {
-    WRITING.with(|w| {
-        w.borrow()
-            .as_ref()
-            .is_some_and(|n| n.load(Ordering::Relaxed) > 0)
-    })
-}
-
-/// Runs `f` with [`another_writes`] true on this thread: a reader's work
-/// done in the wait for another's write, whatever the timing.
-#[cfg(test)]
-pub(crate) fn while_another_writes<T>(f: impl FnOnce() -> T) -> T {
-    let _watching = Watching::start(&Arc::new(AtomicUsize::new(1)));
-    f()
-}
-
-/// A worker thread's view of the count [`another_writes`] reads, for as
-/// long as this lives.
-struct Watching;
-
-impl Watching {
-    fn start(writing: &Arc<AtomicUsize>) -> Self {
-        WRITING.with(|w| *w.borrow_mut() = Some(writing.clone()));
-        Watching
-    }
-}
-
-impl Drop for Watching {
-    fn drop(&mut self) {
-        WRITING.with(|w| *w.borrow_mut() = None);
-    }
 }
 
 /// One part of a job, as a worker takes it.
@@ -239,6 +194,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io_util::{another_writes, while_another_writes};
     use crate::source::{BlockingPart, BlockingRead};
     use crate::transform::Transform;
     use crate::ErrorKind;

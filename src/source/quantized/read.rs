@@ -580,7 +580,7 @@ impl DequantReader {
     /// made theirs at once; here they take the place of the wait. A failed
     /// read ahead is left for the strip's own read to meet and report.
     fn read_ahead(&mut self, words: &StripOf) {
-        if !crate::copy::another_writes() {
+        if !crate::io_util::another_writes() {
             return;
         }
         let Some((s0, s1)) = self.next_strip() else {
@@ -594,7 +594,7 @@ impl DequantReader {
         if !begun && (ahead.failed(s0, s1) || ahead.begin(words, s0, s1).is_err()) {
             return;
         }
-        while ahead.reads_left() && crate::copy::another_writes() {
+        while ahead.reads_left() && crate::io_util::another_writes() {
             if ahead.read_next(words).is_err() {
                 return;
             }
@@ -1217,7 +1217,7 @@ mod tests {
             for (_, _, w) in &found.weights {
                 let whole = read_all(DequantReader::new(w.clone(), Dtype::F32));
                 let eight_rows = 8 * w.shape[1] as usize * 4;
-                crate::copy::while_another_writes(|| {
+                crate::io_util::while_another_writes(|| {
                     for (step, chunk) in [(1, 5), (3, 1 << 20), (12, eight_rows), (64, 5)] {
                         let mut r = DequantReader::new(w.clone(), Dtype::F32);
                         r.step = step;
@@ -1246,7 +1246,7 @@ mod tests {
                     r.step = 3;
                     let mut out = Vec::new();
                     let e = match ahead {
-                        true => crate::copy::while_another_writes(|| r.read_to_end(&mut out)),
+                        true => crate::io_util::while_another_writes(|| r.read_to_end(&mut out)),
                         false => r.read_to_end(&mut out),
                     };
                     (e.unwrap_err().to_string(), out.len())
