@@ -658,7 +658,9 @@ struct Shared {
     runs: OnceLock<Vec<u32>>,
     /// The strips of finished part readers, taken by the next ones: a
     /// strip's 4 MiB of words were zeroed afresh by each part (3 % of a
-    /// 1 GiB weight's CPU). At most one a reader at once.
+    /// 1 GiB weight's CPU). At most two a reader at once (the held one
+    /// and the one read ahead); one read ahead for a later part waits
+    /// here, begun, for that part's reader ([`Spares::take_begun`]).
     strips: Spares<GptqStrip>,
     /// The MXFP4 bands of finished part readers, taken by the next ones: a
     /// band's 3 MiB of buffers were zeroed (and faulted in) afresh by each
