@@ -1,9 +1,13 @@
 //! Reading until a buffer is full: the one loop every reader here needs,
 //! once for blocking readers and once for async ones; and a bounded range
 //! of a file read with positional reads, which every source shares; and
-//! the non-blocking open of a file an input names.
+//! the non-blocking open of a file an input names; and whether another
+//! thread writing the same output is inside a write ([`Writing`]).
 
+use std::cell::RefCell;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -126,6 +130,69 @@ pub(crate) fn open_if_regular(
         "not a regular file"
     };
     Ok(Err(what))
+}
+
+/// The threads that write one output side by side (the copy engine's
+/// blocking readers), counted while each is inside a write. ext4 takes a
+/// file's inode lock for each `pwrite`: a thread whose chunk is ready
+/// while another writes waits (spinning) for that write, and a reader on
+/// one of these threads may spend the wait on work it needs later
+/// ([`another_writes`]).
+#[derive(Default)]
+pub(crate) struct Writing(Arc<AtomicUsize>);
+
+thread_local! {
+    /// The [`Writing`] this thread is one of, while it watches it.
+    static WATCHED: RefCell<Option<Arc<AtomicUsize>>> = const { RefCell::new(None) };
+}
+
+impl Writing {
+    /// Runs `write` counted among this output's writes.
+    pub(crate) fn during<T>(&self, write: impl FnOnce() -> T) -> T {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        let done = write();
+        self.0.fetch_sub(1, Ordering::Relaxed);
+        done
+    }
+
+    /// Makes these the writes [`another_writes`] asks about on this
+    /// thread, for as long as the answer lives.
+    pub(crate) fn watch(&self) -> Watching {
+        WATCHED.with(|w| *w.borrow_mut() = Some(self.0.clone()));
+        Watching(())
+    }
+}
+
+/// A thread's watch of a [`Writing`], until dropped.
+pub(crate) struct Watching(());
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        WATCHED.with(|w| *w.borrow_mut() = None);
+    }
+}
+
+/// Whether, on a thread watching a [`Writing`] and not writing now (one
+/// making its next chunk), another of its threads is inside a write: a
+/// chunk ready now would wait for it, so a reader may first do work it
+/// needs later, a little at a time, asking again between. Always `false`
+/// on other threads.
+pub(crate) fn another_writes() -> bool {
+    WATCHED.with(|w| {
+        w.borrow()
+            .as_ref()
+            .is_some_and(|n| n.load(Ordering::Relaxed) > 0)
+    })
+}
+
+/// Runs `f` with [`another_writes`] true on this thread: a reader's work
+/// done in the wait for another's write, whatever the timing.
+#[cfg(test)]
+pub(crate) fn while_another_writes<T>(f: impl FnOnce() -> T) -> T {
+    let writing = Writing::default();
+    writing.0.fetch_add(1, Ordering::Relaxed);
+    let _watching = writing.watch();
+    f()
 }
 
 #[cfg(test)]

@@ -6,6 +6,12 @@
 //! pipeline ([`Pump`]) exactly as the async sink drives it, in a
 //! bounded buffer of its own: memory is [`READERS`] x (buffer + reader).
 //! Errors are those of the sequential path ([`in_order`]).
+//!
+//! The readers write one file, and ext4 takes its inode lock for each
+//! `pwrite`: a reader whose chunk is ready while the other writes spins on
+//! that lock. A reader may spend that wait on work it has to do anyway
+//! (GPTQ reads its next strip of words then): [`Writing`] counts the
+//! writes, and `another_writes` tells the reader.
 
 use std::fs::File;
 use std::io::Read;
@@ -15,7 +21,7 @@ use std::sync::Mutex;
 
 use super::job::{Failed, JobError, Overflow, ReaderJob};
 use crate::cast::Cast;
-use crate::io_util::fill;
+use crate::io_util::{fill, Writing};
 use crate::sink::elements::{ChunkBuffer, Pump};
 use crate::source::OpenBlocking;
 use crate::Error;
@@ -44,14 +50,15 @@ pub(crate) fn write_parallel(
 ) -> std::result::Result<Vec<Overflow>, JobError> {
     let budget = buffer_size.clamp(1, CHUNK);
     let tasks = tasks(jobs);
+    let writing = Writing::default();
     // Each part on the chunk loop the sink drives too (`Pump`), each chunk
     // written where it belongs. A part that stops because an earlier one
     // failed has no overflows (`None`).
     let done = in_order(
         tasks.len(),
         "inflate",
-        ChunkBuffer::default,
-        |buf, i, earlier_failed| {
+        || (ChunkBuffer::default(), writing.watch()),
+        |(buf, _), i, earlier_failed| {
             let task = &tasks[i];
             let open = lock(&task.open).take().expect("each part is opened once");
             if task.first {
@@ -66,7 +73,8 @@ pub(crate) fn write_parallel(
                 }
                 let got = fill(&mut reader, input)?;
                 let bytes = pump.process(got)?;
-                out.write_all_at(bytes, at)
+                writing
+                    .during(|| out.write_all_at(bytes, at))
                     .map_err(|e| Error::io(e).with_output(out_name))?;
                 at += bytes.len() as u64;
                 progress(bytes.len() as u64);
@@ -186,6 +194,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::io_util::{another_writes, while_another_writes};
     use crate::source::{BlockingPart, BlockingRead};
     use crate::transform::Transform;
     use crate::ErrorKind;
@@ -378,6 +387,26 @@ mod tests {
             write_parallel(&out, "out", vec![first, split], 4, &|_| {}, &|_| {}).unwrap_err();
         assert_eq!(i, 1, "{e}");
         assert!(e.to_string().contains("bad part"), "{e}");
+    }
+
+    /// Another thread's write is seen only by the threads of the call that
+    /// makes it, and only while they run it.
+    #[test]
+    fn another_write_is_seen_only_while_the_readers_run() {
+        assert!(!another_writes(), "no writer before");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let mut one = scripted(vec![1; 10], None);
+        one.before = Some(Box::new(move || log.lock().unwrap().push(another_writes())));
+        let out = tempfile::tempfile().unwrap();
+        write_parallel(&out, "out", vec![job(0, one)], 4, &|_| {}, &|_| {}).unwrap();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [false],
+            "a lone reader writes after its reads"
+        );
+        assert!(while_another_writes(another_writes));
+        assert!(!another_writes(), "no writer after");
     }
 
     #[test]

@@ -29,6 +29,14 @@ pub(crate) struct DequantReader {
     /// GPTQ's strip of words, zero words and scales, read once for the
     /// pieces in it.
     strip: Option<GptqStrip>,
+    /// The strip after it, read a little at a time while another part
+    /// reader writes (see [`DequantReader::read_ahead`]), or buffers to
+    /// read it into.
+    ahead: Option<GptqStrip>,
+    /// The rows of the part this reader's thread is likely to read next
+    /// (the copy engine's readers take parts in turn), whose first strip
+    /// is read ahead during this part's last one; `None`: the last part.
+    then: Option<std::ops::Range<u64>>,
     /// The current piece's bytes, and how many were handed out.
     bytes: Vec<u8>,
     pos: usize,
@@ -81,6 +89,8 @@ impl DequantReader {
             bands: None,
             table: None,
             strip: None,
+            ahead: None,
+            then: None,
             bytes: Vec::new(),
             pos: 0,
             values: Vec::new(),
@@ -188,23 +198,22 @@ impl DequantReader {
                 packing,
                 group_size,
             } => {
-                let groups = once(&self.shared.groups, || {
+                // Its own handle: the strip reads below take the reader.
+                let shared = self.shared.clone();
+                let groups = once(&shared.groups, || {
                     gptq_groups(g_idx.as_deref(), scales.shape[0], cols, *group_size)
                 })?;
-                let runs = once(&self.shared.runs, || {
-                    Ok(crate::cast::simd::int4_runs(groups))
-                })?;
+                let runs = once(&shared.runs, || Ok(crate::cast::simd::int4_runs(groups)))?;
+                let words = StripOf {
+                    qweight,
+                    qzeros,
+                    scales,
+                    per: packing.per_word() as u64,
+                };
                 let held = self.strip.as_ref();
                 if !held.is_some_and(|s| s.s0 <= r0 && r1 <= s.s1) {
-                    let s1 = r0.saturating_add(self.step).max(r1);
-                    let s1 = s1.min(self.w.shape[0]).min(self.end).max(r1);
-                    // The held strip's buffers are read into again, else
-                    // those a finished part left.
-                    let mut strip = self.strip.take();
-                    strip = strip.or_else(|| self.shared.strips.take());
-                    let mut strip = strip.unwrap_or_default();
-                    strip.read(qweight, qzeros, scales, *packing, r0, s1)?;
-                    self.strip = Some(strip);
+                    let s1 = self.strip_end(r0).max(r1);
+                    self.read_strip(&words, r0, s1)?;
                 }
                 let s = self.strip.as_ref().expect("read above");
                 let piece = dequant::gptq::Piece {
@@ -228,6 +237,7 @@ impl DequantReader {
                     values,
                     bytes,
                 );
+                self.read_ahead(&words);
             }
             Kind::Awq {
                 qweight,
@@ -436,9 +446,11 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
         // peaked at 38 MiB when each also copied its pieces through a
         // buffer of its own; pieces are now made in the copy engine's.)
         Kind::Mxfp4 { geometry, .. } => super::mxfp4::Bands::part_rows(*geometry),
-        // A part holds a whole strip of GPTQ words (`STRIP_ROWS`), so that
-        // its reads of a packed row are as long as the strip.
-        Kind::Gptq { .. } => 128 * STRIP_ROWS,
+        // A part holds whole strips of GPTQ words (`STRIP_ROWS`, of which
+        // a part reader's are `AHEAD_SHARE` x shorter), so that its reads
+        // of a packed row are as long as the strip; `PART_STRIPS` of them,
+        // so that all but the first are read ahead.
+        Kind::Gptq { .. } => 128 * STRIP_ROWS / AHEAD_SHARE * PART_STRIPS,
         _ => 128,
     };
     let per_part = (target / row_bytes).max(1).next_multiple_of(align);
@@ -449,6 +461,14 @@ pub(crate) fn parts(w: &Weight, to: Dtype, target: u64) -> Option<Vec<BlockingPa
 /// GPTQ's pieces: this many times the others' rows (see
 /// [`DequantReader::rows`]).
 const STRIP_ROWS: u64 = 8;
+
+/// A GPTQ part reader's strips are this many times shorter than a whole
+/// weight's reader's: it holds two, the one its pieces are made of and
+/// the next, read ahead while the other part reader writes.
+const AHEAD_SHARE: u64 = 2;
+
+/// Strips a GPTQ part is made of when a piece is 128 rows (8192 columns).
+const PART_STRIPS: u64 = 4;
 
 /// The copy engine reads two parts at once (its `READERS`, a layer above):
 /// each part reader takes pieces this many times smaller, so that the two
@@ -466,21 +486,27 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
     while r0 < rows {
         let r1 = r0.saturating_add(per_part).min(rows);
         let (w, shared) = (w.clone(), shared.clone());
+        // The part after the next: the one this part's thread takes when
+        // the copy engine's readers keep pace.
+        let later = r1.saturating_add(per_part.saturating_mul(PART_SHARE - 1));
+        let then = (later < rows).then(|| later..later.saturating_add(per_part).min(rows));
         parts.push(BlockingPart {
             len: (r1 - r0) * row_bytes,
             open: Box::new(move || {
                 let mut reader = DequantReader::rows(w, to, r0..r1);
                 reader.shared = shared;
+                reader.then = then;
                 reader.step = match &*reader.w.kind {
                     // Made in the copy engine's chunk, whatever their rows
                     // (its band is what the part reader holds): a chunk a call.
                     Kind::Mxfp4 { .. } => reader.step,
-                    // A strip of words as long as the part (16 MiB of
-                    // output: 1024 rows of 8192 columns, reads of 4 KiB a
-                    // packed row, 4 MiB of words held; at 2 KiB, 147k
-                    // reads were 14 % of a 1 GiB weight's CPU): its pieces
-                    // are cut to the copy engine's chunk whatever the strip.
-                    Kind::Gptq { .. } => reader.step,
+                    // Strips of half the whole reader's rows (8 MiB of
+                    // output: 512 rows of 8192 columns, reads of 2 KiB a
+                    // packed row, 2 MiB of words), two held: the one its
+                    // pieces are made of, and the next read ahead. Its
+                    // pieces are cut to the copy engine's chunk whatever
+                    // the strip.
+                    Kind::Gptq { .. } => (reader.step / AHEAD_SHARE).max(1),
                     _ => (reader.step / PART_SHARE).max(1),
                 };
                 let r: crate::source::BlockingRead = Box::new(reader);
@@ -490,6 +516,90 @@ fn parts_of(w: &Weight, to: Dtype, per_part: u64) -> Vec<BlockingPart> {
         r0 = r1;
     }
     parts
+}
+
+impl DequantReader {
+    /// The end of a GPTQ strip that starts at row `s0`: a piece's rows
+    /// (`step`), within the weight and this reader's rows.
+    fn strip_end(&self, s0: u64) -> u64 {
+        let s1 = s0.saturating_add(self.step);
+        s1.min(self.w.shape[0]).min(self.end)
+    }
+
+    /// Makes the GPTQ strip of rows `[s0, s1)` the held one: the one read
+    /// ahead if it is that strip, by this reader or by one of an earlier
+    /// part (its reads finished here), else read now into the buffers of
+    /// the one read ahead, of the held one, or of a finished part. Of the
+    /// buffers this reader had, one is the next ahead's, the other left.
+    fn read_strip(&mut self, words: &StripOf, s0: u64, s1: u64) -> Result<()> {
+        let mut mine = [self.ahead.take(), self.strip.take()];
+        let begun = mine
+            .iter_mut()
+            .find(|s| s.as_ref().is_some_and(|s| s.is_begun(s0, s1)))
+            .and_then(Option::take);
+        let mut strip = match begun.or_else(|| self.shared.strips.take_begun(s0, s1)) {
+            Some(strip) => strip,
+            None => {
+                let buffers = mine.iter_mut().find_map(Option::take);
+                let strip = buffers.or_else(|| self.shared.strips.take_idle());
+                let mut strip = strip.unwrap_or_default();
+                strip.begin(words, s0, s1)?;
+                strip
+            }
+        };
+        strip.read_rest(words)?;
+        self.strip = Some(strip);
+        // Both kept when the strip came from another part: one is left.
+        let (keep, extra) = match mine {
+            [Some(a), b] => (Some(a), b),
+            [None, b] => (b, None),
+        };
+        self.ahead = keep;
+        self.shared.strips.give(extra);
+        Ok(())
+    }
+
+    /// The strip to read ahead while the held one is made: the next of
+    /// this part's, else the first of the part its thread likely reads
+    /// next; `None` if there is none.
+    fn next_strip(&self) -> Option<(u64, u64)> {
+        let s0 = self.strip.as_ref()?.s1;
+        if s0 < self.end.min(self.w.shape[0]) {
+            return Some((s0, self.strip_end(s0)));
+        }
+        let then = self.then.as_ref()?;
+        let s1 = then.start.saturating_add(self.step).min(then.end);
+        (then.start < s1).then_some((then.start, s1.min(self.w.shape[0])))
+    }
+
+    /// While another part reader writes the output (this one's chunk is
+    /// ready and would wait for that write: ext4 takes the file's lock for
+    /// each), reads the next GPTQ strip ([`Self::next_strip`]), a packed
+    /// row at a time, asking between reads. The reads were a burst of a
+    /// thousand between two chunks, the output idle while both readers
+    /// made theirs at once; here they take the place of the wait. A failed
+    /// read ahead is left for the strip's own read to meet and report.
+    fn read_ahead(&mut self, words: &StripOf) {
+        if !crate::io_util::another_writes() {
+            return;
+        }
+        let Some((s0, s1)) = self.next_strip() else {
+            return;
+        };
+        let spare = &self.shared.strips;
+        let ahead = self
+            .ahead
+            .get_or_insert_with(|| spare.take_idle().unwrap_or_default());
+        let begun = ahead.is_begun(s0, s1);
+        if !begun && (ahead.failed(s0, s1) || ahead.begin(words, s0, s1).is_err()) {
+            return;
+        }
+        while ahead.reads_left() && crate::io_util::another_writes() {
+            if ahead.read_next(words).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 impl Read for DequantReader {
@@ -548,7 +658,9 @@ struct Shared {
     runs: OnceLock<Vec<u32>>,
     /// The strips of finished part readers, taken by the next ones: a
     /// strip's 4 MiB of words were zeroed afresh by each part (3 % of a
-    /// 1 GiB weight's CPU). At most one a reader at once.
+    /// 1 GiB weight's CPU). At most two a reader at once (the held one
+    /// and the one read ahead); one read ahead for a later part waits
+    /// here, begun, for that part's reader ([`Spares::take_begun`]).
     strips: Spares<GptqStrip>,
     /// The MXFP4 bands of finished part readers, taken by the next ones: a
     /// band's 3 MiB of buffers were zeroed (and faulted in) afresh by each
@@ -581,14 +693,44 @@ impl<T> Spares<T> {
     }
 }
 
+impl Spares<GptqStrip> {
+    /// One a finished reader left begun for rows `[s0, s1)`, if any.
+    fn take_begun(&self, s0: u64, s1: u64) -> Option<GptqStrip> {
+        let mut all = self.0.lock().ok()?;
+        let at = all.iter().position(|s| s.is_begun(s0, s1))?;
+        Some(all.swap_remove(at))
+    }
+
+    /// One a finished reader left, not one begun for a part's rows if
+    /// another will do (its reads are kept for that part's reader).
+    fn take_idle(&self) -> Option<GptqStrip> {
+        let mut all = self.0.lock().ok()?;
+        let last = all.len().checked_sub(1)?;
+        let at = all.iter().position(|s| s.reads.is_none());
+        Some(all.swap_remove(at.unwrap_or(last)))
+    }
+}
+
 impl Drop for DequantReader {
     fn drop(&mut self) {
         self.shared.strips.give(self.strip.take());
+        self.shared.strips.give(self.ahead.take());
         self.shared.bands.give(self.bands.take());
     }
 }
 
-/// GPTQ's words, zero words and scales of output rows `[s0, s1)`.
+/// A GPTQ weight's three matrices a strip is read from.
+struct StripOf<'a> {
+    qweight: &'a TensorAt,
+    qzeros: &'a TensorAt,
+    scales: &'a TensorAt,
+    /// Codes a word.
+    per: u64,
+}
+
+/// GPTQ's words, zero words and scales of output rows `[s0, s1)`: read at
+/// once ([`GptqStrip::begin`], then [`GptqStrip::read_rest`]), or a
+/// positional read at a time ([`GptqStrip::read_next`]) before the rest.
 #[derive(Default)]
 struct GptqStrip {
     s0: u64,
@@ -598,34 +740,126 @@ struct GptqStrip {
     qweight: Vec<u32>,
     /// The zero words: the first `lens[1]`.
     zeros: Vec<u32>,
-    lens: [usize; 2],
+    /// Then the scales' bytes: the first `lens[2]` of `raw`.
+    lens: [usize; 3],
     zero_words: usize,
     scales: Vec<f32>,
     /// The scales' bytes as read.
     raw: Vec<u8>,
+    /// The reads of a strip begun and not yet whole; `None` once it is.
+    reads: Option<StripReads>,
+}
+
+/// A strip's positional reads, one a row of its three matrices (the
+/// words', the zero words', the scales'): of each, the first column and
+/// how many, and the rows; then how many of the reads are done.
+struct StripReads {
+    columns: [(u64, u64, u64); 3],
+    done: u64,
+    /// A read failed: the strip is read again when it is wanted, and that
+    /// read reports the error.
+    failed: bool,
+}
+
+impl StripReads {
+    fn total(&self) -> u64 {
+        self.columns.iter().map(|&(_, _, rows)| rows).sum()
+    }
 }
 
 impl GptqStrip {
-    /// Reads the strip of rows `[s0, s1)` into this one's buffers.
-    fn read(
-        &mut self,
-        qweight: &TensorAt,
-        qzeros: &TensorAt,
-        scales: &TensorAt,
-        packing: dequant::gptq::Packing,
-        s0: u64,
-        s1: u64,
-    ) -> Result<()> {
+    /// Plans the reads of rows `[s0, s1)` into this one's buffers, sized
+    /// for them: none is made yet.
+    fn begin(&mut self, of: &StripOf, s0: u64, s1: u64) -> Result<()> {
         let nb = s1 - s0;
-        let per = packing.per_word() as u64;
-        let qw = read_columns_in(qweight, s0, nb, &mut self.qweight)?;
-        let (z0, z1) = (s0 / per, (s1 - 1) / per + 1);
-        let zeros = read_columns_in(qzeros, z0, z1 - z0, &mut self.zeros)?;
-        let raw = read_column_bytes_in(scales, s0, nb, &mut self.raw)?;
-        decode_scales(scales.dtype, raw, &mut self.scales);
-        self.lens = [qw, zeros];
+        let (z0, z1) = (s0 / of.per, (s1 - 1) / of.per + 1);
+        let mut columns = [(s0, nb, 0), (z0, z1 - z0, 0), (s0, nb, 0)];
+        for (i, p) in [of.qweight, of.qzeros, of.scales].into_iter().enumerate() {
+            let (c0, n, rows) = &mut columns[i];
+            *n = (*n).min(p.shape[1].saturating_sub(*c0));
+            // No reads of no columns (a strip past the matrix's).
+            *rows = if *n == 0 { 0 } else { p.shape[0] };
+            let elems = to_usize(*rows)?
+                .checked_mul(to_usize(*n)?)
+                .ok_or_else(too_large)?;
+            self.lens[i] = match i {
+                2 => elems
+                    .checked_mul(to_usize(width(p))?)
+                    .ok_or_else(too_large)?,
+                _ => elems,
+            };
+        }
+        first_of(&mut self.qweight, self.lens[0]);
+        first_of(&mut self.zeros, self.lens[1]);
+        first_of(&mut self.raw, self.lens[2]);
         (self.s0, self.s1) = (s0, s1);
         self.zero_words = to_usize(z1 - z0)?;
+        self.reads = Some(StripReads {
+            columns,
+            done: 0,
+            failed: false,
+        });
+        Ok(())
+    }
+
+    /// Whether the reads of rows `[s0, s1)` are begun (and none failed).
+    fn is_begun(&self, s0: u64, s1: u64) -> bool {
+        let begun = self.reads.as_ref().is_some_and(|r| !r.failed);
+        begun && (self.s0, self.s1) == (s0, s1)
+    }
+
+    /// Whether the reads of rows `[s0, s1)` were begun and one failed.
+    fn failed(&self, s0: u64, s1: u64) -> bool {
+        let failed = self.reads.as_ref().is_some_and(|r| r.failed);
+        failed && (self.s0, self.s1) == (s0, s1)
+    }
+
+    /// Whether reads of the strip begun are left to make.
+    fn reads_left(&self) -> bool {
+        self.reads.as_ref().is_some_and(|r| r.done < r.total())
+    }
+
+    /// Makes the next of the strip's reads (it is begun, with reads left).
+    fn read_next(&mut self, of: &StripOf) -> Result<()> {
+        let Some(reads) = self.reads.as_mut() else {
+            return Ok(());
+        };
+        let (mut i, mut row) = (0, reads.done);
+        while i < 2 && row >= reads.columns[i].2 {
+            row -= reads.columns[i].2;
+            i += 1;
+        }
+        let (c0, n, _) = reads.columns[i];
+        let (p, buf): (_, &mut [u8]) = match i {
+            0 => (of.qweight, bytemuck::cast_slice_mut(&mut self.qweight)),
+            1 => (of.qzeros, bytemuck::cast_slice_mut(&mut self.zeros)),
+            _ => (of.scales, &mut self.raw),
+        };
+        let row_len = to_usize(n * width(p))?;
+        let at = to_usize(row)? * row_len;
+        let chunk = buf.get_mut(at..at + row_len).ok_or_else(too_large)?;
+        let result = read_column_row(p, c0, n, row, chunk);
+        match result {
+            Ok(()) => reads.done += 1,
+            Err(_) => reads.failed = true,
+        }
+        result
+    }
+
+    /// Makes the strip's reads left, then takes its words as
+    /// little-endian and decodes its scales: the strip is whole.
+    fn read_rest(&mut self, of: &StripOf) -> Result<()> {
+        while self.reads_left() {
+            self.read_next(of)?;
+        }
+        self.reads = None;
+        for w in self.qweight[..self.lens[0]].iter_mut() {
+            *w = u32::from_le(*w);
+        }
+        for w in self.zeros[..self.lens[1]].iter_mut() {
+            *w = u32::from_le(*w);
+        }
+        decode_scales(of.scales.dtype, &self.raw[..self.lens[2]], &mut self.scales);
         Ok(())
     }
 }
@@ -752,20 +986,25 @@ fn read_column_bytes_in<'a>(
 
 /// [`read_column_bytes`] into `buf`, `rows * n` elements of `p` long.
 fn read_column_bytes_into(p: &TensorAt, c0: u64, n: u64, buf: &mut [u8]) -> Result<()> {
-    let cols = p.shape[1];
-    let w = width(p);
-    let row_len = to_usize(n * w)?;
+    let row_len = to_usize(n * width(p))?;
     for (r, chunk) in buf.chunks_exact_mut(row_len.max(1)).enumerate() {
-        let at = (r as u64 * cols + c0) * w;
-        if at + n * w > p.span.len {
-            return Err(short(p));
-        }
-        p.span
-            .bytes
-            .read_exact_at(chunk, p.span.offset + at)
-            .map_err(|e| Error::io(e).with_tensor(&p.name))?;
+        read_column_row(p, c0, n, r as u64, chunk)?;
     }
     Ok(())
+}
+
+/// Of row `r` of the matrix `p`, the bytes of columns `[c0, c0 + n)` into
+/// `chunk`, as long as them.
+fn read_column_row(p: &TensorAt, c0: u64, n: u64, r: u64, chunk: &mut [u8]) -> Result<()> {
+    let w = width(p);
+    let at = (r * p.shape[1] + c0) * w;
+    if at + n * w > p.span.len {
+        return Err(short(p));
+    }
+    p.span
+        .bytes
+        .read_exact_at(chunk, p.span.offset + at)
+        .map_err(|e| Error::io(e).with_tensor(&p.name))
 }
 
 /// [`read_column_bytes`] of an I32 matrix, as words: read into the words
@@ -960,6 +1199,61 @@ mod tests {
             match r.read(&mut buf).unwrap() {
                 0 => return out,
                 n => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    /// GPTQ readers that read each next strip ahead (as they do while
+    /// another part reader writes) give the bytes of one that does not,
+    /// whatever the strips and pieces, also when a piece straddles a
+    /// strip's end (the strip read ahead is then not the one wanted); and
+    /// a read ahead that fails is met again, and reported, by the strip's
+    /// own read.
+    #[test]
+    fn gptq_strips_read_ahead_give_the_same_bytes_and_errors() {
+        for case in ["gptq", "gptq-8bit-v2"] {
+            let path = format!("fixtures/quantized/{case}/model.safetensors");
+            let src = SafetensorsSource::open(std::path::Path::new(&path)).unwrap();
+            let sources: Vec<Box<dyn Source>> = vec![Box::new(src)];
+            let found = super::super::recognize(&sources).unwrap();
+            for (_, _, w) in &found.weights {
+                let whole = read_all(DequantReader::new(w.clone(), Dtype::F32));
+                let eight_rows = 8 * w.shape[1] as usize * 4;
+                crate::io_util::while_another_writes(|| {
+                    for (step, chunk) in [(1, 5), (3, 1 << 20), (12, eight_rows), (64, 5)] {
+                        let mut r = DequantReader::new(w.clone(), Dtype::F32);
+                        r.step = step;
+                        let got = read_in(r, chunk);
+                        assert!(got == whole, "{case} {} strips of {step}", w.name);
+                    }
+                    let mut joined = Vec::new();
+                    for part in parts_of(w, Dtype::F32, 24) {
+                        let (mut r, _) = (part.open)().unwrap();
+                        r.read_to_end(&mut joined).unwrap();
+                    }
+                    assert!(joined == whole, "{case} {} in parts", w.name);
+                });
+                // The last packed row a byte short: the last strip's read fails.
+                let mut kind = (*w.kind).clone();
+                let Kind::Gptq { qweight, .. } = &mut kind else {
+                    panic!("{case} is GPTQ")
+                };
+                qweight.span.len -= 1;
+                let short = Weight {
+                    kind: Arc::new(kind),
+                    ..w.clone()
+                };
+                let failure = |ahead: bool| {
+                    let mut r = DequantReader::new(short.clone(), Dtype::F32);
+                    r.step = 3;
+                    let mut out = Vec::new();
+                    let e = match ahead {
+                        true => crate::io_util::while_another_writes(|| r.read_to_end(&mut out)),
+                        false => r.read_to_end(&mut out),
+                    };
+                    (e.unwrap_err().to_string(), out.len())
+                };
+                assert_eq!(failure(true), failure(false), "{case} {}", w.name);
             }
         }
     }
