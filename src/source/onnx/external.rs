@@ -3,7 +3,8 @@
 //! `length`). A location must stay inside the model's folder, as onnx's own
 //! loader demands (`onnx/checker.cc`, `external_data_helper.py`): not
 //! absolute, no `..`, and not leading out through a symbolic link (the
-//! resolved path must lie under the resolved folder). Each file is opened
+//! resolved path must lie under the resolved folder, and so must the path
+//! of the handle opened, see [`ExternalFiles::open`]). Each file is opened
 //! once, checked to be a regular file, and stamped like the model.
 
 use std::fs::File;
@@ -55,6 +56,12 @@ impl ExternalFiles {
 
     /// The index in [`Self::files`] of the file at `location`, opened if new.
     pub(crate) fn open(&mut self, location: &str) -> Result<usize, OnnxError> {
+        self.open_with(location, || {})
+    }
+
+    /// [`Self::open`], calling `between` after the path is checked and
+    /// before it is opened (a test swaps a folder for a link there).
+    fn open_with(&mut self, location: &str, between: impl FnOnce()) -> Result<usize, OnnxError> {
         if let Some(i) = self.files.iter().position(|f| f.location == location) {
             return Ok(i);
         }
@@ -63,11 +70,12 @@ impl ExternalFiles {
         let path = folder.join(location);
         let real = std::fs::canonicalize(&path)
             .map_err(|e| refused(format!("location {location:?} cannot be opened: {e}")))?;
+        // Checked by path first so that a link out of the folder is refused
+        // before anything it leads to (a device, say) is opened at all.
         if !real.starts_with(&folder) {
-            return Err(refused(format!(
-                "location {location:?} leads out of the model's folder through a symbolic link"
-            )));
+            return Err(leads_out(location));
         }
+        between();
         // Its type from the open handle, opened without blocking: a FIFO
         // swapped in after the check above would block a plain open.
         let cannot = |e| refused(format!("location {location:?} cannot be opened: {e}"));
@@ -78,13 +86,17 @@ impl ExternalFiles {
                 return Err(refused(msg));
             }
         };
+        let opened_at = opened_path(&file).unwrap_or(real);
+        if !opened_at.starts_with(&folder) {
+            return Err(leads_out(location));
+        }
         let len = file
             .metadata()
             .map_err(|e| refused(format!("location {location:?}: {e}")))?
             .len();
         self.files.push(ExternalFile {
             location: location.to_string(),
-            path: real,
+            path: opened_at,
             opened: Stamp::of(&file, len),
             file: Arc::new(file),
             len,
@@ -108,6 +120,25 @@ impl ExternalFiles {
         }
         Ok(self.folder.clone().unwrap_or_default())
     }
+}
+
+fn leads_out(location: &str) -> OnnxError {
+    refused(format!(
+        "location {location:?} leads out of the model's folder through a symbolic link"
+    ))
+}
+
+/// Where the kernel says `file` is: the path of the file the handle holds,
+/// links resolved. The path checked before the open is only where a file
+/// was then: a folder on it swapped for a link out of the model's folder
+/// in between would be followed by the open, so the handle's own path is
+/// checked too (one handle checked and read; per-component `O_NOFOLLOW`
+/// opens would also refuse the links inside the folder that onnx allows).
+/// `None` where `/proc` is not mounted (or not Linux's): only the path
+/// check then stands.
+fn opened_path(file: &File) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
 /// The rules a location's text must keep, before any file is looked at.
@@ -187,5 +218,27 @@ mod tests {
         assert_eq!(files.files[0].len, 1);
         let mut streamed = ExternalFiles::new(None);
         assert!(streamed.open("w.bin").is_err());
+    }
+
+    #[test]
+    fn a_folder_swapped_for_a_link_out_after_the_check_is_refused_by_the_handle() {
+        let top = tempfile::tempdir().unwrap();
+        let model_dir = top.path().join("model");
+        std::fs::create_dir_all(model_dir.join("sub")).unwrap();
+        std::fs::create_dir_all(top.path().join("outside/sub")).unwrap();
+        std::fs::write(model_dir.join("sub/w.bin"), b"w").unwrap();
+        std::fs::write(top.path().join("outside/sub/w.bin"), b"secret").unwrap();
+        let mut files = ExternalFiles::new(Some(&model_dir.join("m.onnx")));
+        let swap = || {
+            std::fs::rename(model_dir.join("sub"), model_dir.join("old")).unwrap();
+            std::os::unix::fs::symlink("../outside/sub", model_dir.join("sub")).unwrap();
+        };
+        let e = files.open_with("sub/w.bin", swap).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("\"sub/w.bin\" leads out of the model's folder"),
+            "{e}"
+        );
+        assert!(files.files.is_empty());
     }
 }
